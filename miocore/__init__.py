@@ -1,0 +1,1 @@
+"""miocore: find and run the fastest convolution algorithm for a problem."""

@@ -1,0 +1,79 @@
+"""Data types miocore knows: their names, MIOpen key tokens and numpy equivalents."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import ml_dtypes
+import numpy as np
+
+from miocore.errors import InvalidDescriptorError
+
+
+class DataType(str, Enum):
+    """Element type of a tensor. Values are the user-facing names."""
+
+    FLOAT32 = "float32"
+    FLOAT16 = "float16"
+    BFLOAT16 = "bfloat16"
+
+    @property
+    def key_token(self) -> str:
+        """The token MIOpen writes for this type in a FindDb key."""
+        return _KEY_TOKENS[self]
+
+    @property
+    def numpy(self) -> np.dtype:
+        """The numpy dtype of arrays of this type (bfloat16 through ml_dtypes)."""
+        return _NUMPY[self]
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return self.numpy.itemsize
+
+    @classmethod
+    def parse(cls, value: object, field: str = "dtype") -> DataType:
+        """Accept a DataType, a name ("float16", "fp16", "half"), a key token or a numpy dtype."""
+        if isinstance(value, DataType):
+            return value
+        if isinstance(value, str):
+            found = _ALIASES.get(value.strip().lower())
+            if found is not None:
+                return found
+        else:
+            try:
+                as_np = np.dtype(value)  # type: ignore[call-overload]
+            except TypeError:
+                as_np = None
+            if as_np is not None:
+                for dt, npdt in _NUMPY.items():
+                    if npdt == as_np:
+                        return dt
+        raise InvalidDescriptorError(
+            f"unsupported data type; expected one of {[d.value for d in cls]}",
+            field=field,
+            value=value,
+        )
+
+
+_KEY_TOKENS = {DataType.FLOAT32: "FP32", DataType.FLOAT16: "FP16", DataType.BFLOAT16: "BF16"}
+_NUMPY = {
+    DataType.FLOAT32: np.dtype(np.float32),
+    DataType.FLOAT16: np.dtype(np.float16),
+    DataType.BFLOAT16: np.dtype(ml_dtypes.bfloat16),
+}
+_ALIASES = {
+    "float32": DataType.FLOAT32,
+    "fp32": DataType.FLOAT32,
+    "float": DataType.FLOAT32,
+    "float16": DataType.FLOAT16,
+    "fp16": DataType.FLOAT16,
+    "half": DataType.FLOAT16,
+    "bfloat16": DataType.BFLOAT16,
+    "bf16": DataType.BFLOAT16,
+}
+
+#: Relative tolerances that verification uses per data type (errors normalised by the
+#: magnitude of the reference, see :func:`miocore.reference.relative_error`).
+VERIFY_TOLERANCE = {DataType.FLOAT32: 1e-5, DataType.FLOAT16: 5e-3, DataType.BFLOAT16: 3e-2}
