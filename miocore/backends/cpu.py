@@ -1,0 +1,142 @@
+"""The CPU backend: numpy arrays, wall-clock timing, a roofline measured on first use."""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import time
+from typing import Any
+
+import numpy as np
+
+from miocore.descriptors import TensorDescriptor, packed_strides
+from miocore.dtypes import DataType
+from miocore.errors import InvalidArgumentError, WorkspaceError
+from miocore.solver import Ceilings, DeviceInfo
+
+
+def empty_for(desc: TensorDescriptor) -> np.ndarray:
+    """An uninitialised numpy array in logical order with exactly ``desc``'s strides."""
+    itemsize = desc.dtype.itemsize
+    if desc.is_packed:
+        logical = "NCHW" if desc.spatial_dims == 2 else "NCDHW"
+        memory_shape = tuple(desc.lengths[logical.index(d)] for d in desc.layout)
+        buffer = np.empty(memory_shape, dtype=desc.dtype.numpy)
+        return buffer.transpose([desc.layout.index(d) for d in logical])
+    flat = np.empty(desc.element_space, dtype=desc.dtype.numpy)
+    return np.lib.stride_tricks.as_strided(
+        flat, shape=desc.lengths, strides=tuple(s * itemsize for s in desc.strides)
+    )
+
+
+def check_array(desc: TensorDescriptor, array: Any, field: str) -> np.ndarray:
+    """Validate that ``array`` is a numpy array matching ``desc``; return it.
+
+    Shape, dtype and strides must match exactly: miocore never copies a caller's tensor
+    behind their back, so a mismatch is an error, not a silent conversion.
+    """
+    if not isinstance(array, np.ndarray):
+        raise InvalidArgumentError(
+            f"the CPU backend takes numpy arrays, got {type(array).__name__}", field=field,
+            value=type(array).__name__,
+        )
+    if array.shape != desc.lengths:
+        raise InvalidArgumentError(
+            f"shape does not match the descriptor's lengths {desc.lengths} (arrays are passed in "
+            "logical order; an NHWC buffer of shape (N, H, W, C) is passed as b.transpose(0, 3, 1, 2))",
+            field=f"{field}.shape",
+            value=array.shape,
+        )
+    if array.dtype != desc.dtype.numpy:
+        raise InvalidArgumentError(
+            f"dtype does not match the descriptor's {desc.dtype.value}", field=f"{field}.dtype",
+            value=str(array.dtype),
+        )
+    itemsize = desc.dtype.itemsize
+    strides = tuple(s // itemsize for s in array.strides)
+    relevant = [i for i, length in enumerate(desc.lengths) if length > 1]
+    if any(array.strides[i] % itemsize for i in relevant) or any(
+        strides[i] != desc.strides[i] for i in relevant
+    ):
+        raise InvalidArgumentError(
+            f"element strides do not match the descriptor's {desc.strides} (layout {desc.layout})",
+            field=f"{field}.strides",
+            value=strides,
+        )
+    return array
+
+
+def workspace_view(workspace: Any, needed: int) -> np.ndarray | None:
+    """Check a caller's workspace (a numpy array of any dtype) and return it as bytes."""
+    if workspace is None:
+        if needed:
+            raise WorkspaceError(f"the solution needs {needed} bytes of workspace", field="workspace",
+                                 value=None)
+        return None
+    if not isinstance(workspace, np.ndarray) or not workspace.flags.c_contiguous:
+        raise WorkspaceError("expected a C-contiguous numpy array", field="workspace",
+                             value=type(workspace).__name__)
+    if workspace.nbytes < needed:
+        raise WorkspaceError(f"the solution needs {needed} bytes, the workspace has {workspace.nbytes}",
+                             field="workspace.nbytes", value=workspace.nbytes)
+    return workspace.reshape(-1).view(np.uint8)
+
+
+def allocate_workspace(nbytes: int) -> np.ndarray | None:
+    """A byte buffer of ``nbytes`` (None for zero)."""
+    return np.empty(nbytes, dtype=np.uint8) if nbytes else None
+
+
+def packed_like(desc: TensorDescriptor) -> TensorDescriptor:
+    """The packed descriptor with ``desc``'s dtype, lengths and layout."""
+    if desc.strides == packed_strides(desc.lengths, desc.layout):
+        return desc
+    return TensorDescriptor(desc.dtype, desc.lengths, layout=desc.layout)
+
+
+@functools.cache
+def measure_cpu_ceilings() -> Ceilings:
+    """Calibrate once (about 50 ms): numpy's BLAS rate on a square matmul, and copy bandwidth."""
+
+    def best_of(fn: Any, repeats: int = 3) -> float:
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    size = 384
+    a = np.ones((size, size), np.float32)
+    b = np.ones((size, size), np.float32)
+    a @ b
+    gflops = 2 * size**3 / best_of(lambda: a @ b) / 1e9
+    src = np.ones(8 * 1024 * 1024, np.float32)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    gbps = 2 * src.nbytes / best_of(lambda: np.copyto(dst, src)) / 1e9
+    # float16/bfloat16 have no native BLAS path in numpy: solvers convert to float32, which
+    # costs memory traffic but not compute rate, so every type gets the float32 ceiling.
+    return Ceilings(gflops={dt: gflops for dt in DataType}, gbps=gbps)
+
+
+@functools.cache
+def cpu_device_info() -> DeviceInfo:
+    """Identity of this CPU (architecture and core count) and its lazily measured ceilings."""
+    cores = os.cpu_count() or 1
+    machine = platform.machine() or "unknown"
+    identity = f"cpu_{machine}_{cores}".replace("-", "_").lower()
+    return DeviceInfo(
+        backend="cpu",
+        name=platform.processor() or machine,
+        arch=machine,
+        compute_units=cores,
+        identity=identity,
+        measure_ceilings=measure_cpu_ceilings,
+    )
+
+
+def perf_counter_ms() -> float:
+    """Wall-clock milliseconds for CPU timing."""
+    return time.perf_counter() * 1e3

@@ -1,0 +1,80 @@
+"""Plugin hooks. Each hook is named after what it collects and yields small typed records.
+
+A plugin is a module (or object) registered under the ``miocore`` entry point group::
+
+    [project.entry-points.miocore]
+    myfamily = "myfamily.plugin"
+
+whose functions carry ``@miocore.hookimpl``. Hooks only collect registrations; the find loop
+never goes through pluggy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import attrs
+import pluggy
+
+from miocore.problem import ConvProblem
+from miocore.solver import ExecutionContext, Solver
+
+PROJECT = "miocore"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@attrs.frozen(kw_only=True)
+class SolverRecord:
+    """Registers one solver.
+
+    ``solver``: an instance of a :class:`miocore.Solver` subclass; its ``name`` must be unique
+    across all plugins and must not change between releases (databases store it).
+    """
+
+    solver: Solver
+
+
+@attrs.frozen(kw_only=True)
+class KernelSourceRecord:
+    """Declares where a plugin's kernel sources live, for the GPU backends.
+
+    ``name``: the plugin's kernel namespace (``KernelInfo.source`` is looked up in ``path``);
+    ``path``: a folder inside the plugin's installed package.
+    """
+
+    name: str
+    path: Path
+
+
+@attrs.frozen(kw_only=True)
+class HeuristicRecord:
+    """A learned model that ranks solvers for immediate mode on a FindDb miss.
+
+    ``name``: unique name, shown as the source of its estimates.
+    ``is_applicable(ctx, problem) -> bool``: whether the model covers this device and problem.
+    ``rank(ctx, problem, candidates) -> [(solver_name, estimated_ms), ...]``: the candidates'
+    names it can rank, fastest first; names it does not know are left out.
+    """
+
+    name: str
+    is_applicable: Callable[[ExecutionContext, ConvProblem], bool]
+    rank: Callable[[ExecutionContext, ConvProblem, Sequence[str]], Sequence[tuple[str, float]]]
+
+
+class MiocoreSpecs:
+    """Hook specifications (bodies are docstrings only)."""
+
+    @hookspec
+    def miocore_solvers(self) -> Iterable[SolverRecord]:
+        """Yield a :class:`SolverRecord` for every solver the plugin provides."""
+
+    @hookspec
+    def miocore_kernel_sources(self) -> Iterable[KernelSourceRecord]:
+        """Yield a :class:`KernelSourceRecord` for each folder of GPU kernel sources."""
+
+    @hookspec
+    def miocore_heuristics(self) -> Iterable[HeuristicRecord]:
+        """Yield a :class:`HeuristicRecord` for each immediate-mode ranking model."""
