@@ -6,6 +6,7 @@ Lengths are always in logical order, ``(N, C, H, W)`` or ``(N, C, D, H, W)`` (we
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -61,7 +62,7 @@ def layout_from_strides(lengths: Sequence[int], strides: Sequence[int]) -> str:
         order = [logical.index(d) for d in layout]
         # Dimensions of length 1 may carry any stride; ignore them in the order check.
         sized = [(strides[i], lengths[i]) for i in order if lengths[i] != 1]
-        if all(a[0] >= b[0] * b[1] for a, b in zip(sized, sized[1:], strict=False)):
+        if all(a[0] >= b[0] * b[1] for a, b in itertools.pairwise(sized)):
             return layout
     raise InvalidDescriptorError(
         f"strides follow none of the layouts {LAYOUTS[spatial]}",
@@ -95,7 +96,9 @@ class TensorDescriptor:
         lens = _as_int_tuple(lengths, "lengths", minimum=1)
         if len(lens) not in (4, 5):
             raise InvalidDescriptorError(
-                "expected 4 lengths (N, C, H, W) or 5 (N, C, D, H, W)", field="lengths", value=lengths
+                "expected 4 lengths (N, C, H, W) or 5 (N, C, D, H, W)",
+                field="lengths",
+                value=lengths,
             )
         spatial = len(lens) - 2
         if layout is not None:
@@ -156,7 +159,9 @@ class TensorDescriptor:
     @property
     def element_space(self) -> int:
         """Elements a buffer must hold to cover every stride step (>= element_count)."""
-        return 1 + sum((length - 1) * s for length, s in zip(self.lengths, self.strides, strict=True))
+        return 1 + sum(
+            (length - 1) * s for length, s in zip(self.lengths, self.strides, strict=True)
+        )
 
     @property
     def nbytes(self) -> int:
@@ -174,7 +179,9 @@ class TensorDescriptor:
 
     def __repr__(self) -> str:
         extra = "" if self.is_packed else f", strides={self.strides}"
-        return f"TensorDescriptor({self.dtype.value!r}, {self.lengths}, layout={self.layout!r}{extra})"
+        return (
+            f"TensorDescriptor({self.dtype.value!r}, {self.lengths}, layout={self.layout!r}{extra})"
+        )
 
 
 def _spatial_field(value: Any, field: str, minimum: int) -> tuple[int, ...] | None:
@@ -230,9 +237,7 @@ class ConvolutionDescriptor:
         if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
             raise InvalidDescriptorError("must be an integer >= 1", field="groups", value=groups)
         if mode not in ("conv", "transpose"):
-            raise InvalidDescriptorError(
-                "expected 'conv' or 'transpose'", field="mode", value=mode
-            )
+            raise InvalidDescriptorError("expected 'conv' or 'transpose'", field="mode", value=mode)
         out_pads = given["output_pads"] or (0,) * rank
         strd = given["strides"] or (1,) * rank
         if mode == "conv" and any(out_pads):
@@ -261,7 +266,9 @@ class ConvolutionDescriptor:
         """2 or 3."""
         return len(self.pads)
 
-    def output_spatial(self, in_spatial: Sequence[int], filter_spatial: Sequence[int]) -> tuple[int, ...]:
+    def output_spatial(
+        self, in_spatial: Sequence[int], filter_spatial: Sequence[int]
+    ) -> tuple[int, ...]:
         """Spatial output lengths of this convolution (as a layer, so transpose grows)."""
         out = []
         for i, (size, f) in enumerate(zip(in_spatial, filter_spatial, strict=True)):
@@ -274,7 +281,12 @@ class ConvolutionDescriptor:
         return tuple(out)
 
     def output_descriptor(
-        self, x: TensorDescriptor, w: TensorDescriptor, *, layout: str | None = None, dtype: Any = None
+        self,
+        x: TensorDescriptor,
+        w: TensorDescriptor,
+        *,
+        layout: str | None = None,
+        dtype: Any = None,
     ) -> TensorDescriptor:
         """The packed output descriptor of applying this convolution to ``x`` with ``w``.
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 import ml_dtypes
 import numpy as np
@@ -10,7 +10,7 @@ import numpy as np
 from miocore.errors import InvalidDescriptorError
 
 
-class DataType(str, Enum):
+class DataType(StrEnum):
     """Element type of a tensor. Values are the user-facing names."""
 
     FLOAT32 = "float32"

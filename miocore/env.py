@@ -104,7 +104,9 @@ def flag(var: str, default: bool) -> bool:
         return True
     if text in _FALSE:
         return False
-    raise InvalidEnvironmentError("expected 1/0, true/false, yes/no or on/off", field=var, value=raw)
+    raise InvalidEnvironmentError(
+        "expected 1/0, true/false, yes/no or on/off", field=var, value=raw
+    )
 
 
 def algorithm_enabled(algorithm: str) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from enum import Enum
+from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
@@ -21,7 +21,7 @@ from miocore.dtypes import DataType
 from miocore.errors import InvalidProblemError
 
 
-class Direction(str, Enum):
+class Direction(StrEnum):
     """Which tensor a convolution computes: y (forward), x (backward data), w (backward weights)."""
 
     FORWARD = "forward"
@@ -48,8 +48,13 @@ class Direction(str, Enum):
             for d in cls:
                 if text in (d.value, d.letter.lower()):
                     return d
-            aliases = {"fwd": cls.FORWARD, "bwd": cls.BACKWARD_DATA, "bwd_data": cls.BACKWARD_DATA,
-                       "wrw": cls.BACKWARD_WEIGHTS, "bwd_weights": cls.BACKWARD_WEIGHTS}
+            aliases = {
+                "fwd": cls.FORWARD,
+                "bwd": cls.BACKWARD_DATA,
+                "bwd_data": cls.BACKWARD_DATA,
+                "wrw": cls.BACKWARD_WEIGHTS,
+                "bwd_weights": cls.BACKWARD_WEIGHTS,
+            }
             if text in aliases:
                 return aliases[text]
         raise InvalidProblemError(
@@ -90,8 +95,12 @@ class ConvProblem:
         conv: ConvolutionDescriptor | None = None,
     ) -> None:
         d = Direction.parse(direction)
-        conv = conv if conv is not None else ConvolutionDescriptor(
-            pads=(0,) * (x.spatial_dims if isinstance(x, TensorDescriptor) else 2)
+        conv = (
+            conv
+            if conv is not None
+            else ConvolutionDescriptor(
+                pads=(0,) * (x.spatial_dims if isinstance(x, TensorDescriptor) else 2)
+            )
         )
         for name, desc in (("x", x), ("w", w), ("y", y)):
             if not isinstance(desc, TensorDescriptor):
@@ -121,7 +130,9 @@ class ConvProblem:
             dilations=self.conv.dilations,
             groups=self.conv.groups,
         )
-        return ConvProblem(_TRANSPOSED_DIRECTION[self.direction], x=self.y, w=self.w, y=self.x, conv=conv)
+        return ConvProblem(
+            _TRANSPOSED_DIRECTION[self.direction], x=self.y, w=self.w, y=self.x, conv=conv
+        )
 
     @property
     def is_transposed(self) -> bool:
@@ -182,8 +193,13 @@ class ConvProblem:
     def flops(self) -> int:
         """Multiply-adds times two: the same count in every direction."""
         c_per_group = self.c // self.groups
-        return 2 * self.n * self.k * c_per_group * math.prod(self.out_spatial) * math.prod(
-            self.filter_spatial
+        return (
+            2
+            * self.n
+            * self.k
+            * c_per_group
+            * math.prod(self.out_spatial)
+            * math.prod(self.filter_spatial)
         )
 
     @property
@@ -235,7 +251,8 @@ class ConvProblem:
         """
         p = self.canonical
         strides = "|".join(
-            f"{name}:{','.join(map(str, d.strides))}" for name, d in (("x", p.x), ("w", p.w), ("y", p.y))
+            f"{name}:{','.join(map(str, d.strides))}"
+            for name, d in (("x", p.x), ("w", p.w), ("y", p.y))
         )
         return f"{p.key}|{strides}"
 
@@ -243,7 +260,11 @@ class ConvProblem:
         if not isinstance(other, ConvProblem):
             return NotImplemented
         return (self.direction, self.x, self.w, self.y, self.conv) == (
-            other.direction, other.x, other.w, other.y, other.conv
+            other.direction,
+            other.x,
+            other.w,
+            other.y,
+            other.conv,
         )
 
     def __hash__(self) -> int:
@@ -303,16 +324,25 @@ class ConvProblem:
         groups = int(match.group("groups") or 1)
         letter = match.group("dir")
         try:
-            filt = tuple(int(v) for v in parts[next(i for i, p in enumerate(parts) if "x" in p)].split("x"))
+            filt = tuple(
+                int(v) for v in parts[next(i for i, p in enumerate(parts) if "x" in p)].split("x")
+            )
             rank = len(filt)
             pos = 0
-            src_c = int(parts[pos]); pos += 1  # noqa: E702
-            src_sp = tuple(int(v) for v in parts[pos:pos + rank]); pos += rank  # noqa: E702
+            src_c = int(parts[pos])
+            pos += 1
+            src_sp = tuple(int(v) for v in parts[pos : pos + rank])
+            pos += rank
             pos += 1  # filter
-            dst_c = int(parts[pos]); pos += 1  # noqa: E702
-            dst_sp = tuple(int(v) for v in parts[pos:pos + rank]); pos += rank  # noqa: E702
-            n = int(parts[pos]); pos += 1  # noqa: E702
-            pads, strides, dils = (tuple(int(v) for v in parts[pos + i].split("x")) for i in range(3))
+            dst_c = int(parts[pos])
+            pos += 1
+            dst_sp = tuple(int(v) for v in parts[pos : pos + rank])
+            pos += rank
+            n = int(parts[pos])
+            pos += 1
+            pads, strides, dils = (
+                tuple(int(v) for v in parts[pos + i].split("x")) for i in range(3)
+            )
             pos += 4  # pads, strides, dilations, bias
             rest = parts[pos:]
             dtype_token = rest[-1]
@@ -325,16 +355,26 @@ class ConvProblem:
             layouts = layouts * 3
         dtype = next((d for d in DataType if d.key_token == dtype_token), None)
         if dtype is None:
-            raise InvalidProblemError(f"unknown data type token {dtype_token!r}", field="key", value=key)
+            raise InvalidProblemError(
+                f"unknown data type token {dtype_token!r}", field="key", value=key
+            )
         direction = Direction.parse(letter)
         if direction is Direction.FORWARD:
-            (c, x_sp, x_lay), (k, y_sp, y_lay) = (src_c, src_sp, layouts[0]), (dst_c, dst_sp, layouts[2])
+            (c, x_sp, x_lay), (k, y_sp, y_lay) = (
+                (src_c, src_sp, layouts[0]),
+                (dst_c, dst_sp, layouts[2]),
+            )
         else:
-            (k, y_sp, y_lay), (c, x_sp, x_lay) = (src_c, src_sp, layouts[0]), (dst_c, dst_sp, layouts[2])
+            (k, y_sp, y_lay), (c, x_sp, x_lay) = (
+                (src_c, src_sp, layouts[0]),
+                (dst_c, dst_sp, layouts[2]),
+            )
         conv = ConvolutionDescriptor(pads=pads, strides=strides, dilations=dils, groups=groups)
         x = TensorDescriptor(dtype, (n, c, *x_sp), layout=x_lay)
         if c % groups:
-            raise InvalidProblemError(f"{c} channels do not split into {groups} groups", field="key", value=key)
+            raise InvalidProblemError(
+                f"{c} channels do not split into {groups} groups", field="key", value=key
+            )
         w = TensorDescriptor(dtype, (k, c // groups, *filt), layout=layouts[1])
         y = TensorDescriptor(dtype, (n, k, *y_sp), layout=y_lay)
         return cls(direction, x=x, w=w, y=y, conv=conv)

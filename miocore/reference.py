@@ -19,10 +19,14 @@ from miocore.problem import ConvProblem, Direction
 
 def _f64(array: Any, name: str, lengths: tuple[int, ...]) -> np.ndarray:
     if array is None:
-        raise InvalidArgumentError(f"the reference needs {name} for this direction", field=name, value=None)
+        raise InvalidArgumentError(
+            f"the reference needs {name} for this direction", field=name, value=None
+        )
     out = np.asarray(array).astype(np.float64)
     if out.shape != lengths:
-        raise InvalidArgumentError(f"expected shape {lengths}", field=f"{name}.shape", value=out.shape)
+        raise InvalidArgumentError(
+            f"expected shape {lengths}", field=f"{name}.shape", value=out.shape
+        )
     return out
 
 
@@ -52,8 +56,12 @@ def convolution(problem: ConvProblem, *, x: Any = None, w: Any = None, y: Any = 
     pads = p.conv.pads
     taps = list(itertools.product(*(range(f) for f in p.filter_spatial)))
     padded_shape = (n, c, *(s + 2 * q for s, q in zip(p.in_spatial, pads, strict=True)))
-    crop = (slice(None), slice(None), *(slice(q, q + s) for q, s in zip(pads, p.in_spatial, strict=True)))
-    spatial = "".join("dhw"[-len(p.out_spatial):])
+    crop = (
+        slice(None),
+        slice(None),
+        *(slice(q, q + s) for q, s in zip(pads, p.in_spatial, strict=True)),
+    )
+    spatial = "".join("dhw"[-len(p.out_spatial) :])
 
     if p.direction is Direction.FORWARD:
         xs = _f64(x, "x", p.x.lengths)
@@ -99,7 +107,9 @@ def tolerance(dtype: DataType | str) -> float:
     return VERIFY_TOLERANCE[DataType.parse(dtype)]
 
 
-def random_inputs(problem: ConvProblem, rng: np.random.Generator | int | None = None) -> dict[str, np.ndarray]:
+def random_inputs(
+    problem: ConvProblem, rng: np.random.Generator | int | None = None
+) -> dict[str, np.ndarray]:
     """Random x, w and y arrays for ``problem`` with the descriptors' dtypes and strides.
 
     Values are uniform in [-1, 1), never all zero. Arrays are in logical order, with the memory

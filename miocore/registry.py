@@ -144,8 +144,12 @@ class Registry:
 
     @classmethod
     def from_solvers(
-        cls, solvers: Iterable[Solver], *, plugin: str = "local", distribution: str = "local",
-        version: str = "0"
+        cls,
+        solvers: Iterable[Solver],
+        *,
+        plugin: str = "local",
+        distribution: str = "local",
+        version: str = "0",
     ) -> Registry:
         """A registry holding exactly the given solver instances (for tests and embedding)."""
         info = PluginInfo(name=plugin, distribution=distribution, version=version, status="active")
@@ -159,8 +163,11 @@ class Registry:
         cls, plugins: Iterable[tuple[str, Any, str, str]], disabled: Iterable[str] = ()
     ) -> Registry:
         """Build from ``(name, module_or_object, distribution, version)`` plugin tuples."""
-        return _build([_Plugin(name=n, module=m, distribution=d, version=v) for n, m, d, v in plugins], [],
-                      frozenset(disabled))
+        return _build(
+            [_Plugin(name=n, module=m, distribution=d, version=v) for n, m, d, v in plugins],
+            [],
+            frozenset(disabled),
+        )
 
     @classmethod
     def discover(cls) -> Registry:
@@ -177,16 +184,32 @@ class Registry:
                 continue
             seen.add((ep.name, dist))
             if _is_disabled(ep.name, dist, disabled):
-                failed.append(PluginInfo(name=ep.name, distribution=dist, version=version,
-                                         status="disabled", error="MIOCORE_DISABLE_PLUGINS"))
+                failed.append(
+                    PluginInfo(
+                        name=ep.name,
+                        distribution=dist,
+                        version=version,
+                        status="disabled",
+                        error="MIOCORE_DISABLE_PLUGINS",
+                    )
+                )
                 continue
             try:
                 module = ep.load()
             except Exception as exc:  # a broken plugin must not take miocore down
                 message = f"{type(exc).__name__}: {exc}"
-                _warn(f"plugin {ep.name} ({dist} {version}) failed to import and is skipped: {message}")
-                failed.append(PluginInfo(name=ep.name, distribution=dist, version=version,
-                                         status="failed", error=message))
+                _warn(
+                    f"plugin {ep.name} ({dist} {version}) failed to import and is skipped: {message}"
+                )
+                failed.append(
+                    PluginInfo(
+                        name=ep.name,
+                        distribution=dist,
+                        version=version,
+                        status="failed",
+                        error=message,
+                    )
+                )
                 continue
             loaded.append(_Plugin(name=ep.name, module=module, distribution=dist, version=version))
         return _build(loaded, failed, frozenset())
@@ -211,8 +234,12 @@ def _build(plugins: list[_Plugin], infos: list[PluginInfo], disabled: frozenset[
     heuristics: list[tuple[PluginInfo, HeuristicRecord]] = []
     infos = list(infos)
     for plugin in plugins:
-        info = PluginInfo(name=plugin.name, distribution=plugin.distribution,
-                          version=plugin.version, status="active")
+        info = PluginInfo(
+            name=plugin.name,
+            distribution=plugin.distribution,
+            version=plugin.version,
+            status="active",
+        )
         if _is_disabled(plugin.name, plugin.distribution, disabled):
             infos.append(attrs.evolve(info, status="disabled", error="disabled by the caller"))
             continue
@@ -238,14 +265,18 @@ def _build(plugins: list[_Plugin], infos: list[PluginInfo], disabled: frozenset[
             if isinstance(rec, KernelSourceRecord):
                 kernel_sources.append((info, rec))
             else:
-                _warn(f"plugin {info.label} yielded {rec!r} from miocore_kernel_sources; "
-                      "expected a KernelSourceRecord; ignored")
+                _warn(
+                    f"plugin {info.label} yielded {rec!r} from miocore_kernel_sources; "
+                    "expected a KernelSourceRecord; ignored"
+                )
         for rec in heuristic_records:
             if isinstance(rec, HeuristicRecord):
                 heuristics.append((info, rec))
             else:
-                _warn(f"plugin {info.label} yielded {rec!r} from miocore_heuristics; "
-                      "expected a HeuristicRecord; ignored")
+                _warn(
+                    f"plugin {info.label} yielded {rec!r} from miocore_heuristics; "
+                    "expected a HeuristicRecord; ignored"
+                )
         solvers.extend(registered)
         infos.append(attrs.evolve(info, solvers=tuple(r.name for r in registered)))
     _refuse_duplicates(providers)
@@ -264,7 +295,9 @@ def _collect(pm: pluggy.PluginManager, plugin_name: str, hook: str) -> list[Any]
     return records
 
 
-def _register(records: Iterable[Any], info: PluginInfo, providers: dict[str, list[str]]) -> list[RegisteredSolver]:
+def _register(
+    records: Iterable[Any], info: PluginInfo, providers: dict[str, list[str]]
+) -> list[RegisteredSolver]:
     out: list[RegisteredSolver] = []
     for rec in records:
         problem = _record_problem(rec)
@@ -273,8 +306,15 @@ def _register(records: Iterable[Any], info: PluginInfo, providers: dict[str, lis
             continue
         solver = rec.solver
         providers.setdefault(solver.name, []).append(info.label)
-        out.append(RegisteredSolver(solver=solver, id=solver_id(solver.name), plugin=info.name,
-                                    distribution=info.distribution, version=info.version))
+        out.append(
+            RegisteredSolver(
+                solver=solver,
+                id=solver_id(solver.name),
+                plugin=info.name,
+                distribution=info.distribution,
+                version=info.version,
+            )
+        )
     _refuse_duplicates(providers)
     return out
 
@@ -299,7 +339,9 @@ def _record_problem(rec: Any) -> str | None:
 def _refuse_duplicates(providers: dict[str, list[str]]) -> None:
     duplicates = {name: who for name, who in providers.items() if len(who) > 1}
     if duplicates:
-        lines = "; ".join(f"{name!r} is provided by {', '.join(who)}" for name, who in duplicates.items())
+        lines = "; ".join(
+            f"{name!r} is provided by {', '.join(who)}" for name, who in duplicates.items()
+        )
         raise PluginError(
             f"duplicate solver names: {lines}. Uninstall one of the plugins or disable it with "
             "MIOCORE_DISABLE_PLUGINS=<plugin>"
@@ -308,7 +350,9 @@ def _refuse_duplicates(providers: dict[str, list[str]]) -> None:
     for name in providers:
         other = ids.setdefault(solver_id(name), name)
         if other != name:
-            raise PluginError(f"solver names {other!r} and {name!r} hash to the same id; rename one")
+            raise PluginError(
+                f"solver names {other!r} and {name!r} hash to the same id; rename one"
+            )
 
 
 _default: Registry | None = None

@@ -14,7 +14,7 @@ import json
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from enum import Enum
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import attrs
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from miocore.handle import Handle
 
 
-class Algorithm(str, Enum):
+class Algorithm(StrEnum):
     """Algorithm families. Find 1.0 answers with one of these per result."""
 
     DIRECT = "direct"
@@ -143,7 +143,9 @@ class ExecutionContext:
         """``"cpu"``, ``"cuda"`` or ``"hip"``."""
         return self.device.backend
 
-    def roofline_ms(self, flops: float, nbytes: float, dtype: DataType, efficiency: float = 1.0) -> float:
+    def roofline_ms(
+        self, flops: float, nbytes: float, dtype: DataType, efficiency: float = 1.0
+    ) -> float:
         """Milliseconds a kernel doing ``flops`` and moving ``nbytes`` needs at best.
 
         ``efficiency`` (0, 1] scales the compute ceiling down for kernels that cannot reach it.
@@ -171,12 +173,16 @@ class PerfConfig(Mapping[str, Any]):
 
     __slots__ = ("_items",)
 
-    def __init__(self, values: Mapping[str, Any] | Iterable[tuple[str, Any]] = (), **kwargs: Any) -> None:
+    def __init__(
+        self, values: Mapping[str, Any] | Iterable[tuple[str, Any]] = (), **kwargs: Any
+    ) -> None:
         merged = dict(values, **kwargs)
         for k, v in merged.items():
             if not isinstance(k, str) or not isinstance(v, (int, float, str, bool, type(None))):
                 raise InvalidArgumentError(
-                    "perf config values must be int, float, str, bool or None", field=str(k), value=v
+                    "perf config values must be int, float, str, bool or None",
+                    field=str(k),
+                    value=v,
                 )
         self._items = tuple(sorted(merged.items()))
 
@@ -215,7 +221,9 @@ class PerfConfig(Mapping[str, Any]):
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise InvalidArgumentError(f"not a perf config: {exc}", field="perf_config", value=text) from None
+            raise InvalidArgumentError(
+                f"not a perf config: {exc}", field="perf_config", value=text
+            ) from None
         if not isinstance(data, dict):
             raise InvalidArgumentError("not a perf config object", field="perf_config", value=text)
         return cls(data)
@@ -322,14 +330,18 @@ class TunableSolver(Solver):
     """A solver with a performance-config space that exhaustive find searches."""
 
     @abstractmethod
-    def perf_config_space(self, ctx: ExecutionContext, problem: ConvProblem) -> Iterable[PerfConfig]:
+    def perf_config_space(
+        self, ctx: ExecutionContext, problem: ConvProblem
+    ) -> Iterable[PerfConfig]:
         """Every configuration worth trying, best guesses first."""
 
     @abstractmethod
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
         """The configuration used when the PerfDb has none."""
 
-    def is_valid_perf_config(self, ctx: ExecutionContext, problem: ConvProblem, config: PerfConfig) -> bool:
+    def is_valid_perf_config(
+        self, ctx: ExecutionContext, problem: ConvProblem, config: PerfConfig
+    ) -> bool:
         """Whether ``config`` may be used for ``problem`` (a PerfDb entry may be stale)."""
         return config in list(self.perf_config_space(ctx, problem))
 
@@ -340,4 +352,6 @@ def normalize_applicability(answer: Applicability | bool) -> Applicability:
         return answer
     if isinstance(answer, bool):
         return APPLICABLE if answer else not_applicable("the solver does not apply")
-    raise TypeError(f"is_applicable returned {type(answer).__name__}, expected Applicability or bool")
+    raise TypeError(
+        f"is_applicable returned {type(answer).__name__}, expected Applicability or bool"
+    )

@@ -38,7 +38,8 @@ def check_array(desc: TensorDescriptor, array: Any, field: str) -> np.ndarray:
     """
     if not isinstance(array, np.ndarray):
         raise InvalidArgumentError(
-            f"the CPU backend takes numpy arrays, got {type(array).__name__}", field=field,
+            f"the CPU backend takes numpy arrays, got {type(array).__name__}",
+            field=field,
             value=type(array).__name__,
         )
     if array.shape != desc.lengths:
@@ -50,7 +51,8 @@ def check_array(desc: TensorDescriptor, array: Any, field: str) -> np.ndarray:
         )
     if array.dtype != desc.dtype.numpy:
         raise InvalidArgumentError(
-            f"dtype does not match the descriptor's {desc.dtype.value}", field=f"{field}.dtype",
+            f"dtype does not match the descriptor's {desc.dtype.value}",
+            field=f"{field}.dtype",
             value=str(array.dtype),
         )
     itemsize = desc.dtype.itemsize
@@ -71,15 +73,20 @@ def workspace_view(workspace: Any, needed: int) -> np.ndarray | None:
     """Check a caller's workspace (a numpy array of any dtype) and return it as bytes."""
     if workspace is None:
         if needed:
-            raise WorkspaceError(f"the solution needs {needed} bytes of workspace", field="workspace",
-                                 value=None)
+            raise WorkspaceError(
+                f"the solution needs {needed} bytes of workspace", field="workspace", value=None
+            )
         return None
     if not isinstance(workspace, np.ndarray) or not workspace.flags.c_contiguous:
-        raise WorkspaceError("expected a C-contiguous numpy array", field="workspace",
-                             value=type(workspace).__name__)
+        raise WorkspaceError(
+            "expected a C-contiguous numpy array", field="workspace", value=type(workspace).__name__
+        )
     if workspace.nbytes < needed:
-        raise WorkspaceError(f"the solution needs {needed} bytes, the workspace has {workspace.nbytes}",
-                             field="workspace.nbytes", value=workspace.nbytes)
+        raise WorkspaceError(
+            f"the solution needs {needed} bytes, the workspace has {workspace.nbytes}",
+            field="workspace.nbytes",
+            value=workspace.nbytes,
+        )
     return workspace.reshape(-1).view(np.uint8)
 
 
