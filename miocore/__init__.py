@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from importlib import metadata as _metadata
 
+from miocore import logs as _logs
 from miocore import reference
 from miocore.descriptors import ConvolutionDescriptor, TensorDescriptor
 from miocore.dtypes import DataType
@@ -27,9 +28,11 @@ from miocore.errors import (
     UnknownSolverError,
     WorkspaceError,
 )
+from miocore.handle import Handle
 from miocore.hookspecs import HeuristicRecord, KernelSourceRecord, SolverRecord, hookimpl
 from miocore.problem import ConvProblem, Direction
 from miocore.registry import PluginInfo, RegisteredSolver, Registry, default_registry
+from miocore.results import AlgorithmPerf, FindReport, Solution, Solutions, Timing
 from miocore.solver import (
     APPLICABLE,
     Algorithm,
@@ -52,6 +55,8 @@ try:
 except _metadata.PackageNotFoundError:  # running from a source tree without installing
     __version__ = "0+unknown"
 
+_logs.configure_from_env()
+
 
 def solvers() -> list[RegisteredSolver]:
     """The installed solvers, with the plugin, distribution and version that provide each."""
@@ -61,6 +66,7 @@ def solvers() -> list[RegisteredSolver]:
 __all__ = [
     "APPLICABLE",
     "Algorithm",
+    "AlgorithmPerf",
     "Applicability",
     "BackendUnavailableError",
     "CompileError",
@@ -74,6 +80,8 @@ __all__ = [
     "ExecutionContext",
     "FindEnforce",
     "FindMode",
+    "FindReport",
+    "Handle",
     "HeuristicRecord",
     "InvalidArgumentError",
     "InvalidDescriptorError",
@@ -92,10 +100,13 @@ __all__ = [
     "PluginInfo",
     "RegisteredSolver",
     "Registry",
+    "Solution",
+    "Solutions",
     "Solver",
     "SolverFailedError",
     "SolverRecord",
     "TensorDescriptor",
+    "Timing",
     "TunableSolver",
     "UnknownSolverError",
     "WorkspaceError",

@@ -147,3 +147,57 @@ def cpu_device_info() -> DeviceInfo:
 def perf_counter_ms() -> float:
     """Wall-clock milliseconds for CPU timing."""
     return time.perf_counter() * 1e3
+
+
+class CpuBackend:
+    """The numpy backend: arrays are numpy arrays, timing is wall-clock, nothing is compiled."""
+
+    name = "cpu"
+
+    def __init__(self, index: int = 0) -> None:
+        if index != 0:
+            raise InvalidArgumentError("the CPU backend has only device 0", field="device", value=index)
+        self.device = cpu_device_info()
+
+    def check_array(self, desc: TensorDescriptor, array: Any, field: str) -> np.ndarray:
+        """See :func:`check_array`."""
+        return check_array(desc, array, field)
+
+    def empty(self, desc: TensorDescriptor) -> np.ndarray:
+        """A new array for ``desc`` (logical order, the descriptor's strides)."""
+        return empty_for(desc)
+
+    def random(self, desc: TensorDescriptor, rng: np.random.Generator) -> np.ndarray:
+        """A new array for ``desc`` filled with uniform values in [-1, 1)."""
+        out = empty_for(desc)
+        out[...] = rng.uniform(-1.0, 1.0, size=desc.lengths).astype(desc.dtype.numpy)
+        return out
+
+    def allocate_workspace(self, nbytes: int) -> np.ndarray | None:
+        """A byte buffer (None for zero bytes)."""
+        return allocate_workspace(nbytes)
+
+    def check_workspace(self, workspace: Any, needed: int) -> np.ndarray | None:
+        """See :func:`workspace_view`."""
+        return workspace_view(workspace, needed)
+
+    def compile(self, kernels: tuple[Any, ...]) -> tuple[Any, ...]:
+        """CPU solutions have no kernels; anything else is a solver bug."""
+        if kernels:
+            raise InvalidArgumentError(
+                "the CPU backend cannot compile device kernels", field="kernels", value=len(kernels)
+            )
+        return ()
+
+    def time_ms(self, run: Any) -> float:
+        """Wall-clock milliseconds of one call of ``run``."""
+        start = time.perf_counter()
+        run()
+        return (time.perf_counter() - start) * 1e3
+
+    def blend(self, out: np.ndarray, result: np.ndarray, alpha: float, beta: float) -> None:
+        """``out = alpha * result + beta * out`` computed in float32, rounded once."""
+        mixed = alpha * result.astype(np.float32)
+        if beta:
+            mixed += beta * out.astype(np.float32)
+        out[...] = mixed.astype(out.dtype)

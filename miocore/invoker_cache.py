@@ -1,0 +1,76 @@
+"""In-memory invoker cache of a handle: compiled solutions ready to run, bounded in size."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import attrs
+
+from miocore.solver import Algorithm, Invoker, PerfConfig
+
+
+@attrs.frozen(kw_only=True)
+class CachedInvoker:
+    """An invoker with what it was built from."""
+
+    invoker: Invoker
+    solver: str
+    perf_config: PerfConfig | None
+    workspace_size: int
+
+
+class InvokerCache:
+    """``(network_config, solver) -> invoker`` and ``(network_config, algorithm) -> solver``.
+
+    Least recently used entries are dropped past ``max_entries`` so a long-running process
+    that sees many shapes does not grow without bound.
+    """
+
+    def __init__(self, max_entries: int = 1024) -> None:
+        self.max_entries = max_entries
+        self._invokers: OrderedDict[tuple[str, str], CachedInvoker] = OrderedDict()
+        self._by_algorithm: OrderedDict[tuple[str, Algorithm], str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, network_config: str, solver: str) -> CachedInvoker | None:
+        """The cached invoker of ``solver`` for this network config, if any."""
+        with self._lock:
+            found = self._invokers.get((network_config, solver))
+            if found is not None:
+                self._invokers.move_to_end((network_config, solver))
+            return found
+
+    def put(self, network_config: str, entry: CachedInvoker) -> None:
+        """Remember an invoker (replacing one built with another perf config)."""
+        with self._lock:
+            self._invokers[(network_config, entry.solver)] = entry
+            self._invokers.move_to_end((network_config, entry.solver))
+            _trim(self._invokers, self.max_entries)
+
+    def solver_for(self, network_config: str, algorithm: Algorithm) -> str | None:
+        """The solver Find 1.0 chose for ``algorithm`` on this network config."""
+        with self._lock:
+            return self._by_algorithm.get((network_config, algorithm))
+
+    def set_solver_for(self, network_config: str, algorithm: Algorithm, solver: str) -> None:
+        """Record Find 1.0's choice for ``algorithm``."""
+        with self._lock:
+            self._by_algorithm[(network_config, algorithm)] = solver
+            self._by_algorithm.move_to_end((network_config, algorithm))
+            _trim(self._by_algorithm, self.max_entries)
+
+    def clear(self) -> None:
+        """Forget everything."""
+        with self._lock:
+            self._invokers.clear()
+            self._by_algorithm.clear()
+
+    def __len__(self) -> int:
+        return len(self._invokers)
+
+
+def _trim(table: OrderedDict[Any, Any], limit: int) -> None:
+    while len(table) > limit:
+        table.popitem(last=False)
