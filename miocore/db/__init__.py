@@ -1,0 +1,36 @@
+"""miocore's databases: FindDb (measured solutions) and PerfDb (tuned configurations).
+
+Both are per device and layered: a writable **user** layer (``$MIOCORE_USER_DB_PATH`` or the
+user cache folder) over a read-only **system** layer shipped in ``miocore/data/db/`` (or
+``$MIOCORE_SYSTEM_DB_PATH``). Each layer is one SQLite file, ``<device>.db``, holding both
+tables. See ``docs/databases.md``.
+"""
+
+from miocore.db._common import (
+    default_system_dir,
+    default_user_dir,
+    make_provenance,
+    miocore_version,
+)
+from miocore.db._store import SCHEMA_VERSION, DatabaseWarning
+from miocore.db.finddb import FindDb, FindDbEntry, FindDbRecord, ImportResult, MergeResult
+from miocore.db.perfdb import PerfDb, PerfDbEntry
+from miocore.db.text import BadLine, TextFormatError
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "BadLine",
+    "DatabaseWarning",
+    "FindDb",
+    "FindDbEntry",
+    "FindDbRecord",
+    "ImportResult",
+    "MergeResult",
+    "PerfDb",
+    "PerfDbEntry",
+    "TextFormatError",
+    "default_system_dir",
+    "default_user_dir",
+    "make_provenance",
+    "miocore_version",
+]

@@ -1,0 +1,191 @@
+"""What FindDb and PerfDb share: file locations, device names, provenance, value checks."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import platformdirs
+
+from miocore.db._store import Store, utc_now_iso
+from miocore.errors import DatabaseError, InvalidArgumentError
+
+USER_DB_ENV = "MIOCORE_USER_DB_PATH"
+SYSTEM_DB_ENV = "MIOCORE_SYSTEM_DB_PATH"
+LAYERS = ("user", "system")
+
+# Device identities become file names: keep them to characters every file system accepts.
+_DEVICE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+# Solver names appear in MIOpen's text format, whose separators are = : ; and ,
+_SOLVER_RE = re.compile(r"^[^\s=:;,]+$")
+
+
+def default_user_dir() -> Path:
+    """``$MIOCORE_USER_DB_PATH``, else the platform's per-user cache folder + ``/db``."""
+    env = os.environ.get(USER_DB_ENV, "").strip()
+    if env:
+        return Path(env).expanduser()
+    return Path(platformdirs.user_cache_dir("miocore")) / "db"
+
+
+def default_system_dir() -> Path:
+    """``$MIOCORE_SYSTEM_DB_PATH``, else the package data folder ``miocore/data/db/``."""
+    env = os.environ.get(SYSTEM_DB_ENV, "").strip()
+    if env:
+        return Path(env).expanduser()
+    return Path(__file__).resolve().parent.parent / "data" / "db"
+
+
+def check_device(device: Any) -> str:
+    """Validate a device identity (``cpu_x86_64_2``, ``sm90_132``): it names a file."""
+    if not isinstance(device, str) or not _DEVICE_RE.match(device):
+        raise InvalidArgumentError(
+            "a device identity is letters, digits, '_', '.' and '-' (e.g. 'sm90_132')",
+            field="device",
+            value=device,
+        )
+    return device
+
+
+def check_layer(layer: Any) -> str:
+    """Validate a layer name: ``"user"`` or ``"system"``."""
+    if layer not in LAYERS:
+        raise InvalidArgumentError(f"expected one of {list(LAYERS)}", field="layer", value=layer)
+    return layer
+
+
+def check_solver(name: Any, field: str = "solver") -> str:
+    """Validate a solver name: non-empty, no whitespace and none of ``= : ; ,``."""
+    if not isinstance(name, str) or not _SOLVER_RE.match(name):
+        raise InvalidArgumentError(
+            "a solver name is non-empty, without whitespace or any of '=:;,'",
+            field=field,
+            value=name,
+        )
+    return name
+
+
+def check_key(key: Any, field: str = "key") -> str:
+    """Validate a FindDb key: it must parse as a problem and be in MIOpen's canonical form."""
+    from miocore.problem import ConvProblem  # deferred: keeps `import miocore.db` light
+
+    if not isinstance(key, str):
+        raise InvalidArgumentError("a FindDb key is a string", field=field, value=key)
+    canonical = ConvProblem.from_key(key).key
+    if canonical != key:
+        # A non-canonical key could never be hit: every lookup uses ConvProblem.key.
+        raise InvalidArgumentError(
+            f"not in canonical form; the problem's key is {canonical!r}", field=field, value=key
+        )
+    return key
+
+
+def check_nonneg_float(value: Any, field: str) -> float:
+    """A finite float >= 0 (bools refused)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgumentError("must be a number", field=field, value=value)
+    value = float(value)
+    if not math.isfinite(value) or value < 0:
+        raise InvalidArgumentError("must be finite and >= 0", field=field, value=value)
+    return value
+
+
+def check_nonneg_int(value: Any, field: str) -> int:
+    """An int >= 0 (bools refused)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgumentError("must be an integer >= 0", field=field, value=value)
+    return value
+
+
+def freeze_provenance(value: Any) -> Mapping[str, str]:
+    """A read-only ``str -> str`` mapping; int, float and bool values are turned into text."""
+    if not isinstance(value, Mapping):
+        raise InvalidArgumentError(
+            "must be a mapping of str to str", field="provenance", value=value
+        )
+    out: dict[str, str] = {}
+    for k, v in value.items():
+        if not isinstance(k, str):
+            raise InvalidArgumentError("keys must be str", field="provenance", value=k)
+        if isinstance(v, (bool, int, float)):
+            v = str(v)
+        if not isinstance(v, str):
+            raise InvalidArgumentError("values must be str", field=f"provenance[{k!r}]", value=v)
+        out[k] = v
+    return MappingProxyType(out)
+
+
+def provenance_json(value: Mapping[str, str]) -> str:
+    """Stable JSON text of a provenance mapping (what the database stores; never a pickle)."""
+    return json.dumps(dict(value), sort_keys=True, separators=(",", ":"))
+
+
+def provenance_from_json(text: str | None) -> Mapping[str, str]:
+    """Inverse of :func:`provenance_json`; a damaged value reads as empty rather than failing."""
+    if not text:
+        return MappingProxyType({})
+    try:
+        data = json.loads(text)
+        return freeze_provenance(data)
+    except (ValueError, InvalidArgumentError):
+        return MappingProxyType({})
+
+
+def miocore_version() -> str:
+    """The installed miocore distribution's version, ``"unknown"`` when not installed."""
+    try:
+        return metadata.version("miocore")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def make_provenance(
+    device: str,
+    *,
+    plugin: str | None = None,
+    plugin_version: str | None = None,
+    **extra: str,
+) -> dict[str, str]:
+    """Provenance of a record written now: miocore version, device, UTC time, plugin.
+
+    ``plugin`` is the solver's plugin distribution and ``plugin_version`` its version, as the
+    registry knows them; ``extra`` adds anything else (``source="import"``, a file name, ...).
+    """
+    out = {"miocore": miocore_version(), "device": device, "written_at": utc_now_iso()}
+    if plugin is not None:
+        out["plugin"] = plugin
+    if plugin_version is not None:
+        out["plugin_version"] = plugin_version
+    out.update(extra)
+    return out
+
+
+def complete_provenance(value: Mapping[str, str], device: str) -> Mapping[str, str]:
+    """``value`` with miocore version, device and written_at filled in when missing."""
+    base = make_provenance(device)
+    if all(k in value for k in base):
+        return value
+    return freeze_provenance({**base, **value})
+
+
+def make_stores(device: str, user_dir: Path | None, system_dir: Path | None) -> tuple[Store, Store]:
+    """The user and system :class:`Store` of ``device`` (``<dir>/<device>.db``)."""
+    device = check_device(device)
+    user = Path(user_dir) if user_dir is not None else default_user_dir()
+    system = Path(system_dir) if system_dir is not None else default_system_dir()
+    return (
+        Store(user / f"{device}.db", writable=True),
+        Store(system / f"{device}.db", writable=False),
+    )
+
+
+def wrap_sqlite_error(exc: Exception, path: Path) -> DatabaseError:
+    """A DatabaseError naming the file, for SQLite errors raised inside a transaction."""
+    return DatabaseError(f"{type(exc).__name__}: {exc}", field="path", value=str(path))

@@ -1,0 +1,539 @@
+"""FindDb: the measured solutions of each problem, per device, in two layers.
+
+The **user** layer (``<user_dir>/<device>.db``) is written by find; the **system** layer
+(``<system_dir>/<device>.db``) ships with miocore and is only read. A lookup returns the user
+record first, then the system one.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sqlite3
+import tempfile
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import attrs
+
+from miocore.db._common import (
+    check_key,
+    check_layer,
+    check_nonneg_float,
+    check_nonneg_int,
+    check_solver,
+    complete_provenance,
+    freeze_provenance,
+    make_provenance,
+    make_stores,
+    provenance_from_json,
+    provenance_json,
+)
+from miocore.db._store import Store, open_readonly
+from miocore.db.text import BadLine, TextEntry, format_line, parse_lines
+from miocore.errors import DatabaseError, InvalidArgumentError
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _algorithm(value: Any) -> str:
+    from miocore.solver import Algorithm
+
+    return Algorithm.parse(value).value
+
+
+def _optional_spread(value: Any) -> float | None:
+    return None if value is None else check_nonneg_float(value, "spread_ms")
+
+
+def _optional_perf_config(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise InvalidArgumentError(
+            "must be a str (PerfConfig.to_string()) or None", field="perf_config", value=value
+        )
+    return value
+
+
+@attrs.frozen(kw_only=True)
+class FindDbEntry:
+    """One solver's measured result for one problem.
+
+    ``time_ms`` is the median of ``count`` timed runs and ``spread_ms`` their spread (e.g. the
+    inter-quartile range); ``count == 0`` means the time was imported without statistics.
+    ``algorithm`` accepts an :class:`~miocore.solver.Algorithm`, its value or a MIOpen name and
+    is stored as the value. ``provenance`` says who measured it: miocore version, the solver's
+    plugin distribution and version, device, ``written_at`` (ISO UTC); int/float values are
+    turned into text.
+    """
+
+    solver: str = attrs.field(converter=check_solver)
+    algorithm: str = attrs.field(converter=_algorithm)
+    time_ms: float = attrs.field(converter=lambda v: check_nonneg_float(v, "time_ms"))
+    workspace_size: int = attrs.field(converter=lambda v: check_nonneg_int(v, "workspace_size"))
+    spread_ms: float | None = attrs.field(default=None, converter=_optional_spread)
+    count: int = attrs.field(default=0, converter=lambda v: check_nonneg_int(v, "count"))
+    perf_config: str | None = attrs.field(default=None, converter=_optional_perf_config)
+    provenance: Mapping[str, str] = attrs.field(
+        factory=dict, converter=freeze_provenance, hash=False
+    )
+
+
+@attrs.frozen(kw_only=True)
+class FindDbRecord:
+    """Every entry of one key in one layer (``"user"`` or ``"system"``), fastest first."""
+
+    key: str
+    layer: str
+    entries: tuple[FindDbEntry, ...]
+
+    @property
+    def solvers(self) -> list[str]:
+        """Solver names in the record's order."""
+        return [e.solver for e in self.entries]
+
+
+@attrs.frozen(kw_only=True)
+class ImportResult:
+    """What :meth:`FindDb.import_text` did: records and entries written, lines skipped."""
+
+    records: int
+    entries: int
+    skipped: tuple[BadLine, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class MergeResult:
+    """What :meth:`FindDb.merge_from` did.
+
+    ``added``: entries for solvers the user record lacked; ``replaced``: entries whose faster
+    time won; ``kept``: source entries not faster than the user's; ``keys``: records changed;
+    ``perf_added``: PerfDb entries copied (SQLite sources only); ``skipped``: bad text lines.
+    """
+
+    keys: int
+    added: int
+    replaced: int
+    kept: int
+    perf_added: int = 0
+    skipped: tuple[BadLine, ...] = ()
+
+
+_COLUMNS = "solver, algorithm, time_ms, workspace_size, spread_ms, count, perf_config, provenance"
+
+
+def _entry_from_row(row: Sequence[Any]) -> FindDbEntry:
+    solver, algorithm, time_ms, workspace, spread, count, perf_config, prov = row
+    return FindDbEntry(
+        solver=solver,
+        algorithm=algorithm,
+        time_ms=time_ms,
+        workspace_size=workspace,
+        spread_ms=spread,
+        count=count,
+        perf_config=perf_config,
+        provenance=provenance_from_json(prov),
+    )
+
+
+def _insert(conn: sqlite3.Connection, key: str, entries: Sequence[Any], device: str) -> None:
+    """Insert ``entries`` of ``key`` in order; validates each one as it goes."""
+    for rank, entry in enumerate(entries):
+        if not isinstance(entry, FindDbEntry):
+            raise InvalidArgumentError(
+                "expected a FindDbEntry", field=f"entries[{rank}]", value=type(entry).__name__
+            )
+        prov = complete_provenance(entry.provenance, device)
+        conn.execute(
+            f"INSERT INTO find_db (key, rank, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                key,
+                rank,
+                entry.solver,
+                entry.algorithm,
+                entry.time_ms,
+                entry.workspace_size,
+                entry.spread_ms,
+                entry.count,
+                entry.perf_config,
+                provenance_json(prov),
+            ),
+        )
+
+
+def _group(rows: Iterator[Sequence[Any]], layer: str) -> Iterator[FindDbRecord]:
+    key: str | None = None
+    entries: list[FindDbEntry] = []
+    for row in rows:
+        if row[0] != key:
+            if key is not None:
+                yield FindDbRecord(key=key, layer=layer, entries=tuple(entries))
+            key, entries = row[0], []
+        entries.append(_entry_from_row(row[1:]))
+    if key is not None:
+        yield FindDbRecord(key=key, layer=layer, entries=tuple(entries))
+
+
+def _fastest_first(entries: Collection[FindDbEntry]) -> list[FindDbEntry]:
+    # Stable, documented order: time, then solver name, so every rank sorts alike.
+    return sorted(entries, key=lambda e: (e.time_ms, e.solver))
+
+
+class FindDb:
+    """The FindDb of one device: a writable user layer over a read-only system layer.
+
+    ``user_dir`` defaults to ``$MIOCORE_USER_DB_PATH``, else the platform's user cache folder
+    + ``/db``; ``system_dir`` to ``$MIOCORE_SYSTEM_DB_PATH``, else ``miocore/data/db/``. Each
+    layer is one SQLite file, ``<dir>/<device>.db``, shared with :class:`~miocore.db.PerfDb`.
+    The user file is created on the first write; reading a missing file finds nothing.
+
+    Safe to share between threads, and to use from many processes at once.
+    """
+
+    def __init__(
+        self, device: str, *, user_dir: Path | None = None, system_dir: Path | None = None
+    ) -> None:
+        self._user, self._system = make_stores(device, user_dir, system_dir)
+        self.device = device
+
+    def __repr__(self) -> str:
+        return f"FindDb({self.device!r}, user={str(self.user_path)!r})"
+
+    @property
+    def user_path(self) -> Path:
+        """The user layer's file (may not exist yet)."""
+        return self._user.path
+
+    @property
+    def system_path(self) -> Path:
+        """The system layer's file (may not exist)."""
+        return self._system.path
+
+    def _store(self, layer: str) -> Store:
+        return self._user if check_layer(layer) == "user" else self._system
+
+    def close(self) -> None:
+        """Close both files (any later call reopens them)."""
+        self._user.close()
+        self._system.close()
+
+    def __enter__(self) -> FindDb:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- lookups ----------------------------------------------------------------------------
+
+    def record(self, key: str, layer: str = "user") -> FindDbRecord | None:
+        """The record of ``key`` in one layer, or None."""
+        store = self._store(layer)
+
+        def read(conn: sqlite3.Connection) -> FindDbRecord | None:
+            rows = conn.execute(
+                f"SELECT key, {_COLUMNS} FROM find_db WHERE key = ? ORDER BY rank, solver",
+                (key,),
+            )
+            return next(_group(iter(rows.fetchall()), layer), None)
+
+        return store.read(read, None)
+
+    def records(self, key: str) -> list[FindDbRecord]:
+        """The records of ``key``: user layer first, then system; only layers that have it."""
+        return [r for layer in ("user", "system") if (r := self.record(key, layer)) is not None]
+
+    def keys(self, layer: str = "user") -> list[str]:
+        """Every key of one layer, sorted."""
+        return self._store(layer).read(
+            lambda conn: [
+                r[0] for r in conn.execute("SELECT DISTINCT key FROM find_db ORDER BY key")
+            ],
+            [],
+        )
+
+    def items(self, layer: str = "user") -> Iterator[FindDbRecord]:
+        """Every record of one layer, by key (read as one consistent snapshot)."""
+        rows = self._store(layer).read(
+            lambda conn: conn.execute(
+                f"SELECT key, {_COLUMNS} FROM find_db ORDER BY key, rank, solver"
+            ).fetchall(),
+            [],
+        )
+        return _group(iter(rows), layer)
+
+    def __len__(self) -> int:
+        """Number of keys in the user layer."""
+        return len(self.keys("user"))
+
+    # -- writes (user layer only) -----------------------------------------------------------
+
+    def write(self, key: str, entries: Sequence[FindDbEntry]) -> None:
+        """Replace the user record of ``key`` with ``entries``, atomically.
+
+        ``entries`` are stored in the order given (find passes them fastest first, ties
+        already broken). Missing provenance fields (miocore version, device, written_at) are
+        filled in. No entries deletes the record. On any error nothing is changed.
+        """
+        check_key(key)
+        entries = list(entries)
+
+        def txn(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM find_db WHERE key = ?", (key,))
+            _insert(conn, key, entries, self.device)
+
+        self._user.write(txn)
+
+    def delete(self, key: str) -> bool:
+        """Delete the user record of ``key``; True when there was one."""
+        if not self.user_path.exists():
+            return False
+        return self._user.write(
+            lambda conn: conn.execute("DELETE FROM find_db WHERE key = ?", (key,)).rowcount > 0
+        )
+
+    def clean(
+        self,
+        *,
+        key: str | None = None,
+        solver: str | None = None,
+        all: bool = False,
+        keep_solvers: Collection[str] | None = None,
+    ) -> int:
+        """Delete user-layer entries; returns how many. The filters combine (AND):
+
+        ``key`` (that record), ``solver`` (that solver's entries, across keys), and
+        ``keep_solvers`` (entries whose solver is *not* among these names, e.g. the installed
+        solvers). ``all=True`` deletes everything and takes no filter. One filter or ``all``
+        is required, so an empty call cannot wipe the database by accident.
+        """
+        filters = key is not None or solver is not None or keep_solvers is not None
+        if all and filters:
+            raise InvalidArgumentError("all=True takes no other filter", field="all", value=True)
+        if not all and not filters:
+            raise InvalidArgumentError(
+                "say what to clean: key, solver, keep_solvers or all=True", field="all", value=all
+            )
+        if not self.user_path.exists():
+            return 0
+        keep = None if keep_solvers is None else set(keep_solvers)
+        return self._user.write(lambda conn: _clean(conn, "find_db", key, solver, keep))
+
+    def import_text(self, source: Path | str, *, skip_bad_lines: bool = False) -> ImportResult:
+        """Import a MIOpen text FindDb (``KEY=solver:time,workspace,algorithm;...`` a line).
+
+        Each key in the file replaces the user record of that key (use :meth:`merge_from`
+        to combine instead); a key listed twice in the file is merged by the merge rule.
+        Every line is validated first: a bad line raises
+        :class:`~miocore.db.TextFormatError` naming its line number and nothing is imported,
+        unless ``skip_bad_lines`` (then the bad lines are returned in ``skipped``).
+        All records are written in one transaction.
+        """
+        path = Path(source)
+        records, bad = self._read_text(path, skip_bad_lines)
+
+        def txn(conn: sqlite3.Connection) -> int:
+            count = 0
+            for key, entries in records.items():
+                conn.execute("DELETE FROM find_db WHERE key = ?", (key,))
+                _insert(conn, key, entries, self.device)
+                count += len(entries)
+            return count
+
+        entries = self._user.write(txn) if records else 0
+        return ImportResult(records=len(records), entries=entries, skipped=tuple(bad))
+
+    def export_text(self, dest: Path | str | TextIO, *, layer: str = "user") -> int:
+        """Write one layer as MIOpen's text FindDb; returns the number of records.
+
+        Algorithms are written as MIOpen's names for the key's direction. A path is written
+        atomically (a temporary file renamed over it); a text stream is written as is.
+        """
+        lines = [
+            format_line(
+                r.key,
+                (
+                    TextEntry(
+                        solver=e.solver,
+                        time_ms=e.time_ms,
+                        workspace_size=e.workspace_size,
+                        algorithm=e.algorithm,
+                    )
+                    for e in r.entries
+                ),
+            )
+            for r in self.items(layer)
+        ]
+        text = "".join(line + "\n" for line in lines)
+        if isinstance(dest, io.TextIOBase) or hasattr(dest, "write"):
+            dest.write(text)  # type: ignore[union-attr]
+            return len(lines)
+        path = Path(dest)  # type: ignore[arg-type]
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+                fh.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return len(lines)
+
+    def merge_from(self, source: Path | str, *, skip_bad_lines: bool = False) -> MergeResult:
+        """Merge another database into the user layer, in one transaction.
+
+        ``source`` is a miocore SQLite database (either layer's file, any device) or a MIOpen
+        text FindDb. **Rule**: per key, the union of entries by solver; where both have a
+        solver, the faster ``time_ms`` wins (a tie keeps the user's entry); the merged record
+        is re-sorted fastest first (ties by solver name). From a SQLite source, PerfDb
+        entries the user layer lacks are copied too (the user's own tuning is kept).
+        """
+        path = Path(source)
+        if not path.is_file():
+            raise DatabaseError("no such file", field="source", value=str(path))
+        with open(path, "rb") as fh:
+            is_sqlite = fh.read(16) == _SQLITE_MAGIC
+        perf_rows: list[tuple[str, str, str, str]] = []
+        bad: list[BadLine] = []
+        if is_sqlite:
+            records, perf_rows = _read_sqlite(path)
+        else:
+            records, bad = self._read_text(path, skip_bad_lines)
+
+        def txn(conn: sqlite3.Connection) -> MergeResult:
+            keys = added = replaced = kept = 0
+            for key, incoming in records.items():
+                current = {
+                    e.solver: e
+                    for e in map(
+                        _entry_from_row,
+                        conn.execute(
+                            f"SELECT {_COLUMNS} FROM find_db WHERE key = ? ORDER BY rank", (key,)
+                        ).fetchall(),
+                    )
+                }
+                changed = False
+                for entry in incoming:
+                    old = current.get(entry.solver)
+                    if old is None:
+                        added += 1
+                    elif entry.time_ms < old.time_ms:
+                        replaced += 1
+                    else:
+                        kept += 1
+                        continue
+                    current[entry.solver] = entry
+                    changed = True
+                if changed:
+                    keys += 1
+                    conn.execute("DELETE FROM find_db WHERE key = ?", (key,))
+                    _insert(conn, key, _fastest_first(current.values()), self.device)
+            perf_added = 0
+            for row in perf_rows:
+                perf_added += conn.execute(
+                    "INSERT OR IGNORE INTO perf_db (key, solver, perf_config, provenance) "
+                    "VALUES (?, ?, ?, ?)",
+                    row,
+                ).rowcount
+            return MergeResult(
+                keys=keys,
+                added=added,
+                replaced=replaced,
+                kept=kept,
+                perf_added=perf_added,
+                skipped=tuple(bad),
+            )
+
+        if not records and not perf_rows:
+            return MergeResult(keys=0, added=0, replaced=0, kept=0, skipped=tuple(bad))
+        return self._user.write(txn)
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _read_text(
+        self, path: Path, skip_bad_lines: bool
+    ) -> tuple[dict[str, list[FindDbEntry]], list[BadLine]]:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                good, bad = parse_lines(fh, source=str(path), skip_bad_lines=skip_bad_lines)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DatabaseError(f"cannot read: {exc}", field="source", value=str(path)) from exc
+        prov = make_provenance(self.device, source="text-import", file=path.name)
+        records: dict[str, list[FindDbEntry]] = {}
+        for _line, key, items in good:
+            entries = [
+                FindDbEntry(
+                    solver=t.solver,
+                    algorithm=t.algorithm,
+                    time_ms=t.time_ms,
+                    workspace_size=t.workspace_size,
+                    provenance=prov,
+                )
+                for t in items
+            ]
+            if key in records:
+                merged = {e.solver: e for e in records[key]}
+                for e in entries:
+                    if e.solver not in merged or e.time_ms < merged[e.solver].time_ms:
+                        merged[e.solver] = e
+                entries = _fastest_first(merged.values())
+            records[key] = entries
+        return records, bad
+
+
+def _read_sqlite(
+    path: Path,
+) -> tuple[dict[str, list[FindDbEntry]], list[tuple[str, str, str, str]]]:
+    conn = open_readonly(path)
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "find_db" not in tables:
+            raise DatabaseError(
+                "not a miocore database (no find_db table)", field="source", value=str(path)
+            )
+        rows = conn.execute(f"SELECT key, {_COLUMNS} FROM find_db ORDER BY key, rank").fetchall()
+        perf = (
+            conn.execute("SELECT key, solver, perf_config, provenance FROM perf_db").fetchall()
+            if "perf_db" in tables
+            else []
+        )
+    except sqlite3.DatabaseError as exc:
+        raise DatabaseError(f"cannot read: {exc}", field="source", value=str(path)) from exc
+    finally:
+        conn.close()
+    records: dict[str, list[FindDbEntry]] = {}
+    for record in _group(iter(rows), "merge"):
+        check_key(record.key, field=f"{path.name} key")
+        records[record.key] = list(record.entries)
+    for key, solver, _config, _prov in perf:
+        check_key(key, field=f"{path.name} perf key")
+        check_solver(solver)
+    return records, perf
+
+
+def _clean(
+    conn: sqlite3.Connection,
+    table: str,
+    key: str | None,
+    solver: str | None,
+    keep: set[str] | None,
+) -> int:
+    where: list[str] = []
+    params: list[Any] = []
+    if key is not None:
+        where.append("key = ?")
+        params.append(key)
+    if solver is not None:
+        where.append("solver = ?")
+        params.append(solver)
+    sql = f"DELETE FROM {table}"
+    if keep is None:
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        return conn.execute(sql, params).rowcount
+    # Stale solvers: find the distinct names first, so the IN list stays short.
+    present = {r[0] for r in conn.execute(f"SELECT DISTINCT solver FROM {table}")}
+    total = 0
+    for name in sorted(present - keep):
+        clause = [*where, "solver = ?"]
+        total += conn.execute(f"{sql} WHERE {' AND '.join(clause)}", [*params, name]).rowcount
+    return total
