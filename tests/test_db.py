@@ -1,0 +1,662 @@
+"""FindDb and PerfDb: layers, provenance, transactions, schema version, corruption, text format,
+merge and clean. Every test uses its own folders; none touches the real user cache."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import sqlite3
+from pathlib import Path
+
+import attrs
+import pytest
+
+from miocore.db import (
+    SCHEMA_VERSION,
+    DatabaseWarning,
+    FindDb,
+    FindDbEntry,
+    PerfDb,
+    TextFormatError,
+    default_system_dir,
+    default_user_dir,
+    make_provenance,
+)
+from miocore.errors import DatabaseError, InvalidArgumentError
+from miocore.problem import ConvProblem
+
+DEVICE = "cpu_test_4"
+
+
+def key(n: int = 64, c: int = 64, k: int = 64, direction: str = "forward", **kw: object) -> str:
+    """A real MIOpen key built from sizes (3x3, pad 1 unless told)."""
+    kw.setdefault("in_spatial", (56, 56))
+    kw.setdefault("filter_spatial", (3, 3))
+    kw.setdefault("pads", (1, 1))
+    return ConvProblem.from_sizes(direction, n=n, c=c, k=k, **kw).key  # type: ignore[arg-type]
+
+
+def entry(solver: str, time_ms: float, algorithm: str = "direct", **kw: object) -> FindDbEntry:
+    return FindDbEntry(solver=solver, algorithm=algorithm, time_ms=time_ms, workspace_size=0, **kw)
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> tuple[Path, Path]:
+    return tmp_path / "user", tmp_path / "system"
+
+
+@pytest.fixture
+def db(dirs: tuple[Path, Path]) -> FindDb:
+    user, system = dirs
+    with FindDb(DEVICE, user_dir=user, system_dir=system) as find_db:
+        yield find_db
+
+
+def _query(path: Path, sql: str) -> list[tuple]:
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        return conn.execute(sql).fetchall()
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# -- locations and the user layer ---------------------------------------------------------------
+
+
+def test_files_are_named_after_the_device(db: FindDb, dirs: tuple[Path, Path]) -> None:
+    assert db.user_path == dirs[0] / f"{DEVICE}.db"
+    assert db.system_path == dirs[1] / f"{DEVICE}.db"
+    assert PerfDb(DEVICE, user_dir=dirs[0]).user_path == db.user_path
+
+
+def test_default_locations_follow_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("MIOCORE_USER_DB_PATH", str(tmp_path / "u"))
+    monkeypatch.setenv("MIOCORE_SYSTEM_DB_PATH", str(tmp_path / "s"))
+    db = FindDb("sm90_132")
+    assert db.user_path == tmp_path / "u" / "sm90_132.db"
+    assert db.system_path == tmp_path / "s" / "sm90_132.db"
+    monkeypatch.delenv("MIOCORE_USER_DB_PATH")
+    monkeypatch.delenv("MIOCORE_SYSTEM_DB_PATH")
+    assert default_user_dir().name == "db" and "miocore" in str(default_user_dir())
+    import miocore
+
+    assert default_system_dir() == Path(miocore.__file__).resolve().parent / "data" / "db"
+    assert (default_system_dir() / "README.md").is_file()
+
+
+@pytest.mark.parametrize("device", ["", "../evil", "a/b", "x y", None, ".hidden"])
+def test_device_identity_must_be_a_safe_file_name(device: object, tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgumentError, match="device"):
+        FindDb(device, user_dir=tmp_path)  # type: ignore[arg-type]
+
+
+def test_reads_of_a_missing_user_db_create_nothing(db: FindDb, dirs: tuple[Path, Path]) -> None:
+    assert db.records(key()) == []
+    assert db.keys() == [] and list(db.items()) == [] and db.keys("system") == []
+    assert db.delete(key()) is False
+    assert db.clean(all=True) == 0
+    assert PerfDb(DEVICE, user_dir=dirs[0], system_dir=dirs[1]).get(key(), "x") is None
+    assert not dirs[0].exists()
+
+
+def test_write_creates_the_file_and_reads_back_in_order(db: FindDb) -> None:
+    k = key()
+    entries = [
+        entry("gemm.im2col", 1.25, "gemm", spread_ms=0.1, count=9, perf_config='{"t":8}'),
+        entry("direct.naive", 3.5, "miopenConvolutionFwdAlgoDirect"),
+    ]
+    db.write(k, entries)
+    assert db.user_path.is_file()
+    (record,) = db.records(k)
+    assert record.key == k and record.layer == "user"
+    assert record.solvers == ["gemm.im2col", "direct.naive"]
+    first = record.entries[0]
+    assert (first.algorithm, first.time_ms, first.spread_ms, first.count) == ("gemm", 1.25, 0.1, 9)
+    assert first.perf_config == '{"t":8}'
+    assert record.entries[1].algorithm == "direct"  # MIOpen names are normalised
+    assert db.keys() == [k] and len(db) == 1
+
+
+def test_write_replaces_the_record_and_no_entries_deletes_it(db: FindDb) -> None:
+    k = key()
+    db.write(k, [entry("a.one", 1.0), entry("b.two", 2.0)])
+    db.write(k, [entry("c.three", 0.5)])
+    assert db.records(k)[0].solvers == ["c.three"]
+    db.write(k, [])
+    assert db.records(k) == []
+    db.write(k, [entry("c.three", 0.5)])
+    assert db.delete(k) is True and db.delete(k) is False
+
+
+def test_write_refuses_invalid_and_non_canonical_keys(db: FindDb) -> None:
+    with pytest.raises(Exception, match="key"):
+        db.write("not-a-key", [entry("a.one", 1.0)])
+    k = key()
+    with pytest.raises(InvalidArgumentError, match="canonical"):
+        db.write(k.replace("-NCHW-", "-NCHW-NCHW-NCHW-"), [entry("a.one", 1.0)])
+    assert not db.user_path.exists()
+
+
+# -- entries and provenance ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("time_ms", -1.0),
+        ("time_ms", float("nan")),
+        ("time_ms", "fast"),
+        ("workspace_size", -1),
+        ("workspace_size", 1.5),
+        ("count", -2),
+        ("spread_ms", float("inf")),
+        ("algorithm", "magic"),
+        ("solver", "has space"),
+        ("solver", "a:b"),
+        ("solver", ""),
+        ("perf_config", 3),
+    ],
+)
+def test_entries_are_validated_naming_the_field(field: str, value: object) -> None:
+    fields = {"solver": "a.one", "algorithm": "gemm", "time_ms": 1.0, "workspace_size": 0}
+    fields[field] = value
+    with pytest.raises(InvalidArgumentError, match=field):
+        FindDbEntry(**fields)  # type: ignore[arg-type]
+
+
+def test_provenance_is_completed_and_stored_as_json(db: FindDb) -> None:
+    k = key()
+    prov = make_provenance(
+        DEVICE, plugin="miocore-gemm", plugin_version="1.2.3", find_mode="NORMAL"
+    )
+    db.write(k, [entry("gemm.im2col", 1.0, "gemm", provenance=prov, count=5), entry("x.y", 2.0)])
+    first, second = db.records(k)[0].entries
+    assert first.provenance == prov
+    assert {"miocore", "device", "written_at", "plugin", "plugin_version"} <= set(first.provenance)
+    # An entry written without provenance still gets miocore version, device and time.
+    assert second.provenance["device"] == DEVICE
+    assert second.provenance["miocore"] and second.provenance["written_at"].endswith("+00:00")
+    with pytest.raises(TypeError):
+        first.provenance["device"] = "other"  # type: ignore[index]
+    # Stored as JSON text, never a pickle.
+    raw = _query(db.user_path, "SELECT provenance FROM find_db WHERE solver='gemm.im2col'")[0]
+    assert isinstance(raw[0], str) and json.loads(raw[0]) == dict(prov)
+
+
+def test_provenance_values_must_be_text(db: FindDb) -> None:
+    e = entry("a.one", 1.0, provenance={"runs": 5, "ok": True})
+    assert e.provenance == {"runs": "5", "ok": "True"}
+    with pytest.raises(InvalidArgumentError, match="provenance"):
+        entry("a.one", 1.0, provenance={"obj": object()})
+
+
+# -- transactions -------------------------------------------------------------------------------
+
+
+def _set_version(path: Path, version: int) -> None:
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {version}")
+    conn.close()  # closing checkpoints the WAL into the file
+
+
+def _rows(path: Path) -> list[tuple]:
+    return _query(path, "SELECT * FROM find_db ORDER BY key, rank")
+
+
+def test_a_failed_write_changes_nothing(db: FindDb) -> None:
+    k, other = key(), key(n=32)
+    db.write(k, [entry("a.one", 1.0), entry("b.two", 2.0)])
+    db.write(other, [entry("z.z", 9.0)])
+    before = _rows(db.user_path)
+    # Fails at the third entry, after the old record was deleted and two rows inserted.
+    with pytest.raises(InvalidArgumentError, match=r"entries\[2\]"):
+        db.write(k, [entry("c.three", 0.1), entry("d.four", 0.2), "not an entry"])  # type: ignore[list-item]
+    # A duplicate solver violates the primary key mid-way.
+    with pytest.raises(DatabaseError):
+        db.write(k, [entry("c.three", 0.1), entry("c.three", 0.2)])
+    # An entry forged past its validators trips the table's CHECK constraint.
+    forged = entry("e.five", 1.0)
+    object.__setattr__(forged, "time_ms", -5.0)
+    with pytest.raises(DatabaseError):
+        db.write(k, [entry("c.three", 0.1), forged])
+    assert _rows(db.user_path) == before
+    assert db.records(k)[0].solvers == ["a.one", "b.two"]
+
+
+def test_newer_schema_version_is_an_error_that_says_so(db: FindDb, dirs: tuple[Path, Path]) -> None:
+    db.write(key(), [entry("a.one", 1.0)])
+    db.close()
+    _set_version(db.user_path, SCHEMA_VERSION + 1)
+    fresh = FindDb(DEVICE, user_dir=dirs[0], system_dir=dirs[1])
+    with pytest.raises(DatabaseError, match="newer"):
+        fresh.records(key())
+    with pytest.raises(DatabaseError, match="newer"):
+        fresh.write(key(), [entry("a.one", 1.0)])
+    assert db.user_path.exists()  # not mistaken for corruption: nothing set aside
+    assert not list(dirs[0].glob("*.corrupt-*"))
+
+
+# -- system layer -------------------------------------------------------------------------------
+
+
+def _build_system(system_dir: Path, records: dict[str, list[FindDbEntry]]) -> Path:
+    with FindDb(DEVICE, user_dir=system_dir) as builder:
+        for k, entries in records.items():
+            builder.write(k, entries)
+        path = builder.user_path
+    with PerfDb(DEVICE, user_dir=system_dir) as perf:
+        perf.put(key(), "tuned.solver", '{"tile":16}', {"source": "system"})
+    return path
+
+
+def test_system_layer_is_read_after_the_user_layer_and_never_written(
+    dirs: tuple[Path, Path],
+) -> None:
+    user, system = dirs
+    k, only_system = key(), key(n=8)
+    path = _build_system(system, {k: [entry("sys.one", 2.0)], only_system: [entry("sys.two", 1.0)]})
+    assert not Path(str(path) + "-wal").exists()
+    digest, listing = sha(path), sorted(p.name for p in system.iterdir())
+    os.chmod(system, 0o555)  # a read-only install folder
+    try:
+        db = FindDb(DEVICE, user_dir=user, system_dir=system)
+        assert [r.layer for r in db.records(only_system)] == ["system"]
+        db.write(k, [entry("user.one", 1.0)])
+        records = db.records(k)
+        assert [(r.layer, r.solvers) for r in records] == [
+            ("user", ["user.one"]),
+            ("system", ["sys.one"]),
+        ]
+        assert db.keys("system") == sorted([k, only_system])
+        assert [r.key for r in db.items("system")] == sorted([k, only_system])
+        assert db.delete(only_system) is False  # delete only touches the user layer
+        assert db.records(only_system)[0].layer == "system"
+        perf = PerfDb(DEVICE, user_dir=user, system_dir=system)
+        found = perf.get(k, "tuned.solver")
+        assert found is not None and found.layer == "system" and found.perf_config == '{"tile":16}'
+        perf.put(k, "tuned.solver", '{"tile":32}', {})
+        assert perf.get(k, "tuned.solver").layer == "user"  # type: ignore[union-attr]
+        assert perf.delete(k) == 1
+        assert perf.get(k, "tuned.solver").layer == "system"  # type: ignore[union-attr]
+        db.close()
+        perf.close()
+    finally:
+        os.chmod(system, 0o755)
+    assert sha(path) == digest
+    assert sorted(p.name for p in system.iterdir()) == listing  # no -wal, -shm or journal
+    with pytest.raises(InvalidArgumentError, match="layer"):
+        db.keys("global")
+
+
+def test_a_corrupt_system_layer_is_warned_about_and_read_as_empty(
+    dirs: tuple[Path, Path],
+) -> None:
+    user, system = dirs
+    system.mkdir(parents=True)
+    bad = system / f"{DEVICE}.db"
+    bad.write_bytes(b"this is not sqlite at all" * 100)
+    db = FindDb(DEVICE, user_dir=user, system_dir=system)
+    db.write(key(), [entry("u.one", 1.0)])
+    with pytest.warns(DatabaseWarning, match="system database"):
+        records = db.records(key())
+    assert [r.layer for r in records] == ["user"]
+    assert db.keys("system") == []  # warned once; still empty
+    assert bad.read_bytes() == b"this is not sqlite at all" * 100  # never touched
+
+
+def test_system_layer_with_a_newer_schema_is_an_error(dirs: tuple[Path, Path]) -> None:
+    user, system = dirs
+    path = _build_system(system, {key(): [entry("sys.one", 2.0)]})
+    _set_version(path, SCHEMA_VERSION + 5)
+    with pytest.raises(DatabaseError, match="newer"):
+        FindDb(DEVICE, user_dir=user, system_dir=system).records(key())
+
+
+# -- corruption of the user layer ---------------------------------------------------------------
+
+
+def test_garbage_user_db_is_set_aside_with_a_warning_and_rebuilt(
+    dirs: tuple[Path, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    user, system = dirs
+    user.mkdir(parents=True)
+    path = user / f"{DEVICE}.db"
+    garbage = os.urandom(8192)
+    path.write_bytes(garbage)
+    db = FindDb(DEVICE, user_dir=user, system_dir=system)
+    with caplog.at_level(logging.WARNING, logger="miocore.db"):
+        with pytest.warns(DatabaseWarning, match="corrupt"):
+            db.write(key(), [entry("a.one", 1.0)])
+    assert "corrupt" in caplog.text
+    (aside,) = user.glob(f"{DEVICE}.db.corrupt-*")
+    assert aside.read_bytes() == garbage
+    assert db.records(key())[0].solvers == ["a.one"]
+
+
+def test_garbage_user_db_on_a_read_is_rebuilt_and_the_read_succeeds(
+    dirs: tuple[Path, Path],
+) -> None:
+    user, system = dirs
+    user.mkdir(parents=True)
+    (user / f"{DEVICE}.db").write_bytes(b"\x00garbage" * 1000)
+    db = FindDb(DEVICE, user_dir=user, system_dir=system)
+    with pytest.warns(DatabaseWarning):
+        assert db.records(key()) == []
+    assert len(list(user.glob("*.corrupt-*"))) == 1
+    # Rebuilt: a sound, empty database of ours.
+    assert _query(db.user_path, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
+    db.write(key(), [entry("a.one", 1.0)])
+    assert db.keys() == [key()]
+
+
+def test_truncated_user_db_is_set_aside_and_rebuilt(dirs: tuple[Path, Path]) -> None:
+    user, system = dirs
+    with FindDb(DEVICE, user_dir=user, system_dir=system) as db:
+        for n in range(1, 301):
+            db.write(
+                key(n=n),
+                [entry(f"s.n{i}", float(i), provenance={"pad": "x" * 50}) for i in range(3)],
+            )
+    path = user / f"{DEVICE}.db"
+    size = path.stat().st_size
+    assert size > 8 * 4096
+    with open(path, "r+b") as fh:
+        fh.truncate(size // 2)
+    db = FindDb(DEVICE, user_dir=user, system_dir=system)
+    with pytest.warns(DatabaseWarning, match="corrupt"):
+        db.write(key(n=7), [entry("new.one", 1.0)])
+    assert len(list(user.glob("*.corrupt-*"))) == 1
+    assert db.keys() == [key(n=7)]
+
+
+def test_perfdb_recovers_from_corruption_too(dirs: tuple[Path, Path]) -> None:
+    user, system = dirs
+    user.mkdir(parents=True)
+    (user / f"{DEVICE}.db").write_bytes(b"garbage!" * 512)
+    perf = PerfDb(DEVICE, user_dir=user, system_dir=system)
+    with pytest.warns(DatabaseWarning):
+        perf.put(key(), "t.s", '{"a":1}', {})
+    assert perf.get(key(), "t.s").perf_config == '{"a":1}'  # type: ignore[union-attr]
+
+
+# -- PerfDb ---------------------------------------------------------------------------------------
+
+
+def test_perfdb_put_get_delete(dirs: tuple[Path, Path]) -> None:
+    perf = PerfDb(DEVICE, user_dir=dirs[0], system_dir=dirs[1])
+    k = key()
+    perf.put(k, "igemm.fwd", '{"tile":8}', make_provenance(DEVICE, plugin="miocore-igemm"))
+    perf.put(k, "igemm.fwd", '{"tile":16}', {})
+    perf.put(k, "wino.f2", '{"x":1}', {})
+    perf.put(key(n=2), "igemm.fwd", '{"tile":4}', {})
+    got = perf.get(k, "igemm.fwd")
+    assert got is not None and got.perf_config == '{"tile":16}' and got.layer == "user"
+    assert got.provenance["device"] == DEVICE and got.key == k
+    assert perf.get(k, "missing") is None
+    assert [(e.key, e.solver) for e in perf.items()] == sorted(
+        [(k, "igemm.fwd"), (k, "wino.f2"), (key(n=2), "igemm.fwd")]
+    )
+    assert perf.delete(k, "wino.f2") == 1
+    assert perf.delete(k) == 1
+    assert perf.delete(k) == 0
+    assert perf.get(key(n=2), "igemm.fwd") is not None
+    with pytest.raises(InvalidArgumentError, match="perf_config"):
+        perf.put(k, "igemm.fwd", "", {})
+    # FindDb and PerfDb share the file without disturbing each other.
+    find = FindDb(DEVICE, user_dir=dirs[0], system_dir=dirs[1])
+    find.write(k, [entry("a.one", 1.0)])
+    assert perf.get(key(n=2), "igemm.fwd") is not None and find.keys() == [k]
+
+
+# -- MIOpen text format -------------------------------------------------------------------------
+
+
+BRIEF_LINE = (
+    "64-56-56-3x3-64-56-56-64-1x1-1x1-1x1-0-NCHW-FP32-F=gemm.im2col:1.25,4096,"
+    "miopenConvolutionFwdAlgoGEMM;direct.naive:3.5,0,miopenConvolutionFwdAlgoDirect"
+)
+
+
+def test_export_writes_miopen_text_format(db: FindDb, tmp_path: Path) -> None:
+    k = key()
+    assert k == BRIEF_LINE.split("=")[0]
+    db.write(
+        k,
+        [
+            FindDbEntry(solver="gemm.im2col", algorithm="gemm", time_ms=1.25, workspace_size=4096),
+            entry("direct.naive", 3.5),
+        ],
+    )
+    kb = key(direction="backward_weights", n=16)
+    db.write(kb, [entry("wino.x", 0.5, "winograd")])
+    out = tmp_path / "out.fdb.txt"
+    assert db.export_text(out) == 2
+    lines = out.read_text().splitlines()
+    assert BRIEF_LINE in lines
+    assert f"{kb}=wino.x:0.5,0,miopenConvolutionBwdWeightsAlgoWinograd" in lines
+
+
+def test_import_accepts_miopen_and_miocore_algorithm_names(db: FindDb, tmp_path: Path) -> None:
+    kb = key(direction="backward_data", n=8)
+    src = tmp_path / "in.txt"
+    src.write_text(
+        f"# a comment\n\n{BRIEF_LINE}\n{kb}=x.fft:2,10,fft;y.igemm:1e-1,0,implicit_gemm,extra\n"
+    )
+    result = db.import_text(src)
+    assert (result.records, result.entries, result.skipped) == (2, 4, ())
+    (rec,) = db.records(kb)
+    assert [(e.solver, e.algorithm, e.time_ms) for e in rec.entries] == [
+        ("x.fft", "fft", 2.0),
+        ("y.igemm", "implicit_gemm", 0.1),
+    ]
+    assert rec.entries[0].count == 0 and rec.entries[0].provenance["source"] == "text-import"
+    assert rec.entries[0].workspace_size == 10
+
+
+def test_export_import_round_trips(db: FindDb, dirs: tuple[Path, Path], tmp_path: Path) -> None:
+    records = {
+        key(): [entry("a.one", 0.125, "gemm"), entry("b.two", 1 / 3, "fft")],
+        key(direction="backward_data", c=32): [entry("c.three", 7.0, "winograd")],
+        key(in_spatial=(8, 16, 16), filter_spatial=(3, 3, 3), pads=(1, 1, 1)): [
+            entry("d.four", 2.5, "implicit_gemm")
+        ],
+        key(groups=64, c=64, k=64): [entry("e.five", 0.01, "direct")],
+    }
+    for k, entries in records.items():
+        db.write(k, entries)
+    text = tmp_path / "a.txt"
+    db.export_text(text)
+    other = FindDb("other_dev", user_dir=tmp_path / "other")
+    other.import_text(text)
+
+    def strip(d: FindDb) -> list:
+        return [
+            (r.key, [(e.solver, e.algorithm, e.time_ms, e.workspace_size) for e in r.entries])
+            for r in d.items()
+        ]
+
+    assert strip(other) == strip(db)
+    again = tmp_path / "b.txt"
+    other.export_text(again)
+    assert again.read_text() == text.read_text()
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        ("not-a-key=a.b:1,0,gemm", "bad key"),
+        (f"{key()}", "missing '='"),
+        (f"{key()}=", "no entries"),
+        (f"{key()}=a.b:fast,0,gemm", "bad time"),
+        (f"{key()}=a.b:-1,0,gemm", "time"),
+        (f"{key()}=a.b:1,-4,gemm", "workspace"),
+        (f"{key()}=a.b:1,4.5,gemm", "bad workspace"),
+        (f"{key()}=a.b:1,0,quantum", "unknown algorithm"),
+        (f"{key()}=a.b:1,0", "expected time,workspace,algorithm"),
+        (f"{key()}=a.b1,0,gemm", "missing ':'"),
+        (f"{key()}=a.b:1,0,gemm;a.b:2,0,gemm", "twice"),
+        (f"{key()}=a.b:1,0,miopenConvolutionBwdDataAlgoGEMM", "another direction"),
+        (f"{key()}=a.b:nan,0,gemm", "time"),
+    ],
+)
+def test_import_reports_the_bad_line_and_imports_nothing(
+    db: FindDb, tmp_path: Path, bad: str, reason: str
+) -> None:
+    db.write(key(n=3), [entry("keep.me", 1.0)])
+    src = tmp_path / "in.txt"
+    src.write_text(f"{BRIEF_LINE}\n\n{bad}\n{key(n=5)}=ok.one:1,0,gemm\n")
+    with pytest.raises(TextFormatError, match=reason) as info:
+        db.import_text(src)
+    assert info.value.line == 3 and "line=3" in str(info.value)
+    assert isinstance(info.value, DatabaseError)
+    assert db.keys() == [key(n=3)]
+    result = db.import_text(src, skip_bad_lines=True)
+    assert result.records == 2 and [b.line for b in result.skipped] == [3]
+    assert sorted(db.keys()) == sorted([key(), key(n=3), key(n=5)])
+
+
+def test_import_error_lists_every_bad_line(db: FindDb, tmp_path: Path) -> None:
+    src = tmp_path / "in.txt"
+    src.write_text(f"junk\n{BRIEF_LINE}\nmore junk\n")
+    with pytest.raises(TextFormatError, match="1 more bad line") as info:
+        db.import_text(src)
+    assert [b.line for b in info.value.bad_lines] == [1, 3]
+
+
+def test_import_replaces_records_of_its_keys(db: FindDb, tmp_path: Path) -> None:
+    k = key()
+    db.write(k, [entry("old.one", 0.1)])
+    src = tmp_path / "in.txt"
+    src.write_text(BRIEF_LINE + "\n")
+    db.import_text(src)
+    assert db.records(k)[0].solvers == ["gemm.im2col", "direct.naive"]
+
+
+# -- merge ---------------------------------------------------------------------------------------
+
+
+def test_merge_keeps_the_faster_time_per_solver(db: FindDb, tmp_path: Path) -> None:
+    k, k2, k3 = key(), key(n=2), key(n=3)
+    db.write(k, [entry("a.one", 2.0), entry("b.two", 3.0), entry("c.three", 5.0)])
+    db.write(k3, [entry("only.user", 1.0)])
+    with FindDb(DEVICE, user_dir=tmp_path / "other") as other:
+        other.write(
+            k,
+            [
+                entry("b.two", 1.0, "gemm", count=7),  # faster: replaces
+                entry("c.three", 6.0),  # slower: kept out
+                entry("a.one", 2.0, "fft"),  # tie: the user's entry stays
+                entry("d.four", 4.0),  # new: added
+            ],
+        )
+        other.write(k2, [entry("x.x", 1.0)])
+        source = other.user_path
+    PerfDb(DEVICE, user_dir=tmp_path / "other").put(k, "t.s", '{"v":1}', {})
+    PerfDb(DEVICE, user_dir=db.user_path.parent).put(key(n=9), "t.s", '{"v":9}', {})
+    result = db.merge_from(source)
+    assert (result.keys, result.added, result.replaced, result.kept) == (2, 2, 1, 2)
+    assert result.perf_added == 1
+    rec = db.records(k)[0]
+    assert [(e.solver, e.time_ms, e.algorithm) for e in rec.entries] == [
+        ("b.two", 1.0, "gemm"),
+        ("a.one", 2.0, "direct"),
+        ("d.four", 4.0, "direct"),
+        ("c.three", 5.0, "direct"),
+    ]
+    assert rec.entries[0].count == 7  # the winning entry keeps its own stats and provenance
+    assert db.records(k2)[0].solvers == ["x.x"]
+    assert db.records(k3)[0].solvers == ["only.user"]
+    assert PerfDb(DEVICE, user_dir=db.user_path.parent).get(k, "t.s") is not None
+    # Merging the same source again changes nothing.
+    again = db.merge_from(source)
+    assert (again.keys, again.added, again.replaced) == (0, 0, 0)
+
+
+def test_merge_from_text(db: FindDb, tmp_path: Path) -> None:
+    k = key()
+    db.write(k, [entry("gemm.im2col", 2.0, "gemm"), entry("z.slow", 9.0)])
+    src = tmp_path / "in.txt"
+    src.write_text(BRIEF_LINE + "\n")
+    result = db.merge_from(src)
+    assert (result.added, result.replaced, result.kept) == (1, 1, 0)
+    assert [(e.solver, e.time_ms) for e in db.records(k)[0].entries] == [
+        ("gemm.im2col", 1.25),
+        ("direct.naive", 3.5),
+        ("z.slow", 9.0),
+    ]
+    src.write_text("garbage\n")
+    with pytest.raises(TextFormatError):
+        db.merge_from(src)
+    with pytest.raises(DatabaseError, match="no such file"):
+        db.merge_from(tmp_path / "missing.txt")
+
+
+def test_merge_refuses_a_foreign_or_newer_sqlite_file(db: FindDb, tmp_path: Path) -> None:
+    foreign = tmp_path / "foreign.db"
+    _query(foreign, "CREATE TABLE t (x)")
+    with pytest.raises(DatabaseError, match="not a miocore database"):
+        db.merge_from(foreign)
+    with FindDb(DEVICE, user_dir=tmp_path / "new") as newer:
+        newer.write(key(), [entry("a.one", 1.0)])
+        path = newer.user_path
+    _set_version(path, SCHEMA_VERSION + 1)
+    with pytest.raises(DatabaseError, match="newer"):
+        db.merge_from(path)
+    assert db.keys() == []
+
+
+# -- clean ---------------------------------------------------------------------------------------
+
+
+def _fill(db: FindDb) -> None:
+    db.write(key(n=1), [entry("a.one", 1.0), entry("b.two", 2.0)])
+    db.write(key(n=2), [entry("a.one", 1.0), entry("c.three", 2.0)])
+    db.write(key(n=3), [entry("b.two", 1.0)])
+
+
+def test_clean_by_key_solver_stale_and_all(db: FindDb) -> None:
+    _fill(db)
+    assert db.clean(key=key(n=1)) == 2
+    assert db.keys() == [key(n=2), key(n=3)]
+    assert db.clean(solver="a.one") == 1
+    assert db.records(key(n=2))[0].solvers == ["c.three"]
+    assert db.clean(all=True) == 2 and db.keys() == []
+    _fill(db)
+    assert db.clean(keep_solvers={"a.one"}) == 3  # b.two and c.three are not installed
+    assert [r.solvers for r in db.items()] == [["a.one"], ["a.one"]]
+    _fill(db)
+    assert db.clean(key=key(n=1), solver="b.two") == 1
+    assert db.records(key(n=1))[0].solvers == ["a.one"]
+    with pytest.raises(InvalidArgumentError):
+        db.clean()
+    with pytest.raises(InvalidArgumentError):
+        db.clean(all=True, key=key())
+
+
+def test_perfdb_clean(dirs: tuple[Path, Path]) -> None:
+    perf = PerfDb(DEVICE, user_dir=dirs[0], system_dir=dirs[1])
+    perf.put(key(n=1), "a.one", "{}", {})
+    perf.put(key(n=1), "b.two", "{}", {})
+    perf.put(key(n=2), "b.two", "{}", {})
+    assert perf.clean(keep_solvers=["a.one"]) == 2
+    assert perf.clean(all=True) == 1
+    with pytest.raises(InvalidArgumentError):
+        perf.clean()
+
+
+# -- the find machinery's view -----------------------------------------------------------------
+
+
+def test_entries_are_frozen_values() -> None:
+    e = entry("a.one", 1.0, provenance={"x": "1"})
+    assert e == entry("a.one", 1.0, provenance={"x": "1"})
+    assert hash(e) == hash(entry("a.one", 1.0, provenance={"x": "1"}))
+    assert attrs.evolve(e, time_ms=2.0).time_ms == 2.0
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        e.time_ms = 3.0  # type: ignore[misc]
