@@ -330,9 +330,11 @@ def test_garbage_user_db_is_set_aside_with_a_warning_and_rebuilt(
     garbage = os.urandom(8192)
     path.write_bytes(garbage)
     db = FindDb(DEVICE, user_dir=user, system_dir=system)
-    with caplog.at_level(logging.WARNING, logger="miocore.db"):
-        with pytest.warns(DatabaseWarning, match="corrupt"):
-            db.write(key(), [entry("a.one", 1.0)])
+    with (
+        caplog.at_level(logging.WARNING, logger="miocore.db"),
+        pytest.warns(DatabaseWarning, match="corrupt"),
+    ):
+        db.write(key(), [entry("a.one", 1.0)])
     assert "corrupt" in caplog.text
     (aside,) = user.glob(f"{DEVICE}.db.corrupt-*")
     assert aside.read_bytes() == garbage

@@ -279,8 +279,13 @@ class Store:
 
     def _open_system(self) -> sqlite3.Connection:
         # immutable=1: no locks, no -wal/-shm files, nothing ever written beside package data.
+        # But immutable ignores a WAL: if one is there (a live database used as the system
+        # layer), plain read-only mode sees its commits.
+        wal = self.path.with_name(self.path.name + "-wal")
+        mode = "mode=ro" if wal.exists() else "mode=ro&immutable=1"
         conn = sqlite3.connect(
-            _uri(self.path, "mode=ro&immutable=1"),
+            _uri(self.path, mode),
+            timeout=BUSY_TIMEOUT_S,
             uri=True,
             isolation_level=None,
             check_same_thread=False,
