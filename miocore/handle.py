@@ -452,7 +452,7 @@ class Handle:
                 ))
             if out:
                 report.db_hit = f"the {record.layer} FindDb"
-                return out
+                return order_with_ties(out)
         return []
 
     def _write_find_record(self, problem: ConvProblem, solutions: Sequence[Solution], mode: FindMode) -> None:

@@ -1,0 +1,90 @@
+"""Several processes writing one user database at once lose nothing and never see a lock error."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from pathlib import Path
+
+from miocore.db import FindDb, FindDbEntry, PerfDb
+from miocore.problem import ConvProblem
+
+DEVICE = "cpu_conc_2"
+WORKERS = 4
+DISTINCT = 250  # distinct keys per worker
+SHARED = 20  # keys every worker writes
+
+
+def _key(n: int, c: int) -> str:
+    return ConvProblem.from_sizes(
+        "forward", n=n, c=c, k=8, in_spatial=(7, 7), filter_spatial=(3, 3), pads=(1, 1)
+    ).key
+
+
+def _worker(worker: int, user_dir: str, start_at: float) -> None:
+    """Write DISTINCT keys of our own and SHARED keys that every worker also writes."""
+    time.sleep(max(0.0, start_at - time.time()))  # start together, to collide
+    find = FindDb(DEVICE, user_dir=Path(user_dir), system_dir=Path(user_dir) / "none")
+    perf = PerfDb(DEVICE, user_dir=Path(user_dir), system_dir=Path(user_dir) / "none")
+    solver = f"w{worker}.solver"
+    for i in range(DISTINCT):
+        entries = [
+            FindDbEntry(solver=solver, algorithm="direct", time_ms=float(i), workspace_size=i),
+            FindDbEntry(solver="common.two", algorithm="gemm", time_ms=i + 1.0, workspace_size=0),
+        ]
+        find.write(_key(n=1 + i, c=worker + 1), entries)
+        if i % 10 == 0:
+            shared = _key(n=1 + i // 10, c=64)
+            if i // 10 < SHARED:
+                find.write(
+                    shared,
+                    [
+                        FindDbEntry(
+                            solver=f"{solver}.{j}",
+                            algorithm="fft",
+                            time_ms=float(j),
+                            workspace_size=worker,
+                        )
+                        for j in range(3)
+                    ],
+                )
+                # PerfDb rows of one key and distinct solvers must all survive.
+                perf.put(shared, solver, f'{{"w":{worker}}}', {"worker": str(worker)})
+    find.close()
+    perf.close()
+
+
+def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    start_at = time.time() + 1.5  # after every interpreter has started
+    procs = [ctx.Process(target=_worker, args=(w, str(tmp_path), start_at)) for w in range(WORKERS)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    # A worker that hit "database is locked" (or any error) exits non-zero.
+    assert [p.exitcode for p in procs] == [0] * WORKERS
+
+    find = FindDb(DEVICE, user_dir=tmp_path, system_dir=tmp_path / "none")
+    records = {r.key: r for r in find.items()}
+    for w in range(WORKERS):
+        for i in range(DISTINCT):
+            record = records[_key(n=1 + i, c=w + 1)]
+            assert [(e.solver, e.time_ms, e.workspace_size) for e in record.entries] == [
+                (f"w{w}.solver", float(i), i),
+                ("common.two", i + 1.0, 0),
+            ]
+    # Every shared key holds exactly one writer's whole record: never a mix of two.
+    for s in range(SHARED):
+        record = records[_key(n=1 + s, c=64)]
+        owners = {e.workspace_size for e in record.entries}
+        assert len(owners) == 1 and len(record.entries) == 3
+        owner = owners.pop()
+        assert record.solvers == [f"w{owner}.solver.{j}" for j in range(3)]
+    assert len(records) == WORKERS * DISTINCT + SHARED
+    perf = PerfDb(DEVICE, user_dir=tmp_path, system_dir=tmp_path / "none")
+    assert len(list(perf.items())) == SHARED * WORKERS
+    for s in range(SHARED):
+        for w in range(WORKERS):
+            got = perf.get(_key(n=1 + s, c=64), f"w{w}.solver")
+            assert got is not None and got.perf_config == f'{{"w":{w}}}'
