@@ -212,6 +212,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     console = Console(highlight=False)
+    if not console.is_terminal:
+        # Piped or captured: no terminal width to respect, so never cut a cell short.
+        console = Console(highlight=False, width=200)
     if not records:
         where = ", ".join(str(p) for p in _layer_paths(find, layers))
         console.print(
@@ -222,7 +225,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
         # The key on its own line: tables would wrap it, and keys get copied into commands.
         console.print(f"[bold]{r.key}[/bold] ({r.layer})", soft_wrap=True)
         table = Table(show_edge=False, pad_edge=False)
-        for col in ("solver", "algorithm", "time ms", "spread", "runs", "workspace", "from"):
+        columns = ("solver", "algorithm", "time ms", "spread", "runs", "workspace", "from")
+        for col in (*columns, "written (UTC)"):
             table.add_column(col, no_wrap=col in ("solver", "time ms"))
         for e in r.entries:
             prov = e.provenance
@@ -236,7 +240,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
                 "" if e.spread_ms is None else f"{e.spread_ms:.2g}",
                 str(e.count) if e.count else "-",
                 f"{e.workspace_size:,}",
-                f"{origin} {prov.get('written_at', '')}".strip(),
+                origin,
+                prov.get("written_at", "")[:16].replace("T", " "),
             )
         console.print(table)
     if args.perf:
