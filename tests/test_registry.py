@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import types
 import warnings
 
@@ -115,3 +116,9 @@ def test_installed_solvers_match_installed_distributions() -> None:
     for s in miocore.solvers():
         family = s.distribution.removeprefix("miocore-")
         assert s.name.startswith(family + "."), s.name
+    expected = os.environ.get("MIOCORE_EXPECT_PLUGINS")
+    if expected is None:
+        pytest.skip("MIOCORE_EXPECT_PLUGINS is not set (tox sets it per environment)")
+    wanted = {name for name in expected.split(",") if name}
+    assert {p.name for p in reg.plugins if p.status == "active"} == wanted
+    assert {s.plugin for s in reg.solvers} == wanted
