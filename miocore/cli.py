@@ -79,8 +79,9 @@ class DriverFlag:
 
 #: MIOpenDriver's problem flags with its defaults. Depth flags only matter with ``-_ 3``.
 DRIVER_FLAGS: tuple[DriverFlag, ...] = (
-    DriverFlag("-_", "--spatial_dim", 2, "spatial dimensions: 2 (images) or 3 (volumes)",
-               choices=(2, 3)),
+    DriverFlag(
+        "-_", "--spatial_dim", 2, "spatial dimensions: 2 (images) or 3 (volumes)", choices=(2, 3)
+    ),
     DriverFlag("-n", "--batchsize", 100, "mini-batch size", minimum=1),
     DriverFlag("-c", "--in_channels", 3, "input channels", minimum=1),
     DriverFlag("-!", "--in_d", 32, "input depth (3-D)", minimum=1),
@@ -99,17 +100,33 @@ DRIVER_FLAGS: tuple[DriverFlag, ...] = (
     DriverFlag("-^", "--dilation_d", 1, "dilation, depth (3-D)", minimum=1),
     DriverFlag("-l", "--dilation_h", 1, "dilation, height", minimum=1),
     DriverFlag("-j", "--dilation_w", 1, "dilation, width", minimum=1),
-    DriverFlag("-%", "--trans_output_pad_d", 0, "transposed output padding, depth (3-D)",
-               minimum=0),
+    DriverFlag(
+        "-%", "--trans_output_pad_d", 0, "transposed output padding, depth (3-D)", minimum=0
+    ),
     DriverFlag("-Y", "--trans_output_pad_h", 0, "transposed output padding, height", minimum=0),
     DriverFlag("-X", "--trans_output_pad_w", 0, "transposed output padding, width", minimum=0),
     DriverFlag("-g", "--group_count", 1, "groups (C and K must be divisible by it)", minimum=1),
-    DriverFlag("-m", "--mode", "conv", "conv, or trans for a transposed convolution",
-               choices=("conv", "trans")),
-    DriverFlag("-F", "--forw", 0, "directions: 0 all, 1 forward, 2 backward data, 4 backward "
-               "weights, or a sum (3 = forward + backward data, ...)", minimum=0),
-    DriverFlag("-I", "--in_layout", "", "input layout: NCHW, NHWC (2-D), NCDHW, NDHWC (3-D); "
-               "default NCHW/NCDHW"),
+    DriverFlag(
+        "-m",
+        "--mode",
+        "conv",
+        "conv, or trans for a transposed convolution",
+        choices=("conv", "trans"),
+    ),
+    DriverFlag(
+        "-F",
+        "--forw",
+        0,
+        "directions: 0 all, 1 forward, 2 backward data, 4 backward "
+        "weights, or a sum (3 = forward + backward data, ...)",
+        minimum=0,
+    ),
+    DriverFlag(
+        "-I",
+        "--in_layout",
+        "",
+        "input layout: NCHW, NHWC (2-D), NCDHW, NDHWC (3-D); default NCHW/NCDHW",
+    ),
     DriverFlag("-O", "--out_layout", "", "output layout (default: the input layout)"),
     DriverFlag("-f", "--fil_layout", "", "filter layout (default: the input layout)"),
 )
@@ -136,10 +153,13 @@ def add_driver_arguments(parser: argparse.ArgumentParser) -> None:
             default=argparse.SUPPRESS,
             choices=flag.choices,
             metavar=metavar,
-            # '%' must be escaped in argparse help strings.
-            help=f"{flag.help} (default: {flag.default if flag.default != '' else 'see text'})"
-            .replace("%", "%%"),
+            help=_help_text(flag),
         )
+
+
+def _help_text(flag: DriverFlag) -> str:
+    text = flag.help if flag.default == "" else f"{flag.help} (default: {flag.default})"
+    return text.replace("%", "%%")  # argparse %-formats help strings
 
 
 def given_driver_flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -176,7 +196,8 @@ def _layout(values: dict[str, Any], dest: str, fallback: str, rank: int) -> str:
     if rank == 3:
         raw = {"NCHW": "NCDHW", "NHWC": "NDHWC"}.get(raw, raw)
     if raw not in LAYOUTS[rank]:
-        raise _bad(dest, values[dest], f"a {rank}-D problem takes one of {', '.join(LAYOUTS[rank])}")
+        choices = ", ".join(LAYOUTS[rank])
+        raise _bad(dest, values[dest], f"a {rank}-D problem takes one of {choices}")
     return raw
 
 
@@ -237,9 +258,7 @@ def build_problems(values: dict[str, Any], dtype: DataType | str) -> list[ConvPr
             value=tuple(filt),
         )
     y = conv.output_descriptor(x, w, layout=out_layout)
-    return [
-        ConvProblem(d, x=x, w=w, y=y, conv=conv) for d in parse_directions(values["forw"])
-    ]
+    return [ConvProblem(d, x=x, w=w, y=y, conv=conv) for d in parse_directions(values["forw"])]
 
 
 def describe_problem(problem: ConvProblem) -> str:
@@ -354,9 +373,11 @@ def _no_solver_error(registry: Any) -> MiocoreError:
     failed = [p for p in registry.plugins if p.status != "active"]
     extra = ""
     if failed:
-        extra = " Plugins that did not load: " + "; ".join(
-            f"{p.label} {p.status}: {p.error}" for p in failed
-        ) + "."
+        extra = (
+            " Plugins that did not load: "
+            + "; ".join(f"{p.label} {p.status}: {p.error}" for p in failed)
+            + "."
+        )
     return MiocoreError(
         "no solver plugin is installed, so nothing can solve a convolution. Install one "
         "(for example `pip install miocore-gemm`) or check MIOCORE_DISABLE_PLUGINS; "
@@ -431,11 +452,13 @@ def _solve_direction(
     )
     out(f"{title}: {problem.key}")
     how = "immediate mode, -S" if args.solution is not None else "find"
-    out(f"  solver:    {solution.solver} (id {solution.solver_id}, {solution.algorithm.value}; {how})")
+    algorithm = solution.algorithm.value
+    out(f"  solver:    {solution.solver} (id {solution.solver_id}, {algorithm}; {how})")
     kind = "estimate" if solution.is_estimate else "measured"
     stats = ""
     if solution.timing is not None:
-        stats = f", median of {solution.timing.count} runs, spread {solution.timing.spread_ms:.4g} ms"
+        t = solution.timing
+        stats = f", median of {t.count} runs, spread {t.spread_ms:.4g} ms"
     out(f"  time:      {_fmt_ms(solution.time_ms)} ({kind}{stats})")
     out(f"  GFLOP/s:   {_fmt_gflops(solution.gflops).removesuffix(' GFLOP/s')}")
     out(f"  workspace: {_fmt_bytes(solution.workspace_size)}")
@@ -460,23 +483,30 @@ def _solve_direction(
     except MiocoreError:
         raise
     except Exception as exc:
-        raise SolverRunError(f"solver {solution.solver} failed while running: "
-                             f"{type(exc).__name__}: {exc}") from exc
+        raise SolverRunError(
+            f"solver {solution.solver} failed while running: {type(exc).__name__}: {exc}"
+        ) from exc
     if result.timing is not None:
         t = result.timing
         gflops = problem.flops / (t.median_ms * 1e6) if t.median_ms > 0 else float("nan")
-        out(f"  timed:     median {_fmt_ms(t.median_ms)} over {t.count} iterations (min "
-            f"{t.min_ms:.4f} ms, max {t.max_ms:.4f} ms), {_fmt_gflops(gflops)}")
+        out(
+            f"  timed:     median {_fmt_ms(t.median_ms)} over {t.count} iterations (min "
+            f"{t.min_ms:.4f} ms, max {t.max_ms:.4f} ms), {_fmt_gflops(gflops)}"
+        )
     if args.verify:
         expected = reference.convolution(problem, **inputs)
         result.error = reference.relative_error(arrays[out_name], expected)
         result.tolerance = reference.tolerance(problem.dtype)
         if result.verified:
-            out(f"{title} Verifies OK on CPU reference (relative error {result.error:.3g} <= "
-                f"tolerance {result.tolerance:.3g})")
+            out(
+                f"{title} Verifies OK on CPU reference (relative error {result.error:.3g} <= "
+                f"tolerance {result.tolerance:.3g})"
+            )
         else:
-            out(f"{title} FAILED verification on CPU reference (relative error "
-                f"{result.error:.3g} > tolerance {result.tolerance:.3g})")
+            out(
+                f"{title} FAILED verification on CPU reference (relative error "
+                f"{result.error:.3g} > tolerance {result.tolerance:.3g})"
+            )
     return result
 
 
@@ -495,8 +525,9 @@ def run_conv(args: argparse.Namespace, registry: Any = None) -> int:
     if args.find_mode is not None:
         args.find_mode = FindMode.parse(args.find_mode, "--find-mode")
     if args.workspace_limit is not None and args.workspace_limit < 0:
-        raise InvalidArgumentError("must be >= 0 bytes", field="--workspace-limit",
-                                   value=args.workspace_limit)
+        raise InvalidArgumentError(
+            "must be >= 0 bytes", field="--workspace-limit", value=args.workspace_limit
+        )
     if args.solution in ("-1", ""):
         args.solution = None  # MIOpenDriver's "no solver chosen"
     problems = build_problems(driver_values(args), dtype)
@@ -526,13 +557,18 @@ def run_conv(args: argparse.Namespace, registry: Any = None) -> int:
         if result.verified is False:
             status = 1
     if args.json:
-        print(json.dumps({
-            "command": args.command,
-            "device": handle.device.identity,
-            "problem": describe_problem(problems[0]),
-            "results": [r.to_json() for r in results],
-            "ok": status == 0,
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "command": args.command,
+                    "device": handle.device.identity,
+                    "problem": describe_problem(problems[0]),
+                    "results": [r.to_json() for r in results],
+                    "ok": status == 0,
+                },
+                indent=2,
+            )
+        )
     return status
 
 
@@ -565,16 +601,23 @@ def _applicability_rows(handle: Any, problem: ConvProblem) -> list[dict[str, Any
     rows = []
     only = env.only_solver()
     for reg in handle.registry.solvers:
-        row: dict[str, Any] = {"solver": reg.name, "algorithm": reg.algorithm.value,
-                               "applicable": False, "workspace_size": None, "reason": ""}
+        row: dict[str, Any] = {
+            "solver": reg.name,
+            "algorithm": reg.algorithm.value,
+            "applicable": False,
+            "workspace_size": None,
+            "reason": "",
+        }
         rows.append(row)
         if handle.backend.name not in reg.solver.backends:
-            row["reason"] = (f"runs on {', '.join(sorted(reg.solver.backends))}, "
-                             f"not {handle.backend.name}")
+            row["reason"] = (
+                f"runs on {', '.join(sorted(reg.solver.backends))}, not {handle.backend.name}"
+            )
             continue
         try:
-            answer = normalize_applicability(reg.solver.is_applicable(handle.context,
-                                                                      problem.canonical))
+            answer = normalize_applicability(
+                reg.solver.is_applicable(handle.context, problem.canonical)
+            )
         except Exception as exc:  # a broken solver is reported, never fatal
             row["reason"] = f"is_applicable raised {type(exc).__name__}: {exc}"
             continue
@@ -610,8 +653,13 @@ def run_solvers(args: argparse.Namespace, registry: Any = None) -> int:
     handle = Handle(args.device, registry=reg) if problems else None
     solvers = _solver_rows(reg)
     failures = [
-        {"plugin": p.name, "distribution": p.distribution, "version": p.version,
-         "status": p.status, "error": p.error or ""}
+        {
+            "plugin": p.name,
+            "distribution": p.distribution,
+            "version": p.version,
+            "status": p.status,
+            "error": p.error or "",
+        }
         for p in reg.plugins
         if p.status != "active"
     ]
@@ -620,47 +668,78 @@ def run_solvers(args: argparse.Namespace, registry: Any = None) -> int:
         for p in problems
     ]
     if args.json:
-        print(json.dumps({"solvers": solvers, "plugin_failures": failures,
-                          "problems": applicability}, indent=2))
+        print(
+            json.dumps(
+                {"solvers": solvers, "plugin_failures": failures, "problems": applicability},
+                indent=2,
+            )
+        )
         return 0
 
     console = _stdout_console()
     if solvers:
         table = Table(title=f"Installed solvers ({len(solvers)})")
-        for col in ("name", "id", "algorithm", "dynamic", "tunable", "backends", "plugin",
-                    "distribution", "version"):
+        for col in (
+            "name",
+            "id",
+            "algorithm",
+            "dynamic",
+            "tunable",
+            "backends",
+            "plugin",
+            "distribution",
+            "version",
+        ):
             table.add_column(col, justify="right" if col == "id" else "left")
         for row in solvers:
-            table.add_row(row["name"], str(row["id"]), row["algorithm"],
-                          "yes" if row["dynamic"] else "no", "yes" if row["tunable"] else "no",
-                          ",".join(row["backends"]), row["plugin"], row["distribution"],
-                          row["version"])
+            table.add_row(
+                row["name"],
+                str(row["id"]),
+                row["algorithm"],
+                "yes" if row["dynamic"] else "no",
+                "yes" if row["tunable"] else "no",
+                ",".join(row["backends"]),
+                row["plugin"],
+                row["distribution"],
+                row["version"],
+            )
         console.print(table)
     else:
-        console.print("No solver plugin is installed: find has nothing to choose from. Install "
-                      "one (for example `pip install miocore-gemm`) or check "
-                      "MIOCORE_DISABLE_PLUGINS.")
+        console.print(
+            "No solver plugin is installed: find has nothing to choose from. Install "
+            "one (for example `pip install miocore-gemm`) or check "
+            "MIOCORE_DISABLE_PLUGINS."
+        )
     if failures:
         table = Table(title="Plugins not loaded")
         for col in ("plugin", "distribution", "version", "status", "error"):
             table.add_column(col)
         for row in failures:
-            table.add_row(row["plugin"], row["distribution"], row["version"], row["status"],
-                          row["error"])
+            table.add_row(
+                row["plugin"], row["distribution"], row["version"], row["status"], row["error"]
+            )
         console.print(table)
     if problems:
-        console.print(describe_problem(problems[0]))
+        console.print(describe_problem(problems[0]), soft_wrap=True)
     for entry in applicability:
         rows = entry["solvers"]
         applies = sum(r["applicable"] for r in rows)
-        title = (f"{entry['direction']} {entry['key']}: {applies} of {len(rows)} solvers apply")
-        table = Table(title=title)
+        console.print(
+            f"{entry['direction']} {entry['key']}: {applies} of {len(rows)} solvers apply",
+            soft_wrap=True,
+        )
+        table = Table()
         for col in ("solver", "algorithm", "applicable", "workspace", "reason"):
             table.add_column(col)
         for row in rows:
             ws = row["workspace_size"]
-            table.add_row(row["solver"], row["algorithm"], "yes" if row["applicable"] else "no",
-                          _fmt_bytes(ws) if ws is not None else "", row["reason"])
+            table.add_row(
+                row["solver"],
+                row["algorithm"],
+                "yes" if row["applicable"] else "no",
+                _fmt_bytes(ws) if ws is not None else "",
+                row["reason"],
+            )
         console.print(table)
     return 0
 
@@ -692,30 +771,75 @@ def build_parser() -> argparse.ArgumentParser:
         )
         add_driver_arguments(conv)
         run = conv.add_argument_group("running")
-        run.add_argument("-t", "--time", type=int, choices=(0, 1), default=0,
-                         help="time -i iterations of the chosen solution (default: 0)")
-        run.add_argument("-V", "--verify", type=int, choices=(0, 1), default=1,
-                         help="verify against the float64 reference (default: 1)")
-        run.add_argument("-i", "--iter", type=int, default=10,
-                         help="iterations timed with -t 1 (default: 10)")
-        run.add_argument("-s", "--search", type=int, choices=(0, 1), default=0,
-                         help="1: exhaustive search (tune tunable solvers) (default: 0)")
-        run.add_argument("-S", "--solution", default=None, metavar="SOLVER",
-                         help="run this solver (name or id) in immediate mode instead of find; "
-                         "-1: none (default)")
-        run.add_argument("--device", default="cpu",
-                         help="cpu, cuda, cuda:N, hip, hip:N (default: cpu)")
-        run.add_argument("--find-mode", default=None, metavar="MODE",
-                         help="NORMAL, FAST, HYBRID, DYNAMIC_HYBRID or 1/2/3/5 (default: "
-                         "$MIOCORE_FIND_MODE, else DYNAMIC_HYBRID)")
-        run.add_argument("--workspace-limit", type=int, default=None, metavar="BYTES",
-                         help="consider only solutions needing at most this much workspace")
-        run.add_argument("--user-db-path", default=None, metavar="DIR",
-                         help="user database folder (default: $MIOCORE_USER_DB_PATH)")
-        run.add_argument("--seed", type=int, default=0,
-                         help="random seed of the data used for timing and verification")
-        run.add_argument("--explain", action="store_true",
-                         help="also print every solution found and the find report")
+        run.add_argument(
+            "-t",
+            "--time",
+            type=int,
+            choices=(0, 1),
+            default=0,
+            help="time -i iterations of the chosen solution (default: 0)",
+        )
+        run.add_argument(
+            "-V",
+            "--verify",
+            type=int,
+            choices=(0, 1),
+            default=1,
+            help="verify against the float64 reference (default: 1)",
+        )
+        run.add_argument(
+            "-i", "--iter", type=int, default=10, help="iterations timed with -t 1 (default: 10)"
+        )
+        run.add_argument(
+            "-s",
+            "--search",
+            type=int,
+            choices=(0, 1),
+            default=0,
+            help="1: exhaustive search (tune tunable solvers) (default: 0)",
+        )
+        run.add_argument(
+            "-S",
+            "--solution",
+            default=None,
+            metavar="SOLVER",
+            help="run this solver (name or id) in immediate mode instead of find; "
+            "-1: none (default)",
+        )
+        run.add_argument(
+            "--device", default="cpu", help="cpu, cuda, cuda:N, hip, hip:N (default: cpu)"
+        )
+        run.add_argument(
+            "--find-mode",
+            default=None,
+            metavar="MODE",
+            help="NORMAL, FAST, HYBRID, DYNAMIC_HYBRID or 1/2/3/5 (default: "
+            "$MIOCORE_FIND_MODE, else DYNAMIC_HYBRID)",
+        )
+        run.add_argument(
+            "--workspace-limit",
+            type=int,
+            default=None,
+            metavar="BYTES",
+            help="consider only solutions needing at most this much workspace",
+        )
+        run.add_argument(
+            "--user-db-path",
+            default=None,
+            metavar="DIR",
+            help="user database folder (default: $MIOCORE_USER_DB_PATH)",
+        )
+        run.add_argument(
+            "--seed",
+            type=int,
+            default=0,
+            help="random seed of the data used for timing and verification",
+        )
+        run.add_argument(
+            "--explain",
+            action="store_true",
+            help="also print every solution found and the find report",
+        )
         run.add_argument("--json", action="store_true", help="print one JSON document")
         run.add_argument("--quiet", action="store_true", help="no progress display")
         conv.set_defaults(handler=run_conv)
@@ -729,8 +853,12 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     add_driver_arguments(solvers)
-    solvers.add_argument("--dtype", default=None, type=lambda v: DataType.parse(v, "--dtype"),
-                         help="element type of the problem: float32 (default), float16, bfloat16")
+    solvers.add_argument(
+        "--dtype",
+        default=None,
+        type=lambda v: DataType.parse(v, "--dtype"),
+        help="element type of the problem: float32 (default), float16, bfloat16",
+    )
     solvers.add_argument("--device", default="cpu", help="device to check against (default: cpu)")
     solvers.add_argument("--json", action="store_true", help="print JSON instead of tables")
     solvers.set_defaults(handler=run_solvers)
