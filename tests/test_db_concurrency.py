@@ -88,3 +88,36 @@ def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
         for w in range(WORKERS):
             got = perf.get(_key(n=1 + s, c=64), f"w{w}.solver")
             assert got is not None and got.perf_config == f'{{"w":{w}}}'
+
+
+def _recovering_worker(worker: int, user_dir: str, start_at: float) -> None:
+    import warnings
+
+    warnings.simplefilter("ignore")  # each may or may not be the one that sets the file aside
+    time.sleep(max(0.0, start_at - time.time()))
+    find = FindDb(DEVICE, user_dir=Path(user_dir), system_dir=Path(user_dir) / "none")
+    for i in range(40):
+        find.write(
+            _key(n=1 + i, c=worker + 1),
+            [FindDbEntry(solver=f"w{worker}.s", algorithm="gemm", time_ms=1.0, workspace_size=0)],
+        )
+    find.close()
+
+
+def test_concurrent_writers_recover_a_corrupt_file_once(tmp_path: Path) -> None:
+    (tmp_path / f"{DEVICE}.db").write_bytes(b"\xde\xad\xbe\xef" * 4096)
+    ctx = multiprocessing.get_context("spawn")
+    start_at = time.time() + 1.5
+    procs = [
+        ctx.Process(target=_recovering_worker, args=(w, str(tmp_path), start_at))
+        for w in range(WORKERS)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0] * WORKERS
+    # One process set the garbage aside; the others did not move its fresh file away again.
+    assert len(list(tmp_path.glob(f"{DEVICE}.db.corrupt-*"))) == 1
+    find = FindDb(DEVICE, user_dir=tmp_path, system_dir=tmp_path / "none")
+    assert len(find.keys()) == WORKERS * 40

@@ -173,6 +173,8 @@ class Store:
         self._conn: sqlite3.Connection | None = None
         self._conn_pid = 0
         self._conn_sig: tuple[int, int] | None = None
+        # The file last opened or used: what a corruption found now refers to.
+        self._last_sig: tuple[int, int] | None = None
         # System layer: the signature of a file found corrupt, so it is warned about once.
         self._bad_sig: tuple[int, int] | None = None
 
@@ -220,9 +222,10 @@ class Store:
                     raise DatabaseError(
                         f"{self.layer} database error: {exc}", field="path", value=str(self.path)
                     ) from exc
+                bad_sig = self._last_sig
                 self._drop()
                 if not self.writable:
-                    self._bad_sig = _signature(self.path)
+                    self._bad_sig = bad_sig
                     _warn(
                         f"system database {self.path} is corrupt ({exc}); ignoring it "
                         "(reinstall miocore or fix MIOCORE_SYSTEM_DB_PATH)"
@@ -234,7 +237,7 @@ class Store:
                         field="path",
                         value=str(self.path),
                     ) from exc
-                self._set_aside(str(exc))
+                self._set_aside(str(exc), bad_sig)
                 recovered = True
 
     @staticmethod
@@ -257,7 +260,7 @@ class Store:
         self._conn_sig = None
 
     def _connection(self, *, create: bool) -> sqlite3.Connection | None:
-        sig = _signature(self.path)
+        sig = self._last_sig = _signature(self.path)
         if self._conn is not None:
             # A connection inherited through fork() must not be used; a replaced file must be
             # reopened, or we would keep reading the inode that was set aside.
@@ -274,7 +277,7 @@ class Store:
             conn = self._open_user(create=sig is None)
         self._conn = conn
         self._conn_pid = os.getpid()
-        self._conn_sig = _signature(self.path)
+        self._conn_sig = self._last_sig = _signature(self.path)
         return conn
 
     def _open_system(self) -> sqlite3.Connection:
@@ -337,7 +340,7 @@ class Store:
         # NORMAL is safe with WAL: a power cut may lose the last commits, never corrupt the file.
         conn.execute("PRAGMA synchronous=NORMAL")
         if version < SCHEMA_VERSION:
-            self._transaction(conn, _create_schema)
+            self._transaction(conn, functools.partial(_create_schema, path=self.path))
 
     def _check(self, conn: sqlite3.Connection) -> None:
         try:
@@ -352,10 +355,12 @@ class Store:
             problems = "; ".join(str(r[0]) for r in rows[:3])
             raise _Corrupt(f"integrity check failed: {problems}")
 
-    def _set_aside(self, reason: str) -> None:
+    def _set_aside(self, reason: str, bad_sig: tuple[int, int] | None) -> None:
         sig = _signature(self.path)
-        if sig is None:
-            return  # another process already moved it; the retry creates a new one
+        if sig is None or (bad_sig is not None and sig != bad_sig):
+            # Another process already moved the corrupt file away (and maybe started a new
+            # one, which must not be moved in its turn); the retry opens what is there now.
+            return
         aside = self.path.with_name(f"{self.path.name}.corrupt-{utc_stamp()}-{os.getpid()}")
         try:
             os.replace(self.path, aside)
@@ -393,10 +398,10 @@ def _check_version(version: int, path: Path) -> None:
         )
 
 
-def _create_schema(conn: sqlite3.Connection) -> None:
+def _create_schema(conn: sqlite3.Connection, path: Path) -> None:
     # Re-read inside the write lock: another process may have created it meanwhile.
     version = conn.execute("PRAGMA user_version").fetchone()[0]
-    _check_version(version, Path("?"))
+    _check_version(version, path)
     if version == SCHEMA_VERSION:
         return
     for statement in _SCHEMA.split(";"):
