@@ -108,14 +108,14 @@ def tolerance(dtype: DataType | str) -> float:
 
 
 def random_inputs(
-    problem: ConvProblem, rng: np.random.Generator | int | None = None
+    problem: ConvProblem, seed: np.random.Generator | int | None = None
 ) -> dict[str, np.ndarray]:
     """Random x, w and y arrays for ``problem`` with the descriptors' dtypes and strides.
 
     Values are uniform in [-1, 1), never all zero. Arrays are in logical order, with the memory
     order the descriptors' layouts give (an NHWC tensor is an (N, H, W, C) buffer, transposed).
     """
-    gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+    gen = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     return {name: random_array(getattr(problem, name), gen) for name in ("x", "w", "y")}
 
 
