@@ -23,7 +23,12 @@ from typing import Any
 
 from miocore.descriptors import LAYOUTS, ConvolutionDescriptor, TensorDescriptor
 from miocore.dtypes import DataType
-from miocore.errors import InvalidArgumentError, MiocoreError
+from miocore.errors import (
+    InvalidArgumentError,
+    MiocoreError,
+    NoApplicableSolverError,
+    NotApplicableError,
+)
 from miocore.problem import ConvProblem, Direction
 
 PROG = "miocore"
@@ -551,11 +556,16 @@ def run_conv(args: argparse.Namespace, registry: Any = None) -> int:
             result = _solve_direction(handle, problem, args, out)
         except SolverRunError as exc:
             print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
-            status = 1
+            status = max(status, 1)
+            continue
+        except (NoApplicableSolverError, NotApplicableError) as exc:
+            # This direction cannot be solved; the others may still be.
+            print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
+            status = 2
             continue
         results.append(result)
         if result.verified is False:
-            status = 1
+            status = max(status, 1)
     if args.json:
         print(
             json.dumps(
