@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -16,6 +17,7 @@ from miocore import env
 from miocore.backends import open_backend
 from miocore.errors import (
     InvalidArgumentError,
+    InvalidEnvironmentError,
     NoApplicableSolverError,
     NotApplicableError,
     UnknownSolverError,
@@ -537,19 +539,29 @@ class Handle:
     ) -> list[Solution]:
         canon = problem.canonical
         arrays = self._find_buffers(problem, buffers)
-        # Likely winners first, so the cut-off for hopeless candidates has a reference.
-        def predicted(c: _Candidate) -> float:
+        # Likely winners first, so the cut-offs for hopeless candidates have a reference.
+        ideal = self.context.ideal_ms(canon)
+        predicted: dict[str, float] = {}
+        for c in candidates:
             try:
                 score = float(c.reg.solver.wti(self.context, canon))
             except Exception:
                 score = -1.0
-            return -score if score > 0 else 1.0
-        ordered = sorted(candidates, key=lambda c: (predicted(c), c.reg.name))
+            predicted[c.reg.name] = ideal / score if score > 0 and np.isfinite(score) else float("inf")
+        ordered = sorted(candidates, key=lambda c: (predicted[c.reg.name], c.reg.name))
+        prune = _prune_factor()
         out: list[Solution] = []
         best = float("inf")
         for done, cand in enumerate(ordered):
             if progress is not None:
                 progress(done, len(ordered), cand.reg.name)
+            guess = predicted[cand.reg.name]
+            if prune and np.isfinite(guess) and guess > prune * best:
+                report.skipped[cand.reg.name] = (
+                    f"pruned: its WTI predicts {guess:.4g} ms, over {prune:g}x the best measured "
+                    f"{best:.4g} ms"
+                )
+                continue
             try:
                 config = cand.perf_config
                 if isinstance(cand.reg.solver, TunableSolver) and _should_tune(
@@ -702,6 +714,21 @@ class Handle:
         if max_results is not None:
             items = items[:max_results]
         return Solutions(items, report)
+
+
+def _prune_factor() -> float:
+    """``MIOCORE_FIND_PRUNE_FACTOR`` (default 20; 0 turns pruning off)."""
+    raw = os.environ.get("MIOCORE_FIND_PRUNE_FACTOR", "").strip()
+    if not raw:
+        return 20.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if value != 0 and value < 1:
+        raise InvalidEnvironmentError("expected 0 (off) or a factor >= 1",
+                                      field="MIOCORE_FIND_PRUNE_FACTOR", value=raw)
+    return value
 
 
 def _should_tune(enforce: FindEnforce, exhaustive: bool, has_entry: bool) -> bool:

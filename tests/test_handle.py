@@ -261,3 +261,18 @@ def test_sort_by_workspace_and_max_results() -> None:
     assert [s.solver for s in sols] == ["test.quick_big"]
     assert sols[0].timing is not None and sols[0].timing.count >= 3
     assert sols[0].timing.min_ms <= sols[0].time_ms <= sols[0].timing.max_ms
+
+
+def test_find_prunes_candidates_whose_wti_says_they_cannot_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    quick = TimedSolver("test.quick", wti=0.9)
+    hopeless = TimedSolver("test.hopeless", wti=1e-6)
+    h = Handle("cpu", registry=Registry.from_solvers([quick, hopeless]))
+    sols = h.find_solutions(PROBLEM, find_mode="NORMAL")
+    assert [s.solver for s in sols] == ["test.quick"] and hopeless.runs == 0
+    assert sols.report.skipped["test.hopeless"].startswith("pruned: its WTI predicts")
+    monkeypatch.setenv("MIOCORE_FIND_PRUNE_FACTOR", "0")
+    sols = h.find_solutions(PROBLEM, find_mode="NORMAL")
+    assert {s.solver for s in sols} == {"test.quick", "test.hopeless"}
+    monkeypatch.setenv("MIOCORE_FIND_PRUNE_FACTOR", "0.5")
+    with pytest.raises(miocore.InvalidEnvironmentError, match="MIOCORE_FIND_PRUNE_FACTOR"):
+        h.find_solutions(PROBLEM, find_mode="NORMAL")
