@@ -1,0 +1,527 @@
+"""The Winograd engine: plans (shapes, sub-problems, workspace layout) and their execution.
+
+Every problem is reduced to stride-1 correlations with filters of at most ``R_MAX`` taps per
+axis, computed as ``F(m x m, r x r)`` Winograd runs on a zero-padded NHWC float32 copy of the
+input:
+
+* **Filter splitting** (RxS): a filter axis longer than ``R_MAX`` is cut into pieces of
+  ``R_MAX`` taps, the last zero-padded; piece ``c`` reads the input shifted by ``R_MAX * c``.
+* **Stride phases**: with stride ``s``, tap ``k = s*q + ph`` reads ``x[s*(o + q) + ph]``, so a
+  strided convolution is the sum over phases ``ph`` of stride-1 correlations of the phase
+  sub-image ``x[ph::s]`` with the phase sub-filter ``w[ph::s]``.
+
+Pieces and phases of the contraction side become extra *virtual channels*: the GEMM stage runs
+once over ``C * pieces * phases`` channels, so they cost no extra passes. Backward data is a
+full correlation of ``dy`` with the flipped, channel-transposed filter, one run per output phase
+of ``dx`` (stride phases of the output are disjoint). Backward weights uses ``F(r, m)`` with
+``dy`` tiles in the role of the filter: both ``x`` and ``dy`` tiles are transformed, products
+are summed over batch and tiles by a GEMM, and ``A^T`` of ``F(r, m)`` maps the sum back to the
+``r x r`` filter taps.
+
+Each run processes tiles in chunks (perf config ``block``) so that the transform buffers stay
+in cache: per chunk one strided gather per virtual channel, one GEMM for the input transform
+(Kronecker form), one batched GEMM ``(alpha^2 * G, P, C) x (alpha^2 * G, C, K)`` and one GEMM for
+the output transform, then a scatter into the caller's tensor.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from miocore import ConvProblem, Direction, WorkspaceError
+from miocore_winograd.transforms import kron_transforms
+
+#: Largest filter piece per axis: filters are split into pieces of this many taps.
+R_MAX = 3
+#: Buffers start on cache-line boundaries.
+_ALIGN = 64
+_F32 = 4
+
+
+@dataclass(frozen=True)
+class Term:
+    """One virtual channel along one axis: where it starts reading and which taps it holds."""
+
+    offset: int  # source row of the sub-image's row 0
+    taps: tuple[int, ...]  # filter index of each of the r taps, -1 for a zero tap
+
+
+@dataclass(frozen=True)
+class AxisRun:
+    """One axis of one Winograd run: tile ``m``, piece ``r``, sub-image step, outputs and terms."""
+
+    m: int
+    r: int
+    step: int  # source rows between consecutive sub-image rows (the stride for phases)
+    count: int  # outputs this run produces along the axis
+    terms: tuple[Term, ...]
+    out_start: int = 0  # where output 0 of the run lands in the written tensor
+    out_step: int = 1
+
+    @property
+    def alpha(self) -> int:
+        """Transformed tile size ``m + r - 1``."""
+        return self.m + self.r - 1
+
+    @property
+    def tiles(self) -> int:
+        """Tiles covering ``count`` outputs."""
+        return -(-self.count // self.m)
+
+    @property
+    def src_extent(self) -> int:
+        """Source rows the run reads (one past the last)."""
+        if not self.terms:
+            return 0
+        last = self.m * self.tiles + self.r - 2
+        return max(t.offset for t in self.terms) + self.step * last + 1
+
+
+def _pieces(eff: Sequence[int], r: int) -> list[tuple[int, tuple[int, ...]]]:
+    """Cut an effective stride-1 tap list into ``r``-tap pieces: ``(start, taps)``."""
+    out = []
+    for c in range(0, len(eff), r):
+        taps = tuple(eff[c : c + r])
+        out.append((c, taps + (-1,) * (r - len(taps))))
+    return out
+
+
+def forward_axis(
+    filt: int, pad: int, stride: int, out: int, m: int
+) -> tuple[AxisRun, int]:
+    """Forward (and backward-weights) axis: every stride phase and piece as virtual channels.
+
+    Returns the run and the left padding of the source buffer.
+    """
+    phases = [list(range(ph, filt, stride)) for ph in range(stride)]
+    phases = [(ph, eff) for ph, eff in enumerate(phases) if eff]
+    r = min(R_MAX, max(len(eff) for _, eff in phases))
+    terms = tuple(
+        Term(offset=ph + stride * c, taps=taps)
+        for ph, eff in phases
+        for c, taps in _pieces(eff, r)
+    )
+    return AxisRun(m=m, r=r, step=stride, count=out, terms=terms), pad
+
+
+def backward_data_axis(
+    filt: int, pad: int, stride: int, size_in: int, m: int
+) -> tuple[list[AxisRun], int]:
+    """Backward-data axis: one run per output phase of dx (a full correlation of dy with the
+    flipped phase sub-filter). Returns the runs and the left padding of the dy source buffer.
+
+    A phase with no taps (stride > filter) is a run without terms: its dx positions are zero.
+    """
+    runs = []
+    specs = []
+    for ph in range(stride):
+        eff = list(range(ph, filt, stride))
+        u0 = max(0, -(-(pad - ph) // stride))
+        u1 = (size_in - 1 + pad - ph) // stride
+        if u1 < u0:
+            continue
+        specs.append((ph, eff[::-1], u0, u1 - u0 + 1))
+    left = max([len(eff) - 1 for _, eff, _, _ in specs if eff] + [0])
+    for ph, eff, u0, count in specs:
+        out_start = stride * u0 + ph - pad
+        if not eff:
+            runs.append(AxisRun(m, 1, 1, count, (), out_start, stride))
+            continue
+        r = min(R_MAX, len(eff))
+        base = left + u0 - (len(eff) - 1)
+        terms = tuple(Term(offset=base + c, taps=taps) for c, taps in _pieces(eff, r))
+        runs.append(AxisRun(m, r, 1, count, terms, out_start, stride))
+    return runs, left
+
+
+@dataclass(frozen=True)
+class Run:
+    """One 2-D Winograd run: a y axis and an x axis."""
+
+    y: AxisRun
+    x: AxisRun
+
+    @property
+    def virtual(self) -> int:
+        """Virtual channels per real channel (pieces x phases on both axes)."""
+        return len(self.y.terms) * len(self.x.terms)
+
+    @property
+    def empty(self) -> bool:
+        """True for a run with no taps: its outputs are zero."""
+        return self.virtual == 0
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A rectangle of tiles: images ``n0 .. n0+nb`` and tile rows ``ty0 .. ty0+tyb``."""
+
+    n0: int
+    nb: int
+    ty0: int
+    tyb: int
+
+
+def chunks(n: int, tiles_y: int, tiles_x: int, block: int) -> Iterator[Chunk]:
+    """Split ``n x tiles_y x tiles_x`` tiles into chunks of about ``block`` tiles (whole tile
+    rows; whole images once a chunk holds an image)."""
+    rows = max(1, block // max(1, tiles_x))
+    if rows >= tiles_y:
+        nb = max(1, min(n, rows // tiles_y))
+        for n0 in range(0, n, nb):
+            yield Chunk(n0, min(nb, n - n0), 0, tiles_y)
+    else:
+        for n0 in range(n):
+            for ty0 in range(0, tiles_y, rows):
+                yield Chunk(n0, 1, ty0, min(rows, tiles_y - ty0))
+
+
+def max_chunk_tiles(n: int, tiles_y: int, tiles_x: int, block: int) -> int:
+    """Most tiles any chunk of :func:`chunks` holds."""
+    return max(c.nb * c.tyb for c in chunks(n, tiles_y, tiles_x, block)) * tiles_x
+
+
+@dataclass
+class Layout:
+    """Named float32 buffers inside the workspace, each aligned to 64 bytes."""
+
+    offsets: dict[str, tuple[int, int]] = field(default_factory=dict)
+    total: int = 0
+
+    def add(self, name: str, elements: int) -> None:
+        """Reserve ``elements`` float32 values under ``name`` (keeps the larger of two asks)."""
+        nbytes = elements * _F32
+        if name in self.offsets:
+            start, old = self.offsets[name]
+            if nbytes <= old:
+                return
+            raise AssertionError(f"buffer {name} grew after layout")  # plans add max sizes
+        start = -(-self.total // _ALIGN) * _ALIGN
+        self.offsets[name] = (start, nbytes)
+        self.total = start + nbytes
+
+    def view(self, workspace: np.ndarray, name: str, shape: Sequence[int]) -> np.ndarray:
+        """A float32 view of buffer ``name`` with ``shape`` (at most its reserved size)."""
+        start, nbytes = self.offsets[name]
+        count = math.prod(shape)
+        assert count * _F32 <= nbytes, (name, shape, nbytes)
+        return workspace[start : start + count * _F32].view(np.float32).reshape(shape)
+
+
+@dataclass
+class Plan:
+    """Everything the invoker needs for one problem and perf config, fixed at solution time."""
+
+    direction: Direction
+    n: int
+    groups: int
+    cg: int  # input channels per group
+    kg: int  # output channels per group
+    filt: tuple[int, int]
+    runs: list[Run]
+    src_shape: tuple[int, ...]  # padded NHWC source (x, or dy for backward data)
+    src_pad: tuple[int, int]
+    block: int
+    layout: Layout
+    dy_shape: tuple[int, ...] = ()  # backward weights: zero-padded dy tiles
+    flops_gemm: float = 0.0
+    flops_transform: float = 0.0
+    bytes_moved: float = 0.0
+
+
+def make_plan(problem: ConvProblem, tile: int, block: int) -> Plan:
+    """Plan ``problem`` (canonical, 2-D, dilation 1) with output tile ``tile`` per axis."""
+    p = problem
+    (hi, wi), (ho, wo), (fy, fx) = p.in_spatial, p.out_spatial, p.filter_spatial
+    (py, px), (sy, sx) = p.conv.pads, p.conv.strides
+    g = p.groups
+    cg, kg = p.c // g, p.k // g
+    layout = Layout()
+    if p.direction is Direction.BACKWARD_DATA:
+        yruns, ly = backward_data_axis(fy, py, sy, hi, tile)
+        xruns, lx = backward_data_axis(fx, px, sx, wi, tile)
+        runs = [Run(a, b) for a in yruns for b in xruns]
+        c_in, c_out = kg, cg
+        src_rows = max([ly + ho] + [r.src_extent for r in yruns])
+        src_cols = max([lx + wo] + [r.src_extent for r in xruns])
+        pads = (ly, lx)
+    else:
+        ay, pad_y = forward_axis(fy, py, sy, ho, tile)
+        ax, pad_x = forward_axis(fx, px, sx, wo, tile)
+        runs = [Run(ay, ax)]
+        c_in, c_out = cg, kg
+        src_rows, src_cols = ay.src_extent, ax.src_extent
+        pads = (pad_y, pad_x)
+    src_shape = (p.n, src_rows, src_cols, g, c_in)
+    layout.add("src", math.prod(src_shape))
+    plan = Plan(
+        direction=p.direction,
+        n=p.n,
+        groups=g,
+        cg=cg,
+        kg=kg,
+        filt=(fy, fx),
+        runs=runs,
+        src_shape=src_shape,
+        src_pad=pads,
+        block=block,
+        layout=layout,
+    )
+    live = [r for r in runs if not r.empty]
+    if p.direction is Direction.BACKWARD_WEIGHTS:
+        run = runs[0]
+        dy_shape = (p.n, run.y.tiles * run.y.m, run.x.tiles * run.x.m, g, kg)
+        plan.dy_shape = dy_shape
+        layout.add("dy", math.prod(dy_shape))
+    sizes: dict[str, int] = {}
+    for run in live:
+        a2 = run.y.alpha * run.x.alpha
+        m2 = run.y.m * run.x.m
+        r2 = run.y.r * run.x.r
+        vc = run.virtual * c_in
+        pc = max_chunk_tiles(p.n, run.y.tiles, run.x.tiles, block)
+        ptot = p.n * run.y.tiles * run.x.tiles
+        need = {
+            "a": a2 * g * pc * max(vc, c_out),
+            "b": g * pc * max(a2 * vc, m2 * c_out),
+        }
+        if p.direction is Direction.BACKWARD_WEIGHTS:
+            need.update(
+                dyt=m2 * g * pc * c_out,
+                vdy=a2 * g * pc * c_out,
+                macc=a2 * g * vc * c_out,
+                mtmp=a2 * g * vc * c_out if ptot > pc else 0,
+                taps=r2 * g * vc * c_out,
+            )
+            plan.flops_transform += 2 * ptot * g * (a2 * a2 * vc + a2 * m2 * c_out)
+            plan.flops_transform += 2 * r2 * a2 * g * vc * c_out
+        else:
+            need.update(pieces=r2 * g * vc * c_out, u=a2 * g * vc * c_out)
+            plan.flops_transform += 2 * ptot * g * (a2 * a2 * vc + m2 * a2 * c_out)
+            plan.flops_transform += 2 * a2 * r2 * g * vc * c_out
+        plan.flops_gemm += 2 * a2 * ptot * g * vc * c_out
+        # gather writes + transform reads/writes + GEMM output + output scatter, in float32
+        plan.bytes_moved += _F32 * ptot * g * (4 * a2 * vc + 3 * a2 * c_out + 2 * m2 * c_out)
+        for name, value in need.items():
+            sizes[name] = max(sizes.get(name, 0), value)
+    for name, value in sizes.items():
+        if value:
+            layout.add(name, value)
+    plan.bytes_moved += _F32 * 2 * math.prod(src_shape)
+    return plan
+
+
+# -- execution ------------------------------------------------------------------------------
+
+
+def _split(a: np.ndarray, axis: int, parts: tuple[int, int]) -> np.ndarray:
+    """View axis ``axis`` of ``a`` as two axes ``parts`` (always possible without a copy)."""
+    shape = list(a.shape)
+    strides = list(a.strides)
+    outer, inner = parts
+    shape[axis : axis + 1] = [outer, inner]
+    strides[axis : axis + 1] = [strides[axis] * inner, strides[axis]]
+    return as_strided(a, shape=shape, strides=strides)
+
+
+def _fill_padded(dst: np.ndarray, src: np.ndarray, top: int, left: int) -> None:
+    """Copy ``src`` (N, H, W, G, C) into ``dst`` at ``(top, left)``, clipped; zero the margins."""
+    rows = max(0, min(src.shape[1], dst.shape[1] - top))
+    cols = max(0, min(src.shape[2], dst.shape[2] - left))
+    dst[:, :top] = 0
+    dst[:, top + rows :] = 0
+    dst[:, top : top + rows, :left] = 0
+    dst[:, top : top + rows, left + cols :] = 0
+    np.copyto(dst[:, top : top + rows, left : left + cols], src[:, :rows, :cols], casting="unsafe")
+
+
+def _gather(
+    dst: np.ndarray, src: np.ndarray, run: Run, chunk: Chunk, tiles_x: int, size: tuple[int, int]
+) -> None:
+    """Copy the tiles of every virtual channel of ``chunk`` into ``dst``.
+
+    ``dst`` is ``(size_y, size_x, G, nb, tyb, Tx, V, C)``; a tile of virtual channel ``(ty, tx)``
+    starts at source row ``offset + step * m * tile`` and samples every ``step`` rows.
+    """
+    sn, sh, sw, sg, sc = src.strides
+    y, x = run.y, run.x
+    _, _, g, nb, tyb, _, _, c = dst.shape
+    v = 0
+    for ty in y.terms:
+        for tx in x.terms:
+            base = src[chunk.n0 :, ty.offset + y.step * y.m * chunk.ty0 :, tx.offset :]
+            view = as_strided(
+                base,
+                shape=(size[0], size[1], g, nb, tyb, tiles_x, c),
+                strides=(y.step * sh, x.step * sw, sg, sn, y.step * y.m * sh, x.step * x.m * sw, sc),
+            )
+            np.copyto(dst[:, :, :, :, :, :, v, :], view)
+            v += 1
+
+
+def _scatter(
+    out: np.ndarray, tiles: np.ndarray, run: Run, chunk: Chunk
+) -> None:
+    """Write output tiles ``(my, mx, G, nb, tyb, Tx, K)`` into ``out`` ``(N, Ho, Wo, G, K)``
+    (the run's own output grid, already offset and strided), cropping partial tiles."""
+    my, mx = run.y.m, run.x.m
+    nsl = slice(chunk.n0, chunk.n0 + chunk.nb)
+    for i in range(my):
+        first = my * chunk.ty0 + i
+        cy = max(0, min(chunk.tyb, -(-(run.y.count - first) // my)))
+        if not cy:
+            continue
+        for j in range(mx):
+            cx = max(0, -(-(run.x.count - j) // mx))
+            if not cx:
+                continue
+            target = out[nsl, first : first + my * (cy - 1) + 1 : my, j : j + mx * (cx - 1) + 1 : mx]
+            np.copyto(
+                target, tiles[i, j, :, :, :cy, :cx].transpose(1, 2, 3, 0, 4), casting="unsafe"
+            )
+
+
+def _filter_pieces(dst: np.ndarray, weights: np.ndarray, run: Run) -> None:
+    """Fill ``dst`` ``(ry, rx, G, V, Cin, Kout)`` with the filter taps of every virtual channel
+    (zero taps where a piece is padded). ``weights`` is ``(G, Kout, Cin, R, S)``."""
+    dst[...] = 0
+    v = 0
+    for ty in run.y.terms:
+        for tx in run.x.terms:
+            for a, ky in enumerate(ty.taps):
+                if ky < 0:
+                    continue
+                for b, kx in enumerate(tx.taps):
+                    if kx >= 0:
+                        np.copyto(
+                            dst[a, b, :, v], weights[:, :, :, ky, kx].transpose(0, 2, 1)
+                        )
+            v += 1
+
+
+def _output_grid(out5: np.ndarray, run: Run) -> np.ndarray:
+    """The part of ``out5`` ``(N, H, W, G, K)`` a run writes (phase positions for backward data)."""
+    y, x = run.y, run.x
+    ys = slice(y.out_start, y.out_start + y.out_step * (y.count - 1) + 1, y.out_step)
+    xs = slice(x.out_start, x.out_start + x.out_step * (x.count - 1) + 1, x.out_step)
+    return out5[:, ys, xs]
+
+
+def _run_correlation(
+    plan: Plan, run: Run, src: np.ndarray, weights: np.ndarray, out: np.ndarray, ws: np.ndarray
+) -> None:
+    """Forward-style run: ``out (N, Ho, Wo, G, Kout) = sum_v corr(src_v, w_v)``."""
+    y, x = run.y, run.x
+    g, kout, cin = weights.shape[:3]
+    a_t, g_mat, b_t = kron_transforms(y.m, y.r, x.m, x.r)
+    a2, m2, r2 = y.alpha * x.alpha, y.m * x.m, y.r * x.r
+    v = run.virtual
+    vc = v * cin
+    lay = plan.layout
+    pieces = lay.view(ws, "pieces", (y.r, x.r, g, v, cin, kout))
+    _filter_pieces(pieces, weights, run)
+    u = lay.view(ws, "u", (a2, g, vc, kout))
+    np.matmul(g_mat, pieces.reshape(r2, -1), out=u.reshape(a2, -1))
+    for chunk in chunks(plan.n, y.tiles, x.tiles, plan.block):
+        pc = chunk.nb * chunk.tyb * x.tiles
+        d = lay.view(ws, "a", (a2, g, pc, vc))
+        _gather(d.reshape(y.alpha, x.alpha, g, chunk.nb, chunk.tyb, x.tiles, v, cin), src, run, chunk, x.tiles, (y.alpha, x.alpha))
+        vt = lay.view(ws, "b", (a2, g, pc, vc))
+        np.matmul(b_t, d.reshape(a2, -1), out=vt.reshape(a2, -1))
+        mm = lay.view(ws, "a", (a2, g, pc, kout))
+        np.matmul(vt, u, out=mm)
+        yt = lay.view(ws, "b", (m2, g * pc * kout))
+        np.matmul(a_t, mm.reshape(a2, -1), out=yt)
+        _scatter(out, yt.reshape(y.m, x.m, g, chunk.nb, chunk.tyb, x.tiles, kout), run, chunk)
+
+
+def _run_weights(
+    plan: Plan, run: Run, src: np.ndarray, dy: np.ndarray, dw5: np.ndarray, ws: np.ndarray
+) -> None:
+    """Backward-weights run with ``F(r, m)``: dy tiles play the filter, x tiles the input."""
+    y, x = run.y, run.x
+    g, cin, kout = plan.groups, plan.cg, plan.kg
+    # F(r, m): r outputs (filter taps) from m-tap "filters" (dy tiles), alpha = m + r - 1.
+    a_t, g_mat, b_t = kron_transforms(y.r, y.m, x.r, x.m)
+    a2, m2, r2 = y.alpha * x.alpha, y.m * x.m, y.r * x.r
+    v = run.virtual
+    vc = v * cin
+    lay = plan.layout
+    macc = lay.view(ws, "macc", (a2, g, vc, kout))
+    first = True
+    for chunk in chunks(plan.n, y.tiles, x.tiles, plan.block):
+        pc = chunk.nb * chunk.tyb * x.tiles
+        d = lay.view(ws, "a", (a2, g, pc, vc))
+        _gather(d.reshape(y.alpha, x.alpha, g, chunk.nb, chunk.tyb, x.tiles, v, cin), src, run, chunk, x.tiles, (y.alpha, x.alpha))
+        vx = lay.view(ws, "b", (a2, g, pc, vc))
+        np.matmul(b_t, d.reshape(a2, -1), out=vx.reshape(a2, -1))
+        dyt = lay.view(ws, "dyt", (m2, g, pc, kout))
+        dy_run = Run(
+            AxisRun(y.m, 1, 1, y.count, (Term(0, (0,)),)),
+            AxisRun(x.m, 1, 1, x.count, (Term(0, (0,)),)),
+        )
+        _gather(dyt.reshape(y.m, x.m, g, chunk.nb, chunk.tyb, x.tiles, 1, kout), dy, dy_run, chunk, x.tiles, (y.m, x.m))
+        vdy = lay.view(ws, "vdy", (a2, g, pc, kout))
+        np.matmul(g_mat, dyt.reshape(m2, -1), out=vdy.reshape(a2, -1))
+        if first:
+            np.matmul(vx.transpose(0, 1, 3, 2), vdy, out=macc)
+            first = False
+        else:
+            tmp = lay.view(ws, "mtmp", (a2, g, vc, kout))
+            np.matmul(vx.transpose(0, 1, 3, 2), vdy, out=tmp)
+            np.add(macc, tmp, out=macc)
+    taps = lay.view(ws, "taps", (y.r, x.r, g, v, cin, kout))
+    np.matmul(a_t, macc.reshape(a2, -1), out=taps.reshape(r2, -1))
+    vi = 0
+    for ty in y.terms:
+        for tx in x.terms:
+            for a, ky in enumerate(ty.taps):
+                if ky < 0:
+                    continue
+                for b, kx in enumerate(tx.taps):
+                    if kx >= 0:
+                        np.copyto(
+                            dw5[:, :, :, ky, kx],
+                            taps[a, b, :, vi].transpose(0, 2, 1),
+                            casting="unsafe",
+                        )
+            vi += 1
+
+
+def execute(plan: Plan, x: np.ndarray, w: np.ndarray, y: np.ndarray, workspace: np.ndarray | None) -> None:
+    """Run ``plan`` on logical-order arrays; writes the direction's output in place."""
+    need = plan.layout.total
+    if workspace is None or workspace.nbytes < need:
+        got = None if workspace is None else workspace.nbytes
+        raise WorkspaceError(
+            f"the Winograd solution needs {need} bytes of workspace", field="workspace", value=got
+        )
+    ws = workspace.reshape(-1).view(np.uint8)
+    g, cg, kg = plan.groups, plan.cg, plan.kg
+    fy, fx = plan.filt
+    src = plan.layout.view(ws, "src", plan.src_shape)
+    w5 = _split(w, 0, (g, kg))  # (G, Kg, Cg, R, S)
+    x5 = _split(x.transpose(0, 2, 3, 1), 3, (g, cg))  # (N, H, W, G, Cg)
+    y5 = _split(y.transpose(0, 2, 3, 1), 3, (g, kg))  # (N, Ho, Wo, G, Kg)
+    if plan.direction is Direction.FORWARD:
+        _fill_padded(src, x5, *plan.src_pad)
+        _run_correlation(plan, plan.runs[0], src, w5, y5, ws)
+    elif plan.direction is Direction.BACKWARD_DATA:
+        _fill_padded(src, y5, *plan.src_pad)
+        wt = w5.transpose(0, 2, 1, 3, 4)  # (G, Cg, Kg, R, S): dx channels are the outputs
+        for run in plan.runs:
+            grid = _output_grid(x5, run)
+            if run.empty:
+                grid[...] = 0
+            else:
+                _run_correlation(plan, run, src, wt, grid, ws)
+    else:
+        _fill_padded(src, x5, *plan.src_pad)
+        dy = plan.layout.view(ws, "dy", plan.dy_shape)
+        _fill_padded(dy, y5, 0, 0)
+        _run_weights(plan, plan.runs[0], src, dy, w5, ws)
