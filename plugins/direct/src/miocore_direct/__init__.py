@@ -1,0 +1,14 @@
+"""Direct convolution solvers for miocore.
+
+* :class:`NaiveDirectSolver` (``direct.naive``): every consistent problem, no workspace,
+  bounded scratch; the universal last resort.
+* :class:`TapsDirectSolver` (``direct.taps``): small filters; one BLAS call (or one vectorised
+  multiply-add for depthwise layers) per filter tap on a phase-split, padded float32 copy.
+"""
+
+from __future__ import annotations
+
+from miocore_direct.naive import NaiveDirectSolver
+from miocore_direct.taps import TapsDirectSolver
+
+__all__ = ["NaiveDirectSolver", "TapsDirectSolver"]

@@ -1,0 +1,246 @@
+"""``direct.naive``: the universal last resort, as MIOpen's naive convolution kernels are.
+
+It solves every consistent problem (every direction, 2-D and 3-D, groups, dilation, any stride
+and padding, any layout and strides, every dtype) with no workspace. It walks groups, blocks of
+images and slabs of the output's outermost spatial dimension, and inside a block walks the
+filter taps: for each tap it works out, with explicit index arithmetic, which outputs read an
+in-bounds input (``u = o * stride - pad + tap * dilation``), and contracts that strided input
+region with the tap's weights over the group's channels. Padding is never materialised, so no
+padded copy is needed; the transient float32 blocks it allocates are bounded by
+:data:`BLOCK_ELEMENTS` (times a small constant), whatever the problem size.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from miocore import (
+    APPLICABLE,
+    Algorithm,
+    Applicability,
+    ConvProblem,
+    ConvSolution,
+    Direction,
+    ExecutionContext,
+    InvalidArgumentError,
+    InvokeParams,
+    PerfConfig,
+    Solver,
+    not_applicable,
+)
+
+#: Float32 elements of one transient block (4 MiB): the bound on the solver's scratch memory.
+BLOCK_ELEMENTS = 1 << 20
+
+# Measured on the 2-core development machine (see README): the per-tap matmuls reach about a
+# tenth of the BLAS ceiling once the float32 gathers are paid for, and every (group, block,
+# tap) step costs some 25 us of Python and numpy call overhead.
+_EFFICIENCY = 0.1
+_STEP_MS = 0.025
+
+
+def _valid_range(lo: int, hi: int, limit: int, shift: int, stride: int) -> tuple[int, int]:
+    """Indices ``o`` in ``[lo, hi)`` whose source ``o * stride + shift`` lies in ``[0, limit)``."""
+    first = max(lo, -(shift // stride))  # ceil(-shift / stride)
+    last = min(hi, (limit - 1 - shift) // stride + 1)
+    return first, last
+
+
+def _scatter_range(lo: int, hi: int, count: int, shift: int, stride: int) -> tuple[int, int]:
+    """Indices ``o`` in ``[0, count)`` whose target ``o * stride + shift`` lies in ``[lo, hi)``."""
+    first = max(0, -((shift - lo) // stride))  # ceil((lo - shift) / stride)
+    last = min(count, (hi - 1 - shift) // stride + 1)
+    return first, last
+
+
+class _Blocks:
+    """How the naive solver splits a problem so that no transient exceeds the block bound."""
+
+    def __init__(self, p: ConvProblem) -> None:
+        self.n, self.g = p.n, p.groups
+        self.cg, self.kg = p.c // p.groups, p.k // p.groups
+        self.ins, self.outs = p.in_spatial, p.out_spatial
+        self.filt = p.filter_spatial
+        self.pads, self.strides, self.dils = p.conv.pads, p.conv.strides, p.conv.dilations
+        # The slabs cut the written tensor's outermost spatial dimension.
+        written = self.ins if p.direction is Direction.BACKWARD_DATA else self.outs
+        self.slab_extent = written[0]
+        rest = max(math.prod(self.ins[1:]), math.prod(self.outs[1:]))
+        unit = max(self.cg, self.kg) * rest
+        self.slab = max(1, min(self.slab_extent, BLOCK_ELEMENTS // unit))
+        whole = unit * self.slab_extent
+        self.batch = (
+            max(1, min(self.n, BLOCK_ELEMENTS // whole)) if self.slab == self.slab_extent else 1
+        )
+
+    def steps(self) -> int:
+        """How many (group, batch block, slab, tap) steps a run takes (for the cost model)."""
+        return (
+            self.g
+            * math.ceil(self.n / self.batch)
+            * math.ceil(self.slab_extent / self.slab)
+            * math.prod(self.filt)
+        )
+
+    def tiles(self) -> itertools.product[tuple[int, int, int]]:
+        """(group, first image, first slab row) of every block."""
+        return itertools.product(
+            range(self.g), range(0, self.n, self.batch), range(0, self.slab_extent, self.slab)
+        )
+
+
+def _f32(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.float32, copy=False)
+
+
+def _forward(b: _Blocks, x: np.ndarray, w: np.ndarray, y: np.ndarray) -> None:
+    xr = x.reshape(b.n, b.g, b.cg, *b.ins)  # splitting the channel axis is always a view
+    wr = w.reshape(b.g, b.kg, b.cg, *b.filt)
+    yr = y.reshape(b.n, b.g, b.kg, *b.outs)
+    for g, n0, r0 in b.tiles():
+        n1, r1 = min(b.n, n0 + b.batch), min(b.outs[0], r0 + b.slab)
+        acc = np.zeros((n1 - n0, b.kg, r1 - r0, *b.outs[1:]), np.float32)
+        for tap in itertools.product(*(range(f) for f in b.filt)):
+            src, dst = _forward_tap(b, tap, r0, r1)
+            if src is None:
+                continue
+            part = _f32(xr[n0:n1, g][(slice(None), slice(None), *src)])
+            tap_w = _f32(wr[(g, slice(None), slice(None), *tap)])
+            contrib = np.matmul(tap_w, part.reshape(n1 - n0, b.cg, -1))
+            acc[(slice(None), slice(None), *dst)] += contrib.reshape(n1 - n0, b.kg, *part.shape[2:])
+        np.copyto(yr[n0:n1, g, :, r0:r1], acc, casting="unsafe")
+
+
+def _forward_tap(
+    b: _Blocks, tap: Sequence[int], r0: int, r1: int
+) -> tuple[list[slice] | None, list[slice]]:
+    """Input slices (strided) and accumulator slices of one tap for output rows [r0, r1)."""
+    src, dst = [], []
+    for i, t in enumerate(tap):
+        lo, hi = (r0, r1) if i == 0 else (0, b.outs[i])
+        shift = t * b.dils[i] - b.pads[i]
+        first, last = _valid_range(lo, hi, b.ins[i], shift, b.strides[i])
+        if first >= last:
+            return None, []
+        u0 = first * b.strides[i] + shift
+        src.append(slice(u0, u0 + (last - first - 1) * b.strides[i] + 1, b.strides[i]))
+        dst.append(slice(first - lo, last - lo))
+    return src, dst
+
+
+def _backward_data(b: _Blocks, w: np.ndarray, dy: np.ndarray, dx: np.ndarray) -> None:
+    dxr = dx.reshape(b.n, b.g, b.cg, *b.ins)
+    wr = w.reshape(b.g, b.kg, b.cg, *b.filt)
+    dyr = dy.reshape(b.n, b.g, b.kg, *b.outs)
+    for g, n0, r0 in b.tiles():
+        n1, r1 = min(b.n, n0 + b.batch), min(b.ins[0], r0 + b.slab)
+        acc = np.zeros((n1 - n0, b.cg, r1 - r0, *b.ins[1:]), np.float32)
+        for tap in itertools.product(*(range(f) for f in b.filt)):
+            src, dst = [], []
+            for i, t in enumerate(tap):
+                lo, hi = (r0, r1) if i == 0 else (0, b.ins[i])
+                shift = t * b.dils[i] - b.pads[i]
+                first, last = _scatter_range(lo, hi, b.outs[i], shift, b.strides[i])
+                if first >= last:
+                    break
+                u0 = first * b.strides[i] + shift - lo
+                src.append(slice(first, last))
+                dst.append(slice(u0, u0 + (last - first - 1) * b.strides[i] + 1, b.strides[i]))
+            else:
+                part = _f32(dyr[n0:n1, g][(slice(None), slice(None), *src)])
+                tap_w = _f32(wr[(g, slice(None), slice(None), *tap)]).T
+                contrib = np.matmul(tap_w, part.reshape(n1 - n0, b.kg, -1))
+                acc[(slice(None), slice(None), *dst)] += contrib.reshape(
+                    n1 - n0, b.cg, *part.shape[2:]
+                )
+        np.copyto(dxr[n0:n1, g, :, r0:r1], acc, casting="unsafe")
+
+
+def _backward_weights(b: _Blocks, x: np.ndarray, dy: np.ndarray, dw: np.ndarray) -> None:
+    xr = x.reshape(b.n, b.g, b.cg, *b.ins)
+    dwr = dw.reshape(b.g, b.kg, b.cg, *b.filt)
+    dyr = dy.reshape(b.n, b.g, b.kg, *b.outs)
+    sum_axes = [0, *range(2, 2 + len(b.ins))]
+    for g in range(b.g):
+        for tap in itertools.product(*(range(f) for f in b.filt)):
+            acc = np.zeros((b.kg, b.cg), np.float32)
+            for n0, r0 in itertools.product(range(0, b.n, b.batch), range(0, b.outs[0], b.slab)):
+                n1, r1 = min(b.n, n0 + b.batch), min(b.outs[0], r0 + b.slab)
+                src, dst = _forward_tap(b, tap, r0, r1)
+                if src is None:
+                    continue
+                dst[0] = slice(dst[0].start + r0, dst[0].stop + r0)
+                part_x = _f32(xr[n0:n1, g][(slice(None), slice(None), *src)])
+                part_dy = _f32(dyr[n0:n1, g][(slice(None), slice(None), *dst)])
+                acc += np.tensordot(part_dy, part_x, axes=(sum_axes, sum_axes))
+            np.copyto(dwr[(g, slice(None), slice(None), *tap)], acc, casting="unsafe")
+
+
+class _NaiveInvoker:
+    """Runs the naive convolution of one problem on the caller's arrays."""
+
+    def __init__(self, problem: ConvProblem) -> None:
+        self.problem = problem
+        self.blocks = _Blocks(problem)
+
+    def __call__(self, handle: Any, params: InvokeParams) -> None:
+        d = self.problem.direction
+        if d is Direction.FORWARD:
+            _forward(self.blocks, params.x, params.w, params.y)
+        elif d is Direction.BACKWARD_DATA:
+            _backward_data(self.blocks, params.w, params.y, params.x)
+        else:
+            _backward_weights(self.blocks, params.x, params.y, params.w)
+
+
+class NaiveDirectSolver(Solver):
+    """Direct convolution by filter taps with explicit index arithmetic; applies everywhere.
+
+    No workspace; transient float32 blocks bounded by :data:`BLOCK_ELEMENTS` elements (a few
+    MiB). Slow: its ``wti`` says so, so that it is only picked when nothing else applies.
+    """
+
+    name = "direct.naive"
+    algorithm = Algorithm.DIRECT
+    is_dynamic = True
+
+    def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
+        """Every canonical problem on the CPU."""
+        if ctx.backend not in self.backends:
+            return not_applicable(f"direct.naive runs on the CPU only, not on {ctx.backend!r}")
+        if problem.is_transposed:
+            return not_applicable("expects the canonical (mode='conv') form of the problem")
+        return APPLICABLE
+
+    def workspace_size(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> int:
+        """Zero: the naive solver never needs a workspace."""
+        return 0
+
+    def get_solution(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> ConvSolution:
+        """A solution whose invoker runs the naive loops on the caller's arrays."""
+        if perf_config:
+            raise InvalidArgumentError(
+                "direct.naive is not tunable and takes no perf config",
+                field="perf_config",
+                value=dict(perf_config),
+            )
+        invoker = _NaiveInvoker(problem)
+        return ConvSolution(solver=self.name, workspace_size=0, invoker_factory=lambda _k: invoker)
+
+    def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
+        """Roofline at a tenth of BLAS rate, with the input re-read per tap, plus loop overhead."""
+        taps = math.prod(problem.filter_spatial)
+        nbytes = problem.bytes_moved + taps * 4 * (
+            problem.x.element_count + problem.y.element_count
+        )
+        ms = ctx.roofline_ms(problem.flops, nbytes, problem.dtype, _EFFICIENCY)
+        return ctx.wti(problem, ms + _STEP_MS * _Blocks(problem).steps())
