@@ -15,7 +15,7 @@ from typing import Any
 import platformdirs
 
 from miocore.db._store import Store, utc_now_iso
-from miocore.errors import DatabaseError, InvalidArgumentError
+from miocore.errors import InvalidArgumentError
 
 USER_DB_ENV = "MIOCORE_USER_DB_PATH"
 SYSTEM_DB_ENV = "MIOCORE_SYSTEM_DB_PATH"
@@ -184,8 +184,3 @@ def make_stores(device: str, user_dir: Path | None, system_dir: Path | None) -> 
         Store(user / f"{device}.db", writable=True),
         Store(system / f"{device}.db", writable=False),
     )
-
-
-def wrap_sqlite_error(exc: Exception, path: Path) -> DatabaseError:
-    """A DatabaseError naming the file, for SQLite errors raised inside a transaction."""
-    return DatabaseError(f"{type(exc).__name__}: {exc}", field="path", value=str(path))

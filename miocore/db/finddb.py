@@ -7,7 +7,6 @@ record first, then the system one.
 
 from __future__ import annotations
 
-import io
 import os
 import sqlite3
 import tempfile
@@ -364,7 +363,7 @@ class FindDb:
             for r in self.items(layer)
         ]
         text = "".join(line + "\n" for line in lines)
-        if isinstance(dest, io.TextIOBase) or hasattr(dest, "write"):
+        if hasattr(dest, "write"):  # an open text stream
             dest.write(text)  # type: ignore[union-attr]
             return len(lines)
         path = Path(dest)  # type: ignore[arg-type]
