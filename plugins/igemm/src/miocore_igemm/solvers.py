@@ -1,0 +1,309 @@
+"""The implicit-GEMM solvers: one per direction, each with native NCHW and NHWC paths.
+
+Performance configurations are ``{"strategy": "tap" | "block", "block": int}``: for ``tap``,
+``block`` is the number of images per chunk (the padded grid of that many images is staged at
+once); for ``block`` it is the target number of output pixels per im2col column block.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+import numpy as np
+
+from miocore import (
+    APPLICABLE,
+    Algorithm,
+    Applicability,
+    ConvProblem,
+    ConvSolution,
+    Direction,
+    ExecutionContext,
+    InvalidArgumentError,
+    InvokeParams,
+    NotApplicableError,
+    PerfConfig,
+    TensorDescriptor,
+    TunableSolver,
+    not_applicable,
+)
+from miocore_igemm import engine
+from miocore_igemm.engine import BLOCK, TAP, Geometry, Plan
+
+#: Column-block sizes (output pixels per im2col block) the search tries.
+BLOCK_PIXELS = (256, 1024, 4096, 16384)
+#: Default column block: big enough for BLAS to run near its peak, small enough (with up to
+#: 4608 columns for a 3x3x512 layer, 72 MiB at most, usually far less) to stay bounded.
+DEFAULT_PIXELS = 4096
+#: The tap strategy computes on the padded grid; beyond this waste the block strategy wins.
+MAX_GRID_WASTE = 1.6
+#: Input-grid staging the default tap chunk stays under (bytes).
+TAP_CHUNK_BYTES = 24 << 20
+#: Measured on this repository's 2-core CI machine (see plugins/igemm/README.md): the
+#: fraction of the calibrated BLAS rate that large igemm GEMMs reach, the half-rate size of a
+#: GEMM dimension, and the host cost of one BLAS or numpy call.
+GEMM_EFFICIENCY = 0.85
+HALF_RATE_DIM = 24.0
+CALL_OVERHEAD_MS = 0.004
+
+
+def tap_unfit_reason(geo: Geometry) -> str | None:
+    """Why the tap strategy does not fit ``geo`` (None when it does)."""
+    if not geo.unit_strides:
+        return (
+            f"strides {geo.strides}: a tap's operand is a contiguous grid window only with unit "
+            "strides (the block strategy gathers strided problems)"
+        )
+    if geo.depthwise:
+        return (
+            "depthwise: every (group, tap) GEMM would be 1x1 by 1xP, G*T BLAS calls of pure "
+            "overhead; the block strategy batches the groups instead"
+        )
+    return None
+
+
+def _powers_of_two_upto(n: int) -> list[int]:
+    out = [1]
+    while out[-1] * 2 <= n:
+        out.append(out[-1] * 2)
+    if out[-1] != n:
+        out.append(n)
+    return out
+
+
+def candidate_configs(geo: Geometry) -> list[PerfConfig]:
+    """Every configuration worth trying (unordered)."""
+    configs = []
+    if tap_unfit_reason(geo) is None:
+        configs += [PerfConfig(strategy=TAP, block=nb) for nb in _powers_of_two_upto(geo.n)]
+    configs += [PerfConfig(strategy=BLOCK, block=b) for b in BLOCK_PIXELS]
+    return configs
+
+
+def default_config(geo: Geometry) -> PerfConfig:
+    """The benchmarked default rule (see the README for the measurements behind it).
+
+    Tap when it fits and its grid waste is small (unit strides: every 1x1 and most 3x3
+    layers), else column blocks of :data:`DEFAULT_PIXELS`. Tap chunks hold as many images as
+    fit in :data:`TAP_CHUNK_BYTES` of input grid, except that a float32 NCHW 1x1 layer runs one
+    image per chunk, which lets the GEMMs read x and write y in place.
+    """
+    waste = geo.grid / geo.out_pix
+    if tap_unfit_reason(geo) is None and waste <= MAX_GRID_WASTE and geo.g <= 8:
+        if engine.tap_aliases(geo, 1)["x"] and not geo.channels_last:
+            return PerfConfig(strategy=TAP, block=1)
+        per_image = 4 * geo.grid * max(geo.c, geo.k)
+        nb = max(1, min(geo.n, TAP_CHUNK_BYTES // per_image))
+        return PerfConfig(strategy=TAP, block=nb)
+    return PerfConfig(strategy=BLOCK, block=DEFAULT_PIXELS)
+
+
+def predicted_ms(ctx: ExecutionContext, geo: Geometry, plan: Plan, problem: ConvProblem) -> float:
+    """Roofline-style time of one plan: GEMM flops at a size-dependent BLAS efficiency, plus
+    the staging traffic, plus per-call host overhead (all serial on this implementation)."""
+
+    def eff(*dims: float) -> float:
+        return GEMM_EFFICIENCY * math.prod(d / (d + HALF_RATE_DIM) for d in dims)
+
+    g, cg, kg, t = geo.g, geo.cg, geo.kg, geo.taps
+    staged = plan.workspace_size
+    if plan.strategy == TAP:
+        nb = plan.block
+        chunks = -(-geo.n // nb)
+        flops = 2.0 * geo.n * geo.grid * g * kg * cg * t
+        efficiency = eff(nb * geo.grid, kg, cg)
+        calls = chunks * (g * t + 4)
+        # every tap streams the input grid again
+        extra = (t - 1) * 4.0 * geo.n * geo.grid * geo.c
+    else:
+        blocks, bmax = engine.pixel_blocks(geo, plan.block)
+        flops = float(problem.flops)
+        efficiency = eff(min(bmax, geo.n * geo.out_pix), kg, cg * t)
+        calls = len(blocks) * (4 + (t if geo.direction is Direction.BACKWARD_DATA else 0))
+        # the column buffer is written and read once per block
+        extra = 8.0 * geo.n * geo.out_pix * geo.c * t
+    nbytes = problem.bytes_moved + 2.0 * staged + extra
+    compute = ctx.roofline_ms(flops, 0, problem.dtype, efficiency=max(efficiency, 1e-3))
+    memory = ctx.roofline_ms(0, nbytes, problem.dtype)
+    return compute + memory + calls * CALL_OVERHEAD_MS
+
+
+def _conform(array: Any, desc: TensorDescriptor, field: str, written: bool) -> np.ndarray:
+    """Check one caller array against its descriptor; return it in the descriptor's strides.
+
+    The kernels may use float32 arrays in place, which needs the strides the descriptor
+    promises. An input that has the right shape and dtype but other strides (a logical-order
+    copy of an NHWC tensor, say) is copied once into the described layout; the output must
+    match, since it is written in place.
+    """
+    if not isinstance(array, np.ndarray):
+        raise InvalidArgumentError(
+            "the CPU backend takes numpy arrays", field=field, value=type(array).__name__
+        )
+    if array.shape != desc.lengths or array.dtype != desc.dtype.numpy:
+        raise InvalidArgumentError(
+            f"expected shape {desc.lengths} and dtype {desc.dtype.value}",
+            field=field,
+            value=(array.shape, str(array.dtype)),
+        )
+    size = desc.dtype.itemsize
+    if all(
+        n == 1 or s == d * size
+        for n, s, d in zip(array.shape, array.strides, desc.strides, strict=True)
+    ):
+        return array
+    if written:
+        raise InvalidArgumentError(
+            f"the output is written in place and must have the descriptor's element strides "
+            f"{desc.strides}",
+            field=f"{field}.strides",
+            value=tuple(s // size for s in array.strides),
+        )
+    logical = "NCHW" if desc.spatial_dims == 2 else "NCDHW"
+    memory = np.empty([desc.lengths[logical.index(a)] for a in desc.layout], desc.dtype.numpy)
+    out = memory.transpose([desc.layout.index(a) for a in logical])
+    np.copyto(out, array)
+    return out
+
+
+class ImplicitGemmSolver(TunableSolver):
+    """Shared behaviour of the three directions (see the module docstring)."""
+
+    algorithm = Algorithm.IMPLICIT_GEMM
+    is_dynamic = True
+    backends = frozenset({"cpu"})
+    direction: ClassVar[Direction]
+
+    def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
+        """Any canonical 2-D/3-D problem of this solver's direction, any dtype, layout, groups."""
+        if ctx.backend not in self.backends:
+            return not_applicable(
+                f"{self.name} runs on the CPU backend (numpy + BLAS), not {ctx.backend!r}"
+            )
+        if problem.direction is not self.direction:
+            return not_applicable(
+                f"{self.name} solves {self.direction.value} problems, not {problem.direction.value}"
+            )
+        if problem.conv.mode != "conv":
+            return not_applicable("expects the canonical (mode='conv') form of the problem")
+        return APPLICABLE
+
+    # -- performance configurations -------------------------------------------------------
+
+    def perf_config_space(
+        self, ctx: ExecutionContext, problem: ConvProblem
+    ) -> Iterable[PerfConfig]:
+        """Default first, then tap chunkings (unit strides only), then column-block sizes."""
+        geo = Geometry.of(problem)
+        first = default_config(geo)
+        return [first, *(c for c in candidate_configs(geo) if c != first)]
+
+    def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
+        """The rule of :func:`default_config`."""
+        return default_config(Geometry.of(problem))
+
+    def is_valid_perf_config(
+        self, ctx: ExecutionContext, problem: ConvProblem, config: PerfConfig
+    ) -> bool:
+        """Exactly the keys ``strategy`` and ``block``, with a value from the search space."""
+        if not isinstance(config, PerfConfig) or set(config) != {"strategy", "block"}:
+            return False
+        return config in candidate_configs(Geometry.of(problem))
+
+    def _plan(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None
+    ) -> tuple[Geometry, Plan, PerfConfig]:
+        answer = self.is_applicable(ctx, problem)
+        if not answer:
+            raise NotApplicableError(f"{self.name}: {answer.reason}")
+        geo = Geometry.of(problem)
+        config = default_config(geo) if perf_config is None else perf_config
+        if not self.is_valid_perf_config(ctx, problem, config):
+            reason = ""
+            if isinstance(config, PerfConfig) and config.get("strategy") == TAP:
+                reason = tap_unfit_reason(geo) or ""
+            raise InvalidArgumentError(
+                f"not a valid {self.name} configuration for {problem.key}"
+                + (f" ({reason})" if reason else "")
+                + f"; valid: {[dict(c) for c in candidate_configs(geo)]}",
+                field="perf_config",
+                value=dict(config) if isinstance(config, PerfConfig) else config,
+            )
+        return geo, engine.make_plan(geo, config["strategy"], config["block"]), config
+
+    # -- solution -------------------------------------------------------------------------
+
+    def workspace_size(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> int:
+        """Exactly the float32 staging the invoker carves (see :class:`engine.Plan`)."""
+        return self._plan(ctx, problem, perf_config)[1].workspace_size
+
+    def get_solution(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> ConvSolution:
+        """A solution whose invoker runs the configuration's plan on the caller's arrays."""
+        geo, plan, config = self._plan(ctx, problem, perf_config)
+        written = problem.direction.output_tensor
+
+        def factory(kernels: Any) -> Any:
+            def invoker(handle: Any, params: InvokeParams) -> None:
+                if params.problem != problem:
+                    raise InvalidArgumentError(
+                        f"this invoker was built for {problem.key}",
+                        field="params.problem",
+                        value=params.problem.key,
+                    )
+                arrays = {
+                    name: _conform(
+                        getattr(params, name), getattr(problem, name), name, name == written
+                    )
+                    for name in ("x", "w", "y")
+                }
+                engine.run(plan, geo, arrays["x"], arrays["w"], arrays["y"], params.workspace)
+
+            return invoker
+
+        return ConvSolution(
+            solver=self.name,
+            workspace_size=plan.workspace_size,
+            invoker_factory=factory,
+            perf_config=config,
+        )
+
+    def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
+        """Ideal time over the predicted time of the default configuration."""
+        if not self.is_applicable(ctx, problem):
+            return -1.0
+        geo = Geometry.of(problem)
+        config = default_config(geo)
+        plan = engine.make_plan(geo, config["strategy"], config["block"])
+        return ctx.wti(problem, predicted_ms(ctx, geo, plan, problem))
+
+
+class ImplicitGemmForward(ImplicitGemmSolver):
+    """Forward: per tap ``y += x_tap @ w_tap`` (tap) or ``y = im2col(block) @ w`` (block)."""
+
+    name = "igemm.fwd"
+    direction = Direction.FORWARD
+
+
+class ImplicitGemmBackwardData(ImplicitGemmSolver):
+    """Backward data: per tap ``dx_tap += dy @ w_tap^T`` scattered on the padded grid (tap), or
+    column gradients ``dy_block @ w^T`` scattered tap by tap (block)."""
+
+    name = "igemm.bwd"
+    direction = Direction.BACKWARD_DATA
+
+
+class ImplicitGemmBackwardWeights(ImplicitGemmSolver):
+    """Backward weights: per tap ``dw_tap += dy^T @ x_tap`` over image chunks (tap), or
+    ``dw += dy_block^T @ im2col(block)`` over column blocks (block)."""
+
+    name = "igemm.wrw"
+    direction = Direction.BACKWARD_WEIGHTS
+
+
+SOLVERS = (ImplicitGemmForward(), ImplicitGemmBackwardData(), ImplicitGemmBackwardWeights())
