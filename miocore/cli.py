@@ -300,12 +300,12 @@ def _stderr_console() -> Any:
 def _fmt_bytes(n: int) -> str:
     if n < 1024:
         return f"{n} B"
+    size = float(n)
     for unit in ("KiB", "MiB", "GiB", "TiB"):
-        n_f = n / 1024
-        if n_f < 1024 or unit == "TiB":
-            return f"{n_f:.1f} {unit} ({n} B)"
-        n = int(n_f)
-    return f"{n} B"  # pragma: no cover
+        size /= 1024
+        if size < 1024 or unit == "TiB":
+            break
+    return f"{size:.1f} {unit} ({n} B)"
 
 
 def _fmt_ms(ms: float) -> str:

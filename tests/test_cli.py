@@ -588,6 +588,13 @@ def test_progress_display_on_a_terminal(
     assert buffers[-1].getvalue() == ""
 
 
+def test_conv_with_the_installed_plugins(capsys: pytest.CaptureFixture[str]) -> None:
+    if not len(miocore.default_registry()):
+        pytest.skip("no solver plugin is installed")
+    assert cli.main(["conv", *SMALL, "-F", "0", "-t", "1", "-i", "2"]) == 0
+    assert capsys.readouterr().out.count("Verifies OK") == 3
+
+
 # -- solvers --------------------------------------------------------------------------------------
 
 
@@ -729,6 +736,20 @@ def test_python_dash_m_help() -> None:
     assert done.returncode == 0, done.stderr
     for command in ("conv", "convfp16", "convbfp16", "solvers"):
         assert command in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("n", "text"),
+    [
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (2048, "2.0 KiB (2048 B)"),
+        (66810 * 1024, "65.2 MiB (68413440 B)"),
+        (3 * 1024**4, "3.0 TiB (3298534883328 B)"),
+    ],
+)
+def test_byte_sizes(n: int, text: str) -> None:
+    assert cli._fmt_bytes(n) == text
 
 
 def test_parse_directions_rejects_bools() -> None:
