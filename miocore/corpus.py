@@ -108,7 +108,9 @@ def shrink_row(
 def row_stratum(row: dict[str, Any]) -> tuple[Any, ...]:
     """The kind of a row: direction, layout, dtype, rank, grouped/depthwise, strided, dilated."""
     g = row["groups"]
-    grouping = "depthwise" if g > 1 and g == row["c"] == row["k"] else ("grouped" if g > 1 else "dense")
+    grouping = (
+        "depthwise" if g > 1 and g == row["c"] == row["k"] else ("grouped" if g > 1 else "dense")
+    )
     return (
         row["dir"],
         row["layout"],
@@ -133,7 +135,9 @@ def sample_rows(
     appear even in a small sample.
     """
     pool = rows if rows is not None else load_rows()
-    strata: dict[str, dict[tuple[Any, ...], list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    strata: dict[str, dict[tuple[Any, ...], list[dict[str, Any]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
     for row in pool:
         if consistent_only and not row.get("consistent", True):
             continue
@@ -141,7 +145,9 @@ def sample_rows(
     rng = random.Random(seed)
     picked: list[dict[str, Any]] = []
     for direction in sorted(strata):
-        buckets = [list(b) for _, b in sorted(strata[direction].items(), key=lambda kv: repr(kv[0]))]
+        buckets = [
+            list(b) for _, b in sorted(strata[direction].items(), key=lambda kv: repr(kv[0]))
+        ]
         for bucket in buckets:
             rng.shuffle(bucket)
         taken = 0
@@ -153,7 +159,9 @@ def sample_rows(
     return picked
 
 
-def iter_consistent_problems(rows: Iterable[dict[str, Any]] | None = None) -> Iterator[tuple[dict[str, Any], ConvProblem]]:
+def iter_consistent_problems(
+    rows: Iterable[dict[str, Any]] | None = None,
+) -> Iterator[tuple[dict[str, Any], ConvProblem]]:
     """Every consistent row with its full-size problem (sizes only; nothing is allocated)."""
     for row in rows if rows is not None else load_rows():
         if row.get("consistent", True):

@@ -25,7 +25,9 @@ def _as_int_tuple(value: Any, field: str, *, minimum: int) -> tuple[int, ...]:
     try:
         items = tuple(value)
     except TypeError:
-        raise InvalidDescriptorError("expected a sequence of integers", field=field, value=value)
+        raise InvalidDescriptorError(
+            "expected a sequence of integers", field=field, value=value
+        ) from None
     out = []
     for item in items:
         try:

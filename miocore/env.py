@@ -80,7 +80,7 @@ def _names(var: str) -> frozenset[str]:
 
 
 def disabled_plugins() -> frozenset[str]:
-    """``MIOCORE_DISABLE_PLUGINS``: comma-separated entry-point or distribution names, or ``all``."""
+    """``MIOCORE_DISABLE_PLUGINS``: comma-separated plugin or distribution names, or ``all``."""
     return _names("MIOCORE_DISABLE_PLUGINS")
 
 

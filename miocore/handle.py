@@ -84,6 +84,10 @@ class Handle:
         self._perf_db: Any = None
         self.invoker_cache = InvokerCache()
         self.last_report: FindReport | None = None
+        self._candidate_memo: dict[
+            tuple[Any, ...], tuple[tuple[_Candidate, ...], dict[str, dict[str, str]]]
+        ] = {}
+        self._record_memo: dict[str, list[Any]] = {}
 
     def __repr__(self) -> str:
         return f"Handle({self.backend.name!r}, device={self.device.identity!r})"
@@ -101,8 +105,9 @@ class Handle:
         if self._find_db is None:
             from miocore.db import FindDb
 
-            self._find_db = FindDb(self.device.identity, user_dir=self._user_db_path,
-                                   system_dir=self._system_db_path)
+            self._find_db = FindDb(
+                self.device.identity, user_dir=self._user_db_path, system_dir=self._system_db_path
+            )
         return self._find_db
 
     @property
@@ -111,8 +116,9 @@ class Handle:
         if self._perf_db is None:
             from miocore.db import PerfDb
 
-            self._perf_db = PerfDb(self.device.identity, user_dir=self._user_db_path,
-                                   system_dir=self._system_db_path)
+            self._perf_db = PerfDb(
+                self.device.identity, user_dir=self._user_db_path, system_dir=self._system_db_path
+            )
         return self._perf_db
 
     # -- Find 2.0 --------------------------------------------------------------------------
@@ -141,8 +147,11 @@ class Handle:
         """
         problem = _check_problem(problem)
         mode = FindMode.parse(find_mode, "find_mode") if find_mode is not None else env.find_mode()
-        enforce = (FindEnforce.parse(find_enforce, "find_enforce") if find_enforce is not None
-                   else env.find_enforce())
+        enforce = (
+            FindEnforce.parse(find_enforce, "find_enforce")
+            if find_enforce is not None
+            else env.find_enforce()
+        )
         if enforce is not FindEnforce.NONE:
             mode = FindMode.NORMAL
         limit = _check_limit(workspace_limit)
@@ -151,6 +160,7 @@ class Handle:
         if enforce is FindEnforce.DB_CLEAN:
             self.find_db.delete(problem.key)
             self.perf_db.delete(problem.key)
+            self._forget(problem.key)
         use_perf_db = enforce is not FindEnforce.DB_CLEAN
         candidates = self._candidates(problem, report, limit, use_perf_db=use_perf_db)
         if not candidates:
@@ -176,8 +186,14 @@ class Handle:
                     report.skipped.clear()
                     log.info("no dynamic solver applies to %s; benchmarking all", problem.key)
         measured = self._benchmark_all(
-            problem, candidates, report, exhaustive=exhaustive, enforce=enforce,
-            buffers={"x": x, "w": w, "y": y}, workspace=workspace, progress=progress,
+            problem,
+            candidates,
+            report,
+            exhaustive=exhaustive,
+            enforce=enforce,
+            buffers={"x": x, "w": w, "y": y},
+            workspace=workspace,
+            progress=progress,
         )
         if not measured:
             raise NoApplicableSolverError(
@@ -194,15 +210,19 @@ class Handle:
     ) -> None:
         """Run a solution (from any find, in any process) on the caller's buffers."""
         if not isinstance(solution, Solution):
-            raise InvalidArgumentError("expected a miocore Solution", field="solution",
-                                       value=type(solution).__name__)
+            raise InvalidArgumentError(
+                "expected a miocore Solution", field="solution", value=type(solution).__name__
+            )
         entry = self._invoker(solution.problem, solution.solver, solution.perf_config)
         self._run(solution.problem, entry, x=x, w=w, y=y, workspace=workspace)
 
     # -- immediate mode --------------------------------------------------------------------
 
     def get_solutions(
-        self, problem: ConvProblem, *, workspace_limit: int | None = None,
+        self,
+        problem: ConvProblem,
+        *,
+        workspace_limit: int | None = None,
         max_results: int | None = None,
     ) -> Solutions:
         """Every applicable solution without benchmarking: recorded ones first (FindDb), the
@@ -219,12 +239,14 @@ class Handle:
         rest = self._fallback_ranking(problem, [c for c in candidates if c.reg.name not in seen])
         return self._finish([*recorded, *rest], report, "time", max_results, ordered=True)
 
-    def get_solution_count(self, problem: ConvProblem, *, workspace_limit: int | None = None) -> int:
+    def get_solution_count(
+        self, problem: ConvProblem, *, workspace_limit: int | None = None
+    ) -> int:
         """How many solutions :meth:`get_solutions` would return."""
         return len(self.get_solutions(problem, workspace_limit=workspace_limit))
 
     def get_solution_workspace_size(self, problem: ConvProblem, solver: str | int) -> int:
-        """Bytes of workspace ``solver`` needs for ``problem`` (with the perf config it would use)."""
+        """Workspace bytes ``solver`` needs for ``problem``, with the perf config it would use."""
         problem = _check_problem(problem)
         reg = self._applicable_solver(problem, solver)
         config = self._stored_perf_config(reg, problem.canonical, use_perf_db=True)[0]
@@ -242,14 +264,21 @@ class Handle:
         return self._estimate(problem, reg, entry.workspace_size, config)
 
     def immediate(
-        self, problem: ConvProblem, solver: str | int, *, x: Any, w: Any, y: Any,
+        self,
+        problem: ConvProblem,
+        solver: str | int,
+        *,
+        x: Any,
+        w: Any,
+        y: Any,
         workspace: Any = None,
     ) -> None:
         """Run ``solver`` on ``problem`` without find (compiling on first use)."""
         problem = _check_problem(problem)
         network_config = problem.network_config
-        name = self.registry.get(solver).name
-        entry = self.invoker_cache.get(network_config, name)
+        entry = self.invoker_cache.get(network_config, solver) if isinstance(solver, str) else None
+        if entry is None:
+            entry = self.invoker_cache.get(network_config, self.registry.get(solver).name)
         if entry is None:
             reg = self._applicable_solver(problem, solver)
             config = self._stored_perf_config(reg, problem.canonical, use_perf_db=True)[0]
@@ -259,8 +288,15 @@ class Handle:
     # -- Find 1.0 --------------------------------------------------------------------------
 
     def find_convolution_algorithm(
-        self, problem: ConvProblem, *, x: Any, w: Any, y: Any, request_algo_count: int = 4,
-        workspace: Any = None, exhaustive: bool = False,
+        self,
+        problem: ConvProblem,
+        *,
+        x: Any,
+        w: Any,
+        y: Any,
+        request_algo_count: int = 4,
+        workspace: Any = None,
+        exhaustive: bool = False,
     ) -> list[AlgorithmPerf]:
         """The best solver of each algorithm family, fastest first (MIOpen's Find 1.0).
 
@@ -268,16 +304,26 @@ class Handle:
         workspace, only solutions that fit in it are considered.
         """
         problem = _check_problem(problem)
-        if isinstance(request_algo_count, bool) or not isinstance(request_algo_count, int) or (
-            request_algo_count < 1
+        if (
+            isinstance(request_algo_count, bool)
+            or not isinstance(request_algo_count, int)
+            or (request_algo_count < 1)
         ):
-            raise InvalidArgumentError("must be an integer >= 1", field="request_algo_count",
-                                       value=request_algo_count)
+            raise InvalidArgumentError(
+                "must be an integer >= 1", field="request_algo_count", value=request_algo_count
+            )
         limit = None
         if workspace is not None:
             limit = int(getattr(workspace, "nbytes", 0))
-        solutions = self.find_solutions(problem, workspace_limit=limit, exhaustive=exhaustive,
-                                        x=x, w=w, y=y, workspace=workspace)
+        solutions = self.find_solutions(
+            problem,
+            workspace_limit=limit,
+            exhaustive=exhaustive,
+            x=x,
+            w=w,
+            y=y,
+            workspace=workspace,
+        )
         best: dict[Algorithm, Solution] = {}
         for s in solutions:
             best.setdefault(s.algorithm, s)
@@ -285,13 +331,29 @@ class Handle:
         out = []
         for algorithm, s in best.items():
             self.invoker_cache.set_solver_for(network_config, algorithm, s.solver)
-            out.append(AlgorithmPerf(algorithm=algorithm, time_ms=s.time_ms, memory=s.workspace_size,
-                                     solver=s.solver, source=s.source, is_estimate=s.is_estimate))
+            out.append(
+                AlgorithmPerf(
+                    algorithm=algorithm,
+                    time_ms=s.time_ms,
+                    memory=s.workspace_size,
+                    solver=s.solver,
+                    source=s.source,
+                    is_estimate=s.is_estimate,
+                )
+            )
         return out[:request_algo_count]
 
     def convolution(
-        self, problem: ConvProblem, algorithm: Any, *, x: Any, w: Any, y: Any,
-        alpha: float = 1.0, beta: float = 0.0, workspace: Any = None,
+        self,
+        problem: ConvProblem,
+        algorithm: Any,
+        *,
+        x: Any,
+        w: Any,
+        y: Any,
+        alpha: float = 1.0,
+        beta: float = 0.0,
+        workspace: Any = None,
     ) -> None:
         """Run the best known solver of ``algorithm``: ``out = alpha * conv + beta * out``.
 
@@ -310,7 +372,8 @@ class Handle:
             if not ranked:
                 raise NoApplicableSolverError(
                     f"no installed solver of algorithm {algo.value!r} applies to {problem.key}",
-                    field="algorithm", value=algo.value,
+                    field="algorithm",
+                    value=algo.value,
                 )
             name = ranked[0].solver
             self.invoker_cache.set_solver_for(network_config, algo, name)
@@ -319,12 +382,33 @@ class Handle:
             reg = self._applicable_solver(problem, name)
             config = self._stored_perf_config(reg, problem.canonical, use_perf_db=True)[0]
             entry = self._invoker(problem, reg.name, config)
-        self._run(problem, entry, x=x, w=w, y=y, workspace=workspace, alpha=float(alpha),
-                  beta=float(beta))
+        self._run(
+            problem, entry, x=x, w=w, y=y, workspace=workspace, alpha=float(alpha), beta=float(beta)
+        )
 
     # -- internals: candidates ---------------------------------------------------------------
 
     def _candidates(
+        self, problem: ConvProblem, report: FindReport, limit: int | None, *, use_perf_db: bool
+    ) -> list[_Candidate]:
+        # Solvers are stateless and pure, so their answers for one problem never change; only
+        # the switches, the registry and this handle's own PerfDb writes can change the list.
+        memo_key = (problem.network_config, limit, use_perf_db, id(self.registry), _switches())
+        found = self._candidate_memo.get(memo_key)
+        if found is not None:
+            candidates, left_out = found
+            for name, table in left_out.items():
+                getattr(report, name).update(table)
+            return list(candidates)
+        candidates = self._find_candidates(problem, report, limit, use_perf_db=use_perf_db)
+        if not report.failed:  # a failure may be transient: ask again next time
+            left_out = {name: dict(getattr(report, name)) for name in ("not_applicable", "skipped")}
+            self._candidate_memo[memo_key] = (tuple(candidates), left_out)
+            while len(self._candidate_memo) > 1024:
+                self._candidate_memo.pop(next(iter(self._candidate_memo)))
+        return candidates
+
+    def _find_candidates(
         self, problem: ConvProblem, report: FindReport, limit: int | None, *, use_perf_db: bool
     ) -> list[_Candidate]:
         canon = problem.canonical
@@ -334,8 +418,9 @@ class Handle:
             try:
                 only = registry.get(only).name
             except UnknownSolverError as exc:
-                raise UnknownSolverError(str(exc).split(": ", 1)[-1], field="MIOCORE_FIND_ONLY_SOLVER",
-                                         value=only) from None
+                raise UnknownSolverError(
+                    str(exc).split(": ", 1)[-1], field="MIOCORE_FIND_ONLY_SOLVER", value=only
+                ) from None
         out = []
         for reg in registry.solvers:
             solver = reg.solver
@@ -367,19 +452,26 @@ class Handle:
             if limit is not None and workspace > limit:
                 report.skipped[reg.name] = f"needs {workspace} B of workspace, limit is {limit} B"
                 continue
-            out.append(_Candidate(reg=reg, perf_config=config, workspace_size=workspace,
-                                  perf_db_entry=from_db))
+            out.append(
+                _Candidate(
+                    reg=reg, perf_config=config, workspace_size=workspace, perf_db_entry=from_db
+                )
+            )
         return out
 
-    def _nothing_applies(self, problem: ConvProblem, report: FindReport, limit: int | None) -> Exception:
+    def _nothing_applies(
+        self, problem: ConvProblem, report: FindReport, limit: int | None
+    ) -> Exception:
         if not len(self.registry):
             return NoApplicableSolverError(
                 f"no solver can solve {problem.key}: no solver plugin is installed. Install one "
                 "(for example `pip install miocore-gemm`) or check MIOCORE_DISABLE_PLUGINS."
             )
-        reasons = [*(f"{k}: {v}" for k, v in report.not_applicable.items()),
-                   *(f"{k}: {v}" for k, v in report.skipped.items()),
-                   *(f"{k}: failed: {v}" for k, v in report.failed.items())]
+        reasons = [
+            *(f"{k}: {v}" for k, v in report.not_applicable.items()),
+            *(f"{k}: {v}" for k, v in report.skipped.items()),
+            *(f"{k}: failed: {v}" for k, v in report.failed.items()),
+        ]
         if not reasons:
             reasons = ["MIOCORE_FIND_ONLY_SOLVER excludes every solver"]
         where = f" within a workspace limit of {limit} B" if limit is not None else ""
@@ -390,18 +482,26 @@ class Handle:
     def _applicable_solver(self, problem: ConvProblem, solver: str | int) -> RegisteredSolver:
         reg = self.registry.get(solver)
         if self.backend.name not in reg.solver.backends:
-            raise NotApplicableError(f"runs on {sorted(reg.solver.backends)}, not {self.backend.name}",
-                                     field="solver", value=reg.name)
+            raise NotApplicableError(
+                f"runs on {sorted(reg.solver.backends)}, not {self.backend.name}",
+                field="solver",
+                value=reg.name,
+            )
         answer = normalize_applicability(reg.solver.is_applicable(self.context, problem.canonical))
         if not answer:
-            raise NotApplicableError(f"does not apply to {problem.key}: {answer.reason}",
-                                     field="solver", value=reg.name)
+            raise NotApplicableError(
+                f"does not apply to {problem.key}: {answer.reason}", field="solver", value=reg.name
+            )
         return reg
 
-    def _solver_failed(self, report: FindReport, reg: RegisteredSolver, stage: str, exc: BaseException) -> None:
+    def _solver_failed(
+        self, report: FindReport, reg: RegisteredSolver, stage: str, exc: BaseException
+    ) -> None:
         message = f"{stage} raised {type(exc).__name__}: {exc}"
         report.failed[reg.name] = message
-        log.warning("solver %s (%s %s) %s; skipped", reg.name, reg.distribution, reg.version, message)
+        log.warning(
+            "solver %s (%s %s) %s; skipped", reg.name, reg.distribution, reg.version, message
+        )
 
     # -- internals: perf configs and workspace -------------------------------------------------
 
@@ -422,18 +522,25 @@ class Handle:
                     log.warning("ignoring PerfDb entry of %s for %s: %s", reg.name, canon.key, exc)
         return solver.default_perf_config(self.context, canon), False
 
-    def _workspace(self, reg: RegisteredSolver, canon: ConvProblem, config: PerfConfig | None) -> int:
+    def _workspace(
+        self, reg: RegisteredSolver, canon: ConvProblem, config: PerfConfig | None
+    ) -> int:
         size = reg.solver.workspace_size(self.context, canon, config)
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-            raise InvalidArgumentError("workspace_size must return an integer >= 0",
-                                       field=f"{reg.name}.workspace_size", value=size)
+            raise InvalidArgumentError(
+                "workspace_size must return an integer >= 0",
+                field=f"{reg.name}.workspace_size",
+                value=size,
+            )
         return size
 
     # -- internals: database ---------------------------------------------------------------------
 
-    def _db_solutions(self, problem: ConvProblem, candidates: list[_Candidate], report: FindReport) -> list[Solution]:
+    def _db_solutions(
+        self, problem: ConvProblem, candidates: list[_Candidate], report: FindReport
+    ) -> list[Solution]:
         usable = {c.reg.name: c for c in candidates}
-        for record in self.find_db.records(problem.key):
+        for record in self._records(problem.key):
             out = []
             for entry in record.entries:
                 cand = usable.get(entry.solver)
@@ -442,42 +549,84 @@ class Handle:
                 timing = None
                 if entry.count:
                     spread = entry.spread_ms or 0.0
-                    timing = Timing(median_ms=entry.time_ms, spread_ms=spread, min_ms=entry.time_ms,
-                                    max_ms=entry.time_ms, count=entry.count)
-                out.append(Solution(
-                    problem=problem, solver=cand.reg.name, solver_id=cand.reg.id,
-                    algorithm=cand.reg.algorithm, time_ms=entry.time_ms,
-                    workspace_size=cand.workspace_size,
-                    source="find-db" if record.layer == "user" else "system-db",
-                    is_estimate=False, timing=timing, perf_config=cand.perf_config,
-                    note=f"recorded {entry.provenance.get('written_at', 'earlier')}",
-                ))
+                    timing = Timing(
+                        median_ms=entry.time_ms,
+                        spread_ms=spread,
+                        min_ms=entry.time_ms,
+                        max_ms=entry.time_ms,
+                        count=entry.count,
+                    )
+                out.append(
+                    Solution(
+                        problem=problem,
+                        solver=cand.reg.name,
+                        solver_id=cand.reg.id,
+                        algorithm=cand.reg.algorithm,
+                        time_ms=entry.time_ms,
+                        workspace_size=cand.workspace_size,
+                        source="find-db" if record.layer == "user" else "system-db",
+                        is_estimate=False,
+                        timing=timing,
+                        perf_config=cand.perf_config,
+                        note=f"recorded {entry.provenance.get('written_at', 'earlier')}",
+                    )
+                )
             if out:
                 report.db_hit = f"the {record.layer} FindDb"
                 return order_with_ties(out)
         return []
 
-    def _write_find_record(self, problem: ConvProblem, solutions: Sequence[Solution], mode: FindMode) -> None:
+    def _records(self, key: str) -> list[Any]:
+        """FindDb records of ``key``, read once per handle; this handle's writes refresh them.
+
+        Another process's later writes are seen by new handles (as MIOpen's in-memory FindDb).
+        """
+        found = self._record_memo.get(key)
+        if found is None:
+            found = self._record_memo[key] = self.find_db.records(key)
+            while len(self._record_memo) > 4096:
+                self._record_memo.pop(next(iter(self._record_memo)))
+        return found
+
+    def _forget(self, key: str) -> None:
+        self._record_memo.pop(key, None)
+        self._candidate_memo.clear()  # perf configs (and so workspaces) may have changed
+
+    def _write_find_record(
+        self, problem: ConvProblem, solutions: Sequence[Solution], mode: FindMode
+    ) -> None:
         from miocore.db import FindDbEntry
 
         now = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
         entries = []
         for s in solutions:
             reg = self.registry.get(s.solver)
-            entries.append(FindDbEntry(
-                solver=s.solver, algorithm=s.algorithm.value, time_ms=s.time_ms,
-                workspace_size=s.workspace_size,
-                spread_ms=s.timing.spread_ms if s.timing else None,
-                count=s.timing.count if s.timing else 0,
-                perf_config=s.perf_config.to_string() if s.perf_config is not None else None,
-                provenance={"miocore": _version(), "plugin": f"{reg.distribution} {reg.version}",
-                            "device": self.device.identity, "find_mode": mode.name, "written_at": now},
-            ))
+            entries.append(
+                FindDbEntry(
+                    solver=s.solver,
+                    algorithm=s.algorithm.value,
+                    time_ms=s.time_ms,
+                    workspace_size=s.workspace_size,
+                    spread_ms=s.timing.spread_ms if s.timing else None,
+                    count=s.timing.count if s.timing else 0,
+                    perf_config=s.perf_config.to_string() if s.perf_config is not None else None,
+                    provenance={
+                        "miocore": _version(),
+                        "plugin": f"{reg.distribution} {reg.version}",
+                        "device": self.device.identity,
+                        "find_mode": mode.name,
+                        "written_at": now,
+                    },
+                )
+            )
         self.find_db.write(problem.key, entries)
+        self._forget(problem.key)
 
     # -- internals: immediate-mode fallback ----------------------------------------------------
 
-    def _fallback_ranking(self, problem: ConvProblem, candidates: list[_Candidate]) -> list[Solution]:
+    def _fallback_ranking(
+        self, problem: ConvProblem, candidates: list[_Candidate]
+    ) -> list[Solution]:
         canon = problem.canonical
         by_name = {c.reg.name: c for c in candidates}
         ranked: list[Solution] = []
@@ -492,9 +641,17 @@ class Handle:
             for name, estimate in order:
                 cand = by_name.pop(name, None)
                 if cand is not None:
-                    ranked.append(self._estimate(problem, cand.reg, cand.workspace_size, cand.perf_config,
-                                                 source="heuristic", time_ms=float(estimate),
-                                                 note=f"ranked by {heuristic.name}"))
+                    ranked.append(
+                        self._estimate(
+                            problem,
+                            cand.reg,
+                            cand.workspace_size,
+                            cand.perf_config,
+                            source="heuristic",
+                            time_ms=float(estimate),
+                            note=f"ranked by {heuristic.name}",
+                        )
+                    )
             break  # the first applicable heuristic decides
         by_wti: list[tuple[float, Solution]] = []
         unknown: list[_Candidate] = []
@@ -506,35 +663,81 @@ class Handle:
                 score = -1.0
             if score > 0 and np.isfinite(score):
                 estimate = self.context.ideal_ms(canon) / score
-                by_wti.append((score, self._estimate(problem, cand.reg, cand.workspace_size,
-                                                     cand.perf_config, source="wti", time_ms=estimate,
-                                                     note=f"WTI {score:.3g}")))
+                by_wti.append(
+                    (
+                        score,
+                        self._estimate(
+                            problem,
+                            cand.reg,
+                            cand.workspace_size,
+                            cand.perf_config,
+                            source="wti",
+                            time_ms=estimate,
+                            note=f"WTI {score:.3g}",
+                        ),
+                    )
+                )
             else:
                 unknown.append(cand)
         by_wti.sort(key=lambda pair: (-pair[0], pair[1].solver))
         ranked.extend(s for _, s in by_wti)
         # Solvers without an estimate come last, the GEMM family (the universal fallback) first.
         unknown.sort(key=lambda c: (c.reg.algorithm is not Algorithm.GEMM, c.reg.name))
-        ranked.extend(self._estimate(problem, c.reg, c.workspace_size, c.perf_config, source="fallback",
-                                     time_ms=float("inf"), note="no estimate available")
-                      for c in unknown)
+        ranked.extend(
+            self._estimate(
+                problem,
+                c.reg,
+                c.workspace_size,
+                c.perf_config,
+                source="fallback",
+                time_ms=float("inf"),
+                note="no estimate available",
+            )
+            for c in unknown
+        )
         return ranked
 
-    def _estimate(self, problem: ConvProblem, reg: RegisteredSolver, workspace: int,
-                  config: PerfConfig | None, *, source: str = "wti", time_ms: float | None = None,
-                  note: str = "") -> Solution:
+    def _estimate(
+        self,
+        problem: ConvProblem,
+        reg: RegisteredSolver,
+        workspace: int,
+        config: PerfConfig | None,
+        *,
+        source: str = "wti",
+        time_ms: float | None = None,
+        note: str = "",
+    ) -> Solution:
         if time_ms is None:
             score = reg.solver.wti(self.context, problem.canonical)
-            time_ms = self.context.ideal_ms(problem.canonical) / score if score > 0 else float("inf")
-        return Solution(problem=problem, solver=reg.name, solver_id=reg.id, algorithm=reg.algorithm,
-                        time_ms=time_ms, workspace_size=workspace, source=source, is_estimate=True,
-                        perf_config=config, note=note)
+            time_ms = (
+                self.context.ideal_ms(problem.canonical) / score if score > 0 else float("inf")
+            )
+        return Solution(
+            problem=problem,
+            solver=reg.name,
+            solver_id=reg.id,
+            algorithm=reg.algorithm,
+            time_ms=time_ms,
+            workspace_size=workspace,
+            source=source,
+            is_estimate=True,
+            perf_config=config,
+            note=note,
+        )
 
-    # -- internals: benchmarking and tuning ----------------------------------------------------------
+    # -- internals: benchmarking and tuning ------------------------------------------------
 
     def _benchmark_all(
-        self, problem: ConvProblem, candidates: list[_Candidate], report: FindReport, *,
-        exhaustive: bool, enforce: FindEnforce, buffers: dict[str, Any], workspace: Any,
+        self,
+        problem: ConvProblem,
+        candidates: list[_Candidate],
+        report: FindReport,
+        *,
+        exhaustive: bool,
+        enforce: FindEnforce,
+        buffers: dict[str, Any],
+        workspace: Any,
         progress: ProgressCallback | None,
     ) -> list[Solution]:
         canon = problem.canonical
@@ -547,7 +750,9 @@ class Handle:
                 score = float(c.reg.solver.wti(self.context, canon))
             except Exception:
                 score = -1.0
-            predicted[c.reg.name] = ideal / score if score > 0 and np.isfinite(score) else float("inf")
+            predicted[c.reg.name] = (
+                ideal / score if score > 0 and np.isfinite(score) else float("inf")
+            )
         ordered = sorted(candidates, key=lambda c: (predicted[c.reg.name], c.reg.name))
         prune = _prune_factor()
         out: list[Solution] = []
@@ -576,10 +781,21 @@ class Handle:
                 continue
             report.benchmarked.append(cand.reg.name)
             best = min(best, timing.median_ms)
-            out.append(Solution(problem=problem, solver=cand.reg.name, solver_id=cand.reg.id,
-                                algorithm=cand.reg.algorithm, time_ms=timing.median_ms,
-                                workspace_size=entry.workspace_size, source="measured",
-                                is_estimate=False, timing=timing, perf_config=config, note=note))
+            out.append(
+                Solution(
+                    problem=problem,
+                    solver=cand.reg.name,
+                    solver_id=cand.reg.id,
+                    algorithm=cand.reg.algorithm,
+                    time_ms=timing.median_ms,
+                    workspace_size=entry.workspace_size,
+                    source="measured",
+                    is_estimate=False,
+                    timing=timing,
+                    perf_config=config,
+                    note=note,
+                )
+            )
         if progress is not None:
             progress(len(ordered), len(ordered), "")
         return out
@@ -588,8 +804,11 @@ class Handle:
         given = {k: v for k, v in buffers.items() if v is not None}
         if given and len(given) != 3:
             missing = sorted(set(buffers) - set(given))
-            raise InvalidArgumentError("pass all of x, w and y to find on your buffers, or none",
-                                       field=missing[0], value=None)
+            raise InvalidArgumentError(
+                "pass all of x, w and y to find on your buffers, or none",
+                field=missing[0],
+                value=None,
+            )
         if given:
             return self._canonical_arrays(problem, given)
         rng = np.random.default_rng(0)
@@ -601,9 +820,18 @@ class Handle:
             return self.backend.check_workspace(workspace, needed)
         return self.backend.allocate_workspace(needed)
 
-    def _time(self, canon: ConvProblem, entry: CachedInvoker, arrays: dict[str, Any], workspace: Any,
-              best_ms: float, *, min_runs: int = 3, max_runs: int = 15,
-              min_total_ms: float = 40.0) -> tuple[Timing, str]:
+    def _time(
+        self,
+        canon: ConvProblem,
+        entry: CachedInvoker,
+        arrays: dict[str, Any],
+        workspace: Any,
+        best_ms: float,
+        *,
+        min_runs: int = 3,
+        max_runs: int = 15,
+        min_total_ms: float = 40.0,
+    ) -> tuple[Timing, str]:
         params = InvokeParams(problem=canon, workspace=workspace, **arrays)
 
         def run() -> None:
@@ -614,7 +842,10 @@ class Handle:
         # report an honest (measured) time without spending seconds on it.
         if first > 10 * best_ms:
             timing = Timing.from_samples([self.backend.time_ms(run)])
-            return timing, f"stopped after 1 timed run: over 10x the best time so far ({best_ms:.4g} ms)"
+            return (
+                timing,
+                f"stopped after 1 timed run: over 10x the best time so far ({best_ms:.4g} ms)",
+            )
         samples: list[float] = []
         while len(samples) < max_runs:
             samples.append(self.backend.time_ms(run))
@@ -622,8 +853,9 @@ class Handle:
                 break
         return Timing.from_samples(samples), ""
 
-    def _tune(self, problem: ConvProblem, cand: _Candidate, arrays: dict[str, Any],
-              report: FindReport) -> PerfConfig:
+    def _tune(
+        self, problem: ConvProblem, cand: _Candidate, arrays: dict[str, Any], report: FindReport
+    ) -> PerfConfig:
         canon = problem.canonical
         solver = cand.reg.solver
         assert isinstance(solver, TunableSolver)
@@ -639,10 +871,20 @@ class Handle:
             try:
                 entry = self._build(problem, cand.reg, config)
                 ws = self.backend.allocate_workspace(entry.workspace_size)
-                timing, _ = self._time(canon, entry, arrays, ws, best[0] if best else float("inf"),
-                                       min_runs=2, max_runs=5, min_total_ms=10.0)
+                timing, _ = self._time(
+                    canon,
+                    entry,
+                    arrays,
+                    ws,
+                    best[0] if best else float("inf"),
+                    min_runs=2,
+                    max_runs=5,
+                    min_total_ms=10.0,
+                )
             except Exception as exc:
-                log.warning("tuning %s: config %s failed: %s", cand.reg.name, config.to_string(), exc)
+                log.warning(
+                    "tuning %s: config %s failed: %s", cand.reg.name, config.to_string(), exc
+                )
                 continue
             tried += 1
             if best is None or timing.median_ms < best[0]:
@@ -650,30 +892,52 @@ class Handle:
         if best is None:
             report.tuned[cand.reg.name] = "no valid config ran; using the default"
             return solver.default_perf_config(self.context, canon)
-        self.perf_db.put(canon.key, cand.reg.name, best[1].to_string(), {
-            "miocore": _version(), "plugin": f"{cand.reg.distribution} {cand.reg.version}",
-            "device": self.device.identity, "time_ms": f"{best[0]:.6g}", "configs_tried": str(tried),
-            "written_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        })
-        report.tuned[cand.reg.name] = f"{best[1].to_string()} ({best[0]:.4g} ms, {tried} configs tried)"
+        self.perf_db.put(
+            canon.key,
+            cand.reg.name,
+            best[1].to_string(),
+            {
+                "miocore": _version(),
+                "plugin": f"{cand.reg.distribution} {cand.reg.version}",
+                "device": self.device.identity,
+                "time_ms": f"{best[0]:.6g}",
+                "configs_tried": str(tried),
+                "written_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+            },
+        )
+        self._forget(canon.key)
+        report.tuned[cand.reg.name] = (
+            f"{best[1].to_string()} ({best[0]:.4g} ms, {tried} configs tried)"
+        )
         return best[1]
 
     # -- internals: building and running -------------------------------------------------------
 
-    def _build(self, problem: ConvProblem, reg: RegisteredSolver, config: PerfConfig | None) -> CachedInvoker:
+    def _build(
+        self, problem: ConvProblem, reg: RegisteredSolver, config: PerfConfig | None
+    ) -> CachedInvoker:
         canon = problem.canonical
         solution = reg.solver.get_solution(self.context, canon, config)
         if solution.solver != reg.name:
-            raise InvalidArgumentError(f"the solution names solver {solution.solver!r}",
-                                       field=f"{reg.name}.get_solution", value=solution.solver)
+            raise InvalidArgumentError(
+                f"the solution names solver {solution.solver!r}",
+                field=f"{reg.name}.get_solution",
+                value=solution.solver,
+            )
         compiled = self.backend.compile(solution.kernels)
         invoker = solution.invoker_factory(compiled)
-        entry = CachedInvoker(invoker=invoker, solver=reg.name, perf_config=config,
-                              workspace_size=solution.workspace_size)
+        entry = CachedInvoker(
+            invoker=invoker,
+            solver=reg.name,
+            perf_config=config,
+            workspace_size=solution.workspace_size,
+        )
         self.invoker_cache.put(problem.network_config, entry)
         return entry
 
-    def _invoker(self, problem: ConvProblem, solver: str, config: PerfConfig | None) -> CachedInvoker:
+    def _invoker(
+        self, problem: ConvProblem, solver: str, config: PerfConfig | None
+    ) -> CachedInvoker:
         entry = self.invoker_cache.get(problem.network_config, solver)
         if entry is not None and entry.perf_config == config:
             return entry
@@ -681,14 +945,26 @@ class Handle:
         return self._build(problem, reg, config)
 
     def _canonical_arrays(self, problem: ConvProblem, arrays: dict[str, Any]) -> dict[str, Any]:
-        checked = {name: self.backend.check_array(getattr(problem, name), arrays[name], name)
-                   for name in ("x", "w", "y")}
+        checked = {
+            name: self.backend.check_array(getattr(problem, name), arrays[name], name)
+            for name in ("x", "w", "y")
+        }
         if problem.is_transposed:
             checked["x"], checked["y"] = checked["y"], checked["x"]
         return checked
 
-    def _run(self, problem: ConvProblem, entry: CachedInvoker, *, x: Any, w: Any, y: Any,
-             workspace: Any, alpha: float = 1.0, beta: float = 0.0) -> None:
+    def _run(
+        self,
+        problem: ConvProblem,
+        entry: CachedInvoker,
+        *,
+        x: Any,
+        w: Any,
+        y: Any,
+        workspace: Any,
+        alpha: float = 1.0,
+        beta: float = 0.0,
+    ) -> None:
         arrays = self._canonical_arrays(problem, {"x": x, "w": w, "y": y})
         ws = self._find_workspace(workspace, entry.workspace_size)
         canon = problem.canonical
@@ -698,22 +974,45 @@ class Handle:
             return
         target = arrays[out_name]
         scratch = self.backend.empty(getattr(canon, out_name))
-        entry.invoker(self, InvokeParams(problem=canon, workspace=ws, **{**arrays, out_name: scratch}))
+        entry.invoker(
+            self, InvokeParams(problem=canon, workspace=ws, **{**arrays, out_name: scratch})
+        )
         self.backend.blend(target, scratch, alpha, beta)
 
-    def _finish(self, solutions: list[Solution], report: FindReport, sort_by: str,
-                max_results: int | None, *, ordered: bool = False) -> Solutions:
+    def _finish(
+        self,
+        solutions: list[Solution],
+        report: FindReport,
+        sort_by: str,
+        max_results: int | None,
+        *,
+        ordered: bool = False,
+    ) -> Solutions:
         if sort_by not in ("time", "workspace"):
-            raise InvalidArgumentError("expected 'time' or 'workspace'", field="sort_by", value=sort_by)
-        if max_results is not None and (isinstance(max_results, bool) or not isinstance(max_results, int)
-                                        or max_results < 1):
-            raise InvalidArgumentError("must be an integer >= 1", field="max_results", value=max_results)
+            raise InvalidArgumentError(
+                "expected 'time' or 'workspace'", field="sort_by", value=sort_by
+            )
+        if max_results is not None and (
+            isinstance(max_results, bool) or not isinstance(max_results, int) or max_results < 1
+        ):
+            raise InvalidArgumentError(
+                "must be an integer >= 1", field="max_results", value=max_results
+            )
         items = list(solutions) if ordered else order_with_ties(solutions)
         if sort_by == "workspace":
             items.sort(key=lambda s: s.workspace_size)  # stable: time order within equal sizes
         if max_results is not None:
             items = items[:max_results]
         return Solutions(items, report)
+
+
+def _switches() -> tuple[str | None, ...]:
+    """The environment switches that change which solvers find considers."""
+    names = [
+        "MIOCORE_FIND_ONLY_SOLVER",
+        *(f"MIOCORE_DEBUG_CONV_{a.value.upper()}" for a in Algorithm),
+    ]
+    return tuple(os.environ.get(n) for n in names)
 
 
 def _prune_factor() -> float:
@@ -726,8 +1025,9 @@ def _prune_factor() -> float:
     except ValueError:
         value = -1.0
     if value != 0 and value < 1:
-        raise InvalidEnvironmentError("expected 0 (off) or a factor >= 1",
-                                      field="MIOCORE_FIND_PRUNE_FACTOR", value=raw)
+        raise InvalidEnvironmentError(
+            "expected 0 (off) or a factor >= 1", field="MIOCORE_FIND_PRUNE_FACTOR", value=raw
+        )
     return value
 
 
@@ -746,8 +1046,9 @@ def _should_tune(enforce: FindEnforce, exhaustive: bool, has_entry: bool) -> boo
 
 def _check_problem(problem: Any) -> ConvProblem:
     if not isinstance(problem, ConvProblem):
-        raise InvalidArgumentError("expected a miocore.ConvProblem", field="problem",
-                                   value=type(problem).__name__)
+        raise InvalidArgumentError(
+            "expected a miocore.ConvProblem", field="problem", value=type(problem).__name__
+        )
     return problem
 
 
@@ -755,6 +1056,7 @@ def _check_limit(limit: Any) -> int | None:
     if limit is None:
         return None
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise InvalidArgumentError("must be an integer >= 0 (bytes) or None", field="workspace_limit",
-                                   value=limit)
+        raise InvalidArgumentError(
+            "must be an integer >= 0 (bytes) or None", field="workspace_limit", value=limit
+        )
     return limit

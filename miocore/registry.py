@@ -199,7 +199,8 @@ class Registry:
             except Exception as exc:  # a broken plugin must not take miocore down
                 message = f"{type(exc).__name__}: {exc}"
                 _warn(
-                    f"plugin {ep.name} ({dist} {version}) failed to import and is skipped: {message}"
+                    f"plugin {ep.name} ({dist} {version}) failed to import and is skipped: "
+                    f"{message}"
                 )
                 failed.append(
                     PluginInfo(
@@ -329,7 +330,8 @@ def _record_problem(rec: Any) -> str | None:
     if not isinstance(name, str) or not _NAME_RE.match(name):
         return f"solver name {name!r} must be a dotted identifier such as 'family.variant'"
     if not isinstance(getattr(solver, "algorithm", None), Algorithm):
-        return f"solver {name!r} has algorithm {getattr(solver, 'algorithm', None)!r}, expected a miocore.Algorithm"
+        algorithm = getattr(solver, "algorithm", None)
+        return f"solver {name!r} has algorithm {algorithm!r}, expected a miocore.Algorithm"
     backends = getattr(solver, "backends", None)
     if not isinstance(backends, (frozenset, set, tuple)) or not backends:
         return f"solver {name!r} must list its backends"
@@ -361,7 +363,8 @@ _lock = threading.Lock()
 
 
 def default_registry() -> Registry:
-    """The process-wide registry of installed plugins (rebuilt when MIOCORE_DISABLE_PLUGINS changes)."""
+    """The process-wide registry of installed plugins (rebuilt when MIOCORE_DISABLE_PLUGINS
+    changes)."""
     global _default, _default_key
     key = ",".join(sorted(env.disabled_plugins()))
     with _lock:

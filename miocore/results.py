@@ -76,12 +76,23 @@ class Solution:
     def explain(self) -> str:
         """One line saying what this solution is and why its time is what it is."""
         what = f"{self.solver} ({self.algorithm.value})"
-        kind = "estimated" if self.is_estimate else "measured"
+        origin = {
+            "measured": "measured by this find",
+            "find-db": "measured earlier, from the user FindDb",
+            "system-db": "measured earlier, from the system FindDb",
+            "heuristic": "estimated by a learned heuristic",
+            "wti": "estimated from the solver's WTI",
+            "fallback": "no estimate: listed as a fallback",
+        }.get(self.source, self.source)
         stats = ""
         if self.timing is not None:
-            stats = (f", median of {self.timing.count} runs, spread {self.timing.spread_ms:.4g} ms")
+            runs = "run" if self.timing.count == 1 else "runs"
+            stats = f", median of {self.timing.count} {runs}, spread {self.timing.spread_ms:.3g} ms"
         extra = f"; {self.note}" if self.note else ""
-        return f"{what}: {self.time_ms:.4g} ms {kind} ({self.source}{stats}), workspace {self.workspace_size} B{extra}"
+        return (
+            f"{what}: {self.time_ms:.4g} ms, {origin}{stats}; workspace "
+            f"{self.workspace_size} B{extra}"
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -119,8 +130,11 @@ class FindReport:
             out.append(f"benchmarked: {', '.join(self.benchmarked)}")
         for name, config in self.tuned.items():
             out.append(f"tuned {name}: {config}")
-        for title, items in (("failed", self.failed), ("skipped", self.skipped),
-                             ("not applicable", self.not_applicable)):
+        for title, items in (
+            ("failed", self.failed),
+            ("skipped", self.skipped),
+            ("not applicable", self.not_applicable),
+        ):
             for name, why in items.items():
                 out.append(f"{title}: {name}: {why}")
         if self.wrote_db:

@@ -14,7 +14,13 @@ from miocore import reference
 from miocore.backends.cpu import allocate_workspace, cpu_device_info
 from miocore.dtypes import DataType
 from miocore.problem import ConvProblem
-from miocore.solver import ExecutionContext, InvokeParams, PerfConfig, Solver, normalize_applicability
+from miocore.solver import (
+    ExecutionContext,
+    InvokeParams,
+    PerfConfig,
+    Solver,
+    normalize_applicability,
+)
 
 #: Relative tolerances (max abs error / max abs reference) the plugin correctness tests use.
 #: Exact-arithmetic algorithms (direct, GEMM) sum in float32; the output is rounded to the

@@ -31,15 +31,25 @@ def _compute(params: InvokeParams) -> None:
     p = params.problem
     out = p.direction.output_tensor
     inputs = {k: getattr(params, k) for k in ("x", "w", "y") if k != out}
-    getattr(params, out)[...] = reference.convolution(p, **inputs).astype(getattr(params, out).dtype)
+    getattr(params, out)[...] = reference.convolution(p, **inputs).astype(
+        getattr(params, out).dtype
+    )
 
 
 class TimedSolver(Solver):
     """A correct solver that sleeps ``delay_s`` per run and needs ``workspace`` bytes."""
 
-    def __init__(self, name: str, *, delay_s: float = 0.0, algorithm: Algorithm = Algorithm.DIRECT,
-                 dynamic: bool = False, workspace: int = 0, wti: float = -1.0,
-                 applies_to: str | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        delay_s: float = 0.0,
+        algorithm: Algorithm = Algorithm.DIRECT,
+        dynamic: bool = False,
+        workspace: int = 0,
+        wti: float = -1.0,
+        applies_to: str | None = None,
+    ) -> None:
         self.name = name
         self.algorithm = algorithm
         self.is_dynamic = dynamic
@@ -54,26 +64,32 @@ class TimedSolver(Solver):
             return not_applicable(f"only {self.applies_to}")
         return APPLICABLE
 
-    def workspace_size(self, ctx: ExecutionContext, problem: ConvProblem,
-                       perf_config: PerfConfig | None = None) -> int:
+    def workspace_size(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> int:
         return self.workspace
 
     def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
         return self._wti
 
-    def get_solution(self, ctx: ExecutionContext, problem: ConvProblem,
-                     perf_config: PerfConfig | None = None) -> ConvSolution:
+    def get_solution(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> ConvSolution:
         def factory(_kernels: Any) -> Any:
             def invoker(_handle: Any, params: InvokeParams) -> None:
                 if self.workspace:
-                    assert params.workspace is not None and params.workspace.nbytes >= self.workspace
+                    assert (
+                        params.workspace is not None and params.workspace.nbytes >= self.workspace
+                    )
                 self.runs += 1
                 time.sleep(self.delay_s)
                 _compute(params)
 
             return invoker
 
-        return ConvSolution(solver=self.name, workspace_size=self.workspace, invoker_factory=factory)
+        return ConvSolution(
+            solver=self.name, workspace_size=self.workspace, invoker_factory=factory
+        )
 
 
 class TunableTimedSolver(TunableSolver):
@@ -89,14 +105,17 @@ class TunableTimedSolver(TunableSolver):
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Any:
         return APPLICABLE
 
-    def perf_config_space(self, ctx: ExecutionContext, problem: ConvProblem) -> Iterable[PerfConfig]:
+    def perf_config_space(
+        self, ctx: ExecutionContext, problem: ConvProblem
+    ) -> Iterable[PerfConfig]:
         return [PerfConfig(level=v) for v in self.levels]
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
         return PerfConfig(level=1)
 
-    def get_solution(self, ctx: ExecutionContext, problem: ConvProblem,
-                     perf_config: PerfConfig | None = None) -> ConvSolution:
+    def get_solution(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> ConvSolution:
         level = (perf_config or self.default_perf_config(ctx, problem))["level"]
         delay = 0.002 + 0.004 * abs(level - 3)
 
@@ -108,8 +127,9 @@ class TunableTimedSolver(TunableSolver):
 
             return invoker
 
-        return ConvSolution(solver=self.name, workspace_size=0, invoker_factory=factory,
-                            perf_config=perf_config)
+        return ConvSolution(
+            solver=self.name, workspace_size=0, invoker_factory=factory, perf_config=perf_config
+        )
 
 
 class BrokenSolver(Solver):
@@ -126,8 +146,9 @@ class BrokenSolver(Solver):
             raise RuntimeError("boom in is_applicable")
         return APPLICABLE
 
-    def get_solution(self, ctx: ExecutionContext, problem: ConvProblem,
-                     perf_config: PerfConfig | None = None) -> ConvSolution:
+    def get_solution(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> ConvSolution:
         if self.stage == "get_solution":
             raise RuntimeError("boom in get_solution")
 
@@ -140,12 +161,22 @@ class BrokenSolver(Solver):
         return ConvSolution(solver=self.name, workspace_size=0, invoker_factory=factory)
 
 
-def small_problem(direction: str = "forward", dtype: str = "float32", layout: str = "NCHW",
-                  groups: int = 1) -> ConvProblem:
+def small_problem(
+    direction: str = "forward", dtype: str = "float32", layout: str = "NCHW", groups: int = 1
+) -> ConvProblem:
     """A tiny 3x3 problem."""
-    return ConvProblem.from_sizes(direction, n=2, c=4 * groups, k=4 * groups, in_spatial=(6, 6),
-                                  filter_spatial=(3, 3), pads=(1, 1), groups=groups, dtype=dtype,
-                                  layout=layout)
+    return ConvProblem.from_sizes(
+        direction,
+        n=2,
+        c=4 * groups,
+        k=4 * groups,
+        in_spatial=(6, 6),
+        filter_spatial=(3, 3),
+        pads=(1, 1),
+        groups=groups,
+        dtype=dtype,
+        layout=layout,
+    )
 
 
 def buffers(problem: ConvProblem, seed: int = 0) -> dict[str, np.ndarray]:

@@ -18,7 +18,9 @@ def test_packed_strides_follow_layout() -> None:
 
 def test_layout_is_derived_from_explicit_strides() -> None:
     padded = TensorDescriptor("float32", (1, 3, 4, 4), strides=(100, 20, 5, 1))
-    assert padded.layout == "NCHW" and not padded.is_packed and padded.element_space == 1 + 40 + 15 + 3
+    assert (
+        padded.layout == "NCHW" and not padded.is_packed and padded.element_space == 1 + 40 + 15 + 3
+    )
     channels_last = TensorDescriptor("float32", (2, 3, 4, 4), strides=(48, 1, 12, 3))
     assert channels_last.layout == "NHWC" and channels_last.is_packed
 
@@ -33,8 +35,15 @@ def test_layout_is_derived_from_explicit_strides() -> None:
         ({"dtype": "float32", "lengths": (1, 2, 3, 4), "layout": "NCDHW"}, "layout"),
         ({"dtype": "float32", "lengths": (1, 2, 3, 4), "strides": (1, 2, 3)}, "strides"),
         ({"dtype": "float32", "lengths": (2, 2, 3, 4), "strides": (1, 2, 3, 4)}, "strides"),
-        ({"dtype": "float32", "lengths": (1, 2, 3, 4), "layout": "NHWC",
-          "strides": (24, 12, 4, 1)}, "layout"),
+        (
+            {
+                "dtype": "float32",
+                "lengths": (1, 2, 3, 4),
+                "layout": "NHWC",
+                "strides": (24, 12, 4, 1),
+            },
+            "layout",
+        ),
     ],
 )
 def test_bad_tensor_descriptor_names_field(kwargs: dict, field: str) -> None:
@@ -77,7 +86,11 @@ def test_output_descriptor_2d_3d_and_transpose() -> None:
     wt = TensorDescriptor("float32", (64, 16, 4, 4))  # (C_in, C_out/groups, Y, X)
     trans = ConvolutionDescriptor(pads=(1, 1), strides=(2, 2), mode="transpose", groups=2)
     assert trans.output_descriptor(TensorDescriptor("float32", (2, 64, 7, 7)), wt).lengths == (
-        2, 32, 14, 14)
+        2,
+        32,
+        14,
+        14,
+    )
 
 
 def test_output_descriptor_rejects_empty_output() -> None:
@@ -89,6 +102,8 @@ def test_output_descriptor_rejects_empty_output() -> None:
 
 def test_descriptors_are_frozen_values() -> None:
     a = TensorDescriptor("float32", (1, 2, 3, 4))
-    assert a == TensorDescriptor("fp32", [1, 2, 3, 4]) and hash(a) == hash(TensorDescriptor("float32", (1, 2, 3, 4)))
+    assert a == TensorDescriptor("fp32", [1, 2, 3, 4]) and hash(a) == hash(
+        TensorDescriptor("float32", (1, 2, 3, 4))
+    )
     with pytest.raises(AttributeError):
         a.layout = "NHWC"  # type: ignore[misc]

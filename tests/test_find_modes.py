@@ -17,8 +17,9 @@ def solvers() -> dict[str, TimedSolver]:
     return {
         "fast": TimedSolver("test.fast", delay_s=0.001, algorithm=Algorithm.GEMM, wti=0.2),
         "slow": TimedSolver("test.slow", delay_s=0.006, wti=0.9),
-        "dynamic": TimedSolver("test.dynamic", delay_s=0.003, dynamic=True,
-                               algorithm=Algorithm.WINOGRAD, wti=0.1),
+        "dynamic": TimedSolver(
+            "test.dynamic", delay_s=0.003, dynamic=True, algorithm=Algorithm.WINOGRAD, wti=0.1
+        ),
     }
 
 
@@ -32,10 +33,15 @@ def _runs(solvers: dict[str, TimedSolver]) -> dict[str, int]:
 
 
 def _seed_record(h: Handle, key: str, times: dict[str, float]) -> None:
-    h.find_db.write(key, [
-        FindDbEntry(solver=name, algorithm="direct", time_ms=t, workspace_size=0, count=5, spread_ms=0.0)
-        for name, t in times.items()
-    ])
+    h.find_db.write(
+        key,
+        [
+            FindDbEntry(
+                solver=name, algorithm="direct", time_ms=t, workspace_size=0, count=5, spread_ms=0.0
+            )
+            for name, t in times.items()
+        ],
+    )
 
 
 PROBLEM = small_problem()
@@ -43,7 +49,10 @@ PROBLEM = small_problem()
 
 # -- find modes: hit ---------------------------------------------------------------------------
 
-def test_normal_hit_ignores_record_benchmarks_all_and_rewrites(handle: Handle, solvers: dict) -> None:
+
+def test_normal_hit_ignores_record_benchmarks_all_and_rewrites(
+    handle: Handle, solvers: dict
+) -> None:
     _seed_record(handle, PROBLEM.key, {"test.slow": 0.001, "test.fast": 50.0})
     sols = handle.find_solutions(PROBLEM, find_mode="NORMAL")
     assert {s.source for s in sols} == {"measured"}
@@ -55,7 +64,9 @@ def test_normal_hit_ignores_record_benchmarks_all_and_rewrites(handle: Handle, s
 
 
 @pytest.mark.parametrize("mode", ["FAST", "HYBRID", "DYNAMIC_HYBRID"])
-def test_hit_returns_recorded_solutions_without_benchmark(handle: Handle, solvers: dict, mode: str) -> None:
+def test_hit_returns_recorded_solutions_without_benchmark(
+    handle: Handle, solvers: dict, mode: str
+) -> None:
     _seed_record(handle, PROBLEM.key, {"test.slow": 0.5, "test.fast": 2.0})
     sols = handle.find_solutions(PROBLEM, find_mode=mode)
     assert [s.solver for s in sols] == ["test.slow", "test.fast"]  # fastest first, as recorded
@@ -67,15 +78,19 @@ def test_hit_returns_recorded_solutions_without_benchmark(handle: Handle, solver
 
 # -- find modes: miss --------------------------------------------------------------------------
 
+
 def test_normal_miss_benchmarks_all_and_writes(handle: Handle, solvers: dict) -> None:
     sols = handle.find_solutions(PROBLEM, find_mode=1)
     assert all(n > 0 for n in _runs(solvers).values())
-    assert [s.solver for s in sols][0] == "test.fast"
+    assert sols[0].solver == "test.fast"
     assert {e.solver for e in handle.find_db.records(PROBLEM.key)[0].entries} == set(
-        s.name for s in solvers.values())
+        s.name for s in solvers.values()
+    )
 
 
-def test_fast_miss_ranks_without_benchmark_and_writes_nothing(handle: Handle, solvers: dict) -> None:
+def test_fast_miss_ranks_without_benchmark_and_writes_nothing(
+    handle: Handle, solvers: dict
+) -> None:
     sols = handle.find_solutions(PROBLEM, find_mode="fast")
     assert sum(_runs(solvers).values()) == 0
     assert handle.find_db.records(PROBLEM.key) == []
@@ -89,7 +104,9 @@ def test_hybrid_miss_benchmarks_all_and_writes(handle: Handle, solvers: dict) ->
     assert len(handle.find_db.records(PROBLEM.key)[0].entries) == 3
 
 
-def test_dynamic_hybrid_miss_benchmarks_dynamic_only_and_writes(handle: Handle, solvers: dict) -> None:
+def test_dynamic_hybrid_miss_benchmarks_dynamic_only_and_writes(
+    handle: Handle, solvers: dict
+) -> None:
     sols = handle.find_solutions(PROBLEM)  # the default mode
     assert _runs(solvers) == {"fast": 0, "slow": 0, "dynamic": _runs(solvers)["dynamic"]}
     assert solvers["dynamic"].runs > 0
@@ -100,7 +117,10 @@ def test_dynamic_hybrid_miss_benchmarks_dynamic_only_and_writes(handle: Handle, 
 
 # -- what counts as a hit ------------------------------------------------------------------------
 
-def test_record_of_uninstalled_or_inapplicable_solvers_is_a_miss(handle: Handle, solvers: dict) -> None:
+
+def test_record_of_uninstalled_or_inapplicable_solvers_is_a_miss(
+    handle: Handle, solvers: dict
+) -> None:
     _seed_record(handle, PROBLEM.key, {"gone.solver": 0.1})
     sols = handle.find_solutions(PROBLEM, find_mode="HYBRID")
     assert sols.report.db_hit is None and {s.source for s in sols} == {"measured"}
@@ -126,7 +146,8 @@ def test_user_layer_first_then_system_layer(tmp_path: Path, solvers: dict) -> No
     assert [(s.solver, s.source) for s in sols] == [("test.slow", "system-db")]
     _seed_record(h, PROBLEM.key, {"test.fast": 0.75})
     assert [(s.solver, s.source) for s in h.find_solutions(PROBLEM, find_mode="FAST")] == [
-        ("test.fast", "find-db")]
+        ("test.fast", "find-db")
+    ]
 
 
 def test_record_written_with_all_plugins_works_with_one(handle: Handle, solvers: dict) -> None:
@@ -138,16 +159,29 @@ def test_record_written_with_all_plugins_works_with_one(handle: Handle, solvers:
 
 # -- mode parsing ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("raw", "mode"), [("1", FindMode.NORMAL), ("normal", FindMode.NORMAL),
-                                           ("Fast", FindMode.FAST), ("3", FindMode.HYBRID),
-                                           ("dynamic_hybrid", FindMode.DYNAMIC_HYBRID), ("5", FindMode.DYNAMIC_HYBRID)])
-def test_find_mode_env_accepts_names_and_numbers(monkeypatch: pytest.MonkeyPatch, raw: str, mode: FindMode) -> None:
+
+@pytest.mark.parametrize(
+    ("raw", "mode"),
+    [
+        ("1", FindMode.NORMAL),
+        ("normal", FindMode.NORMAL),
+        ("Fast", FindMode.FAST),
+        ("3", FindMode.HYBRID),
+        ("dynamic_hybrid", FindMode.DYNAMIC_HYBRID),
+        ("5", FindMode.DYNAMIC_HYBRID),
+    ],
+)
+def test_find_mode_env_accepts_names_and_numbers(
+    monkeypatch: pytest.MonkeyPatch, raw: str, mode: FindMode
+) -> None:
     monkeypatch.setenv("MIOCORE_FIND_MODE", raw)
     assert miocore.env.find_mode() is mode
 
 
 @pytest.mark.parametrize("raw", ["4", "6", "turbo", "-1"])
-def test_bad_find_mode_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, handle: Handle, raw: str) -> None:
+def test_bad_find_mode_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, handle: Handle, raw: str
+) -> None:
     monkeypatch.setenv("MIOCORE_FIND_MODE", raw)
     with pytest.raises(InvalidEnvironmentError) as info:
         handle.find_solutions(PROBLEM)
@@ -157,13 +191,16 @@ def test_bad_find_mode_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, handle:
     assert handle.find_db.records(PROBLEM.key) == []
 
 
-def test_per_call_mode_overrides_environment(monkeypatch: pytest.MonkeyPatch, handle: Handle, solvers: dict) -> None:
+def test_per_call_mode_overrides_environment(
+    monkeypatch: pytest.MonkeyPatch, handle: Handle, solvers: dict
+) -> None:
     monkeypatch.setenv("MIOCORE_FIND_MODE", "FAST")
     handle.find_solutions(PROBLEM, find_mode="NORMAL")
     assert solvers["slow"].runs > 0
 
 
 # -- find enforce --------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def tunable() -> TunableTimedSolver:
@@ -172,7 +209,9 @@ def tunable() -> TunableTimedSolver:
 
 @pytest.fixture
 def tuned_handle(tunable: TunableTimedSolver) -> Handle:
-    return Handle("cpu", registry=Registry.from_solvers([tunable, TimedSolver("test.other", delay_s=0.02)]))
+    return Handle(
+        "cpu", registry=Registry.from_solvers([tunable, TimedSolver("test.other", delay_s=0.02)])
+    )
 
 
 def _tuned(h: Handle) -> str | None:
@@ -193,14 +232,18 @@ def test_enforce_none_keeps_the_mode(tuned_handle: Handle, tunable: TunableTimed
     assert _tuned(tuned_handle) == '{"level":3}'
 
 
-@pytest.mark.parametrize("enforce", ["DB_UPDATE", "SEARCH", "SEARCH_DB_UPDATE", "DB_CLEAN", 2, 3, 4, 5])
+@pytest.mark.parametrize(
+    "enforce", ["DB_UPDATE", "SEARCH", "SEARCH_DB_UPDATE", "DB_CLEAN", 2, 3, 4, 5]
+)
 def test_any_enforce_other_than_none_forces_normal(tuned_handle: Handle, enforce: object) -> None:
     _seed_record(tuned_handle, PROBLEM.key, {"test.other": 0.001})
     sols = tuned_handle.find_solutions(PROBLEM, find_mode="FAST", find_enforce=enforce)
     assert sols.report.mode == "NORMAL" and {s.source for s in sols} == {"measured"}
 
 
-def test_enforce_db_update_retunes_only_when_exhaustive(tuned_handle: Handle, tunable: TunableTimedSolver) -> None:
+def test_enforce_db_update_retunes_only_when_exhaustive(
+    tuned_handle: Handle, tunable: TunableTimedSolver
+) -> None:
     _store_config(tuned_handle, 1)
     tuned_handle.find_solutions(PROBLEM, find_enforce="DB_UPDATE")
     assert _tuned(tuned_handle) == '{"level":1}' and set(tunable.configs_run) == {1}
@@ -208,7 +251,9 @@ def test_enforce_db_update_retunes_only_when_exhaustive(tuned_handle: Handle, tu
     assert _tuned(tuned_handle) == '{"level":3}'
 
 
-def test_enforce_search_tunes_only_without_perfdb_entry(tuned_handle: Handle, tunable: TunableTimedSolver) -> None:
+def test_enforce_search_tunes_only_without_perfdb_entry(
+    tuned_handle: Handle, tunable: TunableTimedSolver
+) -> None:
     _store_config(tuned_handle, 2)
     tuned_handle.find_solutions(PROBLEM, find_enforce="SEARCH")
     assert _tuned(tuned_handle) == '{"level":2}' and set(tunable.configs_run) == {2}
@@ -218,7 +263,9 @@ def test_enforce_search_tunes_only_without_perfdb_entry(tuned_handle: Handle, tu
     assert next(s for s in sols if s.solver == "test.tunable").perf_config == {"level": 3}
 
 
-def test_enforce_search_db_update_always_retunes(tuned_handle: Handle, tunable: TunableTimedSolver) -> None:
+def test_enforce_search_db_update_always_retunes(
+    tuned_handle: Handle, tunable: TunableTimedSolver
+) -> None:
     _store_config(tuned_handle, 4)
     tuned_handle.find_solutions(PROBLEM, find_enforce="SEARCH_DB_UPDATE")
     assert set(tunable.configs_run) == {1, 2, 3, 4}

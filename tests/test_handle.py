@@ -40,14 +40,21 @@ def _check(problem: ConvProblem, arrays: dict, tol: float = 1e-5) -> None:
 
 
 def test_immediate_fallback_ranks_by_wti_with_gemm_last() -> None:
-    reg = Registry.from_solvers([
-        TimedSolver("test.unknown_direct"),
-        TimedSolver("test.gemm_unknown", algorithm=Algorithm.GEMM),
-        TimedSolver("test.good", wti=0.8),
-        TimedSolver("test.poor", wti=0.05),
-    ])
+    reg = Registry.from_solvers(
+        [
+            TimedSolver("test.unknown_direct"),
+            TimedSolver("test.gemm_unknown", algorithm=Algorithm.GEMM),
+            TimedSolver("test.good", wti=0.8),
+            TimedSolver("test.poor", wti=0.05),
+        ]
+    )
     sols = Handle("cpu", registry=reg).get_solutions(PROBLEM)
-    assert [s.solver for s in sols] == ["test.good", "test.poor", "test.gemm_unknown", "test.unknown_direct"]
+    assert [s.solver for s in sols] == [
+        "test.good",
+        "test.poor",
+        "test.gemm_unknown",
+        "test.unknown_direct",
+    ]
     assert [s.source for s in sols] == ["wti", "wti", "fallback", "fallback"]
     assert all(s.is_estimate for s in sols)
     assert sols[0].time_ms < sols[1].time_ms  # estimates follow the WTI
@@ -69,7 +76,9 @@ def test_heuristic_plugin_ranks_before_wti() -> None:
         yield miocore.SolverRecord(solver=TimedSolver("test.a", wti=0.9))
         yield miocore.SolverRecord(solver=TimedSolver("test.b", wti=0.1))
 
-    plugin = types.SimpleNamespace(miocore_heuristics=miocore_heuristics, miocore_solvers=miocore_solvers)
+    plugin = types.SimpleNamespace(
+        miocore_heuristics=miocore_heuristics, miocore_solvers=miocore_solvers
+    )
     reg = Registry.from_plugins([("h", plugin, "miocore-h", "1")])
     sols = Handle("cpu", registry=reg).get_solutions(PROBLEM)
     assert [(s.solver, s.source) for s in sols] == [("test.b", "heuristic"), ("test.a", "wti")]
@@ -77,8 +86,12 @@ def test_heuristic_plugin_ranks_before_wti() -> None:
 
 
 def test_immediate_mode_uses_recorded_solutions_first() -> None:
-    reg = Registry.from_solvers([TimedSolver("test.a", wti=0.9, delay_s=0.004),
-                                 TimedSolver("test.b", wti=0.1, dynamic=True)])
+    reg = Registry.from_solvers(
+        [
+            TimedSolver("test.a", wti=0.9, delay_s=0.004),
+            TimedSolver("test.b", wti=0.1, dynamic=True),
+        ]
+    )
     h = Handle("cpu", registry=reg)
     h.find_solutions(PROBLEM)  # DYNAMIC_HYBRID: measures test.b only
     sols = h.get_solutions(PROBLEM)
@@ -120,13 +133,19 @@ def test_solution_runs_in_another_handle_and_process(tmp_path: Path) -> None:
         ref = miocore.reference.convolution(p, x=a["x"], w=a["w"])
         print(miocore.reference.relative_error(a["y"], ref))
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
     assert float(done.stdout) < 1e-5
 
 
 def test_find_1_0_and_convolution_with_alpha_beta() -> None:
-    reg = Registry.from_solvers([TimedSolver("test.d", delay_s=0.001),
-                                 TimedSolver("test.g", algorithm=Algorithm.GEMM, delay_s=0.004)])
+    reg = Registry.from_solvers(
+        [
+            TimedSolver("test.d", delay_s=0.001),
+            TimedSolver("test.g", algorithm=Algorithm.GEMM, delay_s=0.004),
+        ]
+    )
     h = Handle("cpu", registry=reg)
     arrays = buffers(PROBLEM)
     perf = h.find_convolution_algorithm(PROBLEM, **arrays, request_algo_count=4)
@@ -180,18 +199,30 @@ def test_bad_arrays_name_the_field_and_write_nothing(name: str, bad: object, fie
 
 
 def test_failing_solvers_are_reported_and_skipped(caplog: pytest.LogCaptureFixture) -> None:
-    reg = Registry.from_solvers([BrokenSolver("is_applicable"), BrokenSolver("get_solution"),
-                                 BrokenSolver("run"), TimedSolver("test.ok")])
+    reg = Registry.from_solvers(
+        [
+            BrokenSolver("is_applicable"),
+            BrokenSolver("get_solution"),
+            BrokenSolver("run"),
+            TimedSolver("test.ok"),
+        ]
+    )
     sols = Handle("cpu", registry=reg).find_solutions(PROBLEM, find_mode="NORMAL")
     assert [s.solver for s in sols] == ["test.ok"]
     failed = sols.report.failed
-    assert set(failed) == {"test.broken_is_applicable", "test.broken_get_solution", "test.broken_run"}
+    assert set(failed) == {
+        "test.broken_is_applicable",
+        "test.broken_get_solution",
+        "test.broken_run",
+    }
     assert "boom in run" in failed["test.broken_run"]
     assert "test.broken_get_solution" in caplog.text
 
 
 def test_only_solver_and_algorithm_switches(monkeypatch: pytest.MonkeyPatch) -> None:
-    reg = Registry.from_solvers([TimedSolver("test.d"), TimedSolver("test.g", algorithm=Algorithm.GEMM)])
+    reg = Registry.from_solvers(
+        [TimedSolver("test.d"), TimedSolver("test.g", algorithm=Algorithm.GEMM)]
+    )
     h = Handle("cpu", registry=reg)
     monkeypatch.setenv("MIOCORE_FIND_ONLY_SOLVER", "test.g")
     assert [s.solver for s in h.get_solutions(PROBLEM)] == ["test.g"]
@@ -204,7 +235,9 @@ def test_only_solver_and_algorithm_switches(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.delenv("MIOCORE_FIND_ONLY_SOLVER")
     monkeypatch.setenv("MIOCORE_DEBUG_CONV_GEMM", "0")
     sols = h.get_solutions(PROBLEM)
-    assert [s.solver for s in sols] == ["test.d"] and "MIOCORE_DEBUG_CONV_GEMM" in sols.report.skipped["test.g"]
+    assert [s.solver for s in sols] == [
+        "test.d"
+    ] and "MIOCORE_DEBUG_CONV_GEMM" in sols.report.skipped["test.g"]
     monkeypatch.setenv("MIOCORE_DEBUG_CONV_DIRECT", "maybe")
     with pytest.raises(miocore.InvalidEnvironmentError, match="MIOCORE_DEBUG_CONV_DIRECT"):
         h.get_solutions(PROBLEM)
@@ -219,15 +252,16 @@ def test_not_applicable_solver_names_the_reason() -> None:
     h = Handle("cpu", registry=Registry.from_solvers([TimedSolver("test.f", applies_to="forward")]))
     with pytest.raises(NotApplicableError, match="only forward"):
         h.compile_solution(small_problem("backward_data"), "test.f")
-    with pytest.raises(NoApplicableSolverError, match="test.f: only forward"):
+    with pytest.raises(NoApplicableSolverError, match=r"test\.f: only forward"):
         h.find_solutions(small_problem("backward_weights"))
 
 
 def test_transposed_problem_runs_through_the_handle() -> None:
     x = TensorDescriptor("float32", (2, 6, 4, 4), layout="NHWC")
     w = TensorDescriptor("float32", (6, 2, 3, 3), layout="NHWC")
-    conv = ConvolutionDescriptor(pads=(1, 1), strides=(2, 2), mode="transpose", output_pads=(1, 1),
-                                 groups=3)
+    conv = ConvolutionDescriptor(
+        pads=(1, 1), strides=(2, 2), mode="transpose", output_pads=(1, 1), groups=3
+    )
     p = ConvProblem("forward", x=x, w=w, y=conv.output_descriptor(x, w), conv=conv)
     h = Handle("cpu", registry=Registry.from_solvers([TimedSolver("test.a")]))
     sols = h.find_solutions(p, find_mode="NORMAL")
@@ -238,8 +272,12 @@ def test_transposed_problem_runs_through_the_handle() -> None:
 
 def test_bad_call_arguments() -> None:
     h = Handle("cpu", registry=Registry.from_solvers([TimedSolver("test.a")]))
-    for kwargs, field in (({"sort_by": "speed"}, "sort_by"), ({"max_results": 0}, "max_results"),
-                          ({"workspace_limit": -1}, "workspace_limit"), ({"find_mode": 4}, "find_mode")):
+    for kwargs, field in (
+        ({"sort_by": "speed"}, "sort_by"),
+        ({"max_results": 0}, "max_results"),
+        ({"workspace_limit": -1}, "workspace_limit"),
+        ({"find_mode": 4}, "find_mode"),
+    ):
         with pytest.raises(miocore.MiocoreError) as info:
             h.find_solutions(PROBLEM, **kwargs)
         assert info.value.field == field
@@ -253,9 +291,15 @@ def test_bad_call_arguments() -> None:
 
 
 def test_sort_by_workspace_and_max_results() -> None:
-    reg = Registry.from_solvers([TimedSolver("test.quick_big", workspace=512),
-                                 TimedSolver("test.slow_small", delay_s=0.005)])
-    sols = Handle("cpu", registry=reg).find_solutions(PROBLEM, find_mode="NORMAL", sort_by="workspace")
+    reg = Registry.from_solvers(
+        [
+            TimedSolver("test.quick_big", workspace=512),
+            TimedSolver("test.slow_small", delay_s=0.005),
+        ]
+    )
+    sols = Handle("cpu", registry=reg).find_solutions(
+        PROBLEM, find_mode="NORMAL", sort_by="workspace"
+    )
     assert [s.solver for s in sols] == ["test.slow_small", "test.quick_big"]
     sols = Handle("cpu", registry=reg).find_solutions(PROBLEM, find_mode="NORMAL", max_results=1)
     assert [s.solver for s in sols] == ["test.quick_big"]
@@ -263,7 +307,9 @@ def test_sort_by_workspace_and_max_results() -> None:
     assert sols[0].timing.min_ms <= sols[0].time_ms <= sols[0].timing.max_ms
 
 
-def test_find_prunes_candidates_whose_wti_says_they_cannot_win(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_find_prunes_candidates_whose_wti_says_they_cannot_win(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     quick = TimedSolver("test.quick", wti=0.9)
     hopeless = TimedSolver("test.hopeless", wti=1e-6)
     h = Handle("cpu", registry=Registry.from_solvers([quick, hopeless]))

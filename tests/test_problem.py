@@ -13,14 +13,16 @@ from miocore import (
     InvalidProblemError,
     MiocoreError,
     TensorDescriptor,
+    corpus,
 )
-from miocore import corpus
 
 
 def _corpus_rows() -> tuple:
     if corpus.find_corpus() is None:
-        pytest.skip("the problem corpus (../shared/corpus/) is not beside this checkout; "
-                    "set MIOCORE_CORPUS to run the corpus tests")
+        pytest.skip(
+            "the problem corpus (../shared/corpus/) is not beside this checkout; "
+            "set MIOCORE_CORPUS to run the corpus tests"
+        )
     return corpus.load_rows()
 
 
@@ -48,8 +50,9 @@ def test_key_matches_miopen_on_corpus() -> None:
         kinds[(row["dir"], row["layout"], row["dtype"], row["groups"] > 1)] += 1
     assert len(sample) >= 20000
     # every direction, layout, dtype and grouping that the corpus has is in the sample
-    assert set(kinds) == {(r["dir"], r["layout"], r["dtype"], r["groups"] > 1) for r in rows
-                          if r["consistent"]}
+    assert set(kinds) == {
+        (r["dir"], r["layout"], r["dtype"], r["groups"] > 1) for r in rows if r["consistent"]
+    }
 
 
 def test_inconsistent_corpus_rows_are_rejected_with_the_field() -> None:
@@ -92,14 +95,20 @@ def test_bad_direction_and_types() -> None:
         ConvProblem("forward", x=x, w=(1, 1, 1, 1), y=x)  # type: ignore[arg-type]
     assert info.value.field == "w"
     with pytest.raises(InvalidProblemError) as info:
-        ConvProblem("forward", x=x, w=TensorDescriptor("float32", (1, 2, 1, 1)), y=x,
-                    conv=ConvolutionDescriptor(groups=2))
+        ConvProblem(
+            "forward",
+            x=x,
+            w=TensorDescriptor("float32", (1, 2, 1, 1)),
+            y=x,
+            conv=ConvolutionDescriptor(groups=2),
+        )
     assert info.value.field == "w.lengths"
 
 
 def test_grouped_key_suffix_and_directions() -> None:
-    p = ConvProblem.from_sizes("W", n=3, c=8, k=12, in_spatial=(9, 9), filter_spatial=(3, 3),
-                               strides=(2, 2), groups=4)
+    p = ConvProblem.from_sizes(
+        "W", n=3, c=8, k=12, in_spatial=(9, 9), filter_spatial=(3, 3), strides=(2, 2), groups=4
+    )
     assert p.direction is Direction.BACKWARD_WEIGHTS
     assert p.key == "12-4-4-3x3-8-9-9-3-0x0-2x2-1x1-0-NCHW-FP32-W_g4"
     assert p.flops == 2 * 3 * 12 * 2 * 16 * 9
@@ -129,8 +138,17 @@ def test_network_config_distinguishes_strides() -> None:
 
 
 def test_three_d_key_and_from_key() -> None:
-    p = ConvProblem.from_sizes("F", n=2, c=4, k=6, in_spatial=(3, 8, 9), filter_spatial=(3, 3, 3),
-                               pads=(1, 1, 1), dtype="bfloat16", layout="NDHWC")
+    p = ConvProblem.from_sizes(
+        "F",
+        n=2,
+        c=4,
+        k=6,
+        in_spatial=(3, 8, 9),
+        filter_spatial=(3, 3, 3),
+        pads=(1, 1, 1),
+        dtype="bfloat16",
+        layout="NDHWC",
+    )
     assert p.key == "4-3-8-9-3x3x3-6-3-8-9-2-1x1x1-1x1x1-1x1x1-0-NDHWC-NDHWC-NDHWC-BF16-F"
     assert ConvProblem.from_key(p.key) == p
     with pytest.raises(InvalidProblemError) as info:

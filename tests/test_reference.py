@@ -12,7 +12,7 @@ from miocore import ConvolutionDescriptor, ConvProblem, TensorDescriptor, refere
 
 def _loop_forward(p: ConvProblem, x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Textbook definition, one output element at a time (2-D only)."""
-    g, cg, kg = p.groups, p.c // p.groups, p.k // p.groups
+    cg, kg = p.c // p.groups, p.k // p.groups
     (ph, pw), (sh, sw), (dh, dw) = p.conv.pads, p.conv.strides, p.conv.dilations
     out = np.zeros(p.y.lengths)
     for n, k, oh, ow in itertools.product(*map(range, p.y.lengths)):
@@ -28,20 +28,40 @@ def _loop_forward(p: ConvProblem, x: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("groups", [1, 2])
 def test_forward_matches_loop(groups: int) -> None:
-    p = ConvProblem.from_sizes("F", n=2, c=2 * groups, k=3 * groups, in_spatial=(7, 6),
-                               filter_spatial=(3, 2), pads=(1, 2), strides=(2, 1), dilations=(2, 1),
-                               groups=groups)
+    p = ConvProblem.from_sizes(
+        "F",
+        n=2,
+        c=2 * groups,
+        k=3 * groups,
+        in_spatial=(7, 6),
+        filter_spatial=(3, 2),
+        pads=(1, 2),
+        strides=(2, 1),
+        dilations=(2, 1),
+        groups=groups,
+    )
     rng = np.random.default_rng(3)
     x, w = rng.standard_normal(p.x.lengths), rng.standard_normal(p.w.lengths)
-    np.testing.assert_allclose(reference.convolution(p, x=x, w=w), _loop_forward(p, x, w), atol=1e-12)
+    np.testing.assert_allclose(
+        reference.convolution(p, x=x, w=w), _loop_forward(p, x, w), atol=1e-12
+    )
 
 
 @pytest.mark.parametrize("spatial", [(7, 8), (4, 5, 6)])
 def test_backward_directions_are_adjoints_of_forward(spatial: tuple) -> None:
     rank = len(spatial)
-    f = ConvProblem.from_sizes("F", n=2, c=6, k=4, in_spatial=spatial, filter_spatial=(3,) * rank,
-                               pads=(1,) * rank, strides=(2,) * rank, dilations=(1,) * (rank - 1) + (2,),
-                               groups=2)
+    f = ConvProblem.from_sizes(
+        "F",
+        n=2,
+        c=6,
+        k=4,
+        in_spatial=spatial,
+        filter_spatial=(3,) * rank,
+        pads=(1,) * rank,
+        strides=(2,) * rank,
+        dilations=(1,) * (rank - 1) + (2,),
+        groups=2,
+    )
     b = ConvProblem("B", x=f.x, w=f.w, y=f.y, conv=f.conv)
     wr = ConvProblem("W", x=f.x, w=f.w, y=f.y, conv=f.conv)
     rng = np.random.default_rng(4)
@@ -67,8 +87,16 @@ def test_transposed_forward_is_backward_data() -> None:
 
 
 def test_random_inputs_follow_descriptor_strides() -> None:
-    p = ConvProblem.from_sizes("F", n=2, c=3, k=4, in_spatial=(5, 5), filter_spatial=(3, 3),
-                               dtype="bfloat16", layout="NHWC")
+    p = ConvProblem.from_sizes(
+        "F",
+        n=2,
+        c=3,
+        k=4,
+        in_spatial=(5, 5),
+        filter_spatial=(3, 3),
+        dtype="bfloat16",
+        layout="NHWC",
+    )
     arrays = reference.random_inputs(p, 0)
     x = arrays["x"]
     assert x.shape == p.x.lengths and x.dtype == p.x.dtype.numpy

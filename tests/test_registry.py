@@ -25,10 +25,17 @@ def _plugin(*records: object, raises: Exception | None = None) -> types.SimpleNa
 
 
 def test_provenance_and_stable_ids() -> None:
-    reg = Registry.from_plugins([
-        ("alpha", _plugin(SolverRecord(solver=TimedSolver("alpha.one"))), "miocore-alpha", "1.2"),
-        ("beta", _plugin(SolverRecord(solver=TimedSolver("beta.one"))), "miocore-beta", "0.3"),
-    ])
+    reg = Registry.from_plugins(
+        [
+            (
+                "alpha",
+                _plugin(SolverRecord(solver=TimedSolver("alpha.one"))),
+                "miocore-alpha",
+                "1.2",
+            ),
+            ("beta", _plugin(SolverRecord(solver=TimedSolver("beta.one"))), "miocore-beta", "0.3"),
+        ]
+    )
     assert reg.names() == ["alpha.one", "beta.one"]
     one = reg.get("alpha.one")
     assert (one.plugin, one.distribution, one.version) == ("alpha", "miocore-alpha", "1.2")
@@ -39,20 +46,46 @@ def test_provenance_and_stable_ids() -> None:
 
 def test_duplicate_names_are_refused_listing_every_provider() -> None:
     with pytest.raises(PluginError) as info:
-        Registry.from_plugins([
-            ("alpha", _plugin(SolverRecord(solver=TimedSolver("same.name"))), "miocore-alpha", "1.0"),
-            ("beta", _plugin(SolverRecord(solver=TimedSolver("same.name"))), "miocore-beta", "2.0"),
-        ])
+        Registry.from_plugins(
+            [
+                (
+                    "alpha",
+                    _plugin(SolverRecord(solver=TimedSolver("same.name"))),
+                    "miocore-alpha",
+                    "1.0",
+                ),
+                (
+                    "beta",
+                    _plugin(SolverRecord(solver=TimedSolver("same.name"))),
+                    "miocore-beta",
+                    "2.0",
+                ),
+            ]
+        )
     message = str(info.value)
-    assert "same.name" in message and "miocore-alpha 1.0" in message and "miocore-beta 2.0" in message
+    assert (
+        "same.name" in message and "miocore-alpha 1.0" in message and "miocore-beta 2.0" in message
+    )
 
 
 def test_plugin_that_raises_is_skipped_with_a_warning() -> None:
     with pytest.warns(PluginWarning, match=r"broken \(miocore-broken 9\.9\).*RuntimeError"):
-        reg = Registry.from_plugins([
-            ("broken", _plugin(raises=RuntimeError("cannot register")), "miocore-broken", "9.9"),
-            ("good", _plugin(SolverRecord(solver=TimedSolver("good.one"))), "miocore-good", "1.0"),
-        ])
+        reg = Registry.from_plugins(
+            [
+                (
+                    "broken",
+                    _plugin(raises=RuntimeError("cannot register")),
+                    "miocore-broken",
+                    "9.9",
+                ),
+                (
+                    "good",
+                    _plugin(SolverRecord(solver=TimedSolver("good.one"))),
+                    "miocore-good",
+                    "1.0",
+                ),
+            ]
+        )
     assert reg.names() == ["good.one"]
     status = {p.name: (p.status, p.error) for p in reg.plugins}
     assert status["broken"][0] == "failed" and "cannot register" in status["broken"][1]
@@ -68,9 +101,16 @@ def test_plugin_that_raises_is_skipped_with_a_warning() -> None:
 )
 def test_malformed_records_are_ignored_and_named(record: object, complaint: str) -> None:
     with pytest.warns(PluginWarning, match=complaint):
-        reg = Registry.from_plugins([
-            ("odd", _plugin(record, SolverRecord(solver=TimedSolver("odd.fine"))), "miocore-odd", "0.1"),
-        ])
+        reg = Registry.from_plugins(
+            [
+                (
+                    "odd",
+                    _plugin(record, SolverRecord(solver=TimedSolver("odd.fine"))),
+                    "miocore-odd",
+                    "0.1",
+                ),
+            ]
+        )
     assert reg.names() == ["odd.fine"]
 
 

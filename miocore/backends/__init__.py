@@ -16,14 +16,20 @@ KNOWN = ("cpu", "cuda", "hip")
 def parse_device(device: str) -> tuple[str, int]:
     """Split ``"cuda:1"`` into ``("cuda", 1)``; the index defaults to 0."""
     if not isinstance(device, str):
-        raise InvalidArgumentError("expected a device string such as 'cpu' or 'cuda:0'",
-                                   field="device", value=device)
+        raise InvalidArgumentError(
+            "expected a device string such as 'cpu' or 'cuda:0'", field="device", value=device
+        )
     name, _, index = device.strip().lower().partition(":")
     if name not in KNOWN:
-        raise InvalidArgumentError(f"unknown device; expected one of {KNOWN} with an optional ':N'",
-                                   field="device", value=device)
+        raise InvalidArgumentError(
+            f"unknown device; expected one of {KNOWN} with an optional ':N'",
+            field="device",
+            value=device,
+        )
     if index and not index.isdigit():
-        raise InvalidArgumentError("the device index must be a number", field="device", value=device)
+        raise InvalidArgumentError(
+            "the device index must be a number", field="device", value=device
+        )
     return name, int(index or 0)
 
 

@@ -36,6 +36,9 @@ def check_array(desc: TensorDescriptor, array: Any, field: str) -> np.ndarray:
     Shape, dtype and strides must match exactly: miocore never copies a caller's tensor
     behind their back, so a mismatch is an error, not a silent conversion.
     """
+    expected = _expected_layout(desc)
+    if type(array) is np.ndarray and (array.shape, array.dtype, array.strides) == expected:
+        return array  # the common case, checked in one comparison
     if not isinstance(array, np.ndarray):
         raise InvalidArgumentError(
             f"the CPU backend takes numpy arrays, got {type(array).__name__}",
@@ -45,7 +48,8 @@ def check_array(desc: TensorDescriptor, array: Any, field: str) -> np.ndarray:
     if array.shape != desc.lengths:
         raise InvalidArgumentError(
             f"shape does not match the descriptor's lengths {desc.lengths} (arrays are passed in "
-            "logical order; an NHWC buffer of shape (N, H, W, C) is passed as b.transpose(0, 3, 1, 2))",
+            "logical order; an NHWC buffer of shape (N, H, W, C) is passed as "
+            "b.transpose(0, 3, 1, 2))",
             field=f"{field}.shape",
             value=array.shape,
         )
@@ -67,6 +71,12 @@ def check_array(desc: TensorDescriptor, array: Any, field: str) -> np.ndarray:
             value=strides,
         )
     return array
+
+
+@functools.lru_cache(maxsize=4096)
+def _expected_layout(desc: TensorDescriptor) -> tuple[tuple[int, ...], np.dtype, tuple[int, ...]]:
+    itemsize = desc.dtype.itemsize
+    return desc.lengths, desc.dtype.numpy, tuple(s * itemsize for s in desc.strides)
 
 
 def workspace_view(workspace: Any, needed: int) -> np.ndarray | None:
@@ -156,7 +166,9 @@ class CpuBackend:
 
     def __init__(self, index: int = 0) -> None:
         if index != 0:
-            raise InvalidArgumentError("the CPU backend has only device 0", field="device", value=index)
+            raise InvalidArgumentError(
+                "the CPU backend has only device 0", field="device", value=index
+            )
         self.device = cpu_device_info()
 
     def check_array(self, desc: TensorDescriptor, array: Any, field: str) -> np.ndarray:

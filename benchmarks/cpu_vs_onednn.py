@@ -1,0 +1,212 @@
+"""miocore on the CPU against PyTorch's CPU convolution (oneDNN), in the same run.
+
+For every layer of a suite and every direction: find (NORMAL mode, fresh database) picks the
+best solution among the installed solvers, optionally of one family only; then the winner and
+PyTorch's convolution are timed by the same loop (median after warm-up), and the ratio
+``torch time / miocore time`` is printed (> 1: miocore is faster), with the winning solver and
+a geometric mean per direction.
+
+    python benchmarks/cpu_vs_onednn.py --suite resnet50 --batch 1 8 --family gemm
+    python benchmarks/cpu_vs_onednn.py --suite resnet50 --batch 1 8 --suite vgg16 --batch 1
+
+PyTorch is a benchmark-only dependency: ``pip install torch==2.13.0`` (the CPU build).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+import miocore
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import geomean, machine, median_ms
+from shapes import SUITES, Layer
+
+DIRECTIONS = {"F": "forward", "B": "backward_data", "W": "backward_weights"}
+
+
+def problem_for(
+    layer: Layer, batch: int, direction: str, dtype: str, layout: str
+) -> miocore.ConvProblem:
+    """The miocore problem of one layer."""
+    return miocore.ConvProblem.from_sizes(
+        direction,
+        n=batch,
+        c=layer.c,
+        k=layer.k,
+        in_spatial=(layer.hw, layer.hw),
+        filter_spatial=(layer.f, layer.f),
+        pads=(layer.pad, layer.pad),
+        strides=(layer.stride, layer.stride),
+        groups=layer.groups,
+        dtype=dtype,
+        layout=layout,
+    )
+
+
+def torch_runner(problem: miocore.ConvProblem, arrays: dict[str, np.ndarray]):  # type: ignore[no-untyped-def]
+    """A zero-argument callable running the same convolution in PyTorch."""
+    import torch
+
+    memory = torch.channels_last if problem.x.layout == "NHWC" else torch.contiguous_format
+
+    def tensor(a: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(a).astype(np.float32)).to(memory_format=memory)
+
+    x, w, dy = tensor(arrays["x"]), tensor(arrays["w"]), tensor(arrays["y"])
+    conv = problem.conv
+    args = dict(
+        stride=list(conv.strides),
+        padding=list(conv.pads),
+        dilation=list(conv.dilations),
+        groups=conv.groups,
+    )
+    if problem.direction is miocore.Direction.FORWARD:
+        return lambda: torch.nn.functional.conv2d(x, w, **args)
+    mask = (
+        [True, False, False]
+        if problem.direction is miocore.Direction.BACKWARD_DATA
+        else [False, True, False]
+    )
+
+    def backward() -> object:
+        return torch.ops.aten.convolution_backward(
+            dy,
+            x,
+            w,
+            None,
+            args["stride"],
+            args["padding"],
+            args["dilation"],
+            False,
+            [0, 0],
+            args["groups"],
+            mask,
+        )
+
+    return backward
+
+
+def run(args: argparse.Namespace) -> list[dict]:
+    """Benchmark every requested layer and direction; return one row per case."""
+    import torch
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    registry = miocore.default_registry()
+    if args.family:
+        wanted = miocore.Algorithm.parse(args.family)
+        kept = [r.solver for r in registry.solvers if r.algorithm is wanted]
+        registry = miocore.Registry.from_solvers(kept)
+    rows = []
+    with tempfile.TemporaryDirectory() as db:
+        handle = miocore.Handle("cpu", registry=registry, user_db_path=db)
+        for suite, batches in args.suites:
+            for batch in batches:
+                for layer in SUITES[suite]:
+                    if args.only and layer.name not in args.only:
+                        continue
+                    for letter in args.directions:
+                        p = problem_for(layer, batch, DIRECTIONS[letter], args.dtype, args.layout)
+                        arrays = miocore.reference.random_inputs(p, 0)
+                        sols = handle.find_solutions(
+                            p, find_mode="NORMAL", exhaustive=args.exhaustive
+                        )
+                        best = sols[0]
+                        ws = handle.backend.allocate_workspace(best.workspace_size)
+                        ours = median_ms(
+                            lambda b=best, a=arrays, w=ws: handle.run_solution(b, **a, workspace=w)
+                        )
+                        theirs = median_ms(torch_runner(p, arrays))
+                        row = dict(
+                            suite=suite,
+                            batch=batch,
+                            layer=layer.name,
+                            dir=letter,
+                            torch_ms=theirs,
+                            miocore_ms=ours,
+                            ratio=theirs / ours,
+                            solver=best.solver,
+                            family=best.algorithm.value,
+                            gflops=p.flops / (ours * 1e6),
+                        )
+                        rows.append(row)
+                        print(
+                            f"{suite:8} b{batch:<3} {layer.name:9} {letter}  "
+                            f"torch {theirs:9.3f} ms  "
+                            f"miocore {ours:9.3f} ms  ratio {row['ratio']:5.2f}  {best.solver}",
+                            flush=True,
+                        )
+    return rows
+
+
+def markdown(rows: list[dict], args: argparse.Namespace) -> str:
+    """The results as markdown tables: per case, then geometric means per suite and direction."""
+    import torch
+
+    scope = f"family {args.family}" if args.family else "all installed families (Find-best)"
+    out = [
+        f"Machine: {machine()}, PyTorch {torch.__version__} ({torch.get_num_threads()} threads). "
+        f"Date: {dt.date.today().isoformat()}. miocore: {scope}, {args.dtype}, {args.layout}.",
+        "",
+    ]
+    out.append("| suite | batch | layer | dir | oneDNN ms | miocore ms | oneDNN/miocore | winner |")
+    out.append("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        out.append(
+            f"| {r['suite']} | {r['batch']} | {r['layer']} | {r['dir']} | {r['torch_ms']:.3f} | "
+            f"{r['miocore_ms']:.3f} | {r['ratio']:.2f} | {r['solver']} |"
+        )
+    out += ["", "| suite | batch | dir | geomean oneDNN/miocore | cases |", "|---|---|---|---|---|"]
+    groups: dict[tuple, list[float]] = {}
+    for r in rows:
+        groups.setdefault((r["suite"], r["batch"], r["dir"]), []).append(r["ratio"])
+        groups.setdefault(("all", "-", r["dir"]), []).append(r["ratio"])
+    for (suite, batch, letter), ratios in groups.items():
+        out.append(f"| {suite} | {batch} | {letter} | {geomean(ratios):.2f} | {len(ratios)} |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--suite", action="append", choices=sorted(SUITES), default=None)
+    parser.add_argument(
+        "--batch",
+        action="append",
+        nargs="+",
+        type=int,
+        default=None,
+        help="batch sizes, one --batch per --suite",
+    )
+    parser.add_argument("--dir", dest="directions", default="FBW", help="letters of F, B, W")
+    parser.add_argument("--family", default=None, help="restrict miocore to one algorithm family")
+    parser.add_argument("--only", nargs="*", default=None, help="layer names to run")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--layout", default="NCHW")
+    parser.add_argument(
+        "--exhaustive", action="store_true", help="tune tunable solvers during find"
+    )
+    parser.add_argument("--markdown", type=Path, default=None, help="also write the tables here")
+    args = parser.parse_args(argv)
+    suites = args.suite or ["resnet50"]
+    batches = args.batch or [[1]] * len(suites)
+    if len(batches) != len(suites):
+        parser.error("give one --batch per --suite")
+    args.suites = list(zip(suites, batches, strict=True))
+    rows = run(args)
+    text = markdown(rows, args)
+    print(text)
+    if args.markdown:
+        args.markdown.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
