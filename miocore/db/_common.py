@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -87,6 +88,14 @@ def check_key(key: Any, field: str = "key") -> str:
     return key
 
 
+@functools.lru_cache(maxsize=256)
+def parse_algorithm(text: str) -> str:
+    """``Algorithm.parse(text).value``, cached: the parse tries every MIOpen name in turn."""
+    from miocore.solver import Algorithm
+
+    return Algorithm.parse(text).value
+
+
 def check_nonneg_float(value: Any, field: str) -> float:
     """A finite float >= 0 (bools refused)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -138,6 +147,7 @@ def provenance_from_json(text: str | None) -> Mapping[str, str]:
         return MappingProxyType({})
 
 
+@functools.cache  # reading distribution metadata costs milliseconds; it cannot change
 def miocore_version() -> str:
     """The installed miocore distribution's version, ``"unknown"`` when not installed."""
     try:
@@ -169,10 +179,9 @@ def make_provenance(
 
 def complete_provenance(value: Mapping[str, str], device: str) -> Mapping[str, str]:
     """``value`` with miocore version, device and written_at filled in when missing."""
-    base = make_provenance(device)
-    if all(k in value for k in base):
+    if "miocore" in value and "device" in value and "written_at" in value:
         return value
-    return freeze_provenance({**base, **value})
+    return freeze_provenance({**make_provenance(device), **value})
 
 
 def make_stores(device: str, user_dir: Path | None, system_dir: Path | None) -> tuple[Store, Store]:

@@ -26,6 +26,7 @@ from miocore.db._common import (
     freeze_provenance,
     make_provenance,
     make_stores,
+    parse_algorithm,
     provenance_from_json,
     provenance_json,
 )
@@ -37,6 +38,8 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 def _algorithm(value: Any) -> str:
+    if isinstance(value, str):
+        return parse_algorithm(value)
     from miocore.solver import Algorithm
 
     return Algorithm.parse(value).value

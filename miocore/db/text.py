@@ -12,12 +12,13 @@ lines starting with ``#``.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 
 import attrs
 
-from miocore.db._common import check_key, check_solver
+from miocore.db._common import check_key, check_solver, parse_algorithm
 from miocore.errors import DatabaseError, MiocoreError
 
 
@@ -65,15 +66,25 @@ def _shorten(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def format_line(key: str, entries: Iterable[TextEntry]) -> str:
-    """One text record (no newline); algorithms written as MIOpen's names for the key."""
-    from miocore.problem import ConvProblem
+@functools.lru_cache(maxsize=64)
+def _miopen_name(algorithm: str, letter: str) -> str:
+    from miocore.problem import Direction
     from miocore.solver import Algorithm
 
-    direction = ConvProblem.from_key(key).direction
+    return Algorithm(algorithm).miopen_name(Direction.parse(letter))
+
+
+def _direction_letter(key: str) -> str:
+    # The letter before an optional "_g<groups>" suffix: what ConvProblem.from_key(key).direction
+    # reads, without building a problem per line (keys in a database were validated on write).
+    return key.rpartition("_g")[0][-1] if "_g" in key else key[-1]
+
+
+def format_line(key: str, entries: Iterable[TextEntry]) -> str:
+    """One text record (no newline); algorithms written as MIOpen's names for the key."""
+    letter = _direction_letter(key)
     items = [
-        f"{e.solver}:{e.time_ms!r},{e.workspace_size},"
-        f"{Algorithm.parse(e.algorithm).miopen_name(direction)}"
+        f"{e.solver}:{e.time_ms!r},{e.workspace_size},{_miopen_name(e.algorithm, letter)}"
         for e in entries
     ]
     return f"{key}={';'.join(items)}"
@@ -125,7 +136,7 @@ def parse_line(text: str) -> tuple[str, list[TextEntry]]:
         if workspace < 0:
             raise ValueError(f"entry {n} ({solver}): workspace must be >= 0: {fields[1]!r}")
         try:
-            algorithm = Algorithm.parse(fields[2])
+            algorithm = Algorithm(parse_algorithm(fields[2]))
         except MiocoreError:
             raise ValueError(f"entry {n} ({solver}): unknown algorithm {fields[2]!r}") from None
         if fields[2].startswith("miopen") and fields[2] != algorithm.miopen_name(direction):
