@@ -77,9 +77,7 @@ class WinogradRxS(TunableSolver):
         if p.spatial_dims != 2:
             return not_applicable("3-D convolutions are not covered (2-D tiles only)")
         if any(d != 1 for d in p.conv.dilations):
-            return not_applicable(
-                f"dilation {p.conv.dilations} is not supported (only dilation 1)"
-            )
+            return not_applicable(f"dilation {p.conv.dilations} is not supported (only dilation 1)")
         if any(s > MAX_STRIDE for s in p.conv.strides):
             return not_applicable(
                 f"stride {p.conv.strides} > {MAX_STRIDE} (phase splitting is capped there)"

@@ -128,3 +128,12 @@ def kron_transforms(
     for array in out:
         array.flags.writeable = False
     return out  # type: ignore[return-value]
+
+
+@functools.cache
+def axis_transforms(m: int, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Read-only float32 ``(A^T, G, B^T)`` of ``F(m, r)`` for the separable (per-axis) stages."""
+    out = tuple(np.ascontiguousarray(to_array(t), dtype=np.float32) for t in toom_cook(m, r))
+    for array in out:
+        array.flags.writeable = False
+    return out  # type: ignore[return-value]
