@@ -662,3 +662,35 @@ def test_entries_are_frozen_values() -> None:
     assert attrs.evolve(e, time_ms=2.0).time_ms == 2.0
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         e.time_ms = 3.0  # type: ignore[misc]
+
+
+# -- real keys ------------------------------------------------------------------------------------
+
+
+def test_text_round_trip_on_real_miopen_keys(db: FindDb, tmp_path: Path) -> None:
+    from miocore import corpus
+
+    if corpus.find_corpus() is None:
+        pytest.skip("the problem corpus (../shared/corpus) is not here")
+    rows = corpus.sample_rows(100, seed=7)
+    from miocore.problem import Direction
+    from miocore.solver import Algorithm
+
+    lines = []
+    for i, row in enumerate(rows):
+        direction = Direction.parse(row["dir"])
+        best = row["miopen_best"]
+        alg = list(Algorithm)[i % len(Algorithm)].miopen_name(direction)
+        lines.append(f"{row['miopen_key']}={best['solver']}:{best['ms']!r},{i},{alg}")
+    src = tmp_path / "real.fdb.txt"
+    src.write_text("".join(sorted(line + "\n" for line in lines)))
+    result = db.import_text(src)
+    assert result.records == len({r["miopen_key"] for r in rows})
+    out = tmp_path / "out.fdb.txt"
+    db.export_text(out)
+    assert out.read_text() == src.read_text()
+    # Keys of rows whose sizes break the convolution formula are bad lines.
+    bad = next(r for r in corpus.load_rows() if not r["consistent"])
+    src.write_text(f"{bad['miopen_key']}=x.y:1,0,gemm\n")
+    with pytest.raises(TextFormatError, match="bad key"):
+        db.import_text(src)
