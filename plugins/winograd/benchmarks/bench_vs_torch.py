@@ -3,25 +3,28 @@
 Usage: python benchmarks/bench_vs_torch.py [--direction forward|backward_data|backward_weights]
        [--layout NHWC|NCHW] [--configs default|all] [--repeat 5] [--only NAME]
 
-Each layer: torch and miocore runs are interleaved, ``repeat`` rounds, medians kept; the ratio
-is torch time / miocore time (> 1: Winograd is faster).
+Per layer, torch and miocore are timed in alternating blocks (a pause between blocks lets the
+other library's spinning worker threads park), ``rounds`` times; the medians are compared.
+The ratio is torch time / miocore time (> 1: Winograd is faster).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import statistics
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
+from miocore_winograd import BLOCKS, TILES, WinogradRxS
 
 from miocore import ConvProblem, InvokeParams, PerfConfig
 from miocore.testing import cpu_context
-from miocore_winograd import BLOCKS, TILES, WinogradRxS
 
-LAYERS = [  # name, n, c, k, hw
+LAYERS = [  # name, n, c, k, hw (3x3, pad 1, stride 1)
     ("r50.l1", 1, 64, 64, 56),
     ("r50.l2", 1, 128, 128, 28),
     ("r50.l3", 1, 256, 256, 14),
@@ -42,18 +45,31 @@ LAYERS = [  # name, n, c, k, hw
 ]
 
 
-def _time(fn, repeat: int) -> float:
-    start = time.perf_counter()
-    fn()
-    return (time.perf_counter() - start) * 1e3
+def _block(fn: Callable[[], object], repeat: int) -> list[float]:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def _torch_fn(direction: str, xt, wt, yt) -> Callable[[], object]:
+    if direction == "forward":
+        return functools.partial(torch.nn.functional.conv2d, xt, wt, padding=1)
+    if direction == "backward_data":
+        return functools.partial(torch.nn.grad.conv2d_input, xt.shape, wt, yt, padding=1)
+    return functools.partial(torch.nn.grad.conv2d_weight, xt, wt.shape, yt, padding=1)
 
 
 def main() -> None:
+    """Run the comparison and print per-layer ratios and their geometric mean."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--direction", default="forward")
     ap.add_argument("--layout", default="NHWC")
     ap.add_argument("--configs", default="default")
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", default="")
     args = ap.parse_args()
     torch.set_num_threads(2)
@@ -80,19 +96,7 @@ def main() -> None:
         if args.layout == "NHWC":
             xt, wt, yt = (t.contiguous(memory_format=torch.channels_last) for t in (xt, wt, yt))
         xa, wa, ya = xt.numpy(), wt.numpy(), yt.numpy()
-        if args.direction == "forward":
-
-            def tfn():
-                torch.nn.functional.conv2d(xt, wt, padding=1)
-        elif args.direction == "backward_data":
-
-            def tfn():
-                torch.nn.grad.conv2d_input(xt.shape, wt, yt, padding=1)
-        else:
-
-            def tfn():
-                torch.nn.grad.conv2d_weight(xt, wt.shape, yt, padding=1)
-
+        tfn = _torch_fn(args.direction, xt, wt, yt)
         configs = (
             [solver.default_perf_config(ctx, p)]
             if args.configs == "default"
@@ -100,25 +104,32 @@ def main() -> None:
         )
         best = None
         with torch.no_grad():
-            tfn()
             for cfg in configs:
                 sol = solver.get_solution(ctx, p, cfg)
-                wsb = np.empty(sol.workspace_size, np.uint8)
-                inv = sol.invoker_factory(())
-                params = InvokeParams(problem=p, x=xa, w=wa, y=ya, workspace=wsb)
-                inv(None, params)
+                params = InvokeParams(
+                    problem=p,
+                    x=xa,
+                    w=wa,
+                    y=ya,
+                    workspace=np.empty(sol.workspace_size, np.uint8),
+                )
+                mfn = functools.partial(sol.invoker_factory(()), None, params)
                 tt, mt = [], []
-                for _ in range(args.repeat):
-                    tt.append(_time(tfn, 1))
-                    mt.append(_time(lambda: inv(None, params), 1))
+                for _ in range(args.rounds):
+                    tfn()
+                    tt += _block(tfn, args.repeat)
+                    time.sleep(0.2)
+                    mfn()
+                    mt += _block(mfn, args.repeat)
+                    time.sleep(0.2)
                 tmed, mmed = statistics.median(tt), statistics.median(mt)
                 if best is None or mmed / tmed < best[1] / best[0]:
-                    best = (tmed, mmed, dict(cfg), sol.workspace_size)
-        tmed, mmed, cfg, wsz = best
+                    best = (tmed, mmed, min(tt), min(mt), dict(cfg))
+        tmed, mmed, tmin, mmin, cfg = best
         ratios.append(tmed / mmed)
         print(
-            f"{name:10s} torch {tmed:8.2f} ms  winograd {mmed:8.2f} ms  ratio {tmed / mmed:5.2f}"
-            f"  {cfg}  ws {wsz / 2**20:.1f} MiB",
+            f"{name:10s} torch {tmed:8.2f} ms (min {tmin:7.2f})  winograd {mmed:8.2f} ms"
+            f" (min {mmin:7.2f})  ratio {tmed / mmed:5.2f}  {cfg}",
             flush=True,
         )
     geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))

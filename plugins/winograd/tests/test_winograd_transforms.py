@@ -8,10 +8,10 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from miocore_winograd import WinogradRxS, kron_transforms, toom_cook
 
 from miocore import ConvProblem, InvalidArgumentError, PerfConfig
 from miocore.testing import check_solver
-from miocore_winograd import WinogradRxS, kron_transforms, toom_cook
 
 #: (m, r) pairs the solver uses: forward F(m, r) for r = 1, 2, 3 (pieces and stride phases) and
 #: backward-weights F(r, m) with the roles swapped.
@@ -30,7 +30,13 @@ def _rand_fracs(rng: random.Random, count: int) -> list[Fraction]:
 def test_1d_correlation_is_exact(m: int, r: int) -> None:
     a_t, g_mat, b_t = toom_cook(m, r)
     alpha = m + r - 1
-    assert (len(a_t), len(a_t[0]), len(g_mat), len(g_mat[0]), len(b_t)) == (m, alpha, alpha, r, alpha)
+    assert (len(a_t), len(a_t[0]), len(g_mat), len(g_mat[0]), len(b_t)) == (
+        m,
+        alpha,
+        alpha,
+        r,
+        alpha,
+    )
     rng = random.Random(m * 10 + r)
     for _ in range(5):
         g, d = _rand_fracs(rng, r), _rand_fracs(rng, alpha)
@@ -49,7 +55,10 @@ def test_2d_correlation_is_exact(m: int, r: int) -> None:
     d = [_rand_fracs(rng, alpha) for _ in range(alpha)]
 
     def mm(a, b):
-        return [[sum((a[i][k] * b[k][j] for k in range(len(b))), Fraction(0)) for j in range(len(b[0]))] for i in range(len(a))]
+        return [
+            [sum((a[i][k] * b[k][j] for k in range(len(b))), Fraction(0)) for j in range(len(b[0]))]
+            for i in range(len(a))
+        ]
 
     def t(a):
         return [list(c) for c in zip(*a, strict=True)]
@@ -88,9 +97,9 @@ def test_bad_sizes_raise() -> None:
 
 
 #: Relative error bounds (max abs error / max abs reference) of the Winograd solver per dtype and
-#: output tile. fp32 error grows with the tile (larger transform entries: F(6,3) uses +-2 and +-1/2);
-#: fp16/bf16 are computed in float32 and rounded once at the end, so their rounding (2^-11, 2^-8)
-#: dominates whatever the tile.
+#: output tile. fp32 error grows with the tile (larger transform entries: F(6,3) uses +-2,
+#: +-1/2); fp16/bf16 are computed in float32 and rounded once at the end, so their rounding
+#: (2^-11, 2^-8) dominates whatever the tile.
 ERROR_BOUNDS = {
     "float32": {2: 1e-6, 4: 2e-5, 6: 6e-5},
     "float16": {2: 2e-3, 4: 2e-3, 6: 2e-3},
@@ -104,8 +113,14 @@ def test_numerical_error_per_dtype_and_tile(dtype: str) -> None:
     errors = {}
     for tile, bound in ERROR_BOUNDS[dtype].items():
         p = ConvProblem.from_sizes(
-            "forward", n=2, c=32, k=16, in_spatial=(24, 24), filter_spatial=(3, 3),
-            pads=(1, 1), dtype=dtype,
+            "forward",
+            n=2,
+            c=32,
+            k=16,
+            in_spatial=(24, 24),
+            filter_spatial=(3, 3),
+            pads=(1, 1),
+            dtype=dtype,
         )
         errors[tile] = check_solver(
             solver, p, seed=tile, perf_config=PerfConfig(tile=tile, block=512), tolerance=bound

@@ -391,8 +391,9 @@ def _scatter(out: np.ndarray, tiles: np.ndarray, run: Run, chunk: Chunk) -> None
 
 
 def _filter_pieces(dst: np.ndarray, weights: np.ndarray, run: Run) -> None:
-    """Fill ``dst`` ``(ry, rx, G, V, Cin, Kout)`` with the filter taps of every virtual channel
-    (zero taps where a piece is padded). ``weights`` is ``(G, Kout, Cin, R, S)``."""
+    """Fill ``dst`` ``(ry, rx, G, Kout, V, Cin)`` with the filter taps of every virtual channel
+    (zero taps where a piece is padded). ``weights`` is ``(G, Kout, Cin, R, S)``; keeping its
+    ``(Kout, Cin)`` order avoids a transposing copy (the GEMM reads U transposed instead)."""
     dst[...] = 0
     v = 0
     for ty in run.y.terms:
@@ -402,7 +403,7 @@ def _filter_pieces(dst: np.ndarray, weights: np.ndarray, run: Run) -> None:
                     continue
                 for b, kx in enumerate(tx.taps):
                     if kx >= 0:
-                        np.copyto(dst[a, b, :, v], weights[:, :, :, ky, kx].transpose(0, 2, 1))
+                        np.copyto(dst[a, b, :, :, v], weights[:, :, :, ky, kx])
             v += 1
 
 
@@ -442,9 +443,9 @@ def _run_correlation(
     v = run.virtual
     vc = v * cin
     lay = plan.layout
-    pieces = lay.view(ws, "pieces", (y.r, x.r, g, v, cin, kout))
+    pieces = lay.view(ws, "pieces", (y.r, x.r, g, kout, v, cin))
     _filter_pieces(pieces, weights, run)
-    u = lay.view(ws, "u", (a2, g, vc, kout))
+    u = lay.view(ws, "u", (a2, g, kout, vc))
     np.matmul(g_mat, pieces.reshape(r2, -1), out=u.reshape(a2, -1))
     for chunk in chunks(plan.n, y.tiles, x.tiles, plan.block):
         pc = chunk.nb * chunk.tyb * x.tiles
@@ -461,7 +462,7 @@ def _run_correlation(
         vt = lay.view(ws, "a", (ay, ax, rest_c))  # B^T d B, in place of d after the x stage
         _separable(bt_y, bt_x, d, lay.view(ws, "b", (ay, ax, rest_c)), vt)
         mm = lay.view(ws, "b", (a2, g, pc, kout))
-        np.matmul(vt.reshape(a2, g, pc, vc), u, out=mm)
+        np.matmul(vt.reshape(a2, g, pc, vc), u.transpose(0, 1, 3, 2), out=mm)
         yt = lay.view(ws, "b", (y.m, x.m, rest_k))
         _separable(at_y, at_x, mm.reshape(ay, ax, rest_k), lay.view(ws, "a", (ay, x.m, rest_k)), yt)
         _scatter(out, yt.reshape(y.m, x.m, g, chunk.nb, chunk.tyb, x.tiles, kout), run, chunk)
@@ -550,7 +551,6 @@ def execute(
         )
     ws = workspace.reshape(-1).view(np.uint8)
     g, cg, kg = plan.groups, plan.cg, plan.kg
-    fy, fx = plan.filt
     src = plan.layout.view(ws, "src", plan.src_shape)
     w5 = _split(w, 0, (g, kg))  # (G, Kg, Cg, R, S)
     x5 = _split(x.transpose(0, 2, 3, 1), 3, (g, cg))  # (N, H, W, G, Cg)

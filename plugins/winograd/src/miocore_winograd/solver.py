@@ -13,7 +13,6 @@ from miocore import (
     Applicability,
     ConvProblem,
     ConvSolution,
-    Direction,
     ExecutionContext,
     InvalidArgumentError,
     InvokeParams,
@@ -21,7 +20,7 @@ from miocore import (
     TunableSolver,
     not_applicable,
 )
-from miocore_winograd.engine import R_MAX, Plan, execute, forward_axis, make_plan
+from miocore_winograd.engine import Plan, execute, forward_axis, make_plan
 
 #: Output tile sizes per axis: F(2,3), F(4,3), F(6,3) (and F(m,2)/F(m,1) for phase pieces).
 TILES: tuple[int, ...] = (2, 4, 6)
@@ -188,4 +187,3 @@ class WinogradRxS(TunableSolver):
 
 
 __all__ = ["BLOCKS", "TILES", "WinogradRxS"]
-_ = Direction  # re-exported for type checkers of callers

@@ -68,7 +68,7 @@ def _freeze(matrix: list[list[Fraction]]) -> Matrix:
 
 @functools.cache
 def toom_cook(m: int, r: int) -> tuple[Matrix, Matrix, Matrix]:
-    """Exact ``(A^T, G, B^T)`` of ``F(m, r)``: shapes ``m x alpha``, ``alpha x r``, ``alpha x alpha``.
+    """Exact ``(A^T, G, B^T)`` of ``F(m, r)``, shaped ``m x alpha``, ``alpha x r``, ``alpha^2``.
 
     ``F(m, 1)`` and ``F(1, r)`` degenerate to identities and sums (no multiplication saved); they
     are built directly so that they stay exact in floating point too.
