@@ -124,8 +124,13 @@ class FftEngine:
         units_per_chunk: int,
         spec: np.ndarray,
         conj: bool,
+        channel_major: bool = False,
     ) -> None:
-        """Transform every tile of ``source`` (a windows view) into ``spec`` (bins, rows, C)."""
+        """Transform every tile of ``source`` (a windows view) into ``spec``.
+
+        ``spec`` is ``(bins, rows, C)``, or ``(bins, C, rows)`` when ``channel_major`` (the
+        layout in which the backward-weights matmul reads dy's spectra row-major).
+        """
         plan = self.plan
         per_unit = plan.unit_rows
         counts_rest = plan.counts[1:]
@@ -142,18 +147,31 @@ class FftEngine:
                 else:
                     _put_corner(part, tiles)
             out = scipy.fft.rfftn(buf, axes=self.axes, workers=self.workers)
-            src = out.reshape(rows, channels, plan.bins).transpose(2, 0, 1)
-            dst = spec[:, u0 * per_unit : u0 * per_unit + rows, :]
+            r0 = u0 * per_unit
+            if channel_major:
+                src = out.reshape(rows, channels, plan.bins).transpose(2, 1, 0)
+                dst = spec[:, :, r0 : r0 + rows]
+            else:
+                src = out.reshape(rows, channels, plan.bins).transpose(2, 0, 1)
+                dst = spec[:, r0 : r0 + rows, :]
             if conj:
                 np.conjugate(src, out=dst)
             else:
                 np.copyto(dst, src)
 
-    def _filter_spectra(self, ws: np.ndarray, w: np.ndarray, spec: np.ndarray, conj: bool) -> None:
-        """Transform the dilated filters into ``spec`` (bins, K, C/groups)."""
+    def _filter_spectra(
+        self, ws: np.ndarray, w: np.ndarray, spec: np.ndarray, forward: bool
+    ) -> None:
+        """Transform the dilated filters into ``spec``, laid out as the matmul reads them.
+
+        Forward: ``conj(FFT(w))`` as ``(bins, G, C/G, K/G)`` (the correlation's conjugate);
+        backward data: ``FFT(w)`` as ``(bins, G, K/G, C/G)``. Every per-bin matrix is then
+        C-contiguous, which keeps numpy's matmul on its BLAS path.
+        """
         plan = self.plan
         p = plan.problem
-        cg = p.c // p.groups
+        g = p.groups
+        cg, kg = p.c // g, p.k // g
         taps = tuple(slice(0, f, d) for f, d in zip(plan.fd, p.conv.dilations, strict=True))
         for k0 in range(0, p.k, plan.filter_chunk):
             k1 = min(p.k, k0 + plan.filter_chunk)
@@ -161,11 +179,17 @@ class FftEngine:
             buf[...] = 0  # the dilation holes and the padding up to L
             buf[(..., *taps)] = w[k0:k1]
             out = scipy.fft.rfftn(buf, axes=self.axes, workers=self.workers)
-            src = out.reshape(k1 - k0, cg, plan.bins).transpose(2, 0, 1)
-            if conj:
-                np.conjugate(src, out=spec[:, k0:k1, :])
-            else:
-                np.copyto(spec[:, k0:k1, :], src)
+            src = out.reshape(k1 - k0, cg, plan.bins)
+            k = k0
+            while k < k1:  # one piece per group the chunk touches
+                grp, kk0 = divmod(k, kg)
+                kk1 = min(kg, kk0 + (k1 - k))
+                piece = src[k - k0 : k - k0 + kk1 - kk0]
+                if forward:
+                    np.conjugate(piece.transpose(2, 1, 0), out=spec[:, grp, :, kk0:kk1])
+                else:
+                    np.copyto(spec[:, grp, kk0:kk1, :], piece.transpose(2, 0, 1))
+                k += kk1 - kk0
 
     # -- run ------------------------------------------------------------------------------
 
@@ -211,20 +235,21 @@ class FftEngine:
             conj=False,
         )
         cg = p.c // g
-        w_spec = _view(ws, regions["b_spec"], np.complex64, (plan.bins, p.k, cg))
+        kg = p.k // g
+        w_shape = (plan.bins, g, cg, kg) if forward else (plan.bins, g, kg, cg)
+        w_spec = _view(ws, regions["b_spec"], np.complex64, w_shape)
         # forward correlates (conjugate filter spectrum); backward data convolves
-        self._filter_spectra(ws, params.w, w_spec, conj=forward)
+        self._filter_spectra(ws, params.w, w_spec, forward)
 
         out_spec = _view(ws, regions["out_spec"], np.complex64, (plan.bins, plan.rows, cb))
-        kg = p.k // g
         if p.is_depthwise:  # one channel per group: no reduction, a broadcast product
-            np.multiply(a_spec, w_spec[:, None, :, 0], out=out_spec)
+            np.multiply(a_spec, w_spec.reshape(plan.bins, 1, g), out=out_spec)
         else:
             # per group and bin: (rows, Cin/g) @ (Cin/g, Cout/g), rows = images x tiles
             a4 = a_spec.reshape(plan.bins, plan.rows, g, ca // g).transpose(2, 0, 1, 3)
-            w4 = w_spec.reshape(plan.bins, g, kg, cg).transpose(1, 0, 2, 3)
+            w4 = w_spec.transpose(1, 0, 2, 3)
             o4 = out_spec.reshape(plan.bins, plan.rows, g, cb // g).transpose(2, 0, 1, 3)
-            np.matmul(a4, w4.swapaxes(-1, -2) if forward else w4, out=o4)
+            np.matmul(a4, w4, out=o4)
 
         # back to space, a chunk of tiles at a time, into the output stage (aliases the input
         # stage, which is dead now)
@@ -265,7 +290,7 @@ class FftEngine:
         # dy first: its stage is dead once its spectra exist, and x's stage reuses the region
         dstage = _view(ws, regions["stage"], np.float32, plan.tile_stage_shape)
         _fill_extended(dstage, params.y, (0,) * plan.nd)
-        dy_spec = _view(ws, regions["a_spec"], np.complex64, (plan.bins, plan.rows, p.k))
+        dy_spec = _view(ws, regions["a_spec"], np.complex64, (plan.bins, p.k, plan.rows))
         self._forward_tiles(
             ws,
             _windows(dstage, plan.tiles, plan.tiles),
@@ -274,6 +299,7 @@ class FftEngine:
             plan.a_chunk_units,
             dy_spec,
             conj=True,
+            channel_major=True,
         )
         xstage = _view(ws, regions["stage"], np.float32, plan.x_stage_shape)
         _fill_extended(xstage, params.x, p.conv.pads)
@@ -290,10 +316,10 @@ class FftEngine:
 
         dw_spec = _view(ws, regions["out_spec"], np.complex64, (plan.bins, p.k, cg))
         if p.is_depthwise:
-            np.einsum("brg,brg->bg", dy_spec, x_spec, out=dw_spec[:, :, 0])
+            np.einsum("bgr,brg->bg", dy_spec, x_spec, out=dw_spec[:, :, 0])
         else:
             # per group and bin: (K/g, rows) @ (rows, C/g)
-            d4 = dy_spec.reshape(plan.bins, plan.rows, g, kg).transpose(2, 0, 3, 1)
+            d4 = dy_spec.reshape(plan.bins, g, kg, plan.rows).transpose(1, 0, 2, 3)
             x4 = x_spec.reshape(plan.bins, plan.rows, g, cg).transpose(2, 0, 1, 3)
             o4 = dw_spec.reshape(plan.bins, g, kg, cg).transpose(1, 0, 2, 3)
             np.matmul(d4, x4, out=o4)
