@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -59,7 +59,11 @@ def _scatter_range(lo: int, hi: int, count: int, shift: int, stride: int) -> tup
 
 
 class _Blocks:
-    """How the naive solver splits a problem so that no transient exceeds the block bound."""
+    """How the naive solver splits a problem so that no transient exceeds the block bound.
+
+    A block is (groups [g0, g1), images [n0, n1), rows [r0, r1) of the written tensor's
+    outermost spatial dimension); groups and images are only batched once whole slabs fit.
+    """
 
     def __init__(self, p: ConvProblem) -> None:
         self.n, self.g = p.n, p.groups
@@ -67,53 +71,69 @@ class _Blocks:
         self.ins, self.outs = p.in_spatial, p.out_spatial
         self.filt = p.filter_spatial
         self.pads, self.strides, self.dils = p.conv.pads, p.conv.strides, p.conv.dilations
-        # The slabs cut the written tensor's outermost spatial dimension.
         written = self.ins if p.direction is Direction.BACKWARD_DATA else self.outs
-        self.slab_extent = written[0]
+        self.extent = written[0]
         rest = max(math.prod(self.ins[1:]), math.prod(self.outs[1:]))
-        unit = max(self.cg, self.kg) * rest
-        self.slab = max(1, min(self.slab_extent, BLOCK_ELEMENTS // unit))
-        whole = unit * self.slab_extent
-        self.batch = (
-            max(1, min(self.n, BLOCK_ELEMENTS // whole)) if self.slab == self.slab_extent else 1
-        )
+        row = max(self.cg, self.kg) * rest  # elements of one row of one group and image
+        slab = row * self.extent
+        self.rows, self.group_block, self.batch = self.extent, 1, 1
+        if slab * self.g <= BLOCK_ELEMENTS:
+            self.group_block = self.g
+            self.batch = max(1, min(self.n, BLOCK_ELEMENTS // (slab * self.g)))
+        elif slab <= BLOCK_ELEMENTS:
+            self.group_block = BLOCK_ELEMENTS // slab
+        else:
+            self.rows = max(1, BLOCK_ELEMENTS // row)
 
     def steps(self) -> int:
-        """How many (group, batch block, slab, tap) steps a run takes (for the cost model)."""
+        """How many (block, tap) steps a run takes (for the cost model)."""
         return (
-            self.g
+            math.ceil(self.g / self.group_block)
             * math.ceil(self.n / self.batch)
-            * math.ceil(self.slab_extent / self.slab)
+            * math.ceil(self.extent / self.rows)
             * math.prod(self.filt)
         )
 
-    def tiles(self) -> itertools.product[tuple[int, int, int]]:
-        """(group, first image, first slab row) of every block."""
-        return itertools.product(
-            range(self.g), range(0, self.n, self.batch), range(0, self.slab_extent, self.slab)
-        )
+    def tiles(self) -> Iterator[tuple[slice, slice, int, int]]:
+        """(groups, images, first row, end row) of every block."""
+        for g0, n0, r0 in itertools.product(
+            range(0, self.g, self.group_block),
+            range(0, self.n, self.batch),
+            range(0, self.extent, self.rows),
+        ):
+            yield (
+                slice(g0, min(self.g, g0 + self.group_block)),
+                slice(n0, min(self.n, n0 + self.batch)),
+                r0,
+                min(self.extent, r0 + self.rows),
+            )
 
 
 def _f32(a: np.ndarray) -> np.ndarray:
     return a.astype(np.float32, copy=False)
 
 
+def _tap_weights(wr: np.ndarray, gs: slice, tap: Sequence[int]) -> np.ndarray:
+    """(groups, K/g, C/g) float32 weights of one tap."""
+    return _f32(wr[(gs, slice(None), slice(None), *tap)])
+
+
 def _forward(b: _Blocks, x: np.ndarray, w: np.ndarray, y: np.ndarray) -> None:
     xr = x.reshape(b.n, b.g, b.cg, *b.ins)  # splitting the channel axis is always a view
     wr = w.reshape(b.g, b.kg, b.cg, *b.filt)
     yr = y.reshape(b.n, b.g, b.kg, *b.outs)
-    for g, n0, r0 in b.tiles():
-        n1, r1 = min(b.n, n0 + b.batch), min(b.outs[0], r0 + b.slab)
-        acc = np.zeros((n1 - n0, b.kg, r1 - r0, *b.outs[1:]), np.float32)
+    lead = (slice(None),) * 3
+    for gs, ns, r0, r1 in b.tiles():
+        acc = np.zeros(yr[ns, gs, :, r0:r1].shape, np.float32)
+        nb, gb = acc.shape[:2]
         for tap in itertools.product(*(range(f) for f in b.filt)):
             src, dst = _forward_tap(b, tap, r0, r1)
             if src is None:
                 continue
-            part = _f32(xr[n0:n1, g][(slice(None), slice(None), *src)])
-            tap_w = _f32(wr[(g, slice(None), slice(None), *tap)])
-            contrib = np.matmul(tap_w, part.reshape(n1 - n0, b.cg, -1))
-            acc[(slice(None), slice(None), *dst)] += contrib.reshape(n1 - n0, b.kg, *part.shape[2:])
-        np.copyto(yr[n0:n1, g, :, r0:r1], acc, casting="unsafe")
+            part = _f32(xr[(ns, gs, slice(None), *src)])
+            contrib = np.matmul(_tap_weights(wr, gs, tap), part.reshape(nb, gb, b.cg, -1))
+            acc[(*lead, *dst)] += contrib.reshape(nb, gb, b.kg, *part.shape[3:])
+        np.copyto(yr[ns, gs, :, r0:r1], acc, casting="unsafe")
 
 
 def _forward_tap(
@@ -137,9 +157,10 @@ def _backward_data(b: _Blocks, w: np.ndarray, dy: np.ndarray, dx: np.ndarray) ->
     dxr = dx.reshape(b.n, b.g, b.cg, *b.ins)
     wr = w.reshape(b.g, b.kg, b.cg, *b.filt)
     dyr = dy.reshape(b.n, b.g, b.kg, *b.outs)
-    for g, n0, r0 in b.tiles():
-        n1, r1 = min(b.n, n0 + b.batch), min(b.ins[0], r0 + b.slab)
-        acc = np.zeros((n1 - n0, b.cg, r1 - r0, *b.ins[1:]), np.float32)
+    lead = (slice(None),) * 3
+    for gs, ns, r0, r1 in b.tiles():
+        acc = np.zeros(dxr[ns, gs, :, r0:r1].shape, np.float32)
+        nb, gb = acc.shape[:2]
         for tap in itertools.product(*(range(f) for f in b.filt)):
             src, dst = [], []
             for i, t in enumerate(tap):
@@ -152,33 +173,33 @@ def _backward_data(b: _Blocks, w: np.ndarray, dy: np.ndarray, dx: np.ndarray) ->
                 src.append(slice(first, last))
                 dst.append(slice(u0, u0 + (last - first - 1) * b.strides[i] + 1, b.strides[i]))
             else:
-                part = _f32(dyr[n0:n1, g][(slice(None), slice(None), *src)])
-                tap_w = _f32(wr[(g, slice(None), slice(None), *tap)]).T
-                contrib = np.matmul(tap_w, part.reshape(n1 - n0, b.kg, -1))
-                acc[(slice(None), slice(None), *dst)] += contrib.reshape(
-                    n1 - n0, b.cg, *part.shape[2:]
-                )
-        np.copyto(dxr[n0:n1, g, :, r0:r1], acc, casting="unsafe")
+                part = _f32(dyr[(ns, gs, slice(None), *src)])
+                tap_w = _tap_weights(wr, gs, tap).transpose(0, 2, 1)
+                contrib = np.matmul(tap_w, part.reshape(nb, gb, b.kg, -1))
+                acc[(*lead, *dst)] += contrib.reshape(nb, gb, b.cg, *part.shape[3:])
+        np.copyto(dxr[ns, gs, :, r0:r1], acc, casting="unsafe")
 
 
 def _backward_weights(b: _Blocks, x: np.ndarray, dy: np.ndarray, dw: np.ndarray) -> None:
     xr = x.reshape(b.n, b.g, b.cg, *b.ins)
     dwr = dw.reshape(b.g, b.kg, b.cg, *b.filt)
     dyr = dy.reshape(b.n, b.g, b.kg, *b.outs)
-    sum_axes = [0, *range(2, 2 + len(b.ins))]
-    for g in range(b.g):
+    for g0 in range(0, b.g, b.group_block):
+        gs = slice(g0, min(b.g, g0 + b.group_block))
         for tap in itertools.product(*(range(f) for f in b.filt)):
-            acc = np.zeros((b.kg, b.cg), np.float32)
-            for n0, r0 in itertools.product(range(0, b.n, b.batch), range(0, b.outs[0], b.slab)):
-                n1, r1 = min(b.n, n0 + b.batch), min(b.outs[0], r0 + b.slab)
+            acc = np.zeros((gs.stop - g0, b.kg, b.cg), np.float32)
+            for n0, r0 in itertools.product(range(0, b.n, b.batch), range(0, b.outs[0], b.rows)):
+                ns, r1 = slice(n0, min(b.n, n0 + b.batch)), min(b.outs[0], r0 + b.rows)
                 src, dst = _forward_tap(b, tap, r0, r1)
                 if src is None:
                     continue
                 dst[0] = slice(dst[0].start + r0, dst[0].stop + r0)
-                part_x = _f32(xr[n0:n1, g][(slice(None), slice(None), *src)])
-                part_dy = _f32(dyr[n0:n1, g][(slice(None), slice(None), *dst)])
-                acc += np.tensordot(part_dy, part_x, axes=(sum_axes, sum_axes))
-            np.copyto(dwr[(g, slice(None), slice(None), *tap)], acc, casting="unsafe")
+                part_x = _f32(xr[(ns, gs, slice(None), *src)])
+                part_dy = _f32(dyr[(ns, gs, slice(None), *dst)])
+                nb, gb = part_x.shape[:2]
+                flat_x = part_x.reshape(nb, gb, b.cg, -1).transpose(0, 1, 3, 2)
+                acc += np.matmul(part_dy.reshape(nb, gb, b.kg, -1), flat_x).sum(axis=0)
+            np.copyto(dwr[(gs, slice(None), slice(None), *tap)], acc, casting="unsafe")
 
 
 class _NaiveInvoker:

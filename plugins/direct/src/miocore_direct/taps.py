@@ -9,8 +9,8 @@ dimension, laid out ``(group, phase, n, *grid, C/groups)``. The output lives on 
 real. With both flattened to rows, tap ``t`` of the filter is *one contiguous row window* of
 ``P``: output row ``j`` reads input row ``j + offset(t)`` of phase ``phase(t)``. So
 
-* forward: ``Q[0:L] += P[phase][off:off+L] @ W[t]`` for every tap (BLAS sgemm, beta=1);
-* backward data: ``P[phase][off:off+L] += dY[0:L] @ W[t]^T`` (then the interior of ``P`` is dx);
+* forward: ``Q[0:L] += P[phase][off:off+L] @ W[t]^T`` for every tap (BLAS sgemm, beta=1);
+* backward data: ``P[phase][off:off+L] += dY[0:L] @ W[t]`` (then the interior of ``P`` is dx);
 * backward weights: ``dW[t] = dY[0:L]^T @ P[phase][off:off+L]``;
 
 where ``L = (n-1) * prod(grid) + sum((out_i - 1) * rowstride_i) + 1`` rows cover every real
@@ -58,6 +58,7 @@ MAX_TAPS = 81
 ELEMENTWISE_PAIRS = 4
 #: Row-block sizes the tuner tries (0 = the whole problem in one block).
 BLOCK_CHOICES = (0, 512, 2048, 8192, 32768)
+_WEIGHT_CHUNK = 1 << 15  # float32 elements of w staged per chunk
 _ALIGN = 16  # float32 elements (64 bytes) between workspace regions
 
 # Cost model, measured on the 2-core development machine (see README): BLAS reaches about this
@@ -173,7 +174,7 @@ class _Plan:
         )
         sizes = (self.w_elems, self.p_elems, self.q_elems, self.tmp_elems)
         parts = [flat[o : o + s] for o, s in zip(self.offsets, sizes, strict=True)]
-        wst = parts[0].reshape(self.g, self.ntaps, self.cg, self.kg)
+        wst = parts[0].reshape(self.g, self.ntaps, self.kg, self.cg)
         pbuf = parts[1].reshape(self.g, self.nphase, self.rows, self.cg) if self.p_elems else None
         qbuf = parts[2].reshape(self.g, self.rows, self.kg) if self.q_elems else None
         tmp = parts[3].reshape(self.g, self.block) if self.tmp_elems else None
@@ -280,20 +281,28 @@ class _Plan:
             np.copyto(target, image[(*lead, *inner)], casting="unsafe")
 
     def stage_weights(self, wst: np.ndarray, w: np.ndarray) -> None:
-        """W[g, tap, c, k] = w[g*K/g + k, c, *tap] in float32."""
+        """W[g, tap, k, c] = w[g*K/g + k, c, *tap] in float32.
+
+        Keeping (k, c) in w's own order makes this a gentle gather (inner stride = taps)
+        rather than a full transpose, which costs tens of ns per element on large filters.
+        """
         wr = w.reshape(self.g, self.kg, self.cg, *self.filt)
-        target = wst.reshape(self.g, *self.filt, self.cg, self.kg)
         rank = len(self.filt)
-        np.copyto(target, wr.transpose(0, *range(3, 3 + rank), 2, 1), casting="unsafe")
+        target = wst.reshape(self.g, *self.filt, self.kg, self.cg)
+        source = wr.transpose(0, *range(3, 3 + rank), 1, 2)
+        # A few output channels at a time, so the strided reads of one chunk stay in cache.
+        chunk = max(1, _WEIGHT_CHUNK // (self.cg * self.ntaps))
+        for k0 in range(0, self.kg, chunk):
+            inner = (Ellipsis, slice(k0, k0 + chunk), slice(None))
+            np.copyto(target[inner], source[inner], casting="unsafe")
 
     def store_weights(self, wst: np.ndarray, w: np.ndarray) -> None:
-        """w[g*K/g + k, c, *tap] = dW[g, tap, k, c] (the backward-weights staging order)."""
+        """w[g*K/g + k, c, *tap] = dW[g, tap, k, c]: the inverse of :meth:`stage_weights`."""
         wr = w.reshape(self.g, self.kg, self.cg, *self.filt)
         rank = len(self.filt)
         source = wst.reshape(self.g, *self.filt, self.kg, self.cg)
-        np.copyto(
-            wr, source.transpose(0, 1 + rank, 2 + rank, *range(1, 1 + rank)), casting="unsafe"
-        )
+        order = (0, 1 + rank, 2 + rank, *range(1, 1 + rank))
+        np.copyto(wr, source.transpose(order), casting="unsafe")
 
     # -- the per-tap passes ------------------------------------------------------------------
 
@@ -323,7 +332,7 @@ def _forward(plan: _Plan, wst: np.ndarray, pbuf: np.ndarray, qbuf: np.ndarray, t
             for t, phase, off in plan.taps:
                 for c, k in itertools.product(range(plan.cg), range(plan.kg)):
                     window = pbuf[:, phase, off + j0 : off + j1, c]
-                    np.multiply(window, wst[:, t, c, k, None], out=scratch)
+                    np.multiply(window, wst[:, t, k, c, None], out=scratch)
                     np.add(qblock[:, :, k], scratch, out=qblock[:, :, k])
             continue
         for g in range(plan.g):
@@ -333,7 +342,7 @@ def _forward(plan: _Plan, wst: np.ndarray, pbuf: np.ndarray, qbuf: np.ndarray, t
                     pbuf[g, phase, off + j0 : off + j1],
                     wst[g, t],
                     float(step > 0),
-                    False,
+                    True,
                 )
 
 
@@ -347,15 +356,14 @@ def _backward_data(
             for t, phase, off in plan.taps:
                 for c, k in itertools.product(range(plan.cg), range(plan.kg)):
                     window = pbuf[:, phase, off + j0 : off + j1, c]
-                    np.multiply(qbuf[:, j0:j1, k], wst[:, t, c, k, None], out=scratch)
+                    np.multiply(qbuf[:, j0:j1, k], wst[:, t, k, c, None], out=scratch)
                     np.add(window, scratch, out=window)
             continue
         for g in range(plan.g):
             for t, phase, off in plan.taps:
-                # P window (rows, C/g) += dY (rows, K/g) @ W[t]^T, W[t] stored (C/g, K/g).
-                _gemm_into(
-                    pbuf[g, phase, off + j0 : off + j1], qbuf[g, j0:j1], wst[g, t], 1.0, True
-                )
+                # P window (rows, C/g) += dY (rows, K/g) @ W[t], W[t] stored (K/g, C/g).
+                window = pbuf[g, phase, off + j0 : off + j1]
+                _gemm_into(window, qbuf[g, j0:j1], wst[g, t], 1.0, False)
 
 
 def _backward_weights(plan: _Plan, dw: np.ndarray, pbuf: np.ndarray, qbuf: np.ndarray) -> None:
