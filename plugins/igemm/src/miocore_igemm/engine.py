@@ -676,7 +676,7 @@ def run_block(plan: Plan, geo: Geometry, x: np.ndarray, w: np.ndarray, y: np.nda
             _load_padded(src, xm, geo)
         view = _windows(src, geo, writeable=False)
     else:
-        dxp = bufs["xp"] if "xp" in bufs else xm
+        dxp = bufs.get("xp", xm)
         dxp.fill(0.0)
         view = _windows(dxp, geo, writeable=True)
     for i, blk in enumerate(blocks):

@@ -34,13 +34,15 @@ from miocore_igemm.engine import BLOCK, TAP, Geometry, Plan
 
 #: Column-block sizes (output pixels per im2col block) the search tries.
 BLOCK_PIXELS = (256, 1024, 4096, 16384)
-#: Default column block: big enough for BLAS to run near its peak, small enough (with up to
-#: 4608 columns for a 3x3x512 layer, 72 MiB at most, usually far less) to stay bounded.
+#: Default column blocks (output pixels): big enough for BLAS to run near its peak, small
+#: enough to stay bounded (a 3x3x512 layer's 4608 columns x 4096 pixels is 72 MiB at most).
 DEFAULT_PIXELS = 4096
-#: The tap strategy computes on the padded grid; beyond this waste the block strategy wins.
-MAX_GRID_WASTE = 1.6
-#: Input-grid staging the default tap chunk stays under (bytes).
-TAP_CHUNK_BYTES = 24 << 20
+DEFAULT_PIXELS_FORWARD = 1024
+#: The tap strategy computes on the padded grid; beyond this waste the block strategy wins
+#: for filters wider than 1x1 (3x3 pad 1: 1.07 at 56x56 and larger, 1.15 at 28x28).
+MAX_GRID_WASTE = 1.1
+#: Grid pixels a default tap chunk aims for (whole images; a power of two of them).
+TAP_CHUNK_PIXELS = 1024
 #: Measured on this repository's 2-core CI machine (see plugins/igemm/README.md): the
 #: fraction of the calibrated BLAS rate that large igemm GEMMs reach, the half-rate size of a
 #: GEMM dimension, and the host cost of one BLAS or numpy call.
@@ -85,19 +87,22 @@ def candidate_configs(geo: Geometry) -> list[PerfConfig]:
 def default_config(geo: Geometry) -> PerfConfig:
     """The benchmarked default rule (see the README for the measurements behind it).
 
-    Tap when it fits and its grid waste is small (unit strides: every 1x1 and most 3x3
-    layers), else column blocks of :data:`DEFAULT_PIXELS`. Tap chunks hold as many images as
-    fit in :data:`TAP_CHUNK_BYTES` of input grid, except that a float32 NCHW 1x1 layer runs one
-    image per chunk, which lets the GEMMs read x and write y in place.
+    * 1x1 unit-stride layers run the tap strategy (one GEMM, no gather; float32 packed data
+      is used in place). Chunks hold enough images for about :data:`TAP_CHUNK_PIXELS` grid
+      pixels: one image from 28x28 up, whole small-image batches at 14x14 and 7x7.
+    * Wider unit-stride filters run the tap strategy forward and backward-data when the grid
+      waste is at most :data:`MAX_GRID_WASTE` (large images); below that, and for every
+      strided, depthwise or backward-weights case, column blocks win.
     """
+    pixels = DEFAULT_PIXELS_FORWARD if geo.direction is Direction.FORWARD else DEFAULT_PIXELS
+    if tap_unfit_reason(geo) is not None or geo.g > 8:
+        return PerfConfig(strategy=BLOCK, block=pixels)
     waste = geo.grid / geo.out_pix
-    if tap_unfit_reason(geo) is None and waste <= MAX_GRID_WASTE and geo.g <= 8:
-        if engine.tap_aliases(geo, 1)["x"] and not geo.channels_last:
-            return PerfConfig(strategy=TAP, block=1)
-        per_image = 4 * geo.grid * max(geo.c, geo.k)
-        nb = max(1, min(geo.n, TAP_CHUNK_BYTES // per_image))
-        return PerfConfig(strategy=TAP, block=nb)
-    return PerfConfig(strategy=BLOCK, block=DEFAULT_PIXELS)
+    if geo.taps > 1 and (geo.direction is Direction.BACKWARD_WEIGHTS or waste > MAX_GRID_WASTE):
+        return PerfConfig(strategy=BLOCK, block=pixels)
+    want = max(1, TAP_CHUNK_PIXELS // geo.grid)
+    nb = next(n for n in reversed(_powers_of_two_upto(geo.n)) if n <= want or n == 1)
+    return PerfConfig(strategy=TAP, block=nb)
 
 
 def predicted_ms(ctx: ExecutionContext, geo: Geometry, plan: Plan, problem: ConvProblem) -> float:
