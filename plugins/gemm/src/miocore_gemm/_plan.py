@@ -13,10 +13,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from itertools import pairwise
+from typing import NamedTuple
 
-from miocore import ConvProblem, DataType, Direction, InvalidArgumentError, PerfConfig
+from miocore import (
+    ConvProblem,
+    DataType,
+    Direction,
+    InvalidArgumentError,
+    PerfConfig,
+    TensorDescriptor,
+)
 
 #: Bytes of one float32 element: every GEMM operand and staging buffer is float32.
 F32 = 4
@@ -38,17 +44,17 @@ def merged_stride(dims: Sequence[tuple[int, int]]) -> int | None:
     Dims of size 1 never prevent a merge. With no dim larger than 1 the merged dim has size 1
     and any stride works: 1 is returned.
     """
-    sized = [(n, s) for n, s in dims if n != 1]
-    if not sized:
-        return 1
-    for (_, s_out), (n_in, s_in) in pairwise(sized):
-        if s_out != n_in * s_in:
+    merged = None  # (size, stride) of the innermost dim seen so far, walking inwards
+    for size, stride in dims:
+        if size == 1:
+            continue
+        if merged is not None and merged[1] != size * stride:
             return None
-    return sized[-1][1]
+        merged = (size, stride)
+    return 1 if merged is None else merged[1]
 
 
-@dataclass(frozen=True)
-class Tiling:
+class Tiling(NamedTuple):
     """How the output is cut into tiles.
 
     ``images`` images per tile when ``split`` is None (whole images); otherwise one image per
@@ -62,9 +68,12 @@ class Tiling:
     lines: int
 
 
-@dataclass(frozen=True)
-class GemmPlan:
-    """The complete recipe for one problem and tile size (see the module docstring)."""
+class GemmPlan(NamedTuple):
+    """The complete recipe for one problem and tile size (see the module docstring).
+
+    A named tuple: planning runs for every corpus problem in the coverage test, and tuples
+    are several times cheaper to build than frozen dataclasses.
+    """
 
     direction: Direction
     dtype: DataType
@@ -134,18 +143,10 @@ def _index_product(sizes: Sequence[int]) -> Iterator[tuple[int, ...]]:
             yield (i, *rest)
 
 
-def is_pointwise(problem: ConvProblem) -> bool:
-    """1x1 filter and no padding: no im2col beyond (at most) a strided subsample."""
-    return all(f == 1 for f in problem.filter_spatial) and not any(problem.conv.pads)
-
-
-def normalize_tiling(problem: ConvProblem, lines: int) -> Tiling:
+def _tiling(n: int, out: tuple[int, ...], per_image: int, lines: int) -> Tiling:
     """The legal tiling closest below ``lines`` output lines per tile (at least one line)."""
-    out = problem.out_spatial
-    per_image = math.prod(out[:-1])
-    lines = max(1, int(lines))
     if lines >= per_image:
-        images = min(problem.n, lines // per_image)
+        images = min(n, lines // per_image)
         return Tiling(images=images, split=None, extent=out[0], lines=images * per_image)
     for j in range(len(out) - 1):
         unit = math.prod(out[j + 1 : -1])
@@ -155,13 +156,6 @@ def normalize_tiling(problem: ConvProblem, lines: int) -> Tiling:
     raise AssertionError("unreachable: the innermost split dim has unit 1")
 
 
-def _tile_count(problem: ConvProblem, t: Tiling) -> int:
-    out = problem.out_spatial
-    if t.split is None:
-        return -(-problem.n // t.images)
-    return problem.n * math.prod(out[: t.split]) * -(-out[t.split] // t.extent)
-
-
 def make_plan(
     problem: ConvProblem,
     *,
@@ -169,50 +163,48 @@ def make_plan(
     perf_config: PerfConfig | None = None,
     tile_bytes: int = DEFAULT_TILE_BYTES,
 ) -> GemmPlan:
-    """Plan ``problem`` (canonical). ``allow_direct`` enables the no-im2col 1x1 path."""
-    p = problem
-    d = p.direction
-    fp32 = p.dtype is DataType.FLOAT32
-    g, c, k = p.groups, p.c, p.k
-    cg, kg = c // g, k // g
-    taps = math.prod(p.filter_spatial)
-    x_sp, y_sp = p.x.strides[2:], p.y.strides[2:]
-    cl = p.x.layout in _CHANNELS_LAST
-    filter_major = p.w.layout in _CHANNELS_LAST
+    """Plan ``problem`` (canonical). ``allow_direct`` enables the no-im2col 1x1 path.
 
-    # w as a (G, Kg, R) float32 matrix with unit stride along R (in the chosen order).
-    w_r = [(cg, p.w.strides[1])] + list(zip(p.filter_spatial, p.w.strides[2:], strict=True))
-    if filter_major:
-        w_r = w_r[1:] + w_r[:1]
-    w_direct = fp32 and merged_stride(w_r) == 1
+    Written with plain locals: the coverage test plans every corpus problem in every
+    direction, so this must stay in the ten-microsecond range.
+    """
+    x, w, y, conv = problem.x, problem.w, problem.y, problem.conv
+    d = problem.direction
+    dtype = x.dtype
+    fp32 = dtype is DataType.FLOAT32
+    g = conv.groups
+    n, c = x.lengths[0], x.lengths[1]
+    k = y.lengths[1]
+    cg = c // g
+    in_sp, out_sp, filt = x.lengths[2:], y.lengths[2:], w.lengths[2:]
+    taps = math.prod(filt)
+    cl = x.layout in _CHANNELS_LAST
+    filter_major = w.layout in _CHANNELS_LAST
+    wrw = d is Direction.BACKWARD_WEIGHTS
 
-    # A tensor is usable in place when float32 and its dims fold into the GEMM operand.
-    def act_direct(lengths: tuple[int, ...], strides: tuple[int, ...], spatial: list) -> bool:
-        if not fp32:
-            return False
-        if cl:  # (B*P, G, Cg): channel stride 1, batch and pixels fold into one row index
-            return (
-                strides[1] == 1 and merged_stride([(lengths[0], strides[0]), *spatial]) is not None
-            )
-        # (B, G, Cg, P): pixels fold with unit stride; backward weights also folds the batch
-        if d is Direction.BACKWARD_WEIGHTS and lengths[0] > 1:
-            return False
-        return merged_stride(spatial) == 1
-
-    y_direct = act_direct(p.y.lengths, p.y.strides, list(zip(p.out_spatial, y_sp, strict=True)))
+    w_direct = False
+    if fp32:  # w as a (G, Kg, R) matrix with unit stride along R, in the chosen order
+        w_r = [(cg, w.strides[1]), *zip(filt, w.strides[2:], strict=True)]
+        if filter_major:
+            w_r.append(w_r.pop(0))
+        w_direct = merged_stride(w_r) == 1
+    y_direct = fp32 and _act_direct(y, cl, wrw)
+    pointwise = taps == 1 and not any(conv.pads)
     direct_col = (
         allow_direct
-        and is_pointwise(p)
-        and all(s == 1 for s in p.conv.strides)
-        and act_direct(p.x.lengths, p.x.strides, list(zip(p.in_spatial, x_sp, strict=True)))
+        and pointwise
+        and fp32
+        and all(s == 1 for s in conv.strides)
+        and _act_direct(x, cl, wrw)
     )
     accumulate_dx = d is Direction.BACKWARD_DATA and not direct_col and taps > 1
     dx_staged = accumulate_dx and not fp32
 
-    wo = p.out_spatial[-1]
+    wo = out_sp[-1]
+    per_image = math.prod(out_sp[:-1])
+    in_pixels = math.prod(in_sp)
     line_bytes = F32 * wo * ((0 if direct_col else c * taps) + (0 if y_direct else k))
-    acc_image = F32 * c * math.prod(p.in_spatial) if dx_staged else 0
-    per_image = math.prod(p.out_spatial[:-1])
+    acc_image = F32 * c * in_pixels if dx_staged else 0
     if perf_config is not None and TILE_LINES in perf_config:
         lines = perf_config[TILE_LINES]
         if isinstance(lines, bool) or not isinstance(lines, int) or lines < 1:
@@ -220,15 +212,19 @@ def make_plan(
                 "must be an integer >= 1", field=f"perf_config.{TILE_LINES}", value=lines
             )
     elif line_bytes + acc_image == 0:
-        lines = p.n * per_image
+        lines = n * per_image
     else:
         image_bytes = line_bytes * per_image + acc_image
         if image_bytes <= tile_bytes:
             lines = (tile_bytes // image_bytes) * per_image
         else:
-            lines = max(1, (tile_bytes - acc_image) // max(line_bytes, 1))
-    tiling = normalize_tiling(p, lines)
-    num_tiles = _tile_count(p, tiling)
+            lines = max(1, (tile_bytes - acc_image) // line_bytes)
+    tiling = _tiling(n, out_sp, per_image, lines)
+    if tiling.split is None:
+        num_tiles = -(-n // tiling.images)
+    else:
+        j = tiling.split
+        num_tiles = n * math.prod(out_sp[:j]) * -(-out_sp[j] // tiling.extent)
     pixels = tiling.lines * wo  # B * P of a full tile
 
     w_bytes = F32 * k * cg * taps
@@ -240,12 +236,12 @@ def make_plan(
     if not y_direct:
         buffers.append(("y", F32 * pixels * k))
     if dx_staged:
-        buffers.append(("dx", F32 * tiling.images * c * math.prod(p.in_spatial)))
-    if d is Direction.BACKWARD_WEIGHTS and num_tiles > 1:
+        buffers.append(("dx", F32 * tiling.images * c * in_pixels))
+    if wrw and num_tiles > 1:
         buffers.append(("partial", w_bytes))
     return GemmPlan(
         direction=d,
-        dtype=p.dtype,
+        dtype=dtype,
         channels_last=cl,
         filter_major=filter_major,
         direct_col=direct_col,
@@ -253,17 +249,29 @@ def make_plan(
         y_direct=y_direct,
         accumulate_dx=accumulate_dx,
         dx_staged=dx_staged,
-        n=p.n,
+        n=n,
         c=c,
         k=k,
         groups=g,
-        filter_spatial=tuple(p.filter_spatial),
-        in_spatial=tuple(p.in_spatial),
-        out_spatial=tuple(p.out_spatial),
-        pads=tuple(p.conv.pads),
-        strides=tuple(p.conv.strides),
-        dilations=tuple(p.conv.dilations),
+        filter_spatial=filt,
+        in_spatial=in_sp,
+        out_spatial=out_sp,
+        pads=conv.pads,
+        strides=conv.strides,
+        dilations=conv.dilations,
         tiling=tiling,
         num_tiles=num_tiles,
         buffers=tuple(buffers),
     )
+
+
+def _act_direct(desc: TensorDescriptor, channels_last: bool, wrw: bool) -> bool:
+    """Whether a float32 activation tensor can be a GEMM operand in place."""
+    lengths, strides = desc.lengths, desc.strides
+    spatial = list(zip(lengths[2:], strides[2:], strict=True))
+    if channels_last:  # (B*P, G, Cg): channel stride 1, batch and pixels fold into one index
+        return strides[1] == 1 and merged_stride([(lengths[0], strides[0]), *spatial]) is not None
+    # (B, G, Cg, P): pixels fold with unit stride; backward weights also folds the batch
+    if wrw and lengths[0] > 1:
+        return False
+    return merged_stride(spatial) == 1

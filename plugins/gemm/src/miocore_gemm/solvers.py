@@ -34,7 +34,7 @@ from miocore import (
 )
 
 from miocore_gemm._engine import run_plan
-from miocore_gemm._plan import F32, TILE_LINES, GemmPlan, is_pointwise, make_plan
+from miocore_gemm._plan import F32, TILE_LINES, GemmPlan, make_plan
 
 #: Fraction of the measured BLAS peak (a 384^3 float32 matmul) that numpy's matmul reaches on
 #: the GEMM shapes of convolutions: measured on ResNet-50 layers at batch 1 and 8 (README).
