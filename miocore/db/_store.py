@@ -20,7 +20,7 @@ import sqlite3
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 from urllib.parse import quote
@@ -274,7 +274,15 @@ class Store:
                 return None
             conn = self._open_system()
         else:
-            conn = self._open_user(create=sig is None)
+            try:
+                conn = self._open_user(create=sig is None)
+            except sqlite3.OperationalError:
+                # The file vanished between stat and open (another process set it aside).
+                if self.path.exists():
+                    raise
+                if not create:
+                    return None
+                conn = self._open_user(create=True)
         self._conn = conn
         self._conn_pid = os.getpid()
         self._conn_sig = self._last_sig = _signature(self.path)
@@ -356,35 +364,50 @@ class Store:
             raise _Corrupt(f"integrity check failed: {problems}")
 
     def _set_aside(self, reason: str, bad_sig: tuple[int, int] | None) -> None:
-        sig = _signature(self.path)
-        if sig is None or (bad_sig is not None and sig != bad_sig):
-            # Another process already moved the corrupt file away (and maybe started a new
-            # one, which must not be moved in its turn); the retry opens what is there now.
-            return
-        aside = self.path.with_name(f"{self.path.name}.corrupt-{utc_stamp()}-{os.getpid()}")
-        try:
-            os.replace(self.path, aside)
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise DatabaseError(
-                f"user database is corrupt ({reason}) and could not be moved aside: {exc}",
-                field="path",
-                value=str(self.path),
-            ) from exc
-        # The journal files belong to the corrupt file: keep the WAL beside it for forensics,
-        # drop the shared-memory index (it is only a cache of the WAL).
-        for suffix in ("-wal", "-journal"):
-            side = self.path.with_name(self.path.name + suffix)
-            if side.exists():
-                with contextlib.suppress(OSError):
+        # Under a lock, so that two processes that found the same file corrupt cannot both
+        # act: the second sees the file changed and leaves the new one (and its WAL) alone.
+        with _recovery_lock(self.path):
+            sig = _signature(self.path)
+            if sig is None or (bad_sig is not None and sig != bad_sig):
+                return  # someone else already set it aside; the retry opens what is there
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{utc_stamp()}-{os.getpid()}")
+            # The journal files belong to the corrupt file: move them first (a WAL left behind
+            # would be replayed into the new file). The -shm index is left: SQLite rebuilds
+            # it, and deleting one in use by a new file would break that file.
+            for suffix in ("-wal", "-journal"):
+                side = self.path.with_name(self.path.name + suffix)
+                with contextlib.suppress(FileNotFoundError):
                     os.replace(side, aside.with_name(aside.name + suffix))
-        with contextlib.suppress(OSError):
-            self.path.with_name(self.path.name + "-shm").unlink(missing_ok=True)
+            try:
+                os.replace(self.path, aside)
+            except FileNotFoundError:
+                return
+            except OSError as exc:
+                raise DatabaseError(
+                    f"user database is corrupt ({reason}) and could not be moved aside: {exc}",
+                    field="path",
+                    value=str(self.path),
+                ) from exc
         _warn(
             f"user database {self.path} was corrupt ({reason}); moved it to {aside.name} "
             "and started a new one"
         )
+
+
+@contextlib.contextmanager
+def _recovery_lock(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on ``<file>.recover-lock`` (POSIX; a no-op elsewhere)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows cannot rename a file another process has open anyway
+        yield
+        return
+    fd = os.open(path.with_name(path.name + ".recover-lock"), os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def _check_version(version: int, path: Path) -> None:
