@@ -88,6 +88,7 @@ class Handle:
             tuple[Any, ...], tuple[tuple[_Candidate, ...], dict[str, dict[str, str]]]
         ] = {}
         self._record_memo: dict[str, list[Any]] = {}
+        self._record_signature: tuple[Any, ...] = ()
 
     def __repr__(self) -> str:
         return f"Handle({self.backend.name!r}, device={self.device.identity!r})"
@@ -577,16 +578,32 @@ class Handle:
         return []
 
     def _records(self, key: str) -> list[Any]:
-        """FindDb records of ``key``, read once per handle; this handle's writes refresh them.
+        """FindDb records of ``key``, read again only when a database file changed.
 
-        Another process's later writes are seen by new handles (as MIOpen's in-memory FindDb).
+        A commit by any connection, in this process or another, changes the file or its
+        write-ahead log; four ``stat`` calls are far cheaper than a query.
         """
+        signature = self._db_signature()
+        if signature != self._record_signature:
+            self._record_memo.clear()
+            self._record_signature = signature
         found = self._record_memo.get(key)
         if found is None:
             found = self._record_memo[key] = self.find_db.records(key)
             while len(self._record_memo) > 4096:
                 self._record_memo.pop(next(iter(self._record_memo)))
         return found
+
+    def _db_signature(self) -> tuple[Any, ...]:
+        out: list[Any] = []
+        for base in (self.find_db.user_path, self.find_db.system_path):
+            for path in (base, base.with_name(base.name + "-wal")):
+                try:
+                    st = path.stat()
+                    out.append((st.st_mtime_ns, st.st_size))
+                except OSError:
+                    out.append(None)
+        return tuple(out)
 
     def _forget(self, key: str) -> None:
         self._record_memo.pop(key, None)
