@@ -13,12 +13,12 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+from miocore_fft import FftOverlapSave
 
 from miocore import ConvProblem, InvokeParams
 from miocore.backends.cpu import allocate_workspace, empty_for
 from miocore.reference import random_inputs
 from miocore.testing import cpu_context
-from miocore_fft import FftOverlapSave
 
 PROBLEMS = {
     "resnet50 stem 7x7 (stride 1 variant), n=1": dict(
