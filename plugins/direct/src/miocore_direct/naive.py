@@ -58,11 +58,16 @@ def _scatter_range(lo: int, hi: int, count: int, shift: int, stride: int) -> tup
     return first, last
 
 
+Ranges = tuple[tuple[int, int], ...]
+
+
 class _Blocks:
     """How the naive solver splits a problem so that no transient exceeds the block bound.
 
-    A block is (groups [g0, g1), images [n0, n1), rows [r0, r1) of the written tensor's
-    outermost spatial dimension); groups and images are only batched once whole slabs fit.
+    A block is groups [g0, g1), images [n0, n1) and a box of the written tensor's spatial
+    positions: single indices of the dimensions before ``axis``, ``rows`` indices of ``axis``
+    and everything after it, where ``axis`` is the outermost dimension whose rows fit the
+    bound. Groups and images are batched only once whole images fit.
     """
 
     def __init__(self, p: ConvProblem) -> None:
@@ -71,41 +76,60 @@ class _Blocks:
         self.ins, self.outs = p.in_spatial, p.out_spatial
         self.filt = p.filter_spatial
         self.pads, self.strides, self.dils = p.conv.pads, p.conv.strides, p.conv.dilations
-        written = self.ins if p.direction is Direction.BACKWARD_DATA else self.outs
-        self.extent = written[0]
-        rest = max(math.prod(self.ins[1:]), math.prod(self.outs[1:]))
-        row = max(self.cg, self.kg) * rest  # elements of one row of one group and image
-        slab = row * self.extent
-        self.rows, self.group_block, self.batch = self.extent, 1, 1
-        if slab * self.g <= BLOCK_ELEMENTS:
-            self.group_block = self.g
-            self.batch = max(1, min(self.n, BLOCK_ELEMENTS // (slab * self.g)))
-        elif slab <= BLOCK_ELEMENTS:
-            self.group_block = BLOCK_ELEMENTS // slab
-        else:
-            self.rows = max(1, BLOCK_ELEMENTS // row)
+        self.written = self.ins if p.direction is Direction.BACKWARD_DATA else self.outs
+        # The read tensor's matching region is at most as large per dimension as the larger
+        # of the two extents, so that bounds every transient of a block.
+        extents = [max(i, o) for i, o in zip(self.ins, self.outs, strict=True)]
+        unit = max(self.cg, self.kg)
+        rank = len(extents)
+        self.axis = next(
+            (i for i in range(rank) if unit * math.prod(extents[i + 1 :]) <= BLOCK_ELEMENTS),
+            rank - 1,
+        )
+        row = unit * math.prod(extents[self.axis + 1 :])
+        self.rows = max(1, min(self.written[self.axis], BLOCK_ELEMENTS // row))
+        self.group_block, self.batch = 1, 1
+        if self.axis == 0 and self.rows == self.written[0]:
+            image = row * self.written[0]
+            self.group_block = max(1, min(self.g, BLOCK_ELEMENTS // image))
+            if self.group_block == self.g:
+                self.batch = max(1, min(self.n, BLOCK_ELEMENTS // (image * self.g)))
+        self.largest = self.batch * self.group_block * self.rows * row
 
     def steps(self) -> int:
         """How many (block, tap) steps a run takes (for the cost model)."""
         return (
             math.ceil(self.g / self.group_block)
             * math.ceil(self.n / self.batch)
-            * math.ceil(self.extent / self.rows)
+            * math.prod(self.written[: self.axis])
+            * math.ceil(self.written[self.axis] / self.rows)
             * math.prod(self.filt)
         )
 
-    def tiles(self) -> Iterator[tuple[slice, slice, int, int]]:
-        """(groups, images, first row, end row) of every block."""
-        for g0, n0, r0 in itertools.product(
+    def boxes(self, extent: Sequence[int]) -> Iterator[Ranges]:
+        """The spatial boxes of a tensor with ``extent`` (the written one, or y for dw)."""
+        axis = self.axis
+        ranges = [
+            [(i, i + 1) for i in range(e)]
+            if d < axis
+            else [(r, min(e, r + self.rows)) for r in range(0, e, self.rows)]
+            if d == axis
+            else [(0, e)]
+            for d, e in enumerate(extent)
+        ]
+        yield from itertools.product(*ranges)
+
+    def tiles(self) -> Iterator[tuple[slice, slice, Ranges]]:
+        """(groups, images, spatial box) of every block of the written tensor."""
+        for g0, n0, box in itertools.product(
             range(0, self.g, self.group_block),
             range(0, self.n, self.batch),
-            range(0, self.extent, self.rows),
+            self.boxes(self.written),
         ):
             yield (
                 slice(g0, min(self.g, g0 + self.group_block)),
                 slice(n0, min(self.n, n0 + self.batch)),
-                r0,
-                min(self.extent, r0 + self.rows),
+                box,
             )
 
 
@@ -118,39 +142,67 @@ def _tap_weights(wr: np.ndarray, gs: slice, tap: Sequence[int]) -> np.ndarray:
     return _f32(wr[(gs, slice(None), slice(None), *tap)])
 
 
+def _box(box: Ranges) -> tuple[slice, ...]:
+    return tuple(slice(lo, hi) for lo, hi in box)
+
+
+def _gather_tap(
+    b: _Blocks, tap: Sequence[int], box: Ranges
+) -> tuple[list[slice], list[slice]] | None:
+    """For outputs in ``box``: the input slices one tap reads, and where they land in the box.
+
+    Output ``o`` reads input ``u = o * stride - pad + tap * dilation``; only in-bounds ``u``.
+    """
+    src, dst = [], []
+    for i, (t, (lo, hi)) in enumerate(zip(tap, box, strict=True)):
+        shift, s = t * b.dils[i] - b.pads[i], b.strides[i]
+        first, last = _valid_range(lo, hi, b.ins[i], shift, s)
+        if first >= last:
+            return None
+        u0 = first * s + shift
+        src.append(slice(u0, u0 + (last - first - 1) * s + 1, s))
+        dst.append(slice(first - lo, last - lo))
+    return src, dst
+
+
+def _scatter_tap(
+    b: _Blocks, tap: Sequence[int], box: Ranges
+) -> tuple[list[slice], list[slice]] | None:
+    """For inputs in ``box``: the outputs one tap scatters from, and where they land."""
+    src, dst = [], []
+    for i, (t, (lo, hi)) in enumerate(zip(tap, box, strict=True)):
+        shift, s = t * b.dils[i] - b.pads[i], b.strides[i]
+        first, last = _scatter_range(lo, hi, b.outs[i], shift, s)
+        if first >= last:
+            return None
+        u0 = first * s + shift - lo
+        src.append(slice(first, last))
+        dst.append(slice(u0, u0 + (last - first - 1) * s + 1, s))
+    return src, dst
+
+
+def _taps(b: _Blocks) -> itertools.product[tuple[int, ...]]:
+    return itertools.product(*(range(f) for f in b.filt))
+
+
 def _forward(b: _Blocks, x: np.ndarray, w: np.ndarray, y: np.ndarray) -> None:
     xr = x.reshape(b.n, b.g, b.cg, *b.ins)  # splitting the channel axis is always a view
     wr = w.reshape(b.g, b.kg, b.cg, *b.filt)
     yr = y.reshape(b.n, b.g, b.kg, *b.outs)
     lead = (slice(None),) * 3
-    for gs, ns, r0, r1 in b.tiles():
-        acc = np.zeros(yr[ns, gs, :, r0:r1].shape, np.float32)
+    for gs, ns, box in b.tiles():
+        target = yr[(ns, gs, slice(None), *_box(box))]
+        acc = np.zeros(target.shape, np.float32)
         nb, gb = acc.shape[:2]
-        for tap in itertools.product(*(range(f) for f in b.filt)):
-            src, dst = _forward_tap(b, tap, r0, r1)
-            if src is None:
+        for tap in _taps(b):
+            found = _gather_tap(b, tap, box)
+            if found is None:
                 continue
+            src, dst = found
             part = _f32(xr[(ns, gs, slice(None), *src)])
             contrib = np.matmul(_tap_weights(wr, gs, tap), part.reshape(nb, gb, b.cg, -1))
             acc[(*lead, *dst)] += contrib.reshape(nb, gb, b.kg, *part.shape[3:])
-        np.copyto(yr[ns, gs, :, r0:r1], acc, casting="unsafe")
-
-
-def _forward_tap(
-    b: _Blocks, tap: Sequence[int], r0: int, r1: int
-) -> tuple[list[slice] | None, list[slice]]:
-    """Input slices (strided) and accumulator slices of one tap for output rows [r0, r1)."""
-    src, dst = [], []
-    for i, t in enumerate(tap):
-        lo, hi = (r0, r1) if i == 0 else (0, b.outs[i])
-        shift = t * b.dils[i] - b.pads[i]
-        first, last = _valid_range(lo, hi, b.ins[i], shift, b.strides[i])
-        if first >= last:
-            return None, []
-        u0 = first * b.strides[i] + shift
-        src.append(slice(u0, u0 + (last - first - 1) * b.strides[i] + 1, b.strides[i]))
-        dst.append(slice(first - lo, last - lo))
-    return src, dst
+        np.copyto(target, acc, casting="unsafe")
 
 
 def _backward_data(b: _Blocks, w: np.ndarray, dy: np.ndarray, dx: np.ndarray) -> None:
@@ -158,26 +210,20 @@ def _backward_data(b: _Blocks, w: np.ndarray, dy: np.ndarray, dx: np.ndarray) ->
     wr = w.reshape(b.g, b.kg, b.cg, *b.filt)
     dyr = dy.reshape(b.n, b.g, b.kg, *b.outs)
     lead = (slice(None),) * 3
-    for gs, ns, r0, r1 in b.tiles():
-        acc = np.zeros(dxr[ns, gs, :, r0:r1].shape, np.float32)
+    for gs, ns, box in b.tiles():
+        target = dxr[(ns, gs, slice(None), *_box(box))]
+        acc = np.zeros(target.shape, np.float32)
         nb, gb = acc.shape[:2]
-        for tap in itertools.product(*(range(f) for f in b.filt)):
-            src, dst = [], []
-            for i, t in enumerate(tap):
-                lo, hi = (r0, r1) if i == 0 else (0, b.ins[i])
-                shift = t * b.dils[i] - b.pads[i]
-                first, last = _scatter_range(lo, hi, b.outs[i], shift, b.strides[i])
-                if first >= last:
-                    break
-                u0 = first * b.strides[i] + shift - lo
-                src.append(slice(first, last))
-                dst.append(slice(u0, u0 + (last - first - 1) * b.strides[i] + 1, b.strides[i]))
-            else:
-                part = _f32(dyr[(ns, gs, slice(None), *src)])
-                tap_w = _tap_weights(wr, gs, tap).transpose(0, 2, 1)
-                contrib = np.matmul(tap_w, part.reshape(nb, gb, b.kg, -1))
-                acc[(*lead, *dst)] += contrib.reshape(nb, gb, b.cg, *part.shape[3:])
-        np.copyto(dxr[ns, gs, :, r0:r1], acc, casting="unsafe")
+        for tap in _taps(b):
+            found = _scatter_tap(b, tap, box)
+            if found is None:
+                continue
+            src, dst = found
+            part = _f32(dyr[(ns, gs, slice(None), *src)])
+            tap_w = _tap_weights(wr, gs, tap).transpose(0, 2, 1)
+            contrib = np.matmul(tap_w, part.reshape(nb, gb, b.kg, -1))
+            acc[(*lead, *dst)] += contrib.reshape(nb, gb, b.cg, *part.shape[3:])
+        np.copyto(target, acc, casting="unsafe")
 
 
 def _backward_weights(b: _Blocks, x: np.ndarray, dy: np.ndarray, dw: np.ndarray) -> None:
@@ -186,14 +232,17 @@ def _backward_weights(b: _Blocks, x: np.ndarray, dy: np.ndarray, dw: np.ndarray)
     dyr = dy.reshape(b.n, b.g, b.kg, *b.outs)
     for g0 in range(0, b.g, b.group_block):
         gs = slice(g0, min(b.g, g0 + b.group_block))
-        for tap in itertools.product(*(range(f) for f in b.filt)):
+        for tap in _taps(b):
             acc = np.zeros((gs.stop - g0, b.kg, b.cg), np.float32)
-            for n0, r0 in itertools.product(range(0, b.n, b.batch), range(0, b.outs[0], b.rows)):
-                ns, r1 = slice(n0, min(b.n, n0 + b.batch)), min(b.outs[0], r0 + b.rows)
-                src, dst = _forward_tap(b, tap, r0, r1)
-                if src is None:
+            for n0, box in itertools.product(range(0, b.n, b.batch), b.boxes(b.outs)):
+                found = _gather_tap(b, tap, box)
+                if found is None:
                     continue
-                dst[0] = slice(dst[0].start + r0, dst[0].stop + r0)
+                src, dst = found
+                ns = slice(n0, min(b.n, n0 + b.batch))
+                dst = [
+                    slice(d.start + lo, d.stop + lo) for d, (lo, _) in zip(dst, box, strict=True)
+                ]
                 part_x = _f32(xr[(ns, gs, slice(None), *src)])
                 part_dy = _f32(dyr[(ns, gs, slice(None), *dst)])
                 nb, gb = part_x.shape[:2]
