@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 import os
 import time
@@ -50,12 +49,6 @@ class _Candidate:
     perf_config: PerfConfig | None
     workspace_size: int
     perf_db_entry: bool
-
-
-def _version() -> str:
-    from miocore import __version__
-
-    return __version__
 
 
 class Handle:
@@ -612,9 +605,8 @@ class Handle:
     def _write_find_record(
         self, problem: ConvProblem, solutions: Sequence[Solution], mode: FindMode
     ) -> None:
-        from miocore.db import FindDbEntry
+        from miocore.db import FindDbEntry, make_provenance
 
-        now = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
         entries = []
         for s in solutions:
             reg = self.registry.get(s.solver)
@@ -627,13 +619,10 @@ class Handle:
                     spread_ms=s.timing.spread_ms if s.timing else None,
                     count=s.timing.count if s.timing else 0,
                     perf_config=s.perf_config.to_string() if s.perf_config is not None else None,
-                    provenance={
-                        "miocore": _version(),
-                        "plugin": f"{reg.distribution} {reg.version}",
-                        "device": self.device.identity,
-                        "find_mode": mode.name,
-                        "written_at": now,
-                    },
+                    provenance=make_provenance(
+                        self.device.identity, plugin=reg.distribution, plugin_version=reg.version,
+                        find_mode=mode.name,
+                    ),
                 )
             )
         self.find_db.write(problem.key, entries)
@@ -878,6 +867,8 @@ class Handle:
         assert isinstance(solver, TunableSolver)
         budget_s = float(env.positive_int("MIOCORE_TUNING_BUDGET_S", 30))
         deadline = time.monotonic() + budget_s
+        from miocore.db import make_provenance
+
         best: tuple[float, PerfConfig] | None = None
         tried = 0
         for config in solver.perf_config_space(self.context, canon):
@@ -913,14 +904,10 @@ class Handle:
             canon.key,
             cand.reg.name,
             best[1].to_string(),
-            {
-                "miocore": _version(),
-                "plugin": f"{cand.reg.distribution} {cand.reg.version}",
-                "device": self.device.identity,
-                "time_ms": f"{best[0]:.6g}",
-                "configs_tried": str(tried),
-                "written_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-            },
+            make_provenance(
+                self.device.identity, plugin=cand.reg.distribution,
+                plugin_version=cand.reg.version, time_ms=f"{best[0]:.6g}", configs_tried=str(tried),
+            ),
         )
         self._forget(canon.key)
         report.tuned[cand.reg.name] = (
