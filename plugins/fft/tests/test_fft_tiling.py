@@ -77,17 +77,24 @@ def test_fft_space_lists_default_first_and_no_duplicates() -> None:
     assert PerfConfig(fft_len=0) in configs
 
 
-def test_fft_default_rule_tiles_long_transforms_only() -> None:
-    """Small images run untiled; long ones get a tile at least 4x the dilated filter."""
-    small = ConvProblem.from_sizes(
-        "forward", n=1, c=1, k=1, in_spatial=(20, 20), filter_spatial=(3, 3), pads=(1, 1)
+def test_fft_default_rule() -> None:
+    """Tiles >= 4x the dilated filter (>= 16) unless depthwise or the image fits one tile."""
+
+    def default(**kw: object) -> int:
+        p = ConvProblem.from_sizes("forward", n=1, c=2, k=2, **kw)  # type: ignore[arg-type]
+        return SOLVER.default_perf_config(CTX, p)["fft_len"]
+
+    assert default(in_spatial=(8, 8), filter_spatial=(3, 3), pads=(1, 1)) == 0  # fits
+    assert default(in_spatial=(56, 56), filter_spatial=(3, 3), pads=(1, 1)) == 16
+    assert default(in_spatial=(200, 200), filter_spatial=(7, 7), pads=(3, 3)) == 32
+    assert default(in_spatial=(99, 99), filter_spatial=(11, 11), pads=(5, 5)) == 48
+    dilated = default(in_spatial=(99, 99), filter_spatial=(3, 3), dilations=(4, 4))
+    assert dilated == 48  # the dilated extent (9) decides
+    assert default(in_spatial=(56, 56), filter_spatial=(7, 7), pads=(3, 3), groups=2) == 32
+    dw = ConvProblem.from_sizes(
+        "forward", n=1, c=4, k=4, groups=4, in_spatial=(99, 99), filter_spatial=(7, 7)
     )
-    assert SOLVER.default_perf_config(CTX, small) == PerfConfig(fft_len=0)
-    big = ConvProblem.from_sizes(
-        "forward", n=1, c=1, k=1, in_spatial=(200, 200), filter_spatial=(7, 7), pads=(3, 3)
-    )
-    length = SOLVER.default_perf_config(CTX, big)["fft_len"]
-    assert length >= 4 * 7 and length < FftPlan(problem=big, fft_len=0).lengths[0]
+    assert SOLVER.default_perf_config(CTX, dw)["fft_len"] == 0
 
 
 @pytest.mark.parametrize(

@@ -98,21 +98,20 @@ class FftOverlapSave(TunableSolver):
                 yield PerfConfig({PERF_KEY: length})
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
-        """The benchmarked rule (see README): tile when the untiled transform is long.
+        """The benchmarked rule (README, "Default tile length"): tile unless depthwise.
 
-        Untiled transforms longer than 64 points per axis are cut into tiles of the shortest
-        candidate length that is at least four times the dilated filter (and at least 32):
-        short enough to stay in cache and to give the per-bin GEMMs many rows, long enough that
-        the ``Fd - 1`` overlap wastes at most a quarter of each tile.
+        Tiles of the shortest listed length that is at least four times the longest dilated
+        filter (and at least 16): many tiles give the per-bin GEMMs many rows and keep the
+        filter spectra small, while the ``Fd - 1`` overlap wastes at most a quarter of each
+        tile. Depthwise problems have no channel GEMM to feed, so they run untiled. When the
+        chosen length is not shorter than the untiled transform, there is nothing to tile.
         """
         plan0 = FftPlan(problem=problem, fft_len=0)
-        if max(plan0.lengths) <= 64:
+        if problem.is_depthwise:
             return PerfConfig({PERF_KEY: 0})
-        want = max(32, 4 * max(plan0.fd))
-        for length in TILE_LENGTHS:
-            if length >= want:
-                return PerfConfig({PERF_KEY: length if length < max(plan0.lengths) else 0})
-        return PerfConfig({PERF_KEY: 0})
+        want = max(16, 4 * max(plan0.fd))
+        length = next((t for t in TILE_LENGTHS if t >= want), 0)
+        return PerfConfig({PERF_KEY: length if 0 < length < max(plan0.lengths) else 0})
 
     def is_valid_perf_config(
         self, ctx: ExecutionContext, problem: ConvProblem, config: PerfConfig
