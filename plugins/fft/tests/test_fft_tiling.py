@@ -90,7 +90,10 @@ def test_fft_default_rule() -> None:
     assert default(in_spatial=(99, 99), filter_spatial=(11, 11), pads=(5, 5)) == 48
     dilated = default(in_spatial=(99, 99), filter_spatial=(3, 3), dilations=(4, 4))
     assert dilated == 48  # the dilated extent (9) decides
-    assert default(in_spatial=(56, 56), filter_spatial=(7, 7), pads=(3, 3), groups=2) == 32
+    grouped = ConvProblem.from_sizes(
+        "forward", n=1, c=4, k=4, groups=2, in_spatial=(56, 56), filter_spatial=(7, 7)
+    )
+    assert SOLVER.default_perf_config(CTX, grouped)["fft_len"] == 32
     dw = ConvProblem.from_sizes(
         "forward", n=1, c=4, k=4, groups=4, in_spatial=(99, 99), filter_spatial=(7, 7)
     )
