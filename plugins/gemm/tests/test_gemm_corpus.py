@@ -10,11 +10,11 @@ from __future__ import annotations
 import math
 
 import pytest
+from miocore_gemm import SOLVERS, Gemm1x1Solver, GemmIm2colSolver
 
 from miocore import DataType, PerfConfig
 from miocore.corpus import find_corpus, sample_rows, shrink_row
 from miocore.testing import check_solver, cpu_context
-from miocore_gemm import SOLVERS, Gemm1x1Solver, GemmIm2colSolver
 
 TOLERANCE = {DataType.FLOAT32: 2e-5, DataType.FLOAT16: 2e-3, DataType.BFLOAT16: 1.6e-2}
 DIRECTIONS = ("forward", "backward_data", "backward_weights")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from miocore_gemm import Gemm1x1Solver, GemmIm2colSolver
 
 import miocore
 from miocore import ConvProblem, PerfConfig
 from miocore.reference import convolution, random_inputs, relative_error
 from miocore.testing import TOLERANCES, cpu_context, run_solver
-from miocore_gemm import Gemm1x1Solver, GemmIm2colSolver
 
 CTX = cpu_context()
 DIRECTIONS = ("forward", "backward_data", "backward_weights")
@@ -76,8 +76,14 @@ def test_pointwise_float32_needs_no_workspace(layout, direction) -> None:
     spatial = (5, 7) if len(layout) == 4 else (3, 4, 5)
     for n in (1, 4):
         problem = ConvProblem.from_sizes(
-            direction, n=n, c=8, k=6, in_spatial=spatial, filter_spatial=(1,) * len(spatial),
-            groups=2, layout=layout,
+            direction,
+            n=n,
+            c=8,
+            k=6,
+            in_spatial=spatial,
+            filter_spatial=(1,) * len(spatial),
+            groups=2,
+            layout=layout,
         )
         size = Gemm1x1Solver().workspace_size(CTX, problem)
         # NCHW backward weights can fold its batch into the GEMM only for one image.

@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from miocore import Direction, InvokeParams, WorkspaceError
-
 from miocore_gemm._plan import F32, GemmPlan, merged_stride
 
 _as_strided = np.lib.stride_tricks.as_strided

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import miocore
-
 from miocore_gemm.solvers import SOLVERS
 
 

@@ -32,7 +32,6 @@ from miocore import (
     TunableSolver,
     not_applicable,
 )
-
 from miocore_gemm._engine import run_plan
 from miocore_gemm._plan import F32, TILE_LINES, GemmPlan, make_plan
 
