@@ -11,15 +11,16 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from functools import partial
 
 import numpy as np
 import torch
+from miocore_direct import TapsDirectSolver
+
 from miocore import ConvProblem, InvokeParams
 from miocore.backends.cpu import allocate_workspace
 from miocore.reference import random_inputs
 from miocore.testing import cpu_context
-
-from miocore_direct import TapsDirectSolver
 
 # name: (n, c, k, hw, filter, pad, stride, groups)
 LAYERS = {
@@ -87,20 +88,12 @@ def main() -> None:
             ty = ty.to(memory_format=torch.channels_last)
         kw = dict(stride=stride, padding=pad, groups=groups)
         if args.direction == "forward":
-
-            def run_torch():
-                return torch.nn.functional.conv2d(tx, tw, **kw)
+            run_torch = partial(torch.nn.functional.conv2d, tx, tw, **kw)
         elif args.direction == "backward_data":
-
-            def run_torch():
-                return torch.nn.grad.conv2d_input(tx.shape, tw, ty, **kw)
+            run_torch = partial(torch.nn.grad.conv2d_input, tx.shape, tw, ty, **kw)
         else:
-
-            def run_torch():
-                return torch.nn.grad.conv2d_weight(tx, tw.shape, ty, **kw)
-
-        def run_ours():
-            invoker(None, params)
+            run_torch = partial(torch.nn.grad.conv2d_weight, tx, tw.shape, ty, **kw)
+        run_ours = partial(invoker, None, params)
 
         runs = max(2, min(20, int(2e9 / p.flops)))
         ratios, ours_ms, torch_ms = [], [], []
