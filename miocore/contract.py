@@ -275,7 +275,11 @@ def _invoke(
     """Run ``solution`` of the canonical problem on copies of ``inputs``; return its output,
     which starts as NaN so that an element the solver forgets to write is caught."""
     canon = problem.canonical
-    arrays: dict[str, Any] = {k: v.copy() for k, v in inputs.items()}
+    arrays: dict[str, Any] = {}
+    for name, value in inputs.items():
+        # Copies with the descriptor's strides (ndarray.copy() would make NHWC data NCHW).
+        arrays[name] = empty_for(getattr(problem, name))
+        arrays[name][...] = value
     if problem.is_transposed:
         arrays["x"], arrays["y"] = arrays["y"], arrays["x"]
     out_name = canon.direction.output_tensor

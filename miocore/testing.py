@@ -1,7 +1,20 @@
-"""Helpers for testing solvers: run one solver directly and compare it with the reference.
+"""Helpers for testing solvers, and miocore's opt-in pytest plugin.
 
-This module is importable without pytest. (An opt-in pytest plugin with fixtures and the full
-solver contract suite builds on it.)
+Without pytest: :func:`run_solver` runs one solver directly, :func:`check_solver` compares it
+with the float64 reference, and :func:`check_contract` runs the whole solver contract suite
+(:mod:`miocore.contract`).
+
+With pytest, opt in (nothing is auto-loaded into other projects' test runs)::
+
+    pytest_plugins = ["miocore.testing"]
+
+to get the fixtures and the ``gpu`` marker of :mod:`miocore.testing_plugin`, and subclass
+:class:`SolverContract` to run the contract suite as tests::
+
+    from miocore.testing import SolverContract
+
+    class TestMySolverContract(SolverContract):
+        solver = MySolver()
 """
 
 from __future__ import annotations
@@ -11,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from miocore import reference
-from miocore.backends.cpu import allocate_workspace, cpu_device_info
+from miocore.backends.cpu import allocate_workspace, cpu_device_info, empty_for
+from miocore.contract import Contract, ContractReport, ContractViolation, check_contract
 from miocore.dtypes import DataType
 from miocore.problem import ConvProblem
 from miocore.solver import (
@@ -21,6 +35,21 @@ from miocore.solver import (
     Solver,
     normalize_applicability,
 )
+
+#: Loaded by pytest when a test suite opts in with ``pytest_plugins = ["miocore.testing"]``.
+pytest_plugins = ["miocore.testing_plugin"]
+
+__all__ = [
+    "TOLERANCES",
+    "Contract",
+    "ContractReport",
+    "ContractViolation",
+    "check_contract",
+    "check_solver",
+    "cpu_context",
+    "inputs_for",
+    "run_solver",
+]
 
 #: Relative tolerances (max abs error / max abs reference) the plugin correctness tests use.
 #: Exact-arithmetic algorithms (direct, GEMM) sum in float32; the output is rounded to the
@@ -54,12 +83,17 @@ def run_solver(
     """
     ctx = ctx or cpu_context()
     canon = problem.canonical
-    arrays = {name: inputs[name].copy() if name in inputs else None for name in ("x", "w", "y")}
+    # Copies that keep each descriptor's strides (an NHWC input stays NHWC in memory).
+    arrays: dict[str, np.ndarray | None] = {}
+    for name in ("x", "w", "y"):
+        if name in inputs:
+            arrays[name] = empty_for(getattr(problem, name))
+            arrays[name][...] = inputs[name]
+        else:
+            arrays[name] = None
     if problem.is_transposed:
         arrays["x"], arrays["y"] = arrays["y"], arrays["x"]
     out_name = canon.direction.output_tensor
-    from miocore.backends.cpu import empty_for
-
     out = empty_for(getattr(canon, out_name))
     out[...] = np.nan
     arrays[out_name] = out
@@ -102,3 +136,12 @@ def check_solver(
 def inputs_for(problem: ConvProblem, seed: int = 0) -> dict[str, Any]:
     """Random x, w, y arrays for ``problem`` (see :func:`miocore.reference.random_inputs`)."""
     return reference.random_inputs(problem, seed)
+
+
+def __getattr__(name: str) -> Any:
+    # SolverContract needs pytest; import it only when asked, so this module works without.
+    if name == "SolverContract":
+        from miocore.testing_plugin import SolverContract
+
+        return SolverContract
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
