@@ -19,6 +19,7 @@ from miocore.errors import (
     InvalidEnvironmentError,
     NoApplicableSolverError,
     NotApplicableError,
+    PluginError,
     UnknownSolverError,
 )
 from miocore.invoker_cache import CachedInvoker, InvokerCache
@@ -27,8 +28,10 @@ from miocore.registry import RegisteredSolver, Registry, default_registry
 from miocore.results import AlgorithmPerf, FindReport, Solution, Solutions, Timing, order_with_ties
 from miocore.solver import (
     Algorithm,
+    ConvSolution,
     ExecutionContext,
     InvokeParams,
+    KernelInfo,
     PerfConfig,
     TunableSolver,
     normalize_applicability,
@@ -922,14 +925,33 @@ class Handle:
     ) -> CachedInvoker:
         canon = problem.canonical
         solution = reg.solver.get_solution(self.context, canon, config)
-        if solution.solver != reg.name:
-            raise InvalidArgumentError(
-                f"the solution names solver {solution.solver!r}",
+        # A malformed solution is the plugin's bug: name the plugin, distribution and version.
+        culprit = f"solver {reg.name!r} of plugin {reg.plugin} ({reg.distribution} {reg.version})"
+        flaw = None
+        if not isinstance(solution, ConvSolution):
+            flaw = f"returned {type(solution).__name__}, expected a miocore.ConvSolution"
+        elif solution.solver != reg.name:
+            flaw = f"returned a solution naming solver {solution.solver!r}"
+        elif not callable(solution.invoker_factory):
+            flaw = "returned a solution whose invoker_factory is not callable"
+        elif not isinstance(solution.kernels, tuple) or not all(
+            isinstance(k, KernelInfo) for k in solution.kernels
+        ):
+            flaw = "returned a solution whose kernels are not a tuple of miocore.KernelInfo"
+        if flaw is not None:
+            raise PluginError(
+                f"{culprit} {flaw}",
                 field=f"{reg.name}.get_solution",
-                value=solution.solver,
+                value=getattr(solution, "solver", type(solution).__name__),
             )
         compiled = self.backend.compile(solution.kernels)
         invoker = solution.invoker_factory(compiled)
+        if not callable(invoker):
+            raise PluginError(
+                f"{culprit}: its invoker_factory returned {type(invoker).__name__}, not a callable",
+                field=f"{reg.name}.invoker_factory",
+                value=type(invoker).__name__,
+            )
         entry = CachedInvoker(
             invoker=invoker,
             solver=reg.name,
