@@ -386,6 +386,7 @@ class Contract:
 
     def fail(self, rule: str, message: str, problem: ConvProblem | None = None) -> None:
         """Raise the :class:`ContractViolation` of ``rule``."""
+        __tracebackhide__ = True  # pytest shows the violation, not this helper
         raise ContractViolation(self.name, rule, message, problem)
 
     def bound(self, problem: ConvProblem, config: PerfConfig | None) -> float:

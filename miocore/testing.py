@@ -15,6 +15,9 @@ to get the fixtures and the ``gpu`` marker of :mod:`miocore.testing_plugin`, and
 
     class TestMySolverContract(SolverContract):
         solver = MySolver()
+
+(PYTEST_DONT_REWRITE: a test module usually imports this module before pytest loads it as a
+plugin, so it cannot be rewritten; its checks raise with full messages instead.)
 """
 
 from __future__ import annotations

@@ -19,6 +19,9 @@ Fixtures: ``miocore_plugin_manager`` (a fresh pluggy manager with miocore's hook
 ``miocore_db_dir`` (that database's folder) and ``miocore_clean_env`` (no ``MIOCORE_*``
 switch set). Tests marked ``@pytest.mark.gpu`` are skipped where no CUDA or HIP device is
 available.
+
+(PYTEST_DONT_REWRITE: a plugin module imported before pytest loads it cannot be rewritten, and
+nothing here needs assertion rewriting.)
 """
 
 from __future__ import annotations
@@ -172,27 +175,28 @@ class SolverContract:
     require_wti: ClassVar[bool] = True
 
     @pytest.fixture(scope="class")
-    def contract(self) -> Contract:
+    @classmethod
+    def contract(cls) -> Contract:
         """The :class:`~miocore.contract.Contract` of this class's solver (problems generated
         once per class)."""
-        solver = getattr(type(self), "solver", None)
+        solver = getattr(cls, "solver", None)
         if solver is None:
-            pytest.fail(f"{type(self).__name__} must set `solver = YourSolver()`")
+            pytest.fail(f"{cls.__name__} must set `solver = YourSolver()`")
         # A function set as a class attribute would bind as a method: take it unbound.
-        tolerance = inspect.getattr_static(type(self), "tolerance")
+        tolerance = inspect.getattr_static(cls, "tolerance")
         if isinstance(tolerance, staticmethod | classmethod):
             tolerance = tolerance.__func__
         return Contract(
             solver,
             tolerance=tolerance,
-            problems=self.problems,
-            per_direction=self.per_direction,
-            inapplicable=self.inapplicable,
-            max_perf_configs=self.max_perf_configs,
-            perf_config_problems=self.perf_config_problems,
-            applicability_budget_ms=self.applicability_budget_ms,
-            use_corpus=self.use_corpus,
-            require_wti=self.require_wti,
+            problems=cls.problems,
+            per_direction=cls.per_direction,
+            inapplicable=cls.inapplicable,
+            max_perf_configs=cls.max_perf_configs,
+            perf_config_problems=cls.perf_config_problems,
+            applicability_budget_ms=cls.applicability_budget_ms,
+            use_corpus=cls.use_corpus,
+            require_wti=cls.require_wti,
         )
 
     def test_registers_cleanly(self, contract: Contract) -> None:
