@@ -5,13 +5,14 @@ from __future__ import annotations
 import functools
 
 import pytest
-from _fft_common import DIRECTIONS, TOLERANCES
 from miocore_fft import FftOverlapSave
+from miocore_fft.accuracy import TOLERANCES
 
 from miocore.corpus import find_corpus, sample_rows, shrink_row
 from miocore.testing import check_solver, cpu_context
 
 PER_DIRECTION = 300
+DIRECTIONS = ("forward", "backward_data", "backward_weights")
 SOLVER = FftOverlapSave()
 
 

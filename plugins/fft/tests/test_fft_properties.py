@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import pytest
-from _fft_common import DIRECTIONS, TOLERANCES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from miocore_fft import FftOverlapSave
+from miocore_fft.accuracy import TOLERANCES
 
 from miocore import ConvProblem, MiocoreError
 from miocore.testing import check_solver, cpu_context
 
+DIRECTIONS = ("forward", "backward_data", "backward_weights")
 SOLVER = FftOverlapSave()
 CTX = cpu_context()
 

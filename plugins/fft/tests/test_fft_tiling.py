@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from _fft_common import DIRECTIONS, TOLERANCES
 from miocore_fft import FftOverlapSave, FftPlan
+from miocore_fft.accuracy import TOLERANCES
 
 from miocore import ConvProblem, InvalidArgumentError, PerfConfig
 from miocore.testing import check_solver, cpu_context
 
+DIRECTIONS = ("forward", "backward_data", "backward_weights")
 SOLVER = FftOverlapSave()
 CTX = cpu_context()
 

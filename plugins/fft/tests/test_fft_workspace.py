@@ -8,7 +8,6 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from _fft_common import DIRECTIONS
 from miocore_fft import FftOverlapSave, FftPlan
 from miocore_fft.plan import COMPLEX, REAL
 
@@ -17,6 +16,7 @@ from miocore.backends.cpu import empty_for
 from miocore.reference import random_inputs
 from miocore.testing import cpu_context
 
+DIRECTIONS = ("forward", "backward_data", "backward_weights")
 SOLVER = FftOverlapSave()
 CTX = cpu_context()
 
