@@ -1,10 +1,12 @@
-"""The ``miocore`` command line: ``conv`` (MIOpenDriver-compatible), ``solvers`` and ``db``.
+"""The ``miocore`` command line: ``conv`` (MIOpenDriver-compatible), ``solvers``, ``plugins``
+and ``db``.
 
 ``miocore conv -n 32 -c 64 -H 56 -W 56 -k 64 -y 3 -x 3 -p 1 -q 1 -F 1 -t 1 -V 1`` finds the
 fastest solution of each selected direction, prints it, optionally times it and verifies it
 against the float64 reference. ``miocore solvers`` lists the installed solvers and, given the
 same problem flags, says which apply and why the others do not. ``miocore db`` maintains the
-databases (see :mod:`miocore.cli_db`). The problem flags are declared once, in
+databases (see :mod:`miocore.cli_db`). ``miocore plugins`` lists each plugin with its
+distribution, version, status and solvers. The problem flags are declared once, in
 :data:`DRIVER_FLAGS`, and shared by ``conv``, ``convfp16``, ``convbfp16`` and ``solvers``.
 
 Exit status: 0 success, 1 verification (or a solver run) failed, 2 bad input or nothing can
@@ -754,6 +756,70 @@ def run_solvers(args: argparse.Namespace, registry: Any = None) -> int:
     return 0
 
 
+# -- plugins ---------------------------------------------------------------------------------------
+
+
+def _plugin_rows(registry: Any) -> list[dict[str, Any]]:
+    return [
+        {
+            "plugin": p.name,
+            "distribution": p.distribution,
+            "version": p.version,
+            "status": p.status,
+            "error": p.error or "",
+            "solvers": list(p.solvers),
+        }
+        for p in sorted(registry.plugins, key=lambda p: (p.name, p.distribution))
+    ]
+
+
+def run_plugins(args: argparse.Namespace, registry: Any = None) -> int:
+    """``miocore plugins``: each plugin's distribution, version, status and solvers.
+
+    Status is ``active``, ``disabled`` (with what disabled it) or ``failed`` (with why). Exit
+    status 0 even when a plugin failed: the listing is the answer; ``--check`` makes a failed
+    plugin exit 1, for deployment scripts.
+    """
+    from rich.table import Table
+
+    from miocore.registry import default_registry
+
+    reg = registry if registry is not None else default_registry()
+    rows = _plugin_rows(reg)
+    failed = any(r["status"] == "failed" for r in rows)
+    status = 1 if args.check and failed else 0
+    if args.json:
+        print(json.dumps({"plugins": rows}, indent=2))
+        return status
+    console = _stdout_console()
+    if not rows:
+        console.print(
+            "No miocore plugin is installed (entry point group 'miocore'). Install one, for "
+            "example `pip install miocore-gemm`."
+        )
+        return status
+    table = Table(title=f"Plugins ({len(rows)})")
+    for col in ("plugin", "distribution", "version", "status", "solvers", "details"):
+        table.add_column(col)
+    styles = {"active": "green", "disabled": "yellow", "failed": "red"}
+    for row in rows:
+        table.add_row(
+            row["plugin"],
+            row["distribution"],
+            row["version"],
+            f"[{styles.get(row['status'], '')}]{row['status']}[/]",
+            ", ".join(row["solvers"]),
+            row["error"],
+        )
+    console.print(table)
+    if failed:
+        console.print(
+            "A failed plugin is skipped; the others work. Disable it with "
+            "MIOCORE_DISABLE_PLUGINS=<plugin or distribution> (or all) until it is fixed."
+        )
+    return status
+
+
 # -- the parser and main ---------------------------------------------------------------------------
 
 
@@ -872,6 +938,18 @@ def build_parser() -> argparse.ArgumentParser:
     solvers.add_argument("--device", default="cpu", help="device to check against (default: cpu)")
     solvers.add_argument("--json", action="store_true", help="print JSON instead of tables")
     solvers.set_defaults(handler=run_solvers)
+
+    plugins = sub.add_parser(
+        "plugins",
+        help="list installed plugins: distribution, version, status and solvers",
+        description="List every plugin of the 'miocore' entry point group with its "
+        "distribution, version, status (active, disabled, failed and why) and the solvers "
+        "it provides.",
+        allow_abbrev=False,
+    )
+    plugins.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    plugins.add_argument("--check", action="store_true", help="exit 1 when a plugin failed to load")
+    plugins.set_defaults(handler=run_plugins)
 
     try:
         from miocore.cli_db import add_db_parser
