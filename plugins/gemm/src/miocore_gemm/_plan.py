@@ -237,8 +237,8 @@ def make_plan(
         buffers.append(("y", F32 * pixels * k))
     if dx_staged:
         buffers.append(("dx", F32 * tiling.images * c * in_pixels))
-    if wrw and num_tiles > 1:
-        buffers.append(("partial", w_bytes))
+    if wrw:  # each tile's dW^T before it is transposed into dw (see _engine)
+        buffers.append(("dwt", w_bytes))
     return GemmPlan(
         direction=d,
         dtype=dtype,

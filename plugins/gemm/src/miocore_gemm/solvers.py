@@ -131,7 +131,7 @@ def _traffic_bytes(problem: ConvProblem, plan: GemmPlan) -> float:
     if not plan.w_direct:
         total += problem.w.element_count * (F32 + item)
     if plan.direction is Direction.BACKWARD_WEIGHTS:
-        total += (plan.num_tiles - 1) * problem.w.element_count * 3 * F32
+        total += plan.num_tiles * problem.w.element_count * 3 * F32  # dW^T transposed in
     return total
 
 
@@ -183,9 +183,10 @@ def _conform(desc: TensorDescriptor, array: Any) -> Any:
 class Gemm1x1Solver(_GemmSolver):
     """1x1 filter, no padding: a plain matmul over channels (strided: a subsample first).
 
-    Stride 1 on float32 tensors whose pixels are contiguous runs in place, with no
-    workspace, except backward weights of an NCHW batch above 1 (the batch cannot fold into
-    the GEMM reduction without a copy). Float16/bfloat16 stage operands in float32.
+    Stride 1 on float32 tensors whose pixels are contiguous runs in place: forward and
+    backward data with no workspace; backward weights with a weights-sized dW^T buffer (and
+    a column chunk for an NCHW batch above 1, which cannot fold into the GEMM reduction
+    without a copy). Float16/bfloat16 stage operands in float32.
     """
 
     name: ClassVar[str] = "gemm.1x1"
