@@ -1,4 +1,4 @@
-"""miocore's solver contract suite on both GEMM solvers (opt-in pytest plugin)."""
+"""miocore's solver contract suite on the GEMM solvers (gemm.1x1, gemm.im2col)."""
 
 from __future__ import annotations
 
@@ -6,16 +6,14 @@ from miocore_gemm import Gemm1x1Solver, GemmIm2colSolver
 
 from miocore.testing import SolverContract
 
-pytest_plugins = ["miocore.testing"]
+
+class TestGemm1x1Contract(SolverContract):
+    """gemm.1x1: 1x1 filters, every direction."""
+
+    solver = Gemm1x1Solver()
 
 
 class TestGemmIm2colContract(SolverContract):
-    """The universal solver."""
+    """gemm.im2col: any filter, tiled im2col/col2im workspace."""
 
     solver = GemmIm2colSolver()
-
-
-class TestGemm1x1Contract(SolverContract):
-    """The pointwise solver (declines every filter larger than 1 or any padding)."""
-
-    solver = Gemm1x1Solver()

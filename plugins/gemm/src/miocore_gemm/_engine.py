@@ -241,13 +241,19 @@ def run_plan(plan: GemmPlan, params: InvokeParams) -> None:
                 _gemm_backward_data(plan, w_mat, y_mat, col_mat)
                 if acc is not None:
                     _col2im(plan, acc, col_canon, box, add=plan.accumulate_dx)
-            else:  # dW^T of the tile, then transposed into the (G, Kg, R) accumulator
+            elif plan.wrw_transposed:  # dW^T of the tile, transposed into (G, Kg, R)
                 dwt = bufs["dwt"][: w_mat.size].reshape(g, w_mat.shape[2], kg)
-                _gemm_backward_weights(plan, y_mat, col_mat, dwt)
+                _gemm_backward_weights_t(plan, y_mat, col_mat, dwt)
                 if first_tile:
                     np.copyto(w_mat, dwt.swapaxes(1, 2))
                 else:
                     np.add(w_mat, dwt.swapaxes(1, 2), out=w_mat)
+            elif first_tile:
+                _gemm_backward_weights(plan, y_mat, col_mat, w_mat)
+            else:
+                partial = bufs["dwt"][: w_mat.size].reshape(w_mat.shape)
+                _gemm_backward_weights(plan, y_mat, col_mat, partial)
+                np.add(w_mat, partial, out=w_mat)
             first_tile = False
         if plan.dx_staged:
             np.copyto(x_img, acc, casting="unsafe")
@@ -269,11 +275,18 @@ def _gemm_backward_data(plan: GemmPlan, w: np.ndarray, dy: np.ndarray, dcol: np.
         np.matmul(w.swapaxes(1, 2), dy, out=dcol)
 
 
-def _gemm_backward_weights(
+def _gemm_backward_weights(plan: GemmPlan, dy: np.ndarray, col: np.ndarray, dw: np.ndarray) -> None:
+    if plan.channels_last:  # dw(G, Kg, R) = dy^T(G, Kg, BP) @ col(G, BP, R)
+        np.matmul(dy.transpose(1, 2, 0), col.swapaxes(0, 1), out=dw)
+    else:  # dw(G, Kg, R) = dy(G, Kg, BP) @ col^T(G, BP, R)
+        np.matmul(dy, col.swapaxes(1, 2), out=dw)
+
+
+def _gemm_backward_weights_t(
     plan: GemmPlan, dy: np.ndarray, col: np.ndarray, dwt: np.ndarray
 ) -> None:
-    """dW^T (G, R, Kg), C-contiguous: OpenBLAS runs this with the long (b, pixel) reduction
-    2 to 10 times faster than dW = dy @ col^T (measured on ResNet-50 shapes, 2 threads)."""
+    """dW^T (G, R, Kg), C-contiguous: with a long (b, pixel) reduction OpenBLAS runs this 2 to
+    10 times faster than dW = dy @ col^T (interleaved measurements, ResNet-50 shapes)."""
     if plan.channels_last:  # dwt(G, R, Kg) = col^T(G, R, BP) @ dy(G, BP, Kg)
         np.matmul(col.transpose(1, 2, 0), dy.swapaxes(0, 1), out=dwt)
     else:  # dwt(G, R, Kg) = col(G, R, BP) @ dy^T(G, BP, Kg)

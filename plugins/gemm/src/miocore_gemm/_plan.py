@@ -84,6 +84,7 @@ class GemmPlan(NamedTuple):
     y_direct: bool  # y is used (or written) in place as the GEMM operand
     accumulate_dx: bool  # backward data with several taps: dx is summed tap by tap
     dx_staged: bool  # ... into a float32 buffer (fp16/bf16 dx)
+    wrw_transposed: bool  # backward weights computes dW^T = col @ dy^T (see _engine)
     n: int
     c: int
     k: int
@@ -237,7 +238,10 @@ def make_plan(
         buffers.append(("y", F32 * pixels * k))
     if dx_staged:
         buffers.append(("dx", F32 * tiling.images * c * in_pixels))
-    if wrw:  # each tile's dW^T before it is transposed into dw (see _engine)
+    # OpenBLAS runs a long reduction far faster as dW^T = col @ dy^T (M = R) than as
+    # dy @ col^T (M = Kg); with a short one the transposed add into dw costs more than it saves.
+    wrw_transposed = wrw and pixels >= cg * taps
+    if wrw_transposed or (wrw and num_tiles > 1):  # dW^T, or a tile's partial dW
         buffers.append(("dwt", w_bytes))
     return GemmPlan(
         direction=d,
@@ -249,6 +253,7 @@ def make_plan(
         y_direct=y_direct,
         accumulate_dx=accumulate_dx,
         dx_staged=dx_staged,
+        wrw_transposed=wrw_transposed,
         n=n,
         c=c,
         k=k,

@@ -131,7 +131,8 @@ def _traffic_bytes(problem: ConvProblem, plan: GemmPlan) -> float:
     if not plan.w_direct:
         total += problem.w.element_count * (F32 + item)
     if plan.direction is Direction.BACKWARD_WEIGHTS:
-        total += plan.num_tiles * problem.w.element_count * 3 * F32  # dW^T transposed in
+        adds = plan.num_tiles if plan.wrw_transposed else plan.num_tiles - 1
+        total += adds * problem.w.element_count * 3 * F32  # dW^T or partial sums added in
     return total
 
 
