@@ -479,9 +479,15 @@ def _solve_direction(
 
     if not (args.time or args.verify):
         return result
-    arrays = reference.random_inputs(problem, args.seed)
+    host_arrays = reference.random_inputs(problem, args.seed)
     out_name = problem.direction.output_tensor
-    inputs = {name: a for name, a in arrays.items() if name != out_name}
+    inputs = {name: a for name, a in host_arrays.items() if name != out_name}
+    arrays = host_arrays
+    if handle.backend.name != "cpu":  # device copies; the output comes back for verification
+        arrays = {
+            name: handle.backend.from_host(getattr(problem, name), a)
+            for name, a in host_arrays.items()
+        }
     try:
         run(arrays)  # first run: warms caches; its output is checked below
         if args.time:
@@ -502,7 +508,10 @@ def _solve_direction(
         )
     if args.verify:
         expected = reference.convolution(problem, **inputs)
-        result.error = reference.relative_error(arrays[out_name], expected)
+        got = arrays[out_name]
+        if handle.backend.name != "cpu":
+            got = handle.backend.to_host(got)
+        result.error = reference.relative_error(got, expected)
         result.tolerance = reference.tolerance(problem.dtype)
         if result.verified:
             out(

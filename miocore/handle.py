@@ -60,6 +60,8 @@ class Handle:
     ``Handle("cpu")``; ``"cuda"``, ``"cuda:1"``, ``"hip"``, ``"hip:0"`` where a GPU backend is
     installed. ``registry`` defaults to the installed plugins; ``user_db_path`` and
     ``system_db_path`` override ``MIOCORE_USER_DB_PATH`` and ``MIOCORE_SYSTEM_DB_PATH``.
+    On a GPU, ``stream`` is the stream every run goes on (a raw handle, a ``torch.cuda.Stream``
+    such as ``torch.cuda.current_stream()``, a CuPy stream; default: the default stream).
     """
 
     def __init__(
@@ -69,8 +71,13 @@ class Handle:
         registry: Registry | None = None,
         user_db_path: str | Path | None = None,
         system_db_path: str | Path | None = None,
+        stream: Any = None,
     ) -> None:
-        self.backend = open_backend(device)
+        self.backend = (
+            open_backend(device) if stream is None else open_backend(device, stream=stream)
+        )
+        if hasattr(self.backend, "bind_registry"):  # GPU backends find kernel sources there
+            self.backend.bind_registry(lambda: self.registry)
         self.device = self.backend.device
         self.context = ExecutionContext(device=self.device)
         self._registry = registry
@@ -623,7 +630,9 @@ class Handle:
                     count=s.timing.count if s.timing else 0,
                     perf_config=s.perf_config.to_string() if s.perf_config is not None else None,
                     provenance=make_provenance(
-                        self.device.identity, plugin=reg.distribution, plugin_version=reg.version,
+                        self.device.identity,
+                        plugin=reg.distribution,
+                        plugin_version=reg.version,
                         find_mode=mode.name,
                     ),
                 )
@@ -763,6 +772,8 @@ class Handle:
                 ideal / score if score > 0 and np.isfinite(score) else float("inf")
             )
         ordered = sorted(candidates, key=lambda c: (predicted[c.reg.name], c.reg.name))
+        if hasattr(self.backend, "precompile"):
+            self._precompile(canon, ordered)
         prune = _prune_factor()
         out: list[Solution] = []
         best = float("inf")
@@ -808,6 +819,19 @@ class Handle:
         if progress is not None:
             progress(len(ordered), len(ordered), "")
         return out
+
+    def _precompile(self, canon: ConvProblem, candidates: list[_Candidate]) -> None:
+        """Compile every candidate's kernels in parallel (``MIOCORE_COMPILE_PARALLEL_LEVEL``)
+        before benchmarking; a failure surfaces again, per solver, when find builds it."""
+        kernels = []
+        for cand in candidates:
+            try:
+                solution = cand.reg.solver.get_solution(self.context, canon, cand.perf_config)
+            except Exception:  # reported by _build, with the solver's name
+                continue
+            kernels.extend(solution.kernels)
+        if kernels:
+            self.backend.precompile(kernels)
 
     def _find_buffers(self, problem: ConvProblem, buffers: dict[str, Any]) -> dict[str, Any]:
         given = {k: v for k, v in buffers.items() if v is not None}
@@ -908,8 +932,11 @@ class Handle:
             cand.reg.name,
             best[1].to_string(),
             make_provenance(
-                self.device.identity, plugin=cand.reg.distribution,
-                plugin_version=cand.reg.version, time_ms=f"{best[0]:.6g}", configs_tried=str(tried),
+                self.device.identity,
+                plugin=cand.reg.distribution,
+                plugin_version=cand.reg.version,
+                time_ms=f"{best[0]:.6g}",
+                configs_tried=str(tried),
             ),
         )
         self._forget(canon.key)

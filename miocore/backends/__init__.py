@@ -33,17 +33,29 @@ def parse_device(device: str) -> tuple[str, int]:
     return name, int(index or 0)
 
 
-def open_backend(device: str) -> Any:
-    """The backend object for a device string."""
+def open_backend(device: str, *, stream: Any = None) -> Any:
+    """The backend object for a device string; GPU backends run on ``stream`` (default: the
+    device's default stream)."""
     name, index = parse_device(device)
     if name == "cpu":
+        if stream is not None:
+            raise InvalidArgumentError(
+                "the CPU backend has no streams", field="stream", value=type(stream).__name__
+            )
         from miocore.backends.cpu import CpuBackend
 
         return CpuBackend(index)
     extra = "cuda" if name == "cuda" else "hip"
-    raise BackendUnavailableError(
-        f"the {name.upper()} backend is not available in this build of miocore; install "
-        f"'miocore[{extra}]' on a machine with a {name.upper()} device",
-        field="device",
-        value=device,
-    )
+    try:
+        if name == "cuda":
+            from miocore.backends.cuda import open_cuda as opener
+        else:
+            from miocore.backends.hip import open_hip as opener
+    except ImportError as exc:
+        raise BackendUnavailableError(
+            f"the {name.upper()} backend could not be imported ({exc}); install "
+            f"'miocore[{extra}]' on a machine with a {name.upper()} device",
+            field="device",
+            value=device,
+        ) from None
+    return opener(index, stream)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import miocore
+from miocore_direct.gpu import KERNEL_DIR, GpuNaiveDirectSolver
 from miocore_direct.naive import NaiveDirectSolver
 from miocore_direct.taps import TapsDirectSolver
 
@@ -14,3 +15,10 @@ def miocore_solvers() -> Iterator[miocore.SolverRecord]:
     """Yield the direct family's solvers: the per-tap BLAS solver and the naive last resort."""
     yield miocore.SolverRecord(solver=TapsDirectSolver())
     yield miocore.SolverRecord(solver=NaiveDirectSolver())
+    yield miocore.SolverRecord(solver=GpuNaiveDirectSolver())
+
+
+@miocore.hookimpl
+def miocore_kernel_sources() -> Iterator[miocore.KernelSourceRecord]:
+    """The GPU kernel sources of the direct family (``direct/naive_conv.cu``)."""
+    yield miocore.KernelSourceRecord(name="direct", path=KERNEL_DIR)

@@ -1,0 +1,1 @@
+"""Shared machinery of the GPU backends (no vendor binding is imported here)."""

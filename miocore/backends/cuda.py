@@ -1,0 +1,411 @@
+"""The CUDA backend: the driver API and NVRTC through ``cuda.bindings`` (``miocore[cuda]``).
+
+Everything vendor-specific is the :class:`CudaDriver`'s dozen primitives; the backend the handle
+uses is the shared :class:`~miocore.backends._gpu.base.GpuBackend`. miocore works in the
+device's primary context, the one the CUDA runtime (so PyTorch and CuPy) uses too, so pointers
+and streams pass freely between them.
+
+The vendor BLAS (cuBLAS) is reached through CuPy's maintained binding
+(``cupy_backends.cuda.libs.cublas``) when CuPy is installed (``miocore[cuda-blas]``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from miocore.backends._gpu.base import DriverCompileFailure, GpuBackend
+from miocore.dtypes import DataType
+from miocore.errors import BackendUnavailableError, InvalidArgumentError, MiocoreError
+from miocore.solver import Ceilings, DeviceInfo
+
+try:
+    from cuda.bindings import driver as _cu
+    from cuda.bindings import nvrtc as _nvrtc
+except ImportError as _exc:  # pragma: no cover - depends on the install
+    _cu = None
+    _nvrtc = None
+    _IMPORT_ERROR: Exception | None = _exc
+else:
+    _IMPORT_ERROR = None
+
+
+class CudaError(MiocoreError):
+    """A CUDA driver or NVRTC call failed; the message names the call and the error."""
+
+
+def _check(result: Any, call: str) -> Any:
+    """Unpack a cuda.bindings ``(error, *values)`` tuple, raising :class:`CudaError`."""
+    err = result[0]
+    if int(err) != 0:
+        name = getattr(err, "name", str(err))
+        if _cu is not None and isinstance(err, _cu.CUresult):
+            ok, text = _cu.cuGetErrorString(err)
+            if int(ok) == 0 and text:
+                name = f"{name}: {text.decode(errors='replace')}"
+        raise CudaError(f"{call} failed: {name}")
+    if len(result) == 1:
+        return None
+    return result[1] if len(result) == 2 else result[1:]
+
+
+_init_lock = threading.Lock()
+_initialised = False
+
+
+def _init() -> None:
+    global _initialised
+    if _IMPORT_ERROR is not None:
+        raise BackendUnavailableError(
+            f"cuda-python is not installed ({_IMPORT_ERROR}); install 'miocore[cuda]'",
+            field="device",
+            value="cuda",
+        )
+    with _init_lock:
+        if _initialised:
+            return
+        try:
+            _check(_cu.cuInit(0), "cuInit")
+        except (RuntimeError, CudaError) as exc:
+            raise BackendUnavailableError(
+                f"no usable CUDA driver or device ({exc}); miocore[cuda] needs a machine with an "
+                "NVIDIA GPU and its driver",
+                field="device",
+                value="cuda",
+            ) from None
+        _initialised = True
+
+
+def device_count() -> int:
+    """CUDA devices visible to this process (0 where there is no driver)."""
+    try:
+        _init()
+        return int(_check(_cu.cuDeviceGetCount(), "cuDeviceGetCount"))
+    except (BackendUnavailableError, CudaError):
+        return 0
+
+
+class CudaDriver:
+    """The CUDA primitives :class:`GpuBackend` builds on, for device ``index``."""
+
+    name = "cuda"
+
+    def __init__(self, index: int = 0) -> None:
+        _init()
+        count = int(_check(_cu.cuDeviceGetCount(), "cuDeviceGetCount"))
+        if not 0 <= index < count:
+            raise BackendUnavailableError(
+                f"there are {count} CUDA devices", field="device", value=f"cuda:{index}"
+            )
+        self.index = index
+        self.device = _check(_cu.cuDeviceGet(index), "cuDeviceGet")
+        self.context = _check(_cu.cuDevicePrimaryCtxRetain(self.device), "cuDevicePrimaryCtxRetain")
+        self._make_current()
+        attr = _cu.CUdevice_attribute
+        self.major = self._attribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+        self.minor = self._attribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+        self.sm_count = self._attribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+
+    def _attribute(self, which: Any) -> int:
+        return int(_check(_cu.cuDeviceGetAttribute(which, self.device), "cuDeviceGetAttribute"))
+
+    def _make_current(self) -> None:
+        _check(_cu.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+
+    # -- identity ------------------------------------------------------------------------------
+
+    def device_info(self) -> DeviceInfo:
+        """Name, ``sm90``-style architecture, SM count and the ``sm90_132`` identity."""
+        raw = _check(_cu.cuDeviceGetName(256, self.device), "cuDeviceGetName")
+        name = bytes(raw).split(b"\0", 1)[0].decode(errors="replace")
+        arch = f"sm{self.major}{self.minor}"
+        return DeviceInfo(
+            backend="cuda",
+            name=name,
+            arch=arch,
+            compute_units=self.sm_count,
+            identity=f"{arch}_{self.sm_count}",
+            measure_ceilings=functools.partial(_ceilings, self.index),
+        )
+
+    # -- memory --------------------------------------------------------------------------------
+
+    def alloc(self, nbytes: int) -> int:
+        self._make_current()
+        return int(_check(_cu.cuMemAlloc(nbytes), "cuMemAlloc"))
+
+    def free(self, ptr: int) -> None:
+        if _cu is None:  # interpreter shutdown
+            return
+        with contextlib.suppress(Exception):
+            _cu.cuMemFree(ptr)
+
+    def copy_htod(self, dst: int, src: np.ndarray, stream: Any) -> None:
+        src = np.ascontiguousarray(src)
+        _check(_cu.cuMemcpyHtoDAsync(dst, src.ctypes.data, src.nbytes, stream), "cuMemcpyHtoDAsync")
+        self.synchronize(stream)  # the host buffer may be freed as soon as we return
+
+    def copy_dtoh(self, dst: np.ndarray, src: int, stream: Any) -> None:
+        _check(_cu.cuMemcpyDtoHAsync(dst.ctypes.data, src, dst.nbytes, stream), "cuMemcpyDtoHAsync")
+
+    def memset(self, dst: int, nbytes: int, stream: Any) -> None:
+        _check(_cu.cuMemsetD8Async(dst, 0, nbytes, stream), "cuMemsetD8Async")
+
+    def synchronize(self, stream: Any) -> None:
+        _check(_cu.cuStreamSynchronize(stream), "cuStreamSynchronize")
+
+    def make_stream(self, handle: int) -> Any:
+        return _cu.CUstream(handle)
+
+    def pointer_device(self, ptr: int) -> int | None:
+        """Device ordinal of a device pointer; None for host memory or an unknown address."""
+        attr = _cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+        err, value = _cu.cuPointerGetAttribute(attr, ptr)
+        if int(err) != 0:
+            return None
+        mem = _cu.cuPointerGetAttribute(
+            _cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr
+        )
+        if int(mem[0]) == 0 and int(mem[1]) == int(_cu.CUmemorytype.CU_MEMORYTYPE_HOST):
+            return None
+        return int(value)
+
+    # -- events --------------------------------------------------------------------------------
+
+    def event(self) -> Any:
+        return _check(_cu.cuEventCreate(0), "cuEventCreate")
+
+    def record(self, event: Any, stream: Any) -> None:
+        _check(_cu.cuEventRecord(event, stream), "cuEventRecord")
+
+    def elapsed_ms(self, start: Any, end: Any) -> float:
+        _check(_cu.cuEventSynchronize(end), "cuEventSynchronize")
+        return float(_check(_cu.cuEventElapsedTime(start, end), "cuEventElapsedTime"))
+
+    # -- compilation ---------------------------------------------------------------------------
+
+    def target(self) -> str:
+        """The NVRTC target: ``sm_90`` (a cubin for this very architecture)."""
+        return f"sm_{self.major}{self.minor}"
+
+    @functools.cache  # noqa: B019 - one driver per device, alive for the process
+    def compiler_version(self) -> str:
+        major, minor = _check(_nvrtc.nvrtcVersion(), "nvrtcVersion")
+        return f"nvrtc {major}.{minor}"
+
+    def _supported(self) -> set[int]:
+        try:
+            return {
+                int(a) for a in _check(_nvrtc.nvrtcGetSupportedArchs(), "nvrtcGetSupportedArchs")
+            }
+        except Exception:
+            return {self.major * 10 + self.minor}
+
+    def compile_source(
+        self, source: bytes, name: str, options: Sequence[str], include_dirs: Sequence[Path]
+    ) -> tuple[bytes, str]:
+        """NVRTC: a cubin for this device's architecture (PTX where NVRTC predates it)."""
+        arch = self.major * 10 + self.minor
+        cubin = arch in self._supported()
+        target = (
+            f"--gpu-architecture={'sm' if cubin else 'compute'}_{min(arch, max(self._supported()))}"
+        )
+        opts = [target, "--std=c++17", *(f"--include-path={d}" for d in include_dirs), *options]
+        prog = _check(
+            _nvrtc.nvrtcCreateProgram(source, name.encode(), 0, [], []), "nvrtcCreateProgram"
+        )
+        try:
+            (err,) = _nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
+            size = _check(_nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
+            log_buf = b" " * size
+            _check(_nvrtc.nvrtcGetProgramLog(prog, log_buf), "nvrtcGetProgramLog")
+            log_text = log_buf.rstrip(b"\0 ").decode(errors="replace")
+            if int(err) != 0:
+                raise DriverCompileFailure(
+                    f"{getattr(err, 'name', err)} (options: {' '.join(opts)})\n{log_text}"
+                )
+            if cubin:
+                size = _check(_nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
+                out = b" " * size
+                _check(_nvrtc.nvrtcGetCUBIN(prog, out), "nvrtcGetCUBIN")
+                return out, "cubin"
+            size = _check(_nvrtc.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
+            out = b" " * size
+            _check(_nvrtc.nvrtcGetPTX(prog, out), "nvrtcGetPTX")
+            return out, "ptx"
+        finally:
+            _nvrtc.nvrtcDestroyProgram(prog)
+
+    def load(self, binary: bytes) -> Any:
+        self._make_current()
+        return _check(_cu.cuModuleLoadData(binary), "cuModuleLoadData")
+
+    def function(self, module: Any, name: str) -> Any:
+        return _check(_cu.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction")
+
+    def launch(
+        self,
+        function: Any,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared: int,
+        stream: Any,
+        params: int,
+    ) -> None:
+        (err,) = _cu.cuLaunchKernel(
+            function,
+            grid[0],
+            grid[1],
+            grid[2],
+            block[0],
+            block[1],
+            block[2],
+            shared,
+            stream,
+            params,
+            0,
+        )
+        if int(err) != 0:
+            _check((err,), f"cuLaunchKernel(grid={grid}, block={block})")
+
+    # -- BLAS ----------------------------------------------------------------------------------
+
+    def open_blas(self) -> Any:
+        """cuBLAS through CuPy's binding, or False where CuPy is not installed."""
+        try:
+            from cupy_backends.cuda.libs import cublas
+        except ImportError as exc:
+            self.blas_error = f"cuBLAS needs CuPy's binding: install 'miocore[cuda-blas]' ({exc})"
+            return False
+        return CublasGemm(cublas)
+
+
+def _ceilings(index: int) -> Ceilings:
+    """Peak rates from the device's attributes (no measurement): FP32 FMA lanes x clock, tensor
+    cores at 16x that for fp16/bf16 (sm_80 and later), and the memory bus x clock."""
+    driver = CudaDriver(index)
+    attr = _cu.CUdevice_attribute
+    clock_khz = driver._attribute(attr.CU_DEVICE_ATTRIBUTE_CLOCK_RATE)
+    mem_khz = driver._attribute(attr.CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE)
+    bus_bits = driver._attribute(attr.CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH)
+    lanes = 128 if driver.major >= 8 else 64
+    fp32 = driver.sm_count * lanes * 2 * clock_khz * 1e3 / 1e9
+    half = fp32 * (16 if driver.major >= 8 else 2)
+    gbps = 2 * mem_khz * 1e3 * bus_bits / 8 / 1e9
+    return Ceilings(
+        gflops={DataType.FLOAT32: fp32, DataType.FLOAT16: half, DataType.BFLOAT16: half},
+        gbps=gbps or 1000.0,
+    )
+
+
+_CUDA_R = {DataType.FLOAT32: 0, DataType.FLOAT16: 2, DataType.BFLOAT16: 14}
+_COMPUTE_32F = 68  # CUBLAS_COMPUTE_32F: fp32 accumulation, no TF32 rounding
+_GEMM_DEFAULT = -1
+
+
+class CublasGemm:
+    """Column-major strided-batched GEMM on cuBLAS with fp32 accumulation for every dtype.
+
+    ``gemm(dtype, transa, transb, m, n, k, a, lda, stride_a, b, ldb, stride_b, c, ldc,
+    stride_c, batch, beta, c_dtype)`` computes ``C = op(A) op(B) + beta C`` per batch (cuBLAS
+    terms; C may be float32 while A and B are half types).
+    """
+
+    def __init__(self, cublas: Any) -> None:
+        self._cublas = cublas
+        self._handle = cublas.create()
+        self._alpha = np.ones(1, np.float32)
+        self._betas = {0.0: np.zeros(1, np.float32), 1.0: np.ones(1, np.float32)}
+        self._strided = hasattr(cublas, "gemmStridedBatchedEx")
+
+    def set_stream(self, stream: int) -> None:
+        self._cublas.setStream(self._handle, stream)
+
+    def gemm(
+        self,
+        dtype: DataType,
+        transa: bool,
+        transb: bool,
+        m: int,
+        n: int,
+        k: int,
+        a: int,
+        lda: int,
+        stride_a: int,
+        b: int,
+        ldb: int,
+        stride_b: int,
+        c: int,
+        ldc: int,
+        stride_c: int,
+        batch: int = 1,
+        beta: float = 0.0,
+        c_dtype: DataType | None = None,
+    ) -> None:
+        cb = self._cublas
+        t = _CUDA_R[dtype]
+        tc = _CUDA_R[c_dtype or dtype]
+        size = dtype.itemsize
+        beta_buf = self._betas.get(beta)
+        if beta_buf is None:
+            raise InvalidArgumentError("beta must be 0 or 1", field="beta", value=beta)
+        if self._strided and batch > 1:
+            cb.gemmStridedBatchedEx(
+                self._handle,
+                int(transa),
+                int(transb),
+                m,
+                n,
+                k,
+                self._alpha.ctypes.data,
+                a,
+                t,
+                lda,
+                stride_a,
+                b,
+                t,
+                ldb,
+                stride_b,
+                beta_buf.ctypes.data,
+                c,
+                tc,
+                ldc,
+                stride_c,
+                batch,
+                _COMPUTE_32F,
+                _GEMM_DEFAULT,
+            )
+            return
+        for i in range(batch):
+            cb.gemmEx(
+                self._handle,
+                int(transa),
+                int(transb),
+                m,
+                n,
+                k,
+                self._alpha.ctypes.data,
+                a + i * stride_a * size,
+                t,
+                lda,
+                b + i * stride_b * size,
+                t,
+                ldb,
+                beta_buf.ctypes.data,
+                c + i * stride_c * (c_dtype or dtype).itemsize,
+                tc,
+                ldc,
+                _COMPUTE_32F,
+                _GEMM_DEFAULT,
+            )
+
+
+def open_cuda(index: int = 0, stream: Any = None) -> GpuBackend:
+    """The CUDA backend for device ``index`` on ``stream``."""
+    return GpuBackend(CudaDriver(index), stream)
