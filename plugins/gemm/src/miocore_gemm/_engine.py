@@ -79,9 +79,12 @@ class _Layout:
         s_act = list(range(3, 3 + d))  # pixels in an activation view
         r_axes = [*f_axes, 2] if plan.filter_major else [2, *f_axes]
         self.w_perm, self.w_groups = [0, 1, *r_axes], [1, 1, 1 + d]
+        self.col_memory: list[int] | None = None  # memory order of the column buffer
         wrw = plan.direction is Direction.BACKWARD_WEIGHTS
         if plan.channels_last:  # rows are (b, pixel): operands (B*P, G, X)
             self.col_perm, self.col_groups = [0, *s_col, 1, *r_axes], [1 + d, 1, 1 + d]
+            if plan.col_pixel_major:  # same operand, stored (G, R, B*P): F-ordered for BLAS
+                self.col_memory = [1, *r_axes, 0, *s_col]
             self.act_perm, self.act_groups = [0, *s_act, 1, 2], [1 + d, 1, 1]
         elif wrw:  # reduction over (b, pixel): operands (G, X, B*P)
             self.col_perm, self.col_groups = [1, *r_axes, 0, *s_col], [1, 1 + d, 1 + d]
@@ -227,7 +230,9 @@ def run_plan(plan: GemmPlan, params: InvokeParams) -> None:
                 col_canon = np.expand_dims(x_box, tuple(range(3, 3 + d)))
             else:
                 col_canon = _staged(
-                    bufs["col"], lay.col_perm, (nb, g, cg, *plan.filter_spatial, *sizes)
+                    bufs["col"],
+                    lay.col_memory or lay.col_perm,
+                    (nb, g, cg, *plan.filter_spatial, *sizes),
                 )
                 if direction is not Direction.BACKWARD_DATA:
                     _im2col(plan, col_canon, x_img, box)
