@@ -30,6 +30,7 @@ from miocore.errors import (
     MiocoreError,
     NoApplicableSolverError,
     NotApplicableError,
+    SolverFailedError,
 )
 from miocore.problem import ConvProblem, Direction
 
@@ -493,6 +494,8 @@ def _solve_direction(
         if args.time:
             samples = [handle.backend.time_ms(lambda: run(arrays)) for _ in range(args.iter)]
             result.timing = Timing.from_samples(samples)
+    except SolverFailedError as exc:  # the solver's own bug, named with its plugin
+        raise SolverRunError(str(exc)) from exc
     except MiocoreError:
         raise
     except Exception as exc:

@@ -68,13 +68,24 @@ class PluginError(MiocoreError):
 
 
 class SolverFailedError(MiocoreError):
-    """A solver raised while it was asked a question or run; carries the solver's name."""
+    """A solver raised while it was asked a question or run.
 
-    def __init__(self, solver: str, stage: str, cause: BaseException) -> None:
+    Carries the solver's name, the stage (``is_applicable``, ``get_solution``, ``run``, ...),
+    the plugin that provides it (``name (distribution version)``) and the original exception.
+    """
+
+    def __init__(
+        self, solver: str, stage: str, cause: BaseException, plugin: str | None = None
+    ) -> None:
         self.solver = solver
         self.stage = stage
         self.cause = cause
-        super().__init__(f"solver {solver!r} failed in {stage}: {type(cause).__name__}: {cause}")
+        self.plugin = plugin
+        origin = f" of plugin {plugin}" if plugin else ""
+        super().__init__(
+            f"solver {solver!r}{origin} failed in {stage}: {type(cause).__name__}: {cause}"
+        )
+        self.field, self.value = "solver", solver
 
 
 class DatabaseError(MiocoreError):

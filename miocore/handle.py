@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,11 @@ from miocore.backends import open_backend
 from miocore.errors import (
     InvalidArgumentError,
     InvalidEnvironmentError,
+    MiocoreError,
     NoApplicableSolverError,
     NotApplicableError,
     PluginError,
+    SolverFailedError,
     UnknownSolverError,
 )
 from miocore.invoker_cache import CachedInvoker, InvokerCache
@@ -491,7 +494,10 @@ class Handle:
                 field="solver",
                 value=reg.name,
             )
-        answer = normalize_applicability(reg.solver.is_applicable(self.context, problem.canonical))
+        with _naming_culprit(reg, "is_applicable"):
+            answer = normalize_applicability(
+                reg.solver.is_applicable(self.context, problem.canonical)
+            )
         if not answer:
             raise NotApplicableError(
                 f"does not apply to {problem.key}: {answer.reason}", field="solver", value=reg.name
@@ -501,7 +507,10 @@ class Handle:
     def _solver_failed(
         self, report: FindReport, reg: RegisteredSolver, stage: str, exc: BaseException
     ) -> None:
-        message = f"{stage} raised {type(exc).__name__}: {exc}"
+        message = (
+            f"{stage} raised {type(exc).__name__}: {exc} "
+            f"(plugin {reg.plugin}, {reg.distribution} {reg.version})"
+        )
         report.failed[reg.name] = message
         log.warning(
             "solver %s (%s %s) %s; skipped", reg.name, reg.distribution, reg.version, message
@@ -951,7 +960,8 @@ class Handle:
         self, problem: ConvProblem, reg: RegisteredSolver, config: PerfConfig | None
     ) -> CachedInvoker:
         canon = problem.canonical
-        solution = reg.solver.get_solution(self.context, canon, config)
+        with _naming_culprit(reg, "get_solution"):
+            solution = reg.solver.get_solution(self.context, canon, config)
         # A malformed solution is the plugin's bug: name the plugin, distribution and version.
         culprit = f"solver {reg.name!r} of plugin {reg.plugin} ({reg.distribution} {reg.version})"
         flaw = None
@@ -972,7 +982,8 @@ class Handle:
                 value=getattr(solution, "solver", type(solution).__name__),
             )
         compiled = self.backend.compile(solution.kernels)
-        invoker = solution.invoker_factory(compiled)
+        with _naming_culprit(reg, "invoker_factory"):
+            invoker = solution.invoker_factory(compiled)
         if not callable(invoker):
             raise PluginError(
                 f"{culprit}: its invoker_factory returned {type(invoker).__name__}, not a callable",
@@ -1022,14 +1033,22 @@ class Handle:
         ws = self._find_workspace(workspace, entry.workspace_size)
         canon = problem.canonical
         out_name = canon.direction.output_tensor
-        if alpha == 1.0 and beta == 0.0:
-            entry.invoker(self, InvokeParams(problem=canon, workspace=ws, **arrays))
-            return
-        target = arrays[out_name]
-        scratch = self.backend.empty(getattr(canon, out_name))
-        entry.invoker(
-            self, InvokeParams(problem=canon, workspace=ws, **{**arrays, out_name: scratch})
-        )
+        try:  # free when nothing raises: the run call stays lean
+            if alpha == 1.0 and beta == 0.0:
+                entry.invoker(self, InvokeParams(problem=canon, workspace=ws, **arrays))
+                return
+            target = arrays[out_name]
+            scratch = self.backend.empty(getattr(canon, out_name))
+            entry.invoker(
+                self, InvokeParams(problem=canon, workspace=ws, **{**arrays, out_name: scratch})
+            )
+        except MiocoreError:
+            raise
+        except Exception as exc:
+            reg = self.registry.get(entry.solver)
+            raise SolverFailedError(
+                reg.name, "run", exc, plugin=f"{reg.plugin} ({reg.distribution} {reg.version})"
+            ) from exc
         self.backend.blend(target, scratch, alpha, beta)
 
     def _finish(
@@ -1057,6 +1076,21 @@ class Handle:
         if max_results is not None:
             items = items[:max_results]
         return Solutions(items, report)
+
+
+@contextlib.contextmanager
+def _naming_culprit(reg: RegisteredSolver, stage: str) -> Iterator[None]:
+    """Re-raise a solver's own exception as SolverFailedError naming its plugin.
+
+    miocore's own errors (a WorkspaceError a solver raises on purpose, say) pass unchanged.
+    """
+    try:
+        yield
+    except MiocoreError:
+        raise
+    except Exception as exc:
+        label = f"{reg.plugin} ({reg.distribution} {reg.version})"
+        raise SolverFailedError(reg.name, stage, exc, plugin=label) from exc
 
 
 def _switches() -> tuple[str | None, ...]:

@@ -322,3 +322,18 @@ def test_find_prunes_candidates_whose_wti_says_they_cannot_win(
     monkeypatch.setenv("MIOCORE_FIND_PRUNE_FACTOR", "0.5")
     with pytest.raises(miocore.InvalidEnvironmentError, match="MIOCORE_FIND_PRUNE_FACTOR"):
         h.find_solutions(PROBLEM, find_mode="NORMAL")
+
+
+def test_immediate_mode_wraps_a_solvers_exception_naming_its_plugin() -> None:
+    reg = Registry.from_solvers(
+        [BrokenSolver("is_applicable"), BrokenSolver("get_solution"), BrokenSolver("run")],
+        distribution="miocore-broken",
+        version="2.0",
+    )
+    h = Handle("cpu", registry=reg)
+    arrays = buffers(PROBLEM)
+    for stage in ("is_applicable", "get_solution", "run"):
+        with pytest.raises(miocore.SolverFailedError) as info:
+            h.immediate(PROBLEM, f"test.broken_{stage}", **arrays)
+        assert info.value.stage == stage and "miocore-broken 2.0" in str(info.value)
+        assert isinstance(info.value.cause, RuntimeError)

@@ -128,11 +128,6 @@ def test_find_names_the_plugin_of_a_raising_solver_and_goes_on(  # type: ignore[
         assert f"solver fakeraising.{name} (miocore-fake-raising 3.1.0)" in caplog.text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="immediate mode lets a solver's own exception through without naming its plugin "
-    "(Handle._applicable_solver / _run); reported to the handle's owner",
-)
 def test_immediate_mode_names_the_plugin_of_a_raising_solver(install) -> None:  # type: ignore[no-untyped-def]
     install("raising_solver")
     arrays = reference.random_inputs(PROBLEM, 0)
