@@ -244,9 +244,7 @@ def test_too_small_workspace(handle: miocore.Handle, torch: Any) -> None:
     _, dev = _torch_tensors(torch, p)
     need = handle.get_solution_workspace_size(p, "gemm.gpu_im2col")
     assert need > 0
-    with pytest.raises(miocore.WorkspaceError) as info:
-        handle.immediate(p, "gemm.gpu_im2col", **dev)
-    assert info.value.field == "workspace"
+    handle.immediate(p, "gemm.gpu_im2col", **dev)  # none given: the handle allocates one
     small = torch.empty(need - 1, dtype=torch.uint8, device="cuda")
     with pytest.raises(miocore.WorkspaceError) as info:
         handle.immediate(p, "gemm.gpu_im2col", workspace=small, **dev)
@@ -362,7 +360,9 @@ def test_second_process_starts_warm(handle: miocore.Handle, tmp_path: Path) -> N
     assert warm["compiled"] == 0 and warm["disk_hits"] >= 1, warm
     # a damaged entry is set aside and rebuilt, never a crash
     for path in (tmp_path / "kcache").glob("*.bin"):
-        path.write_bytes(path.read_bytes()[:-1] + b"\0")
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
     healed = _child(tmp_path, MIOCORE_USER_DB_PATH=str(tmp_path / "db3"))
     assert healed["compiled"] >= 1
     off = _child(

@@ -164,7 +164,8 @@ def _mismatch(desc: TensorDescriptor, field: str, shape: Any, dtype: Any, stride
 
 
 def _wrong_device(field: str, where: str, backend: GpuBackend) -> InvalidArgumentError:
-    return InvalidArgumentError(
+    kind = WorkspaceError if field == "workspace" else InvalidArgumentError
+    return kind(
         f"the tensor lives on {where}, the handle on {backend.name}:{backend.index}; move it "
         f"first (for a torch tensor: t.to('{backend.torch_device}'))",
         field=f"{field}.device",

@@ -84,10 +84,12 @@ def _accumulator_bytes(p: ConvProblem) -> int:
 
 
 def _col_bytes(p: ConvProblem) -> int:
+    """Bytes of one chunk's column buffer, rounded up to 256 so that the float32 accumulator
+    after it is aligned as the BLAS needs."""
     if _is_pointwise(p):
         return 0
     _, _, _, f, o, _ = _sizes(p)
-    return _chunk(p) * p.c * f * o * p.dtype.itemsize
+    return -(-_chunk(p) * p.c * f * o * p.dtype.itemsize // 256) * 256
 
 
 def _im2col_params(p: ConvProblem, n0: int, nb: int) -> bytes:
