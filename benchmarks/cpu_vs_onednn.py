@@ -10,24 +10,38 @@ a geometric mean per direction.
     python benchmarks/cpu_vs_onednn.py --suite resnet50 --batch 1 8 --suite vgg16 --batch 1
 
 PyTorch is a benchmark-only dependency: ``pip install torch==2.13.0`` (the CPU build).
+Both sides get the same thread count (``--threads``, default 1), set before any BLAS loads.
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
 import os
 import sys
-import tempfile
-from pathlib import Path
 
-import numpy as np
 
-import miocore
+def _threads_from_argv(default: int = 1) -> int:
+    """``--threads N`` read before numpy or torch load, so every BLAS pool gets the same size."""
+    if "--threads" in sys.argv:
+        return int(sys.argv[sys.argv.index("--threads") + 1])
+    return default
+
+
+THREADS = _threads_from_argv()
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = str(THREADS)
+
+import argparse  # noqa: E402
+import datetime as dt  # noqa: E402
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import miocore  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import geomean, machine, median_ms
-from shapes import SUITES, Layer
+from common import geomean, machine, median_ms  # noqa: E402
+from shapes import SUITES, Layer  # noqa: E402
 
 DIRECTIONS = {"F": "forward", "B": "backward_data", "W": "backward_weights"}
 
@@ -98,7 +112,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     """Benchmark every requested layer and direction; return one row per case."""
     import torch
 
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(THREADS)
     registry = miocore.default_registry()
     if args.family:
         wanted = miocore.Algorithm.parse(args.family)
@@ -195,6 +209,9 @@ def main(argv: list[str] | None = None) -> None:
         "--exhaustive", action="store_true", help="tune tunable solvers during find"
     )
     parser.add_argument("--markdown", type=Path, default=None, help="also write the tables here")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="threads for both sides (BLAS pools and torch); default 1 because "
+                        "spinning 2-thread pools on a shared 2-vCPU machine time erratically")
     args = parser.parse_args(argv)
     suites = args.suite or ["resnet50"]
     batches = args.batch or [[1]] * len(suites)

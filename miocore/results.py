@@ -153,7 +153,8 @@ class Solutions(list[Solution]):
 def order_with_ties(solutions: Sequence[Solution], noise: float = 0.03) -> list[Solution]:
     """Sort fastest first; times within noise of the leader of a group count as tied.
 
-    Noise is the larger of the two spreads and ``noise`` times the faster time. Within a tied
+    Noise is the smaller of the two spreads (inter-quartile ranges), or ``noise`` times the
+    faster time when that is larger. Within a tied
     group the order is stable across processes and ranks: smaller workspace first, then the
     solver name. This keeps repeated finds from flipping between near-equal winners.
     """
@@ -166,11 +167,10 @@ def order_with_ties(solutions: Sequence[Solution], noise: float = 0.03) -> list[
         j = i + 1
         while j < len(by_time):
             other = by_time[j]
-            margin = max(
-                noise * leader.time_ms,
-                leader.timing.spread_ms if leader.timing else 0.0,
-                other.timing.spread_ms if other.timing else 0.0,
-            )
+            # The smaller spread bounds the noise: once one of the two is measured precisely,
+            # a difference larger than its spread is real.
+            spreads = [s.timing.spread_ms for s in (leader, other) if s.timing is not None]
+            margin = max(noise * leader.time_ms, min(spreads) if len(spreads) == 2 else 0.0)
             if other.time_ms - leader.time_ms > margin:
                 break
             group.append(other)
