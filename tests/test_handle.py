@@ -337,3 +337,15 @@ def test_immediate_mode_wraps_a_solvers_exception_naming_its_plugin() -> None:
             h.immediate(PROBLEM, f"test.broken_{stage}", **arrays)
         assert info.value.stage == stage and "miocore-broken 2.0" in str(info.value)
         assert isinstance(info.value.cause, RuntimeError)
+
+
+def test_core_environment_without_plugins_says_so() -> None:
+    """In the ``core`` tox environment nothing is installed: discovery finds no solver."""
+    import os
+
+    if os.environ.get("MIOCORE_EXPECT_PLUGINS") != "":
+        pytest.skip("only in the core environment (MIOCORE_EXPECT_PLUGINS set to nothing)")
+    miocore.registry.reset_default_registry()
+    assert miocore.solvers() == []
+    with pytest.raises(NoApplicableSolverError, match="no solver plugin is installed"):
+        Handle("cpu").find_solutions(PROBLEM)
