@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Self
 
 import platformdirs
 
@@ -193,3 +193,44 @@ def make_stores(device: str, user_dir: Path | None, system_dir: Path | None) -> 
         Store(user / f"{device}.db", writable=True),
         Store(system / f"{device}.db", writable=False),
     )
+
+
+class LayeredDb:
+    """A database of one device: a writable user layer over a read-only system layer.
+
+    The part FindDb and PerfDb share: where the two files are, choosing one by layer name,
+    closing them. Each layer is one SQLite file, ``<dir>/<device>.db``.
+    """
+
+    def __init__(
+        self, device: str, *, user_dir: Path | None = None, system_dir: Path | None = None
+    ) -> None:
+        self._user, self._system = make_stores(device, user_dir, system_dir)
+        self.device = device
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.device!r}, user={str(self.user_path)!r})"
+
+    @property
+    def user_path(self) -> Path:
+        """The user layer's file (may not exist yet)."""
+        return self._user.path
+
+    @property
+    def system_path(self) -> Path:
+        """The system layer's file (may not exist)."""
+        return self._system.path
+
+    def _store(self, layer: str) -> Store:
+        return self._user if check_layer(layer) == "user" else self._system
+
+    def close(self) -> None:
+        """Close both files (any later call reopens them)."""
+        self._user.close()
+        self._system.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -17,20 +17,19 @@ from typing import Any, TextIO
 import attrs
 
 from miocore.db._common import (
+    LayeredDb,
     check_key,
-    check_layer,
     check_nonneg_float,
     check_nonneg_int,
     check_solver,
     complete_provenance,
     freeze_provenance,
     make_provenance,
-    make_stores,
     parse_algorithm,
     provenance_from_json,
     provenance_json,
 )
-from miocore.db._store import Store, open_readonly
+from miocore.db._store import open_readonly
 from miocore.db.text import BadLine, TextEntry, format_line, parse_lines
 from miocore.errors import DatabaseError, InvalidArgumentError
 
@@ -181,7 +180,7 @@ def _fastest_first(entries: Collection[FindDbEntry]) -> list[FindDbEntry]:
     return sorted(entries, key=lambda e: (e.time_ms, e.solver))
 
 
-class FindDb:
+class FindDb(LayeredDb):
     """The FindDb of one device: a writable user layer over a read-only system layer.
 
     ``user_dir`` defaults to ``$MIOCORE_USER_DB_PATH``, else the platform's user cache folder
@@ -191,39 +190,6 @@ class FindDb:
 
     Safe to share between threads, and to use from many processes at once.
     """
-
-    def __init__(
-        self, device: str, *, user_dir: Path | None = None, system_dir: Path | None = None
-    ) -> None:
-        self._user, self._system = make_stores(device, user_dir, system_dir)
-        self.device = device
-
-    def __repr__(self) -> str:
-        return f"FindDb({self.device!r}, user={str(self.user_path)!r})"
-
-    @property
-    def user_path(self) -> Path:
-        """The user layer's file (may not exist yet)."""
-        return self._user.path
-
-    @property
-    def system_path(self) -> Path:
-        """The system layer's file (may not exist)."""
-        return self._system.path
-
-    def _store(self, layer: str) -> Store:
-        return self._user if check_layer(layer) == "user" else self._system
-
-    def close(self) -> None:
-        """Close both files (any later call reopens them)."""
-        self._user.close()
-        self._system.close()
-
-    def __enter__(self) -> FindDb:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- lookups ----------------------------------------------------------------------------
 

@@ -8,21 +8,18 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Collection, Iterator, Mapping
-from pathlib import Path
 
 import attrs
 
 from miocore.db._common import (
+    LayeredDb,
     check_key,
-    check_layer,
     check_solver,
     complete_provenance,
     freeze_provenance,
-    make_stores,
     provenance_from_json,
     provenance_json,
 )
-from miocore.db._store import Store
 from miocore.db.finddb import _clean
 from miocore.errors import InvalidArgumentError
 
@@ -38,44 +35,11 @@ class PerfDbEntry:
     layer: str
 
 
-class PerfDb:
+class PerfDb(LayeredDb):
     """The PerfDb of one device; same locations and files as :class:`~miocore.db.FindDb`.
 
     Safe to share between threads, and to use from many processes at once.
     """
-
-    def __init__(
-        self, device: str, *, user_dir: Path | None = None, system_dir: Path | None = None
-    ) -> None:
-        self._user, self._system = make_stores(device, user_dir, system_dir)
-        self.device = device
-
-    def __repr__(self) -> str:
-        return f"PerfDb({self.device!r}, user={str(self.user_path)!r})"
-
-    @property
-    def user_path(self) -> Path:
-        """The user layer's file (may not exist yet)."""
-        return self._user.path
-
-    @property
-    def system_path(self) -> Path:
-        """The system layer's file (may not exist)."""
-        return self._system.path
-
-    def _store(self, layer: str) -> Store:
-        return self._user if check_layer(layer) == "user" else self._system
-
-    def close(self) -> None:
-        """Close both files (any later call reopens them)."""
-        self._user.close()
-        self._system.close()
-
-    def __enter__(self) -> PerfDb:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def get(self, key: str, solver: str) -> PerfDbEntry | None:
         """The entry of (``key``, ``solver``): user layer first, then system; None if neither."""
