@@ -209,9 +209,13 @@ def main(argv: list[str] | None = None) -> None:
         "--exhaustive", action="store_true", help="tune tunable solvers during find"
     )
     parser.add_argument("--markdown", type=Path, default=None, help="also write the tables here")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="threads for both sides (BLAS pools and torch); default 1 because "
-                        "spinning 2-thread pools on a shared 2-vCPU machine time erratically")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="threads for both sides (BLAS pools and torch); default 1 because "
+        "spinning 2-thread pools on a shared 2-vCPU machine time erratically",
+    )
     args = parser.parse_args(argv)
     suites = args.suite or ["resnet50"]
     batches = args.batch or [[1]] * len(suites)
