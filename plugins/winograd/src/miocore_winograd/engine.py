@@ -225,6 +225,7 @@ class Plan:
     block: int
     layout: Layout
     dy_shape: tuple[int, ...] = ()  # backward weights: zero-padded dy tiles
+    channel_major: bool = False  # NCHW-native path (see :func:`_run_channel_major`)
     flops_gemm: float = 0.0
     flops_transform: float = 0.0
     bytes_moved: float = 0.0
@@ -253,7 +254,16 @@ def make_plan(problem: ConvProblem, tile: int, block: int) -> Plan:
         c_in, c_out = cg, kg
         src_rows, src_cols = ay.src_extent, ax.src_extent
         pads = (pad_y, pad_x)
-    src_shape = (p.n, src_rows, src_cols, g, c_in)
+    channel_major = (
+        p.direction is not Direction.BACKWARD_WEIGHTS
+        and g == 1
+        and all(r.virtual <= 1 for r in runs)
+        and all(r.y.step == 1 and r.x.step == 1 for r in runs)
+    )
+    if channel_major:
+        src_shape: tuple[int, ...] = (p.n, c_in, src_rows, src_cols)
+    else:
+        src_shape = (p.n, src_rows, src_cols, g, c_in)
     layout.add("src", math.prod(src_shape))
     plan = Plan(
         direction=p.direction,
@@ -267,6 +277,7 @@ def make_plan(problem: ConvProblem, tile: int, block: int) -> Plan:
         src_pad=pads,
         block=block,
         layout=layout,
+        channel_major=channel_major,
     )
     live = [r for r in runs if not r.empty]
     if p.direction is Direction.BACKWARD_WEIGHTS:
@@ -468,6 +479,76 @@ def _run_correlation(
         _scatter(out, yt.reshape(y.m, x.m, g, chunk.nb, chunk.tyb, x.tiles, kout), run, chunk)
 
 
+#: Columns of the filter transform per GEMM: ``(alpha^2 x r^2) @ (r^2 x cols)`` with its output
+#: block in L1/L2 (one GEMM over all ``K * C`` columns runs at half the speed).
+FILTER_COLUMNS = 1024
+
+
+def _filter_transform(g_mat: np.ndarray, pieces: np.ndarray, u: np.ndarray) -> None:
+    """``u = g_mat @ pieces`` (``(a2, cols) = (a2, r2) @ (r2, cols)``) in column blocks."""
+    cols = pieces.shape[1]
+    for c0 in range(0, cols, FILTER_COLUMNS):
+        c1 = min(cols, c0 + FILTER_COLUMNS)
+        np.matmul(g_mat, pieces[:, c0:c1], out=u[:, c0:c1])
+
+
+def _run_channel_major(
+    plan: Plan, run: Run, src: np.ndarray, weights: np.ndarray, out: np.ndarray, ws: np.ndarray
+) -> None:
+    """NCHW-native stride-1 run (one virtual channel, one group).
+
+    ``src`` is the padded ``(N, C, Hp, Wp)`` float32 source, ``weights`` ``(1, K, C, R, S)``,
+    ``out`` the run's ``(N, Ho, Wo, 1, K)`` output grid. Per chunk of ``P`` tiles: one strided
+    gather into ``d (alpha^2, C, P)``; the input transform as ONE GEMM with the Kronecker matrix
+    ``(B^T (x) B^T) (alpha^2 x alpha^2)``; the batched GEMM ``(alpha^2, K, C) x (alpha^2, C, P)``
+    with ``U`` from one blocked GEMM ``(G (x) G) (alpha^2 x r^2) @ w (r^2, K*C)``; the output
+    transform as ONE GEMM ``(A^T (x) A^T) (m^2 x alpha^2)``; one strided copy into ``out``
+    (per output position of the tile only where tiles are cropped).
+    """
+    y, x = run.y, run.x
+    _, kout, cin = weights.shape[:3]
+    a_mat, g_mat, b_mat = kron_transforms(y.m, y.r, x.m, x.r)
+    ay, ax = y.alpha, x.alpha
+    a2, r2, m2 = ay * ax, y.r * x.r, y.m * x.m
+    lay = plan.layout
+    pieces = lay.view(ws, "pieces", (y.r, x.r, 1, kout, 1, cin))
+    _filter_pieces(pieces, weights, run)
+    u = lay.view(ws, "u", (a2, kout, cin))
+    _filter_transform(g_mat, pieces.reshape(r2, -1), u.reshape(a2, -1))
+    sn, sc, sh, sw = src.strides
+    oy, ox = y.terms[0].offset, x.terms[0].offset
+    out4 = out[:, :, :, 0, :]
+    full = y.count % y.m == 0 and x.count % x.m == 0
+    for chunk in chunks(plan.n, y.tiles, x.tiles, plan.block):
+        nb, tyb, tx = chunk.nb, chunk.tyb, x.tiles
+        pc = nb * tyb * tx
+        d = lay.view(ws, "a", (ay, ax, cin, nb, tyb, tx))
+        base = src[chunk.n0 :, :, oy + y.m * chunk.ty0 :, ox:]
+        view = as_strided(
+            base,
+            shape=d.shape,
+            strides=(sh, sw, sc, sn, y.m * sh, x.m * sw),
+        )
+        np.copyto(d, view)
+        vt = lay.view(ws, "b", (a2, cin, pc))
+        np.matmul(b_mat, d.reshape(a2, -1), out=vt.reshape(a2, -1))
+        mm = lay.view(ws, "a", (a2, kout, pc))
+        np.matmul(u, vt, out=mm)
+        yt = lay.view(ws, "b", (y.m, x.m, kout, nb, tyb, tx))
+        np.matmul(a_mat, mm.reshape(a2, -1), out=yt.reshape(m2, -1))
+        if full:
+            target = out4[chunk.n0 : chunk.n0 + nb, y.m * chunk.ty0 : y.m * (chunk.ty0 + tyb)]
+            tn, th, tw, tk = target.strides
+            target = as_strided(
+                target,
+                shape=(y.m, x.m, kout, nb, tyb, tx),
+                strides=(th, tw, tk, tn, y.m * th, x.m * tw),
+            )
+            np.copyto(target, yt, casting="unsafe")
+        else:
+            _scatter(out, yt.transpose(0, 1, 3, 4, 5, 2)[:, :, None], run, chunk)
+
+
 def _run_weights(
     plan: Plan, run: Run, src: np.ndarray, dy: np.ndarray, dw5: np.ndarray, ws: np.ndarray
 ) -> None:
@@ -555,18 +636,21 @@ def execute(
     w5 = _split(w, 0, (g, kg))  # (G, Kg, Cg, R, S)
     x5 = _split(x.transpose(0, 2, 3, 1), 3, (g, cg))  # (N, H, W, G, Cg)
     y5 = _split(y.transpose(0, 2, 3, 1), 3, (g, kg))  # (N, Ho, Wo, G, Kg)
+    fill, correlate = src, _run_correlation
+    if plan.channel_major:  # src is (N, C, Hp, Wp); fill it through an (N, Hp, Wp, 1, C) view
+        fill, correlate = src.transpose(0, 2, 3, 1)[:, :, :, None, :], _run_channel_major
     if plan.direction is Direction.FORWARD:
-        _fill_padded(src, x5, *plan.src_pad)
-        _run_correlation(plan, plan.runs[0], src, w5, y5, ws)
+        _fill_padded(fill, x5, *plan.src_pad)
+        correlate(plan, plan.runs[0], src, w5, y5, ws)
     elif plan.direction is Direction.BACKWARD_DATA:
-        _fill_padded(src, y5, *plan.src_pad)
+        _fill_padded(fill, y5, *plan.src_pad)
         wt = w5.transpose(0, 2, 1, 3, 4)  # (G, Cg, Kg, R, S): dx channels are the outputs
         for run in plan.runs:
             grid = _output_grid(x5, run)
             if run.empty:
                 grid[...] = 0
             else:
-                _run_correlation(plan, run, src, wt, grid, ws)
+                correlate(plan, run, src, wt, grid, ws)
     else:
         _fill_padded(src, x5, *plan.src_pad)
         dy = plan.layout.view(ws, "dy", plan.dy_shape)
