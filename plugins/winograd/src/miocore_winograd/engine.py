@@ -26,6 +26,7 @@ the output transform, then a scatter into the caller's tensor.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -482,6 +483,9 @@ def _run_correlation(
 #: Columns of the filter transform per GEMM: ``(alpha^2 x r^2) @ (r^2 x cols)`` with its output
 #: block in L1/L2 (one GEMM over all ``K * C`` columns runs at half the speed).
 FILTER_COLUMNS = 1024
+#: Filter columns (output channels x input channels) transformed per GEMM when the whole
+#: problem is one chunk (see :func:`_run_channel_major`).
+FUSED_COLUMNS = 8192
 
 
 def _filter_transform(g_mat: np.ndarray, pieces: np.ndarray, u: np.ndarray) -> None:
@@ -490,6 +494,43 @@ def _filter_transform(g_mat: np.ndarray, pieces: np.ndarray, u: np.ndarray) -> N
     for c0 in range(0, cols, FILTER_COLUMNS):
         c1 = min(cols, c0 + FILTER_COLUMNS)
         np.matmul(g_mat, pieces[:, c0:c1], out=u[:, c0:c1])
+
+
+def _tap_slice(taps: tuple[int, ...]) -> slice | None:
+    """The slice selecting ``taps`` (consecutive, ascending or descending), else None."""
+    if min(taps) < 0:
+        return None
+    if all(b - a == 1 for a, b in itertools.pairwise(taps)):
+        return slice(taps[0], taps[-1] + 1)
+    if all(a - b == 1 for a, b in itertools.pairwise(taps)):
+        return slice(taps[0], taps[-1] - 1 if taps[-1] else None, -1)
+    return None
+
+
+def _filter_matrix(weights: np.ndarray, run: Run, buf: np.ndarray) -> np.ndarray:
+    """The run's filter taps as a ``(Kout * Cin, ry * rx)`` matrix (taps innermost).
+
+    ``weights`` is ``(Kout, Cin, R, S)``. A contiguous filter read in order (forward) is used in
+    place (no copy: the transform GEMM reads it transposed); otherwise the taps are copied into
+    ``buf`` ``(Kout, Cin, ry, rx)`` (one copy for a flipped filter, per tap for split pieces).
+    """
+    kout, cin, ry, rx = buf.shape
+    ys, xs = _tap_slice(run.y.terms[0].taps), _tap_slice(run.x.terms[0].taps)
+    if ys is not None and xs is not None:
+        view = weights[:, :, ys, xs]
+        item = view.itemsize
+        if view.dtype == np.float32 and view.strides == (
+            cin * ry * rx * item,
+            ry * rx * item,
+            rx * item,
+            item,
+        ):
+            return view.reshape(kout * cin, ry * rx)
+        np.copyto(buf, view, casting="unsafe")
+    else:
+        piece = buf.transpose(2, 3, 0, 1)[:, :, None, :, None, :]  # (ry, rx, 1, Kout, 1, Cin)
+        _filter_pieces(piece, weights[None], run)
+    return buf.reshape(kout * cin, ry * rx)
 
 
 def _run_channel_major(
@@ -509,17 +550,22 @@ def _run_channel_major(
     _, kout, cin = weights.shape[:3]
     a_mat, g_mat, b_mat = kron_transforms(y.m, y.r, x.m, x.r)
     ay, ax = y.alpha, x.alpha
-    a2, r2, m2 = ay * ax, y.r * x.r, y.m * x.m
+    a2, m2 = ay * ax, y.m * x.m
     lay = plan.layout
-    pieces = lay.view(ws, "pieces", (y.r, x.r, 1, kout, 1, cin))
-    _filter_pieces(pieces, weights, run)
-    u = lay.view(ws, "u", (a2, kout, cin))
-    _filter_transform(g_mat, pieces.reshape(r2, -1), u.reshape(a2, -1))
+    flat = _filter_matrix(weights[0], run, lay.view(ws, "pieces", (kout, cin, y.r, x.r))).T
+    todo = list(chunks(plan.n, y.tiles, x.tiles, plan.block))
+    # One chunk: transform the filter per block of output channels right before its GEMM, so
+    # that U's block is still in cache (U is alpha^2/r^2 times the filter: for small images
+    # writing and re-reading the whole of it costs more than the GEMM).
+    kb = kout if len(todo) > 1 else max(1, min(kout, FUSED_COLUMNS // cin))
+    if kb == kout:
+        u = lay.view(ws, "u", (a2, kout, cin))
+        _filter_transform(g_mat, flat, u.reshape(a2, -1))
     sn, sc, sh, sw = src.strides
     oy, ox = y.terms[0].offset, x.terms[0].offset
     out4 = out[:, :, :, 0, :]
     full = y.count % y.m == 0 and x.count % x.m == 0
-    for chunk in chunks(plan.n, y.tiles, x.tiles, plan.block):
+    for chunk in todo:
         nb, tyb, tx = chunk.nb, chunk.tyb, x.tiles
         pc = nb * tyb * tx
         d = lay.view(ws, "a", (ay, ax, cin, nb, tyb, tx))
@@ -533,7 +579,14 @@ def _run_channel_major(
         vt = lay.view(ws, "b", (a2, cin, pc))
         np.matmul(b_mat, d.reshape(a2, -1), out=vt.reshape(a2, -1))
         mm = lay.view(ws, "a", (a2, kout, pc))
-        np.matmul(u, vt, out=mm)
+        if kb == kout:
+            np.matmul(u, vt, out=mm)
+        else:
+            for k0 in range(0, kout, kb):
+                k1 = min(kout, k0 + kb)
+                ub = lay.view(ws, "u", (a2, k1 - k0, cin))
+                _filter_transform(g_mat, flat[:, k0 * cin : k1 * cin], ub.reshape(a2, -1))
+                np.matmul(ub, vt, out=mm[:, k0:k1])
         yt = lay.view(ws, "b", (y.m, x.m, kout, nb, tyb, tx))
         np.matmul(a_mat, mm.reshape(a2, -1), out=yt.reshape(m2, -1))
         if full:
