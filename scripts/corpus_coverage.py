@@ -1,6 +1,7 @@
 """Share of the real-problem corpus each installed solver family can solve, per direction.
 
-Sizes only, nothing runs: for every consistent row and each direction (the row's sizes read as a
+Sizes only, nothing runs: for every consistent row and each direction, with every installed
+solver that runs on the CPU (the row's sizes read as a
 forward, backward-data and backward-weights problem), ask every installed solver
 ``is_applicable``. Prints a markdown table (families x directions) and the rows no solver covers.
 
@@ -24,7 +25,8 @@ DIRECTIONS = ("forward", "backward_data", "backward_weights")
 def coverage(limit: int | None = None) -> tuple[dict, dict, int, list]:
     """Counts of covered rows per (family, direction) and per (solver, direction)."""
     ctx = cpu_context()
-    registry = miocore.default_registry()
+    # Only the solvers that run on this backend, as find would consider them.
+    solvers = [r for r in miocore.default_registry().solvers if ctx.backend in r.solver.backends]
     by_family: dict[tuple[str, str], int] = collections.Counter()
     by_solver: dict[tuple[str, str], int] = collections.Counter()
     uncovered = []
@@ -34,7 +36,7 @@ def coverage(limit: int | None = None) -> tuple[dict, dict, int, list]:
         for direction in DIRECTIONS:
             p = miocore.ConvProblem(direction, x=base.x, w=base.w, y=base.y, conv=base.conv)
             families = set()
-            for reg in registry.solvers:
+            for reg in solvers:
                 if normalize_applicability(reg.solver.is_applicable(ctx, p)):
                     families.add(reg.algorithm.value)
                     by_solver[(reg.name, direction)] += 1
