@@ -308,6 +308,11 @@ def make_plan(problem: ConvProblem, tile: int, block: int) -> Plan:
             )
             plan.flops_transform += 2 * ptot * g * (a2 * a2 * vc + a2 * m2 * c_out)
             plan.flops_transform += 2 * r2 * a2 * g * vc * c_out
+        elif channel_major:
+            one = len(list(chunks(p.n, run.y.tiles, run.x.tiles, block))) == 1
+            kb = _fused_block(c_out, vc) if one else c_out
+            cols = max(pc, min(max(vc, c_out) * pc, TRANSFORM_COLUMNS))  # >= any block
+            need.update(pieces=r2 * vc * c_out, u=a2 * vc * kb, t=a2 * cols, t2=m2 * cols)
         else:
             need.update(pieces=r2 * g * vc * c_out, u=a2 * g * vc * c_out)
             plan.flops_transform += 2 * ptot * g * (a2 * a2 * vc + m2 * a2 * c_out)
@@ -486,6 +491,19 @@ FILTER_COLUMNS = 1024
 #: Filter columns (output channels x input channels) transformed per GEMM when the whole
 #: problem is one chunk (see :func:`_run_channel_major`).
 FUSED_COLUMNS = 8192
+#: Columns (channels x tiles) per input/output transform GEMM: its input and output blocks
+#: stay in L2 while the chunk (and its batched GEMM) can be larger.
+TRANSFORM_COLUMNS = 4096
+
+
+def _fused_block(kout: int, cin: int) -> int:
+    """Output channels per fused filter-transform block."""
+    return max(1, min(kout, FUSED_COLUMNS // cin))
+
+
+def _sub_block(tiles: int, channels: int) -> int:
+    """Channels per transform block of a chunk of ``tiles`` tiles."""
+    return max(1, min(channels, TRANSFORM_COLUMNS // max(1, tiles)))
 
 
 def _filter_transform(g_mat: np.ndarray, pieces: np.ndarray, u: np.ndarray) -> None:
@@ -548,36 +566,37 @@ def _run_channel_major(
     """
     y, x = run.y, run.x
     _, kout, cin = weights.shape[:3]
-    a_mat, g_mat, b_mat = kron_transforms(y.m, y.r, x.m, x.r)
+    _, g_mat, b_mat = kron_transforms(y.m, y.r, x.m, x.r)
+    at_y, at_x = axis_transforms(y.m, y.r)[0], axis_transforms(x.m, x.r)[0]
     ay, ax = y.alpha, x.alpha
-    a2, m2 = ay * ax, y.m * x.m
+    a2 = ay * ax
     lay = plan.layout
     flat = _filter_matrix(weights[0], run, lay.view(ws, "pieces", (kout, cin, y.r, x.r))).T
     todo = list(chunks(plan.n, y.tiles, x.tiles, plan.block))
     # One chunk: transform the filter per block of output channels right before its GEMM, so
     # that U's block is still in cache (U is alpha^2/r^2 times the filter: for small images
     # writing and re-reading the whole of it costs more than the GEMM).
-    kb = kout if len(todo) > 1 else max(1, min(kout, FUSED_COLUMNS // cin))
+    kb = kout if len(todo) > 1 else _fused_block(kout, cin)
     if kb == kout:
         u = lay.view(ws, "u", (a2, kout, cin))
         _filter_transform(g_mat, flat, u.reshape(a2, -1))
     sn, sc, sh, sw = src.strides
     oy, ox = y.terms[0].offset, x.terms[0].offset
     out4 = out[:, :, :, 0, :]
-    full = y.count % y.m == 0 and x.count % x.m == 0
     for chunk in todo:
         nb, tyb, tx = chunk.nb, chunk.tyb, x.tiles
         pc = nb * tyb * tx
-        d = lay.view(ws, "a", (ay, ax, cin, nb, tyb, tx))
         base = src[chunk.n0 :, :, oy + y.m * chunk.ty0 :, ox:]
-        view = as_strided(
-            base,
-            shape=d.shape,
-            strides=(sh, sw, sc, sn, y.m * sh, x.m * sw),
-        )
-        np.copyto(d, view)
         vt = lay.view(ws, "b", (a2, cin, pc))
-        np.matmul(b_mat, d.reshape(a2, -1), out=vt.reshape(a2, -1))
+        cs = _sub_block(pc, cin)
+        for c0 in range(0, cin, cs):  # gather + input transform per L2-sized channel block
+            c1 = min(cin, c0 + cs)
+            d = lay.view(ws, "t", (ay, ax, c1 - c0, nb, tyb, tx))
+            view = as_strided(
+                base[:, c0:], shape=d.shape, strides=(sh, sw, sc, sn, y.m * sh, x.m * sw)
+            )
+            np.copyto(d, view)
+            np.matmul(b_mat, d.reshape(a2, -1), out=vt[:, c0:c1].reshape(a2, -1))
         mm = lay.view(ws, "a", (a2, kout, pc))
         if kb == kout:
             np.matmul(u, vt, out=mm)
@@ -587,19 +606,28 @@ def _run_channel_major(
                 ub = lay.view(ws, "u", (a2, k1 - k0, cin))
                 _filter_transform(g_mat, flat[:, k0 * cin : k1 * cin], ub.reshape(a2, -1))
                 np.matmul(ub, vt, out=mm[:, k0:k1])
-        yt = lay.view(ws, "b", (y.m, x.m, kout, nb, tyb, tx))
-        np.matmul(a_mat, mm.reshape(a2, -1), out=yt.reshape(m2, -1))
-        if full:
-            target = out4[chunk.n0 : chunk.n0 + nb, y.m * chunk.ty0 : y.m * (chunk.ty0 + tyb)]
-            tn, th, tw, tk = target.strides
-            target = as_strided(
-                target,
-                shape=(y.m, x.m, kout, nb, tyb, tx),
-                strides=(th, tw, tk, tn, y.m * th, x.m * tw),
-            )
-            np.copyto(target, yt, casting="unsafe")
-        else:
-            _scatter(out, yt.transpose(0, 1, 3, 4, 5, 2)[:, :, None], run, chunk)
+        ks = _sub_block(pc, kout)
+        for k0 in range(0, kout, ks):  # output transform + scatter per channel block
+            k1 = min(kout, k0 + ks)
+            cols = (k1 - k0) * pc
+            # x stage transposed, (ay, cols, ax) @ A_x -> (ay, cols, mx), so that the y stage
+            # leaves (my, K, n, ty, tx, mx): (tx, mx) is a contiguous output row.
+            t1 = lay.view(ws, "t", (ay, cols, x.m))
+            np.matmul(mm[:, k0:k1].reshape(ay, ax, cols).transpose(0, 2, 1), at_x.T, out=t1)
+            yt = lay.view(ws, "t2", (y.m, k1 - k0, nb, tyb, tx * x.m))
+            np.matmul(at_y, t1.reshape(ay, -1), out=yt.reshape(y.m, -1))
+            for i in range(y.m):
+                first = y.m * chunk.ty0 + i
+                cy = max(0, min(tyb, -(-(y.count - first) // y.m)))
+                if cy:
+                    target = out4[
+                        chunk.n0 : chunk.n0 + nb,
+                        first : first + y.m * (cy - 1) + 1 : y.m,
+                        :,
+                        k0:k1,
+                    ]
+                    src_i = yt[i, :, :, :cy, : x.count].transpose(1, 2, 3, 0)
+                    np.copyto(target, src_i, casting="unsafe")
 
 
 def _run_weights(
