@@ -493,7 +493,7 @@ FILTER_COLUMNS = 1024
 FUSED_COLUMNS = 8192
 #: Columns (channels x tiles) per input/output transform GEMM: its input and output blocks
 #: stay in L2 while the chunk (and its batched GEMM) can be larger.
-TRANSFORM_COLUMNS = 4096
+TRANSFORM_COLUMNS = 8192
 
 
 def _fused_block(kout: int, cin: int) -> int:
