@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import miocore
 from miocore_direct.gpu import KERNEL_DIR, GpuNaiveDirectSolver
+from miocore_direct.gpu_tiled import GpuTiledDirectSolver
 from miocore_direct.naive import NaiveDirectSolver
 from miocore_direct.taps import TapsDirectSolver
 
@@ -16,6 +17,7 @@ def miocore_solvers() -> Iterator[miocore.SolverRecord]:
     yield miocore.SolverRecord(solver=TapsDirectSolver())
     yield miocore.SolverRecord(solver=NaiveDirectSolver())
     yield miocore.SolverRecord(solver=GpuNaiveDirectSolver())
+    yield miocore.SolverRecord(solver=GpuTiledDirectSolver())
 
 
 @miocore.hookimpl
