@@ -309,8 +309,8 @@ def make_plan(problem: ConvProblem, tile: int, block: int) -> Plan:
             plan.flops_transform += 2 * ptot * g * (a2 * a2 * vc + a2 * m2 * c_out)
             plan.flops_transform += 2 * r2 * a2 * g * vc * c_out
         elif channel_major:
-            one = len(list(chunks(p.n, run.y.tiles, run.x.tiles, block))) == 1
-            kb = _fused_block(c_out, vc) if one else c_out
+            todo = list(chunks(p.n, run.y.tiles, run.x.tiles, block))
+            kb = _fused_block(c_out, vc, todo, run.x.tiles)
             cols = max(pc, min(max(vc, c_out) * pc, TRANSFORM_COLUMNS))  # >= any block
             need.update(pieces=r2 * vc * c_out, u=a2 * vc * kb, t=a2 * cols, t2=m2 * cols)
         else:
@@ -491,13 +491,21 @@ FILTER_COLUMNS = 1024
 #: Filter columns (output channels x input channels) transformed per GEMM when the whole
 #: problem is one chunk (see :func:`_run_channel_major`).
 FUSED_COLUMNS = 8192
+#: Most tiles of a fused chunk.
+FUSED_MAX_TILES = 128
 #: Columns (channels x tiles) per input/output transform GEMM: its input and output blocks
 #: stay in L2 while the chunk (and its batched GEMM) can be larger.
 TRANSFORM_COLUMNS = 8192
 
 
-def _fused_block(kout: int, cin: int) -> int:
-    """Output channels per fused filter-transform block."""
+def _fused_block(kout: int, cin: int, todo: list[Chunk], tiles_x: int) -> int:
+    """Output channels per fused filter-transform block (``kout``: not fused).
+
+    Fused only for one chunk of few tiles: there the batched GEMM is bound by reading ``U``;
+    with many tiles the GEMM of a thin block of output channels runs slower than it saves.
+    """
+    if len(todo) != 1 or todo[0].nb * todo[0].tyb * tiles_x > FUSED_MAX_TILES:
+        return kout
     return max(1, min(kout, FUSED_COLUMNS // cin))
 
 
@@ -576,7 +584,7 @@ def _run_channel_major(
     # One chunk: transform the filter per block of output channels right before its GEMM, so
     # that U's block is still in cache (U is alpha^2/r^2 times the filter: for small images
     # writing and re-reading the whole of it costs more than the GEMM).
-    kb = kout if len(todo) > 1 else _fused_block(kout, cin)
+    kb = _fused_block(kout, cin, todo, x.tiles)
     if kb == kout:
         u = lay.view(ws, "u", (a2, kout, cin))
         _filter_transform(g_mat, flat, u.reshape(a2, -1))
