@@ -228,7 +228,9 @@ class Plan:
     dy_shape: tuple[int, ...] = ()  # backward weights: zero-padded dy tiles
     channel_major: bool = False  # NCHW-native path (see :func:`_run_channel_major`)
     flops_gemm: float = 0.0
-    flops_transform: float = 0.0
+    flops_transform: float = 0.0  # tile transforms
+    flops_filter: float = 0.0  # filter transform (backward weights: the final A^T stage)
+    tile_bytes: float = 0.0  # float32 tiles in the transformed domain (inputs and products)
     bytes_moved: float = 0.0
 
 
@@ -307,7 +309,7 @@ def make_plan(problem: ConvProblem, tile: int, block: int) -> Plan:
                 taps=r2 * g * vc * c_out,
             )
             plan.flops_transform += 2 * ptot * g * (a2 * a2 * vc + a2 * m2 * c_out)
-            plan.flops_transform += 2 * r2 * a2 * g * vc * c_out
+            plan.flops_filter += 2 * r2 * a2 * g * vc * c_out
         elif channel_major:
             todo = list(chunks(p.n, run.y.tiles, run.x.tiles, block))
             kb = _fused_block(c_out, vc, todo, run.x.tiles)
@@ -315,9 +317,11 @@ def make_plan(problem: ConvProblem, tile: int, block: int) -> Plan:
             need.update(pieces=r2 * vc * c_out, u=a2 * vc * kb, t=a2 * cols, t2=m2 * cols)
         else:
             need.update(pieces=r2 * g * vc * c_out, u=a2 * g * vc * c_out)
+        if p.direction is not Direction.BACKWARD_WEIGHTS:
             plan.flops_transform += 2 * ptot * g * (a2 * a2 * vc + m2 * a2 * c_out)
-            plan.flops_transform += 2 * a2 * r2 * g * vc * c_out
+            plan.flops_filter += 2 * a2 * r2 * g * vc * c_out
         plan.flops_gemm += 2 * a2 * ptot * g * vc * c_out
+        plan.tile_bytes += _F32 * ptot * g * a2 * (vc + c_out)
         # gather writes + transform reads/writes + GEMM output + output scatter, in float32
         plan.bytes_moved += _F32 * ptot * g * (4 * a2 * vc + 3 * a2 * c_out + 2 * m2 * c_out)
         for name, value in need.items():

@@ -28,12 +28,20 @@ TILES: tuple[int, ...] = (2, 4, 6)
 BLOCKS: tuple[int, ...] = (128, 512, 2048, 8192)
 #: Largest stride handled by splitting into phases (stride**2 phases, each a sub-problem).
 MAX_STRIDE = 4
-#: Fraction of the BLAS ceiling the batched GEMM stage reaches, and the transform GEMMs
-#: (short contraction dimension alpha^2) reach (measured on the development machine, see README).
-GEMM_EFFICIENCY = 0.6
-TRANSFORM_EFFICIENCY = 0.3
-#: Python and numpy dispatch per chunk and per run (measured: about 40 numpy calls per chunk).
-CHUNK_OVERHEAD_MS = 0.15
+#: Below this many 4x4 output tiles the default tile is F(2,3) (measured on ResNet-50 and VGG-16
+#: 3x3 layers: 7x7 and 14x14 images at batch 1 are faster with F(2,3), batch 8 with F(4,3)).
+SMALL_TILES = 32
+#: Cost model, fitted (within about 20%) to single-thread times of the ResNet-50 and VGG-16 3x3
+#: layers on the development machine, in fractions of a 94 GFLOP/s single-thread sgemm peak so
+#: that the WTI does not depend on how the peak was measured: the batched GEMM runs at about 0.52
+#: of it, the filter transform (GEMMs with a contraction of r^2 = 9 writing alpha^2/r^2 times
+#: the filter) at 0.12, and every float32 value of the transformed tiles (gather, transform,
+#: output transform, scatter: memory-bound numpy passes) costs as much as 45 peak flops.
+GEMM_EFFICIENCY = 0.52
+FILTER_EFFICIENCY = 0.12
+TILE_BYTE_FLOPS = 45.0
+#: Python and numpy dispatch per chunk and per run (about 30 numpy calls per chunk).
+CHUNK_OVERHEAD_MS = 0.1
 RUN_OVERHEAD_MS = 0.1
 
 
@@ -105,10 +113,12 @@ class WinogradRxS(TunableSolver):
                     yield config
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
-        """F(4,3) unless the output is so small that 4x4 tiles waste most of their work (then
-        F(2,3)); chunks of 512 tiles (the best block in the README's measurements)."""
-        tile = 4 if min(problem.out_spatial) >= 8 else 2
-        return PerfConfig(tile=tile, block=512)
+        """F(4,3) unless the problem has fewer than :data:`SMALL_TILES` 4x4 output tiles (then
+        F(2,3): the filter transform, 36/9 times the filter for F(4,3) and 16/9 for F(2,3),
+        dominates there); chunks of 128 tiles (their transform blocks stay in L2; a problem of
+        at most 128 tiles is one chunk whose filter transform is fused with the GEMM)."""
+        tiles = problem.n * math.prod(-(-o // 4) for o in problem.out_spatial)
+        return PerfConfig(tile=4 if tiles >= SMALL_TILES else 2, block=128)
 
     def is_valid_perf_config(
         self, ctx: ExecutionContext, problem: ConvProblem, config: PerfConfig
@@ -165,19 +175,20 @@ class WinogradRxS(TunableSolver):
         )
 
     def predicted_ms(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
-        """Roofline estimate of the default config: GEMM flops at the measured GEMM efficiency,
-        transform flops and float32 traffic, plus dispatch overhead per chunk."""
+        """Cost model of the default config (see :data:`GEMM_EFFICIENCY`): GEMM and filter
+        transform flops at their measured efficiencies, transformed-tile traffic as flops,
+        plus dispatch overhead per chunk."""
         tile, block = self._config(ctx, problem, None)
         plan = _plan(problem, tile, block)
-        gemm = ctx.roofline_ms(plan.flops_gemm, 0, problem.dtype, GEMM_EFFICIENCY)
-        transforms = ctx.roofline_ms(
-            plan.flops_transform, plan.bytes_moved, problem.dtype, TRANSFORM_EFFICIENCY
-        )
+        dtype = problem.dtype
+        gemm = ctx.roofline_ms(plan.flops_gemm, 0, dtype, GEMM_EFFICIENCY)
+        filt = ctx.roofline_ms(plan.flops_filter, 0, dtype, FILTER_EFFICIENCY)
+        tiles = ctx.roofline_ms(TILE_BYTE_FLOPS * plan.tile_bytes, 0, dtype)
         n_chunks = sum(
             math.ceil(plan.n * r.y.tiles * r.x.tiles / block) for r in plan.runs if not r.empty
         )
         overhead = RUN_OVERHEAD_MS * len(plan.runs) + CHUNK_OVERHEAD_MS * n_chunks
-        return gemm + transforms + overhead
+        return gemm + filt + tiles + overhead
 
     def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
         """Ideal time over :meth:`predicted_ms`."""
