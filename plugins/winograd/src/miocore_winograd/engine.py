@@ -257,11 +257,18 @@ def make_plan(problem: ConvProblem, tile: int, block: int) -> Plan:
         c_in, c_out = cg, kg
         src_rows, src_cols = ay.src_extent, ax.src_extent
         pads = (pad_y, pad_x)
+    # The channel-major path reads and writes NCHW rows; for NHWC tensors the channel-last
+    # path is faster on large images (its gathers and scatters copy runs of channels), the
+    # channel-major one still on small ones (fused filter transform).
     channel_major = (
         p.direction is not Direction.BACKWARD_WEIGHTS
         and g == 1
         and all(r.virtual <= 1 for r in runs)
         and all(r.y.step == 1 and r.x.step == 1 for r in runs)
+        and (
+            p.x.layout == "NCHW"
+            or max(p.n * r.y.tiles * r.x.tiles for r in runs) <= FUSED_MAX_TILES
+        )
     )
     if channel_major:
         src_shape: tuple[int, ...] = (p.n, c_in, src_rows, src_cols)
