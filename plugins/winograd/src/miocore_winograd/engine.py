@@ -608,13 +608,13 @@ def _run_channel_major(
         base = src[chunk.n0 :, :, oy + y.m * chunk.ty0 :, ox:]
         vt = lay.view(ws, "b", (a2, cin, pc))
         cs = _sub_block(pc, cin)
+        tiles = as_strided(
+            base, shape=(ay, ax, cin, nb, tyb, tx), strides=(sh, sw, sc, sn, y.m * sh, x.m * sw)
+        )
         for c0 in range(0, cin, cs):  # gather + input transform per L2-sized channel block
             c1 = min(cin, c0 + cs)
             d = lay.view(ws, "t", (ay, ax, c1 - c0, nb, tyb, tx))
-            view = as_strided(
-                base[:, c0:], shape=d.shape, strides=(sh, sw, sc, sn, y.m * sh, x.m * sw)
-            )
-            np.copyto(d, view)
+            np.copyto(d, tiles[:, :, c0:c1])
             np.matmul(b_mat, d.reshape(a2, -1), out=vt[:, c0:c1].reshape(a2, -1))
         mm = lay.view(ws, "a", (a2, kout, pc))
         if kb == kout:
