@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from miocore_winograd import BLOCKS, TILES, WinogradRxS
+from miocore_winograd.engine import make_plan
 
 import miocore
 from miocore import (
@@ -267,3 +268,42 @@ def test_wti_prefers_wide_layers() -> None:
         return SOLVER.wti(CTX, p)
 
     assert 0 < wti(4) < wti(256) <= 1
+
+
+#: NCHW float32 stride-1 shapes that take the channel-major path: one fused chunk, several chunks
+#: with several transform blocks per chunk (wide channels), cropped and exact tiles, batch > 1.
+CHANNEL_MAJOR = [
+    dict(n=1, c=100, k=100, in_spatial=(7, 9)),  # one chunk: filter transform fused per K block
+    dict(n=3, c=8, k=5, in_spatial=(30, 26)),  # several chunks, cropped tiles
+    dict(n=2, c=300, k=40, in_spatial=(16, 16)),  # several transform blocks per chunk
+    dict(n=1, c=4, k=300, in_spatial=(64, 60)),  # several output blocks, exact tiles
+]
+
+
+@pytest.mark.parametrize("spec", CHANNEL_MAJOR, ids=["fused", "chunks", "cblocks", "kblocks"])
+@pytest.mark.parametrize("direction", ("forward", "backward_data"))
+@pytest.mark.parametrize("config", [PerfConfig(tile=t, block=128) for t in TILES])
+def test_channel_major_path(spec: dict, direction: str, config: PerfConfig) -> None:
+    p = ConvProblem.from_sizes(direction, filter_spatial=(3, 3), pads=(1, 1), **spec)
+    plan = make_plan(p.canonical, config["tile"], config["block"])
+    assert plan.channel_major
+    check_solver(SOLVER, p, perf_config=config, tolerance=tolerance(p, config))
+
+
+def test_channel_major_strided_backward_data() -> None:
+    p = ConvProblem.from_sizes(
+        "backward_data", n=2, c=6, k=7, in_spatial=(15, 12), filter_spatial=(3, 3),
+        pads=(1, 1), strides=(2, 2),
+    )  # fmt: skip
+    assert make_plan(p.canonical, 4, 128).channel_major  # one run per dx phase
+    check_solver(SOLVER, p, perf_config=PerfConfig(tile=4, block=128), tolerance=3e-5)
+
+
+def test_default_tile_follows_the_tile_count() -> None:
+    def tile(n: int, hw: int) -> int:
+        p = ConvProblem.from_sizes(
+            "forward", n=n, c=64, k=64, in_spatial=(hw, hw), filter_spatial=(3, 3), pads=(1, 1)
+        )
+        return SOLVER.default_perf_config(CTX, p)["tile"]
+
+    assert (tile(1, 7), tile(1, 14), tile(8, 7), tile(1, 28), tile(1, 224)) == (2, 2, 4, 4, 4)
