@@ -65,6 +65,9 @@ class Handle:
     ``system_db_path`` override ``MIOCORE_USER_DB_PATH`` and ``MIOCORE_SYSTEM_DB_PATH``.
     On a GPU, ``stream`` is the stream every run goes on (a raw handle, a ``torch.cuda.Stream``
     such as ``torch.cuda.current_stream()``, a CuPy stream; default: the default stream).
+    ``math_mode`` is ``"exact"`` (default) or ``"tf32"``: only ``"tf32"`` lets solvers that
+    round fp32 inputs to TF32 apply (``igemm.gpu_tf32``); an exact handle never gets them,
+    not even from a FindDb record another handle wrote.
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class Handle:
         user_db_path: str | Path | None = None,
         system_db_path: str | Path | None = None,
         stream: Any = None,
+        math_mode: str = "exact",
     ) -> None:
         self.backend = (
             open_backend(device) if stream is None else open_backend(device, stream=stream)
@@ -82,7 +86,7 @@ class Handle:
         if hasattr(self.backend, "bind_registry"):  # GPU backends find kernel sources there
             self.backend.bind_registry(lambda: self.registry)
         self.device = self.backend.device
-        self.context = ExecutionContext(device=self.device)
+        self.context = ExecutionContext(device=self.device, math_mode=math_mode)
         self._registry = registry
         self._user_db_path = Path(user_db_path) if user_db_path is not None else None
         self._system_db_path = Path(system_db_path) if system_db_path is not None else None

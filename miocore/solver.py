@@ -132,11 +132,29 @@ def _cached_ceilings(measure: Callable[[], Ceilings]) -> Ceilings:
     return found
 
 
+#: Math modes an :class:`ExecutionContext` (and ``Handle(math_mode=...)``) accepts.
+MATH_MODES = ("exact", "tf32")
+
+
+def _check_math_mode(_instance: Any, _attribute: Any, value: Any) -> None:
+    if value not in MATH_MODES:
+        raise InvalidArgumentError(
+            f"expected one of {', '.join(MATH_MODES)}", field="math_mode", value=value
+        )
+
+
 @attrs.frozen(kw_only=True)
 class ExecutionContext:
-    """Where a solver will run. Passed to every solver method."""
+    """Where a solver will run, and under which math mode. Passed to every solver method.
+
+    ``math_mode`` is the arithmetic the caller accepts: ``"exact"`` (the default: every
+    solver computes in the problem's element type with at least fp32 accumulation) or
+    ``"tf32"`` (fp32 problems may also be computed with TF32 inputs, 10 mantissa bits, on
+    the matrix units). Solvers that reduce precision decline unless the mode allows it.
+    """
 
     device: DeviceInfo
+    math_mode: str = attrs.field(default="exact", validator=_check_math_mode)
 
     @property
     def backend(self) -> str:
