@@ -75,11 +75,18 @@ def _source_tree_registry() -> Registry | None:
     import importlib
 
     plugins = []
-    for family in ("direct", "gemm"):
+    for family in ("direct", "gemm", "igemm"):
         try:
             module = importlib.import_module(f"miocore_{family}.plugin")
         except ImportError:
-            continue
+            src = Path(__file__).resolve().parents[1] / "plugins" / family / "src"
+            if not src.is_dir():
+                continue
+            sys.path.append(str(src))  # a family the tox env's PYTHONPATH does not list
+            try:
+                module = importlib.import_module(f"miocore_{family}.plugin")
+            except ImportError:
+                continue
         plugins.append((family, module, f"miocore-{family}", "source"))
     return Registry.from_plugins(plugins) if plugins else None
 

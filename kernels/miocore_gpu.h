@@ -127,3 +127,67 @@ MIO_DEVICE mio_index mio_offset5(const MioTensor5& t, const mio_index* idx) {
   return idx[0] * t.stride[0] + idx[1] * t.stride[1] + idx[2] * t.stride[2] +
          idx[3] * t.stride[3] + idx[4] * t.stride[4];
 }
+
+// ---- matrix units (tensor-core MMA) ----------------------------------------------------------
+// MIO_MMA_SYNC       1 where the warp-level `mma.sync` tensor-core instructions exist (CUDA
+//                    sm_80+); kernels use the fragment helpers below behind `#if MIO_MMA_SYNC`
+//                    and keep a scalar path (same shared-memory tiles, same accumulator
+//                    layout) for HIP and older GPUs. MIO_HAS_MMA stays the coarse "a matrix
+//                    unit exists" switch (MFMA on gfx90a/gfx94x is not used yet).
+// mio_cp_async16(dst, src, n)   copy 16 bytes global -> shared, zero-filling past n bytes
+//                    (n = 0 or 16); asynchronous (cp.async.cg) on sm_80+, a plain copy elsewhere.
+// mio_cp_async_commit(), mio_cp_async_wait(N)   group boundaries; no-ops without cp.async.
+// mio_mma_f16_16816 / mio_mma_bf16_16816 / mio_mma_tf32_1688   d += a * b on one warp,
+//                    fp32 accumulators, PTX fragment layouts (row.col).
+#if defined(MIO_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define MIO_MMA_SYNC 1
+#else
+#define MIO_MMA_SYNC 0
+#endif
+
+#if MIO_MMA_SYNC
+MIO_DEVICE void mio_cp_async16(void* dst, const void* src, int nbytes) {
+  unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(nbytes));
+}
+#define mio_cp_async_commit() asm volatile("cp.async.commit_group;\n" ::)
+#define mio_cp_async_wait(n) asm volatile("cp.async.wait_group %0;\n" ::"n"(n))
+
+MIO_DEVICE void mio_mma_f16_16816(float* d, const unsigned int* a, const unsigned int* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+MIO_DEVICE void mio_mma_bf16_16816(float* d, const unsigned int* a, const unsigned int* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+MIO_DEVICE unsigned int mio_f32_to_tf32(float f) {
+  unsigned int r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(f));
+  return r;
+}
+
+MIO_DEVICE void mio_mma_tf32_1688(float* d, const unsigned int* a, const unsigned int* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#else
+MIO_DEVICE void mio_cp_async16(void* dst, const void* src, int nbytes) {
+  uint4 v = make_uint4(0u, 0u, 0u, 0u);
+  if (nbytes > 0) v = *(const uint4*)src;
+  *(uint4*)dst = v;
+}
+#define mio_cp_async_commit() ((void)0)
+#define mio_cp_async_wait(n) ((void)0)
+#endif
