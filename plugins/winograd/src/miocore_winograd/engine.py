@@ -231,6 +231,7 @@ class Plan:
     flops_transform: float = 0.0  # tile transforms
     flops_filter: float = 0.0  # filter transform (backward weights: the final A^T stage)
     tile_bytes: float = 0.0  # float32 tiles in the transformed domain (inputs and products)
+    filter_copy_bytes: float = 0.0  # filter taps copied into the pieces buffer (transposing)
     bytes_moved: float = 0.0
 
 
@@ -327,6 +328,8 @@ def make_plan(problem: ConvProblem, tile: int, block: int) -> Plan:
         if p.direction is not Direction.BACKWARD_WEIGHTS:
             plan.flops_transform += 2 * ptot * g * (a2 * a2 * vc + m2 * a2 * c_out)
             plan.flops_filter += 2 * a2 * r2 * g * vc * c_out
+        if p.direction is Direction.BACKWARD_DATA:  # flipped, channel-transposed filter copy
+            plan.filter_copy_bytes += _F32 * r2 * g * vc * c_out
         plan.flops_gemm += 2 * a2 * ptot * g * vc * c_out
         plan.tile_bytes += _F32 * ptot * g * a2 * (vc + c_out)
         # gather writes + transform reads/writes + GEMM output + output scatter, in float32
