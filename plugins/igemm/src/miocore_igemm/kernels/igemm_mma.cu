@@ -49,7 +49,7 @@
 #define MIO_B_ITERS ((MIO_BN + MIO_RPI - 1) / MIO_RPI)
 
 struct MioIgemmParams {
-  mio_index n, h, w, c;
+  mio_index n, c, h, w;
   mio_index k, fy, fx;
   mio_index ho, wo;
   mio_index groups, cg, kg;
