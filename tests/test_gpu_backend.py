@@ -40,6 +40,16 @@ def _available() -> bool:
 
 _HAS_GPU = _available()
 
+# Import PyTorch when the module is collected, not lazily in the middle of a long GPU session:
+# on the device, torch 2.11's first import failed inside its own schema parser when it happened
+# after other GPU test modules had run (the same tests pass with torch imported first).
+_TORCH_MODULE: Any = None
+if _HAS_GPU:
+    try:
+        import torch as _TORCH_MODULE
+    except ImportError:
+        _TORCH_MODULE = None
+
 
 @pytest.fixture
 def handle() -> miocore.Handle:
@@ -52,7 +62,9 @@ def handle() -> miocore.Handle:
 def torch() -> Any:
     if not _HAS_GPU:
         pytest.skip(f"no {DEVICE} device")
-    return pytest.importorskip("torch")
+    if _TORCH_MODULE is None:
+        pytest.skip("PyTorch is not installed")
+    return _TORCH_MODULE
 
 
 def _problem(direction: str = "forward", dtype: str = "float32", layout: str = "NCHW"):
