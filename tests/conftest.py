@@ -18,3 +18,21 @@ def _isolated_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
             monkeypatch.delenv(name)
     monkeypatch.setenv("MIOCORE_USER_DB_PATH", str(tmp_path / "user-db"))
     monkeypatch.setenv("MIOCORE_SYSTEM_DB_PATH", str(tmp_path / "system-db"))
+
+
+@pytest.fixture(autouse=True)
+def _virtual_solver_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CPU backend's timer also counts the virtual time fake solvers spend (see
+    ``fake_solvers.VIRTUAL_CLOCK``); real solvers spend none, so their times are unchanged."""
+    from fake_solvers import VIRTUAL_CLOCK
+
+    from miocore.backends.cpu import CpuBackend
+
+    real_time_ms = CpuBackend.time_ms
+
+    def time_ms(self: CpuBackend, run: object) -> float:
+        before = VIRTUAL_CLOCK.seconds
+        elapsed = real_time_ms(self, run)
+        return elapsed + (VIRTUAL_CLOCK.seconds - before) * 1e3
+
+    monkeypatch.setattr(CpuBackend, "time_ms", time_ms)

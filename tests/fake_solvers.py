@@ -1,12 +1,14 @@
 """Solvers registered by the core tests, so the find machinery is tested without any plugin.
 
 They compute the right answer (through the float64 reference, rounded to the output dtype)
-and take a controlled amount of time, so tests can tell which one find should pick.
+and take a controlled amount of *virtual* time: instead of sleeping they advance
+:data:`VIRTUAL_CLOCK`, which the tests' conftest adds to what the CPU backend measures. Real
+sleeps of a few milliseconds lose their order when the machine is busy; the virtual costs,
+scaled by :data:`TIME_SCALE`, stay far above any scheduling noise and cost no real time.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -25,6 +27,23 @@ from miocore.solver import (
     TunableSolver,
     not_applicable,
 )
+
+#: Seconds of virtual time per declared second of delay.
+TIME_SCALE = 20.0
+
+
+class VirtualClock:
+    """Seconds the fake solvers have "spent"; read by the tests' timing hook."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def spend(self, seconds: float) -> None:
+        """Advance by ``seconds`` of declared delay (times TIME_SCALE)."""
+        self.seconds += seconds * TIME_SCALE
+
+
+VIRTUAL_CLOCK = VirtualClock()
 
 
 def _compute(params: InvokeParams) -> None:
@@ -82,7 +101,7 @@ class TimedSolver(Solver):
                         params.workspace is not None and params.workspace.nbytes >= self.workspace
                     )
                 self.runs += 1
-                time.sleep(self.delay_s)
+                VIRTUAL_CLOCK.spend(self.delay_s)
                 _compute(params)
 
             return invoker
@@ -122,7 +141,7 @@ class TunableTimedSolver(TunableSolver):
         def factory(_kernels: Any) -> Any:
             def invoker(_handle: Any, params: InvokeParams) -> None:
                 self.configs_run.append(level)
-                time.sleep(delay)
+                VIRTUAL_CLOCK.spend(delay)
                 _compute(params)
 
             return invoker
