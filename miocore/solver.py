@@ -340,6 +340,17 @@ class Solver(ABC):
         """Estimated fraction of the device's peak this solver reaches (1.0 ideal, <0 unknown)."""
         return -1.0
 
+    def expected_error(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> float | None:
+        """The largest relative error (max abs error / max abs reference) the solver's own
+        arithmetic can reach on ``problem``, or None when it is exact up to float32
+        accumulation (direct, GEMM). Algorithms that transform their operands (Winograd, FFT)
+        say how much they lose; verification accepts the larger of this and the data type's
+        tolerance, so a correct Winograd result is never reported as a failure.
+        """
+        return None
+
     def __repr__(self) -> str:
         return f"<solver {self.name}>"
 

@@ -760,3 +760,40 @@ def test_parse_directions_rejects_bools() -> None:
 def test_namespace_without_flags_uses_defaults() -> None:
     values = cli.driver_values(argparse.Namespace())
     assert values["batchsize"] == 100 and values["mode"] == "conv"
+
+
+class _Approximate(TimedSolver):
+    """Correct up to a relative perturbation of 5e-5, like a transform-based algorithm."""
+
+    def __init__(self, declared: float | None) -> None:
+        super().__init__("test.approx")
+        self.declared = declared
+
+    def expected_error(self, ctx, problem, perf_config=None):  # type: ignore[no-untyped-def]
+        return self.declared
+
+    def get_solution(self, ctx, problem, perf_config=None):  # type: ignore[no-untyped-def]
+        exact = super().get_solution(ctx, problem, perf_config)
+
+        def factory(kernels):  # type: ignore[no-untyped-def]
+            run = exact.invoker_factory(kernels)
+
+            def invoker(handle, params):  # type: ignore[no-untyped-def]
+                run(handle, params)
+                out = getattr(params, params.problem.direction.output_tensor)
+                out[...] = out * (1 + 5e-5)
+
+            return invoker
+
+        return miocore.ConvSolution(solver=self.name, workspace_size=0, invoker_factory=factory)
+
+
+@pytest.mark.parametrize(("declared", "status"), [(None, 1), (1e-4, 0)])
+def test_verification_accepts_the_solvers_declared_error(
+    declared: float | None, status: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reg = miocore.Registry.from_solvers([_Approximate(declared)])
+    assert cli.main(["conv", *SMALL, "-F", "1", "-V", "1"], registry=reg) == status
+    out = capsys.readouterr().out
+    assert ("Verifies OK" in out) == (status == 0)
+    assert ("tolerance 0.0001" in out) == (declared is not None)

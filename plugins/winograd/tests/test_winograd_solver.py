@@ -307,3 +307,28 @@ def test_default_tile_follows_the_tile_count() -> None:
         return SOLVER.default_perf_config(CTX, p)["tile"]
 
     assert (tile(1, 7), tile(1, 14), tile(8, 7), tile(1, 28), tile(1, 224)) == (2, 2, 4, 4, 4)
+
+
+def test_expected_error_covers_wide_reductions() -> None:
+    """The solver's declared float32 error bound holds on a 512-channel layer, where the error
+    is several times that of the small corpus problems (what ``miocore conv -V 1`` checks)."""
+    ctx = cpu_context()
+    p = ConvProblem.from_sizes(
+        "forward", n=1, c=512, k=16, in_spatial=(12, 12), filter_spatial=(3, 3), pads=(1, 1)
+    )
+    config = PerfConfig(tile=4, block=128)
+    bound = SOLVER.expected_error(ctx, p.canonical, config)
+    assert bound is not None and bound > TOLERANCE["float32"][4]
+    err = check_solver(SOLVER, p, perf_config=config, tolerance=bound)
+    assert err > 1e-6  # a real Winograd error, not an exact result
+    half = ConvProblem.from_sizes(
+        "forward",
+        n=1,
+        c=8,
+        k=4,
+        in_spatial=(6, 6),
+        filter_spatial=(3, 3),
+        pads=(1, 1),
+        dtype="float16",
+    )
+    assert SOLVER.expected_error(ctx, half.canonical) is None

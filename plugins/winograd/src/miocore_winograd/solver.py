@@ -13,6 +13,7 @@ from miocore import (
     Applicability,
     ConvProblem,
     ConvSolution,
+    DataType,
     ExecutionContext,
     InvalidArgumentError,
     InvokeParams,
@@ -21,6 +22,10 @@ from miocore import (
     not_applicable,
 )
 from miocore_winograd.engine import Plan, execute, forward_axis, make_plan
+
+#: Float32 error (max abs error / max abs reference) per output tile size at a reduction of 16
+#: or fewer: what the plugin's tests allow, measured at about a third of it.
+FP32_ERROR_BY_TILE = {2: 2e-6, 4: 3e-5, 6: 1e-4}
 
 #: Output tile sizes per axis: F(2,3), F(4,3), F(6,3) (and F(m,2)/F(m,1) for phase pieces).
 TILES: tuple[int, ...] = (2, 4, 6)
@@ -122,6 +127,21 @@ class WinogradRxS(TunableSolver):
         at most 128 tiles is one chunk whose filter transform is fused with the GEMM)."""
         tiles = problem.n * math.prod(-(-o // 4) for o in problem.out_spatial)
         return PerfConfig(tile=4 if tiles >= SMALL_TILES else 2, block=128)
+
+    def expected_error(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> float | None:
+        """Float32 error bound of the tile size in use, growing with the square root of the
+        Winograd-domain reduction (channels per group times 3x3 filter pieces): rounding
+        errors of the transforms add up like a random walk over that sum. Calibrated so the
+        measured errors (F(4,3): 3.5e-6 at 4 channels, 2.0e-5 at 512) sit at a third or less
+        of the bound. float16 and bfloat16 are dominated by their own output rounding."""
+        if problem.dtype is not DataType.FLOAT32:
+            return None
+        config = perf_config if perf_config is not None else self.default_perf_config(ctx, problem)
+        pieces = max(1, math.prod(problem.filter_spatial) // 9)
+        reduction = (problem.c // problem.groups) * pieces
+        return FP32_ERROR_BY_TILE[config["tile"]] * max(1.0, math.sqrt(reduction / 16))
 
     def is_valid_perf_config(
         self, ctx: ExecutionContext, problem: ConvProblem, config: PerfConfig
