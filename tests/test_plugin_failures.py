@@ -37,8 +37,11 @@ def install(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
     def _install(case: str) -> None:
         folder = FAKES / case
         assert folder.is_dir(), folder
+        # The shared helper module sits one level up; that folder holds no dist-info, so
+        # discovery finds nothing extra there.
+        monkeypatch.syspath_prepend(str(FAKES))
         monkeypatch.syspath_prepend(str(folder))
-        added.extend(p.stem for p in folder.glob("*.py"))
+        added.extend(p.stem for p in (*folder.glob("*.py"), *FAKES.glob("*.py")))
         reset_default_registry()
 
     yield _install
