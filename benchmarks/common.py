@@ -7,6 +7,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -46,3 +47,23 @@ def machine() -> str:
         f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, "
         f"Python {platform.python_version()}, numpy {np.__version__}"
     ).replace("  ", " ")
+
+
+def config_runner(
+    handle: Any, solver: str, problem: Any, config: Any, x: Any, w: Any, y: Any
+) -> Any:
+    """A zero-argument callable running ``solver`` with one perf config on the given arrays,
+    compiled outside the handle's caches (to time configs find would not pick)."""
+    import miocore
+
+    implementation = handle.registry.get(solver).solver
+    canon = problem.canonical
+    solution = implementation.get_solution(handle.context, canon, config)
+    invoker = solution.invoker_factory(handle.backend.compile(solution.kernels))
+    workspace = handle.backend.allocate_workspace(solution.workspace_size)
+    views = {
+        name: handle.backend.check_array(getattr(problem, name), t, name)
+        for name, t in (("x", x), ("w", w), ("y", y))
+    }
+    params = miocore.InvokeParams(problem=canon, workspace=workspace, **views)
+    return lambda: invoker(handle, params)

@@ -41,28 +41,9 @@ import miocore  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import geomean, machine, median_ms  # noqa: E402
-from shapes import SUITES, Layer  # noqa: E402
+from shapes import SUITES, problem  # noqa: E402
 
 DIRECTIONS = {"F": "forward", "B": "backward_data", "W": "backward_weights"}
-
-
-def problem_for(
-    layer: Layer, batch: int, direction: str, dtype: str, layout: str
-) -> miocore.ConvProblem:
-    """The miocore problem of one layer."""
-    return miocore.ConvProblem.from_sizes(
-        direction,
-        n=batch,
-        c=layer.c,
-        k=layer.k,
-        in_spatial=(layer.hw, layer.hw),
-        filter_spatial=(layer.f, layer.f),
-        pads=(layer.pad, layer.pad),
-        strides=(layer.stride, layer.stride),
-        groups=layer.groups,
-        dtype=dtype,
-        layout=layout,
-    )
 
 
 def torch_runner(problem: miocore.ConvProblem, arrays: dict[str, np.ndarray]):  # type: ignore[no-untyped-def]
@@ -127,7 +108,7 @@ def run(args: argparse.Namespace) -> list[dict]:
                     if args.only and layer.name not in args.only:
                         continue
                     for letter in args.directions:
-                        p = problem_for(layer, batch, DIRECTIONS[letter], args.dtype, args.layout)
+                        p = problem(layer, batch, DIRECTIONS[letter], args.dtype, args.layout)
                         arrays = miocore.reference.random_inputs(p, 0)
                         sols = handle.find_solutions(
                             p, find_mode="NORMAL", exhaustive=args.exhaustive

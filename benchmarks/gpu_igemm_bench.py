@@ -20,26 +20,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from common import config_runner
 from gpu_vs_cudnn import events_median_ms, geomean
-from shapes import RESNET50
+from shapes import RESNET50, problem
 
 import miocore
 
 SOLVER = "igemm.gpu_mma"
-
-
-def _runner(handle: Any, problem: Any, cfg: Any, x: Any, w: Any, y: Any) -> Any:
-    solver = handle.registry.get(SOLVER).solver
-    canon = problem.canonical
-    sol = solver.get_solution(handle.context, canon, cfg)
-    invoker = sol.invoker_factory(handle.backend.compile(sol.kernels))
-    ws = handle.backend.allocate_workspace(sol.workspace_size)
-    views = {
-        name: handle.backend.check_array(getattr(problem, name), t, name)
-        for name, t in (("x", x), ("w", w), ("y", y))
-    }
-    ip = miocore.InvokeParams(problem=canon, workspace=ws, **views)
-    return lambda: invoker(handle, ip)
 
 
 def _picks(solver: Any, ctx: Any, canon: Any, count: int) -> list[Any]:
@@ -89,18 +76,7 @@ def main() -> None:
         # compile every layer's candidate configs at once (NVRTC in parallel)
         plans = []
         for layer in layers:
-            p = miocore.ConvProblem.from_sizes(
-                "forward",
-                n=args.batch,
-                c=layer.c,
-                k=layer.k,
-                in_spatial=(layer.hw, layer.hw),
-                filter_spatial=(layer.f, layer.f),
-                pads=(layer.pad,) * 2,
-                strides=(layer.stride,) * 2,
-                dtype=dtype,
-                layout="NHWC",
-            )
+            p = problem(layer, args.batch, dtype=dtype, layout="NHWC")
             picks = _picks(solver, handle.context, p.canonical, args.configs)
             plans.append((layer, p, picks))
         kernels = [
@@ -129,7 +105,7 @@ def main() -> None:
             timings = []
             for cfg in picks:
                 try:
-                    run = _runner(handle, p, cfg, x, w, y)
+                    run = config_runner(handle, SOLVER, p, cfg, x, w, y)
                     y.fill_(float("nan"))
                     run()
                     err = float((y.float() - expected).abs().max()) / scale

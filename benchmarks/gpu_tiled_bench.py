@@ -19,26 +19,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from common import config_runner
 from gpu_vs_cudnn import events_median_ms, geomean, torch_call
-from shapes import RESNET50
+from shapes import RESNET50, problem
 
 import miocore
 
 LAYERS = ("l1.3x3", "l2.3x3s2", "l2.3x3", "l3.3x3")
-
-
-def _tiled_runner(handle: Any, problem: Any, cfg: Any, x: Any, w: Any, y: Any) -> Any:
-    solver = handle.registry.get("direct.gpu_tiled").solver
-    canon = problem.canonical
-    sol = solver.get_solution(handle.context, canon, cfg)
-    invoker = sol.invoker_factory(handle.backend.compile(sol.kernels))
-    ws = handle.backend.allocate_workspace(sol.workspace_size)
-    views = {
-        name: handle.backend.check_array(getattr(problem, name), t, name)
-        for name, t in (("x", x), ("w", w), ("y", y))
-    }
-    ip = miocore.InvokeParams(problem=canon, workspace=ws, **views)
-    return lambda: invoker(handle, ip)
 
 
 def main() -> None:
@@ -62,17 +49,7 @@ def main() -> None:
     for dtype in args.dtypes:
         tdtype = getattr(torch, dtype)
         for layer in (lay for lay in RESNET50 if lay.name in LAYERS):
-            p0 = miocore.ConvProblem.from_sizes(
-                "forward",
-                n=args.batch,
-                c=layer.c,
-                k=layer.k,
-                in_spatial=(layer.hw, layer.hw),
-                filter_spatial=(layer.f, layer.f),
-                pads=(layer.pad,) * 2,
-                strides=(layer.stride,) * 2,
-                dtype=dtype,
-            )
+            p0 = problem(layer, args.batch, dtype=dtype)
             x = torch.randn(p0.x.lengths, device="cuda", dtype=tdtype)
             w = torch.randn(p0.w.lengths, device="cuda", dtype=tdtype) * 0.05
             y = torch.randn(p0.y.lengths, device="cuda", dtype=tdtype)
@@ -116,7 +93,7 @@ def main() -> None:
                 timings = []
                 for cfg in picks:
                     try:
-                        fn = _tiled_runner(handle, p, cfg, x, w, y)
+                        fn = config_runner(handle, "direct.gpu_tiled", p, cfg, x, w, y)
                         fn()
                         torch.cuda.synchronize()
                         got = target.float()

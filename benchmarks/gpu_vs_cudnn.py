@@ -28,7 +28,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from shapes import RESNET50
+from common import geomean
+from shapes import RESNET50, problem
 
 import miocore
 
@@ -68,17 +69,7 @@ def bench_layers(args: argparse.Namespace, torch: Any) -> list[dict[str, Any]]:
     for dtype in args.dtypes:
         tdtype = getattr(torch, dtype)
         for layer in layers:
-            p0 = miocore.ConvProblem.from_sizes(
-                "forward",
-                n=args.batch,
-                c=layer.c,
-                k=layer.k,
-                in_spatial=(layer.hw, layer.hw),
-                filter_spatial=(layer.f, layer.f),
-                pads=(layer.pad,) * 2,
-                strides=(layer.stride,) * 2,
-                dtype=dtype,
-            )
+            p0 = problem(layer, args.batch, dtype=dtype)
             x = torch.randn(p0.x.lengths, device="cuda", dtype=tdtype)
             w = torch.randn(p0.w.lengths, device="cuda", dtype=tdtype) * 0.05
             y = torch.randn(p0.y.lengths, device="cuda", dtype=tdtype)
@@ -190,10 +181,6 @@ def bench_host_overhead(torch: Any, calls: int = 2000) -> dict[str, float]:
         "miocore_immediate_us": per_call_us(lambda: handle.immediate(p, solver, x=x, w=w, y=y)),
         "torch_conv2d_us": per_call_us(lambda: F.conv2d(x, w, padding=1)),
     }
-
-
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
 def main() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import miocore
+
 
 class Layer(NamedTuple):
     """One convolution layer: channels, input size, filter, stride, padding (square)."""
@@ -59,3 +61,26 @@ VGG16 = [
 ]
 
 SUITES = {"resnet50": RESNET50, "vgg16": VGG16}
+
+
+def problem(
+    layer: Layer,
+    batch: int,
+    direction: str = "forward",
+    dtype: str = "float32",
+    layout: str = "NCHW",
+) -> miocore.ConvProblem:
+    """The miocore problem of one layer at ``batch``."""
+    return miocore.ConvProblem.from_sizes(
+        direction,
+        n=batch,
+        c=layer.c,
+        k=layer.k,
+        in_spatial=(layer.hw, layer.hw),
+        filter_spatial=(layer.f, layer.f),
+        pads=(layer.pad, layer.pad),
+        strides=(layer.stride, layer.stride),
+        groups=layer.groups,
+        dtype=dtype,
+        layout=layout,
+    )
