@@ -8,10 +8,7 @@ STAGE="${1:-all}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .gpu/whl/*.whl || exit 3
-export PYTHONPATH="$PWD:/tmp/site"
-export MIOCORE_CORPUS="$PWD/.gpu/miopen_problems.jsonl.gz"
+source benchmarks/gpu_device_env.sh || exit 3
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   python3 -c "import torch, cupy, cuda.bindings as cb; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version(), 'cupy', cupy.__version__, 'cuda.bindings', cb.__version__)"
