@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# One device call: install the carried wheels, check the GPU path, run the GPU tests and the
+# One device call: set up the plugins from source (gpu_device_env.sh), check the GPU path, run the GPU tests and the
 # benchmark; logs and JSON land in $OUT. Prepare on the dev machine with
-#   benchmarks/gpu_prepare.sh   (builds .gpu/ : plugin wheels, platformdirs, the corpus)
+#   benchmarks/gpu_prepare.sh   (builds .gpu/ : platformdirs, the corpus)
 # and call the device with carry [".gpu"] and command "bash benchmarks/gpu_device_run.sh [stage]".
 set -uo pipefail
 STAGE="${1:-all}"
