@@ -36,9 +36,7 @@ def write_site(site: Path) -> None:
         name, version = project["name"], project["version"]
         info = site / f"{name.replace('-', '_')}-{version}.dist-info"
         info.mkdir(exist_ok=True)
-        (info / "METADATA").write_text(
-            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-        )
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
         points = project.get("entry-points", {}).get("miocore", {})
         lines = ["[miocore]", *(f"{k} = {v}" for k, v in points.items())]
         (info / "entry_points.txt").write_text("\n".join(lines) + "\n")

@@ -1,4 +1,5 @@
-"""Layer shapes of the networks the benchmarks use (ImageNet input, 224x224)."""
+"""Layer shapes of the networks the benchmarks use (ImageNet input 224x224; the 3-D U-Net on a
+64x64x64 crop)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import miocore
 
 
 class Layer(NamedTuple):
-    """One convolution layer: channels, input size, filter, stride, padding (square)."""
+    """One convolution layer: channels, input size, filter, stride, padding (square or cubic,
+    ``dims`` spatial dimensions)."""
 
     name: str
     c: int
@@ -18,6 +20,7 @@ class Layer(NamedTuple):
     stride: int = 1
     pad: int = 0
     groups: int = 1
+    dims: int = 2
 
 
 #: ResNet-50 (v1.5: the stride sits on the 3x3 convolution), every distinct layer once.
@@ -60,7 +63,56 @@ VGG16 = [
     Layer("conv5_1", 512, 512, 14, 3, 1, 1),
 ]
 
-SUITES = {"resnet50": RESNET50, "vgg16": VGG16}
+
+def _mobilenet_v2() -> list[Layer]:
+    """MobileNetV2 (width 1.0): every distinct depthwise 3x3 and pointwise 1x1 layer once."""
+    # (expansion t, output channels c, repeats n, first stride s), as in the paper's table 2.
+    blocks = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1)]
+    blocks += [(6, 160, 3, 2), (6, 320, 1, 1)]
+    layers: dict[tuple, Layer] = {}
+
+    def add(layer: Layer) -> None:
+        layers.setdefault(layer[1:], layer)
+
+    c_in, hw = 32, 112
+    for t, c_out, repeats, first_stride in blocks:
+        for i in range(repeats):
+            stride = first_stride if i == 0 else 1
+            hidden = c_in * t
+            if t != 1:
+                add(Layer(f"pw{c_in}-{hidden}@{hw}", c_in, hidden, hw, 1))
+            add(Layer(f"dw{hidden}s{stride}@{hw}", hidden, hidden, hw, 3, stride, 1, hidden))
+            hw //= stride
+            add(Layer(f"pw{hidden}-{c_out}@{hw}", hidden, c_out, hw, 1))
+            c_in = c_out
+    add(Layer(f"pw{c_in}-1280@{hw}", c_in, 1280, hw, 1))
+    return list(layers.values())
+
+
+#: MobileNetV2's depthwise and pointwise layers, every distinct shape once (batch 64 in the
+#: GPU benchmark).
+MOBILENETV2 = _mobilenet_v2()
+
+#: The 3-D U-Net's 3x3x3 convolutions (Cicek et al. 2016: 32-64 / 64-128 / 128-256 / 256-512
+#: on the way down, concatenated skips on the way up), on a 64^3 crop.
+UNET3D = [
+    Layer("enc1a", 1, 32, 64, 3, 1, 1, dims=3),
+    Layer("enc1b", 32, 64, 64, 3, 1, 1, dims=3),
+    Layer("enc2a", 64, 64, 32, 3, 1, 1, dims=3),
+    Layer("enc2b", 64, 128, 32, 3, 1, 1, dims=3),
+    Layer("enc3a", 128, 128, 16, 3, 1, 1, dims=3),
+    Layer("enc3b", 128, 256, 16, 3, 1, 1, dims=3),
+    Layer("bottom_a", 256, 256, 8, 3, 1, 1, dims=3),
+    Layer("bottom_b", 256, 512, 8, 3, 1, 1, dims=3),
+    Layer("dec3a", 768, 256, 16, 3, 1, 1, dims=3),
+    Layer("dec3b", 256, 256, 16, 3, 1, 1, dims=3),
+    Layer("dec2a", 384, 128, 32, 3, 1, 1, dims=3),
+    Layer("dec2b", 128, 128, 32, 3, 1, 1, dims=3),
+    Layer("dec1a", 192, 64, 64, 3, 1, 1, dims=3),
+    Layer("dec1b", 64, 64, 64, 3, 1, 1, dims=3),
+]
+
+SUITES = {"resnet50": RESNET50, "vgg16": VGG16, "mobilenetv2": MOBILENETV2, "unet3d": UNET3D}
 
 
 def problem(
@@ -70,16 +122,20 @@ def problem(
     dtype: str = "float32",
     layout: str = "NCHW",
 ) -> miocore.ConvProblem:
-    """The miocore problem of one layer at ``batch``."""
+    """The miocore problem of one layer at ``batch`` (``layout`` NCHW or NHWC; a 3-D layer
+    takes the matching NCDHW / NDHWC)."""
+    d = layer.dims
+    if d == 3:
+        layout = {"NCHW": "NCDHW", "NHWC": "NDHWC"}.get(layout, layout)
     return miocore.ConvProblem.from_sizes(
         direction,
         n=batch,
         c=layer.c,
         k=layer.k,
-        in_spatial=(layer.hw, layer.hw),
-        filter_spatial=(layer.f, layer.f),
-        pads=(layer.pad, layer.pad),
-        strides=(layer.stride, layer.stride),
+        in_spatial=(layer.hw,) * d,
+        filter_spatial=(layer.f,) * d,
+        pads=(layer.pad,) * d,
+        strides=(layer.stride,) * d,
         groups=layer.groups,
         dtype=dtype,
         layout=layout,
