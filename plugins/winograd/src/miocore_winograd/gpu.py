@@ -1,0 +1,478 @@
+"""GPU Winograd: ``winograd.gpu_f2x3`` (F(2x2, 3x3)) and ``winograd.gpu_f4x3`` (F(4x4, 3x3)).
+
+Multi-kernel ("non-fused") Winograd for 2-D 3x3 filters, stride 1, dilation 1, any padding:
+
+* forward: the input-transform kernel turns alpha x alpha tiles of x into
+  ``V[alpha^2][tiles][C]``, the filter-transform kernel turns w into ``U[alpha^2][C][K/g]``, the
+  vendor BLAS multiplies ``M[xi] = V[xi] . U[xi]`` for the alpha^2 points (one strided-batched
+  GEMM per group, float32 output, fp32 accumulation; tensor cores for fp16/bf16, exact FMA for
+  fp32), and the output-transform kernel turns M into y (cropped to Ho x Wo).
+* backward data: the same pipeline on dy, the filter rotated by 180 degrees with K and C
+  swapped inside the filter-transform kernel, and padding ``r - 1 - pad``.
+* backward weights: F(3x3, m x m), the m x m tiles of dy taking the filter's role: x tiles
+  (alpha = m + 2) and dy tiles are transformed, the BLAS reduces over the tiles
+  (``S[xi] = sum_t X[xi][t]^T DY[xi][t]``, float32, accumulated over image chunks) and the
+  inverse transform writes the 3x3 filter gradient.
+
+V, U (and the backward-weights X, DY) are stored in the tensors' element type so that half types
+feed the tensor cores; M and S are float32. Images go in chunks whose transformed tiles fit
+:data:`WORKSPACE_BUDGET`. The transform matrices come from :mod:`miocore_winograd.transforms`
+and reach the kernels as compile-time constants (``-DWINO_BT={...}`` etc.).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from miocore import (
+    APPLICABLE,
+    Algorithm,
+    Applicability,
+    ConvProblem,
+    ConvSolution,
+    DataType,
+    Direction,
+    ExecutionContext,
+    InvalidArgumentError,
+    InvokeParams,
+    KernelInfo,
+    NotApplicableError,
+    PerfConfig,
+    Solver,
+    not_applicable,
+)
+from miocore.backends.gpu_kernels import (
+    DTYPE_OPTIONS,
+    GPU_BACKENDS,
+    KernelArgs,
+    grid_for,
+    tensor5_bytes,
+)
+from miocore_winograd.transforms import toom_cook
+
+KERNEL_DIR = Path(__file__).parent / "kernels"
+SOURCE = "winograd/winograd_gpu.cu"
+#: Largest workspace one chunk of images may use (bytes); at least one image always goes.
+WORKSPACE_BUDGET = 1 << 30
+#: Most groups handled (one GEMM call per group and chunk); depthwise goes elsewhere.
+MAX_GROUPS = 32
+#: Fields of the kernels' ``WinoParams`` after the two ``MioTensor5``, in order.
+PARAM_FIELDS = (
+    "n0",
+    "nb",
+    "tiles_h",
+    "tiles_w",
+    "step",
+    "pad_h",
+    "pad_w",
+    "cin",
+    "cout",
+    "groups",
+    "flip",
+)
+_BLOCK = 256
+_ALIGN = 256
+#: Relative error per element-type unit roundoff at a reduction of 16 or fewer, per output tile
+#: (forward / backward data) or dy tile (backward weights): the transforms' growth of rounding
+#: errors, emulated in numpy (V and U rounded to the element type, float32 GEMM) on random
+#: data with the largest error found at a third or less of this.
+ERROR_GROWTH = {2: 6.0, 4: 60.0}
+_UNIT_ROUNDOFF = {DataType.FLOAT32: 2.0**-24, DataType.FLOAT16: 2.0**-11, DataType.BFLOAT16: 2.0**-8}
+#: Cost model: the batched GEMM reaches this fraction of the dtype's peak (cuBLAS on tall-skinny
+#: batches), the transform kernels stream at this fraction of the memory bandwidth, and every
+#: launch costs about this much.
+GEMM_EFFICIENCY = 0.6
+TRANSFORM_BANDWIDTH = 0.5
+LAUNCH_MS = 0.006
+
+
+def _c_float(value: Any) -> str:
+    return f"{float(value)!r}f"
+
+
+def _c_matrix(matrix: Any) -> str:
+    return "{" + ",".join(_c_float(v) for row in matrix for v in row) + "}"
+
+
+def kernel_options(dtype: DataType, m: int, r: int) -> tuple[str, ...]:
+    """Compile options of the transform kernels for F(m, r) on ``dtype``."""
+    a_t, g, b_t = toom_cook(m, r)
+    return (
+        DTYPE_OPTIONS[dtype],
+        f"-DWINO_M={m}",
+        f"-DWINO_R={r}",
+        f"-DWINO_BT={_c_matrix(b_t)}",
+        f"-DWINO_G={_c_matrix(g)}",
+        f"-DWINO_AT={_c_matrix(a_t)}",
+    )
+
+
+def _round(nbytes: int) -> int:
+    return -(-nbytes // _ALIGN) * _ALIGN
+
+
+class _Plan:
+    """Sizes of one problem's pipeline: channels, tiles, chunking and workspace offsets."""
+
+    def __init__(self, p: ConvProblem, m: int) -> None:
+        self.p = p
+        self.m = m
+        self.direction = p.direction
+        self.wrw = p.direction is Direction.BACKWARD_WEIGHTS
+        size = p.dtype.itemsize
+        g = p.groups
+        ho, wo = p.out_spatial
+        h, w = p.in_spatial
+        if self.wrw:
+            # F(3, m): x tiles of alpha = m + 2 stepping by m, dy tiles of m x m
+            self.tm, self.tr = 3, m
+            self.cin, self.cout = p.c, p.k
+            self.tiles_h, self.tiles_w = -(-ho // m), -(-wo // m)
+            self.pads = tuple(p.conv.pads)
+        else:
+            self.tm, self.tr = m, 3
+            if p.direction is Direction.FORWARD:
+                self.cin, self.cout = p.c, p.k
+                out_h, out_w = ho, wo
+                self.pads = tuple(p.conv.pads)
+            else:
+                self.cin, self.cout = p.k, p.c
+                out_h, out_w = h, w
+                self.pads = tuple(2 - q for q in p.conv.pads)
+            self.tiles_h, self.tiles_w = -(-out_h // m), -(-out_w // m)
+        self.alpha = self.tm + self.tr - 1
+        a2 = self.alpha**2
+        self.a2 = a2
+        self.cing, self.coutg = self.cin // g, self.cout // g
+        per_image_tiles = self.tiles_h * self.tiles_w
+        self.per_image_tiles = per_image_tiles
+        if self.wrw:
+            fixed = _round(a2 * self.cout * self.cing * 4)
+            per_image = a2 * per_image_tiles * (self.cin + self.cout) * size
+        else:
+            fixed = _round(a2 * self.cin * self.coutg * size)
+            per_image = a2 * per_image_tiles * (self.cin * size + self.cout * 4)
+        self.nb = max(1, min(p.n, (WORKSPACE_BUDGET - fixed) // max(per_image, 1)))
+        t = self.nb * per_image_tiles
+        self.max_tiles = t
+        if self.wrw:
+            # S (float32), X (x tiles), DY (dy tiles)
+            self.off_s = 0
+            self.off_x = fixed
+            self.off_dy = self.off_x + _round(a2 * t * self.cin * size)
+            self.workspace = self.off_dy + _round(a2 * t * self.cout * size)
+        else:
+            # U (filters), V (tiles), M (float32 products)
+            self.off_u = 0
+            self.off_v = fixed
+            self.off_m = self.off_v + _round(a2 * t * self.cin * size)
+            self.workspace = self.off_m + _round(a2 * t * self.cout * 4)
+
+    @property
+    def chunks(self) -> list[tuple[int, int]]:
+        """``(n0, nb)`` of every image chunk."""
+        return [(n0, min(self.nb, self.p.n - n0)) for n0 in range(0, self.p.n, self.nb)]
+
+    def gemm_flops(self) -> float:
+        """Flops of the batched GEMMs over the whole problem."""
+        tiles = self.p.n * self.per_image_tiles
+        return 2.0 * self.a2 * tiles * self.cin * self.coutg
+
+    def transform_bytes(self) -> float:
+        """Bytes the transform kernels and the GEMM operands move over the whole problem."""
+        p = self.p
+        size = p.dtype.itemsize
+        tiles = p.n * self.per_image_tiles
+        tensors = (p.x.element_count + p.y.element_count + p.w.element_count) * size
+        if self.wrw:
+            tiles_bytes = 2 * self.a2 * tiles * (self.cin + self.cout) * size
+            return tensors + tiles_bytes + 2 * self.a2 * self.cout * self.cing * 4
+        tiles_bytes = 2 * self.a2 * tiles * (self.cin * size + self.cout * 4)
+        return tensors + tiles_bytes + 2 * self.a2 * self.cin * self.coutg * size
+
+    def params(self, n0: int, nb: int, src: Any, dst: Any, flip: int, cin: int, cout: int) -> bytes:
+        """The kernels' ``WinoParams`` struct (two MioTensor5 then :data:`PARAM_FIELDS`)."""
+        step = self.m
+        values = {
+            "n0": n0,
+            "nb": nb,
+            "tiles_h": self.tiles_h,
+            "tiles_w": self.tiles_w,
+            "step": step,
+            "pad_h": self.pads[0],
+            "pad_w": self.pads[1],
+            "cin": cin,
+            "cout": cout,
+            "groups": self.p.groups,
+            "flip": flip,
+        }
+        tail = np.array([values[f] for f in PARAM_FIELDS], dtype=np.int64)
+        return tensor5_bytes(src) + tensor5_bytes(dst) + tail.tobytes()
+
+
+class WinogradGpuSolver(Solver):
+    """Non-fused GPU Winograd with output tile ``m`` (subclasses fix it): transform kernels and
+    the backend's batched BLAS GEMM, every direction, fp32 / fp16 / bf16, NCHW / NHWC."""
+
+    algorithm = Algorithm.WINOGRAD
+    backends = GPU_BACKENDS
+    is_dynamic = True
+    m: int = 2
+
+    def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
+        """2-D, 3x3 filter, stride 1, dilation 1, up to :data:`MAX_GROUPS` groups."""
+        p = problem
+        if p.spatial_dims != 2:
+            return not_applicable(f"{p.spatial_dims}-D problem; {self.name} is 2-D only")
+        if tuple(p.filter_spatial) != (3, 3):
+            return not_applicable(f"filter {tuple(p.filter_spatial)}; {self.name} needs 3x3")
+        if any(s != 1 for s in p.conv.strides):
+            return not_applicable(f"strides {tuple(p.conv.strides)}; {self.name} needs 1")
+        if any(d != 1 for d in p.conv.dilations):
+            return not_applicable(f"dilations {tuple(p.conv.dilations)}; {self.name} needs 1")
+        if p.groups > MAX_GROUPS:
+            return not_applicable(
+                f"groups {p.groups} > {MAX_GROUPS} (one GEMM per group; depthwise is direct's)"
+            )
+        if p.dtype not in _UNIT_ROUNDOFF:
+            return not_applicable(f"dtype {p.dtype}; {self.name} takes fp32, fp16, bf16")
+        for name in ("x", "w", "y"):
+            desc = getattr(p, name)
+            if desc.layout not in ("NCHW", "NHWC"):
+                return not_applicable(f"{name} layout {desc.layout}; needs NCHW or NHWC")
+        plan = _Plan(p, self.m)
+        if max(plan.cin, plan.cout, plan.max_tiles, plan.max_tiles * plan.cout) >= 2**31:
+            return not_applicable("a GEMM dimension exceeds 32-bit BLAS indexing")
+        return APPLICABLE
+
+    def workspace_size(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> int:
+        """Forward / backward data: U + V of one image chunk in the element type, M in float32;
+        backward weights: X + DY of one chunk in the element type, S in float32 (each part
+        rounded up to 256 bytes)."""
+        return _Plan(problem, self.m).workspace
+
+    def expected_error(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> float | None:
+        """Relative error bound: the element type's unit roundoff (the transformed operands are
+        stored in it) times the tile's error growth (:data:`ERROR_GROWTH`), growing with the
+        square root of the Winograd-domain reduction (channels per group; backward weights:
+        tiles of one image chunk, as summed by the BLAS), like a random walk of roundings."""
+        plan = _Plan(problem, self.m)
+        if plan.wrw:
+            reduction = problem.n * plan.per_image_tiles
+        else:
+            reduction = plan.cing
+        growth = ERROR_GROWTH[self.m]
+        return growth * _UNIT_ROUNDOFF[problem.dtype] * max(1.0, math.sqrt(reduction / 16))
+
+    def predicted_ms(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
+        """GEMM flops at :data:`GEMM_EFFICIENCY` of the dtype's peak, plus the transform
+        traffic at :data:`TRANSFORM_BANDWIDTH` of the memory bandwidth, plus launches."""
+        plan = _Plan(problem, self.m)
+        gemm = ctx.roofline_ms(plan.gemm_flops(), 0, problem.dtype, GEMM_EFFICIENCY)
+        traffic = ctx.roofline_ms(0, plan.transform_bytes() / TRANSFORM_BANDWIDTH, problem.dtype)
+        launches = len(plan.chunks) * (2 + problem.groups) + 1
+        return gemm + traffic + LAUNCH_MS * launches
+
+    def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
+        """Ideal time over :meth:`predicted_ms`."""
+        if not self.is_applicable(ctx, problem):
+            return -1.0
+        return ctx.wti(problem, self.predicted_ms(ctx, problem))
+
+    def kernel_infos(self, problem: ConvProblem) -> tuple[KernelInfo, ...]:
+        """The three kernels of the problem's direction, in the invoker's order."""
+        plan = _Plan(problem, self.m)
+        opts = kernel_options(problem.dtype, plan.tm, plan.tr)
+        names = (
+            ("wino_input_transform", "wino_dy_transform", "wino_filter_output")
+            if plan.wrw
+            else ("wino_input_transform", "wino_filter_transform", "wino_output_transform")
+        )
+        return tuple(
+            KernelInfo(source=SOURCE, kernel_name=n, options=opts, block=(_BLOCK,)) for n in names
+        )
+
+    def get_solution(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> ConvSolution:
+        """Three transform kernels and a BLAS-driving invoker."""
+        if perf_config:
+            raise InvalidArgumentError(
+                f"{self.name} takes no perf config", field="perf_config", value=dict(perf_config)
+            )
+        plan = _Plan(problem, self.m)
+
+        def factory(compiled: Any) -> Any:
+            backend = compiled[0].backend
+            if backend.blas is None:
+                raise NotApplicableError(
+                    getattr(backend.driver, "blas_error", "no BLAS on this backend"),
+                    field="solver",
+                    value=self.name,
+                )
+            return _Invoker(plan, backend.device, backend.blas, compiled)
+
+        return ConvSolution(
+            solver=self.name,
+            workspace_size=plan.workspace,
+            invoker_factory=factory,
+            kernels=self.kernel_infos(problem),
+        )
+
+
+class WinogradGpuF2x3(WinogradGpuSolver):
+    """F(2x2, 3x3) (alpha = 4): the most accurate tile; backward weights F(3x3, 2x2)."""
+
+    name = "winograd.gpu_f2x3"
+    m = 2
+
+
+class WinogradGpuF4x3(WinogradGpuSolver):
+    """F(4x4, 3x3) (alpha = 6): 4x fewer multiplications than direct; backward weights
+    F(3x3, 4x4)."""
+
+    name = "winograd.gpu_f4x3"
+    m = 4
+
+
+GPU_SOLVERS = (WinogradGpuF2x3(), WinogradGpuF4x3())
+
+
+class _Invoker:
+    """Runs one problem: per image chunk, the transforms and one batched GEMM per group."""
+
+    def __init__(self, plan: _Plan, device: Any, blas: Any, compiled: Any) -> None:
+        self.plan = plan
+        self.blas = blas
+        self.k_a, self.k_b, self.k_c = compiled
+        p = plan.p
+        self.launches = []  # per chunk: (n0, nb, args for the 2 per-chunk kernels, grids)
+        if plan.wrw:
+            src_b, dst = p.y, p.w
+            self.once_args = KernelArgs(
+                [("ptr", 0), ("ptr", 0), ("bytes", plan.params(0, 0, p.w, p.w, 0, p.c, p.k))]
+            )
+            self.once_grid = grid_for(p.k * plan.cing, _BLOCK, device)
+        else:
+            src_a = p.x if p.direction is Direction.FORWARD else p.y
+            dst = p.y if p.direction is Direction.FORWARD else p.x
+            flip = int(p.direction is Direction.BACKWARD_DATA)
+            self.once_args = KernelArgs(
+                [
+                    ("ptr", 0),
+                    ("ptr", 0),
+                    ("bytes", plan.params(0, 0, p.w, p.w, flip, plan.cin, plan.cout)),
+                ]
+            )
+            self.once_grid = grid_for(plan.cin * plan.coutg, _BLOCK, device)
+        for n0, nb in plan.chunks:
+            tiles = nb * plan.per_image_tiles
+            if plan.wrw:
+                a = plan.params(n0, nb, p.x, p.x, 0, p.c, p.k)
+                b = plan.params(n0, nb, src_b, src_b, 0, p.c, p.k)
+                grids = (
+                    grid_for(tiles * p.c, _BLOCK, device),
+                    grid_for(tiles * p.k, _BLOCK, device),
+                )
+            else:
+                a = plan.params(n0, nb, src_a, dst, 0, plan.cin, plan.cout)
+                b = a
+                grids = (
+                    grid_for(tiles * plan.cin, _BLOCK, device),
+                    grid_for(tiles * plan.cout, _BLOCK, device),
+                )
+            args_a = KernelArgs([("ptr", 0), ("ptr", 0), ("bytes", a)])
+            args_b = KernelArgs([("ptr", 0), ("ptr", 0), ("bytes", b)])
+            self.launches.append((n0, nb, tiles, args_a, args_b, grids))
+
+    def __call__(self, handle: Any, ip: InvokeParams) -> None:
+        if ip.workspace is None:
+            raise InvalidArgumentError(
+                f"{self.plan.workspace} bytes of workspace needed", field="workspace", value=None
+            )
+        ws = ip.workspace.ptr
+        if self.plan.wrw:
+            self._backward_weights(ip.x.ptr, ip.w.ptr, ip.y.ptr, ws)
+        elif self.plan.direction is Direction.FORWARD:
+            self._pipeline(ip.x.ptr, ip.w.ptr, ip.y.ptr, ws)
+        else:
+            self._pipeline(ip.y.ptr, ip.w.ptr, ip.x.ptr, ws)
+
+    def _pipeline(self, src: int, w: int, dst: int, ws: int) -> None:
+        plan, blas = self.plan, self.blas
+        p = plan.p
+        size = p.dtype.itemsize
+        u, v, mm = ws + plan.off_u, ws + plan.off_v, ws + plan.off_m
+        self.once_args.set_pointers(w, u)
+        self.k_b.launch(self.once_args, grid=(self.once_grid,))
+        cin, cout, cing, coutg = plan.cin, plan.cout, plan.cing, plan.coutg
+        for _, _, tiles, args_a, args_b, grids in self.launches:
+            args_a.set_pointers(src, v)
+            self.k_a.launch(args_a, grid=(grids[0],))
+            for gi in range(p.groups):
+                # column-major: M^T (coutg x tiles) = U^T (coutg x cing) . V^T (cing x tiles)
+                blas.gemm(
+                    p.dtype,
+                    False,
+                    False,
+                    coutg,
+                    tiles,
+                    cing,
+                    u + gi * cing * coutg * size,
+                    coutg,
+                    cin * coutg,
+                    v + gi * cing * size,
+                    cin,
+                    tiles * cin,
+                    mm + gi * coutg * 4,
+                    cout,
+                    tiles * cout,
+                    batch=plan.a2,
+                    c_dtype=DataType.FLOAT32,
+                )
+            args_b.set_pointers(mm, dst)
+            self.k_c.launch(args_b, grid=(grids[1],))
+
+    def _backward_weights(self, x: int, dw: int, dy: int, ws: int) -> None:
+        plan, blas = self.plan, self.blas
+        p = plan.p
+        size = p.dtype.itemsize
+        s, xt, dyt = ws + plan.off_s, ws + plan.off_x, ws + plan.off_dy
+        cg, kg = plan.cing, plan.coutg
+        for i, (_, _, tiles, args_a, args_b, grids) in enumerate(self.launches):
+            args_a.set_pointers(x, xt)
+            self.k_a.launch(args_a, grid=(grids[0],))
+            args_b.set_pointers(dy, dyt)
+            self.k_b.launch(args_b, grid=(grids[1],))
+            for gi in range(p.groups):
+                # column-major: S^T (cg x kg) = X^T (cg x tiles) . DY (tiles x kg)
+                blas.gemm(
+                    p.dtype,
+                    False,
+                    True,
+                    cg,
+                    kg,
+                    tiles,
+                    xt + gi * cg * size,
+                    p.c,
+                    tiles * p.c,
+                    dyt + gi * kg * size,
+                    p.k,
+                    tiles * p.k,
+                    s + gi * kg * cg * 4,
+                    cg,
+                    p.k * cg,
+                    batch=plan.a2,
+                    beta=0.0 if i == 0 else 1.0,
+                    c_dtype=DataType.FLOAT32,
+                )
+        self.once_args.set_pointers(s, dw)
+        self.k_c.launch(self.once_args, grid=(self.once_grid,))
