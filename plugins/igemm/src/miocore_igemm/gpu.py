@@ -1,14 +1,25 @@
 """GPU implicit GEMM on the matrix units: ``igemm.gpu_mma`` (fp16/bf16) and ``igemm.gpu_tf32``.
 
-``kernels/igemm_mma.cu`` computes a forward convolution over channels-innermost tensors (NHWC
-x and y, KYXC-ordered w: every tensor's channel stride is 1) as one GEMM per group,
-``Y[m, k] = sum_r A[m, r] * B[k, r]`` with ``m = (n, oh, ow)`` (M = N*Ho*Wo), ``k`` the group's
-output channels and ``r = (fy, fx, c)`` (Y*X*Cg, gathered from x on the fly). Each block of 4
-warps computes a ``bm`` x ``bn`` tile with ``mma.sync`` (m16n8k16 fp16/bf16, m16n8k8 tf32;
-fp32 accumulators), staging ``bk``-wide reduction slices through a ``stages``-deep cp.async
-pipeline; ``split`` > 1 splits the reduction over blocks (fp32 partials in the workspace,
-summed by a second kernel). Loads are 16-byte vectors when the group's channels and the
-strides are multiples of 16 bytes, else scalar.
+``kernels/igemm_mma.cu`` computes a 2-D convolution, **forward or backward data**, as one GEMM
+per group, ``O[m, col] = sum_r A[m, r] * B[col, r]``:
+
+* forward: ``m = (n, oh, ow)``, ``col`` the output channel, ``r = (fy, fx, c)``; A gathered
+  from x on the fly, B read from w;
+* backward data: ``m = (n, ih, iw)``, ``col`` the input channel, ``r = (fy, fx, k)``; A gathered
+  from dy where ``oh = (ih + ph - fy*dh) / sh`` divides exactly and lies in range (strided and
+  dilated problems are correct, the skipped taps only cost time), B is w transposed to
+  ``[g][c][fy][fx][k]`` in the workspace by a small kernel first.
+
+Each block of 8 warps computes a ``bm`` x ``bn`` tile (128 x 128, 256 x 128, 128 x 256, ...)
+with ``mma.sync`` (m16n8k16 fp16/bf16 with fragments by ``ldmatrix.x4``, m16n8k8 tf32; fp32
+accumulators), staging ``bk``-wide reduction slices through a ``stages``-deep cp.async
+pipeline in padded (bank-conflict-free) shared memory; ``split`` > 1 splits the reduction
+over blocks (fp32 partials in the workspace, summed by a second kernel).
+
+**NHWC (channels-last) is the fast layout**: there the reduction channel is contiguous, so
+tiles are staged with 16-byte loads when the channels per group and the strides are multiples
+of 16 bytes. Any other layout (NCHW, arbitrary strides) and odd channel counts run through the
+same kernel with scalar loads: correct, several times slower.
 
 ``igemm.gpu_tf32`` is the same kernel on fp32 tensors with inputs rounded to TF32 (10-bit
 mantissa): it only applies when the execution context's math mode is ``"tf32"``
@@ -46,26 +57,35 @@ from miocore.backends.gpu_kernels import DTYPE_OPTIONS, GPU_BACKENDS
 
 KERNEL_DIR = Path(__file__).parent / "kernels"
 SOURCE = "igemm/igemm_mma.cu"
-THREADS = 128
+THREADS = 256
 #: Dynamic shared memory a block may use without an opt-in (both vendors).
 SHARED_LIMIT = 48 * 1024
 #: Split-K partials beyond this are not worth the traffic (and the caller's memory).
 MAX_SPLIT_WORKSPACE = 256 << 20
 _GRID_Y_LIMIT = 65535
-_BM = (128, 64)
-_BN = (128, 64, 32)
+#: Block tiles (rows, columns), largest first; each runs on 8 warps (see :func:`warp_grid`).
+TILES = ((256, 128), (128, 256), (128, 128), (128, 64), (64, 128), (64, 64), (64, 32))
 _BK = {DataType.FLOAT16: (32, 64), DataType.BFLOAT16: (32, 64), DataType.FLOAT32: (16, 32)}
-_STAGES = (4, 3, 2)
+_STAGES = (4, 3)
 _SPLITS = (1, 2, 4, 8)
 _KEYS = ("bm", "bn", "bk", "stages", "split")
+_WARP_GRIDS = ((2, 4), (4, 2), (1, 8), (8, 1))
+#: Fraction of the fp16 tensor-core peak the 16-byte path reaches on ResNet-50-like layers
+#: (the wti's efficiency; TF32 runs at half the fp16 rate).
+_MMA_EFFICIENCY = 0.5
+#: The scalar-load path (NCHW, odd channel counts) and the scalar-FMA path without mma.sync.
+_SCALAR_EFFICIENCY = 0.03
+_NO_MMA_EFFICIENCY = 0.01
 
 
 #: The fields of ``MioIgemmParams`` in ``kernels/igemm_mma.cu``, in declaration order (a CPU
 #: test parses the struct and checks this order: the kernel reads them by position).
 PARAM_FIELDS = (
-    *("n", "c", "h", "w", "k", "fy", "fx", "ho", "wo", "groups", "cg", "kg"),
-    *("ph", "pw", "sh", "sw", "dh", "dw"),
-    *("xs_n", "xs_h", "xs_w", "ws_k", "ws_y", "ws_x", "ys_n", "ys_h", "ys_w"),
+    *("n", "groups", "ih", "iw", "icg", "is_n", "is_h", "is_w", "is_c"),
+    *("oh", "ow", "ocg", "os_n", "os_h", "os_w", "os_c"),
+    *("bs_col", "bs_y", "bs_x", "bs_c", "bs_grp"),
+    *("fy", "fx", "ph", "pw", "sh", "sw", "dh", "dw"),
+    *("ws_k", "ws_c", "ws_y", "ws_x"),
     *("m", "kred", "tiles_per_split", "splits"),
 )
 
@@ -77,35 +97,85 @@ def pack_params(values: dict[str, int]) -> bytes:
     return np.array([values[f] for f in PARAM_FIELDS], dtype=np.int64).tobytes()
 
 
-def _geometry(p: ConvProblem) -> dict[str, int]:
-    n, c, h, w = p.x.lengths
+def gemm_params(p: ConvProblem) -> dict[str, int]:
+    """The GEMM view of ``p`` (forward or backward data), every field but the split ones.
+
+    Forward gathers A from x and reads B from w; backward data gathers A from dy (held in y)
+    and reads B from w transposed to ``[g][c][fy][fx][k]`` (contiguous, in the workspace).
+    """
+    n, _, h, w = p.x.lengths
     k, cg, fy, fx = p.w.lengths
-    return {
+    g = p.groups
+    kg = k // g
+    ho, wo = p.y.lengths[2:]
+    xs, ws, ys = p.x.strides, p.w.strides, p.y.strides
+    common = {
         "n": n,
-        "c": c,
-        "h": h,
-        "w": w,
-        "k": k,
+        "groups": g,
         "fy": fy,
         "fx": fx,
-        "ho": p.y.lengths[2],
-        "wo": p.y.lengths[3],
-        "g": p.groups,
-        "cg": cg,
-        "kg": k // p.groups,
-        "m": n * p.y.lengths[2] * p.y.lengths[3],
+        "ph": p.conv.pads[0],
+        "pw": p.conv.pads[1],
+        "sh": p.conv.strides[0],
+        "sw": p.conv.strides[1],
+        "dh": p.conv.dilations[0],
+        "dw": p.conv.dilations[1],
+        "ws_k": ws[0],
+        "ws_c": ws[1],
+        "ws_y": ws[2],
+        "ws_x": ws[3],
+    }
+    if p.direction is Direction.BACKWARD_DATA:
+        return {
+            **common,
+            **{"ih": ho, "iw": wo, "icg": kg},
+            **{"is_n": ys[0], "is_h": ys[2], "is_w": ys[3], "is_c": ys[1]},
+            **{"oh": h, "ow": w, "ocg": cg},
+            **{"os_n": xs[0], "os_h": xs[2], "os_w": xs[3], "os_c": xs[1]},
+            **{"bs_col": fy * fx * kg, "bs_y": fx * kg, "bs_x": kg, "bs_c": 1},
+            "bs_grp": cg * fy * fx * kg,
+            "m": n * h * w,
+            "kred": fy * fx * kg,
+        }
+    return {
+        **common,
+        **{"ih": h, "iw": w, "icg": cg},
+        **{"is_n": xs[0], "is_h": xs[2], "is_w": xs[3], "is_c": xs[1]},
+        **{"oh": ho, "ow": wo, "ocg": kg},
+        **{"os_n": ys[0], "os_h": ys[2], "os_w": ys[3], "os_c": ys[1]},
+        **{"bs_col": ws[0], "bs_y": ws[2], "bs_x": ws[3], "bs_c": ws[1]},
+        "bs_grp": kg * ws[0],
+        "m": n * ho * wo,
         "kred": fy * fx * cg,
     }
 
 
 def vector_width(p: ConvProblem) -> int:
-    """Elements per 16-byte load when channels and strides allow it, else 1."""
+    """Elements per 16-byte load when the reduction channels are innermost and they and the
+    strides are multiples of 16 bytes, else 1 (scalar loads through any strides)."""
     vec = 16 // p.dtype.itemsize
-    s = _geometry(p)
-    strides = [*p.x.strides[:1], *p.x.strides[2:], *p.w.strides[:1], *p.w.strides[2:]]
-    if s["cg"] % vec or any(st % vec for st in strides):
+    s = gemm_params(p)
+    if s["is_c"] != 1 or s["bs_c"] != 1 or s["icg"] % vec:
         return 1
-    return vec
+    strides = (s["is_n"], s["is_h"], s["is_w"], s["bs_col"], s["bs_y"], s["bs_x"])
+    return 1 if any(st % vec for st in strides) else vec
+
+
+def warp_grid(bm: int, bn: int) -> tuple[int, int]:
+    """Warps along rows and columns (8 in all) whose warp tile is most nearly square, rows
+    preferred (an A fragment is reused across more columns); each warp tile side a multiple
+    of 16 (ldmatrix.x4 loads B for two 8-column tiles at once)."""
+    best = None
+    for wm, wn in _WARP_GRIDS:
+        if bm % (16 * wm) or bn % (16 * wn):
+            continue
+        tm, tn = bm // wm, bn // wn
+        key = (abs(np.log2(tm / tn)), tm < tn)
+        if best is None or key < best[0]:
+            best = (key, (wm, wn))
+    if best is None:
+        raise InvalidArgumentError("no 8-warp grid for this tile", field="bm x bn", value=(bm, bn))
+    return best[1]
 
 
 def shared_bytes(p: ConvProblem, cfg: PerfConfig) -> int:
@@ -114,17 +184,55 @@ def shared_bytes(p: ConvProblem, cfg: PerfConfig) -> int:
     return cfg["stages"] * (cfg["bm"] + cfg["bn"]) * (cfg["bk"] * item + 16)
 
 
+def shared_limit(ctx: ExecutionContext) -> int:
+    """Dynamic shared memory one block may use on this device (with the driver's opt-in above
+    48 KiB on CUDA): 227 KiB on sm_90, 163 KiB on sm_80/87, 99 KiB on other sm_8x, 64 KiB LDS
+    on AMD."""
+    if ctx.backend != "cuda":
+        return 64 * 1024
+    arch = ctx.device.arch
+    if arch.startswith("sm9") or arch.startswith("sm1"):
+        return 227 * 1024
+    if arch in ("sm80", "sm87"):
+        return 163 * 1024
+    if arch.startswith("sm8"):
+        return 99 * 1024
+    return SHARED_LIMIT
+
+
 def _ktiles(p: ConvProblem, bk: int) -> int:
-    return -(-_geometry(p)["kred"] // bk)
+    return -(-gemm_params(p)["kred"] // bk)
 
 
-def _split_workspace(p: ConvProblem, split: int) -> int:
-    s = _geometry(p)
-    return 0 if split == 1 else split * s["m"] * s["k"] * 4
+def _blocks(p: ConvProblem, bm: int, bn: int) -> int:
+    s = gemm_params(p)
+    return -(-s["m"] // bm) * s["groups"] * -(-s["ocg"] // bn)
+
+
+def _wt_bytes(p: ConvProblem) -> int:
+    """Backward data: the transposed filter, rounded up to 256 bytes (partials follow it)."""
+    if p.direction is not Direction.BACKWARD_DATA:
+        return 0
+    return -(-int(np.prod(p.w.lengths)) * p.dtype.itemsize // 256) * 256
+
+
+def _split_bytes(p: ConvProblem, split: int) -> int:
+    s = gemm_params(p)
+    return 0 if split == 1 else split * s["m"] * s["groups"] * s["ocg"] * 4
 
 
 def _pow2_at_least(v: int) -> int:
     return 1 << max(0, (v - 1).bit_length())
+
+
+def _occupancy(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> int:
+    """Blocks per SM: by shared memory and by registers (estimated from the warp tile)."""
+    wm, wn = warp_grid(cfg["bm"], cfg["bn"])
+    warp_elems = (cfg["bm"] // wm) * (cfg["bn"] // wn)
+    regs = 232 if warp_elems >= 4096 else 128 if warp_elems >= 2048 else 96
+    by_regs = 65536 // (THREADS * regs)
+    by_smem = shared_limit(ctx) // max(1, shared_bytes(p, cfg))
+    return max(1, min(by_regs, by_smem, 4))
 
 
 class _GpuIgemmBase(TunableSolver):
@@ -140,7 +248,7 @@ class _GpuIgemmBase(TunableSolver):
         return None
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
-        """2-D forward, channels innermost in x, w and y (NHWC), the solver's dtypes."""
+        """2-D forward or backward data, any layout (NHWC fast), the solver's dtypes."""
         p = problem
         if p.dtype not in self.dtypes:
             names = "/".join(sorted(d.value for d in self.dtypes))
@@ -148,87 +256,97 @@ class _GpuIgemmBase(TunableSolver):
         reason = self._math_reason(ctx)
         if reason:
             return not_applicable(reason)
-        if p.direction is not Direction.FORWARD:
-            return not_applicable("forward only so far (backward data/weights: not yet)")
-        if p.spatial_dims != 2:
-            return not_applicable("2-D problems only so far")
-        if any(t.strides[1] != 1 for t in (p.x, p.w, p.y)):
+        if p.direction not in (Direction.FORWARD, Direction.BACKWARD_DATA):
             return not_applicable(
-                "needs channels innermost in x, w and y (NHWC / channels_last; NCHW: not yet)"
+                f"{p.direction.value}: this kernel computes forward and backward data only"
             )
+        if p.spatial_dims != 2:
+            return not_applicable(f"{p.spatial_dims}-D problem: the kernel is 2-D only")
+        s = gemm_params(p)
+        if s["groups"] * -(-s["ocg"] // 32) > _GRID_Y_LIMIT:
+            return not_applicable(
+                f"{s['groups']} groups x {s['ocg']} columns need more than {_GRID_Y_LIMIT} "
+                "blocks along grid y"
+            )
+        if max(s["ih"], s["iw"], s["oh"], s["ow"]) + max(s["ph"], s["pw"]) >= 1 << 28:
+            return not_applicable("spatial extent beyond the kernel's 32-bit coordinates")
         if not self.perf_config_space(ctx, p):
-            return not_applicable("no tile configuration fits (grid or shared-memory limits)")
+            return not_applicable("no tile configuration fits (shared-memory or split limits)")
         return APPLICABLE
 
     # -- configs -------------------------------------------------------------------------------
 
-    def _fits(self, p: ConvProblem, cfg: PerfConfig) -> bool:
-        s = _geometry(p)
-        if shared_bytes(p, cfg) > SHARED_LIMIT:
+    def _fits(self, ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> bool:
+        s = gemm_params(p)
+        bm, bn, bk, split = cfg["bm"], cfg["bn"], cfg["bk"], cfg["split"]
+        if shared_bytes(p, cfg) > shared_limit(ctx):
             return False
-        if s["g"] * -(-s["kg"] // cfg["bn"]) > _GRID_Y_LIMIT:
+        if s["groups"] * -(-s["ocg"] // bn) > _GRID_Y_LIMIT:
             return False
-        if vector_width(p) == 1 and (cfg["bm"] > 64 or cfg["bk"] > 32):
-            return False  # scalar loads: keep the per-thread row table small
-        split = cfg["split"]
+        if vector_width(p) == 1 and (bm > 64 or bn > 64 or bk != _BK[p.dtype][0]):
+            return False  # scalar loads: keep the per-thread row tables small
         if split > 1:
-            if _ktiles(p, cfg["bk"]) < 2 * split:
+            if _ktiles(p, bk) < 2 * split:
                 return False
-            if _split_workspace(p, split) > MAX_SPLIT_WORKSPACE:
+            if _split_bytes(p, split) > MAX_SPLIT_WORKSPACE:
+                return False
+            # splitting only pays where the tiles leave the device under-filled
+            if _blocks(p, bm, bn) * split > 2 * max(1, ctx.device.compute_units):
                 return False
         return True
 
     def perf_config_space(self, ctx: ExecutionContext, problem: ConvProblem) -> list[PerfConfig]:
-        """Tiles x reduction width x pipeline depth x split-K that fit, no tile column wider
-        than the group's output channels need."""
+        """Tiles x reduction width x pipeline depth x split-K that fit, no tile wider than
+        the group's columns or taller than the rows need."""
         p = problem
         if p.spatial_dims != 2 or p.dtype not in _BK:
             return []
-        s = _geometry(p)
+        if p.direction not in (Direction.FORWARD, Direction.BACKWARD_DATA):
+            return []
+        s = gemm_params(p)
         out = []
-        for bm in _BM:
-            for bn in _BN:
-                if bn > max(32, _pow2_at_least(s["kg"])):
-                    continue
-                for bk in _BK[p.dtype]:
-                    for stages in _STAGES:
-                        for split in _SPLITS:
-                            cfg = PerfConfig(bm=bm, bn=bn, bk=bk, stages=stages, split=split)
-                            if self._fits(p, cfg):
-                                out.append(cfg)
+        for bm, bn in TILES:
+            if bn > max(32, _pow2_at_least(s["ocg"])) or bm > max(64, _pow2_at_least(s["m"])):
+                continue
+            for bk in _BK[p.dtype]:
+                for stages in _STAGES:
+                    for split in _SPLITS:
+                        cfg = PerfConfig(bm=bm, bn=bn, bk=bk, stages=stages, split=split)
+                        if self._fits(ctx, p, cfg):
+                            out.append(cfg)
         return out
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
-        """The rule fitted on ResNet-50's 22 distinct layers (H200, fp16, batch 32, 7 configs
-        each, see docs/performance.md): 128 x 128 tiles, bk 32, 2 stages where the group has
-        at least 128 output channels, the reduction is 128..1152 long and those tiles fill
-        the device 1 to 2 times; otherwise 64 x 64 tiles (columns narrowed to the group's
-        channels), bk 64 with 2 stages (bk 32, 4 stages, for reductions under 64). Split-K
-        only when even those tiles fill less than half the device."""
+        """A wave model: each tile's estimated time is its waves (blocks over SMs x blocks per
+        SM) times its work over its relative efficiency (bigger warp tiles reuse fragments
+        more); bk 32 with 4 stages. Split-K where even the smallest tiles fill less than half
+        the device and the reduction is long."""
         p = problem
         space = self.perf_config_space(ctx, p)
         if not space:
-            return PerfConfig(bm=64, bn=32, bk=32, stages=2, split=1)
-        s = _geometry(p)
+            return PerfConfig(bm=64, bn=32, bk=_BK.get(p.dtype, (32,))[0], stages=3, split=1)
         sms = max(1, ctx.device.compute_units)
-        big_blocks = -(-s["m"] // 128) * s["g"] * -(-s["kg"] // 128)
-        preferred = []
-        if s["kg"] >= 128 and 128 <= s["kred"] <= 1152 and sms <= big_blocks <= 2 * sms:
-            preferred.append((128, 128, 32, 2))
-        bn = min(64, max(32, _pow2_at_least(s["kg"])))
-        blocks = -(-s["m"] // 64) * s["g"] * -(-s["kg"] // bn)
-        split = 1
-        while blocks * split * 2 <= sms and split < 8:
-            split *= 2
-        if s["kred"] >= 64:
-            preferred.append((64, bn, 64, 2))
-        preferred += [(64, bn, 32, 4), (64, bn, 32, 3), (64, bn, 32, 2), (64, 32, 32, 2)]
-        for want_split in (split, 1):
-            for bm, b_n, bk, stages in preferred:
-                cfg = PerfConfig(bm=bm, bn=b_n, bk=bk, stages=stages, split=want_split)
-                if cfg in space:
-                    return cfg
-        return space[0]
+        efficiency = {
+            (256, 128): 1.0,
+            (128, 256): 1.0,
+            (128, 128): 0.85,
+            (128, 64): 0.62,
+            (64, 128): 0.62,
+            (64, 64): 0.45,
+            (64, 32): 0.3,
+        }
+        bk0 = _BK[p.dtype][0]
+
+        def cost(cfg: PerfConfig) -> float:
+            bm, bn = cfg["bm"], cfg["bn"]
+            occ = _occupancy(ctx, p, cfg)
+            blocks = _blocks(p, bm, bn) * cfg["split"]
+            waves = -(-blocks // (sms * occ))
+            per_block = bm * bn * -(-_ktiles(p, cfg["bk"]) // cfg["split"])
+            return waves * occ * per_block / efficiency[(bm, bn)]
+
+        wanted = [c for c in space if c["bk"] == bk0 and c["stages"] == 4] or space
+        return min(wanted, key=lambda c: (cost(c), c["split"], -c["bm"] * c["bn"]))
 
     def is_valid_perf_config(
         self, ctx: ExecutionContext, problem: ConvProblem, config: PerfConfig
@@ -241,26 +359,39 @@ class _GpuIgemmBase(TunableSolver):
         p = problem
         if p.dtype not in _BK or p.spatial_dims != 2:
             return False
-        if bm not in _BM or bn not in _BN or bk not in _BK[p.dtype]:
+        if (bm, bn) not in TILES or bk not in _BK[p.dtype]:
             return False
         if stages not in _STAGES or split not in _SPLITS:
             return False
-        return self._fits(p, config)
+        return self._fits(ctx, p, config)
 
     # -- cost ----------------------------------------------------------------------------------
 
     def workspace_size(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
     ) -> int:
-        """Split-K: one fp32 partial output per split."""
+        """Backward data: the transposed filter; split-K: one fp32 partial output per split."""
         cfg = self._config(ctx, problem, perf_config)
-        return _split_workspace(problem, cfg["split"])
+        return _wt_bytes(problem) + _split_bytes(problem, cfg["split"])
 
     def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
-        """Tensor cores: well above the CUDA-core kernels; the scalar fallback is not."""
+        """Roofline of the GEMM this kernel runs: backward data with strides multiplies every
+        tap (sh x sw times the useful flops); the tensor-core rate scaled by the measured
+        efficiency of the 16-byte path, far lower for scalar loads and without mma.sync."""
+        p = problem
+        flops = float(p.flops)
+        if p.direction is Direction.BACKWARD_DATA:
+            flops *= p.conv.strides[0] * p.conv.strides[1]
         if ctx.backend != "cuda":
-            return 0.05
-        return 0.5
+            eff = _NO_MMA_EFFICIENCY
+        elif vector_width(p) == 1:
+            eff = _SCALAR_EFFICIENCY
+        else:
+            eff = _MMA_EFFICIENCY
+        if p.dtype is DataType.FLOAT32:
+            eff /= 2  # TF32 runs at half the fp16 tensor rate
+        ms = ctx.roofline_ms(flops, p.bytes_moved + 2 * _wt_bytes(p), DataType.FLOAT16, eff)
+        return ctx.wti(p, ms)
 
     # -- solution ------------------------------------------------------------------------------
 
@@ -274,12 +405,15 @@ class _GpuIgemmBase(TunableSolver):
     def get_solution(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
     ) -> ConvSolution:
-        """The forward kernel compiled for the tile, pipeline, vector width and element type;
-        plus the split-K reduction kernel when ``split`` > 1."""
+        """The GEMM kernel compiled for the tile, pipeline, vector width, element type and
+        direction; backward data first transposes w into the workspace; split-K adds the
+        reduction kernel."""
         p = problem
         cfg = self._config(ctx, p, perf_config)
-        s = _geometry(p)
+        s = gemm_params(p)
+        bwd = p.direction is Direction.BACKWARD_DATA
         bm, bn, bk, stages, split = (cfg[k] for k in _KEYS)
+        wm, wn = warp_grid(bm, bn)
         vec = vector_width(p)
         ktiles = _ktiles(p, bk)
         per_split = -(-ktiles // split)
@@ -288,82 +422,83 @@ class _GpuIgemmBase(TunableSolver):
             f"-DMIO_BM={bm}",
             f"-DMIO_BN={bn}",
             f"-DMIO_BK={bk}",
+            f"-DMIO_WARPS_M={wm}",
+            f"-DMIO_WARPS_N={wn}",
             f"-DMIO_STAGES={stages}",
             f"-DMIO_VEC={vec}",
+            f"-DMIO_BWD={int(bwd)}",
         )
-        grid = (-(-s["m"] // bm), s["g"] * -(-s["kg"] // bn), split)
-        kernels = [
+        sms = max(1, ctx.device.compute_units)
+        grid = (-(-s["m"] // bm), s["groups"] * -(-s["ocg"] // bn), split)
+        kernels = []
+        wt_total = int(np.prod(p.w.lengths))
+        if bwd:
+            kernels.append(
+                KernelInfo(
+                    source=SOURCE,
+                    kernel_name="igemm_mma_wtrans",
+                    options=options,
+                    grid=(max(1, min(-(-wt_total // 256), 8 * sms)),),
+                    block=(256,),
+                )
+            )
+        kernels.append(
             KernelInfo(
                 source=SOURCE,
-                kernel_name="igemm_mma_fwd",
+                kernel_name="igemm_mma_main",
                 options=options,
                 grid=grid,
                 block=(THREADS,),
             )
-        ]
-        total = s["m"] * s["k"]
+        )
+        total = s["m"] * s["groups"] * s["ocg"]
         if split > 1:
             kernels.append(
                 KernelInfo(
                     source=SOURCE,
                     kernel_name="igemm_mma_reduce",
                     options=options,
-                    grid=(max(1, min(-(-total // 256), 8 * max(1, ctx.device.compute_units))),),
+                    grid=(max(1, min(-(-total // 256), 8 * sms)),),
                     block=(256,),
                 )
             )
-        xs, ws, ys = p.x.strides, p.w.strides, p.y.strides
-        params = pack_params(
-            {
-                **{name: s[name] for name in ("n", "c", "h", "w", "k", "fy", "fx", "ho", "wo")},
-                "groups": s["g"],
-                "cg": s["cg"],
-                "kg": s["kg"],
-                "ph": p.conv.pads[0],
-                "pw": p.conv.pads[1],
-                "sh": p.conv.strides[0],
-                "sw": p.conv.strides[1],
-                "dh": p.conv.dilations[0],
-                "dw": p.conv.dilations[1],
-                "xs_n": xs[0],
-                "xs_h": xs[2],
-                "xs_w": xs[3],
-                "ws_k": ws[0],
-                "ws_y": ws[2],
-                "ws_x": ws[3],
-                "ys_n": ys[0],
-                "ys_h": ys[2],
-                "ys_w": ys[3],
-                "m": s["m"],
-                "kred": s["kred"],
-                "tiles_per_split": per_split,
-                "splits": split,
-            }
-        )
+        params = pack_params({**s, "tiles_per_split": per_split, "splits": split})
         shared = shared_bytes(p, cfg)
-        workspace = _split_workspace(p, split)
+        wt_bytes = _wt_bytes(p)
+        workspace = wt_bytes + _split_bytes(p, split)
         align = 16 if vec > 1 else p.dtype.itemsize
 
         def factory(compiled: Any) -> Any:
-            main = compiled[0]
             from miocore.backends.gpu_kernels import KernelArgs
 
+            first = 1 if bwd else 0
+            main = compiled[first]
             args = KernelArgs([("ptr", 0)] * 4 + [("bytes", params)])
             rargs = KernelArgs([("ptr", 0), ("ptr", 0), ("bytes", params)])
+            targs = KernelArgs([("ptr", 0), ("ptr", 0), ("bytes", params)])
 
             def invoker(handle: Any, ip: InvokeParams) -> None:
-                if ip.x.ptr % align or ip.w.ptr % align:
-                    raise InvalidArgumentError(
-                        f"igemm GPU kernels need {align}-byte aligned x and w",
-                        field="x/w pointer",
-                        value=hex(ip.x.ptr),
-                    )
-                part = ip.workspace.ptr if split > 1 else 0
-                args.set_pointers(ip.x.ptr, ip.w.ptr, ip.y.ptr, part)
+                a, out = (ip.y, ip.x) if bwd else (ip.x, ip.y)
+                for name, t in (("x", ip.x), ("w", ip.w), ("y", ip.y)):
+                    if t.ptr % align:
+                        raise InvalidArgumentError(
+                            f"igemm GPU kernels need {align}-byte aligned tensors here",
+                            field=f"{name} pointer",
+                            value=hex(t.ptr),
+                        )
+                ws = ip.workspace.ptr if workspace else 0
+                if bwd:
+                    targs.set_pointers(ip.w.ptr, ws)
+                    compiled[0].launch(targs)
+                    b = ws
+                else:
+                    b = ip.w.ptr
+                part = ws + wt_bytes if split > 1 else 0
+                args.set_pointers(a.ptr, b, out.ptr, part)
                 main.launch(args, shared=shared)
                 if split > 1:
-                    rargs.set_pointers(part, ip.y.ptr)
-                    compiled[1].launch(rargs)
+                    rargs.set_pointers(part, out.ptr)
+                    compiled[first + 1].launch(rargs)
 
             return invoker
 
@@ -376,7 +511,8 @@ class _GpuIgemmBase(TunableSolver):
 
 
 class GpuMmaIgemmSolver(_GpuIgemmBase):
-    """Implicit GEMM on tensor cores, fp16/bf16 with fp32 accumulation (forward, NHWC)."""
+    """Implicit GEMM on tensor cores, fp16/bf16 with fp32 accumulation (forward and backward
+    data; any layout, NHWC fast)."""
 
     name = "igemm.gpu_mma"
     dtypes = frozenset({DataType.FLOAT16, DataType.BFLOAT16})

@@ -1,21 +1,29 @@
-// igemm.gpu_mma / igemm.gpu_tf32: implicit-GEMM forward convolution on tensor cores, NHWC.
+// igemm.gpu_mma / igemm.gpu_tf32: implicit-GEMM convolution on tensor cores, forward and
+// backward data, any layout (NHWC fast: 16-byte loads; others through scalar loads).
 //
-// GEMM view (per group g):  Y[m, k] = sum_r A[m, r] * B[k, r]
-//   m = (n, oh, ow)            rows:     M = N * Ho * Wo
-//   k                          columns:  the group's output channels (Kg)
-//   r = (fy, fx, c)            reduction: Y * X * Cg, channel innermost, so that a run of
-//                              MIO_VEC channels is contiguous in both NHWC x and KYXC-style w
-// A is gathered on the fly from x (padding and out-of-range rows read as zero); B is read from w.
+// One GEMM per group:  O[m, col] = sum_r A[m, r] * B[col, r]
+//   forward        m = (n, oh, ow)   col = output channel k    r = (fy, fx, c)   A from x
+//                  ih = oh * sh - ph + fy * dh                                    B = w
+//   backward data  m = (n, ih, iw)   col = input channel c     r = (fy, fx, k)   A from dy
+//                  oh = (ih + ph - fy * dh) / sh, only where divisible and in range
+//                  B = w transposed to [g][c][fy][fx][k] in the workspace (igemm_mma_wtrans),
+//                  so that the reduction channel is innermost in both operands.
+// The reduction channel is innermost in r: a run of MIO_VEC channels is contiguous in memory
+// for channels-last tensors, so A and B tiles are staged with 16-byte cp.async.
 //
-// Compile-time (the performance config and the element type):
-//   MIO_BM, MIO_BN, MIO_BK   block tile (rows, columns, reduction per stage); 4 warps in 2 x 2
+// Compile-time (the performance config, the element type, the direction):
+//   MIO_BM, MIO_BN, MIO_BK   block tile (rows, columns, reduction per stage)
+//   MIO_WARPS_M, _N          warp grid (MIO_WARPS_M * MIO_WARPS_N = 8 warps, 256 threads)
 //   MIO_STAGES               shared-memory pipeline depth (cp.async multi-buffering), >= 2
-//   MIO_VEC                  elements per global load: 16 bytes (8 fp16/bf16, 4 fp32) when the
-//                            group's channels and the strides allow it, else 1 (scalar loads)
-//   MIO_DTYPE_FP16 / _BF16   mma.sync m16n8k16 with fp32 accumulators
+//   MIO_VEC                  elements per global load: 16 bytes when the channels and strides
+//                            allow it, else 1 (scalar loads through arbitrary strides)
+//   MIO_BWD                  1: backward data (the gather above), 0: forward
+//   MIO_DTYPE_FP16 / _BF16   mma.sync m16n8k16 with fp32 accumulators, fragments by ldmatrix.x4
 //   MIO_DTYPE_FP32           TF32: mma.sync m16n8k8 on inputs rounded to tf32 (cvt.rna)
+// Shared tiles are rows of MIO_BK elements padded by 16 bytes: the eight 16-byte row segments
+// one ldmatrix phase reads fall in distinct bank groups (row pitch 80 or 144 bytes).
 // Split-K (grid z > 1): each split covers a range of reduction tiles and writes fp32 partials
-// to the workspace; igemm_mma_reduce sums them and stores y.
+// to the workspace; igemm_mma_reduce sums them and stores the output.
 // Without mma.sync (HIP, pre-sm_80: MIO_MMA_SYNC == 0) the same tiles are multiplied by a
 // scalar path with the same accumulator layout, so results and the epilogue are identical.
 #include "miocore_gpu.h"
@@ -24,10 +32,16 @@
 #define MIO_BM 128
 #endif
 #ifndef MIO_BN
-#define MIO_BN 64
+#define MIO_BN 128
 #endif
 #ifndef MIO_BK
 #define MIO_BK 32
+#endif
+#ifndef MIO_WARPS_M
+#define MIO_WARPS_M 2
+#endif
+#ifndef MIO_WARPS_N
+#define MIO_WARPS_N 4
 #endif
 #ifndef MIO_STAGES
 #define MIO_STAGES 3
@@ -35,12 +49,15 @@
 #ifndef MIO_VEC
 #define MIO_VEC 1
 #endif
+#ifndef MIO_BWD
+#define MIO_BWD 0
+#endif
 
-#define MIO_THREADS 128
-#define MIO_PAD (16 / (int)sizeof(mio_t))  // 16 bytes: conflict-free fragment reads
+#define MIO_THREADS (32 * MIO_WARPS_M * MIO_WARPS_N)
+#define MIO_PAD (16 / (int)sizeof(mio_t))  // 16 bytes: conflict-free ldmatrix phases
 #define MIO_SK (MIO_BK + MIO_PAD)
-#define MIO_WTM (MIO_BM / 2)
-#define MIO_WTN (MIO_BN / 2)
+#define MIO_WTM (MIO_BM / MIO_WARPS_M)
+#define MIO_WTN (MIO_BN / MIO_WARPS_N)
 #define MIO_MI (MIO_WTM / 16)
 #define MIO_NI (MIO_WTN / 8)
 #define MIO_CPR (MIO_BK / MIO_VEC)                 // chunks per tile row
@@ -49,17 +66,18 @@
 #define MIO_B_ITERS ((MIO_BN + MIO_RPI - 1) / MIO_RPI)
 
 struct MioIgemmParams {
-  mio_index n, c, h, w;
-  mio_index k, fy, fx;
-  mio_index ho, wo;
-  mio_index groups, cg, kg;
-  mio_index ph, pw, sh, sw, dh, dw;
-  mio_index xs_n, xs_h, xs_w;  // element strides of x (channel stride 1)
-  mio_index ws_k, ws_y, ws_x;  // of w (channel stride 1)
-  mio_index ys_n, ys_h, ys_w;  // of y (channel stride 1)
-  mio_index m;                 // N * Ho * Wo
-  mio_index kred;              // FY * FX * Cg
-  mio_index tiles_per_split;   // reduction tiles of one split
+  mio_index n, groups;
+  mio_index ih, iw, icg;                  // gathered tensor A: spatial, reduction channels/group
+  mio_index is_n, is_h, is_w, is_c;       // its element strides
+  mio_index oh, ow, ocg;                  // output: spatial of the rows, columns per group
+  mio_index os_n, os_h, os_w, os_c;       // its element strides
+  mio_index bs_col, bs_y, bs_x, bs_c;     // B operand: [col][fy][fx][channel] strides
+  mio_index bs_grp;                       // B offset of one group
+  mio_index fy, fx, ph, pw, sh, sw, dh, dw;
+  mio_index ws_k, ws_c, ws_y, ws_x;       // w's own strides (backward-data transpose)
+  mio_index m;                            // N * rows' spatial size
+  mio_index kred;                         // FY * FX * icg
+  mio_index tiles_per_split;              // reduction tiles of one split
   mio_index splits;
 };
 
@@ -73,39 +91,75 @@ MIO_DEVICE float mio_elem_f(mio_t v) {
 #endif
 }
 
-// Decode GEMM row m into (image offset, first input row, first input column); ih0 is a large
-// negative sentinel for rows past M so that every tap reads as padding.
-MIO_DEVICE void mio_row(const MioIgemmParams& p, mio_index m, mio_index* base, int* ih0,
-                        int* iw0) {
+#if MIO_MMA_SYNC && !defined(MIO_DTYPE_FP32)
+// Four 8x8 b16 matrices from shared memory; lane l gives the row address of matrix l / 8.
+MIO_DEVICE void mio_ldsm_x4(unsigned int* r, const void* p) {
+  const unsigned int a = (unsigned int)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+#endif
+
+// Decode GEMM row m into (image offset, row origin, column origin): forward, the first input
+// pixel of the window; backward data, ih + ph (the tap subtracts fy * dh). Rows past M get a
+// large negative origin so that every tap reads as padding.
+MIO_DEVICE void mio_row(const MioIgemmParams& p, mio_index m, mio_index* base, int* h0,
+                        int* w0) {
   if (m >= p.m) {
     *base = 0;
-    *ih0 = -(1 << 29);
-    *iw0 = 0;
+    *h0 = -(1 << 29);
+    *w0 = -(1 << 29);
     return;
   }
-  const mio_index hw = p.ho * p.wo;
+  const mio_index hw = p.oh * p.ow;
   const mio_index img = m / hw;
   const mio_index rem = m - img * hw;
-  const mio_index oh = rem / p.wo;
-  const mio_index ow = rem - oh * p.wo;
-  *base = img * p.xs_n;
-  *ih0 = (int)(oh * p.sh - p.ph);
-  *iw0 = (int)(ow * p.sw - p.pw);
+  const mio_index r = rem / p.ow;
+  const mio_index q = rem - r * p.ow;
+  *base = img * p.is_n;
+#if MIO_BWD
+  *h0 = (int)(r + p.ph);
+  *w0 = (int)(q + p.pw);
+#else
+  *h0 = (int)(r * p.sh - p.ph);
+  *w0 = (int)(q * p.sw - p.pw);
+#endif
+}
+
+// Source coordinate of one tap along one axis; false where it is padding (or, backward data,
+// not a multiple of the stride).
+MIO_DEVICE bool mio_tap(int origin, int tap, int dil, int stride, int extent, int* out) {
+#if MIO_BWD
+  int t = origin - tap * dil;
+  if (t < 0) return false;
+  if (stride != 1) {
+    const int q = t / stride;
+    if (q * stride != t) return false;
+    t = q;
+  }
+  *out = t;
+  return t < extent;
+#else
+  const int t = origin + tap * dil;
+  *out = t;
+  return t >= 0 && t < extent;
+#endif
 }
 
 MIO_KERNEL void __launch_bounds__(MIO_THREADS)
-    igemm_mma_fwd(const mio_t* __restrict__ x, const mio_t* __restrict__ w, mio_t* __restrict__ y,
-                  float* __restrict__ part, MioIgemmParams p) {
+    igemm_mma_main(const mio_t* __restrict__ a, const mio_t* __restrict__ b,
+                   mio_t* __restrict__ o, float* __restrict__ part, MioIgemmParams p) {
   extern __shared__ __attribute__((aligned(16))) unsigned char mio_smem_raw[];
   mio_t* As = (mio_t*)mio_smem_raw;                          // [STAGES][BM][SK]
   mio_t* Bs = As + MIO_STAGES * MIO_BM * MIO_SK;             // [STAGES][BN][SK]
 
   const int tid = threadIdx.x;
   const int warp = tid / 32, lane = tid % 32;
-  const int wm = warp / 2, wn = warp % 2;
+  const int wm = warp / MIO_WARPS_N, wn = warp % MIO_WARPS_N;
   const int gid = lane / 4, tig = lane % 4;
 
-  const mio_index ntiles = (p.kg + MIO_BN - 1) / MIO_BN;
+  const mio_index ntiles = (p.ocg + MIO_BN - 1) / MIO_BN;
   const mio_index grp = blockIdx.y / ntiles;
   const mio_index n0 = (blockIdx.y % ntiles) * MIO_BN;
   const mio_index m0 = (mio_index)blockIdx.x * MIO_BM;
@@ -117,16 +171,37 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS)
 
   const int col = (tid % MIO_CPR) * MIO_VEC;  // this thread's chunk column in a tile
   const int row0 = tid / MIO_CPR;
-  const mio_t* xg = x + grp * p.cg;
-  const mio_t* wg = w + (grp * p.kg) * p.ws_k;
+  const mio_t* ag = a + grp * p.icg * p.is_c;
+  const mio_t* bg = b + grp * p.bs_grp;
+  const int ih_n = (int)p.ih, iw_n = (int)p.iw;
+  const int sh = (int)p.sh, sw = (int)p.sw, dh = (int)p.dh, dw = (int)p.dw;
 
-  // Rows this thread loads, decoded once.
+  // Rows this thread gathers, decoded once (no divisions in the main loop).
   mio_index a_base[MIO_A_ITERS];
-  int a_ih[MIO_A_ITERS], a_iw[MIO_A_ITERS];
+  int a_h[MIO_A_ITERS], a_w[MIO_A_ITERS];
 #pragma unroll
   for (int i = 0; i < MIO_A_ITERS; ++i) {
-    mio_row(p, m0 + row0 + i * MIO_RPI, &a_base[i], &a_ih[i], &a_iw[i]);
+    mio_row(p, m0 + row0 + i * MIO_RPI, &a_base[i], &a_h[i], &a_w[i]);
   }
+  // B rows (output columns) this thread loads: offsets, or -1 past the group's columns.
+  mio_index b_off[MIO_B_ITERS];
+#pragma unroll
+  for (int i = 0; i < MIO_B_ITERS; ++i) {
+    const mio_index cn = n0 + row0 + i * MIO_RPI;
+    b_off[i] = cn < p.ocg ? cn * p.bs_col : -1;
+  }
+
+  // The reduction position of this thread's chunk: channel, filter column, filter row. One
+  // division here; each staged tile advances it by MIO_BK with subtractions.
+  int rc, rx, ry;
+  {
+    const mio_index kr = t_begin * MIO_BK + col;
+    const mio_index tap = kr / p.icg;
+    rc = (int)(kr - tap * p.icg);
+    ry = (int)(tap / p.fx);
+    rx = (int)(tap - (mio_index)ry * p.fx);
+  }
+  const int icg = (int)p.icg, fxn = (int)p.fx, fyn = (int)p.fy;
 
   float acc[MIO_MI][MIO_NI][4];
 #pragma unroll
@@ -136,29 +211,23 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS)
 #pragma unroll
       for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
 
-  // Stage reduction tile t (absolute) into buffer s.
-  auto load_tile = [&](int s, mio_index t) {
-    const mio_index kr = t * MIO_BK + col;
-    const bool kvalid = kr < p.kred;
-    int c = 0, ty = 0, tx = 0;
-    if (kvalid) {
-      const int tap = (int)(kr / p.cg);
-      c = (int)(kr - (mio_index)tap * p.cg);
-      ty = tap / (int)p.fx;
-      tx = tap - ty * (int)p.fx;
-    }
+  // Stage the next reduction tile into buffer s, then advance (rc, rx, ry) by MIO_BK.
+  auto load_tile = [&](int s) {
+    const bool kvalid = ry < fyn;
+    const mio_index aoff = (mio_index)rc * p.is_c;
+    const mio_index boff = ry * p.bs_y + rx * p.bs_x + (mio_index)rc * p.bs_c;
     mio_t* as = As + s * MIO_BM * MIO_SK;
     mio_t* bs = Bs + s * MIO_BN * MIO_SK;
 #pragma unroll
     for (int i = 0; i < MIO_A_ITERS; ++i) {
       const int r = row0 + i * MIO_RPI;
       if (r < MIO_BM) {
-        const int ih = a_ih[i] + ty * (int)p.dh;
-        const int iw = a_iw[i] + tx * (int)p.dw;
-        const bool ok = kvalid && ih >= 0 && ih < (int)p.h && iw >= 0 && iw < (int)p.w;
-        const mio_t* src = xg + a_base[i] + ih * p.xs_h + iw * p.xs_w + c;
+        int ih = 0, iw = 0;
+        bool ok = kvalid && mio_tap(a_h[i], ry, dh, sh, ih_n, &ih);
+        ok = ok && mio_tap(a_w[i], rx, dw, sw, iw_n, &iw);
+        const mio_t* src = ag + a_base[i] + ih * p.is_h + iw * p.is_w + aoff;
 #if MIO_VEC > 1
-        mio_cp_async16(as + r * MIO_SK + col, ok ? (const void*)src : (const void*)x, ok ? 16 : 0);
+        mio_cp_async16(as + r * MIO_SK + col, ok ? (const void*)src : (const void*)a, ok ? 16 : 0);
 #else
         as[r * MIO_SK + col] = ok ? *src : (mio_t)0;
 #endif
@@ -168,20 +237,28 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS)
     for (int i = 0; i < MIO_B_ITERS; ++i) {
       const int r = row0 + i * MIO_RPI;
       if (r < MIO_BN) {
-        const bool ok = kvalid && n0 + r < p.kg;
-        const mio_t* src = wg + (n0 + r) * p.ws_k + ty * p.ws_y + tx * p.ws_x + c;
+        const bool ok = kvalid && b_off[i] >= 0;
+        const mio_t* src = bg + b_off[i] + boff;
 #if MIO_VEC > 1
-        mio_cp_async16(bs + r * MIO_SK + col, ok ? (const void*)src : (const void*)w, ok ? 16 : 0);
+        mio_cp_async16(bs + r * MIO_SK + col, ok ? (const void*)src : (const void*)b, ok ? 16 : 0);
 #else
         bs[r * MIO_SK + col] = ok ? *src : (mio_t)0;
 #endif
+      }
+    }
+    rc += MIO_BK;
+    while (rc >= icg) {
+      rc -= icg;
+      if (++rx == fxn) {
+        rx = 0;
+        ++ry;
       }
     }
   };
 
 #pragma unroll
   for (int s = 0; s < MIO_STAGES - 1; ++s) {
-    if (s < ntile) load_tile(s, t_begin + s);
+    if (s < ntile) load_tile(s);
     mio_cp_async_commit();
   }
 
@@ -190,7 +267,7 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS)
     __syncthreads();
     {
       const int nxt = it + MIO_STAGES - 1;
-      if (nxt < ntile) load_tile(nxt % MIO_STAGES, t_begin + nxt);
+      if (nxt < ntile) load_tile(nxt % MIO_STAGES);
       mio_cp_async_commit();
     }
     const int s = it % MIO_STAGES;
@@ -220,29 +297,34 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS)
       }
     }
 #else
+    // ldmatrix.x4: A, matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) = a0..a3 of m16n8k16;
+    // B (stored [col][k]), matrices (cols 0-7, k 0-7 | 8-15), (cols 8-15, ...) = b of two
+    // n8 tiles. Lane l addresses row l % 16 (A) and column l % 8 + 8 * (l / 16) (B).
+    const mio_t* a_lane = as + (lane % 16) * MIO_SK + (lane / 16) * 8;
+    const mio_t* b_lane = bs + (lane % 8 + (lane / 16) * 8) * MIO_SK + ((lane / 8) % 2) * 8;
 #pragma unroll
     for (int kk = 0; kk < MIO_BK; kk += 16) {
+      unsigned int af[MIO_MI][4];
       unsigned int bf[MIO_NI][2];
 #pragma unroll
-      for (int j = 0; j < MIO_NI; ++j) {
-        const mio_t* bp = bs + (j * 8 + gid) * MIO_SK + kk + 2 * tig;
-        bf[j][0] = *(const unsigned int*)bp;
-        bf[j][1] = *(const unsigned int*)(bp + 8);
+      for (int i = 0; i < MIO_MI; ++i) mio_ldsm_x4(af[i], a_lane + i * 16 * MIO_SK + kk);
+#pragma unroll
+      for (int j = 0; j < MIO_NI; j += 2) {
+        unsigned int r4[4];
+        mio_ldsm_x4(r4, b_lane + j * 8 * MIO_SK + kk);
+        bf[j][0] = r4[0];
+        bf[j][1] = r4[1];
+        bf[j + 1][0] = r4[2];
+        bf[j + 1][1] = r4[3];
       }
 #pragma unroll
       for (int i = 0; i < MIO_MI; ++i) {
-        const mio_t* ap = as + (i * 16 + gid) * MIO_SK + kk + 2 * tig;
-        unsigned int af[4];
-        af[0] = *(const unsigned int*)ap;
-        af[1] = *(const unsigned int*)(ap + 8 * MIO_SK);
-        af[2] = *(const unsigned int*)(ap + 8);
-        af[3] = *(const unsigned int*)(ap + 8 * MIO_SK + 8);
 #pragma unroll
         for (int j = 0; j < MIO_NI; ++j) {
 #if defined(MIO_DTYPE_BF16)
-          mio_mma_bf16_16816(acc[i][j], af, bf[j]);
+          mio_mma_bf16_16816(acc[i][j], af[i], bf[j]);
 #else
-          mio_mma_f16_16816(acc[i][j], af, bf[j]);
+          mio_mma_f16_16816(acc[i][j], af[i], bf[j]);
 #endif
         }
       }
@@ -271,8 +353,9 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS)
   }
   mio_cp_async_wait(0);
 
-  // Epilogue: y (one split) or fp32 partials (split-K).
-  const mio_index hw = p.ho * p.wo;
+  // Epilogue: the output (one split) or fp32 partials (split-K, [split][m][groups * ocg]).
+  const mio_index hw = p.oh * p.ow;
+  const mio_index ncols = p.groups * p.ocg;
 #pragma unroll
   for (int i = 0; i < MIO_MI; ++i) {
 #pragma unroll
@@ -281,42 +364,71 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS)
       if (m >= p.m) continue;
       const mio_index img = m / hw;
       const mio_index rem = m - img * hw;
-      const mio_index oh = rem / p.wo;
-      const mio_index ow = rem - oh * p.wo;
-      mio_t* yrow = y + img * p.ys_n + oh * p.ys_h + ow * p.ys_w + grp * p.kg;
-      float* prow = part + ((mio_index)blockIdx.z * p.m + m) * p.k + grp * p.kg;
+      const mio_index r = rem / p.ow;
+      const mio_index q = rem - r * p.ow;
+      mio_t* orow = o + img * p.os_n + r * p.os_h + q * p.os_w + grp * p.ocg * p.os_c;
+      float* prow = part + ((mio_index)blockIdx.z * p.m + m) * ncols + grp * p.ocg;
 #pragma unroll
       for (int j = 0; j < MIO_NI; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const mio_index kc = n0 + wn * MIO_WTN + j * 8 + 2 * tig + e;
-          if (kc >= p.kg) continue;
-          const float v = acc[i][j][half * 2 + e];
-          if (p.splits > 1) {
-            prow[kc] = v;
-          } else {
-            mio_store(yrow + kc, v);
-          }
+        const mio_index kc = n0 + wn * MIO_WTN + j * 8 + 2 * tig;
+        const float v0 = acc[i][j][half * 2];
+        const float v1 = acc[i][j][half * 2 + 1];
+        if (p.splits > 1) {
+          if (kc < p.ocg) prow[kc] = v0;
+          if (kc + 1 < p.ocg) prow[kc + 1] = v1;
+          continue;
         }
+#if !defined(MIO_DTYPE_FP32)
+        // Both columns in one 4-byte store where they are adjacent and aligned.
+        if (p.os_c == 1 && kc + 1 < p.ocg && ((unsigned long long)(orow + kc) & 3) == 0) {
+          mio_t pair[2];
+          mio_store(pair, v0);
+          mio_store(pair + 1, v1);
+          *(unsigned int*)(orow + kc) = (unsigned int)pair[0] | ((unsigned int)pair[1] << 16);
+          continue;
+        }
+#endif
+        if (kc < p.ocg) mio_store(orow + kc * p.os_c, v0);
+        if (kc + 1 < p.ocg) mio_store(orow + (kc + 1) * p.os_c, v1);
       }
     }
   }
 }
 
-// Sum the split-K partials (splits x M x K, fp32) into y.
-MIO_KERNEL void igemm_mma_reduce(const float* __restrict__ part, mio_t* __restrict__ y,
+// Sum the split-K partials (splits x M x groups * ocg, fp32) into the output.
+MIO_KERNEL void igemm_mma_reduce(const float* __restrict__ part, mio_t* __restrict__ o,
                                  MioIgemmParams p) {
-  const mio_index total = p.m * p.k;
-  const mio_index hw = p.ho * p.wo;
+  const mio_index ncols = p.groups * p.ocg;
+  const mio_index total = p.m * ncols;
+  const mio_index hw = p.oh * p.ow;
   MIO_GRID_LOOP(i, total) {
     float s = 0.0f;
     for (mio_index z = 0; z < p.splits; ++z) s += part[z * total + i];
-    const mio_index m = i / p.k;
-    const mio_index kc = i - m * p.k;
+    const mio_index m = i / ncols;
+    const mio_index kc = i - m * ncols;
     const mio_index img = m / hw;
     const mio_index rem = m - img * hw;
-    const mio_index oh = rem / p.wo;
-    const mio_index ow = rem - oh * p.wo;
-    mio_store(y + img * p.ys_n + oh * p.ys_h + ow * p.ys_w + kc, s);
+    const mio_index r = rem / p.ow;
+    const mio_index q = rem - r * p.ow;
+    mio_store(o + img * p.os_n + r * p.os_h + q * p.os_w + kc * p.os_c, s);
+  }
+}
+
+// Backward data: w (K x Cg x FY x FX, any strides) to wt[g][c][fy][fx][k] (contiguous), the
+// B operand with the reduction channel k innermost. Here icg = K / groups, ocg = Cg.
+MIO_KERNEL void igemm_mma_wtrans(const mio_t* __restrict__ w, mio_t* __restrict__ wt,
+                                 MioIgemmParams p) {
+  const mio_index total = p.groups * p.ocg * p.fy * p.fx * p.icg;
+  MIO_GRID_LOOP(i, total) {
+    mio_index j = i;
+    const mio_index k = j % p.icg;
+    j /= p.icg;
+    const mio_index tx = j % p.fx;
+    j /= p.fx;
+    const mio_index ty = j % p.fy;
+    j /= p.fy;
+    const mio_index c = j % p.ocg;
+    const mio_index g = j / p.ocg;
+    wt[i] = w[(g * p.icg + k) * p.ws_k + c * p.ws_c + ty * p.ws_y + tx * p.ws_x];
   }
 }
