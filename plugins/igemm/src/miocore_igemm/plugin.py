@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import miocore
 from miocore_igemm.gpu import GPU_SOLVERS, KERNEL_DIR
 from miocore_igemm.gpu_fma import GPU_FMA_SOLVERS
+from miocore_igemm.gpu_wrw import GPU_WRW_SOLVERS
 from miocore_igemm.solvers import SOLVERS
 
 
@@ -19,6 +20,8 @@ def miocore_solvers() -> Iterator[miocore.SolverRecord]:
     for solver in GPU_SOLVERS:
         yield miocore.SolverRecord(solver=solver)
     for solver in GPU_FMA_SOLVERS:  # igemm.gpu_fma: exact fp32 on CUDA cores, all directions
+        yield miocore.SolverRecord(solver=solver)
+    for solver in GPU_WRW_SOLVERS:  # igemm.gpu_mma_wrw, igemm.gpu_tf32_wrw (backward weights)
         yield miocore.SolverRecord(solver=solver)
 
 

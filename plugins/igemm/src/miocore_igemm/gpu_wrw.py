@@ -1,0 +1,418 @@
+"""GPU backward-weights implicit GEMM on the matrix units: ``igemm.gpu_mma_wrw`` (fp16/bf16) and
+``igemm.gpu_tf32_wrw`` (fp32 through TF32, only in the ``"tf32"`` math mode).
+
+``kernels/igemm_wrw.cu`` computes ``dW[k, r] = sum_m dy[m, k] * x[m, r]`` per group, with
+``k`` the group's output channels (GEMM rows), ``r = (fy, fx, c)`` (GEMM columns, Y*X*Cg) and
+the reduction over ``m = (n, oh, ow)`` (N*Ho*Wo, long). Blocks of 8 warps compute a ``bm`` x
+``bn`` tile of dW with ``mma.sync`` (m16n8k16 fp16/bf16, m16n8k8 tf32; fp32 accumulators),
+staging ``bk`` reduction rows per stage through a ``stages``-deep cp.async pipeline; the
+fragments are read transposed from shared memory (``ldmatrix.trans``). The reduction is split
+over ``split`` blocks (grid z); the partial tiles go to an fp32 workspace, either added
+atomically into one copy (``atomic`` = 1, cleared by a first kernel) or each split into its own
+slab (``atomic`` = 0, deterministic), and a last kernel sums, casts and stores dW.
+
+Any layout is correct: dy and x are read with 16-byte vectors where the channels are innermost
+and the group's channels and strides are multiples of 16 bytes (NHWC), element by element
+otherwise (NCHW: slower). 2-D only (3-D declines). Without ``mma.sync`` (HIP, CUDA before
+sm_80) the kernel multiplies the same tiles with a scalar path (correct, slow).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from miocore import (
+    APPLICABLE,
+    Algorithm,
+    Applicability,
+    ConvProblem,
+    ConvSolution,
+    DataType,
+    Direction,
+    ExecutionContext,
+    InvalidArgumentError,
+    InvokeParams,
+    KernelInfo,
+    PerfConfig,
+    TunableSolver,
+    not_applicable,
+)
+from miocore.backends.gpu_kernels import DTYPE_OPTIONS, GPU_BACKENDS
+
+KERNEL_DIR = Path(__file__).parent / "kernels"
+SOURCE = "igemm/igemm_wrw.cu"
+THREADS = 256
+#: Dynamic shared memory a block may use without an opt-in (both vendors).
+SHARED_LIMIT = 48 * 1024
+#: Deterministic split-K slabs beyond this are not worth the traffic (nor the caller's memory).
+MAX_SPLIT_WORKSPACE = 256 << 20
+#: Shared-memory row padding in elements (kernel's MIO_PAD).
+PAD = 8
+_GRID_LIMIT = 65535
+_INT32 = 2**31 - 1
+_BM = (128, 64)
+_BN = (128, 64)
+_BK = {DataType.FLOAT16: (32, 64), DataType.BFLOAT16: (32, 64), DataType.FLOAT32: (16, 32)}
+_STAGES = (4, 3, 2)
+_SPLITS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+_KEYS = ("bm", "bn", "bk", "stages", "split", "atomic")
+
+#: The fields of ``MioWrwParams`` in ``kernels/igemm_wrw.cu``, in declaration order (a CPU test
+#: parses the struct and checks this order: the kernel reads them by position).
+PARAM_FIELDS = (
+    *("n", "c", "h", "w", "k", "fy", "fx", "ho", "wo", "groups", "cg", "kg"),
+    *("ph", "pw", "sh", "sw", "dh", "dw"),
+    *("xs_n", "xs_c", "xs_h", "xs_w", "ys_n", "ys_c", "ys_h", "ys_w"),
+    *("ws_k", "ws_c", "ws_y", "ws_x"),
+    *("m", "r", "tiles_per_split", "splits", "atomic"),
+)
+
+
+def pack_params(values: dict[str, int]) -> bytes:
+    """``MioWrwParams`` by value: every field an int64, in :data:`PARAM_FIELDS` order."""
+    if set(values) != set(PARAM_FIELDS):
+        raise ValueError(f"parameter fields differ: {sorted(set(values) ^ set(PARAM_FIELDS))}")
+    return np.array([values[f] for f in PARAM_FIELDS], dtype=np.int64).tobytes()
+
+
+def geometry(p: ConvProblem) -> dict[str, int]:
+    """Sizes of the GEMM view: ``kg`` rows, ``r`` columns, ``m`` reduction, per group ``g``."""
+    n, c, h, w = p.x.lengths
+    k, cg, fy, fx = p.w.lengths
+    ho, wo = p.y.lengths[2], p.y.lengths[3]
+    return {
+        **{"n": n, "c": c, "h": h, "w": w, "k": k, "fy": fy, "fx": fx, "ho": ho, "wo": wo},
+        "g": p.groups,
+        "cg": cg,
+        "kg": k // p.groups,
+        "m": n * ho * wo,
+        "r": fy * fx * cg,
+    }
+
+
+def vector_widths(p: ConvProblem) -> tuple[int, int]:
+    """Elements per load of dy and of x: 16 bytes when that tensor's channels are innermost
+    and the group's channels and the other strides are multiples of 16 bytes, else 1."""
+    vec = 16 // p.dtype.itemsize
+    s = geometry(p)
+
+    def width(desc: Any, per_group: int) -> int:
+        st = desc.strides
+        if st[1] != 1 or per_group % vec or any(v % vec for v in (st[0], *st[2:])):
+            return 1
+        return vec
+
+    return width(p.y, s["kg"]), width(p.x, s["cg"])
+
+
+def shared_bytes(p: ConvProblem, cfg: PerfConfig) -> int:
+    """Dynamic shared memory of one block: ``stages`` x ``bk`` rows of (bm + bn + 2 pads)."""
+    return cfg["stages"] * cfg["bk"] * (cfg["bm"] + cfg["bn"] + 2 * PAD) * p.dtype.itemsize
+
+
+def _rtiles(p: ConvProblem, bk: int) -> int:
+    return -(-geometry(p)["m"] // bk)
+
+
+def _blocks(p: ConvProblem, bm: int, bn: int) -> int:
+    s = geometry(p)
+    return s["g"] * -(-s["kg"] // bm) * -(-s["r"] // bn)
+
+
+def split_workspace(p: ConvProblem, split: int, atomic: int) -> int:
+    """Bytes of fp32 workspace: none without split-K, one K x R copy when atomic, else one
+    copy per split."""
+    if split == 1:
+        return 0
+    s = geometry(p)
+    return (1 if atomic else split) * s["k"] * s["r"] * 4
+
+
+def _pow2_at_least(v: int) -> int:
+    return 1 << max(0, (v - 1).bit_length())
+
+
+class _GpuWrwBase(TunableSolver):
+    """Shared by both solvers; subclasses set the dtypes and the math-mode condition."""
+
+    algorithm = Algorithm.IMPLICIT_GEMM
+    backends = GPU_BACKENDS
+    dtypes: frozenset[DataType] = frozenset()
+
+    # -- applicability -----------------------------------------------------------------------
+
+    def _math_reason(self, ctx: ExecutionContext) -> str | None:
+        return None
+
+    def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
+        """2-D backward weights in the solver's dtypes, any layout, 32-bit index ranges."""
+        p = problem
+        if p.direction is not Direction.BACKWARD_WEIGHTS:
+            return not_applicable(f"backward weights only (got {p.direction.value})")
+        if p.dtype not in self.dtypes:
+            names = "/".join(sorted(d.value for d in self.dtypes))
+            return not_applicable(f"{p.dtype.value}: this solver computes {names}")
+        reason = self._math_reason(ctx)
+        if reason:
+            return not_applicable(reason)
+        if p.spatial_dims != 2:
+            return not_applicable("2-D problems only (3-D: not yet)")
+        s = geometry(p)
+        if s["m"] > _INT32 - 1024 or s["r"] > _INT32 or s["k"] * s["r"] > _INT32:
+            return not_applicable("N*Ho*Wo or K*Y*X*C/groups exceeds the kernel's 32-bit indices")
+        if not self.perf_config_space(ctx, p):
+            return not_applicable("no tile configuration fits (grid or shared-memory limits)")
+        return APPLICABLE
+
+    # -- configs -------------------------------------------------------------------------------
+
+    def _fits(self, p: ConvProblem, cfg: PerfConfig) -> bool:
+        s = geometry(p)
+        if shared_bytes(p, cfg) > SHARED_LIMIT:
+            return False
+        if s["g"] * -(-s["kg"] // cfg["bm"]) > _GRID_LIMIT:
+            return False
+        if -(-s["r"] // cfg["bn"]) > 2**31 - 1:
+            return False
+        veca, vecb = vector_widths(p)
+        # scalar loads: keep the per-thread row table (bk x tile columns / 256 rows) small
+        if veca == 1 and (cfg["bm"] > 64 or cfg["bk"] > 32):
+            return False
+        if vecb == 1 and (cfg["bn"] > 64 or cfg["bk"] > 32):
+            return False
+        split, atomic = cfg["split"], cfg["atomic"]
+        if split == 1:
+            return atomic == 0
+        if _rtiles(p, cfg["bk"]) < 4 * split:
+            return False
+        return split_workspace(p, split, atomic) <= MAX_SPLIT_WORKSPACE
+
+    def perf_config_space(self, ctx: ExecutionContext, problem: ConvProblem) -> list[PerfConfig]:
+        """Tiles x reduction rows per stage x pipeline depth x split-K (atomic or slabs) that
+        fit, no tile wider than the group's channels or filter columns need."""
+        p = problem
+        if (
+            p.spatial_dims != 2
+            or p.dtype not in _BK
+            or p.direction is not Direction.BACKWARD_WEIGHTS
+        ):
+            return []
+        s = geometry(p)
+        out = []
+        for bm in _BM:
+            if bm > max(64, _pow2_at_least(s["kg"])):
+                continue
+            for bn in _BN:
+                if bn > max(64, _pow2_at_least(s["r"])):
+                    continue
+                for bk in _BK[p.dtype]:
+                    for stages in _STAGES:
+                        for split in _SPLITS:
+                            for atomic in (1, 0):
+                                cfg = PerfConfig(
+                                    bm=bm, bn=bn, bk=bk, stages=stages, split=split, atomic=atomic
+                                )
+                                if self._fits(p, cfg):
+                                    out.append(cfg)
+        return out
+
+    def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
+        """Largest tiles the group's sizes fill (128 rows from Kg >= 128, 128 columns from
+        Y*X*Cg >= 128) at the deepest pipeline that fits 48 KiB, then split-K so the grid
+        fills the device 2 to 4 times (at least 4 reduction tiles per split), atomic."""
+        p = problem
+        space = self.perf_config_space(ctx, p)
+        if not space:
+            return PerfConfig(bm=64, bn=64, bk=32, stages=2, split=1, atomic=0)
+        s = geometry(p)
+        sms = max(1, ctx.device.compute_units)
+        bm = 128 if s["kg"] >= 128 else 64
+        bn = 128 if s["r"] >= 128 else 64
+        tiles = [(bm, bn), (64, bn), (bm, 64), (64, 64)]
+        for tm, tn in dict.fromkeys(tiles):
+            fitting = [c for c in space if c["bm"] == tm and c["bn"] == tn]
+            if not fitting:
+                continue
+            blocks = _blocks(p, tm, tn)
+            split = 1
+            while split < _SPLITS[-1] and blocks * split * 2 <= 4 * sms:
+                split *= 2
+            bk = min(c["bk"] for c in fitting)
+            for want in range(split.bit_length(), -1, -1):
+                cands = [
+                    c
+                    for c in fitting
+                    if c["split"] == (1 << want) and c["bk"] == bk and c["atomic"] == (want > 0)
+                ]
+                if cands:
+                    return max(cands, key=lambda c: c["stages"])
+        return space[0]
+
+    def is_valid_perf_config(
+        self, ctx: ExecutionContext, problem: ConvProblem, config: PerfConfig
+    ) -> bool:
+        """The six keys with values of the search space, fitting this problem."""
+        try:
+            bm, bn, bk, stages, split, atomic = (int(config[k]) for k in _KEYS)
+        except (KeyError, TypeError, ValueError):
+            return False
+        p = problem
+        if p.dtype not in _BK or p.spatial_dims != 2:
+            return False
+        if bm not in _BM or bn not in _BN or bk not in _BK[p.dtype]:
+            return False
+        if stages not in _STAGES or split not in _SPLITS or atomic not in (0, 1):
+            return False
+        return self._fits(p, config)
+
+    # -- cost ----------------------------------------------------------------------------------
+
+    def workspace_size(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> int:
+        """Split-K: one fp32 copy of dW (atomic) or one per split."""
+        cfg = self._config(ctx, problem, perf_config)
+        return split_workspace(problem, cfg["split"], cfg["atomic"])
+
+    def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
+        """Tensor cores: well above the CUDA-core kernels; the scalar fallback is not."""
+        if ctx.backend != "cuda":
+            return 0.05
+        veca, vecb = vector_widths(problem)
+        return 0.5 if veca > 1 and vecb > 1 else 0.15
+
+    # -- solution ------------------------------------------------------------------------------
+
+    def _config(
+        self, ctx: ExecutionContext, p: ConvProblem, perf_config: PerfConfig | None
+    ) -> PerfConfig:
+        if perf_config is not None and self.is_valid_perf_config(ctx, p, perf_config):
+            return perf_config
+        return self.default_perf_config(ctx, p)
+
+    def params(self, p: ConvProblem, cfg: PerfConfig) -> dict[str, int]:
+        """The kernel's ``MioWrwParams`` values for this problem and config."""
+        s = geometry(p)
+        rtiles = _rtiles(p, cfg["bk"])
+        xs, ys, ws = p.x.strides, p.y.strides, p.w.strides
+        return {
+            **{f: s[f] for f in ("n", "c", "h", "w", "k", "fy", "fx", "ho", "wo", "cg", "kg")},
+            "groups": s["g"],
+            "ph": p.conv.pads[0],
+            "pw": p.conv.pads[1],
+            "sh": p.conv.strides[0],
+            "sw": p.conv.strides[1],
+            "dh": p.conv.dilations[0],
+            "dw": p.conv.dilations[1],
+            **{f"xs_{a}": xs[i] for i, a in enumerate("nchw")},
+            **{f"ys_{a}": ys[i] for i, a in enumerate("nchw")},
+            **{f"ws_{a}": ws[i] for i, a in enumerate("kcyx")},
+            "m": s["m"],
+            "r": s["r"],
+            "tiles_per_split": -(-rtiles // cfg["split"]),
+            "splits": cfg["split"],
+            "atomic": cfg["atomic"] if cfg["split"] > 1 else 0,
+        }
+
+    def get_solution(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> ConvSolution:
+        """The wrw kernel compiled for the tile, pipeline, vector widths and element type; with
+        split-K also the clearing kernel (atomic) and the summing/casting kernel."""
+        p = problem
+        cfg = self._config(ctx, p, perf_config)
+        s = geometry(p)
+        bm, bn, bk, stages, split, atomic = (cfg[k] for k in _KEYS)
+        veca, vecb = vector_widths(p)
+        options = (
+            DTYPE_OPTIONS[p.dtype],
+            f"-DMIO_BM={bm}",
+            f"-DMIO_BN={bn}",
+            f"-DMIO_BK={bk}",
+            f"-DMIO_STAGES={stages}",
+            f"-DMIO_VECA={veca}",
+            f"-DMIO_VECB={vecb}",
+        )
+        grid = (-(-s["r"] // bn), s["g"] * -(-s["kg"] // bm), split)
+        total = s["k"] * s["r"]
+        small = (max(1, min(-(-total // 256), 8 * max(1, ctx.device.compute_units))),)
+
+        def kernel(name: str, grid: tuple[int, ...], block: int) -> KernelInfo:
+            return KernelInfo(
+                source=SOURCE, kernel_name=name, options=options, grid=grid, block=(block,)
+            )
+
+        kernels = [kernel("igemm_wrw", grid, THREADS)]
+        if split > 1:
+            if atomic:
+                kernels.append(kernel("igemm_wrw_zero", small, 256))
+            kernels.append(kernel("igemm_wrw_reduce", small, 256))
+        params = pack_params(self.params(p, cfg))
+        shared = shared_bytes(p, cfg)
+        workspace = split_workspace(p, split, atomic)
+        align = p.dtype.itemsize * max(veca, vecb)
+
+        def factory(compiled: Any) -> Any:
+            from miocore.backends.gpu_kernels import KernelArgs
+
+            main = compiled[0]
+            args = KernelArgs([("ptr", 0)] * 4 + [("bytes", params)])
+            zargs = KernelArgs([("ptr", 0), ("bytes", params)])
+            rargs = KernelArgs([("ptr", 0), ("ptr", 0), ("bytes", params)])
+
+            def invoker(handle: Any, ip: InvokeParams) -> None:
+                for name, t in (("x", ip.x), ("y", ip.y)):
+                    if t.ptr % align:
+                        raise InvalidArgumentError(
+                            f"igemm wrw kernels need {align}-byte aligned x and dy",
+                            field=f"{name} pointer",
+                            value=hex(t.ptr),
+                        )
+                part = ip.workspace.ptr if split > 1 else 0
+                if split > 1 and atomic:
+                    zargs.set_pointers(part)
+                    compiled[1].launch(zargs)
+                args.set_pointers(ip.x.ptr, ip.y.ptr, ip.w.ptr, part)
+                main.launch(args, shared=shared)
+                if split > 1:
+                    rargs.set_pointers(part, ip.w.ptr)
+                    compiled[-1].launch(rargs)
+
+            return invoker
+
+        return ConvSolution(
+            solver=self.name,
+            workspace_size=workspace,
+            invoker_factory=factory,
+            kernels=tuple(kernels),
+            perf_config=cfg,
+        )
+
+
+class GpuMmaWrwSolver(_GpuWrwBase):
+    """Backward-weights implicit GEMM on tensor cores, fp16/bf16 with fp32 accumulation."""
+
+    name = "igemm.gpu_mma_wrw"
+    dtypes = frozenset({DataType.FLOAT16, DataType.BFLOAT16})
+
+
+class GpuTf32WrwSolver(_GpuWrwBase):
+    """fp32 backward weights through TF32 tensor cores: only in the ``"tf32"`` math mode."""
+
+    name = "igemm.gpu_tf32_wrw"
+    dtypes = frozenset({DataType.FLOAT32})
+
+    def _math_reason(self, ctx: ExecutionContext) -> str | None:
+        mode = getattr(ctx, "math_mode", "exact")
+        if mode != "tf32":
+            return (
+                f"math mode is {mode!r}: TF32 rounds fp32 inputs to 10 mantissa bits; pass "
+                "Handle(..., math_mode='tf32') to allow it"
+            )
+        return None
+
+
+GPU_WRW_SOLVERS = (GpuMmaWrwSolver(), GpuTf32WrwSolver())
