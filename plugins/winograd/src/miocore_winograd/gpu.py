@@ -76,12 +76,18 @@ PARAM_FIELDS = (
 )
 _BLOCK = 256
 _ALIGN = 256
-#: Relative error per element-type unit roundoff at a reduction of 16 or fewer, per output tile
-#: (forward / backward data) or dy tile (backward weights): the transforms' growth of rounding
-#: errors, emulated in numpy (V and U rounded to the element type, float32 GEMM) on random
-#: data with the largest error found at a third or less of this.
-ERROR_GROWTH = {2: 6.0, 4: 60.0}
-_UNIT_ROUNDOFF = {DataType.FLOAT32: 2.0**-24, DataType.FLOAT16: 2.0**-11, DataType.BFLOAT16: 2.0**-8}
+#: Relative error in units of the element type's unit roundoff at a reduction of 16 or fewer,
+#: per output tile (forward / backward data) or dy tile (backward weights) and for float32 /
+#: the half types: the transforms' growth of rounding errors. Emulated in numpy (V, U, X, DY
+#: rounded to the element type, float32 GEMM and transforms; ``tests/test_gpu_winograd_cpu.py``
+#: runs the emulation) on random data: the largest error found sits at a third of this or less
+#: (F(4,3): float32 about 45-70 units, fp16 / bf16 about 16-19; F(2,3): about 4 and 1.5).
+ERROR_GROWTH = {(2, True): 16.0, (2, False): 6.0, (4, True): 150.0, (4, False): 60.0}
+_UNIT_ROUNDOFF = {
+    DataType.FLOAT32: 2.0**-24,
+    DataType.FLOAT16: 2.0**-11,
+    DataType.BFLOAT16: 2.0**-8,
+}
 #: Cost model: the batched GEMM reaches this fraction of the dtype's peak (cuBLAS on tall-skinny
 #: batches), the transform kernels stream at this fraction of the memory bandwidth, and every
 #: launch costs about this much.
@@ -263,13 +269,10 @@ class WinogradGpuSolver(Solver):
         """Relative error bound: the element type's unit roundoff (the transformed operands are
         stored in it) times the tile's error growth (:data:`ERROR_GROWTH`), growing with the
         square root of the Winograd-domain reduction (channels per group; backward weights:
-        tiles of one image chunk, as summed by the BLAS), like a random walk of roundings."""
+        all tiles, as summed by the BLAS), like a random walk of roundings."""
         plan = _Plan(problem, self.m)
-        if plan.wrw:
-            reduction = problem.n * plan.per_image_tiles
-        else:
-            reduction = plan.cing
-        growth = ERROR_GROWTH[self.m]
+        reduction = problem.n * plan.per_image_tiles if plan.wrw else plan.cing
+        growth = ERROR_GROWTH[self.m, problem.dtype is DataType.FLOAT32]
         return growth * _UNIT_ROUNDOFF[problem.dtype] * max(1.0, math.sqrt(reduction / 16))
 
     def predicted_ms(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
