@@ -53,8 +53,11 @@ def _problems(count: int) -> list[miocore.ConvProblem]:
     out = []
     if find_corpus() is not None:
         for row in sample_rows(count):
-            for dtype in ("FP32", "FP16", "BF16"):
-                out.append(shrink_row({**row, "dtype": dtype}))
+            # Each row also in its channels-last twin: NHWC-only solvers see every shape too.
+            twin = {"NCHW": "NHWC", "NCDHW": "NDHWC"}.get(row["layout"], row["layout"])
+            for layout in dict.fromkeys((row["layout"], twin)):
+                for dtype in ("FP32", "FP16", "BF16"):
+                    out.append(shrink_row({**row, "dtype": dtype, "layout": layout}))
         return out
     for direction in ("forward", "backward_data", "backward_weights"):
         for dtype in ("float32", "float16", "bfloat16"):

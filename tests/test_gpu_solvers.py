@@ -108,6 +108,33 @@ def test_solver_matches_reference_on_corpus(
         assert ran >= min(200, PER_DIRECTION)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_channels_last_gemm_on_corpus(handle: miocore.Handle, direction: str, dtype: str) -> None:
+    """``gemm.gpu_nhwc`` on every sampled row in its channels-last twin (NHWC / NDHWC)."""
+    solver = "gemm.gpu_nhwc"
+    if solver not in handle.registry:
+        pytest.skip(f"{solver} is not installed")
+    rows = [r for r in _rows() if r["dir"] == direction][: PER_DIRECTION // 2]
+    if not rows:
+        pytest.skip("the corpus is not available (set MIOCORE_CORPUS)")
+    reg = handle.registry.get(solver).solver
+    tol = TOLERANCES[miocore.DataType.parse(dtype)]
+    ran, failures = 0, []
+    for i, row in enumerate(rows):
+        twin = {"NCHW": "NHWC", "NCDHW": "NDHWC"}.get(row["layout"], row["layout"])
+        problem = shrink_row({**row, "dtype": dtype, "layout": twin})
+        if not reg.is_applicable(handle.context, problem.canonical):
+            continue
+        err, written = run_on_device(handle, solver, problem, seed=i)
+        ran += 1
+        if not written or not np.isfinite(err) or err > tol:
+            failures.append(f"{problem.key}: error {err:.3g}, all written: {written}")
+    print(f"{solver} {direction} {dtype}: {ran} channels-last problems checked")
+    assert not failures, f"{len(failures)}/{ran} failed:\n" + "\n".join(failures[:20])
+    assert ran >= len(rows) * 0.9
+
+
 def test_transposed_problems(handle: miocore.Handle) -> None:
     conv = miocore.ConvolutionDescriptor(
         pads=(1, 1), strides=(2, 2), mode="transpose", output_pads=(1, 1)

@@ -1,0 +1,387 @@
+"""``gemm.gpu_nhwc``: the GEMM lowering for channels-last tensors (NHWC / NDHWC) on the vendor
+BLAS, every direction in one BLAS call per chunk of images.
+
+With channels innermost, an output row ``m = (n, output position)`` and the column
+``r = (g, tap, c)`` make every direction one row-major GEMM per group, batched over the groups
+(cuBLAS/hipBLAS strided-batched, fp32 accumulation):
+
+* forward:          Y[m, g*Kg + k]  = sum_r col[m, g, r] . W[g*Kg + k, r]
+* backward data:    col[m, g, r]    = sum_k dY[m, g*Kg + k] . W[g*Kg + k, r], then col2im
+* backward weights: dW[g*Kg + k, r] = sum_m dY[m, g*Kg + k] . col[m, g, r]
+
+``col`` is x itself for 1x1 filters with stride 1 and no padding (no copy at all), else the
+im2col_cl rows (``kernels/im2col_cl.cu``). Unlike the NCHW solver, backward weights reduces
+over all the chunk's rows in one GEMM, so the BLAS picks its own split of the long reduction.
+Images go in chunks whose row buffer fits :data:`WORKSPACE_BUDGET` (one image at least).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from miocore import (
+    APPLICABLE,
+    Algorithm,
+    Applicability,
+    ConvProblem,
+    ConvSolution,
+    DataType,
+    Direction,
+    ExecutionContext,
+    InvokeParams,
+    KernelInfo,
+    NotApplicableError,
+    PerfConfig,
+    Solver,
+    not_applicable,
+)
+from miocore.backends.gpu_kernels import DTYPE_OPTIONS, GPU_BACKENDS, KernelArgs, grid_for
+
+KERNEL_DIR = Path(__file__).parent / "kernels"
+SOURCE = "gemm/im2col_cl.cu"
+#: Largest row buffer a chunk of images may use (bytes); one image may exceed it.
+WORKSPACE_BUDGET = 256 << 20
+#: A single image's row buffer beyond this is not worth it: other solvers serve the problem.
+MAX_IMAGE_ROWS_BYTES = 2 << 30
+_BLOCK = 256
+_CHANNELS_LAST = {2: "NHWC", 3: "NDHWC"}
+
+
+def _dims(p: ConvProblem) -> tuple[int, int, int, int, int]:
+    """(groups, Cg, Kg, filter taps F, output positions O)."""
+    g = p.groups
+    return g, p.c // g, p.k // g, math.prod(p.filter_spatial), math.prod(p.out_spatial)
+
+
+def is_pointwise(p: ConvProblem) -> bool:
+    """1x1 filter, stride 1, no padding: the rows are x itself."""
+    return (
+        all(s == 1 for s in p.filter_spatial)
+        and all(s == 1 for s in p.conv.strides)
+        and not any(p.conv.pads)
+    )
+
+
+def row_bytes(p: ConvProblem) -> int:
+    """Bytes of one image's rows (0 when no row buffer is needed)."""
+    if is_pointwise(p):
+        return 0
+    g, cg, _, f, o = _dims(p)
+    return o * g * f * cg * p.dtype.itemsize
+
+
+def images_per_chunk(p: ConvProblem) -> int:
+    """As many images as keep the row buffer within the budget, at least one."""
+    per_image = row_bytes(p)
+    if per_image == 0:
+        return p.n
+    return max(1, min(p.n, WORKSPACE_BUDGET // per_image))
+
+
+def copy_unit(p: ConvProblem) -> int:
+    """Bytes im2col_cl moves at once: the largest of 16/8/4/2 that divides the group's channel
+    run and every x stride (in bytes), and at least the element size."""
+    size = p.dtype.itemsize
+    _, cg, *_ = _dims(p)
+    strides = [p.x.strides[0], *p.x.strides[2:]]
+    for unit in (16, 8, 4, 2):
+        if (
+            unit >= size
+            and (cg * size) % unit == 0
+            and all((s * size) % unit == 0 for s in strides)
+        ):
+            return unit
+    return size
+
+
+def _rows_buffer_bytes(p: ConvProblem) -> int:
+    # Rounded up to 256 bytes so that the float32 accumulator after it is aligned for the BLAS.
+    return -(-images_per_chunk(p) * row_bytes(p) // 256) * 256
+
+
+def _accumulator_bytes(p: ConvProblem) -> int:
+    if p.direction is Direction.BACKWARD_WEIGHTS and p.dtype is not DataType.FLOAT32:
+        return p.w.element_count * 4
+    return 0
+
+
+def _three(values: tuple[int, ...], fill: int) -> list[int]:
+    return [fill] * (3 - len(values)) + list(values)
+
+
+def pack_params(p: ConvProblem, n0: int, nb: int) -> bytes:
+    """``MioClParams`` (kernels/im2col_cl.cu) by value, every field an int64."""
+    xs = list(p.x.strides)
+    # Logical order (N, C, [D,] H, W): N, then the spatial strides; 2-D gets D stride 0.
+    spatial = xs[2:] if p.spatial_dims == 3 else [0, *xs[2:]]
+    g, cg, *_ = _dims(p)
+    fields = [
+        *_three(p.in_spatial, 1),
+        *_three(p.out_spatial, 1),
+        *_three(p.filter_spatial, 1),
+        *_three(p.conv.pads, 0),
+        *_three(p.conv.strides, 1),
+        *_three(p.conv.dilations, 1),
+        xs[0],
+        *spatial,
+        p.c,
+        g,
+        cg,
+        n0,
+        nb,
+    ]
+    return np.array(fields, dtype=np.int64).tobytes()
+
+
+class GpuChannelsLastGemmSolver(Solver):
+    """Channels-last im2col / col2im + vendor BLAS, every direction, groups, 2-D and 3-D."""
+
+    name = "gemm.gpu_nhwc"
+    algorithm = Algorithm.GEMM
+    backends = GPU_BACKENDS
+    is_dynamic = True
+
+    def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
+        """Packed channels-last x, w and y (NHWC / NDHWC), BLAS-sized dimensions."""
+        p = problem
+        want = _CHANNELS_LAST.get(p.spatial_dims)
+        if want is None:
+            return not_applicable(f"{p.spatial_dims}-D problem: 2-D and 3-D only")
+        for name in ("x", "w", "y"):
+            desc = getattr(p, name)
+            if desc.layout != want or not desc.is_packed:
+                return not_applicable(
+                    f"{name} is {desc.layout}{'' if desc.is_packed else ' (strided)'}; this "
+                    f"solver needs packed {want} (gemm.gpu_im2col serves NCHW)"
+                )
+        g, cg, kg, f, o = _dims(p)
+        if row_bytes(p) > MAX_IMAGE_ROWS_BYTES:
+            return not_applicable(
+                f"one image's im2col rows take {row_bytes(p) >> 20} MiB (over "
+                f"{MAX_IMAGE_ROWS_BYTES >> 20} MiB)"
+            )
+        rows = o * images_per_chunk(p)
+        if max(g * f * cg, kg, rows, p.k) >= 2**31:
+            return not_applicable("a GEMM dimension exceeds 32-bit BLAS indexing")
+        return APPLICABLE
+
+    def workspace_size(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> int:
+        """One chunk's rows, plus a float32 dW for half-type backward weights."""
+        return _rows_buffer_bytes(problem) + _accumulator_bytes(problem)
+
+    def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
+        """The BLAS runs near its peak; the row buffer costs traffic that grows with the taps."""
+        _, _, _, f, _ = _dims(problem)
+        return 0.6 if is_pointwise(problem) else max(0.1, 0.45 / math.sqrt(f))
+
+    def get_solution(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> ConvSolution:
+        """The row kernels (the copy unit for this problem and the element-size fallback for
+        unaligned pointers), the fp32 cast, and a BLAS-driving invoker."""
+        p = problem
+        dtype_opt = DTYPE_OPTIONS[p.dtype]
+        unit = copy_unit(p)
+        block = (_BLOCK,)
+        kernels = [
+            KernelInfo(
+                source=SOURCE,
+                kernel_name="im2col_cl",
+                options=(dtype_opt, f"-DMIO_UNIT={unit}"),
+                block=block,
+            ),
+            KernelInfo(
+                source=SOURCE,
+                kernel_name="im2col_cl",
+                options=(dtype_opt, f"-DMIO_UNIT={p.dtype.itemsize}"),
+                block=block,
+            ),
+            KernelInfo(source=SOURCE, kernel_name="col2im_cl", options=(dtype_opt,), block=block),
+            KernelInfo(
+                source="gemm/im2col.cu",
+                kernel_name="cast_from_f32",
+                options=(dtype_opt,),
+                block=block,
+            ),
+        ]
+        workspace = self.workspace_size(ctx, p)
+
+        def factory(compiled: Any) -> Any:
+            backend = compiled[0].backend
+            blas = backend.blas
+            if blas is None:
+                raise NotApplicableError(
+                    getattr(backend.driver, "blas_error", "no BLAS on this backend"),
+                    field="solver",
+                    value=self.name,
+                )
+            return _Invoker(p, backend.device, blas, unit, *compiled)
+
+        return ConvSolution(
+            solver=self.name, workspace_size=workspace, invoker_factory=factory, kernels=kernels
+        )
+
+
+class _Invoker:
+    """Chunks of images: the row kernel, then one group-batched BLAS call per chunk."""
+
+    def __init__(
+        self,
+        p: ConvProblem,
+        device: Any,
+        blas: Any,
+        unit: int,
+        im2col: Any,
+        im2col_scalar: Any,
+        col2im: Any,
+        cast: Any,
+    ) -> None:
+        self.p, self.blas, self.unit = p, blas, unit
+        self.im2col, self.im2col_scalar, self.col2im, self.cast = (
+            im2col,
+            im2col_scalar,
+            col2im,
+            cast,
+        )
+        self.pointwise = is_pointwise(p)
+        g, cg, _, f, o = _dims(p)
+        nb = images_per_chunk(p)
+        self.chunks = []
+        for n0 in range(0, p.n, nb):
+            count = min(nb, p.n - n0)
+            args = KernelArgs([("ptr", 0), ("ptr", 0), ("bytes", pack_params(p, n0, count))])
+            row_units = count * o * g * f * cg * p.dtype.itemsize // unit
+            scalar_units = count * o * g * f * cg
+            in_total = count * math.prod(p.in_spatial) * p.c
+            grids = (
+                grid_for(row_units, _BLOCK, device),
+                grid_for(scalar_units, _BLOCK, device),
+                grid_for(in_total, _BLOCK, device),
+            )
+            self.chunks.append((n0, count, args, grids))
+        self.rows_bytes = _rows_buffer_bytes(p)
+        self.cast_args = KernelArgs([("ptr", 0), ("ptr", 0), ("i64", p.w.element_count)])
+        self.cast_grid = grid_for(p.w.element_count, _BLOCK, device)
+
+    def __call__(self, handle: Any, ip: InvokeParams) -> None:
+        ws = ip.workspace.ptr if ip.workspace is not None else 0
+        direction = self.p.direction
+        if direction is Direction.FORWARD:
+            self._forward(ip.x.ptr, ip.w.ptr, ip.y.ptr, ws)
+        elif direction is Direction.BACKWARD_DATA:
+            self._backward_data(ip.x.ptr, ip.w.ptr, ip.y.ptr, ws)
+        else:
+            self._backward_weights(ip.x.ptr, ip.w.ptr, ip.y.ptr, ws)
+
+    def _rows(self, x: int, ws: int, args: Any, grids: tuple[int, int, int]) -> None:
+        args.set_pointers(x, ws)
+        if x % self.unit == 0:
+            self.im2col.launch(args, grid=(grids[0],))
+        else:
+            self.im2col_scalar.launch(args, grid=(grids[1],))
+
+    def _forward(self, x: int, w: int, y: int, ws: int) -> None:
+        p = self.p
+        g, cg, kg, f, o = _dims(p)
+        size = p.dtype.itemsize
+        fc = f * cg
+        for n0, count, args, grids in self.chunks:
+            if self.pointwise:
+                rows = x + n0 * o * p.c * size
+            else:
+                self._rows(x, ws, args, grids)
+                rows = ws
+            # Column-major: Y^T (Kg x rows, ld K) = W_g (stored FC x Kg, transposed) . rows^T.
+            self.blas.gemm(
+                p.dtype,
+                True,
+                False,
+                kg,
+                count * o,
+                fc,
+                w,
+                fc,
+                kg * fc,
+                rows,
+                g * fc,
+                fc,
+                y + n0 * o * p.k * size,
+                p.k,
+                kg,
+                batch=g,
+            )
+
+    def _backward_data(self, dx: int, w: int, dy: int, ws: int) -> None:
+        p = self.p
+        g, cg, kg, f, o = _dims(p)
+        size = p.dtype.itemsize
+        fc = f * cg
+        for n0, count, args, grids in self.chunks:
+            out = dx + n0 * o * p.c * size if self.pointwise else ws
+            # Column-major: rows^T (FC x rows, ld G*FC) = W_g (FC x Kg) . dY_g^T (Kg x rows).
+            self.blas.gemm(
+                p.dtype,
+                False,
+                False,
+                fc,
+                count * o,
+                kg,
+                w,
+                fc,
+                kg * fc,
+                dy + n0 * o * p.k * size,
+                p.k,
+                kg,
+                out,
+                g * fc,
+                fc,
+                batch=g,
+            )
+            if not self.pointwise:
+                args.set_pointers(ws, dx)
+                self.col2im.launch(args, grid=(grids[2],))
+
+    def _backward_weights(self, x: int, dw: int, dy: int, ws: int) -> None:
+        p = self.p
+        g, cg, kg, f, o = _dims(p)
+        size = p.dtype.itemsize
+        fc = f * cg
+        half = p.dtype is not DataType.FLOAT32
+        target = ws + self.rows_bytes if half else dw
+        c_dtype = DataType.FLOAT32 if half else p.dtype
+        for index, (n0, count, args, grids) in enumerate(self.chunks):
+            if self.pointwise:
+                rows = x + n0 * o * p.c * size
+            else:
+                self._rows(x, ws, args, grids)
+                rows = ws
+            # Column-major: dW_g^T (FC x Kg, ld FC) = rows^T (FC x rows) . dY_g (rows x Kg).
+            self.blas.gemm(
+                p.dtype,
+                False,
+                True,
+                fc,
+                kg,
+                count * o,
+                rows,
+                g * fc,
+                fc,
+                dy + n0 * o * p.k * size,
+                p.k,
+                kg,
+                target,
+                fc,
+                kg * fc,
+                batch=g,
+                beta=0.0 if index == 0 else 1.0,
+                c_dtype=c_dtype,
+            )
+        if half:
+            self.cast_args.set_pointers(target, dw)
+            self.cast.launch(self.cast_args, grid=(self.cast_grid,))

@@ -1,0 +1,264 @@
+"""``gemm.gpu_nhwc`` without a GPU: its invoker driven against an emulated device.
+
+The emulation is written from the kernels' and the BLAS's contracts, not from the invoker: a
+flat byte array is device memory, ``im2col_cl`` / ``col2im_cl`` / ``cast_from_f32`` are numpy
+versions of ``kernels/im2col_cl.cu`` (row layout ``[m][g][tap][cg]``) and the BLAS is a
+column-major strided-batched GEMM. Every direction must then match the float64 reference, so a
+wrong leading dimension, stride, offset or chunk in the invoker fails here, on the CPU.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import attrs
+import numpy as np
+import pytest
+
+import miocore
+from miocore import reference
+from miocore.testing import TOLERANCES, cpu_context
+
+nhwc = pytest.importorskip("miocore_gemm.gpu_nhwc")
+
+FIELDS = ("in", "out", "fil", "pad", "stride", "dil", "xs", "c", "groups", "cg", "n0", "nb")
+
+
+class Memory:
+    """Device memory: one byte array; a pointer is an offset (never 0)."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.raw = np.zeros(nbytes + 4096, np.uint8)
+        self.top = 256
+
+    def alloc(self, nbytes: int, misalign: int = 0) -> int:
+        ptr = self.top + misalign
+        self.top = -(-(ptr + nbytes) // 256) * 256 + 256
+        return ptr
+
+    def typed(self, ptr: int, dtype: np.dtype, count: int) -> np.ndarray:
+        return self.raw[ptr : ptr + count * dtype.itemsize].view(dtype)
+
+
+def _params(args: object) -> tuple[int, int, dict]:
+    words = args._buffer  # type: ignore[attr-defined]
+    values = words[2:].view(np.int64)
+    sizes = {"in": 3, "out": 3, "fil": 3, "pad": 3, "stride": 3, "dil": 3, "xs": 4}
+    out, i = {}, 0
+    for name in FIELDS:
+        n = sizes.get(name, 1)
+        out[name] = [int(v) for v in values[i : i + n]] if n > 1 else int(values[i])
+        i += n
+    return int(words[0]), int(words[1]), out
+
+
+@attrs.define
+class FakeKernel:
+    """A numpy stand-in for one compiled kernel."""
+
+    name: str
+    mem: Memory
+    dtype: np.dtype
+    backend: object = None
+
+    def launch(self, args: object, grid: tuple = (1,), block: tuple = (1,)) -> None:
+        if self.name == "cast_from_f32":
+            words = args._buffer  # type: ignore[attr-defined]
+            src, dst, count = int(words[0]), int(words[1]), int(words[2])
+            self.mem.typed(dst, self.dtype, count)[:] = self.mem.typed(
+                src, np.dtype(np.float32), count
+            ).astype(self.dtype)
+            return
+        src, dst, p = _params(args)
+        g, cg, c = p["groups"], p["cg"], p["c"]
+        fil, out, size = p["fil"], p["out"], self.dtype.itemsize
+        taps = list(np.ndindex(*fil))
+        # x as (nb, D, H, W, C) through its element strides (channel stride 1).
+        xs = p["xs"]
+        x_ptr = src if self.name == "im2col_cl" else dst
+        base = x_ptr + p["n0"] * xs[0] * size
+        span = (
+            (p["nb"] - 1) * xs[0]
+            + sum((n - 1) * s for n, s in zip(p["in"], xs[1:], strict=True))
+            + c
+        )
+        flat = self.mem.typed(base, self.dtype, span)
+        x = np.lib.stride_tricks.as_strided(
+            flat,
+            (p["nb"], *p["in"], c),
+            [s * size for s in (xs[0], *xs[1:], 1)],
+        )
+        rows = p["nb"] * math.prod(out)
+        if self.name == "im2col_cl":
+            col = np.zeros((p["nb"], *out, g, len(taps), cg), self.dtype)
+        else:
+            col = self.mem.typed(src, self.dtype, rows * g * len(taps) * cg)
+            col = col.reshape(p["nb"], *out, g, len(taps), cg).astype(np.float32)
+            acc = np.zeros((p["nb"], *p["in"], c), np.float32)
+        for t, tap in enumerate(taps):
+            for pos in np.ndindex(*out):
+                src_pos = [
+                    o * s - pd + f * d
+                    for o, s, pd, f, d in zip(
+                        pos, p["stride"], p["pad"], tap, p["dil"], strict=True
+                    )
+                ]
+                if not all(0 <= v < n for v, n in zip(src_pos, p["in"], strict=True)):
+                    continue
+                if self.name == "im2col_cl":
+                    col[(slice(None), *pos, slice(None), t)] = x[(slice(None), *src_pos)].reshape(
+                        p["nb"], g, cg
+                    )
+                else:
+                    acc[(slice(None), *src_pos)] += col[
+                        (slice(None), *pos, slice(None), t)
+                    ].reshape(p["nb"], c)
+        if self.name == "im2col_cl":
+            self.mem.typed(dst, self.dtype, col.size)[:] = col.reshape(-1)
+        else:
+            x[...] = acc.astype(self.dtype)
+
+
+@attrs.define
+class FakeBlas:
+    """Column-major strided-batched GEMM on the emulated memory (float64 arithmetic)."""
+
+    mem: Memory
+
+    def gemm(self, dtype, transa, transb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch=1,
+             beta=0.0, c_dtype=None):  # fmt: skip
+        t, tc = dtype.numpy, (c_dtype or dtype).numpy
+        for i in range(batch):
+            rows_a, cols_a = (k, m) if transa else (m, k)
+            rows_b, cols_b = (n, k) if transb else (k, n)
+            A = self._matrix(a + i * sa * t.itemsize, t, rows_a, cols_a, lda)
+            B = self._matrix(b + i * sb * t.itemsize, t, rows_b, cols_b, ldb)
+            C = self._matrix(c + i * sc * tc.itemsize, tc, m, n, ldc)
+            opa = A.T if transa else A
+            opb = B.T if transb else B
+            result = opa.astype(np.float64) @ opb.astype(np.float64)
+            C[...] = (result + beta * C.astype(np.float64)).astype(tc)
+
+    def _matrix(self, ptr: int, dtype: np.dtype, rows: int, cols: int, ld: int) -> np.ndarray:
+        assert ld >= rows, (ld, rows)
+        flat = self.mem.typed(ptr, dtype, (cols - 1) * ld + rows)
+        return np.lib.stride_tricks.as_strided(
+            flat, (rows, cols), (dtype.itemsize, ld * dtype.itemsize)
+        )
+
+
+def _ctx() -> miocore.ExecutionContext:
+    return miocore.ExecutionContext(device=attrs.evolve(cpu_context().device, backend="cuda"))
+
+
+def _run(problem: miocore.ConvProblem, misalign: int = 0, seed: int = 0) -> float:
+    solver = nhwc.GpuChannelsLastGemmSolver()
+    ctx = _ctx()
+    p = problem.canonical
+    assert solver.is_applicable(ctx, p)
+    dtype = p.dtype.numpy
+    inputs = reference.random_inputs(p, seed)
+    out_name = p.direction.output_tensor
+    sizes = {name: getattr(p, name).element_count * dtype.itemsize for name in ("x", "w", "y")}
+    ws_size = solver.workspace_size(ctx, p)
+    mem = Memory(sum(sizes.values()) + ws_size + 8192)
+    ptrs = {name: mem.alloc(sizes[name], misalign if name == "x" else 0) for name in sizes}
+    ws_ptr = mem.alloc(ws_size) if ws_size else 0
+    for name in ("x", "w", "y"):
+        desc = getattr(p, name)
+        value = inputs.get(name)
+        buf = mem.typed(ptrs[name], dtype, desc.element_count)
+        if value is None:
+            buf[:] = np.nan
+            continue
+        # Channels-last memory order: move C to the end.
+        buf[:] = np.moveaxis(np.asarray(value, dtype), 1, -1).reshape(-1)
+    sol = solver.get_solution(ctx, p)
+    blas = FakeBlas(mem)
+    backend = attrs.make_class("B", {"blas": attrs.field(), "device": attrs.field()})(
+        blas, ctx.device
+    )
+    compiled = [FakeKernel(k.kernel_name, mem, dtype, backend) for k in sol.kernels]
+    invoker = sol.invoker_factory(compiled)
+
+    class Ptr:
+        def __init__(self, ptr: int) -> None:
+            self.ptr = ptr
+
+    params = miocore.InvokeParams(
+        problem=p,
+        x=Ptr(ptrs["x"]),
+        w=Ptr(ptrs["w"]),
+        y=Ptr(ptrs["y"]),
+        workspace=Ptr(ws_ptr) if ws_size else None,
+    )
+    invoker(None, params)
+    desc = getattr(p, out_name)
+    cl_shape = (desc.lengths[0], *desc.lengths[2:], desc.lengths[1])
+    got = np.moveaxis(mem.typed(ptrs[out_name], dtype, desc.element_count).reshape(cl_shape), -1, 1)
+    expected = reference.convolution(p, **{k: v for k, v in inputs.items() if k != out_name})
+    assert np.isfinite(got.astype(np.float64)).all(), "not every output element was written"
+    return reference.relative_error(got, expected)
+
+
+CASES = [
+    # n, c, k, spatial, filter, pads, strides, dilations, groups
+    (2, 8, 12, (7, 9), (3, 3), (1, 1), (1, 1), (1, 1), 1),
+    (3, 6, 4, (8, 8), (1, 1), (0, 0), (1, 1), (1, 1), 2),
+    (2, 8, 8, (9, 7), (1, 1), (0, 0), (2, 2), (1, 1), 1),
+    (2, 4, 6, (9, 8), (3, 2), (2, 0), (2, 1), (1, 2), 2),
+    (2, 4, 4, (5, 6, 4), (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), 1),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_weights"])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_invoker_matches_reference_on_emulated_device(
+    case: int, direction: str, dtype: str
+) -> None:
+    n, c, k, spatial, f, pads, strides, dils, groups = CASES[case]
+    layout = "NHWC" if len(spatial) == 2 else "NDHWC"
+    problem = miocore.ConvProblem.from_sizes(
+        direction, n=n, c=c, k=k, in_spatial=spatial, filter_spatial=f, pads=pads,
+        strides=strides, dilations=dils, groups=groups, dtype=dtype, layout=layout,
+    )  # fmt: skip
+    err = _run(problem, seed=case)
+    assert err <= TOLERANCES[problem.dtype], err
+
+
+def test_chunks_and_unaligned_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tiny budget forces one image per chunk; x 4 bytes off 16 takes the scalar copy."""
+    problem = miocore.ConvProblem.from_sizes(
+        "backward_weights", n=3, c=8, k=8, in_spatial=(6, 6), filter_spatial=(3, 3),
+        pads=(1, 1), dtype="float16", layout="NHWC",
+    )  # fmt: skip
+    monkeypatch.setattr(nhwc, "WORKSPACE_BUDGET", 1)
+    assert nhwc.images_per_chunk(problem) == 1
+    assert nhwc.copy_unit(problem) == 16
+    for direction in ("forward", "backward_weights"):
+        p = miocore.ConvProblem(direction, x=problem.x, w=problem.w, y=problem.y, conv=problem.conv)
+        assert _run(p, misalign=4) <= TOLERANCES[p.dtype]
+
+
+def test_param_struct_matches_the_kernel() -> None:
+    source = (nhwc.KERNEL_DIR / "im2col_cl.cu").read_text()
+    body = re.search(r"struct MioClParams \{(.*?)\};", source, re.S).group(1)
+    names = []
+    for line in body.splitlines():
+        decl = line.split("//")[0].strip()
+        if decl:
+            assert decl.startswith("mio_index ") and decl.endswith(";"), decl
+            names += [re.sub(r"\[\d+\]", "", f.strip()) for f in decl[10:-1].split(",")]
+    assert tuple(names) == FIELDS
+
+
+def test_applicability_names_the_layout() -> None:
+    ctx = _ctx()
+    solver = nhwc.GpuChannelsLastGemmSolver()
+    nchw = miocore.ConvProblem.from_sizes(
+        "forward", n=1, c=4, k=4, in_spatial=(5, 5), filter_spatial=(3, 3)
+    )
+    verdict = solver.is_applicable(ctx, nchw)
+    assert not verdict and "NHWC" in verdict.reason and "NCHW" in verdict.reason
