@@ -1,12 +1,13 @@
 """``igemm.gpu_mma`` (fp16/bf16 tensor cores) and ``igemm.gpu_tf32`` against the float64
-reference (marked ``gpu``).
+reference (marked ``gpu``), forward and backward data.
 
-Problems are corpus-derived: forward 2-D rows of the corpus (filters, pads, strides, dilations,
-groups kept) in NHWC (the solvers need channels innermost), shrunk with 4, 8 or 16 channels per
-group so that both the scalar-load path (channels not a multiple of 16 bytes) and the 16-byte
-cp.async path run; at least ``MIOCORE_GPU_TEST_PROBLEMS`` (200) per dtype. Outputs are
-poisoned with NaN first. Tolerances: fp16/bf16, ``miocore.testing.TOLERANCES`` (output
-rounding plus fp32 accumulation); TF32, elementwise
+Problems are corpus-derived: 2-D rows of the corpus (filters, pads, strides, dilations, groups
+kept) run as forward and as backward data, in NHWC (the fast layout), shrunk with 4, 8 or 16
+channels per group so that both the scalar-load path (channels not a multiple of 16 bytes) and
+the 16-byte cp.async path run; at least ``MIOCORE_GPU_TEST_PROBLEMS`` (200) per dtype and
+direction; a smaller NCHW set checks the any-layout scalar path. Outputs (y forward, x
+backward data) are poisoned with NaN first. Tolerances: fp16/bf16,
+``miocore.testing.TOLERANCES`` (output rounding plus fp32 accumulation); TF32, elementwise
 ``|y - ref| <= (2**-10 + R * 2**-23) * sum(|x| * |w|) + 1e-30`` with R the reduction length
 (each input rounded to 10 mantissa bits, products exact in fp32, fp32 accumulation). Also:
 configs spread over the tuning space (tiles, depth, bk, split-K) on a few shapes, and the math
@@ -55,22 +56,32 @@ def _need(h: miocore.Handle | None, solver: str) -> miocore.Handle:
 def _rows() -> list[dict]:
     if find_corpus() is None:
         return []
-    rows = sample_rows(3 * PER_DTYPE, seed=11)
-    return [r for r in rows if r["dir"] == "F" and len(r["x"]) == 2]
+    rows = sample_rows(2 * PER_DTYPE, seed=11)
+    return [r for r in rows if len(r["x"]) == 2]
 
 
-def _problems(h: miocore.Handle, solver: str, dtype: str) -> list[miocore.ConvProblem]:
+def _problems(
+    h: miocore.Handle, solver: str, dtype: str, direction: str, layout: str = "NHWC", count=None
+) -> list[miocore.ConvProblem]:
     sol = h.registry.get(solver).solver
+    want = PER_DTYPE if count is None else count
     out = []
     for i, row in enumerate(_rows()):
         p = shrink_row(
-            {**row, "dtype": dtype, "layout": "NHWC"}, max_channels_per_group=(4, 8, 16)[i % 3]
+            {**row, "dtype": dtype, "layout": layout},
+            max_channels_per_group=(4, 8, 16)[i % 3],
+            direction=direction,
         )
         if sol.is_applicable(h.context, p.canonical):
             out.append(p)
-        if len(out) >= PER_DTYPE + 20:
+        if len(out) >= want + 20:
             break
     return out
+
+
+def _output(problem: miocore.ConvProblem) -> str:
+    """The tensor the direction writes: y forward, x backward data."""
+    return "x" if problem.canonical.direction.value == "backward_data" else "y"
 
 
 def _run(h: miocore.Handle, solver: str, problem: miocore.ConvProblem, seed: int, cfg=None):
@@ -80,28 +91,38 @@ def _run(h: miocore.Handle, solver: str, problem: miocore.ConvProblem, seed: int
     sol = reg.get_solution(h.context, canon, cfg)
     compiled = h.backend.compile(sol.kernels)
     inputs = reference.random_inputs(problem, seed)
-    dev = {
-        "x": h.backend.from_host(problem.x, inputs["x"]),
-        "w": h.backend.from_host(problem.w, inputs["w"]),
-        "y": h.backend.from_host(problem.y, np.full(problem.y.lengths, np.nan, np.float32)),
-    }
+    out = _output(problem)
+    dev = {}
+    for name in ("x", "w", "y"):
+        desc = getattr(problem, name)
+        host = np.full(desc.lengths, np.nan, np.float32) if name == out else inputs[name]
+        dev[name] = h.backend.from_host(desc, host)
     ws = h.backend.allocate_workspace(sol.workspace_size)
     sol.invoker_factory(compiled)(
         h, miocore.InvokeParams(problem=canon, x=dev["x"], w=dev["w"], y=dev["y"], workspace=ws)
     )
-    return h.backend.to_host(dev["y"]), inputs
+    return h.backend.to_host(dev[out]), inputs
+
+
+def _read(problem: miocore.ConvProblem, inputs: dict, absolute: bool = False) -> dict:
+    """The two tensors the direction reads (float64 magnitudes for the TF32 bound)."""
+    names = ("y", "w") if _output(problem) == "x" else ("x", "w")
+    if absolute:
+        return {n: np.abs(inputs[n].astype(np.float64)) for n in names}
+    return {n: inputs[n] for n in names}
 
 
 def _check(problem: miocore.ConvProblem, got: np.ndarray, inputs: dict, tf32: bool) -> str | None:
-    expected = reference.convolution(problem, x=inputs["x"], w=inputs["w"])
+    expected = reference.convolution(problem, **_read(problem, inputs))
     got64 = got.astype(np.float64)
     if not np.isfinite(got64).all():
         return "not all written (NaN left)"
     if tf32:
-        absref = reference.convolution(
-            problem, x=np.abs(inputs["x"].astype(np.float64)), w=np.abs(inputs["w"])
-        )
-        r = int(np.prod(problem.w.lengths[1:]))
+        absref = reference.convolution(problem, **_read(problem, inputs, absolute=True))
+        # reduction length: FY*FX*Cg forward, FY*FX*Kg backward data
+        c = problem.canonical
+        per_group = c.k // c.groups if _output(problem) == "x" else c.c // c.groups
+        r = int(np.prod(problem.w.lengths[2:])) * per_group
         bound = (2.0**-10 + r * 2.0**-23) * absref + 1e-30
         excess = float(np.max(np.abs(got64 - expected) - bound))
         return None if excess <= 0 else f"exceeds the TF32 bound by {excess:.3g}"
@@ -117,12 +138,9 @@ def _precompile(h: miocore.Handle, solver: str, problems: list[miocore.ConvProbl
     assert not failures, next(iter(failures.values()))
 
 
-@pytest.mark.parametrize(
-    ("solver", "dtype"), [(MMA, "FP16"), (MMA, "BF16"), (TF32, "FP32")], ids=str
-)
-def test_igemm_gpu_matches_reference_on_corpus(solver: str, dtype: str) -> None:
+def _corpus_case(solver: str, dtype: str, direction: str, layout: str, count=None) -> None:
     h = _need(_tf32_handle() if solver == TF32 else _handle(), solver)
-    problems = _problems(h, solver, dtype)
+    problems = _problems(h, solver, dtype, direction, layout, count)
     if not problems:
         pytest.skip("the corpus is not available (set MIOCORE_CORPUS)")
     _precompile(h, solver, problems)
@@ -133,10 +151,35 @@ def test_igemm_gpu_matches_reference_on_corpus(solver: str, dtype: str) -> None:
         why = _check(p, got, inputs, tf32=solver == TF32)
         if why:
             failures.append(f"{p.key}: {why}")
-        vec += p.w.lengths[1] % (16 // p.dtype.itemsize) == 0
-    print(f"{solver} {dtype}: {len(problems)} problems checked ({vec} on the 16-byte path)")
+        vec += gpu_module().vector_width(p.canonical) > 1
+    print(
+        f"{solver} {dtype} {direction} {layout}: {len(problems)} problems checked "
+        f"({vec} on the 16-byte path)"
+    )
     assert not failures, f"{len(failures)}/{len(problems)} failed:\n" + "\n".join(failures[:20])
-    assert len(problems) >= min(200, PER_DTYPE)
+    assert len(problems) >= min(200, count or PER_DTYPE)
+
+
+def gpu_module():
+    """The solver module (for its vector-width rule)."""
+    from miocore_igemm import gpu
+
+    return gpu
+
+
+_CASES = [(MMA, "FP16"), (MMA, "BF16"), (TF32, "FP32")]
+
+
+@pytest.mark.parametrize("direction", ("forward", "backward_data"))
+@pytest.mark.parametrize(("solver", "dtype"), _CASES, ids=str)
+def test_igemm_gpu_matches_reference_on_corpus(solver: str, dtype: str, direction: str) -> None:
+    _corpus_case(solver, dtype, direction, "NHWC")
+
+
+@pytest.mark.parametrize("direction", ("forward", "backward_data"))
+@pytest.mark.parametrize(("solver", "dtype"), _CASES, ids=str)
+def test_igemm_gpu_nchw_scalar_path(solver: str, dtype: str, direction: str) -> None:
+    _corpus_case(solver, dtype, direction, "NCHW", count=max(10, PER_DTYPE // 5))
 
 
 _SHAPES = (
@@ -145,17 +188,20 @@ _SHAPES = (
     (3, 32, 40, (17, 11), (5, 3), (2, 0), (2, 3), (1, 2), 2),
     (2, 128, 256, (7, 7), (1, 1), (0, 0), (1, 1), (1, 1), 1),
     (1, 24, 20, (10, 10), (1, 7), (0, 3), (3, 1), (2, 1), 1),
+    (2, 256, 256, (12, 12), (3, 3), (1, 1), (1, 1), (1, 1), 1),  # 256-wide tiles both ways
+    (2, 128, 64, (9, 9), (1, 1), (0, 0), (2, 2), (1, 1), 1),  # strided 1x1 (downsample)
 )
 
 
+@pytest.mark.parametrize("direction", ("forward", "backward_data"))
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16", "float32"))
 @pytest.mark.parametrize("shape", range(len(_SHAPES)))
-def test_igemm_gpu_configs(dtype: str, shape: int) -> None:
+def test_igemm_gpu_configs(dtype: str, shape: int, direction: str) -> None:
     solver = TF32 if dtype == "float32" else MMA
     h = _need(_tf32_handle() if solver == TF32 else _handle(), solver)
     n, c, k, hw, f, pads, strides, dils, groups = _SHAPES[shape]
     problem = miocore.ConvProblem.from_sizes(
-        "forward",
+        direction,
         n=n,
         c=c,
         k=k,
@@ -173,6 +219,7 @@ def test_igemm_gpu_configs(dtype: str, shape: int) -> None:
     assert space
     configs = space[:: max(1, len(space) // 10)]
     configs += [c for c in space if c["split"] > 1][:2]
+    configs += [c for c in space if c["bm"] * c["bn"] == 256 * 128][:2]
     kernels = [
         kk for cfg in configs for kk in reg.get_solution(h.context, problem.canonical, cfg).kernels
     ]
