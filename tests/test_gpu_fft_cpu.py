@@ -114,7 +114,7 @@ def test_workspace_is_the_aligned_regions(direction: str) -> None:
     bins = 14 * 8
     assert plan.bins == bins
     ba, bb, bo = plan.batches
-    assert {ba, bb, bo} <= {3 * 4, 6 * 4, 3 * 6} and bb == 6 * 4 or direction.endswith("ts")
+    assert ({ba, bb, bo} <= {3 * 4, 6 * 4, 3 * 6} and bb == 6 * 4) or direction.endswith("ts")
     expected = 0
     for size in (4 * max(ba, bb, bo) * 14 * 15, 8 * ba * bins, 8 * bb * bins, 8 * bo * bins):
         expected += -(-size // 256) * 256
