@@ -1,14 +1,24 @@
-"""miocore on a GPU against cuDNN through PyTorch: ResNet-50 layers at batch 32.
+"""miocore on a GPU against cuDNN through PyTorch, on the layers real networks run.
 
-For every layer, dtype (fp32, fp16) and direction: miocore's Find-best solution, then both
-sides timed the same way (device events around each of ``--runs`` back-to-back runs after
-``--warmup`` runs; median). cuDNN runs through PyTorch with ``torch.backends.cudnn.benchmark``
-on (forward: ``F.conv2d``; backward: ``aten.convolution_backward`` for one gradient). Also:
-Find time cold (empty binary cache, fresh FindDb) and warm (filled cache, fresh FindDb) in two
-child processes, and the host overhead of one ``immediate`` call (cached invoker) against one
-``F.conv2d`` call on a tiny layer.
+Suites (``--suites``): ResNet-50 at batch 32, VGG-16's 3x3 layers at batch 16, MobileNetV2's
+depthwise and pointwise layers at batch 64, the 3-D U-Net's 3x3x3 layers at batch 2. For every
+layer, precision (``--dtypes``) and direction: miocore's Find-best solution (find mode NORMAL:
+every applicable solver, default perf configs), then both sides timed the same way and the
+ratio cuDNN time / miocore time (> 1: miocore faster), the winning family, and the fraction of
+the dense-matmul rate measured in the same run that each side reaches.
 
-    python benchmarks/gpu_vs_cudnn.py --out results.json
+Precisions never mix: ``float32`` is exact fp32 on both sides (miocore's default math mode,
+``torch.backends.cudnn.allow_tf32 = False``); ``tf32`` is miocore's ``math_mode="tf32"``
+against cuDNN with TF32 allowed; ``float16`` is fp16 with fp32 accumulation on both.
+
+Timing: CUDA events around each of ``--runs`` runs after ``--warmup``, median, with a long
+``torch.cuda._sleep`` queued first so that every launch is enqueued before the GPU reaches it:
+the numbers are device time, not Python launch overhead (measured separately: ``host``).
+cuDNN runs with ``torch.backends.cudnn.benchmark = True`` (its own find), forward through
+``F.conv2d``/``conv3d``, backward through ``aten.convolution_backward`` for one gradient. Both
+sides get the same layout (``--layout``, default NHWC: channels_last tensors).
+
+    python benchmarks/gpu_vs_cudnn.py --suites resnet50 --out results.json
 """
 
 from __future__ import annotations
@@ -28,18 +38,27 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import torch
 from common import geomean
-from shapes import RESNET50, problem
+from shapes import SUITES, Layer, problem
 
 import miocore
 
+#: Batch of each suite (the issue's measurement plan).
+BATCH = {"resnet50": 32, "vgg16": 16, "mobilenetv2": 64, "unet3d": 2}
+#: Cycles of the queue-filling sleep (~10 ms at H100/H200 clocks).
+SLEEP_CYCLES = 20_000_000
+DIRECTIONS = ("forward", "backward_data", "backward_weights")
 
-def events_median_ms(torch: Any, fn: Any, warmup: int, runs: int) -> float:
-    """Median device time of ``fn`` over ``runs`` runs (events around each), after warm-up."""
+
+def device_ms(fn: Any, warmup: int, runs: int) -> float:
+    """Median device time of ``fn`` (events around each run), launches queued behind a sleep."""
     for _ in range(warmup):
         fn()
+    torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+    torch.cuda._sleep(SLEEP_CYCLES)
     for s, e in zip(starts, ends, strict=True):
         s.record()
         fn()
@@ -48,72 +67,129 @@ def events_median_ms(torch: Any, fn: Any, warmup: int, runs: int) -> float:
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
 
 
-def torch_call(torch: Any, direction: str, x: Any, w: Any, y: Any, stride: int, pad: int) -> Any:
+def set_precision(mode: str) -> None:
+    """cuDNN's and cuBLAS's TF32 switches for one precision mode."""
+    tf32 = mode == "tf32"
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+def matmul_tflops(mode: str, size: int = 8192) -> float:
+    """The dense matmul rate of this precision mode (torch.matmul, size^3, median of 10)."""
+    set_precision(mode)
+    dtype = torch.float16 if mode == "float16" else torch.float32
+    a = torch.randn(size, size, device="cuda", dtype=dtype)
+    b = torch.randn(size, size, device="cuda", dtype=dtype)
+    ms = device_ms(lambda: torch.matmul(a, b), 3, 10)
+    return 2 * size**3 / ms / 1e9
+
+
+def torch_call(direction: str, layer: Layer, x: Any, w: Any, y: Any) -> Any:
+    """cuDNN through PyTorch for one direction (forward: conv2d/conv3d)."""
     F = torch.nn.functional
+    d = layer.dims
+    stride, pad = [layer.stride] * d, [layer.pad] * d
     if direction == "forward":
-        return lambda: F.conv2d(x, w, stride=stride, padding=pad)
+        conv = F.conv2d if d == 2 else F.conv3d
+        return lambda: conv(x, w, stride=stride, padding=pad, groups=layer.groups)
     mask = [direction == "backward_data", direction == "backward_weights", False]
     aten = torch.ops.aten.convolution_backward
 
     def run() -> Any:
-        return aten(y, x, w, None, [stride] * 2, [pad] * 2, [1, 1], False, [0, 0], 1, mask)
+        return aten(y, x, w, None, stride, pad, [1] * d, False, [0] * d, layer.groups, mask)
 
     return run
 
 
-def bench_layers(args: argparse.Namespace, torch: Any) -> list[dict[str, Any]]:
+def _tensor(shape: tuple[int, ...], dtype: Any, layout: str, scale: float = 1.0) -> Any:
+    t = torch.randn(shape, device="cuda", dtype=dtype) * scale
+    if layout == "NHWC":
+        fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+        t = t.contiguous(memory_format=fmt)
+    return t
+
+
+def bench_suite(
+    args: argparse.Namespace, suite: str, mode: str, handle: miocore.Handle, rate: float
+) -> list[dict[str, Any]]:
+    """Every layer of ``suite`` in ``mode`` and every direction: one row each."""
+    set_precision(mode)
     torch.backends.cudnn.benchmark = True
-    handle = miocore.Handle("cuda", stream=torch.cuda.current_stream())
+    dtype = "float16" if mode == "float16" else "float32"
+    tdtype = getattr(torch, dtype)
     rows = []
-    layers = [layer for layer in RESNET50 if not args.layers or layer.name in args.layers]
-    for dtype in args.dtypes:
-        tdtype = getattr(torch, dtype)
-        for layer in layers:
-            p0 = problem(layer, args.batch, dtype=dtype)
-            x = torch.randn(p0.x.lengths, device="cuda", dtype=tdtype)
-            w = torch.randn(p0.w.lengths, device="cuda", dtype=tdtype) * 0.05
-            y = torch.randn(p0.y.lengths, device="cuda", dtype=tdtype)
-            for direction in args.directions:
-                p = miocore.ConvProblem(direction, x=p0.x, w=p0.w, y=p0.y, conv=p0.conv)
-                row: dict[str, Any] = {
-                    "layer": layer.name,
-                    "dtype": dtype,
-                    "direction": direction,
-                    "key": p.key,
-                    "gflop": p.flops / 1e9,
-                }
-                try:
-                    start = time.perf_counter()
-                    sols = handle.find_solutions(p, x=x, w=w, y=y, find_mode="NORMAL")
-                    row["find_s"] = time.perf_counter() - start
-                    best = sols[0]
-                    ws = handle.backend.allocate_workspace(best.workspace_size)
-                    row["solver"] = best.solver
-                    row["find_ms"] = best.time_ms
-                    row["miocore_ms"] = events_median_ms(
-                        torch,
-                        lambda best=best, ws=ws, x=x, w=w, y=y: handle.run_solution(
-                            best, x=x, w=w, y=y, workspace=ws
-                        ),
-                        args.warmup,
-                        args.runs,
-                    )
-                    del ws
-                except Exception as exc:
-                    row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-                row["cudnn_ms"] = events_median_ms(
-                    torch,
-                    torch_call(torch, direction, x, w, y, layer.stride, layer.pad),
-                    args.warmup,
-                    args.runs,
-                )
-                if "miocore_ms" in row:
-                    row["ratio"] = row["miocore_ms"] / row["cudnn_ms"]
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-            x = w = y = None
-            torch.cuda.empty_cache()
+    layers = [layer for layer in SUITES[suite] if not args.layers or layer.name in args.layers]
+    for layer in layers:
+        p0 = problem(layer, BATCH[suite], dtype=dtype, layout=args.layout)
+        x = _tensor(p0.x.lengths, tdtype, args.layout)
+        w = _tensor(p0.w.lengths, tdtype, args.layout, 0.05)
+        y = _tensor(p0.y.lengths, tdtype, args.layout)
+        for direction in args.directions:
+            p = miocore.ConvProblem(direction, x=p0.x, w=p0.w, y=p0.y, conv=p0.conv)
+            row: dict[str, Any] = {
+                "suite": suite,
+                "layer": layer.name,
+                "precision": mode,
+                "direction": direction,
+                "key": p.key,
+                "gflop": p.flops / 1e9,
+            }
+            try:
+                start = time.perf_counter()
+                sols = handle.find_solutions(p, x=x, w=w, y=y, find_mode="NORMAL")
+                row["find_s"] = round(time.perf_counter() - start, 3)
+                best = sols[0]
+                row["solver"] = best.solver
+                row["family"] = best.solver.split(".")[0]
+                row["candidates"] = {s.solver: round(s.time_ms, 4) for s in sols[:4]}
+                ws = handle.backend.allocate_workspace(best.workspace_size)
+
+                def run(best: Any = best, ws: Any = ws, x: Any = x, w: Any = w, y: Any = y) -> None:
+                    handle.run_solution(best, x=x, w=w, y=y, workspace=ws)
+
+                row["miocore_ms"] = device_ms(run, args.warmup, args.runs)
+                del ws
+            except Exception as exc:  # a failing case is recorded, the suite goes on
+                row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+            row["cudnn_ms"] = device_ms(
+                torch_call(direction, layer, x, w, y), args.warmup, args.runs
+            )
+            row["cudnn_tflops"] = p.flops / row["cudnn_ms"] / 1e9
+            row["cudnn_of_matmul"] = row["cudnn_tflops"] / rate
+            if "miocore_ms" in row:
+                row["speedup"] = row["cudnn_ms"] / row["miocore_ms"]
+                row["miocore_tflops"] = p.flops / row["miocore_ms"] / 1e9
+                row["miocore_of_matmul"] = row["miocore_tflops"] / rate
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        x = w = y = None
+        torch.cuda.empty_cache()
     return rows
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per suite, precision and direction: geomean speedup, cases faster, winning families."""
+    out: dict[str, Any] = {}
+    groups = sorted({(r["suite"], r["precision"], r["direction"]) for r in rows})
+    for suite, mode, direction in groups:
+        sel = [
+            r
+            for r in rows
+            if (r["suite"], r["precision"], r["direction"]) == (suite, mode, direction)
+        ]
+        speedups = [r["speedup"] for r in sel if "speedup" in r]
+        families: dict[str, int] = {}
+        for r in sel:
+            if "family" in r:
+                families[r["family"]] = families.get(r["family"], 0) + 1
+        out[f"{suite}/{mode}/{direction}"] = {
+            "geomean_speedup": geomean(speedups) if speedups else None,
+            "faster": sum(s > 1 for s in speedups),
+            "layers": len(sel),
+            "failed": len(sel) - len(speedups),
+            "families": families,
+        }
+    return out
 
 
 _FIND_CHILD = textwrap.dedent(
@@ -185,49 +261,52 @@ def bench_host_overhead(torch: Any, calls: int = 2000) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--dtypes", nargs="+", default=["float32", "float16"])
-    parser.add_argument(
-        "--directions", nargs="+", default=["forward", "backward_data", "backward_weights"]
-    )
+    parser.add_argument("--suites", nargs="+", default=list(BATCH), choices=list(BATCH))
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "float16", "tf32"])
+    parser.add_argument("--directions", nargs="+", default=list(DIRECTIONS))
     parser.add_argument("--layers", nargs="*", default=[])
+    parser.add_argument("--layout", default="NHWC", choices=("NHWC", "NCHW"))
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--skip-layers", action="store_true")
+    parser.add_argument("--skip-extras", action="store_true", help="no host/find-time parts")
     args = parser.parse_args()
-    import torch
 
     result: dict[str, Any] = {
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "cudnn": torch.backends.cudnn.version(),
         "date": time.strftime("%Y-%m-%d"),
+        "layout": args.layout,
     }
-    result["host_overhead"] = bench_host_overhead(torch)
-    print(json.dumps(result["host_overhead"]), flush=True)
-    result["find"] = bench_find_cold_warm()
-    print(json.dumps(result["find"]), flush=True)
-    if not args.skip_layers:
-        rows = bench_layers(args, torch)
-        result["layers"] = rows
-        summary = {}
-        for dtype in args.dtypes:
-            for direction in args.directions:
-                ratios = [
-                    r["ratio"]
-                    for r in rows
-                    if r["dtype"] == dtype and r["direction"] == direction and "ratio" in r
-                ]
-                summary[f"{dtype}/{direction}"] = {
-                    "geomean_ratio": geomean(ratios),
-                    "layers": len(ratios),
-                }
-        result["summary"] = summary
-        for name, s in summary.items():
-            print(f"{name:28s} miocore/cuDNN geomean {s['geomean_ratio']:.2f}x over {s['layers']}")
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=1))
+    if not args.skip_extras:
+        result["host_overhead"] = bench_host_overhead(torch)
+        print(json.dumps(result["host_overhead"]), flush=True)
+        result["find"] = bench_find_cold_warm()
+        print(json.dumps(result["find"]), flush=True)
+    rates = {mode: matmul_tflops(mode) for mode in args.dtypes}
+    result["matmul_tflops"] = rates
+    print(json.dumps({"matmul_tflops": rates}), flush=True)
+    rows: list[dict[str, Any]] = []
+    stream = torch.cuda.current_stream()
+    handles = {
+        "exact": miocore.Handle("cuda", stream=stream),
+        "tf32": miocore.Handle("cuda", stream=stream, math_mode="tf32"),
+    }
+    for mode in args.dtypes:
+        handle = handles["tf32" if mode == "tf32" else "exact"]
+        for suite in args.suites:
+            rows += bench_suite(args, suite, mode, handle, rates[mode])
+            result["layers"] = rows
+            result["summary"] = summarize(rows)
+            if args.out:  # after every suite: a run cut off still leaves its results
+                args.out.write_text(json.dumps(result, indent=1))
+    for name, s in result.get("summary", {}).items():
+        g = s["geomean_speedup"]
+        print(
+            f"{name:42s} cuDNN/miocore {g if g is None else round(g, 2)} over {s['layers']}, "
+            f"faster in {s['faster']}, failed {s['failed']}, winners {s['families']}"
+        )
 
 
 if __name__ == "__main__":
