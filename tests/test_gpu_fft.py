@@ -77,10 +77,7 @@ def _run(h: miocore.Handle, problem: miocore.ConvProblem, seed: int) -> tuple[np
     dev = {}
     for name in ("x", "w", "y"):
         desc = getattr(problem, name)
-        if name == written:
-            values = np.full(desc.lengths, np.nan, np.float32)
-        else:
-            values = inputs[name]
+        values = np.full(desc.lengths, np.nan, np.float32) if name == written else inputs[name]
         dev[name] = h.backend.from_host(desc, values)
     ws = h.backend.allocate_workspace(sol.workspace_size)
     sol.invoker_factory(compiled)(
