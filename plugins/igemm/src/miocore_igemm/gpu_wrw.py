@@ -241,7 +241,7 @@ class _GpuWrwBase(TunableSolver):
             while split < _SPLITS[-1] and blocks * split * 2 <= 4 * sms:
                 split *= 2
             bk = min(c["bk"] for c in fitting)
-            for want in range(split.bit_length(), -1, -1):
+            for want in range(split.bit_length() - 1, -1, -1):
                 cands = [
                     c
                     for c in fitting
@@ -353,7 +353,8 @@ class _GpuWrwBase(TunableSolver):
         params = pack_params(self.params(p, cfg))
         shared = shared_bytes(p, cfg)
         workspace = split_workspace(p, split, atomic)
-        align = p.dtype.itemsize * max(veca, vecb)
+        # 16-byte loads need 16-byte aligned tensors (dy: veca, x: vecb)
+        align = {"x": p.dtype.itemsize * vecb, "y": p.dtype.itemsize * veca}
 
         def factory(compiled: Any) -> Any:
             from miocore.backends.gpu_kernels import KernelArgs
@@ -365,9 +366,9 @@ class _GpuWrwBase(TunableSolver):
 
             def invoker(handle: Any, ip: InvokeParams) -> None:
                 for name, t in (("x", ip.x), ("y", ip.y)):
-                    if t.ptr % align:
+                    if t.ptr % align[name]:
                         raise InvalidArgumentError(
-                            f"igemm wrw kernels need {align}-byte aligned x and dy",
+                            f"igemm wrw kernels need {align[name]}-byte aligned {name} here",
                             field=f"{name} pointer",
                             value=hex(t.ptr),
                         )
