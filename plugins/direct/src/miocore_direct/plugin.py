@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import miocore
 from miocore_direct.gpu import KERNEL_DIR, GpuNaiveDirectSolver
+from miocore_direct.gpu_depthwise import GpuDepthwiseSolver
 from miocore_direct.gpu_tiled import GpuTiledDirectSolver
 from miocore_direct.naive import NaiveDirectSolver
 from miocore_direct.taps import TapsDirectSolver
@@ -18,6 +19,7 @@ def miocore_solvers() -> Iterator[miocore.SolverRecord]:
     yield miocore.SolverRecord(solver=NaiveDirectSolver())
     yield miocore.SolverRecord(solver=GpuNaiveDirectSolver())
     yield miocore.SolverRecord(solver=GpuTiledDirectSolver())
+    yield miocore.SolverRecord(solver=GpuDepthwiseSolver())
 
 
 @miocore.hookimpl

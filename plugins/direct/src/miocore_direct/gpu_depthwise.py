@@ -1,0 +1,466 @@
+"""``direct.gpu_depthwise``: direct GPU kernels for depthwise convolutions.
+
+Applies when every group has one input channel (``groups == C``, filter ``(M*C, 1, ...)``):
+plain depthwise (``M == 1``) and channel multipliers ``M > 1``; 2-D and 3-D; any filter size,
+stride, dilation and padding; fp32/fp16/bf16 with fp32 accumulation; every direction.
+``kernels/depthwise.cu`` holds the kernels (its header comment gives the index algebra):
+
+- channels innermost (NHWC / NDHWC): ``dw_nhwc``, threads over channel vectors (``vec``
+  channels in one 4/8/16-byte access), each thread ``pix`` consecutive output columns that
+  share their input columns, the filter in registers; ``ct`` channel vectors per block.
+- channels outer (NCHW / NCDHW): ``dw_nchw``, one block per (image, channel, depth) plane tile
+  of ``tw`` x ``by * py`` outputs with the input tile and its halo staged in shared memory.
+- backward data at stride 1 is a forward convolution of dy with the flipped filter; at a
+  larger stride the kernels gather: every dx element sums the taps whose dy position is whole
+  and in range (no atomics).
+- backward weights (``dw_wrw``): per channel a reduction over ``N * Do * Ho * Wo`` for every
+  tap, in registers, then over the block's pixel lanes in shared memory in a fixed order;
+  ``split`` blocks along the reduction write float partials to the workspace that
+  ``dw_wrw_reduce`` sums in split order. Results are deterministic.
+
+Filter, strides and dilations are compile-time (one compile per filter geometry, element type
+and config); sizes and padding are kernel arguments.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from miocore import (
+    APPLICABLE,
+    Algorithm,
+    Applicability,
+    ConvProblem,
+    ConvSolution,
+    Direction,
+    ExecutionContext,
+    InvokeParams,
+    KernelInfo,
+    PerfConfig,
+    TunableSolver,
+    not_applicable,
+)
+from miocore.backends.gpu_kernels import (
+    DTYPE_OPTIONS,
+    GPU_BACKENDS,
+    KernelArgs,
+    channels_last,
+    tensor5_bytes,
+)
+
+KERNEL_DIR = Path(__file__).parent / "kernels"
+SOURCE = "direct/depthwise.cu"
+#: Scalar fields of ``MioDwParams`` after its three tensors, in struct order.
+PARAM_FIELDS = ("pad_d", "pad_h", "pad_w", "groups_w", "items", "tiles_w", "tiles", "split")
+#: Static shared memory a block may use without an opt-in (both vendors).
+SHARED_LIMIT = 48 * 1024
+#: Filter values one ``dw_nhwc`` thread keeps in registers at most (else it reads them from L1).
+MAX_WREG = 128
+#: Accumulators (taps x vec) of one backward-weights thread at most.
+MAX_WRW_ACC = 72
+_GRID_YZ_LIMIT = 65535
+_INT32 = 2**31 - 1
+
+
+def pack_params(values: dict[str, int]) -> bytes:
+    """The scalar tail of ``MioDwParams``: every field an int64, in :data:`PARAM_FIELDS` order."""
+    if set(values) != set(PARAM_FIELDS):
+        raise ValueError(f"parameter fields differ: {sorted(set(values) ^ set(PARAM_FIELDS))}")
+    return np.array([values[f] for f in PARAM_FIELDS], dtype=np.int64).tobytes()
+
+
+def _dims3(values: tuple[int, ...]) -> tuple[int, int, int]:
+    """(d, h, w) of a 2-D or 3-D spatial tuple (d = 1 / 0 for 2-D)."""
+    return tuple(values) if len(values) == 3 else (1, *values)  # type: ignore[return-value]
+
+
+def _geometry(p: ConvProblem) -> dict[str, Any]:
+    """Sizes of the canonical problem, spatial tuples as (d, h, w)."""
+    pads = p.conv.pads if p.spatial_dims == 3 else (0, *p.conv.pads)
+    return {
+        "c": p.x.lengths[1],
+        "k": p.y.lengths[1],
+        "mult": p.y.lengths[1] // max(1, p.x.lengths[1]),
+        "f": _dims3(tuple(p.w.lengths[2:])),
+        "s": _dims3(p.conv.strides),
+        "d": _dims3(p.conv.dilations),
+        "pad": tuple(pads),
+        "in": _dims3(tuple(p.x.lengths[2:])),
+        "out": _dims3(tuple(p.y.lengths[2:])),
+    }
+
+
+def _role(p: ConvProblem) -> tuple[Any, Any, int, int, bool, bool]:
+    """(read tensor a, tensor b, R, M, flip, gather) of the direction (see the kernel header)."""
+    s = _geometry(p)
+    if p.direction is Direction.FORWARD:
+        return p.x, p.y, 1, s["mult"], False, False
+    if p.direction is Direction.BACKWARD_DATA:
+        gather = any(v > 1 for v in s["s"])
+        return p.y, p.x, s["mult"], 1, not gather, gather
+    return p.x, p.y, 1, s["mult"], False, False
+
+
+def _kernel_pads(p: ConvProblem) -> tuple[int, int, int]:
+    """Padding the kernel applies: backward data at stride 1 pads by (F-1)*d - p."""
+    s = _geometry(p)
+    _, _, _, _, flip, _ = _role(p)
+    if flip:
+        return tuple((f - 1) * d - q for f, d, q in zip(s["f"], s["d"], s["pad"], strict=True))
+    return s["pad"]
+
+
+def kernel_kind(p: ConvProblem) -> str:
+    """``"wrw"``, ``"nhwc"`` (channels innermost) or ``"nchw"``: which kernel runs."""
+    if p.direction is Direction.BACKWARD_WEIGHTS:
+        return "wrw"
+    return "nhwc" if channels_last(p.x) else "nchw"
+
+
+def _esize(p: ConvProblem) -> int:
+    return p.dtype.itemsize
+
+
+def _vec_ok(p: ConvProblem, vec: int) -> bool:
+    """Whether ``vec`` channels can move in one access: channels innermost in both activation
+    tensors, whole vectors (channel counts and pixel strides multiples of vec), no multiplier."""
+    if vec == 1:
+        return True
+    if vec * _esize(p) > 16 or _geometry(p)["mult"] != 1:
+        return False
+    for t in (p.x, p.y):
+        if t.strides[1] != 1 or t.lengths[1] % vec:
+            return False
+        if any(st % vec for i, st in enumerate(t.strides) if i != 1):
+            return False
+    return True
+
+
+def _vecs(p: ConvProblem) -> list[int]:
+    """Channel vector widths that apply, widest (16 bytes) first."""
+    return [v for v in (16 // _esize(p), 8 // _esize(p), 4 // _esize(p), 1) if v and _vec_ok(p, v)]
+
+
+def _taps(p: ConvProblem) -> int:
+    return math.prod(_geometry(p)["f"])
+
+
+def _wrw_tc(p: ConvProblem, vec: int) -> int:
+    """Taps per backward-weights block: all of them if the accumulators fit, else even chunks."""
+    taps = _taps(p)
+    chunks = -(-taps * vec // MAX_WRW_ACC)
+    return -(-taps // chunks)
+
+
+def _extent(p: ConvProblem, tile: int, axis: int) -> int:
+    """Rows (axis 1) or columns (axis 2) of the tile ``dw_nchw`` stages for ``tile`` outputs."""
+    s = _geometry(p)
+    f, st, dl = s["f"][axis], s["s"][axis], s["d"][axis]
+    if _role(p)[5]:  # gather: the dy window a dx tile's taps reach
+        return (tile - 2 + (f - 1) * dl + st) // st + 1
+    return (tile - 1) * st + (f - 1) * dl + 1
+
+
+def nchw_shared_bytes(p: ConvProblem, cfg: PerfConfig) -> int:
+    """Static shared memory of ``dw_nchw`` for ``cfg``: staged tile plus the filter."""
+    r = _role(p)[2]
+    th = cfg["by"] * cfg["py"]
+    return 4 * (_extent(p, th, 1) * _extent(p, cfg["tw"], 2) + r * _taps(p))
+
+
+def _kernel(name: str, options: tuple[str, ...], grid: tuple, block: tuple) -> KernelInfo:
+    return KernelInfo(
+        source=SOURCE, kernel_name=name, options=tuple(options), grid=grid, block=block
+    )
+
+
+def _pow2_at_least(v: int) -> int:
+    return 1 << max(0, (v - 1).bit_length())
+
+
+def _ct_for(channels: int, vec: int) -> int:
+    """Channel vectors per block: all of a small channel count, else 32."""
+    nv = -(-channels // vec)
+    return nv if nv <= 64 else 32
+
+
+class GpuDepthwiseSolver(TunableSolver):
+    """Depthwise (and channel-multiplier) convolutions on CUDA and HIP devices."""
+
+    name = "direct.gpu_depthwise"
+    algorithm = Algorithm.DIRECT
+    backends = GPU_BACKENDS
+
+    # -- applicability and configs -----------------------------------------------------------
+
+    def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
+        """One input channel per group (``groups == C``, ``K`` a multiple of ``C``), sizes
+        that fit 32-bit indices, and a config whose tiles fit in shared memory."""
+        p = problem
+        c, k = p.x.lengths[1], p.y.lengths[1]
+        if p.groups != c or p.w.lengths[1] != 1:
+            return not_applicable(
+                f"not depthwise: groups={p.groups}, C={c}, filter channels per group="
+                f"{p.w.lengths[1]} (needs groups == C, one channel per group)"
+            )
+        if k % c:
+            return not_applicable(f"K={k} is not a multiple of C={c}")
+        for name in ("x", "y"):
+            t = getattr(p, name)
+            if math.prod(t.lengths[2:]) > _INT32 or max(t.lengths) > _INT32:
+                return not_applicable(f"{name} has a dimension beyond 32-bit indices")
+        if not self.perf_config_space(ctx, p):
+            return not_applicable("no tile of this filter/dilation fits in 48 KiB shared memory")
+        return APPLICABLE
+
+    def perf_config_space(self, ctx: ExecutionContext, problem: ConvProblem) -> list[PerfConfig]:
+        """Per kernel: nhwc ``vec`` x ``pix`` x ``ct``; nchw ``tw`` x ``by`` x ``py`` tiles;
+        backward weights ``vec`` x ``ct``. Best guesses first."""
+        p = problem
+        kind = kernel_kind(p)
+        s = _geometry(p)
+        out: list[PerfConfig] = []
+        if kind == "nhwc":
+            written = p.x.lengths[1] if p.direction is Direction.BACKWARD_DATA else s["k"]
+            gather = _role(p)[5]
+            for vec in _vecs(p):
+                for pix in (1,) if gather else (2, 1, 4):
+                    for ct in dict.fromkeys((_ct_for(written, vec), 8, 16, 32)):
+                        cfg = PerfConfig(vec=vec, pix=pix, ct=ct)
+                        if self._fits(p, cfg):
+                            out.append(cfg)
+        elif kind == "nchw":
+            for tw in (32, 16, 8):
+                for by in (8, 4, 16, 2):
+                    for py in (1, 2, 4):
+                        cfg = PerfConfig(tw=tw, by=by, py=py)
+                        if self._fits(p, cfg):
+                            out.append(cfg)
+        else:
+            cl = channels_last(p.x)
+            for vec in _vecs(p) if cl else [1]:
+                for ct in dict.fromkeys((_ct_for(s["k"], vec), 8, 16, 32) if cl else (1,)):
+                    cfg = PerfConfig(vec=vec, ct=ct)
+                    if self._fits(p, cfg):
+                        out.append(cfg)
+        return out
+
+    def _fits(self, p: ConvProblem, cfg: PerfConfig) -> bool:
+        kind = kernel_kind(p)
+        s = _geometry(p)
+        if kind == "nchw":
+            if cfg["tw"] * cfg["by"] > 256 or nchw_shared_bytes(p, cfg) > SHARED_LIMIT:
+                return False
+            return self._nchw_tiles(p, cfg)[2] <= _GRID_YZ_LIMIT
+        vec, ct = cfg["vec"], cfg["ct"]
+        if not _vec_ok(p, vec) or not 1 <= ct <= 256:
+            return False
+        written = p.x.lengths[1] if p.direction is Direction.BACKWARD_DATA else s["k"]
+        if -(-written // (vec * ct)) > _GRID_YZ_LIMIT:
+            return False
+        if kind == "nhwc":
+            return cfg["pix"] == 1 or not _role(p)[5]
+        return -(-_taps(p) // _wrw_tc(p, vec)) <= _GRID_YZ_LIMIT
+
+    def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
+        """nhwc: 16-byte vectors, 2 columns per thread at stride 1, all channels of a small
+        layer in one block row; nchw: tile width by the output width (32/16/8), 256 threads,
+        2 rows per thread on tall images; backward weights: 16-byte vectors."""
+        p = problem
+        space = self.perf_config_space(ctx, p)
+        if not space:
+            return PerfConfig(vec=1, pix=1, ct=32)
+        kind = kernel_kind(p)
+        s = _geometry(p)
+        if kind == "nchw":
+            wo, ho = (s["in"] if p.direction is Direction.BACKWARD_DATA else s["out"])[1:]
+            tw = 32 if wo >= 24 else 16 if wo >= 12 else 8
+            by = min(256 // tw, _pow2_at_least(ho))
+            py = 2 if ho >= 4 * by else 1
+            want = PerfConfig(tw=tw, by=by, py=py)
+        elif kind == "nhwc":
+            written = p.x.lengths[1] if p.direction is Direction.BACKWARD_DATA else s["k"]
+            vec = _vecs(p)[0]
+            pix = 2 if s["s"][2] == 1 and not _role(p)[5] else 1
+            want = PerfConfig(vec=vec, pix=pix, ct=_ct_for(written, vec))
+        else:
+            vec = _vecs(p)[0] if channels_last(p.x) else 1
+            want = PerfConfig(vec=vec, ct=_ct_for(s["k"], vec) if channels_last(p.x) else 1)
+        return want if want in space else space[0]
+
+    def is_valid_perf_config(
+        self, ctx: ExecutionContext, problem: ConvProblem, config: PerfConfig
+    ) -> bool:
+        """A config with this kernel's keys, sane values, that fits the problem."""
+        keys = {"nhwc": ("vec", "pix", "ct"), "nchw": ("tw", "by", "py"), "wrw": ("vec", "ct")}
+        try:
+            values = {k: int(config[k]) for k in keys[kernel_kind(problem)]}
+        except (KeyError, TypeError, ValueError):
+            return False
+        if any(v < 1 or v > 256 for v in values.values()):
+            return False
+        if values.get("pix", 1) > 8 or values.get("vec", 1) > 8 or values.get("py", 1) > 8:
+            return False
+        return self._fits(problem, PerfConfig(**values))
+
+    # -- cost ----------------------------------------------------------------------------------
+
+    def _split(self, ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> int:
+        """Backward-weights blocks along the reduction: about 4 blocks per compute unit, at
+        least 16 pixels per thread."""
+        vec, ct = cfg["vec"], cfg["ct"]
+        pt = 256 // ct
+        items = math.prod(p.y.lengths) // p.y.lengths[1]
+        base = -(-p.y.lengths[1] // (vec * ct)) * -(-_taps(p) // _wrw_tc(p, vec))
+        wanted = -(-4 * max(1, ctx.device.compute_units) // base)
+        return int(max(1, min(wanted, items // (16 * pt), 4096)))
+
+    def workspace_size(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> int:
+        """Backward weights with more than one split: float partials, one dw per split."""
+        p = problem
+        if p.direction is not Direction.BACKWARD_WEIGHTS:
+            return 0
+        split = self._split(ctx, p, self._config(ctx, p, perf_config))
+        return 0 if split == 1 else split * p.w.element_count * 4
+
+    def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
+        """Memory-bound: the problem's bytes at a fraction of the copy rate (about 0.6 for
+        forward and backward data, halo and filter rereads included; 0.35 for backward
+        weights, whose input is reread per tap from cache)."""
+        p = problem
+        eff = 0.35 if p.direction is Direction.BACKWARD_WEIGHTS else 0.6
+        if _role(p)[5]:
+            eff *= 0.7
+        predicted = ctx.roofline_ms(p.flops, p.bytes_moved / eff, p.dtype, 0.25)
+        return ctx.wti(p, predicted)
+
+    # -- solution ------------------------------------------------------------------------------
+
+    def _config(
+        self, ctx: ExecutionContext, p: ConvProblem, perf_config: PerfConfig | None
+    ) -> PerfConfig:
+        if perf_config is not None and self.is_valid_perf_config(ctx, p, perf_config):
+            return perf_config
+        return self.default_perf_config(ctx, p)
+
+    def _nchw_tiles(self, p: ConvProblem, cfg: PerfConfig) -> tuple[int, int, int]:
+        """(tiles along W, tiles along H, tiles per plane) of the written tensor."""
+        b = _role(p)[1]
+        h, w = b.lengths[-2], b.lengths[-1]
+        tw_n = -(-w // cfg["tw"])
+        th_n = -(-h // (cfg["by"] * cfg["py"]))
+        return tw_n, th_n, tw_n * th_n
+
+    def get_solution(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> ConvSolution:
+        """The layout's kernel compiled for the filter geometry, element type and config."""
+        p = problem
+        cfg = self._config(ctx, p, perf_config)
+        kind = kernel_kind(p)
+        s = _geometry(p)
+        a, b, r, m, flip, gather = _role(p)
+        base_opts = [DTYPE_OPTIONS[p.dtype]]
+        for name, value in zip(("FZ", "FY", "FX"), s["f"], strict=True):
+            base_opts.append(f"-DMIO_{name}={value}")
+        for name, value in zip(("SD", "SH", "SW"), s["s"], strict=True):
+            base_opts.append(f"-DMIO_{name}={value}")
+        for name, value in zip(("DD", "DH", "DW"), s["d"], strict=True):
+            base_opts.append(f"-DMIO_{name}={value}")
+        base_opts += [f"-DMIO_R={r}", f"-DMIO_M={m}", f"-DMIO_FLIP={int(flip)}"]
+        base_opts.append(f"-DMIO_GATHER={int(gather)}")
+        pads = _kernel_pads(p)
+        fields = dict.fromkeys(PARAM_FIELDS, 0)
+        fields.update(pad_d=pads[0], pad_h=pads[1], pad_w=pads[2], split=1)
+        taps = _taps(p)
+        wcount = p.w.element_count
+        split = 1
+        kernels: list[KernelInfo] = []
+        shared = 0
+        if kind == "nchw":
+            tw, by, py = cfg["tw"], cfg["by"], cfg["py"]
+            tw_n, _, tiles = self._nchw_tiles(p, cfg)
+            fields.update(tiles_w=tw_n, tiles=tiles)
+            planes = b.lengths[0] * b.lengths[1] * _dims3(tuple(b.lengths[2:]))[0]
+            opts = (*base_opts, f"-DMIO_TW={tw}", f"-DMIO_BY={by}", f"-DMIO_PY={py}")
+            kernels.append(_kernel("dw_nchw", opts, (planes, tiles), (tw, by)))
+        elif kind == "nhwc":
+            vec, pix, ct = cfg["vec"], cfg["pix"], cfg["ct"]
+            pt = max(1, 256 // ct)
+            bd, bh, bw = _dims3(tuple(b.lengths[2:]))
+            groups_w = -(-bw // pix)
+            items = b.lengths[0] * bd * bh * groups_w
+            fields.update(groups_w=groups_w, items=items)
+            gy = -(-b.lengths[1] // (vec * ct))
+            target = 8 * max(1, ctx.device.compute_units)
+            gx = max(1, min(-(-items // pt), -(-target // gy), _INT32))
+            for v in dict.fromkeys((vec, 1)):  # vec > 1: a scalar twin for unaligned buffers
+                wreg = int(r * taps * v <= MAX_WREG)
+                opts = (*base_opts, f"-DMIO_VEC={v}", f"-DMIO_PIX={pix}", f"-DMIO_WREG={wreg}")
+                ctv = ct if v == vec else min(256, ct * vec)
+                gyv = -(-b.lengths[1] // (v * ctv))
+                kernels.append(_kernel("dw_nhwc", opts, (gx, gyv), (ctv, max(1, 256 // ctv))))
+        else:
+            vec, ct = cfg["vec"], cfg["ct"]
+            split = self._split(ctx, p, cfg)
+            bd, bh, bw = _dims3(tuple(b.lengths[2:]))
+            fields.update(items=b.lengths[0] * bd * bh * bw, split=split)
+            for v in dict.fromkeys((vec, 1)):
+                tc = _wrw_tc(p, v)
+                ctv = ct if v == vec else min(256, ct * vec)
+                gy = -(-b.lengths[1] // (v * ctv))
+                opts = (*base_opts, f"-DMIO_VEC={v}", f"-DMIO_TC={tc}")
+                grid = (split, gy, -(-taps // tc))
+                kernels.append(_kernel("dw_wrw", opts, grid, (ctv, max(1, 256 // ctv))))
+            if split > 1:
+                rgrid = (max(1, min(-(-wcount // 256), 4096)),)
+                kernels.append(_kernel("dw_wrw_reduce", tuple(base_opts), rgrid, (256,)))
+        params = tensor5_bytes(a) + tensor5_bytes(b) + tensor5_bytes(p.w) + pack_params(fields)
+        workspace = 0 if split == 1 else split * wcount * 4
+        vec = cfg.get("vec", 1)
+        align = vec * _esize(p)
+        direction = p.direction
+
+        def factory(compiled: Any) -> Any:
+            if direction is Direction.BACKWARD_WEIGHTS:
+                mains = compiled[:2] if vec > 1 else compiled[:1]
+                reduce = compiled[len(mains)] if split > 1 else None
+                args = KernelArgs([("ptr", 0)] * 4 + [("bytes", params)])
+                rargs = KernelArgs([("ptr", 0), ("ptr", 0), ("bytes", params)])
+
+                def invoker_w(handle: Any, ip: InvokeParams) -> None:
+                    aligned = ip.x.ptr % align == 0 and ip.y.ptr % align == 0
+                    main = mains[0] if aligned else mains[-1]
+                    part = ip.workspace.ptr if split > 1 else 0
+                    args.set_pointers(ip.x.ptr, ip.w.ptr, ip.y.ptr, part)
+                    main.launch(args)
+                    if reduce is not None:
+                        rargs.set_pointers(ip.w.ptr, part)
+                        reduce.launch(rargs)
+
+                return invoker_w
+            args3 = KernelArgs([("ptr", 0), ("ptr", 0), ("ptr", 0), ("bytes", params)])
+            mains3 = compiled
+
+            def invoker(handle: Any, ip: InvokeParams) -> None:
+                ta, tb = (ip.y, ip.x) if direction is Direction.BACKWARD_DATA else (ip.x, ip.y)
+                aligned = ta.ptr % align == 0 and tb.ptr % align == 0
+                main = mains3[0] if aligned else mains3[-1]
+                args3.set_pointers(ta.ptr, ip.w.ptr, tb.ptr)
+                main.launch(args3, shared=shared)
+
+            return invoker
+
+        return ConvSolution(
+            solver=self.name,
+            workspace_size=workspace,
+            invoker_factory=factory,
+            perf_config=cfg,
+            kernels=tuple(kernels),
+        )

@@ -1,0 +1,529 @@
+// direct.gpu_depthwise: depthwise convolution (groups == C, K = M * C: one input channel per
+// group, M output channels per group), 2-D and 3-D, every direction, fp32/fp16/bf16 storage
+// with fp32 accumulation (-DMIO_DTYPE_*). Any layout and strides (MioTensor5); the solver picks
+// the kernel whose thread mapping suits the layout.
+//
+// Compile-time: the filter (MIO_FZ, MIO_FY, MIO_FX), strides (MIO_SD/SH/SW) and dilations
+// (MIO_DD/DH/DW), so the tap loops unroll and the stride tests are constant divisions; and
+//   MIO_R, MIO_M  channel map of the "read" tensor a: written channel o sums the R source
+//                 channels o*R + j (j < R), each read from channel (o*R + j) / M of a, with
+//                 filter channel o*R + j. Forward: R = 1, M = mult. Backward data: R = mult,
+//                 M = 1 (a = dy, written = dx).
+//   MIO_FLIP      read the filter flipped (backward data at stride 1 runs as a forward
+//                 convolution of dy with the flipped filter and padding (F-1)*d - p)
+//   MIO_GATHER    backward data at stride > 1: for each dx element sum the taps whose dy
+//                 position is whole ((i + p - f*d) % s == 0) and in range; no atomics
+//   MIO_VEC       channels per thread in the channels-innermost kernels (one 4/8/16-byte load)
+//   MIO_PIX       dw_nhwc: consecutive output columns per thread (the input columns they share
+//                 are loaded once)
+//   MIO_WREG      dw_nhwc: the thread's filter taps live in registers (small filters)
+//   MIO_TW, MIO_BY, MIO_PY   dw_nchw: tile of TW columns x BY*PY rows, block TW x BY threads
+//   MIO_TC        dw_wrw: taps per block (blockIdx.z walks the chunks)
+//
+// dw_nhwc   threads over channel vectors (blockDim.x) x pixel groups (blockDim.y), grid-stride
+//           over the pixel groups; forward-like or gather
+// dw_nchw   one block per (image, written channel, depth) plane tile: the read tile with its
+//           halo staged in shared memory, the channel's filter in shared memory
+// dw_wrw    backward weights: blockDim.x channel vectors x blockDim.y pixel lanes; a block
+//           (split s, channel block, tap chunk) reduces its share of N*Do*Ho*Wo in registers,
+//           then across its pixel lanes in shared memory (fixed order) and writes one float per
+//           (channel, tap): into dw directly (one split) or into the workspace partials that
+//           dw_wrw_reduce sums in split order. Deterministic, no atomics.
+#include "miocore_gpu.h"
+
+#ifndef MIO_FZ
+#define MIO_FZ 1
+#endif
+#ifndef MIO_FY
+#define MIO_FY 3
+#endif
+#ifndef MIO_FX
+#define MIO_FX 3
+#endif
+#ifndef MIO_SD
+#define MIO_SD 1
+#endif
+#ifndef MIO_SH
+#define MIO_SH 1
+#endif
+#ifndef MIO_SW
+#define MIO_SW 1
+#endif
+#ifndef MIO_DD
+#define MIO_DD 1
+#endif
+#ifndef MIO_DH
+#define MIO_DH 1
+#endif
+#ifndef MIO_DW
+#define MIO_DW 1
+#endif
+#ifndef MIO_R
+#define MIO_R 1
+#endif
+#ifndef MIO_M
+#define MIO_M 1
+#endif
+#ifndef MIO_FLIP
+#define MIO_FLIP 0
+#endif
+#ifndef MIO_GATHER
+#define MIO_GATHER 0
+#endif
+#ifndef MIO_VEC
+#define MIO_VEC 1
+#endif
+#ifndef MIO_PIX
+#define MIO_PIX 1
+#endif
+#ifndef MIO_WREG
+#define MIO_WREG 1
+#endif
+#ifndef MIO_TW
+#define MIO_TW 32
+#endif
+#ifndef MIO_BY
+#define MIO_BY 8
+#endif
+#ifndef MIO_PY
+#define MIO_PY 1
+#endif
+#ifndef MIO_TC
+#define MIO_TC 9
+#endif
+#define MIO_TAPS (MIO_FZ * MIO_FY * MIO_FX)
+// input columns the MIO_PIX outputs of one dw_nhwc thread read along W
+#define MIO_WIN ((MIO_PIX - 1) * MIO_SW + (MIO_FX - 1) * MIO_DW + 1)
+
+struct MioDwParams {
+  MioTensor5 a;  // read: x (forward, backward weights) or dy (backward data)
+  MioTensor5 b;  // written: y (forward) or dx (backward data); backward weights: dy (read)
+  MioTensor5 w;  // filter (M*C, 1, FZ, FY, FX)
+  mio_index pad_d;
+  mio_index pad_h;
+  mio_index pad_w;
+  mio_index groups_w;  // dw_nhwc: pixel groups along W (ceil(W / PIX))
+  mio_index items;     // dw_nhwc: pixel groups of the written tensor; dw_wrw: dy pixels
+  mio_index tiles_w;   // dw_nchw: tiles along W
+  mio_index tiles;     // dw_nchw: tiles per plane
+  mio_index split;     // dw_wrw: blocks along the reduction
+};
+
+// ---- element vectors: MIO_VEC consecutive elements in one load / store ---------------------
+#if defined(MIO_DTYPE_FP32)
+#define MIO_ESIZE 4
+#else
+#define MIO_ESIZE 2
+#endif
+#define MIO_VBYTES (MIO_VEC * MIO_ESIZE)
+
+MIO_DEVICE float mio_word_lo(unsigned int u) {
+#if defined(MIO_DTYPE_FP32)
+  return __uint_as_float(u);
+#elif defined(MIO_DTYPE_FP16)
+  return mio_half_to_float((unsigned short)(u & 0xffffu));
+#else
+  return mio_bf16_to_float((unsigned short)(u & 0xffffu));
+#endif
+}
+
+MIO_DEVICE float mio_word_hi(unsigned int u) {
+#if defined(MIO_DTYPE_FP16)
+  return mio_half_to_float((unsigned short)(u >> 16));
+#else
+  return mio_bf16_to_float((unsigned short)(u >> 16));
+#endif
+}
+
+MIO_DEVICE void mio_unpack(const unsigned int* u, int words, float* v) {
+#pragma unroll
+  for (int i = 0; i < words; ++i) {
+#if defined(MIO_DTYPE_FP32)
+    v[i] = __uint_as_float(u[i]);
+#else
+    v[2 * i] = mio_word_lo(u[i]);
+    v[2 * i + 1] = mio_word_hi(u[i]);
+#endif
+  }
+}
+
+MIO_DEVICE unsigned int mio_pack_word(const float* v) {
+#if defined(MIO_DTYPE_FP32)
+  return __float_as_uint(v[0]);
+#elif defined(MIO_DTYPE_FP16)
+  return (unsigned int)mio_float_to_half(v[0]) | ((unsigned int)mio_float_to_half(v[1]) << 16);
+#else
+  return (unsigned int)mio_float_to_bf16(v[0]) | ((unsigned int)mio_float_to_bf16(v[1]) << 16);
+#endif
+}
+
+// Load MIO_VEC consecutive elements as float (one 16/8/4-byte access; the host guarantees
+// the alignment whenever MIO_VEC > 1).
+MIO_DEVICE void mio_loadv(const mio_t* p, float* v) {
+#if MIO_VBYTES == 16
+  const uint4 r = *(const uint4*)p;
+  const unsigned int u[4] = {r.x, r.y, r.z, r.w};
+  mio_unpack(u, 4, v);
+#elif MIO_VBYTES == 8
+  const uint2 r = *(const uint2*)p;
+  const unsigned int u[2] = {r.x, r.y};
+  mio_unpack(u, 2, v);
+#elif MIO_VBYTES == 4 && MIO_VEC == 2
+  const unsigned int u[1] = {*(const unsigned int*)p};
+  mio_unpack(u, 1, v);
+#else
+#pragma unroll
+  for (int e = 0; e < MIO_VEC; ++e) v[e] = mio_load(p + e);
+#endif
+}
+
+MIO_DEVICE void mio_storev(mio_t* p, const float* v) {
+#if MIO_VBYTES == 16 || MIO_VBYTES == 8 || (MIO_VBYTES == 4 && MIO_VEC == 2)
+  constexpr int words = MIO_VBYTES / 4;
+  constexpr int per = 4 / MIO_ESIZE;
+  unsigned int u[words];
+#pragma unroll
+  for (int i = 0; i < words; ++i) u[i] = mio_pack_word(v + i * per);
+#if MIO_VBYTES == 16
+  *(uint4*)p = make_uint4(u[0], u[1], u[2], u[3]);
+#elif MIO_VBYTES == 8
+  *(uint2*)p = make_uint2(u[0], u[1]);
+#else
+  *(unsigned int*)p = u[0];
+#endif
+#else
+#pragma unroll
+  for (int e = 0; e < MIO_VEC; ++e) mio_store(p + e, v[e]);
+#endif
+}
+
+// Filter element (channel kw, tap (fz, fy, fx) as the kernel sees it; flipped when MIO_FLIP).
+MIO_DEVICE float mio_wtap(const mio_t* w, const MioTensor5& t, mio_index kw, int fz, int fy,
+                          int fx) {
+#if MIO_FLIP
+  fz = MIO_FZ - 1 - fz;
+  fy = MIO_FY - 1 - fy;
+  fx = MIO_FX - 1 - fx;
+#endif
+  return mio_load(w + kw * t.stride[0] + fz * t.stride[2] + fy * t.stride[3] + fx * t.stride[4]);
+}
+
+MIO_DEVICE mio_index mio_floordiv(mio_index a, mio_index b) {
+  return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+// ---- dw_nhwc: channels innermost -------------------------------------------------------------
+MIO_KERNEL void dw_nhwc(const mio_t* __restrict__ a, const mio_t* __restrict__ w,
+                        mio_t* __restrict__ b, MioDwParams p) {
+  const int ct = (int)blockDim.x, pt = (int)blockDim.y;
+  const mio_index o0 = ((mio_index)blockIdx.y * ct + threadIdx.x) * MIO_VEC;
+  if (o0 >= p.b.len[1]) return;
+  const int bd = (int)p.b.len[2], bh = (int)p.b.len[3], bw = (int)p.b.len[4];
+  const int ad = (int)p.a.len[2], ah = (int)p.a.len[3], aw = (int)p.a.len[4];
+#if MIO_WREG
+  float wr[MIO_R][MIO_TAPS][MIO_VEC];
+#pragma unroll
+  for (int j = 0; j < MIO_R; ++j)
+#pragma unroll
+    for (int f = 0; f < MIO_TAPS; ++f)
+#pragma unroll
+      for (int e = 0; e < MIO_VEC; ++e)
+        wr[j][f][e] = mio_wtap(w, p.w, (o0 + e) * MIO_R + j, f / (MIO_FY * MIO_FX),
+                               (f / MIO_FX) % MIO_FY, f % MIO_FX);
+#define MIO_W(j, f, e) wr[j][f][e]
+#else
+#define MIO_W(j, f, e)                                                                       \
+  mio_wtap(w, p.w, (o0 + (e)) * MIO_R + (j), (f) / (MIO_FY * MIO_FX), ((f) / MIO_FX) % MIO_FY, \
+           (f) % MIO_FX)
+#endif
+  for (mio_index it = (mio_index)blockIdx.x * pt + threadIdx.y; it < p.items;
+       it += (mio_index)gridDim.x * pt) {
+    mio_index r = it;
+    const int gw = (int)(r % p.groups_w);
+    r /= p.groups_w;
+    const int oh = (int)(r % bh);
+    r /= bh;
+    const int od = (int)(r % bd);
+    const mio_index n = r / bd;
+    const int ow0 = gw * MIO_PIX;
+    float acc[MIO_PIX][MIO_VEC];
+#pragma unroll
+    for (int q = 0; q < MIO_PIX; ++q)
+#pragma unroll
+      for (int e = 0; e < MIO_VEC; ++e) acc[q][e] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < MIO_R; ++j) {
+      const mio_index ci = (o0 * MIO_R + j) / MIO_M;
+      const mio_t* an = a + n * p.a.stride[0] + ci * p.a.stride[1];
+#pragma unroll
+      for (int fz = 0; fz < MIO_FZ; ++fz) {
+#if MIO_GATHER
+        const int tz = od + (int)p.pad_d - fz * MIO_DD;
+        if (tz < 0 || tz % MIO_SD) continue;
+        const int id = tz / MIO_SD;
+#else
+        const int id = od * MIO_SD - (int)p.pad_d + fz * MIO_DD;
+#endif
+        if (id < 0 || id >= ad) continue;
+#pragma unroll
+        for (int fy = 0; fy < MIO_FY; ++fy) {
+#if MIO_GATHER
+          const int ty = oh + (int)p.pad_h - fy * MIO_DH;
+          if (ty < 0 || ty % MIO_SH) continue;
+          const int ih = ty / MIO_SH;
+#else
+          const int ih = oh * MIO_SH - (int)p.pad_h + fy * MIO_DH;
+#endif
+          if (ih < 0 || ih >= ah) continue;
+          const mio_t* row = an + id * p.a.stride[2] + ih * p.a.stride[3];
+          const int f0 = (fz * MIO_FY + fy) * MIO_FX;
+#if MIO_GATHER
+#pragma unroll
+          for (int fx = 0; fx < MIO_FX; ++fx) {
+            const int tx = ow0 + (int)p.pad_w - fx * MIO_DW;
+            if (tx < 0 || tx % MIO_SW) continue;
+            const int iw = tx / MIO_SW;
+            if (iw >= aw) continue;
+            float v[MIO_VEC];
+            mio_loadv(row + iw * p.a.stride[4], v);
+#pragma unroll
+            for (int e = 0; e < MIO_VEC; ++e) acc[0][e] += v[e] * MIO_W(j, f0 + fx, e);
+          }
+#else
+          const int iw0 = ow0 * MIO_SW - (int)p.pad_w;
+#pragma unroll
+          for (int c = 0; c < MIO_WIN; ++c) {
+            const int iw = iw0 + c;
+            float v[MIO_VEC];
+            if (iw >= 0 && iw < aw) {
+              mio_loadv(row + iw * p.a.stride[4], v);
+            } else {
+#pragma unroll
+              for (int e = 0; e < MIO_VEC; ++e) v[e] = 0.0f;
+            }
+#pragma unroll
+            for (int q = 0; q < MIO_PIX; ++q) {
+              const int t = c - q * MIO_SW;  // compile-time after unrolling
+              if (t >= 0 && t % MIO_DW == 0 && t / MIO_DW < MIO_FX) {
+#pragma unroll
+                for (int e = 0; e < MIO_VEC; ++e) acc[q][e] += v[e] * MIO_W(j, f0 + t / MIO_DW, e);
+              }
+            }
+          }
+#endif
+        }
+      }
+    }
+    mio_t* out = b + n * p.b.stride[0] + o0 * p.b.stride[1] + od * p.b.stride[2] +
+                 oh * p.b.stride[3];
+#pragma unroll
+    for (int q = 0; q < MIO_PIX; ++q) {
+      if (ow0 + q < bw) mio_storev(out + (ow0 + q) * p.b.stride[4], acc[q]);
+    }
+  }
+#undef MIO_W
+}
+
+// ---- dw_nchw: spatial tiles staged in shared memory -----------------------------------------
+#define MIO_TH (MIO_BY * MIO_PY)
+#if MIO_GATHER
+#define MIO_EH ((MIO_TH - 2 + (MIO_FY - 1) * MIO_DH + MIO_SH) / MIO_SH + 1)
+#define MIO_EW ((MIO_TW - 2 + (MIO_FX - 1) * MIO_DW + MIO_SW) / MIO_SW + 1)
+#else
+#define MIO_EH ((MIO_TH - 1) * MIO_SH + (MIO_FY - 1) * MIO_DH + 1)
+#define MIO_EW ((MIO_TW - 1) * MIO_SW + (MIO_FX - 1) * MIO_DW + 1)
+#endif
+
+MIO_KERNEL void dw_nchw(const mio_t* __restrict__ a, const mio_t* __restrict__ w,
+                        mio_t* __restrict__ b, MioDwParams p) {
+  __shared__ float s_in[MIO_EH * MIO_EW];
+  __shared__ float s_w[MIO_R * MIO_TAPS];
+  const int tx = (int)threadIdx.x, ty = (int)threadIdx.y;
+  const int tid = ty * MIO_TW + tx;
+  const int threads = MIO_TW * MIO_BY;
+  const int bd = (int)p.b.len[2], bh = (int)p.b.len[3], bw = (int)p.b.len[4];
+  const int ad = (int)p.a.len[2], ah = (int)p.a.len[3], aw = (int)p.a.len[4];
+  mio_index plane = blockIdx.x;
+  const int od = (int)(plane % bd);
+  plane /= bd;
+  const mio_index o = plane % p.b.len[1];
+  const mio_index n = plane / p.b.len[1];
+  const int tile = (int)blockIdx.y;
+  const int h0 = (tile / (int)p.tiles_w) * MIO_TH, w0 = (tile % (int)p.tiles_w) * MIO_TW;
+  for (int i = tid; i < MIO_R * MIO_TAPS; i += threads) {
+    const int j = i / MIO_TAPS, f = i % MIO_TAPS;
+    s_w[i] = mio_wtap(w, p.w, o * MIO_R + j, f / (MIO_FY * MIO_FX), (f / MIO_FX) % MIO_FY,
+                      f % MIO_FX);
+  }
+#if MIO_GATHER
+  // first row / column of the read tensor any tap of this tile reaches (may be negative)
+  const int rh0 = (int)mio_floordiv(h0 + p.pad_h - (MIO_FY - 1) * MIO_DH, MIO_SH);
+  const int rw0 = (int)mio_floordiv(w0 + p.pad_w - (MIO_FX - 1) * MIO_DW, MIO_SW);
+#else
+  const int rh0 = h0 * MIO_SH - (int)p.pad_h;
+  const int rw0 = w0 * MIO_SW - (int)p.pad_w;
+#endif
+  float acc[MIO_PY];
+#pragma unroll
+  for (int q = 0; q < MIO_PY; ++q) acc[q] = 0.0f;
+  for (int j = 0; j < MIO_R; ++j) {
+    const mio_index ci = (o * MIO_R + j) / MIO_M;
+    const mio_t* an = a + n * p.a.stride[0] + ci * p.a.stride[1];
+    for (int fz = 0; fz < MIO_FZ; ++fz) {
+#if MIO_GATHER
+      const int tz = od + (int)p.pad_d - fz * MIO_DD;
+      if (tz < 0 || tz % MIO_SD) continue;  // uniform over the block
+      const int id = tz / MIO_SD;
+#else
+      const int id = od * MIO_SD - (int)p.pad_d + fz * MIO_DD;
+#endif
+      if (id < 0 || id >= ad) continue;
+      const mio_t* plane_in = an + id * p.a.stride[2];
+      __syncthreads();  // the previous step is done with s_in
+      for (int i = tid; i < MIO_EH * MIO_EW; i += threads) {
+        const int r = i / MIO_EW, c = i % MIO_EW;
+        const int ih = rh0 + r, iw = rw0 + c;
+        float v = 0.0f;
+        if (ih >= 0 && ih < ah && iw >= 0 && iw < aw) {
+          v = mio_load(plane_in + ih * p.a.stride[3] + iw * p.a.stride[4]);
+        }
+        s_in[i] = v;
+      }
+      __syncthreads();
+      const float* sw = s_w + (j * MIO_FZ + fz) * MIO_FY * MIO_FX;
+#pragma unroll
+      for (int q = 0; q < MIO_PY; ++q) {
+        const int row = ty + q * MIO_BY;
+#if MIO_GATHER
+        const int th = h0 + row + (int)p.pad_h - rh0 * MIO_SH;  // >= (FY-1)*DH
+        const int tw = w0 + tx + (int)p.pad_w - rw0 * MIO_SW;
+#pragma unroll
+        for (int fy = 0; fy < MIO_FY; ++fy) {
+          const int t = th - fy * MIO_DH;
+          if (t % MIO_SH) continue;
+          const float* srow = s_in + (t / MIO_SH) * MIO_EW;
+#pragma unroll
+          for (int fx = 0; fx < MIO_FX; ++fx) {
+            const int u = tw - fx * MIO_DW;
+            if (u % MIO_SW) continue;
+            acc[q] += srow[u / MIO_SW] * sw[fy * MIO_FX + fx];
+          }
+        }
+#else
+#pragma unroll
+        for (int fy = 0; fy < MIO_FY; ++fy) {
+          const float* srow = s_in + (row * MIO_SH + fy * MIO_DH) * MIO_EW + tx * MIO_SW;
+#pragma unroll
+          for (int fx = 0; fx < MIO_FX; ++fx) acc[q] += srow[fx * MIO_DW] * sw[fy * MIO_FX + fx];
+        }
+#endif
+      }
+    }
+  }
+  mio_t* out = b + n * p.b.stride[0] + o * p.b.stride[1] + od * p.b.stride[2];
+#pragma unroll
+  for (int q = 0; q < MIO_PY; ++q) {
+    const int hh = h0 + ty + q * MIO_BY, ww = w0 + tx;
+    if (hh < bh && ww < bw) mio_store(out + hh * p.b.stride[3] + ww * p.b.stride[4], acc[q]);
+  }
+}
+
+// ---- backward weights -------------------------------------------------------------------------
+#define MIO_SLOTS (MIO_TC * MIO_VEC)
+#define MIO_CHUNK (MIO_SLOTS < 16 ? MIO_SLOTS : 16)
+
+// dw[o, f] = sum over (n, dy pixel) of dy[n, o, pix] * x[n, o / M, pix * s - p + f * d]
+// a = x, b = dy; part = NULL writes dw directly (one split).
+MIO_KERNEL void dw_wrw(const mio_t* __restrict__ a, mio_t* __restrict__ w,
+                       const mio_t* __restrict__ b, float* __restrict__ part, MioDwParams p) {
+  __shared__ float s_red[MIO_CHUNK * 256];
+  const int ct = (int)blockDim.x, pt = (int)blockDim.y;
+  const int tx = (int)threadIdx.x, ty = (int)threadIdx.y;
+  const int tid = ty * ct + tx, threads = ct * pt;
+  const mio_index kout = p.b.len[1];
+  const mio_index o0 = ((mio_index)blockIdx.y * ct + tx) * MIO_VEC;
+  const int f0 = (int)blockIdx.z * MIO_TC;
+  const int bd = (int)p.b.len[2], bh = (int)p.b.len[3], bw = (int)p.b.len[4];
+  const int ad = (int)p.a.len[2], ah = (int)p.a.len[3], aw = (int)p.a.len[4];
+  float acc[MIO_TC][MIO_VEC];
+#pragma unroll
+  for (int t = 0; t < MIO_TC; ++t)
+#pragma unroll
+    for (int e = 0; e < MIO_VEC; ++e) acc[t][e] = 0.0f;
+  if (o0 < kout) {
+    const mio_index ci = o0 / MIO_M;
+    for (mio_index it = (mio_index)blockIdx.x * pt + ty; it < p.items;
+         it += (mio_index)p.split * pt) {
+      mio_index r = it;
+      const int ow = (int)(r % bw);
+      r /= bw;
+      const int oh = (int)(r % bh);
+      r /= bh;
+      const int od = (int)(r % bd);
+      const mio_index n = r / bd;
+      float dy[MIO_VEC];
+      mio_loadv(b + n * p.b.stride[0] + o0 * p.b.stride[1] + od * p.b.stride[2] +
+                    oh * p.b.stride[3] + ow * p.b.stride[4],
+                dy);
+      const mio_t* an = a + n * p.a.stride[0] + ci * p.a.stride[1];
+      const int d0 = od * MIO_SD - (int)p.pad_d, hb = oh * MIO_SH - (int)p.pad_h;
+      const int wb = ow * MIO_SW - (int)p.pad_w;
+#pragma unroll
+      for (int t = 0; t < MIO_TC; ++t) {
+        const int f = f0 + t;
+        if (f >= MIO_TAPS) break;
+        const int id = d0 + (f / (MIO_FY * MIO_FX)) * MIO_DD;
+        const int ih = hb + ((f / MIO_FX) % MIO_FY) * MIO_DH;
+        const int iw = wb + (f % MIO_FX) * MIO_DW;
+        if (id < 0 || id >= ad || ih < 0 || ih >= ah || iw < 0 || iw >= aw) continue;
+        float xv[MIO_VEC];
+        mio_loadv(an + id * p.a.stride[2] + ih * p.a.stride[3] + iw * p.a.stride[4], xv);
+#pragma unroll
+        for (int e = 0; e < MIO_VEC; ++e) acc[t][e] += dy[e] * xv[e];
+      }
+    }
+  }
+  // Sum over the pixel lanes, MIO_CHUNK slots at a time, in lane order (deterministic).
+  const mio_index wcount = kout * MIO_TAPS;
+#pragma unroll
+  for (int c0 = 0; c0 < MIO_SLOTS; c0 += MIO_CHUNK) {
+#pragma unroll
+    for (int s = 0; s < MIO_CHUNK; ++s) {
+      if (c0 + s < MIO_SLOTS) s_red[s * threads + tid] = acc[(c0 + s) / MIO_VEC][(c0 + s) % MIO_VEC];
+    }
+    __syncthreads();
+    for (int i = tid; i < MIO_CHUNK * ct; i += threads) {
+      const int s = i / ct, x = i % ct;
+      const int slot = c0 + s;
+      if (slot >= MIO_SLOTS) continue;
+      float sum = 0.0f;
+      for (int y = 0; y < pt; ++y) sum += s_red[s * threads + y * ct + x];
+      const mio_index o = ((mio_index)blockIdx.y * ct + x) * MIO_VEC + slot % MIO_VEC;
+      const int f = f0 + slot / MIO_VEC;
+      if (o >= kout || f >= MIO_TAPS) continue;
+      if (part) {
+        part[(mio_index)blockIdx.x * wcount + o * MIO_TAPS + f] = sum;
+      } else {
+        mio_store(w + o * p.w.stride[0] + (f / (MIO_FY * MIO_FX)) * p.w.stride[2] +
+                      ((f / MIO_FX) % MIO_FY) * p.w.stride[3] + (f % MIO_FX) * p.w.stride[4],
+                  sum);
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// Sums the p.split partials of every dw element in split order; stores the element type.
+MIO_KERNEL void dw_wrw_reduce(mio_t* __restrict__ w, const float* __restrict__ part,
+                              MioDwParams p) {
+  const mio_index wcount = p.b.len[1] * MIO_TAPS;
+  MIO_GRID_LOOP(i, wcount) {
+    float sum = 0.0f;
+    for (mio_index s = 0; s < p.split; ++s) sum += part[s * wcount + i];
+    const mio_index o = i / MIO_TAPS;
+    const int f = (int)(i % MIO_TAPS);
+    mio_store(w + o * p.w.stride[0] + (f / (MIO_FY * MIO_FX)) * p.w.stride[2] +
+                  ((f / MIO_FX) % MIO_FY) * p.w.stride[3] + (f % MIO_FX) * p.w.stride[4],
+              sum);
+  }
+}
