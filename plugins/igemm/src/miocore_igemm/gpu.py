@@ -178,6 +178,13 @@ def warp_grid(bm: int, bn: int) -> tuple[int, int]:
     return best[1]
 
 
+def min_blocks(bm: int, bn: int) -> int:
+    """Blocks per SM the kernel's register budget is bounded for: 2 for warp tiles up to
+    64 x 32 (they fit in 128 registers without spills), 1 for 64 x 64 (about 240)."""
+    wm, wn = warp_grid(bm, bn)
+    return 2 if (bm // wm) * (bn // wn) <= 2048 else 1
+
+
 def shared_bytes(p: ConvProblem, cfg: PerfConfig) -> int:
     """Dynamic shared memory of one block: ``stages`` x (bm + bn) rows of ``bk`` + 16 B."""
     item = p.dtype.itemsize
@@ -229,7 +236,7 @@ def _occupancy(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> int:
     """Blocks per SM: by shared memory and by registers (estimated from the warp tile)."""
     wm, wn = warp_grid(cfg["bm"], cfg["bn"])
     warp_elems = (cfg["bm"] // wm) * (cfg["bn"] // wn)
-    regs = 232 if warp_elems >= 4096 else 128 if warp_elems >= 2048 else 96
+    regs = 240 if warp_elems >= 4096 else 128 if warp_elems >= 2048 else 96
     by_regs = 65536 // (THREADS * regs)
     by_smem = shared_limit(ctx) // max(1, shared_bytes(p, cfg))
     return max(1, min(by_regs, by_smem, 4))
@@ -427,6 +434,7 @@ class _GpuIgemmBase(TunableSolver):
             f"-DMIO_STAGES={stages}",
             f"-DMIO_VEC={vec}",
             f"-DMIO_BWD={int(bwd)}",
+            f"-DMIO_MIN_BLOCKS={min_blocks(bm, bn)}",
         )
         sms = max(1, ctx.device.compute_units)
         grid = (-(-s["m"] // bm), s["groups"] * -(-s["ocg"] // bn), split)

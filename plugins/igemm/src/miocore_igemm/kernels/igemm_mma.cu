@@ -18,6 +18,7 @@
 //   MIO_VEC                  elements per global load: 16 bytes when the channels and strides
 //                            allow it, else 1 (scalar loads through arbitrary strides)
 //   MIO_BWD                  1: backward data (the gather above), 0: forward
+//   MIO_MIN_BLOCKS           resident blocks per SM the register budget must allow
 //   MIO_DTYPE_FP16 / _BF16   mma.sync m16n8k16 with fp32 accumulators, fragments by ldmatrix.x4
 //   MIO_DTYPE_FP32           TF32: mma.sync m16n8k8 on inputs rounded to tf32 (cvt.rna)
 // Shared tiles are rows of MIO_BK elements padded by 16 bytes: the eight 16-byte row segments
@@ -51,6 +52,9 @@
 #endif
 #ifndef MIO_BWD
 #define MIO_BWD 0
+#endif
+#ifndef MIO_MIN_BLOCKS
+#define MIO_MIN_BLOCKS 1  // 2: cap registers at 128 so that two blocks share an SM
 #endif
 
 #define MIO_THREADS (32 * MIO_WARPS_M * MIO_WARPS_N)
@@ -147,7 +151,7 @@ MIO_DEVICE bool mio_tap(int origin, int tap, int dil, int stride, int extent, in
 #endif
 }
 
-MIO_KERNEL void __launch_bounds__(MIO_THREADS)
+MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MIN_BLOCKS)
     igemm_mma_main(const mio_t* __restrict__ a, const mio_t* __restrict__ b,
                    mio_t* __restrict__ o, float* __restrict__ part, MioIgemmParams p) {
   extern __shared__ __attribute__((aligned(16))) unsigned char mio_smem_raw[];
