@@ -258,6 +258,15 @@ class CudaDriver:
         stream: Any,
         params: int,
     ) -> None:
+        if shared > 48 * 1024:  # dynamic shared memory above 48 KiB needs the per-function opt-in
+            _check(
+                _cu.cuFuncSetAttribute(
+                    function,
+                    _cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    shared,
+                ),
+                "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+            )
         (err,) = _cu.cuLaunchKernel(
             function,
             grid[0],
