@@ -136,16 +136,16 @@ def main() -> None:
                 print("\n".join(profile(handle, layer)), flush=True)
             except Exception as exc:
                 print(f"profile {name} failed: {type(exc).__name__}: {exc}"[:400], flush=True)
-    for dtype in args.dtypes:
-        set_precision(dtype)  # float32: exact (TF32 off on cuDNN and matmul)
-        for layer in layers:
+    for layer in layers:  # layer-major: a budget cut loses whole layers, not a dtype
+        for dtype in args.dtypes:
+            set_precision(dtype)  # float32: exact (TF32 off on cuDNN and matmul)
             for direction in args.directions:
                 if time.time() - started > args.budget_s:
                     break
                 row = bench_row(handle, layer, dtype, direction, args)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-            torch.cuda.empty_cache()
+        torch.cuda.empty_cache()
     print("\nratio = cuDNN ms / fft.gpu_rfft ms (> 1: FFT faster)")
     for dtype in args.dtypes:
         for direction in args.directions:
