@@ -189,7 +189,7 @@ class GpuChannelsLastGemmSolver(Solver):
         dtype_opt = DTYPE_OPTIONS[p.dtype]
         unit = copy_unit(p)
         block = (_BLOCK,)
-        kernels = [
+        kernels = (
             KernelInfo(
                 source=SOURCE,
                 kernel_name="im2col_cl",
@@ -209,7 +209,7 @@ class GpuChannelsLastGemmSolver(Solver):
                 options=(dtype_opt,),
                 block=block,
             ),
-        ]
+        )
         workspace = self.workspace_size(ctx, p)
 
         def factory(compiled: Any) -> Any:
