@@ -54,7 +54,7 @@ _BK = (8, 16)
 _SPLITS = {
     Direction.FORWARD: (1, 2, 4, 8),
     Direction.BACKWARD_DATA: (1, 2, 4, 8),
-    Direction.BACKWARD_WEIGHTS: (1, 2, 4, 8, 16, 32, 64, 128),
+    Direction.BACKWARD_WEIGHTS: (1, 2, 4, 8, 16, 32, 64, 128, 256),
 }
 _KEYS = ("bm", "bn", "bk", "split")
 _DIR_CODE = {Direction.FORWARD: 0, Direction.BACKWARD_DATA: 1, Direction.BACKWARD_WEIGHTS: 2}
