@@ -1,0 +1,240 @@
+"""``direct.gpu_depthwise`` against the float64 reference (marked ``gpu``).
+
+Corpus-derived depthwise problems (the stratified sample, shrunk to test size, those with
+``is_depthwise``) run in both layouts (the corpus row's NCHW/NCDHW and the channels-last twin)
+for every direction and dtype; explicit cases add stride 2, dilation 2, odd sizes, 5x5/7x7,
+3-D, a channel multiplier and misaligned (scalar fallback) buffers; configs spread over the
+tuning space; backward weights is bitwise deterministic. Outputs are poisoned with NaN first.
+Tolerances: ``miocore.testing.TOLERANCES`` (fp32 2e-5, fp16 2e-3, bf16 1.6e-2 of the largest
+reference magnitude).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import torch  # imported at collection: a lazy first import failed on the device
+from test_gpu_solvers import DTYPES, _handle, run_on_device
+
+import miocore
+from miocore import reference
+from miocore.corpus import find_corpus, sample_rows, shrink_row
+from miocore.testing import TOLERANCES
+
+pytestmark = pytest.mark.gpu
+
+SOLVER = "direct.gpu_depthwise"
+_TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+_CHANNELS_LAST = {"NCHW": "NHWC", "NCDHW": "NDHWC"}
+
+
+@pytest.fixture
+def handle() -> miocore.Handle:
+    h = _handle()
+    if h is None:
+        pytest.skip("no GPU device")
+    if SOLVER not in h.registry:
+        pytest.skip(f"{SOLVER} is not installed")
+    return h
+
+
+@functools.cache
+def _rows() -> list[dict]:
+    if find_corpus() is None:
+        return []
+    return [r for r in sample_rows(200, seed=11) if shrink_row(r).is_depthwise]
+
+
+def _corpus_problems(direction: str, dtype: str, channels_last: bool) -> list[miocore.ConvProblem]:
+    out = []
+    for row in _rows():
+        if row["dir"] != direction:
+            continue
+        layout = _CHANNELS_LAST.get(row["layout"], row["layout"]) if channels_last else None
+        over = {"dtype": dtype} | ({"layout": layout} if layout else {})
+        out.append(shrink_row({**row, **over}))
+    return out
+
+
+def _precompile(h: miocore.Handle, problems: list[miocore.ConvProblem]) -> None:
+    solver = h.registry.get(SOLVER).solver
+    kernels = []
+    for p in problems:
+        kernels.extend(solver.get_solution(h.context, p.canonical).kernels)
+    failures = h.backend.precompile(kernels)
+    assert not failures, next(iter(failures.values()))
+
+
+def _check_all(h: miocore.Handle, problems: list[miocore.ConvProblem], dtype: str) -> None:
+    solver = h.registry.get(SOLVER).solver
+    for p in problems:
+        assert solver.is_applicable(h.context, p.canonical), p.key
+    _precompile(h, problems)
+    tol = TOLERANCES[miocore.DataType.parse(dtype)]
+    failures = []
+    for i, problem in enumerate(problems):
+        err, written = run_on_device(h, SOLVER, problem, seed=i)
+        if not written or not np.isfinite(err) or err > tol:
+            failures.append(f"{problem.key} {problem.x.layout}: err {err:.3g}, written {written}")
+    print(f"{SOLVER}: {len(problems)} problems checked")
+    assert not failures, f"{len(failures)}/{len(problems)} failed:\n" + "\n".join(failures[:20])
+
+
+@pytest.mark.parametrize("channels_last", (False, True), ids=("nchw", "nhwc"))
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("direction", ("F", "B", "W"))
+def test_depthwise_matches_reference_on_corpus(
+    handle: miocore.Handle, direction: str, dtype: str, channels_last: bool
+) -> None:
+    problems = _corpus_problems(direction, dtype, channels_last)
+    if not problems:
+        pytest.skip("the corpus is not available (set MIOCORE_CORPUS)")
+    _check_all(handle, problems, dtype)
+    assert len(problems) >= 10
+
+
+# n, c, mult, spatial, filter, pads, strides, dilations
+_CASES = (
+    (2, 16, 1, (13, 17), (3, 3), (1, 1), (2, 2), (1, 1)),
+    (1, 24, 1, (15, 11), (3, 3), (2, 2), (1, 1), (2, 2)),
+    (2, 8, 1, (19, 23), (5, 5), (2, 2), (1, 1), (1, 1)),
+    (1, 12, 1, (17, 9), (7, 7), (3, 3), (2, 2), (1, 1)),
+    (2, 5, 1, (9, 10), (3, 5), (0, 2), (3, 1), (1, 2)),
+    (1, 6, 3, (11, 12), (3, 3), (1, 1), (1, 1), (1, 1)),
+    (2, 4, 2, (9, 9), (5, 3), (1, 0), (2, 2), (2, 1)),
+    (1, 8, 1, (6, 7, 9), (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1)),
+    (1, 8, 1, (7, 6, 8), (3, 3, 3), (1, 1, 1), (2, 2, 2), (1, 1, 1)),
+)
+
+
+def _case(direction: str, case: int, dtype: str, layout: str) -> miocore.ConvProblem:
+    n, c, mult, spatial, f, pads, strides, dils = _CASES[case]
+    if len(spatial) == 3:
+        layout = {"NCHW": "NCDHW", "NHWC": "NDHWC"}[layout]
+    return miocore.ConvProblem.from_sizes(
+        direction,
+        n=n,
+        c=c,
+        k=c * mult,
+        in_spatial=spatial,
+        filter_spatial=f,
+        pads=pads,
+        strides=strides,
+        dilations=dils,
+        groups=c,
+        dtype=dtype,
+        layout=layout,
+    )
+
+
+@pytest.mark.parametrize("layout", ("NCHW", "NHWC"))
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("direction", ("forward", "backward_data", "backward_weights"))
+def test_depthwise_explicit_cases(
+    handle: miocore.Handle, direction: str, dtype: str, layout: str
+) -> None:
+    problems = [_case(direction, i, dtype, layout) for i in range(len(_CASES))]
+    _check_all(handle, problems, dtype)
+
+
+def _run(h: miocore.Handle, problem: miocore.ConvProblem, cfg, inputs, offset: int = 0):
+    """Run one config on NaN-poisoned output; ``offset`` shifts every buffer by that many
+    elements (misaligned vectors take the scalar twin)."""
+    solver = h.registry.get(SOLVER).solver
+    canon = problem.canonical
+    sol = solver.get_solution(h.context, canon, cfg)
+    compiled = h.backend.compile(sol.kernels)
+    out_name = problem.direction.output_tensor
+    dev, owners = {}, {}
+    for name, values in inputs.items():
+        desc = getattr(problem, name)
+        fill = np.full(desc.lengths, np.nan, np.float32) if name == out_name else values
+        if offset:  # a torch view one element past an aligned allocation
+            tdtype = {4: torch.float32}.get(desc.dtype.itemsize, _TORCH[str(desc.dtype)])
+            buf = torch.empty(desc.element_space + offset, dtype=tdtype, device="cuda")
+            view = buf[offset:].as_strided(desc.lengths, desc.strides)
+            view.copy_(torch.from_numpy(np.asarray(fill, np.float32)).to(tdtype))
+            owners[name] = view
+            dev[name] = h.backend.check_array(desc, view, name)
+        else:
+            dev[name] = h.backend.from_host(desc, fill)
+    ws = h.backend.allocate_workspace(sol.workspace_size)
+    sol.invoker_factory(compiled)(
+        h, miocore.InvokeParams(problem=canon, x=dev["x"], w=dev["w"], y=dev["y"], workspace=ws)
+    )
+    torch.cuda.synchronize()
+    if offset:
+        return owners[out_name].float().cpu().numpy()
+    return h.backend.to_host(dev[out_name])
+
+
+@pytest.mark.parametrize("layout", ("NCHW", "NHWC"))
+@pytest.mark.parametrize("direction", ("forward", "backward_data", "backward_weights"))
+def test_depthwise_configs(handle: miocore.Handle, direction: str, layout: str) -> None:
+    solver = handle.registry.get(SOLVER).solver
+    for case in (0, 2, 5):
+        problem = _case(direction, case, "float16", layout)
+        canon = problem.canonical
+        space = solver.perf_config_space(handle.context, canon)
+        assert space
+        configs = space[:: max(1, len(space) // 6)]
+        kernels = [
+            k for cfg in configs for k in solver.get_solution(handle.context, canon, cfg).kernels
+        ]
+        assert not handle.backend.precompile(kernels)
+        inputs = reference.random_inputs(problem, 3)
+        out_name = problem.direction.output_tensor
+        expected = reference.convolution(
+            problem, **{name: v for name, v in inputs.items() if name != out_name}
+        )
+        bad = []
+        for cfg in configs:
+            err = reference.relative_error(_run(handle, problem, cfg, inputs), expected)
+            if not np.isfinite(err) or err > TOLERANCES[miocore.DataType.FLOAT16]:
+                bad.append(f"case {case} {dict(cfg)}: {err:.3g}")
+        assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("layout", ("NCHW", "NHWC"))
+def test_backward_weights_is_deterministic(handle: miocore.Handle, layout: str) -> None:
+    problem = miocore.ConvProblem.from_sizes(
+        "backward_weights",
+        n=16,
+        c=32,
+        k=32,
+        in_spatial=(56, 56),
+        filter_spatial=(3, 3),
+        pads=(1, 1),
+        groups=32,
+        layout=layout,
+    )
+    solver = handle.registry.get(SOLVER).solver
+    cfg = solver.default_perf_config(handle.context, problem.canonical)
+    assert solver.workspace_size(handle.context, problem.canonical, cfg) > 0  # split path
+    inputs = reference.random_inputs(problem, 5)
+    first = _run(handle, problem, cfg, inputs)
+    second = _run(handle, problem, cfg, inputs)
+    assert np.array_equal(first.view(np.uint32), second.view(np.uint32))
+    expected = reference.convolution(problem, x=inputs["x"], y=inputs["y"])
+    assert reference.relative_error(first, expected) < 2e-5
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("direction", ("forward", "backward_data", "backward_weights"))
+def test_misaligned_buffers_take_the_scalar_kernel(
+    handle: miocore.Handle, direction: str, dtype: str
+) -> None:
+    problem = _case(direction, 2, dtype, "NHWC")  # C = 8: vectors of 4 (fp32) or 8 (fp16)
+    solver = handle.registry.get(SOLVER).solver
+    cfg = solver.default_perf_config(handle.context, problem.canonical)
+    assert cfg["vec"] > 1
+    inputs = reference.random_inputs(problem, 9)
+    out_name = problem.direction.output_tensor
+    expected = reference.convolution(
+        problem, **{name: v for name, v in inputs.items() if name != out_name}
+    )
+    got = _run(handle, problem, cfg, inputs, offset=1)
+    err = reference.relative_error(got, expected)
+    assert np.isfinite(got).all() and err <= TOLERANCES[miocore.DataType.parse(dtype)], err

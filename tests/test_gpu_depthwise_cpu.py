@@ -1,0 +1,142 @@
+"""CPU checks of ``direct.gpu_depthwise``: the kernel's parameter struct, applicability and its
+reasons, configs, workspace sizes, the launch geometry. No device is needed."""
+
+from __future__ import annotations
+
+import re
+
+import attrs
+import numpy as np
+import pytest
+
+import miocore
+from miocore.testing import cpu_context
+
+dw = pytest.importorskip("miocore_direct.gpu_depthwise")
+
+
+def _ctx(sms: int = 132) -> miocore.ExecutionContext:
+    device = attrs.evolve(cpu_context().device, backend="cuda", compute_units=sms)
+    return miocore.ExecutionContext(device=device)
+
+
+def _problem(direction: str = "forward", **kw) -> miocore.ConvProblem:
+    args = dict(n=2, c=32, k=32, in_spatial=(14, 14), filter_spatial=(3, 3), pads=(1, 1), groups=32)
+    args.update(kw)
+    return miocore.ConvProblem.from_sizes(direction, **args)
+
+
+def test_param_struct_matches_the_kernel() -> None:
+    source = (dw.KERNEL_DIR / "depthwise.cu").read_text()
+    body = re.search(r"struct MioDwParams \{(.*?)\};", source, re.S).group(1)
+    decls = [line.split("//")[0].strip() for line in body.splitlines()]
+    decls = [d for d in decls if d]
+    assert decls[:3] == ["MioTensor5 a;", "MioTensor5 b;", "MioTensor5 w;"]
+    fields = []
+    for decl in decls[3:]:
+        assert decl.startswith("mio_index ") and decl.endswith(";"), decl
+        fields += [f.strip() for f in decl[len("mio_index ") : -1].split(",")]
+    assert tuple(fields) == dw.PARAM_FIELDS
+
+
+def test_pack_params_order_and_completeness() -> None:
+    values = np.frombuffer(dw.pack_params({f: i for i, f in enumerate(dw.PARAM_FIELDS)}), np.int64)
+    assert list(values) == list(range(len(dw.PARAM_FIELDS)))
+    with pytest.raises(ValueError):
+        dw.pack_params({"items": 1})
+
+
+def test_applicability_and_reasons() -> None:
+    s = dw.GpuDepthwiseSolver()
+    ctx = _ctx()
+    for direction in ("forward", "backward_data", "backward_weights"):
+        for layout in ("NCHW", "NHWC"):
+            assert s.is_applicable(ctx, _problem(direction, layout=layout).canonical)
+    assert s.is_applicable(ctx, _problem(k=96).canonical)  # channel multiplier 3
+    assert s.is_applicable(
+        ctx,
+        _problem(
+            in_spatial=(5, 6, 7), filter_spatial=(3, 3, 3), pads=(1, 1, 1), layout="NDHWC"
+        ).canonical,
+    )
+    assert s.is_applicable(ctx, _problem(filter_spatial=(11, 11), pads=(5, 5)).canonical)
+    grouped = s.is_applicable(ctx, _problem(groups=8).canonical)
+    assert not grouped and "not depthwise" in grouped.reason
+    dense = s.is_applicable(ctx, _problem(groups=1).canonical)
+    assert not dense and "groups == C" in dense.reason
+    huge = _problem(in_spatial=(14, 4100), filter_spatial=(3, 41), dilations=(1, 100), pads=(1, 0))
+    answer = s.is_applicable(ctx, huge.canonical)
+    # the NCHW tile does not fit in shared memory at this dilation
+    assert not answer and "shared memory" in answer.reason
+
+
+def test_configs_fit_and_default_is_in_the_space() -> None:
+    s = dw.GpuDepthwiseSolver()
+    ctx = _ctx()
+    for direction in ("forward", "backward_data", "backward_weights"):
+        for layout in ("NCHW", "NHWC"):
+            for dtype in ("float32", "float16", "bfloat16"):
+                for kw in ({}, {"strides": (2, 2)}, {"k": 64}, {"c": 6, "k": 6, "groups": 6}):
+                    p = _problem(direction, layout=layout, dtype=dtype, **kw).canonical
+                    space = s.perf_config_space(ctx, p)
+                    assert space, (direction, layout, dtype, kw)
+                    default = s.default_perf_config(ctx, p)
+                    assert default in space
+                    assert all(s.is_valid_perf_config(ctx, p, c) for c in space)
+                    sol = s.get_solution(ctx, p, default)
+                    for k in sol.kernels:
+                        assert all(0 < g <= 2**31 - 1 for g in k.grid)
+                        assert all(g <= 65535 for g in k.grid[1:])
+                        assert np.prod(k.block) <= 256
+    assert not s.is_valid_perf_config(ctx, _problem().canonical, miocore.PerfConfig(vec=4))
+
+
+def test_vector_width_rules() -> None:
+    s = dw.GpuDepthwiseSolver()
+    ctx = _ctx()
+    nhwc16 = _problem(layout="NHWC", dtype="float16").canonical
+    assert s.default_perf_config(ctx, nhwc16)["vec"] == 8  # 16-byte loads
+    nhwc32 = _problem(layout="NHWC").canonical
+    assert s.default_perf_config(ctx, nhwc32)["vec"] == 4
+    odd = _problem(layout="NHWC", c=6, k=6, groups=6, dtype="float16").canonical
+    assert s.default_perf_config(ctx, odd)["vec"] == 2  # 6 channels: 4-byte pairs
+    mult = _problem(layout="NHWC", k=64, dtype="float16").canonical
+    assert {c["vec"] for c in s.perf_config_space(ctx, mult)} == {1}
+    # vec > 1 ships a scalar twin for misaligned buffers
+    sol = s.get_solution(ctx, nhwc16)
+    assert [k.kernel_name for k in sol.kernels] == ["dw_nhwc", "dw_nhwc"]
+    assert "-DMIO_VEC=1" in sol.kernels[1].options
+
+
+def test_backward_data_stride_one_runs_flipped_forward_and_strided_gathers() -> None:
+    s = dw.GpuDepthwiseSolver()
+    ctx = _ctx()
+    one = s.get_solution(ctx, _problem("backward_data").canonical)
+    assert "-DMIO_FLIP=1" in one.kernels[0].options
+    assert "-DMIO_GATHER=0" in one.kernels[0].options
+    two = s.get_solution(ctx, _problem("backward_data", strides=(2, 2)).canonical)
+    assert "-DMIO_FLIP=0" in two.kernels[0].options
+    assert "-DMIO_GATHER=1" in two.kernels[0].options
+
+
+def test_workspace_is_the_split_partials() -> None:
+    s = dw.GpuDepthwiseSolver()
+    ctx = _ctx()
+    big = _problem("backward_weights", n=64, in_spatial=(56, 56), layout="NHWC").canonical
+    sol = s.get_solution(ctx, big)
+    split = sol.kernels[0].grid[0]
+    assert split > 1
+    assert sol.workspace_size == s.workspace_size(ctx, big) == split * big.w.element_count * 4
+    assert sol.kernels[-1].kernel_name == "dw_wrw_reduce"
+    tiny = _problem("backward_weights", n=1, in_spatial=(4, 4)).canonical
+    assert s.workspace_size(ctx, tiny) == 0
+    assert [k.kernel_name for k in s.get_solution(ctx, tiny).kernels] == ["dw_wrw"]
+    assert s.workspace_size(ctx, _problem().canonical) == 0
+
+
+def test_wti_ranks_above_naive_and_below_one() -> None:
+    s = dw.GpuDepthwiseSolver()
+    ctx = _ctx()
+    for direction in ("forward", "backward_data", "backward_weights"):
+        w = s.wti(ctx, _problem(direction, n=64, in_spatial=(56, 56)).canonical)
+        assert 0.1 < w <= 1.0
