@@ -211,8 +211,11 @@ class GpuDepthwiseSolver(TunableSolver):
             return not_applicable(f"K={k} is not a multiple of C={c}")
         for name in ("x", "y"):
             t = getattr(p, name)
-            if math.prod(t.lengths[2:]) > _INT32 or max(t.lengths) > _INT32:
-                return not_applicable(f"{name} has a dimension beyond 32-bit indices")
+            pixels = math.prod(t.lengths) // max(1, t.lengths[1])
+            if pixels > _INT32 or max(t.lengths) > _INT32:
+                return not_applicable(
+                    f"{name} has {pixels} pixels (N x spatial): beyond 32-bit indices"
+                )
         if not self.perf_config_space(ctx, p):
             return not_applicable("no tile of this filter/dilation fits in 48 KiB shared memory")
         return APPLICABLE

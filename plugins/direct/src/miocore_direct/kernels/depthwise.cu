@@ -238,13 +238,13 @@ MIO_KERNEL void dw_nhwc(const mio_t* __restrict__ a, const mio_t* __restrict__ w
 #endif
   for (mio_index it = (mio_index)blockIdx.x * pt + threadIdx.y; it < p.items;
        it += (mio_index)gridDim.x * pt) {
-    mio_index r = it;
-    const int gw = (int)(r % p.groups_w);
-    r /= p.groups_w;
-    const int oh = (int)(r % bh);
-    r /= bh;
-    const int od = (int)(r % bd);
-    const mio_index n = r / bd;
+    unsigned int r = (unsigned int)it;  // items < 2^31 (host check): 32-bit division
+    const int gw = (int)(r % (unsigned int)p.groups_w);
+    r /= (unsigned int)p.groups_w;
+    const int oh = (int)(r % (unsigned int)bh);
+    r /= (unsigned int)bh;
+    const int od = (int)(r % (unsigned int)bd);
+    const mio_index n = r / (unsigned int)bd;
     const int ow0 = gw * MIO_PIX;
     float acc[MIO_PIX][MIO_VEC];
 #pragma unroll
@@ -454,13 +454,13 @@ MIO_KERNEL void dw_wrw(const mio_t* __restrict__ a, mio_t* __restrict__ w,
     const mio_index ci = o0 / MIO_M;
     for (mio_index it = (mio_index)blockIdx.x * pt + ty; it < p.items;
          it += (mio_index)p.split * pt) {
-      mio_index r = it;
-      const int ow = (int)(r % bw);
-      r /= bw;
-      const int oh = (int)(r % bh);
-      r /= bh;
-      const int od = (int)(r % bd);
-      const mio_index n = r / bd;
+      unsigned int r = (unsigned int)it;  // items < 2^31 (host check): 32-bit division
+      const int ow = (int)(r % (unsigned int)bw);
+      r /= (unsigned int)bw;
+      const int oh = (int)(r % (unsigned int)bh);
+      r /= (unsigned int)bh;
+      const int od = (int)(r % (unsigned int)bd);
+      const mio_index n = r / (unsigned int)bd;
       float dy[MIO_VEC];
       mio_loadv(b + n * p.b.stride[0] + o0 * p.b.stride[1] + od * p.b.stride[2] +
                     oh * p.b.stride[3] + ow * p.b.stride[4],

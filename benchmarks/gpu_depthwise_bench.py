@@ -1,0 +1,232 @@
+"""``direct.gpu_depthwise`` against cuDNN on MobileNetV2's depthwise layers (batch 64).
+
+For every dw layer, layout (NHWC, NCHW), dtype (fp32 with TF32 off, fp16) and direction: the
+solver's default config and the best of a few configs from its space (each checked against
+cuDNN's result), and cuDNN through PyTorch (``F.conv2d(groups=C)``;
+``aten.convolution_backward`` for one gradient; ``cudnn.benchmark`` on), same layout on both
+sides. Timing: ``torch.cuda._sleep`` first so the launches queue behind it (device time, not
+Python launch time), events around each of ``--runs`` runs after ``--warmup``, median. Also
+GB/s (x + w + y bytes once over the time) against a measured device copy rate.
+
+    python benchmarks/gpu_depthwise_bench.py --out depthwise.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from common import config_runner, geomean
+from shapes import MOBILENETV2, problem
+
+import miocore
+
+SOLVER = "direct.gpu_depthwise"
+
+
+def device_ms(fn: Any, warmup: int, runs: int) -> float:
+    """Median device time of ``fn`` (events around each run, launches queued behind a sleep)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+    torch.cuda._sleep(20_000_000)
+    for s, e in zip(starts, ends, strict=True):
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
+
+
+def copy_gbps() -> float:
+    """Device-to-device copy rate (bytes read + written per second) of a 1 GiB tensor."""
+    a = torch.empty(2**28, device="cuda")
+    b = torch.empty_like(a)
+    ms = device_ms(lambda: b.copy_(a), 2, 10)
+    return 2 * a.numel() * 4 / ms / 1e6
+
+
+def cudnn_call(direction: str, x: Any, w: Any, y: Any, layer: Any) -> Any:
+    """The cuDNN call (through PyTorch) of one direction."""
+    s, p, g = [layer.stride] * 2, [layer.pad] * 2, layer.groups
+    if direction == "forward":
+        return lambda: torch.nn.functional.conv2d(x, w, stride=s, padding=p, groups=g)
+    mask = [direction == "backward_data", direction == "backward_weights", False]
+    aten = torch.ops.aten.convolution_backward
+    return lambda: aten(y, x, w, None, s, p, [1, 1], False, [0, 0], g, mask)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "float16"])
+    parser.add_argument("--layouts", nargs="+", default=["NHWC", "NCHW"])
+    parser.add_argument(
+        "--directions", nargs="+", default=["forward", "backward_data", "backward_weights"]
+    )
+    parser.add_argument("--configs", type=int, default=2, help="configs tried besides default")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    handle = miocore.Handle("cuda", stream=torch.cuda.current_stream())
+    solver = handle.registry.get(SOLVER).solver
+    layers = [lay for lay in MOBILENETV2 if lay.name.startswith("dw")]
+    copy_rate = copy_gbps()
+    print(f"device copy rate: {copy_rate:.0f} GB/s", flush=True)
+
+    # every config of every row first, compiled in parallel
+    plan = []
+    kernels = []
+    for dtype in args.dtypes:
+        for layout in args.layouts:
+            for layer in layers:
+                for direction in args.directions:
+                    p = problem(layer, args.batch, direction, dtype=dtype, layout=layout)
+                    canon = p.canonical
+                    space = solver.perf_config_space(handle.context, canon)
+                    default = solver.default_perf_config(handle.context, canon)
+                    step = max(1, len(space) // max(1, args.configs))
+                    picks = list(dict.fromkeys([default, *space[::step]]))[: args.configs + 1]
+                    for cfg in picks:
+                        kernels.extend(solver.get_solution(handle.context, canon, cfg).kernels)
+                    plan.append((dtype, layout, layer, direction, p, picks))
+    start = time.perf_counter()
+    failures = handle.backend.precompile(kernels)
+    print(f"compiled {len(kernels)} kernels in {time.perf_counter() - start:.1f} s", flush=True)
+    if failures:
+        print("compile failures:", next(iter(failures.values())), flush=True)
+
+    rows = []
+    tensors: dict[tuple, Any] = {}
+    for dtype, layout, layer, direction, p, picks in plan:
+        key = (dtype, layout, layer.name)
+        if key not in tensors:
+            tensors.clear()
+            torch.cuda.empty_cache()
+            tdtype = getattr(torch, dtype)
+            fmt = torch.channels_last if layout == "NHWC" else torch.contiguous_format
+            gen = torch.Generator(device="cuda").manual_seed(0)
+
+            def rand(
+                shape: tuple, scale: float, tdtype: Any = tdtype, fmt: Any = fmt, gen: Any = gen
+            ) -> Any:
+                t = torch.randn(shape, device="cuda", generator=gen) * scale
+                return t.to(tdtype).contiguous(memory_format=fmt)
+
+            tensors[key] = (
+                rand(p.x.lengths, 1.0),
+                rand(p.w.lengths, 0.3),
+                rand(p.y.lengths, 1.0),
+            )
+        x, w, y = tensors[key]
+        row: dict[str, Any] = {
+            "layer": layer.name,
+            "layout": layout,
+            "dtype": dtype,
+            "direction": direction,
+            "mbytes": p.bytes_moved / 1e6,
+        }
+        ref_fn = cudnn_call(direction, x, w, y, layer)
+        row["cudnn_ms"] = device_ms(ref_fn, args.warmup, args.runs)
+        out = ref_fn()
+        if direction != "forward":
+            out = out[0] if direction == "backward_data" else out[1]
+        expected = out.float()
+        target = {"forward": y, "backward_data": x, "backward_weights": w}[direction]
+        keep = target.clone()
+        timings = []
+        for cfg in picks:
+            try:
+                fn = config_runner(handle, SOLVER, p, cfg, x, w, y)
+                target.fill_(float("nan"))
+                fn()
+                torch.cuda.synchronize()
+                err = float((target.float() - expected).abs().max() / expected.abs().max())
+                ms = device_ms(fn, args.warmup, args.runs)
+                timings.append({"config": dict(cfg), "ms": ms, "rel_err": err})
+            except Exception as exc:  # a failing config is reported, the sweep goes on
+                timings.append({"config": dict(cfg), "error": f"{type(exc).__name__}: {exc}"})
+        target.copy_(keep)
+        ok = [t for t in timings if "ms" in t]
+        if ok:
+            best = min(ok, key=lambda t: t["ms"])
+            if "ms" in timings[0]:
+                row["default_ms"] = timings[0]["ms"]
+            row["best_ms"] = best["ms"]
+            row["best_config"] = best["config"]
+            row["max_rel_err"] = max(t["rel_err"] for t in ok)
+            row["best_vs_cudnn"] = best["ms"] / row["cudnn_ms"]
+            if "default_ms" in row:
+                row["default_vs_cudnn"] = row["default_ms"] / row["cudnn_ms"]
+            row["gbps"] = p.bytes_moved / best["ms"] / 1e6
+            row["cudnn_gbps"] = p.bytes_moved / row["cudnn_ms"] / 1e6
+        errors = [t for t in timings if "error" in t]
+        if errors:
+            row["errors"] = errors
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+
+    print(
+        f"\n{'layer':12} {'layout':6} {'dtype':8} {'dir':17} {'ours ms':>8} {'cudnn':>8} "
+        f"{'ratio':>6} {'GB/s':>6} {'cuDNN':>6}"
+    )
+    for r in rows:
+        if "best_ms" in r:
+            print(
+                f"{r['layer']:12} {r['layout']:6} {r['dtype']:8} {r['direction']:17} "
+                f"{r['best_ms']:8.4f} {r['cudnn_ms']:8.4f} {r['best_vs_cudnn']:6.2f} "
+                f"{r['gbps']:6.0f} {r['cudnn_gbps']:6.0f}"
+            )
+    print(f"\ncopy rate {copy_rate:.0f} GB/s; ratio = ours / cuDNN time (< 1: faster)")
+    for dtype in args.dtypes:
+        for layout in args.layouts:
+            for direction in args.directions:
+                sel = [
+                    r
+                    for r in rows
+                    if (r["dtype"], r["layout"], r["direction"]) == (dtype, layout, direction)
+                    and "best_vs_cudnn" in r
+                ]
+                best = [r["best_vs_cudnn"] for r in sel]
+                dflt = [r["default_vs_cudnn"] for r in sel if "default_vs_cudnn" in r]
+                wins = sum(v < 1 for v in best)
+                print(
+                    f"{dtype}/{layout}/{direction}: best/cuDNN geomean {geomean(best):.2f}, "
+                    f"default/cuDNN {geomean(dflt):.2f}, faster on {wins}/{len(best)}, "
+                    f"mean {statistics.mean(r['gbps'] for r in sel) if sel else 0:.0f} GB/s"
+                )
+    allr = [r["best_vs_cudnn"] for r in rows if "best_vs_cudnn" in r]
+    print(f"all: geomean {geomean(allr):.2f}, faster on {sum(v < 1 for v in allr)}/{len(allr)}")
+    if args.out:
+        args.out.write_text(
+            json.dumps(
+                {
+                    "device": torch.cuda.get_device_name(),
+                    "torch": torch.__version__,
+                    "cudnn": torch.backends.cudnn.version(),
+                    "copy_gbps": copy_rate,
+                    "date": time.strftime("%Y-%m-%d"),
+                    "rows": rows,
+                },
+                indent=1,
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()
