@@ -7,7 +7,8 @@ fp16; forward, backward data, backward weights. Both sides are timed the same wa
 (``gpu_vs_cudnn.device_ms``: warm-up, then ``torch.cuda._sleep`` so the timed launches queue
 behind it, CUDA events around each of ``--runs`` runs, median). cuDNN: ``cudnn.benchmark`` on.
 Each miocore result is checked against cuDNN's (relative error = max abs difference / max abs
-of cuDNN's). ``ratio`` = cuDNN ms / FFT ms (> 1: FFT faster). ``--profile`` layers also get a
+of cuDNN's), and for fp32 both against a float64 run (cuDNN's double kernels).
+``ratio`` = cuDNN ms / FFT ms (> 1: FFT faster). ``--profile`` layers also get a
 per-kernel breakdown (torch.profiler) of one fp32 forward run.
 
     python benchmarks/gpu_fft_bench.py --budget-s 150 --out fft.json
@@ -50,8 +51,9 @@ def _tensor(shape: tuple[int, ...], dtype: Any, scale: float = 1.0) -> Any:
 
 
 def _rel(got: Any, ref: Any) -> float:
-    ref = ref.float()
-    return float((got.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+    kind = torch.float64 if ref.dtype == torch.float64 else torch.float32
+    ref = ref.to(kind)
+    return float((got.to(kind) - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
 
 
 def bench_row(handle: Any, layer: Layer, dtype: str, direction: str, args: Any) -> dict:
@@ -88,6 +90,14 @@ def bench_row(handle: Any, layer: Layer, dtype: str, direction: str, args: Any) 
         if direction != "forward":
             ref = ref[0] if direction == "backward_data" else ref[1]
         row["rel_err_vs_cudnn"] = _rel(bufs[out], ref)
+        if dtype == "float32":  # who is off: both against float64 (cuDNN's double kernels)
+            x64, w64, y64 = (t.double() for t in (x, w, y))
+            ref64 = torch_call(direction, layer, x64, w64, y64)()
+            if direction != "forward":
+                ref64 = ref64[0] if direction == "backward_data" else ref64[1]
+            row["err_fft_vs_fp64"] = _rel(bufs[out].double(), ref64)
+            row["err_cudnn_vs_fp64"] = _rel(ref.double(), ref64)
+            del x64, w64, y64, ref64
         row["fft_ms"] = device_ms(run, args.warmup, args.runs)
         row["ratio"] = row["cudnn_ms"] / row["fft_ms"]
     except Exception as exc:  # report and go on: one failing layer must not hide the rest
