@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument(
         "--directions", nargs="+", default=["forward", "backward_data", "backward_weights"]
     )
-    parser.add_argument("--configs", type=int, default=2, help="configs tried besides default")
+    parser.add_argument("--configs", type=int, default=2, help="neighbours of the default tried")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None)
@@ -100,8 +100,13 @@ def main() -> None:
                     canon = p.canonical
                     space = solver.perf_config_space(handle.context, canon)
                     default = solver.default_perf_config(handle.context, canon)
-                    step = max(1, len(space) // max(1, args.configs))
-                    picks = list(dict.fromkeys([default, *space[::step]]))[: args.configs + 1]
+                    # the default and configs one key away from it (a local sweep)
+                    near = [c for c in space if sum(c[k] != default[k] for k in default) == 1]
+                    picks = [default]
+                    for key in ("pix", "py", "tw", "vec", "ct", "by"):  # one per key
+                        alt = [c for c in near if key in c and c[key] != default[key]]
+                        if alt and len(picks) <= args.configs:
+                            picks.append(alt[0])
                     for cfg in picks:
                         kernels.extend(solver.get_solution(handle.context, canon, cfg).kernels)
                     plan.append((dtype, layout, layer, direction, p, picks))

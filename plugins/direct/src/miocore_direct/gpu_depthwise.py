@@ -401,7 +401,7 @@ class GpuDepthwiseSolver(TunableSolver):
             items = b.lengths[0] * bd * bh * groups_w
             fields.update(groups_w=groups_w, items=items)
             gy = -(-b.lengths[1] // (vec * ct))
-            target = 8 * max(1, ctx.device.compute_units)
+            target = 4 * max(1, ctx.device.compute_units)  # 4 blocks per CU: more items each
             gx = max(1, min(-(-items // pt), -(-target // gy), _INT32))
             for v in dict.fromkeys((vec, 1)):  # vec > 1: a scalar twin for unaligned buffers
                 wreg = int(r * taps * v <= MAX_WREG)
