@@ -58,10 +58,11 @@ _SPLITS = {
 }
 _KEYS = ("bm", "bn", "bk", "split")
 _DIR_CODE = {Direction.FORWARD: 0, Direction.BACKWARD_DATA: 1, Direction.BACKWARD_WEIGHTS: 2}
-#: Fraction of the fp32 FMA peak reached on large layers with 16-byte loads, and with scalar
-#: gathers (measured on H200, ResNet-50 batch 32: benchmarks/gpu_fma_bench.py).
-_EFF_VEC = 0.6
-_EFF_SCALAR = 0.15
+#: Fraction of the fp32 FMA peak (~67 TFLOP/s on H200) reached with 16-byte loads: 0.36 geomean,
+#: 0.45 best over ResNet-50 batch 32 (benchmarks/gpu_fma_bench.py). Scalar gathers (NCHW,
+#: channel counts not a multiple of 4): an estimate, not measured on ResNet-sized layers.
+_EFF_VEC = 0.4
+_EFF_SCALAR = 0.1
 
 #: The fields of ``MioFmaParams`` in ``kernels/igemm_fma.cu``, in declaration order (a CPU test
 #: parses the struct and checks this order: the kernel reads them by position).
@@ -81,16 +82,33 @@ def pack_params(values: dict[str, int]) -> bytes:
     return np.array([values[f] for f in PARAM_FIELDS], dtype=np.int64).tobytes()
 
 
-def gemm_shape(p: ConvProblem) -> tuple[int, int, int]:
-    """Per-group GEMM rows, columns and reduction length of the problem's direction."""
+def _valid_taps(f: int, pad: int, stride: int, dil: int, residue: int) -> int:
+    """Backward data: the taps of one filter axis that reach output pixels ``= residue``
+    (mod stride), i.e. ``(residue + pad - tap * dil) % stride == 0``."""
+    return sum((residue + pad - t * dil) % stride == 0 for t in range(f))
+
+
+def class_rows(p: ConvProblem) -> int:
+    """Backward data: rows of one residue class, ``N * ceil(H / sh) * ceil(W / sw)``."""
     n, _, h, w = p.x.lengths
+    sh, sw = p.conv.strides
+    return n * -(-h // sh) * -(-w // sw)
+
+
+def gemm_shape(p: ConvProblem) -> tuple[int, int, int]:
+    """Per-group GEMM rows, columns and reduction length of the problem's direction (backward
+    data: rows of all sh*sw residue classes, the longest class reduction)."""
+    n = p.x.lengths[0]
     k, cg, fy, fx = p.w.lengths
     ho, wo = p.y.lengths[2:]
     kg = k // p.groups
     if p.direction is Direction.FORWARD:
         return n * ho * wo, kg, fy * fx * cg
     if p.direction is Direction.BACKWARD_DATA:
-        return n * h * w, cg, fy * fx * kg
+        (sh, sw), (ph, pw), (dh, dw) = p.conv.strides, p.conv.pads, p.conv.dilations
+        nfy = max(_valid_taps(fy, ph, sh, dh, r) for r in range(sh))
+        nfx = max(_valid_taps(fx, pw, sw, dw, r) for r in range(sw))
+        return sh * sw * class_rows(p), cg, max(1, nfy * nfx * kg)
     return kg, fy * fx * cg, n * ho * wo
 
 
@@ -127,9 +145,17 @@ def _pow2_at_least(v: int) -> int:
     return 1 << max(0, (v - 1).bit_length())
 
 
+def _row_tiles(p: ConvProblem, bm: int) -> int:
+    """Grid x: row tiles (backward data: per residue class, so no tile straddles two)."""
+    if p.direction is Direction.BACKWARD_DATA:
+        sh, sw = p.conv.strides
+        return sh * sw * -(-class_rows(p) // bm)
+    return -(-gemm_shape(p)[0] // bm)
+
+
 def _blocks(p: ConvProblem, bm: int, bn: int) -> int:
-    gm, gn, _ = gemm_shape(p)
-    return -(-gm // bm) * p.groups * -(-gn // bn)
+    _, gn, _ = gemm_shape(p)
+    return _row_tiles(p, bm) * p.groups * -(-gn // bn)
 
 
 def _split_workspace(p: ConvProblem, split: int) -> int:
@@ -165,9 +191,9 @@ class GpuFmaIgemmSolver(TunableSolver):
     # -- configs -------------------------------------------------------------------------------
 
     def _fits(self, p: ConvProblem, cfg: PerfConfig) -> bool:
-        gm, gn, gk = gemm_shape(p)
+        _, gn, gk = gemm_shape(p)
         bm, bn, bk, split = (cfg[k] for k in _KEYS)
-        if p.groups * -(-gn // bn) > _GRID_Y_LIMIT or -(-gm // bm) > _GRID_X_LIMIT:
+        if p.groups * -(-gn // bn) > _GRID_Y_LIMIT or _row_tiles(p, bm) > _GRID_X_LIMIT:
             return False
         if split > 1:
             if -(-gk // bk) < 2 * split:
@@ -195,30 +221,43 @@ class GpuFmaIgemmSolver(TunableSolver):
         return out
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
-        """The largest tile that still gives every SM a block (128x128 first, 64x64 last),
-        bk 8; split-K doubled while the grid fills less than the device (forward, backward
-        data) or less than two blocks per SM (backward weights), keeping >= 8 reduction
-        tiles per split."""
+        """The rule fitted on ResNet-50 batch 32 (H200, exact fp32, 5-7 configs per layer and
+        direction, benchmarks/gpu_fma_bench.py).
+
+        Forward / backward data: the largest tile giving at least 3/4 of the SMs a block
+        (128x128, 128x64, 64x128, 64x64); bk 16 when the GEMM has at most 64 columns, else 8;
+        split-K 4 when the grid is under 1.5 blocks per SM and the reduction is >= 1024 long.
+        Backward weights (small output, reduction N*Ho*Wo): 128 on each GEMM side that has 128,
+        bk 16 when a side is <= 64, and split-K doubled until ~2 blocks per SM (>= 16 tiles per
+        split)."""
         p = problem
         space = self.perf_config_space(ctx, p)
         if not space:
             return PerfConfig(bm=64, bn=64, bk=8, split=1)
         sms = max(1, ctx.device.compute_units)
-        _, _, gk = gemm_shape(p)
-        tiles = [
-            (bm, bn) for bm, bn in _TILES if any(c["bm"] == bm and c["bn"] == bn for c in space)
-        ]
-        bm, bn = next(((a, b) for a, b in tiles if _blocks(p, a, b) >= sms), tiles[-1])
-        blocks = _blocks(p, bm, bn)
-        want = 2 * sms if p.direction is Direction.BACKWARD_WEIGHTS else sms
-        split = 1
-        while blocks * split < want and -(-gk // 8) >= 16 * split:
-            cand = PerfConfig(bm=bm, bn=bn, bk=8, split=split * 2)
-            if cand not in space:
-                break
-            split *= 2
-        cfg = PerfConfig(bm=bm, bn=bn, bk=8, split=split)
-        return cfg if cfg in space else space[0]
+        gm, gn, gk = gemm_shape(p)
+        bk = 16 if min(gm, gn) <= 64 else 8
+        if p.direction is Direction.BACKWARD_WEIGHTS:
+            bm, bn = (128 if gm >= 128 else 64), (128 if gn >= 128 else 64)
+            blocks = _blocks(p, bm, bn)
+            split = 1
+            while blocks * split < 1.9 * sms and -(-gk // bk) >= 32 * split:
+                if PerfConfig(bm=bm, bn=bn, bk=bk, split=split * 2) not in space:
+                    break
+                split *= 2
+        else:
+            bk = 16 if gn <= 64 else 8
+            tiles = [t for t in _TILES if any((c["bm"], c["bn"]) == t for c in space)]
+            bm, bn = next((t for t in tiles if _blocks(p, *t) >= 0.75 * sms), tiles[-1])
+            split = 4 if _blocks(p, bm, bn) < 1.5 * sms and gk >= 1024 else 1
+        for cfg in (
+            PerfConfig(bm=bm, bn=bn, bk=bk, split=split),
+            PerfConfig(bm=bm, bn=bn, bk=bk, split=1),
+            PerfConfig(bm=bm, bn=bn, bk=8, split=1),
+        ):
+            if cfg in space:
+                return cfg
+        return space[0]
 
     def is_valid_perf_config(
         self, ctx: ExecutionContext, problem: ConvProblem, config: PerfConfig
@@ -294,7 +333,7 @@ class GpuFmaIgemmSolver(TunableSolver):
             f"-DMIO_B_ALONG_R={b_r}",
             f"-DMIO_MINB={minb}",
         )
-        grid = (-(-gm // bm), p.groups * -(-gn // bn), split)
+        grid = (_row_tiles(p, bm), p.groups * -(-gn // bn), split)
         kernels = [
             KernelInfo(
                 source=SOURCE, kernel_name="igemm_fma", options=options, grid=grid, block=(THREADS,)

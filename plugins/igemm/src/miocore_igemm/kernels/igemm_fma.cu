@@ -5,7 +5,9 @@
 //   forward          rows m = (n, oh, ow)   cols k (Kg)                r = (fy, fx, c)  Y*X*Cg
 //   backward data    rows m = (n, ih, iw)   cols c (Cg)                r = (fy, fx, k)  Y*X*Kg
 //                    A = dy[n, oh, ow, k] with oh = (ih + ph - fy*dh) / sh when divisible and in
-//                    range (else zero), B = w[k, c, fy, fx]
+//                    range (else zero), B = w[k, c, fy, fx]. Strided: split into sh*sw residue
+//                    classes (ih % sh, iw % sw), each its own GEMM over its (n, ih, iw) rows and
+//                    only the taps fy that divide for it (fy0 + u*step): no zero work.
 //   backward weights rows k (Kg)            cols r' = (fy, fx, c)      r = m = (n, oh, ow)
 //                    A = dy[m, k], B = x[n, c, oh*sh - ph + fy*dh, ow*sw - pw + fx*dw]
 // A and B are gathered on the fly; out-of-range taps read as zero.
@@ -82,6 +84,48 @@ struct MioRow {
   bool ok;
 };
 
+// Backward data, one residue class (rh, rw) of the output pixels: its first valid taps, their
+// step, count, and the dy offsets oh = i + boh - u*ky for row ih = rh + i*sh and tap index u.
+struct MioCls {
+  int rh, rw, fy0, fx0, sy, sx, nfy, nfx, boh, bow, ky, kx, hc, wc;
+  mio_index mmax;  // rows of every class: N * ceil(H / sh) * ceil(W / sw)
+};
+
+MIO_DEVICE int mio_gcd(int a, int b) {
+  while (b) {
+    const int t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+MIO_DEVICE MioCls mio_cls(const MioFmaParams& p, int cls) {
+  MioCls k;
+  const int sh = (int)p.sh, sw = (int)p.sw, dh = (int)p.dh, dw = (int)p.dw;
+  k.rh = cls / sw;
+  k.rw = cls - k.rh * sw;
+  k.hc = ((int)p.h + sh - 1) / sh;
+  k.wc = ((int)p.w + sw - 1) / sw;
+  k.mmax = p.n * k.hc * k.wc;
+  k.fy0 = -1;
+  for (int f = (int)p.fy - 1; f >= 0; --f)
+    if ((k.rh + (int)p.ph - f * dh) % sh == 0) k.fy0 = f;
+  k.fx0 = -1;
+  for (int f = (int)p.fx - 1; f >= 0; --f)
+    if ((k.rw + (int)p.pw - f * dw) % sw == 0) k.fx0 = f;
+  const int gh = mio_gcd(sh, dh), gw = mio_gcd(sw, dw);
+  k.sy = sh / gh;
+  k.sx = sw / gw;
+  k.ky = dh / gh;
+  k.kx = dw / gw;
+  k.nfy = k.fy0 < 0 ? 0 : ((int)p.fy - k.fy0 + k.sy - 1) / k.sy;
+  k.nfx = k.fx0 < 0 ? 0 : ((int)p.fx - k.fx0 + k.sx - 1) / k.sx;
+  k.boh = k.fy0 < 0 ? 0 : (k.rh + (int)p.ph - k.fy0 * dh) / sh;
+  k.bow = k.fx0 < 0 ? 0 : (k.rw + (int)p.pw - k.fx0 * dw) / sw;
+  return k;
+}
+
 // A reduction coordinate, advanced by MIO_BK per tile: (u, v, q) is (fy, fx, channel) or,
 // for backward weights, (n, oh, ow).
 struct MioRed {
@@ -89,7 +133,7 @@ struct MioRed {
 };
 
 // ---- reduction coordinates -------------------------------------------------------------------
-MIO_DEVICE MioRed mio_red_init(const MioFmaParams& p, mio_index r) {
+MIO_DEVICE MioRed mio_red_init(const MioFmaParams& p, const MioCls& k, mio_index r) {
   MioRed s;
 #if MIO_DIR == 2
   const mio_index hw = p.ho * p.wo;
@@ -100,15 +144,16 @@ MIO_DEVICE MioRed mio_red_init(const MioFmaParams& p, mio_index r) {
   s.q = (int)(rem - (mio_index)s.v * p.wo);
 #else
   const int ch = MIO_DIR == 0 ? (int)p.cg : (int)p.kg;
+  const int nfx = MIO_DIR == 0 ? (int)p.fx : (k.nfx > 0 ? k.nfx : 1);
   const int tap = (int)(r / ch);
   s.q = (int)(r - (mio_index)tap * ch);
-  s.u = tap / (int)p.fx;
-  s.v = tap - s.u * (int)p.fx;
+  s.u = tap / nfx;
+  s.v = tap - s.u * nfx;
 #endif
   return s;
 }
 
-MIO_DEVICE void mio_red_advance(const MioFmaParams& p, MioRed& s, int by) {
+MIO_DEVICE void mio_red_advance(const MioFmaParams& p, const MioCls& k, MioRed& s, int by) {
 #if MIO_DIR == 2
   s.q += by;
   while (s.q >= (int)p.wo) {
@@ -120,10 +165,11 @@ MIO_DEVICE void mio_red_advance(const MioFmaParams& p, MioRed& s, int by) {
   }
 #else
   const int ch = MIO_DIR == 0 ? (int)p.cg : (int)p.kg;
+  const int nfx = MIO_DIR == 0 ? (int)p.fx : k.nfx;
   s.q += by;
   while (s.q >= ch) {
     s.q -= ch;
-    if (++s.v == (int)p.fx) {
+    if (++s.v >= nfx) {
       s.v = 0;
       ++s.u;
     }
@@ -131,62 +177,70 @@ MIO_DEVICE void mio_red_advance(const MioFmaParams& p, MioRed& s, int by) {
 #endif
 }
 
-MIO_DEVICE bool mio_red_ok(const MioFmaParams& p, const MioRed& s) {
+MIO_DEVICE bool mio_red_ok(const MioFmaParams& p, const MioCls& k, const MioRed& s) {
 #if MIO_DIR == 2
   return s.u < (int)p.n;
+#elif MIO_DIR == 1
+  return s.u < k.nfy;
 #else
   return s.u < (int)p.fy;
 #endif
 }
 
 // ---- operand A -------------------------------------------------------------------------------
-MIO_DEVICE MioRow mio_a_row(const MioFmaParams& p, mio_index g, mio_index row) {
+// Backward data: the class's row m = (n, i, j), ih = rh + i*sh, iw = rw + j*sw; false when
+// the pixel is past the image (classes share one row count).
+MIO_DEVICE bool mio_cls_row(const MioFmaParams& p, const MioCls& k, mio_index m, mio_index* img,
+                            int* i, int* j) {
+  if (m >= k.mmax) return false;
+  const mio_index per = (mio_index)k.hc * k.wc;
+  *img = m / per;
+  const int rem = (int)(m - *img * per);
+  *i = rem / k.wc;
+  *j = rem - *i * k.wc;
+  return k.rh + *i * (int)p.sh < (int)p.h && k.rw + *j * (int)p.sw < (int)p.w;
+}
+
+MIO_DEVICE MioRow mio_a_row(const MioFmaParams& p, const MioCls& k, mio_index g, mio_index row) {
   MioRow t;
-  t.ok = row < p.gm;
 #if MIO_DIR == 2  // dy[., g*Kg + row]
+  t.ok = row < p.gm;
   t.off = (g * p.kg + row) * p.ys_c;
   t.a = t.b = 0;
-#else
-  const mio_index sp_w = MIO_DIR == 0 ? p.wo : p.w;
-  const mio_index sp_hw = MIO_DIR == 0 ? p.ho * p.wo : p.h * p.w;
+#elif MIO_DIR == 0  // x[n, g*Cg + c, oh*sh - ph + fy*dh, ...]
+  t.ok = row < p.gm;
+  const mio_index sp_hw = p.ho * p.wo;
   const mio_index img = t.ok ? row / sp_hw : 0;
   const mio_index rem = t.ok ? row - img * sp_hw : 0;
-  const int oh = (int)(rem / sp_w);
-  const int ow = (int)(rem - (mio_index)oh * sp_w);
-#if MIO_DIR == 0  // x[n, g*Cg + c, oh*sh - ph + fy*dh, ...]
+  const int oh = (int)(rem / p.wo);
+  const int ow = (int)(rem - (mio_index)oh * p.wo);
   t.off = img * p.xs_n + g * p.cg * p.xs_c;
   t.a = oh * (int)p.sh - (int)p.ph;
   t.b = ow * (int)p.sw - (int)p.pw;
-#else  // dy[n, g*Kg + k, (ih + ph - fy*dh) / sh, ...]
+#else  // dy[n, g*Kg + k, i + boh - u*ky, j + bow - v*kx]
+  mio_index img = 0;
+  t.a = t.b = 0;
+  t.ok = mio_cls_row(p, k, row, &img, &t.a, &t.b);
   t.off = img * p.ys_n + g * p.kg * p.ys_c;
-  t.a = oh + (int)p.ph;
-  t.b = ow + (int)p.pw;
-#endif
+  t.a += k.boh;
+  t.b += k.bow;
 #endif
   return t;
 }
 
 // Offset of A[row, r] from the tensor's base, or -1 when it reads as zero.
-MIO_DEVICE mio_index mio_a_at(const MioFmaParams& p, const MioRow& t, const MioRed& s) {
-  if (!t.ok || !mio_red_ok(p, s)) return -1;
+MIO_DEVICE mio_index mio_a_at(const MioFmaParams& p, const MioCls& k, const MioRow& t,
+                              const MioRed& s) {
+  if (!t.ok || !mio_red_ok(p, k, s)) return -1;
 #if MIO_DIR == 0
   const int ih = t.a + s.u * (int)p.dh;
   const int iw = t.b + s.v * (int)p.dw;
   if (ih < 0 || ih >= (int)p.h || iw < 0 || iw >= (int)p.w) return -1;
   return t.off + ih * p.xs_h + iw * p.xs_w + s.q * p.xs_c;
 #elif MIO_DIR == 1
-  int oh = t.a - s.u * (int)p.dh;
-  int ow = t.b - s.v * (int)p.dw;
-  if (oh < 0 || ow < 0) return -1;
-  if (p.sh != 1) {
-    if (oh % (int)p.sh) return -1;
-    oh /= (int)p.sh;
-  }
-  if (p.sw != 1) {
-    if (ow % (int)p.sw) return -1;
-    ow /= (int)p.sw;
-  }
-  if (oh >= (int)p.ho || ow >= (int)p.wo) return -1;
+  const int oh = t.a - s.u * k.ky;
+  const int ow = t.b - s.v * k.kx;
+  if (oh < 0 || ow < 0 || oh >= (int)p.ho || ow >= (int)p.wo) return -1;
   return t.off + oh * p.ys_h + ow * p.ys_w + s.q * p.ys_c;
 #else
   return t.off + s.u * p.ys_n + s.v * p.ys_h + s.q * p.ys_w;
@@ -214,12 +268,14 @@ MIO_DEVICE MioRow mio_b_row(const MioFmaParams& p, mio_index g, mio_index row) {
   return t;
 }
 
-MIO_DEVICE mio_index mio_b_at(const MioFmaParams& p, const MioRow& t, const MioRed& s, mio_index g) {
-  if (!t.ok || !mio_red_ok(p, s)) return -1;
+MIO_DEVICE mio_index mio_b_at(const MioFmaParams& p, const MioCls& k, const MioRow& t,
+                              const MioRed& s, mio_index g) {
+  if (!t.ok || !mio_red_ok(p, k, s)) return -1;
 #if MIO_DIR == 0
   return t.off + s.u * p.ws_y + s.v * p.ws_x + s.q * p.ws_c;
 #elif MIO_DIR == 1
-  return t.off + (g * p.kg + s.q) * p.ws_k + s.u * p.ws_y + s.v * p.ws_x;
+  return t.off + (g * p.kg + s.q) * p.ws_k + (k.fy0 + s.u * k.sy) * p.ws_y +
+         (k.fx0 + s.v * k.sx) * p.ws_x;
 #else
   const int ih = t.a + s.v * (int)p.sh;
   const int iw = t.b + s.q * (int)p.sw;
@@ -229,22 +285,30 @@ MIO_DEVICE mio_index mio_b_at(const MioFmaParams& p, const MioRow& t, const MioR
 }
 
 // ---- output ----------------------------------------------------------------------------------
-// Offset of the output row (fixed per row) and column parts; output C[row, col] of group g.
+// Offset of the output row (fixed per row; -1: no such pixel) and column parts; output
+// C[row, col] of group g. Backward data rows are class * mmax + (class row).
 MIO_DEVICE mio_index mio_out_row(const MioFmaParams& p, mio_index g, mio_index row) {
 #if MIO_DIR == 2
   return (g * p.kg + row) * p.ws_k;
-#else
-  const mio_index sp_w = MIO_DIR == 0 ? p.wo : p.w;
-  const mio_index sp_hw = MIO_DIR == 0 ? p.ho * p.wo : p.h * p.w;
+#elif MIO_DIR == 0
+  const mio_index sp_hw = p.ho * p.wo;
   const mio_index img = row / sp_hw;
   const mio_index rem = row - img * sp_hw;
-  const mio_index oh = rem / sp_w;
-  const mio_index ow = rem - oh * sp_w;
-#if MIO_DIR == 0
+  const mio_index oh = rem / p.wo;
+  const mio_index ow = rem - oh * p.wo;
   return img * p.ys_n + oh * p.ys_h + ow * p.ys_w + g * p.kg * p.ys_c;
 #else
-  return img * p.xs_n + oh * p.xs_h + ow * p.xs_w + g * p.cg * p.xs_c;
-#endif
+  const mio_index hc = (p.h + p.sh - 1) / p.sh, wc = (p.w + p.sw - 1) / p.sw;
+  const mio_index mmax = p.n * hc * wc;
+  const mio_index cls = row / mmax;
+  const mio_index m = row - cls * mmax;
+  const mio_index rh = cls / p.sw, rw = cls - rh * p.sw;
+  const mio_index img = m / (hc * wc);
+  const mio_index rem = m - img * hc * wc;
+  const mio_index i = rem / wc;
+  const mio_index ih = rh + i * p.sh, iw = rw + (rem - i * wc) * p.sw;
+  if (ih >= p.h || iw >= p.w) return -1;
+  return img * p.xs_n + ih * p.xs_h + iw * p.xs_w + g * p.cg * p.xs_c;
 #endif
 }
 
@@ -330,9 +394,9 @@ struct MioLoader {
     }
   }
 
-  MIO_DEVICE void advance(const MioFmaParams& p) {
+  MIO_DEVICE void advance(const MioFmaParams& p, const MioCls& k) {
 #pragma unroll
-    for (int j = 0; j < REDS; ++j) mio_red_advance(p, reds[j], MIO_BK);
+    for (int j = 0; j < REDS; ++j) mio_red_advance(p, k, reds[j], MIO_BK);
   }
 };
 
@@ -351,8 +415,22 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MINB)
   const mio_index ntiles = (p.gn + MIO_BN - 1) / MIO_BN;
   const mio_index g = blockIdx.y / ntiles;
   const mio_index n0 = (blockIdx.y % ntiles) * MIO_BN;
-  const mio_index m0 = (mio_index)blockIdx.x * MIO_BM;
-  const mio_index ktiles = (p.gk + MIO_BK - 1) / MIO_BK;
+  // Backward data: grid x runs over the sh*sw residue classes, ceil(mmax / BM) tiles each.
+  int cls_id = 0;
+  mio_index m0 = (mio_index)blockIdx.x * MIO_BM, row_base = 0, rows = p.gm;
+#if MIO_DIR == 1
+  {
+    const mio_index mmax = p.n * ((p.h + p.sh - 1) / p.sh) * ((p.w + p.sw - 1) / p.sw);
+    const mio_index per_class = (mmax + MIO_BM - 1) / MIO_BM;
+    cls_id = (int)(blockIdx.x / per_class);
+    m0 = (blockIdx.x - cls_id * per_class) * MIO_BM;
+    row_base = cls_id * mmax;
+    rows = mmax;
+  }
+#endif
+  const MioCls cl = mio_cls(p, cls_id);
+  const mio_index gk = MIO_DIR == 1 ? (mio_index)cl.nfy * cl.nfx * p.kg : p.gk;
+  const mio_index ktiles = (gk + MIO_BK - 1) / MIO_BK;
   const mio_index t_begin = (mio_index)blockIdx.z * p.tiles_per_split;
   mio_index t_end = t_begin + p.tiles_per_split;
   if (t_end > ktiles) t_end = ktiles;
@@ -374,16 +452,18 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MINB)
   la.init(tid);
   lb.init(tid);
 #pragma unroll
-  for (int i = 0; i < la.ROWS; ++i) la.rows[i] = mio_a_row(p, g, m0 + la.row_of(i));
+  for (int i = 0; i < la.ROWS; ++i) la.rows[i] = mio_a_row(p, cl, g, m0 + la.row_of(i));
 #pragma unroll
-  for (int i = 0; i < la.REDS; ++i) la.reds[i] = mio_red_init(p, t_begin * MIO_BK + la.red_of(i));
+  for (int i = 0; i < la.REDS; ++i)
+    la.reds[i] = mio_red_init(p, cl, t_begin * MIO_BK + la.red_of(i));
 #pragma unroll
   for (int i = 0; i < lb.ROWS; ++i) lb.rows[i] = mio_b_row(p, g, n0 + lb.row_of(i));
 #pragma unroll
-  for (int i = 0; i < lb.REDS; ++i) lb.reds[i] = mio_red_init(p, t_begin * MIO_BK + lb.red_of(i));
+  for (int i = 0; i < lb.REDS; ++i)
+    lb.reds[i] = mio_red_init(p, cl, t_begin * MIO_BK + lb.red_of(i));
 
-  auto a_at = [&](const MioRow& t, const MioRed& s) { return mio_a_at(p, t, s); };
-  auto b_at = [&](const MioRow& t, const MioRed& s) { return mio_b_at(p, t, s, g); };
+  auto a_at = [&](const MioRow& t, const MioRed& s) { return mio_a_at(p, cl, t, s); };
+  auto b_at = [&](const MioRow& t, const MioRed& s) { return mio_b_at(p, cl, t, s, g); };
 
   float acc[MIO_TM][MIO_TN];
 #pragma unroll
@@ -396,8 +476,8 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MINB)
     lb.fetch(b_src, b_at);
     la.store(As[0]);
     lb.store(Bs[0]);
-    la.advance(p);
-    lb.advance(p);
+    la.advance(p, cl);
+    lb.advance(p, cl);
   }
   __syncthreads();
 
@@ -436,8 +516,8 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MINB)
     if (more) {
       la.store(As[(it + 1) & 1]);
       lb.store(Bs[(it + 1) & 1]);
-      la.advance(p);
-      lb.advance(p);
+      la.advance(p, cl);
+      lb.advance(p, cl);
     }
     __syncthreads();
   }
@@ -453,15 +533,18 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MINB)
   float* pbase = part + ((mio_index)blockIdx.z * p.groups + g) * p.gm * p.gn;
 #pragma unroll
   for (int i = 0; i < MIO_TM; ++i) {
-    const mio_index row = m0 + (i / 4) * 64 + ty * 4 + (i % 4);
-    if (row >= p.gm) continue;
+    const mio_index local = m0 + (i / 4) * 64 + ty * 4 + (i % 4);
+    if (local >= rows) continue;
+    const mio_index row = row_base + local;
     if (p.splits > 1) {
       float* prow = pbase + row * p.gn;
 #pragma unroll
       for (int j = 0; j < MIO_TN; ++j)
         if (cols[j] >= 0) prow[cols[j]] = acc[i][j];
     } else {
-      float* orow = out + mio_out_row(p, g, row);
+      const mio_index orow_off = mio_out_row(p, g, row);
+      if (orow_off < 0) continue;
+      float* orow = out + orow_off;
 #pragma unroll
       for (int j = 0; j < MIO_TN; ++j)
         if (cols[j] >= 0) orow[cols[j]] = acc[i][j];
@@ -481,6 +564,7 @@ MIO_KERNEL void igemm_fma_reduce(const float* __restrict__ part, float* __restri
     const mio_index rc = i - g * per_group;
     const mio_index row = rc / p.gn;
     const mio_index col = rc - row * p.gn;
-    out[mio_out_row(p, g, row) + mio_out_col(p, col)] = s;
+    const mio_index orow = mio_out_row(p, g, row);
+    if (orow >= 0) out[orow + mio_out_col(p, col)] = s;
   }
 }
