@@ -249,23 +249,3 @@ def test_emulated_pipeline_on_corpus() -> None:
         checked[row["dir"]] += 1
     assert min(checked.values()) >= 10, checked
     assert math.isfinite(sum(checked.values()))
-
-
-def test_filters_are_scattered_images_packed() -> None:
-    """Filters (F x F taps in an L x L stage) go through zero + scatter, images through the
-    one-pass pack; backward weights reads two images."""
-    base = dict(n=4, c=16, k=16, in_spatial=(56, 56), filter_spatial=(5, 5), pads=(2, 2))
-    for direction, expected in (
-        ("forward", (False, True)),
-        ("backward_data", (False, True)),
-        ("backward_weights", (False, False)),
-    ):
-        plan = gpu.FftGpuPlan(_problem(direction, **base).canonical)
-        assert plan.scatter == expected, direction
-        assert [k.kernel_name for k in SOLVER.get_solution(_ctx(), plan.problem).kernels] == [
-            "fft_pack",
-            "fft_cmac",
-            "fft_unpack",
-            "fft_zero",
-            "fft_scatter",
-        ]

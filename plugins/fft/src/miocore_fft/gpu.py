@@ -75,9 +75,6 @@ MAX_WORKSPACE = 8 << 30
 MAX_ELEMENTS = 2**31 - 1
 #: Longest FFT length per dimension (beyond it the transforms are no longer the point).
 MAX_LENGTH = 4096
-#: Register tile sides of the reduction kernel, and the most accumulators per thread.
-TILE_SIDES = (1, 2, 4, 8, 16, 32)
-MAX_ACCUMULATORS = 32
 
 # Cost model (``wti``). Estimates before device calibration, see README "GPU": cuFFT's
 # batched 2-D real transforms are memory bound on Hopper (fraction of the bandwidth below),
@@ -117,6 +114,14 @@ def smooth_length(n: int) -> int:
 
 def _align(nbytes: int) -> int:
     return -(-nbytes // ALIGN) * ALIGN
+
+
+def _tile(extent: int) -> int:
+    """Rows of the reduction tile along one matrix side: 8 for wide sides, down to 1."""
+    for t in (8, 4, 2):
+        if extent >= t:
+            return t
+    return 1
 
 
 @attrs.frozen
@@ -204,38 +209,14 @@ class FftGpuPlan:
 
     @functools.cached_property
     def tiles(self) -> tuple[int, int]:
-        """Register tile (TI, TJ) of the reduction kernel (at most 32 accumulators): the one
-        with the least modelled traffic. The grid runs j-tiles fastest, so blocks running
-        together share their A rows through L2: A comes from DRAM about once, B once per
-        i-tile, and A's re-reads per j-tile hit L2 (weighted 1/3: L2 is ~3x DRAM bandwidth)."""
-        m = self.mac
-        a_bytes = 8.0 * m.ni * m.nr * m.bins
-        b_bytes = 8.0 * m.nj * m.nr * m.bins
-        best = None
-        for ti in TILE_SIDES:
-            for tj in TILE_SIDES:
-                if ti * tj > MAX_ACCUMULATORS or ti > 2 * m.ni or tj > 2 * m.nj:
-                    continue
-                i_tiles, j_tiles = -(-m.ni // ti), -(-m.nj // tj)
-                wasted = (i_tiles * ti * j_tiles * tj) / (m.ni * m.nj)  # idle tile slots
-                cost = (a_bytes + b_bytes * i_tiles + a_bytes * j_tiles / 3) * wasted
-                if best is None or cost < best[0]:
-                    best = (cost, ti, tj)
-        assert best is not None
-        return best[1], best[2]
-
-    @functools.cached_property
-    def scatter(self) -> tuple[bool, bool]:
-        """Per operand (A, B): zero the stage and scatter the tensor into it (``fft_zero`` +
-        ``fft_scatter``) when the tensor fills less than half the stage (filters), rather than
-        ``fft_pack``'s one pass over every stage element (images)."""
-        ba, bb, _ = self.batches
-        p = self.problem
-        a, b, _ = self.roles
-        return tuple(
-            getattr(p, name).element_count * 2 < rows * self.points
-            for name, rows in ((a, ba), (b, bb))
-        )
+        """Register tile (TI, TJ) of the reduction kernel; at most 32 accumulators."""
+        ti, tj = _tile(self.mac.ni), _tile(self.mac.nj)
+        while ti * tj > 32:
+            if ti >= tj:
+                ti //= 2
+            else:
+                tj //= 2
+        return ti, tj
 
     @functools.cached_property
     def offsets(self) -> tuple[int, ...]:
@@ -292,20 +273,20 @@ class FftGpuPlan:
 
     @functools.cached_property
     def traffic_bytes(self) -> float:
-        """DRAM bytes every pass moves: staging (read tensor, write stage), R2C (read stage,
-        write spectrum), the reduction (A once, B once per i-tile, the output once: see
-        :attr:`tiles`), C2R, crop (read the stage, write the tensor)."""
+        """Bytes every pass moves: pack (read tensor, write stage), R2C (read stage, write
+        spectrum), the reduction (operand rows re-read once per tile of the other side), C2R,
+        crop (read the stage, write the tensor)."""
         p = self.problem
         ba, bb, bo = self.batches
         real, spec = 4 * self.points, 8 * self.bins
         a, b, o = self.roles
         size = p.dtype.itemsize
         tensor = {name: getattr(p, name).element_count * size for name in ("x", "w", "y")}
-        ti = self.tiles[0]
+        ti, tj = self.tiles
         m = self.mac
         pack = tensor[a] + tensor[b] + (ba + bb) * real
         r2c = (ba + bb) * (real + spec)
-        cmac = (ba + bb * math.ceil(m.ni / ti) + bo) * spec
+        cmac = ba * spec * math.ceil(m.nj / tj) + bb * spec * math.ceil(m.ni / ti) + bo * spec
         c2r = bo * (spec + real)
         crop = tensor[o] * (1 + 4 / size)
         return float(pack + r2c + cmac + c2r + crop)
@@ -378,9 +359,9 @@ class GpuRfftSolver(Solver):
                 "spectra of every image and filter)"
             )
         m = plan.mac
-        ti = plan.tiles[0]
-        if -(-m.ni // ti) > 65535 or -(-m.bins // BLOCK) > 65535:
-            return not_applicable("the reduction exceeds the grid's y/z limit (65535 blocks)")
+        ti, tj = plan.tiles
+        if -(-m.ni // ti) > 65535 or -(-m.nj // tj) > 65535:
+            return not_applicable("a reduction side exceeds the grid's y/z limit (65535 tiles)")
         # The FFT binding is checked when the invoker is built (NotApplicableError with the
         # install hint), as gemm.gpu_im2col does for the BLAS: applicability stays a property of
         # the problem, so the offline compile checks (no CuPy in CI) cover these kernels.
@@ -431,18 +412,14 @@ class GpuRfftSolver(Solver):
             KernelInfo(
                 source=SOURCE, kernel_name="fft_unpack", options=(dtype_opt,), block=(BLOCK,)
             ),
-            KernelInfo(source=SOURCE, kernel_name="fft_zero", options=(dtype_opt,), block=(BLOCK,)),
-            KernelInfo(
-                source=SOURCE, kernel_name="fft_scatter", options=(dtype_opt,), block=(BLOCK,)
-            ),
         )
 
         def factory(compiled: Sequence[Any]) -> Any:
-            pack, cmac, unpack, zero, scatter = compiled
+            pack, cmac, unpack = compiled
             missing = _binding_missing(pack.backend.name)
             if missing:
                 raise NotApplicableError(missing, field="solver", value=self.name)
-            return _Invoker(plan, pack.backend, (pack, cmac, unpack, zero, scatter))
+            return _Invoker(plan, pack.backend, pack, cmac, unpack)
 
         return ConvSolution(
             solver=self.name,
@@ -613,46 +590,28 @@ def _fft_driver(backend: Any, lengths: tuple[int, ...]) -> Any:
 
 
 class _Invoker:
-    """Runs one problem: two stagings (pack, or zero + scatter) and R2Cs, the reduction, one
-    C2R and the crop."""
+    """Runs one problem: two packs and R2Cs, the reduction, one C2R and the crop."""
 
-    def __init__(self, plan: FftGpuPlan, backend: Any, kernels: Sequence[Any]) -> None:
+    def __init__(self, plan: FftGpuPlan, backend: Any, pack: Any, cmac: Any, unpack: Any) -> None:
         self.plan = plan
-        self.pack, self.cmac, self.unpack, self.zero, self.scatter = kernels
+        self.pack, self.cmac, self.unpack = pack, cmac, unpack
         p = plan.problem
         device = backend.device
         geom = plan.geom_bytes()
+        a, b, o = plan.roles
         self.fft = _fft_driver(backend, plan.lengths)
         ba, bb, bo = plan.batches
         self.fft.prepare((ba, bb), bo)
         self.plan_bytes = self.fft.plan_bytes()
-        # One staging step per operand: (kernel, args, grid) launches, pointers set per call.
-        self.stages = []
-        for name, rows, scatter in zip(plan.roles[:2], (ba, bb), plan.scatter, strict=True):
-            desc = getattr(p, name)
-            if scatter:
-                count4 = -(-rows * plan.points // 4)
-                zero_args = KernelArgs([("ptr", 0), ("i64", count4)])
-                args = KernelArgs(
-                    [
-                        ("ptr", 0),
-                        ("ptr", 0),
-                        ("bytes", tensor5_bytes(desc)),
-                        ("bytes", geom),
-                        ("i32", int(channels_last(desc))),
-                    ]
-                )
-                steps = [
-                    (self.zero, zero_args, grid_for(count4, BLOCK, device), False),
-                    (self.scatter, args, grid_for(desc.element_count, BLOCK, device), True),
-                ]
-            else:
-                args = KernelArgs(
-                    [("ptr", 0), ("ptr", 0), ("bytes", tensor5_bytes(desc)), ("bytes", geom)]
-                )
-                steps = [(self.pack, args, grid_for(rows * plan.points, BLOCK, device), True)]
-            self.stages.append((name, rows, steps))
-        out_desc = getattr(p, plan.roles[2])
+        self.pack_a = KernelArgs(
+            [("ptr", 0), ("ptr", 0), ("bytes", tensor5_bytes(getattr(p, a))), ("bytes", geom)]
+        )
+        self.pack_b = KernelArgs(
+            [("ptr", 0), ("ptr", 0), ("bytes", tensor5_bytes(getattr(p, b))), ("bytes", geom)]
+        )
+        self.grid_a = grid_for(ba * plan.points, BLOCK, device)
+        self.grid_b = grid_for(bb * plan.points, BLOCK, device)
+        out_desc = getattr(p, o)
         self.unpack_args = KernelArgs(
             [
                 ("ptr", 0),
@@ -669,8 +628,7 @@ class _Invoker:
         )
         ti, tj = plan.tiles
         m = plan.mac
-        # j-tiles fastest (x), bins (y), i-tiles (z): see fft_cmac.
-        self.grid_mac = (-(-m.nj // tj), -(-m.bins // BLOCK), -(-m.ni // ti))
+        self.grid_mac = (-(-m.bins // BLOCK), -(-m.ni // ti), -(-m.nj // tj))
 
     def __call__(self, handle: Any, ip: InvokeParams) -> None:
         plan = self.plan
@@ -681,28 +639,23 @@ class _Invoker:
                 value=None,
             )
         ws = ip.workspace.ptr
-        if ws % ALIGN:
-            raise WorkspaceError(
-                f"fft.gpu_rfft needs a {ALIGN}-byte aligned workspace (cuFFT, 16-byte stores)",
-                field="workspace",
-                value=hex(ws),
-            )
         regions = plan.regions
         real = ws + regions["real"][0]
-        specs = (ws + regions["spec_a"][0], ws + regions["spec_b"][0])
+        spec_a = ws + regions["spec_a"][0]
+        spec_b = ws + regions["spec_b"][0]
         spec_o = ws + regions["spec_out"][0]
         ptrs = {"x": ip.x.ptr, "w": ip.w.ptr, "y": ip.y.ptr}
+        a, b, o = plan.roles
+        ba, bb, bo = plan.batches
         stream = self.pack.backend.stream_handle
-        for (name, rows, steps), spec in zip(self.stages, specs, strict=True):
-            for kernel, args, grid, reads in steps:
-                if reads:
-                    args.set_pointers(ptrs[name], real)
-                else:
-                    args.set_pointers(real)
-                kernel.launch(args, grid=(grid,))
-            self.fft.transform("r2c", real, spec, rows, stream, ip)
-        self.mac_args.set_pointers(specs[0], specs[1], spec_o)
+        self.pack_a.set_pointers(ptrs[a], real)
+        self.pack.launch(self.pack_a, grid=(self.grid_a,))
+        self.fft.transform("r2c", real, spec_a, ba, stream, ip)
+        self.pack_b.set_pointers(ptrs[b], real)
+        self.pack.launch(self.pack_b, grid=(self.grid_b,))
+        self.fft.transform("r2c", real, spec_b, bb, stream, ip)
+        self.mac_args.set_pointers(spec_a, spec_b, spec_o)
         self.cmac.launch(self.mac_args, grid=self.grid_mac)
-        self.fft.transform("c2r", spec_o, real, plan.batches[2], stream, ip)
-        self.unpack_args.set_pointers(real, ptrs[plan.roles[2]])
+        self.fft.transform("c2r", spec_o, real, bo, stream, ip)
+        self.unpack_args.set_pointers(real, ptrs[o])
         self.unpack.launch(self.unpack_args, grid=(self.grid_out,))

@@ -3,9 +3,6 @@
 //   fft_pack    tensor (a, b, D, H, W) of any layout/strides -> packed float32 buffer
 //               [a * len_b + b][L0][L1][L2], zero beyond the tensor's extents (the circular
 //               transform's padding); fp16/bf16 are widened here.
-//   fft_zero    zero a float buffer (16-byte stores; regions are 256-byte aligned), then
-//   fft_scatter tensor elements, read in memory order, into the zeroed buffer: for operands
-//               much smaller than their buffer (filters: F x F taps in an L x L transform).
 //   fft_cmac    per frequency bin f: out[i, j, f] = sum_r opA(a[i, r, f]) * opB(b[j, r, f]),
 //               op = identity or complex conjugate; one thread per bin and TI x TJ (i, j) tile.
 //   fft_unpack  packed float32 buffer (the inverse transform, unnormalised) -> tensor:
@@ -61,14 +58,12 @@ MIO_KERNEL void fft_pack(const mio_t* __restrict__ src, float* __restrict__ dst,
   }
 }
 
-// Grid: x = tiles of j (fastest, so that the blocks running together share their A rows in
-// L2), y = blocks of BLOCK bins, z = tiles of i.
 MIO_KERNEL void fft_cmac(const MioComplex* __restrict__ a, const MioComplex* __restrict__ b,
                          MioComplex* __restrict__ out, MioFftMac m) {
-  const mio_index f = (mio_index)blockIdx.y * blockDim.x + threadIdx.x;
+  const mio_index f = (mio_index)blockIdx.x * blockDim.x + threadIdx.x;
   if (f >= m.bins) return;
-  const mio_index j0 = (mio_index)blockIdx.x * MIO_FFT_TJ;
-  const mio_index i0 = (mio_index)blockIdx.z * MIO_FFT_TI;
+  const mio_index i0 = (mio_index)blockIdx.y * MIO_FFT_TI;
+  const mio_index j0 = (mio_index)blockIdx.z * MIO_FFT_TJ;
   const float sa = m.conj_a ? -1.0f : 1.0f;
   const float sb = m.conj_b ? -1.0f : 1.0f;
   float acc_re[MIO_FFT_TI][MIO_FFT_TJ];
@@ -81,27 +76,30 @@ MIO_KERNEL void fft_cmac(const MioComplex* __restrict__ a, const MioComplex* __r
       acc_im[ti][tj] = 0.0f;
     }
   }
-  // Rows past the end re-read the last row (always valid) and are never stored: no branch
-  // in the loop.
-  const MioComplex* pa = a + f;
-  const MioComplex* pb = b + f;
+  // Rows past the end read row 0 (always valid) and are never stored: no branch in the loop.
+  mio_index a_row[MIO_FFT_TI];
+  mio_index b_row[MIO_FFT_TJ];
+#pragma unroll
+  for (int ti = 0; ti < MIO_FFT_TI; ++ti) {
+    a_row[ti] = (i0 + ti < m.ni ? i0 + ti : 0) * m.a_i + f;
+  }
+#pragma unroll
+  for (int tj = 0; tj < MIO_FFT_TJ; ++tj) {
+    b_row[tj] = (j0 + tj < m.nj ? j0 + tj : 0) * m.b_j + f;
+  }
   for (mio_index r = 0; r < m.nr; ++r) {
     MioComplex av[MIO_FFT_TI];
     MioComplex bv[MIO_FFT_TJ];
 #pragma unroll
     for (int ti = 0; ti < MIO_FFT_TI; ++ti) {
-      const mio_index i = i0 + ti < m.ni ? i0 + ti : m.ni - 1;
-      av[ti] = pa[i * m.a_i];
+      av[ti] = a[a_row[ti] + r * m.a_r];
       av[ti].im *= sa;
     }
 #pragma unroll
     for (int tj = 0; tj < MIO_FFT_TJ; ++tj) {
-      const mio_index j = j0 + tj < m.nj ? j0 + tj : m.nj - 1;
-      bv[tj] = pb[j * m.b_j];
+      bv[tj] = b[b_row[tj] + r * m.b_r];
       bv[tj].im *= sb;
     }
-    pa += m.a_r;
-    pb += m.b_r;
 #pragma unroll
     for (int ti = 0; ti < MIO_FFT_TI; ++ti) {
 #pragma unroll
@@ -122,29 +120,6 @@ MIO_KERNEL void fft_cmac(const MioComplex* __restrict__ a, const MioComplex* __r
         out[(i0 + ti) * m.o_i + (j0 + tj) * m.o_j + f] = v;
       }
     }
-  }
-}
-
-struct alignas(16) MioFloat4 {
-  float v[4];
-};
-
-MIO_KERNEL void fft_zero(float* __restrict__ dst, mio_index count4) {
-  MioFloat4* d = reinterpret_cast<MioFloat4*>(dst);
-  MioFloat4 zero;
-  zero.v[0] = zero.v[1] = zero.v[2] = zero.v[3] = 0.0f;
-  MIO_GRID_LOOP(i, count4) { d[i] = zero; }
-}
-
-MIO_KERNEL void fft_scatter(const mio_t* __restrict__ src, float* __restrict__ dst, MioTensor5 t,
-                            MioFftGeom g, int channels_last) {
-  const mio_index l0 = g.len[0], l1 = g.len[1], l2 = g.len[2];
-  const mio_index total = t.len[0] * t.len[1] * t.len[2] * t.len[3] * t.len[4];
-  MIO_GRID_LOOP(i, total) {
-    mio_index idx[5];
-    mio_decode5(t, i, channels_last, idx);
-    const mio_index row = idx[0] * t.len[1] + idx[1];
-    dst[((row * l0 + idx[2]) * l1 + idx[3]) * l2 + idx[4]] = mio_load(src + mio_offset5(t, idx));
   }
 }
 
