@@ -51,24 +51,30 @@ def device_ms(fn: Any, warmup: int, runs: int) -> float:
 
 
 def candidates(solver: Any, ctx: Any, canon: Any, limit: int) -> list[Any]:
-    """The default first, then per tile (deepest pipeline, smallest bk) split-K at half, the
-    same and twice the default rule's value for that tile, atomic and slabs."""
+    """The default first (and its atomic twin), then per tile (smallest bk, deepest pipeline)
+    split-K at half, the same and twice that tile's default split (slabs), and bk 64 at the
+    default split for the two largest tiles."""
+    from miocore_igemm.gpu_wrw import _tile_rank, default_split
+
     default = solver.default_perf_config(ctx, canon)
     space = solver.perf_config_space(ctx, canon)
     out = [default, miocore.PerfConfig({**dict(default), "atomic": 1 - default["atomic"]})]
     by_tile: dict[tuple, list] = {}
     for c in space:
         by_tile.setdefault((c["bm"], c["bn"]), []).append(c)
-    for cfgs in by_tile.values():
-        splits = sorted({c["split"] for c in cfgs})
-        near = [s for s in splits if default["split"] // 4 <= s <= default["split"] * 2]
-        for split in near or splits[-1:]:
-            for atomic in (1, 0):
-                pick = [c for c in cfgs if c["split"] == split and c["atomic"] == atomic]
-                if pick:
-                    out.append(max(pick, key=lambda c: (c["stages"] * c["bk"], -c["bk"])))
-        bk64 = [c for c in cfgs if c["bk"] == 64 and c["split"] == default["split"]]
-        out += bk64[:1]
+    ranked = sorted(by_tile, key=lambda t: _tile_rank(canon, t), reverse=True)
+    for rank, tile in enumerate(ranked):
+        cfgs = by_tile[tile]
+        base = default_split(ctx, canon, *tile)
+        bk = min(c["bk"] for c in cfgs)
+        for split in (base, base // 2, base * 2):
+            pick = [c for c in cfgs if c["split"] == split and c["atomic"] == 0 and c["bk"] == bk]
+            if pick:
+                out.append(max(pick, key=lambda c: c["stages"]))
+        if rank < 2:
+            pick = [c for c in cfgs if c["split"] == base and c["atomic"] == 0 and c["bk"] > bk]
+            if pick:
+                out.append(max(pick, key=lambda c: c["stages"]))
     valid = [c for c in dict.fromkeys(out) if solver.is_valid_perf_config(ctx, canon, c)]
     return valid[: limit + 1]
 
@@ -78,7 +84,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--dtype", default="float16")
     parser.add_argument("--layers", nargs="*", default=[])
-    parser.add_argument("--configs", type=int, default=24, help="configs tried besides default")
+    parser.add_argument("--configs", type=int, default=40, help="configs tried besides default")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None)

@@ -154,6 +154,7 @@ _SHAPES = (
     (8, 128, 256, (7, 7), (1, 1), (0, 0), (1, 1), (1, 1), 1, "NHWC"),
     (2, 24, 20, (10, 10), (1, 7), (0, 3), (3, 1), (2, 1), 1, "NHWC"),
     (3, 16, 24, (12, 9), (3, 3), (1, 1), (1, 1), (1, 1), 1, "NCHW"),
+    (2, 256, 160, (6, 7), (3, 3), (1, 1), (1, 1), (1, 1), 1, "NHWC"),  # 256-wide tiles
 )
 
 
@@ -181,8 +182,10 @@ def test_igemm_wrw_gpu_configs(dtype: str, shape: int) -> None:
     space = reg.perf_config_space(h.context, problem.canonical)
     assert space
     configs = space[:: max(1, len(space) // 8)]
+    configs += list({(c["bm"], c["bn"]): c for c in space}.values())  # every tile shape
     configs += [c for c in space if c["split"] > 1 and c["atomic"]][-1:]
     configs += [c for c in space if c["split"] > 1 and not c["atomic"]][-1:]
+    configs = list(dict.fromkeys(configs))
     kernels = [
         kk for cfg in configs for kk in reg.get_solution(h.context, problem.canonical, cfg).kernels
     ]

@@ -47,14 +47,17 @@ SOURCE = "igemm/igemm_wrw.cu"
 THREADS = 256
 #: Dynamic shared memory a block may use without an opt-in (both vendors).
 SHARED_LIMIT = 48 * 1024
+#: What a block may opt in to on NVIDIA GPUs, by compute capability (the CUDA backend sets
+#: MAX_DYNAMIC_SHARED_SIZE_BYTES for launches above 48 KiB).
+_CUDA_SHARED = {90: 227 * 1024, 80: 163 * 1024, 87: 163 * 1024, 86: 99 * 1024, 89: 99 * 1024}
 #: Deterministic split-K slabs beyond this are not worth the traffic (nor the caller's memory).
 MAX_SPLIT_WORKSPACE = 256 << 20
 #: Shared-memory row padding in elements (kernel's MIO_PAD).
 PAD = 8
 _GRID_LIMIT = 65535
 _INT32 = 2**31 - 1
-_BM = (128, 64)
-_BN = (128, 64)
+_BM = (256, 128, 64)
+_BN = (256, 128, 64)
 _BK = {DataType.FLOAT16: (32, 64), DataType.BFLOAT16: (32, 64), DataType.FLOAT32: (16, 32)}
 _STAGES = (4, 3, 2)
 _SPLITS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -131,8 +134,44 @@ def split_workspace(p: ConvProblem, split: int, atomic: int) -> int:
     return (1 if atomic else split) * s["k"] * s["r"] * 4
 
 
+def shared_limit(ctx: ExecutionContext) -> int:
+    """Dynamic shared memory per block on this device: the opt-in maximum of the NVIDIA
+    architecture (``sm90``: 227 KiB), 48 KiB elsewhere."""
+    arch = ctx.device.arch
+    if ctx.backend == "cuda" and arch.startswith("sm"):
+        digits = "".join(ch for ch in arch if ch.isdigit())
+        if digits:
+            return _CUDA_SHARED.get(int(digits), SHARED_LIMIT)
+    return SHARED_LIMIT
+
+
 def _pow2_at_least(v: int) -> int:
     return 1 << max(0, (v - 1).bit_length())
+
+
+def resident_blocks(bm: int, bn: int) -> int:
+    """Blocks one SM holds at once: 64 x 64 warp tiles take ~240 registers a thread (one block
+    of 256 threads per SM), smaller tiles at most ~166 (two)."""
+    return 1 if bm * bn >= 256 * 128 else 2
+
+
+def _tile_rank(p: ConvProblem, tile: tuple[int, int]) -> tuple[int, int]:
+    """Bigger tiles first (fewer fragment loads per MMA); between equal areas, the longer side
+    along the larger GEMM dimension."""
+    s = geometry(p)
+    bm, bn = tile
+    return (bm * bn, bm if s["kg"] >= s["r"] else bn)
+
+
+def default_split(ctx: ExecutionContext, p: ConvProblem, bm: int, bn: int) -> int:
+    """Split-K for one wave: the largest power of two with tiles x split <= resident blocks x
+    SMs (at least 1)."""
+    sms = max(1, ctx.device.compute_units)
+    blocks = _blocks(p, bm, bn)
+    split = 1
+    while split < _SPLITS[-1] and blocks * split * 2 <= resident_blocks(bm, bn) * sms:
+        split *= 2
+    return split
 
 
 class _GpuWrwBase(TunableSolver):
@@ -169,9 +208,11 @@ class _GpuWrwBase(TunableSolver):
 
     # -- configs -------------------------------------------------------------------------------
 
-    def _fits(self, p: ConvProblem, cfg: PerfConfig) -> bool:
+    def _fits(self, ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> bool:
         s = geometry(p)
-        if shared_bytes(p, cfg) > SHARED_LIMIT:
+        if cfg["bm"] * cfg["bn"] > 256 * 128:
+            return False  # 64 x 64 fp32 accumulators per thread at most
+        if shared_bytes(p, cfg) > shared_limit(ctx):
             return False
         if s["g"] * -(-s["kg"] // cfg["bm"]) > _GRID_LIMIT:
             return False
@@ -215,37 +256,30 @@ class _GpuWrwBase(TunableSolver):
                                 cfg = PerfConfig(
                                     bm=bm, bn=bn, bk=bk, stages=stages, split=split, atomic=atomic
                                 )
-                                if self._fits(p, cfg):
+                                if self._fits(ctx, p, cfg):
                                     out.append(cfg)
         return out
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
-        """Largest tiles the group's sizes fill (128 rows from Kg >= 128, 128 columns from
-        Y*X*Cg >= 128) at the deepest pipeline that fits 48 KiB, then split-K so the grid
-        fills the device 2 to 4 times (at least 4 reduction tiles per split), atomic."""
+        """The largest tile the group's sizes fill (see :func:`default_tile`), bk at its
+        smallest, the deepest pipeline that fits; split-K by :func:`default_split` (slabs: on
+        the H200 they beat atomic adds), see docs in the module."""
         p = problem
         space = self.perf_config_space(ctx, p)
         if not space:
             return PerfConfig(bm=64, bn=64, bk=32, stages=2, split=1, atomic=0)
-        s = geometry(p)
-        sms = max(1, ctx.device.compute_units)
-        bm = 128 if s["kg"] >= 128 else 64
-        bn = 128 if s["r"] >= 128 else 64
-        tiles = [(bm, bn), (64, bn), (bm, 64), (64, 64)]
-        for tm, tn in dict.fromkeys(tiles):
+        tiles = sorted(
+            {(c["bm"], c["bn"]) for c in space}, key=lambda t: _tile_rank(p, t), reverse=True
+        )
+        for tm, tn in tiles:
             fitting = [c for c in space if c["bm"] == tm and c["bn"] == tn]
-            if not fitting:
-                continue
-            blocks = _blocks(p, tm, tn)
-            split = 1
-            while split < _SPLITS[-1] and blocks * split * 2 <= 4 * sms:
-                split *= 2
+            split = default_split(ctx, p, tm, tn)
             bk = min(c["bk"] for c in fitting)
             for want in range(split.bit_length() - 1, -1, -1):
                 cands = [
                     c
                     for c in fitting
-                    if c["split"] == (1 << want) and c["bk"] == bk and c["atomic"] == (want > 0)
+                    if c["split"] == (1 << want) and c["bk"] == bk and c["atomic"] == 0
                 ]
                 if cands:
                     return max(cands, key=lambda c: c["stages"])
@@ -266,7 +300,7 @@ class _GpuWrwBase(TunableSolver):
             return False
         if stages not in _STAGES or split not in _SPLITS or atomic not in (0, 1):
             return False
-        return self._fits(p, config)
+        return self._fits(ctx, p, config)
 
     # -- cost ----------------------------------------------------------------------------------
 

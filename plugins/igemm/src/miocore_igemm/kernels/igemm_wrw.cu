@@ -12,7 +12,7 @@
 //
 // Compile-time (the performance config and the element type):
 //   MIO_BM, MIO_BN, MIO_BK   block tile (k rows, r columns, reduction rows per stage); 8 warps
-//                            in 2 (k) x 4 (r)
+//                            in 2 (k) x 4 (r), or 4 x 2 when BM > BN
 //   MIO_STAGES               shared-memory pipeline depth (cp.async multi-buffering), >= 2
 //   MIO_VECA, MIO_VECB       elements per global load of dy / x: 16 bytes when channels and
 //                            strides allow it, else 1 (scalar loads: any layout, NCHW included)
@@ -50,8 +50,16 @@
 #define MIO_PAD 8
 #define MIO_SA (MIO_BM + MIO_PAD)
 #define MIO_SB (MIO_BN + MIO_PAD)
-#define MIO_WTM (MIO_BM / 2)
-#define MIO_WTN (MIO_BN / 4)
+// Warps: 4 (k) x 2 (r) when the tile is taller than wide, else 2 x 4, so that each warp's tile
+// is as square as possible (fewer fragment loads per MMA).
+#if MIO_BM > MIO_BN
+#define MIO_WARPS_M 4
+#else
+#define MIO_WARPS_M 2
+#endif
+#define MIO_WARPS_N (8 / MIO_WARPS_M)
+#define MIO_WTM (MIO_BM / MIO_WARPS_M)
+#define MIO_WTN (MIO_BN / MIO_WARPS_N)
 #define MIO_MI (MIO_WTM / 16)
 #define MIO_NI (MIO_WTN / 8)
 #define MIO_CPR_A (MIO_BM / MIO_VECA)  // chunks per staged dy row
@@ -132,7 +140,7 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS)
 
   const int tid = threadIdx.x;
   const int warp = tid / 32, lane = tid % 32;
-  const int wm = warp / 4, wn = warp % 4;
+  const int wm = warp / MIO_WARPS_N, wn = warp % MIO_WARPS_N;
   const int gid = lane / 4, tig = lane % 4;
 
   const mio_index ktiles_out = (p.kg + MIO_BM - 1) / MIO_BM;
