@@ -141,3 +141,34 @@ def test_wti_ranks_vector_path_above_scalar() -> None:
     vec = s.wti(_ctx(), _problem(**big))
     scalar = s.wti(_ctx(), _problem(layout="NCHW", **big))
     assert 0 < scalar < vec <= 1
+
+
+def test_strided_backward_data_counts_only_classes_with_taps() -> None:
+    # 1x1, stride 2, no padding: only pixels (even, even) receive gradient; the other three
+    # residue classes are zero-filled tiles with no reduction
+    p = miocore.ConvProblem.from_sizes(
+        "backward_data",
+        n=4,
+        c=64,
+        k=64,
+        in_spatial=(14, 14),
+        filter_spatial=(1, 1),
+        strides=(2, 2),
+        dtype="float32",
+        layout="NHWC",
+    ).canonical
+    assert fma.gemm_shape(p) == (4 * 4 * 7 * 7, 64, 64)
+    assert fma.working_row_tiles(p, 64) * 4 == fma._row_tiles(p, 64)
+
+
+def test_default_config_follows_the_wave_model() -> None:
+    s = fma.GpuFmaIgemmSolver()
+    for direction in DIRECTIONS:
+        p = _problem(direction, n=32, c=256, k=256, in_spatial=(14, 14))
+        space = s.perf_config_space(_ctx(), p)
+        default = s.default_perf_config(_ctx(), p)
+        same_bk = [c for c in space if c["bk"] == default["bk"]]
+        if direction != "backward_weights":
+            same_bk = [c for c in same_bk if c["split"] <= 4]
+        best = min(fma.predict_us(p, c, 132) for c in same_bk)
+        assert fma.predict_us(p, default, 132) == best > 0

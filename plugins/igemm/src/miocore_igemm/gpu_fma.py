@@ -6,7 +6,9 @@ float4, register-prefetched double buffering) applied to the implicit GEMM of ea
 
 * forward: ``Y[m=(n,oh,ow), k] = sum_{r=(fy,fx,c)} x[gather(m, r)] * w[k, r]``
 * backward data: ``dx[m=(n,ih,iw), c] = sum_{r=(fy,fx,k)} dy[n, oh, ow, k] * w[k, c, fy, fx]``
-  with ``oh = (ih + ph - fy*dh) / sh`` (only when divisible and in range)
+  with ``oh = (ih + ph - fy*dh) / sh`` (only when divisible and in range); strided problems
+  run as sh*sw GEMMs, one per residue class (ih % sh, iw % sw), each over only the taps that
+  divide for it (no multiply-by-zero work)
 * backward weights: ``dW[k, r=(fy,fx,c)] = sum_{m=(n,oh,ow)} dy[m, k] * x[gather(m, r)]``
 
 Every layout and stride is correct (scalar gathers); 16-byte loads are used per operand where
@@ -163,6 +165,51 @@ def _split_workspace(p: ConvProblem, split: int) -> int:
     return 0 if split == 1 else split * p.groups * gm * gn * 4
 
 
+#: Relative speed of one block per flop by tile (128x128 best: most reuse per shared load),
+#: except that 128x128 spills under the 128-register cap of two blocks per SM (ptxas: 68 B
+#: forward, 220 B backward data, 32 B backward weights), which costs backward data most.
+_TILE_SPEED = {(128, 128): 1.0, (128, 64): 0.85, (64, 128): 0.85, (64, 64): 0.7}
+_TILE_SPEED_BWD = {**_TILE_SPEED, (128, 128): 0.75}
+#: Deeper splits than this were slower wherever measured outside backward weights.
+_DEFAULT_MAX_SPLIT = 4
+#: Achieved fraction of the fp32 FMA peak of a full wave of 128x128 blocks (measured ~0.45).
+_WAVE_EFF = 0.45
+_PEAK_TFLOPS_PER_SM = 0.5  # H200: 67 TFLOP/s over 132 SMs
+_PARTIAL_GBPS = 3000.0  # split-K partials: written and read back at ~3 TB/s
+
+
+def working_row_tiles(p: ConvProblem, bm: int) -> int:
+    """Row tiles that have a reduction to do (backward data: classes some tap reaches)."""
+    if p.direction is not Direction.BACKWARD_DATA:
+        return _row_tiles(p, bm)
+    _, _, fy, fx = p.w.lengths
+    (sh, sw), (ph, pw), (dh, dw) = p.conv.strides, p.conv.pads, p.conv.dilations
+    live = sum(_valid_taps(fy, ph, sh, dh, r) > 0 for r in range(sh))
+    live *= sum(_valid_taps(fx, pw, sw, dw, r) > 0 for r in range(sw))
+    return live * -(-class_rows(p) // bm)
+
+
+def predict_us(p: ConvProblem, cfg: PerfConfig, sms: int) -> float:
+    """Modelled time of one config: waves of blocks (two resident per SM; a lone block per SM
+    runs 1.5x faster) times one block's flops at the tile's speed, plus the split-K partials'
+    traffic. Fitted to the H200 ResNet-50 runs; used to pick the default config."""
+    _, gn, gk = gemm_shape(p)
+    bm, bn, bk, split = (cfg[k] for k in _KEYS)
+    blocks = working_row_tiles(p, bm) * p.groups * -(-gn // bn) * split
+    ktiles = -(-gk // bk)
+    per_block = bm * bn * bk * -(-ktiles // split) * 2.0
+    speed = (_TILE_SPEED_BWD if p.direction is Direction.BACKWARD_DATA else _TILE_SPEED)[(bm, bn)]
+    rate = _PEAK_TFLOPS_PER_SM * 1e6 / 2 * _WAVE_EFF * speed  # flop/us of one block slot
+    if blocks <= sms:
+        rate *= 1.5
+    waves = -(-blocks // (2 * sms))
+    partial_us = 0.0
+    if split > 1:
+        gm_all, _, _ = gemm_shape(p)
+        partial_us = (2 * split + 1) * p.groups * gm_all * gn * 4 / (_PARTIAL_GBPS * 1e3) + 5
+    return waves * per_block / rate + partial_us
+
+
 class GpuFmaIgemmSolver(TunableSolver):
     """Exact-fp32 implicit GEMM on CUDA cores: forward, backward data and backward weights,
     2-D, any layout and groups."""
@@ -221,43 +268,22 @@ class GpuFmaIgemmSolver(TunableSolver):
         return out
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
-        """The rule fitted on ResNet-50 batch 32 (H200, exact fp32, 5-7 configs per layer and
-        direction, benchmarks/gpu_fma_bench.py).
-
-        Forward / backward data: the largest tile giving at least 3/4 of the SMs a block
-        (128x128, 128x64, 64x128, 64x64); bk 16 when the GEMM has at most 64 columns, else 8;
-        split-K 4 when the grid is under 1.5 blocks per SM and the reduction is >= 1024 long.
-        Backward weights (small output, reduction N*Ho*Wo): 128 on each GEMM side that has 128,
-        bk 16 when a side is <= 64, and split-K doubled until ~2 blocks per SM (>= 16 tiles per
-        split)."""
+        """The config of least :func:`predict_us` (a wave-quantised model fitted on ResNet-50
+        batch 32, H200, exact fp32, benchmarks/gpu_fma_bench.py); bk 16 when a GEMM side is at
+        most 64 and both operands load 16 bytes, else 8."""
         p = problem
         space = self.perf_config_space(ctx, p)
         if not space:
             return PerfConfig(bm=64, bn=64, bk=8, split=1)
+        gm, gn, _ = gemm_shape(p)
+        a_vec, _, b_vec, _ = load_modes(p)
+        small = (gn if p.direction is not Direction.BACKWARD_WEIGHTS else min(gm, gn)) <= 64
+        bk = 16 if small and a_vec == 4 and b_vec == 4 else 8
+        pool = [c for c in space if c["bk"] == bk] or space
+        if p.direction is not Direction.BACKWARD_WEIGHTS:
+            pool = [c for c in pool if c["split"] <= _DEFAULT_MAX_SPLIT] or pool
         sms = max(1, ctx.device.compute_units)
-        gm, gn, gk = gemm_shape(p)
-        bk = 16 if min(gm, gn) <= 64 else 8
-        if p.direction is Direction.BACKWARD_WEIGHTS:
-            bm, bn = (128 if gm >= 128 else 64), (128 if gn >= 128 else 64)
-            blocks = _blocks(p, bm, bn)
-            split = 1
-            while blocks * split < 1.9 * sms and -(-gk // bk) >= 32 * split:
-                if PerfConfig(bm=bm, bn=bn, bk=bk, split=split * 2) not in space:
-                    break
-                split *= 2
-        else:
-            bk = 16 if gn <= 64 else 8
-            tiles = [t for t in _TILES if any((c["bm"], c["bn"]) == t for c in space)]
-            bm, bn = next((t for t in tiles if _blocks(p, *t) >= 0.75 * sms), tiles[-1])
-            split = 4 if _blocks(p, bm, bn) < 1.5 * sms and gk >= 1024 else 1
-        for cfg in (
-            PerfConfig(bm=bm, bn=bn, bk=bk, split=split),
-            PerfConfig(bm=bm, bn=bn, bk=bk, split=1),
-            PerfConfig(bm=bm, bn=bn, bk=8, split=1),
-        ):
-            if cfg in space:
-                return cfg
-        return space[0]
+        return min(pool, key=lambda c: predict_us(p, c, sms))
 
     def is_valid_perf_config(
         self, ctx: ExecutionContext, problem: ConvProblem, config: PerfConfig
