@@ -152,10 +152,15 @@ def test_gemm_params_backward_data() -> None:
     p = _problem(direction="backward_data", c=48, k=24, groups=3, strides=(2, 1)).canonical
     s = gpu.gemm_params(p)
     # rows over dx, columns the input channels of a group, reduction (fy, fx, k) over dy
-    assert s["m"] == 2 * 9 * 11 and s["ocg"] == 16 and s["icg"] == 8
+    # stride (2, 1): one GEMM per stride phase (2 of them), rows ceil(9 / 2) x 11 each
+    assert gpu.is_phased(p) and s["phases"] == 2 and (s["rh"], s["rw"]) == (5, 11)
+    assert s["m"] == 2 * 5 * 11 and s["mo"] == 2 * 9 * 11 and s["ocg"] == 16 and s["icg"] == 8
     assert (s["ih"], s["iw"], s["oh"], s["ow"]) == (*p.y.lengths[2:], 9, 11)
-    assert s["kred"] == 3 * 3 * 8 and s["bs_c"] == 1 and s["bs_col"] == 3 * 3 * 8
+    assert s["kred"] == 2 * 3 * 8 and s["bs_c"] == 1 and s["bs_col"] == 3 * 3 * 8
     assert s["bs_grp"] == 16 * 3 * 3 * 8
+    dilated = _problem(direction="backward_data", strides=(2, 2), dilations=(2, 1)).canonical
+    d = gpu.gemm_params(dilated)
+    assert not gpu.is_phased(dilated) and d["phases"] == 1 and d["kred"] == 3 * 3 * 64
     f = gpu.gemm_params(_problem(c=48, k=24, groups=3).canonical)
     assert f["ocg"] == 8 and f["icg"] == 16 and f["kred"] == 3 * 3 * 16
 
@@ -166,7 +171,11 @@ def test_wti_ranks_the_paths() -> None:
     big = dict(c=256, k=256, in_spatial=(28, 28))
     fast = mma.wti(ctx, _problem(**big).canonical)
     nchw = mma.wti(ctx, _problem(layout="NCHW", **big).canonical)
-    strided = mma.wti(ctx, _problem(direction="backward_data", strides=(2, 2), **big).canonical)
+    # strided and dilated backward data multiplies every tap (undilated runs per phase)
+    strided = mma.wti(
+        ctx,
+        _problem(direction="backward_data", strides=(2, 2), dilations=(2, 2), **big).canonical,
+    )
     plain = mma.wti(ctx, _problem(direction="backward_data", **big).canonical)
     assert 0 < nchw < fast <= 1
     assert 0 < strided < plain <= 1

@@ -82,7 +82,7 @@ _NO_MMA_EFFICIENCY = 0.01
 #: test parses the struct and checks this order: the kernel reads them by position).
 PARAM_FIELDS = (
     *("n", "groups", "ih", "iw", "icg", "is_n", "is_h", "is_w", "is_c"),
-    *("oh", "ow", "ocg", "os_n", "os_h", "os_w", "os_c"),
+    *("oh", "ow", "ocg", "rh", "rw", "phases", "mo", "os_n", "os_h", "os_w", "os_c"),
     *("bs_col", "bs_y", "bs_x", "bs_c", "bs_grp"),
     *("fy", "fx", "ph", "pw", "sh", "sw", "dh", "dw"),
     *("ws_k", "ws_c", "ws_y", "ws_x"),
@@ -126,28 +126,46 @@ def gemm_params(p: ConvProblem) -> dict[str, int]:
         "ws_x": ws[3],
     }
     if p.direction is Direction.BACKWARD_DATA:
+        sh, sw = p.conv.strides
+        # one GEMM per stride phase: rows ih = phase + sh * i, taps fy = fy0 + sh * t only
+        rh, rw, phases, kred = h, w, 1, fy * fx * kg
+        if is_phased(p):
+            rh, rw, phases = -(-h // sh), -(-w // sw), sh * sw
+            kred = -(-fy // sh) * -(-fx // sw) * kg  # the largest phase's reduction
         return {
             **common,
             **{"ih": ho, "iw": wo, "icg": kg},
             **{"is_n": ys[0], "is_h": ys[2], "is_w": ys[3], "is_c": ys[1]},
-            **{"oh": h, "ow": w, "ocg": cg},
+            **{"oh": h, "ow": w, "ocg": cg, "rh": rh, "rw": rw, "phases": phases},
+            "mo": n * h * w,
             **{"os_n": xs[0], "os_h": xs[2], "os_w": xs[3], "os_c": xs[1]},
             **{"bs_col": fy * fx * kg, "bs_y": fx * kg, "bs_x": kg, "bs_c": 1},
             "bs_grp": cg * fy * fx * kg,
-            "m": n * h * w,
-            "kred": fy * fx * kg,
+            "m": n * rh * rw,
+            "kred": kred,
         }
     return {
         **common,
         **{"ih": h, "iw": w, "icg": cg},
         **{"is_n": xs[0], "is_h": xs[2], "is_w": xs[3], "is_c": xs[1]},
-        **{"oh": ho, "ow": wo, "ocg": kg},
+        **{"oh": ho, "ow": wo, "ocg": kg, "rh": ho, "rw": wo, "phases": 1},
+        "mo": n * ho * wo,
         **{"os_n": ys[0], "os_h": ys[2], "os_w": ys[3], "os_c": ys[1]},
         **{"bs_col": ws[0], "bs_y": ws[2], "bs_x": ws[3], "bs_c": ws[1]},
         "bs_grp": kg * ws[0],
         "m": n * ho * wo,
         "kred": fy * fx * cg,
     }
+
+
+def is_phased(p: ConvProblem) -> bool:
+    """Backward data with a stride above 1 and no dilation runs as one dense GEMM per stride
+    phase (``sh * sw`` of them, grid z); dilated strided problems skip taps instead (slower)."""
+    return (
+        p.direction is Direction.BACKWARD_DATA
+        and max(p.conv.strides) > 1
+        and max(p.conv.dilations) == 1
+    )
 
 
 def vector_width(p: ConvProblem) -> int:
@@ -213,7 +231,7 @@ def _ktiles(p: ConvProblem, bk: int) -> int:
 
 def _blocks(p: ConvProblem, bm: int, bn: int) -> int:
     s = gemm_params(p)
-    return -(-s["m"] // bm) * s["groups"] * -(-s["ocg"] // bn)
+    return -(-s["m"] // bm) * s["groups"] * -(-s["ocg"] // bn) * s["phases"]
 
 
 def _wt_bytes(p: ConvProblem) -> int:
@@ -225,7 +243,7 @@ def _wt_bytes(p: ConvProblem) -> int:
 
 def _split_bytes(p: ConvProblem, split: int) -> int:
     s = gemm_params(p)
-    return 0 if split == 1 else split * s["m"] * s["groups"] * s["ocg"] * 4
+    return 0 if split == 1 else split * s["mo"] * s["groups"] * s["ocg"] * 4
 
 
 def _pow2_at_least(v: int) -> int:
@@ -324,14 +342,36 @@ class _GpuIgemmBase(TunableSolver):
         return out
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
-        """A wave model: each tile's estimated time is its waves (blocks over SMs x blocks per
-        SM) times its work over its relative efficiency (bigger warp tiles reuse fragments
-        more); bk 32 with 4 stages. Split-K where even the smallest tiles fill less than half
-        the device and the reduction is long."""
+        """The rule fitted on ResNet-50 (H200, fp16, batch 32, forward and backward data, 10
+        configs per layer; see docs/performance.md): 128-row tiles, 128 columns (64 where the
+        group has at most 64), bk 64 for reductions of 4 tiles or more (else 32), 3 stages
+        (two blocks share an SM); split-K doubling while the tiles give fewer blocks than
+        SMs. Where that config does not fit (scalar loads: tiles up to 64 x 64), a wave model
+        picks among the space."""
         p = problem
         space = self.perf_config_space(ctx, p)
         if not space:
             return PerfConfig(bm=64, bn=32, bk=_BK.get(p.dtype, (32,))[0], stages=3, split=1)
+        s = gemm_params(p)
+        sms = max(1, ctx.device.compute_units)
+        bk_small, bk_big = _BK[p.dtype]
+        bn = 64 if s["ocg"] <= 64 else 128
+        bk = bk_big if s["kred"] >= 4 * bk_big else bk_small
+        blocks = _blocks(p, 128, bn)
+        split = 1
+        while blocks * split < sms and split < 8 and _ktiles(p, bk) >= 4 * split:
+            split *= 2
+        for want in range(split.bit_length() - 1, -1, -1):
+            cfg = PerfConfig(bm=128, bn=bn, bk=bk, stages=3, split=1 << want)
+            if cfg in space:
+                return cfg
+        return self._wave_model_default(ctx, p, space)
+
+    def _wave_model_default(
+        self, ctx: ExecutionContext, p: ConvProblem, space: list[PerfConfig]
+    ) -> PerfConfig:
+        """Each tile's estimated time: its waves (blocks over SMs x blocks per SM) times its
+        work over its relative efficiency (bigger warp tiles reuse fragments more)."""
         sms = max(1, ctx.device.compute_units)
         efficiency = {
             (256, 128): 1.0,
@@ -382,12 +422,13 @@ class _GpuIgemmBase(TunableSolver):
         return _wt_bytes(problem) + _split_bytes(problem, cfg["split"])
 
     def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
-        """Roofline of the GEMM this kernel runs: backward data with strides multiplies every
-        tap (sh x sw times the useful flops); the tensor-core rate scaled by the measured
-        efficiency of the 16-byte path, far lower for scalar loads and without mma.sync."""
+        """Roofline of the GEMM this kernel runs (dilated strided backward data multiplies
+        every tap, sh x sw times the useful flops; undilated runs per stride phase) at the
+        tensor-core rate scaled by the measured efficiency of the 16-byte path; far lower for
+        scalar loads and without mma.sync."""
         p = problem
         flops = float(p.flops)
-        if p.direction is Direction.BACKWARD_DATA:
+        if p.direction is Direction.BACKWARD_DATA and not is_phased(p):
             flops *= p.conv.strides[0] * p.conv.strides[1]
         if ctx.backend != "cuda":
             eff = _NO_MMA_EFFICIENCY
@@ -437,7 +478,7 @@ class _GpuIgemmBase(TunableSolver):
             f"-DMIO_MIN_BLOCKS={min_blocks(bm, bn)}",
         )
         sms = max(1, ctx.device.compute_units)
-        grid = (-(-s["m"] // bm), s["groups"] * -(-s["ocg"] // bn), split)
+        grid = (-(-s["m"] // bm), s["groups"] * -(-s["ocg"] // bn), split * s["phases"])
         kernels = []
         wt_total = int(np.prod(p.w.lengths))
         if bwd:
@@ -459,7 +500,7 @@ class _GpuIgemmBase(TunableSolver):
                 block=(THREADS,),
             )
         )
-        total = s["m"] * s["groups"] * s["ocg"]
+        total = s["mo"] * s["groups"] * s["ocg"]
         if split > 1:
             kernels.append(
                 KernelInfo(

@@ -8,6 +8,10 @@
 //                  oh = (ih + ph - fy * dh) / sh, only where divisible and in range
 //                  B = w transposed to [g][c][fy][fx][k] in the workspace (igemm_mma_wtrans),
 //                  so that the reduction channel is innermost in both operands.
+//                  Strided, undilated (p.phases = sh * sw > 1): grid z also runs over the
+//                  stride phases (ih % sh, iw % sw); a phase's rows are ih = ph_h + sh * i and
+//                  only its taps fy = fy0 + sh * t (fy0 = (ph_h + ph) % sh) contribute, with
+//                  oh = base_h + i - t: a dense GEMM with no skipped taps.
 // The reduction channel is innermost in r: a run of MIO_VEC channels is contiguous in memory
 // for channels-last tensors, so A and B tiles are staged with 16-byte cp.async.
 //
@@ -74,6 +78,9 @@ struct MioIgemmParams {
   mio_index ih, iw, icg;                  // gathered tensor A: spatial, reduction channels/group
   mio_index is_n, is_h, is_w, is_c;       // its element strides
   mio_index oh, ow, ocg;                  // output: spatial of the rows, columns per group
+  mio_index rh, rw;                       // row grid (oh, ow; per stride phase: ceil(H / sh))
+  mio_index phases;                       // backward data: sh * sw stride phases, else 1
+  mio_index mo;                           // output rows N * oh * ow (split-K partials)
   mio_index os_n, os_h, os_w, os_c;       // its element strides
   mio_index bs_col, bs_y, bs_x, bs_c;     // B operand: [col][fy][fx][channel] strides
   mio_index bs_grp;                       // B offset of one group
@@ -105,29 +112,70 @@ MIO_DEVICE void mio_ldsm_x4(unsigned int* r, const void* p) {
 }
 #endif
 
+// The stride phase of this block (backward data, p.phases > 1): row origins, the first tap
+// and the tap counts of the phase. Without phases: the identity (every tap, rows as they are).
+struct MioPhase {
+  int row_mul_h, row_mul_w;  // output spatial index = row index * mul + add
+  int row_add_h, row_add_w;
+  int org_h, org_w;          // added to a row index to get its gather origin (backward data)
+  int fy0, fx0, fy_step, fx_step, nty, ntx;
+};
+
+MIO_DEVICE MioPhase mio_phase(const MioIgemmParams& p, int phase) {
+  MioPhase q;
+  const int sh = (int)p.sh, sw = (int)p.sw;
+  if (p.phases > 1) {
+    const int ph_h = phase / sw, ph_w = phase % sw;
+    q.row_mul_h = sh;
+    q.row_mul_w = sw;
+    q.row_add_h = ph_h;
+    q.row_add_w = ph_w;
+    q.fy0 = (ph_h + (int)p.ph) % sh;
+    q.fx0 = (ph_w + (int)p.pw) % sw;
+    q.org_h = (ph_h + (int)p.ph - q.fy0) / sh;
+    q.org_w = (ph_w + (int)p.pw - q.fx0) / sw;
+    q.fy_step = sh;
+    q.fx_step = sw;
+    q.nty = (int)p.fy > q.fy0 ? ((int)p.fy - q.fy0 + sh - 1) / sh : 0;
+    q.ntx = (int)p.fx > q.fx0 ? ((int)p.fx - q.fx0 + sw - 1) / sw : 0;
+  } else {
+    q.row_mul_h = q.row_mul_w = 1;
+    q.row_add_h = q.row_add_w = 0;
+    q.org_h = (int)p.ph;
+    q.org_w = (int)p.pw;
+    q.fy0 = q.fx0 = 0;
+    q.fy_step = q.fx_step = 1;
+    q.nty = (int)p.fy;
+    q.ntx = (int)p.fx;
+  }
+  return q;
+}
+
 // Decode GEMM row m into (image offset, row origin, column origin): forward, the first input
-// pixel of the window; backward data, ih + ph (the tap subtracts fy * dh). Rows past M get a
-// large negative origin so that every tap reads as padding.
-MIO_DEVICE void mio_row(const MioIgemmParams& p, mio_index m, mio_index* base, int* h0,
-                        int* w0) {
-  if (m >= p.m) {
+// pixel of the window; backward data, ih + ph (the tap subtracts fy * dh), or per stride
+// phase the origin of oh. Rows past M (or past the output in a phase) get a large negative
+// origin so that every tap reads as padding.
+MIO_DEVICE void mio_row(const MioIgemmParams& p, const MioPhase& q, mio_index m,
+                        mio_index* base, int* h0, int* w0) {
+  const mio_index hw = p.rh * p.rw;
+  const mio_index img = m / hw;
+  const mio_index rem = m - img * hw;
+  const int r = (int)(rem / p.rw);
+  const int c = (int)(rem - (mio_index)r * p.rw);
+  if (m >= p.m || r * q.row_mul_h + q.row_add_h >= (int)p.oh ||
+      c * q.row_mul_w + q.row_add_w >= (int)p.ow) {
     *base = 0;
     *h0 = -(1 << 29);
     *w0 = -(1 << 29);
     return;
   }
-  const mio_index hw = p.oh * p.ow;
-  const mio_index img = m / hw;
-  const mio_index rem = m - img * hw;
-  const mio_index r = rem / p.ow;
-  const mio_index q = rem - r * p.ow;
   *base = img * p.is_n;
 #if MIO_BWD
-  *h0 = (int)(r + p.ph);
-  *w0 = (int)(q + p.pw);
+  *h0 = r + q.org_h;
+  *w0 = c + q.org_w;
 #else
-  *h0 = (int)(r * p.sh - p.ph);
-  *w0 = (int)(q * p.sw - p.pw);
+  *h0 = r * (int)p.sh - (int)p.ph;
+  *w0 = c * (int)p.sw - (int)p.pw;
 #endif
 }
 
@@ -167,8 +215,11 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MIN_BLOCKS)
   const mio_index grp = blockIdx.y / ntiles;
   const mio_index n0 = (blockIdx.y % ntiles) * MIO_BN;
   const mio_index m0 = (mio_index)blockIdx.x * MIO_BM;
-  const mio_index ktiles = (p.kred + MIO_BK - 1) / MIO_BK;
-  const mio_index t_begin = (mio_index)blockIdx.z * p.tiles_per_split;
+  const int zsplit = (int)(blockIdx.z / p.phases);
+  const MioPhase q = mio_phase(p, (int)(blockIdx.z % p.phases));
+  const mio_index kred = (mio_index)q.nty * q.ntx * p.icg;  // this phase's reduction
+  const mio_index ktiles = (kred + MIO_BK - 1) / MIO_BK;
+  const mio_index t_begin = (mio_index)zsplit * p.tiles_per_split;
   mio_index t_end = t_begin + p.tiles_per_split;
   if (t_end > ktiles) t_end = ktiles;
   const int ntile = t_begin < t_end ? (int)(t_end - t_begin) : 0;
@@ -178,14 +229,17 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MIN_BLOCKS)
   const mio_t* ag = a + grp * p.icg * p.is_c;
   const mio_t* bg = b + grp * p.bs_grp;
   const int ih_n = (int)p.ih, iw_n = (int)p.iw;
-  const int sh = (int)p.sh, sw = (int)p.sw, dh = (int)p.dh, dw = (int)p.dw;
+  // per stride phase the gather is that of a unit-stride, undilated convolution
+  const bool phased = p.phases > 1;
+  const int sh = phased ? 1 : (int)p.sh, sw = phased ? 1 : (int)p.sw;
+  const int dh = phased ? 1 : (int)p.dh, dw = phased ? 1 : (int)p.dw;
 
   // Rows this thread gathers, decoded once (no divisions in the main loop).
   mio_index a_base[MIO_A_ITERS];
   int a_h[MIO_A_ITERS], a_w[MIO_A_ITERS];
 #pragma unroll
   for (int i = 0; i < MIO_A_ITERS; ++i) {
-    mio_row(p, m0 + row0 + i * MIO_RPI, &a_base[i], &a_h[i], &a_w[i]);
+    mio_row(p, q, m0 + row0 + i * MIO_RPI, &a_base[i], &a_h[i], &a_w[i]);
   }
   // B rows (output columns) this thread loads: offsets, or -1 past the group's columns.
   mio_index b_off[MIO_B_ITERS];
@@ -202,10 +256,13 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MIN_BLOCKS)
     const mio_index kr = t_begin * MIO_BK + col;
     const mio_index tap = kr / p.icg;
     rc = (int)(kr - tap * p.icg);
-    ry = (int)(tap / p.fx);
-    rx = (int)(tap - (mio_index)ry * p.fx);
+    ry = q.ntx > 0 ? (int)(tap / q.ntx) : 0;
+    rx = (int)(tap - (mio_index)ry * q.ntx);
   }
-  const int icg = (int)p.icg, fxn = (int)p.fx, fyn = (int)p.fy;
+  const int icg = (int)p.icg, fxn = q.ntx, fyn = q.nty;
+  // B offset of tap (ry, rx): filter row fy0 + ry * fy_step, column fx0 + rx * fx_step
+  const mio_index b_tap0 = q.fy0 * p.bs_y + q.fx0 * p.bs_x;
+  const mio_index b_ty = q.fy_step * p.bs_y, b_tx = q.fx_step * p.bs_x;
 
   float acc[MIO_MI][MIO_NI][4];
 #pragma unroll
@@ -213,13 +270,13 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MIN_BLOCKS)
 #pragma unroll
     for (int j = 0; j < MIO_NI; ++j)
 #pragma unroll
-      for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
   // Stage the next reduction tile into buffer s, then advance (rc, rx, ry) by MIO_BK.
   auto load_tile = [&](int s) {
     const bool kvalid = ry < fyn;
     const mio_index aoff = (mio_index)rc * p.is_c;
-    const mio_index boff = ry * p.bs_y + rx * p.bs_x + (mio_index)rc * p.bs_c;
+    const mio_index boff = b_tap0 + ry * b_ty + rx * b_tx + (mio_index)rc * p.bs_c;
     mio_t* as = As + s * MIO_BM * MIO_SK;
     mio_t* bs = Bs + s * MIO_BN * MIO_SK;
 #pragma unroll
@@ -358,7 +415,7 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MIN_BLOCKS)
   mio_cp_async_wait(0);
 
   // Epilogue: the output (one split) or fp32 partials (split-K, [split][m][groups * ocg]).
-  const mio_index hw = p.oh * p.ow;
+  const mio_index hw = p.rh * p.rw;
   const mio_index ncols = p.groups * p.ocg;
 #pragma unroll
   for (int i = 0; i < MIO_MI; ++i) {
@@ -368,10 +425,12 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MIN_BLOCKS)
       if (m >= p.m) continue;
       const mio_index img = m / hw;
       const mio_index rem = m - img * hw;
-      const mio_index r = rem / p.ow;
-      const mio_index q = rem - r * p.ow;
-      mio_t* orow = o + img * p.os_n + r * p.os_h + q * p.os_w + grp * p.ocg * p.os_c;
-      float* prow = part + ((mio_index)blockIdx.z * p.m + m) * ncols + grp * p.ocg;
+      const mio_index r = (rem / p.rw) * q.row_mul_h + q.row_add_h;
+      const mio_index c = (rem % p.rw) * q.row_mul_w + q.row_add_w;
+      if (r >= p.oh || c >= p.ow) continue;  // a stride phase's rows past the output
+      mio_t* orow = o + img * p.os_n + r * p.os_h + c * p.os_w + grp * p.ocg * p.os_c;
+      const mio_index mrow = (img * p.oh + r) * p.ow + c;
+      float* prow = part + ((mio_index)zsplit * p.mo + mrow) * ncols + grp * p.ocg;
 #pragma unroll
       for (int j = 0; j < MIO_NI; ++j) {
         const mio_index kc = n0 + wn * MIO_WTN + j * 8 + 2 * tig;
@@ -403,7 +462,7 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MIN_BLOCKS)
 MIO_KERNEL void igemm_mma_reduce(const float* __restrict__ part, mio_t* __restrict__ o,
                                  MioIgemmParams p) {
   const mio_index ncols = p.groups * p.ocg;
-  const mio_index total = p.m * ncols;
+  const mio_index total = p.mo * ncols;
   const mio_index hw = p.oh * p.ow;
   MIO_GRID_LOOP(i, total) {
     float s = 0.0f;
