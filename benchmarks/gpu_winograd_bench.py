@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -27,9 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from common import config_runner, geomean
-from gpu_vs_cudnn import torch_call
-from shapes import RESNET50, VGG16, problem
+from shapes import RESNET50, VGG16
 
 import miocore
 
@@ -51,6 +50,55 @@ def device_ms(fn: Any, warmup: int, runs: int) -> float:
         e.record()
     torch.cuda.synchronize()
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
+
+
+def geomean(values: list[float]) -> float:
+    """Geometric mean of the positive finite values (NaN for none)."""
+    values = [v for v in values if v > 0 and math.isfinite(v)]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def problem(layer: Any, batch: int, direction: str, dtype: str) -> miocore.ConvProblem:
+    """The NHWC miocore problem of one 2-D layer."""
+    return miocore.ConvProblem.from_sizes(
+        direction,
+        n=batch,
+        c=layer.c,
+        k=layer.k,
+        in_spatial=(layer.hw, layer.hw),
+        filter_spatial=(layer.f, layer.f),
+        pads=(layer.pad, layer.pad),
+        strides=(layer.stride, layer.stride),
+        dtype=dtype,
+        layout="NHWC",
+    )
+
+
+def torch_call(direction: str, layer: Any, x: Any, w: Any, y: Any) -> Any:
+    """cuDNN through PyTorch for one direction (backward: one gradient of
+    ``aten.convolution_backward``)."""
+    stride, pad = [layer.stride] * 2, [layer.pad] * 2
+    if direction == "forward":
+        return lambda: torch.nn.functional.conv2d(x, w, stride=stride, padding=pad)
+    mask = [direction == "backward_data", direction == "backward_weights", False]
+    aten = torch.ops.aten.convolution_backward
+    return lambda: aten(y, x, w, None, stride, pad, [1, 1], False, [0, 0], 1, mask)
+
+
+def runner(handle: miocore.Handle, name: str, p: miocore.ConvProblem, x: Any, w: Any, y: Any):
+    """A zero-argument callable running solver ``name`` on the torch tensors (compiled and
+    invoked directly, outside the handle's find caches)."""
+    impl = handle.registry.get(name).solver
+    canon = p.canonical
+    sol = impl.get_solution(handle.context, canon)
+    invoker = sol.invoker_factory(handle.backend.compile(sol.kernels))
+    workspace = handle.backend.allocate_workspace(sol.workspace_size)
+    views = {
+        key: handle.backend.check_array(getattr(p, key), t, key)
+        for key, t in (("x", x), ("w", w), ("y", y))
+    }
+    params = miocore.InvokeParams(problem=canon, workspace=workspace, **views)
+    return lambda: invoker(handle, params)
 
 
 def layers(selected: list[str]) -> list[tuple[str, Any, int]]:
@@ -102,7 +150,7 @@ def main() -> None:
     for dtype in args.dtypes:
         for direction in args.directions:
             for _, lay, batch in layers(args.layers):
-                p = problem(lay, batch, direction, dtype, "NHWC").canonical
+                p = problem(lay, batch, direction, dtype).canonical
                 for name in SOLVERS:
                     impl = handle.registry.get(name).solver
                     kernels.update(impl.get_solution(handle.context, p).kernels)
@@ -117,7 +165,7 @@ def main() -> None:
                 if time.time() - started > args.budget_s:
                     print("time budget spent; stopping", flush=True)
                     break
-                p = problem(lay, batch, direction, dtype, "NHWC")
+                p = problem(lay, batch, direction, dtype)
                 x = torch.randn(p.x.lengths, device="cuda", dtype=tdtype).to(memory_format=cl)
                 w = (torch.randn(p.w.lengths, device="cuda", dtype=tdtype) * 0.05).to(
                     memory_format=cl
@@ -131,7 +179,7 @@ def main() -> None:
                     "direction": direction,
                     "gflop": p.flops / 1e9,
                 }
-                ref_fn = torch_call(torch, direction, x, w, y, lay.stride, lay.pad)
+                ref_fn = torch_call(direction, lay, x, w, y)
                 row["cudnn_ms"] = device_ms(ref_fn, args.warmup, args.runs)
                 ref = ref_fn()
                 if direction == "backward_data":
@@ -144,7 +192,7 @@ def main() -> None:
                 for name in SOLVERS:
                     short = name.split("_")[-1]
                     try:
-                        run = config_runner(handle, name, p, None, x, w, y)
+                        run = runner(handle, name, p, x, w, y)
                         out.fill_(float("nan"))
                         run()
                         torch.cuda.synchronize()
