@@ -54,11 +54,12 @@ def device_ms(fn: Any, warmup: int, runs: int) -> float:
 
 
 def _picks(solver: Any, ctx: Any, canon: Any, count: int) -> list[Any]:
-    """The default, then the space (split-K only at the default's split), biggest tiles and
-    deepest pipelines first."""
+    """The default, then the space (split-K only at the default's split), 128-row tiles at 3
+    stages first."""
     default = solver.default_perf_config(ctx, canon)
     space = [c for c in solver.perf_config_space(ctx, canon) if c["split"] in (1, default["split"])]
-    space.sort(key=lambda c: (-c["bm"] * c["bn"], -c["stages"], c["bk"], c["split"]))
+    # the first device sweep: 128-row tiles at 3 stages won most layers, 256 x 128 none
+    space.sort(key=lambda c: (c["bm"] != 128, c["stages"] != 3, -c["bn"], c["bk"], c["split"]))
     return list(dict.fromkeys([default, *space]))[: count + 1]
 
 

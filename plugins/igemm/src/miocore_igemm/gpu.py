@@ -344,8 +344,8 @@ class _GpuIgemmBase(TunableSolver):
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
         """The rule fitted on ResNet-50 (H200, fp16, batch 32, forward and backward data, 10
         configs per layer; see docs/performance.md): 128-row tiles, 128 columns (64 where the
-        group has at most 64), bk 64 for reductions of 4 tiles or more (else 32), 3 stages
-        (two blocks share an SM); split-K doubling while the tiles give fewer blocks than
+        group has at most 64), bk 32 and 3 stages (two blocks share an SM, no spills; within
+        3% of each layer's best of 10 on average); split-K doubling while the tiles give fewer blocks than
         SMs. Where that config does not fit (scalar loads: tiles up to 64 x 64), a wave model
         picks among the space."""
         p = problem
@@ -354,9 +354,8 @@ class _GpuIgemmBase(TunableSolver):
             return PerfConfig(bm=64, bn=32, bk=_BK.get(p.dtype, (32,))[0], stages=3, split=1)
         s = gemm_params(p)
         sms = max(1, ctx.device.compute_units)
-        bk_small, bk_big = _BK[p.dtype]
         bn = 64 if s["ocg"] <= 64 else 128
-        bk = bk_big if s["kred"] >= 4 * bk_big else bk_small
+        bk = _BK[p.dtype][0]  # bk 64 spills at two blocks per SM (128 registers)
         blocks = _blocks(p, 128, bn)
         split = 1
         while blocks * split < sms and split < 8 and _ktiles(p, bk) >= 4 * split:
