@@ -346,8 +346,8 @@ class _GpuIgemmBase(TunableSolver):
         configs per layer; see docs/performance.md): 128-row tiles, 128 columns (64 where the
         group has at most 64), bk 32 and 3 stages (two blocks share an SM, no spills; within
         3% of each layer's best of 10 on average); split-K doubling while the tiles give
-        fewer blocks than SMs. Where that config does not fit (scalar loads: tiles up to 64 x 64), a wave model
-        picks among the space."""
+        fewer blocks than SMs. Where that config does not fit (scalar loads: tiles up to
+        64 x 64), a wave model picks among the space."""
         p = problem
         space = self.perf_config_space(ctx, p)
         if not space:
