@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument(
         "--directions", nargs="+", default=["forward", "backward_data", "backward_weights"]
     )
-    parser.add_argument("--configs", type=int, default=2, help="neighbours of the default tried")
+    parser.add_argument("--configs", type=int, default=3, help="neighbours of the default tried")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None)
@@ -105,6 +105,15 @@ def main() -> None:
                     picks = [default]
                     for key in ("pix", "py", "tw", "vec", "ct", "by"):  # one per key
                         alt = [c for c in near if key in c and c[key] != default[key]]
+                        if key == "vec":  # another vector width, whatever its ct
+                            alt = [
+                                c
+                                for c in space
+                                if c["vec"] != default["vec"]
+                                and all(
+                                    c[k] == default[k] for k in default if k not in ("vec", "ct")
+                                )
+                            ]
                         if alt and len(picks) <= args.configs:
                             picks.append(alt[0])
                     for cfg in picks:

@@ -26,7 +26,7 @@ from miocore.testing import TOLERANCES
 pytestmark = pytest.mark.gpu
 
 SOLVER = "direct.gpu_depthwise"
-_TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+_TORCH = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _CHANNELS_LAST = {"NCHW": "NHWC", "NCDHW": "NDHWC"}
 
 
@@ -152,7 +152,7 @@ def _run(h: miocore.Handle, problem: miocore.ConvProblem, cfg, inputs, offset: i
         desc = getattr(problem, name)
         fill = np.full(desc.lengths, np.nan, np.float32) if name == out_name else values
         if offset:  # a torch view one element past an aligned allocation
-            tdtype = {4: torch.float32}.get(desc.dtype.itemsize, _TORCH[str(desc.dtype)])
+            tdtype = _TORCH[str(desc.dtype)]
             buf = torch.empty(desc.element_space + offset, dtype=tdtype, device="cuda")
             view = buf[offset:].as_strided(desc.lengths, desc.strides)
             view.copy_(torch.from_numpy(np.asarray(fill, np.float32)).to(tdtype))

@@ -6,8 +6,9 @@ stride, dilation and padding; fp32/fp16/bf16 with fp32 accumulation; every direc
 ``kernels/depthwise.cu`` holds the kernels (its header comment gives the index algebra):
 
 - channels innermost (NHWC / NDHWC): ``dw_nhwc``, threads over channel vectors (``vec``
-  channels in one 4/8/16-byte access), each thread ``pix`` consecutive output columns that
-  share their input columns, the filter in registers; ``ct`` channel vectors per block.
+  channels in one 4/8/16-byte access), each thread ``py`` x ``pix`` consecutive output rows x
+  columns whose input rows and columns are loaded once, the filter in registers; ``ct``
+  channel vectors per block.
 - channels outer (NCHW / NCDHW): ``dw_nchw``, one block per (image, channel, depth) plane tile
   of ``tw`` x ``by * py`` outputs with the input tile and its halo staged in shared memory.
 - backward data at stride 1 is a forward convolution of dy with the flipped filter; at a
@@ -232,10 +233,11 @@ class GpuDepthwiseSolver(TunableSolver):
             gather = _role(p)[5]
             for vec in _vecs(p):
                 for pix in (1,) if gather else (2, 1, 4):
-                    for ct in dict.fromkeys((_ct_for(written, vec), 8, 16, 32)):
-                        cfg = PerfConfig(vec=vec, pix=pix, ct=ct)
-                        if self._fits(p, cfg):
-                            out.append(cfg)
+                    for py in (1,) if gather else (4, 2, 1):
+                        for ct in dict.fromkeys((_ct_for(written, vec), 8, 16, 32)):
+                            cfg = PerfConfig(vec=vec, pix=pix, py=py, ct=ct)
+                            if self._fits(p, cfg):
+                                out.append(cfg)
         elif kind == "nchw":
             for tw in (32, 16, 8):
                 for by in (8, 4, 16, 2):
@@ -266,13 +268,14 @@ class GpuDepthwiseSolver(TunableSolver):
         if -(-written // (vec * ct)) > _GRID_YZ_LIMIT:
             return False
         if kind == "nhwc":
-            return cfg["pix"] == 1 or not _role(p)[5]
+            return (cfg["pix"] == 1 and cfg["py"] == 1) or not _role(p)[5]
         return -(-_taps(p) // _wrw_tc(p, vec)) <= _GRID_YZ_LIMIT
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
-        """nhwc: 16-byte vectors, 2 columns per thread at stride 1, all channels of a small
-        layer in one block row; nchw: tile width by the output width (32/16/8), 256 threads,
-        2 rows per thread on tall images; backward weights: 16-byte vectors."""
+        """nhwc: vectors of at most 4 channels (16-byte fp32, 8-byte fp16: the filter and
+        accumulators stay in registers), 4 rows x 2 columns per thread at stride 1, all channels
+        of a small layer in one block row; nchw: tile width by the output width (32/16/8), 256
+        threads, 4 rows per thread on tall planes; backward weights: vectors of at most 4."""
         p = problem
         space = self.perf_config_space(ctx, p)
         if not space:
@@ -283,15 +286,18 @@ class GpuDepthwiseSolver(TunableSolver):
             wo, ho = (s["in"] if p.direction is Direction.BACKWARD_DATA else s["out"])[1:]
             tw = 32 if wo >= 24 else 16 if wo >= 12 else 8
             by = min(256 // tw, _pow2_at_least(ho))
-            py = 2 if ho >= 4 * by else 1
+            py = 4 if ho >= 32 else 2 if ho >= 16 else 1
             want = PerfConfig(tw=tw, by=by, py=py)
         elif kind == "nhwc":
             written = p.x.lengths[1] if p.direction is Direction.BACKWARD_DATA else s["k"]
-            vec = _vecs(p)[0]
-            pix = 2 if s["s"][2] == 1 and not _role(p)[5] else 1
-            want = PerfConfig(vec=vec, pix=pix, ct=_ct_for(written, vec))
+            vec = next(v for v in _vecs(p) if v <= 4)  # 8-byte fp16 vectors: fewer registers
+            gather = _role(p)[5]
+            pix = 2 if s["s"][2] == 1 and not gather else 1
+            ho = s["out"][1]
+            py = 1 if gather else 4 if ho >= 12 else 2 if ho >= 4 else 1
+            want = PerfConfig(vec=vec, pix=pix, py=py, ct=_ct_for(written, vec))
         else:
-            vec = _vecs(p)[0] if channels_last(p.x) else 1
+            vec = next(v for v in _vecs(p) if v <= 4) if channels_last(p.x) else 1
             want = PerfConfig(vec=vec, ct=_ct_for(s["k"], vec) if channels_last(p.x) else 1)
         return want if want in space else space[0]
 
@@ -299,14 +305,18 @@ class GpuDepthwiseSolver(TunableSolver):
         self, ctx: ExecutionContext, problem: ConvProblem, config: PerfConfig
     ) -> bool:
         """A config with this kernel's keys, sane values, that fits the problem."""
-        keys = {"nhwc": ("vec", "pix", "ct"), "nchw": ("tw", "by", "py"), "wrw": ("vec", "ct")}
+        keys = {
+            "nhwc": ("vec", "pix", "py", "ct"),
+            "nchw": ("tw", "by", "py"),
+            "wrw": ("vec", "ct"),
+        }
         try:
             values = {k: int(config[k]) for k in keys[kernel_kind(problem)]}
         except (KeyError, TypeError, ValueError):
             return False
         if any(v < 1 or v > 256 for v in values.values()):
             return False
-        if values.get("pix", 1) > 8 or values.get("vec", 1) > 8 or values.get("py", 1) > 8:
+        if any(values.get(k, 1) > 8 for k in ("pix", "vec", "py")):
             return False
         return self._fits(problem, PerfConfig(**values))
 
@@ -394,18 +404,19 @@ class GpuDepthwiseSolver(TunableSolver):
             opts = (*base_opts, f"-DMIO_TW={tw}", f"-DMIO_BY={by}", f"-DMIO_PY={py}")
             kernels.append(_kernel("dw_nchw", opts, (planes, tiles), (tw, by)))
         elif kind == "nhwc":
-            vec, pix, ct = cfg["vec"], cfg["pix"], cfg["ct"]
+            vec, pix, py, ct = cfg["vec"], cfg["pix"], cfg["py"], cfg["ct"]
             pt = max(1, 256 // ct)
             bd, bh, bw = _dims3(tuple(b.lengths[2:]))
             groups_w = -(-bw // pix)
-            items = b.lengths[0] * bd * bh * groups_w
+            items = b.lengths[0] * bd * -(-bh // py) * groups_w
             fields.update(groups_w=groups_w, items=items)
             gy = -(-b.lengths[1] // (vec * ct))
-            target = 4 * max(1, ctx.device.compute_units)  # 4 blocks per CU: more items each
+            target = 8 * max(1, ctx.device.compute_units)
             gx = max(1, min(-(-items // pt), -(-target // gy), _INT32))
             for v in dict.fromkeys((vec, 1)):  # vec > 1: a scalar twin for unaligned buffers
                 wreg = int(r * taps * v <= MAX_WREG)
-                opts = (*base_opts, f"-DMIO_VEC={v}", f"-DMIO_PIX={pix}", f"-DMIO_WREG={wreg}")
+                opts = (*base_opts, f"-DMIO_VEC={v}", f"-DMIO_PIX={pix}", f"-DMIO_PY={py}")
+                opts = (*opts, f"-DMIO_WREG={wreg}")
                 ctv = ct if v == vec else min(256, ct * vec)
                 gyv = -(-b.lengths[1] // (v * ctv))
                 kernels.append(_kernel("dw_nhwc", opts, (gx, gyv), (ctv, max(1, 256 // ctv))))

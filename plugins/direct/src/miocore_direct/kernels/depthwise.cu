@@ -17,6 +17,8 @@
 //   MIO_PIX       dw_nhwc: consecutive output columns per thread (the input columns they share
 //                 are loaded once)
 //   MIO_WREG      dw_nhwc: the thread's filter taps live in registers (small filters)
+//   MIO_PY        dw_nhwc (not gather): consecutive output rows per thread, each input row
+//                 read once for all of them; dw_nchw: output rows per thread (BY apart)
 //   MIO_TW, MIO_BY, MIO_PY   dw_nchw: tile of TW columns x BY*PY rows, block TW x BY threads
 //   MIO_TC        dw_wrw: taps per block (blockIdx.z walks the chunks)
 //
@@ -94,6 +96,8 @@
 #define MIO_TAPS (MIO_FZ * MIO_FY * MIO_FX)
 // input columns the MIO_PIX outputs of one dw_nhwc thread read along W
 #define MIO_WIN ((MIO_PIX - 1) * MIO_SW + (MIO_FX - 1) * MIO_DW + 1)
+// dw_nhwc: output rows per thread (MIO_PY) and the input rows they read
+#define MIO_ROWS ((MIO_PY - 1) * MIO_SH + (MIO_FY - 1) * MIO_DH + 1)
 
 struct MioDwParams {
   MioTensor5 a;  // read: x (forward, backward weights) or dy (backward data)
@@ -238,19 +242,22 @@ MIO_KERNEL void dw_nhwc(const mio_t* __restrict__ a, const mio_t* __restrict__ w
 #endif
   for (mio_index it = (mio_index)blockIdx.x * pt + threadIdx.y; it < p.items;
        it += (mio_index)gridDim.x * pt) {
+    const unsigned int gh_n = ((unsigned int)bh + MIO_PY - 1) / MIO_PY;
     unsigned int r = (unsigned int)it;  // items < 2^31 (host check): 32-bit division
     const int gw = (int)(r % (unsigned int)p.groups_w);
     r /= (unsigned int)p.groups_w;
-    const int oh = (int)(r % (unsigned int)bh);
-    r /= (unsigned int)bh;
+    const int oh = (int)(r % gh_n) * MIO_PY;  // first of the MIO_PY rows
+    r /= gh_n;
     const int od = (int)(r % (unsigned int)bd);
     const mio_index n = r / (unsigned int)bd;
     const int ow0 = gw * MIO_PIX;
-    float acc[MIO_PIX][MIO_VEC];
+    float acc[MIO_PY][MIO_PIX][MIO_VEC];
 #pragma unroll
-    for (int q = 0; q < MIO_PIX; ++q)
+    for (int qy = 0; qy < MIO_PY; ++qy)
 #pragma unroll
-      for (int e = 0; e < MIO_VEC; ++e) acc[q][e] = 0.0f;
+      for (int q = 0; q < MIO_PIX; ++q)
+#pragma unroll
+        for (int e = 0; e < MIO_VEC; ++e) acc[qy][q][e] = 0.0f;
 #pragma unroll
     for (int j = 0; j < MIO_R; ++j) {
       const mio_index ci = (o0 * MIO_R + j) / MIO_M;
@@ -265,19 +272,15 @@ MIO_KERNEL void dw_nhwc(const mio_t* __restrict__ a, const mio_t* __restrict__ w
         const int id = od * MIO_SD - (int)p.pad_d + fz * MIO_DD;
 #endif
         if (id < 0 || id >= ad) continue;
+#if MIO_GATHER
 #pragma unroll
         for (int fy = 0; fy < MIO_FY; ++fy) {
-#if MIO_GATHER
           const int ty = oh + (int)p.pad_h - fy * MIO_DH;
           if (ty < 0 || ty % MIO_SH) continue;
           const int ih = ty / MIO_SH;
-#else
-          const int ih = oh * MIO_SH - (int)p.pad_h + fy * MIO_DH;
-#endif
           if (ih < 0 || ih >= ah) continue;
           const mio_t* row = an + id * p.a.stride[2] + ih * p.a.stride[3];
           const int f0 = (fz * MIO_FY + fy) * MIO_FX;
-#if MIO_GATHER
 #pragma unroll
           for (int fx = 0; fx < MIO_FX; ++fx) {
             const int tx = ow0 + (int)p.pad_w - fx * MIO_DW;
@@ -287,10 +290,17 @@ MIO_KERNEL void dw_nhwc(const mio_t* __restrict__ a, const mio_t* __restrict__ w
             float v[MIO_VEC];
             mio_loadv(row + iw * p.a.stride[4], v);
 #pragma unroll
-            for (int e = 0; e < MIO_VEC; ++e) acc[0][e] += v[e] * MIO_W(j, f0 + fx, e);
+            for (int e = 0; e < MIO_VEC; ++e) acc[0][0][e] += v[e] * MIO_W(j, f0 + fx, e);
           }
+        }
 #else
-          const int iw0 = ow0 * MIO_SW - (int)p.pad_w;
+        const int ih0 = oh * MIO_SH - (int)p.pad_h;
+        const int iw0 = ow0 * MIO_SW - (int)p.pad_w;
+#pragma unroll
+        for (int rr = 0; rr < MIO_ROWS; ++rr) {  // every input row once, for all MIO_PY rows
+          const int ih = ih0 + rr;
+          if (ih < 0 || ih >= ah) continue;
+          const mio_t* row = an + id * p.a.stride[2] + ih * p.a.stride[3];
 #pragma unroll
           for (int c = 0; c < MIO_WIN; ++c) {
             const int iw = iw0 + c;
@@ -302,23 +312,35 @@ MIO_KERNEL void dw_nhwc(const mio_t* __restrict__ a, const mio_t* __restrict__ w
               for (int e = 0; e < MIO_VEC; ++e) v[e] = 0.0f;
             }
 #pragma unroll
-            for (int q = 0; q < MIO_PIX; ++q) {
-              const int t = c - q * MIO_SW;  // compile-time after unrolling
-              if (t >= 0 && t % MIO_DW == 0 && t / MIO_DW < MIO_FX) {
+            for (int qy = 0; qy < MIO_PY; ++qy) {
+              const int ty = rr - qy * MIO_SH;  // compile-time after unrolling
+              if (ty < 0 || ty % MIO_DH || ty / MIO_DH >= MIO_FY) continue;
+              const int f0 = (fz * MIO_FY + ty / MIO_DH) * MIO_FX;
 #pragma unroll
-                for (int e = 0; e < MIO_VEC; ++e) acc[q][e] += v[e] * MIO_W(j, f0 + t / MIO_DW, e);
+              for (int q = 0; q < MIO_PIX; ++q) {
+                const int t = c - q * MIO_SW;
+                if (t >= 0 && t % MIO_DW == 0 && t / MIO_DW < MIO_FX) {
+#pragma unroll
+                  for (int e = 0; e < MIO_VEC; ++e)
+                    acc[qy][q][e] += v[e] * MIO_W(j, f0 + t / MIO_DW, e);
+                }
               }
             }
           }
-#endif
         }
+#endif
       }
     }
-    mio_t* out = b + n * p.b.stride[0] + o0 * p.b.stride[1] + od * p.b.stride[2] +
-                 oh * p.b.stride[3];
+    mio_t* out = b + n * p.b.stride[0] + o0 * p.b.stride[1] + od * p.b.stride[2];
 #pragma unroll
-    for (int q = 0; q < MIO_PIX; ++q) {
-      if (ow0 + q < bw) mio_storev(out + (ow0 + q) * p.b.stride[4], acc[q]);
+    for (int qy = 0; qy < MIO_PY; ++qy) {
+      if (oh + qy >= bh) continue;
+#pragma unroll
+      for (int q = 0; q < MIO_PIX; ++q) {
+        if (ow0 + q < bw) {
+          mio_storev(out + (oh + qy) * p.b.stride[3] + (ow0 + q) * p.b.stride[4], acc[qy][q]);
+        }
+      }
     }
   }
 #undef MIO_W
@@ -452,6 +474,7 @@ MIO_KERNEL void dw_wrw(const mio_t* __restrict__ a, mio_t* __restrict__ w,
     for (int e = 0; e < MIO_VEC; ++e) acc[t][e] = 0.0f;
   if (o0 < kout) {
     const mio_index ci = o0 / MIO_M;
+#pragma unroll 2
     for (mio_index it = (mio_index)blockIdx.x * pt + ty; it < p.items;
          it += (mio_index)p.split * pt) {
       unsigned int r = (unsigned int)it;  // items < 2^31 (host check): 32-bit division
