@@ -157,6 +157,13 @@ def _wrw_tc(p: ConvProblem, vec: int) -> int:
     return -(-taps // chunks)
 
 
+def _wrw_items(p: ConvProblem, cfg: PerfConfig) -> tuple[int, int]:
+    """(items, strips along W) of backward weights: dy strips of py rows x pix columns."""
+    bd, bh, bw = _dims3(tuple(p.y.lengths[2:]))
+    groups_w = -(-bw // cfg["pix"])
+    return p.y.lengths[0] * bd * -(-bh // cfg["py"]) * groups_w, groups_w
+
+
 def _extent(p: ConvProblem, tile: int, axis: int) -> int:
     """Rows (axis 1) or columns (axis 2) of the tile ``dw_nchw`` stages for ``tile`` outputs."""
     s = _geometry(p)
@@ -248,10 +255,14 @@ class GpuDepthwiseSolver(TunableSolver):
         else:
             cl = channels_last(p.x)
             for vec in _vecs(p) if cl else [1]:
-                for ct in dict.fromkeys((_ct_for(s["k"], vec), 8, 16, 32) if cl else (1,)):
-                    cfg = PerfConfig(vec=vec, ct=ct)
-                    if self._fits(p, cfg):
-                        out.append(cfg)
+                strips = _wrw_tc(p, vec) == _taps(p)  # strips need every tap in one block
+                cts = dict.fromkeys((_ct_for(s["k"], vec), 8, 16, 32) if cl else (1,))
+                for pix in (2, 1) if strips else (1,):
+                    for py in (4, 2, 1) if strips else (1,):
+                        for ct in cts:
+                            cfg = PerfConfig(vec=vec, ct=ct, py=py, pix=pix)
+                            if self._fits(p, cfg):
+                                out.append(cfg)
         return out
 
     def _fits(self, p: ConvProblem, cfg: PerfConfig) -> bool:
@@ -269,6 +280,8 @@ class GpuDepthwiseSolver(TunableSolver):
             return False
         if kind == "nhwc":
             return (cfg["pix"] == 1 and cfg["py"] == 1) or not _role(p)[5]
+        if (cfg["py"] > 1 or cfg["pix"] > 1) and _wrw_tc(p, vec) != _taps(p):
+            return False
         return -(-_taps(p) // _wrw_tc(p, vec)) <= _GRID_YZ_LIMIT
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
@@ -297,8 +310,13 @@ class GpuDepthwiseSolver(TunableSolver):
             py = 1 if gather else 4 if ho >= 12 else 2 if ho >= 4 else 1
             want = PerfConfig(vec=vec, pix=pix, py=py, ct=_ct_for(written, vec))
         else:
-            vec = next(v for v in _vecs(p) if v <= 4) if channels_last(p.x) else 1
-            want = PerfConfig(vec=vec, ct=_ct_for(s["k"], vec) if channels_last(p.x) else 1)
+            cl = channels_last(p.x)
+            vec = next(v for v in _vecs(p) if v <= 4) if cl else 1
+            ho = s["out"][1]
+            py = 4 if ho >= 12 else 2 if ho >= 4 else 1
+            pix = 2 if s["s"][2] == 1 else 1
+            ct = _ct_for(s["k"], vec) if cl else 1
+            want = PerfConfig(vec=vec, ct=ct, py=py, pix=pix)
         return want if want in space else space[0]
 
     def is_valid_perf_config(
@@ -308,7 +326,7 @@ class GpuDepthwiseSolver(TunableSolver):
         keys = {
             "nhwc": ("vec", "pix", "py", "ct"),
             "nchw": ("tw", "by", "py"),
-            "wrw": ("vec", "ct"),
+            "wrw": ("vec", "ct", "py", "pix"),
         }
         try:
             values = {k: int(config[k]) for k in keys[kernel_kind(problem)]}
@@ -327,7 +345,7 @@ class GpuDepthwiseSolver(TunableSolver):
         least 16 pixels per thread."""
         vec, ct = cfg["vec"], cfg["ct"]
         pt = 256 // ct
-        items = math.prod(p.y.lengths) // p.y.lengths[1]
+        items = _wrw_items(p, cfg)[0]
         base = -(-p.y.lengths[1] // (vec * ct)) * -(-_taps(p) // _wrw_tc(p, vec))
         wanted = -(-4 * max(1, ctx.device.compute_units) // base)
         return int(max(1, min(wanted, items // (16 * pt), 4096)))
@@ -423,13 +441,14 @@ class GpuDepthwiseSolver(TunableSolver):
         else:
             vec, ct = cfg["vec"], cfg["ct"]
             split = self._split(ctx, p, cfg)
-            bd, bh, bw = _dims3(tuple(b.lengths[2:]))
-            fields.update(items=b.lengths[0] * bd * bh * bw, split=split)
+            items, groups_w = _wrw_items(p, cfg)
+            fields.update(items=items, groups_w=groups_w, split=split)
             for v in dict.fromkeys((vec, 1)):
                 tc = _wrw_tc(p, v)
                 ctv = ct if v == vec else min(256, ct * vec)
                 gy = -(-b.lengths[1] // (v * ctv))
                 opts = (*base_opts, f"-DMIO_VEC={v}", f"-DMIO_TC={tc}")
+                opts = (*opts, f"-DMIO_PY={cfg['py']}", f"-DMIO_PIX={cfg['pix']}")
                 grid = (split, gy, -(-taps // tc))
                 kernels.append(_kernel("dw_wrw", opts, grid, (ctv, max(1, 256 // ctv))))
             if split > 1:

@@ -474,6 +474,69 @@ MIO_KERNEL void dw_wrw(const mio_t* __restrict__ a, mio_t* __restrict__ w,
     for (int e = 0; e < MIO_VEC; ++e) acc[t][e] = 0.0f;
   if (o0 < kout) {
     const mio_index ci = o0 / MIO_M;
+#if MIO_PY > 1 || MIO_PIX > 1
+    // Strips of MIO_PY rows x MIO_PIX columns of dy per item, every x row and column they
+    // reach read once (the host sets MIO_TC = MIO_TAPS: tap indices are compile-time).
+    const unsigned int gh_n = ((unsigned int)bh + MIO_PY - 1) / MIO_PY;
+    for (mio_index it = (mio_index)blockIdx.x * pt + ty; it < p.items;
+         it += (mio_index)p.split * pt) {
+      unsigned int r = (unsigned int)it;  // items < 2^31 (host check): 32-bit division
+      const int gw = (int)(r % (unsigned int)p.groups_w);
+      r /= (unsigned int)p.groups_w;
+      const int oh = (int)(r % gh_n) * MIO_PY;
+      r /= gh_n;
+      const int od = (int)(r % (unsigned int)bd);
+      const mio_index n = r / (unsigned int)bd;
+      const int ow0 = gw * MIO_PIX;
+      const mio_t* bp = b + n * p.b.stride[0] + o0 * p.b.stride[1] + od * p.b.stride[2];
+      float dy[MIO_PY][MIO_PIX][MIO_VEC];
+#pragma unroll
+      for (int qy = 0; qy < MIO_PY; ++qy) {
+#pragma unroll
+        for (int q = 0; q < MIO_PIX; ++q) {
+          if (oh + qy < bh && ow0 + q < bw) {
+            mio_loadv(bp + (oh + qy) * p.b.stride[3] + (ow0 + q) * p.b.stride[4], dy[qy][q]);
+          } else {
+#pragma unroll
+            for (int e = 0; e < MIO_VEC; ++e) dy[qy][q][e] = 0.0f;
+          }
+        }
+      }
+      const mio_t* an = a + n * p.a.stride[0] + ci * p.a.stride[1];
+      const int ih0 = oh * MIO_SH - (int)p.pad_h, iw0 = ow0 * MIO_SW - (int)p.pad_w;
+#pragma unroll
+      for (int fz = 0; fz < MIO_FZ; ++fz) {
+        const int id = od * MIO_SD - (int)p.pad_d + fz * MIO_DD;
+        if (id < 0 || id >= ad) continue;
+#pragma unroll
+        for (int rr = 0; rr < MIO_ROWS; ++rr) {
+          const int ih = ih0 + rr;
+          if (ih < 0 || ih >= ah) continue;
+          const mio_t* row = an + id * p.a.stride[2] + ih * p.a.stride[3];
+#pragma unroll
+          for (int c = 0; c < MIO_WIN; ++c) {
+            const int iw = iw0 + c;
+            if (iw < 0 || iw >= aw) continue;
+            float xv[MIO_VEC];
+            mio_loadv(row + iw * p.a.stride[4], xv);
+#pragma unroll
+            for (int qy = 0; qy < MIO_PY; ++qy) {
+              const int tyy = rr - qy * MIO_SH;  // compile-time after unrolling
+              if (tyy < 0 || tyy % MIO_DH || tyy / MIO_DH >= MIO_FY) continue;
+#pragma unroll
+              for (int q = 0; q < MIO_PIX; ++q) {
+                const int t = c - q * MIO_SW;
+                if (t < 0 || t % MIO_DW || t / MIO_DW >= MIO_FX) continue;
+                const int f = (fz * MIO_FY + tyy / MIO_DH) * MIO_FX + t / MIO_DW;
+#pragma unroll
+                for (int e = 0; e < MIO_VEC; ++e) acc[f][e] += dy[qy][q][e] * xv[e];
+              }
+            }
+          }
+        }
+      }
+    }
+#else
 #pragma unroll 2
     for (mio_index it = (mio_index)blockIdx.x * pt + ty; it < p.items;
          it += (mio_index)p.split * pt) {
@@ -505,6 +568,7 @@ MIO_KERNEL void dw_wrw(const mio_t* __restrict__ a, mio_t* __restrict__ w,
         for (int e = 0; e < MIO_VEC; ++e) acc[t][e] += dy[e] * xv[e];
       }
     }
+#endif
   }
   // Sum over the pixel lanes, MIO_CHUNK slots at a time, in lane order (deterministic).
   const mio_index wcount = kout * MIO_TAPS;
