@@ -48,6 +48,7 @@ WORKSPACE_BUDGET = 256 << 20
 #: A single image's row buffer beyond this is not worth it: other solvers serve the problem.
 MAX_IMAGE_ROWS_BYTES = 2 << 30
 _BLOCK = 256
+_GRID_Y = 65535
 _CHANNELS_LAST = {2: "NHWC", 3: "NDHWC"}
 
 
@@ -103,10 +104,22 @@ def _rows_buffer_bytes(p: ConvProblem) -> int:
     return -(-images_per_chunk(p) * row_bytes(p) // 256) * 256
 
 
+def _needs_accumulator(p: ConvProblem) -> bool:
+    """Half-type backward weights over several chunks sums them in a float32 dW; with one
+    chunk the BLAS rounds its fp32 result straight into dw."""
+    return (
+        p.direction is Direction.BACKWARD_WEIGHTS
+        and p.dtype is not DataType.FLOAT32
+        and images_per_chunk(p) < p.n
+    )
+
+
 def _accumulator_bytes(p: ConvProblem) -> int:
-    if p.direction is Direction.BACKWARD_WEIGHTS and p.dtype is not DataType.FLOAT32:
-        return p.w.element_count * 4
-    return 0
+    return p.w.element_count * 4 if _needs_accumulator(p) else 0
+
+
+def _blocks(items: int) -> int:
+    return max(1, -(-items // _BLOCK))
 
 
 def _three(values: tuple[int, ...], fill: int) -> list[int]:
@@ -172,7 +185,8 @@ class GpuChannelsLastGemmSolver(Solver):
     def workspace_size(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
     ) -> int:
-        """One chunk's rows, plus a float32 dW for half-type backward weights."""
+        """One chunk's rows, plus a float32 dW for half-type backward weights over several
+        chunks."""
         return _rows_buffer_bytes(problem) + _accumulator_bytes(problem)
 
     def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
@@ -250,19 +264,21 @@ class _Invoker:
             cast,
         )
         self.pointwise = is_pointwise(p)
-        g, cg, _, f, o = _dims(p)
+        g, cg, _, f, _ = _dims(p)
         nb = images_per_chunk(p)
         self.chunks = []
         for n0 in range(0, p.n, nb):
             count = min(nb, p.n - n0)
             args = KernelArgs([("ptr", 0), ("ptr", 0), ("bytes", pack_params(p, n0, count))])
-            row_units = count * o * g * f * cg * p.dtype.itemsize // unit
-            scalar_units = count * o * g * f * cg
-            in_total = count * math.prod(p.in_spatial) * p.c
+            # Two-dimensional grids: x covers one row's items, y the rows (see the kernels).
+            out_rows = count * math.prod(p.out_spatial[:-1])
+            in_rows = count * math.prod(p.in_spatial[:-1])
+            row_units = p.out_spatial[-1] * g * f * cg * p.dtype.itemsize // unit
+            scalar_units = p.out_spatial[-1] * g * f * cg
             grids = (
-                grid_for(row_units, _BLOCK, device),
-                grid_for(scalar_units, _BLOCK, device),
-                grid_for(in_total, _BLOCK, device),
+                (_blocks(row_units), min(out_rows, _GRID_Y)),
+                (_blocks(scalar_units), min(out_rows, _GRID_Y)),
+                (_blocks(p.in_spatial[-1] * p.c), min(in_rows, _GRID_Y)),
             )
             self.chunks.append((n0, count, args, grids))
         self.rows_bytes = _rows_buffer_bytes(p)
@@ -279,12 +295,12 @@ class _Invoker:
         else:
             self._backward_weights(ip.x.ptr, ip.w.ptr, ip.y.ptr, ws)
 
-    def _rows(self, x: int, ws: int, args: Any, grids: tuple[int, int, int]) -> None:
+    def _rows(self, x: int, ws: int, args: Any, grids: tuple) -> None:
         args.set_pointers(x, ws)
         if x % self.unit == 0:
-            self.im2col.launch(args, grid=(grids[0],))
+            self.im2col.launch(args, grid=grids[0])
         else:
-            self.im2col_scalar.launch(args, grid=(grids[1],))
+            self.im2col_scalar.launch(args, grid=grids[1])
 
     def _forward(self, x: int, w: int, y: int, ws: int) -> None:
         p = self.p
@@ -345,16 +361,16 @@ class _Invoker:
             )
             if not self.pointwise:
                 args.set_pointers(ws, dx)
-                self.col2im.launch(args, grid=(grids[2],))
+                self.col2im.launch(args, grid=grids[2])
 
     def _backward_weights(self, x: int, dw: int, dy: int, ws: int) -> None:
         p = self.p
         g, cg, kg, f, o = _dims(p)
         size = p.dtype.itemsize
         fc = f * cg
-        half = p.dtype is not DataType.FLOAT32
-        target = ws + self.rows_bytes if half else dw
-        c_dtype = DataType.FLOAT32 if half else p.dtype
+        accumulate = _needs_accumulator(p)
+        target = ws + self.rows_bytes if accumulate else dw
+        c_dtype = DataType.FLOAT32 if accumulate else p.dtype
         for index, (n0, count, args, grids) in enumerate(self.chunks):
             if self.pointwise:
                 rows = x + n0 * o * p.c * size
@@ -382,6 +398,6 @@ class _Invoker:
                 beta=0.0 if index == 0 else 1.0,
                 c_dtype=c_dtype,
             )
-        if half:
+        if accumulate:
             self.cast_args.set_pointers(target, dw)
             self.cast.launch(self.cast_args, grid=(self.cast_grid,))

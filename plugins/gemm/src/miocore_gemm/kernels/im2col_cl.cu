@@ -33,105 +33,117 @@ struct MioClParams {
   mio_index n0, nb;     // the chunk's first image and image count
 };
 
-// The index arithmetic dominates a copy this simple, and 64-bit division is several times
-// dearer than 32-bit: each kernel body is instantiated for both and picks 32-bit when every
-// index of the launch fits.
+// Integer division, not bytes, bounds these copies (a 32-bit division is some twenty
+// instructions, a 64-bit one several times more). So the grid is two-dimensional: y walks
+// the rows (n, d, h) and decodes them once per thread and row; x walks one row's (w, g, tap,
+// unit) or (w, c) items. Each body is instantiated for 32-bit and 64-bit indices and the
+// kernel picks 32-bit when every index of the launch fits.
 template <typename I>
 MIO_DEVICE void im2col_body(const mio_t* __restrict__ x, mio_unit* __restrict__ dst,
-                            const MioClParams& p, I total, I units) {
+                            const MioClParams& p, I units) {
   const I F = (I)(p.fil[0] * p.fil[1] * p.fil[2]);
-  const I O = (I)(p.out[0] * p.out[1] * p.out[2]);
-  const I G = (I)p.groups, W0 = (I)p.out[2], H0 = (I)p.out[1], FX = (I)p.fil[2], FY = (I)p.fil[1];
-  for (I i = (I)(blockIdx.x * blockDim.x + threadIdx.x); i < total; i += (I)(gridDim.x * blockDim.x)) {
-    const I u = i % units;
-    I r = i / units;
-    const I f = r % F;
-    r /= F;
-    const I g = r % G;
-    r /= G;
-    const I o = r % O;
-    const mio_index n = (mio_index)(r / O) + p.n0;
-    const I ow = o % W0, oh = (o / W0) % H0, od = o / (W0 * H0);
-    const I fx = f % FX, fy = (f / FX) % FY, fz = f / (FX * FY);
-    const mio_index id = (mio_index)od * p.stride[0] - p.pad[0] + (mio_index)fz * p.dil[0];
-    const mio_index ih = (mio_index)oh * p.stride[1] - p.pad[1] + (mio_index)fy * p.dil[1];
-    const mio_index iw = (mio_index)ow * p.stride[2] - p.pad[2] + (mio_index)fx * p.dil[2];
-    mio_unit v{};
-    if (id >= 0 && id < p.in[0] && ih >= 0 && ih < p.in[1] && iw >= 0 && iw < p.in[2]) {
-      const mio_t* src = x + n * p.xs[0] + id * p.xs[1] + ih * p.xs[2] + iw * p.xs[3] + g * p.cg;
-      v = reinterpret_cast<const mio_unit*>(src)[u];
+  const I G = (I)p.groups, FX = (I)p.fil[2], FY = (I)p.fil[1];
+  const I W0 = (I)p.out[2], H0 = (I)p.out[1], D0 = (I)p.out[0];
+  const I rows = (I)p.nb * D0 * H0;
+  const I row_items = W0 * G * F * units;
+  for (I row = (I)blockIdx.y; row < rows; row += (I)gridDim.y) {
+    const I oh = row % H0;
+    const I od = (row / H0) % D0;
+    const mio_index n = (mio_index)(row / (H0 * D0)) + p.n0;
+    mio_unit* out = dst + (mio_index)row * row_items;
+    for (I j = (I)(blockIdx.x * blockDim.x + threadIdx.x); j < row_items;
+         j += (I)(gridDim.x * blockDim.x)) {
+      const I u = j % units;
+      const I t = j / units;
+      const I f = t % F;
+      const I t2 = t / F;
+      const I g = t2 % G;
+      const I ow = t2 / G;
+      const I fx = f % FX, fy = (f / FX) % FY, fz = f / (FX * FY);
+      const mio_index id = (mio_index)od * p.stride[0] - p.pad[0] + (mio_index)fz * p.dil[0];
+      const mio_index ih = (mio_index)oh * p.stride[1] - p.pad[1] + (mio_index)fy * p.dil[1];
+      const mio_index iw = (mio_index)ow * p.stride[2] - p.pad[2] + (mio_index)fx * p.dil[2];
+      mio_unit v{};
+      if (id >= 0 && id < p.in[0] && ih >= 0 && ih < p.in[1] && iw >= 0 && iw < p.in[2]) {
+        const mio_t* src = x + n * p.xs[0] + id * p.xs[1] + ih * p.xs[2] + iw * p.xs[3] + g * p.cg;
+        v = reinterpret_cast<const mio_unit*>(src)[u];
+      }
+      out[j] = v;
     }
-    dst[i] = v;
   }
 }
 
+// Grid: x over one output row's items, y over the chunk's rows (nb * Do * Ho).
 MIO_KERNEL void im2col_cl(const mio_t* __restrict__ x, mio_t* __restrict__ col, MioClParams p) {
   const mio_index units = p.cg * (mio_index)sizeof(mio_t) / MIO_UNIT;  // per (row, g, tap)
   const mio_index total =
       p.nb * p.out[0] * p.out[1] * p.out[2] * p.groups * p.fil[0] * p.fil[1] * p.fil[2] * units;
   mio_unit* dst = reinterpret_cast<mio_unit*>(col);
-  if (total < ((mio_index)1 << 30)) {  // headroom for the grid-stride step
-    im2col_body<int>(x, dst, p, (int)total, (int)units);
+  if (total < ((mio_index)1 << 30)) {  // headroom for the grid-stride steps
+    im2col_body<int>(x, dst, p, (int)units);
   } else {
-    im2col_body<mio_index>(x, dst, p, total, units);
+    im2col_body<mio_index>(x, dst, p, units);
   }
 }
 
 template <typename I>
 MIO_DEVICE void col2im_body(const mio_t* __restrict__ col, mio_t* __restrict__ x,
-                            const MioClParams& p, I total) {
+                            const MioClParams& p) {
   const I F = (I)(p.fil[0] * p.fil[1] * p.fil[2]);
-  const I O = (I)(p.out[0] * p.out[1] * p.out[2]);
   const I C = (I)p.c, CG = (I)p.cg, G = (I)p.groups;
   const I IN0 = (I)p.in[0], IN1 = (I)p.in[1], IN2 = (I)p.in[2];
   const I OUT0 = (I)p.out[0], OUT1 = (I)p.out[1], OUT2 = (I)p.out[2];
-  for (I i = (I)(blockIdx.x * blockDim.x + threadIdx.x); i < total; i += (I)(gridDim.x * blockDim.x)) {
-    const I c = i % C;
-    I r = i / C;
-    const I iw = r % IN2;
-    r /= IN2;
-    const I ih = r % IN1;
-    r /= IN1;
-    const I id = r % IN0;
-    const I n = r / IN0;
-    const I g = c / CG, cc = c % CG;
-    const mio_t* base = col + ((mio_index)n * O * G + g) * F * CG + cc;
-    float acc = 0.0f;
-    for (I fz = 0; fz < (I)p.fil[0]; ++fz) {
-      const I tz = id + (I)p.pad[0] - fz * (I)p.dil[0];
-      if (tz < 0 || tz % (I)p.stride[0]) continue;
-      const I od = tz / (I)p.stride[0];
-      if (od >= OUT0) continue;
-      for (I fy = 0; fy < (I)p.fil[1]; ++fy) {
-        const I ty = ih + (I)p.pad[1] - fy * (I)p.dil[1];
-        if (ty < 0 || ty % (I)p.stride[1]) continue;
-        const I oh = ty / (I)p.stride[1];
-        if (oh >= OUT1) continue;
-        for (I fx = 0; fx < (I)p.fil[2]; ++fx) {
-          const I tx = iw + (I)p.pad[2] - fx * (I)p.dil[2];
-          if (tx < 0 || tx % (I)p.stride[2]) continue;
-          const I ow = tx / (I)p.stride[2];
-          if (ow >= OUT2) continue;
-          const I f = (fz * (I)p.fil[1] + fy) * (I)p.fil[2] + fx;
-          const I o = (od * OUT1 + oh) * OUT2 + ow;
-          acc += mio_load(base + ((mio_index)o * G * F + f) * CG);
+  const I S0 = (I)p.stride[0], S1 = (I)p.stride[1], S2 = (I)p.stride[2];
+  const I O = OUT0 * OUT1 * OUT2;
+  const I rows = (I)p.nb * IN0 * IN1;
+  const I row_items = IN2 * C;
+  for (I row = (I)blockIdx.y; row < rows; row += (I)gridDim.y) {
+    const I ih = row % IN1;
+    const I id = (row / IN1) % IN0;
+    const I n = row / (IN1 * IN0);
+    mio_t* out = x + ((mio_index)n + p.n0) * p.xs[0] + id * p.xs[1] + ih * p.xs[2];
+    for (I j = (I)(blockIdx.x * blockDim.x + threadIdx.x); j < row_items;
+         j += (I)(gridDim.x * blockDim.x)) {
+      const I iw = j / C;
+      const I c = j - iw * C;
+      const I g = c / CG, cc = c - g * CG;
+      const mio_t* base = col + ((mio_index)n * O * G + g) * F * CG + cc;
+      float acc = 0.0f;
+      for (I fz = 0; fz < (I)p.fil[0]; ++fz) {
+        const I tz = id + (I)p.pad[0] - fz * (I)p.dil[0];
+        if (tz < 0 || (S0 > 1 && tz % S0)) continue;
+        const I od = S0 > 1 ? tz / S0 : tz;
+        if (od >= OUT0) continue;
+        for (I fy = 0; fy < (I)p.fil[1]; ++fy) {
+          const I ty = ih + (I)p.pad[1] - fy * (I)p.dil[1];
+          if (ty < 0 || (S1 > 1 && ty % S1)) continue;
+          const I oh = S1 > 1 ? ty / S1 : ty;
+          if (oh >= OUT1) continue;
+          for (I fx = 0; fx < (I)p.fil[2]; ++fx) {
+            const I tx = iw + (I)p.pad[2] - fx * (I)p.dil[2];
+            if (tx < 0 || (S2 > 1 && tx % S2)) continue;
+            const I ow = S2 > 1 ? tx / S2 : tx;
+            if (ow >= OUT2) continue;
+            const I f = (fz * (I)p.fil[1] + fy) * (I)p.fil[2] + fx;
+            const I o = (od * OUT1 + oh) * OUT2 + ow;
+            acc += mio_load(base + ((mio_index)o * G * F + f) * CG);
+          }
         }
       }
+      mio_store(out + iw * p.xs[3] + c, acc);
     }
-    mio_store(x + ((mio_index)n + p.n0) * p.xs[0] + id * p.xs[1] + ih * p.xs[2] +
-                  iw * p.xs[3] + c,
-              acc);
   }
 }
 
+// Grid: x over one dx row's (w, c) items, y over the chunk's rows (nb * D * H).
 MIO_KERNEL void col2im_cl(const mio_t* __restrict__ col, mio_t* __restrict__ x, MioClParams p) {
   const mio_index total = p.nb * p.in[0] * p.in[1] * p.in[2] * p.c;
-  // 32-bit indices when the rows and the chunk's dx both fit (see im2col_cl).
+  // 32-bit indices when the rows and the chunk's dx both fit.
   const mio_index rows = p.nb * p.out[0] * p.out[1] * p.out[2] * p.groups * p.fil[0] *
                          p.fil[1] * p.fil[2] * p.cg;
   if (total < ((mio_index)1 << 30) && rows < ((mio_index)1 << 30)) {
-    col2im_body<int>(col, x, p, (int)total);
+    col2im_body<int>(col, x, p);
   } else {
-    col2im_body<mio_index>(col, x, p, total);
+    col2im_body<mio_index>(col, x, p);
   }
 }
