@@ -105,7 +105,7 @@ def main() -> None:
                     picks = [default]
                     for key in ("pix", "py", "tw", "vec", "ct", "by"):  # one per key
                         alt = [c for c in near if key in c and c[key] != default[key]]
-                        if key == "vec":  # another vector width, whatever its ct
+                        if key == "vec" and "vec" in default:  # another width, any ct
                             alt = [
                                 c
                                 for c in space

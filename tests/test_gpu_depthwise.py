@@ -201,7 +201,7 @@ def test_depthwise_configs(handle: miocore.Handle, direction: str, layout: str) 
 def test_backward_weights_is_deterministic(handle: miocore.Handle, layout: str) -> None:
     problem = miocore.ConvProblem.from_sizes(
         "backward_weights",
-        n=16,
+        n=64,  # enough dy strips for several splits in both layouts
         c=32,
         k=32,
         in_spatial=(56, 56),
