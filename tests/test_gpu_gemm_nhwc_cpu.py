@@ -148,6 +148,26 @@ class FakeBlas:
         )
 
 
+@attrs.define
+class FakeDriver:
+    """The driver primitive the invoker may call directly: memset."""
+
+    mem: Memory
+
+    def memset(self, dst: int, nbytes: int, stream: object) -> None:
+        self.mem.raw[dst : dst + nbytes] = 0
+
+
+@attrs.define
+class FakeBackend:
+    """What the invoker reads from its backend."""
+
+    blas: FakeBlas
+    device: object
+    driver: FakeDriver
+    stream_object: object = None
+
+
 def _ctx() -> miocore.ExecutionContext:
     return miocore.ExecutionContext(device=attrs.evolve(cpu_context().device, backend="cuda"))
 
@@ -176,9 +196,7 @@ def _run(problem: miocore.ConvProblem, misalign: int = 0, seed: int = 0) -> floa
         buf[:] = np.moveaxis(np.asarray(value, dtype), 1, -1).reshape(-1)
     sol = solver.get_solution(ctx, p)
     blas = FakeBlas(mem)
-    backend = attrs.make_class("B", {"blas": attrs.field(), "device": attrs.field()})(
-        blas, ctx.device
-    )
+    backend = FakeBackend(blas, ctx.device, FakeDriver(mem))
     compiled = [FakeKernel(k.kernel_name, mem, dtype, backend) for k in sol.kernels]
     invoker = sol.invoker_factory(compiled)
 
@@ -207,6 +225,7 @@ CASES = [
     (2, 8, 12, (7, 9), (3, 3), (1, 1), (1, 1), (1, 1), 1),
     (3, 6, 4, (8, 8), (1, 1), (0, 0), (1, 1), (1, 1), 2),
     (2, 8, 8, (9, 7), (1, 1), (0, 0), (2, 2), (1, 1), 1),
+    (2, 8, 12, (8, 6), (1, 1), (0, 0), (2, 3), (1, 1), 1),  # in = stride * out: no rows
     (2, 4, 6, (9, 8), (3, 2), (2, 0), (2, 1), (1, 2), 2),
     (2, 4, 4, (5, 6, 4), (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), 1),
 ]
@@ -240,6 +259,19 @@ def test_chunks_and_unaligned_input(monkeypatch: pytest.MonkeyPatch) -> None:
     for direction in ("forward", "backward_weights"):
         p = miocore.ConvProblem(direction, x=problem.x, w=problem.w, y=problem.y, conv=problem.conv)
         assert _run(p, misalign=4) <= TOLERANCES[p.dtype]
+
+
+def test_strided_pointwise_needs_no_rows() -> None:
+    down = miocore.ConvProblem.from_sizes(
+        "backward_data", n=2, c=8, k=12, in_spatial=(8, 6), filter_spatial=(1, 1),
+        strides=(2, 3), dtype="float16", layout="NHWC",
+    )  # fmt: skip
+    odd = miocore.ConvProblem.from_sizes(
+        "backward_data", n=2, c=8, k=12, in_spatial=(9, 7), filter_spatial=(1, 1),
+        strides=(2, 2), dtype="float16", layout="NHWC",
+    )  # fmt: skip
+    assert nhwc.is_strided_pointwise(down) and nhwc.row_bytes(down) == 0
+    assert not nhwc.is_strided_pointwise(odd) and nhwc.row_bytes(odd) > 0
 
 
 def test_param_struct_matches_the_kernel() -> None:

@@ -67,9 +67,28 @@ def is_pointwise(p: ConvProblem) -> bool:
     )
 
 
+def is_strided_pointwise(p: ConvProblem) -> bool:
+    """A 2-D 1x1 filter with stride > 1, no padding, one group, and the input exactly stride
+    times the output (ResNet's downsampling layers). Forward and backward data then need no
+    rows: output rows ``(n, oh)`` sit at a constant distance in x, so one strided-batched BLAS
+    call over ``N * Ho`` blocks of ``Wo`` rows reads x (writes dx) in place, with a leading
+    dimension of ``stride * C``."""
+    return (
+        p.spatial_dims == 2
+        and p.groups == 1
+        and p.direction is not Direction.BACKWARD_WEIGHTS
+        and all(s == 1 for s in p.filter_spatial)
+        and not any(p.conv.pads)
+        and any(s > 1 for s in p.conv.strides)
+        and all(
+            i == s * o for i, s, o in zip(p.in_spatial, p.conv.strides, p.out_spatial, strict=True)
+        )
+    )
+
+
 def row_bytes(p: ConvProblem) -> int:
     """Bytes of one image's rows (0 when no row buffer is needed)."""
-    if is_pointwise(p):
+    if is_pointwise(p) or is_strided_pointwise(p):
         return 0
     g, cg, _, f, o = _dims(p)
     return o * g * f * cg * p.dtype.itemsize
@@ -235,7 +254,7 @@ class GpuChannelsLastGemmSolver(Solver):
                     field="solver",
                     value=self.name,
                 )
-            return _Invoker(p, backend.device, blas, unit, *compiled)
+            return _Invoker(p, backend, blas, unit, *compiled)
 
         return ConvSolution(
             solver=self.name, workspace_size=workspace, invoker_factory=factory, kernels=kernels
@@ -248,7 +267,7 @@ class _Invoker:
     def __init__(
         self,
         p: ConvProblem,
-        device: Any,
+        backend: Any,
         blas: Any,
         unit: int,
         im2col: Any,
@@ -256,7 +275,8 @@ class _Invoker:
         col2im: Any,
         cast: Any,
     ) -> None:
-        self.p, self.blas, self.unit = p, blas, unit
+        self.p, self.backend, self.blas, self.unit = p, backend, blas, unit
+        device = backend.device
         self.im2col, self.im2col_scalar, self.col2im, self.cast = (
             im2col,
             im2col_scalar,
@@ -264,6 +284,7 @@ class _Invoker:
             cast,
         )
         self.pointwise = is_pointwise(p)
+        self.strided_pointwise = is_strided_pointwise(p)
         g, cg, _, f, _ = _dims(p)
         nb = images_per_chunk(p)
         self.chunks = []
@@ -302,11 +323,26 @@ class _Invoker:
         else:
             self.im2col_scalar.launch(args, grid=grids[1])
 
+    def _strided_geometry(self) -> tuple[int, int, int, int, int]:
+        """(blocks N*Ho, rows per block Wo, x leading dimension, x block stride, C)."""
+        p = self.p
+        (_, width), (sh, sw) = p.in_spatial, p.conv.strides
+        ho, wo = p.out_spatial
+        return p.n * ho, wo, sw * p.c, sh * width * p.c, p.c
+
     def _forward(self, x: int, w: int, y: int, ws: int) -> None:
         p = self.p
         g, cg, kg, f, o = _dims(p)
         size = p.dtype.itemsize
         fc = f * cg
+        if self.strided_pointwise:
+            blocks, wo, ld, block_stride, c = self._strided_geometry()
+            # Column-major, per block of Wo rows: Y^T (K x Wo) = W (C x K)^T . x rows (C x Wo).
+            self.blas.gemm(
+                p.dtype, True, False, p.k, wo, c, w, c, 0, x, ld, block_stride, y, p.k,
+                wo * p.k, batch=blocks,
+            )  # fmt: skip
+            return
         for n0, count, args, grids in self.chunks:
             if self.pointwise:
                 rows = x + n0 * o * p.c * size
@@ -338,6 +374,17 @@ class _Invoker:
         g, cg, kg, f, o = _dims(p)
         size = p.dtype.itemsize
         fc = f * cg
+        if self.strided_pointwise:
+            # dx is zero where no output pixel lands; the BLAS fills the pixels that one does.
+            backend = self.backend
+            backend.driver.memset(dx, p.x.element_count * size, backend.stream_object)
+            blocks, wo, ld, block_stride, c = self._strided_geometry()
+            # Column-major, per block: dx rows (C x Wo, ld stride*C) = W (C x K) . dY^T (K x Wo).
+            self.blas.gemm(
+                p.dtype, False, False, c, wo, p.k, w, c, 0, dy, p.k, wo * p.k, dx, ld,
+                block_stride, batch=blocks,
+            )  # fmt: skip
+            return
         for n0, count, args, grids in self.chunks:
             out = dx + n0 * o * p.c * size if self.pointwise else ws
             # Column-major: rows^T (FC x rows, ld G*FC) = W_g (FC x Kg) . dY_g^T (Kg x rows).
