@@ -135,6 +135,21 @@ def test_channels_last_gemm_on_corpus(handle: miocore.Handle, direction: str, dt
     assert ran >= len(rows) * 0.9
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_weights"])
+def test_channels_last_gemm_downsampling(
+    handle: miocore.Handle, direction: str, dtype: str
+) -> None:
+    """ResNet's 1x1 stride-2 downsampling shape (in place, no rows) and an odd-sized one."""
+    for hw in ((12, 10), (11, 9)):
+        p = miocore.ConvProblem.from_sizes(
+            direction, n=3, c=16, k=24, in_spatial=hw, filter_spatial=(1, 1), strides=(2, 2),
+            dtype=dtype, layout="NHWC",
+        )  # fmt: skip
+        err, written = run_on_device(handle, "gemm.gpu_nhwc", p, seed=hw[0])
+        assert written and err <= TOLERANCES[p.dtype], (hw, err)
+
+
 def test_transposed_problems(handle: miocore.Handle) -> None:
     conv = miocore.ConvolutionDescriptor(
         pads=(1, 1), strides=(2, 2), mode="transpose", output_pads=(1, 1)
