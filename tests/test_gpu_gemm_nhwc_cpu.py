@@ -226,6 +226,7 @@ CASES = [
     (3, 6, 4, (8, 8), (1, 1), (0, 0), (1, 1), (1, 1), 2),
     (2, 8, 8, (9, 7), (1, 1), (0, 0), (2, 2), (1, 1), 1),
     (2, 8, 12, (8, 6), (1, 1), (0, 0), (2, 3), (1, 1), 1),  # in = stride * out: no rows
+    (1, 8, 8, (4, 56), (1, 1), (0, 0), (2, 2), (1, 1), 1),  # and wide enough in forward
     (2, 4, 6, (9, 8), (3, 2), (2, 0), (2, 1), (1, 2), 2),
     (2, 4, 4, (5, 6, 4), (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), 1),
 ]
@@ -272,6 +273,10 @@ def test_strided_pointwise_needs_no_rows() -> None:
     )  # fmt: skip
     assert nhwc.is_strided_pointwise(down) and nhwc.row_bytes(down) == 0
     assert not nhwc.is_strided_pointwise(odd) and nhwc.row_bytes(odd) > 0
+    forward = miocore.ConvProblem("forward", x=down.x, w=down.w, y=down.y, conv=down.conv)
+    # Forward blocks narrower than the measured break-even take the rows path.
+    assert down.out_spatial[-1] < nhwc.STRIDED_FORWARD_MIN_WIDTH
+    assert not nhwc.is_strided_pointwise(forward)
 
 
 def test_param_struct_matches_the_kernel() -> None:
