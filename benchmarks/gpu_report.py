@@ -59,7 +59,7 @@ def targets(rows: list[dict[str, Any]]) -> str:
                 continue
             g = geomean(sel)
             out.append(
-                f"| {mode} | {direction} | {g:.2f} | {target} | {'yes' if g >= target else 'no'} "
+                f"| {mode} | {direction} | {g:.3f} | {target} | {'yes' if g >= target else 'no'} "
                 f"| {len(sel)} |"
             )
     faster = [r for r in rows if r.get("speedup", 0) > 1]
