@@ -16,7 +16,7 @@ source benchmarks/gpu_device_env.sh || exit 3
 } 2>&1 | tee "$OUT/env.log"
 if [[ "$STAGE" == all || "$STAGE" == tests ]]; then
   timeout 420 python3 -m pytest -q -p no:cacheprovider -rs -m gpu -o addopts="" \
-    tests/test_gpu_backend.py tests/test_gpu_solvers.py 2>&1 | tee "$OUT/tests.log" | tail -60
+    tests/test_gpu_*.py 2>&1 | tee "$OUT/tests.log" | tail -60
 fi
 if [[ "$STAGE" == all || "$STAGE" == bench ]]; then
   timeout "${BENCH_TIMEOUT:-500}" python3 benchmarks/gpu_vs_cudnn.py --out "$OUT/bench.json" \
