@@ -26,27 +26,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 
 from common import config_runner, geomean
+from gpu_vs_cudnn import device_ms
 from shapes import MOBILENETV2, problem
 
 import miocore
 
 SOLVER = "direct.gpu_depthwise"
-
-
-def device_ms(fn: Any, warmup: int, runs: int) -> float:
-    """Median device time of ``fn`` (events around each run, launches queued behind a sleep)."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-    torch.cuda._sleep(20_000_000)
-    for s, e in zip(starts, ends, strict=True):
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
 
 
 def copy_gbps() -> float:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -27,31 +26,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import torch
 from common import config_runner, geomean
+from gpu_vs_cudnn import device_ms
 from shapes import RESNET50, problem
 
 import miocore
 
 SOLVER = "igemm.gpu_fma"
-SLEEP_CYCLES = 20_000_000  # ~10 ms at H200 clocks: longer than the queued launches
 DIRECTIONS = ("forward", "backward_data", "backward_weights")
 #: Nominal fp32 FMA peak of an H200 SXM (132 SMs x 128 FMA/clk x 2 flops x 1.98 GHz).
 FP32_PEAK_TFLOPS = 67.0
-
-
-def device_ms(fn: Any, warmup: int, runs: int) -> float:
-    """Median device time of ``fn`` (events around each run), launches queued behind a sleep."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-    torch.cuda._sleep(SLEEP_CYCLES)
-    for s, e in zip(starts, ends, strict=True):
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
 
 
 def torch_call(direction: str, stride: int, pad: int, x: Any, w: Any, y: Any) -> Any:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -27,30 +26,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import torch  # imported at module import time: a lazy import mid-session failed on the device
 from common import config_runner
-from gpu_vs_cudnn import geomean
+from gpu_vs_cudnn import device_ms, geomean
 from shapes import RESNET50, problem
 
 import miocore
 
 SOLVER = "igemm.gpu_mma"
 DIRECTIONS = ("forward", "backward_data")
-
-
-def device_ms(fn: Any, warmup: int, runs: int) -> float:
-    """Median device time of ``fn``: warm-up, then ``_sleep`` so the timed launches queue
-    behind it, events around each run."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-    torch.cuda._sleep(20_000_000)
-    for s, e in zip(starts, ends, strict=True):
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
 
 
 def _picks(solver: Any, ctx: Any, canon: Any, count: int) -> list[Any]:

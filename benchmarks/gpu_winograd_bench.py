@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -28,28 +27,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from gpu_vs_cudnn import device_ms
 from shapes import RESNET50, VGG16
 
 import miocore
 
 SOLVERS = ("winograd.gpu_f2x3", "winograd.gpu_f4x3")
 DIRECTIONS = ("forward", "backward_data", "backward_weights")
-
-
-def device_ms(fn: Any, warmup: int, runs: int) -> float:
-    """Median device time of ``fn``: events around each run, launches queued behind a sleep."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-    torch.cuda._sleep(20_000_000)
-    for s, e in zip(starts, ends, strict=True):
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
 
 
 def geomean(values: list[float]) -> float:
