@@ -298,6 +298,9 @@ class _Invoker:
         )
         self.pointwise = is_pointwise(p)
         self.strided_pointwise = is_strided_pointwise(p)
+        # Fixed per problem: worked out once here, not on every run.
+        self.accumulate = _needs_accumulator(p)
+        self.strided = self._strided_geometry() if self.strided_pointwise else None
         g, cg, _, f, _ = _dims(p)
         nb = images_per_chunk(p)
         self.chunks = []
@@ -349,7 +352,7 @@ class _Invoker:
         size = p.dtype.itemsize
         fc = f * cg
         if self.strided_pointwise:
-            blocks, wo, ld, block_stride, c = self._strided_geometry()
+            blocks, wo, ld, block_stride, c = self.strided
             # Column-major, per block of Wo rows: Y^T (K x Wo) = W (C x K)^T . x rows (C x Wo).
             self.blas.gemm(
                 p.dtype, True, False, p.k, wo, c, w, c, 0, x, ld, block_stride, y, p.k,
@@ -391,7 +394,7 @@ class _Invoker:
             # dx is zero where no output pixel lands; the BLAS fills the pixels that one does.
             backend = self.backend
             backend.driver.memset(dx, p.x.element_count * size, backend.stream_object)
-            blocks, wo, ld, block_stride, c = self._strided_geometry()
+            blocks, wo, ld, block_stride, c = self.strided
             # Column-major, per block: dx rows (C x Wo, ld stride*C) = W (C x K) . dY^T (K x Wo).
             self.blas.gemm(
                 p.dtype, False, False, c, wo, p.k, w, c, 0, dy, p.k, wo * p.k, dx, ld,
@@ -428,7 +431,7 @@ class _Invoker:
         g, cg, kg, f, o = _dims(p)
         size = p.dtype.itemsize
         fc = f * cg
-        accumulate = _needs_accumulator(p)
+        accumulate = self.accumulate
         target = ws + self.rows_bytes if accumulate else dw
         c_dtype = DataType.FLOAT32 if accumulate else p.dtype
         for index, (n0, count, args, grids) in enumerate(self.chunks):
