@@ -1,9 +1,9 @@
 """``gemm.gpu_nhwc`` without a GPU: its invoker driven against an emulated device.
 
 The emulation is written from the kernels' and the BLAS's contracts, not from the invoker: a
-flat byte array is device memory, ``im2col_cl`` / ``col2im_cl`` / ``cast_from_f32`` are numpy
-versions of ``kernels/im2col_cl.cu`` (row layout ``[m][g][tap][cg]``) and the BLAS is a
-column-major strided-batched GEMM. Every direction must then match the float64 reference, so a
+flat byte array is device memory, the row kernels and the row-block copies are numpy versions
+of ``kernels/im2col_cl.cu`` (row layout ``[m][g][gw]``: ``[tap][cg]`` then zeros) and the BLAS
+is a column-major strided-batched GEMM. Every direction must then match the float64 reference, so a
 wrong leading dimension, stride, offset or chunk in the invoker fails here, on the CPU.
 """
 
@@ -22,7 +22,7 @@ from miocore.testing import TOLERANCES, cpu_context
 
 nhwc = pytest.importorskip("miocore_gemm.gpu_nhwc")
 
-FIELDS = ("in", "out", "fil", "pad", "stride", "dil", "xs", "c", "groups", "cg", "n0", "nb")
+FIELDS = ("in", "out", "fil", "pad", "stride", "dil", "xs", "c", "groups", "cg", "n0", "nb", "gw")
 
 
 class Memory:
@@ -63,12 +63,8 @@ class FakeKernel:
     backend: object = None
 
     def launch(self, args: object, grid: tuple = (1,), block: tuple = (1,)) -> None:
-        if self.name == "cast_from_f32":
-            words = args._buffer  # type: ignore[attr-defined]
-            src, dst, count = int(words[0]), int(words[1]), int(words[2])
-            self.mem.typed(dst, self.dtype, count)[:] = self.mem.typed(
-                src, np.dtype(np.float32), count
-            ).astype(self.dtype)
+        if self.name.startswith("copy_rows"):
+            self._copy_rows(args)
             return
         src, dst, p = _params(args)
         g, cg, c = p["groups"], p["cg"], p["c"]
@@ -76,7 +72,8 @@ class FakeKernel:
         taps = list(np.ndindex(*fil))
         # x as (nb, D, H, W, C) through its element strides (channel stride 1).
         xs = p["xs"]
-        x_ptr = src if self.name == "im2col_cl" else dst
+        build = self.name.startswith("im2col")  # im2col_cl / im2col_cl_chunks, else col2im_cl
+        x_ptr = src if build else dst
         base = x_ptr + p["n0"] * xs[0] * size
         span = (
             (p["nb"] - 1) * xs[0]
@@ -90,12 +87,16 @@ class FakeKernel:
             [s * size for s in (xs[0], *xs[1:], 1)],
         )
         rows = p["nb"] * math.prod(out)
-        if self.name == "im2col_cl":
-            col = np.zeros((p["nb"], *out, g, len(taps), cg), self.dtype)
+        gw, used = p["gw"], len(taps) * cg
+        assert gw >= used
+        if build:
+            block = np.zeros((p["nb"], *out, g, gw), self.dtype)
         else:
-            col = self.mem.typed(src, self.dtype, rows * g * len(taps) * cg)
-            col = col.reshape(p["nb"], *out, g, len(taps), cg).astype(np.float32)
+            block = self.mem.typed(src, self.dtype, rows * g * gw)
+            block = block.reshape(p["nb"], *out, g, gw).astype(np.float32)
             acc = np.zeros((p["nb"], *p["in"], c), np.float32)
+        # (A reshape of the padded blocks' slice is a copy: built rows go back in below.)
+        col = block[..., :used].reshape(p["nb"], *out, g, len(taps), cg)
         for t, tap in enumerate(taps):
             for pos in np.ndindex(*out):
                 src_pos = [
@@ -106,7 +107,7 @@ class FakeKernel:
                 ]
                 if not all(0 <= v < n for v, n in zip(src_pos, p["in"], strict=True)):
                     continue
-                if self.name == "im2col_cl":
+                if build:
                     col[(slice(None), *pos, slice(None), t)] = x[(slice(None), *src_pos)].reshape(
                         p["nb"], g, cg
                     )
@@ -114,10 +115,24 @@ class FakeKernel:
                     acc[(slice(None), *src_pos)] += col[
                         (slice(None), *pos, slice(None), t)
                     ].reshape(p["nb"], c)
-        if self.name == "im2col_cl":
-            self.mem.typed(dst, self.dtype, col.size)[:] = col.reshape(-1)
+        if build:
+            block[..., :used] = col.reshape(p["nb"], *out, g, used)
+            self.mem.typed(dst, self.dtype, block.size)[:] = block.reshape(-1)
         else:
             x[...] = acc.astype(self.dtype)
+
+    def _copy_rows(self, args: object) -> None:
+        """dst[r][c] = src[r][c] (c < cols), 0 up to dst_cols; leading dimensions given."""
+        words = args._buffer  # type: ignore[attr-defined]
+        src, dst = int(words[0]), int(words[1])
+        rows, cols, dst_cols, src_ld, dst_ld = (int(v) for v in words[2:].view(np.int64))
+        src_type = np.dtype(np.float32) if self.name.endswith("_f32") else self.dtype
+        source = self.mem.typed(src, src_type, (rows - 1) * src_ld + cols)
+        target = self.mem.typed(dst, self.dtype, (rows - 1) * dst_ld + dst_cols)
+        for r in range(rows):
+            row = target[r * dst_ld : r * dst_ld + dst_cols]
+            row[:] = 0
+            row[:cols] = source[r * src_ld : r * src_ld + cols].astype(self.dtype)
 
 
 @attrs.define
@@ -229,6 +244,9 @@ CASES = [
     (1, 8, 8, (4, 56), (1, 1), (0, 0), (2, 2), (1, 1), 1),  # and wide enough in forward
     (2, 4, 6, (9, 8), (3, 2), (2, 0), (2, 1), (1, 2), 2),
     (2, 4, 4, (5, 6, 4), (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), 1),
+    (2, 3, 8, (11, 10), (7, 7), (3, 3), (2, 2), (1, 1), 1),  # conv1: fp16 rows padded 147 -> 152
+    (2, 6, 4, (6, 7), (3, 3), (1, 1), (1, 1), (1, 1), 2),  # 27 per group -> 32, dilated below
+    (1, 6, 6, (7, 7), (3, 2), (2, 1), (1, 2), (2, 1), 3),  # 12 per group -> 16
 ]
 
 
@@ -260,6 +278,30 @@ def test_chunks_and_unaligned_input(monkeypatch: pytest.MonkeyPatch) -> None:
     for direction in ("forward", "backward_weights"):
         p = miocore.ConvProblem(direction, x=problem.x, w=problem.w, y=problem.y, conv=problem.conv)
         assert _run(p, misalign=4) <= TOLERANCES[p.dtype]
+
+
+def test_padded_rows_in_half_types(monkeypatch: pytest.MonkeyPatch) -> None:
+    """conv1's 7*7*3 = 147 row block is padded to 152 in fp16 (not in fp32); over several
+    chunks the float32 dW accumulator is padded too and still lands in dw."""
+    conv1 = miocore.ConvProblem.from_sizes(
+        "forward", n=32, c=3, k=64, in_spatial=(224, 224), filter_spatial=(7, 7), pads=(3, 3),
+        strides=(2, 2), dtype="float16", layout="NHWC",
+    )  # fmt: skip
+    assert nhwc.is_padded(conv1) and nhwc.group_width(conv1) == 152
+    single = miocore.ConvProblem.from_sizes(
+        "forward", n=32, c=3, k=64, in_spatial=(224, 224), filter_spatial=(7, 7), pads=(3, 3),
+        strides=(2, 2), dtype="float32", layout="NHWC",
+    )  # fmt: skip
+    assert not nhwc.is_padded(single) and nhwc.group_width(single) == 147
+    small = miocore.ConvProblem.from_sizes(
+        "backward_weights", n=3, c=3, k=8, in_spatial=(9, 8), filter_spatial=(3, 3),
+        pads=(1, 1), dtype="float16", layout="NHWC",
+    )  # fmt: skip
+    monkeypatch.setattr(nhwc, "WORKSPACE_BUDGET", 1)
+    assert nhwc.images_per_chunk(small) == 1 and nhwc.is_padded(small)
+    for direction in ("forward", "backward_data", "backward_weights"):
+        p = miocore.ConvProblem(direction, x=small.x, w=small.w, y=small.y, conv=small.conv)
+        assert _run(p, misalign=2) <= TOLERANCES[p.dtype]
 
 
 def test_strided_pointwise_needs_no_rows() -> None:

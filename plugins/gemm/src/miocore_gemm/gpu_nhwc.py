@@ -13,6 +13,11 @@ With channels innermost, an output row ``m = (n, output position)`` and the colu
 im2col_cl rows (``kernels/im2col_cl.cu``). Unlike the NCHW solver, backward weights reduces
 over all the chunk's rows in one GEMM, so the BLAS picks its own split of the long reduction.
 Images go in chunks whose row buffer fits :data:`WORKSPACE_BUDGET` (one image at least).
+
+In half types a group's block of ``r`` is padded with zeros to a whole number of 16 bytes
+where ``taps * Cg`` is not (ResNet's conv1: 7*7*3 = 147 becomes 152), and w / dW go through a
+padded copy in the workspace: the BLAS's tensor-core kernels want 16-byte aligned leading
+dimensions, and the rows are then built 16 bytes per thread.
 """
 
 from __future__ import annotations
@@ -51,6 +56,9 @@ WORKSPACE_BUDGET = 256 << 20
 MAX_IMAGE_ROWS_BYTES = 8 << 30
 #: Narrowest output row for which forward 1x1 strided runs as strided-batched GEMM blocks.
 STRIDED_FORWARD_MIN_WIDTH = 28
+#: Narrowest output row for which backward data 1x1 strided runs as strided-batched GEMM
+#: blocks (below it: one dense GEMM into rows, then col2im).
+STRIDED_BACKWARD_MIN_WIDTH = 0
 _BLOCK = 256
 _GRID_Y = 65535
 _CHANNELS_LAST = {2: "NHWC", 3: "NDHWC"}
@@ -83,13 +91,15 @@ def is_strided_pointwise(p: ConvProblem) -> bool:
     part there: 0.039 / 0.041 / 0.081 ms against 0.45 / 0.23 / 0.12 at Wo 28 / 14 / 7), but
     in forward only from :data:`STRIDED_FORWARD_MIN_WIDTH` (0.025 against 0.040 ms at Wo 28;
     0.035 against 0.027 at 14, 0.073 against 0.022 at 7), where im2col is a cheap gather."""
+    min_width = {
+        Direction.FORWARD: STRIDED_FORWARD_MIN_WIDTH,
+        Direction.BACKWARD_DATA: STRIDED_BACKWARD_MIN_WIDTH,
+    }.get(p.direction)
     return (
         p.spatial_dims == 2
         and p.groups == 1
-        and (
-            p.direction is Direction.BACKWARD_DATA
-            or (p.direction is Direction.FORWARD and p.out_spatial[-1] >= STRIDED_FORWARD_MIN_WIDTH)
-        )
+        and min_width is not None
+        and p.out_spatial[-1] >= min_width
         and all(s == 1 for s in p.filter_spatial)
         and not any(p.conv.pads)
         and any(s > 1 for s in p.conv.strides)
@@ -99,12 +109,29 @@ def is_strided_pointwise(p: ConvProblem) -> bool:
     )
 
 
+def group_width(p: ConvProblem) -> int:
+    """Elements of one group's block in a row: ``taps * Cg``, rounded up to 16 bytes in half
+    types where it is not a whole number of them (and rows are built at all)."""
+    _, cg, _, f, _ = _dims(p)
+    width = f * cg
+    if p.dtype is DataType.FLOAT32 or is_pointwise(p) or is_strided_pointwise(p):
+        return width
+    per_chunk = 16 // p.dtype.itemsize
+    return -(-width // per_chunk) * per_chunk
+
+
+def is_padded(p: ConvProblem) -> bool:
+    """Whether the rows, w and dW go through zero-padded blocks (see :func:`group_width`)."""
+    _, cg, _, f, _ = _dims(p)
+    return group_width(p) != f * cg
+
+
 def row_bytes(p: ConvProblem) -> int:
     """Bytes of one image's rows (0 when no row buffer is needed)."""
     if is_pointwise(p) or is_strided_pointwise(p):
         return 0
-    g, cg, _, f, o = _dims(p)
-    return o * g * f * cg * p.dtype.itemsize
+    g, _, _, _, o = _dims(p)
+    return o * g * group_width(p) * p.dtype.itemsize
 
 
 def images_per_chunk(p: ConvProblem) -> int:
@@ -131,9 +158,21 @@ def copy_unit(p: ConvProblem) -> int:
     return size
 
 
+def _aligned(nbytes: int) -> int:
+    # Workspace regions start on 256 bytes, as the BLAS likes its operands.
+    return -(-nbytes // 256) * 256
+
+
 def _rows_buffer_bytes(p: ConvProblem) -> int:
-    # Rounded up to 256 bytes so that the float32 accumulator after it is aligned for the BLAS.
-    return -(-images_per_chunk(p) * row_bytes(p) // 256) * 256
+    return _aligned(images_per_chunk(p) * row_bytes(p))
+
+
+def _padded_weights_bytes(p: ConvProblem) -> int:
+    """The padded w (forward, backward data) or padded dW (backward weights, when it is not
+    accumulated in float32): K rows of the group width."""
+    if not is_padded(p) or _needs_accumulator(p):
+        return 0
+    return _aligned(p.k * group_width(p) * p.dtype.itemsize)
 
 
 def _needs_accumulator(p: ConvProblem) -> bool:
@@ -147,7 +186,7 @@ def _needs_accumulator(p: ConvProblem) -> bool:
 
 
 def _accumulator_bytes(p: ConvProblem) -> int:
-    return p.w.element_count * 4 if _needs_accumulator(p) else 0
+    return p.k * group_width(p) * 4 if _needs_accumulator(p) else 0
 
 
 def _blocks(items: int) -> int:
@@ -178,6 +217,7 @@ def pack_params(p: ConvProblem, n0: int, nb: int) -> bytes:
         cg,
         n0,
         nb,
+        group_width(p),
     ]
     return np.array(fields, dtype=np.int64).tobytes()
 
@@ -217,9 +257,10 @@ class GpuChannelsLastGemmSolver(Solver):
     def workspace_size(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
     ) -> int:
-        """One chunk's rows, plus a float32 dW for half-type backward weights over several
-        chunks."""
-        return _rows_buffer_bytes(problem) + _accumulator_bytes(problem)
+        """One chunk's rows, then a padded w / dW where rows are padded, or a float32 dW for
+        half-type backward weights over several chunks."""
+        p = problem
+        return _rows_buffer_bytes(p) + _padded_weights_bytes(p) + _accumulator_bytes(p)
 
     def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
         """The BLAS runs near its peak; the row buffer costs traffic that grows with the taps."""
@@ -229,32 +270,27 @@ class GpuChannelsLastGemmSolver(Solver):
     def get_solution(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
     ) -> ConvSolution:
-        """The row kernels (the copy unit for this problem and the element-size fallback for
-        unaligned pointers), the fp32 cast, and a BLAS-driving invoker."""
+        """The row kernels, each in the copy unit for this problem and in the element size
+        (the fallback for unaligned pointers), the padded-row kernels, and a BLAS-driving
+        invoker."""
         p = problem
         dtype_opt = DTYPE_OPTIONS[p.dtype]
         unit = copy_unit(p)
-        block = (_BLOCK,)
+        wide = (dtype_opt, f"-DMIO_UNIT={unit}")
+        scalar = (dtype_opt, f"-DMIO_UNIT={p.dtype.itemsize}")
+
+        def kernel(name: str, options: tuple[str, ...]) -> KernelInfo:
+            return KernelInfo(source=SOURCE, kernel_name=name, options=options, block=(_BLOCK,))
+
+        # One source, two option sets: at most two modules to compile.
         kernels = (
-            KernelInfo(
-                source=SOURCE,
-                kernel_name="im2col_cl",
-                options=(dtype_opt, f"-DMIO_UNIT={unit}"),
-                block=block,
-            ),
-            KernelInfo(
-                source=SOURCE,
-                kernel_name="im2col_cl",
-                options=(dtype_opt, f"-DMIO_UNIT={p.dtype.itemsize}"),
-                block=block,
-            ),
-            KernelInfo(source=SOURCE, kernel_name="col2im_cl", options=(dtype_opt,), block=block),
-            KernelInfo(
-                source="gemm/im2col.cu",
-                kernel_name="cast_from_f32",
-                options=(dtype_opt,),
-                block=block,
-            ),
+            kernel("im2col_cl", wide),
+            kernel("im2col_cl", scalar),
+            kernel("im2col_cl_chunks", wide),
+            kernel("col2im_cl", wide),
+            kernel("col2im_cl", scalar),
+            kernel("copy_rows", wide),
+            kernel("copy_rows_from_f32", wide),
         )
         workspace = self.workspace_size(ctx, p)
 
@@ -277,50 +313,54 @@ class GpuChannelsLastGemmSolver(Solver):
 class _Invoker:
     """Chunks of images: the row kernel, then one group-batched BLAS call per chunk."""
 
-    def __init__(
-        self,
-        p: ConvProblem,
-        backend: Any,
-        blas: Any,
-        unit: int,
-        im2col: Any,
-        im2col_scalar: Any,
-        col2im: Any,
-        cast: Any,
-    ) -> None:
+    def __init__(self, p: ConvProblem, backend: Any, blas: Any, unit: int, *kernels: Any) -> None:
         self.p, self.backend, self.blas, self.unit = p, backend, blas, unit
-        device = backend.device
-        self.im2col, self.im2col_scalar, self.col2im, self.cast = (
-            im2col,
-            im2col_scalar,
-            col2im,
-            cast,
-        )
+        (
+            self.im2col,
+            self.im2col_scalar,
+            self.im2col_chunks,
+            self.col2im,
+            self.col2im_scalar,
+            self.copy_rows,
+            self.copy_rows_from_f32,
+        ) = kernels
         self.pointwise = is_pointwise(p)
         self.strided_pointwise = is_strided_pointwise(p)
         # Fixed per problem: worked out once here, not on every run.
         self.accumulate = _needs_accumulator(p)
+        self.padded = is_padded(p)
         self.strided = self._strided_geometry() if self.strided_pointwise else None
         g, cg, _, f, _ = _dims(p)
+        self.gw = group_width(p)
+        size = p.dtype.itemsize
         nb = images_per_chunk(p)
         self.chunks = []
         for n0 in range(0, p.n, nb):
             count = min(nb, p.n - n0)
             args = KernelArgs([("ptr", 0), ("ptr", 0), ("bytes", pack_params(p, n0, count))])
             # Two-dimensional grids: x covers one row's items, y the rows (see the kernels).
-            out_rows = count * math.prod(p.out_spatial[:-1])
-            in_rows = count * math.prod(p.in_spatial[:-1])
-            row_units = p.out_spatial[-1] * g * f * cg * p.dtype.itemsize // unit
-            scalar_units = p.out_spatial[-1] * g * f * cg
-            grids = (
-                (_blocks(row_units), min(out_rows, _GRID_Y)),
-                (_blocks(scalar_units), min(out_rows, _GRID_Y)),
-                (_blocks(p.in_spatial[-1] * p.c), min(in_rows, _GRID_Y)),
-            )
+            out_rows = min(count * math.prod(p.out_spatial[:-1]), _GRID_Y)
+            in_rows = min(count * math.prod(p.in_spatial[:-1]), _GRID_Y)
+            out_width, in_width = p.out_spatial[-1], p.in_spatial[-1]
+            grids = {
+                "im2col": (_blocks(out_width * g * f * cg * size // unit), out_rows),
+                "im2col_scalar": (_blocks(out_width * g * f * cg), out_rows),
+                "chunks": (_blocks(out_width * g * self.gw * size // 16), out_rows),
+                "col2im": (_blocks(in_width * p.c * size // unit), in_rows),
+                "col2im_scalar": (_blocks(in_width * p.c), in_rows),
+            }
             self.chunks.append((n0, count, args, grids))
         self.rows_bytes = _rows_buffer_bytes(p)
-        self.cast_args = KernelArgs([("ptr", 0), ("ptr", 0), ("i64", p.w.element_count)])
-        self.cast_grid = grid_for(p.w.element_count, _BLOCK, device)
+        fc = f * cg
+        # Padded w (forward, backward data) and the dW block copies (backward weights).
+        self.pad_args = KernelArgs(
+            [("ptr", 0), ("ptr", 0)] + [("i64", v) for v in (p.k, fc, self.gw, fc, self.gw)]
+        )
+        self.unpad_args = KernelArgs(
+            [("ptr", 0), ("ptr", 0)] + [("i64", v) for v in (p.k, fc, fc, self.gw, fc)]
+        )
+        self.pad_grid = (grid_for(p.k * self.gw, _BLOCK, backend.device),)
+        self.unpad_grid = (grid_for(p.k * fc, _BLOCK, backend.device),)
 
     def __call__(self, handle: Any, ip: InvokeParams) -> None:
         ws = ip.workspace.ptr if ip.workspace is not None else 0
@@ -332,12 +372,23 @@ class _Invoker:
         else:
             self._backward_weights(ip.x.ptr, ip.w.ptr, ip.y.ptr, ws)
 
-    def _rows(self, x: int, ws: int, args: Any, grids: tuple) -> None:
+    def _rows(self, x: int, ws: int, args: Any, grids: dict) -> None:
         args.set_pointers(x, ws)
-        if x % self.unit == 0:
-            self.im2col.launch(args, grid=grids[0])
+        if self.padded:  # reads x element by element: any alignment
+            self.im2col_chunks.launch(args, grid=grids["chunks"])
+        elif x % self.unit == 0:
+            self.im2col.launch(args, grid=grids["im2col"])
         else:
-            self.im2col_scalar.launch(args, grid=grids[1])
+            self.im2col_scalar.launch(args, grid=grids["im2col_scalar"])
+
+    def _weights(self, w: int, ws: int) -> int:
+        """w as the GEMM reads it: itself, or its padded copy after the rows."""
+        if not self.padded:
+            return w
+        padded = ws + self.rows_bytes
+        self.pad_args.set_pointers(w, padded)
+        self.copy_rows.launch(self.pad_args, grid=self.pad_grid)
+        return padded
 
     def _strided_geometry(self) -> tuple[int, int, int, int, int]:
         """(blocks N*Ho, rows per block Wo, x leading dimension, x block stride, C)."""
@@ -348,9 +399,9 @@ class _Invoker:
 
     def _forward(self, x: int, w: int, y: int, ws: int) -> None:
         p = self.p
-        g, cg, kg, f, o = _dims(p)
+        g, _, kg, _, o = _dims(p)
         size = p.dtype.itemsize
-        fc = f * cg
+        gw = self.gw
         if self.strided_pointwise:
             blocks, wo, ld, block_stride, c = self.strided
             # Column-major, per block of Wo rows: Y^T (K x Wo) = W (C x K)^T . x rows (C x Wo).
@@ -359,37 +410,24 @@ class _Invoker:
                 wo * p.k, batch=blocks,
             )  # fmt: skip
             return
+        weights = self._weights(w, ws)
         for n0, count, args, grids in self.chunks:
             if self.pointwise:
                 rows = x + n0 * o * p.c * size
             else:
                 self._rows(x, ws, args, grids)
                 rows = ws
-            # Column-major: Y^T (Kg x rows, ld K) = W_g (stored FC x Kg, transposed) . rows^T.
+            # Column-major: Y^T (Kg x rows, ld K) = W_g (stored GW x Kg, transposed) . rows^T.
             self.blas.gemm(
-                p.dtype,
-                True,
-                False,
-                kg,
-                count * o,
-                fc,
-                w,
-                fc,
-                kg * fc,
-                rows,
-                g * fc,
-                fc,
-                y + n0 * o * p.k * size,
-                p.k,
-                kg,
-                batch=g,
-            )
+                p.dtype, True, False, kg, count * o, gw, weights, gw, kg * gw, rows, g * gw, gw,
+                y + n0 * o * p.k * size, p.k, kg, batch=g,
+            )  # fmt: skip
 
     def _backward_data(self, dx: int, w: int, dy: int, ws: int) -> None:
         p = self.p
-        g, cg, kg, f, o = _dims(p)
+        g, _, kg, _, o = _dims(p)
         size = p.dtype.itemsize
-        fc = f * cg
+        gw = self.gw
         if self.strided_pointwise:
             # dx is zero where no output pixel lands; the BLAS fills the pixels that one does.
             backend = self.backend
@@ -401,38 +439,30 @@ class _Invoker:
                 block_stride, batch=blocks,
             )  # fmt: skip
             return
+        weights = self._weights(w, ws)
+        aligned = dx % self.unit == 0
         for n0, count, args, grids in self.chunks:
             out = dx + n0 * o * p.c * size if self.pointwise else ws
-            # Column-major: rows^T (FC x rows, ld G*FC) = W_g (FC x Kg) . dY_g^T (Kg x rows).
+            # Column-major: rows^T (GW x rows, ld G*GW) = W_g (GW x Kg) . dY_g^T (Kg x rows).
             self.blas.gemm(
-                p.dtype,
-                False,
-                False,
-                fc,
-                count * o,
-                kg,
-                w,
-                fc,
-                kg * fc,
-                dy + n0 * o * p.k * size,
-                p.k,
-                kg,
-                out,
-                g * fc,
-                fc,
-                batch=g,
-            )
+                p.dtype, False, False, gw, count * o, kg, weights, gw, kg * gw,
+                dy + n0 * o * p.k * size, p.k, kg, out, g * gw, gw, batch=g,
+            )  # fmt: skip
             if not self.pointwise:
                 args.set_pointers(ws, dx)
-                self.col2im.launch(args, grid=grids[2])
+                if aligned:
+                    self.col2im.launch(args, grid=grids["col2im"])
+                else:
+                    self.col2im_scalar.launch(args, grid=grids["col2im_scalar"])
 
     def _backward_weights(self, x: int, dw: int, dy: int, ws: int) -> None:
         p = self.p
-        g, cg, kg, f, o = _dims(p)
+        g, _, kg, _, o = _dims(p)
         size = p.dtype.itemsize
-        fc = f * cg
+        gw = self.gw
         accumulate = self.accumulate
-        target = ws + self.rows_bytes if accumulate else dw
+        # dW lands in dw itself, or (float32 accumulator, padded blocks) after the rows.
+        target = ws + self.rows_bytes if accumulate or self.padded else dw
         c_dtype = DataType.FLOAT32 if accumulate else p.dtype
         for index, (n0, count, args, grids) in enumerate(self.chunks):
             if self.pointwise:
@@ -440,27 +470,13 @@ class _Invoker:
             else:
                 self._rows(x, ws, args, grids)
                 rows = ws
-            # Column-major: dW_g^T (FC x Kg, ld FC) = rows^T (FC x rows) . dY_g (rows x Kg).
+            # Column-major: dW_g^T (GW x Kg, ld GW) = rows^T (GW x rows) . dY_g (rows x Kg).
             self.blas.gemm(
-                p.dtype,
-                False,
-                True,
-                fc,
-                kg,
-                count * o,
-                rows,
-                g * fc,
-                fc,
-                dy + n0 * o * p.k * size,
-                p.k,
-                kg,
-                target,
-                fc,
-                kg * fc,
-                batch=g,
-                beta=0.0 if index == 0 else 1.0,
-                c_dtype=c_dtype,
-            )
-        if accumulate:
-            self.cast_args.set_pointers(target, dw)
-            self.cast.launch(self.cast_args, grid=(self.cast_grid,))
+                p.dtype, False, True, gw, kg, count * o, rows, g * gw, gw,
+                dy + n0 * o * p.k * size, p.k, kg, target, gw, kg * gw, batch=g,
+                beta=0.0 if index == 0 else 1.0, c_dtype=c_dtype,
+            )  # fmt: skip
+        if target != dw:
+            self.unpad_args.set_pointers(target, dw)
+            copy = self.copy_rows_from_f32 if accumulate else self.copy_rows
+            copy.launch(self.unpad_args, grid=self.unpad_grid)

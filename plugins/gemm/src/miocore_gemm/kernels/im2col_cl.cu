@@ -1,11 +1,15 @@
 // Channels-last GEMM lowering for gemm.gpu_nhwc: im2col_cl (x -> rows) and col2im_cl (rows ->
 // dx, a gather: no atomics, a deterministic sum). Element type from -DMIO_DTYPE_*.
 //
-// Row layout for images [n0, n0 + nb): col[m][g][f][cg], m = (n local, output position) over
-// the chunk's N*O rows, g the group, f the filter tap (Z, Y, X), cg the group's channel. Each
-// group's columns are then one (F*Cg)-wide block of a row-major matrix with row stride G*F*Cg,
-// which the BLAS reads directly. im2col_cl is a pure copy, so it moves MIO_UNIT bytes at a
-// time (16 where the channel runs and strides allow, else the element size).
+// Row layout for images [n0, n0 + nb): col[m][g][gw], m = (n local, output position) over the
+// chunk's N*O rows, g the group, and in each group's block of gw elements first the F*Cg
+// entries [f][cg] (f the filter tap (Z, Y, X), cg the group's channel), then zeros up to gw.
+// Each group's columns are one gw-wide block of a row-major matrix with row stride G*gw, which
+// the BLAS reads directly. gw = F*Cg except where that is not a whole number of 16-byte
+// chunks in a half type (conv1: 7*7*3 = 147): rows padded to 16 bytes keep the BLAS on its
+// aligned tensor-core kernels. im2col_cl is a pure copy of unpadded rows, so it moves MIO_UNIT
+// bytes at a time (16 where the channel runs and strides allow, else the element size);
+// im2col_cl_chunks builds padded rows 16 bytes per thread.
 #include "miocore_gpu.h"
 
 #ifndef MIO_UNIT
@@ -31,6 +35,7 @@ struct MioClParams {
   mio_index xs[4];      // element strides of x: N, D, H, W (channel stride 1)
   mio_index c, groups, cg;
   mio_index n0, nb;     // the chunk's first image and image count
+  mio_index gw;         // elements of one group's block in a row (F * cg, or padded)
 };
 
 // Integer division, not bytes, bounds these copies (a 32-bit division is some twenty
@@ -86,17 +91,103 @@ MIO_KERNEL void im2col_cl(const mio_t* __restrict__ x, mio_t* __restrict__ col, 
   }
 }
 
+// Padded rows (gw a whole number of 16-byte chunks, past F * cg): one thread per chunk of a
+// group block. The chunk's first tap and channel are decoded once, then walked element by
+// element, so the divisions are per 16 bytes, not per element (cg is 3 in conv1).
+#define MIO_CHUNK (16 / (int)sizeof(mio_t))
+
+template <typename I>
+MIO_DEVICE void im2col_chunks_body(const mio_t* __restrict__ x, uint4* __restrict__ dst,
+                                   const MioClParams& p) {
+  const I F = (I)(p.fil[0] * p.fil[1] * p.fil[2]);
+  const I CG = (I)p.cg, G = (I)p.groups, FX = (I)p.fil[2], FY = (I)p.fil[1];
+  const I W0 = (I)p.out[2], H0 = (I)p.out[1], D0 = (I)p.out[0];
+  const I chunks = (I)p.gw / MIO_CHUNK;  // per group block
+  const I rows = (I)p.nb * D0 * H0;
+  const I row_items = W0 * G * chunks;
+  for (I row = (I)blockIdx.y; row < rows; row += (I)gridDim.y) {
+    const I oh = row % H0;
+    const I od = (row / H0) % D0;
+    const mio_index n = (mio_index)(row / (H0 * D0)) + p.n0;
+    const mio_index id0 = (mio_index)od * p.stride[0] - p.pad[0];
+    const mio_index ih0 = (mio_index)oh * p.stride[1] - p.pad[1];
+    uint4* out = dst + (mio_index)row * row_items;
+    for (I j = (I)(blockIdx.x * blockDim.x + threadIdx.x); j < row_items;
+         j += (I)(gridDim.x * blockDim.x)) {
+      const I q = j % chunks;
+      const I t = j / chunks;
+      const I g = t % G;
+      const I ow = t / G;
+      const mio_index iw0 = (mio_index)ow * p.stride[2] - p.pad[2];
+      const mio_t* xg = x + n * p.xs[0] + g * p.cg;
+      I e = q * MIO_CHUNK;
+      I f = e / CG;
+      I c = e - f * CG;
+      I fx = f % FX, fy = (f / FX) % FY, fz = f / (FX * FY);
+      union {
+        uint4 u;
+        mio_t v[MIO_CHUNK];
+      } chunk;
+#pragma unroll
+      for (int v = 0; v < MIO_CHUNK; ++v) {
+        mio_t value = (mio_t)0;
+        if (f < F) {
+          const mio_index id = id0 + (mio_index)fz * p.dil[0];
+          const mio_index ih = ih0 + (mio_index)fy * p.dil[1];
+          const mio_index iw = iw0 + (mio_index)fx * p.dil[2];
+          if (id >= 0 && id < p.in[0] && ih >= 0 && ih < p.in[1] && iw >= 0 && iw < p.in[2]) {
+            value = xg[id * p.xs[1] + ih * p.xs[2] + iw * p.xs[3] + c];
+          }
+          if (++c == CG) {  // next tap: X fastest, then Y, then Z
+            c = 0;
+            ++f;
+            if (++fx == FX) {
+              fx = 0;
+              if (++fy == FY) {
+                fy = 0;
+                ++fz;
+              }
+            }
+          }
+        }
+        chunk.v[v] = value;
+      }
+      out[j] = chunk.u;
+    }
+  }
+}
+
+// Grid: x over one output row's chunks, y over the chunk's rows (nb * Do * Ho).
+MIO_KERNEL void im2col_cl_chunks(const mio_t* __restrict__ x, mio_t* __restrict__ col,
+                                 MioClParams p) {
+  const mio_index total = p.nb * p.out[0] * p.out[1] * p.out[2] * p.groups * p.gw / MIO_CHUNK;
+  uint4* dst = reinterpret_cast<uint4*>(col);
+  if (total < ((mio_index)1 << 30)) {
+    im2col_chunks_body<int>(x, dst, p);
+  } else {
+    im2col_chunks_body<mio_index>(x, dst, p);
+  }
+}
+
+// col2im_cl sums, for each dx element, the row entries of every (output position, tap) that
+// reads it: a gather, so no atomics and a fixed summation order. Each thread owns MIO_UNIT
+// bytes of channels of one dx pixel (MIO_UNIT / element size channels, a run inside one
+// group): the tap and stride arithmetic, which costs a few integer divisions, is paid once
+// per run rather than once per element, and the row entries and dx are moved MIO_UNIT bytes
+// at a time.
+#define MIO_RUN (MIO_UNIT / (int)sizeof(mio_t))
+
 template <typename I>
 MIO_DEVICE void col2im_body(const mio_t* __restrict__ col, mio_t* __restrict__ x,
                             const MioClParams& p) {
-  const I F = (I)(p.fil[0] * p.fil[1] * p.fil[2]);
-  const I C = (I)p.c, CG = (I)p.cg, G = (I)p.groups;
+  const I C = (I)p.c, CG = (I)p.cg, G = (I)p.groups, GW = (I)p.gw;
   const I IN0 = (I)p.in[0], IN1 = (I)p.in[1], IN2 = (I)p.in[2];
   const I OUT0 = (I)p.out[0], OUT1 = (I)p.out[1], OUT2 = (I)p.out[2];
   const I S0 = (I)p.stride[0], S1 = (I)p.stride[1], S2 = (I)p.stride[2];
   const I O = OUT0 * OUT1 * OUT2;
   const I rows = (I)p.nb * IN0 * IN1;
-  const I row_items = IN2 * C;
+  const I runs = C / MIO_RUN;  // per dx pixel
+  const I row_items = IN2 * runs;
   for (I row = (I)blockIdx.y; row < rows; row += (I)gridDim.y) {
     const I ih = row % IN1;
     const I id = (row / IN1) % IN0;
@@ -104,11 +195,14 @@ MIO_DEVICE void col2im_body(const mio_t* __restrict__ col, mio_t* __restrict__ x
     mio_t* out = x + ((mio_index)n + p.n0) * p.xs[0] + id * p.xs[1] + ih * p.xs[2];
     for (I j = (I)(blockIdx.x * blockDim.x + threadIdx.x); j < row_items;
          j += (I)(gridDim.x * blockDim.x)) {
-      const I iw = j / C;
-      const I c = j - iw * C;
+      const I iw = j / runs;
+      const I c = (j - iw * runs) * MIO_RUN;
       const I g = c / CG, cc = c - g * CG;
-      const mio_t* base = col + ((mio_index)n * O * G + g) * F * CG + cc;
-      float acc = 0.0f;
+      // Entry (o, f) of this run: base + o * G * GW + f * CG.
+      const mio_t* base = col + ((mio_index)n * O * G + g) * GW + cc;
+      float acc[MIO_RUN];
+#pragma unroll
+      for (int v = 0; v < MIO_RUN; ++v) acc[v] = 0.0f;
       for (I fz = 0; fz < (I)p.fil[0]; ++fz) {
         const I tz = id + (I)p.pad[0] - fz * (I)p.dil[0];
         if (tz < 0 || (S0 > 1 && tz % S0)) continue;
@@ -126,24 +220,59 @@ MIO_DEVICE void col2im_body(const mio_t* __restrict__ col, mio_t* __restrict__ x
             if (ow >= OUT2) continue;
             const I f = (fz * (I)p.fil[1] + fy) * (I)p.fil[2] + fx;
             const I o = (od * OUT1 + oh) * OUT2 + ow;
-            acc += mio_load(base + ((mio_index)o * G * F + f) * CG);
+            union {
+              mio_unit u;
+              mio_t v[MIO_RUN];
+            } entry;
+            entry.u = *reinterpret_cast<const mio_unit*>(base + (mio_index)o * G * GW + f * CG);
+#pragma unroll
+            for (int v = 0; v < MIO_RUN; ++v) acc[v] += mio_load(&entry.v[v]);
           }
         }
       }
-      mio_store(out + iw * p.xs[3] + c, acc);
+      union {
+        mio_unit u;
+        mio_t v[MIO_RUN];
+      } result;
+#pragma unroll
+      for (int v = 0; v < MIO_RUN; ++v) mio_store(&result.v[v], acc[v]);
+      *reinterpret_cast<mio_unit*>(out + iw * p.xs[3] + c) = result.u;
     }
   }
 }
 
-// Grid: x over one dx row's (w, c) items, y over the chunk's rows (nb * D * H).
+// Grid: x over one dx row's (w, channel run) items, y over the chunk's rows (nb * D * H).
 MIO_KERNEL void col2im_cl(const mio_t* __restrict__ col, mio_t* __restrict__ x, MioClParams p) {
   const mio_index total = p.nb * p.in[0] * p.in[1] * p.in[2] * p.c;
   // 32-bit indices when the rows and the chunk's dx both fit.
-  const mio_index rows = p.nb * p.out[0] * p.out[1] * p.out[2] * p.groups * p.fil[0] *
-                         p.fil[1] * p.fil[2] * p.cg;
+  const mio_index rows = p.nb * p.out[0] * p.out[1] * p.out[2] * p.groups * p.gw;
   if (total < ((mio_index)1 << 30) && rows < ((mio_index)1 << 30)) {
     col2im_body<int>(col, x, p);
   } else {
     col2im_body<mio_index>(col, x, p);
+  }
+}
+
+// Row blocks between the GEMM's padded matrices and the caller's tensors: dst[r][c] =
+// src[r][c] for c < cols, 0 for cols <= c < dst_cols (rows x dst_cols, leading dimensions
+// src_ld and dst_ld). copy_rows pads w to the rows' block width; copy_rows_from_f32 brings a
+// float32 (or padded) dW back to dw's element type and width.
+MIO_KERNEL void copy_rows(const mio_t* __restrict__ src, mio_t* __restrict__ dst, mio_index rows,
+                          mio_index cols, mio_index dst_cols, mio_index src_ld,
+                          mio_index dst_ld) {
+  MIO_GRID_LOOP(i, rows * dst_cols) {
+    const mio_index r = i / dst_cols;
+    const mio_index c = i - r * dst_cols;
+    dst[r * dst_ld + c] = c < cols ? src[r * src_ld + c] : (mio_t)0;
+  }
+}
+
+MIO_KERNEL void copy_rows_from_f32(const float* __restrict__ src, mio_t* __restrict__ dst,
+                                   mio_index rows, mio_index cols, mio_index dst_cols,
+                                   mio_index src_ld, mio_index dst_ld) {
+  MIO_GRID_LOOP(i, rows * dst_cols) {
+    const mio_index r = i / dst_cols;
+    const mio_index c = i - r * dst_cols;
+    mio_store(dst + r * dst_ld + c, c < cols ? src[r * src_ld + c] : 0.0f);
   }
 }
