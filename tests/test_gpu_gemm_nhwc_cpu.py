@@ -141,8 +141,13 @@ class FakeBlas:
 
     mem: Memory
 
+    calls: int = 0
+    tf32_calls: int = 0
+
     def gemm(self, dtype, transa, transb, m, n, k, a, lda, sa, b, ldb, sb, c, ldc, sc, batch=1,
-             beta=0.0, c_dtype=None):  # fmt: skip
+             beta=0.0, c_dtype=None, tf32=False):  # fmt: skip
+        self.calls += 1
+        self.tf32_calls += tf32
         t, tc = dtype.numpy, (c_dtype or dtype).numpy
         for i in range(batch):
             rows_a, cols_a = (k, m) if transa else (m, k)
@@ -183,13 +188,18 @@ class FakeBackend:
     stream_object: object = None
 
 
-def _ctx() -> miocore.ExecutionContext:
-    return miocore.ExecutionContext(device=attrs.evolve(cpu_context().device, backend="cuda"))
+def _ctx(tf32: bool = False) -> miocore.ExecutionContext:
+    return miocore.ExecutionContext(
+        device=attrs.evolve(cpu_context().device, backend="cuda"),
+        math_mode="tf32" if tf32 else "exact",
+    )
 
 
-def _run(problem: miocore.ConvProblem, misalign: int = 0, seed: int = 0) -> float:
-    solver = nhwc.GpuChannelsLastGemmSolver()
-    ctx = _ctx()
+def _run(
+    problem: miocore.ConvProblem, misalign: int = 0, seed: int = 0, solver: object = None
+) -> float:
+    solver = solver or nhwc.GpuChannelsLastGemmSolver()
+    ctx = _ctx(solver.tf32)
     p = problem.canonical
     assert solver.is_applicable(ctx, p)
     dtype = p.dtype.numpy
@@ -227,6 +237,8 @@ def _run(problem: miocore.ConvProblem, misalign: int = 0, seed: int = 0) -> floa
         workspace=Ptr(ws_ptr) if ws_size else None,
     )
     invoker(None, params)
+    # The TF32 twin asks for TF32 in every product, the exact solver in none.
+    assert blas.tf32_calls == (blas.calls if solver.tf32 else 0)
     desc = getattr(p, out_name)
     cl_shape = (desc.lengths[0], *desc.lengths[2:], desc.lengths[1])
     got = np.moveaxis(mem.typed(ptrs[out_name], dtype, desc.element_count).reshape(cl_shape), -1, 1)
@@ -341,3 +353,26 @@ def test_applicability_names_the_layout() -> None:
     )
     verdict = solver.is_applicable(ctx, nchw)
     assert not verdict and "NHWC" in verdict.reason and "NCHW" in verdict.reason
+
+
+def test_tf32_twin_only_in_tf32_mode() -> None:
+    """gemm.gpu_nhwc_tf32 declines exact-mode and half-type problems, names why, and its
+    invoker asks the BLAS for TF32 in every call (the emulated BLAS computes exactly, so the
+    result must still match the reference)."""
+    twin = nhwc.GpuChannelsLastGemmTf32Solver()
+    problem = miocore.ConvProblem.from_sizes(
+        "backward_weights", n=2, c=8, k=12, in_spatial=(7, 9), filter_spatial=(3, 3),
+        pads=(1, 1), layout="NHWC",
+    )  # fmt: skip
+    exact = twin.is_applicable(_ctx(), problem)
+    assert not exact and "math mode is 'exact'" in exact.reason
+    half = miocore.ConvProblem.from_sizes(
+        "forward", n=1, c=8, k=8, in_spatial=(5, 5), filter_spatial=(3, 3), dtype="float16",
+        layout="NHWC",
+    )  # fmt: skip
+    verdict = twin.is_applicable(_ctx(tf32=True), half)
+    assert not verdict and "float16" in verdict.reason
+    assert twin.is_applicable(_ctx(tf32=True), problem)
+    for direction in ("forward", "backward_data", "backward_weights"):
+        p = miocore.ConvProblem(direction, x=problem.x, w=problem.w, y=problem.y, conv=problem.conv)
+        assert _run(p, solver=twin) <= TOLERANCES[p.dtype]

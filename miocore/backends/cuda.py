@@ -315,6 +315,7 @@ def _ceilings(index: int) -> Ceilings:
 
 _CUDA_R = {DataType.FLOAT32: 0, DataType.FLOAT16: 2, DataType.BFLOAT16: 14}
 _COMPUTE_32F = 68  # CUBLAS_COMPUTE_32F: fp32 accumulation, no TF32 rounding
+_COMPUTE_32F_FAST_TF32 = 77  # CUBLAS_COMPUTE_32F_FAST_TF32: fp32 inputs rounded to TF32
 _GEMM_DEFAULT = -1
 
 
@@ -322,8 +323,9 @@ class CublasGemm:
     """Column-major strided-batched GEMM on cuBLAS with fp32 accumulation for every dtype.
 
     ``gemm(dtype, transa, transb, m, n, k, a, lda, stride_a, b, ldb, stride_b, c, ldc,
-    stride_c, batch, beta, c_dtype)`` computes ``C = op(A) op(B) + beta C`` per batch (cuBLAS
-    terms; C may be float32 while A and B are half types).
+    stride_c, batch, beta, c_dtype, tf32)`` computes ``C = op(A) op(B) + beta C`` per batch
+    (cuBLAS terms; C may be float32 while A and B are half types). ``tf32=True`` lets float32
+    products use TF32 tensor cores (only for solvers of the ``"tf32"`` math mode).
     """
 
     def __init__(self, cublas: Any) -> None:
@@ -356,8 +358,10 @@ class CublasGemm:
         batch: int = 1,
         beta: float = 0.0,
         c_dtype: DataType | None = None,
+        tf32: bool = False,
     ) -> None:
         cb = self._cublas
+        compute = _COMPUTE_32F_FAST_TF32 if tf32 and dtype is DataType.FLOAT32 else _COMPUTE_32F
         t = _CUDA_R[dtype]
         tc = _CUDA_R[c_dtype or dtype]
         size = dtype.itemsize
@@ -387,7 +391,7 @@ class CublasGemm:
                 ldc,
                 stride_c,
                 batch,
-                _COMPUTE_32F,
+                compute,
                 _GEMM_DEFAULT,
             )
             return
@@ -410,7 +414,7 @@ class CublasGemm:
                 c + i * stride_c * (c_dtype or dtype).itemsize,
                 tc,
                 ldc,
-                _COMPUTE_32F,
+                compute,
                 _GEMM_DEFAULT,
             )
 

@@ -297,7 +297,10 @@ class HipblasGemm:
         batch: int = 1,
         beta: float = 0.0,
         c_dtype: DataType | None = None,
+        tf32: bool = False,
     ) -> None:
+        # tf32 permits TF32 rounding; hipBLAS keeps full fp32 products here (exact is allowed).
+        del tf32
         hb = self._hipblas
         beta_buf = self._betas.get(beta)
         if beta_buf is None:

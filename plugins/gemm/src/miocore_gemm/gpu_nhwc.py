@@ -22,6 +22,7 @@ dimensions, and the rows are then built 16 bytes per thread.
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 from typing import Any
@@ -229,6 +230,8 @@ class GpuChannelsLastGemmSolver(Solver):
     algorithm = Algorithm.GEMM
     backends = GPU_BACKENDS
     is_dynamic = True
+    #: Whether the BLAS may round float32 inputs to TF32 (the ``gemm.gpu_nhwc_tf32`` twin).
+    tf32 = False
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
         """Packed channels-last x, w and y (NHWC / NDHWC), BLAS-sized dimensions."""
@@ -303,7 +306,7 @@ class GpuChannelsLastGemmSolver(Solver):
                     field="solver",
                     value=self.name,
                 )
-            return _Invoker(p, backend, blas, unit, *compiled)
+            return _Invoker(p, backend, blas, unit, self.tf32, *compiled)
 
         return ConvSolution(
             solver=self.name, workspace_size=workspace, invoker_factory=factory, kernels=kernels
@@ -313,8 +316,12 @@ class GpuChannelsLastGemmSolver(Solver):
 class _Invoker:
     """Chunks of images: the row kernel, then one group-batched BLAS call per chunk."""
 
-    def __init__(self, p: ConvProblem, backend: Any, blas: Any, unit: int, *kernels: Any) -> None:
-        self.p, self.backend, self.blas, self.unit = p, backend, blas, unit
+    def __init__(
+        self, p: ConvProblem, backend: Any, blas: Any, unit: int, tf32: bool, *kernels: Any
+    ) -> None:
+        self.p, self.backend, self.unit = p, backend, unit
+        # Every product of this invoker in the same arithmetic: exact fp32, or TF32 allowed.
+        self.gemm = functools.partial(blas.gemm, tf32=tf32)
         (
             self.im2col,
             self.im2col_scalar,
@@ -405,7 +412,7 @@ class _Invoker:
         if self.strided_pointwise:
             blocks, wo, ld, block_stride, c = self.strided
             # Column-major, per block of Wo rows: Y^T (K x Wo) = W (C x K)^T . x rows (C x Wo).
-            self.blas.gemm(
+            self.gemm(
                 p.dtype, True, False, p.k, wo, c, w, c, 0, x, ld, block_stride, y, p.k,
                 wo * p.k, batch=blocks,
             )  # fmt: skip
@@ -418,7 +425,7 @@ class _Invoker:
                 self._rows(x, ws, args, grids)
                 rows = ws
             # Column-major: Y^T (Kg x rows, ld K) = W_g (stored GW x Kg, transposed) . rows^T.
-            self.blas.gemm(
+            self.gemm(
                 p.dtype, True, False, kg, count * o, gw, weights, gw, kg * gw, rows, g * gw, gw,
                 y + n0 * o * p.k * size, p.k, kg, batch=g,
             )  # fmt: skip
@@ -434,7 +441,7 @@ class _Invoker:
             backend.driver.memset(dx, p.x.element_count * size, backend.stream_object)
             blocks, wo, ld, block_stride, c = self.strided
             # Column-major, per block: dx rows (C x Wo, ld stride*C) = W (C x K) . dY^T (K x Wo).
-            self.blas.gemm(
+            self.gemm(
                 p.dtype, False, False, c, wo, p.k, w, c, 0, dy, p.k, wo * p.k, dx, ld,
                 block_stride, batch=blocks,
             )  # fmt: skip
@@ -444,7 +451,7 @@ class _Invoker:
         for n0, count, args, grids in self.chunks:
             out = dx + n0 * o * p.c * size if self.pointwise else ws
             # Column-major: rows^T (GW x rows, ld G*GW) = W_g (GW x Kg) . dY_g^T (Kg x rows).
-            self.blas.gemm(
+            self.gemm(
                 p.dtype, False, False, gw, count * o, kg, weights, gw, kg * gw,
                 dy + n0 * o * p.k * size, p.k, kg, out, g * gw, gw, batch=g,
             )  # fmt: skip
@@ -471,7 +478,7 @@ class _Invoker:
                 self._rows(x, ws, args, grids)
                 rows = ws
             # Column-major: dW_g^T (GW x Kg, ld GW) = rows^T (GW x rows) . dY_g (rows x Kg).
-            self.blas.gemm(
+            self.gemm(
                 p.dtype, False, True, gw, kg, count * o, rows, g * gw, gw,
                 dy + n0 * o * p.k * size, p.k, kg, target, gw, kg * gw, batch=g,
                 beta=0.0 if index == 0 else 1.0, c_dtype=c_dtype,
@@ -480,3 +487,24 @@ class _Invoker:
             self.unpad_args.set_pointers(target, dw)
             copy = self.copy_rows_from_f32 if accumulate else self.copy_rows
             copy.launch(self.unpad_args, grid=self.unpad_grid)
+
+
+class GpuChannelsLastGemmTf32Solver(GpuChannelsLastGemmSolver):
+    """``gemm.gpu_nhwc`` with the BLAS allowed to round float32 inputs to TF32 (cuBLAS
+    ``CUBLAS_COMPUTE_32F_FAST_TF32``; hipBLAS keeps exact fp32). Only in the ``"tf32"`` math
+    mode, so an exact-fp32 caller never gets its 10-bit mantissa products."""
+
+    name = "gemm.gpu_nhwc_tf32"
+    tf32 = True
+
+    def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
+        """float32 problems in the ``"tf32"`` math mode, then as ``gemm.gpu_nhwc``."""
+        mode = getattr(ctx, "math_mode", "exact")
+        if mode != "tf32":
+            return not_applicable(
+                f"math mode is {mode!r}: TF32 rounds fp32 inputs to 10 mantissa bits; pass "
+                "Handle(..., math_mode='tf32') to allow it (gemm.gpu_nhwc is the exact twin)"
+            )
+        if problem.dtype is not DataType.FLOAT32:
+            return not_applicable(f"{problem.dtype.value} problem: TF32 applies to float32 only")
+        return super().is_applicable(ctx, problem)
