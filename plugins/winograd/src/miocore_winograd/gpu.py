@@ -15,9 +15,18 @@ Multi-kernel ("non-fused") Winograd for 2-D 3x3 filters, stride 1, dilation 1, a
   inverse transform writes the 3x3 filter gradient.
 
 V, U (and the backward-weights X, DY) are stored in the tensors' element type so that half types
-feed the tensor cores; M and S are float32. Images go in chunks whose transformed tiles fit
-:data:`WORKSPACE_BUDGET`. The transform matrices come from :mod:`miocore_winograd.transforms`
-and reach the kernels as compile-time constants (``-DWINO_BT={...}`` etc.).
+feed the tensor cores; M is stored in the element type too (:data:`HALF_M`; the BLAS still
+accumulates in float32: for the half types half of M's traffic, the largest of the pipeline,
+goes); S is float32. Images go in chunks whose transformed tiles fit :data:`WORKSPACE_BUDGET`. The transform
+matrices come from :mod:`miocore_winograd.transforms` and reach the kernels as compile-time
+constants (``-DWINO_BT={...}`` etc.).
+
+Launches per image chunk: one for the tile transforms (forward / backward data: the x or dy
+tiles, and on the first chunk the filter transform in leading blocks of the same grid;
+backward weights: the x and the dy tiles), one batched GEMM per group, and (forward / backward
+data) the output transform; backward weights adds the filter-gradient transform once. Every
+thread of a tile transform takes :func:`vector_width` adjacent channels, one 4-16 byte access
+in NHWC.
 """
 
 from __future__ import annotations
@@ -49,7 +58,6 @@ from miocore.backends.gpu_kernels import (
     DTYPE_OPTIONS,
     GPU_BACKENDS,
     KernelArgs,
-    grid_for,
     tensor5_bytes,
 )
 from miocore_winograd.transforms import toom_cook
@@ -73,6 +81,7 @@ PARAM_FIELDS = (
     "cout",
     "groups",
     "flip",
+    "aux_blocks",
 )
 _BLOCK = 256
 _ALIGN = 256
@@ -98,6 +107,16 @@ _UNIT_ROUNDOFF = {
 #: stream at 0.6-0.75 of the memory bandwidth (0.5 here to cover partial tiles and NCHW); every
 #: launch costs about 6 us of device time.
 GEMM_EFFICIENCY = {DataType.FLOAT32: 0.65, DataType.FLOAT16: 0.3, DataType.BFLOAT16: 0.3}
+#: Element types whose GEMM output M is stored in the element type (else float32; the BLAS
+#: accumulates in float32 either way). Emulated (tests/test_gpu_winograd_cpu.py's pipeline, 1-64
+#: channels, 48x48 images, forward and backward data), the largest error over the bound went
+#: from 0.19 to 0.24 (float16) and 0.24 to 0.26 (bfloat16, whose output rounding dominates).
+HALF_M = frozenset({DataType.FLOAT16, DataType.BFLOAT16})
+#: Most channels per thread, by tile size m: the tile-input transforms keep alpha^2 x VEC
+#: partial sums in registers (alpha^2 = 16 / 36), the output and dy transforms m x alpha x VEC
+#: (8 / 24); the caps keep either near 72-96 floats. Vector accesses are at most 16 bytes.
+VEC_IN_MAX = {2: 4, 4: 2}
+VEC_OUT_MAX = {2: 8, 4: 4}
 TRANSFORM_BANDWIDTH = 0.5
 LAUNCH_MS = 0.006
 
@@ -110,8 +129,11 @@ def _c_matrix(matrix: Any) -> str:
     return "{" + ",".join(_c_float(v) for row in matrix for v in row) + "}"
 
 
-def kernel_options(dtype: DataType, m: int, r: int) -> tuple[str, ...]:
-    """Compile options of the transform kernels for F(m, r) on ``dtype``."""
+def kernel_options(
+    dtype: DataType, m: int, r: int, vec_in: int = 1, vec_out: int = 1, half_m: bool = False
+) -> tuple[str, ...]:
+    """Compile options of the transform kernels for F(m, r) on ``dtype`` (``vec_in`` /
+    ``vec_out`` channels per thread, ``half_m``: M stored in the element type)."""
     a_t, g, b_t = toom_cook(m, r)
     return (
         DTYPE_OPTIONS[dtype],
@@ -120,7 +142,19 @@ def kernel_options(dtype: DataType, m: int, r: int) -> tuple[str, ...]:
         f"-DWINO_BT={_c_matrix(b_t)}",
         f"-DWINO_G={_c_matrix(g)}",
         f"-DWINO_AT={_c_matrix(a_t)}",
+        f"-DWINO_VEC_IN={vec_in}",
+        f"-DWINO_VEC_OUT={vec_out}",
+        f"-DWINO_M_HALF={int(half_m)}",
     )
+
+
+def vector_width(channels: int, cap: int, itemsize: int) -> int:
+    """Channels per thread: the largest power of two up to ``cap`` (and 16 bytes) that divides
+    ``channels``."""
+    vec = 1
+    while vec * 2 <= cap and vec * 2 * itemsize <= 16 and channels % (vec * 2) == 0:
+        vec *= 2
+    return vec
 
 
 def _round(nbytes: int) -> int:
@@ -160,6 +194,13 @@ class _Plan:
         a2 = self.alpha**2
         self.a2 = a2
         self.cing, self.coutg = self.cin // g, self.cout // g
+        self.half_m = p.dtype in HALF_M and not self.wrw
+        msize = size if self.half_m else 4
+        self.msize = msize
+        # backward weights: the dy transform takes the output kernel's width (its tiles hold
+        # m x alpha partial sums too)
+        self.vec_in = vector_width(self.cin, VEC_IN_MAX[m], size)
+        self.vec_out = vector_width(self.cout, VEC_OUT_MAX[m], size if self.wrw else msize)
         per_image_tiles = self.tiles_h * self.tiles_w
         self.per_image_tiles = per_image_tiles
         if self.wrw:
@@ -167,7 +208,7 @@ class _Plan:
             per_image = a2 * per_image_tiles * (self.cin + self.cout) * size
         else:
             fixed = _round(a2 * self.cin * self.coutg * size)
-            per_image = a2 * per_image_tiles * (self.cin * size + self.cout * 4)
+            per_image = a2 * per_image_tiles * (self.cin * size + self.cout * msize)
         self.nb = max(1, min(p.n, (WORKSPACE_BUDGET - fixed) // max(per_image, 1)))
         t = self.nb * per_image_tiles
         self.max_tiles = t
@@ -182,7 +223,7 @@ class _Plan:
             self.off_u = 0
             self.off_v = fixed
             self.off_m = self.off_v + _round(a2 * t * self.cin * size)
-            self.workspace = self.off_m + _round(a2 * t * self.cout * 4)
+            self.workspace = self.off_m + _round(a2 * t * self.cout * msize)
 
     @property
     def chunks(self) -> list[tuple[int, int]]:
@@ -203,10 +244,12 @@ class _Plan:
         if self.wrw:
             tiles_bytes = 2 * self.a2 * tiles * (self.cin + self.cout) * size
             return tensors + tiles_bytes + 2 * self.a2 * self.cout * self.cing * 4
-        tiles_bytes = 2 * self.a2 * tiles * (self.cin * size + self.cout * 4)
+        tiles_bytes = 2 * self.a2 * tiles * (self.cin * size + self.cout * self.msize)
         return tensors + tiles_bytes + 2 * self.a2 * self.cin * self.coutg * size
 
-    def params(self, n0: int, nb: int, src: Any, dst: Any, flip: int, cin: int, cout: int) -> bytes:
+    def params(
+        self, n0: int, nb: int, src: Any, dst: Any, flip: int, cin: int, cout: int, aux: int = 0
+    ) -> bytes:
         """The kernels' ``WinoParams`` struct (two MioTensor5 then :data:`PARAM_FIELDS`)."""
         step = self.m
         values = {
@@ -221,6 +264,7 @@ class _Plan:
             "cout": cout,
             "groups": self.p.groups,
             "flip": flip,
+            "aux_blocks": aux,
         }
         tail = np.array([values[f] for f in PARAM_FIELDS], dtype=np.int64)
         return tensor5_bytes(src) + tensor5_bytes(dst) + tail.tobytes()
@@ -257,8 +301,9 @@ class WinogradGpuSolver(Solver):
             if desc.layout not in ("NCHW", "NHWC"):
                 return not_applicable(f"{name} layout {desc.layout}; needs NCHW or NHWC")
         plan = _Plan(p, self.m)
-        if max(plan.cin, plan.cout, plan.max_tiles, plan.max_tiles * plan.cout) >= 2**31:
-            return not_applicable("a GEMM dimension exceeds 32-bit BLAS indexing")
+        widest = plan.max_tiles * max(plan.cin, plan.cout)
+        if max(plan.cin * plan.cout, plan.max_tiles, widest) >= 2**31:
+            return not_applicable("a GEMM dimension or transform index exceeds 32 bits")
         return APPLICABLE
 
     def workspace_size(
@@ -290,7 +335,7 @@ class WinogradGpuSolver(Solver):
         efficiency = GEMM_EFFICIENCY[problem.dtype] * narrow
         gemm = ctx.roofline_ms(plan.gemm_flops(), 0, problem.dtype, efficiency)
         traffic = ctx.roofline_ms(0, plan.transform_bytes() / TRANSFORM_BANDWIDTH, problem.dtype)
-        launches = len(plan.chunks) * (2 + problem.groups) + 1
+        launches = len(plan.chunks) * (2 + problem.groups - plan.wrw) + plan.wrw
         return gemm + traffic + LAUNCH_MS * launches
 
     def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
@@ -300,13 +345,16 @@ class WinogradGpuSolver(Solver):
         return ctx.wti(problem, self.predicted_ms(ctx, problem))
 
     def kernel_infos(self, problem: ConvProblem) -> tuple[KernelInfo, ...]:
-        """The three kernels of the problem's direction, in the invoker's order."""
+        """The two kernels of the problem's direction, in the invoker's order: the tile (and
+        filter) transforms, then the output (backward weights: filter-gradient) transform."""
         plan = _Plan(problem, self.m)
-        opts = kernel_options(problem.dtype, plan.tm, plan.tr)
+        opts = kernel_options(
+            problem.dtype, plan.tm, plan.tr, plan.vec_in, plan.vec_out, plan.half_m
+        )
         names = (
-            ("wino_input_transform", "wino_dy_transform", "wino_filter_output")
+            ("wino_wrw_input", "wino_filter_output")
             if plan.wrw
-            else ("wino_input_transform", "wino_filter_transform", "wino_output_transform")
+            else ("wino_input_filter", "wino_output_transform")
         )
         return tuple(
             KernelInfo(source=SOURCE, kernel_name=n, options=opts, block=(_BLOCK,)) for n in names
@@ -358,52 +406,61 @@ class WinogradGpuF4x3(WinogradGpuSolver):
 GPU_SOLVERS = (WinogradGpuF2x3(), WinogradGpuF4x3())
 
 
+def _blocks(total: int) -> int:
+    return max(1, -(-total // _BLOCK))
+
+
 class _Invoker:
-    """Runs one problem: per image chunk, the transforms and one batched GEMM per group."""
+    """Runs one problem: per image chunk, the tile transforms, one batched GEMM per group and
+    the output transform (backward weights: the filter-gradient transform after the last)."""
 
     def __init__(self, plan: _Plan, device: Any, blas: Any, compiled: Any) -> None:
         self.plan = plan
         self.blas = blas
-        self.k_a, self.k_b, self.k_c = compiled
+        self.k_in, self.k_out = compiled
         p = plan.p
-        self.launches = []  # per chunk: (n0, nb, args for the 2 per-chunk kernels, grids)
+        # per chunk: (tiles, args of the tile-transform launch, its grid, args of the output
+        # transform or None, its grid)
+        self.launches = []
         if plan.wrw:
-            src_b, dst = p.y, p.w
             self.once_args = KernelArgs(
                 [("ptr", 0), ("ptr", 0), ("bytes", plan.params(0, 0, p.w, p.w, 0, p.c, p.k))]
             )
-            self.once_grid = grid_for(p.k * plan.cing, _BLOCK, device)
+            self.once_grid = _blocks(p.k * plan.cing)
         else:
-            src_a = p.x if p.direction is Direction.FORWARD else p.y
+            src = p.x if p.direction is Direction.FORWARD else p.y
             dst = p.y if p.direction is Direction.FORWARD else p.x
             flip = int(p.direction is Direction.BACKWARD_DATA)
-            self.once_args = KernelArgs(
+            filter_params = plan.params(0, 0, p.w, p.w, flip, plan.cin, plan.cout)
+            filter_blocks = _blocks(plan.cin * plan.coutg)
+        for i, (n0, nb) in enumerate(plan.chunks):
+            tiles = nb * plan.per_image_tiles
+            if plan.wrw:
+                x_blocks = _blocks(tiles * p.c // plan.vec_in)
+                dy_blocks = _blocks(tiles * p.k // plan.vec_out)
+                px = plan.params(n0, nb, p.x, p.x, 0, p.c, p.k, aux=x_blocks)
+                pdy = plan.params(n0, nb, p.y, p.y, 0, p.c, p.k)
+                args_in = KernelArgs(
+                    [("ptr", 0), ("ptr", 0), ("bytes", px), ("ptr", 0), ("ptr", 0), ("bytes", pdy)]
+                )
+                self.launches.append((tiles, args_in, x_blocks + dy_blocks, None, 0))
+                continue
+            aux = filter_blocks if i == 0 else 0
+            pa = plan.params(n0, nb, src, dst, 0, plan.cin, plan.cout, aux=aux)
+            args_in = KernelArgs(
                 [
                     ("ptr", 0),
                     ("ptr", 0),
-                    ("bytes", plan.params(0, 0, p.w, p.w, flip, plan.cin, plan.cout)),
+                    ("bytes", pa),
+                    ("ptr", 0),
+                    ("ptr", 0),
+                    ("bytes", filter_params),
                 ]
             )
-            self.once_grid = grid_for(plan.cin * plan.coutg, _BLOCK, device)
-        for n0, nb in plan.chunks:
-            tiles = nb * plan.per_image_tiles
-            if plan.wrw:
-                a = plan.params(n0, nb, p.x, p.x, 0, p.c, p.k)
-                b = plan.params(n0, nb, src_b, src_b, 0, p.c, p.k)
-                grids = (
-                    grid_for(tiles * p.c, _BLOCK, device),
-                    grid_for(tiles * p.k, _BLOCK, device),
-                )
-            else:
-                a = plan.params(n0, nb, src_a, dst, 0, plan.cin, plan.cout)
-                b = a
-                grids = (
-                    grid_for(tiles * plan.cin, _BLOCK, device),
-                    grid_for(tiles * plan.cout, _BLOCK, device),
-                )
-            args_a = KernelArgs([("ptr", 0), ("ptr", 0), ("bytes", a)])
-            args_b = KernelArgs([("ptr", 0), ("ptr", 0), ("bytes", b)])
-            self.launches.append((n0, nb, tiles, args_a, args_b, grids))
+            grid_in = aux + _blocks(tiles * plan.cin // plan.vec_in)
+            args_out = KernelArgs([("ptr", 0), ("ptr", 0), ("bytes", pa)])
+            grid_out = _blocks(tiles * plan.cout // plan.vec_out)
+            self.launches.append((tiles, args_in, grid_in, args_out, grid_out))
 
     def __call__(self, handle: Any, ip: InvokeParams) -> None:
         if ip.workspace is None:
@@ -423,35 +480,40 @@ class _Invoker:
         p = plan.p
         size = p.dtype.itemsize
         u, v, mm = ws + plan.off_u, ws + plan.off_v, ws + plan.off_m
-        self.once_args.set_pointers(w, u)
-        self.k_b.launch(self.once_args, grid=(self.once_grid,))
         cin, cout, cing, coutg = plan.cin, plan.cout, plan.cing, plan.coutg
-        for _, _, tiles, args_a, args_b, grids in self.launches:
-            args_a.set_pointers(src, v)
-            self.k_a.launch(args_a, grid=(grids[0],))
+        forward = p.direction is Direction.FORWARD
+        c_dtype = p.dtype if plan.half_m else DataType.FLOAT32
+        for tiles, args_in, grid_in, args_out, grid_out in self.launches:
+            args_in.set_pointers(src, v, w, u)
+            self.k_in.launch(args_in, grid=(grid_in,))
             for gi in range(p.groups):
-                # column-major: M^T (coutg x tiles) = U^T (coutg x cing) . V^T (cing x tiles)
+                # column-major: M^T (coutg x tiles) = U_g^T (coutg x cing) . V^T (cing x tiles);
+                # forward U is [cout][cing] (read transposed), backward data [cin][coutg]
+                if forward:
+                    a, lda, transa = u + gi * coutg * cing * size, cing, True
+                else:
+                    a, lda, transa = u + gi * cing * coutg * size, coutg, False
                 blas.gemm(
                     p.dtype,
-                    False,
+                    transa,
                     False,
                     coutg,
                     tiles,
                     cing,
-                    u + gi * cing * coutg * size,
-                    coutg,
+                    a,
+                    lda,
                     cin * coutg,
                     v + gi * cing * size,
                     cin,
                     tiles * cin,
-                    mm + gi * coutg * 4,
+                    mm + gi * coutg * plan.msize,
                     cout,
                     tiles * cout,
                     batch=plan.a2,
-                    c_dtype=DataType.FLOAT32,
+                    c_dtype=c_dtype,
                 )
-            args_b.set_pointers(mm, dst)
-            self.k_c.launch(args_b, grid=(grids[1],))
+            args_out.set_pointers(mm, dst)
+            self.k_out.launch(args_out, grid=(grid_out,))
 
     def _backward_weights(self, x: int, dw: int, dy: int, ws: int) -> None:
         plan, blas = self.plan, self.blas
@@ -459,11 +521,9 @@ class _Invoker:
         size = p.dtype.itemsize
         s, xt, dyt = ws + plan.off_s, ws + plan.off_x, ws + plan.off_dy
         cg, kg = plan.cing, plan.coutg
-        for i, (_, _, tiles, args_a, args_b, grids) in enumerate(self.launches):
-            args_a.set_pointers(x, xt)
-            self.k_a.launch(args_a, grid=(grids[0],))
-            args_b.set_pointers(dy, dyt)
-            self.k_b.launch(args_b, grid=(grids[1],))
+        for i, (tiles, args_in, grid_in, _, _) in enumerate(self.launches):
+            args_in.set_pointers(x, xt, dy, dyt)
+            self.k_in.launch(args_in, grid=(grid_in,))
             for gi in range(p.groups):
                 # column-major: S^T (cg x kg) = X^T (cg x tiles) . DY (tiles x kg)
                 blas.gemm(
@@ -487,4 +547,4 @@ class _Invoker:
                     c_dtype=DataType.FLOAT32,
                 )
         self.once_args.set_pointers(s, dw)
-        self.k_c.launch(self.once_args, grid=(self.once_grid,))
+        self.k_out.launch(self.once_args, grid=(self.once_grid,))

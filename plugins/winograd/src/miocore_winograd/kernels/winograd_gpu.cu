@@ -7,206 +7,381 @@
 //   -DWINO_BT={...}          B^T, alpha x alpha, row-major (input transform)
 //   -DWINO_G={...}           G,   alpha x r                 (filter transform)
 //   -DWINO_AT={...}          A^T, m x alpha                 (output transform)
-// Backward weights uses F(3, 2): x tiles (alpha = 4) and 2x2 dy tiles as the "filter".
+//   -DWINO_VEC_IN=v          channels per thread of the tile-input transforms (x / dy tiles of
+//                            alpha x alpha); divides the pipeline's input channels
+//   -DWINO_VEC_OUT=v         channels per thread of the output transform (forward / backward
+//                            data) and of the dy transform (backward weights); divides them
+//   -DWINO_M_HALF=0|1        1: M (the GEMM output) is stored in the element type, else float32
+// Backward weights uses F(3, m): x tiles (alpha = m + 2) and m x m dy tiles as the "filter".
 //
 // Workspace layouts (row-major; xi = transformed point, alpha^2 of them; t = tile of the chunk):
 //   V[xi][t][cin]     tiles of the pipeline input, element type
-//   U[xi][cin][coutg] filters, cin over all groups (group g owns rows g*cing ..), element type
-//   M[xi][t][cout]    GEMM results, float32
+//   U[xi][cout][cing] forward filters (k-major, the GEMM reads them transposed), element type
+//   U[xi][cin][coutg] backward-data filters (cin = k over all groups), element type
+//   M[xi][t][cout]    GEMM results, float32 or the element type (WINO_M_HALF)
 //   S[xi][k][cg]      backward-weights GEMM results, float32
+//
+// Every thread takes VEC adjacent channels of one tile: with channels innermost (NHWC) and
+// aligned strides those are one 4-16 byte vector access (checked at run time, uniformly; other
+// layouts take the scalar path). Tile and channel indices are 32-bit (the solver keeps tiles x
+// channels of a chunk below 2^31), tensor offsets 64-bit. The tile-input transforms share one
+// launch with the filter transform (forward / backward data) or with each other (backward
+// weights): leading blocks of the grid do the second job (WinoParams.aux_blocks).
 #include "miocore_gpu.h"
 
 #define WINO_ALPHA (WINO_M + WINO_R - 1)
+#define WINO_A2 (WINO_ALPHA * WINO_ALPHA)
+#ifndef WINO_VEC_IN
+#define WINO_VEC_IN 1
+#endif
+#ifndef WINO_VEC_OUT
+#define WINO_VEC_OUT 1
+#endif
+#ifndef WINO_M_HALF
+#define WINO_M_HALF 0
+#endif
+
+#if WINO_M_HALF
+typedef mio_t wino_acc_t;
+#else
+typedef float wino_acc_t;
+#endif
 
 struct WinoParams {
-  MioTensor5 src;      // tensor the tiles are read from (x, dy, or w for the filter transform)
-  MioTensor5 dst;      // tensor written by the output kernels (y, dx, or dw)
-  mio_index n0;        // first image of the chunk
-  mio_index nb;        // images in the chunk
-  mio_index tiles_h;   // tiles per image along H and W
+  MioTensor5 src;        // tensor the tiles are read from (x, dy, or w for the filter transform)
+  MioTensor5 dst;        // tensor written by the output kernels (y, dx, or dw)
+  mio_index n0;          // first image of the chunk
+  mio_index nb;          // images in the chunk
+  mio_index tiles_h;     // tiles per image along H and W
   mio_index tiles_w;
-  mio_index step;      // tile step in the tensor (m forward; the dy tile size for dw)
-  mio_index pad_h;     // tile origin = tile * step - pad (may be negative: pad' = r-1-pad)
+  mio_index step;        // tile step in the tensor (m forward; the dy tile size for dw)
+  mio_index pad_h;       // tile origin = tile * step - pad (may be negative: pad' = r-1-pad)
   mio_index pad_w;
-  mio_index cin;       // pipeline input channels (reduction), all groups
-  mio_index cout;      // pipeline output channels, all groups
+  mio_index cin;         // pipeline input channels (reduction), all groups
+  mio_index cout;        // pipeline output channels, all groups
   mio_index groups;
-  mio_index flip;      // filter transform: 1 = backward data (rotate 180 degrees, swap K/C)
+  mio_index flip;        // filter transform: 1 = backward data (rotate 180 degrees, swap K/C)
+  mio_index aux_blocks;  // merged launches: leading blocks that run the other transform
 };
 
-// tmp = L . X (rows x inner by inner x cols), all sizes compile-time so the constant matrices
-// fold into adds and shifts.
-template <int ROWS, int INNER, int COLS>
-MIO_DEVICE void wino_left(const float* L, const float* X, float* out) {
+template <int N>
+struct alignas(sizeof(mio_t) * N) WinoVecE {
+  mio_t e[N];
+};
+template <int N>
+struct alignas(sizeof(wino_acc_t) * N) WinoVecA {
+  wino_acc_t e[N];
+};
+
+MIO_DEVICE float wino_to_float(mio_t v) { return mio_load(&v); }
+MIO_DEVICE mio_t wino_from_float(float f) {
+  mio_t r;
+  mio_store(&r, f);
+  return r;
+}
+#if WINO_M_HALF
+MIO_DEVICE float wino_acc_to_float(wino_acc_t v) { return wino_to_float(v); }
+MIO_DEVICE wino_acc_t wino_acc_from_float(float f) { return wino_from_float(f); }
+#else
+MIO_DEVICE float wino_acc_to_float(wino_acc_t v) { return v; }
+MIO_DEVICE wino_acc_t wino_acc_from_float(float f) { return f; }
+#endif
+
+// Whether VEC adjacent channels of t are one aligned vector (channels innermost, every other
+// stride and the base address multiples of VEC).
+template <int VEC>
+MIO_DEVICE bool wino_vector_ok(const MioTensor5& t, const void* base) {
+  if (VEC == 1) return true;
+  return t.stride[1] == 1 && t.stride[0] % VEC == 0 && t.stride[3] % VEC == 0 &&
+         t.stride[4] % VEC == 0 &&
+         ((unsigned long long)base % (sizeof(mio_t) * VEC)) == 0;
+}
+
+// VEC channels of src at q (channel stride cs) as floats.
+template <int VEC>
+MIO_DEVICE void wino_load_vec(const mio_t* q, mio_index cs, bool vec, float* out) {
+  if (vec) {
+    const WinoVecE<VEC> x = *reinterpret_cast<const WinoVecE<VEC>*>(q);
 #pragma unroll
-  for (int i = 0; i < ROWS; ++i) {
+    for (int j = 0; j < VEC; ++j) out[j] = wino_to_float(x.e[j]);
+  } else {
 #pragma unroll
-    for (int j = 0; j < COLS; ++j) {
-      float acc = 0.0f;
-#pragma unroll
-      for (int k = 0; k < INNER; ++k) acc += L[i * INNER + k] * X[k * COLS + j];
-      out[i * COLS + j] = acc;
-    }
+    for (int j = 0; j < VEC; ++j) out[j] = mio_load(q + j * cs);
   }
 }
 
-// out = X . R^T (rows x inner by (cols x inner)^T).
-template <int ROWS, int INNER, int COLS>
-MIO_DEVICE void wino_right_t(const float* X, const float* R, float* out) {
+template <int VEC>
+MIO_DEVICE void wino_store_vec(mio_t* q, mio_index cs, bool vec, const float* in) {
+  if (vec) {
+    WinoVecE<VEC> x;
 #pragma unroll
-  for (int i = 0; i < ROWS; ++i) {
+    for (int j = 0; j < VEC; ++j) x.e[j] = wino_from_float(in[j]);
+    *reinterpret_cast<WinoVecE<VEC>*>(q) = x;
+  } else {
 #pragma unroll
-    for (int j = 0; j < COLS; ++j) {
-      float acc = 0.0f;
-#pragma unroll
-      for (int k = 0; k < INNER; ++k) acc += X[i * INNER + k] * R[j * INNER + k];
-      out[i * COLS + j] = acc;
-    }
+    for (int j = 0; j < VEC; ++j) mio_store(q + j * cs, in[j]);
   }
 }
 
-// V[xi][t][c] = (B^T d B)[xi] for the alpha x alpha tile d of src at tile t, channel c.
-MIO_KERNEL void wino_input_transform(const mio_t* __restrict__ src, mio_t* __restrict__ v,
-                                     WinoParams p) {
-  const float BT[WINO_ALPHA * WINO_ALPHA] = WINO_BT;
-  const mio_index C = p.cin;
-  const mio_index tiles = p.nb * p.tiles_h * p.tiles_w;
-  const mio_index total = tiles * C;
-  MIO_GRID_LOOP(i, total) {
-    const mio_index c = i % C;
-    const mio_index t = i / C;
-    const mio_index tw = t % p.tiles_w;
-    const mio_index th = (t / p.tiles_w) % p.tiles_h;
-    const mio_index n = t / (p.tiles_w * p.tiles_h) + p.n0;
-    const mio_index h0 = th * p.step - p.pad_h, w0 = tw * p.step - p.pad_w;
-    const mio_t* base = src + n * p.src.stride[0] + c * p.src.stride[1];
-    float d[WINO_ALPHA * WINO_ALPHA];
+// Image, tile row and tile column of chunk tile t.
+MIO_DEVICE void wino_tile(const WinoParams& p, unsigned t, mio_index* n, int* th, int* tw) {
+  const unsigned tiles_w = (unsigned)p.tiles_w, tiles_h = (unsigned)p.tiles_h;
+  const unsigned q = t / tiles_w;
+  *tw = (int)(t - q * tiles_w);
+  *th = (int)(q % tiles_h);
+  *n = (mio_index)(q / tiles_h) + p.n0;
+}
+
+// Tile transform B^T d B (x / dy tiles of alpha x alpha; the 2-D form of L d L^T with L =
+// B^T), VEC channels of tile t: V[xi][t][c..c+VEC) for work item i = (t, c / VEC).
+template <int VEC>
+MIO_DEVICE void wino_input_item(const mio_t* __restrict__ src, mio_t* __restrict__ v,
+                                const WinoParams& p, unsigned i, bool vec) {
+  const float BT[WINO_A2] = WINO_BT;
+  const unsigned C = (unsigned)p.cin, CV = C / VEC;
+  const unsigned tiles = (unsigned)(p.nb * p.tiles_h * p.tiles_w);
+  const unsigned t = i / CV, c = (i - t * CV) * VEC;
+  mio_index n;
+  int th, tw;
+  wino_tile(p, t, &n, &th, &tw);
+  const mio_index h0 = th * p.step - p.pad_h, w0 = tw * p.step - p.pad_w;
+  const mio_t* base = src + n * p.src.stride[0] + c * p.src.stride[1];
+  // acc[a'][b] = sum_a BT[a'][a] d[a][b], built one row of d at a time
+  float acc[WINO_ALPHA][WINO_ALPHA][VEC];
 #pragma unroll
-    for (int a = 0; a < WINO_ALPHA; ++a) {
-      const mio_index h = h0 + a;
-      const bool hin = h >= 0 && h < p.src.len[3];
+  for (int a = 0; a < WINO_ALPHA; ++a) {
+    const mio_index h = h0 + a;
+    const bool hin = h >= 0 && h < p.src.len[3];
 #pragma unroll
-      for (int b = 0; b < WINO_ALPHA; ++b) {
-        const mio_index w = w0 + b;
-        d[a * WINO_ALPHA + b] = (hin && w >= 0 && w < p.src.len[4])
-                                    ? mio_load(base + h * p.src.stride[3] + w * p.src.stride[4])
-                                    : 0.0f;
+    for (int b = 0; b < WINO_ALPHA; ++b) {
+      const mio_index w = w0 + b;
+      float d[VEC];
+      if (hin && w >= 0 && w < p.src.len[4]) {
+        wino_load_vec<VEC>(base + h * p.src.stride[3] + w * p.src.stride[4], p.src.stride[1],
+                           vec, d);
+      } else {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) d[j] = 0.0f;
       }
-    }
-    float tmp[WINO_ALPHA * WINO_ALPHA], out[WINO_ALPHA * WINO_ALPHA];
-    wino_left<WINO_ALPHA, WINO_ALPHA, WINO_ALPHA>(BT, d, tmp);
-    wino_right_t<WINO_ALPHA, WINO_ALPHA, WINO_ALPHA>(tmp, BT, out);
-    const mio_index plane = tiles * C;
 #pragma unroll
-    for (int xi = 0; xi < WINO_ALPHA * WINO_ALPHA; ++xi) mio_store(v + xi * plane + i, out[xi]);
-  }
-}
-
-// U[xi][cin][coutg] = (G g G^T)[xi] for the r x r filter g joining pipeline channels cin, cout.
-// Forward: g = w[g*coutg + co][ci]. Backward data (flip): the pipeline runs on dy, so cin = k,
-// cout = c, and g = w[k][co] rotated by 180 degrees.
-MIO_KERNEL void wino_filter_transform(const mio_t* __restrict__ w, mio_t* __restrict__ u,
-                                      WinoParams p) {
-  const float G[WINO_ALPHA * WINO_R] = WINO_G;
-  const mio_index coutg = p.cout / p.groups, cing = p.cin / p.groups;
-  const mio_index total = p.cin * coutg;
-  MIO_GRID_LOOP(i, total) {
-    const mio_index co = i % coutg;
-    const mio_index cig = i / coutg;
-    mio_index k, c;
-    if (p.flip) {
-      k = cig;
-      c = co;
-    } else {
-      k = (cig / cing) * coutg + co;
-      c = cig % cing;
-    }
-    const mio_t* base = w + k * p.src.stride[0] + c * p.src.stride[1];
-    float g[WINO_R * WINO_R];
+      for (int r = 0; r < WINO_ALPHA; ++r) {
 #pragma unroll
-    for (int a = 0; a < WINO_R; ++a) {
-#pragma unroll
-      for (int b = 0; b < WINO_R; ++b) {
-        const int fa = p.flip ? WINO_R - 1 - a : a;
-        const int fb = p.flip ? WINO_R - 1 - b : b;
-        g[a * WINO_R + b] = mio_load(base + fa * p.src.stride[3] + fb * p.src.stride[4]);
-      }
-    }
-    float tmp[WINO_ALPHA * WINO_R], out[WINO_ALPHA * WINO_ALPHA];
-    wino_left<WINO_ALPHA, WINO_R, WINO_R>(G, g, tmp);
-    wino_right_t<WINO_ALPHA, WINO_R, WINO_ALPHA>(tmp, G, out);
-#pragma unroll
-    for (int xi = 0; xi < WINO_ALPHA * WINO_ALPHA; ++xi) mio_store(u + xi * total + i, out[xi]);
-  }
-}
-
-// dst tile = A^T M A, cropped to dst's H and W, cast to the element type.
-MIO_KERNEL void wino_output_transform(const float* __restrict__ mm, mio_t* __restrict__ dst,
-                                      WinoParams p) {
-  const float AT[WINO_M * WINO_ALPHA] = WINO_AT;
-  const mio_index K = p.cout;
-  const mio_index tiles = p.nb * p.tiles_h * p.tiles_w;
-  const mio_index total = tiles * K;
-  const mio_index plane = total;
-  MIO_GRID_LOOP(i, total) {
-    const mio_index k = i % K;
-    const mio_index t = i / K;
-    const mio_index tw = t % p.tiles_w;
-    const mio_index th = (t / p.tiles_w) % p.tiles_h;
-    const mio_index n = t / (p.tiles_w * p.tiles_h) + p.n0;
-    float m[WINO_ALPHA * WINO_ALPHA];
-#pragma unroll
-    for (int xi = 0; xi < WINO_ALPHA * WINO_ALPHA; ++xi) m[xi] = mm[xi * plane + i];
-    float tmp[WINO_M * WINO_ALPHA], out[WINO_M * WINO_M];
-    wino_left<WINO_M, WINO_ALPHA, WINO_ALPHA>(AT, m, tmp);
-    wino_right_t<WINO_M, WINO_ALPHA, WINO_M>(tmp, AT, out);
-    mio_t* base = dst + n * p.dst.stride[0] + k * p.dst.stride[1];
-    const mio_index h0 = th * WINO_M, w0 = tw * WINO_M;
-#pragma unroll
-    for (int a = 0; a < WINO_M; ++a) {
-#pragma unroll
-      for (int b = 0; b < WINO_M; ++b) {
-        if (h0 + a < p.dst.len[3] && w0 + b < p.dst.len[4]) {
-          mio_store(base + (h0 + a) * p.dst.stride[3] + (w0 + b) * p.dst.stride[4],
-                    out[a * WINO_M + b]);
+        for (int j = 0; j < VEC; ++j) {
+          acc[r][b][j] = (a == 0 ? 0.0f : acc[r][b][j]) + BT[r * WINO_ALPHA + a] * d[j];
         }
       }
     }
   }
+  const mio_index plane = (mio_index)tiles * C;
+  mio_t* out = v + (mio_index)t * C + c;
+#pragma unroll
+  for (int r = 0; r < WINO_ALPHA; ++r) {
+#pragma unroll
+    for (int s = 0; s < WINO_ALPHA; ++s) {
+      float o[VEC];
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int b = 0; b < WINO_ALPHA; ++b) sum += acc[r][b][j] * BT[s * WINO_ALPHA + b];
+        o[j] = sum;
+      }
+      wino_store_vec<VEC>(out + (r * WINO_ALPHA + s) * plane, 1, true, o);
+    }
+  }
 }
 
-// Backward weights, F(3, 2): DY[xi][t][k] = (G e G^T)[xi] for the r x r tile e of dy at tile t
-// (zero past dy's edge, so partial tiles add nothing).
-MIO_KERNEL void wino_dy_transform(const mio_t* __restrict__ dy, mio_t* __restrict__ out_t,
-                                  WinoParams p) {
+// U = G g G^T for work item i. Forward: i = k * cing + c (k-major, c innermost: NHWC filters
+// read coalesced); backward data (flip): i = k * coutg + c, g = w[k][c] rotated 180 degrees
+// (the pipeline runs on dy: cin = K over all groups, cout = C).
+MIO_DEVICE void wino_filter_item(const mio_t* __restrict__ w, mio_t* __restrict__ u,
+                                 const WinoParams& p, unsigned i) {
   const float G[WINO_ALPHA * WINO_R] = WINO_G;
-  const mio_index K = p.cout;
-  const mio_index tiles = p.nb * p.tiles_h * p.tiles_w;
-  const mio_index total = tiles * K;
-  MIO_GRID_LOOP(i, total) {
-    const mio_index k = i % K;
-    const mio_index t = i / K;
-    const mio_index tw = t % p.tiles_w;
-    const mio_index th = (t / p.tiles_w) % p.tiles_h;
-    const mio_index n = t / (p.tiles_w * p.tiles_h) + p.n0;
-    const mio_index h0 = th * WINO_R, w0 = tw * WINO_R;
-    const mio_t* base = dy + n * p.src.stride[0] + k * p.src.stride[1];
-    float e[WINO_R * WINO_R];
+  const unsigned inner = (unsigned)(p.flip ? p.cout / p.groups : p.cin / p.groups);
+  const unsigned total = (unsigned)(p.flip ? p.cin * inner : p.cout * inner);
+  const unsigned k = i / inner, c = i - k * inner;
+  const mio_t* base = w + k * p.src.stride[0] + c * p.src.stride[1];
+  float g[WINO_R * WINO_R];
 #pragma unroll
-    for (int a = 0; a < WINO_R; ++a) {
+  for (int a = 0; a < WINO_R; ++a) {
 #pragma unroll
-      for (int b = 0; b < WINO_R; ++b) {
-        const bool in = h0 + a < p.src.len[3] && w0 + b < p.src.len[4];
-        e[a * WINO_R + b] =
-            in ? mio_load(base + (h0 + a) * p.src.stride[3] + (w0 + b) * p.src.stride[4]) : 0.0f;
+    for (int b = 0; b < WINO_R; ++b) {
+      const int fa = p.flip ? WINO_R - 1 - a : a;
+      const int fb = p.flip ? WINO_R - 1 - b : b;
+      g[a * WINO_R + b] = mio_load(base + fa * p.src.stride[3] + fb * p.src.stride[4]);
+    }
+  }
+  float tmp[WINO_ALPHA * WINO_R];
+#pragma unroll
+  for (int r = 0; r < WINO_ALPHA; ++r) {
+#pragma unroll
+    for (int b = 0; b < WINO_R; ++b) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int a = 0; a < WINO_R; ++a) sum += G[r * WINO_R + a] * g[a * WINO_R + b];
+      tmp[r * WINO_R + b] = sum;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < WINO_ALPHA; ++r) {
+#pragma unroll
+    for (int s = 0; s < WINO_ALPHA; ++s) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int b = 0; b < WINO_R; ++b) sum += tmp[r * WINO_R + b] * G[s * WINO_R + b];
+      mio_store(u + (mio_index)(r * WINO_ALPHA + s) * total + i, sum);
+    }
+  }
+}
+
+// Forward / backward data, first launch of a chunk: the first p.aux_blocks blocks transform
+// the filters (pf; the first chunk only), the others the tiles of src into V.
+MIO_KERNEL void wino_input_filter(const mio_t* __restrict__ src, mio_t* __restrict__ v,
+                                  WinoParams p, const mio_t* __restrict__ w,
+                                  mio_t* __restrict__ u, WinoParams pf) {
+  const unsigned block = blockIdx.x;
+  if (block < (unsigned)p.aux_blocks) {
+    const unsigned i = block * blockDim.x + threadIdx.x;
+    const unsigned total = (unsigned)(pf.cin * pf.cout / pf.groups);
+    if (i < total) wino_filter_item(w, u, pf, i);
+    return;
+  }
+  const unsigned i = (block - (unsigned)p.aux_blocks) * blockDim.x + threadIdx.x;
+  const unsigned total = (unsigned)(p.nb * p.tiles_h * p.tiles_w * (p.cin / WINO_VEC_IN));
+  if (i >= total) return;
+  wino_input_item<WINO_VEC_IN>(src, v, p, i, wino_vector_ok<WINO_VEC_IN>(p.src, src));
+}
+
+// dst tile = A^T M A, cropped to dst's H and W, cast to the element type; VEC channels.
+MIO_KERNEL void wino_output_transform(const wino_acc_t* __restrict__ mm, mio_t* __restrict__ dst,
+                                      WinoParams p) {
+  const float AT[WINO_M * WINO_ALPHA] = WINO_AT;
+  const unsigned K = (unsigned)p.cout, KV = K / WINO_VEC_OUT;
+  const unsigned tiles = (unsigned)(p.nb * p.tiles_h * p.tiles_w);
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= tiles * KV) return;
+  const bool vec = wino_vector_ok<WINO_VEC_OUT>(p.dst, dst);
+  const unsigned t = i / KV, k = (i - t * KV) * WINO_VEC_OUT;
+  mio_index n;
+  int th, tw;
+  wino_tile(p, t, &n, &th, &tw);
+  const mio_index plane = (mio_index)tiles * K;
+  const wino_acc_t* in = mm + (mio_index)t * K + k;
+  // acc[i][b] = sum_a AT[i][a] m[a][b], one row of M at a time
+  float acc[WINO_M][WINO_ALPHA][WINO_VEC_OUT];
+#pragma unroll
+  for (int a = 0; a < WINO_ALPHA; ++a) {
+#pragma unroll
+    for (int b = 0; b < WINO_ALPHA; ++b) {
+      const WinoVecA<WINO_VEC_OUT> x = *reinterpret_cast<const WinoVecA<WINO_VEC_OUT>*>(
+          in + (a * WINO_ALPHA + b) * plane);
+#pragma unroll
+      for (int r = 0; r < WINO_M; ++r) {
+#pragma unroll
+        for (int j = 0; j < WINO_VEC_OUT; ++j) {
+          acc[r][b][j] = (a == 0 ? 0.0f : acc[r][b][j]) +
+                         AT[r * WINO_ALPHA + a] * wino_acc_to_float(x.e[j]);
+        }
       }
     }
-    float tmp[WINO_ALPHA * WINO_R], out[WINO_ALPHA * WINO_ALPHA];
-    wino_left<WINO_ALPHA, WINO_R, WINO_R>(G, e, tmp);
-    wino_right_t<WINO_ALPHA, WINO_R, WINO_ALPHA>(tmp, G, out);
-#pragma unroll
-    for (int xi = 0; xi < WINO_ALPHA * WINO_ALPHA; ++xi) mio_store(out_t + xi * total + i, out[xi]);
   }
+  mio_t* base = dst + n * p.dst.stride[0] + k * p.dst.stride[1];
+  const mio_index h0 = (mio_index)th * WINO_M, w0 = (mio_index)tw * WINO_M;
+#pragma unroll
+  for (int r = 0; r < WINO_M; ++r) {
+#pragma unroll
+    for (int s = 0; s < WINO_M; ++s) {
+      if (h0 + r < p.dst.len[3] && w0 + s < p.dst.len[4]) {
+        float o[WINO_VEC_OUT];
+#pragma unroll
+        for (int j = 0; j < WINO_VEC_OUT; ++j) {
+          float sum = 0.0f;
+#pragma unroll
+          for (int b = 0; b < WINO_ALPHA; ++b) sum += acc[r][b][j] * AT[s * WINO_ALPHA + b];
+          o[j] = sum;
+        }
+        wino_store_vec<WINO_VEC_OUT>(
+            base + (h0 + r) * p.dst.stride[3] + (w0 + s) * p.dst.stride[4], p.dst.stride[1], vec,
+            o);
+      }
+    }
+  }
+}
+
+// Backward weights, F(3, m): DY[xi][t][k..k+VEC) = (G e G^T)[xi] for the m x m tile e of dy at
+// tile t (zero past dy's edge, so partial tiles add nothing).
+template <int VEC>
+MIO_DEVICE void wino_dy_item(const mio_t* __restrict__ dy, mio_t* __restrict__ out_t,
+                             const WinoParams& p, unsigned i, bool vec) {
+  const float G[WINO_ALPHA * WINO_R] = WINO_G;
+  const unsigned K = (unsigned)p.cout, KV = K / VEC;
+  const unsigned tiles = (unsigned)(p.nb * p.tiles_h * p.tiles_w);
+  const unsigned t = i / KV, k = (i - t * KV) * VEC;
+  mio_index n;
+  int th, tw;
+  wino_tile(p, t, &n, &th, &tw);
+  const mio_index h0 = (mio_index)th * WINO_R, w0 = (mio_index)tw * WINO_R;
+  const mio_t* base = dy + n * p.src.stride[0] + k * p.src.stride[1];
+  // acc[r][b] = sum_a G[r][a] e[a][b], one row of e at a time
+  float acc[WINO_ALPHA][WINO_R][VEC];
+#pragma unroll
+  for (int a = 0; a < WINO_R; ++a) {
+    const bool hin = h0 + a < p.src.len[3];
+#pragma unroll
+    for (int b = 0; b < WINO_R; ++b) {
+      float e[VEC];
+      if (hin && w0 + b < p.src.len[4]) {
+        wino_load_vec<VEC>(base + (h0 + a) * p.src.stride[3] + (w0 + b) * p.src.stride[4],
+                           p.src.stride[1], vec, e);
+      } else {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) e[j] = 0.0f;
+      }
+#pragma unroll
+      for (int r = 0; r < WINO_ALPHA; ++r) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          acc[r][b][j] = (a == 0 ? 0.0f : acc[r][b][j]) + G[r * WINO_R + a] * e[j];
+        }
+      }
+    }
+  }
+  const mio_index plane = (mio_index)tiles * K;
+  mio_t* out = out_t + (mio_index)t * K + k;
+#pragma unroll
+  for (int r = 0; r < WINO_ALPHA; ++r) {
+#pragma unroll
+    for (int s = 0; s < WINO_ALPHA; ++s) {
+      float o[VEC];
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int b = 0; b < WINO_R; ++b) sum += acc[r][b][j] * G[s * WINO_R + b];
+        o[j] = sum;
+      }
+      wino_store_vec<VEC>(out + (r * WINO_ALPHA + s) * plane, 1, true, o);
+    }
+  }
+}
+
+// Backward weights, one launch per chunk: the first px.aux_blocks blocks transform x tiles
+// into X, the others dy tiles into DY.
+MIO_KERNEL void wino_wrw_input(const mio_t* __restrict__ x, mio_t* __restrict__ xt,
+                               WinoParams px, const mio_t* __restrict__ dy,
+                               mio_t* __restrict__ dyt, WinoParams pdy) {
+  const unsigned block = blockIdx.x;
+  if (block < (unsigned)px.aux_blocks) {
+    const unsigned i = block * blockDim.x + threadIdx.x;
+    const unsigned total = (unsigned)(px.nb * px.tiles_h * px.tiles_w * (px.cin / WINO_VEC_IN));
+    if (i < total) wino_input_item<WINO_VEC_IN>(x, xt, px, i, wino_vector_ok<WINO_VEC_IN>(px.src, x));
+    return;
+  }
+  const unsigned i = (block - (unsigned)px.aux_blocks) * blockDim.x + threadIdx.x;
+  const unsigned total =
+      (unsigned)(pdy.nb * pdy.tiles_h * pdy.tiles_w * (pdy.cout / WINO_VEC_OUT));
+  if (i >= total) return;
+  wino_dy_item<WINO_VEC_OUT>(dy, dyt, pdy, i, wino_vector_ok<WINO_VEC_OUT>(pdy.src, dy));
 }
 
 // Backward weights: dw[k][c] = A^T S[.][k][c] A (m x m = the filter), written through the
@@ -214,24 +389,34 @@ MIO_KERNEL void wino_dy_transform(const mio_t* __restrict__ dy, mio_t* __restric
 MIO_KERNEL void wino_filter_output(const float* __restrict__ s, mio_t* __restrict__ dw,
                                    WinoParams p) {
   const float AT[WINO_M * WINO_ALPHA] = WINO_AT;
-  const mio_index cg = p.cin / p.groups;
-  const mio_index total = p.cout * cg;
-  MIO_GRID_LOOP(i, total) {
-    const mio_index c = i % cg;
-    const mio_index k = i / cg;
-    float m[WINO_ALPHA * WINO_ALPHA];
+  const unsigned cg = (unsigned)(p.cin / p.groups);
+  const unsigned total = (unsigned)p.cout * cg;
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= total) return;
+  const unsigned k = i / cg, c = i - k * cg;
+  float m[WINO_A2];
 #pragma unroll
-    for (int xi = 0; xi < WINO_ALPHA * WINO_ALPHA; ++xi) m[xi] = s[xi * total + i];
-    float tmp[WINO_M * WINO_ALPHA], out[WINO_M * WINO_M];
-    wino_left<WINO_M, WINO_ALPHA, WINO_ALPHA>(AT, m, tmp);
-    wino_right_t<WINO_M, WINO_ALPHA, WINO_M>(tmp, AT, out);
-    mio_t* base = dw + k * p.dst.stride[0] + c * p.dst.stride[1];
+  for (int xi = 0; xi < WINO_A2; ++xi) m[xi] = s[(mio_index)xi * total + i];
+  float tmp[WINO_M * WINO_ALPHA];
 #pragma unroll
-    for (int a = 0; a < WINO_M; ++a) {
+  for (int r = 0; r < WINO_M; ++r) {
 #pragma unroll
-      for (int b = 0; b < WINO_M; ++b) {
-        mio_store(base + a * p.dst.stride[3] + b * p.dst.stride[4], out[a * WINO_M + b]);
-      }
+    for (int b = 0; b < WINO_ALPHA; ++b) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int a = 0; a < WINO_ALPHA; ++a) sum += AT[r * WINO_ALPHA + a] * m[a * WINO_ALPHA + b];
+      tmp[r * WINO_ALPHA + b] = sum;
+    }
+  }
+  mio_t* base = dw + k * p.dst.stride[0] + c * p.dst.stride[1];
+#pragma unroll
+  for (int r = 0; r < WINO_M; ++r) {
+#pragma unroll
+    for (int q = 0; q < WINO_M; ++q) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int b = 0; b < WINO_ALPHA; ++b) sum += tmp[r * WINO_ALPHA + b] * AT[q * WINO_ALPHA + b];
+      mio_store(base + r * p.dst.stride[3] + q * p.dst.stride[4], sum);
     }
   }
 }
