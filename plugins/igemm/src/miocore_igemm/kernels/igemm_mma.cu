@@ -29,8 +29,15 @@
 // one ldmatrix phase reads fall in distinct bank groups (row pitch 80 or 144 bytes).
 // Split-K (grid z > 1): each split covers a range of reduction tiles and writes fp32 partials
 // to the workspace; igemm_mma_reduce sums them and stores the output.
-// Without mma.sync (HIP, pre-sm_80: MIO_MMA_SYNC == 0) the same tiles are multiplied by a
-// scalar path with the same accumulator layout, so results and the epilogue are identical.
+// MFMA (MIO_MFMA: HIP on gfx90a/gfx94x, or emulated on CUDA under -DMIO_MFMA_EMULATE): the
+// 8 warps become 4 waves of 64, each covering the tiles of two warps adjacent in N (a wave tile
+// of WTM x 2 * WTN, so MIO_WARPS_N must be even), as MI x NI 16 x 16 MFMA tiles:
+// v_mfma_f32_16x16x16f16 / _bf16_1k with fragments of 4 consecutive k read as 8 bytes from the
+// same padded shared tiles (no ldmatrix), v_mfma_f32_16x16x4f32 for fp32 (exact: the tf32
+// solvers compute in full fp32 on AMD).
+// Without mma.sync or MFMA (other HIP targets, pre-sm_80) the same tiles are multiplied by a
+// scalar path with the mma.sync accumulator layout; one epilogue serves all three through the
+// fragment map of miocore_gpu.h (MIO_FRAG_*).
 #include "miocore_gpu.h"
 
 #ifndef MIO_BM
@@ -66,8 +73,19 @@
 #define MIO_SK (MIO_BK + MIO_PAD)
 #define MIO_WTM (MIO_BM / MIO_WARPS_M)
 #define MIO_WTN (MIO_BN / MIO_WARPS_N)
+// The thread groups that own accumulator tiles: warps of 32 (mma.sync, scalar), or waves of 64
+// spanning two warps along N (MFMA); MIO_GTN columns each, MIO_GROUPS_N of them along N.
+#if MIO_MFMA
+#if MIO_WARPS_N % 2
+#error "the MFMA path pairs warps along N: MIO_WARPS_N must be even"
+#endif
+#define MIO_GROUPS_N (MIO_WARPS_N / 2)
+#else
+#define MIO_GROUPS_N MIO_WARPS_N
+#endif
+#define MIO_GTN (MIO_BN / MIO_GROUPS_N)
 #define MIO_MI (MIO_WTM / 16)
-#define MIO_NI (MIO_WTN / 8)
+#define MIO_NI (MIO_GTN / MIO_FRAG_TN)
 #define MIO_CPR (MIO_BK / MIO_VEC)                 // chunks per tile row
 #define MIO_RPI (MIO_THREADS / MIO_CPR)            // tile rows per load iteration
 #define MIO_A_ITERS ((MIO_BM + MIO_RPI - 1) / MIO_RPI)
@@ -207,9 +225,10 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MIN_BLOCKS)
   mio_t* Bs = As + MIO_STAGES * MIO_BM * MIO_SK;             // [STAGES][BN][SK]
 
   const int tid = threadIdx.x;
-  const int warp = tid / 32, lane = tid % 32;
-  const int wm = warp / MIO_WARPS_N, wn = warp % MIO_WARPS_N;
+  const int warp = tid / MIO_FRAG_LANES, lane = tid % MIO_FRAG_LANES;  // MFMA: wave, lane of 64
+  const int wm = warp / MIO_GROUPS_N, wn = warp % MIO_GROUPS_N;
   const int gid = lane / 4, tig = lane % 4;
+  const int frag_row = mio_frag_row(lane), frag_col = mio_frag_col(lane);  // epilogue
 
   const mio_index ntiles = (p.ocg + MIO_BN - 1) / MIO_BN;
   const mio_index grp = blockIdx.y / ntiles;
@@ -333,8 +352,56 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MIN_BLOCKS)
     }
     const int s = it % MIO_STAGES;
     const mio_t* as = As + s * MIO_BM * MIO_SK + (wm * MIO_WTM) * MIO_SK;
-    const mio_t* bs = Bs + s * MIO_BN * MIO_SK + (wn * MIO_WTN) * MIO_SK;
-#if MIO_MMA_SYNC
+    const mio_t* bs = Bs + s * MIO_BN * MIO_SK + (wn * MIO_GTN) * MIO_SK;
+#if MIO_MFMA
+    // Lane l: row (A) or column (B) l % 16 of each 16 x 16 tile, k = 4 * (l / 16) onwards.
+    const int f_row = lane % 16;
+#if defined(MIO_DTYPE_FP32)
+    const int f_k = lane / 16;
+#pragma unroll
+    for (int kk = 0; kk < MIO_BK; kk += 4) {
+      float bf[MIO_NI];
+#pragma unroll
+      for (int j = 0; j < MIO_NI; ++j) bf[j] = bs[(j * 16 + f_row) * MIO_SK + kk + f_k];
+#pragma unroll
+      for (int i = 0; i < MIO_MI; ++i) {
+        const float af = as[(i * 16 + f_row) * MIO_SK + kk + f_k];
+#pragma unroll
+        for (int j = 0; j < MIO_NI; ++j) mio_mfma_f32_16x16x4(acc[i][j], af, bf[j]);
+      }
+    }
+#else
+    const int f_k = 4 * (lane / 16);
+#pragma unroll
+    for (int kk = 0; kk < MIO_BK; kk += 16) {
+      unsigned int af[MIO_MI][2];
+      unsigned int bf[MIO_NI][2];
+#pragma unroll
+      for (int i = 0; i < MIO_MI; ++i) {
+        const uint2 v = *(const uint2*)(as + (i * 16 + f_row) * MIO_SK + kk + f_k);
+        af[i][0] = v.x;
+        af[i][1] = v.y;
+      }
+#pragma unroll
+      for (int j = 0; j < MIO_NI; ++j) {
+        const uint2 v = *(const uint2*)(bs + (j * 16 + f_row) * MIO_SK + kk + f_k);
+        bf[j][0] = v.x;
+        bf[j][1] = v.y;
+      }
+#pragma unroll
+      for (int i = 0; i < MIO_MI; ++i) {
+#pragma unroll
+        for (int j = 0; j < MIO_NI; ++j) {
+#if defined(MIO_DTYPE_BF16)
+          mio_mfma_bf16_16x16x16(acc[i][j], af[i], bf[j]);
+#else
+          mio_mfma_f16_16x16x16(acc[i][j], af[i], bf[j]);
+#endif
+        }
+      }
+    }
+#endif
+#elif MIO_MMA_SYNC
 #if defined(MIO_DTYPE_FP32)
 #pragma unroll
     for (int kk = 0; kk < MIO_BK; kk += 8) {
@@ -420,8 +487,8 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MIN_BLOCKS)
 #pragma unroll
   for (int i = 0; i < MIO_MI; ++i) {
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const mio_index m = m0 + wm * MIO_WTM + i * 16 + gid + half * 8;
+    for (int fr = 0; fr < MIO_FRAG_ROWS; ++fr) {
+      const mio_index m = m0 + wm * MIO_WTM + i * 16 + frag_row + fr * MIO_FRAG_RSTEP;
       if (m >= p.m) continue;
       const mio_index img = m / hw;
       const mio_index rem = m - img * hw;
@@ -433,9 +500,10 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MIN_BLOCKS)
       float* prow = part + ((mio_index)zsplit * p.mo + mrow) * ncols + grp * p.ocg;
 #pragma unroll
       for (int j = 0; j < MIO_NI; ++j) {
-        const mio_index kc = n0 + wn * MIO_WTN + j * 8 + 2 * tig;
-        const float v0 = acc[i][j][half * 2];
-        const float v1 = acc[i][j][half * 2 + 1];
+        const mio_index kc = n0 + wn * MIO_GTN + j * MIO_FRAG_TN + frag_col;
+#if MIO_FRAG_COLS == 2
+        const float v0 = acc[i][j][fr * 2];
+        const float v1 = acc[i][j][fr * 2 + 1];
         if (p.splits > 1) {
           if (kc < p.ocg) prow[kc] = v0;
           if (kc + 1 < p.ocg) prow[kc + 1] = v1;
@@ -453,6 +521,16 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MIN_BLOCKS)
 #endif
         if (kc < p.ocg) mio_store(orow + kc * p.os_c, v0);
         if (kc + 1 < p.ocg) mio_store(orow + (kc + 1) * p.os_c, v1);
+#else
+        // one column per row (MFMA): lanes 0-15 store 16 adjacent columns
+        const float v0 = acc[i][j][fr];
+        if (kc >= p.ocg) continue;
+        if (p.splits > 1) {
+          prow[kc] = v0;
+        } else {
+          mio_store(orow + kc * p.os_c, v0);
+        }
+#endif
       }
     }
   }

@@ -21,8 +21,13 @@
 // Split-K (grid z = splits > 1): each split covers a contiguous range of reduction tiles and
 // adds its fp32 tile into the workspace (atomic != 0, after igemm_wrw_zero) or writes it to its
 // own slab of the workspace (atomic == 0); igemm_wrw_reduce then sums, casts and stores dw.
-// Without mma.sync (HIP, pre-sm_80: MIO_MMA_SYNC == 0) a scalar path multiplies the same shared
-// tiles into the same accumulator layout.
+// MFMA (MIO_MFMA: HIP on gfx90a/gfx94x, or emulated on CUDA under -DMIO_MFMA_EMULATE): 4 waves
+// of 64, each covering the tiles of two warps adjacent in N (2 * WTN columns), as 16 x 16
+// v_mfma_f32_16x16x16f16 / _bf16_1k tiles (v_mfma_f32_16x16x4f32 for fp32: exact on AMD); a
+// lane's fragment is 4 consecutive reduction rows of one column, read from the shared tiles as
+// four scalars. Without mma.sync or MFMA (other HIP targets, pre-sm_80) a scalar path multiplies
+// the same shared tiles into the mma.sync accumulator layout; one epilogue serves all three
+// through the fragment map of miocore_gpu.h (MIO_FRAG_*).
 #include "miocore_gpu.h"
 
 #ifndef MIO_BM
@@ -60,8 +65,16 @@
 #define MIO_WARPS_N (8 / MIO_WARPS_M)
 #define MIO_WTM (MIO_BM / MIO_WARPS_M)
 #define MIO_WTN (MIO_BN / MIO_WARPS_N)
+// The thread groups that own accumulator tiles: warps of 32 (mma.sync, scalar), or waves of 64
+// spanning two warps along N (MFMA; MIO_WARPS_N is 2 or 4); MIO_GTN columns each.
+#if MIO_MFMA
+#define MIO_GROUPS_N (MIO_WARPS_N / 2)
+#else
+#define MIO_GROUPS_N MIO_WARPS_N
+#endif
+#define MIO_GTN (MIO_BN / MIO_GROUPS_N)
 #define MIO_MI (MIO_WTM / 16)
-#define MIO_NI (MIO_WTN / 8)
+#define MIO_NI (MIO_GTN / MIO_FRAG_TN)
 #define MIO_CPR_A (MIO_BM / MIO_VECA)  // chunks per staged dy row
 #define MIO_RPI_A (MIO_THREADS / MIO_CPR_A)
 #define MIO_A_ITERS ((MIO_BK + MIO_RPI_A - 1) / MIO_RPI_A)
@@ -139,9 +152,10 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS)
   mio_t* Bs = As + MIO_STAGES * MIO_BK * MIO_SA;  // [STAGES][BK][SB]: x, r contiguous
 
   const int tid = threadIdx.x;
-  const int warp = tid / 32, lane = tid % 32;
-  const int wm = warp / MIO_WARPS_N, wn = warp % MIO_WARPS_N;
+  const int warp = tid / MIO_FRAG_LANES, lane = tid % MIO_FRAG_LANES;  // MFMA: wave, lane of 64
+  const int wm = warp / MIO_GROUPS_N, wn = warp % MIO_GROUPS_N;
   const int gid = lane / 4, tig = lane % 4;
+  const int frag_row = mio_frag_row(lane), frag_col = mio_frag_col(lane);  // epilogue
 
   const mio_index ktiles_out = (p.kg + MIO_BM - 1) / MIO_BM;
   const mio_index grp = blockIdx.y / ktiles_out;
@@ -254,8 +268,58 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS)
     }
     const int s = it % MIO_STAGES;
     const mio_t* as = As + s * MIO_BK * MIO_SA + wm * MIO_WTM;
-    const mio_t* bs = Bs + s * MIO_BK * MIO_SB + wn * MIO_WTN;
-#if MIO_MMA_SYNC
+    const mio_t* bs = Bs + s * MIO_BK * MIO_SB + wn * MIO_GTN;
+#if MIO_MFMA
+    // Lane l: row (A: output channel) or column (B: filter tap/channel) l % 16 of each 16 x 16
+    // tile, reduction rows 4 * (l / 16) onwards (x4f32: row l / 16); staged reduction-major, so
+    // a fragment is four scalar reads down a column.
+    const int f_col = lane % 16;
+#if defined(MIO_DTYPE_FP32)
+    const int f_k = lane / 16;
+#pragma unroll
+    for (int kk = 0; kk < MIO_BK; kk += 4) {
+      float bf[MIO_NI];
+#pragma unroll
+      for (int j = 0; j < MIO_NI; ++j) bf[j] = bs[(kk + f_k) * MIO_SB + j * 16 + f_col];
+#pragma unroll
+      for (int i = 0; i < MIO_MI; ++i) {
+        const float af = as[(kk + f_k) * MIO_SA + i * 16 + f_col];
+#pragma unroll
+        for (int j = 0; j < MIO_NI; ++j) mio_mfma_f32_16x16x4(acc[i][j], af, bf[j]);
+      }
+    }
+#else
+    const int f_k = 4 * (lane / 16);
+#pragma unroll
+    for (int kk = 0; kk < MIO_BK; kk += 16) {
+      unsigned int af[MIO_MI][2];
+      unsigned int bf[MIO_NI][2];
+#pragma unroll
+      for (int i = 0; i < MIO_MI; ++i) {
+        const mio_t* ap = as + (kk + f_k) * MIO_SA + i * 16 + f_col;
+        af[i][0] = (unsigned int)ap[0] | ((unsigned int)ap[MIO_SA] << 16);
+        af[i][1] = (unsigned int)ap[2 * MIO_SA] | ((unsigned int)ap[3 * MIO_SA] << 16);
+      }
+#pragma unroll
+      for (int j = 0; j < MIO_NI; ++j) {
+        const mio_t* bp = bs + (kk + f_k) * MIO_SB + j * 16 + f_col;
+        bf[j][0] = (unsigned int)bp[0] | ((unsigned int)bp[MIO_SB] << 16);
+        bf[j][1] = (unsigned int)bp[2 * MIO_SB] | ((unsigned int)bp[3 * MIO_SB] << 16);
+      }
+#pragma unroll
+      for (int i = 0; i < MIO_MI; ++i) {
+#pragma unroll
+        for (int j = 0; j < MIO_NI; ++j) {
+#if defined(MIO_DTYPE_BF16)
+          mio_mfma_bf16_16x16x16(acc[i][j], af[i], bf[j]);
+#else
+          mio_mfma_f16_16x16x16(acc[i][j], af[i], bf[j]);
+#endif
+        }
+      }
+    }
+#endif
+#elif MIO_MMA_SYNC
 #if defined(MIO_DTYPE_FP32)
 #pragma unroll
     for (int kk = 0; kk < MIO_BK; kk += 8) {
@@ -339,17 +403,17 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS)
 #pragma unroll
   for (int i = 0; i < MIO_MI; ++i) {
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int kout = k0 + wm * MIO_WTM + i * 16 + gid + half * 8;
+    for (int fr = 0; fr < MIO_FRAG_ROWS; ++fr) {
+      const int kout = k0 + wm * MIO_WTM + i * 16 + frag_row + fr * MIO_FRAG_RSTEP;
       if (kout >= (int)p.kg) continue;
       const mio_index kabs = grp * p.kg + kout;
 #pragma unroll
       for (int j = 0; j < MIO_NI; ++j) {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int col = r0 + wn * MIO_WTN + j * 8 + 2 * tig + e;
+        for (int e = 0; e < MIO_FRAG_COLS; ++e) {
+          const int col = r0 + wn * MIO_GTN + j * MIO_FRAG_TN + frag_col + e;
           if (col >= (int)p.r) continue;
-          const float v = acc[i][j][half * 2 + e];
+          const float v = acc[i][j][fr * MIO_FRAG_COLS + e];
           if (p.splits > 1) {
             const mio_index idx = kabs * p.r + col;
             if (p.atomic) {
