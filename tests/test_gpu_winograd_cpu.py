@@ -5,7 +5,8 @@ Besides the parameter struct, applicability, workspace sizes and kernel option s
 pipeline the kernels run is emulated in numpy from the compile options themselves (the
 ``-DWINO_*`` matrices parsed back), with the same tile origins, padding, filter flip, channel
 and group indexing and the same roundings (V, U, X, DY in the element type, M in the element type
-where the plan stores it so (the half types) else float32, S in float32), and compared with the float64 reference under ``max(TOLERANCES[dtype], expected_error)``.
+where the plan stores it so (the half types) else float32, S in float32), and compared with the
+float64 reference under ``max(TOLERANCES[dtype], expected_error)``.
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ Multi-kernel ("non-fused") Winograd for 2-D 3x3 filters, stride 1, dilation 1, a
 V, U (and the backward-weights X, DY) are stored in the tensors' element type so that half types
 feed the tensor cores; M is stored in the element type too (:data:`HALF_M`; the BLAS still
 accumulates in float32: for the half types half of M's traffic, the largest of the pipeline,
-goes); S is float32. Images go in chunks whose transformed tiles fit :data:`WORKSPACE_BUDGET`. The transform
-matrices come from :mod:`miocore_winograd.transforms` and reach the kernels as compile-time
-constants (``-DWINO_BT={...}`` etc.).
+goes); S is float32. Images go in chunks whose transformed tiles fit
+:data:`WORKSPACE_BUDGET`. The transform matrices come from :mod:`miocore_winograd.transforms`
+and reach the kernels as compile-time constants (``-DWINO_BT={...}`` etc.).
 
 Launches per image chunk: one for the tile transforms (forward / backward data: the x or dy
 tiles, and on the first chunk the filter transform in leading blocks of the same grid;

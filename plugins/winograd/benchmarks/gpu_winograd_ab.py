@@ -1,0 +1,207 @@
+"""``winograd.gpu_f2x3`` / ``winograd.gpu_f4x3`` against cuDNN, with an optional older variant.
+
+ResNet-50's stride-1 3x3 layers (batch 32) and VGG-16's 3x3 layers (batch 16), NHWC
+(channels_last torch tensors) on both sides, fp16 and exact fp32 (TF32 off), forward / backward
+data / backward weights. Timing is ``benchmarks/gpu_vs_cudnn.py``'s ``device_ms`` (warm-up, then
+launches queued behind ``torch.cuda._sleep``, CUDA events around each run, median) for every
+side. With ``--baseline MODULE`` (a module beside this file holding an earlier copy of
+``miocore_winograd.gpu`` whose solvers are named ``*_v0``), the earlier solvers are timed in the
+same run, so before / after ratios come from one device session. Each result is checked
+against cuDNN's (max abs difference / max abs of cuDNN's). ``--profile`` layers also get a
+per-kernel breakdown (torch.profiler) of one run of every variant.
+
+    python plugins/winograd/benchmarks/gpu_winograd_ab.py --baseline baseline_gpu_v0 --out ab.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[2] / "benchmarks"))
+
+from gpu_vs_cudnn import device_ms, torch_call  # noqa: E402
+from miocore_winograd import gpu  # noqa: E402
+from shapes import RESNET50, VGG16, problem  # noqa: E402
+
+import miocore  # noqa: E402
+
+DIRECTIONS = ("forward", "backward_data", "backward_weights")
+
+
+def geomean(values: list[float]) -> float:
+    """Geometric mean of the positive finite values (NaN for none)."""
+    values = [v for v in values if v > 0 and math.isfinite(v)]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def layers(selected: list[str]) -> list[tuple[str, Any, int]]:
+    """(network, layer, batch) of every stride-1 3x3 layer."""
+    out = [("resnet50", lay, 32) for lay in RESNET50 if lay.f == 3 and lay.stride == 1]
+    out += [("vgg16", lay, 16) for lay in VGG16 if lay.f == 3 and lay.stride == 1]
+    return [t for t in out if not selected or t[1].name in selected]
+
+
+def runner(handle: miocore.Handle, solver: Any, p: miocore.ConvProblem, x: Any, w: Any, y: Any):
+    """A zero-argument callable running ``solver`` on the torch tensors."""
+    canon = p.canonical
+    sol = solver.get_solution(handle.context, canon)
+    invoker = sol.invoker_factory(handle.backend.compile(sol.kernels))
+    workspace = handle.backend.allocate_workspace(sol.workspace_size)
+    views = {
+        key: handle.backend.check_array(getattr(p, key), t, key)
+        for key, t in (("x", x), ("w", w), ("y", y))
+    }
+    params = miocore.InvokeParams(problem=canon, workspace=workspace, **views)
+    return lambda: invoker(handle, params)
+
+
+def profile(run: Any) -> dict[str, float]:
+    """Device milliseconds per kernel name (shortened) of one ``run``."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as prof
+
+    run()
+    torch.cuda.synchronize()
+    with prof(activities=[ProfilerActivity.CUDA]) as p:
+        run()
+        torch.cuda.synchronize()
+    out: dict[str, float] = {}
+    for evt in p.key_averages():
+        ms = getattr(evt, "device_time_total", getattr(evt, "cuda_time_total", 0.0)) / 1e3
+        if ms > 0:
+            out[evt.key[:50]] = out.get(evt.key[:50], 0.0) + ms
+    return out
+
+
+def variants(baseline: str | None) -> dict[str, Any]:
+    """Name -> solver object of every variant timed."""
+    out: dict[str, Any] = {"f2x3": gpu.WinogradGpuF2x3(), "f4x3": gpu.WinogradGpuF4x3()}
+    if baseline:
+        old = importlib.import_module(baseline)
+        out["f2x3_v0"] = old.WinogradGpuF2x3()
+        out["f4x3_v0"] = old.WinogradGpuF4x3()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtypes", nargs="+", default=["float16", "float32"])
+    parser.add_argument("--directions", nargs="+", default=list(DIRECTIONS))
+    parser.add_argument("--layers", nargs="*", default=[])
+    parser.add_argument("--baseline", default=None, help="module with the *_v0 solvers")
+    parser.add_argument("--profile", nargs="*", default=["l3.3x3", "conv3_2"])
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--budget-s", type=float, default=1e9, help="stop starting new layers")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    handle = miocore.Handle("cuda", stream=torch.cuda.current_stream())
+    started = time.time()
+    solvers = variants(args.baseline)
+    kernels = set()
+    for dtype in args.dtypes:
+        for direction in args.directions:
+            for _, lay, batch in layers(args.layers):
+                p = problem(lay, batch, direction, dtype, "NHWC").canonical
+                for impl in solvers.values():
+                    kernels.update(impl.get_solution(handle.context, p).kernels)
+    failures = handle.backend.precompile(list(kernels))
+    print(f"compiled {len(kernels)} kernels in {time.time() - started:.1f} s", flush=True)
+    for failure in list(failures.values())[:2]:
+        print(failure[-2000:])
+    rows: list[dict[str, Any]] = []
+    cl = torch.channels_last
+    for net, lay, batch in layers(args.layers):  # layer-major: a budget cut loses whole layers
+        if time.time() - started > args.budget_s:
+            print("time budget spent; stopping", flush=True)
+            break
+        for dtype in args.dtypes:
+            tdtype = getattr(torch, dtype)
+            for direction in args.directions:
+                p = problem(lay, batch, direction, dtype, "NHWC")
+                x = torch.randn(p.x.lengths, device="cuda", dtype=tdtype).to(memory_format=cl)
+                w = (torch.randn(p.w.lengths, device="cuda", dtype=tdtype) * 0.05).to(
+                    memory_format=cl
+                )
+                y = torch.randn(p.y.lengths, device="cuda", dtype=tdtype).to(memory_format=cl)
+                row: dict[str, Any] = {
+                    "net": net,
+                    "layer": lay.name,
+                    "batch": batch,
+                    "dtype": dtype,
+                    "direction": direction,
+                }
+                ref_fn = torch_call(direction, lay, x, w, y)
+                row["cudnn_ms"] = device_ms(ref_fn, args.warmup, args.runs)
+                ref = ref_fn()
+                if direction != "forward":
+                    ref = ref[0] if direction == "backward_data" else ref[1]
+                ref = ref.float()
+                scale = float(ref.abs().max()) or 1.0
+                out = {"forward": y, "backward_data": x, "backward_weights": w}[direction]
+                for name, impl in solvers.items():
+                    try:
+                        run = runner(handle, impl, p, x, w, y)
+                        out.fill_(float("nan"))
+                        run()
+                        torch.cuda.synchronize()
+                        row[f"{name}_err"] = float((out.float() - ref).abs().max()) / scale
+                        row[f"{name}_ms"] = device_ms(run, args.warmup, args.runs)
+                        row[f"{name}_ratio"] = row["cudnn_ms"] / row[f"{name}_ms"]
+                        if lay.name in args.profile and dtype == "float16":
+                            row[f"{name}_profile"] = profile(run)
+                        del run
+                    except Exception as exc:  # report and go on with the next variant
+                        row[f"{name}_error"] = f"{type(exc).__name__}: {exc}"[:300]
+                rows.append(row)
+                if args.out:
+                    args.out.write_text(json.dumps({"rows": rows}, indent=1))
+                parts = [f"{direction[:8]:8s} {dtype:8s} {lay.name:8s} cudnn {row['cudnn_ms']:.4f}"]
+                for name in solvers:
+                    parts.append(
+                        f"{name} {row.get(f'{name}_ms', float('nan')):.4f} "
+                        f"x{row.get(f'{name}_ratio', float('nan')):.2f} "
+                        f"e{row.get(f'{name}_err', float('nan')):.0e}"
+                        + (" ERR " + row[f"{name}_error"] if f"{name}_error" in row else "")
+                    )
+                print(" | ".join(parts), flush=True)
+                for name in solvers:
+                    if f"{name}_profile" in row:
+                        top = sorted(row[f"{name}_profile"].items(), key=lambda kv: -kv[1])[:6]
+                        print(f"    {name}: " + ", ".join(f"{k} {v:.4f}" for k, v in top))
+                x = w = y = out = ref = None
+                torch.cuda.empty_cache()
+    print("== geomean cudnn/miocore (>1: miocore faster), best of f2x3/f4x3 per layer")
+    for dtype in args.dtypes:
+        for direction in args.directions:
+            done = [r for r in rows if r["dtype"] == dtype and r["direction"] == direction]
+            line = f"{direction:16s} {dtype:8s} n={len(done):2d}"
+            for suffix in ("", "_v0"):
+                best = [
+                    max(r.get(f"f2x3{suffix}_ratio", 0), r.get(f"f4x3{suffix}_ratio", 0))
+                    for r in done
+                ]
+                line += f" | best{suffix or '_new'} {geomean(best):.3f}"
+            print(line, flush=True)
+    if args.out:
+        summary = {"device": torch.cuda.get_device_name(), "seconds": time.time() - started}
+        args.out.write_text(json.dumps({**summary, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
