@@ -6,8 +6,8 @@ the solver as shipped, each checked against cuDNN's output (max error / max |cuD
 solver has a second path for the problem, it is timed too:
 
 * ``unpadded``: half-type rows not padded to 16 bytes (conv1: 147 wide, the scalar im2col);
-* ``rows``: 1x1 strided backward data through one dense GEMM and col2im instead of the
-  strided-batched blocks written in place.
+* ``rows`` / ``strided``: 1x1 strided forward and backward data through one dense GEMM and
+  the row kernel, or through strided-batched blocks in place (whichever the rule did not pick).
 
 ``--tf32`` adds the precision mode ``tf32``: cuDNN with TF32 on against ``gemm.gpu_nhwc_tf32``
 (and the exact ``gemm.gpu_nhwc`` beside it). Timing is ``gpu_vs_cudnn.device_ms`` (launches
@@ -44,11 +44,13 @@ def variant(name: str) -> Iterator[None]:
     """Switch ``gemm.gpu_nhwc`` to one of its alternative paths while an invoker is built."""
     from miocore_gemm import gpu_nhwc
 
-    saved = {k: getattr(gpu_nhwc, k) for k in ("group_width", "STRIDED_BACKWARD_MIN_WIDTH")}
+    saved = {k: getattr(gpu_nhwc, k) for k in ("group_width", "STRIDED_MIN_WIDTH")}
     if name == "unpadded":
         gpu_nhwc.group_width = lambda p: gpu_nhwc._dims(p)[1] * gpu_nhwc._dims(p)[3]
     elif name == "rows":
-        gpu_nhwc.STRIDED_BACKWARD_MIN_WIDTH = 1 << 30
+        gpu_nhwc.STRIDED_MIN_WIDTH = 1 << 30
+    elif name == "strided":
+        gpu_nhwc.STRIDED_MIN_WIDTH = 1
     try:
         yield
     finally:
@@ -64,8 +66,12 @@ def alternatives(p: miocore.ConvProblem) -> list[str]:
     out = []
     if gpu_nhwc.is_padded(canon):
         out.append("unpadded")
-    if canon.direction is miocore.Direction.BACKWARD_DATA and gpu_nhwc.is_strided_pointwise(canon):
+    if gpu_nhwc.is_strided_pointwise(canon):
         out.append("rows")
+    else:
+        with variant("strided"):
+            if gpu_nhwc.is_strided_pointwise(canon):
+                out.append("strided")
     return out
 
 
@@ -87,6 +93,17 @@ def measure(
         return {"ms": device_ms(run, args.warmup, args.runs), "rel_err": err}
     except Exception as exc:  # a failing path is recorded, the rest goes on
         return {"error": f"{type(exc).__name__}: {exc}"[:300]}
+
+
+def matmul_ms(p: miocore.ConvProblem, tdtype: Any, args: argparse.Namespace) -> float:
+    """torch.matmul of forward's GEMM alone (rows N*O x group width, times width x K): what
+    the solver pays beyond it is its row kernel."""
+    from miocore_gemm import gpu_nhwc
+
+    width = gpu_nhwc.group_width(p.canonical)
+    rows = torch.randn(p.y.element_count // p.k, width, device="cuda", dtype=tdtype)
+    weights = torch.randn(width, p.k, device="cuda", dtype=tdtype)
+    return device_ms(lambda: torch.matmul(rows, weights), args.warmup, args.runs)
 
 
 def main() -> None:
@@ -115,16 +132,16 @@ def main() -> None:
         dtype = "float32" if mode == "tf32" else mode
         tdtype = getattr(torch, dtype)
         for layer in layers:
-            base = problem(layer, args.batch, dtype=dtype, layout="NHWC")
-            cl = torch.channels_last
-            tensors = {
-                name: torch.randn(getattr(base, name).lengths, device="cuda", dtype=tdtype)
-                .mul_(0.05 if name == "w" else 1.0)
-                .contiguous(memory_format=cl)
-                for name in ("x", "w", "y")
-            }
             for direction in args.directions:
                 p = problem(layer, args.batch, direction, dtype=dtype, layout="NHWC")
+                # Fresh inputs per direction: outputs written in place are never reused as
+                # inputs (a correlated x and dy overflow fp16 dW in conv1).
+                tensors = {
+                    name: torch.randn(getattr(p, name).lengths, device="cuda", dtype=tdtype)
+                    .mul_(0.05 if name == "w" else 1.0)
+                    .contiguous(memory_format=torch.channels_last)
+                    for name in ("x", "w", "y")
+                }
                 out_name = p.direction.output_tensor
                 cudnn = torch_call(direction, layer, tensors["x"], tensors["w"], tensors["y"])
                 index = OUTPUT_INDEX[direction]
@@ -143,6 +160,8 @@ def main() -> None:
                         if "ms" in got:
                             got["ratio"] = row["cudnn_ms"] / got["ms"]
                         row[f"{solver}:{path}"] = got
+                if direction == "forward" and p.groups == 1:
+                    row["matmul_ms"] = matmul_ms(p, tdtype, args)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     summary: dict[str, Any] = {}

@@ -317,20 +317,27 @@ def test_padded_rows_in_half_types(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_strided_pointwise_needs_no_rows() -> None:
-    down = miocore.ConvProblem.from_sizes(
-        "backward_data", n=2, c=8, k=12, in_spatial=(8, 6), filter_spatial=(1, 1),
-        strides=(2, 3), dtype="float16", layout="NHWC",
-    )  # fmt: skip
-    odd = miocore.ConvProblem.from_sizes(
-        "backward_data", n=2, c=8, k=12, in_spatial=(9, 7), filter_spatial=(1, 1),
+    wide = miocore.ConvProblem.from_sizes(
+        "backward_data", n=2, c=8, k=12, in_spatial=(8, 56), filter_spatial=(1, 1),
         strides=(2, 2), dtype="float16", layout="NHWC",
     )  # fmt: skip
-    assert nhwc.is_strided_pointwise(down) and nhwc.row_bytes(down) == 0
+    odd = miocore.ConvProblem.from_sizes(
+        "backward_data", n=2, c=8, k=12, in_spatial=(9, 57), filter_spatial=(1, 1),
+        strides=(2, 2), dtype="float16", layout="NHWC",
+    )  # fmt: skip
+    narrow = miocore.ConvProblem.from_sizes(
+        "forward", n=2, c=8, k=12, in_spatial=(8, 6), filter_spatial=(1, 1),
+        strides=(2, 3), dtype="float16", layout="NHWC",
+    )  # fmt: skip
+    assert nhwc.is_strided_pointwise(wide) and nhwc.row_bytes(wide) == 0
+    forward = miocore.ConvProblem("forward", x=wide.x, w=wide.w, y=wide.y, conv=wide.conv)
+    assert nhwc.is_strided_pointwise(forward)
     assert not nhwc.is_strided_pointwise(odd) and nhwc.row_bytes(odd) > 0
-    forward = miocore.ConvProblem("forward", x=down.x, w=down.w, y=down.y, conv=down.conv)
-    # Forward blocks narrower than the measured break-even take the rows path.
-    assert down.out_spatial[-1] < nhwc.STRIDED_FORWARD_MIN_WIDTH
-    assert not nhwc.is_strided_pointwise(forward)
+    # Blocks narrower than the measured break-even take the rows path.
+    assert narrow.out_spatial[-1] < nhwc.STRIDED_MIN_WIDTH
+    assert not nhwc.is_strided_pointwise(narrow)
+    weights = miocore.ConvProblem("backward_weights", x=wide.x, w=wide.w, y=wide.y, conv=wide.conv)
+    assert not nhwc.is_strided_pointwise(weights)
 
 
 def test_param_struct_matches_the_kernel() -> None:

@@ -55,11 +55,9 @@ WORKSPACE_BUDGET = 256 << 20
 #: (The 3-D U-Net's 64^3 decoder layers need 2.7 GiB in fp16; below that only the naive
 #: direct kernel applies to them, some 300 times slower.)
 MAX_IMAGE_ROWS_BYTES = 8 << 30
-#: Narrowest output row for which forward 1x1 strided runs as strided-batched GEMM blocks.
-STRIDED_FORWARD_MIN_WIDTH = 28
-#: Narrowest output row for which backward data 1x1 strided runs as strided-batched GEMM
-#: blocks (below it: one dense GEMM into rows, then col2im).
-STRIDED_BACKWARD_MIN_WIDTH = 0
+#: Narrowest output row for which 1x1 strided forward and backward data run as
+#: strided-batched GEMM blocks in place (see :func:`is_strided_pointwise`).
+STRIDED_MIN_WIDTH = 28
 _BLOCK = 256
 _GRID_Y = 65535
 _CHANNELS_LAST = {2: "NHWC", 3: "NDHWC"}
@@ -87,20 +85,17 @@ def is_strided_pointwise(p: ConvProblem) -> bool:
     call over ``N * Ho`` blocks of ``Wo`` rows reads x (writes dx) in place, with a leading
     dimension of ``stride * C``.
 
-    The blocks are small GEMMs of ``Wo`` rows: on an H200 (ResNet-50, batch 32, fp16) they
-    beat the rows path in backward data at every width (the gathering col2im is the slow
-    part there: 0.039 / 0.041 / 0.081 ms against 0.45 / 0.23 / 0.12 at Wo 28 / 14 / 7), but
-    in forward only from :data:`STRIDED_FORWARD_MIN_WIDTH` (0.025 against 0.040 ms at Wo 28;
-    0.035 against 0.027 at 14, 0.073 against 0.022 at 7), where im2col is a cheap gather."""
-    min_width = {
-        Direction.FORWARD: STRIDED_FORWARD_MIN_WIDTH,
-        Direction.BACKWARD_DATA: STRIDED_BACKWARD_MIN_WIDTH,
-    }.get(p.direction)
+    The blocks are small GEMMs of ``Wo`` rows, so they only pay from
+    :data:`STRIDED_MIN_WIDTH` on; narrower layers take one dense GEMM and the row kernel. On
+    an H200 (ResNet-50, batch 32), blocks against rows: forward fp16 0.025 / 0.035 / 0.073
+    ms against 0.040 / 0.027 / 0.022 at Wo 28 / 14 / 7; backward data fp16 0.039 / 0.042 /
+    0.081 against 0.067 / 0.042 / 0.029, fp32 0.24 / 0.41 / 0.92 against 0.25 / 0.21 /
+    0.19 (the run-of-channels col2im)."""
     return (
         p.spatial_dims == 2
         and p.groups == 1
-        and min_width is not None
-        and p.out_spatial[-1] >= min_width
+        and p.direction is not Direction.BACKWARD_WEIGHTS
+        and p.out_spatial[-1] >= STRIDED_MIN_WIDTH
         and all(s == 1 for s in p.filter_spatial)
         and not any(p.conv.pads)
         and any(s > 1 for s in p.conv.strides)
@@ -350,8 +345,8 @@ class _Invoker:
             in_rows = min(count * math.prod(p.in_spatial[:-1]), _GRID_Y)
             out_width, in_width = p.out_spatial[-1], p.in_spatial[-1]
             grids = {
-                "im2col": (_blocks(out_width * g * f * cg * size // unit), out_rows),
-                "im2col_scalar": (_blocks(out_width * g * f * cg), out_rows),
+                "im2col": (_blocks(out_width * g * cg * size // unit), out_rows),
+                "im2col_scalar": (_blocks(out_width * g * cg), out_rows),
                 "chunks": (_blocks(out_width * g * self.gw * size // 16), out_rows),
                 "col2im": (_blocks(in_width * p.c * size // unit), in_rows),
                 "col2im_scalar": (_blocks(in_width * p.c), in_rows),

@@ -40,45 +40,58 @@ struct MioClParams {
 
 // Integer division, not bytes, bounds these copies (a 32-bit division is some twenty
 // instructions, a 64-bit one several times more). So the grid is two-dimensional: y walks
-// the rows (n, d, h) and decodes them once per thread and row; x walks one row's (w, g, tap,
-// unit) or (w, c) items. Each body is instantiated for 32-bit and 64-bit indices and the
-// kernel picks 32-bit when every index of the launch fits.
+// the rows (n, d, h) and decodes them once per thread and row; x walks one row's (w, g, unit)
+// items, and each thread then walks every tap of its item with additions only, writing one
+// unit of each tap's channel run (the taps of one pixel are F consecutive runs of a row).
+// Each body is instantiated for 32-bit and 64-bit indices and the kernel picks 32-bit when
+// every index of the launch fits.
 template <typename I>
 MIO_DEVICE void im2col_body(const mio_t* __restrict__ x, mio_unit* __restrict__ dst,
                             const MioClParams& p, I units) {
   const I F = (I)(p.fil[0] * p.fil[1] * p.fil[2]);
-  const I G = (I)p.groups, FX = (I)p.fil[2], FY = (I)p.fil[1];
+  const I G = (I)p.groups, FZ = (I)p.fil[0], FY = (I)p.fil[1], FX = (I)p.fil[2];
   const I W0 = (I)p.out[2], H0 = (I)p.out[1], D0 = (I)p.out[0];
   const I rows = (I)p.nb * D0 * H0;
-  const I row_items = W0 * G * F * units;
+  const I row_items = W0 * G * units;
   for (I row = (I)blockIdx.y; row < rows; row += (I)gridDim.y) {
     const I oh = row % H0;
     const I od = (row / H0) % D0;
     const mio_index n = (mio_index)(row / (H0 * D0)) + p.n0;
-    mio_unit* out = dst + (mio_index)row * row_items;
+    const mio_index id0 = (mio_index)od * p.stride[0] - p.pad[0];
+    const mio_index ih0 = (mio_index)oh * p.stride[1] - p.pad[1];
+    mio_unit* out = dst + (mio_index)row * row_items * F;
     for (I j = (I)(blockIdx.x * blockDim.x + threadIdx.x); j < row_items;
          j += (I)(gridDim.x * blockDim.x)) {
       const I u = j % units;
-      const I t = j / units;
-      const I f = t % F;
-      const I t2 = t / F;
-      const I g = t2 % G;
-      const I ow = t2 / G;
-      const I fx = f % FX, fy = (f / FX) % FY, fz = f / (FX * FY);
-      const mio_index id = (mio_index)od * p.stride[0] - p.pad[0] + (mio_index)fz * p.dil[0];
-      const mio_index ih = (mio_index)oh * p.stride[1] - p.pad[1] + (mio_index)fy * p.dil[1];
-      const mio_index iw = (mio_index)ow * p.stride[2] - p.pad[2] + (mio_index)fx * p.dil[2];
-      mio_unit v{};
-      if (id >= 0 && id < p.in[0] && ih >= 0 && ih < p.in[1] && iw >= 0 && iw < p.in[2]) {
-        const mio_t* src = x + n * p.xs[0] + id * p.xs[1] + ih * p.xs[2] + iw * p.xs[3] + g * p.cg;
-        v = reinterpret_cast<const mio_unit*>(src)[u];
+      const I t = j / units;  // (ow, g)
+      const I g = t % G;
+      const I ow = t / G;
+      const mio_index iw0 = (mio_index)ow * p.stride[2] - p.pad[2];
+      const mio_t* xg = x + n * p.xs[0] + g * p.cg;
+      mio_unit* o = out + (mio_index)t * F * units + u;
+      for (I fz = 0; fz < FZ; ++fz) {
+        const mio_index id = id0 + (mio_index)fz * p.dil[0];
+        const bool in_z = id >= 0 && id < p.in[0];
+        for (I fy = 0; fy < FY; ++fy) {
+          const mio_index ih = ih0 + (mio_index)fy * p.dil[1];
+          const bool in_zy = in_z && ih >= 0 && ih < p.in[1];
+          const mio_t* xrow = xg + id * p.xs[1] + ih * p.xs[2];
+          for (I fx = 0; fx < FX; ++fx) {
+            const mio_index iw = iw0 + (mio_index)fx * p.dil[2];
+            mio_unit v{};
+            if (in_zy && iw >= 0 && iw < p.in[2]) {
+              v = reinterpret_cast<const mio_unit*>(xrow + iw * p.xs[3])[u];
+            }
+            *o = v;
+            o += units;
+          }
+        }
       }
-      out[j] = v;
     }
   }
 }
 
-// Grid: x over one output row's items, y over the chunk's rows (nb * Do * Ho).
+// Grid: x over one output row's (w, g, unit) items, y over the chunk's rows (nb * Do * Ho).
 MIO_KERNEL void im2col_cl(const mio_t* __restrict__ x, mio_t* __restrict__ col, MioClParams p) {
   const mio_index units = p.cg * (mio_index)sizeof(mio_t) / MIO_UNIT;  // per (row, g, tap)
   const mio_index total =
