@@ -66,6 +66,9 @@ class FakeKernel:
         if self.name.startswith("copy_rows"):
             self._copy_rows(args)
             return
+        if self.name == "flip_filter":
+            self._flip_filter(args)
+            return
         src, dst, p = _params(args)
         g, cg, c = p["groups"], p["cg"], p["c"]
         fil, out, size = p["fil"], p["out"], self.dtype.itemsize
@@ -120,6 +123,18 @@ class FakeKernel:
             self.mem.typed(dst, self.dtype, block.size)[:] = block.reshape(-1)
         else:
             x[...] = acc.astype(self.dtype)
+
+    def _flip_filter(self, args: object) -> None:
+        """dst[g*Cg + c][tap][k] = w[g*Kg + k][taps - 1 - tap][c], rows gw wide, zero tail."""
+        words = args._buffer  # type: ignore[attr-defined]
+        src, dst = int(words[0]), int(words[1])
+        rows, gw, taps, kg, cg = (int(v) for v in words[2:].view(np.int64))
+        groups = rows // cg
+        w = self.mem.typed(src, self.dtype, groups * kg * taps * cg).reshape(groups, kg, taps, cg)
+        flipped = w[:, :, ::-1, :].transpose(0, 3, 2, 1).reshape(rows, taps * kg)
+        out = self.mem.typed(dst, self.dtype, rows * gw).reshape(rows, gw)
+        out[:] = 0
+        out[:, : taps * kg] = flipped
 
     def _copy_rows(self, args: object) -> None:
         """dst[r][c] = src[r][c] (c < cols), 0 up to dst_cols; leading dimensions given."""
@@ -259,6 +274,8 @@ CASES = [
     (2, 3, 8, (11, 10), (7, 7), (3, 3), (2, 2), (1, 1), 1),  # conv1: fp16 rows padded 147 -> 152
     (2, 6, 4, (6, 7), (3, 3), (1, 1), (1, 1), (1, 1), 2),  # 27 per group -> 32, dilated below
     (1, 6, 6, (7, 7), (3, 2), (2, 1), (1, 2), (2, 1), 3),  # 12 per group -> 16
+    (2, 4, 6, (8, 9), (3, 3), (1, 2), (1, 1), (2, 1), 2),  # dilated stride 1: flipped twin
+    (2, 4, 4, (6, 6), (3, 3), (3, 0), (1, 1), (1, 1), 1),  # pad past the reach: not flipped
 ]
 
 
@@ -314,6 +331,22 @@ def test_padded_rows_in_half_types(monkeypatch: pytest.MonkeyPatch) -> None:
     for direction in ("forward", "backward_data", "backward_weights"):
         p = miocore.ConvProblem(direction, x=small.x, w=small.w, y=small.y, conv=small.conv)
         assert _run(p, misalign=2) <= TOLERANCES[p.dtype]
+
+
+def test_stride_one_backward_data_is_a_flipped_forward() -> None:
+    """The forward twin of a stride-1 backward data swaps channels, keeps the filter and
+    complements the padding; it produces dx's shape from dY's."""
+    p = miocore.ConvProblem.from_sizes(
+        "backward_data", n=2, c=6, k=8, in_spatial=(9, 7), filter_spatial=(3, 5),
+        pads=(1, 1), dilations=(2, 1), groups=2, dtype="float16", layout="NHWC",
+    )  # fmt: skip
+    assert nhwc.is_flipped_backward(p)
+    twin = nhwc.forward_twin(p)
+    assert (twin.c, twin.k, twin.groups) == (p.k, p.c, p.groups)
+    assert twin.conv.pads == (3, 3) and twin.in_spatial == p.out_spatial
+    assert twin.out_spatial == p.in_spatial
+    forward = miocore.ConvProblem("forward", x=p.x, w=p.w, y=p.y, conv=p.conv)
+    assert not nhwc.is_flipped_backward(forward) and nhwc.forward_twin(forward) is forward
 
 
 def test_strided_pointwise_needs_no_rows() -> None:

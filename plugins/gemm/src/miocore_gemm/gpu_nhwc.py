@@ -14,6 +14,10 @@ im2col_cl rows (``kernels/im2col_cl.cu``). Unlike the NCHW solver, backward weig
 over all the chunk's rows in one GEMM, so the BLAS picks its own split of the long reduction.
 Images go in chunks whose row buffer fits :data:`WORKSPACE_BUDGET` (one image at least).
 
+Backward data with stride 1 runs as the forward convolution of dY with the flipped,
+transposed filter (pad ``dilation * (F - 1) - pad``): im2col of dY and one GEMM writing dx,
+instead of a GEMM into rows and a gathering col2im that reads every tap's rows back.
+
 In half types a group's block of ``r`` is padded with zeros to a whole number of 16 bytes
 where ``taps * Cg`` is not (ResNet's conv1: 7*7*3 = 147 becomes 152), and w / dW go through a
 padded copy in the workspace: the BLAS's tensor-core kernels want 16-byte aligned leading
@@ -105,6 +109,39 @@ def is_strided_pointwise(p: ConvProblem) -> bool:
     )
 
 
+def is_flipped_backward(p: ConvProblem) -> bool:
+    """Backward data with stride 1 that is not a plain 1x1 (whose rows are dY itself) and
+    whose forward twin has no negative padding: dx is the forward convolution of dY with
+    the flipped filter, see :func:`forward_twin`."""
+    return (
+        p.direction is Direction.BACKWARD_DATA
+        and all(s == 1 for s in p.conv.strides)
+        and not is_pointwise(p)
+        and all(
+            pad <= d * (f - 1)
+            for pad, d, f in zip(p.conv.pads, p.conv.dilations, p.filter_spatial, strict=True)
+        )
+    )
+
+
+def forward_twin(p: ConvProblem) -> ConvProblem:
+    """The problem whose forward run computes this one: for a stride-1 backward data, dY
+    (K channels) convolved into dx (C channels) with w flipped in every spatial axis and
+    transposed per group, padding ``dilation * (F - 1) - pad``; other problems are their
+    own twin."""
+    if not is_flipped_backward(p):
+        return p
+    pads = tuple(
+        d * (f - 1) - pad
+        for pad, d, f in zip(p.conv.pads, p.conv.dilations, p.filter_spatial, strict=True)
+    )
+    return ConvProblem.from_sizes(
+        "forward", n=p.n, c=p.k, k=p.c, in_spatial=p.out_spatial,
+        filter_spatial=p.filter_spatial, pads=pads, dilations=p.conv.dilations,
+        groups=p.groups, dtype=p.dtype, layout=p.x.layout,
+    )  # fmt: skip
+
+
 def group_width(p: ConvProblem) -> int:
     """Elements of one group's block in a row: ``taps * Cg``, rounded up to 16 bytes in half
     types where it is not a whole number of them (and rows are built at all)."""
@@ -163,12 +200,14 @@ def _rows_buffer_bytes(p: ConvProblem) -> int:
     return _aligned(images_per_chunk(p) * row_bytes(p))
 
 
-def _padded_weights_bytes(p: ConvProblem) -> int:
-    """The padded w (forward, backward data) or padded dW (backward weights, when it is not
-    accumulated in float32): K rows of the group width."""
-    if not is_padded(p) or _needs_accumulator(p):
+def _weights_bytes(p: ConvProblem) -> int:
+    """The GEMM's own copy of the filter: the padded w (forward, backward data), the padded
+    dW (backward weights, when it is not accumulated in float32), or the flipped w of a
+    stride-1 backward data (for ``p`` its :func:`forward_twin`): K rows of the group width."""
+    if not (is_padded(p) or is_flipped_backward(p)) or _needs_accumulator(p):
         return 0
-    return _aligned(p.k * group_width(p) * p.dtype.itemsize)
+    twin = forward_twin(p)
+    return _aligned(twin.k * group_width(twin) * p.dtype.itemsize)
 
 
 def _needs_accumulator(p: ConvProblem) -> bool:
@@ -241,6 +280,7 @@ class GpuChannelsLastGemmSolver(Solver):
                     f"{name} is {desc.layout}{'' if desc.is_packed else ' (strided)'}; this "
                     f"solver needs packed {want} (gemm.gpu_im2col serves NCHW)"
                 )
+        p = forward_twin(p)  # the GEMM's geometry
         g, cg, kg, f, o = _dims(p)
         if row_bytes(p) > MAX_IMAGE_ROWS_BYTES:
             return not_applicable(
@@ -255,10 +295,10 @@ class GpuChannelsLastGemmSolver(Solver):
     def workspace_size(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
     ) -> int:
-        """One chunk's rows, then a padded w / dW where rows are padded, or a float32 dW for
-        half-type backward weights over several chunks."""
+        """One chunk's rows, then the GEMM's copy of w / dW (padded or flipped), or a float32
+        dW for half-type backward weights over several chunks."""
         p = problem
-        return _rows_buffer_bytes(p) + _padded_weights_bytes(p) + _accumulator_bytes(p)
+        return _rows_buffer_bytes(forward_twin(p)) + _weights_bytes(p) + _accumulator_bytes(p)
 
     def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
         """The BLAS runs near its peak; the row buffer costs traffic that grows with the taps."""
@@ -289,6 +329,7 @@ class GpuChannelsLastGemmSolver(Solver):
             kernel("col2im_cl", scalar),
             kernel("copy_rows", wide),
             kernel("copy_rows_from_f32", wide),
+            kernel("flip_filter", wide),
         )
         workspace = self.workspace_size(ctx, p)
 
@@ -325,13 +366,18 @@ class _Invoker:
             self.col2im_scalar,
             self.copy_rows,
             self.copy_rows_from_f32,
+            self.flip_filter,
         ) = kernels
+        # Fixed per problem: worked out once here, not on every run. The GEMM's geometry is
+        # the problem's forward twin (itself, except stride-1 backward data).
+        self.flipped = is_flipped_backward(p)
+        self.geometry = forward_twin(p)
+        self.accumulate = _needs_accumulator(p)
         self.pointwise = is_pointwise(p)
         self.strided_pointwise = is_strided_pointwise(p)
-        # Fixed per problem: worked out once here, not on every run.
-        self.accumulate = _needs_accumulator(p)
-        self.padded = is_padded(p)
         self.strided = self._strided_geometry() if self.strided_pointwise else None
+        p = self.geometry
+        self.padded = is_padded(p)
         g, cg, _, f, _ = _dims(p)
         self.gw = group_width(p)
         size = p.dtype.itemsize
@@ -363,6 +409,10 @@ class _Invoker:
         )
         self.pad_grid = (grid_for(p.k * self.gw, _BLOCK, backend.device),)
         self.unpad_grid = (grid_for(p.k * fc, _BLOCK, backend.device),)
+        # Flipped filter: rows of the twin's K (= C), each F * Kg wide, padded to gw.
+        self.flip_args = KernelArgs(
+            [("ptr", 0), ("ptr", 0)] + [("i64", v) for v in (p.k, self.gw, f, p.c // g, p.k // g)]
+        )
 
     def __call__(self, handle: Any, ip: InvokeParams) -> None:
         ws = ip.workspace.ptr if ip.workspace is not None else 0
@@ -384,13 +434,17 @@ class _Invoker:
             self.im2col_scalar.launch(args, grid=grids["im2col_scalar"])
 
     def _weights(self, w: int, ws: int) -> int:
-        """w as the GEMM reads it: itself, or its padded copy after the rows."""
-        if not self.padded:
+        """w as the GEMM reads it: itself, or its flipped or padded copy after the rows."""
+        if not (self.padded or self.flipped):
             return w
-        padded = ws + self.rows_bytes
-        self.pad_args.set_pointers(w, padded)
-        self.copy_rows.launch(self.pad_args, grid=self.pad_grid)
-        return padded
+        copy = ws + self.rows_bytes
+        if self.flipped:
+            self.flip_args.set_pointers(w, copy)
+            self.flip_filter.launch(self.flip_args, grid=self.pad_grid)
+        else:
+            self.pad_args.set_pointers(w, copy)
+            self.copy_rows.launch(self.pad_args, grid=self.pad_grid)
+        return copy
 
     def _strided_geometry(self) -> tuple[int, int, int, int, int]:
         """(blocks N*Ho, rows per block Wo, x leading dimension, x block stride, C)."""
@@ -400,7 +454,7 @@ class _Invoker:
         return p.n * ho, wo, sw * p.c, sh * width * p.c, p.c
 
     def _forward(self, x: int, w: int, y: int, ws: int) -> None:
-        p = self.p
+        p = self.geometry
         g, _, kg, _, o = _dims(p)
         size = p.dtype.itemsize
         gw = self.gw
@@ -430,6 +484,9 @@ class _Invoker:
         g, _, kg, _, o = _dims(p)
         size = p.dtype.itemsize
         gw = self.gw
+        if self.flipped:  # dx = the forward convolution of dY with the flipped filter
+            self._forward(dy, w, dx, ws)
+            return
         if self.strided_pointwise:
             # dx is zero where no output pixel lands; the BLAS fills the pixels that one does.
             backend = self.backend

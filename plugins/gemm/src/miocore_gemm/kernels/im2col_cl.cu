@@ -289,3 +289,22 @@ MIO_KERNEL void copy_rows_from_f32(const float* __restrict__ src, mio_t* __restr
     mio_store(dst + r * dst_ld + c, c < cols ? src[r * src_ld + c] : 0.0f);
   }
 }
+
+// Stride-1 backward data as a forward convolution: dst[o][e] (rows o = g * Cg + c, each gw
+// wide) holds w flipped in every spatial axis and transposed per group, e = (tap, k) over
+// F * Kg, zeros past that: dst[g*Cg + c][f][k] = w[g*Kg + k][F - 1 - f][c] (w packed
+// [K][taps][Cg]; reversing the flattened tap index flips every axis).
+MIO_KERNEL void flip_filter(const mio_t* __restrict__ w, mio_t* __restrict__ dst, mio_index rows,
+                            mio_index gw, mio_index taps, mio_index kg, mio_index cg) {
+  MIO_GRID_LOOP(i, rows * gw) {
+    const mio_index o = i / gw;
+    const mio_index e = i - o * gw;
+    mio_t v = (mio_t)0;
+    if (e < taps * kg) {
+      const mio_index f = e / kg, k = e - f * kg;
+      const mio_index g = o / cg, c = o - g * cg;
+      v = w[((g * kg + k) * taps + (taps - 1 - f)) * cg + c];
+    }
+    dst[i] = v;
+  }
+}
