@@ -177,3 +177,24 @@ def test_winograd_gpu_padded_strides(handle: miocore.Handle, solver: str, direct
     p = miocore.ConvProblem(direction, x=x, w=wd, y=y, conv=conv)
     why = _run(handle, solver, p, seed=1)
     assert why is None, f"{p.key}: {why}"
+
+
+@pytest.mark.parametrize("direction", ("forward", "backward_data", "backward_weights"))
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_winograd_gpu_channels_last_odd_pitch(
+    handle: miocore.Handle, solver: str, direction: str
+) -> None:
+    """NHWC float16 with 16 channels (several channels per thread) but an odd row pitch: the
+    kernels must fall back from vector to element accesses."""
+    n, c, k, h, w = 2, 16, 16, 10, 7
+    x = miocore.TensorDescriptor(
+        "float16", (n, c, h, w), "NHWC", strides=(h * (w * c + 1), 1, w * c + 1, c)
+    )
+    wd = miocore.TensorDescriptor("float16", (k, c, 3, 3), "NHWC")
+    y = miocore.TensorDescriptor(
+        "float16", (n, k, h, w), "NHWC", strides=(h * (w * k + 3), 1, w * k + 3, k)
+    )
+    conv = miocore.ConvolutionDescriptor(pads=(1, 1))
+    p = miocore.ConvProblem(direction, x=x, w=wd, y=y, conv=conv)
+    why = _run(handle, solver, p, seed=2)
+    assert why is None, f"{p.key}: {why}"

@@ -16,11 +16,13 @@ per-kernel breakdown (torch.profiler) of one run of every variant.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import math
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +54,25 @@ def layers(selected: list[str]) -> list[tuple[str, Any, int]]:
     return [t for t in out if not selected or t[1].name in selected]
 
 
-def runner(handle: miocore.Handle, solver: Any, p: miocore.ConvProblem, x: Any, w: Any, y: Any):
-    """A zero-argument callable running ``solver`` on the torch tensors."""
+@contextlib.contextmanager
+def patched(patches: dict[str, Any]) -> Iterator[None]:
+    """``miocore_winograd.gpu`` module constants replaced for the duration (a variant)."""
+    saved = {name: getattr(gpu, name) for name in patches}
+    for name, value in patches.items():
+        setattr(gpu, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(gpu, name, value)
+
+
+def runner(handle: miocore.Handle, variant: tuple, p: miocore.ConvProblem, x: Any, w: Any, y: Any):
+    """A zero-argument callable running one variant (solver, constants) on the torch tensors."""
+    solver, patches = variant
     canon = p.canonical
-    sol = solver.get_solution(handle.context, canon)
+    with patched(patches):
+        sol = solver.get_solution(handle.context, canon)
     invoker = sol.invoker_factory(handle.backend.compile(sol.kernels))
     workspace = handle.backend.allocate_workspace(sol.workspace_size)
     views = {
@@ -84,13 +101,19 @@ def profile(run: Any) -> dict[str, float]:
     return out
 
 
-def variants(baseline: str | None) -> dict[str, Any]:
-    """Name -> solver object of every variant timed."""
-    out: dict[str, Any] = {"f2x3": gpu.WinogradGpuF2x3(), "f4x3": gpu.WinogradGpuF4x3()}
+def variants(baseline: str | None, extra: bool) -> dict[str, tuple]:
+    """Name -> (solver object, module constants to patch) of every variant timed."""
+    f2, f4 = gpu.WinogradGpuF2x3(), gpu.WinogradGpuF4x3()
+    out: dict[str, tuple] = {"f2x3": (f2, {}), "f4x3": (f4, {})}
+    if extra:  # narrower transform threads than the defaults
+        out["f2x3_in2"] = (f2, {"VEC_IN_CAP": {**gpu.VEC_IN_CAP, 2: (2, 16)}})
+        out["f4x3_in1"] = (f4, {"VEC_IN_CAP": {**gpu.VEC_IN_CAP, 4: (1, 16)}})
+        narrow = {"VEC_OUT_CAP": {**gpu.VEC_OUT_CAP, 4: (2, 16)}}
+        out["f4x3_o2"] = (f4, {**narrow, "VEC_DY_CAP": {**gpu.VEC_DY_CAP, 4: (2, 16)}})
     if baseline:
         old = importlib.import_module(baseline)
-        out["f2x3_v0"] = old.WinogradGpuF2x3()
-        out["f4x3_v0"] = old.WinogradGpuF4x3()
+        out["f2x3_v0"] = (old.WinogradGpuF2x3(), {})
+        out["f4x3_v0"] = (old.WinogradGpuF4x3(), {})
     return out
 
 
@@ -101,6 +124,7 @@ def main() -> None:
     parser.add_argument("--layers", nargs="*", default=[])
     parser.add_argument("--baseline", default=None, help="module with the *_v0 solvers")
     parser.add_argument("--profile", nargs="*", default=["l3.3x3", "conv3_2"])
+    parser.add_argument("--extra", action="store_true", help="also time narrower variants")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--budget-s", type=float, default=1e9, help="stop starting new layers")
@@ -112,14 +136,15 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     handle = miocore.Handle("cuda", stream=torch.cuda.current_stream())
     started = time.time()
-    solvers = variants(args.baseline)
+    solvers = variants(args.baseline, args.extra)
     kernels = set()
     for dtype in args.dtypes:
         for direction in args.directions:
             for _, lay, batch in layers(args.layers):
                 p = problem(lay, batch, direction, dtype, "NHWC").canonical
-                for impl in solvers.values():
-                    kernels.update(impl.get_solution(handle.context, p).kernels)
+                for impl, patches in solvers.values():
+                    with patched(patches):
+                        kernels.update(impl.get_solution(handle.context, p).kernels)
     failures = handle.backend.precompile(list(kernels))
     print(f"compiled {len(kernels)} kernels in {time.time() - started:.1f} s", flush=True)
     for failure in list(failures.values())[:2]:
@@ -191,11 +216,12 @@ def main() -> None:
         for direction in args.directions:
             done = [r for r in rows if r["dtype"] == dtype and r["direction"] == direction]
             line = f"{direction:16s} {dtype:8s} n={len(done):2d}"
-            for suffix in ("", "_v0"):
-                best = [
-                    max(r.get(f"f2x3{suffix}_ratio", 0), r.get(f"f4x3{suffix}_ratio", 0))
-                    for r in done
-                ]
+            for suffix in ("", "_v0", "_in"):
+                if suffix == "_in":
+                    names = ("f2x3_in2", "f4x3_in1")
+                else:
+                    names = (f"f2x3{suffix}", f"f4x3{suffix}")
+                best = [max(r.get(f"{n}_ratio", 0) for n in names) for r in done]
                 line += f" | best{suffix or '_new'} {geomean(best):.3f}"
             print(line, flush=True)
     if args.out:

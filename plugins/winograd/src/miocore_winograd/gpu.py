@@ -21,12 +21,11 @@ goes); S is float32. Images go in chunks whose transformed tiles fit
 :data:`WORKSPACE_BUDGET`. The transform matrices come from :mod:`miocore_winograd.transforms`
 and reach the kernels as compile-time constants (``-DWINO_BT={...}`` etc.).
 
-Launches per image chunk: one for the tile transforms (forward / backward data: the x or dy
-tiles, and on the first chunk the filter transform in leading blocks of the same grid;
-backward weights: the x and the dy tiles), one batched GEMM per group, and (forward / backward
-data) the output transform; backward weights adds the filter-gradient transform once. Every
-thread of a tile transform takes :func:`vector_width` adjacent channels, one 4-16 byte access
-in NHWC.
+Launches per image chunk: forward / backward data: the tile transform (on the first chunk the
+filter transform runs in leading blocks of the same grid), one batched GEMM per group, the
+output transform; backward weights: the x and the dy tile transforms and one batched GEMM per
+group, then the filter-gradient transform once. Every thread of a transform takes
+:func:`vector_width` adjacent channels, one 4-16 byte access in NHWC.
 """
 
 from __future__ import annotations
@@ -112,11 +111,14 @@ GEMM_EFFICIENCY = {DataType.FLOAT32: 0.65, DataType.FLOAT16: 0.3, DataType.BFLOA
 #: channels, 48x48 images, forward and backward data), the largest error over the bound went
 #: from 0.19 to 0.24 (float16) and 0.24 to 0.26 (bfloat16, whose output rounding dominates).
 HALF_M = frozenset({DataType.FLOAT16, DataType.BFLOAT16})
-#: Most channels per thread, by tile size m: the tile-input transforms keep alpha^2 x VEC
-#: partial sums in registers (alpha^2 = 16 / 36), the output and dy transforms m x alpha x VEC
-#: (8 / 24); the caps keep either near 72-96 floats. Vector accesses are at most 16 bytes.
-VEC_IN_MAX = {2: 4, 4: 2}
-VEC_OUT_MAX = {2: 8, 4: 4}
+#: Channels per thread, by tile size m, as (most channels, most bytes of one access): the
+#: tile-input transforms hold the whole alpha x alpha tile (alpha^2 = 16 / 36 accesses) and
+#: alpha^2 x VEC partial sums in registers, the output transform m x alpha x VEC (8 / 24) sums,
+#: the dy transform (backward weights) m^2 accesses and alpha x m x VEC sums; the caps keep each
+#: near 128 registers (the H200 runs showed no gain past that occupancy: 16 warps per SM).
+VEC_IN_CAP = {2: (8, 8), 4: (8, 4)}
+VEC_OUT_CAP = {2: (8, 16), 4: (4, 16)}
+VEC_DY_CAP = {2: (8, 16), 4: (4, 8)}
 TRANSFORM_BANDWIDTH = 0.5
 LAUNCH_MS = 0.006
 
@@ -148,11 +150,12 @@ def kernel_options(
     )
 
 
-def vector_width(channels: int, cap: int, itemsize: int) -> int:
-    """Channels per thread: the largest power of two up to ``cap`` (and 16 bytes) that divides
-    ``channels``."""
+def vector_width(channels: int, cap: tuple[int, int], itemsize: int) -> int:
+    """Channels per thread: the largest power of two dividing ``channels`` within ``cap`` (most
+    channels, most bytes)."""
+    most, most_bytes = cap
     vec = 1
-    while vec * 2 <= cap and vec * 2 * itemsize <= 16 and channels % (vec * 2) == 0:
+    while vec * 2 <= most and vec * 2 * itemsize <= most_bytes and channels % (vec * 2) == 0:
         vec *= 2
     return vec
 
@@ -197,10 +200,12 @@ class _Plan:
         self.half_m = p.dtype in HALF_M and not self.wrw
         msize = size if self.half_m else 4
         self.msize = msize
-        # backward weights: the dy transform takes the output kernel's width (its tiles hold
-        # m x alpha partial sums too)
-        self.vec_in = vector_width(self.cin, VEC_IN_MAX[m], size)
-        self.vec_out = vector_width(self.cout, VEC_OUT_MAX[m], size if self.wrw else msize)
+        # backward weights: WINO_VEC_OUT is the dy transform's width
+        self.vec_in = vector_width(self.cin, VEC_IN_CAP[m], size)
+        if self.wrw:
+            self.vec_out = vector_width(self.cout, VEC_DY_CAP[m], size)
+        else:
+            self.vec_out = vector_width(self.cout, VEC_OUT_CAP[m], msize)
         per_image_tiles = self.tiles_h * self.tiles_w
         self.per_image_tiles = per_image_tiles
         if self.wrw:
@@ -335,7 +340,7 @@ class WinogradGpuSolver(Solver):
         efficiency = GEMM_EFFICIENCY[problem.dtype] * narrow
         gemm = ctx.roofline_ms(plan.gemm_flops(), 0, problem.dtype, efficiency)
         traffic = ctx.roofline_ms(0, plan.transform_bytes() / TRANSFORM_BANDWIDTH, problem.dtype)
-        launches = len(plan.chunks) * (2 + problem.groups - plan.wrw) + plan.wrw
+        launches = len(plan.chunks) * (2 + problem.groups) + plan.wrw
         return gemm + traffic + LAUNCH_MS * launches
 
     def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
@@ -345,14 +350,15 @@ class WinogradGpuSolver(Solver):
         return ctx.wti(problem, self.predicted_ms(ctx, problem))
 
     def kernel_infos(self, problem: ConvProblem) -> tuple[KernelInfo, ...]:
-        """The two kernels of the problem's direction, in the invoker's order: the tile (and
-        filter) transforms, then the output (backward weights: filter-gradient) transform."""
+        """The kernels of the problem's direction, in the invoker's order: forward / backward
+        data: the tile (and filter) transforms, the output transform; backward weights: the x
+        tile, dy tile and filter-gradient transforms."""
         plan = _Plan(problem, self.m)
         opts = kernel_options(
             problem.dtype, plan.tm, plan.tr, plan.vec_in, plan.vec_out, plan.half_m
         )
         names = (
-            ("wino_wrw_input", "wino_filter_output")
+            ("wino_input_filter", "wino_dy_transform", "wino_filter_output")
             if plan.wrw
             else ("wino_input_filter", "wino_output_transform")
         )
@@ -417,10 +423,11 @@ class _Invoker:
     def __init__(self, plan: _Plan, device: Any, blas: Any, compiled: Any) -> None:
         self.plan = plan
         self.blas = blas
-        self.k_in, self.k_out = compiled
+        self.k_in, self.k_out = compiled[0], compiled[-1]
+        self.k_dy = compiled[1] if plan.wrw else None
         p = plan.p
         # per chunk: (tiles, args of the tile-transform launch, its grid, args of the output
-        # transform or None, its grid)
+        # transform (backward weights: of the dy transform), its grid)
         self.launches = []
         if plan.wrw:
             self.once_args = KernelArgs(
@@ -436,14 +443,16 @@ class _Invoker:
         for i, (n0, nb) in enumerate(plan.chunks):
             tiles = nb * plan.per_image_tiles
             if plan.wrw:
-                x_blocks = _blocks(tiles * p.c // plan.vec_in)
-                dy_blocks = _blocks(tiles * p.k // plan.vec_out)
-                px = plan.params(n0, nb, p.x, p.x, 0, p.c, p.k, aux=x_blocks)
+                # x tiles through wino_input_filter with no filter blocks, then the dy tiles
+                px = plan.params(n0, nb, p.x, p.x, 0, p.c, p.k)
                 pdy = plan.params(n0, nb, p.y, p.y, 0, p.c, p.k)
                 args_in = KernelArgs(
-                    [("ptr", 0), ("ptr", 0), ("bytes", px), ("ptr", 0), ("ptr", 0), ("bytes", pdy)]
+                    [("ptr", 0), ("ptr", 0), ("bytes", px), ("ptr", 0), ("ptr", 0), ("bytes", px)]
                 )
-                self.launches.append((tiles, args_in, x_blocks + dy_blocks, None, 0))
+                args_dy = KernelArgs([("ptr", 0), ("ptr", 0), ("bytes", pdy)])
+                grid_in = _blocks(tiles * p.c // plan.vec_in)
+                grid_dy = _blocks(tiles * p.k // plan.vec_out)
+                self.launches.append((tiles, args_in, grid_in, args_dy, grid_dy))
                 continue
             aux = filter_blocks if i == 0 else 0
             pa = plan.params(n0, nb, src, dst, 0, plan.cin, plan.cout, aux=aux)
@@ -521,9 +530,11 @@ class _Invoker:
         size = p.dtype.itemsize
         s, xt, dyt = ws + plan.off_s, ws + plan.off_x, ws + plan.off_dy
         cg, kg = plan.cing, plan.coutg
-        for i, (tiles, args_in, grid_in, _, _) in enumerate(self.launches):
-            args_in.set_pointers(x, xt, dy, dyt)
+        for i, (tiles, args_in, grid_in, args_dy, grid_dy) in enumerate(self.launches):
+            args_in.set_pointers(x, xt)
             self.k_in.launch(args_in, grid=(grid_in,))
+            args_dy.set_pointers(dy, dyt)
+            self.k_dy.launch(args_dy, grid=(grid_dy,))
             for gi in range(p.groups):
                 # column-major: S^T (cg x kg) = X^T (cg x tiles) . DY (tiles x kg)
                 blas.gemm(
