@@ -115,6 +115,9 @@ MIO_DEVICE void im2col_chunks_body(const mio_t* __restrict__ x, uint4* __restric
   const I F = (I)(p.fil[0] * p.fil[1] * p.fil[2]);
   const I CG = (I)p.cg, G = (I)p.groups, FX = (I)p.fil[2], FY = (I)p.fil[1];
   const I W0 = (I)p.out[2], H0 = (I)p.out[1], D0 = (I)p.out[0];
+  const I IN0 = (I)p.in[0], IN1 = (I)p.in[1], IN2 = (I)p.in[2];
+  const I XS1 = (I)p.xs[1], XS2 = (I)p.xs[2], XS3 = (I)p.xs[3];
+  const I DZ = (I)p.dil[0], DY = (I)p.dil[1], DX = (I)p.dil[2];
   const I chunks = (I)p.gw / MIO_CHUNK;  // per group block
   const I rows = (I)p.nb * D0 * H0;
   const I row_items = W0 * G * chunks;
@@ -122,8 +125,8 @@ MIO_DEVICE void im2col_chunks_body(const mio_t* __restrict__ x, uint4* __restric
     const I oh = row % H0;
     const I od = (row / H0) % D0;
     const mio_index n = (mio_index)(row / (H0 * D0)) + p.n0;
-    const mio_index id0 = (mio_index)od * p.stride[0] - p.pad[0];
-    const mio_index ih0 = (mio_index)oh * p.stride[1] - p.pad[1];
+    const I id0 = od * (I)p.stride[0] - (I)p.pad[0];
+    const I ih0 = oh * (I)p.stride[1] - (I)p.pad[1];
     uint4* out = dst + (mio_index)row * row_items;
     for (I j = (I)(blockIdx.x * blockDim.x + threadIdx.x); j < row_items;
          j += (I)(gridDim.x * blockDim.x)) {
@@ -131,39 +134,40 @@ MIO_DEVICE void im2col_chunks_body(const mio_t* __restrict__ x, uint4* __restric
       const I t = j / chunks;
       const I g = t % G;
       const I ow = t / G;
-      const mio_index iw0 = (mio_index)ow * p.stride[2] - p.pad[2];
-      const mio_t* xg = x + n * p.xs[0] + g * p.cg;
-      I e = q * MIO_CHUNK;
+      const I iw0 = ow * (I)p.stride[2] - (I)p.pad[2];
+      const mio_t* xg = x + n * p.xs[0] + g * p.cg;  // element 0 of x exists: the fallback
+      const I e = q * MIO_CHUNK;
       I f = e / CG;
       I c = e - f * CG;
       I fx = f % FX, fy = (f / FX) % FY, fz = f / (FX * FY);
+      I iz = id0 + fz * DZ, iy = ih0 + fy * DY, ix = iw0 + fx * DX;
       union {
         uint4 u;
         mio_t v[MIO_CHUNK];
       } chunk;
+      // Every load is issued (from element 0 where the tap is padding) and then selected, so
+      // that the eight loads of a chunk are in flight together rather than one per branch.
 #pragma unroll
       for (int v = 0; v < MIO_CHUNK; ++v) {
-        mio_t value = (mio_t)0;
-        if (f < F) {
-          const mio_index id = id0 + (mio_index)fz * p.dil[0];
-          const mio_index ih = ih0 + (mio_index)fy * p.dil[1];
-          const mio_index iw = iw0 + (mio_index)fx * p.dil[2];
-          if (id >= 0 && id < p.in[0] && ih >= 0 && ih < p.in[1] && iw >= 0 && iw < p.in[2]) {
-            value = xg[id * p.xs[1] + ih * p.xs[2] + iw * p.xs[3] + c];
-          }
-          if (++c == CG) {  // next tap: X fastest, then Y, then Z
-            c = 0;
-            ++f;
-            if (++fx == FX) {
-              fx = 0;
-              if (++fy == FY) {
-                fy = 0;
-                ++fz;
-              }
+        const bool ok = f < F && iz >= 0 && iz < IN0 && iy >= 0 && iy < IN1 && ix >= 0 &&
+                        ix < IN2;
+        const mio_t loaded = xg[ok ? iz * XS1 + iy * XS2 + ix * XS3 + c : 0];
+        chunk.v[v] = ok ? loaded : (mio_t)0;
+        if (++c == CG) {  // next tap: X fastest, then Y, then Z
+          c = 0;
+          ++f;
+          ix += DX;
+          if (++fx == FX) {
+            fx = 0;
+            ix = iw0;
+            iy += DY;
+            if (++fy == FY) {
+              fy = 0;
+              iy = ih0;
+              iz += DZ;
             }
           }
         }
-        chunk.v[v] = value;
       }
       out[j] = chunk.u;
     }
@@ -175,7 +179,8 @@ MIO_KERNEL void im2col_cl_chunks(const mio_t* __restrict__ x, mio_t* __restrict_
                                  MioClParams p) {
   const mio_index total = p.nb * p.out[0] * p.out[1] * p.out[2] * p.groups * p.gw / MIO_CHUNK;
   uint4* dst = reinterpret_cast<uint4*>(col);
-  if (total < ((mio_index)1 << 30)) {
+  // 32-bit when the launch's indices and the offsets inside one image fit.
+  if (total < ((mio_index)1 << 30) && p.xs[0] < ((mio_index)1 << 30)) {
     im2col_chunks_body<int>(x, dst, p);
   } else {
     im2col_chunks_body<mio_index>(x, dst, p);
@@ -269,24 +274,45 @@ MIO_KERNEL void col2im_cl(const mio_t* __restrict__ col, mio_t* __restrict__ x, 
 // Row blocks between the GEMM's padded matrices and the caller's tensors: dst[r][c] =
 // src[r][c] for c < cols, 0 for cols <= c < dst_cols (rows x dst_cols, leading dimensions
 // src_ld and dst_ld). copy_rows pads w to the rows' block width; copy_rows_from_f32 brings a
-// float32 (or padded) dW back to dw's element type and width.
+// float32 (or padded) dW back to dw's element type and width. Filters are small enough for
+// 32-bit index arithmetic (a 64-bit division costs several times a 32-bit one), which the
+// kernels take whenever the whole block fits.
+template <typename I, typename S>
+MIO_DEVICE void copy_rows_body(const S* __restrict__ src, mio_t* __restrict__ dst, I rows,
+                               I cols, I dst_cols, I src_ld, I dst_ld) {
+  for (I i = (I)(blockIdx.x * blockDim.x + threadIdx.x); i < rows * dst_cols;
+       i += (I)(gridDim.x * blockDim.x)) {
+    const I r = i / dst_cols;
+    const I c = i - r * dst_cols;
+    const S zero = (S)0;
+    const S v = c < cols ? src[r * src_ld + c] : zero;
+    if constexpr (sizeof(S) == sizeof(mio_t)) {
+      dst[r * dst_ld + c] = v;  // same type: a copy, no rounding
+    } else {
+      mio_store(dst + r * dst_ld + c, v);
+    }
+  }
+}
+
+#define MIO_SMALL(n) ((n) < ((mio_index)1 << 31))
+
 MIO_KERNEL void copy_rows(const mio_t* __restrict__ src, mio_t* __restrict__ dst, mio_index rows,
                           mio_index cols, mio_index dst_cols, mio_index src_ld,
                           mio_index dst_ld) {
-  MIO_GRID_LOOP(i, rows * dst_cols) {
-    const mio_index r = i / dst_cols;
-    const mio_index c = i - r * dst_cols;
-    dst[r * dst_ld + c] = c < cols ? src[r * src_ld + c] : (mio_t)0;
+  if (MIO_SMALL(rows * (dst_ld > src_ld ? dst_ld : src_ld))) {
+    copy_rows_body<int>(src, dst, (int)rows, (int)cols, (int)dst_cols, (int)src_ld, (int)dst_ld);
+  } else {
+    copy_rows_body<mio_index>(src, dst, rows, cols, dst_cols, src_ld, dst_ld);
   }
 }
 
 MIO_KERNEL void copy_rows_from_f32(const float* __restrict__ src, mio_t* __restrict__ dst,
                                    mio_index rows, mio_index cols, mio_index dst_cols,
                                    mio_index src_ld, mio_index dst_ld) {
-  MIO_GRID_LOOP(i, rows * dst_cols) {
-    const mio_index r = i / dst_cols;
-    const mio_index c = i - r * dst_cols;
-    mio_store(dst + r * dst_ld + c, c < cols ? src[r * src_ld + c] : 0.0f);
+  if (MIO_SMALL(rows * (dst_ld > src_ld ? dst_ld : src_ld))) {
+    copy_rows_body<int>(src, dst, (int)rows, (int)cols, (int)dst_cols, (int)src_ld, (int)dst_ld);
+  } else {
+    copy_rows_body<mio_index>(src, dst, rows, cols, dst_cols, src_ld, dst_ld);
   }
 }
 
@@ -294,17 +320,28 @@ MIO_KERNEL void copy_rows_from_f32(const float* __restrict__ src, mio_t* __restr
 // wide) holds w flipped in every spatial axis and transposed per group, e = (tap, k) over
 // F * Kg, zeros past that: dst[g*Cg + c][f][k] = w[g*Kg + k][F - 1 - f][c] (w packed
 // [K][taps][Cg]; reversing the flattened tap index flips every axis).
-MIO_KERNEL void flip_filter(const mio_t* __restrict__ w, mio_t* __restrict__ dst, mio_index rows,
-                            mio_index gw, mio_index taps, mio_index kg, mio_index cg) {
-  MIO_GRID_LOOP(i, rows * gw) {
-    const mio_index o = i / gw;
-    const mio_index e = i - o * gw;
+template <typename I>
+MIO_DEVICE void flip_filter_body(const mio_t* __restrict__ w, mio_t* __restrict__ dst, I rows,
+                                 I gw, I taps, I kg, I cg) {
+  for (I i = (I)(blockIdx.x * blockDim.x + threadIdx.x); i < rows * gw;
+       i += (I)(gridDim.x * blockDim.x)) {
+    const I o = i / gw;
+    const I e = i - o * gw;
     mio_t v = (mio_t)0;
     if (e < taps * kg) {
-      const mio_index f = e / kg, k = e - f * kg;
-      const mio_index g = o / cg, c = o - g * cg;
+      const I f = e / kg, k = e - f * kg;
+      const I g = o / cg, c = o - g * cg;
       v = w[((g * kg + k) * taps + (taps - 1 - f)) * cg + c];
     }
     dst[i] = v;
+  }
+}
+
+MIO_KERNEL void flip_filter(const mio_t* __restrict__ w, mio_t* __restrict__ dst, mio_index rows,
+                            mio_index gw, mio_index taps, mio_index kg, mio_index cg) {
+  if (MIO_SMALL(rows * gw)) {
+    flip_filter_body<int>(w, dst, (int)rows, (int)gw, (int)taps, (int)kg, (int)cg);
+  } else {
+    flip_filter_body<mio_index>(w, dst, rows, gw, taps, kg, cg);
   }
 }
