@@ -347,6 +347,12 @@ def test_stride_one_backward_data_is_a_flipped_forward() -> None:
     assert twin.out_spatial == p.in_spatial
     forward = miocore.ConvProblem("forward", x=p.x, w=p.w, y=p.y, conv=p.conv)
     assert not nhwc.is_flipped_backward(forward) and nhwc.forward_twin(forward) is forward
+    # A filter large beside the rows it would save (ResNet's l4.3x3: a third) keeps col2im.
+    late = miocore.ConvProblem.from_sizes(
+        "backward_data", n=32, c=512, k=512, in_spatial=(7, 7), filter_spatial=(3, 3),
+        pads=(1, 1), dtype="float16", layout="NHWC",
+    )  # fmt: skip
+    assert not nhwc.is_flipped_backward(late) and nhwc.forward_twin(late) is late
 
 
 def test_strided_pointwise_needs_no_rows() -> None:
