@@ -22,7 +22,22 @@ from miocore.testing import TOLERANCES, cpu_context
 
 nhwc = pytest.importorskip("miocore_gemm.gpu_nhwc")
 
-FIELDS = ("in", "out", "fil", "pad", "stride", "dil", "xs", "c", "groups", "cg", "n0", "nb", "gw")
+FIELDS = (
+    "in",
+    "out",
+    "fil",
+    "pad",
+    "stride",
+    "dil",
+    "xs",
+    "c",
+    "groups",
+    "cg",
+    "n0",
+    "nb",
+    "gw",
+    "tw",
+)
 
 
 class Memory:
@@ -62,7 +77,9 @@ class FakeKernel:
     dtype: np.dtype
     backend: object = None
 
-    def launch(self, args: object, grid: tuple = (1,), block: tuple = (1,)) -> None:
+    def launch(
+        self, args: object, grid: tuple = (1,), block: tuple = (1,), shared: int = 0
+    ) -> None:
         if self.name.startswith("copy_rows"):
             self._copy_rows(args)
             return
@@ -71,6 +88,10 @@ class FakeKernel:
             return
         src, dst, p = _params(args)
         g, cg, c = p["groups"], p["cg"], p["c"]
+        if self.name == "im2col_cl_tiles":  # the input patch of tw pixels fits the launch
+            width = (p["tw"] - 1) * p["stride"][2] + p["dil"][2] * (p["fil"][2] - 1) + 1
+            need = p["fil"][0] * p["fil"][1] * width * c * self.dtype.itemsize
+            assert p["tw"] >= 1 and shared >= need, (p["tw"], shared, need)
         fil, out, size = p["fil"], p["out"], self.dtype.itemsize
         taps = list(np.ndindex(*fil))
         # x as (nb, D, H, W, C) through its element strides (channel stride 1).
@@ -317,6 +338,13 @@ def test_padded_rows_in_half_types(monkeypatch: pytest.MonkeyPatch) -> None:
         strides=(2, 2), dtype="float16", layout="NHWC",
     )  # fmt: skip
     assert nhwc.is_padded(conv1) and nhwc.group_width(conv1) == 152
+    assert nhwc.tile_width(conv1) == 32  # 7 tap rows of 69 pixels of 3 channels: 2.8 KiB
+    wide = miocore.ConvProblem.from_sizes(
+        "forward", n=1, c=3001, k=8, in_spatial=(9, 9), filter_spatial=(3, 3), pads=(1, 1),
+        dtype="float16", layout="NHWC",
+    )  # fmt: skip
+    # Not even one pixel's patch (3 rows x 3 pixels x 3001 channels) fits: rows stay unpadded.
+    assert nhwc.tile_width(wide) == 0 and not nhwc.is_padded(wide)
     single = miocore.ConvProblem.from_sizes(
         "forward", n=32, c=3, k=64, in_spatial=(224, 224), filter_spatial=(7, 7), pads=(3, 3),
         strides=(2, 2), dtype="float32", layout="NHWC",

@@ -59,6 +59,9 @@ WORKSPACE_BUDGET = 256 << 20
 #: (The 3-D U-Net's 64^3 decoder layers need 2.7 GiB in fp16; below that only the naive
 #: direct kernel applies to them, some 300 times slower.)
 MAX_IMAGE_ROWS_BYTES = 8 << 30
+#: Shared memory the padded-row kernel aims to stay within (bytes), and its hard limit.
+PATCH_BUDGET = 32 << 10
+PATCH_LIMIT = 48 << 10
 #: Largest filter, as a share of the rows, for which stride-1 backward data runs as the
 #: flipped forward convolution (see :func:`is_flipped_backward`).
 FLIP_MAX_FILTER_SHARE = 1 / 16
@@ -153,14 +156,39 @@ def forward_twin(p: ConvProblem) -> ConvProblem:
     )  # fmt: skip
 
 
+def _patch_bytes(p: ConvProblem, tile: int) -> int:
+    """Shared memory of im2col_cl_tiles for ``tile`` output pixels: every tap row of the
+    input patch they read, all channels."""
+    *outer, fx = _three(p.filter_spatial, 1)
+    stride, dil = p.conv.strides[-1], p.conv.dilations[-1]
+    width = (tile - 1) * stride + dil * (fx - 1) + 1
+    return math.prod(outer) * width * p.c * p.dtype.itemsize
+
+
+def tile_width(p: ConvProblem) -> int:
+    """Output pixels per block of the padded-row kernel: up to 32 while the patch stays
+    within :data:`PATCH_BUDGET`; 0 where not even one pixel's patch fits."""
+    tile = 32
+    while tile > 1 and _patch_bytes(p, tile) > PATCH_BUDGET:
+        tile //= 2
+    return tile if _patch_bytes(p, tile) <= PATCH_LIMIT else 0
+
+
 def group_width(p: ConvProblem) -> int:
     """Elements of one group's block in a row: ``taps * Cg``, rounded up to 16 bytes in half
-    types where it is not a whole number of them (and rows are built at all)."""
+    types where it is not a whole number of them (where rows are built at all, and the
+    padded-row kernel's patch fits in shared memory)."""
     _, cg, _, f, _ = _dims(p)
     width = f * cg
-    if p.dtype is DataType.FLOAT32 or is_pointwise(p) or is_strided_pointwise(p):
-        return width
     per_chunk = 16 // p.dtype.itemsize
+    if (
+        p.dtype is DataType.FLOAT32
+        or width % per_chunk == 0
+        or is_pointwise(p)
+        or is_strided_pointwise(p)
+        or not tile_width(p)
+    ):
+        return width
     return -(-width // per_chunk) * per_chunk
 
 
@@ -264,6 +292,7 @@ def pack_params(p: ConvProblem, n0: int, nb: int) -> bytes:
         n0,
         nb,
         group_width(p),
+        tile_width(p),
     ]
     return np.array(fields, dtype=np.int64).tobytes()
 
@@ -335,7 +364,7 @@ class GpuChannelsLastGemmSolver(Solver):
         kernels = (
             kernel("im2col_cl", wide),
             kernel("im2col_cl", scalar),
-            kernel("im2col_cl_chunks", wide),
+            kernel("im2col_cl_tiles", wide),
             kernel("col2im_cl", wide),
             kernel("col2im_cl", scalar),
             kernel("copy_rows", wide),
@@ -372,7 +401,7 @@ class _Invoker:
         (
             self.im2col,
             self.im2col_scalar,
-            self.im2col_chunks,
+            self.im2col_tiles,
             self.col2im,
             self.col2im_scalar,
             self.copy_rows,
@@ -391,6 +420,8 @@ class _Invoker:
         self.padded = is_padded(p)
         g, cg, _, f, _ = _dims(p)
         self.gw = group_width(p)
+        self.tile = tile_width(p)
+        self.patch_bytes = _patch_bytes(p, self.tile) if self.padded else 0
         size = p.dtype.itemsize
         nb = images_per_chunk(p)
         self.chunks = []
@@ -404,7 +435,7 @@ class _Invoker:
             grids = {
                 "im2col": (_blocks(out_width * g * cg * size // unit), out_rows),
                 "im2col_scalar": (_blocks(out_width * g * cg), out_rows),
-                "chunks": (_blocks(out_width * g * self.gw * size // 16), out_rows),
+                "tiles": (min(-(-out_width // max(self.tile, 1)), _GRID_Y), out_rows),
                 "col2im": (_blocks(in_width * p.c * size // unit), in_rows),
                 "col2im_scalar": (_blocks(in_width * p.c), in_rows),
             }
@@ -438,7 +469,7 @@ class _Invoker:
     def _rows(self, x: int, ws: int, args: Any, grids: dict) -> None:
         args.set_pointers(x, ws)
         if self.padded:  # reads x element by element: any alignment
-            self.im2col_chunks.launch(args, grid=grids["chunks"])
+            self.im2col_tiles.launch(args, grid=grids["tiles"], shared=self.patch_bytes)
         elif x % self.unit == 0:
             self.im2col.launch(args, grid=grids["im2col"])
         else:

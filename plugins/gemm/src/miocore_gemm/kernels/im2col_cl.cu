@@ -36,6 +36,7 @@ struct MioClParams {
   mio_index c, groups, cg;
   mio_index n0, nb;     // the chunk's first image and image count
   mio_index gw;         // elements of one group's block in a row (F * cg, or padded)
+  mio_index tw;         // output pixels per block of im2col_cl_tiles
 };
 
 // Integer division, not bytes, bounds these copies (a 32-bit division is some twenty
@@ -104,86 +105,89 @@ MIO_KERNEL void im2col_cl(const mio_t* __restrict__ x, mio_t* __restrict__ col, 
   }
 }
 
-// Padded rows (gw a whole number of 16-byte chunks, past F * cg): one thread per chunk of a
-// group block. The chunk's first tap and channel are decoded once, then walked element by
-// element, so the divisions are per 16 bytes, not per element (cg is 3 in conv1).
+// Padded rows (gw a whole number of 16-byte chunks, past F * cg: few channels, as in conv1).
+// A block takes a tile of tw output pixels of one output row: it stages the input patch
+// those pixels read (every tap row, tw * stride + reach pixels wide, all channels, zeros for
+// padding) in shared memory with coalesced loads, then writes the tile's rows as 16-byte
+// chunks, consecutive threads on consecutive chunks. Each chunk's first tap and channel are
+// decoded once and the next seven elements walked with additions.
 #define MIO_CHUNK (16 / (int)sizeof(mio_t))
 
-template <typename I>
-MIO_DEVICE void im2col_chunks_body(const mio_t* __restrict__ x, uint4* __restrict__ dst,
-                                   const MioClParams& p) {
-  const I F = (I)(p.fil[0] * p.fil[1] * p.fil[2]);
-  const I CG = (I)p.cg, G = (I)p.groups, FX = (I)p.fil[2], FY = (I)p.fil[1];
-  const I W0 = (I)p.out[2], H0 = (I)p.out[1], D0 = (I)p.out[0];
-  const I IN0 = (I)p.in[0], IN1 = (I)p.in[1], IN2 = (I)p.in[2];
-  const I XS1 = (I)p.xs[1], XS2 = (I)p.xs[2], XS3 = (I)p.xs[3];
-  const I DZ = (I)p.dil[0], DY = (I)p.dil[1], DX = (I)p.dil[2];
-  const I chunks = (I)p.gw / MIO_CHUNK;  // per group block
-  const I rows = (I)p.nb * D0 * H0;
-  const I row_items = W0 * G * chunks;
-  for (I row = (I)blockIdx.y; row < rows; row += (I)gridDim.y) {
-    const I oh = row % H0;
-    const I od = (row / H0) % D0;
-    const mio_index n = (mio_index)(row / (H0 * D0)) + p.n0;
-    const I id0 = od * (I)p.stride[0] - (I)p.pad[0];
-    const I ih0 = oh * (I)p.stride[1] - (I)p.pad[1];
-    uint4* out = dst + (mio_index)row * row_items;
-    for (I j = (I)(blockIdx.x * blockDim.x + threadIdx.x); j < row_items;
-         j += (I)(gridDim.x * blockDim.x)) {
-      const I q = j % chunks;
-      const I t = j / chunks;
-      const I g = t % G;
-      const I ow = t / G;
-      const I iw0 = ow * (I)p.stride[2] - (I)p.pad[2];
-      const mio_t* xg = x + n * p.xs[0] + g * p.cg;  // element 0 of x exists: the fallback
-      const I e = q * MIO_CHUNK;
-      I f = e / CG;
-      I c = e - f * CG;
-      I fx = f % FX, fy = (f / FX) % FY, fz = f / (FX * FY);
-      I iz = id0 + fz * DZ, iy = ih0 + fy * DY, ix = iw0 + fx * DX;
-      union {
-        uint4 u;
-        mio_t v[MIO_CHUNK];
-      } chunk;
-      // Every load is issued (from element 0 where the tap is padding) and then selected, so
-      // that the eight loads of a chunk are in flight together rather than one per branch.
+// Grid: x over the row's tiles, y over the chunk's rows (nb * Do * Ho); dynamic shared memory
+// holds the patch: fil[0] * fil[1] * pw * c elements, pw = (tw - 1) * stride + dil * (X - 1) + 1.
+MIO_KERNEL void im2col_cl_tiles(const mio_t* __restrict__ x, mio_t* __restrict__ col,
+                                MioClParams p) {
+  extern __shared__ __attribute__((aligned(16))) unsigned char mio_smem_raw[];
+  mio_t* patch = reinterpret_cast<mio_t*>(mio_smem_raw);
+  const int TW = (int)p.tw;
+  const int FZ = (int)p.fil[0], FY = (int)p.fil[1], FX = (int)p.fil[2];
+  const int F = FZ * FY * FX;
+  const int C = (int)p.c, CG = (int)p.cg, G = (int)p.groups;
+  const int SW = (int)p.stride[2], DZ = (int)p.dil[0], DY = (int)p.dil[1], DX = (int)p.dil[2];
+  const int W0 = (int)p.out[2], H0 = (int)p.out[1], D0 = (int)p.out[0];
+  const int PW = (TW - 1) * SW + DX * (FX - 1) + 1;
+  const int chunks = (int)p.gw / MIO_CHUNK;  // per group block
+  const int tiles = (W0 + TW - 1) / TW;
+  const mio_index rows = p.nb * D0 * H0;
+  uint4* dst = reinterpret_cast<uint4*>(col);
+  for (mio_index row = blockIdx.y; row < rows; row += gridDim.y) {
+    const int oh = (int)(row % H0);
+    const int od = (int)((row / H0) % D0);
+    const mio_index n = row / ((mio_index)H0 * D0) + p.n0;
+    const int id0 = od * (int)p.stride[0] - (int)p.pad[0];
+    const int ih0 = oh * (int)p.stride[1] - (int)p.pad[1];
+    const mio_t* xn = x + n * p.xs[0];
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const int ow0 = tile * TW;
+      const int iw0 = ow0 * SW - (int)p.pad[2];
+      __syncthreads();  // the previous tile's chunks are written
+      for (int i = threadIdx.x; i < FZ * FY * PW * C; i += blockDim.x) {
+        const int c = i % C;
+        const int px = (i / C) % PW;
+        const int zy = i / (C * PW);
+        const int id = id0 + (zy / FY) * DZ, ih = ih0 + (zy % FY) * DY, iw = iw0 + px;
+        mio_t v = (mio_t)0;
+        if (id >= 0 && id < p.in[0] && ih >= 0 && ih < p.in[1] && iw >= 0 && iw < p.in[2]) {
+          v = xn[id * p.xs[1] + ih * p.xs[2] + iw * p.xs[3] + c];
+        }
+        patch[i] = v;
+      }
+      __syncthreads();
+      const int width = W0 - ow0 < TW ? W0 - ow0 : TW;
+      uint4* out = dst + (row * W0 + ow0) * G * chunks;
+      for (int j = threadIdx.x; j < width * G * chunks; j += blockDim.x) {
+        const int q = j % chunks;
+        const int t = j / chunks;  // (pixel in the tile, group)
+        const int g = t % G;
+        const int owl = t / G;
+        int f = q * MIO_CHUNK / CG;
+        int c = q * MIO_CHUNK - f * CG;
+        int fx = f % FX, fzy = f / FX;  // fzy = fz * FY + fy
+        int at = (fzy * PW + owl * SW + fx * DX) * C + g * CG + c;  // patch index
+        union {
+          uint4 u;
+          mio_t v[MIO_CHUNK];
+        } chunk;
 #pragma unroll
-      for (int v = 0; v < MIO_CHUNK; ++v) {
-        const bool ok = f < F && iz >= 0 && iz < IN0 && iy >= 0 && iy < IN1 && ix >= 0 &&
-                        ix < IN2;
-        const mio_t loaded = xg[ok ? iz * XS1 + iy * XS2 + ix * XS3 + c : 0];
-        chunk.v[v] = ok ? loaded : (mio_t)0;
-        if (++c == CG) {  // next tap: X fastest, then Y, then Z
-          c = 0;
-          ++f;
-          ix += DX;
-          if (++fx == FX) {
-            fx = 0;
-            ix = iw0;
-            iy += DY;
-            if (++fy == FY) {
-              fy = 0;
-              iy = ih0;
-              iz += DZ;
+        for (int v = 0; v < MIO_CHUNK; ++v) {
+          const bool ok = f < F;
+          const mio_t loaded = patch[ok ? at : 0];
+          chunk.v[v] = ok ? loaded : (mio_t)0;
+          ++at;
+          if (++c == CG) {  // next tap: X fastest, then Y and Z (rows of the patch)
+            c = 0;
+            ++f;
+            at += DX * C - CG;
+            if (++fx == FX) {
+              fx = 0;
+              ++fzy;
+              at = (fzy * PW + owl * SW) * C + g * CG;
             }
           }
         }
+        out[j] = chunk.u;
       }
-      out[j] = chunk.u;
     }
-  }
-}
-
-// Grid: x over one output row's chunks, y over the chunk's rows (nb * Do * Ho).
-MIO_KERNEL void im2col_cl_chunks(const mio_t* __restrict__ x, mio_t* __restrict__ col,
-                                 MioClParams p) {
-  const mio_index total = p.nb * p.out[0] * p.out[1] * p.out[2] * p.groups * p.gw / MIO_CHUNK;
-  uint4* dst = reinterpret_cast<uint4*>(col);
-  // 32-bit when the launch's indices and the offsets inside one image fit.
-  if (total < ((mio_index)1 << 30) && p.xs[0] < ((mio_index)1 << 30)) {
-    im2col_chunks_body<int>(x, dst, p);
-  } else {
-    im2col_chunks_body<mio_index>(x, dst, p);
   }
 }
 
