@@ -90,7 +90,8 @@ class FakeKernel:
         g, cg, c = p["groups"], p["cg"], p["c"]
         if self.name == "im2col_cl_tiles":  # the input patch of tw pixels fits the launch
             width = (p["tw"] - 1) * p["stride"][2] + p["dil"][2] * (p["fil"][2] - 1) + 1
-            need = p["fil"][0] * p["fil"][1] * width * c * self.dtype.itemsize
+            table = -(-p["gw"] * 4 // 16) * 16
+            need = table + p["fil"][0] * p["fil"][1] * width * c * self.dtype.itemsize
             assert p["tw"] >= 1 and shared >= need, (p["tw"], shared, need)
         fil, out, size = p["fil"], p["out"], self.dtype.itemsize
         taps = list(np.ndindex(*fil))

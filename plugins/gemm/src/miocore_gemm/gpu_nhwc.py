@@ -157,12 +157,16 @@ def forward_twin(p: ConvProblem) -> ConvProblem:
 
 
 def _patch_bytes(p: ConvProblem, tile: int) -> int:
-    """Shared memory of im2col_cl_tiles for ``tile`` output pixels: every tap row of the
-    input patch they read, all channels."""
+    """Shared memory of im2col_cl_tiles for ``tile`` output pixels: the offset table (one
+    int per element of a group's block, 16-byte aligned), then every tap row of the input
+    patch they read, all channels."""
     *outer, fx = _three(p.filter_spatial, 1)
     stride, dil = p.conv.strides[-1], p.conv.dilations[-1]
     width = (tile - 1) * stride + dil * (fx - 1) + 1
-    return math.prod(outer) * width * p.c * p.dtype.itemsize
+    _, cg, _, f, _ = _dims(p)
+    per_chunk = 16 // p.dtype.itemsize
+    table = -(-f * cg // per_chunk) * per_chunk * 4
+    return -(-table // 16) * 16 + math.prod(outer) * width * p.c * p.dtype.itemsize
 
 
 def tile_width(p: ConvProblem) -> int:

@@ -106,29 +106,37 @@ MIO_KERNEL void im2col_cl(const mio_t* __restrict__ x, mio_t* __restrict__ col, 
 }
 
 // Padded rows (gw a whole number of 16-byte chunks, past F * cg: few channels, as in conv1).
-// A block takes a tile of tw output pixels of one output row: it stages the input patch
-// those pixels read (every tap row, tw * stride + reach pixels wide, all channels, zeros for
-// padding) in shared memory with coalesced loads, then writes the tile's rows as 16-byte
-// chunks, consecutive threads on consecutive chunks. Each chunk's first tap and channel are
-// decoded once and the next seven elements walked with additions.
+// A block takes a tile of tw output pixels of one output row. It stages the input patch those
+// pixels read (every tap row, (tw - 1) * stride + reach pixels wide, all channels, zeros for
+// padding) in shared memory: each tap row of the patch is one contiguous run of packed NHWC
+// x, so the copy needs no division. A table gives, for each element of a group's row block,
+// its patch offset relative to the pixel (or -1 for the zero tail). Then consecutive threads
+// write consecutive 16-byte chunks of the tile's rows from the patch.
 #define MIO_CHUNK (16 / (int)sizeof(mio_t))
 
-// Grid: x over the row's tiles, y over the chunk's rows (nb * Do * Ho); dynamic shared memory
-// holds the patch: fil[0] * fil[1] * pw * c elements, pw = (tw - 1) * stride + dil * (X - 1) + 1.
+// Grid: x over the row's tiles, y over the chunk's rows (nb * Do * Ho). Dynamic shared
+// memory: the table (gw ints), then the patch (fil[0] * fil[1] * pw * c elements,
+// pw = (tw - 1) * stride + dil * (X - 1) + 1).
 MIO_KERNEL void im2col_cl_tiles(const mio_t* __restrict__ x, mio_t* __restrict__ col,
                                 MioClParams p) {
   extern __shared__ __attribute__((aligned(16))) unsigned char mio_smem_raw[];
-  mio_t* patch = reinterpret_cast<mio_t*>(mio_smem_raw);
+  const int GW = (int)p.gw;
+  int* table = reinterpret_cast<int*>(mio_smem_raw);
+  mio_t* patch = reinterpret_cast<mio_t*>(mio_smem_raw + ((GW * 4 + 15) & ~15));
   const int TW = (int)p.tw;
   const int FZ = (int)p.fil[0], FY = (int)p.fil[1], FX = (int)p.fil[2];
-  const int F = FZ * FY * FX;
   const int C = (int)p.c, CG = (int)p.cg, G = (int)p.groups;
   const int SW = (int)p.stride[2], DZ = (int)p.dil[0], DY = (int)p.dil[1], DX = (int)p.dil[2];
   const int W0 = (int)p.out[2], H0 = (int)p.out[1], D0 = (int)p.out[0];
+  const int IN2C = (int)p.in[2] * C;
   const int PW = (TW - 1) * SW + DX * (FX - 1) + 1;
-  const int chunks = (int)p.gw / MIO_CHUNK;  // per group block
+  const int chunks = GW / MIO_CHUNK;  // per group block
   const int tiles = (W0 + TW - 1) / TW;
   const mio_index rows = p.nb * D0 * H0;
+  for (int e = threadIdx.x; e < GW; e += blockDim.x) {
+    const int f = e / CG, c = e - (e / CG) * CG;
+    table[e] = f < FZ * FY * FX ? ((f / FX) * PW + (f % FX) * DX) * C + c : -1;
+  }
   uint4* dst = reinterpret_cast<uint4*>(col);
   for (mio_index row = blockIdx.y; row < rows; row += gridDim.y) {
     const int oh = (int)(row % H0);
@@ -139,51 +147,35 @@ MIO_KERNEL void im2col_cl_tiles(const mio_t* __restrict__ x, mio_t* __restrict__
     const mio_t* xn = x + n * p.xs[0];
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       const int ow0 = tile * TW;
-      const int iw0 = ow0 * SW - (int)p.pad[2];
-      __syncthreads();  // the previous tile's chunks are written
-      for (int i = threadIdx.x; i < FZ * FY * PW * C; i += blockDim.x) {
-        const int c = i % C;
-        const int px = (i / C) % PW;
-        const int zy = i / (C * PW);
-        const int id = id0 + (zy / FY) * DZ, ih = ih0 + (zy % FY) * DY, iw = iw0 + px;
-        mio_t v = (mio_t)0;
-        if (id >= 0 && id < p.in[0] && ih >= 0 && ih < p.in[1] && iw >= 0 && iw < p.in[2]) {
-          v = xn[id * p.xs[1] + ih * p.xs[2] + iw * p.xs[3] + c];
+      const int first = (ow0 * SW - (int)p.pad[2]) * C;  // x element of the patch's start
+      __syncthreads();  // the table is built; the previous tile's chunks are written
+      for (int zy = 0; zy < FZ * FY; ++zy) {
+        const int id = id0 + (zy / FY) * DZ, ih = ih0 + (zy % FY) * DY;
+        const bool in_row = id >= 0 && id < p.in[0] && ih >= 0 && ih < p.in[1];
+        const mio_t* xrow = xn + id * p.xs[1] + ih * p.xs[2];
+        mio_t* prow = patch + zy * PW * C;
+        for (int i = threadIdx.x; i < PW * C; i += blockDim.x) {
+          const int e = first + i;
+          prow[i] = in_row && e >= 0 && e < IN2C ? xrow[e] : (mio_t)0;
         }
-        patch[i] = v;
       }
       __syncthreads();
       const int width = W0 - ow0 < TW ? W0 - ow0 : TW;
       uint4* out = dst + (row * W0 + ow0) * G * chunks;
       for (int j = threadIdx.x; j < width * G * chunks; j += blockDim.x) {
-        const int q = j % chunks;
         const int t = j / chunks;  // (pixel in the tile, group)
+        const int e0 = (j - t * chunks) * MIO_CHUNK;
         const int g = t % G;
-        const int owl = t / G;
-        int f = q * MIO_CHUNK / CG;
-        int c = q * MIO_CHUNK - f * CG;
-        int fx = f % FX, fzy = f / FX;  // fzy = fz * FY + fy
-        int at = (fzy * PW + owl * SW + fx * DX) * C + g * CG + c;  // patch index
+        const mio_t* at = patch + (t / G) * SW * C + g * CG;
         union {
           uint4 u;
           mio_t v[MIO_CHUNK];
         } chunk;
 #pragma unroll
         for (int v = 0; v < MIO_CHUNK; ++v) {
-          const bool ok = f < F;
-          const mio_t loaded = patch[ok ? at : 0];
-          chunk.v[v] = ok ? loaded : (mio_t)0;
-          ++at;
-          if (++c == CG) {  // next tap: X fastest, then Y and Z (rows of the patch)
-            c = 0;
-            ++f;
-            at += DX * C - CG;
-            if (++fx == FX) {
-              fx = 0;
-              ++fzy;
-              at = (fzy * PW + owl * SW) * C + g * CG;
-            }
-          }
+          const int off = table[e0 + v];
+          const mio_t loaded = at[off < 0 ? 0 : off];
+          chunk.v[v] = off < 0 ? (mio_t)0 : loaded;
         }
         out[j] = chunk.u;
       }
