@@ -274,3 +274,23 @@ def test_wti_ranks_tiles_and_stays_in_range() -> None:
 def test_perf_config_is_rejected() -> None:
     with pytest.raises(miocore.InvalidArgumentError, match="perf_config"):
         F2.get_solution(_ctx(), _problem().canonical, miocore.PerfConfig(tile=2))
+
+
+def test_channels_per_thread() -> None:
+    """Vector widths divide the channels and respect both caps; small F(4,3) grids take one
+    channel per thread in the input transform; the kernel options carry the widths."""
+    assert gpu.vector_width(12, (8, 16), 2) == 4
+    assert gpu.vector_width(3, (8, 16), 2) == 1
+    assert gpu.vector_width(64, (8, 16), 4) == 4  # 16 bytes of float32
+    assert gpu.vector_width(64, (8, 4), 2) == 2
+    big = _problem(n=16, c=256, k=256, in_spatial=(56, 56), dtype="float16").canonical
+    small = _problem(n=16, c=512, k=512, in_spatial=(14, 14), dtype="float16").canonical
+    plan_big, plan_small = gpu._Plan(big, 4), gpu._Plan(small, 4)
+    assert plan_big.max_tiles >= gpu.SMALL_TILES > plan_small.max_tiles
+    assert (plan_big.vec_in, plan_small.vec_in) == (2, 1)
+    for plan in (plan_big, plan_small):
+        assert plan.cin % plan.vec_in == 0 and plan.cout % plan.vec_out == 0
+    opts = F4.kernel_infos(big)[0].options
+    assert "-DWINO_VEC_IN=2" in opts and "-DWINO_VEC_OUT=4" in opts and "-DWINO_M_HALF=1" in opts
+    wrw = gpu._Plan(_problem("backward_weights", "float32", c=64, k=64).canonical, 4)
+    assert not wrw.half_m and wrw.msize == 4

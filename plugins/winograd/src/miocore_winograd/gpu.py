@@ -111,14 +111,20 @@ GEMM_EFFICIENCY = {DataType.FLOAT32: 0.65, DataType.FLOAT16: 0.3, DataType.BFLOA
 #: channels, 48x48 images, forward and backward data), the largest error over the bound went
 #: from 0.19 to 0.24 (float16) and 0.24 to 0.26 (bfloat16, whose output rounding dominates).
 HALF_M = frozenset({DataType.FLOAT16, DataType.BFLOAT16})
-#: Channels per thread, by tile size m, as (most channels, most bytes of one access): the
+#: Channels per thread, by tile size m, as (most channels, most bytes of one access). The
 #: tile-input transforms hold the whole alpha x alpha tile (alpha^2 = 16 / 36 accesses) and
 #: alpha^2 x VEC partial sums in registers, the output transform m x alpha x VEC (8 / 24) sums,
-#: the dy transform (backward weights) m^2 accesses and alpha x m x VEC sums; the caps keep each
-#: near 128 registers (the H200 runs showed no gain past that occupancy: 16 warps per SM).
-VEC_IN_CAP = {2: (8, 8), 4: (8, 4)}
-VEC_OUT_CAP = {2: (8, 16), 4: (4, 16)}
-VEC_DY_CAP = {2: (8, 16), 4: (4, 8)}
+#: the dy transform (backward weights) m^2 accesses and alpha x m x VEC sums. Chosen on the H200
+#: (plugins/winograd/benchmarks/gpu_winograd_ab.py, ResNet-50 / VGG-16 3x3 layers, NHWC): wider
+#: threads than these ran 2-7% slower (past about 128 registers a thread the SM holds too few
+#: warps to hide the loads), narrower ones up to 10% slower.
+VEC_IN_CAP = {2: (2, 16), 4: (8, 4)}
+VEC_OUT_CAP = {2: (8, 16), 4: (4, 8)}
+VEC_DY_CAP = {2: (8, 16), 4: (2, 16)}
+#: Forward / backward data F(4,3) with fewer tiles than this per chunk (7x7-28x28 images, a
+#: few thousand tiles or less) take one channel per thread in the input transform: 5-12%
+#: faster there on the H200 (more threads for a small grid), 3-8% slower on larger ones.
+SMALL_TILES = 1024
 TRANSFORM_BANDWIDTH = 0.5
 LAUNCH_MS = 0.006
 
@@ -200,12 +206,6 @@ class _Plan:
         self.half_m = p.dtype in HALF_M and not self.wrw
         msize = size if self.half_m else 4
         self.msize = msize
-        # backward weights: WINO_VEC_OUT is the dy transform's width
-        self.vec_in = vector_width(self.cin, VEC_IN_CAP[m], size)
-        if self.wrw:
-            self.vec_out = vector_width(self.cout, VEC_DY_CAP[m], size)
-        else:
-            self.vec_out = vector_width(self.cout, VEC_OUT_CAP[m], msize)
         per_image_tiles = self.tiles_h * self.tiles_w
         self.per_image_tiles = per_image_tiles
         if self.wrw:
@@ -217,6 +217,14 @@ class _Plan:
         self.nb = max(1, min(p.n, (WORKSPACE_BUDGET - fixed) // max(per_image, 1)))
         t = self.nb * per_image_tiles
         self.max_tiles = t
+        # backward weights: WINO_VEC_OUT is the dy transform's width
+        self.vec_in = vector_width(self.cin, VEC_IN_CAP[m], size)
+        if m == 4 and not self.wrw and self.max_tiles < SMALL_TILES:
+            self.vec_in = 1
+        if self.wrw:
+            self.vec_out = vector_width(self.cout, VEC_DY_CAP[m], size)
+        else:
+            self.vec_out = vector_width(self.cout, VEC_OUT_CAP[m], msize)
         if self.wrw:
             # S (float32), X (x tiles), DY (dy tiles)
             self.off_s = 0
@@ -224,7 +232,7 @@ class _Plan:
             self.off_dy = self.off_x + _round(a2 * t * self.cin * size)
             self.workspace = self.off_dy + _round(a2 * t * self.cout * size)
         else:
-            # U (filters), V (tiles), M (float32 products)
+            # U (filters), V (tiles), M (products: float32, or the element type per HALF_M)
             self.off_u = 0
             self.off_v = fixed
             self.off_m = self.off_v + _round(a2 * t * self.cin * size)
