@@ -4,9 +4,12 @@ ResNet-50's stride-1 3x3 layers (batch 32) and VGG-16's 3x3 layers (batch 16), N
 (channels_last torch tensors) on both sides, fp16 and exact fp32 (TF32 off), forward / backward
 data / backward weights. Timing is ``benchmarks/gpu_vs_cudnn.py``'s ``device_ms`` (warm-up, then
 launches queued behind ``torch.cuda._sleep``, CUDA events around each run, median) for every
-side. With ``--baseline MODULE`` (a module beside this file holding an earlier copy of
-``miocore_winograd.gpu`` whose solvers are named ``*_v0``), the earlier solvers are timed in the
-same run, so before / after ratios come from one device session. Each result is checked
+side. With ``--baseline MODULE``, the solvers of an earlier version are timed in the same run,
+so before / after ratios come from one device session: MODULE is a copy of that version's
+``miocore_winograd/gpu.py`` placed beside this file with ``SOURCE`` pointing at a copy of its
+kernel file put in the plugin's ``kernels`` folder (e.g. ``winograd/winograd_gpu_v0.cu``; the
+copies are not kept in the repository). ``--extra`` also times other channels-per-thread
+choices than the defaults (``gpu.VEC_*_CAP``). Each result is checked
 against cuDNN's (max abs difference / max abs of cuDNN's). ``--profile`` layers also get a
 per-kernel breakdown (torch.profiler) of one run of every variant.
 
