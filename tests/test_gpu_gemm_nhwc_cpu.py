@@ -339,7 +339,7 @@ def test_padded_rows_in_half_types(monkeypatch: pytest.MonkeyPatch) -> None:
         strides=(2, 2), dtype="float16", layout="NHWC",
     )  # fmt: skip
     assert nhwc.is_padded(conv1) and nhwc.group_width(conv1) == 152
-    assert nhwc.tile_width(conv1) == 32  # 7 tap rows of 69 pixels of 3 channels: 2.8 KiB
+    assert nhwc.tile_width(conv1) == 64  # 7 tap rows of 133 pixels of 3 channels: 5.6 KiB
     wide = miocore.ConvProblem.from_sizes(
         "forward", n=1, c=3001, k=8, in_spatial=(9, 9), filter_spatial=(3, 3), pads=(1, 1),
         dtype="float16", layout="NHWC",

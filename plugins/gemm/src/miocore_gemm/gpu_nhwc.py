@@ -170,9 +170,9 @@ def _patch_bytes(p: ConvProblem, tile: int) -> int:
 
 
 def tile_width(p: ConvProblem) -> int:
-    """Output pixels per block of the padded-row kernel: up to 32 while the patch stays
+    """Output pixels per block of the padded-row kernel: up to 64 while the patch stays
     within :data:`PATCH_BUDGET`; 0 where not even one pixel's patch fits."""
-    tile = 32
+    tile = 64
     while tile > 1 and _patch_bytes(p, tile) > PATCH_BUDGET:
         tile //= 2
     return tile if _patch_bytes(p, tile) <= PATCH_LIMIT else 0

@@ -113,6 +113,7 @@ MIO_KERNEL void im2col_cl(const mio_t* __restrict__ x, mio_t* __restrict__ col, 
 // its patch offset relative to the pixel (or -1 for the zero tail). Then consecutive threads
 // write consecutive 16-byte chunks of the tile's rows from the patch.
 #define MIO_CHUNK (16 / (int)sizeof(mio_t))
+#define MIO_PATCH_BATCH 8
 
 // Grid: x over the row's tiles, y over the chunk's rows (nb * Do * Ho). Dynamic shared
 // memory: the table (gw ints), then the patch (fil[0] * fil[1] * pw * c elements,
@@ -130,6 +131,9 @@ MIO_KERNEL void im2col_cl_tiles(const mio_t* __restrict__ x, mio_t* __restrict__
   const int W0 = (int)p.out[2], H0 = (int)p.out[1], D0 = (int)p.out[0];
   const int IN2C = (int)p.in[2] * C;
   const int PW = (TW - 1) * SW + DX * (FX - 1) + 1;
+  const int PWC = PW * C, patch_size = FZ * FY * PWC;
+  const int IN0 = (int)p.in[0], IN1 = (int)p.in[1];
+  const mio_index XS1 = p.xs[1], XS2 = p.xs[2];
   const int chunks = GW / MIO_CHUNK;  // per group block
   const int tiles = (W0 + TW - 1) / TW;
   const mio_index rows = p.nb * D0 * H0;
@@ -149,14 +153,25 @@ MIO_KERNEL void im2col_cl_tiles(const mio_t* __restrict__ x, mio_t* __restrict__
       const int ow0 = tile * TW;
       const int first = (ow0 * SW - (int)p.pad[2]) * C;  // x element of the patch's start
       __syncthreads();  // the table is built; the previous tile's chunks are written
-      for (int zy = 0; zy < FZ * FY; ++zy) {
-        const int id = id0 + (zy / FY) * DZ, ih = ih0 + (zy % FY) * DY;
-        const bool in_row = id >= 0 && id < p.in[0] && ih >= 0 && ih < p.in[1];
-        const mio_t* xrow = xn + id * p.xs[1] + ih * p.xs[2];
-        mio_t* prow = patch + zy * PW * C;
-        for (int i = threadIdx.x; i < PW * C; i += blockDim.x) {
-          const int e = first + i;
-          prow[i] = in_row && e >= 0 && e < IN2C ? xrow[e] : (mio_t)0;
+      // MIO_PATCH_BATCH loads per thread issued before any is stored, so that the patch
+      // costs one or two memory round trips rather than one per tap row.
+      for (int base = threadIdx.x; base < patch_size; base += MIO_PATCH_BATCH * blockDim.x) {
+        mio_t v[MIO_PATCH_BATCH];
+#pragma unroll
+        for (int u = 0; u < MIO_PATCH_BATCH; ++u) {
+          const int idx = base + u * (int)blockDim.x;
+          const int zy = idx / PWC;
+          const int e = first + idx - zy * PWC;
+          const int id = id0 + (zy / FY) * DZ, ih = ih0 + (zy % FY) * DY;
+          const bool ok = idx < patch_size && id >= 0 && id < IN0 && ih >= 0 && ih < IN1 &&
+                          e >= 0 && e < IN2C;
+          const mio_t loaded = xn[ok ? id * XS1 + ih * XS2 + e : 0];
+          v[u] = ok ? loaded : (mio_t)0;
+        }
+#pragma unroll
+        for (int u = 0; u < MIO_PATCH_BATCH; ++u) {
+          const int idx = base + u * (int)blockDim.x;
+          if (idx < patch_size) patch[idx] = v[u];
         }
       }
       __syncthreads();
