@@ -141,6 +141,17 @@ MIO_KERNEL void im2col_cl_tiles(const mio_t* __restrict__ x, mio_t* __restrict__
     const int f = e / CG, c = e - (e / CG) * CG;
     table[e] = f < FZ * FY * FX ? ((f / FX) * PW + (f % FX) * DX) * C + c : -1;
   }
+  // Where a thread's patch elements start: (tap row, element in row), advanced by the block
+  // size with subtractions; the integer divisions are paid once per block, not per element.
+  const int bd = (int)blockDim.x, tid = (int)threadIdx.x;
+  const int zy_first = tid / PWC, i_first = tid - (tid / PWC) * PWC;
+  // Chunks: a thread keeps one chunk position q of a row block (its eight table entries in
+  // registers) and walks pixels; when a block has more chunks than threads, it walks q too.
+  const bool narrow = chunks <= bd;
+  const int pixels_per_pass = narrow ? bd / chunks : 1;
+  const int q_first = narrow ? tid % chunks : tid;
+  const int t_first = narrow ? tid / chunks : 0;
+  const int q_step = narrow ? chunks : bd;
   uint4* dst = reinterpret_cast<uint4*>(col);
   for (mio_index row = blockIdx.y; row < rows; row += gridDim.y) {
     const int oh = (int)(row % H0);
@@ -155,44 +166,50 @@ MIO_KERNEL void im2col_cl_tiles(const mio_t* __restrict__ x, mio_t* __restrict__
       __syncthreads();  // the table is built; the previous tile's chunks are written
       // MIO_PATCH_BATCH loads per thread issued before any is stored, so that the patch
       // costs one or two memory round trips rather than one per tap row.
-      for (int base = threadIdx.x; base < patch_size; base += MIO_PATCH_BATCH * blockDim.x) {
+      int zy = zy_first, i = i_first;
+      for (int base = tid; base < patch_size; base += MIO_PATCH_BATCH * bd) {
         mio_t v[MIO_PATCH_BATCH];
 #pragma unroll
         for (int u = 0; u < MIO_PATCH_BATCH; ++u) {
-          const int idx = base + u * (int)blockDim.x;
-          const int zy = idx / PWC;
-          const int e = first + idx - zy * PWC;
-          const int id = id0 + (zy / FY) * DZ, ih = ih0 + (zy % FY) * DY;
-          const bool ok = idx < patch_size && id >= 0 && id < IN0 && ih >= 0 && ih < IN1 &&
-                          e >= 0 && e < IN2C;
+          const int fz = zy / FY;  // a division by FY only (often a power of two or 1)
+          const int id = id0 + fz * DZ, ih = ih0 + (zy - fz * FY) * DY, e = first + i;
+          const bool ok = base + u * bd < patch_size && id >= 0 && id < IN0 && ih >= 0 &&
+                          ih < IN1 && e >= 0 && e < IN2C;
           const mio_t loaded = xn[ok ? id * XS1 + ih * XS2 + e : 0];
           v[u] = ok ? loaded : (mio_t)0;
+          i += bd;
+          while (i >= PWC) {
+            i -= PWC;
+            ++zy;
+          }
         }
 #pragma unroll
         for (int u = 0; u < MIO_PATCH_BATCH; ++u) {
-          const int idx = base + u * (int)blockDim.x;
-          if (idx < patch_size) patch[idx] = v[u];
+          if (base + u * bd < patch_size) patch[base + u * bd] = v[u];
         }
       }
       __syncthreads();
       const int width = W0 - ow0 < TW ? W0 - ow0 : TW;
       uint4* out = dst + (row * W0 + ow0) * G * chunks;
-      for (int j = threadIdx.x; j < width * G * chunks; j += blockDim.x) {
-        const int t = j / chunks;  // (pixel in the tile, group)
-        const int e0 = (j - t * chunks) * MIO_CHUNK;
-        const int g = t % G;
-        const mio_t* at = patch + (t / G) * SW * C + g * CG;
-        union {
-          uint4 u;
-          mio_t v[MIO_CHUNK];
-        } chunk;
+      if (tid >= pixels_per_pass * chunks) continue;  // no barrier before the next tile's
+      for (int q = q_first; q < chunks; q += q_step) {
+        int off[MIO_CHUNK];
 #pragma unroll
-        for (int v = 0; v < MIO_CHUNK; ++v) {
-          const int off = table[e0 + v];
-          const mio_t loaded = at[off < 0 ? 0 : off];
-          chunk.v[v] = off < 0 ? (mio_t)0 : loaded;
+        for (int v = 0; v < MIO_CHUNK; ++v) off[v] = table[q * MIO_CHUNK + v];
+        for (int t = t_first; t < width * G; t += pixels_per_pass) {  // t = (pixel, group)
+          const int g = G == 1 ? 0 : t % G;
+          const mio_t* at = patch + (G == 1 ? t : t / G) * SW * C + g * CG;
+          union {
+            uint4 u;
+            mio_t v[MIO_CHUNK];
+          } chunk;
+#pragma unroll
+          for (int v = 0; v < MIO_CHUNK; ++v) {
+            const mio_t loaded = at[off[v] < 0 ? 0 : off[v]];
+            chunk.v[v] = off[v] < 0 ? (mio_t)0 : loaded;
+          }
+          out[t * chunks + q] = chunk.u;
         }
-        out[j] = chunk.u;
       }
     }
   }
