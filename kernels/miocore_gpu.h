@@ -281,7 +281,8 @@ MIO_DEVICE void mio_mfma_emu_bar() {
 
 // The wave's fragments (two words of A and two of B per lane) in shared memory, then each lane
 // forms its four D elements (column lane % 16, rows 4 * (lane / 16) + e) from the layouts above.
-// `wide`: 16-bit pairs (K = 16, conv = fp16 or bf16 decode); else one fp32 per lane (K = 4).
+// words == 2: four 16-bit elements per lane (K = 16; bf16 != 0: bf16, else fp16); words == 1:
+// one fp32 per lane (K = 4).
 MIO_DEVICE void mio_mfma_emu(float* d, const unsigned int* a, const unsigned int* b, int words,
                              int bf16) {
   __shared__ unsigned int mio_mfma_scratch[MIO_MFMA_EMU_WAVES][2][64][2];
@@ -332,9 +333,11 @@ MIO_DEVICE void mio_mfma_f32_16x16x4(float* d, float a, float b) {
 
 // ---- accumulator fragments -------------------------------------------------------------------
 // One code for the epilogues of the matrix-unit kernels: a warp (MFMA: a wave) holds tiles of
-// 16 rows x MIO_FRAG_TN columns, four fp32 per lane per tile; within a tile, lane `lane` holds
-// MIO_FRAG_ROWS rows mio_frag_row(lane) + r * MIO_FRAG_RSTEP and, in each, MIO_FRAG_COLS
-// adjacent columns from mio_frag_col(lane): element r * MIO_FRAG_COLS + c of the lane's four.
+// 16 rows x MIO_FRAG_TN columns, four fp32 per lane per tile. Within a tile, lane `lane` holds
+// MIO_FRAG_ROWS rows, mio_frag_row(lane) + r * MIO_FRAG_RSTEP, and in each MIO_FRAG_COLS
+// adjacent columns from MIO_FRAG_CMUL * mio_frag_col(lane): element r * MIO_FRAG_COLS + c of the
+// lane's four. (Kernels compute mio_frag_row / _col once per thread and apply the steps in the
+// epilogue: the form the mma.sync kernels had, so their code stays what it was.)
 //   mma.sync m16n8 (and the scalar path, which keeps its layout): rows lane / 4 + 8 * r,
 //                 columns 2 * (lane % 4) + c (MIO_FRAG_LANES 32, TN 8, ROWS 2, COLS 2);
 //   MFMA 16x16:   rows 4 * (lane / 16) + r, column lane % 16 (LANES 64, TN 16, ROWS 4, COLS 1).
@@ -344,6 +347,7 @@ MIO_DEVICE void mio_mfma_f32_16x16x4(float* d, float a, float b) {
 #define MIO_FRAG_ROWS 4
 #define MIO_FRAG_RSTEP 1
 #define MIO_FRAG_COLS 1
+#define MIO_FRAG_CMUL 1
 MIO_DEVICE int mio_frag_row(int lane) { return 4 * (lane / 16); }
 MIO_DEVICE int mio_frag_col(int lane) { return lane % 16; }
 #else
@@ -352,6 +356,7 @@ MIO_DEVICE int mio_frag_col(int lane) { return lane % 16; }
 #define MIO_FRAG_ROWS 2
 #define MIO_FRAG_RSTEP 8
 #define MIO_FRAG_COLS 2
+#define MIO_FRAG_CMUL 2
 MIO_DEVICE int mio_frag_row(int lane) { return lane / 4; }
-MIO_DEVICE int mio_frag_col(int lane) { return 2 * (lane % 4); }
+MIO_DEVICE int mio_frag_col(int lane) { return lane % 4; }
 #endif

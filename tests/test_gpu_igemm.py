@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import os
 
+import attrs
 import numpy as np
 import pytest
 from test_gpu_solvers import DEVICE, _handle
@@ -84,12 +85,25 @@ def _output(problem: miocore.ConvProblem) -> str:
     return "x" if problem.canonical.direction.value == "backward_data" else "y"
 
 
-def _run(h: miocore.Handle, solver: str, problem: miocore.ConvProblem, seed: int, cfg=None):
-    """Run on device with NaN-poisoned output; return (got, inputs)."""
+def with_options(kernels, options: tuple[str, ...]) -> tuple:
+    """The kernels with extra compile options (``-DMIO_MFMA_EMULATE``: the MFMA path)."""
+    return tuple(attrs.evolve(k, options=(*k.options, *options)) for k in kernels)
+
+
+def _run(
+    h: miocore.Handle,
+    solver: str,
+    problem: miocore.ConvProblem,
+    seed: int,
+    cfg=None,
+    options: tuple[str, ...] = (),
+):
+    """Run on device with NaN-poisoned output (kernels built with ``options`` added); return
+    (got, inputs)."""
     canon = problem.canonical
     reg = h.registry.get(solver).solver
     sol = reg.get_solution(h.context, canon, cfg)
-    compiled = h.backend.compile(sol.kernels)
+    compiled = h.backend.compile(with_options(sol.kernels, options))
     inputs = reference.random_inputs(problem, seed)
     out = _output(problem)
     dev = {}
@@ -131,30 +145,46 @@ def _check(problem: miocore.ConvProblem, got: np.ndarray, inputs: dict, tf32: bo
     return None if err <= tol else f"relative error {err:.3g} > {tol}"
 
 
-def _precompile(h: miocore.Handle, solver: str, problems: list[miocore.ConvProblem]) -> None:
+def _precompile(
+    h: miocore.Handle,
+    solver: str,
+    problems: list[miocore.ConvProblem],
+    options: tuple[str, ...] = (),
+) -> None:
     reg = h.registry.get(solver).solver
     kernels = [k for p in problems for k in reg.get_solution(h.context, p.canonical).kernels]
-    failures = h.backend.precompile(kernels)
+    failures = h.backend.precompile(with_options(kernels, options))
     assert not failures, next(iter(failures.values()))
 
 
-def _corpus_case(solver: str, dtype: str, direction: str, layout: str, count=None) -> None:
+def corpus_case(
+    solver: str,
+    dtype: str,
+    direction: str,
+    layout: str,
+    count=None,
+    options: tuple[str, ...] = (),
+    exact_fp32: bool = False,
+) -> None:
+    """Corpus-derived problems of one solver, dtype, direction and layout against the float64
+    reference, the kernels built with ``options`` added; ``exact_fp32``: fp32 held to the exact
+    fp32 tolerance instead of the TF32 bound (the MFMA path multiplies in full fp32)."""
     h = _need(_tf32_handle() if solver == TF32 else _handle(), solver)
     problems = _problems(h, solver, dtype, direction, layout, count)
     if not problems:
         pytest.skip("the corpus is not available (set MIOCORE_CORPUS)")
-    _precompile(h, solver, problems)
+    _precompile(h, solver, problems, options)
     failures = []
     vec = 0
     for i, p in enumerate(problems):
-        got, inputs = _run(h, solver, p, seed=i)
-        why = _check(p, got, inputs, tf32=solver == TF32)
+        got, inputs = _run(h, solver, p, seed=i, options=options)
+        why = _check(p, got, inputs, tf32=solver == TF32 and not exact_fp32)
         if why:
             failures.append(f"{p.key}: {why}")
         vec += gpu_module().vector_width(p.canonical) > 1
     print(
-        f"{solver} {dtype} {direction} {layout}: {len(problems)} problems checked "
-        f"({vec} on the 16-byte path)"
+        f"{solver} {' '.join(options)} {dtype} {direction} {layout}: {len(problems)} problems "
+        f"checked ({vec} on the 16-byte path)"
     )
     assert not failures, f"{len(failures)}/{len(problems)} failed:\n" + "\n".join(failures[:20])
     assert len(problems) >= min(200, count or PER_DTYPE)
@@ -173,13 +203,13 @@ _CASES = [(MMA, "FP16"), (MMA, "BF16"), (TF32, "FP32")]
 @pytest.mark.parametrize("direction", ("forward", "backward_data"))
 @pytest.mark.parametrize(("solver", "dtype"), _CASES, ids=str)
 def test_igemm_gpu_matches_reference_on_corpus(solver: str, dtype: str, direction: str) -> None:
-    _corpus_case(solver, dtype, direction, "NHWC")
+    corpus_case(solver, dtype, direction, "NHWC")
 
 
 @pytest.mark.parametrize("direction", ("forward", "backward_data"))
 @pytest.mark.parametrize(("solver", "dtype"), _CASES, ids=str)
 def test_igemm_gpu_nchw_scalar_path(solver: str, dtype: str, direction: str) -> None:
-    _corpus_case(solver, dtype, direction, "NCHW", count=max(10, PER_DTYPE // 5))
+    corpus_case(solver, dtype, direction, "NCHW", count=max(10, PER_DTYPE // 5))
 
 
 _SHAPES = (
@@ -197,6 +227,20 @@ _SHAPES = (
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16", "float32"))
 @pytest.mark.parametrize("shape", range(len(_SHAPES)))
 def test_igemm_gpu_configs(dtype: str, shape: int, direction: str) -> None:
+    configs_case(dtype, shape, direction)
+
+
+def configs_case(
+    dtype: str,
+    shape: int,
+    direction: str,
+    options: tuple[str, ...] = (),
+    max_shared: int = 0,
+    exact_fp32: bool = False,
+) -> None:
+    """Configs spread over the tuning space of one of ``_SHAPES``, each against the float64
+    reference, the kernels built with ``options`` added; ``max_shared`` > 0 leaves out configs
+    whose dynamic shared memory exceeds it; ``exact_fp32`` as in :func:`corpus_case`."""
     solver = TF32 if dtype == "float32" else MMA
     h = _need(_tf32_handle() if solver == TF32 else _handle(), solver)
     n, c, k, hw, f, pads, strides, dils, groups = _SHAPES[shape]
@@ -215,19 +259,22 @@ def test_igemm_gpu_configs(dtype: str, shape: int, direction: str) -> None:
         layout="NHWC",
     )
     reg = h.registry.get(solver).solver
-    space = reg.perf_config_space(h.context, problem.canonical)
+    canon = problem.canonical
+    space = reg.perf_config_space(h.context, canon)
     assert space
     configs = space[:: max(1, len(space) // 10)]
     configs += [c for c in space if c["split"] > 1][:2]
     configs += [c for c in space if c["bm"] * c["bn"] == 256 * 128][:2]
+    if max_shared:
+        configs = [c for c in configs if gpu_module().shared_bytes(canon, c) <= max_shared]
     kernels = [
         kk for cfg in configs for kk in reg.get_solution(h.context, problem.canonical, cfg).kernels
     ]
-    assert not h.backend.precompile(kernels)
+    assert not h.backend.precompile(with_options(kernels, options))
     bad = []
     for i, cfg in enumerate(configs):
-        got, inputs = _run(h, solver, problem, seed=i, cfg=cfg)
-        why = _check(problem, got, inputs, tf32=solver == TF32)
+        got, inputs = _run(h, solver, problem, seed=i, cfg=cfg, options=options)
+        why = _check(problem, got, inputs, tf32=solver == TF32 and not exact_fp32)
         if why:
             bad.append(f"{dict(cfg)}: {why}")
     assert not bad, f"{len(bad)}/{len(configs)} configs failed:\n" + "\n".join(bad[:10])

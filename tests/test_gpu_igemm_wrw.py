@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import os
 
+import attrs
 import numpy as np
 import pytest
 from test_gpu_solvers import DEVICE, _handle
@@ -60,8 +61,11 @@ def _rows() -> list[dict]:
     return sorted(rows, key=lambda r: r["dir"] != "W")  # backward-weights rows first
 
 
-def _problems(h: miocore.Handle, solver: str, dtype: str) -> list[miocore.ConvProblem]:
+def _problems(
+    h: miocore.Handle, solver: str, dtype: str, count: int | None = None
+) -> list[miocore.ConvProblem]:
     sol = h.registry.get(solver).solver
+    want = PER_DTYPE if count is None else count
     out = []
     for i, row in enumerate(_rows()):
         layout = "NCHW" if i % 4 == 3 else "NHWC"
@@ -74,17 +78,30 @@ def _problems(h: miocore.Handle, solver: str, dtype: str) -> list[miocore.ConvPr
         )
         if sol.is_applicable(h.context, p.canonical):
             out.append(p)
-        if len(out) >= PER_DTYPE + 20:
+        if len(out) >= want + 20:
             break
     return out
 
 
-def _run(h: miocore.Handle, solver: str, problem: miocore.ConvProblem, seed: int, cfg=None):
-    """Run on device with NaN-poisoned dw; return (got, inputs)."""
+def with_options(kernels, options: tuple[str, ...]) -> tuple:
+    """The kernels with extra compile options (``-DMIO_MFMA_EMULATE``: the MFMA path)."""
+    return tuple(attrs.evolve(k, options=(*k.options, *options)) for k in kernels)
+
+
+def _run(
+    h: miocore.Handle,
+    solver: str,
+    problem: miocore.ConvProblem,
+    seed: int,
+    cfg=None,
+    options: tuple[str, ...] = (),
+):
+    """Run on device with NaN-poisoned dw (kernels built with ``options`` added); return (got,
+    inputs)."""
     canon = problem.canonical
     reg = h.registry.get(solver).solver
     sol = reg.get_solution(h.context, canon, cfg)
-    compiled = h.backend.compile(sol.kernels)
+    compiled = h.backend.compile(with_options(sol.kernels, options))
     inputs = reference.random_inputs(problem, seed)
     dev = {
         "x": h.backend.from_host(problem.x, inputs["x"]),
@@ -116,10 +133,15 @@ def _check(problem: miocore.ConvProblem, got: np.ndarray, inputs: dict, tf32: bo
     return None if err <= tol else f"relative error {err:.3g} > {tol}"
 
 
-def _precompile(h: miocore.Handle, solver: str, problems: list[miocore.ConvProblem]) -> None:
+def _precompile(
+    h: miocore.Handle,
+    solver: str,
+    problems: list[miocore.ConvProblem],
+    options: tuple[str, ...] = (),
+) -> None:
     reg = h.registry.get(solver).solver
     kernels = [k for p in problems for k in reg.get_solution(h.context, p.canonical).kernels]
-    failures = h.backend.precompile(kernels)
+    failures = h.backend.precompile(with_options(kernels, options))
     assert not failures, next(iter(failures.values()))
 
 
@@ -127,23 +149,40 @@ def _precompile(h: miocore.Handle, solver: str, problems: list[miocore.ConvProbl
     ("solver", "dtype"), [(MMA, "FP16"), (MMA, "BF16"), (TF32, "FP32")], ids=str
 )
 def test_igemm_wrw_gpu_matches_reference_on_corpus(solver: str, dtype: str) -> None:
+    corpus_case(solver, dtype)
+
+
+def corpus_case(
+    solver: str,
+    dtype: str,
+    options: tuple[str, ...] = (),
+    exact_fp32: bool = False,
+    count: int | None = None,
+) -> None:
+    """Corpus-derived backward-weights problems against the float64 reference, the kernels
+    built with ``options`` added; ``exact_fp32``: fp32 held to the exact fp32 tolerance instead
+    of the TF32 bound (the MFMA path multiplies in full fp32); ``count``: problems wanted
+    (``MIOCORE_GPU_TEST_PROBLEMS`` when None)."""
     h = _need(_tf32_handle() if solver == TF32 else _handle(), solver)
-    problems = _problems(h, solver, dtype)
+    problems = _problems(h, solver, dtype, count)
     if not problems:
         pytest.skip("the corpus is not available (set MIOCORE_CORPUS)")
-    _precompile(h, solver, problems)
+    _precompile(h, solver, problems, options)
     reg = h.registry.get(solver).solver
     failures = []
     split = 0
     for i, p in enumerate(problems):
-        got, inputs = _run(h, solver, p, seed=i)
-        why = _check(p, got, inputs, tf32=solver == TF32)
+        got, inputs = _run(h, solver, p, seed=i, options=options)
+        why = _check(p, got, inputs, tf32=solver == TF32 and not exact_fp32)
         if why:
             failures.append(f"{p.key}: {why}")
         split += reg.default_perf_config(h.context, p.canonical)["split"] > 1
-    print(f"{solver} {dtype}: {len(problems)} problems checked ({split} with split-K)")
+    print(
+        f"{solver} {' '.join(options)} {dtype}: {len(problems)} problems checked "
+        f"({split} with split-K)"
+    )
     assert not failures, f"{len(failures)}/{len(problems)} failed:\n" + "\n".join(failures[:20])
-    assert len(problems) >= min(200, PER_DTYPE)
+    assert len(problems) >= min(200, PER_DTYPE if count is None else count)
     assert split > 0
 
 
@@ -161,6 +200,20 @@ _SHAPES = (
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16", "float32"))
 @pytest.mark.parametrize("shape", range(len(_SHAPES)))
 def test_igemm_wrw_gpu_configs(dtype: str, shape: int) -> None:
+    configs_case(dtype, shape)
+
+
+def configs_case(
+    dtype: str,
+    shape: int,
+    options: tuple[str, ...] = (),
+    max_shared: int = 0,
+    exact_fp32: bool = False,
+) -> None:
+    """Configs spread over the tuning space of one of ``_SHAPES`` (every tile shape, split-K
+    atomic and slabs), each against the float64 reference, the kernels built with ``options``
+    added; ``max_shared`` > 0 leaves out configs whose dynamic shared memory exceeds it;
+    ``exact_fp32`` as in :func:`corpus_case`."""
     solver = TF32 if dtype == "float32" else MMA
     h = _need(_tf32_handle() if solver == TF32 else _handle(), solver)
     n, c, k, hw, f, pads, strides, dils, groups, layout = _SHAPES[shape]
@@ -186,14 +239,18 @@ def test_igemm_wrw_gpu_configs(dtype: str, shape: int) -> None:
     configs += [c for c in space if c["split"] > 1 and c["atomic"]][-1:]
     configs += [c for c in space if c["split"] > 1 and not c["atomic"]][-1:]
     configs = list(dict.fromkeys(configs))
+    if max_shared:
+        from miocore_igemm.gpu_wrw import shared_bytes
+
+        configs = [c for c in configs if shared_bytes(problem.canonical, c) <= max_shared]
     kernels = [
         kk for cfg in configs for kk in reg.get_solution(h.context, problem.canonical, cfg).kernels
     ]
-    assert not h.backend.precompile(kernels)
+    assert not h.backend.precompile(with_options(kernels, options))
     bad = []
     for i, cfg in enumerate(configs):
-        got, inputs = _run(h, solver, problem, seed=i, cfg=cfg)
-        why = _check(problem, got, inputs, tf32=solver == TF32)
+        got, inputs = _run(h, solver, problem, seed=i, cfg=cfg, options=options)
+        why = _check(problem, got, inputs, tf32=solver == TF32 and not exact_fp32)
         if why:
             bad.append(f"{dict(cfg)}: {why}")
     assert not bad, f"{len(bad)}/{len(configs)} configs failed:\n" + "\n".join(bad[:10])

@@ -26,8 +26,15 @@ mantissa): it only applies when the execution context's math mode is ``"tf32"``
 (``Handle(..., math_mode="tf32")``); in the default ``"exact"`` mode it declines, so a caller
 asking for fp32 never gets TF32 results silently.
 
-Without ``mma.sync`` (HIP, CUDA before sm_80) the kernel multiplies the same tiles with a
-scalar path (``MIO_MMA_SYNC`` in ``miocore_gpu.h``), so it stays correct there, only slower.
+On AMD CDNA2/3 (gfx90a, gfx940-942; ``MIO_MFMA`` in ``miocore_gpu.h``) the same kernel runs
+on the matrix cores: the 8 warps become 4 waves of 64, each covering two warps' tiles along N
+(so every warp grid has an even number of warps along N, see :func:`warp_grid`), with
+``v_mfma_f32_16x16x16f16`` / ``_16x16x16bf16_1k`` and, for fp32, ``v_mfma_f32_16x16x4f32``
+(exact fp32: more exact than TF32, so ``igemm.gpu_tf32`` stays correct there). Elsewhere
+without ``mma.sync`` (other HIP targets, CUDA before sm_80) a scalar path multiplies the same
+tiles, correct and slower. ``-DMIO_MFMA_EMULATE`` (CUDA only) computes the MFMA path's
+instructions in software from AMD's documented lane layouts, so that the wave64 path runs and
+is tested on NVIDIA GPUs (``tests/test_gpu_igemm_mfma.py``).
 """
 
 from __future__ import annotations
@@ -80,8 +87,18 @@ _MMA_EFFICIENCY = {Direction.FORWARD: 0.09, Direction.BACKWARD_DATA: 0.065}
 _SCALAR_EFFICIENCY = 0.012
 #: Per-launch time beyond the roofline (see :meth:`_GpuIgemmBase.wti`).
 _FIXED_MS = 0.015
-#: Without mma.sync (HIP): scalar FMAs against the matrix-unit ceiling (not measured).
+#: Without mma.sync or MFMA: scalar FMAs against the matrix-unit ceiling (not measured).
 _NO_MMA_EFFICIENCY = 0.01
+#: AMD targets whose kernels take the MFMA path (``MIO_MFMA`` in ``miocore_gpu.h``).
+MFMA_ARCHS = frozenset({"gfx90a", "gfx940", "gfx941", "gfx942"})
+#: The MFMA path against the H200's measured fractions (not measured on AMD: no device here);
+#: halved because HIP has no cp.async (tiles are staged through registers, no overlap).
+_MFMA_FACTOR = 0.5
+
+
+def uses_mfma(ctx: ExecutionContext) -> bool:
+    """Whether this context's kernels run on AMD matrix cores (HIP on gfx90a / gfx94x)."""
+    return ctx.backend == "hip" and ctx.device.arch.split(":", 1)[0] in MFMA_ARCHS
 
 
 #: The fields of ``MioIgemmParams`` in ``kernels/igemm_mma.cu``, in declaration order (a CPU
@@ -188,10 +205,11 @@ def vector_width(p: ConvProblem) -> int:
 def warp_grid(bm: int, bn: int) -> tuple[int, int]:
     """Warps along rows and columns (8 in all) whose warp tile is most nearly square, rows
     preferred (an A fragment is reused across more columns); each warp tile side a multiple
-    of 16 (ldmatrix.x4 loads B for two 8-column tiles at once)."""
+    of 16 (ldmatrix.x4 loads B for two 8-column tiles at once), and an even number of warps
+    along columns (the MFMA path pairs them into waves of 64)."""
     best = None
     for wm, wn in _WARP_GRIDS:
-        if bm % (16 * wm) or bn % (16 * wn):
+        if bm % (16 * wm) or bn % (16 * wn) or wn % 2:
             continue
         tm, tn = bm // wm, bn // wn
         key = (abs(np.log2(tm / tn)), tm < tn)
@@ -430,20 +448,27 @@ class _GpuIgemmBase(TunableSolver):
         """Roofline of the GEMM this kernel runs (dilated strided backward data multiplies
         every tap, sh x sw times the useful flops; undilated runs per stride phase) at the
         tensor-core rate scaled by the measured efficiency of the 16-byte path; far lower for
-        scalar loads and without mma.sync."""
+        scalar loads and without a matrix unit. On AMD MFMA (not measured there) the same
+        fractions halved, fp32 against the fp32 ceiling (``v_mfma_f32_16x16x4f32`` runs at the
+        packed-FP32 rate the HIP backend reports)."""
         p = problem
         flops = float(p.flops)
         if p.direction is Direction.BACKWARD_DATA and not is_phased(p):
             flops *= p.conv.strides[0] * p.conv.strides[1]
-        if ctx.backend != "cuda":
+        mfma = uses_mfma(ctx)
+        if ctx.backend != "cuda" and not mfma:
             eff = _NO_MMA_EFFICIENCY
         elif vector_width(p) == 1:
             eff = _SCALAR_EFFICIENCY
         else:
             eff = _MMA_EFFICIENCY[p.direction]
-        if p.dtype is DataType.FLOAT32:
+        ceiling = DataType.FLOAT16
+        if mfma:
+            eff *= _MFMA_FACTOR
+            ceiling = DataType.FLOAT32 if p.dtype is DataType.FLOAT32 else DataType.FLOAT16
+        elif p.dtype is DataType.FLOAT32:
             eff /= 2  # TF32 runs at half the fp16 tensor rate
-        ms = ctx.roofline_ms(flops, p.bytes_moved + 2 * _wt_bytes(p), DataType.FLOAT16, eff)
+        ms = ctx.roofline_ms(flops, p.bytes_moved + 2 * _wt_bytes(p), ceiling, eff)
         # launch, pipeline fill and epilogue: the small ResNet-50 layers (under 1 GFLOP) took
         # 15-20 us more than their roofline on the H200
         return ctx.wti(p, ms + _FIXED_MS)

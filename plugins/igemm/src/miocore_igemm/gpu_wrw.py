@@ -13,8 +13,11 @@ slab (``atomic`` = 0, deterministic), and a last kernel sums, casts and stores d
 
 Any layout is correct: dy and x are read with 16-byte vectors where the channels are innermost
 and the group's channels and strides are multiples of 16 bytes (NHWC), element by element
-otherwise (NCHW: slower). 2-D only (3-D declines). Without ``mma.sync`` (HIP, CUDA before
-sm_80) the kernel multiplies the same tiles with a scalar path (correct, slow).
+otherwise (NCHW: slower). 2-D only (3-D declines). On AMD CDNA2/3 (gfx90a, gfx940-942) the
+kernel runs on the matrix cores: 4 waves of 64, each covering two warps' tiles along N, with
+``v_mfma_f32_16x16x16f16`` / ``_bf16_1k`` and ``v_mfma_f32_16x16x4f32`` (exact fp32) for fp32.
+Elsewhere without ``mma.sync`` (other HIP targets, CUDA before sm_80) a scalar path multiplies
+the same tiles (correct, slow).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from miocore import (
     not_applicable,
 )
 from miocore.backends.gpu_kernels import DTYPE_OPTIONS, GPU_BACKENDS
+from miocore_igemm.gpu import uses_mfma
 
 KERNEL_DIR = Path(__file__).parent / "kernels"
 SOURCE = "igemm/igemm_wrw.cu"
@@ -318,12 +322,16 @@ class _GpuWrwBase(TunableSolver):
         """Roofline at the efficiency measured on the H200 (fp16, ResNet-50, default configs:
         about 0.15 of the dense fp16 rate on 16-byte loads, 0.02 on scalar ones) plus ~18 us of
         fixed cost (the intercept of time against flops there); TF32 (not timed yet) assumed
-        at the fp16 fraction; HIP runs the scalar fallback."""
+        at the fp16 fraction. AMD MFMA (gfx90a/gfx94x, not measured): half those fractions
+        (no cp.async there); other HIP targets run the scalar fallback."""
         p = problem
-        if ctx.backend != "cuda":
+        mfma = uses_mfma(ctx)
+        if ctx.backend != "cuda" and not mfma:
             return ctx.wti(p, ctx.roofline_ms(p.flops, p.bytes_moved, p.dtype, 0.005))
         veca, vecb = vector_widths(p)
         efficiency = 0.15 if veca > 1 and vecb > 1 else 0.02
+        if mfma:
+            efficiency /= 2
         predicted = ctx.roofline_ms(p.flops, p.bytes_moved, p.dtype, efficiency) + 0.018
         return ctx.wti(p, predicted)
 

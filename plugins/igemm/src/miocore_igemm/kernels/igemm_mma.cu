@@ -500,7 +500,7 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MIN_BLOCKS)
       float* prow = part + ((mio_index)zsplit * p.mo + mrow) * ncols + grp * p.ocg;
 #pragma unroll
       for (int j = 0; j < MIO_NI; ++j) {
-        const mio_index kc = n0 + wn * MIO_GTN + j * MIO_FRAG_TN + frag_col;
+        const mio_index kc = n0 + wn * MIO_GTN + j * MIO_FRAG_TN + MIO_FRAG_CMUL * frag_col;
 #if MIO_FRAG_COLS == 2
         const float v0 = acc[i][j][fr * 2];
         const float v1 = acc[i][j][fr * 2 + 1];

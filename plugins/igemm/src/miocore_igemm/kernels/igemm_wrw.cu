@@ -411,7 +411,7 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS)
       for (int j = 0; j < MIO_NI; ++j) {
 #pragma unroll
         for (int e = 0; e < MIO_FRAG_COLS; ++e) {
-          const int col = r0 + wn * MIO_GTN + j * MIO_FRAG_TN + frag_col + e;
+          const int col = r0 + wn * MIO_GTN + j * MIO_FRAG_TN + MIO_FRAG_CMUL * frag_col + e;
           if (col >= (int)p.r) continue;
           const float v = acc[i][j][fr * MIO_FRAG_COLS + e];
           if (p.splits > 1) {
