@@ -1,10 +1,10 @@
 """Where ``gemm.gpu_nhwc``'s time goes: its row kernel alone against the whole invoker, per
 ResNet-50 layer and direction (NHWC, device time behind a queued sleep, median).
 
-The row kernel is the one the invoker launches for the problem (im2col_cl, im2col_cl_chunks
-for padded rows, or the flipped twin's im2col in stride-1 backward data); the difference to
-the whole is the BLAS call and the small filter copies. Rows bytes over the kernel's time give
-its achieved write bandwidth.
+The row kernel is the one the invoker launches for the problem (im2col_cl, im2col_cl_tiles
+for padded rows, or the flipped twin's im2col in stride-1 backward data; col2im_cl in the
+other backward data); the difference to the whole is the BLAS call and the small filter
+copies. Bytes over the kernel's time give its achieved bandwidth.
 
     python benchmarks/gpu_nhwc_pieces.py --layers conv1 l1.3x3 --dtype float16
 """
@@ -61,7 +61,16 @@ def measure(handle: miocore.Handle, p: miocore.ConvProblem, args: argparse.Names
         nbytes = gpu_nhwc.row_bytes(geometry) * geometry.n
         row["rows_mb"] = nbytes / 1e6
         row["rows_gbps"] = nbytes / row["rows_ms"] / 1e6
-        row["kernel"] = "chunks" if inv.padded else "im2col"
+        row["kernel"] = "tiles" if inv.padded else "im2col"
+    elif not builds_rows and gpu_nhwc.row_bytes(geometry) and len(inv.chunks) == 1:
+        _, _, kargs, grids = inv.chunks[0]
+        kargs.set_pointers(params.workspace.ptr, params.x.ptr)
+        row["col2im_ms"] = device_ms(
+            lambda: inv.col2im.launch(kargs, grid=grids["col2im"]), args.warmup, args.runs
+        )
+        # It reads the rows once and writes dx once.
+        nbytes = gpu_nhwc.row_bytes(geometry) * geometry.n + p.x.element_count * p.dtype.itemsize
+        row["col2im_gbps"] = nbytes / row["col2im_ms"] / 1e6
     return row
 
 
