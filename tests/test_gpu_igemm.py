@@ -237,10 +237,12 @@ def configs_case(
     options: tuple[str, ...] = (),
     max_shared: int = 0,
     exact_fp32: bool = False,
+    sample: int = 10,
 ) -> None:
-    """Configs spread over the tuning space of one of ``_SHAPES``, each against the float64
-    reference, the kernels built with ``options`` added; ``max_shared`` > 0 leaves out configs
-    whose dynamic shared memory exceeds it; ``exact_fp32`` as in :func:`corpus_case`."""
+    """About ``sample`` configs spread over the tuning space of one of ``_SHAPES`` (plus two
+    split-K and two 256 x 128 ones), each against the float64 reference, the kernels built with
+    ``options`` added; ``max_shared`` > 0 leaves out configs whose dynamic shared memory
+    exceeds it; ``exact_fp32`` as in :func:`corpus_case`."""
     solver = TF32 if dtype == "float32" else MMA
     h = _need(_tf32_handle() if solver == TF32 else _handle(), solver)
     n, c, k, hw, f, pads, strides, dils, groups = _SHAPES[shape]
@@ -262,7 +264,7 @@ def configs_case(
     canon = problem.canonical
     space = reg.perf_config_space(h.context, canon)
     assert space
-    configs = space[:: max(1, len(space) // 10)]
+    configs = space[:: max(1, len(space) // sample)]
     configs += [c for c in space if c["split"] > 1][:2]
     configs += [c for c in space if c["bm"] * c["bn"] == 256 * 128][:2]
     if max_shared:

@@ -209,11 +209,12 @@ def configs_case(
     options: tuple[str, ...] = (),
     max_shared: int = 0,
     exact_fp32: bool = False,
+    sample: int = 8,
 ) -> None:
-    """Configs spread over the tuning space of one of ``_SHAPES`` (every tile shape, split-K
-    atomic and slabs), each against the float64 reference, the kernels built with ``options``
-    added; ``max_shared`` > 0 leaves out configs whose dynamic shared memory exceeds it;
-    ``exact_fp32`` as in :func:`corpus_case`."""
+    """About ``sample`` configs spread over the tuning space of one of ``_SHAPES`` plus every
+    tile shape and split-K atomic and slabs, each against the float64 reference, the kernels
+    built with ``options`` added; ``max_shared`` > 0 leaves out configs whose dynamic shared
+    memory exceeds it; ``exact_fp32`` as in :func:`corpus_case`."""
     solver = TF32 if dtype == "float32" else MMA
     h = _need(_tf32_handle() if solver == TF32 else _handle(), solver)
     n, c, k, hw, f, pads, strides, dils, groups, layout = _SHAPES[shape]
@@ -234,7 +235,7 @@ def configs_case(
     reg = h.registry.get(solver).solver
     space = reg.perf_config_space(h.context, problem.canonical)
     assert space
-    configs = space[:: max(1, len(space) // 8)]
+    configs = space[:: max(1, len(space) // sample)]
     configs += list({(c["bm"], c["bn"]): c for c in space}.values())  # every tile shape
     configs += [c for c in space if c["split"] > 1 and c["atomic"]][-1:]
     configs += [c for c in space if c["split"] > 1 and not c["atomic"]][-1:]
