@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 
 import attrs
 import numpy as np
@@ -235,14 +236,14 @@ def configs_case(
     shape: int,
     direction: str,
     options: tuple[str, ...] = (),
-    max_shared: int = 0,
+    shared_ok: Callable[[int], bool] | None = None,
     exact_fp32: bool = False,
     sample: int = 10,
 ) -> None:
     """About ``sample`` configs spread over the tuning space of one of ``_SHAPES`` (plus two
     split-K and two 256 x 128 ones), each against the float64 reference, the kernels built with
-    ``options`` added; ``max_shared`` > 0 leaves out configs whose dynamic shared memory
-    exceeds it; ``exact_fp32`` as in :func:`corpus_case`."""
+    ``options`` added; ``shared_ok`` (given) keeps only configs whose dynamic shared memory
+    (bytes) it accepts; ``exact_fp32`` as in :func:`corpus_case`."""
     solver = TF32 if dtype == "float32" else MMA
     h = _need(_tf32_handle() if solver == TF32 else _handle(), solver)
     n, c, k, hw, f, pads, strides, dils, groups = _SHAPES[shape]
@@ -267,8 +268,8 @@ def configs_case(
     configs = space[:: max(1, len(space) // sample)]
     configs += [c for c in space if c["split"] > 1][:2]
     configs += [c for c in space if c["bm"] * c["bn"] == 256 * 128][:2]
-    if max_shared:
-        configs = [c for c in configs if gpu_module().shared_bytes(canon, c) <= max_shared]
+    if shared_ok is not None:
+        configs = [c for c in configs if shared_ok(gpu_module().shared_bytes(canon, c))]
     kernels = [
         kk for cfg in configs for kk in reg.get_solution(h.context, problem.canonical, cfg).kernels
     ]

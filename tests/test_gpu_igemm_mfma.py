@@ -39,8 +39,16 @@ pytestmark = pytest.mark.gpu
 
 COUNT = int(os.environ.get("MIOCORE_GPU_MFMA_TEST_PROBLEMS", "60"))
 #: The emulation's static shared scratch (4 waves x 64 lanes x 4 words) comes on top of a
-#: config's dynamic shared memory; configs leave it room under sm_90's 227 KiB.
-MAX_SHARED = 227 * 1024 - 4096
+#: config's dynamic shared memory, and the CUDA backend opts a launch in to more than 48 KiB
+#: only when the dynamic memory alone exceeds it: configs within 4 KiB under 48 KiB (or under
+#: sm_90's 227 KiB maximum) cannot launch emulated (the first device run failed on them with
+#: CUDA_ERROR_INVALID_VALUE). Native MFMA on AMD has no scratch.
+SCRATCH = 4096
+
+
+def _launchable(shared: int) -> bool:
+    """Whether a config with ``shared`` bytes of dynamic shared memory launches emulated."""
+    return not 48 * 1024 - SCRATCH < shared <= 48 * 1024 and shared <= 227 * 1024 - SCRATCH
 
 
 @functools.cache
@@ -125,13 +133,13 @@ def test_mfma_wrw_matches_reference_on_corpus(solver: str, dtype: str) -> None:
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16", "float32"))
 @pytest.mark.parametrize("shape", (4, 1), ids=("256_tiles", "groups_strides_dilation"))
 def test_mfma_igemm_configs(shape: int, dtype: str, direction: str) -> None:
-    fwd.configs_case(dtype, shape, direction, _need(), MAX_SHARED, exact_fp32=True, sample=4)
+    fwd.configs_case(dtype, shape, direction, _need(), _launchable, exact_fp32=True, sample=4)
 
 
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16", "float32"))
 @pytest.mark.parametrize("shape", (1, 4), ids=("groups_strides_dilation", "nchw"))
 def test_mfma_wrw_configs(shape: int, dtype: str) -> None:
-    wrw.configs_case(dtype, shape, _need(), MAX_SHARED, exact_fp32=True, sample=3)
+    wrw.configs_case(dtype, shape, _need(), _launchable, exact_fp32=True, sample=3)
 
 
 @pytest.mark.parametrize("direction", ("forward", "backward_data"))

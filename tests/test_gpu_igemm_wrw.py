@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 
 import attrs
 import numpy as np
@@ -207,14 +208,14 @@ def configs_case(
     dtype: str,
     shape: int,
     options: tuple[str, ...] = (),
-    max_shared: int = 0,
+    shared_ok: Callable[[int], bool] | None = None,
     exact_fp32: bool = False,
     sample: int = 8,
 ) -> None:
     """About ``sample`` configs spread over the tuning space of one of ``_SHAPES`` plus every
     tile shape and split-K atomic and slabs, each against the float64 reference, the kernels
-    built with ``options`` added; ``max_shared`` > 0 leaves out configs whose dynamic shared
-    memory exceeds it; ``exact_fp32`` as in :func:`corpus_case`."""
+    built with ``options`` added; ``shared_ok`` (given) keeps only configs whose dynamic shared
+    memory (bytes) it accepts; ``exact_fp32`` as in :func:`corpus_case`."""
     solver = TF32 if dtype == "float32" else MMA
     h = _need(_tf32_handle() if solver == TF32 else _handle(), solver)
     n, c, k, hw, f, pads, strides, dils, groups, layout = _SHAPES[shape]
@@ -240,10 +241,10 @@ def configs_case(
     configs += [c for c in space if c["split"] > 1 and c["atomic"]][-1:]
     configs += [c for c in space if c["split"] > 1 and not c["atomic"]][-1:]
     configs = list(dict.fromkeys(configs))
-    if max_shared:
+    if shared_ok is not None:
         from miocore_igemm.gpu_wrw import shared_bytes
 
-        configs = [c for c in configs if shared_bytes(problem.canonical, c) <= max_shared]
+        configs = [c for c in configs if shared_ok(shared_bytes(problem.canonical, c))]
     kernels = [
         kk for cfg in configs for kk in reg.get_solution(h.context, problem.canonical, cfg).kernels
     ]
