@@ -224,20 +224,16 @@ MIO_KERNEL void im2col_cl_tiles(const mio_t* __restrict__ x, mio_t* __restrict__
 #define MIO_RUN (MIO_UNIT / (int)sizeof(mio_t))
 
 // Along one axis, the taps f whose source t0 - f * dil is >= 0 and a multiple of the stride:
-// the first, the step between them (stride / gcd(stride, dil)), the first one's output
-// index (t0 - f * dil) / stride, how much it falls per step, and how many such taps there
-// are below the filter size (their output index is then >= 0; the caller checks the upper
-// bound). A fixed count lets the compiler unroll the tap loops.
+// the first (none: a huge value), the step between them (stride / gcd(stride, dil)), the
+// first one's output index (t0 - f * dil) / stride and how much it falls per step.
 template <typename I>
-MIO_DEVICE I mio_taps(I t0, I dil, I stride, I size, I* first, I* step, I* o_first, I* o_step) {
-  if (t0 < 0) return 0;
+MIO_DEVICE void mio_taps(I t0, I dil, I stride, I* first, I* step, I* o_first, I* o_step) {
   if (stride == 1) {
     *first = 0;
     *step = 1;
     *o_first = t0;
     *o_step = dil;
-    const I reach = (dil == 1 ? t0 : t0 / dil) + 1;
-    return reach < size ? reach : size;
+    return;
   }
   I a = dil, b = stride;
   while (b != 0) {
@@ -249,12 +245,8 @@ MIO_DEVICE I mio_taps(I t0, I dil, I stride, I size, I* first, I* step, I* o_fir
   *o_step = *step * dil / stride;
   I f = 0;
   while (f < *step && (t0 - f * dil) % stride != 0) ++f;
-  if (f == *step || f >= size || t0 - f * dil < 0) return 0;
-  *first = f;
+  *first = f < *step ? f : (I)1 << 24;
   *o_first = (t0 - f * dil) / stride;
-  const I in_filter = (size - f + *step - 1) / *step;
-  const I non_negative = *o_first / *o_step + 1;
-  return in_filter < non_negative ? in_filter : non_negative;
 }
 
 template <typename I>
@@ -287,19 +279,15 @@ MIO_DEVICE void col2im_body(const mio_t* __restrict__ col, mio_t* __restrict__ x
       // The taps along each axis that reach this pixel: every step-th from the first (the
       // stride's congruence), their output index falling by a fixed amount each time. The
       // few divisions this takes are per pixel and axis, not per tap.
-      I fz0 = 0, sz = 1, oz0 = 0, dz = 1, fy0 = 0, sy = 1, oy0 = 0, dy = 1;
-      I fx0 = 0, sx = 1, ox0 = 0, dx = 1;
-      const I nz = mio_taps<I>(id + (I)p.pad[0], (I)p.dil[0], S0, FZ, &fz0, &sz, &oz0, &dz);
-      const I ny = mio_taps<I>(ih + (I)p.pad[1], (I)p.dil[1], S1, FY, &fy0, &sy, &oy0, &dy);
-      const I nx = mio_taps<I>(iw + (I)p.pad[2], (I)p.dil[2], S2, FX, &fx0, &sx, &ox0, &dx);
-      for (I kz = 0; kz < nz; ++kz) {
-        const I fz = fz0 + kz * sz, od = oz0 - kz * dz;
+      I fz0, sz, oz0, dz, fy0, sy, oy0, dy, fx0, sx, ox0, dx;
+      mio_taps<I>(id + (I)p.pad[0], (I)p.dil[0], S0, &fz0, &sz, &oz0, &dz);
+      mio_taps<I>(ih + (I)p.pad[1], (I)p.dil[1], S1, &fy0, &sy, &oy0, &dy);
+      mio_taps<I>(iw + (I)p.pad[2], (I)p.dil[2], S2, &fx0, &sx, &ox0, &dx);
+      for (I fz = fz0, od = oz0; fz < FZ && od >= 0; fz += sz, od -= dz) {
         if (od >= OUT0) continue;
-        for (I ky = 0; ky < ny; ++ky) {
-          const I fy = fy0 + ky * sy, oh = oy0 - ky * dy;
+        for (I fy = fy0, oh = oy0; fy < FY && oh >= 0; fy += sy, oh -= dy) {
           if (oh >= OUT1) continue;
-          for (I kx = 0; kx < nx; ++kx) {
-            const I fx = fx0 + kx * sx, ow = ox0 - kx * dx;
+          for (I fx = fx0, ow = ox0; fx < FX && ow >= 0; fx += sx, ow -= dx) {
             if (ow >= OUT2) continue;
             const I f = (fz * (I)p.fil[1] + fy) * (I)p.fil[2] + fx;
             const I o = (od * OUT1 + oh) * OUT2 + ow;
