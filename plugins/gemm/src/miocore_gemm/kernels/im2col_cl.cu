@@ -223,32 +223,6 @@ MIO_KERNEL void im2col_cl_tiles(const mio_t* __restrict__ x, mio_t* __restrict__
 // at a time.
 #define MIO_RUN (MIO_UNIT / (int)sizeof(mio_t))
 
-// Along one axis, the taps f whose source t0 - f * dil is >= 0 and a multiple of the stride:
-// the first (none: a huge value), the step between them (stride / gcd(stride, dil)), the
-// first one's output index (t0 - f * dil) / stride and how much it falls per step.
-template <typename I>
-MIO_DEVICE void mio_taps(I t0, I dil, I stride, I* first, I* step, I* o_first, I* o_step) {
-  if (stride == 1) {
-    *first = 0;
-    *step = 1;
-    *o_first = t0;
-    *o_step = dil;
-    return;
-  }
-  I a = dil, b = stride;
-  while (b != 0) {
-    const I r = a % b;
-    a = b;
-    b = r;
-  }
-  *step = stride / a;
-  *o_step = *step * dil / stride;
-  I f = 0;
-  while (f < *step && (t0 - f * dil) % stride != 0) ++f;
-  *first = f < *step ? f : (I)1 << 24;
-  *o_first = (t0 - f * dil) / stride;
-}
-
 template <typename I>
 MIO_DEVICE void col2im_body(const mio_t* __restrict__ col, mio_t* __restrict__ x,
                             const MioClParams& p) {
@@ -256,7 +230,6 @@ MIO_DEVICE void col2im_body(const mio_t* __restrict__ col, mio_t* __restrict__ x
   const I IN0 = (I)p.in[0], IN1 = (I)p.in[1], IN2 = (I)p.in[2];
   const I OUT0 = (I)p.out[0], OUT1 = (I)p.out[1], OUT2 = (I)p.out[2];
   const I S0 = (I)p.stride[0], S1 = (I)p.stride[1], S2 = (I)p.stride[2];
-  const I FZ = (I)p.fil[0], FY = (I)p.fil[1], FX = (I)p.fil[2];
   const I O = OUT0 * OUT1 * OUT2;
   const I rows = (I)p.nb * IN0 * IN1;
   const I runs = C / MIO_RUN;  // per dx pixel
@@ -276,18 +249,20 @@ MIO_DEVICE void col2im_body(const mio_t* __restrict__ col, mio_t* __restrict__ x
       float acc[MIO_RUN];
 #pragma unroll
       for (int v = 0; v < MIO_RUN; ++v) acc[v] = 0.0f;
-      // The taps along each axis that reach this pixel: every step-th from the first (the
-      // stride's congruence), their output index falling by a fixed amount each time. The
-      // few divisions this takes are per pixel and axis, not per tap.
-      I fz0, sz, oz0, dz, fy0, sy, oy0, dy, fx0, sx, ox0, dx;
-      mio_taps<I>(id + (I)p.pad[0], (I)p.dil[0], S0, &fz0, &sz, &oz0, &dz);
-      mio_taps<I>(ih + (I)p.pad[1], (I)p.dil[1], S1, &fy0, &sy, &oy0, &dy);
-      mio_taps<I>(iw + (I)p.pad[2], (I)p.dil[2], S2, &fx0, &sx, &ox0, &dx);
-      for (I fz = fz0, od = oz0; fz < FZ && od >= 0; fz += sz, od -= dz) {
+      for (I fz = 0; fz < (I)p.fil[0]; ++fz) {
+        const I tz = id + (I)p.pad[0] - fz * (I)p.dil[0];
+        if (tz < 0 || (S0 > 1 && tz % S0)) continue;
+        const I od = S0 > 1 ? tz / S0 : tz;
         if (od >= OUT0) continue;
-        for (I fy = fy0, oh = oy0; fy < FY && oh >= 0; fy += sy, oh -= dy) {
+        for (I fy = 0; fy < (I)p.fil[1]; ++fy) {
+          const I ty = ih + (I)p.pad[1] - fy * (I)p.dil[1];
+          if (ty < 0 || (S1 > 1 && ty % S1)) continue;
+          const I oh = S1 > 1 ? ty / S1 : ty;
           if (oh >= OUT1) continue;
-          for (I fx = fx0, ow = ox0; fx < FX && ow >= 0; fx += sx, ow -= dx) {
+          for (I fx = 0; fx < (I)p.fil[2]; ++fx) {
+            const I tx = iw + (I)p.pad[2] - fx * (I)p.dil[2];
+            if (tx < 0 || (S2 > 1 && tx % S2)) continue;
+            const I ow = S2 > 1 ? tx / S2 : tx;
             if (ow >= OUT2) continue;
             const I f = (fz * (I)p.fil[1] + fy) * (I)p.fil[2] + fx;
             const I o = (od * OUT1 + oh) * OUT2 + ow;
