@@ -448,6 +448,9 @@ def test_tf32_twin_only_in_tf32_mode() -> None:
     verdict = twin.is_applicable(_ctx(tf32=True), half)
     assert not verdict and "float16" in verdict.reason
     assert twin.is_applicable(_ctx(tf32=True), problem)
+    # Immediate mode ranks it by the TF32 rate: never below its exact twin, never over 1.
+    exact_wti = nhwc.GpuChannelsLastGemmSolver().wti(_ctx(), problem)
+    assert exact_wti <= twin.wti(_ctx(tf32=True), problem) <= 1.0
     for direction in ("forward", "backward_data", "backward_weights"):
         p = miocore.ConvProblem(direction, x=problem.x, w=problem.w, y=problem.y, conv=problem.conv)
         assert _run(p, solver=twin) <= TOLERANCES[p.dtype]
