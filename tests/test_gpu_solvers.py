@@ -108,25 +108,27 @@ def test_solver_matches_reference_on_corpus(
         assert ran >= min(200, PER_DIRECTION)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("direction", DIRECTIONS)
-def test_channels_last_gemm_on_corpus(handle: miocore.Handle, direction: str, dtype: str) -> None:
-    """``gemm.gpu_nhwc`` on every sampled row in its channels-last twin (NHWC / NDHWC)."""
-    solver = "gemm.gpu_nhwc"
-    if solver not in handle.registry:
+def check_channels_last(
+    h: miocore.Handle, solver: str, direction: str, dtype: str, count: int, tol: float,
+    declined_by: miocore.Handle | None = None,
+) -> None:  # fmt: skip
+    """``solver`` on ``count`` sampled rows of ``direction`` in their channels-last twins
+    (NHWC / NDHWC) against the reference; each must also be declined by ``declined_by``."""
+    if solver not in h.registry:
         pytest.skip(f"{solver} is not installed")
-    rows = [r for r in _rows() if r["dir"] == direction][: PER_DIRECTION // 2]
+    rows = [r for r in _rows() if r["dir"] == direction][:count]
     if not rows:
         pytest.skip("the corpus is not available (set MIOCORE_CORPUS)")
-    reg = handle.registry.get(solver).solver
-    tol = TOLERANCES[miocore.DataType.parse(dtype)]
+    reg = h.registry.get(solver).solver
     ran, failures = 0, []
     for i, row in enumerate(rows):
         twin = {"NCHW": "NHWC", "NCDHW": "NDHWC"}.get(row["layout"], row["layout"])
         problem = shrink_row({**row, "dtype": dtype, "layout": twin})
-        if not reg.is_applicable(handle.context, problem.canonical):
+        if not reg.is_applicable(h.context, problem.canonical):
             continue
-        err, written = run_on_device(handle, solver, problem, seed=i)
+        if declined_by is not None:
+            assert not reg.is_applicable(declined_by.context, problem.canonical)
+        err, written = run_on_device(h, solver, problem, seed=i)
         ran += 1
         if not written or not np.isfinite(err) or err > tol:
             failures.append(f"{problem.key}: error {err:.3g}, all written: {written}")
@@ -135,40 +137,28 @@ def test_channels_last_gemm_on_corpus(handle: miocore.Handle, direction: str, dt
     assert ran >= len(rows) * 0.9
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_channels_last_gemm_on_corpus(handle: miocore.Handle, direction: str, dtype: str) -> None:
+    """``gemm.gpu_nhwc`` on every sampled row in its channels-last twin (NHWC / NDHWC)."""
+    tol = TOLERANCES[miocore.DataType.parse(dtype)]
+    check_channels_last(handle, "gemm.gpu_nhwc", direction, dtype, PER_DIRECTION // 2, tol)
+
+
 #: TF32 products (10-bit mantissas, fp32 accumulation) against the float64 reference,
 #: relative to the largest output: some 2**-10 per product, averaging down over the sum.
 TF32_TOLERANCE = 5e-3
 
 
 @pytest.mark.parametrize("direction", DIRECTIONS)
-def test_channels_last_gemm_tf32_on_corpus(direction: str) -> None:
-    """``gemm.gpu_nhwc_tf32`` in the tf32 math mode on channels-last corpus rows; an exact
-    handle never lists it."""
-    solver = "gemm.gpu_nhwc_tf32"
-    exact = _handle()
-    if exact is None:
-        pytest.skip(f"no {DEVICE} device")
-    if solver not in exact.registry:
-        pytest.skip(f"{solver} is not installed")
-    h = miocore.Handle(DEVICE, math_mode="tf32")
-    rows = [r for r in _rows() if r["dir"] == direction][: PER_DIRECTION // 4]
-    if not rows:
-        pytest.skip("the corpus is not available (set MIOCORE_CORPUS)")
-    reg = h.registry.get(solver).solver
-    ran, failures = 0, []
-    for i, row in enumerate(rows):
-        twin = {"NCHW": "NHWC", "NCDHW": "NDHWC"}.get(row["layout"], row["layout"])
-        problem = shrink_row({**row, "dtype": "FP32", "layout": twin})
-        if not reg.is_applicable(h.context, problem.canonical):
-            continue
-        assert not reg.is_applicable(exact.context, problem.canonical)
-        err, written = run_on_device(h, solver, problem, seed=i)
-        ran += 1
-        if not written or not np.isfinite(err) or err > TF32_TOLERANCE:
-            failures.append(f"{problem.key}: error {err:.3g}, all written: {written}")
-    print(f"{solver} {direction}: {ran} channels-last problems checked")
-    assert not failures, f"{len(failures)}/{ran} failed:\n" + "\n".join(failures[:20])
-    assert ran >= len(rows) * 0.9
+def test_channels_last_gemm_tf32_on_corpus(handle: miocore.Handle, direction: str) -> None:
+    """``gemm.gpu_nhwc_tf32`` in the tf32 math mode on channels-last corpus rows; the exact
+    handle declines every one of them."""
+    tf32 = miocore.Handle(DEVICE, math_mode="tf32")
+    check_channels_last(
+        tf32, "gemm.gpu_nhwc_tf32", direction, "FP32", PER_DIRECTION // 4, TF32_TOLERANCE,
+        declined_by=handle,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
