@@ -210,8 +210,10 @@ MIO_DEVICE void mio_cp_async16(void* dst, const void* src, int nbytes) {
 // v_mfma_f32_16x16x16f16 --detail-instruction`: "A[i][k] Lane: 16 * floor(k / 4) + i", GPR
 // (k / 2) % 2, half k % 2; "B[k][j] Lane: 16 * floor(k / 4) + j"; "C or D[i][j] GPR: i % 4,
 // Lane: 16 * floor(i / 4) + j"; the bf16_1k form has the same shape and packing; for x4f32
-// one k per lane: A[i][k] in lane 16 * k + i, B[k][j] in lane 16 * k + j, the AMD lab notes
-// "AMD matrix cores" 16x16x4 example; D as above):
+// one k per lane: A[i][k] in lane 16 * k + i, B[k][j] in lane 16 * k + j, D as above, per the
+// 16x16x4 fp32 example of AMD's lab notes "AMD matrix cores" (gpuopen.com/learn/amd-lab-notes):
+// block (16, 4) = one wave, a = A[ty + 4 * tx], b = B[tx + 16 * ty], d[i] -> D[tx + 16 * i +
+// 64 * ty] for row-major A (16 x 4), B (4 x 16), D (16 x 16)):
 //   A[i][k]  lane i + 16 * (k / 4), item k % 4        (x4f32: lane i + 16 * k)
 //   B[k][j]  lane j + 16 * (k / 4), item k % 4        (x4f32: lane j + 16 * k)
 //   D[i][j]  lane j + 16 * (i / 4), item i % 4
@@ -220,7 +222,9 @@ MIO_DEVICE void mio_cp_async16(void* dst, const void* src, int nbytes) {
 // path run (and are tested) on NVIDIA GPUs. Each 64-thread wave (two warps) trades its
 // fragments through a small static shared scratch with a 64-thread named barrier (bar.sync
 // 1 + wave, 64): every thread of a block of at most MIO_MFMA_EMU_WAVES waves must call it
-// together. Slow; for verification only.
+// together. The scratch (4 KiB for 4 waves) adds to the kernel's dynamic shared memory, so
+// launches near a shared-memory limit (48 KiB without opt-in) can fail emulated. Slow; for
+// verification only.
 #if defined(MIO_HIP) && \
     (defined(__gfx90a__) || defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__))
 #define MIO_MFMA 1
