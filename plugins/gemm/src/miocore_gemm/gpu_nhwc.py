@@ -436,15 +436,12 @@ class _Invoker:
             out_rows = min(count * math.prod(p.out_spatial[:-1]), _GRID_Y)
             in_rows = min(count * math.prod(p.in_spatial[:-1]), _GRID_Y)
             out_width, in_width = p.out_spatial[-1], p.in_spatial[-1]
-            stride = p.conv.strides[-1]
-            phased_width = -(-in_width // stride) * stride
             grids = {
                 "im2col": (_blocks(out_width * g * cg * size // unit), out_rows),
                 "im2col_scalar": (_blocks(out_width * g * cg), out_rows),
                 "tiles": (min(-(-out_width // max(self.tile, 1)), _GRID_Y), out_rows),
-                # col2im walks a row's pixels by stride phase: whole phases of pixels.
-                "col2im": (_blocks(phased_width * p.c * size // unit), in_rows),
-                "col2im_scalar": (_blocks(phased_width * p.c), in_rows),
+                "col2im": (_blocks(in_width * p.c * size // unit), in_rows),
+                "col2im_scalar": (_blocks(in_width * p.c), in_rows),
             }
             self.chunks.append((n0, count, args, grids))
         self.rows_bytes = _rows_buffer_bytes(p)

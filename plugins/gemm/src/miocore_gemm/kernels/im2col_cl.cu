@@ -233,10 +233,7 @@ MIO_DEVICE void col2im_body(const mio_t* __restrict__ col, mio_t* __restrict__ x
   const I O = OUT0 * OUT1 * OUT2;
   const I rows = (I)p.nb * IN0 * IN1;
   const I runs = C / MIO_RUN;  // per dx pixel
-  // Pixels in stride-phase order (iw % S2 outermost): neighbouring threads then reach the
-  // same taps, so a warp takes one path through the tap loops instead of one per phase.
-  const I per_phase = (IN2 + S2 - 1) / S2;
-  const I row_items = S2 * per_phase * runs;
+  const I row_items = IN2 * runs;
   for (I row = (I)blockIdx.y; row < rows; row += (I)gridDim.y) {
     const I ih = row % IN1;
     const I id = (row / IN1) % IN0;
@@ -244,11 +241,8 @@ MIO_DEVICE void col2im_body(const mio_t* __restrict__ col, mio_t* __restrict__ x
     mio_t* out = x + ((mio_index)n + p.n0) * p.xs[0] + id * p.xs[1] + ih * p.xs[2];
     for (I j = (I)(blockIdx.x * blockDim.x + threadIdx.x); j < row_items;
          j += (I)(gridDim.x * blockDim.x)) {
-      const I q = j / runs;  // (phase, pixel in phase)
-      const I c = (j - q * runs) * MIO_RUN;
-      const I phase = q / per_phase;
-      const I iw = phase + (q - phase * per_phase) * S2;
-      if (iw >= IN2) continue;  // the last pixel of a short phase
+      const I iw = j / runs;
+      const I c = (j - iw * runs) * MIO_RUN;
       const I g = c / CG, cc = c - g * CG;
       // Entry (o, f) of this run: base + o * G * GW + f * CG.
       const mio_t* base = col + ((mio_index)n * O * G + g) * GW + cc;
