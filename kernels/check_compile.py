@@ -28,6 +28,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import attrs
+
 import miocore
 from miocore.backends._gpu.base import CORE_NAMESPACE, DTYPE_OPTIONS, core_kernel_dir
 from miocore.registry import Registry, default_registry
@@ -200,13 +202,16 @@ def main() -> int:
         for r in registry.solvers
         if args.vendor in r.solver.backends and (not args.solver or r.solver.name in args.solver)
     ]
+    # Both math modes: the TF32 solvers only apply (and only generate kernels) in "tf32".
+    contexts = (ctx, attrs.evolve(ctx, math_mode="tf32"))
     for problem in _problems(args.problems):
         canon = problem.canonical
         for reg in gpu_solvers:
-            if not reg.solver.is_applicable(ctx, canon):
-                continue
-            for kernel in reg.solver.get_solution(ctx, canon).kernels:
-                jobs[(kernel.source, tuple(kernel.options))] = None
+            for context in contexts:
+                if not reg.solver.is_applicable(context, canon):
+                    continue
+                for kernel in reg.solver.get_solution(context, canon).kernels:
+                    jobs[(kernel.source, tuple(kernel.options))] = None
     names = ", ".join(r.solver.name for r in gpu_solvers)
     print(f"{label}: {len(jobs)} (source, options) sets from {len(gpu_solvers)} solvers ({names})")
 
