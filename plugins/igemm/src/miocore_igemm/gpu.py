@@ -191,6 +191,17 @@ def is_phased(p: ConvProblem) -> bool:
     )
 
 
+def tap_reach(p: ConvProblem) -> int:
+    """The largest offset the kernel adds to a row's (or column's) base pointer in 32-bit
+    arithmetic: every tap's displacement plus every reduction channel, in A and in B."""
+    s = gemm_params(p)
+    fy, fx = s["fy"], s["fx"]
+    a = (fy - 1) * s["dh"] * abs(s["is_h"]) + (fx - 1) * s["dw"] * abs(s["is_w"])
+    a += s["icg"] * abs(s["is_c"])
+    b = (fy - 1) * abs(s["bs_y"]) + (fx - 1) * abs(s["bs_x"]) + s["icg"] * abs(s["bs_c"])
+    return max(a, b)
+
+
 def vector_width(p: ConvProblem) -> int:
     """Elements per 16-byte load when the reduction channels are innermost and they and the
     strides are multiples of 16 bytes, else 1 (scalar loads through any strides)."""
@@ -319,6 +330,10 @@ class _GpuIgemmBase(TunableSolver):
             )
         if max(s["ih"], s["iw"], s["oh"], s["ow"]) + max(s["ph"], s["pw"]) >= 1 << 28:
             return not_applicable("spatial extent beyond the kernel's 32-bit coordinates")
+        if tap_reach(p) >= 1 << 31:
+            return not_applicable(
+                f"one tap's reach ({tap_reach(p)} elements) beyond the kernel's 32-bit offsets"
+            )
         if not self.perf_config_space(ctx, p):
             return not_applicable("no tile configuration fits (shared-memory or split limits)")
         return APPLICABLE
@@ -507,6 +522,8 @@ class _GpuIgemmBase(TunableSolver):
             f"-DMIO_STAGES={stages}",
             f"-DMIO_VEC={vec}",
             f"-DMIO_BWD={int(bwd)}",
+            # dilated strided backward data: taps read only where the stride divides
+            f"-DMIO_BWD_DIV={int(bwd and not is_phased(p) and max(p.conv.strides) > 1)}",
             f"-DMIO_MIN_BLOCKS={min_blocks(bm, bn)}",
         )
         sms = max(1, ctx.device.compute_units)

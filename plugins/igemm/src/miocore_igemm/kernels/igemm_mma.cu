@@ -22,6 +22,9 @@
 //   MIO_VEC                  elements per global load: 16 bytes when the channels and strides
 //                            allow it, else 1 (scalar loads through arbitrary strides)
 //   MIO_BWD                  1: backward data (the gather above), 0: forward
+//   MIO_BWD_DIV              1: backward data with a stride and no phases (dilated strided):
+//                            a tap reads only where its row divides by the stride; 0: every
+//                            gather is that of a unit stride (forward, phased, or stride 1)
 //   MIO_MIN_BLOCKS           resident blocks per SM the register budget must allow
 //   MIO_DTYPE_FP16 / _BF16   mma.sync m16n8k16 with fp32 accumulators, fragments by ldmatrix.x4
 //   MIO_DTYPE_FP32           TF32: mma.sync m16n8k8 on inputs rounded to tf32 (cvt.rna)
@@ -63,6 +66,9 @@
 #endif
 #ifndef MIO_BWD
 #define MIO_BWD 0
+#endif
+#ifndef MIO_BWD_DIV
+#define MIO_BWD_DIV 0
 #endif
 #ifndef MIO_MIN_BLOCKS
 #define MIO_MIN_BLOCKS 1  // 2: cap registers at 128 so that two blocks share an SM
@@ -120,10 +126,23 @@ MIO_DEVICE float mio_elem_f(mio_t v) {
 #endif
 }
 
-#if MIO_MMA_SYNC && !defined(MIO_DTYPE_FP32)
+#if MIO_MMA_SYNC
+// Shared memory through 32-bit shared-window addresses, converted once per thread: the main
+// loop then adds stage and row offsets instead of converting generic pointers per access.
+MIO_DEVICE unsigned int mio_smem_addr(const void* p) {
+  return (unsigned int)__cvta_generic_to_shared(p);
+}
+
+// 16 bytes global -> shared (cp.async.cg), zero-filled where !ok. The source then reads 0
+// bytes; it is still a valid address (the tensor's base): the caller passes `safe`.
+MIO_DEVICE void mio_cp16_or_zero(unsigned int dst, const void* src, const void* safe, bool ok) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
+               "l"(ok ? src : safe), "r"(ok ? 16 : 0)
+               : "memory");
+}
+
 // Four 8x8 b16 matrices from shared memory; lane l gives the row address of matrix l / 8.
-MIO_DEVICE void mio_ldsm_x4(unsigned int* r, const void* p) {
-  const unsigned int a = (unsigned int)__cvta_generic_to_shared(p);
+MIO_DEVICE void mio_ldsm_x4(unsigned int* r, unsigned int a) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(a));
@@ -247,29 +266,49 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MIN_BLOCKS)
   const int row0 = tid / MIO_CPR;
   const mio_t* ag = a + grp * p.icg * p.is_c;
   const mio_t* bg = b + grp * p.bs_grp;
-  const int ih_n = (int)p.ih, iw_n = (int)p.iw;
+  const unsigned int ih_n = (unsigned int)p.ih, iw_n = (unsigned int)p.iw;
   // per stride phase the gather is that of a unit-stride, undilated convolution
   const bool phased = p.phases > 1;
-  const int sh = phased ? 1 : (int)p.sh, sw = phased ? 1 : (int)p.sw;
   const int dh = phased ? 1 : (int)p.dh, dw = phased ? 1 : (int)p.dw;
+  // Offsets within one tap's reach are 32-bit (the solver checks that they fit); a row's
+  // image and window origin stay in its 64-bit pointer.
+  const int is_h = (int)p.is_h, is_w = (int)p.is_w, is_c = (int)p.is_c, bs_c = (int)p.bs_c;
+#if MIO_BWD
+  const int tap_dh = -dh, tap_dw = -dw;  // backward data: a tap moves the source back
+#else
+  const int tap_dh = dh, tap_dw = dw;
+#endif
 
-  // Rows this thread gathers, decoded once (no divisions in the main loop).
-  mio_index a_base[MIO_A_ITERS];
+  // Rows this thread gathers, decoded once (no divisions in the main loop): a pointer to the
+  // row's window origin (never dereferenced outside the tensor: a tap reads only where its
+  // row and column are in range) and the origin's coordinates, which each stage's tap
+  // displacement (th, tw) moves with 32-bit adds and unsigned range compares.
+  const mio_t* a_row[MIO_A_ITERS];
   int a_h[MIO_A_ITERS], a_w[MIO_A_ITERS];
 #pragma unroll
   for (int i = 0; i < MIO_A_ITERS; ++i) {
-    mio_row(p, q, m0 + row0 + i * MIO_RPI, &a_base[i], &a_h[i], &a_w[i]);
+    mio_index base;
+    mio_row(p, q, m0 + row0 + i * MIO_RPI, &base, &a_h[i], &a_w[i]);
+#if MIO_BWD_DIV
+    a_row[i] = ag + base;
+#else
+    const bool live = a_h[i] > -(1 << 28);  // rows past the output have no origin
+    a_row[i] = ag + base + (live ? (mio_index)a_h[i] * p.is_h + (mio_index)a_w[i] * p.is_w : 0);
+#endif
   }
-  // B rows (output columns) this thread loads: offsets, or -1 past the group's columns.
-  mio_index b_off[MIO_B_ITERS];
+  // B rows (output columns) this thread loads, and whether they lie in the group's columns.
+  const mio_t* b_row[MIO_B_ITERS];
+  bool b_ok[MIO_B_ITERS];
 #pragma unroll
   for (int i = 0; i < MIO_B_ITERS; ++i) {
     const mio_index cn = n0 + row0 + i * MIO_RPI;
-    b_off[i] = cn < p.ocg ? cn * p.bs_col : -1;
+    b_ok[i] = cn < p.ocg;
+    b_row[i] = bg + (b_ok[i] ? cn * p.bs_col : 0);
   }
 
-  // The reduction position of this thread's chunk: channel, filter column, filter row. One
-  // division here; each staged tile advances it by MIO_BK with subtractions.
+  // The reduction position of this thread's chunk: channel, filter column, filter row, and
+  // the tap's displacement of the source row and column. One division here; each staged tile
+  // advances them by MIO_BK with subtractions and adds.
   int rc, rx, ry;
   {
     const mio_index kr = t_begin * MIO_BK + col;
@@ -278,10 +317,20 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MIN_BLOCKS)
     ry = q.ntx > 0 ? (int)(tap / q.ntx) : 0;
     rx = (int)(tap - (mio_index)ry * q.ntx);
   }
+  int th = ry * tap_dh, tw = rx * tap_dw;
   const int icg = (int)p.icg, fxn = q.ntx, fyn = q.nty;
   // B offset of tap (ry, rx): filter row fy0 + ry * fy_step, column fx0 + rx * fx_step
-  const mio_index b_tap0 = q.fy0 * p.bs_y + q.fx0 * p.bs_x;
-  const mio_index b_ty = q.fy_step * p.bs_y, b_tx = q.fx_step * p.bs_x;
+  const int b_tap0 = (int)(q.fy0 * p.bs_y + q.fx0 * p.bs_x);
+  const int b_ty = (int)(q.fy_step * p.bs_y), b_tx = (int)(q.fx_step * p.bs_x);
+
+#if MIO_MMA_SYNC
+  // This thread's cp.async destinations (stage 0, first row) as shared-window addresses.
+  const unsigned int smem = mio_smem_addr(mio_smem_raw);
+  constexpr unsigned int a_stage_bytes = MIO_BM * MIO_SK * sizeof(mio_t);
+  constexpr unsigned int b_stage_bytes = MIO_BN * MIO_SK * sizeof(mio_t);
+  const unsigned int a_dst0 = smem + (row0 * MIO_SK + col) * sizeof(mio_t);
+  const unsigned int b_dst0 = a_dst0 + MIO_STAGES * a_stage_bytes;
+#endif
 
   float acc[MIO_MI][MIO_NI][4];
 #pragma unroll
@@ -294,19 +343,35 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MIN_BLOCKS)
   // Stage the next reduction tile into buffer s, then advance (rc, rx, ry) by MIO_BK.
   auto load_tile = [&](int s) {
     const bool kvalid = ry < fyn;
-    const mio_index aoff = (mio_index)rc * p.is_c;
-    const mio_index boff = b_tap0 + ry * b_ty + rx * b_tx + (mio_index)rc * p.bs_c;
+#if !MIO_BWD_DIV
+    // the tap's offset, common to every row this thread stages
+    const int aoff = th * is_h + tw * is_w + rc * is_c;
+#endif
+    const int boff = b_tap0 + ry * b_ty + rx * b_tx + rc * bs_c;
+#if MIO_MMA_SYNC && MIO_VEC > 1
+    const unsigned int a_dst = a_dst0 + s * a_stage_bytes;
+    const unsigned int b_dst = b_dst0 + s * b_stage_bytes;
+#else
     mio_t* as = As + s * MIO_BM * MIO_SK;
     mio_t* bs = Bs + s * MIO_BN * MIO_SK;
+#endif
 #pragma unroll
     for (int i = 0; i < MIO_A_ITERS; ++i) {
       const int r = row0 + i * MIO_RPI;
-      if (r < MIO_BM) {
+      if ((i + 1) * MIO_RPI <= MIO_BM || r < MIO_BM) {  // whole iterations need no check
+#if MIO_BWD_DIV
         int ih = 0, iw = 0;
-        bool ok = kvalid && mio_tap(a_h[i], ry, dh, sh, ih_n, &ih);
-        ok = ok && mio_tap(a_w[i], rx, dw, sw, iw_n, &iw);
-        const mio_t* src = ag + a_base[i] + ih * p.is_h + iw * p.is_w + aoff;
-#if MIO_VEC > 1
+        bool ok = kvalid && mio_tap(a_h[i], ry, dh, (int)p.sh, (int)ih_n, &ih);
+        ok = ok && mio_tap(a_w[i], rx, dw, (int)p.sw, (int)iw_n, &iw);
+        const mio_t* src = a_row[i] + (mio_index)ih * p.is_h + (mio_index)iw * p.is_w + rc * is_c;
+#else
+        const bool ok = kvalid && (unsigned int)(a_h[i] + th) < ih_n &&
+                        (unsigned int)(a_w[i] + tw) < iw_n;
+        const mio_t* src = a_row[i] + aoff;
+#endif
+#if MIO_MMA_SYNC && MIO_VEC > 1
+        mio_cp16_or_zero(a_dst + i * MIO_RPI * MIO_SK * sizeof(mio_t), src, a, ok);
+#elif MIO_VEC > 1
         mio_cp_async16(as + r * MIO_SK + col, ok ? (const void*)src : (const void*)a, ok ? 16 : 0);
 #else
         as[r * MIO_SK + col] = ok ? *src : (mio_t)0;
@@ -316,10 +381,12 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MIN_BLOCKS)
 #pragma unroll
     for (int i = 0; i < MIO_B_ITERS; ++i) {
       const int r = row0 + i * MIO_RPI;
-      if (r < MIO_BN) {
-        const bool ok = kvalid && b_off[i] >= 0;
-        const mio_t* src = bg + b_off[i] + boff;
-#if MIO_VEC > 1
+      if ((i + 1) * MIO_RPI <= MIO_BN || r < MIO_BN) {
+        const bool ok = kvalid && b_ok[i];
+        const mio_t* src = b_row[i] + boff;
+#if MIO_MMA_SYNC && MIO_VEC > 1
+        mio_cp16_or_zero(b_dst + i * MIO_RPI * MIO_SK * sizeof(mio_t), src, b, ok);
+#elif MIO_VEC > 1
         mio_cp_async16(bs + r * MIO_SK + col, ok ? (const void*)src : (const void*)b, ok ? 16 : 0);
 #else
         bs[r * MIO_SK + col] = ok ? *src : (mio_t)0;
@@ -329,9 +396,12 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MIN_BLOCKS)
     rc += MIO_BK;
     while (rc >= icg) {
       rc -= icg;
+      tw += tap_dw;
       if (++rx == fxn) {
         rx = 0;
+        tw = 0;
         ++ry;
+        th += tap_dh;
       }
     }
   };
@@ -342,15 +412,23 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MIN_BLOCKS)
     mio_cp_async_commit();
   }
 
+#if MIO_MMA_SYNC && !defined(MIO_DTYPE_FP32)
+  // ldmatrix.x4 row addresses of this lane in stage 0 (see the fragment comment below).
+  const unsigned int a_ld0 =
+      smem + ((wm * MIO_WTM + lane % 16) * MIO_SK + (lane / 16) * 8) * sizeof(mio_t);
+  const unsigned int b_ld0 =
+      smem + MIO_STAGES * a_stage_bytes +
+      ((wn * MIO_GTN + lane % 8 + (lane / 16) * 8) * MIO_SK + ((lane / 8) % 2) * 8) *
+          sizeof(mio_t);
+#endif
+  // The stage read this iteration and the one written (the ring of MIO_STAGES buffers).
+  int s = 0, s_load = MIO_STAGES - 1;
   for (int it = 0; it < ntile; ++it) {
     mio_cp_async_wait(MIO_STAGES - 2);
     __syncthreads();
-    {
-      const int nxt = it + MIO_STAGES - 1;
-      if (nxt < ntile) load_tile(nxt % MIO_STAGES);
-      mio_cp_async_commit();
-    }
-    const int s = it % MIO_STAGES;
+    if (it + MIO_STAGES - 1 < ntile) load_tile(s_load);
+    mio_cp_async_commit();
+    s_load = s_load + 1 == MIO_STAGES ? 0 : s_load + 1;
     const mio_t* as = As + s * MIO_BM * MIO_SK + (wm * MIO_WTM) * MIO_SK;
     const mio_t* bs = Bs + s * MIO_BN * MIO_SK + (wn * MIO_GTN) * MIO_SK;
 #if MIO_MFMA
@@ -428,18 +506,20 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MIN_BLOCKS)
     // ldmatrix.x4: A, matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) = a0..a3 of m16n8k16;
     // B (stored [col][k]), matrices (cols 0-7, k 0-7 | 8-15), (cols 8-15, ...) = b of two
     // n8 tiles. Lane l addresses row l % 16 (A) and column l % 8 + 8 * (l / 16) (B).
-    const mio_t* a_lane = as + (lane % 16) * MIO_SK + (lane / 16) * 8;
-    const mio_t* b_lane = bs + (lane % 8 + (lane / 16) * 8) * MIO_SK + ((lane / 8) % 2) * 8;
+    const unsigned int a_lane = a_ld0 + s * a_stage_bytes;
+    const unsigned int b_lane = b_ld0 + s * b_stage_bytes;
 #pragma unroll
     for (int kk = 0; kk < MIO_BK; kk += 16) {
       unsigned int af[MIO_MI][4];
       unsigned int bf[MIO_NI][2];
 #pragma unroll
-      for (int i = 0; i < MIO_MI; ++i) mio_ldsm_x4(af[i], a_lane + i * 16 * MIO_SK + kk);
+      for (int i = 0; i < MIO_MI; ++i) {
+        mio_ldsm_x4(af[i], a_lane + (i * 16 * MIO_SK + kk) * sizeof(mio_t));
+      }
 #pragma unroll
       for (int j = 0; j < MIO_NI; j += 2) {
         unsigned int r4[4];
-        mio_ldsm_x4(r4, b_lane + j * 8 * MIO_SK + kk);
+        mio_ldsm_x4(r4, b_lane + (j * 8 * MIO_SK + kk) * sizeof(mio_t));
         bf[j][0] = r4[0];
         bf[j][1] = r4[1];
         bf[j + 1][0] = r4[2];
@@ -478,6 +558,7 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MIN_BLOCKS)
       }
     }
 #endif
+    s = s + 1 == MIO_STAGES ? 0 : s + 1;
   }
   mio_cp_async_wait(0);
 
