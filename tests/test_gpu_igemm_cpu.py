@@ -82,6 +82,40 @@ def test_applicability() -> None:
     assert not tf32.is_applicable(_ctx("tf32"), _problem().canonical)
 
 
+def test_tap_reach_and_the_32_bit_offsets() -> None:
+    """The kernel adds a tap's offset (filter extent plus the group's channels) in 32 bits: the
+    reach is computed from the strides, and a problem whose reach needs more is declined."""
+    mma = gpu.GpuMmaIgemmSolver()
+    p = _problem().canonical  # NHWC, C = 64, 3 x 3, 9 x 11 input
+    # A: 2 rows of 11 * 64 + 2 columns of 64 + 64 channels; B (KYXC): 2 * 192 + 2 * 64 + 64
+    assert gpu.tap_reach(p) == max(2 * 704 + 2 * 64 + 64, 2 * 192 + 2 * 64 + 64)
+    huge = _problem(c=2048, k=8, layout="NCHW", in_spatial=(1100, 1100)).canonical
+    assert gpu.tap_reach(huge) >= 1 << 31  # NCHW: the channel stride is H * W
+    answer = mma.is_applicable(_ctx(), huge)
+    assert not answer and "32-bit offsets" in answer.reason
+
+
+@pytest.mark.parametrize(
+    ("kw", "div"),
+    [
+        (dict(), 0),
+        (dict(strides=(2, 2)), 0),
+        (dict(direction="backward_data"), 0),
+        (dict(direction="backward_data", strides=(2, 2)), 0),  # stride phases
+        (dict(direction="backward_data", dilations=(2, 2)), 0),
+        (dict(direction="backward_data", strides=(2, 2), dilations=(2, 2)), 1),
+    ],
+    ids=str,
+)
+def test_stride_division_only_where_taps_skip(kw: dict, div: int) -> None:
+    """Only dilated strided backward data (no stride phases) compiles the per-tap division."""
+    mma = gpu.GpuMmaIgemmSolver()
+    p = _problem(**kw).canonical
+    kernels = mma.get_solution(_ctx(), p).kernels
+    (main,) = [k for k in kernels if k.kernel_name == "igemm_mma_main"]
+    assert f"-DMIO_BWD_DIV={div}" in main.options
+
+
 _CONFIG_PROBLEMS = (
     dict(),
     dict(c=4, k=4),
