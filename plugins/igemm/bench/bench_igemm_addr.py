@@ -6,6 +6,8 @@ source of the same kernel folder given by ``--before`` (a copy of the previous k
 parameter struct), both checked against cuDNN's result; plus cuDNN itself. Device time:
 ``torch.cuda._sleep`` ahead of the timed runs, CUDA events, median (``benchmarks/gpu_vs_cudnn``).
 
+    git show REV:plugins/igemm/src/miocore_igemm/kernels/igemm_mma.cu \
+        > plugins/igemm/src/miocore_igemm/kernels/igemm_mma_before.cu   # delete it after
     python plugins/igemm/bench/bench_igemm_addr.py --before igemm/igemm_mma_before.cu
 """
 
