@@ -22,7 +22,6 @@ import argparse
 import contextlib
 import importlib
 import json
-import math
 import sys
 import time
 from collections.abc import Iterator
@@ -35,26 +34,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[2] / "benchmarks"))
 
+from common import geomean  # noqa: E402
 from gpu_vs_cudnn import device_ms, torch_call  # noqa: E402
+from gpu_winograd_bench import layers, profile  # noqa: E402
 from miocore_winograd import gpu  # noqa: E402
-from shapes import RESNET50, VGG16, problem  # noqa: E402
+from shapes import problem  # noqa: E402
 
 import miocore  # noqa: E402
 
 DIRECTIONS = ("forward", "backward_data", "backward_weights")
-
-
-def geomean(values: list[float]) -> float:
-    """Geometric mean of the positive finite values (NaN for none)."""
-    values = [v for v in values if v > 0 and math.isfinite(v)]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
-
-
-def layers(selected: list[str]) -> list[tuple[str, Any, int]]:
-    """(network, layer, batch) of every stride-1 3x3 layer."""
-    out = [("resnet50", lay, 32) for lay in RESNET50 if lay.f == 3 and lay.stride == 1]
-    out += [("vgg16", lay, 16) for lay in VGG16 if lay.f == 3 and lay.stride == 1]
-    return [t for t in out if not selected or t[1].name in selected]
 
 
 @contextlib.contextmanager
@@ -84,24 +72,6 @@ def runner(handle: miocore.Handle, variant: tuple, p: miocore.ConvProblem, x: An
     }
     params = miocore.InvokeParams(problem=canon, workspace=workspace, **views)
     return lambda: invoker(handle, params)
-
-
-def profile(run: Any) -> dict[str, float]:
-    """Device milliseconds per kernel name (shortened) of one ``run``."""
-    from torch.profiler import ProfilerActivity
-    from torch.profiler import profile as prof
-
-    run()
-    torch.cuda.synchronize()
-    with prof(activities=[ProfilerActivity.CUDA]) as p:
-        run()
-        torch.cuda.synchronize()
-    out: dict[str, float] = {}
-    for evt in p.key_averages():
-        ms = getattr(evt, "device_time_total", getattr(evt, "cuda_time_total", 0.0)) / 1e3
-        if ms > 0:
-            out[evt.key[:50]] = out.get(evt.key[:50], 0.0) + ms
-    return out
 
 
 def variants(baseline: str | None, extra: bool) -> dict[str, tuple]:
