@@ -32,8 +32,8 @@ import attrs
 
 import miocore
 from miocore.backends._gpu.base import CORE_NAMESPACE, DTYPE_OPTIONS, core_kernel_dir
-from miocore.registry import Registry, default_registry
 from miocore.solver import Ceilings, DeviceInfo, ExecutionContext
+from miocore.solver.registry import Registry, default_registry
 
 
 def _context(vendor: str, arch: str) -> ExecutionContext:

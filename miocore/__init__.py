@@ -9,8 +9,6 @@ from importlib import metadata as _metadata
 
 from miocore import logs as _logs
 from miocore import reference
-from miocore.descriptors import ConvolutionDescriptor, TensorDescriptor
-from miocore.dtypes import DataType
 from miocore.env import FindEnforce, FindMode
 from miocore.errors import (
     BackendUnavailableError,
@@ -28,12 +26,12 @@ from miocore.errors import (
     UnknownSolverError,
     WorkspaceError,
 )
-from miocore.handle import Handle
-from miocore.hookspecs import HeuristicRecord, KernelSourceRecord, SolverRecord, hookimpl
-from miocore.problem import ConvProblem, Direction
-from miocore.registry import PluginInfo, RegisteredSolver, Registry, default_registry
-from miocore.results import AlgorithmPerf, FindReport, Solution, Solutions, Timing
-from miocore.solver import (
+from miocore.find.handle import Handle
+from miocore.problem.conv import ConvProblem, Direction
+from miocore.problem.descriptors import ConvolutionDescriptor, TensorDescriptor
+from miocore.problem.dtypes import DataType
+from miocore.solver.hookspecs import HeuristicRecord, KernelSourceRecord, SolverRecord, hookimpl
+from miocore.solver.interface import (
     APPLICABLE,
     Algorithm,
     Applicability,
@@ -49,6 +47,8 @@ from miocore.solver import (
     TunableSolver,
     not_applicable,
 )
+from miocore.solver.registry import PluginInfo, RegisteredSolver, Registry, default_registry
+from miocore.solver.results import AlgorithmPerf, FindReport, Solution, Solutions, Timing
 
 try:
     __version__ = _metadata.version("miocore")

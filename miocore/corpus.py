@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from miocore.problem import ConvProblem
+from miocore.problem.conv import ConvProblem
 
 CORPUS_NAME = "miopen_problems.jsonl.gz"
 _DTYPES = {"FP32": "float32", "FP16": "float16", "BF16": "bfloat16"}

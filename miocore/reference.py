@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from miocore.dtypes import VERIFY_TOLERANCE, DataType
 from miocore.errors import InvalidArgumentError
-from miocore.problem import ConvProblem, Direction
+from miocore.problem.conv import ConvProblem, Direction
+from miocore.problem.dtypes import VERIFY_TOLERANCE, DataType
 
 
 def _f64(array: Any, name: str, lengths: tuple[int, ...]) -> np.ndarray:

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 import miocore
-from miocore import testing_hookref
-from miocore.registry import reset_default_registry
+from miocore.solver.registry import reset_default_registry
 from miocore.testing import check_contract
+from miocore.testing import hookref as testing_hookref
 
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "docs" / "authors"
@@ -67,7 +67,7 @@ def test_every_page_is_listed_and_every_link_resolves() -> None:
 def test_hook_reference_is_generated_from_the_hookspecs() -> None:
     page = (GUIDE / "hooks.md").read_text()
     assert page == testing_hookref.render(), (
-        "docs/authors/hooks.md is stale: run `python -m miocore.testing_hookref > "
+        "docs/authors/hooks.md is stale: run `python -m miocore.testing.hookref > "
         "docs/authors/hooks.md`"
     )
     for name, _, _ in testing_hookref.hooks():
@@ -81,7 +81,7 @@ def test_every_hook_and_record_field_is_documented() -> None:
 
 
 def test_an_undocumented_field_or_hook_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    from miocore import hookspecs
+    from miocore.solver import hookspecs
 
     monkeypatch.setattr(hookspecs.KernelSourceRecord, "__doc__", "Declares kernel sources.")
     assert testing_hookref.undocumented() == [

@@ -13,10 +13,10 @@ import pytest
 from fake_solvers import BrokenSolver, TimedSolver, TunableTimedSolver
 
 import miocore
-from miocore import cli
+from miocore.cli import driver as cli
 from miocore.problem import Direction
-from miocore.registry import Registry
 from miocore.solver import ConvSolution, not_applicable
+from miocore.solver.registry import Registry
 
 SMALL = [
     "-n",
@@ -716,14 +716,14 @@ def test_solvers_bad_problem_exits_2(capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_db_command_is_wired(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("miocore.cli_db")
+    pytest.importorskip("miocore.cli.db")
     assert cli.main(["db", "path", "--user-db-path", str(tmp_path), "--json"]) == 0
     assert str(tmp_path) in capsys.readouterr().out
 
 
 def test_db_parser_comes_from_cli_db() -> None:
-    pytest.importorskip("miocore.cli_db")
-    from miocore.cli_db import run_db_command
+    pytest.importorskip("miocore.cli.db")
+    from miocore.cli.db import run_db_command
 
     args = cli.build_parser().parse_args(["db", "path"])
     assert args.func is run_db_command

@@ -23,7 +23,8 @@ from miocore import (
     not_applicable,
     reference,
 )
-from miocore.contract import (
+from miocore.testing import check_contract as exported_check_contract
+from miocore.testing.contract import (
     BUILTIN_SHAPES,
     Contract,
     ContractViolation,
@@ -32,7 +33,6 @@ from miocore.contract import (
     generate_problems,
     spy_on,
 )
-from miocore.testing import check_contract as exported_check_contract
 
 
 class GoodSolver(TunableSolver):

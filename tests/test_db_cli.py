@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from miocore.cli_db import add_db_parser, run_db_command
+from miocore.cli.db import add_db_parser, run_db_command
 from miocore.db import FindDb, FindDbEntry, PerfDb
 from miocore.problem import ConvProblem
 

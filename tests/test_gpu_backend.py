@@ -22,7 +22,7 @@ import pytest
 import miocore
 from miocore import reference
 from miocore.errors import BackendUnavailableError, CompileError, InvalidArgumentError
-from miocore.registry import Registry
+from miocore.solver.registry import Registry
 from miocore.testing import TOLERANCES
 
 pytestmark = pytest.mark.gpu
@@ -292,7 +292,7 @@ class _BrokenSolver(miocore.Solver):
 def test_compile_error_shows_numbered_source_and_log(
     handle: miocore.Handle, tmp_path: Path
 ) -> None:
-    from miocore.hookspecs import KernelSourceRecord, hookimpl
+    from miocore.solver.hookspecs import KernelSourceRecord, hookimpl
 
     folder = tmp_path / "broken"
     folder.mkdir()

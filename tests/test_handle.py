@@ -110,7 +110,7 @@ def test_compile_and_immediate_run_all_directions_and_cache_invoker() -> None:
         arrays = buffers(p)
         before = len(h.invoker_cache)
         h.immediate(p, "test.a", **arrays)
-        h.immediate(p, miocore.registry.solver_id("test.a"), **arrays)
+        h.immediate(p, miocore.solver.registry.solver_id("test.a"), **arrays)
         assert len(h.invoker_cache) == before
         _check(p, arrays)
 
@@ -226,7 +226,7 @@ def test_only_solver_and_algorithm_switches(monkeypatch: pytest.MonkeyPatch) -> 
     h = Handle("cpu", registry=reg)
     monkeypatch.setenv("MIOCORE_FIND_ONLY_SOLVER", "test.g")
     assert [s.solver for s in h.get_solutions(PROBLEM)] == ["test.g"]
-    monkeypatch.setenv("MIOCORE_FIND_ONLY_SOLVER", str(miocore.registry.solver_id("test.d")))
+    monkeypatch.setenv("MIOCORE_FIND_ONLY_SOLVER", str(miocore.solver.registry.solver_id("test.d")))
     assert [s.solver for s in h.get_solutions(PROBLEM)] == ["test.d"]
     monkeypatch.setenv("MIOCORE_FIND_ONLY_SOLVER", "test.nope")
     with pytest.raises(UnknownSolverError) as info:
@@ -345,7 +345,7 @@ def test_core_environment_without_plugins_says_so() -> None:
 
     if os.environ.get("MIOCORE_EXPECT_PLUGINS") != "":
         pytest.skip("only in the core environment (MIOCORE_EXPECT_PLUGINS set to nothing)")
-    miocore.registry.reset_default_registry()
+    miocore.solver.registry.reset_default_registry()
     assert miocore.solvers() == []
     with pytest.raises(NoApplicableSolverError, match="no solver plugin is installed"):
         Handle("cpu").find_solutions(PROBLEM)

@@ -8,14 +8,14 @@ from pathlib import Path
 import attrs
 import pytest
 
-from miocore.errors import InvalidEnvironmentError
-from miocore.kernel_cache import (
+from miocore.db.kernel_cache import (
     CacheKeyParts,
     KernelCache,
     cache_disabled,
     collect_headers,
     default_cache_dir,
 )
+from miocore.errors import InvalidEnvironmentError
 
 PARTS = CacheKeyParts(
     backend="cuda",

@@ -22,7 +22,7 @@ import pytest
 import miocore
 from miocore import ConvProblem, NoApplicableSolverError, PluginError, reference
 from miocore.cli import main
-from miocore.registry import PluginWarning, reset_default_registry
+from miocore.solver.registry import PluginWarning, reset_default_registry
 
 FAKES = Path(__file__).parent / "fake_dists"
 PROBLEM = ConvProblem.from_sizes("forward", n=1, c=2, k=3, in_spatial=(5, 5), filter_spatial=(3, 3))

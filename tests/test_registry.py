@@ -11,7 +11,7 @@ from fake_solvers import TimedSolver
 
 import miocore
 from miocore import PluginError, Registry, SolverRecord, UnknownSolverError, hookimpl
-from miocore.registry import PluginWarning, solver_id
+from miocore.solver.registry import PluginWarning, solver_id
 
 
 def _plugin(*records: object, raises: Exception | None = None) -> types.SimpleNamespace:
@@ -133,21 +133,21 @@ def test_unknown_solver_lists_installed_ones() -> None:
 
 def test_discover_honours_disable_all(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MIOCORE_DISABLE_PLUGINS", "all")
-    miocore.registry.reset_default_registry()
+    miocore.solver.registry.reset_default_registry()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         reg = miocore.default_registry()
     assert len(reg) == 0
     assert all(p.status == "disabled" for p in reg.plugins)
     monkeypatch.delenv("MIOCORE_DISABLE_PLUGINS")
-    miocore.registry.reset_default_registry()
+    miocore.solver.registry.reset_default_registry()
 
 
 def test_installed_solvers_match_installed_distributions() -> None:
     """The registered solvers are exactly what the installed plugin distributions provide."""
     from importlib import metadata
 
-    miocore.registry.reset_default_registry()
+    miocore.solver.registry.reset_default_registry()
     installed = {ep.dist.name for ep in metadata.entry_points(group="miocore") if ep.dist}
     reg = miocore.default_registry()
     providers = {s.distribution for s in reg.solvers}

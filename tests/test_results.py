@@ -5,7 +5,7 @@ from __future__ import annotations
 from fake_solvers import small_problem
 
 from miocore import Algorithm
-from miocore.results import Solution, Timing, order_with_ties
+from miocore.solver.results import Solution, Timing, order_with_ties
 
 
 def _solution(name: str, median: float, spread: float, workspace: int = 0) -> Solution:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy  # noqa: F401  (imported here: pytester's in-process runs cannot re-import it)
 import pytest
 
-import miocore.contract
 import miocore.testing
-import miocore.testing_plugin  # noqa: F401
+import miocore.testing.contract
+import miocore.testing.plugin  # noqa: F401
 
 pytest_plugins = ["pytester"]
 

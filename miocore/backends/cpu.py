@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from miocore.descriptors import TensorDescriptor, packed_strides
-from miocore.dtypes import DataType
 from miocore.errors import InvalidArgumentError, WorkspaceError
-from miocore.solver import Ceilings, DeviceInfo
+from miocore.problem.descriptors import TensorDescriptor, packed_strides
+from miocore.problem.dtypes import DataType
+from miocore.solver.interface import Ceilings, DeviceInfo
 
 
 def empty_for(desc: TensorDescriptor) -> np.ndarray:

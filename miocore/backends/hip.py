@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from miocore.backends._gpu.base import DriverCompileFailure, GpuBackend
-from miocore.dtypes import DataType
 from miocore.errors import BackendUnavailableError, InvalidArgumentError, MiocoreError
-from miocore.solver import Ceilings, DeviceInfo
+from miocore.problem.dtypes import DataType
+from miocore.solver.interface import Ceilings, DeviceInfo
 
 try:
     from hip import hip as _hip

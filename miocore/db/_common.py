@@ -75,7 +75,7 @@ def check_solver(name: Any, field: str = "solver") -> str:
 
 def check_key(key: Any, field: str = "key") -> str:
     """Validate a FindDb key: it must parse as a problem and be in MIOpen's canonical form."""
-    from miocore.problem import ConvProblem  # deferred: keeps `import miocore.db` light
+    from miocore.problem.conv import ConvProblem  # deferred: keeps `import miocore.db` light
 
     if not isinstance(key, str):
         raise InvalidArgumentError("a FindDb key is a string", field=field, value=key)
@@ -91,7 +91,7 @@ def check_key(key: Any, field: str = "key") -> str:
 @functools.lru_cache(maxsize=256)
 def parse_algorithm(text: str) -> str:
     """``Algorithm.parse(text).value``, cached: the parse tries every MIOpen name in turn."""
-    from miocore.solver import Algorithm
+    from miocore.solver.interface import Algorithm
 
     return Algorithm.parse(text).value
 

@@ -39,7 +39,7 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 def _algorithm(value: Any) -> str:
     if isinstance(value, str):
         return parse_algorithm(value)
-    from miocore.solver import Algorithm
+    from miocore.solver.interface import Algorithm
 
     return Algorithm.parse(value).value
 

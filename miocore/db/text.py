@@ -68,8 +68,8 @@ def _shorten(text: str, limit: int = 120) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _miopen_name(algorithm: str, letter: str) -> str:
-    from miocore.problem import Direction
-    from miocore.solver import Algorithm
+    from miocore.problem.conv import Direction
+    from miocore.solver.interface import Algorithm
 
     return Algorithm(algorithm).miopen_name(Direction.parse(letter))
 
@@ -92,8 +92,8 @@ def format_line(key: str, entries: Iterable[TextEntry]) -> str:
 
 def parse_line(text: str) -> tuple[str, list[TextEntry]]:
     """Parse one record line; raises ``ValueError`` saying what is wrong."""
-    from miocore.problem import ConvProblem
-    from miocore.solver import Algorithm
+    from miocore.problem.conv import ConvProblem
+    from miocore.solver.interface import Algorithm
 
     key, sep, body = text.partition("=")
     key = key.strip()

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from miocore.descriptors import TensorDescriptor
-from miocore.dtypes import DataType
 from miocore.errors import InvalidArgumentError, WorkspaceError
+from miocore.problem.descriptors import TensorDescriptor
+from miocore.problem.dtypes import DataType
 
 if TYPE_CHECKING:
     from miocore.backends._gpu.base import GpuBackend

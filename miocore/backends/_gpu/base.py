@@ -9,7 +9,7 @@ them, identically for both vendors:
   descriptor), ``empty``, ``random``, ``from_host``, ``to_host``, workspaces;
 * compilation: ``compile(kernels)`` resolves each :class:`~miocore.solver.KernelInfo`'s source in
   the plugin folders declared through ``miocore_kernel_sources``, compiles it for the device's
-  architecture through the binary cache (:mod:`miocore.kernel_cache`) and returns
+  architecture through the binary cache (:mod:`miocore.db.kernel_cache`) and returns
   :class:`CompiledKernel` objects; ``precompile`` does many in parallel;
 * timing with device events, and ``blend`` (alpha/beta) with the core's utility kernel;
 * ``gemm``: the vendor BLAS (cuBLAS, hipBLAS) for solvers that lower to matrix products.
@@ -35,16 +35,16 @@ from miocore.backends._gpu.arrays import (
     view_of,
     workspace_of,
 )
-from miocore.descriptors import TensorDescriptor
-from miocore.dtypes import DataType
+from miocore.db.kernel_cache import CacheKeyParts, KernelCache, cache_disabled, collect_headers
 from miocore.errors import (
     CompileError,
     InvalidArgumentError,
     InvalidEnvironmentError,
     MiocoreError,
 )
-from miocore.kernel_cache import CacheKeyParts, KernelCache, cache_disabled, collect_headers
-from miocore.solver import DeviceInfo, KernelInfo
+from miocore.problem.descriptors import TensorDescriptor
+from miocore.problem.dtypes import DataType
+from miocore.solver.interface import DeviceInfo, KernelInfo
 
 log = logging.getLogger("miocore.gpu")
 
@@ -288,7 +288,7 @@ class GpuBackend:
         if self._registry_fn is not None:
             registry = self._registry_fn()
         else:
-            from miocore.registry import default_registry
+            from miocore.solver.registry import default_registry
 
             registry = default_registry()
         for info, record in getattr(registry, "kernel_sources", ()):

@@ -17,7 +17,7 @@ SOLVER = {{Name}}Direct()
 
 def test_installed_plugin_is_discovered() -> None:
     """pip installed the entry point: miocore lists the plugin and its solver."""
-    miocore.registry.reset_default_registry()
+    miocore.solver.registry.reset_default_registry()
     reg = miocore.default_registry().get("{{name}}.direct")
     assert reg.distribution == "miocore-{{name}}" and reg.plugin == "{{name}}"
     info = next(p for p in miocore.default_registry().plugins if p.name == "{{name}}")
@@ -70,7 +70,7 @@ def test_gpu_kernel_source_ships_with_the_package() -> None:
 @pytest.mark.gpu
 def test_runs_on_a_gpu() -> None:
     """On a CUDA or HIP machine, once "cuda"/"hip" are in the solver's backends."""
-    from miocore.testing_plugin import gpu_device
+    from miocore.testing.plugin import gpu_device
 
     device = gpu_device()
     if device not in SOLVER.backends:

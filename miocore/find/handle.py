@@ -25,11 +25,9 @@ from miocore.errors import (
     SolverFailedError,
     UnknownSolverError,
 )
-from miocore.invoker_cache import CachedInvoker, InvokerCache
-from miocore.problem import ConvProblem
-from miocore.registry import RegisteredSolver, Registry, default_registry
-from miocore.results import AlgorithmPerf, FindReport, Solution, Solutions, Timing, order_with_ties
-from miocore.solver import (
+from miocore.find.invoker_cache import CachedInvoker, InvokerCache
+from miocore.problem.conv import ConvProblem
+from miocore.solver.interface import (
     Algorithm,
     ConvSolution,
     ExecutionContext,
@@ -38,6 +36,15 @@ from miocore.solver import (
     PerfConfig,
     TunableSolver,
     normalize_applicability,
+)
+from miocore.solver.registry import RegisteredSolver, Registry, default_registry
+from miocore.solver.results import (
+    AlgorithmPerf,
+    FindReport,
+    Solution,
+    Solutions,
+    Timing,
+    order_with_ties,
 )
 
 log = logging.getLogger("miocore.find")

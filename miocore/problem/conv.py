@@ -16,9 +16,9 @@ from typing import Any
 
 import attrs
 
-from miocore.descriptors import LAYOUTS, ConvolutionDescriptor, TensorDescriptor
-from miocore.dtypes import DataType
 from miocore.errors import InvalidProblemError
+from miocore.problem.descriptors import LAYOUTS, ConvolutionDescriptor, TensorDescriptor
+from miocore.problem.dtypes import DataType
 
 
 class Direction(StrEnum):

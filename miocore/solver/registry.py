@@ -21,14 +21,14 @@ import pluggy
 
 from miocore import env
 from miocore.errors import PluginError, UnknownSolverError
-from miocore.hookspecs import (
+from miocore.solver.hookspecs import (
     PROJECT,
     HeuristicRecord,
     KernelSourceRecord,
     MiocoreSpecs,
     SolverRecord,
 )
-from miocore.solver import Algorithm, Solver
+from miocore.solver.interface import Algorithm, Solver
 
 log = logging.getLogger("miocore.plugins")
 

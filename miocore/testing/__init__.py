@@ -2,13 +2,13 @@
 
 Without pytest: :func:`run_solver` runs one solver directly, :func:`check_solver` compares it
 with the float64 reference, and :func:`check_contract` runs the whole solver contract suite
-(:mod:`miocore.contract`).
+(:mod:`miocore.testing.contract`).
 
 With pytest, opt in (nothing is auto-loaded into other projects' test runs)::
 
     pytest_plugins = ["miocore.testing"]
 
-to get the fixtures and the ``gpu`` marker of :mod:`miocore.testing_plugin`, and subclass
+to get the fixtures and the ``gpu`` marker of :mod:`miocore.testing.plugin`, and subclass
 :class:`SolverContract` to run the contract suite as tests::
 
     from miocore.testing import SolverContract
@@ -28,19 +28,19 @@ import numpy as np
 
 from miocore import reference
 from miocore.backends.cpu import allocate_workspace, cpu_device_info, empty_for
-from miocore.contract import Contract, ContractReport, ContractViolation, check_contract
-from miocore.dtypes import DataType
-from miocore.problem import ConvProblem
-from miocore.solver import (
+from miocore.problem.conv import ConvProblem
+from miocore.problem.dtypes import DataType
+from miocore.solver.interface import (
     ExecutionContext,
     InvokeParams,
     PerfConfig,
     Solver,
     normalize_applicability,
 )
+from miocore.testing.contract import Contract, ContractReport, ContractViolation, check_contract
 
 #: Loaded by pytest when a test suite opts in with ``pytest_plugins = ["miocore.testing"]``.
-pytest_plugins = ["miocore.testing_plugin"]
+pytest_plugins = ["miocore.testing.plugin"]
 
 __all__ = [
     "TOLERANCES",
@@ -144,7 +144,7 @@ def inputs_for(problem: ConvProblem, seed: int = 0) -> dict[str, Any]:
 def __getattr__(name: str) -> Any:
     # SolverContract needs pytest; import it only when asked, so this module works without.
     if name == "SolverContract":
-        from miocore.testing_plugin import SolverContract
+        from miocore.testing.plugin import SolverContract
 
         return SolverContract
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,8 +17,8 @@ from pathlib import Path
 import attrs
 import pluggy
 
-from miocore.problem import ConvProblem
-from miocore.solver import ExecutionContext, Solver
+from miocore.problem.conv import ConvProblem
+from miocore.solver.interface import ExecutionContext, Solver
 
 PROJECT = "miocore"
 

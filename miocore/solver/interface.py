@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import attrs
 
-from miocore.dtypes import DataType
 from miocore.errors import InvalidArgumentError
-from miocore.problem import ConvProblem, Direction
+from miocore.problem.conv import ConvProblem, Direction
+from miocore.problem.dtypes import DataType
 
 if TYPE_CHECKING:
-    from miocore.handle import Handle
+    from miocore.find.handle import Handle
 
 
 class Algorithm(StrEnum):

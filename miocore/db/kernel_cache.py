@@ -36,7 +36,7 @@ import attrs
 
 from miocore.errors import InvalidEnvironmentError
 
-log = logging.getLogger("miocore.kernel_cache")
+log = logging.getLogger("miocore.db.kernel_cache")
 
 #: Bumped whenever the entry format changes; part of every key.
 FORMAT = 1

@@ -306,7 +306,7 @@ def _cmd_clean(args: argparse.Namespace) -> int:
         return 2
     keep = None
     if args.stale:
-        from miocore.registry import default_registry
+        from miocore.solver.registry import default_registry
 
         keep = default_registry().names()
     kwargs: dict[str, Any] = (

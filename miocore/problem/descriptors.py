@@ -13,8 +13,8 @@ from typing import Any
 
 import attrs
 
-from miocore.dtypes import DataType
 from miocore.errors import InvalidDescriptorError
+from miocore.problem.dtypes import DataType
 
 #: Memory layouts by spatial rank; each names the dimension order from outermost to innermost.
 LAYOUTS: dict[int, tuple[str, ...]] = {2: ("NCHW", "NHWC"), 3: ("NCDHW", "NDHWC")}

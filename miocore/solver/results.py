@@ -8,8 +8,8 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-from miocore.problem import ConvProblem
-from miocore.solver import Algorithm, PerfConfig
+from miocore.problem.conv import ConvProblem
+from miocore.solver.interface import Algorithm, PerfConfig
 
 #: Where a solution's time came from.
 SOURCES = ("measured", "find-db", "system-db", "heuristic", "wti", "fallback")

@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 
-from miocore.solver import Algorithm, Invoker, PerfConfig
+from miocore.solver.interface import Algorithm, Invoker, PerfConfig
 
 
 @attrs.frozen(kw_only=True)

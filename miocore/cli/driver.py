@@ -5,7 +5,7 @@ and ``db``.
 fastest solution of each selected direction, prints it, optionally times it and verifies it
 against the float64 reference. ``miocore solvers`` lists the installed solvers and, given the
 same problem flags, says which apply and why the others do not. ``miocore db`` maintains the
-databases (see :mod:`miocore.cli_db`). ``miocore plugins`` lists each plugin with its
+databases (see :mod:`miocore.cli.db`). ``miocore plugins`` lists each plugin with its
 distribution, version, status and solvers. The problem flags are declared once, in
 :data:`DRIVER_FLAGS`, and shared by ``conv``, ``convfp16``, ``convbfp16`` and ``solvers``.
 
@@ -23,8 +23,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from miocore.descriptors import LAYOUTS, ConvolutionDescriptor, TensorDescriptor
-from miocore.dtypes import DataType
 from miocore.errors import (
     InvalidArgumentError,
     MiocoreError,
@@ -32,7 +30,9 @@ from miocore.errors import (
     NotApplicableError,
     SolverFailedError,
 )
-from miocore.problem import ConvProblem, Direction
+from miocore.problem.conv import ConvProblem, Direction
+from miocore.problem.descriptors import LAYOUTS, ConvolutionDescriptor, TensorDescriptor
+from miocore.problem.dtypes import DataType
 
 PROG = "miocore"
 
@@ -446,7 +446,7 @@ def _solve_direction(
     handle: Any, problem: ConvProblem, args: argparse.Namespace, out: Callable[[str], None]
 ) -> DirectionResult:
     from miocore import reference
-    from miocore.results import Timing
+    from miocore.solver.results import Timing
 
     title = ("Transposed " if problem.is_transposed else "") + _DIRECTION_TITLES[problem.direction]
     if args.solution is not None:
@@ -549,7 +549,7 @@ class SolverRunError(MiocoreError):
 def run_conv(args: argparse.Namespace, registry: Any = None) -> int:
     """``miocore conv|convfp16|convbfp16``: find, print, time and verify each direction."""
     from miocore.env import FindMode
-    from miocore.handle import Handle
+    from miocore.find.handle import Handle
 
     dtype = CONV_COMMANDS[args.command]
     if args.iter < 1:
@@ -613,7 +613,7 @@ def run_conv(args: argparse.Namespace, registry: Any = None) -> int:
 
 
 def _solver_rows(registry: Any) -> list[dict[str, Any]]:
-    from miocore.solver import TunableSolver
+    from miocore.solver.interface import TunableSolver
 
     return [
         {
@@ -633,7 +633,7 @@ def _solver_rows(registry: Any) -> list[dict[str, Any]]:
 
 def _applicability_rows(handle: Any, problem: ConvProblem) -> list[dict[str, Any]]:
     from miocore import env
-    from miocore.solver import normalize_applicability
+    from miocore.solver.interface import normalize_applicability
 
     rows = []
     only = env.only_solver()
@@ -680,8 +680,8 @@ def run_solvers(args: argparse.Namespace, registry: Any = None) -> int:
     """``miocore solvers``: what is installed; with problem flags, what applies and why not."""
     from rich.table import Table
 
-    from miocore.handle import Handle
-    from miocore.registry import default_registry
+    from miocore.find.handle import Handle
+    from miocore.solver.registry import default_registry
 
     problems: list[ConvProblem] = []
     if given_driver_flags(args):
@@ -807,7 +807,7 @@ def run_plugins(args: argparse.Namespace, registry: Any = None) -> int:
     """
     from rich.table import Table
 
-    from miocore.registry import default_registry
+    from miocore.solver.registry import default_registry
 
     reg = registry if registry is not None else default_registry()
     rows = _plugin_rows(reg)
@@ -977,7 +977,7 @@ def build_parser() -> argparse.ArgumentParser:
     plugins.set_defaults(handler=run_plugins)
 
     try:
-        from miocore.cli_db import add_db_parser
+        from miocore.cli.db import add_db_parser
     except ImportError:  # the db command lands separately; the rest works without it
         pass
     else:
