@@ -325,10 +325,12 @@ def test_the_never_run_check_catches_a_handle_that_runs_declined_problems(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Simulate a core regression: immediate mode skips the applicability check.
+    from miocore.find.candidates import Candidates
+
     monkeypatch.setattr(
-        miocore.Handle,
-        "_applicable_solver",
-        lambda self, problem, solver: self.registry.get(solver),
+        Candidates,
+        "applicable",
+        lambda self, problem, solver: self.state.registry.get(solver),
     )
     contract = _contract(GoodSolver())
     with pytest.raises(ContractViolation) as info:

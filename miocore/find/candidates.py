@@ -1,0 +1,214 @@
+"""The candidates step: which installed solvers may solve a problem on this device, and with
+which performance config and workspace.
+
+Applicability, the environment switches (``MIOCORE_FIND_ONLY_SOLVER``,
+``MIOCORE_DEBUG_CONV_*``), the workspace limit and the PerfDb's tuned config are decided here,
+once per (network config, limit, switches): solvers are stateless and pure, so their answers for
+one problem never change. Everything left out is written into the report with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import attrs
+
+from miocore import env
+from miocore.errors import (
+    InvalidArgumentError,
+    NoApplicableSolverError,
+    NotApplicableError,
+    UnknownSolverError,
+)
+from miocore.find.blame import naming_culprit, record_failure
+from miocore.find.state import FindState
+from miocore.problem.conv import ConvProblem
+from miocore.solver.interface import Algorithm, PerfConfig, TunableSolver, normalize_applicability
+from miocore.solver.registry import RegisteredSolver
+from miocore.solver.results import FindReport
+
+log = logging.getLogger("miocore.find")
+
+#: The report tables a memoized candidate list restores.
+_LEFT_OUT = ("not_applicable", "skipped")
+
+
+@attrs.define
+class Candidate:
+    """A solver that applies, with the perf config it would use and the workspace it needs."""
+
+    reg: RegisteredSolver
+    perf_config: PerfConfig | None
+    workspace_size: int
+    perf_db_entry: bool
+
+
+class Candidates:
+    """Selects the candidate solvers of a problem (memoized per handle)."""
+
+    def __init__(self, state: FindState, max_memo: int = 1024) -> None:
+        self.state = state
+        self.max_memo = max_memo
+        self._memo: dict[tuple[Any, ...], tuple[tuple[Candidate, ...], dict[str, Any]]] = {}
+        state.forget_hooks.append(lambda _key: self._memo.clear())
+
+    def select(
+        self, problem: ConvProblem, report: FindReport, limit: int | None, *, use_perf_db: bool
+    ) -> list[Candidate]:
+        """The candidates of ``problem`` within ``limit`` bytes; the rest go into ``report``."""
+        memo_key = (problem.network_config, limit, use_perf_db, id(self.state.registry), switches())
+        found = self._memo.get(memo_key)
+        if found is not None:
+            candidates, left_out = found
+            for name, table in left_out.items():
+                getattr(report, name).update(table)
+            log.debug("candidates of %s from memory: %d", problem.key, len(candidates))
+            return list(candidates)
+        candidates = self._select(problem, report, limit, use_perf_db=use_perf_db)
+        if not report.failed:  # a failure may be transient: ask again next time
+            left_out = {name: dict(getattr(report, name)) for name in _LEFT_OUT}
+            self._memo[memo_key] = (tuple(candidates), left_out)
+            while len(self._memo) > self.max_memo:
+                self._memo.pop(next(iter(self._memo)))
+        log.debug(
+            "candidates of %s: %s", problem.key, ", ".join(c.reg.name for c in candidates) or "none"
+        )
+        return candidates
+
+    def _select(
+        self, problem: ConvProblem, report: FindReport, limit: int | None, *, use_perf_db: bool
+    ) -> list[Candidate]:
+        state = self.state
+        canon = problem.canonical
+        registry = state.registry
+        only = env.only_solver()
+        if only is not None:
+            try:
+                only = registry.get(only).name
+            except UnknownSolverError as exc:
+                raise UnknownSolverError(
+                    str(exc).split(": ", 1)[-1], field="MIOCORE_FIND_ONLY_SOLVER", value=only
+                ) from None
+        backend = state.backend.name
+        out = []
+        for reg in registry.solvers:
+            solver = reg.solver
+            if only is not None and reg.name != only:
+                continue
+            if backend not in solver.backends:
+                report.not_applicable[reg.name] = (
+                    f"runs on {', '.join(sorted(solver.backends))}, not {backend}"
+                )
+                continue
+            algo = solver.algorithm.value
+            if not env.algorithm_enabled(algo):
+                report.skipped[reg.name] = f"disabled by MIOCORE_DEBUG_CONV_{algo.upper()}=0"
+                continue
+            try:
+                answer = normalize_applicability(solver.is_applicable(state.context, canon))
+            except Exception as exc:
+                record_failure(report, reg, "is_applicable", exc)
+                continue
+            if not answer:
+                report.not_applicable[reg.name] = answer.reason or "not applicable"
+                continue
+            try:
+                config, from_db = self.perf_config(reg, canon, use_perf_db=use_perf_db)
+                workspace = self.workspace(reg, canon, config)
+            except Exception as exc:
+                record_failure(report, reg, "workspace_size", exc)
+                continue
+            if limit is not None and workspace > limit:
+                report.skipped[reg.name] = f"needs {workspace} B of workspace, limit is {limit} B"
+                continue
+            out.append(
+                Candidate(
+                    reg=reg, perf_config=config, workspace_size=workspace, perf_db_entry=from_db
+                )
+            )
+        return out
+
+    def applicable(self, problem: ConvProblem, solver: str | int) -> RegisteredSolver:
+        """The registered ``solver`` (name or id), which must apply to ``problem`` here."""
+        state = self.state
+        reg = state.registry.get(solver)
+        if state.backend.name not in reg.solver.backends:
+            raise NotApplicableError(
+                f"runs on {sorted(reg.solver.backends)}, not {state.backend.name}",
+                field="solver",
+                value=reg.name,
+            )
+        with naming_culprit(reg, "is_applicable"):
+            answer = normalize_applicability(
+                reg.solver.is_applicable(state.context, problem.canonical)
+            )
+        if not answer:
+            raise NotApplicableError(
+                f"does not apply to {problem.key}: {answer.reason}", field="solver", value=reg.name
+            )
+        return reg
+
+    def perf_config(
+        self, reg: RegisteredSolver, canon: ConvProblem, *, use_perf_db: bool
+    ) -> tuple[PerfConfig | None, bool]:
+        """The config ``reg`` runs ``canon`` with (tuned from the PerfDb, else its default) and
+        whether it came from the PerfDb; None for a solver that is not tunable."""
+        solver = reg.solver
+        context = self.state.context
+        if not isinstance(solver, TunableSolver):
+            return None, False
+        if use_perf_db:
+            entry = self.state.perf_db.get(canon.key, reg.name)
+            if entry is not None:
+                try:
+                    config = PerfConfig.from_string(entry.perf_config)
+                    if solver.is_valid_perf_config(context, canon, config):
+                        return config, True
+                except Exception as exc:  # a stale or foreign entry must not break find
+                    log.warning("ignoring PerfDb entry of %s for %s: %s", reg.name, canon.key, exc)
+        return solver.default_perf_config(context, canon), False
+
+    def workspace(
+        self, reg: RegisteredSolver, canon: ConvProblem, config: PerfConfig | None
+    ) -> int:
+        """Workspace bytes ``reg`` needs for ``canon`` with ``config`` (checked)."""
+        size = reg.solver.workspace_size(self.state.context, canon, config)
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise InvalidArgumentError(
+                "workspace_size must return an integer >= 0",
+                field=f"{reg.name}.workspace_size",
+                value=size,
+            )
+        return size
+
+    def nothing_applies(
+        self, problem: ConvProblem, report: FindReport, limit: int | None
+    ) -> NoApplicableSolverError:
+        """The error for a problem no candidate survived, with every reason."""
+        if not len(self.state.registry):
+            return NoApplicableSolverError(
+                f"no solver can solve {problem.key}: no solver plugin is installed. Install one "
+                "(for example `pip install miocore-gemm`) or check MIOCORE_DISABLE_PLUGINS."
+            )
+        reasons = [
+            *(f"{k}: {v}" for k, v in report.not_applicable.items()),
+            *(f"{k}: {v}" for k, v in report.skipped.items()),
+            *(f"{k}: failed: {v}" for k, v in report.failed.items()),
+        ]
+        if not reasons:
+            reasons = ["MIOCORE_FIND_ONLY_SOLVER excludes every solver"]
+        where = f" within a workspace limit of {limit} B" if limit is not None else ""
+        return NoApplicableSolverError(
+            f"no installed solver can solve {problem.key}{where}: " + "; ".join(reasons)
+        )
+
+
+def switches() -> tuple[str | None, ...]:
+    """The environment switches that change which solvers find considers."""
+    names = [
+        "MIOCORE_FIND_ONLY_SOLVER",
+        *(f"MIOCORE_DEBUG_CONV_{a.value.upper()}" for a in Algorithm),
+    ]
+    return tuple(os.environ.get(n) for n in names)

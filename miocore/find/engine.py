@@ -1,0 +1,377 @@
+"""The find engine: find modes and find enforce, benchmarking, tuning, ordering, writing records.
+
+Given the candidates of a problem, the engine decides by the find mode (design guide §4)
+whether the FindDb answers or every candidate is measured; it measures (warm-up, then the
+median of several runs, with spread and count), prunes candidates whose WTI predicts they
+cannot win, tunes tunable solvers as find enforce asks, orders the results with ties within
+noise broken by a stable rule, and writes the user FindDb record.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from miocore import env
+from miocore.env import FindEnforce, FindMode
+from miocore.errors import InvalidArgumentError, InvalidEnvironmentError, NoApplicableSolverError
+from miocore.find.blame import record_failure
+from miocore.find.candidates import Candidate
+from miocore.find.invoker_cache import CachedInvoker
+from miocore.find.ranker import ImmediateRanker
+from miocore.find.runner import Runner
+from miocore.find.state import FindState
+from miocore.problem.conv import ConvProblem
+from miocore.solver.interface import InvokeParams, PerfConfig, TunableSolver
+from miocore.solver.results import FindReport, Solution, Timing, order_with_ties
+
+log = logging.getLogger("miocore.find")
+
+#: Called during find as ``progress(done, total, solver_name)``.
+ProgressCallback = Callable[[int, int, str], None]
+
+
+class FindEngine:
+    """Runs find for one handle over the candidates the candidates step selected."""
+
+    def __init__(self, state: FindState, ranker: ImmediateRanker, runner: Runner) -> None:
+        self.state = state
+        self.ranker = ranker
+        self.runner = runner
+
+    def find(
+        self,
+        problem: ConvProblem,
+        candidates: list[Candidate],
+        report: FindReport,
+        *,
+        mode: FindMode,
+        enforce: FindEnforce,
+        exhaustive: bool,
+        buffers: dict[str, Any],
+        workspace: Any,
+        progress: ProgressCallback | None,
+    ) -> tuple[list[Solution], bool]:
+        """Solutions of ``problem`` by the find mode, and whether they are already ordered."""
+        if mode is not FindMode.NORMAL:
+            hit = self.ranker.recorded(problem, candidates, report)
+            if hit:
+                log.info("%s: FindDb hit (%s), no benchmark", problem.key, report.db_hit)
+                return hit, False
+            if mode is FindMode.FAST:
+                log.info("%s: FindDb miss in FAST mode; ranked without benchmarking", problem.key)
+                return self.ranker.fallback(problem, candidates), True
+            if mode is FindMode.DYNAMIC_HYBRID:
+                candidates = self._dynamic_only(problem, candidates, report)
+        measured = self.benchmark(
+            problem,
+            candidates,
+            report,
+            exhaustive=exhaustive,
+            enforce=enforce,
+            buffers=buffers,
+            workspace=workspace,
+            progress=progress,
+        )
+        if not measured:
+            raise NoApplicableSolverError(
+                f"every applicable solver failed on {problem.key}: "
+                + "; ".join(f"{k}: {v}" for k, v in report.failed.items())
+            )
+        ordered = order_with_ties(measured)
+        self.write_record(problem, ordered, mode)
+        report.wrote_db = True
+        log.info(
+            "%s: %s wins at %.4g ms (%d measured)",
+            problem.key,
+            ordered[0].solver,
+            ordered[0].time_ms,
+            len(ordered),
+        )
+        return ordered, True
+
+    def _dynamic_only(
+        self, problem: ConvProblem, candidates: list[Candidate], report: FindReport
+    ) -> list[Candidate]:
+        dynamic = [c for c in candidates if c.reg.solver.is_dynamic]
+        if not dynamic:
+            log.info("no dynamic solver applies to %s; benchmarking all", problem.key)
+            return candidates
+        for c in candidates:
+            if not c.reg.solver.is_dynamic:
+                report.skipped[c.reg.name] = (
+                    "DYNAMIC_HYBRID find benchmarks only dynamic solvers on a miss"
+                )
+        return dynamic
+
+    # -- benchmarking ------------------------------------------------------------------------
+
+    def benchmark(
+        self,
+        problem: ConvProblem,
+        candidates: list[Candidate],
+        report: FindReport,
+        *,
+        exhaustive: bool,
+        enforce: FindEnforce,
+        buffers: dict[str, Any],
+        workspace: Any,
+        progress: ProgressCallback | None,
+    ) -> list[Solution]:
+        """Measure every candidate (likely winners first, hopeless ones pruned)."""
+        state = self.state
+        canon = problem.canonical
+        arrays = self._buffers(problem, buffers)
+        ideal = state.context.ideal_ms(canon)
+        predicted: dict[str, float] = {}
+        for c in candidates:
+            try:
+                score = float(c.reg.solver.wti(state.context, canon))
+            except Exception:
+                score = -1.0
+            predicted[c.reg.name] = (
+                ideal / score if score > 0 and np.isfinite(score) else float("inf")
+            )
+        # Likely winners first, so the cut-offs for hopeless candidates have a reference.
+        ordered = sorted(candidates, key=lambda c: (predicted[c.reg.name], c.reg.name))
+        if hasattr(state.backend, "precompile"):
+            self._precompile(canon, ordered)
+        prune = prune_factor()
+        out: list[Solution] = []
+        best = float("inf")
+        for done, cand in enumerate(ordered):
+            if progress is not None:
+                progress(done, len(ordered), cand.reg.name)
+            guess = predicted[cand.reg.name]
+            if prune and np.isfinite(guess) and guess > prune * best:
+                report.skipped[cand.reg.name] = (
+                    f"pruned: its WTI predicts {guess:.4g} ms, over {prune:g}x the best measured "
+                    f"{best:.4g} ms"
+                )
+                continue
+            try:
+                config = cand.perf_config
+                if isinstance(cand.reg.solver, TunableSolver) and should_tune(
+                    enforce, exhaustive, cand.perf_db_entry
+                ):
+                    config = self._tune(problem, cand, arrays, report)
+                entry = self.runner.build(problem, cand.reg, config)
+                ws = self.runner.workspace(workspace, entry.workspace_size)
+                timing, note = self._time(canon, entry, arrays, ws, best)
+            except Exception as exc:
+                record_failure(report, cand.reg, "find", exc)
+                continue
+            log.debug("%s: %s %s", problem.key, cand.reg.name, timing)
+            report.benchmarked.append(cand.reg.name)
+            best = min(best, timing.median_ms)
+            out.append(
+                Solution(
+                    problem=problem,
+                    solver=cand.reg.name,
+                    solver_id=cand.reg.id,
+                    algorithm=cand.reg.algorithm,
+                    time_ms=timing.median_ms,
+                    workspace_size=entry.workspace_size,
+                    source="measured",
+                    is_estimate=False,
+                    timing=timing,
+                    perf_config=config,
+                    note=note,
+                )
+            )
+        if progress is not None:
+            progress(len(ordered), len(ordered), "")
+        return out
+
+    def _precompile(self, canon: ConvProblem, candidates: list[Candidate]) -> None:
+        """Compile every candidate's kernels in parallel (``MIOCORE_COMPILE_PARALLEL_LEVEL``)
+        before benchmarking; a failure surfaces again, per solver, when find builds it."""
+        kernels = []
+        for cand in candidates:
+            try:
+                solution = cand.reg.solver.get_solution(self.state.context, canon, cand.perf_config)
+            except Exception:  # reported by the build, with the solver's name
+                continue
+            kernels.extend(solution.kernels)
+        if kernels:
+            self.state.backend.precompile(kernels)
+
+    def _buffers(self, problem: ConvProblem, buffers: dict[str, Any]) -> dict[str, Any]:
+        given = {k: v for k, v in buffers.items() if v is not None}
+        if given and len(given) != 3:
+            missing = sorted(set(buffers) - set(given))
+            raise InvalidArgumentError(
+                "pass all of x, w and y to find on your buffers, or none",
+                field=missing[0],
+                value=None,
+            )
+        if given:
+            return self.runner.canonical_arrays(problem, given)
+        rng = np.random.default_rng(0)
+        canon = problem.canonical
+        backend = self.state.backend
+        return {name: backend.random(getattr(canon, name), rng) for name in ("x", "w", "y")}
+
+    def _time(
+        self,
+        canon: ConvProblem,
+        entry: CachedInvoker,
+        arrays: dict[str, Any],
+        workspace: Any,
+        best_ms: float,
+        *,
+        min_runs: int = 3,
+        max_runs: int = 15,
+        min_total_ms: float = 40.0,
+    ) -> tuple[Timing, str]:
+        backend = self.state.backend
+        params = InvokeParams(problem=canon, workspace=workspace, **arrays)
+        owner = self.runner.owner
+
+        def run() -> None:
+            entry.invoker(owner, params)
+
+        first = backend.time_ms(run)  # warm-up: caches, lazy allocations
+        # A candidate far slower than the best so far cannot win: one more run is enough to
+        # report an honest (measured) time without spending seconds on it.
+        if first > 10 * best_ms:
+            timing = Timing.from_samples([backend.time_ms(run)])
+            return (
+                timing,
+                f"stopped after 1 timed run: over 10x the best time so far ({best_ms:.4g} ms)",
+            )
+        samples: list[float] = []
+        while len(samples) < max_runs:
+            samples.append(backend.time_ms(run))
+            if len(samples) >= min_runs and sum(samples) >= min_total_ms:
+                break
+        return Timing.from_samples(samples), ""
+
+    # -- tuning ------------------------------------------------------------------------------
+
+    def _tune(
+        self, problem: ConvProblem, cand: Candidate, arrays: dict[str, Any], report: FindReport
+    ) -> PerfConfig:
+        from miocore.db import make_provenance
+
+        state = self.state
+        canon = problem.canonical
+        solver = cand.reg.solver
+        assert isinstance(solver, TunableSolver)
+        budget_s = float(env.positive_int("MIOCORE_TUNING_BUDGET_S", 30))
+        deadline = time.monotonic() + budget_s
+        best: tuple[float, PerfConfig] | None = None
+        tried = 0
+        for config in solver.perf_config_space(state.context, canon):
+            if time.monotonic() > deadline:
+                break
+            if not solver.is_valid_perf_config(state.context, canon, config):
+                continue
+            try:
+                entry = self.runner.build(problem, cand.reg, config)
+                ws = state.backend.allocate_workspace(entry.workspace_size)
+                timing, _ = self._time(
+                    canon,
+                    entry,
+                    arrays,
+                    ws,
+                    best[0] if best else float("inf"),
+                    min_runs=2,
+                    max_runs=5,
+                    min_total_ms=10.0,
+                )
+            except Exception as exc:
+                log.warning(
+                    "tuning %s: config %s failed: %s", cand.reg.name, config.to_string(), exc
+                )
+                continue
+            tried += 1
+            if best is None or timing.median_ms < best[0]:
+                best = (timing.median_ms, config)
+        if best is None:
+            report.tuned[cand.reg.name] = "no valid config ran; using the default"
+            return solver.default_perf_config(state.context, canon)
+        state.perf_db.put(
+            canon.key,
+            cand.reg.name,
+            best[1].to_string(),
+            make_provenance(
+                state.device.identity,
+                plugin=cand.reg.distribution,
+                plugin_version=cand.reg.version,
+                time_ms=f"{best[0]:.6g}",
+                configs_tried=str(tried),
+            ),
+        )
+        state.forget(canon.key)
+        report.tuned[cand.reg.name] = (
+            f"{best[1].to_string()} ({best[0]:.4g} ms, {tried} configs tried)"
+        )
+        return best[1]
+
+    # -- records -----------------------------------------------------------------------------
+
+    def write_record(
+        self, problem: ConvProblem, solutions: Sequence[Solution], mode: FindMode
+    ) -> None:
+        """Write the user FindDb record of ``problem`` (replacing any earlier one)."""
+        from miocore.db import FindDbEntry, make_provenance
+
+        state = self.state
+        entries = []
+        for s in solutions:
+            reg = state.registry.get(s.solver)
+            entries.append(
+                FindDbEntry(
+                    solver=s.solver,
+                    algorithm=s.algorithm.value,
+                    time_ms=s.time_ms,
+                    workspace_size=s.workspace_size,
+                    spread_ms=s.timing.spread_ms if s.timing else None,
+                    count=s.timing.count if s.timing else 0,
+                    perf_config=s.perf_config.to_string() if s.perf_config is not None else None,
+                    provenance=make_provenance(
+                        state.device.identity,
+                        plugin=reg.distribution,
+                        plugin_version=reg.version,
+                        find_mode=mode.name,
+                    ),
+                )
+            )
+        state.find_db.write(problem.key, entries)
+        state.forget(problem.key)
+        log.debug("%s: wrote the user FindDb record (%d entries)", problem.key, len(entries))
+
+
+def prune_factor() -> float:
+    """``MIOCORE_FIND_PRUNE_FACTOR`` (default 20; 0 turns pruning off)."""
+    raw = os.environ.get("MIOCORE_FIND_PRUNE_FACTOR", "").strip()
+    if not raw:
+        return 20.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if value != 0 and value < 1:
+        raise InvalidEnvironmentError(
+            "expected 0 (off) or a factor >= 1", field="MIOCORE_FIND_PRUNE_FACTOR", value=raw
+        )
+    return value
+
+
+def should_tune(enforce: FindEnforce, exhaustive: bool, has_entry: bool) -> bool:
+    """Whether find tunes a tunable solver (design guide §4, find enforce)."""
+    if enforce is FindEnforce.SEARCH_DB_UPDATE:
+        return True
+    if enforce is FindEnforce.SEARCH:
+        return not has_entry
+    if enforce is FindEnforce.DB_UPDATE:
+        return exhaustive
+    if enforce is FindEnforce.DB_CLEAN:
+        return False
+    return exhaustive and not has_entry

@@ -1,0 +1,215 @@
+"""The immediate ranker: solutions without benchmarking.
+
+A problem's FindDb record answers first (user layer, then the shipped system layer; fastest
+first). Solvers the record does not name are ranked by the fallback chain: the first applicable
+learned heuristic, then each solver's WTI estimate (estimated fraction of peak), and solvers
+with no estimate last, the GEMM family (the universal fallback) first among them. Every
+solution says where its time came from (``source``) and whether it is an estimate.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from miocore.find.candidates import Candidate
+from miocore.find.state import FindState
+from miocore.problem.conv import ConvProblem
+from miocore.solver.interface import Algorithm, PerfConfig
+from miocore.solver.registry import RegisteredSolver
+from miocore.solver.results import FindReport, Solution, Timing, order_with_ties
+
+log = logging.getLogger("miocore.find")
+
+
+class ImmediateRanker:
+    """Ranks candidates from the databases and the fallback chain."""
+
+    def __init__(self, state: FindState, max_memo: int = 4096) -> None:
+        self.state = state
+        self.max_memo = max_memo
+        self._records: dict[str, list[Any]] = {}
+        self._signature: tuple[Any, ...] = ()
+        state.forget_hooks.append(lambda key: self._records.pop(key, None))
+
+    # -- the databases ----------------------------------------------------------------------
+
+    def recorded(
+        self, problem: ConvProblem, candidates: list[Candidate], report: FindReport | None
+    ) -> list[Solution]:
+        """The first FindDb record of ``problem`` naming a candidate, as solutions (a hit), or
+        an empty list (a miss)."""
+        usable = {c.reg.name: c for c in candidates}
+        for record in self.records(problem.key):
+            out = []
+            for entry in record.entries:
+                cand = usable.get(entry.solver)
+                if cand is None:
+                    continue
+                timing = None
+                if entry.count:
+                    timing = Timing(
+                        median_ms=entry.time_ms,
+                        spread_ms=entry.spread_ms or 0.0,
+                        min_ms=entry.time_ms,
+                        max_ms=entry.time_ms,
+                        count=entry.count,
+                    )
+                out.append(
+                    Solution(
+                        problem=problem,
+                        solver=cand.reg.name,
+                        solver_id=cand.reg.id,
+                        algorithm=cand.reg.algorithm,
+                        time_ms=entry.time_ms,
+                        workspace_size=cand.workspace_size,
+                        source="find-db" if record.layer == "user" else "system-db",
+                        is_estimate=False,
+                        timing=timing,
+                        perf_config=cand.perf_config,
+                        note=f"recorded {entry.provenance.get('written_at', 'earlier')}",
+                    )
+                )
+            if out:
+                if report is not None:
+                    report.db_hit = f"the {record.layer} FindDb"
+                log.debug(
+                    "%s: %d solutions from the %s FindDb", problem.key, len(out), record.layer
+                )
+                return order_with_ties(out)
+        return []
+
+    def records(self, key: str) -> list[Any]:
+        """FindDb records of ``key``, read again only when a database file changed.
+
+        A commit by any connection, in this process or another, changes the file or its
+        write-ahead log; four ``stat`` calls are far cheaper than a query.
+        """
+        signature = self._db_signature()
+        if signature != self._signature:
+            self._records.clear()
+            self._signature = signature
+        found = self._records.get(key)
+        if found is None:
+            found = self._records[key] = self.state.find_db.records(key)
+            while len(self._records) > self.max_memo:
+                self._records.pop(next(iter(self._records)))
+        return found
+
+    def _db_signature(self) -> tuple[Any, ...]:
+        out: list[Any] = []
+        db = self.state.find_db
+        for base in (db.user_path, db.system_path):
+            for path in (base, base.with_name(base.name + "-wal")):
+                try:
+                    st = path.stat()
+                    out.append((st.st_mtime_ns, st.st_size))
+                except OSError:
+                    out.append(None)
+        return tuple(out)
+
+    # -- the fallback chain -----------------------------------------------------------------
+
+    def fallback(self, problem: ConvProblem, candidates: list[Candidate]) -> list[Solution]:
+        """``candidates`` ranked by the first applicable heuristic, then WTI, then the rest."""
+        state = self.state
+        canon = problem.canonical
+        by_name = {c.reg.name: c for c in candidates}
+        ranked: list[Solution] = []
+        for info, heuristic in state.registry.heuristics:
+            try:
+                if not heuristic.is_applicable(state.context, canon):
+                    continue
+                order = heuristic.rank(state.context, canon, list(by_name))
+            except Exception as exc:
+                log.warning("heuristic %s (%s) failed: %s", heuristic.name, info.label, exc)
+                continue
+            for name, estimate in order:
+                cand = by_name.pop(name, None)
+                if cand is not None:
+                    ranked.append(
+                        self.estimate(
+                            problem,
+                            cand.reg,
+                            cand.workspace_size,
+                            cand.perf_config,
+                            source="heuristic",
+                            time_ms=float(estimate),
+                            note=f"ranked by {heuristic.name}",
+                        )
+                    )
+            break  # the first applicable heuristic decides
+        by_wti: list[tuple[float, Solution]] = []
+        unknown: list[Candidate] = []
+        for cand in by_name.values():
+            score = wti_score(state, cand.reg, canon)
+            if score > 0:
+                estimate = self.estimate(
+                    problem,
+                    cand.reg,
+                    cand.workspace_size,
+                    cand.perf_config,
+                    source="wti",
+                    time_ms=state.context.ideal_ms(canon) / score,
+                    note=f"WTI {score:.3g}",
+                )
+                by_wti.append((score, estimate))
+            else:
+                unknown.append(cand)
+        by_wti.sort(key=lambda pair: (-pair[0], pair[1].solver))
+        ranked.extend(s for _, s in by_wti)
+        unknown.sort(key=lambda c: (c.reg.algorithm is not Algorithm.GEMM, c.reg.name))
+        ranked.extend(
+            self.estimate(
+                problem,
+                c.reg,
+                c.workspace_size,
+                c.perf_config,
+                source="fallback",
+                time_ms=float("inf"),
+                note="no estimate available",
+            )
+            for c in unknown
+        )
+        return ranked
+
+    def estimate(
+        self,
+        problem: ConvProblem,
+        reg: RegisteredSolver,
+        workspace: int,
+        config: PerfConfig | None,
+        *,
+        source: str = "wti",
+        time_ms: float | None = None,
+        note: str = "",
+    ) -> Solution:
+        """A solution whose time is an estimate (from WTI unless ``time_ms`` is given)."""
+        if time_ms is None:
+            score = wti_score(self.state, reg, problem.canonical)
+            canon = problem.canonical
+            time_ms = self.state.context.ideal_ms(canon) / score if score > 0 else float("inf")
+        return Solution(
+            problem=problem,
+            solver=reg.name,
+            solver_id=reg.id,
+            algorithm=reg.algorithm,
+            time_ms=time_ms,
+            workspace_size=workspace,
+            source=source,
+            is_estimate=True,
+            perf_config=config,
+            note=note,
+        )
+
+
+def wti_score(state: FindState, reg: RegisteredSolver, canon: ConvProblem) -> float:
+    """``reg``'s WTI for ``canon``; -1 when it has none or raises (ranked last, logged)."""
+    try:
+        score = float(reg.solver.wti(state.context, canon))
+    except Exception as exc:
+        log.warning("solver %s wti raised %s; ranked last", reg.name, exc)
+        return -1.0
+    return score if np.isfinite(score) and score > 0 else -1.0

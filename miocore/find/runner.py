@@ -1,0 +1,142 @@
+"""The runner: from a chosen solver to a call on the caller's buffers.
+
+``build`` turns a solver's ``ConvSolution`` into a cached invoker (compile, invoker factory);
+``run`` checks the caller's arrays against the problem and calls the invoker, blending with
+alpha/beta when asked. This is the per-call path of every run call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from miocore.errors import MiocoreError, PluginError, SolverFailedError
+from miocore.find.blame import naming_culprit
+from miocore.find.invoker_cache import CachedInvoker
+from miocore.find.state import FindState
+from miocore.problem.conv import ConvProblem
+from miocore.solver.interface import ConvSolution, InvokeParams, KernelInfo, PerfConfig
+from miocore.solver.registry import RegisteredSolver
+
+
+class Runner:
+    """Builds and runs invokers for one handle; ``owner`` is what invokers receive as handle."""
+
+    def __init__(self, state: FindState, owner: Any) -> None:
+        self.state = state
+        self.owner = owner
+
+    def build(
+        self, problem: ConvProblem, reg: RegisteredSolver, config: PerfConfig | None
+    ) -> CachedInvoker:
+        """Compile ``reg``'s solution of ``problem`` and cache its invoker."""
+        state = self.state
+        canon = problem.canonical
+        with naming_culprit(reg, "get_solution"):
+            solution = reg.solver.get_solution(state.context, canon, config)
+        _check_solution(reg, solution)
+        compiled = state.backend.compile(solution.kernels)
+        with naming_culprit(reg, "invoker_factory"):
+            invoker = solution.invoker_factory(compiled)
+        if not callable(invoker):
+            raise PluginError(
+                f"{_culprit(reg)}: its invoker_factory returned {type(invoker).__name__}, "
+                "not a callable",
+                field=f"{reg.name}.invoker_factory",
+                value=type(invoker).__name__,
+            )
+        entry = CachedInvoker(
+            invoker=invoker,
+            solver=reg.name,
+            perf_config=config,
+            workspace_size=solution.workspace_size,
+        )
+        state.invoker_cache.put(problem.network_config, entry)
+        return entry
+
+    def cached(self, problem: ConvProblem, solver: str, config: PerfConfig | None) -> Any:
+        """The cached invoker of ``solver`` built with ``config``, or None."""
+        entry = self.state.invoker_cache.get(problem.network_config, solver)
+        if entry is not None and entry.perf_config == config:
+            return entry
+        return None
+
+    def canonical_arrays(self, problem: ConvProblem, arrays: dict[str, Any]) -> dict[str, Any]:
+        """The caller's x, w, y checked against ``problem`` and named as the canonical problem
+        names them (a transposed problem swaps x and y)."""
+        backend = self.state.backend
+        checked = {
+            name: backend.check_array(getattr(problem, name), arrays[name], name)
+            for name in ("x", "w", "y")
+        }
+        if problem.is_transposed:
+            checked["x"], checked["y"] = checked["y"], checked["x"]
+        return checked
+
+    def workspace(self, workspace: Any, needed: int) -> Any:
+        """The caller's workspace checked to hold ``needed`` bytes, or a new one."""
+        backend = self.state.backend
+        if workspace is not None:
+            return backend.check_workspace(workspace, needed)
+        return backend.allocate_workspace(needed)
+
+    def run(
+        self,
+        problem: ConvProblem,
+        entry: CachedInvoker,
+        *,
+        x: Any,
+        w: Any,
+        y: Any,
+        workspace: Any,
+        alpha: float = 1.0,
+        beta: float = 0.0,
+    ) -> None:
+        """Run ``entry`` on the caller's buffers: ``out = alpha * conv + beta * out``."""
+        backend = self.state.backend
+        arrays = self.canonical_arrays(problem, {"x": x, "w": w, "y": y})
+        ws = self.workspace(workspace, entry.workspace_size)
+        canon = problem.canonical
+        out_name = canon.direction.output_tensor
+        try:  # free when nothing raises: the run call stays lean
+            if alpha == 1.0 and beta == 0.0:
+                entry.invoker(self.owner, InvokeParams(problem=canon, workspace=ws, **arrays))
+                return
+            target = arrays[out_name]
+            scratch = backend.empty(getattr(canon, out_name))
+            entry.invoker(
+                self.owner,
+                InvokeParams(problem=canon, workspace=ws, **{**arrays, out_name: scratch}),
+            )
+        except MiocoreError:
+            raise
+        except Exception as exc:
+            reg = self.state.registry.get(entry.solver)
+            raise SolverFailedError(
+                reg.name, "run", exc, plugin=f"{reg.plugin} ({reg.distribution} {reg.version})"
+            ) from exc
+        backend.blend(target, scratch, alpha, beta)
+
+
+def _culprit(reg: RegisteredSolver) -> str:
+    return f"solver {reg.name!r} of plugin {reg.plugin} ({reg.distribution} {reg.version})"
+
+
+def _check_solution(reg: RegisteredSolver, solution: Any) -> None:
+    """A malformed solution is the plugin's bug: name the plugin, distribution and version."""
+    flaw = None
+    if not isinstance(solution, ConvSolution):
+        flaw = f"returned {type(solution).__name__}, expected a miocore.ConvSolution"
+    elif solution.solver != reg.name:
+        flaw = f"returned a solution naming solver {solution.solver!r}"
+    elif not callable(solution.invoker_factory):
+        flaw = "returned a solution whose invoker_factory is not callable"
+    elif not isinstance(solution.kernels, tuple) or not all(
+        isinstance(k, KernelInfo) for k in solution.kernels
+    ):
+        flaw = "returned a solution whose kernels are not a tuple of miocore.KernelInfo"
+    if flaw is not None:
+        raise PluginError(
+            f"{_culprit(reg)} {flaw}",
+            field=f"{reg.name}.get_solution",
+            value=getattr(solution, "solver", type(solution).__name__),
+        )
