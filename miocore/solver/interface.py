@@ -15,16 +15,13 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 import attrs
 
 from miocore.errors import InvalidArgumentError
 from miocore.problem.conv import ConvProblem, Direction
 from miocore.problem.dtypes import DataType
-
-if TYPE_CHECKING:
-    from miocore.find.handle import Handle
 
 
 class Algorithm(StrEnum):
@@ -281,10 +278,21 @@ class InvokeParams:
         return self.problem.direction
 
 
+class InvokeHandle(Protocol):
+    """What an invoker may use of the handle that calls it: its device backend (launches,
+    streams, BLAS) and its execution context."""
+
+    @property
+    def backend(self) -> Any: ...
+
+    @property
+    def context(self) -> ExecutionContext: ...
+
+
 class Invoker(Protocol):
     """Runs a compiled solution: ``invoker(handle, params)``; writes the output in place."""
 
-    def __call__(self, handle: Handle, params: InvokeParams) -> None: ...
+    def __call__(self, handle: InvokeHandle, params: InvokeParams) -> None: ...
 
 
 #: Turns the compiled kernels of a solution (in ``ConvSolution.kernels`` order) into an invoker.
