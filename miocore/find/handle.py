@@ -18,6 +18,7 @@ from miocore.errors import InvalidArgumentError, NoApplicableSolverError
 from miocore.find.candidates import Candidates
 from miocore.find.engine import FindEngine, ProgressCallback
 from miocore.find.invoker_cache import CachedInvoker, InvokerCache
+from miocore.find.prepared import PreparedRun
 from miocore.find.ranker import ImmediateRanker
 from miocore.find.runner import Runner
 from miocore.find.state import FindState
@@ -166,6 +167,35 @@ class Handle:
             )
         entry = self._invoker(solution.problem, solution.solver, solution.perf_config)
         self.runner.run(solution.problem, entry, x=x, w=w, y=y, workspace=workspace)
+
+    def prepare(
+        self,
+        solution: Solution | ConvProblem,
+        solver: str | int | None = None,
+        *,
+        workspace: Any = None,
+    ) -> PreparedRun:
+        """A callable that runs ``solution`` (or ``solver`` on a problem) again and again at
+        the least cost per call: ``run = handle.prepare(s); run(x=..., w=..., y=...)``.
+
+        Built once: the invoker (compiled if needed), the workspace (``workspace``, or a new
+        one of the solution's size) and the checked arguments of the last call.
+        """
+        if isinstance(solution, Solution):
+            problem, name, config = solution.problem, solution.solver, solution.perf_config
+            entry = self._invoker(problem, name, config)
+        elif isinstance(solution, ConvProblem) and solver is not None:
+            problem = solution
+            reg = self.candidates.applicable(problem, solver)
+            config = self.candidates.perf_config(reg, problem.canonical, use_perf_db=True)[0]
+            entry = self._invoker(problem, reg.name, config)
+        else:
+            raise InvalidArgumentError(
+                "expected a miocore Solution, or a ConvProblem and a solver",
+                field="solution",
+                value=type(solution).__name__,
+            )
+        return PreparedRun(self.runner, problem, entry, workspace)
 
     # -- immediate mode --------------------------------------------------------------------
 

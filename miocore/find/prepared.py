@@ -1,0 +1,99 @@
+"""A solution made ready to run many times: the per-call path with everything done once.
+
+``Handle.prepare(solution)`` builds the invoker, takes the workspace and remembers the
+canonical problem; each call then compares one cached signature of the caller's arrays (device
+address, shape, strides, dtype, device) with the last call's and, when they agree, calls the
+invoker with the arguments it already checked. Anything else takes the full checking path of
+``run_solution`` once and becomes the new signature.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from miocore.errors import MiocoreError, SolverFailedError
+from miocore.find.invoker_cache import CachedInvoker
+from miocore.find.runner import Runner
+from miocore.problem.conv import ConvProblem
+from miocore.solver.interface import InvokeParams
+
+
+class PreparedRun:
+    """``run(x=..., w=..., y=...)`` runs one solution of one problem on the caller's buffers.
+
+    Made by :meth:`miocore.Handle.prepare`. The workspace is taken once (the caller's, or a new
+    one of the solution's size). Arrays follow ``run_solution``'s rules; a call with arrays of
+    another shape, layout, dtype or device is checked in full and raises as ``run_solution``
+    would.
+    """
+
+    __slots__ = (
+        "_invoker",
+        "_owner",
+        "_params",
+        "_runner",
+        "_signature",
+        "problem",
+        "solver",
+        "workspace",
+        "workspace_size",
+    )
+
+    def __init__(
+        self, runner: Runner, problem: ConvProblem, entry: CachedInvoker, workspace: Any
+    ) -> None:
+        self._runner = runner
+        self._owner = runner.owner
+        self._invoker = entry.invoker
+        self.problem = problem
+        self.solver = entry.solver
+        self.workspace_size = entry.workspace_size
+        self.workspace = runner.workspace(workspace, entry.workspace_size)
+        self._signature: tuple[Any, ...] | None = None
+        self._params: InvokeParams | None = None
+
+    def __repr__(self) -> str:
+        return f"PreparedRun({self.solver!r}, {self.problem.key!r})"
+
+    def __call__(self, *, x: Any, w: Any, y: Any) -> None:
+        signature = (signature_of(x), signature_of(w), signature_of(y))
+        if signature == self._signature:
+            params = self._params
+        else:
+            arrays = self._runner.canonical_arrays(self.problem, {"x": x, "w": w, "y": y})
+            params = InvokeParams(
+                problem=self.problem.canonical, workspace=self.workspace, **arrays
+            )
+            # Only arrays whose signature names their memory may skip the check next time.
+            known = None not in signature
+            self._signature = signature if known else None
+            self._params = params if known else None
+        try:
+            self._invoker(self._owner, params)
+        except MiocoreError:
+            raise
+        except Exception as exc:
+            reg = self._runner.state.registry.get(self.solver)
+            raise SolverFailedError(
+                reg.name, "run", exc, plugin=f"{reg.plugin} ({reg.distribution} {reg.version})"
+            ) from exc
+
+
+def signature_of(array: Any) -> tuple[Any, ...] | None:
+    """What identifies ``array``'s memory and layout, cheaply; None when it cannot be told."""
+    kind = type(array)
+    if kind.__module__.startswith("torch") and hasattr(array, "data_ptr"):
+        return (array.data_ptr(), array.shape, array.stride(), array.dtype, array.device)
+    interface = getattr(array, "__array_interface__", None)  # numpy and friends
+    if interface is not None:
+        return (
+            interface["data"][0],
+            interface["shape"],
+            interface["strides"],
+            getattr(array, "dtype", interface["typestr"]),
+            kind,
+        )
+    ptr = getattr(array, "ptr", None)  # miocore's own device buffers
+    if isinstance(ptr, int):
+        return (ptr, id(array))
+    return None

@@ -1,0 +1,77 @@
+"""``Handle.prepare``: a solution made ready to run many times, checked against the reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fake_solvers import BrokenSolver, TimedSolver, buffers, small_problem
+
+import miocore
+from miocore import reference
+
+DIRECTIONS = ("forward", "backward_data", "backward_weights")
+
+
+def _handle(*solvers: object) -> miocore.Handle:
+    return miocore.Handle("cpu", registry=miocore.Registry.from_solvers(list(solvers)))
+
+
+def _expected(problem: miocore.ConvProblem, arrays: dict[str, np.ndarray]) -> np.ndarray:
+    out = problem.direction.output_tensor
+    return reference.convolution(problem, **{k: v for k, v in arrays.items() if k != out})
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_a_prepared_run_computes_what_run_solution_does_on_fresh_buffers(
+    direction: str, layout: str
+) -> None:
+    p = small_problem(direction, layout=layout)
+    h = _handle(TimedSolver("test.exact", workspace=64))
+    run = h.prepare(h.find_solutions(p, find_mode="NORMAL")[0])
+    out = p.direction.output_tensor
+    for seed in range(3):  # new buffers each call: every signature differs
+        arrays = buffers(p, seed)
+        expected = _expected(p, arrays)
+        arrays[out][...] = np.nan
+        run(**arrays)
+        np.testing.assert_allclose(arrays[out], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_the_same_buffers_with_new_values_are_computed_again() -> None:
+    p = small_problem("forward")
+    h = _handle(TimedSolver("test.exact"))
+    run = h.prepare(p, "test.exact")
+    arrays = buffers(p, 0)
+    run(**arrays)
+    arrays["x"][...] = np.random.default_rng(7).uniform(-1, 1, arrays["x"].shape)
+    expected = _expected(p, arrays)
+    run(**arrays)  # same memory and layout: the cached arguments, the new values
+    np.testing.assert_allclose(arrays["y"], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_arrays_of_another_layout_are_checked_in_full_and_refused() -> None:
+    p = small_problem("forward")
+    h = _handle(TimedSolver("test.exact"))
+    run = h.prepare(p, "test.exact")
+    run(**buffers(p, 0))
+    wrong = buffers(small_problem("forward", layout="NHWC"), 0)
+    with pytest.raises(miocore.InvalidArgumentError):
+        run(**wrong)
+
+
+def test_a_failing_solver_is_named_with_its_plugin() -> None:
+    p = small_problem("forward")
+    h = _handle(BrokenSolver("run"))
+    run = h.prepare(p, "test.broken_run")
+    with pytest.raises(miocore.SolverFailedError, match=r"test\.broken_run"):
+        run(**buffers(p, 0))
+
+
+def test_prepare_refuses_what_is_not_a_solution() -> None:
+    h = _handle(TimedSolver("test.exact"))
+    with pytest.raises(miocore.InvalidArgumentError, match="solution"):
+        h.prepare("test.exact")  # type: ignore[arg-type]
+    other = _handle(TimedSolver("test.other", applies_to="backward_data"))
+    with pytest.raises(miocore.NotApplicableError):
+        other.prepare(small_problem("forward"), "test.other")
