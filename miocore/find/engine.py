@@ -23,7 +23,7 @@ from miocore.errors import InvalidArgumentError, InvalidEnvironmentError, NoAppl
 from miocore.find.blame import record_failure
 from miocore.find.candidates import Candidate
 from miocore.find.invoker_cache import CachedInvoker
-from miocore.find.ranker import ImmediateRanker
+from miocore.find.ranker import ImmediateRanker, wti_score
 from miocore.find.runner import Runner
 from miocore.find.state import FindState
 from miocore.problem.conv import ConvProblem
@@ -98,16 +98,72 @@ class FindEngine:
     def _dynamic_only(
         self, problem: ConvProblem, candidates: list[Candidate], report: FindReport
     ) -> list[Candidate]:
-        dynamic = [c for c in candidates if c.reg.solver.is_dynamic]
-        if not dynamic:
+        """DYNAMIC_HYBRID's miss: the candidates that need no compile for this problem, and
+        the ones that do but are predicted to beat them.
+
+        Ready are the dynamic solvers and those whose kernels for this problem are already
+        built (in memory or in the binary cache: kernels compiled for a filter geometry serve
+        every layer of that geometry). A solver that would need a compile is measured too when
+        its WTI predicts it faster than every ready one; the rest are left out, with the
+        reason in the report.
+        """
+        state = self.state
+        canon = problem.canonical
+        ready: list[Candidate] = []
+        to_compile: list[Candidate] = []
+        left_out: list[Candidate] = []
+        for cand in candidates:
+            if cand.reg.solver.is_dynamic:
+                ready.append(cand)
+                continue
+            kernels = self._kernels(canon, cand)
+            if not kernels:  # declared not dynamic and nothing to tell from its kernels
+                left_out.append(cand)
+            elif self._binaries_ready(kernels):
+                ready.append(cand)
+            else:
+                to_compile.append(cand)
+        if not ready and not to_compile:
             log.info("no dynamic solver applies to %s; benchmarking all", problem.key)
             return candidates
-        for c in candidates:
-            if not c.reg.solver.is_dynamic:
-                report.skipped[c.reg.name] = (
-                    "DYNAMIC_HYBRID find benchmarks only dynamic solvers on a miss"
+        ideal = state.context.ideal_ms(canon)
+        best_ready = min((self._predicted(ideal, c, canon) for c in ready), default=float("inf"))
+        worth = [c for c in to_compile if self._predicted(ideal, c, canon) < best_ready]
+        for cand in left_out:
+            report.skipped[cand.reg.name] = (
+                "DYNAMIC_HYBRID find benchmarks only dynamic solvers on a miss"
+            )
+        for cand in to_compile:
+            if cand not in worth:
+                report.skipped[cand.reg.name] = (
+                    "DYNAMIC_HYBRID: needs a compile for this problem and a ready solver is "
+                    "predicted at least as fast"
                 )
-        return dynamic
+        chosen = ready + worth
+        log.debug(
+            "%s: DYNAMIC_HYBRID measures %s", problem.key, ", ".join(c.reg.name for c in chosen)
+        )
+        return chosen
+
+    def _kernels(self, canon: ConvProblem, cand: Candidate) -> tuple[Any, ...]:
+        try:
+            solution = cand.reg.solver.get_solution(self.state.context, canon, cand.perf_config)
+            return tuple(solution.kernels)
+        except Exception:  # reported by the build when it is measured
+            return ()
+
+    def _binaries_ready(self, kernels: tuple[Any, ...]) -> bool:
+        ready = getattr(self.state.backend, "binaries_ready", None)
+        if ready is None:
+            return False
+        try:
+            return bool(ready(kernels))
+        except Exception:  # an unreadable source or cache: treat as not built
+            return False
+
+    def _predicted(self, ideal_ms: float, cand: Candidate, canon: ConvProblem) -> float:
+        score = wti_score(self.state, cand.reg, canon)
+        return ideal_ms / score if score > 0 else float("inf")
 
     # -- benchmarking ------------------------------------------------------------------------
 

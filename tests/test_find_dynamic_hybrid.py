@@ -1,0 +1,103 @@
+"""DYNAMIC_HYBRID on a miss: solvers that need no compile for the problem, and those predicted
+to beat them (docs/find-modes.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fake_solvers import TimedSolver, small_problem
+
+from miocore import Handle, KernelInfo, Registry
+from miocore.backends.cpu import CpuBackend
+from miocore.problem import ConvProblem
+from miocore.solver import Algorithm, ConvSolution, ExecutionContext, PerfConfig
+
+PROBLEM = small_problem()
+
+
+class KernelSolver(TimedSolver):
+    """A non-dynamic solver with one device kernel (compiled per filter geometry)."""
+
+    def get_solution(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> ConvSolution:
+        plain = super().get_solution(ctx, problem, perf_config)
+        kernel = KernelInfo(
+            source=f"{self.name}.cu",
+            kernel_name="conv",
+            options=(f"-DFILTER={problem.filter_spatial}",),
+            grid=(1, 1, 1),
+            block=(64, 1, 1),
+        )
+        return ConvSolution(
+            solver=self.name,
+            workspace_size=plain.workspace_size,
+            invoker_factory=plain.invoker_factory,
+            kernels=(kernel,),
+        )
+
+
+@pytest.fixture
+def built(monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    """A CPU backend that pretends to compile kernels; ``built`` holds the sources in its
+    binary cache, and every compile adds to it."""
+    built: set[str] = set()
+    compiled: list[str] = []
+
+    def compile(self: CpuBackend, kernels: tuple[Any, ...]) -> tuple[Any, ...]:
+        for k in kernels:
+            compiled.append(k.source)
+            built.add(k.source)
+        return tuple(kernels)
+
+    monkeypatch.setattr(CpuBackend, "compile", compile, raising=True)
+    monkeypatch.setattr(
+        CpuBackend,
+        "binaries_ready",
+        lambda self, kernels: all(k.source in built for k in kernels),
+        raising=False,
+    )
+    return built
+
+
+def _handle(*solvers: TimedSolver) -> Handle:
+    return Handle("cpu", registry=Registry.from_solvers(list(solvers)))
+
+
+def test_a_solver_whose_kernels_are_built_is_measured_though_not_dynamic(
+    built: set[str],
+) -> None:
+    dynamic = TimedSolver("test.dynamic", delay_s=0.003, dynamic=True, wti=0.5)
+    cached = KernelSolver("test.cached", delay_s=0.001, wti=0.01)  # predicted slower
+    built.add("test.cached.cu")
+    sols = _handle(dynamic, cached).find_solutions(PROBLEM, find_mode="DYNAMIC_HYBRID")
+    assert cached.runs > 0 and dynamic.runs > 0
+    assert sols[0].solver == "test.cached" and sols[0].source == "measured"
+
+
+def test_a_solver_needing_a_compile_is_measured_when_predicted_faster(built: set[str]) -> None:
+    dynamic = TimedSolver("test.dynamic", delay_s=0.003, dynamic=True, wti=0.1)
+    fast = KernelSolver("test.fast", delay_s=0.001, wti=0.9, algorithm=Algorithm.IMPLICIT_GEMM)
+    sols = _handle(dynamic, fast).find_solutions(PROBLEM, find_mode="DYNAMIC_HYBRID")
+    assert fast.runs > 0 and "test.fast.cu" in built  # compiled, then measured
+    assert sols[0].solver == "test.fast"
+    assert "test.fast" not in sols.report.skipped
+
+
+def test_a_solver_needing_a_compile_is_left_out_when_a_ready_one_is_predicted_faster(
+    built: set[str],
+) -> None:
+    dynamic = TimedSolver("test.dynamic", delay_s=0.003, dynamic=True, wti=0.9)
+    slow = KernelSolver("test.slow", delay_s=0.001, wti=0.1)
+    sols = _handle(dynamic, slow).find_solutions(PROBLEM, find_mode="DYNAMIC_HYBRID")
+    assert slow.runs == 0 and "test.slow.cu" not in built  # never compiled
+    assert [s.solver for s in sols] == ["test.dynamic"]
+    assert "predicted at least as fast" in sols.report.skipped["test.slow"]
+
+
+def test_normal_find_measures_every_solver_whatever_it_needs(built: set[str]) -> None:
+    dynamic = TimedSolver("test.dynamic", delay_s=0.003, dynamic=True, wti=0.9)
+    slow = KernelSolver("test.slow", delay_s=0.001, wti=0.1)
+    sols = _handle(dynamic, slow).find_solutions(PROBLEM, find_mode="NORMAL")
+    assert slow.runs > 0 and sols[0].solver == "test.slow"
