@@ -55,8 +55,9 @@ def test_key_is_stable_and_ignores_header_order() -> None:
 
 def test_round_trip_and_manifest(tmp_path: Path) -> None:
     cache = KernelCache(tmp_path)
-    assert cache.get(PARTS) is None
+    assert cache.get(PARTS) is None and not cache.contains(PARTS)
     cache.put(PARTS, b"\x7fELF binary", kind="cubin")
+    assert cache.contains(PARTS) and not cache.contains(attrs.evolve(PARTS, arch="sm_80"))
     assert cache.get(PARTS) == b"\x7fELF binary"
     manifest = json.loads((tmp_path / f"{PARTS.key}.json").read_text())
     assert manifest["kind"] == "cubin" and manifest["arch"] == "sm_90"

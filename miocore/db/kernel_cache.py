@@ -177,6 +177,11 @@ class KernelCache:
             self.hits += 1
         return binary
 
+    def contains(self, parts: CacheKeyParts) -> bool:
+        """Whether an entry for ``parts`` is on disk (not read or checked: ``get`` does that)."""
+        binary_path, manifest_path = self._files(parts.key)
+        return binary_path.is_file() and manifest_path.is_file()
+
     def put(self, parts: CacheKeyParts, binary: bytes, *, kind: str) -> None:
         """Store ``binary`` (of ``kind``: ``cubin``, ``ptx``, ``hsaco``) under ``parts``' key."""
         key = parts.key

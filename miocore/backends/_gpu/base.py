@@ -387,6 +387,19 @@ class GpuBackend:
             self._binaries[key] = binary
         return key, binary
 
+    def binaries_ready(self, kernels: Sequence[KernelInfo]) -> bool:
+        """Whether every kernel is built already (in memory or in the binary cache): using
+        them costs a load, not a compile (find's DYNAMIC_HYBRID mode asks)."""
+        cache = self.kernel_cache
+        for info in kernels:
+            parts, _ = self._parts(info)
+            with self._lock:
+                if parts.key in self._binaries:
+                    continue
+            if cache is None or not cache.contains(parts):
+                return False
+        return True
+
     def compile(self, kernels: Sequence[KernelInfo]) -> tuple[CompiledKernel, ...]:
         """Compile and load every kernel of a solution (through the caches)."""
         out = []
