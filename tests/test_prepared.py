@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from fake_solvers import BrokenSolver, TimedSolver, buffers, small_problem
 
 import miocore
 from miocore import reference
+from miocore.backends.cpu import CpuBackend
 
 DIRECTIONS = ("forward", "backward_data", "backward_weights")
 
@@ -75,3 +78,60 @@ def test_prepare_refuses_what_is_not_a_solution() -> None:
     other = _handle(TimedSolver("test.other", applies_to="backward_data"))
     with pytest.raises(miocore.NotApplicableError):
         other.prepare(small_problem("forward"), "test.other")
+
+
+class _RecordedGraph:
+    """What a GPU backend's ``capture`` returns, emulated: replay runs the recorded call."""
+
+    def __init__(self, run: Any) -> None:
+        self.run = run
+        self.replays = 0
+
+    def replay(self) -> None:
+        self.replays += 1
+        self.run()
+
+
+def test_the_second_call_alike_is_recorded_and_later_ones_replay_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    captured: list[_RecordedGraph] = []
+
+    def capture(self: Any, run: Any) -> _RecordedGraph:
+        captured.append(_RecordedGraph(run))
+        return captured[-1]
+
+    monkeypatch.setattr(CpuBackend, "capture", capture, raising=False)
+    p = small_problem("forward")
+    solver = TimedSolver("test.exact")
+    run = _handle(solver).prepare(p, "test.exact")
+    arrays = buffers(p, 0)
+    for _ in range(4):
+        run(**arrays)
+    assert len(captured) == 1 and captured[0].replays == 3  # recorded on the 2nd, replayed
+    assert solver.runs == 4  # the direct call, then one run per replay
+    arrays["x"][...] = np.random.default_rng(3).uniform(-1, 1, arrays["x"].shape)
+    run(**arrays)  # same memory, new values: the replay reads them
+    np.testing.assert_allclose(arrays["y"], _expected(p, arrays), rtol=1e-5, atol=1e-5)
+    other = buffers(p, 1)
+    run(**other)  # another signature: checked in full, run directly, the graph dropped
+    run(**other)
+    assert len(captured) == 2 and captured[0].replays == 4
+
+
+def test_a_call_that_cannot_be_recorded_runs_directly(monkeypatch: pytest.MonkeyPatch) -> None:
+    attempts: list[int] = []
+
+    def capture(self: Any, run: Any) -> None:
+        attempts.append(1)
+        return None  # one launch, or no graphs on this driver
+
+    monkeypatch.setattr(CpuBackend, "capture", capture, raising=False)
+    p = small_problem("backward_weights")
+    solver = TimedSolver("test.exact")
+    run = _handle(solver).prepare(p, "test.exact")
+    arrays = buffers(p, 0)
+    for _ in range(4):
+        run(**arrays)
+    assert attempts == [1] and solver.runs == 4
+    np.testing.assert_allclose(arrays["w"], _expected(p, arrays), rtol=1e-5, atol=1e-5)

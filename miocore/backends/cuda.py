@@ -283,6 +283,42 @@ class CudaDriver:
         if int(err) != 0:
             _check((err,), f"cuLaunchKernel(grid={grid}, block={block})")
 
+    # -- graphs: the launches of one call recorded once, replayed with one driver call -------
+
+    def capture_begin(self) -> Any:
+        """A new stream, capturing (relaxed mode: BLAS libraries may set up during it)."""
+        self._make_current()
+        stream = _check(_cu.cuStreamCreate(1), "cuStreamCreate")  # 1: non-blocking
+        mode = _cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+        _check(_cu.cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture")
+        return stream
+
+    def capture_end(self, stream: Any) -> tuple[Any, int]:
+        """End the capture on ``stream`` (and destroy it): the graph and its node count."""
+        try:
+            graph = _check(_cu.cuStreamEndCapture(stream), "cuStreamEndCapture")
+        finally:
+            _cu.cuStreamDestroy(stream)
+        _, count = _check(_cu.cuGraphGetNodes(graph, 0), "cuGraphGetNodes")
+        return graph, int(count)
+
+    def graph_instantiate(self, graph: Any) -> Any:
+        return _check(_cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+
+    def graph_launch(self, executable: Any, stream: Any) -> None:
+        (err,) = _cu.cuGraphLaunch(executable, stream)
+        if int(err) != 0:
+            _check((err,), "cuGraphLaunch")
+
+    def graph_destroy(self, graph: Any, executable: Any) -> None:
+        if executable is not None:
+            _cu.cuGraphExecDestroy(executable)
+        _cu.cuGraphDestroy(graph)
+
+    def is_capturing(self, stream: Any) -> bool:
+        status = _check(_cu.cuStreamIsCapturing(stream), "cuStreamIsCapturing")
+        return int(status) != 0
+
     # -- BLAS ----------------------------------------------------------------------------------
 
     def open_blas(self) -> Any:

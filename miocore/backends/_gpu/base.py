@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -216,6 +217,25 @@ def grid_for(total: int, block: int, device: DeviceInfo, waves: int = 32) -> int
     return int(min(wanted, max(1, device.compute_units) * waves))
 
 
+class CapturedGraph:
+    """One call's launches as an instantiated graph: ``replay()`` runs them on the backend's
+    stream with one driver call. The graph is destroyed with this object."""
+
+    __slots__ = ("__weakref__", "backend", "nodes", "replay")
+
+    def __init__(self, backend: GpuBackend, graph: Any, executable: Any, nodes: int) -> None:
+        self.backend = backend
+        self.nodes = nodes
+        driver = backend.driver
+        launch = driver.graph_launch
+
+        def replay() -> None:
+            launch(executable, backend.stream_object)
+
+        self.replay = replay
+        weakref.finalize(self, driver.graph_destroy, graph, executable)
+
+
 # -- the backend -------------------------------------------------------------------------------
 
 
@@ -274,6 +294,35 @@ class GpuBackend:
     def synchronize(self) -> None:
         """Wait for everything queued on this backend's stream."""
         self.driver.synchronize(self.stream_object)
+
+    # -- graphs ----------------------------------------------------------------------------
+
+    def capture(self, run: Callable[[], None]) -> CapturedGraph | None:
+        """Record the launches ``run`` makes as one graph, without running them.
+
+        None, with nothing recorded kept, when the driver has no graphs, this backend's stream
+        is being captured by someone else (a graph the caller records), ``run`` raised, or it
+        made at most one launch (a graph replay costs as much as that launch). The caller then
+        runs ``run`` itself.
+        """
+        driver = self.driver
+        if not hasattr(driver, "capture_begin") or driver.is_capturing(self.stream_object):
+            return None
+        handle = self.stream_handle
+        stream = driver.capture_begin()
+        failed = False
+        self.set_stream(int(stream))
+        try:
+            run()
+        except Exception:
+            failed = True
+        finally:
+            self.set_stream(handle)
+            graph, nodes = driver.capture_end(stream)
+        if failed or nodes <= 1:
+            driver.graph_destroy(graph, None)
+            return None
+        return CapturedGraph(self, graph, driver.graph_instantiate(graph), nodes)
 
     # -- registry binding: where kernel sources live ----------------------------------------------
 
