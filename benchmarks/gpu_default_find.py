@@ -41,12 +41,12 @@ def find_ms(h: miocore.Handle, p: miocore.ConvProblem, mode: str) -> tuple[float
     return (time.perf_counter() - start) * 1e3, best
 
 
-def run_suite(suite: str, passes: int, batch: int) -> list[dict[str, Any]]:
+def run_suite(suite: str, passes: int, batch: int, directions: list[str]) -> list[dict[str, Any]]:
     gen = torch.Generator(device="cuda").manual_seed(0)
     rows = []
     for pass_no in range(passes):
         for layer in SUITES[suite]:
-            for direction in ("forward", "backward_data"):
+            for direction in directions:
                 p = problem(layer, batch, direction, "float16", "NHWC")
                 row: dict[str, Any] = {"suite": suite, "layer": layer.name, "pass": pass_no}
                 row["direction"] = direction
@@ -75,11 +75,12 @@ def main() -> None:
     parser.add_argument("--suites", nargs="+", default=["resnet50", "mobilenetv2"])
     parser.add_argument("--passes", type=int, default=2)
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--directions", nargs="+", default=["forward", "backward_data"])
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     rows = []
     for suite in args.suites:
-        rows += run_suite(suite, args.passes, args.batch)
+        rows += run_suite(suite, args.passes, args.batch, args.directions)
     last = [r for r in rows if r["pass"] == args.passes - 1]
     summary = {
         "device": torch.cuda.get_device_name(),
