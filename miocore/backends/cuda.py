@@ -285,20 +285,19 @@ class CudaDriver:
 
     # -- graphs: the launches of one call recorded once, replayed with one driver call -------
 
-    def capture_begin(self) -> Any:
-        """A new stream, capturing (relaxed mode: BLAS libraries may set up during it)."""
+    def capture_stream(self) -> Any:
+        """A new non-blocking stream to record a graph on."""
         self._make_current()
-        stream = _check(_cu.cuStreamCreate(1), "cuStreamCreate")  # 1: non-blocking
+        return _check(_cu.cuStreamCreate(1), "cuStreamCreate")  # 1: non-blocking
+
+    def capture_begin(self, stream: Any) -> None:
+        """Start recording on ``stream`` (relaxed mode: libraries may set up during it)."""
         mode = _cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
         _check(_cu.cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture")
-        return stream
 
     def capture_end(self, stream: Any) -> tuple[Any, int]:
-        """End the capture on ``stream`` (and destroy it): the graph and its node count."""
-        try:
-            graph = _check(_cu.cuStreamEndCapture(stream), "cuStreamEndCapture")
-        finally:
-            _cu.cuStreamDestroy(stream)
+        """Stop recording on ``stream``: the graph and its node count."""
+        graph = _check(_cu.cuStreamEndCapture(stream), "cuStreamEndCapture")
         _, count = _check(_cu.cuGraphGetNodes(graph, 0), "cuGraphGetNodes")
         return graph, int(count)
 
@@ -370,6 +369,9 @@ class CublasGemm:
         self._alpha = np.ones(1, np.float32)
         self._betas = {0.0: np.zeros(1, np.float32), 1.0: np.ones(1, np.float32)}
         self._strided = hasattr(cublas, "gemmStridedBatchedEx")
+        #: GEMMs issued so far: a graph recording checks it (CuPy's cuBLAS calls are not
+        #: recorded into a stream capture; they run at once, so such a recording is void).
+        self.calls = 0
 
     def set_stream(self, stream: int) -> None:
         self._cublas.setStream(self._handle, stream)
@@ -396,6 +398,7 @@ class CublasGemm:
         c_dtype: DataType | None = None,
         tf32: bool = False,
     ) -> None:
+        self.calls += 1
         cb = self._cublas
         compute = _COMPUTE_32F_FAST_TF32 if tf32 and dtype is DataType.FLOAT32 else _COMPUTE_32F
         t = _CUDA_R[dtype]

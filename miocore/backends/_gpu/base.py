@@ -272,6 +272,7 @@ class GpuBackend:
         self._binaries: dict[str, bytes] = {}
         self._cache: KernelCache | None = None
         self._blas: Any = None
+        self._capture_stream: Any = None
         #: Where binaries came from in this process: compiled, disk cache, memory.
         self.stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0}
         self.stream_handle = 0
@@ -301,26 +302,43 @@ class GpuBackend:
         """Record the launches ``run`` makes as one graph, without running them.
 
         None, with nothing recorded kept, when the driver has no graphs, this backend's stream
-        is being captured by someone else (a graph the caller records), ``run`` raised, or it
-        made at most one launch (a graph replay costs as much as that launch). The caller then
-        runs ``run`` itself.
+        is being captured by someone else (a graph the caller records), ``run`` raised, called
+        the BLAS (whose calls through CuPy are not recorded: measured on an H200), or made at
+        most one launch (a replay costs as much as that launch). The caller then runs ``run``
+        itself, which redoes whatever ran during the attempt.
         """
         driver = self.driver
         if not hasattr(driver, "capture_begin") or driver.is_capturing(self.stream_object):
             return None
         handle = self.stream_handle
-        stream = driver.capture_begin()
-        failed = False
-        self.set_stream(int(stream))
+        # One recording stream per backend: libraries keep per-stream state (cuBLAS its
+        # workspace), so a new stream per recording would leave that state behind each time.
+        if self._capture_stream is None:
+            self._capture_stream = driver.capture_stream()
+        stream = self._capture_stream
+        graph, nodes, failed = None, 0, False
+        blas_calls = getattr(self._blas, "calls", 0)
         try:
-            run()
+            self.set_stream(int(stream))  # BLAS moves too, before the stream records
+            driver.capture_begin(stream)
+            try:
+                run()
+            except Exception:
+                failed = True
+            finally:
+                try:
+                    graph, nodes = driver.capture_end(stream)
+                except Exception:  # the library broke the capture: nothing recorded
+                    failed = True
         except Exception:
             failed = True
         finally:
             self.set_stream(handle)
-            graph, nodes = driver.capture_end(stream)
-        if failed or nodes <= 1:
+        if getattr(self._blas, "calls", 0) != blas_calls:
+            failed = True  # the BLAS ran outside the recording: the graph would miss it
+        if graph is not None and (failed or nodes <= 1):
             driver.graph_destroy(graph, None)
+        if graph is None or failed or nodes <= 1:
             return None
         return CapturedGraph(self, graph, driver.graph_instantiate(graph), nodes)
 
