@@ -1,0 +1,90 @@
+"""``prepare(model, example_input)``: find every convolution of a model ahead of time.
+
+One pass of the model on the example (and, with ``backward=True``, the gradients of its
+parameters) makes every miocore layer meet its shapes, so each is found once here, with a
+progress bar, instead of during the first training step or inside a CUDA graph capture.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from miocore.torch.modules import REPLACEMENTS
+
+__all__ = ["prepare"]
+
+_MIOCORE_CLASSES = tuple(REPLACEMENTS.values())
+
+
+def prepare(
+    model: torch.nn.Module,
+    example_input: Any,
+    *,
+    backward: bool = False,
+    progress: bool = True,
+) -> torch.nn.Module:
+    """Find the solution of every miocore convolution ``model`` runs on ``example_input``
+    (a tensor, or a tuple of positional arguments) and return ``model``.
+
+    With ``backward=True`` the backward data and backward weights problems are found too
+    (through ``torch.autograd.grad``: no parameter's ``.grad`` is touched). Convert the model
+    first (:func:`miocore.torch.convert`); layers still on torch.nn are not found.
+    """
+    layers = [(name, m) for name, m in model.named_modules() if isinstance(m, _MIOCORE_CLASSES)]
+    args = example_input if isinstance(example_input, tuple) else (example_input,)
+    columns = (
+        TextColumn("miocore find {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, transient=True, disable=not progress) as bar:
+        task = bar.add_task("forward", total=len(layers) * (2 if backward else 1))
+        hooks = []
+        for name, layer in layers:
+            hooks.append(layer.register_forward_hook(_advance(bar, task, name)))
+            if backward:
+                hooks.append(layer.register_full_backward_hook(_advance(bar, task, name)))
+        try:
+            if backward:
+                _forward_backward(model, args)
+            else:
+                with torch.no_grad():
+                    model(*args)
+        finally:
+            for hook in hooks:
+                hook.remove()
+    return model
+
+
+def _advance(bar: Progress, task: Any, name: str) -> Any:
+    def hook(*_: Any) -> None:
+        bar.update(task, advance=1, description=name)
+
+    return hook
+
+
+def _forward_backward(model: torch.nn.Module, args: tuple[Any, ...]) -> None:
+    """One forward and the gradients of every trainable parameter, left unstored."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    with torch.enable_grad():
+        out = model(*args)
+        outputs = [t for t in _tensors(out) if t.requires_grad]
+        if not outputs or not params:
+            return
+        grads = [torch.randn_like(t) for t in outputs]
+        torch.autograd.grad(outputs, params, grads, allow_unused=True)
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors in a model's output (a tensor, or a tuple, list or dict of them)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _tensors(item)]
+    return []

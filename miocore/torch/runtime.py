@@ -1,0 +1,183 @@
+"""Handles, solutions and workspaces shared by every miocore module of a process.
+
+One :class:`miocore.Handle` per (device, stream, math mode), made on first use and shared by
+all modules. A problem is found once per device and math mode (on first sight of its shape, or
+ahead of time by :func:`miocore.torch.prepare`); the chosen ``Solution`` runs on any stream's
+handle through a prepared run (``Handle.prepare``) kept per handle. Each handle has one
+workspace, a uint8 tensor from PyTorch's caching allocator, grown to the largest need seen;
+runs on one stream are ordered, so its solutions share it.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import torch
+
+from miocore.errors import InvalidArgumentError
+from miocore.find.handle import Handle
+from miocore.problem.conv import ConvProblem
+from miocore.solver.results import Solution
+from miocore.torch.tensors import host_view
+
+_MATH_MODES = ("exact", "tf32")
+
+#: The math mode the caller set with :func:`set_math_mode`; None follows PyTorch's switch.
+_math_mode: str | None = None
+_lock = threading.Lock()
+
+
+class _HandleState:
+    """A handle with its workspace and the prepared runs that use it."""
+
+    __slots__ = ("handle", "runs", "workspace", "workspace_array")
+
+    def __init__(self, handle: Handle) -> None:
+        self.handle = handle
+        self.runs: dict[Any, Any] = {}
+        self.workspace: torch.Tensor | None = None
+        self.workspace_array: Any = None
+
+
+_handles: dict[tuple[Any, ...], _HandleState] = {}
+_solutions: dict[tuple[Any, ...], Solution] = {}
+
+
+def set_math_mode(mode: str | None) -> None:
+    """Set the math mode of fp32 convolutions: ``"exact"``, ``"tf32"``, or None (default) to
+    follow PyTorch (TF32 on CUDA where ``torch.backends.cudnn`` allows it, exact elsewhere)."""
+    global _math_mode
+    if mode is not None and mode not in _MATH_MODES:
+        raise InvalidArgumentError(
+            f"expected one of {_MATH_MODES} or None", field="mode", value=mode
+        )
+    _math_mode = mode
+    reset(keep_handles=True)
+
+
+def math_mode(device: torch.device) -> str:
+    """The math mode a convolution on ``device`` runs in now."""
+    if _math_mode is not None:
+        return _math_mode
+    if device.type != "cuda":
+        return "exact"
+    return "tf32" if _torch_allows_tf32() else "exact"
+
+
+def _torch_allows_tf32() -> bool:
+    """PyTorch's own switch for TF32 in cuDNN convolutions (the new API first)."""
+    conv = getattr(torch.backends.cudnn, "conv", None)
+    precision = getattr(conv, "fp32_precision", "none")
+    if precision in ("tf32", "ieee"):
+        return precision == "tf32"
+    return bool(torch.backends.cudnn.allow_tf32)
+
+
+def device_name(device: torch.device) -> str:
+    """miocore's name of a torch device: ``cpu``, ``cuda:N``, or ``hip:N`` on ROCm builds."""
+    if device.type == "cpu":
+        return "cpu"
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return f"{'hip' if torch.version.hip else 'cuda'}:{index}"
+    raise InvalidArgumentError(
+        "miocore runs on CPU, CUDA and ROCm tensors", field="device", value=str(device)
+    )
+
+
+def handle_state(device: torch.device, mode: str) -> _HandleState:
+    """The shared handle of ``device``'s current stream in math mode ``mode``."""
+    if device.type == "cpu":
+        key: tuple[Any, ...] = ("cpu", 0, mode)
+        stream = None
+    else:
+        stream = torch.cuda.current_stream(device)
+        key = (device.type, stream.device_index, stream.cuda_stream, mode)
+    state = _handles.get(key)
+    if state is None:
+        with _lock:
+            state = _handles.get(key)
+            if state is None:
+                name = device_name(device)
+                handle = (
+                    Handle(name, math_mode=mode)
+                    if stream is None
+                    else Handle(name, stream=stream, math_mode=mode)
+                )
+                state = _handles[key] = _HandleState(handle)
+    return state
+
+
+def handle(device: torch.device | str = "cpu") -> Handle:
+    """The shared :class:`miocore.Handle` miocore's modules use on ``device`` (current stream,
+    current math mode)."""
+    device = torch.device(device)
+    return handle_state(device, math_mode(device)).handle
+
+
+def solution(state: _HandleState, key: Any, problem: ConvProblem) -> Solution:
+    """The solution of ``problem``: found on first sight, then remembered per device."""
+    handle = state.handle
+    full_key = (handle.device.identity, handle.context.math_mode, key)
+    found = _solutions.get(full_key)
+    if found is None:
+        found = handle.find_solutions(problem)[0]
+        _solutions[full_key] = found
+    return found
+
+
+def run(
+    device: torch.device,
+    key: Any,
+    problem: ConvProblem,
+    *,
+    x: torch.Tensor,
+    w: torch.Tensor,
+    y: torch.Tensor,
+) -> None:
+    """Run ``problem`` on packed tensors; the direction decides which one is written.
+
+    ``key`` identifies the problem (shapes, layout, dtype, convolution) cheaply; the problem
+    itself is only read on first sight.
+    """
+    state = handle_state(device, math_mode(device))
+    prepared = state.runs.get(key)
+    if prepared is None:
+        prepared = _prepare(state, key, problem)
+    if device.type == "cpu":
+        prepared(x=host_view(x), w=host_view(w), y=host_view(y))
+    else:
+        prepared(x=x, w=w, y=y)
+
+
+def _prepare(state: _HandleState, key: Any, problem: ConvProblem) -> Any:
+    chosen = solution(state, key, problem)
+    needed = chosen.workspace_size
+    current = 0 if state.workspace is None else state.workspace.numel()
+    if needed > current:
+        # Grow the shared workspace; runs prepared with the old one are prepared again.
+        device = torch.device("cpu") if state.handle.backend.name == "cpu" else None
+        if device is None:
+            device = torch.device("cuda", state.handle.backend.index)
+        state.workspace = torch.empty(needed, dtype=torch.uint8, device=device)
+        state.workspace_array = (
+            host_view(state.workspace) if device.type == "cpu" else state.workspace
+        )
+        state.runs.clear()
+    workspace = state.workspace_array if needed else None
+    prepared = state.handle.prepare(chosen, workspace=workspace)
+    state.runs[key] = prepared
+    return prepared
+
+
+def reset(*, keep_handles: bool = False) -> None:
+    """Forget every remembered solution and prepared run (and the handles, unless kept):
+    the next call of each shape finds again, with the current databases and switches."""
+    with _lock:
+        _solutions.clear()
+        if keep_handles:
+            for state in _handles.values():
+                state.runs.clear()
+        else:
+            _handles.clear()

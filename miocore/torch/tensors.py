@@ -1,0 +1,94 @@
+"""From torch tensors to what miocore takes: element types, layouts, descriptors, host views.
+
+A problem's tensors share one memory layout, chosen from the tensor that leads the direction
+(x for forward and backward weights, dy for backward data): channels_last when that tensor is
+stored so (and not also plainly contiguous), else NCHW. The other tensors are brought to it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import torch
+
+from miocore.errors import InvalidArgumentError
+from miocore.problem.descriptors import TensorDescriptor, packed_strides
+
+#: torch element types miocore convolves, by miocore's names.
+DTYPES: dict[torch.dtype, str] = {
+    torch.float32: "float32",
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+}
+
+_LAYOUTS = {
+    (4, False): "NCHW",
+    (4, True): "NHWC",
+    (5, False): "NCDHW",
+    (5, True): "NDHWC",
+}
+
+
+def check_dtype(t: torch.Tensor, field: str) -> str:
+    """miocore's name of ``t``'s element type; other types are refused."""
+    name = DTYPES.get(t.dtype)
+    if name is None:
+        raise InvalidArgumentError(
+            f"miocore convolves {sorted(DTYPES.values())}; cast the module and its input",
+            field=f"{field}.dtype",
+            value=str(t.dtype),
+        )
+    return name
+
+
+def channels_last_format(dims: int) -> torch.memory_format:
+    """torch's channels-last memory format for a 4-D or 5-D tensor."""
+    return torch.channels_last if dims == 4 else torch.channels_last_3d
+
+
+def is_channels_last(t: torch.Tensor) -> bool:
+    """True when ``t`` is stored channels-last and not also plainly contiguous."""
+    if t.is_contiguous():
+        return False
+    return t.is_contiguous(memory_format=channels_last_format(t.dim()))
+
+
+def layout_name(dims: int, channels_last: bool) -> str:
+    """miocore's layout name: NCHW, NHWC, NCDHW or NDHWC."""
+    return _LAYOUTS[(dims, channels_last)]
+
+
+def memory_format(dims: int, channels_last: bool) -> torch.memory_format:
+    """The torch memory format of a layout."""
+    return channels_last_format(dims) if channels_last else torch.contiguous_format
+
+
+def packed(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """``t`` stored packed in ``layout``: itself when it already is, else a copy.
+
+    Dimensions of length 1 may carry any stride in torch; they get the packed one here (a view
+    of the same memory) so the tensor's strides are exactly the descriptor's.
+    """
+    channels_last = layout in ("NHWC", "NDHWC")
+    t = t.contiguous(memory_format=memory_format(t.dim(), channels_last))
+    strides = packed_strides(tuple(t.shape), layout)
+    if tuple(t.stride()) != strides:
+        t = t.as_strided(t.shape, strides)
+    return t
+
+
+def descriptor(dtype: str, shape: Any, layout: str) -> TensorDescriptor:
+    """The packed descriptor of a tensor of ``shape`` in ``layout``."""
+    return TensorDescriptor(dtype, tuple(shape), layout=layout)
+
+
+def host_view(t: torch.Tensor) -> np.ndarray:
+    """A numpy view of a CPU tensor's memory, same shape and strides, no copy.
+
+    bfloat16 has no numpy type: its 16-bit words are viewed as ``ml_dtypes.bfloat16``.
+    """
+    if t.dtype is torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
