@@ -1,0 +1,221 @@
+"""miocore.torch's modules against torch.nn on the CPU: outputs and the gradients of the input,
+weights and bias, for every module type, both memory layouts and fp32, fp16 and bf16.
+
+The reference is the same torch.nn layer in float64 on the same (rounded) values; tolerances
+are per dtype and relative to the largest reference value. Problems are small (a test file run
+stays well under a minute); find runs in FAST mode except where a test says otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import miocore  # noqa: E402
+import miocore.torch as mt  # noqa: E402
+
+#: Relative tolerance of each dtype, against the largest magnitude of the reference.
+TOLERANCE = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+DTYPES = list(TOLERANCE)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_front_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test finds afresh, in FAST mode (no benchmarking: the tests check numerics)."""
+    monkeypatch.setenv("MIOCORE_FIND_MODE", "FAST")
+    mt.reset()
+
+
+def assert_close_to(actual: torch.Tensor, reference: torch.Tensor, dtype: Any, what: str) -> None:
+    """``actual`` within ``dtype``'s tolerance of the float64 ``reference``."""
+    reference = reference.detach()
+    scale = float(reference.abs().max())
+    assert scale > 0, f"{what}: the reference is all zeros, the comparison would prove nothing"
+    error = float((actual.double() - reference).abs().max())
+    assert error <= TOLERANCE[dtype] * scale, f"{what}: max error {error:.3g}, scale {scale:.3g}"
+
+
+def check_module(
+    torch_cls: Any,
+    kwargs: dict[str, Any],
+    input_shape: tuple[int, ...],
+    dtype: Any,
+    *,
+    channels_last: bool = False,
+    seed: int = 0,
+) -> torch.Tensor:
+    """Build the torch.nn layer and miocore's with the same parameters, run both forward and
+    backward on random data, compare output and the three gradients; return miocore's output."""
+    gen = torch.Generator().manual_seed(seed)
+    reference_layer = torch_cls(**kwargs).double()
+    with torch.no_grad():  # values representable in dtype, so both see the same numbers
+        for p in reference_layer.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64).to(dtype))
+    layer = getattr(mt, torch_cls.__name__)(**kwargs).to(dtype)
+    layer.load_state_dict(reference_layer.state_dict())
+    x_ref = torch.randn(input_shape, generator=gen, dtype=torch.float64).to(dtype).double()
+    x = x_ref.to(dtype)
+    if channels_last:
+        fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+        x = x.contiguous(memory_format=fmt)
+    x_ref.requires_grad_(True)
+    x.requires_grad_(True)
+
+    y = layer(x)
+    y_ref = reference_layer(x_ref)
+    assert y.shape == y_ref.shape and y.dtype == dtype
+    assert_close_to(y, y_ref, dtype, "output")
+    dy = torch.randn(y.shape, generator=gen, dtype=torch.float64).to(dtype)
+    y.backward(dy)
+    y_ref.backward(dy.double())
+    assert_close_to(x.grad, x_ref.grad, dtype, "input gradient")
+    assert_close_to(layer.weight.grad, reference_layer.weight.grad, dtype, "weight gradient")
+    if layer.bias is not None:
+        assert_close_to(layer.bias.grad, reference_layer.bias.grad, dtype, "bias gradient")
+    return y
+
+
+CONV_CASES = {
+    "plain": {"in_channels": 4, "out_channels": 6, "kernel_size": 3, "padding": 1},
+    "strided_dilated": {
+        "in_channels": 4,
+        "out_channels": 6,
+        "kernel_size": 3,
+        "stride": 2,
+        "dilation": 2,
+        "padding": 2,
+    },
+    "groups_no_bias": {
+        "in_channels": 6,
+        "out_channels": 4,
+        "kernel_size": 3,
+        "groups": 2,
+        "bias": False,
+    },
+    "same_even_kernel": {"in_channels": 3, "out_channels": 5, "kernel_size": 4, "padding": "same"},
+    "valid": {"in_channels": 3, "out_channels": 5, "kernel_size": 2, "padding": "valid"},
+}
+
+TRANSPOSED_CASES = {
+    "plain": {"in_channels": 4, "out_channels": 6, "kernel_size": 3, "padding": 1},
+    "strided_output_padding": {
+        "in_channels": 4,
+        "out_channels": 6,
+        "kernel_size": 3,
+        "stride": 2,
+        "padding": 1,
+        "output_padding": 1,
+    },
+    "groups_dilated": {
+        "in_channels": 6,
+        "out_channels": 4,
+        "kernel_size": 2,
+        "groups": 2,
+        "dilation": 2,
+        "bias": False,
+    },
+}
+
+SHAPES = {1: (2, 6, 9), 2: (2, 6, 7, 6), 3: (2, 6, 4, 5, 4)}
+
+
+def _input_shape(kwargs: dict[str, Any], spatial: int) -> tuple[int, ...]:
+    n, _, *sizes = SHAPES[spatial]
+    return (n, kwargs["in_channels"], *sizes)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", list(CONV_CASES))
+@pytest.mark.parametrize("torch_cls", [torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d])
+def test_conv_matches_torch_nn(torch_cls: Any, case: str, dtype: Any) -> None:
+    kwargs = CONV_CASES[case]
+    spatial = int(torch_cls.__name__[-2])
+    check_module(torch_cls, kwargs, _input_shape(kwargs, spatial), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", list(TRANSPOSED_CASES))
+@pytest.mark.parametrize(
+    "torch_cls",
+    [torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d],
+)
+def test_conv_transpose_matches_torch_nn(torch_cls: Any, case: str, dtype: Any) -> None:
+    kwargs = TRANSPOSED_CASES[case]
+    spatial = int(torch_cls.__name__[-2])
+    check_module(torch_cls, kwargs, _input_shape(kwargs, spatial), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(
+    ("torch_cls", "kwargs"),
+    [
+        (torch.nn.Conv2d, CONV_CASES["strided_dilated"]),
+        (torch.nn.Conv2d, CONV_CASES["groups_no_bias"]),
+        (torch.nn.Conv3d, CONV_CASES["plain"]),
+        (torch.nn.ConvTranspose2d, TRANSPOSED_CASES["strided_output_padding"]),
+        (torch.nn.ConvTranspose3d, TRANSPOSED_CASES["plain"]),
+    ],
+    ids=["conv2d-strided", "conv2d-groups", "conv3d", "transpose2d", "transpose3d"],
+)
+def test_channels_last_stays_channels_last(torch_cls: Any, kwargs: dict[str, Any], dtype: Any):
+    spatial = int(torch_cls.__name__[-2])
+    y = check_module(torch_cls, kwargs, _input_shape(kwargs, spatial), dtype, channels_last=True)
+    fmt = torch.channels_last if spatial == 2 else torch.channels_last_3d
+    assert y.is_contiguous(memory_format=fmt) and not y.is_contiguous()
+
+
+def test_channels_last_problem_is_nhwc() -> None:
+    """The problem miocore solves has the layout of the tensor: NHWC for channels_last."""
+    layer = mt.Conv2d(4, 6, 3)
+    x = torch.randn(2, 4, 7, 6).contiguous(memory_format=torch.channels_last)  # y: 2x6x5x4
+    layer(x)
+    keys = [
+        k
+        for k in mt.ops._problems
+        if k[0] == "forward" and k[2] == "float32" and k[5] == (2, 6, 5, 4) and k[4][-1] == 3
+    ]
+    assert keys and {k[1] for k in keys} == {"NHWC"}
+    assert mt.ops._problems[keys[0]].key.endswith("NHWC-FP32-F")
+
+
+def test_unbatched_input_matches_torch_nn() -> None:
+    torch.manual_seed(3)
+    reference = torch.nn.Conv2d(3, 4, 3, padding=1)
+    layer = mt.Conv2d(3, 4, 3, padding=1)
+    layer.load_state_dict(reference.state_dict())
+    x = torch.randn(3, 6, 5)
+    torch.testing.assert_close(layer(x), reference(x), rtol=1e-5, atol=1e-5)
+
+
+def test_transposed_output_size_picks_output_padding() -> None:
+    torch.manual_seed(4)
+    reference = torch.nn.ConvTranspose2d(4, 3, 3, stride=2, padding=1)
+    layer = mt.ConvTranspose2d(4, 3, 3, stride=2, padding=1)
+    layer.load_state_dict(reference.state_dict())
+    x = torch.randn(1, 4, 5, 5)
+    y = layer(x, output_size=[10, 10])
+    assert y.shape == (1, 3, 10, 10)
+    torch.testing.assert_close(y, reference(x, output_size=[10, 10]), rtol=1e-5, atol=1e-5)
+
+
+def test_default_find_mode_benchmarks_and_matches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default find mode (DYNAMIC_HYBRID) measures on first sight; the result is right."""
+    monkeypatch.delenv("MIOCORE_FIND_MODE")
+    mt.reset()
+    check_module(torch.nn.Conv2d, CONV_CASES["plain"], (2, 4, 7, 6), torch.float32, seed=5)
+    found = list(mt.runtime._solutions.values())
+    assert {s.problem.direction.value for s in found} == {
+        "forward",
+        "backward_data",
+        "backward_weights",
+    }
+    assert all(s.source == "measured" and not s.is_estimate for s in found)
+
+
+def test_float64_is_refused_naming_the_dtype() -> None:
+    layer = mt.Conv2d(2, 2, 3).double()
+    with pytest.raises(miocore.MiocoreError, match=r"x\.dtype='torch\.float64'"):
+        layer(torch.randn(1, 2, 5, 5, dtype=torch.float64))
