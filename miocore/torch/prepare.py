@@ -7,6 +7,7 @@ progress bar, instead of during the first training step or inside a CUDA graph c
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -50,7 +51,9 @@ def prepare(
                 hooks.append(layer.register_full_backward_hook(_advance(bar, task, name)))
         try:
             if backward:
-                _forward_backward(model, args)
+                with warnings.catch_warnings():  # the first layer's input needs no gradient
+                    warnings.filterwarnings("ignore", "Full backward hook", UserWarning)
+                    _forward_backward(model, args)
             else:
                 with torch.no_grad():
                     model(*args)
