@@ -321,13 +321,23 @@ class CudaDriver:
     # -- BLAS ----------------------------------------------------------------------------------
 
     def open_blas(self) -> Any:
-        """cuBLAS through CuPy's binding, or False where CuPy is not installed."""
+        """cuBLAS through NVIDIA's own binding (nvmath-python), else CuPy's; False where
+        neither is installed."""
         try:
+            from nvmath.bindings import cublas as nvmath_cublas
+        except ImportError:
+            pass
+        else:
+            return CublasGemm(_NvmathCublas(nvmath_cublas))
+        try:
+            import cupy
             from cupy_backends.cuda.libs import cublas
         except ImportError as exc:
-            self.blas_error = f"cuBLAS needs CuPy's binding: install 'miocore[cuda-blas]' ({exc})"
+            self.blas_error = (
+                f"cuBLAS needs nvmath-python or CuPy: install 'miocore[cuda-blas]' ({exc})"
+            )
             return False
-        return CublasGemm(cublas)
+        return CublasGemm(_CupyCublas(cublas, cupy))
 
 
 def _ceilings(index: int) -> Ceilings:
@@ -363,18 +373,18 @@ class CublasGemm:
     products use TF32 tensor cores (only for solvers of the ``"tf32"`` math mode).
     """
 
-    def __init__(self, cublas: Any) -> None:
-        self._cublas = cublas
-        self._handle = cublas.create()
+    def __init__(self, binding: Any) -> None:
+        self._cublas = binding
+        self._handle = binding.create()
         self._alpha = np.ones(1, np.float32)
         self._betas = {0.0: np.zeros(1, np.float32), 1.0: np.ones(1, np.float32)}
-        self._strided = hasattr(cublas, "gemmStridedBatchedEx")
-        #: GEMMs issued so far: a graph recording checks it (CuPy's cuBLAS calls are not
-        #: recorded into a stream capture; they run at once, so such a recording is void).
+        #: Whether a stream capture records these GEMMs (see ``GpuBackend.capture``).
+        self.records_in_graphs = binding.records_in_graphs
+        #: GEMMs issued so far: a recording checks whether any ran during it.
         self.calls = 0
 
     def set_stream(self, stream: int) -> None:
-        self._cublas.setStream(self._handle, stream)
+        self._cublas.set_stream(self._handle, stream)
 
     def gemm(
         self,
@@ -407,8 +417,8 @@ class CublasGemm:
         beta_buf = self._betas.get(beta)
         if beta_buf is None:
             raise InvalidArgumentError("beta must be 0 or 1", field="beta", value=beta)
-        if self._strided and batch > 1:
-            cb.gemmStridedBatchedEx(
+        if batch > 1:
+            cb.gemm_strided_batched_ex(
                 self._handle,
                 int(transa),
                 int(transb),
@@ -435,7 +445,7 @@ class CublasGemm:
             )
             return
         for i in range(batch):
-            cb.gemmEx(
+            cb.gemm_ex(
                 self._handle,
                 int(transa),
                 int(transb),
@@ -456,6 +466,45 @@ class CublasGemm:
                 compute,
                 _GEMM_DEFAULT,
             )
+
+
+class _NvmathCublas:
+    """cuBLAS through nvmath-python's low-level binding: calls go to the handle's stream as
+    set, so a stream capture records them."""
+
+    records_in_graphs = True
+
+    def __init__(self, module: Any) -> None:
+        self.create = module.create
+        self.set_stream = module.set_stream
+        self.gemm_ex = module.gemm_ex
+        self.gemm_strided_batched_ex = module.gemm_strided_batched_ex
+
+
+class _CupyCublas:
+    """cuBLAS through CuPy's binding, which points the handle at CuPy's current stream before
+    every call: each call therefore runs inside a CuPy context of the backend's stream. CuPy
+    refuses cuBLAS calls on a capturing stream, so these GEMMs are never recorded."""
+
+    records_in_graphs = False
+
+    def __init__(self, module: Any, cupy: Any) -> None:
+        self._module = module
+        self._cupy = cupy
+        self._stream: Any = None
+        self.create = module.create
+
+    def set_stream(self, handle: int, stream: int) -> None:
+        self._module.setStream(handle, stream)
+        self._stream = self._cupy.cuda.ExternalStream(stream)
+
+    def gemm_ex(self, *args: Any) -> None:
+        with self._stream:
+            self._module.gemmEx(*args)
+
+    def gemm_strided_batched_ex(self, *args: Any) -> None:
+        with self._stream:
+            self._module.gemmStridedBatchedEx(*args)
 
 
 def open_cuda(index: int = 0, stream: Any = None) -> GpuBackend:

@@ -303,9 +303,9 @@ class GpuBackend:
 
         None, with nothing recorded kept, when the driver has no graphs, this backend's stream
         is being captured by someone else (a graph the caller records), ``run`` raised, called
-        the BLAS (whose calls through CuPy are not recorded: measured on an H200), or made at
-        most one launch (a replay costs as much as that launch). The caller then runs ``run``
-        itself, which redoes whatever ran during the attempt.
+        a BLAS binding that a capture does not record (CuPy's), or made at most one launch (a
+        replay costs as much as that launch). The caller then runs ``run`` itself, which redoes
+        whatever ran during the attempt.
         """
         driver = self.driver
         if not hasattr(driver, "capture_begin") or driver.is_capturing(self.stream_object):
@@ -334,7 +334,8 @@ class GpuBackend:
             failed = True
         finally:
             self.set_stream(handle)
-        if getattr(self._blas, "calls", 0) != blas_calls:
+        blas = self._blas
+        if getattr(blas, "calls", 0) != blas_calls and not getattr(blas, "records_in_graphs", 0):
             failed = True  # the BLAS ran outside the recording: the graph would miss it
         if graph is not None and (failed or nodes <= 1):
             driver.graph_destroy(graph, None)
