@@ -1,0 +1,172 @@
+"""miocore.torch on a GPU (CUDA, or ROCm through the HIP backend): modules against a float64
+reference on the device, the math mode following PyTorch, one handle per stream, CUDA graph
+capture and torch.compile with inductor. Skipped without a GPU.
+
+On the GPU machine: ``python -m pytest -q -p no:cacheprovider -m gpu tests/test_torch_gpu.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import miocore.torch as mt  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+#: Relative tolerance against the float64 reference's largest magnitude ("tf32": fp32 inputs
+#: rounded to 10 mantissa bits, as cuDNN does by default).
+TOLERANCE = {"float32": 2e-5, "tf32": 4e-3, "float16": 4e-3, "bfloat16": 3e-2}
+
+
+@pytest.fixture(autouse=True)
+def _gpu() -> Any:
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA or ROCm device")
+    mt.reset()
+    mt.set_math_mode(None)
+    yield
+    mt.set_math_mode(None)
+
+
+def _close(actual: torch.Tensor, reference: torch.Tensor, kind: str, what: str) -> None:
+    reference = reference.detach().double()
+    scale = float(reference.abs().max())
+    assert scale > 0, what
+    error = float((actual.detach().double() - reference).abs().max())
+    assert error <= TOLERANCE[kind] * scale, f"{what}: max error {error:.3g}, scale {scale:.3g}"
+
+
+def _model(seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(16, 32, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(32, 32, 3, stride=2, padding=1, groups=32),
+        torch.nn.Conv2d(32, 64, 1),
+        torch.nn.ConvTranspose2d(64, 16, 2, stride=2),
+    )
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+@pytest.mark.parametrize(
+    ("dtype", "kind"),
+    [
+        (torch.float32, "float32"),
+        (torch.float32, "tf32"),
+        (torch.float16, "float16"),
+        (torch.bfloat16, "bfloat16"),
+    ],
+    ids=["fp32", "tf32", "fp16", "bf16"],
+)
+def test_training_step_matches_float64(dtype: Any, kind: str, channels_last: bool) -> None:
+    mt.set_math_mode("tf32" if kind == "tf32" else "exact")
+    reference = _model(0).cuda()
+    with torch.no_grad():  # values representable in dtype, so both see the same numbers
+        for p in reference.parameters():
+            p.copy_(p.to(dtype))
+    model = mt.convert(copy.deepcopy(reference)).to(dtype)
+    reference = reference.double()
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    model = model.to(memory_format=fmt)
+    x = torch.randn(4, 16, 20, 18, device="cuda").to(dtype).contiguous(memory_format=fmt)
+    x_ref = x.detach().double().requires_grad_(True)
+    x.requires_grad_(True)
+    y, y_ref = model(x), reference(x_ref)
+    assert y.dtype == dtype and y.is_contiguous(memory_format=fmt)
+    _close(y, y_ref, kind, "output")
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    y_ref.backward(dy.double())
+    _close(x.grad, x_ref.grad, kind, "input gradient")
+    for (name, p), (_, q) in zip(
+        reference.named_parameters(), model.named_parameters(), strict=True
+    ):
+        _close(q.grad, p.grad, kind, f"{name} gradient")
+    backend = "hip" if torch.version.hip else "cuda"
+    assert mt.handle("cuda").backend.name == backend
+
+
+def test_math_mode_follows_pytorch_unless_set() -> None:
+    device = torch.device("cuda")
+    old = torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cudnn.allow_tf32 = True
+        conv = getattr(torch.backends.cudnn, "conv", None)
+        if conv is not None and getattr(conv, "fp32_precision", "none") == "ieee":
+            pytest.skip("torch.backends.cudnn.conv.fp32_precision is set to 'ieee'")
+        assert mt.math_mode(device) == "tf32"
+        assert mt.handle("cuda").context.math_mode == "tf32"
+        torch.backends.cudnn.allow_tf32 = False
+        assert mt.math_mode(device) == "exact"
+        mt.set_math_mode("tf32")
+        assert mt.math_mode(device) == "tf32"
+        assert mt.math_mode(torch.device("cpu")) == "tf32"
+    finally:
+        torch.backends.cudnn.allow_tf32 = old
+
+
+def test_one_handle_per_stream_shared_by_modules() -> None:
+    mt.set_math_mode("exact")
+    side = torch.cuda.Stream()
+    default = mt.handle("cuda")
+    with torch.cuda.stream(side):
+        on_side = mt.handle("cuda")
+    assert on_side is not default
+    assert mt.handle("cuda") is default
+    assert on_side.backend.stream_handle == side.cuda_stream
+    # Two layers of one shape on the side stream share the handle and the solution.
+    a, b = mt.Conv2d(8, 8, 3).cuda(), mt.Conv2d(8, 8, 3).cuda()
+    x = torch.randn(2, 8, 12, 12, device="cuda")
+    with torch.cuda.stream(side):
+        ya, yb = a(x), b(x)
+    side.synchronize()
+    for layer, y in ((a, ya), (b, yb)):
+        expected = torch.nn.functional.conv2d(
+            x.double(), layer.weight.double(), layer.bias.double()
+        )
+        _close(y, expected, "float32", "output")
+    assert len(mt.runtime._solutions) == 1
+
+
+def test_cuda_graph_capture_replays_miocore_convolutions() -> None:
+    mt.set_math_mode("exact")
+    reference = _model(1).cuda()
+    model = mt.convert(copy.deepcopy(reference)).eval()
+    reference = reference.double()
+    static_x = torch.randn(2, 16, 16, 16, device="cuda")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.no_grad():  # warm up where the graph is captured
+        mt.prepare(model, static_x, progress=False)
+        for _ in range(2):
+            model(static_x)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream), torch.no_grad():
+        static_y = model(static_x)
+    for seed in (2, 3):
+        torch.manual_seed(seed)
+        fresh = torch.randn_like(static_x)
+        static_x.copy_(fresh)
+        graph.replay()
+        torch.cuda.synchronize()
+        with torch.no_grad():
+            expected = reference(fresh.double())
+        _close(static_y, expected, "float32", f"replay {seed}")
+
+
+def test_torch_compile_inductor_without_graph_breaks() -> None:
+    mt.set_math_mode("exact")
+    torch._dynamo.reset()
+    reference = _model(4).cuda()
+    model = mt.convert(copy.deepcopy(reference))
+    x = torch.randn(2, 16, 16, 16, device="cuda")
+    explanation = torch._dynamo.explain(model)(x)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    compiled = torch.compile(model, fullgraph=True)
+    _close(compiled(x), reference.double()(x.double()), "float32", "compiled output")
