@@ -20,6 +20,7 @@ from miocore.db import (
     FindDb,
     FindDbEntry,
     PerfDb,
+    StorageDegradedWarning,
     TextFormatError,
     default_system_dir,
     default_user_dir,
@@ -229,16 +230,25 @@ def test_a_failed_write_changes_nothing(db: FindDb) -> None:
     assert db.records(k)[0].solvers == ["a.one", "b.two"]
 
 
-def test_newer_schema_version_is_an_error_that_says_so(db: FindDb, dirs: tuple[Path, Path]) -> None:
+def test_newer_schema_version_degrades_and_leaves_the_file_untouched(
+    db: FindDb, dirs: tuple[Path, Path]
+) -> None:
     db.write(key(), [entry("a.one", 1.0)])
     db.close()
     _set_version(db.user_path, SCHEMA_VERSION + 1)
+    before = hashlib.sha256(db.user_path.read_bytes()).hexdigest()
     fresh = FindDb(DEVICE, user_dir=dirs[0], system_dir=dirs[1])
-    with pytest.raises(DatabaseError, match="newer"):
-        fresh.records(key())
-    with pytest.raises(DatabaseError, match="newer"):
-        fresh.write(key(), [entry("a.one", 1.0)])
-    assert db.user_path.exists()  # not mistaken for corruption: nothing set aside
+    with pytest.warns(StorageDegradedWarning, match="newer miocore") as caught:
+        assert fresh.records(key()) == []
+        fresh.write(key(), [entry("b.two", 2.0)])
+        fresh.write(key(n=32), [entry("c.three", 3.0)])
+    assert len(caught) == 1  # one warning per object and cause
+    assert fresh.status.state == "degraded" and fresh.status.cause == "newer-schema"
+    assert fresh.status.path == str(db.user_path)
+    # Kept in memory for the object's life; the file is neither rewritten nor set aside.
+    assert fresh.records(key())[0].solvers == ["b.two"]
+    assert fresh.keys() == sorted([key(), key(n=32)])
+    assert hashlib.sha256(db.user_path.read_bytes()).hexdigest() == before
     assert not list(dirs[0].glob("*.corrupt-*"))
 
 
@@ -310,12 +320,18 @@ def test_a_corrupt_system_layer_is_warned_about_and_read_as_empty(
     assert bad.read_bytes() == b"this is not sqlite at all" * 100  # never touched
 
 
-def test_system_layer_with_a_newer_schema_is_an_error(dirs: tuple[Path, Path]) -> None:
+def test_system_layer_with_a_newer_schema_reads_as_empty_with_one_warning(
+    dirs: tuple[Path, Path],
+) -> None:
     user, system = dirs
     path = _build_system(system, {key(): [entry("sys.one", 2.0)]})
     _set_version(path, SCHEMA_VERSION + 5)
-    with pytest.raises(DatabaseError, match="newer"):
-        FindDb(DEVICE, user_dir=user, system_dir=system).records(key())
+    db = FindDb(DEVICE, user_dir=user, system_dir=system)
+    with pytest.warns(DatabaseWarning, match="newer") as caught:
+        assert db.records(key()) == []
+        assert db.records(key()) == []
+    assert len(caught) == 1
+    assert db.status.ok  # the user layer is fine
 
 
 # -- corruption of the user layer ---------------------------------------------------------------

@@ -122,21 +122,27 @@ def _dbs(args: argparse.Namespace) -> tuple[FindDb, PerfDb]:
 
 
 def _file_info(path: Path) -> dict[str, Any]:
-    info: dict[str, Any] = {"path": str(path), "exists": path.exists()}
-    if info["exists"]:
-        info["bytes"] = path.stat().st_size
-        wal = path.with_name(path.name + "-wal")
-        if wal.exists():
-            info["wal_bytes"] = wal.stat().st_size
+    info: dict[str, Any] = {"path": str(path), "exists": False}
+    try:
+        info["exists"] = path.is_file()
+        if info["exists"]:
+            info["bytes"] = path.stat().st_size
+            wal = path.with_name(path.name + "-wal")
+            if wal.exists():
+                info["wal_bytes"] = wal.stat().st_size
+    except OSError as exc:  # a folder we may not enter: the status line says so
+        info["error"] = str(exc)
     return info
 
 
 def _cmd_path(args: argparse.Namespace) -> int:
     find, _ = _dbs(args)
+    status = find.probe()
     data = {
         "device": find.device,
-        "user": _file_info(find.user_path),
+        "user": {**_file_info(find.user_path), "journal_mode": find.journal_mode},
         "system": _file_info(find.system_path),
+        "status": status.as_dict(),
     }
     if args.json:
         print(json.dumps(data, indent=2))
@@ -150,8 +156,16 @@ def _cmd_path(args: argparse.Namespace) -> int:
                 state += f" + {info['wal_bytes']:,} bytes of WAL"
         else:
             state = "does not exist" + (" yet" if layer == "user" else "")
+        if layer == "user":
+            state += f", journal {info['journal_mode']}"
         # Plain lines, not a table: paths must stay whole for copy and paste.
         print(f"{layer}: {info['path']} ({state})")
+    print(f"status: {status.line()}")
+    if not status.ok:
+        print(
+            "  results will be kept in memory only; set MIOCORE_USER_DB_PATH to a writable "
+            "local folder (or pass --user-db-path)"
+        )
     return 0
 
 

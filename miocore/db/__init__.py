@@ -15,6 +15,7 @@ from miocore.db._common import (
 from miocore.db._store import SCHEMA_VERSION, DatabaseWarning
 from miocore.db.finddb import FindDb, FindDbEntry, FindDbRecord, ImportResult, MergeResult
 from miocore.db.perfdb import PerfDb, PerfDbEntry
+from miocore.db.storage import StorageDegradedWarning, StorageStatus
 from miocore.db.text import BadLine, TextFormatError
 
 __all__ = [
@@ -28,6 +29,8 @@ __all__ = [
     "MergeResult",
     "PerfDb",
     "PerfDbEntry",
+    "StorageDegradedWarning",
+    "StorageStatus",
     "TextFormatError",
     "default_system_dir",
     "default_user_dir",

@@ -7,16 +7,20 @@ import json
 import math
 import os
 import re
-from collections.abc import Mapping
+import sqlite3
+from collections.abc import Callable, Mapping
 from importlib import metadata
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import platformdirs
 
 from miocore.db._store import Store, utc_now_iso
+from miocore.db.storage import STORAGE_ERRORS, StorageStatus, UserLayer
 from miocore.errors import InvalidArgumentError
+
+T = TypeVar("T")
 
 USER_DB_ENV = "MIOCORE_USER_DB_PATH"
 SYSTEM_DB_ENV = "MIOCORE_SYSTEM_DB_PATH"
@@ -198,15 +202,19 @@ def make_stores(device: str, user_dir: Path | None, system_dir: Path | None) -> 
 class LayeredDb:
     """A database of one device: a writable user layer over a read-only system layer.
 
-    The part FindDb and PerfDb share: where the two files are, choosing one by layer name,
-    closing them. Each layer is one SQLite file, ``<dir>/<device>.db``.
+    The part FindDb and PerfDb share: where the two files are, reading a layer, closing them.
+    Each layer is one SQLite file, ``<dir>/<device>.db``. No storage fault of either layer
+    raises: the user layer degrades to memory (:mod:`miocore.db.storage`, :attr:`status`),
+    an unreadable system layer reads as empty with one warning.
     """
 
     def __init__(
         self, device: str, *, user_dir: Path | None = None, system_dir: Path | None = None
     ) -> None:
-        self._user, self._system = make_stores(device, user_dir, system_dir)
+        user, self._system = make_stores(device, user_dir, system_dir)
         self.device = device
+        self._user = UserLayer(user, f"{type(self).__name__}({device!r})")
+        self._system_warned = False
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.device!r}, user={str(self.user_path)!r})"
@@ -221,12 +229,44 @@ class LayeredDb:
         """The system layer's file (may not exist)."""
         return self._system.path
 
-    def _store(self, layer: str) -> Store:
-        return self._user if check_layer(layer) == "user" else self._system
+    @property
+    def status(self) -> StorageStatus:
+        """The user layer's state: ``ok``, or ``degraded`` with the cause and the path."""
+        return self._user.status
+
+    def probe(self) -> StorageStatus:
+        """Try the user file now (read, empty write transaction; never creates it); the status."""
+        return self._user.probe()
+
+    @property
+    def journal_mode(self) -> str:
+        """``"wal"``, or ``"delete"`` (rollback journal) when the user layer is on a network FS."""
+        return self._user.store.journal_mode
+
+    def _read(self, layer: str, fn: Callable[[sqlite3.Connection], T], default: T) -> T:
+        """``fn`` on one layer's file (the user layer's memory is read by the caller)."""
+        if check_layer(layer) == "user":
+            return self._user.read_file(fn, default)
+        try:
+            return self._system.read(fn, default)
+        except STORAGE_ERRORS as exc:
+            if not self._system_warned:
+                self._system_warned = True
+                from miocore.db._store import _warn
+
+                _warn(
+                    f"system database {self.system_path} cannot be read ({exc}); reading it as "
+                    "empty (reinstall miocore or fix MIOCORE_SYSTEM_DB_PATH)"
+                )
+            return default
+
+    def _read_memory(self, fn: Callable[[sqlite3.Connection], T], default: T) -> T:
+        """``fn`` on the user layer's in-memory records (``default`` while the file works)."""
+        return self._user.read_memory(fn, default)
 
     def close(self) -> None:
-        """Close both files (any later call reopens them)."""
-        self._user.close()
+        """Close both files (any later call reopens them; memory records are kept)."""
+        self._user.store.close()
         self._system.close()
 
     def __enter__(self) -> Self:

@@ -35,8 +35,11 @@ T = TypeVar("T")
 #: :func:`_create_schema` to upgrade) whenever the tables change.
 SCHEMA_VERSION = 1
 
-#: SQLite's own wait for a lock before it reports "busy", in seconds.
+#: The longest a call waits for another process's lock, in seconds (SQLite's busy wait plus
+#: our retries), unless ``MIOCORE_DB_LOCK_TIMEOUT_S`` says otherwise. Past it the user layer
+#: degrades to memory (see :mod:`miocore.db.storage`) instead of blocking the convolution.
 BUSY_TIMEOUT_S = 30.0
+LOCK_TIMEOUT_ENV = "MIOCORE_DB_LOCK_TIMEOUT_S"
 #: Our retries on top of SQLite's busy wait (for the busy cases its handler does not cover:
 #: WAL recovery, snapshot upgrades, a COMMIT racing a checkpoint).
 MAX_ATTEMPTS = 10
@@ -44,7 +47,7 @@ MAX_ATTEMPTS = 10
 #: the errors that reading them raises (quick_check reads the whole file).
 QUICK_CHECK_MAX_BYTES = 64 * 1024 * 1024
 
-_SCHEMA = """
+SCHEMA_SQL = """
 CREATE TABLE IF NOT EXISTS find_db (
     key TEXT NOT NULL,
     solver TEXT NOT NULL,
@@ -137,16 +140,39 @@ def _signature(path: Path) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino)
 
 
-def retry_busy(fn: Callable[[], T], what: str, path: Path) -> T:
-    """Run ``fn``, retrying with jittered exponential backoff while SQLite says busy/locked."""
+def lock_timeout_s() -> float:
+    """``$MIOCORE_DB_LOCK_TIMEOUT_S`` (a number > 0), else :data:`BUSY_TIMEOUT_S`."""
+    from miocore.errors import InvalidEnvironmentError
+
+    text = os.environ.get(LOCK_TIMEOUT_ENV, "").strip()
+    if not text:
+        return BUSY_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value != value or value == float("inf"):
+        raise InvalidEnvironmentError(
+            "must be a number of seconds > 0", field=LOCK_TIMEOUT_ENV, value=text
+        )
+    return value
+
+
+def retry_busy(fn: Callable[[], T], what: str, path: Path, timeout_s: float | None = None) -> T:
+    """Run ``fn``, retrying with jittered exponential backoff while SQLite says busy/locked.
+
+    Gives up after :data:`MAX_ATTEMPTS` attempts or ``timeout_s`` seconds, whichever first.
+    """
     delay = 0.01
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     for attempt in range(MAX_ATTEMPTS):
         try:
             return fn()
         except sqlite3.OperationalError as exc:
             if not is_busy(exc):
                 raise
-            if attempt == MAX_ATTEMPTS - 1:
+            late = deadline is not None and time.monotonic() >= deadline
+            if attempt == MAX_ATTEMPTS - 1 or late:
                 raise DatabaseError(
                     f"{what}: still locked after {MAX_ATTEMPTS} attempts ({exc})",
                     field="path",
@@ -166,9 +192,14 @@ class Store:
     set a corrupt file aside) and after a fork.
     """
 
-    def __init__(self, path: Path, *, writable: bool) -> None:
+    def __init__(self, path: Path, *, writable: bool, network: bool | None = None) -> None:
         self.path = path
         self.writable = writable
+        #: On a network file system the user layer uses the rollback journal, not WAL
+        #: (:mod:`miocore.db.mounts`); None: detect from the mounts table when first opened.
+        self.network = network
+        #: The lock wait of each call, in seconds (``$MIOCORE_DB_LOCK_TIMEOUT_S``).
+        self.timeout_s = lock_timeout_s()
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._conn_pid = 0
@@ -190,12 +221,32 @@ class Store:
         with self._lock:
             return self._run(fn, default, write=False)
 
-    def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn(conn)`` inside one ``BEGIN IMMEDIATE`` transaction: all of it or nothing."""
+    def write(
+        self, fn: Callable[[sqlite3.Connection], T], *, create: bool = True, default: T = None
+    ) -> T:
+        """Run ``fn(conn)`` inside one ``BEGIN IMMEDIATE`` transaction: all of it or nothing.
+
+        ``create=False``: a missing file is not created and ``default`` is returned.
+        """
         if not self.writable:
             raise DatabaseError("the system layer is read-only", field="path", value=str(self.path))
         with self._lock:
-            return self._run(fn, None, write=True)  # type: ignore[arg-type]
+            return self._run(fn, default, write=True, create=create)
+
+    @property
+    def journal_mode(self) -> str:
+        """The journal this store uses for writes: ``"wal"``, or ``"delete"`` on a network FS."""
+        return "delete" if self._on_network() else "wal"
+
+    def _on_network(self) -> bool:
+        if self.network is None:
+            from miocore.db.mounts import is_network_path
+
+            folder = self.path.parent
+            while not folder.exists() and folder != folder.parent:
+                folder = folder.parent  # the file system the folder will be created on
+            self.network = is_network_path(folder)
+        return self.network
 
     def close(self) -> None:
         """Close the connection (the next operation reopens it)."""
@@ -204,19 +255,29 @@ class Store:
 
     # -- machinery --------------------------------------------------------------------------
 
-    def _run(self, fn: Callable[[sqlite3.Connection], T], default: T, *, write: bool) -> T:
+    def _run(
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        default: T,
+        *,
+        write: bool,
+        create: bool = True,
+    ) -> T:
         recovered = False
         while True:
             try:
                 # After a corrupt file was set aside, rebuild it even on a read.
-                conn = self._connection(create=write or recovered)
+                conn = self._connection(create=(write and create) or recovered)
                 if conn is None:
                     return default
                 if write:
                     return retry_busy(
-                        functools.partial(self._transaction, conn, fn), "write", self.path
+                        functools.partial(self._transaction, conn, fn),
+                        "write",
+                        self.path,
+                        self.timeout_s,
                     )
-                return retry_busy(functools.partial(fn, conn), "read", self.path)
+                return retry_busy(functools.partial(fn, conn), "read", self.path, self.timeout_s)
             except (sqlite3.DatabaseError, _Corrupt) as exc:
                 if not is_corruption(exc):
                     raise DatabaseError(
@@ -325,12 +386,12 @@ class Store:
         conn = sqlite3.connect(
             _uri(self.path, "mode=rwc" if create else "mode=rw"),
             uri=True,
-            timeout=BUSY_TIMEOUT_S,
+            timeout=self.timeout_s,
             isolation_level=None,
             check_same_thread=False,
         )
         try:
-            retry_busy(lambda: self._prepare_user(conn), "open", self.path)
+            retry_busy(lambda: self._prepare_user(conn), "open", self.path, self.timeout_s)
         except BaseException:
             conn.close()
             raise
@@ -340,13 +401,16 @@ class Store:
         self._check(conn)
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         _check_version(version, self.path)
-        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
-        if str(mode).lower() != "wal":
-            # WAL lets readers run beside a writer. Where it cannot work (some network file
-            # systems) SQLite keeps the rollback journal, which is still correct, only slower.
-            conn.execute("PRAGMA journal_mode=WAL")
-        # NORMAL is safe with WAL: a power cut may lose the last commits, never corrupt the file.
-        conn.execute("PRAGMA synchronous=NORMAL")
+        mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+        wanted = self.journal_mode
+        if mode != wanted:
+            # WAL lets readers run beside a writer, but its index lives in shared memory that
+            # hosts of a network file system do not share: there the rollback journal, whose
+            # fcntl locks the server arbitrates, is the safe mode.
+            conn.execute(f"PRAGMA journal_mode={wanted.upper()}")
+        # NORMAL is safe with WAL (a power cut may lose the last commits, never corrupt the
+        # file); the rollback journal needs FULL for the same promise.
+        conn.execute(f"PRAGMA synchronous={'NORMAL' if wanted == 'wal' else 'FULL'}")
         if version < SCHEMA_VERSION:
             self._transaction(conn, functools.partial(_create_schema, path=self.path))
 
@@ -427,7 +491,7 @@ def _create_schema(conn: sqlite3.Connection, path: Path) -> None:
     _check_version(version, path)
     if version == SCHEMA_VERSION:
         return
-    for statement in _SCHEMA.split(";"):
+    for statement in SCHEMA_SQL.split(";"):
         if statement.strip():
             conn.execute(statement)
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -195,7 +195,6 @@ class FindDb(LayeredDb):
 
     def record(self, key: str, layer: str = "user") -> FindDbRecord | None:
         """The record of ``key`` in one layer, or None."""
-        store = self._store(layer)
 
         def read(conn: sqlite3.Connection) -> FindDbRecord | None:
             rows = conn.execute(
@@ -204,7 +203,11 @@ class FindDb(LayeredDb):
             )
             return next(_group(iter(rows.fetchall()), layer), None)
 
-        return store.read(read, None)
+        if layer == "user":
+            kept = self._read_memory(read, None)
+            if kept is not None:
+                return kept
+        return self._read(layer, read, None)
 
     def records(self, key: str) -> list[FindDbRecord]:
         """The records of ``key``: user layer first, then system; only layers that have it."""
@@ -212,22 +215,30 @@ class FindDb(LayeredDb):
 
     def keys(self, layer: str = "user") -> list[str]:
         """Every key of one layer, sorted."""
-        return self._store(layer).read(
-            lambda conn: [
-                r[0] for r in conn.execute("SELECT DISTINCT key FROM find_db ORDER BY key")
-            ],
-            [],
-        )
+
+        def read(conn: sqlite3.Connection) -> list[str]:
+            return [r[0] for r in conn.execute("SELECT DISTINCT key FROM find_db ORDER BY key")]
+
+        found = self._read(layer, read, [])
+        if layer == "user" and self._user.degraded:
+            found = sorted(set(found) | set(self._read_memory(read, [])))
+        return found
 
     def items(self, layer: str = "user") -> Iterator[FindDbRecord]:
         """Every record of one layer, by key (read as one consistent snapshot)."""
-        rows = self._store(layer).read(
-            lambda conn: conn.execute(
+
+        def read(conn: sqlite3.Connection) -> list[Any]:
+            return conn.execute(
                 f"SELECT key, {_COLUMNS} FROM find_db ORDER BY key, rank, solver"
-            ).fetchall(),
-            [],
-        )
-        return _group(iter(rows), layer)
+            ).fetchall()
+
+        records = _group(iter(self._read(layer, read, [])), layer)
+        if layer != "user" or not self._user.degraded:
+            return records
+        # Records kept in memory (the file failed) replace the file's records of their keys.
+        merged = {r.key: r for r in records}
+        merged.update((r.key, r) for r in _group(iter(self._read_memory(read, [])), layer))
+        return iter([merged[k] for k in sorted(merged)])
 
     def __len__(self) -> int:
         """Number of keys in the user layer."""
@@ -253,10 +264,10 @@ class FindDb(LayeredDb):
 
     def delete(self, key: str) -> bool:
         """Delete the user record of ``key``; True when there was one."""
-        if not self.user_path.exists():
-            return False
         return self._user.write(
-            lambda conn: conn.execute("DELETE FROM find_db WHERE key = ?", (key,)).rowcount > 0
+            lambda conn: conn.execute("DELETE FROM find_db WHERE key = ?", (key,)).rowcount > 0,
+            create=False,
+            default=False,
         )
 
     def clean(
@@ -281,10 +292,10 @@ class FindDb(LayeredDb):
             raise InvalidArgumentError(
                 "say what to clean: key, solver, keep_solvers or all=True", field="all", value=all
             )
-        if not self.user_path.exists():
-            return 0
         keep = None if keep_solvers is None else set(keep_solvers)
-        return self._user.write(lambda conn: _clean(conn, "find_db", key, solver, keep))
+        return self._user.write(
+            lambda conn: _clean(conn, "find_db", key, solver, keep), create=False, default=0
+        )
 
     def import_text(self, source: Path | str, *, skip_bad_lines: bool = False) -> ImportResult:
         """Import a MIOpen text FindDb (``KEY=solver:time,workspace,algorithm;...`` a line).

@@ -60,7 +60,9 @@ class PerfDb(LayeredDb):
                     layer=layer,
                 )
 
-            found = self._store(layer).read(read, None)
+            found = self._read_memory(read, None) if layer == "user" else None
+            if found is None:
+                found = self._read(layer, read, None)
             if found is not None:
                 return found
         return None
@@ -89,9 +91,9 @@ class PerfDb(LayeredDb):
 
     def delete(self, key: str, solver: str | None = None) -> int:
         """Delete user entries of ``key`` (one solver's, or all); returns rows deleted."""
-        if not self.user_path.exists():
-            return 0
-        return self._user.write(lambda conn: _clean(conn, "perf_db", key, solver, None))
+        return self._user.write(
+            lambda conn: _clean(conn, "perf_db", key, solver, None), create=False, default=0
+        )
 
     def clean(
         self,
@@ -107,19 +109,24 @@ class PerfDb(LayeredDb):
             raise InvalidArgumentError(
                 "give key/solver/keep_solvers, or all=True alone", field="all", value=all
             )
-        if not self.user_path.exists():
-            return 0
         keep = None if keep_solvers is None else set(keep_solvers)
-        return self._user.write(lambda conn: _clean(conn, "perf_db", key, solver, keep))
+        return self._user.write(
+            lambda conn: _clean(conn, "perf_db", key, solver, keep), create=False, default=0
+        )
 
     def items(self, layer: str = "user") -> Iterator[PerfDbEntry]:
         """Every entry of one layer, by key then solver."""
-        rows = self._store(layer).read(
-            lambda conn: conn.execute(
+
+        def read(conn: sqlite3.Connection) -> list[tuple[str, str, str, str]]:
+            return conn.execute(
                 "SELECT key, solver, perf_config, provenance FROM perf_db ORDER BY key, solver"
-            ).fetchall(),
-            [],
-        )
+            ).fetchall()
+
+        rows = self._read(layer, read, [])
+        if layer == "user" and self._user.degraded:
+            merged = {(r[0], r[1]): r for r in rows}
+            merged.update(((r[0], r[1]), r) for r in self._read_memory(read, []))
+            rows = [merged[k] for k in sorted(merged)]
         return iter(
             [
                 PerfDbEntry(
