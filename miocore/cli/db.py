@@ -156,10 +156,11 @@ def _cmd_path(args: argparse.Namespace) -> int:
                 state += f" + {info['wal_bytes']:,} bytes of WAL"
         else:
             state = "does not exist" + (" yet" if layer == "user" else "")
-        if layer == "user":
-            state += f", journal {info['journal_mode']}"
         # Plain lines, not a table: paths must stay whole for copy and paste.
         print(f"{layer}: {info['path']} ({state})")
+    print(
+        f"user journal: {data['user']['journal_mode']} (rollback journal on network file systems)"
+    )
     print(f"status: {status.line()}")
     if not status.ok:
         print(
