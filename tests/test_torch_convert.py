@@ -5,6 +5,10 @@ keeps its state_dict, and refuses what miocore cannot run, naming the layer."""
 from __future__ import annotations
 
 import copy
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -135,3 +139,17 @@ def test_prepare_forward_only_finds_forward_problems() -> None:
     mt.prepare(model, torch.randn(1, 3, 8, 8), progress=False)
     directions = {s.problem.direction.value for s in mt.runtime._solutions.values()}
     assert directions == {"forward"}
+
+
+def test_docs_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/torch.md's example runs as written."""
+    page = Path(__file__).resolve().parent.parent / "docs" / "torch.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
+    assert len(blocks) == 1
+    exec(compile(blocks[0], "torch.md", "exec"), {})
+    assert "torch.Size([2, 8, 30])" in capsys.readouterr().out
+
+
+def test_import_miocore_does_not_import_torch() -> None:
+    code = "import sys, miocore; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
