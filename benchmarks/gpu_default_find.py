@@ -70,6 +70,26 @@ def run_suite(suite: str, passes: int, batch: int, directions: list[str]) -> lis
     return rows
 
 
+def profile_find(suite: str, name: str, batch: int, mode: str) -> None:
+    """Print where one first find's time goes (binary cache warm: a find runs first)."""
+    import cProfile
+    import pstats
+
+    layer = next(layer for layer in SUITES[suite] if layer.name == name)
+    p = problem(layer, batch, "forward", "float16", "NHWC")
+    with tempfile.TemporaryDirectory() as db:
+        miocore.Handle("cuda", user_db_path=db).find_solutions(p, find_mode="NORMAL")
+    with tempfile.TemporaryDirectory() as db:
+        h = miocore.Handle("cuda", user_db_path=db)
+        profile = cProfile.Profile()
+        profile.enable()
+        ms, best = find_ms(h, p, mode)
+        profile.disable()
+        print(f"{suite} {name} {mode}: {ms:.1f} ms, best {best.solver}")
+        print(h.last_report.benchmarked, h.last_report.skipped)
+        pstats.Stats(profile).sort_stats("cumulative").print_stats(35)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suites", nargs="+", default=["resnet50", "mobilenetv2"])
@@ -77,7 +97,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--directions", nargs="+", default=["forward", "backward_data"])
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--profile", nargs=2, metavar=("SUITE", "LAYER"), default=None)
     args = parser.parse_args()
+    if args.profile:
+        profile_find(*args.profile, args.batch, "DYNAMIC_HYBRID")
+        return
     rows = []
     for suite in args.suites:
         rows += run_suite(suite, args.passes, args.batch, args.directions)

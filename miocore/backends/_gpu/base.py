@@ -36,6 +36,7 @@ from miocore.backends._gpu.arrays import (
     view_of,
     workspace_of,
 )
+from miocore.backends._gpu.vendor import DriverCompileFailure
 from miocore.db.kernel_cache import CacheKeyParts, KernelCache, cache_disabled, collect_headers
 from miocore.errors import (
     CompileError,
@@ -72,16 +73,9 @@ def core_kernel_dir() -> Path:
     return package.parent / "kernels"
 
 
-class DriverCompileFailure(Exception):
-    """Raised by a driver's ``compile_source``: the compiler's log, for a CompileError."""
-
-    def __init__(self, log_text: str) -> None:
-        super().__init__(log_text)
-        self.log_text = log_text
-
-
 class Driver(Protocol):
-    """The primitives one vendor binding provides (see ``cuda.py`` and ``hip.py``)."""
+    """The primitives one vendor binding provides (``cuda.py`` and ``hip.py``, on the shared
+    steps of :class:`~miocore.backends._gpu.vendor.VendorDriver`)."""
 
     name: str
     index: int
@@ -347,27 +341,30 @@ class GpuBackend:
 
     def bind_registry(self, registry_fn: Callable[[], Any]) -> None:
         """Take kernel source folders from ``registry_fn().kernel_sources`` (the handle's
-        registry, which may change when plugins are disabled)."""
+        registry, which may change when plugins are disabled). Whoever opens a backend binds
+        one (the Handle does); until then only the core's own kernels resolve."""
         self._registry_fn = registry_fn
 
-    def _source_folders(self) -> list[tuple[str, Path, str]]:
+    def _source_folders(self, namespace: str) -> list[tuple[str, Path, str]]:
         folders = [(CORE_NAMESPACE, core_kernel_dir(), "miocore")]
-        registry = None
-        if self._registry_fn is not None:
-            registry = self._registry_fn()
-        else:
-            from miocore.solver.registry import default_registry
-
-            registry = default_registry()
-        for info, record in getattr(registry, "kernel_sources", ()):
+        if namespace == CORE_NAMESPACE:
+            return folders
+        if self._registry_fn is None:
+            raise CompileError(
+                "this backend has no registry bound, so plugin kernel sources cannot be found; "
+                "open it through miocore.Handle or call backend.bind_registry(lambda: registry)",
+                field="registry",
+                value=None,
+            )
+        for info, record in getattr(self._registry_fn(), "kernel_sources", ()):
             folders.append((record.name, Path(record.path), info.label))
         return folders
 
     def resolve_source(self, source: str) -> Path:
         """The file a ``KernelInfo.source`` names: ``"file.cu"`` (searched in every declared
         folder) or ``"namespace/file.cu"``."""
-        folders = self._source_folders()
         namespace, _, name = source.rpartition("/")
+        folders = self._source_folders(namespace)
         found = []
         for ns, folder, _label in folders:
             if namespace and ns != namespace:
@@ -565,9 +562,27 @@ class GpuBackend:
         return np.array(logical_from_flat(desc, flat))
 
     def random(self, desc: TensorDescriptor, rng: np.random.Generator) -> GpuArray:
-        """A device tensor for ``desc`` filled with uniform values in [-1, 1)."""
-        values = rng.uniform(-1.0, 1.0, size=desc.lengths).astype(desc.dtype.numpy)
-        return self.from_host(desc, values)
+        """A device tensor for ``desc`` filled with uniform values in [-1, 1), made on the
+        device (the core's ``miocore_fill_random``; its seed drawn from ``rng``)."""
+        out = self.empty(desc)
+        count = desc.element_space
+        if count:
+            (kernel,) = self.compile(
+                [
+                    KernelInfo(
+                        source=f"{CORE_NAMESPACE}/miocore_utility.cu",
+                        kernel_name="miocore_fill_random",
+                        options=(DTYPE_OPTIONS[desc.dtype],),
+                        block=(256,),
+                    )
+                ]
+            )
+            seed = int(rng.integers(0, 2**32))
+            args = KernelArgs(
+                [("ptr", out.ptr), ("i64", count), ("i32", seed - (seed >> 31 << 32))]
+            )
+            kernel.launch(args, grid=(grid_for(count, 256, self.device),))
+        return out
 
     def allocate_workspace(self, nbytes: int) -> GpuArray | None:
         """Untyped device memory of ``nbytes`` (None for zero)."""
