@@ -1,0 +1,279 @@
+"""``tune``: NORMAL find over many problems on Dask workers, shards merged, resumable.
+
+Dask is imported here and only here (``pip install miocore[tune]``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from miocore.db._common import miocore_version
+from miocore.db._store import utc_now_iso
+from miocore.errors import InvalidArgumentError, MiocoreError
+from miocore.problem.conv import ConvProblem
+from miocore.solver.interface import MATH_MODES
+from miocore.solver.registry import default_registry
+from miocore.tune.shards import done_tasks, merge_shards, versions_signature
+from miocore.tune.worker import run_task
+
+
+class TuneUnavailableError(MiocoreError):
+    """``miocore tune`` needs Dask distributed (``pip install miocore[tune]``)."""
+
+
+@attrs.frozen(kw_only=True)
+class TuneProgress:
+    """Where a run stands: counts of this run's tasks, elapsed seconds and the ETA."""
+
+    total: int
+    done: int
+    ok: int
+    failed: int
+    skipped: int
+    elapsed_s: float
+    eta_s: float | None
+    last: dict[str, Any] | None = None
+
+    def line(self) -> str:
+        """``37/120 done (35 ok, 2 failed), 4 resumed, 12.0 s elapsed, ETA 27 s``."""
+        eta = "ETA ?" if self.eta_s is None else f"ETA {self.eta_s:.0f} s"
+        return (
+            f"{self.done}/{self.total} done ({self.ok} ok, {self.failed} failed), "
+            f"{self.skipped} resumed, {self.elapsed_s:.1f} s elapsed, {eta}"
+        )
+
+
+@attrs.frozen(kw_only=True)
+class TuneResult:
+    """What a run did: tasks tuned now, failed (with their errors in the shard logs),
+    skipped because an earlier run finished them, the merged database and the wall time."""
+
+    database: Path
+    tuned: int
+    failed: int
+    skipped: int
+    workers: int
+    wall_s: float
+    failures: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def per_minute_per_worker(self) -> float:
+        """Tuning throughput: problems finished per minute per worker."""
+        done = self.tuned + self.failed
+        return 60.0 * done / self.wall_s / max(1, self.workers) if self.wall_s > 0 else 0.0
+
+
+def cpu_sockets() -> int:
+    """Physical CPU packages on this machine (1 when Linux's topology is not readable)."""
+    ids = set()
+    for path in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/topology/physical_package_id"):
+        try:
+            ids.add(path.read_text().strip())
+        except OSError:
+            continue
+    return max(1, len(ids))
+
+
+def default_devices(device: str) -> list[str]:
+    """One entry per worker: each GPU of the backend (``cuda:0``, ``cuda:1``...), or one
+    ``cpu`` per CPU socket. An explicit index (``cuda:1``) pins a single worker."""
+    if device == "cpu":
+        return ["cpu"] * cpu_sockets()
+    if ":" in device:
+        return [device]
+    import importlib
+
+    module = importlib.import_module(f"miocore.backends.{device}")
+    count = getattr(module, "device_count", None)
+    n = int(count()) if callable(count) else 1
+    return [f"{device}:{i}" for i in range(max(1, n))]
+
+
+def tune(
+    problems: Iterable[ConvProblem],
+    *,
+    out_dir: Path | str,
+    device: str = "cpu",
+    workers: int | None = None,
+    scheduler: str | None = None,
+    exhaustive: bool = False,
+    math_modes: Sequence[str] = ("exact",),
+    merge_every: int = 50,
+    time_limit_s: float | None = None,
+    prune: bool = False,
+    progress: Callable[[TuneProgress], None] | None = None,
+) -> TuneResult:
+    """Run NORMAL find for every problem (and math mode) on Dask workers.
+
+    ``out_dir`` holds the run (:mod:`miocore.tune.shards`); running again with the same
+    folder resumes: tasks finished with the same miocore and plugin versions are skipped.
+    ``workers`` defaults to one per device (:func:`default_devices`) on a new ``LocalCluster``;
+    ``scheduler`` (``tcp://host:8786``) uses an existing cluster instead, each of whose workers
+    tunes ``device`` (set ``MIOCORE_TUNE_DEVICE`` in a worker's environment to pin it).
+    Shards are merged into ``<out_dir>/<device id>.db`` after every ``merge_every`` finished
+    tasks and at the end, also when ``progress`` raises (which stops the run).
+    """
+    problems = list(problems)
+    for i, p in enumerate(problems):
+        if not isinstance(p, ConvProblem):
+            raise InvalidArgumentError(
+                "expected a miocore.ConvProblem", field=f"problems[{i}]", value=p
+            )
+    for mode in math_modes:
+        if mode not in MATH_MODES:
+            raise InvalidArgumentError(
+                f"expected one of {', '.join(MATH_MODES)}", field="math_modes", value=mode
+            )
+    if not isinstance(merge_every, int) or merge_every < 1:
+        raise InvalidArgumentError("must be an int >= 1", field="merge_every", value=merge_every)
+    if time_limit_s is not None and not time_limit_s > 0:
+        raise InvalidArgumentError("must be > 0 seconds", field="time_limit_s", value=time_limit_s)
+    run_dir = Path(out_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    devices = default_devices(device)
+    if workers is not None and (not isinstance(workers, int) or workers < 1):
+        raise InvalidArgumentError("must be an int >= 1", field="workers", value=workers)
+    n_workers = workers or len(devices)
+    signature = versions_signature(default_registry())
+    device_id = _device_identity(devices[0])
+    finished = done_tasks(run_dir, signature)
+    tasks = []
+    skipped = 0
+    for p in problems:
+        for mode in math_modes:
+            if (p.key, mode) in finished:
+                skipped += 1
+                continue
+            tasks.append(
+                {
+                    "key": p.key,
+                    "direction": p.direction.value,
+                    "math_mode": mode,
+                    "exhaustive": bool(exhaustive),
+                    "run_dir": str(run_dir.resolve()),
+                    "devices": devices,
+                    "time_limit_s": time_limit_s,
+                    "versions": signature,
+                    "prune": prune,
+                }
+            )
+    _write_manifest(run_dir, device_id, signature, len(problems), math_modes, exhaustive)
+    start = time.perf_counter()
+    counts: Counter[str] = Counter()
+    failures: list[dict[str, Any]] = []
+    if tasks:
+        client, cluster = _connect(scheduler, n_workers)
+        try:
+            futures = client.map(run_task, tasks, pure=False)
+            since_merge = 0
+            from distributed import as_completed
+
+            for future in as_completed(futures):
+                line = future.result()
+                status = "resumed" if line.get("skipped") else line["status"]
+                counts[status] += 1
+                if status in ("error", "timeout"):
+                    failures.append(line)
+                since_merge += 1
+                if since_merge >= merge_every:
+                    merge_shards(run_dir, device_id)
+                    since_merge = 0
+                if progress is not None:
+                    progress(_progress(len(tasks), counts, skipped, start, line))
+        finally:
+            try:
+                if "futures" in locals():  # stopped early: leave no task running
+                    client.cancel(futures)
+            finally:
+                client.close()
+                if cluster is not None:
+                    cluster.close()
+                merge_shards(run_dir, device_id)
+    else:
+        merge_shards(run_dir, device_id)
+    return TuneResult(
+        database=run_dir / f"{device_id}.db",
+        tuned=counts["ok"],
+        failed=counts["error"] + counts["timeout"],
+        skipped=skipped + counts["resumed"],
+        workers=n_workers,
+        wall_s=time.perf_counter() - start,
+        failures=tuple(failures),
+    )
+
+
+def _progress(
+    total: int, counts: Counter[str], skipped: int, start: float, line: dict[str, Any]
+) -> TuneProgress:
+    done = sum(counts.values())
+    elapsed = time.perf_counter() - start
+    eta = elapsed / done * (total - done) if done else None
+    return TuneProgress(
+        total=total,
+        done=done,
+        ok=counts["ok"],
+        failed=counts["error"] + counts["timeout"],
+        skipped=skipped + counts["resumed"],
+        elapsed_s=elapsed,
+        eta_s=eta,
+        last=line,
+    )
+
+
+def _device_identity(device: str) -> str:
+    from miocore.backends import open_backend
+
+    return open_backend(device).device.identity
+
+
+def _connect(scheduler: str | None, n_workers: int) -> tuple[Any, Any]:
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError as exc:
+        raise TuneUnavailableError(
+            "miocore tune runs on Dask distributed: pip install 'miocore[tune]'",
+            field="scheduler",
+            value=scheduler,
+        ) from exc
+    if scheduler is not None:
+        return Client(scheduler), None
+    # One process per device, one thread each: a worker owns its device and its shard.
+    cluster = LocalCluster(
+        n_workers=n_workers,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=":0",
+        worker_dashboard_address=":0",
+    )
+    return Client(cluster), cluster
+
+
+def _write_manifest(
+    run_dir: Path,
+    device_id: str,
+    signature: str,
+    problems: int,
+    math_modes: Sequence[str],
+    exhaustive: bool,
+) -> None:
+    manifest = {
+        "device": device_id,
+        "versions": signature,
+        "miocore": miocore_version(),
+        "problems": problems,
+        "math_modes": list(math_modes),
+        "exhaustive": exhaustive,
+        "started_at": utc_now_iso(),
+        "host_cpus": os.cpu_count(),
+    }
+    tmp = run_dir / "manifest.json.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    tmp.replace(run_dir / "manifest.json")
