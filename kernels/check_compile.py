@@ -27,12 +27,13 @@ import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import attrs
 
 import miocore
 from miocore.backends._gpu.base import CORE_NAMESPACE, DTYPE_OPTIONS, core_kernel_dir
-from miocore.solver import Ceilings, DeviceInfo, ExecutionContext
+from miocore.solver import Ceilings, DeviceInfo, ExecutionContext, KernelInfo
 from miocore.solver.registry import Registry, default_registry
 
 
@@ -49,7 +50,7 @@ def _context(vendor: str, arch: str) -> ExecutionContext:
     return ExecutionContext(device=device)
 
 
-def _problems(count: int) -> list[miocore.ConvProblem]:
+def sample_problems(count: int) -> list[miocore.ConvProblem]:
     from miocore.corpus import find_corpus, sample_rows, shrink_row
 
     out = []
@@ -104,6 +105,67 @@ def _source_tree_registry() -> Registry | None:
                 continue
         plugins.append((family, module, f"miocore-{family}", "source"))
     return Registry.from_plugins(plugins) if plugins else None
+
+
+@attrs.frozen
+class SolverKernel:
+    """One kernel a solver would compile for one sample problem in one math mode."""
+
+    solver: str
+    problem_key: str
+    math_mode: str
+    index: int
+    kernel: KernelInfo
+
+
+def solver_kernels(
+    vendor: str,
+    arch: str,
+    problems: list[miocore.ConvProblem],
+    only: tuple[str, ...] = (),
+    configs: int = 0,
+) -> tuple[dict[str, Path], list[Any], list[SolverKernel]]:
+    """The kernel source folders, the GPU solvers of ``vendor`` (``only`` these names when
+    given) and every kernel they produce for ``problems`` in both math modes: with the default
+    performance config, and for tunable solvers also with up to ``configs`` more of the
+    problem's search space (evenly spaced through it)."""
+    ctx = _context(vendor, arch)
+    registry = default_registry()
+    if not any(vendor in r.solver.backends for r in registry.solvers):
+        registry = _source_tree_registry() or registry
+    folders = {CORE_NAMESPACE: core_kernel_dir()}
+    for _info, record in registry.kernel_sources:
+        folders[record.name] = Path(record.path)
+    gpu_solvers = [
+        r
+        for r in registry.solvers
+        if vendor in r.solver.backends and (not only or r.solver.name in only)
+    ]
+    # Both math modes: the TF32 solvers only apply (and only generate kernels) in "tf32".
+    contexts = (ctx, attrs.evolve(ctx, math_mode="tf32"))
+    made = []
+    for problem in problems:
+        canon = problem.canonical
+        for reg in gpu_solvers:
+            solver = reg.solver
+            for context in contexts:
+                if not solver.is_applicable(context, canon):
+                    continue
+                chosen: list[Any] = [None]
+                if configs and hasattr(solver, "perf_config_space"):
+                    space = solver.perf_config_space(context, canon)
+                    step = max(1, len(space) // configs)
+                    chosen += space[::step][:configs]
+                for config in chosen:
+                    solution = (
+                        solver.get_solution(context, canon)
+                        if config is None
+                        else solver.get_solution(context, canon, config)
+                    )
+                    tag = context.math_mode if config is None else f"{context.math_mode} {config}"
+                    for index, kernel in enumerate(solution.kernels):
+                        made.append(SolverKernel(solver.name, canon.key, tag, index, kernel))
+    return folders, gpu_solvers, made
 
 
 def _hipcc_compiler(arch: str) -> Callable[[Path, tuple[str, ...]], str | None] | str:
@@ -187,31 +249,14 @@ def main() -> int:
     if isinstance(compiler, str):
         print(f"{label}: {compiler}", file=sys.stderr)
         return 1
-    ctx = _context(args.vendor, arch)
-    registry = default_registry()
-    if not any(args.vendor in r.solver.backends for r in registry.solvers):
-        registry = _source_tree_registry() or registry
-    folders = {CORE_NAMESPACE: core_kernel_dir()}
-    for _info, record in registry.kernel_sources:
-        folders[record.name] = Path(record.path)
+    folders, gpu_solvers, kernels = solver_kernels(
+        args.vendor, arch, sample_problems(args.problems), tuple(args.solver)
+    )
     jobs: dict[tuple[str, tuple[str, ...]], None] = {}
     for dtype_option in DTYPE_OPTIONS.values():
         jobs[(f"{CORE_NAMESPACE}/miocore_utility.cu", (dtype_option,))] = None
-    gpu_solvers = [
-        r
-        for r in registry.solvers
-        if args.vendor in r.solver.backends and (not args.solver or r.solver.name in args.solver)
-    ]
-    # Both math modes: the TF32 solvers only apply (and only generate kernels) in "tf32".
-    contexts = (ctx, attrs.evolve(ctx, math_mode="tf32"))
-    for problem in _problems(args.problems):
-        canon = problem.canonical
-        for reg in gpu_solvers:
-            for context in contexts:
-                if not reg.solver.is_applicable(context, canon):
-                    continue
-                for kernel in reg.solver.get_solution(context, canon).kernels:
-                    jobs[(kernel.source, tuple(kernel.options))] = None
+    for made in kernels:
+        jobs[(made.kernel.source, tuple(made.kernel.options))] = None
     names = ", ".join(r.solver.name for r in gpu_solvers)
     print(f"{label}: {len(jobs)} (source, options) sets from {len(gpu_solvers)} solvers ({names})")
 

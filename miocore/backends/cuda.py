@@ -13,15 +13,20 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from miocore.backends._gpu.base import DriverCompileFailure, GpuBackend
-from miocore.errors import BackendUnavailableError, InvalidArgumentError, MiocoreError
+from miocore.backends._gpu.base import GpuBackend
+from miocore.backends._gpu.vendor import (
+    GemmCall,
+    StridedGemm,
+    VendorDriver,
+    VendorRuntime,
+    check,
+    check_device_index,
+)
+from miocore.errors import MiocoreError
 from miocore.problem.dtypes import DataType
 from miocore.solver.interface import Ceilings, DeviceInfo
 
@@ -40,69 +45,48 @@ class CudaError(MiocoreError):
     """A CUDA driver or NVRTC call failed; the message names the call and the error."""
 
 
+def _describe(err: Any) -> str:
+    """The error's name, with the driver's sentence for it where it has one."""
+    name = getattr(err, "name", str(err))
+    if _cu is not None and isinstance(err, _cu.CUresult):
+        ok, text = _cu.cuGetErrorString(err)
+        if int(ok) == 0 and text:
+            name = f"{name}: {text.decode(errors='replace')}"
+    return name
+
+
 def _check(result: Any, call: str) -> Any:
     """Unpack a cuda.bindings ``(error, *values)`` tuple, raising :class:`CudaError`."""
-    err = result[0]
-    if int(err) != 0:
-        name = getattr(err, "name", str(err))
-        if _cu is not None and isinstance(err, _cu.CUresult):
-            ok, text = _cu.cuGetErrorString(err)
-            if int(ok) == 0 and text:
-                name = f"{name}: {text.decode(errors='replace')}"
-        raise CudaError(f"{call} failed: {name}")
-    if len(result) == 1:
-        return None
-    return result[1] if len(result) == 2 else result[1:]
+    return check(result, call, CudaError, _describe)
 
 
-_init_lock = threading.Lock()
-_initialised = False
-
-
-def _init() -> None:
-    global _initialised
-    if _IMPORT_ERROR is not None:
-        raise BackendUnavailableError(
-            f"cuda-python is not installed ({_IMPORT_ERROR}); install 'miocore[cuda]'",
-            field="device",
-            value="cuda",
-        )
-    with _init_lock:
-        if _initialised:
-            return
-        try:
-            _check(_cu.cuInit(0), "cuInit")
-        except (RuntimeError, CudaError) as exc:
-            raise BackendUnavailableError(
-                f"no usable CUDA driver or device ({exc}); miocore[cuda] needs a machine with an "
-                "NVIDIA GPU and its driver",
-                field="device",
-                value="cuda",
-            ) from None
-        _initialised = True
+_RUNTIME = VendorRuntime(
+    device="cuda",
+    package="cuda-python",
+    import_error=_IMPORT_ERROR,
+    init=lambda: _check(_cu.cuInit(0), "cuInit"),
+    runtime="CUDA driver or device",
+    needs="an NVIDIA GPU and its driver",
+)
 
 
 def device_count() -> int:
     """CUDA devices visible to this process (0 where there is no driver)."""
     try:
-        _init()
+        _RUNTIME.ensure()
         return int(_check(_cu.cuDeviceGetCount(), "cuDeviceGetCount"))
-    except (BackendUnavailableError, CudaError):
+    except MiocoreError:
         return 0
 
 
-class CudaDriver:
-    """The CUDA primitives :class:`GpuBackend` builds on, for device ``index``."""
+class CudaDriver(VendorDriver):
+    """The CUDA calls :class:`GpuBackend` builds on, for device ``index``."""
 
     name = "cuda"
 
     def __init__(self, index: int = 0) -> None:
-        _init()
-        count = int(_check(_cu.cuDeviceGetCount(), "cuDeviceGetCount"))
-        if not 0 <= index < count:
-            raise BackendUnavailableError(
-                f"there are {count} CUDA devices", field="device", value=f"cuda:{index}"
-            )
+        _RUNTIME.ensure()
+        check_device_index("cuda", index, int(_check(_cu.cuDeviceGetCount(), "cuDeviceGetCount")))
         self.index = index
         self.device = _check(_cu.cuDeviceGet(index), "cuDeviceGet")
         self.context = _check(_cu.cuDevicePrimaryCtxRetain(self.device), "cuDevicePrimaryCtxRetain")
@@ -146,13 +130,11 @@ class CudaDriver:
         with contextlib.suppress(Exception):
             _cu.cuMemFree(ptr)
 
-    def copy_htod(self, dst: int, src: np.ndarray, stream: Any) -> None:
-        src = np.ascontiguousarray(src)
-        _check(_cu.cuMemcpyHtoDAsync(dst, src.ctypes.data, src.nbytes, stream), "cuMemcpyHtoDAsync")
-        self.synchronize(stream)  # the host buffer may be freed as soon as we return
+    def _vendor_copy_htod(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
+        _check(_cu.cuMemcpyHtoDAsync(dst, src, nbytes, stream), "cuMemcpyHtoDAsync")
 
-    def copy_dtoh(self, dst: np.ndarray, src: int, stream: Any) -> None:
-        _check(_cu.cuMemcpyDtoHAsync(dst.ctypes.data, src, dst.nbytes, stream), "cuMemcpyDtoHAsync")
+    def _vendor_copy_dtoh(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
+        _check(_cu.cuMemcpyDtoHAsync(dst, src, nbytes, stream), "cuMemcpyDtoHAsync")
 
     def memset(self, dst: int, nbytes: int, stream: Any) -> None:
         _check(_cu.cuMemsetD8Async(dst, 0, nbytes, stream), "cuMemsetD8Async")
@@ -184,9 +166,11 @@ class CudaDriver:
     def record(self, event: Any, stream: Any) -> None:
         _check(_cu.cuEventRecord(event, stream), "cuEventRecord")
 
-    def elapsed_ms(self, start: Any, end: Any) -> float:
-        _check(_cu.cuEventSynchronize(end), "cuEventSynchronize")
-        return float(_check(_cu.cuEventElapsedTime(start, end), "cuEventElapsedTime"))
+    def _vendor_event_wait(self, event: Any) -> None:
+        _check(_cu.cuEventSynchronize(event), "cuEventSynchronize")
+
+    def _vendor_event_ms(self, start: Any, end: Any) -> float:
+        return _check(_cu.cuEventElapsedTime(start, end), "cuEventElapsedTime")
 
     # -- compilation ---------------------------------------------------------------------------
 
@@ -207,40 +191,44 @@ class CudaDriver:
         except Exception:
             return {self.major * 10 + self.minor}
 
-    def compile_source(
-        self, source: bytes, name: str, options: Sequence[str], include_dirs: Sequence[Path]
-    ) -> tuple[bytes, str]:
-        """NVRTC: a cubin for this device's architecture (PTX where NVRTC predates it)."""
+    def _vendor_compile_options(self, include_dirs: Sequence[Path]) -> list[str]:
+        """A cubin for this device's architecture (PTX where NVRTC predates it)."""
         arch = self.major * 10 + self.minor
-        cubin = arch in self._supported()
-        target = (
-            f"--gpu-architecture={'sm' if cubin else 'compute'}_{min(arch, max(self._supported()))}"
-        )
-        opts = [target, "--std=c++17", *(f"--include-path={d}" for d in include_dirs), *options]
-        prog = _check(
+        kind = "sm" if arch in self._supported() else "compute"
+        return [
+            f"--gpu-architecture={kind}_{min(arch, max(self._supported()))}",
+            "--std=c++17",
+            *(f"--include-path={d}" for d in include_dirs),
+        ]
+
+    def _vendor_program(self, source: bytes, name: str) -> Any:
+        return _check(
             _nvrtc.nvrtcCreateProgram(source, name.encode(), 0, [], []), "nvrtcCreateProgram"
         )
-        try:
-            (err,) = _nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
-            size = _check(_nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-            log_buf = b" " * size
-            _check(_nvrtc.nvrtcGetProgramLog(prog, log_buf), "nvrtcGetProgramLog")
-            log_text = log_buf.rstrip(b"\0 ").decode(errors="replace")
-            if int(err) != 0:
-                raise DriverCompileFailure(
-                    f"{getattr(err, 'name', err)} (options: {' '.join(opts)})\n{log_text}"
-                )
-            if cubin:
-                size = _check(_nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-                out = b" " * size
-                _check(_nvrtc.nvrtcGetCUBIN(prog, out), "nvrtcGetCUBIN")
-                return out, "cubin"
-            size = _check(_nvrtc.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
+
+    def _vendor_compile(self, program: Any, options: list[str]) -> Any:
+        (status,) = _nvrtc.nvrtcCompileProgram(program, len(options), [o.encode() for o in options])
+        return status
+
+    def _vendor_log(self, program: Any) -> bytes:
+        size = _check(_nvrtc.nvrtcGetProgramLogSize(program), "nvrtcGetProgramLogSize")
+        log_buf = b" " * size
+        _check(_nvrtc.nvrtcGetProgramLog(program, log_buf), "nvrtcGetProgramLog")
+        return log_buf
+
+    def _vendor_binary(self, program: Any) -> tuple[bytes, str]:
+        if self.major * 10 + self.minor in self._supported():
+            size = _check(_nvrtc.nvrtcGetCUBINSize(program), "nvrtcGetCUBINSize")
             out = b" " * size
-            _check(_nvrtc.nvrtcGetPTX(prog, out), "nvrtcGetPTX")
-            return out, "ptx"
-        finally:
-            _nvrtc.nvrtcDestroyProgram(prog)
+            _check(_nvrtc.nvrtcGetCUBIN(program, out), "nvrtcGetCUBIN")
+            return out, "cubin"
+        size = _check(_nvrtc.nvrtcGetPTXSize(program), "nvrtcGetPTXSize")
+        out = b" " * size
+        _check(_nvrtc.nvrtcGetPTX(program, out), "nvrtcGetPTX")
+        return out, "ptx"
+
+    def _vendor_destroy(self, program: Any) -> None:
+        _nvrtc.nvrtcDestroyProgram(program)
 
     def load(self, binary: bytes) -> Any:
         self._make_current()
@@ -364,108 +352,30 @@ _COMPUTE_32F_FAST_TF32 = 77  # CUBLAS_COMPUTE_32F_FAST_TF32: fp32 inputs rounded
 _GEMM_DEFAULT = -1
 
 
-class CublasGemm:
-    """Column-major strided-batched GEMM on cuBLAS with fp32 accumulation for every dtype.
-
-    ``gemm(dtype, transa, transb, m, n, k, a, lda, stride_a, b, ldb, stride_b, c, ldc,
-    stride_c, batch, beta, c_dtype, tf32)`` computes ``C = op(A) op(B) + beta C`` per batch
-    (cuBLAS terms; C may be float32 while A and B are half types). ``tf32=True`` lets float32
-    products use TF32 tensor cores (only for solvers of the ``"tf32"`` math mode).
-    """
+class CublasGemm(StridedGemm):
+    """:class:`~miocore.backends._gpu.vendor.StridedGemm` on cuBLAS; ``tf32=True`` lets
+    float32 products use TF32 tensor cores."""
 
     def __init__(self, binding: Any) -> None:
+        super().__init__()
         self._cublas = binding
         self._handle = binding.create()
-        self._alpha = np.ones(1, np.float32)
-        self._betas = {0.0: np.zeros(1, np.float32), 1.0: np.ones(1, np.float32)}
         #: Whether a stream capture records these GEMMs (see ``GpuBackend.capture``).
         self.records_in_graphs = binding.records_in_graphs
-        #: GEMMs issued so far: a recording checks whether any ran during it.
-        self.calls = 0
 
     def set_stream(self, stream: int) -> None:
         self._cublas.set_stream(self._handle, stream)
 
-    def gemm(
-        self,
-        dtype: DataType,
-        transa: bool,
-        transb: bool,
-        m: int,
-        n: int,
-        k: int,
-        a: int,
-        lda: int,
-        stride_a: int,
-        b: int,
-        ldb: int,
-        stride_b: int,
-        c: int,
-        ldc: int,
-        stride_c: int,
-        batch: int = 1,
-        beta: float = 0.0,
-        c_dtype: DataType | None = None,
-        tf32: bool = False,
-    ) -> None:
-        self.calls += 1
+    def _vendor_gemm(self, call: GemmCall) -> None:
         cb = self._cublas
-        compute = _COMPUTE_32F_FAST_TF32 if tf32 and dtype is DataType.FLOAT32 else _COMPUTE_32F
-        t = _CUDA_R[dtype]
-        tc = _CUDA_R[c_dtype or dtype]
-        size = dtype.itemsize
-        beta_buf = self._betas.get(beta)
-        if beta_buf is None:
-            raise InvalidArgumentError("beta must be 0 or 1", field="beta", value=beta)
-        if batch > 1:
-            cb.gemm_strided_batched_ex(
-                self._handle,
-                int(transa),
-                int(transb),
-                m,
-                n,
-                k,
-                self._alpha.ctypes.data,
-                a,
-                t,
-                lda,
-                stride_a,
-                b,
-                t,
-                ldb,
-                stride_b,
-                beta_buf.ctypes.data,
-                c,
-                tc,
-                ldc,
-                stride_c,
-                batch,
-                compute,
-                _GEMM_DEFAULT,
-            )
+        tf32 = call.tf32 and call.dtype is DataType.FLOAT32
+        compute = _COMPUTE_32F_FAST_TF32 if tf32 else _COMPUTE_32F
+        ops = (self._handle, int(call.transa), int(call.transb))
+        if call.batch > 1:
+            cb.gemm_strided_batched_ex(*ops, *call.strided_args(_CUDA_R), compute, _GEMM_DEFAULT)
             return
-        for i in range(batch):
-            cb.gemm_ex(
-                self._handle,
-                int(transa),
-                int(transb),
-                m,
-                n,
-                k,
-                self._alpha.ctypes.data,
-                a + i * stride_a * size,
-                t,
-                lda,
-                b + i * stride_b * size,
-                t,
-                ldb,
-                beta_buf.ctypes.data,
-                c + i * stride_c * (c_dtype or dtype).itemsize,
-                tc,
-                ldc,
-                compute,
-                _GEMM_DEFAULT,
-            )
+        for i in range(call.batch):
+            cb.gemm_ex(*ops, *call.single_args(_CUDA_R, i), compute, _GEMM_DEFAULT)
 
 
 class _NvmathCublas:

@@ -13,15 +13,20 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from miocore.backends._gpu.base import DriverCompileFailure, GpuBackend
-from miocore.errors import BackendUnavailableError, InvalidArgumentError, MiocoreError
+from miocore.backends._gpu.base import GpuBackend
+from miocore.backends._gpu.vendor import (
+    GemmCall,
+    StridedGemm,
+    VendorDriver,
+    VendorRuntime,
+    check,
+    check_device_index,
+)
+from miocore.errors import MiocoreError
 from miocore.problem.dtypes import DataType
 from miocore.solver.interface import Ceilings, DeviceInfo
 
@@ -42,56 +47,27 @@ class HipError(MiocoreError):
 
 def _check(result: Any, call: str) -> Any:
     """Unpack hip-python's ``(error, *values)`` (or a bare error), raising :class:`HipError`."""
-    values: tuple[Any, ...] = ()
-    err = result
-    if isinstance(result, tuple):
-        err, values = result[0], result[1:]
-    if int(err) != 0:
-        raise HipError(f"{call} failed: {getattr(err, 'name', err)}")
-    if not values:
-        return None
-    return values[0] if len(values) == 1 else values
+    return check(result, call, HipError)
 
 
-_init_lock = threading.Lock()
-_initialised = False
+_RUNTIME = VendorRuntime(
+    device="hip",
+    package="hip-python",
+    import_error=_IMPORT_ERROR,
+    init=lambda: _check(_hip.hipInit(0), "hipInit"),
+    runtime="HIP runtime or device",
+    needs="an AMD GPU and ROCm",
+)
 
 
-def _init() -> None:
-    global _initialised
-    if _IMPORT_ERROR is not None:
-        raise BackendUnavailableError(
-            f"hip-python is not installed ({_IMPORT_ERROR}); install 'miocore[hip]'",
-            field="device",
-            value="hip",
-        )
-    with _init_lock:
-        if _initialised:
-            return
-        try:
-            _check(_hip.hipInit(0), "hipInit")
-        except (RuntimeError, HipError) as exc:
-            raise BackendUnavailableError(
-                f"no usable HIP runtime or device ({exc}); miocore[hip] needs a machine with an "
-                "AMD GPU and ROCm",
-                field="device",
-                value="hip",
-            ) from None
-        _initialised = True
-
-
-class HipDriver:
-    """The HIP primitives :class:`GpuBackend` builds on, for device ``index``."""
+class HipDriver(VendorDriver):
+    """The HIP calls :class:`GpuBackend` builds on, for device ``index``."""
 
     name = "hip"
 
     def __init__(self, index: int = 0) -> None:
-        _init()
-        count = int(_check(_hip.hipGetDeviceCount(), "hipGetDeviceCount"))
-        if not 0 <= index < count:
-            raise BackendUnavailableError(
-                f"there are {count} HIP devices", field="device", value=f"hip:{index}"
-            )
+        _RUNTIME.ensure()
+        check_device_index("hip", index, int(_check(_hip.hipGetDeviceCount(), "hipGetDeviceCount")))
         self.index = index
         _check(_hip.hipSetDevice(index), "hipSetDevice")
         self.props = _check(_hip.hipGetDeviceProperties(index), "hipGetDeviceProperties")
@@ -123,19 +99,13 @@ class HipDriver:
         with contextlib.suppress(Exception):
             _hip.hipFree(ptr)
 
-    def copy_htod(self, dst: int, src: np.ndarray, stream: Any) -> None:
-        src = np.ascontiguousarray(src)
+    def _vendor_copy_htod(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
         kind = _hip.hipMemcpyKind.hipMemcpyHostToDevice
-        _check(
-            _hip.hipMemcpyAsync(dst, src.ctypes.data, src.nbytes, kind, stream), "hipMemcpyAsync"
-        )
-        self.synchronize(stream)
+        _check(_hip.hipMemcpyAsync(dst, src, nbytes, kind, stream), "hipMemcpyAsync")
 
-    def copy_dtoh(self, dst: np.ndarray, src: int, stream: Any) -> None:
+    def _vendor_copy_dtoh(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
         kind = _hip.hipMemcpyKind.hipMemcpyDeviceToHost
-        _check(
-            _hip.hipMemcpyAsync(dst.ctypes.data, src, dst.nbytes, kind, stream), "hipMemcpyAsync"
-        )
+        _check(_hip.hipMemcpyAsync(dst, src, nbytes, kind, stream), "hipMemcpyAsync")
 
     def memset(self, dst: int, nbytes: int, stream: Any) -> None:
         _check(_hip.hipMemsetAsync(dst, 0, nbytes, stream), "hipMemsetAsync")
@@ -162,9 +132,11 @@ class HipDriver:
     def record(self, event: Any, stream: Any) -> None:
         _check(_hip.hipEventRecord(event, stream), "hipEventRecord")
 
-    def elapsed_ms(self, start: Any, end: Any) -> float:
-        _check(_hip.hipEventSynchronize(end), "hipEventSynchronize")
-        return float(_check(_hip.hipEventElapsedTime(start, end), "hipEventElapsedTime"))
+    def _vendor_event_wait(self, event: Any) -> None:
+        _check(_hip.hipEventSynchronize(event), "hipEventSynchronize")
+
+    def _vendor_event_ms(self, start: Any, end: Any) -> float:
+        return _check(_hip.hipEventElapsedTime(start, end), "hipEventElapsedTime")
 
     def target(self) -> str:
         """The hiprtc target: the architecture without feature flags (``gfx90a``)."""
@@ -175,37 +147,36 @@ class HipDriver:
         major, minor = _check(_hiprtc.hiprtcVersion(), "hiprtcVersion")
         return f"hiprtc {major}.{minor}"
 
-    def compile_source(
-        self, source: bytes, name: str, options: Sequence[str], include_dirs: Sequence[Path]
-    ) -> tuple[bytes, str]:
-        """hiprtc: a code object for this device's architecture."""
-        opts = [
-            f"--offload-arch={self.arch}",
-            "-std=c++17",
-            *(f"-I{d}" for d in include_dirs),
-            *options,
-        ]
-        prog = _check(
+    def _vendor_compile_options(self, include_dirs: Sequence[Path]) -> list[str]:
+        """A code object for this device's architecture."""
+        return [f"--offload-arch={self.arch}", "-std=c++17", *(f"-I{d}" for d in include_dirs)]
+
+    def _vendor_program(self, source: bytes, name: str) -> Any:
+        return _check(
             _hiprtc.hiprtcCreateProgram(source, name.encode(), 0, None, None),
             "hiprtcCreateProgram",
         )
-        try:
-            result = _hiprtc.hiprtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
-            err = result[0] if isinstance(result, tuple) else result
-            size = _check(_hiprtc.hiprtcGetProgramLogSize(prog), "hiprtcGetProgramLogSize")
-            log_buf = bytearray(size)
-            _check(_hiprtc.hiprtcGetProgramLog(prog, log_buf), "hiprtcGetProgramLog")
-            log_text = bytes(log_buf).rstrip(b"\0 ").decode(errors="replace")
-            if int(err) != 0:
-                raise DriverCompileFailure(
-                    f"{getattr(err, 'name', err)} (options: {' '.join(opts)})\n{log_text}"
-                )
-            size = _check(_hiprtc.hiprtcGetCodeSize(prog), "hiprtcGetCodeSize")
-            code = bytearray(size)
-            _check(_hiprtc.hiprtcGetCode(prog, code), "hiprtcGetCode")
-            return bytes(code), "hsaco"
-        finally:
-            _hiprtc.hiprtcDestroyProgram(prog.createRef() if hasattr(prog, "createRef") else prog)
+
+    def _vendor_compile(self, program: Any, options: list[str]) -> Any:
+        result = _hiprtc.hiprtcCompileProgram(program, len(options), [o.encode() for o in options])
+        return result[0] if isinstance(result, tuple) else result
+
+    def _vendor_log(self, program: Any) -> bytes:
+        size = _check(_hiprtc.hiprtcGetProgramLogSize(program), "hiprtcGetProgramLogSize")
+        log_buf = bytearray(size)
+        _check(_hiprtc.hiprtcGetProgramLog(program, log_buf), "hiprtcGetProgramLog")
+        return bytes(log_buf)
+
+    def _vendor_binary(self, program: Any) -> tuple[bytes, str]:
+        size = _check(_hiprtc.hiprtcGetCodeSize(program), "hiprtcGetCodeSize")
+        code = bytearray(size)
+        _check(_hiprtc.hiprtcGetCode(program, code), "hiprtcGetCode")
+        return bytes(code), "hsaco"
+
+    def _vendor_destroy(self, program: Any) -> None:
+        _hiprtc.hiprtcDestroyProgram(
+            program.createRef() if hasattr(program, "createRef") else program
+        )
 
     def load(self, binary: bytes) -> Any:
         _check(_hip.hipSetDevice(self.index), "hipSetDevice")
@@ -262,14 +233,19 @@ _HIP_R = {DataType.FLOAT32: 0, DataType.FLOAT16: 2, DataType.BFLOAT16: 14}  # hi
 _HIPBLAS_COMPUTE_32F = 2  # HIPBLAS_COMPUTE_32F
 
 
-class HipblasGemm:
-    """Column-major strided-batched GEMM on hipBLAS with fp32 accumulation (see CublasGemm)."""
+class HipblasGemm(StridedGemm):
+    """:class:`~miocore.backends._gpu.vendor.StridedGemm` on hipBLAS. ``tf32`` permits TF32
+    rounding; hipBLAS keeps full fp32 products here (exact is allowed)."""
+
+    #: hipBLAS enqueues on the set stream like a kernel (the HIP driver records no graphs yet).
+    records_in_graphs = True
 
     def __init__(self, hipblas: Any) -> None:
+        super().__init__()
         self._hipblas = hipblas
         self._handle = _check(hipblas.hipblasCreate(), "hipblasCreate")
-        self._alpha = np.ones(1, np.float32)
-        self._betas = {0.0: np.zeros(1, np.float32), 1.0: np.ones(1, np.float32)}
+        ops = hipblas.hipblasOperation_t
+        self._ops = {False: ops.HIPBLAS_OP_N, True: ops.HIPBLAS_OP_T}
 
     def set_stream(self, stream: int) -> None:
         _check(
@@ -277,60 +253,14 @@ class HipblasGemm:
             "hipblasSetStream",
         )
 
-    def gemm(
-        self,
-        dtype: DataType,
-        transa: bool,
-        transb: bool,
-        m: int,
-        n: int,
-        k: int,
-        a: int,
-        lda: int,
-        stride_a: int,
-        b: int,
-        ldb: int,
-        stride_b: int,
-        c: int,
-        ldc: int,
-        stride_c: int,
-        batch: int = 1,
-        beta: float = 0.0,
-        c_dtype: DataType | None = None,
-        tf32: bool = False,
-    ) -> None:
-        # tf32 permits TF32 rounding; hipBLAS keeps full fp32 products here (exact is allowed).
-        del tf32
+    def _vendor_gemm(self, call: GemmCall) -> None:
         hb = self._hipblas
-        beta_buf = self._betas.get(beta)
-        if beta_buf is None:
-            raise InvalidArgumentError("beta must be 0 or 1", field="beta", value=beta)
-        op = {False: hb.hipblasOperation_t.HIPBLAS_OP_N, True: hb.hipblasOperation_t.HIPBLAS_OP_T}
-        t = _HIP_R[dtype]
-        tc = _HIP_R[c_dtype or dtype]
         _check(
             hb.hipblasGemmStridedBatchedEx(
                 self._handle,
-                op[transa],
-                op[transb],
-                m,
-                n,
-                k,
-                self._alpha.ctypes.data,
-                a,
-                t,
-                lda,
-                stride_a,
-                b,
-                t,
-                ldb,
-                stride_b,
-                beta_buf.ctypes.data,
-                c,
-                tc,
-                ldc,
-                stride_c,
-                batch,
+                self._ops[call.transa],
+                self._ops[call.transb],
+                *call.strided_args(_HIP_R),
                 _HIPBLAS_COMPUTE_32F,
                 hb.hipblasGemmAlgo_t.HIPBLAS_GEMM_DEFAULT,
             ),

@@ -1,0 +1,205 @@
+"""The vendor-neutral half of the GPU drivers (``miocore.backends._gpu.vendor``), on the CPU.
+
+The steps CUDA and HIP share (error unpacking, one-time init, the runtime-compile sequence, the
+BLAS argument layout) run here against small pretend bindings; the CUDA driver's own compile
+calls run against the real NVRTC where cuda-bindings is installed (no GPU needed).
+"""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from miocore import DataType
+from miocore.backends._gpu.base import CORE_NAMESPACE, GpuBackend, core_kernel_dir
+from miocore.backends._gpu.vendor import (
+    DriverCompileFailure,
+    GemmCall,
+    StridedGemm,
+    VendorDriver,
+    VendorRuntime,
+    check,
+    check_device_index,
+)
+from miocore.backends.cpu import cpu_device_info
+from miocore.errors import BackendUnavailableError, CompileError, InvalidArgumentError, MiocoreError
+
+
+class _Status(enum.IntEnum):
+    SUCCESS = 0
+    ERROR_OUT_OF_MEMORY = 2
+
+
+class _CallFailed(MiocoreError):
+    pass
+
+
+def test_check_unpacks_tuples_and_bare_codes() -> None:
+    assert check((_Status.SUCCESS,), "noValues", _CallFailed) is None
+    assert check(_Status.SUCCESS, "bare", _CallFailed) is None
+    assert check((_Status.SUCCESS, 7), "one", _CallFailed) == 7
+    assert check((_Status.SUCCESS, 7, "b"), "two", _CallFailed) == (7, "b")
+    with pytest.raises(_CallFailed, match=r"cuMemAlloc failed: ERROR_OUT_OF_MEMORY"):
+        check((_Status.ERROR_OUT_OF_MEMORY, 0), "cuMemAlloc", _CallFailed)
+    with pytest.raises(_CallFailed, match=r"hipFree failed: out of memory \(2\)"):
+        check(_Status.ERROR_OUT_OF_MEMORY, "hipFree", _CallFailed, lambda e: f"out of memory ({e})")
+
+
+def test_runtime_initialises_once_and_says_what_is_missing() -> None:
+    calls = []
+    runtime = VendorRuntime("cuda", "cuda-python", None, lambda: calls.append(1), "driver", "x")
+    runtime.ensure()
+    runtime.ensure()
+    assert calls == [1]
+
+    missing = VendorRuntime(
+        "hip", "hip-python", ImportError("No module named 'hip'"), lambda: None, "HIP", "ROCm"
+    )
+    with pytest.raises(BackendUnavailableError, match=r"hip-python is not installed") as info:
+        missing.ensure()
+    assert (info.value.field, info.value.value) == ("device", "hip")
+
+    def no_device() -> None:
+        raise _CallFailed("cuInit failed: CUDA_ERROR_NO_DEVICE")
+
+    broken = VendorRuntime("cuda", "cuda-python", None, no_device, "CUDA driver", "an NVIDIA GPU")
+    with pytest.raises(BackendUnavailableError, match=r"CUDA_ERROR_NO_DEVICE.*an NVIDIA GPU"):
+        broken.ensure()
+    with pytest.raises(BackendUnavailableError, match=r"there are 2 CUDA devices") as info:
+        check_device_index("cuda", 2, 2)
+    assert info.value.value == "cuda:2"
+    check_device_index("cuda", 1, 2)
+
+
+class _PretendCompiler(VendorDriver):
+    """A driver whose compiler accepts sources that contain ``ok`` and logs every call."""
+
+    name = "pretend"
+    index = 0
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def _vendor_compile_options(self, include_dirs: Any) -> list[str]:
+        return ["--arch=pretend", *(f"-I{d}" for d in include_dirs)]
+
+    def _vendor_program(self, source: bytes, name: str) -> Any:
+        self.calls.append(f"create {name}")
+        return {"source": source}
+
+    def _vendor_compile(self, program: Any, options: list[str]) -> Any:
+        self.calls.append("compile " + " ".join(options))
+        return _Status.SUCCESS if b"ok" in program["source"] else _Status.ERROR_OUT_OF_MEMORY
+
+    def _vendor_log(self, program: Any) -> bytes:
+        return b"line 1: error here\0  "
+
+    def _vendor_binary(self, program: Any) -> tuple[bytes, str]:
+        return b"BIN" + program["source"], "cubin"
+
+    def _vendor_destroy(self, program: Any) -> None:
+        self.calls.append("destroy")
+
+
+def test_compile_sequence_returns_the_binary_or_the_log_and_always_destroys() -> None:
+    driver = _PretendCompiler()
+    binary = driver.compile_source(b"ok kernel", "k.cu", ["-DX=1"], [Path("/inc")])
+    assert binary == (b"BINok kernel", "cubin")
+    assert driver.calls == ["create k.cu", "compile --arch=pretend -I/inc -DX=1", "destroy"]
+    driver.calls.clear()
+    with pytest.raises(DriverCompileFailure) as info:
+        driver.compile_source(b"bad kernel", "k.cu", ["-DX=2"], [])
+    assert info.value.log_text.endswith("(options: --arch=pretend -DX=2)\nline 1: error here")
+    assert driver.calls[-1] == "destroy"
+
+
+class _RecordingGemm(StridedGemm):
+    def __init__(self) -> None:
+        super().__init__()
+        self.issued: list[GemmCall] = []
+
+    def _vendor_gemm(self, call: GemmCall) -> None:
+        self.issued.append(call)
+
+
+def test_gemm_checks_beta_and_lays_out_both_vendor_argument_lists() -> None:
+    blas = _RecordingGemm()
+    with pytest.raises(InvalidArgumentError) as info:
+        blas.gemm(
+            DataType.FLOAT16, False, True, 4, 5, 6, 1000, 4, 24, 2000, 5, 30, 3000, 4, 20,
+            beta=0.5,
+        )  # fmt: skip
+    assert (info.value.field, info.value.value) == ("beta", 0.5)
+    assert blas.issued == []  # nothing reached the vendor
+
+    blas.gemm(
+        DataType.FLOAT16, False, True, 4, 5, 6, 1000, 4, 24, 2000, 5, 30, 3000, 4, 20,
+        batch=3, beta=1.0, c_dtype=DataType.FLOAT32,
+    )  # fmt: skip
+    (call,) = blas.issued
+    assert blas.calls == 1  # the refused call reached nothing
+    codes = {DataType.FLOAT16: 2, DataType.FLOAT32: 0, DataType.BFLOAT16: 14}
+    alpha, beta = call.alpha, call.beta
+    # The scalars are host float32 values at fixed addresses: alpha 1, and the beta asked for.
+    assert np.ctypeslib.as_array((np.ctypeslib.ctypes.c_float * 1).from_address(alpha))[0] == 1.0
+    assert np.ctypeslib.as_array((np.ctypeslib.ctypes.c_float * 1).from_address(beta))[0] == 1.0
+    assert call.strided_args(codes) == (
+        4, 5, 6, alpha, 1000, 2, 4, 24, 2000, 2, 5, 30, beta, 3000, 0, 4, 20, 3,
+    )  # fmt: skip
+    # Entry 2 of the batch: A and B advance by 2 strides of fp16 elements, C of fp32 ones.
+    assert call.single_args(codes, 2) == (
+        4, 5, 6, alpha, 1000 + 2 * 24 * 2, 2, 4, 2000 + 2 * 30 * 2, 2, 5, beta,
+        3000 + 2 * 20 * 4, 0, 4,
+    )  # fmt: skip
+
+
+class _NoCompiler:
+    name = "cuda"
+    index = 0
+
+    def device_info(self) -> Any:
+        return cpu_device_info()
+
+    def make_stream(self, handle: int) -> Any:
+        return handle
+
+
+def test_an_unbound_backend_finds_core_kernels_only() -> None:
+    backend = GpuBackend(_NoCompiler())  # type: ignore[arg-type]
+    core = backend.resolve_source(f"{CORE_NAMESPACE}/miocore_utility.cu")
+    assert core == core_kernel_dir() / "miocore_utility.cu"
+    with pytest.raises(CompileError, match=r"no registry bound") as info:
+        backend.resolve_source("igemm/igemm_mma.cu")
+    assert info.value.field == "registry"
+
+    class Registry:
+        kernel_sources = ()
+
+    backend.bind_registry(lambda: Registry())
+    with pytest.raises(CompileError, match=r"not found in any declared folder"):
+        backend.resolve_source("igemm/igemm_mma.cu")
+
+
+def test_cuda_driver_compiles_with_the_real_nvrtc() -> None:
+    cuda = pytest.importorskip("miocore.backends.cuda")
+    if cuda._nvrtc is None:
+        pytest.skip("cuda-bindings is not installed")
+    try:
+        cuda._nvrtc.nvrtcVersion()
+    except Exception as exc:  # the wheel without its NVRTC library
+        pytest.skip(f"NVRTC cannot load ({exc})")
+    driver = object.__new__(cuda.CudaDriver)  # no device: only the compiler is used
+    driver.major, driver.minor = 9, 0
+    source = (core_kernel_dir() / "miocore_utility.cu").read_bytes()
+    binary, kind = driver.compile_source(
+        source, "miocore_utility.cu", ["-DMIO_DTYPE_FP16"], [core_kernel_dir()]
+    )
+    assert kind == "cubin" and binary[:4] == b"\x7fELF" and b"miocore_blend" in binary
+    with pytest.raises(DriverCompileFailure) as info:
+        driver.compile_source(b"__global__ void k() { undefined_name; }", "bad.cu", [], [])
+    assert "undefined_name" in info.value.log_text
+    assert "--gpu-architecture=sm_90" in info.value.log_text
