@@ -34,7 +34,7 @@ def assert_close_to(actual: torch.Tensor, reference: torch.Tensor, dtype: Any, w
     reference = reference.detach()
     scale = float(reference.abs().max())
     assert scale > 0, f"{what}: the reference is all zeros, the comparison would prove nothing"
-    error = float((actual.double() - reference).abs().max())
+    error = float((actual.detach().double() - reference).abs().max())
     assert error <= TOLERANCE[dtype] * scale, f"{what}: max error {error:.3g}, scale {scale:.3g}"
 
 
@@ -219,3 +219,28 @@ def test_float64_is_refused_naming_the_dtype() -> None:
     layer = mt.Conv2d(2, 2, 3).double()
     with pytest.raises(miocore.MiocoreError, match=r"x\.dtype='torch\.float64'"):
         layer(torch.randn(1, 2, 5, 5, dtype=torch.float64))
+
+
+def test_eager_calls_skip_the_dispatcher_traced_calls_use_the_op() -> None:
+    """Eagerly the autograd function runs the op bodies directly; under a dispatch mode (as
+    tracers use) the same layer goes through the custom op; both compute the same."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Recorder(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(6)
+    layer = mt.Conv2d(3, 4, 3)
+    x = torch.randn(2, 3, 6, 6, requires_grad=True)
+    eager = layer(x)
+    assert "Convolution" in type(eager.grad_fn.next_functions[0][0]).__name__
+    with Recorder() as recorder:
+        traced = layer(x)
+    assert "miocore.conv_forward.default" in recorder.ops
+    torch.testing.assert_close(traced, eager, rtol=0, atol=0)

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from miocore.errors import InvalidArgumentError
-from miocore.torch import ops
+from miocore.torch import autograd, ops
 
 __all__ = ["convolution"]
 
@@ -65,8 +65,8 @@ def convolution(
     if spatial == 1:  # as 2-D with H=1
         x, weight = x.unsqueeze(2), weight.unsqueeze(2)
         stride, pads, dilation, out_pad = (1, *stride), (0, *pads), (1, *dilation), (0, *out_pad)
-    y = ops.conv_forward(
-        x, weight, list(stride), list(pads), list(dilation), groups, transposed, list(out_pad)
+    y = autograd.conv(
+        x, weight, ops.make_params(stride, pads, dilation, groups, transposed, out_pad)
     )
     if spatial == 1:
         y = y.squeeze(2)

@@ -123,7 +123,7 @@ def _problem(
     )
 
 
-def _params(
+def make_params(
     stride: Sequence[int],
     padding: Sequence[int],
     dilation: Sequence[int],
@@ -131,6 +131,7 @@ def _params(
     transposed: bool,
     output_padding: Sequence[int],
 ) -> Params:
+    """The convolution's arguments as one hashable value."""
     return (
         tuple(stride),
         tuple(padding),
@@ -139,6 +140,26 @@ def _params(
         bool(transposed),
         tuple(output_padding),
     )
+
+
+def forward(x: torch.Tensor, w: torch.Tensor, params: Params) -> torch.Tensor:
+    """The layer's output (the body of ``conv_forward``, callable without the dispatcher)."""
+    shape = output_shape(x.shape, w.shape, *params)
+    return _run("forward", x, {"x": x, "w": w}, "y", shape, params)
+
+
+def backward_data(
+    dy: torch.Tensor, w: torch.Tensor, x_shape: Sequence[int], params: Params
+) -> torch.Tensor:
+    """The gradient of the layer's input (the body of ``conv_backward_data``)."""
+    return _run("backward_data", dy, {"y": dy, "w": w}, "x", x_shape, params)
+
+
+def backward_weights(
+    x: torch.Tensor, dy: torch.Tensor, w_shape: Sequence[int], params: Params
+) -> torch.Tensor:
+    """The gradient of the weights (the body of ``conv_backward_weights``)."""
+    return _run("backward_weights", x, {"x": x, "y": dy}, "w", w_shape, params)
 
 
 @torch.library.custom_op("miocore::conv_forward", mutates_args=())
@@ -153,9 +174,7 @@ def conv_forward(
     output_padding: list[int],
 ) -> torch.Tensor:
     """The layer's output: a convolution (or transposed convolution) of x with w."""
-    params = _params(stride, padding, dilation, groups, transposed, output_padding)
-    shape = output_shape(x.shape, w.shape, *params)
-    return _run("forward", x, {"x": x, "w": w}, "y", shape, params)
+    return forward(x, w, make_params(stride, padding, dilation, groups, transposed, output_padding))
 
 
 @conv_forward.register_fake
@@ -188,8 +207,8 @@ def conv_backward_data(
     output_padding: list[int],
 ) -> torch.Tensor:
     """The gradient of the layer's input, of shape ``x_shape``, in dy's layout."""
-    params = _params(stride, padding, dilation, groups, transposed, output_padding)
-    return _run("backward_data", dy, {"y": dy, "w": w}, "x", x_shape, params)
+    params = make_params(stride, padding, dilation, groups, transposed, output_padding)
+    return backward_data(dy, w, x_shape, params)
 
 
 @conv_backward_data.register_fake
@@ -220,8 +239,8 @@ def conv_backward_weights(
     output_padding: list[int],
 ) -> torch.Tensor:
     """The gradient of the weights, of shape ``w_shape``, in x's layout."""
-    params = _params(stride, padding, dilation, groups, transposed, output_padding)
-    return _run("backward_weights", x, {"x": x, "y": dy}, "w", w_shape, params)
+    params = make_params(stride, padding, dilation, groups, transposed, output_padding)
+    return backward_weights(x, dy, w_shape, params)
 
 
 @conv_backward_weights.register_fake
