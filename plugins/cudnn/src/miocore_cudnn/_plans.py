@@ -1,0 +1,314 @@
+"""One cuDNN operation graph per problem, its engine configurations and their built plans.
+
+For a problem (and the handle's math mode) :class:`ProblemPlans` builds the frontend graph
+once: the three tensors with the descriptors' lengths and strides (so NCHW, NHWC and any
+packed stride order reach cuDNN as they are), one ``conv_fprop`` / ``conv_dgrad`` /
+``conv_wgrad`` node, fp32 compute. It then asks cuDNN's heuristics (modes A, B and FALLBACK)
+for engine configurations and reads each one's name, cuDNN's own ``eng<id>_k<knob>=<value>``
+tag: the engine id picks the solver (``cudnn.eng<id>``), the knob choices become its
+``PerfConfig`` (``{"k2": 1, "k13": 0}``, the keys being cuDNN's backend knob type numbers).
+
+Numerics are filtered before anything is built: engines with the DOWN_CONVERT_INPUTS or
+REDUCED_PRECISION_REDUCTION notes never (fp16 / bf16 inputs keep fp32 accumulation), and for
+fp32 in the ``"exact"`` math mode also TENSOR_CORE (TF32), as PyTorch does with
+``allow_tf32=False``. Engines that compile at run time (behaviour note RUNTIME_COMPILATION)
+are left out unless ``MIOCORE_CUDNN_RUNTIME_COMPILED=1``: they take seconds to build, which a
+find over every engine must not pay.
+
+Plans are built on first use (``build_plan_at_index``) and kept with their workspace size;
+:func:`plans_for` keeps the graphs of the last :data:`CACHE_SIZE` problems.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from miocore import ConvProblem, DataType, Direction, PerfConfig
+from miocore_cudnn._loader import CudnnHandle
+
+#: Problems whose graphs and plans stay cached (least recently used dropped first).
+CACHE_SIZE = 256
+#: Environment switch that lets engines needing run-time compilation take part.
+ENV_RUNTIME_COMPILED = "MIOCORE_CUDNN_RUNTIME_COMPILED"
+#: Variant-pack uids of x, w and y in every direction (the direction says which is written).
+UID_X, UID_W, UID_Y = 1, 2, 3
+#: Engine configurations kept per engine: the heuristics rarely list more.
+MAX_CONFIGS_PER_ENGINE = 16
+
+_TAG = re.compile(r"eng(\d+)((?:_k\d+=-?\d+)*)")
+_KNOB = re.compile(r"_k(\d+)=(-?\d+)")
+
+
+class PlanError(Exception):
+    """A configuration cannot be built or run for the problem; the message is cuDNN's."""
+
+
+@dataclass
+class EngineConfig:
+    """One heuristics answer: its index in the graph's plan list, engine id, knob choices."""
+
+    index: int
+    engine: int
+    tag: str
+    knobs: PerfConfig
+    workspace: int | None = None
+    error: str | None = None
+
+
+def parse_tag(tag: str) -> tuple[int, PerfConfig]:
+    """``"eng28_k2=1_k13=0"`` -> ``(28, PerfConfig(k2=1, k13=0))``."""
+    match = _TAG.search(tag)
+    if match is None:
+        raise PlanError(f"unexpected cuDNN engine config name {tag!r}")
+    knobs = {f"k{k}": int(v) for k, v in _KNOB.findall(match.group(2))}
+    return int(match.group(1)), PerfConfig(knobs)
+
+
+def _dtype(cudnn: Any, dtype: DataType) -> Any:
+    return {
+        DataType.FLOAT32: cudnn.data_type.FLOAT,
+        DataType.FLOAT16: cudnn.data_type.HALF,
+        DataType.BFLOAT16: cudnn.data_type.BFLOAT16,
+    }[dtype]
+
+
+def barred_notes(cudnn: Any, problem: ConvProblem, math_mode: str) -> list[Any]:
+    """The numerical notes an engine may not carry for ``problem`` in ``math_mode``."""
+    notes = cudnn.numerical_note
+    barred = [notes.DOWN_CONVERT_INPUTS, notes.REDUCED_PRECISION_REDUCTION]
+    if problem.dtype is DataType.FLOAT32 and math_mode != "tf32":
+        barred.append(notes.TENSOR_CORE)
+    return barred
+
+
+def runtime_compiled_allowed() -> bool:
+    """Whether ``MIOCORE_CUDNN_RUNTIME_COMPILED`` lets run-time compiled engines in."""
+    return os.environ.get(ENV_RUNTIME_COMPILED, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def build_graph(
+    cudnn: Any, handle: CudnnHandle | None, problem: ConvProblem, lower: bool = True
+) -> Any:
+    """The validated cuDNN graph of ``problem``, lowered to an operation graph when ``lower``
+    (which needs a handle); no plans yet."""
+    p = problem
+    io = _dtype(cudnn, p.dtype)
+    f32 = cudnn.data_type.FLOAT
+    graph = cudnn.pygraph(
+        io_data_type=io,
+        intermediate_data_type=f32,
+        compute_data_type=f32,
+        handle=handle.raw if handle is not None else None,
+    )
+
+    def tensor(desc: Any, uid: int, name: str) -> Any:
+        return graph.tensor(
+            name=name, dim=list(desc.lengths), stride=list(desc.strides), data_type=io, uid=uid
+        )
+
+    geometry = {
+        "padding": list(p.conv.pads),
+        "stride": list(p.conv.strides),
+        "dilation": list(p.conv.dilations),
+        "compute_data_type": f32,
+    }
+    if p.direction is Direction.FORWARD:
+        out_desc, out_uid = p.y, UID_Y
+        out = graph.conv_fprop(
+            image=tensor(p.x, UID_X, "x"), weight=tensor(p.w, UID_W, "w"), **geometry
+        )
+    elif p.direction is Direction.BACKWARD_DATA:
+        out_desc, out_uid = p.x, UID_X
+        out = graph.conv_dgrad(
+            loss=tensor(p.y, UID_Y, "dy"), filter=tensor(p.w, UID_W, "w"), **geometry
+        )
+    else:
+        out_desc, out_uid = p.w, UID_W
+        out = graph.conv_wgrad(
+            image=tensor(p.x, UID_X, "x"), loss=tensor(p.y, UID_Y, "dy"), **geometry
+        )
+    out.set_output(True)
+    out.set_dim(list(out_desc.lengths))
+    out.set_stride(list(out_desc.strides))
+    out.set_data_type(io)
+    out.set_uid(out_uid)
+    graph.validate()
+    if lower:
+        graph.build_operation_graph()
+    return graph
+
+
+class ProblemPlans:
+    """The engine configurations cuDNN offers for one problem, built into plans on demand."""
+
+    def __init__(self, cudnn: Any, handle: CudnnHandle, problem: ConvProblem, math_mode: str):
+        self.handle = handle
+        self.problem = problem
+        self._lock = threading.Lock()
+        self.graph = build_graph(cudnn, handle, problem)
+        self.engine_count = int(self.graph.get_engine_count())
+        self._twin: Any = None
+        self._transform: dict[str, bool] = {}
+        modes = cudnn.heur_mode
+        self._modes = [modes.A, modes.B, modes.FALLBACK]
+        try:
+            self.graph.create_execution_plans(self._modes)
+        except Exception:  # mode B is not offered for every graph; A and FALLBACK are
+            self._modes = [modes.A, modes.FALLBACK]
+            self.graph.create_execution_plans(self._modes)
+        self.graph.deselect_numeric_notes(barred_notes(cudnn, problem, math_mode))
+        runtime_ok = runtime_compiled_allowed()
+        compiled_note = cudnn.behavior_note.RUNTIME_COMPILATION
+        self.by_engine: dict[int, list[EngineConfig]] = {}
+        #: Engines in the heuristics' order of preference (first appearance).
+        self.ranking: list[int] = []
+        seen: set[str] = set()
+        for index in range(int(self.graph.get_execution_plan_count())):
+            tag = self.graph.get_plan_name_at_index(index)
+            if tag in seen:
+                continue
+            seen.add(tag)
+            engine, knobs = parse_tag(tag)
+            config = EngineConfig(index=index, engine=engine, tag=tag, knobs=knobs)
+            if not runtime_ok:
+                notes = self.graph.get_behavior_notes_for_plan_at_index(index)
+                if compiled_note in notes:
+                    config.error = (
+                        f"{tag} compiles at run time (seconds per problem); set "
+                        f"{ENV_RUNTIME_COMPILED}=1 to allow it"
+                    )
+            configs = self.by_engine.setdefault(engine, [])
+            if len(configs) < MAX_CONFIGS_PER_ENGINE:
+                configs.append(config)
+            if engine not in self.ranking:
+                self.ranking.append(engine)
+
+    def build(self, config: EngineConfig) -> int:
+        """Build ``config``'s plan (once) and return its workspace bytes; PlanError if cuDNN
+        refuses it (numerical notes, shared memory, support check)."""
+        with self._lock:
+            if config.workspace is None and config.error is None:
+                try:
+                    self.graph.build_plan_at_index(config.index)
+                    size = self.graph.get_workspace_size_plan_at_index(config.index)
+                    config.workspace = int(size)
+                except Exception as exc:
+                    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                    if "Deselecting" in message:
+                        message = (
+                            "its numerical notes include one of DOWN_CONVERT_INPUTS, "
+                            "REDUCED_PRECISION_REDUCTION or (fp32, exact math mode) TENSOR_CORE"
+                        )
+                    config.error = f"{config.tag}: {message or type(exc).__name__}"
+        if config.error is not None:
+            raise PlanError(config.error)
+        assert config.workspace is not None
+        return config.workspace
+
+    def default(self, engine: int) -> tuple[EngineConfig | None, str]:
+        """The first configuration of ``engine`` (in the heuristics' order) that builds, or
+        ``(None, reason)``."""
+        configs = self.by_engine.get(engine)
+        if not configs:
+            offered = ", ".join(f"eng{e}" for e in self.ranking) or "none"
+            return None, (
+                f"cuDNN's heuristics do not offer engine {engine} for this problem "
+                f"(offered: {offered}; {self.engine_count} engines exist for its graph)"
+            )
+        errors = []
+        for config in configs:
+            try:
+                self.build(config)
+            except PlanError as exc:
+                errors.append(str(exc))
+                continue
+            return config, ""
+        return None, "cuDNN refuses every configuration of this engine: " + "; ".join(errors)
+
+    def find(self, engine: int, knobs: PerfConfig) -> EngineConfig | None:
+        """The configuration of ``engine`` with exactly these knob choices, if listed."""
+        for config in self.by_engine.get(engine, ()):
+            if config.knobs == knobs:
+                return config
+        return None
+
+    def is_transform(self, cudnn: Any, config: EngineConfig) -> bool:
+        """Whether cuDNN marks ``config`` FFT or Winograd (numerical notes the Python
+        frontend only exposes as a filter: a twin graph deselects them and tries to build
+        the same configuration). Asked once per configuration."""
+        with self._lock:
+            if config.tag in self._transform:
+                return self._transform[config.tag]
+            notes = cudnn.numerical_note
+            transform = [notes.FFT, notes.WINOGRAD, notes.WINOGRAD_TILE_4x4]
+            transform += [notes.WINOGRAD_TILE_6x6, notes.WINOGRAD_TILE_13x13]
+            try:
+                if self._twin is None:
+                    twin = build_graph(cudnn, self.handle, self.problem)
+                    twin.create_execution_plans(self._modes)
+                    twin.deselect_numeric_notes(transform)
+                    self._twin = twin
+                twin = self._twin
+                found = False
+                for index in range(int(twin.get_execution_plan_count())):
+                    if twin.get_plan_name_at_index(index) == config.tag:
+                        twin.build_plan_at_index(index)
+                        found = True
+                        break
+                answer = not found
+            except Exception as exc:
+                answer = "Deselecting" in str(exc)
+            self._transform[config.tag] = answer
+            return answer
+
+    def rank(self, engine: int) -> int:
+        """Position of ``engine`` in the heuristics' preference (0 = cuDNN's first choice)."""
+        return self.ranking.index(engine) if engine in self.ranking else len(self.ranking)
+
+
+@dataclass
+class _Cache:
+    entries: OrderedDict = field(default_factory=OrderedDict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_cache = _Cache()
+
+
+def plans_for(
+    cudnn: Any, handle: CudnnHandle, device: str, problem: ConvProblem, math_mode: str
+) -> ProblemPlans:
+    """The cached :class:`ProblemPlans` of ``problem`` on ``device`` in ``math_mode`` (built on
+    first use; the least recently used of more than :data:`CACHE_SIZE` are dropped). Raises
+    PlanError when cuDNN cannot describe the problem at all."""
+    key = (device, math_mode, problem)
+    with _cache.lock:
+        found = _cache.entries.get(key)
+        if found is not None:
+            _cache.entries.move_to_end(key)
+    if found is None:
+        try:
+            found = ProblemPlans(cudnn, handle, problem, math_mode)
+        except PlanError:
+            raise
+        except Exception as exc:
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            found = PlanError(f"cuDNN cannot describe this problem as a graph: {text}")
+        with _cache.lock:
+            _cache.entries[key] = found
+            while len(_cache.entries) > CACHE_SIZE:
+                _cache.entries.popitem(last=False)
+    if isinstance(found, PlanError):
+        raise found
+    return found
+
+
+def clear_cache() -> None:
+    """Forget every cached graph and plan (tests; a changed environment switch)."""
+    with _cache.lock:
+        _cache.entries.clear()

@@ -1,0 +1,247 @@
+"""``cudnn.eng<id>``: cuDNN's convolution engines as miocore solvers, one per engine id.
+
+Every solver answers for one cuDNN engine (its global index in cuDNN's engine list for a
+convolution graph). Its ``PerfConfig`` holds the engine's knob choices in cuDNN's own
+notation (``{"k2": 1, "k13": 0}`` for the config cuDNN names ``eng28_k2=1_k13=0``): the
+default is the choice of cuDNN's heuristics, the space every configuration of that engine
+the heuristics list (modes A, B, FALLBACK). A FindDb record therefore names engine and knobs,
+and a new process rebuilds exactly that configuration.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from miocore import (
+    APPLICABLE,
+    Algorithm,
+    Applicability,
+    ConvProblem,
+    ConvSolution,
+    DataType,
+    ExecutionContext,
+    InvokeParams,
+    NotApplicableError,
+    PerfConfig,
+    TunableSolver,
+    not_applicable,
+)
+from miocore_cudnn import _loader
+from miocore_cudnn._plans import (
+    UID_W,
+    UID_X,
+    UID_Y,
+    EngineConfig,
+    PlanError,
+    ProblemPlans,
+    plans_for,
+)
+
+#: Engine ids registered: ``cudnn.eng0`` .. ``cudnn.eng{MAX_ENGINE_ID}``. cuDNN 9's
+#: convolution graphs report some 60-70 engines (``get_engine_count``); the margin keeps the
+#: names stable when a release adds a few. An engine beyond it is never offered.
+MAX_ENGINE_ID = 99
+#: Estimated fraction of peak of cuDNN's first choice, per data type and math mode: its
+#: tensor-core engines reach 0.6-0.8 of the fp16 rate on ResNet layers (issue 12's
+#: measurements put cuDNN's whole-network convolutions there), exact fp32 runs on the
+#: CUDA cores, where cuDNN's best reaches about half of that rate.
+WTI_FIRST_CHOICE = {
+    (DataType.FLOAT16, "exact"): 0.7,
+    (DataType.BFLOAT16, "exact"): 0.7,
+    (DataType.FLOAT32, "exact"): 0.5,
+    (DataType.FLOAT32, "tf32"): 0.6,
+}
+#: Each step down cuDNN's heuristics ranking lowers the estimate by this factor.
+WTI_RANK_DECAY = 0.9
+#: Floor of the estimate for engines far down the ranking.
+WTI_FLOOR = 0.05
+
+
+def _transform_bound(problem: ConvProblem) -> float:
+    """Relative error bound of an FFT / Winograd engine in fp32: the transforms mix a tile
+    (or an image) through ``log2`` stages and sum over the channels per group, so rounding
+    grows like a random walk over that reduction (as miocore's own FFT bound)."""
+    reduction = max(1, problem.c // problem.groups) * math.prod(problem.filter_spatial)
+    return max(2e-5, 1e-6 * math.sqrt(reduction))
+
+
+class CudnnEngineSolver(TunableSolver):
+    """One cuDNN engine (set ``engine`` in a subclass, see :func:`engine_solver`)."""
+
+    engine: int = -1
+    algorithm = Algorithm.IMPLICIT_GEMM
+    backends = frozenset({"cuda"})
+    #: Nothing is compiled per problem by miocore (cuDNN's run-time compiled engines are left
+    #: out unless allowed), so DYNAMIC_HYBRID find benchmarks these.
+    is_dynamic = True
+
+    # -- the problem's plans ---------------------------------------------------------------
+
+    def _plans(self, ctx: ExecutionContext, problem: ConvProblem) -> tuple[Any, ProblemPlans]:
+        """(cudnn module, the problem's plans); PlanError naming why they cannot be had."""
+        if ctx.backend != "cuda":
+            # The core's own wording when it filters by backend, so find passes it on as is.
+            raise PlanError(f"runs on cuda, not {ctx.backend}")
+        cudnn, reason = _loader.frontend()
+        if cudnn is None:
+            raise PlanError(reason)
+        handle, reason = _loader.handle_for(ctx.device.identity)
+        if handle is None:
+            raise PlanError(reason)
+        if problem.spatial_dims not in (2, 3):
+            raise PlanError(f"{problem.spatial_dims}-D problem: cuDNN engines take 2-D and 3-D")
+        return cudnn, plans_for(cudnn, handle, ctx.device.identity, problem, ctx.math_mode)
+
+    def _config(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None
+    ) -> tuple[Any, ProblemPlans, EngineConfig]:
+        """The configuration to build: ``perf_config``'s, else the default. PlanError if none."""
+        cudnn, plans = self._plans(ctx, problem)
+        if perf_config is None:
+            config, reason = plans.default(self.engine)
+            if config is None:
+                raise PlanError(reason)
+            return cudnn, plans, config
+        config = plans.find(self.engine, PerfConfig(perf_config))
+        if config is None:
+            listed = [dict(c.knobs) for c in plans.by_engine.get(self.engine, ())]
+            raise PlanError(
+                f"cuDNN lists no configuration of engine {self.engine} with knobs "
+                f"{dict(perf_config)} for this problem (listed: {listed})"
+            )
+        plans.build(config)
+        return cudnn, plans, config
+
+    # -- the solver contract ---------------------------------------------------------------
+
+    def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
+        """Where cuDNN loads on the cuda backend and its heuristics offer this engine, with a
+        configuration that builds and whose numerics the math mode allows."""
+        try:
+            _, plans = self._plans(ctx, problem)
+        except PlanError as exc:
+            return not_applicable(str(exc))
+        config, reason = plans.default(self.engine)
+        return APPLICABLE if config is not None else not_applicable(reason)
+
+    def perf_config_space(self, ctx: ExecutionContext, problem: ConvProblem) -> list[PerfConfig]:
+        """Every configuration of this engine cuDNN's heuristics list, in their order; empty
+        where cuDNN is not available or does not offer the engine."""
+        try:
+            _, plans = self._plans(ctx, problem)
+        except PlanError:
+            return []
+        return [c.knobs for c in plans.by_engine.get(self.engine, ())]
+
+    def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
+        """The heuristics' first configuration of this engine that builds."""
+        _, _, config = self._config(ctx, problem, None)
+        return config.knobs
+
+    def is_valid_perf_config(
+        self, ctx: ExecutionContext, problem: ConvProblem, config: PerfConfig
+    ) -> bool:
+        """Listed for this problem and built by cuDNN (a stale record may name neither)."""
+        try:
+            self._config(ctx, problem, config)
+        except PlanError:
+            return False
+        return True
+
+    def workspace_size(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> int:
+        """The built plan's own workspace need."""
+        try:
+            _, _, config = self._config(ctx, problem, perf_config)
+        except PlanError as exc:
+            raise NotApplicableError(str(exc), field="solver", value=self.name) from None
+        assert config.workspace is not None
+        return config.workspace
+
+    def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
+        """:data:`WTI_FIRST_CHOICE` for cuDNN's first choice, lowered by
+        :data:`WTI_RANK_DECAY` per step down the heuristics' ranking."""
+        base = WTI_FIRST_CHOICE.get((problem.dtype, ctx.math_mode), 0.5)
+        try:
+            _, plans = self._plans(ctx, problem)
+        except PlanError:
+            return base
+        return max(WTI_FLOOR, base * WTI_RANK_DECAY ** plans.rank(self.engine))
+
+    def expected_error(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> float | None:
+        """A bound for fp32 FFT / Winograd configurations (cuDNN's numerical notes say which);
+        None for the others, which accumulate in fp32."""
+        if problem.dtype is not DataType.FLOAT32:
+            return None
+        try:
+            cudnn, plans, config = self._config(ctx, problem, perf_config)
+        except PlanError:
+            return None
+        return _transform_bound(problem) if plans.is_transform(cudnn, config) else None
+
+    def get_solution(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> ConvSolution:
+        """The built plan and an invoker that executes it on the handle's stream."""
+        try:
+            _, plans, config = self._config(ctx, problem, perf_config)
+        except PlanError as exc:
+            raise NotApplicableError(str(exc), field="solver", value=self.name) from None
+        graph, index, cudnn_handle = plans.graph, config.index, plans.handle
+
+        def factory(compiled: Any) -> Any:
+            return CudnnInvoker(graph, index, cudnn_handle)
+
+        assert config.workspace is not None
+        return ConvSolution(
+            solver=self.name,
+            workspace_size=config.workspace,
+            invoker_factory=factory,
+            perf_config=config.knobs,
+        )
+
+
+class CudnnInvoker:
+    """Runs one built plan: binds the cuDNN handle to the caller's stream (when it changed)
+    and makes one ``execute`` call with the three device pointers and the workspace."""
+
+    __slots__ = ("_execute", "graph", "handle", "index")
+
+    def __init__(self, graph: Any, index: int, handle: _loader.CudnnHandle) -> None:
+        self.graph, self.index, self.handle = graph, index, handle
+        # The binding's own entry point: a {uid: pointer} dict, no per-call wrapping.
+        self._execute = graph._execute_plan_at_index
+
+    def __call__(self, handle: Any, ip: InvokeParams) -> None:
+        cudnn_handle = self.handle
+        cudnn_handle.bind(handle.backend.stream_handle)
+        workspace = ip.workspace.ptr if ip.workspace is not None else 0
+        self._execute(
+            {UID_X: ip.x.ptr, UID_W: ip.w.ptr, UID_Y: ip.y.ptr},
+            workspace,
+            self.index,
+            cudnn_handle.raw,
+        )
+
+
+def engine_solver(engine: int) -> CudnnEngineSolver:
+    """The solver of cuDNN engine ``engine``: a class of its own named ``cudnn.eng<engine>``
+    (names are class attributes for the registry and the contract suite)."""
+    cls = type(
+        f"CudnnEngine{engine}Solver",
+        (CudnnEngineSolver,),
+        {
+            "name": f"cudnn.eng{engine}",
+            "engine": engine,
+            "__doc__": f"cuDNN engine {engine} (its global index for a convolution graph).",
+        },
+    )
+    return cls()
+
+
+#: One solver per engine id, 0 .. MAX_ENGINE_ID.
+SOLVERS: tuple[CudnnEngineSolver, ...] = tuple(engine_solver(e) for e in range(MAX_ENGINE_ID + 1))
