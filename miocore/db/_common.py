@@ -213,8 +213,19 @@ class LayeredDb:
     ) -> None:
         user, self._system = make_stores(device, user_dir, system_dir)
         self.device = device
-        self._user = UserLayer(user, f"{type(self).__name__}({device!r})")
+        self._user = UserLayer(user, f"miocore databases of {device!r}")
         self._system_warned = False
+
+    @classmethod
+    def sharing(cls, other: LayeredDb) -> Self:
+        """A database of this kind over ``other``'s files, sharing its user layer: one
+        connection, one in-memory fallback and one warning for both (a handle's FindDb and
+        PerfDb live in the same file)."""
+        db = cls.__new__(cls)
+        db.device = other.device
+        db._user, db._system = other._user, other._system
+        db._system_warned = False
+        return db
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.device!r}, user={str(self.user_path)!r})"
