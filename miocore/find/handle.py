@@ -95,6 +95,18 @@ class Handle:
         return self.state.perf_db
 
     @property
+    def db_status(self) -> Any:
+        """The user databases' :class:`~miocore.db.StorageStatus`: ``ok``, or ``degraded``
+        (with cause and path) when a storage fault moved this handle's results to memory."""
+        find, perf = self.state.find_db.status, self.state.perf_db.status
+        return find if not find.ok or perf.ok else perf
+
+    def _note_storage(self, report: FindReport) -> None:
+        for name, db in (("find_db", self.state.find_db), ("perf_db", self.state.perf_db)):
+            if not db.status.ok:
+                report.storage[name] = db.status.line()
+
+    @property
     def invoker_cache(self) -> InvokerCache:
         """Built invokers of this handle, by network config and solver."""
         return self.state.invoker_cache
@@ -155,6 +167,7 @@ class Handle:
             workspace=workspace,
             progress=progress,
         )
+        self._note_storage(report)
         return _present(found, report, sort_by, max_results, ordered=ordered)
 
     def run_solution(
@@ -219,6 +232,7 @@ class Handle:
         recorded = self.ranker.recorded(problem, candidates, report)
         seen = {s.solver for s in recorded}
         rest = self.ranker.fallback(problem, [c for c in candidates if c.reg.name not in seen])
+        self._note_storage(report)
         return _present([*recorded, *rest], report, "time", max_results, ordered=True)
 
     def get_solution_count(

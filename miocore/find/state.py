@@ -62,9 +62,8 @@ class FindState:
         if self._perf_db is None:
             from miocore.db import PerfDb
 
-            self._perf_db = PerfDb(
-                self.device.identity, user_dir=self.user_db_path, system_dir=self.system_db_path
-            )
+            # Same file as the FindDb: share its user layer (one fallback, one warning).
+            self._perf_db = PerfDb.sharing(self.find_db)
         return self._perf_db
 
     def forget(self, key: str) -> None:

@@ -121,6 +121,9 @@ class FindReport:
     skipped: dict[str, str] = attrs.Factory(dict)
     tuned: dict[str, str] = attrs.Factory(dict)
     wrote_db: bool = False
+    #: Databases whose user layer degraded to memory (``find_db``/``perf_db`` -> the status
+    #: line); a storage fault is reported here, never as a solver's failure.
+    storage: dict[str, str] = attrs.Factory(dict)
 
     def lines(self) -> list[str]:
         """Human-readable summary, one fact a line."""
@@ -138,7 +141,9 @@ class FindReport:
             for name, why in items.items():
                 out.append(f"{title}: {name}: {why}")
         if self.wrote_db:
-            out.append("wrote the user FindDb record")
+            out.append("wrote the user FindDb record" + (" (in memory)" if self.storage else ""))
+        for name, line in self.storage.items():
+            out.append(f"storage: {name} {line}")
         return out
 
 
