@@ -1,0 +1,188 @@
+"""``miocore heuristic``: train a learned heuristic from a FindDb, and evaluate one.
+
+``train --db FILE --out DIR`` writes ``<device>.heuristic.npz`` (and, where this machine is
+the database's device, ``<device>.wti.json``: fitted WTI corrections) into DIR; put them in
+the user database folder (or ``miocore/data/db/``) for immediate mode to use them.
+``eval --db FILE`` scores the model, fitted WTI and plain WTI on the held-out problems.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from miocore.errors import InvalidArgumentError
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``heuristic`` with its ``train`` and ``eval`` subcommands."""
+    parser = subparsers.add_parser(
+        "heuristic",
+        help="train or evaluate the learned immediate-mode heuristic",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    sub = parser.add_subparsers(dest="heuristic_command", metavar="ACTION", required=True)
+    train = sub.add_parser("train", help="train a model from a FindDb file", allow_abbrev=False)
+    train.add_argument("--db", required=True, help="a FindDb file: <folder>/<device>.db")
+    train.add_argument("--out", required=True, help="folder for the model and WTI table")
+    train.add_argument("--holdout", type=float, default=0.2, help="share held out (default 0.2)")
+    train.add_argument("--trees", type=int, default=60, help="trees per solver (default 60)")
+    train.add_argument("--depth", type=int, default=3, help="tree depth (default 3)")
+    train.add_argument(
+        "--backend", default=None, help="backend whose device fits WTI (default: from the db)"
+    )
+    ev = sub.add_parser("eval", help="score rankings on held-out problems", allow_abbrev=False)
+    ev.add_argument("--db", required=True, help="a FindDb file: <folder>/<device>.db")
+    ev.add_argument("--model", default=None, help="model file (default: beside the db)")
+    ev.add_argument("--wti-table", default=None, help="WTI table (default: beside the db)")
+    ev.add_argument("--holdout", type=float, default=0.2, help="share held out (default 0.2)")
+    ev.add_argument("--backend", default=None, help="backend for WTI (default: from the db)")
+    ev.add_argument("--json", action="store_true", help="print JSON")
+    parser.set_defaults(handler=run)
+    return parser
+
+
+def run(args: argparse.Namespace, registry: Any = None) -> int:
+    """Run ``miocore heuristic train`` or ``eval``."""
+    if args.heuristic_command == "train":
+        return _train(args, registry)
+    return _eval(args, registry)
+
+
+def _backend_for(device: str, backend: str | None) -> str:
+    if backend:
+        return backend
+    if device.startswith("cpu"):
+        return "cpu"
+    if device.startswith("sm"):
+        return "cuda"
+    if device.startswith("gfx"):
+        return "hip"
+    raise InvalidArgumentError("cannot tell the backend; pass --backend", field="db", value=device)
+
+
+def _context(device: str, backend: str | None, registry: Any) -> tuple[Any, dict[str, Any]] | None:
+    """This machine's context and solvers when it is the database's device, else None."""
+    from miocore.find.handle import Handle
+
+    try:
+        handle = Handle(_backend_for(device, backend), registry=registry)
+    except Exception:  # no such device here: WTI cannot be fitted or scored on this machine
+        return None
+    if handle.device.identity != device:
+        return None
+    return handle.context, {r.name: r.solver for r in handle.registry.solvers}
+
+
+def _train(args: argparse.Namespace, registry: Any) -> int:
+    from miocore.heuristic.train import open_db_file, read_samples, train
+    from miocore.heuristic.wti import fit_wti
+    from miocore.problem.conv import ConvProblem
+
+    model = train(args.db, holdout=args.holdout, trees=args.trees, depth=args.depth)
+    out = Path(args.out)
+    path = model.save(out / f"{model.device}.heuristic.npz")
+    print(f"model: {path} ({path.stat().st_size} bytes, {len(model.solvers)} solvers)")
+    found = _context(model.device, args.backend, registry)
+    if found is None:
+        print(f"WTI table: skipped (this machine is not {model.device}); fit it on the device")
+        return 0
+    ctx, solvers = found
+    from miocore.heuristic.train import is_held_out
+
+    db = open_db_file(args.db)
+    try:
+        samples = [
+            (ConvProblem.from_key(s.key), s.times)
+            for s in read_samples(db.items("user"))
+            if not is_held_out(s.key, args.holdout)
+        ]
+    finally:
+        db.close()
+    table = fit_wti(samples, ctx, solvers, device=model.device)
+    tpath = table.save(out / f"{model.device}.wti.json")
+    print(f"WTI table: {tpath} ({len(table.by_solver)} solvers)")
+    return 0
+
+
+def _eval(args: argparse.Namespace, registry: Any) -> int:
+    from miocore.heuristic.evaluate import quality
+    from miocore.heuristic.model import TreeModel
+    from miocore.heuristic.plugin import rank_with
+    from miocore.heuristic.train import is_held_out, open_db_file, read_samples
+    from miocore.heuristic.wti import WtiTable
+    from miocore.problem.conv import ConvProblem
+
+    db_path = Path(args.db)
+    device = db_path.stem
+    model_path = Path(args.model) if args.model else db_path.with_name(f"{device}.heuristic.npz")
+    table_path = Path(args.wti_table) if args.wti_table else db_path.with_name(f"{device}.wti.json")
+    model = TreeModel.load(model_path) if model_path.is_file() else None
+    table = WtiTable.load(table_path) if table_path.is_file() else None
+    db = open_db_file(db_path)
+    try:
+        held = [s for s in read_samples(db.items("user")) if is_held_out(s.key, args.holdout)]
+    finally:
+        db.close()
+    results: dict[str, Any] = {}
+    if model is not None:
+        results["model"] = quality(held, lambda s: [n for n, _ in _model_rank(model, s)])
+    found = _context(device, args.backend, registry)
+    if found is not None:
+        ctx, solvers = found
+
+        def by(table_used: WtiTable | None, use_model: bool) -> Any:
+            def ranking(s: Any) -> list[str]:
+                problem = ConvProblem.from_key(s.key).canonical
+                ranked = rank_with(
+                    model if use_model else None, table_used, ctx, problem, list(s.times), solvers
+                )
+                names = [n for n, _ in ranked]
+                return names + _plain_wti(
+                    ctx, solvers, problem, [n for n in s.times if n not in names]
+                )
+
+            return ranking
+
+        results["plain WTI"] = quality(held, by(None, False))
+        if table is not None:
+            results["fitted WTI"] = quality(held, by(table, False))
+        if model is not None:
+            results["model + fitted WTI"] = quality(held, by(table, True))
+    if args.json:
+        print(
+            json.dumps(
+                {k: attrs.asdict(v) for k, v in results.items()},
+                indent=2,
+            )
+        )
+    else:
+        print(f"{len(held)} held-out problems of {db_path}")
+        for name, q in results.items():
+            print(f"  {name:20s} {q.line()}")
+    return 0
+
+
+def _model_rank(model: Any, sample: Any) -> list[tuple[str, float]]:
+    known = [n for n in sample.times if model.knows(n)]
+    if not known:
+        return []
+    times = model.predict_ms(sample.features, known)
+    return sorted(zip(known, (float(t) for t in times), strict=True), key=lambda p: (p[1], p[0]))
+
+
+def _plain_wti(ctx: Any, solvers: dict[str, Any], problem: Any, names: list[str]) -> list[str]:
+    scored = []
+    for name in names:
+        try:
+            score = float(solvers[name].wti(ctx, problem)) if name in solvers else -1.0
+        except Exception:
+            score = -1.0
+        scored.append((-score, name))
+    return [n for _, n in sorted(scored)]

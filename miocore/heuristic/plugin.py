@@ -1,0 +1,123 @@
+"""The learned heuristic as an immediate-mode plug-in (the ``miocore_heuristics`` hook).
+
+For a device it looks for ``<device>.heuristic.npz`` (the model) and ``<device>.wti.json``
+(fitted WTI corrections) in the user database folder, then in the system one (the shipped
+files). It is applicable when either exists for the device; it ranks the candidates the model
+knows by predicted time and the others by fitted WTI where fitted; solvers neither knows are
+left to the chain's plain WTI ranking. Files are reread when they change.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from miocore.db._common import default_system_dir, default_user_dir
+from miocore.heuristic.features import problem_features
+from miocore.heuristic.model import TreeModel
+from miocore.heuristic.wti import WtiTable
+from miocore.problem.conv import ConvProblem
+from miocore.solver.hookspecs import HeuristicRecord, hookimpl
+from miocore.solver.interface import ExecutionContext
+
+log = logging.getLogger("miocore.heuristic")
+
+NAME = "miocore.learned"
+MODEL_SUFFIX = ".heuristic.npz"
+WTI_SUFFIX = ".wti.json"
+
+_cache: dict[Path, tuple[tuple[int, int], Any]] = {}
+
+
+def model_paths(device: str, suffix: str) -> list[Path]:
+    """Where a device's file is looked for: the user database folder, then the system one."""
+    return [default_user_dir() / f"{device}{suffix}", default_system_dir() / f"{device}{suffix}"]
+
+
+def _load(device: str, suffix: str, reader: Any) -> Any:
+    for path in model_paths(device, suffix):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        sig = (st.st_mtime_ns, st.st_size)
+        cached = _cache.get(path)
+        if cached is not None and cached[0] == sig:
+            return cached[1]
+        try:
+            value = reader(path)
+        except Exception as exc:  # a bad file must not break immediate mode
+            log.warning("heuristic file %s is unusable and ignored: %s", path, exc)
+            value = None
+        _cache[path] = (sig, value)
+        if value is not None:
+            return value
+    return None
+
+
+def load_model(device: str) -> TreeModel | None:
+    """The device's model (user folder first), or None."""
+    return _load(device, MODEL_SUFFIX, TreeModel.load)
+
+
+def load_wti_table(device: str) -> WtiTable | None:
+    """The device's fitted WTI table (user folder first), or None."""
+    return _load(device, WTI_SUFFIX, WtiTable.load)
+
+
+def is_applicable(ctx: ExecutionContext, problem: ConvProblem) -> bool:
+    """Whether a model or a fitted WTI table exists for the context's device."""
+    device = ctx.device.identity
+    return load_model(device) is not None or load_wti_table(device) is not None
+
+
+def rank(
+    ctx: ExecutionContext, problem: ConvProblem, candidates: Sequence[str]
+) -> list[tuple[str, float]]:
+    """``candidates`` this heuristic can estimate, fastest first, with estimated ms."""
+    device = ctx.device.identity
+    return rank_with(load_model(device), load_wti_table(device), ctx, problem, candidates)
+
+
+def rank_with(
+    model: TreeModel | None,
+    table: WtiTable | None,
+    ctx: ExecutionContext,
+    problem: ConvProblem,
+    candidates: Sequence[str],
+    solvers: Mapping[str, Any] | None = None,
+) -> list[tuple[str, float]]:
+    """Rank ``candidates`` by ``model`` where it knows them, else by ``table``'s fitted WTI
+    (solver objects from ``solvers``, default: the installed ones); the rest are left out."""
+    out: list[tuple[str, float]] = []
+    rest = list(candidates)
+    if model is not None:
+        known = [c for c in candidates if model.knows(c)]
+        if known:
+            times = model.predict_ms(problem_features(problem), known)
+            out.extend(zip(known, (float(t) for t in times), strict=True))
+            rest = [c for c in candidates if not model.knows(c)]
+    if table is not None and rest:
+        if solvers is None:
+            from miocore.solver.registry import default_registry
+
+            solvers = {r.name: r.solver for r in default_registry().solvers}
+        for name in rest:
+            solver = solvers.get(name)
+            try:
+                estimate = None if solver is None else table.estimate_ms(ctx, solver, problem)
+            except Exception:  # a WTI that raises: left to the chain
+                estimate = None
+            if estimate is not None:
+                out.append((name, estimate))
+    out.sort(key=lambda pair: (pair[1], pair[0]))
+    return out
+
+
+@hookimpl
+def miocore_heuristics() -> Iterable[HeuristicRecord]:
+    """The learned heuristic of miocore's own distribution."""
+    yield HeuristicRecord(name=NAME, is_applicable=is_applicable, rank=rank)

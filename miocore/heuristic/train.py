@@ -1,0 +1,166 @@
+"""Training a heuristic from any FindDb: per-solver gradient-boosted trees on log time.
+
+scikit-learn is the learning library (``pip install miocore[train]``), imported only here:
+its ``GradientBoostingRegressor`` exposes every fitted tree as plain public arrays
+(``tree_.feature``, ``threshold``, ``children_left/right``, ``value``), which is exactly what
+the pickle-free model format stores, and it installs as a wheel everywhere numpy does.
+Run time needs numpy alone (:mod:`miocore.heuristic.model`).
+
+Held-out problems are chosen by a hash of their key (:func:`is_held_out`), so every tool
+(training, ``miocore heuristic eval``, ``benchmarks/find_quality.py``) agrees on the split.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+
+from miocore.db._common import miocore_version
+from miocore.db._store import utc_now_iso
+from miocore.db.finddb import FindDb, FindDbRecord
+from miocore.errors import InvalidArgumentError, MiocoreError
+from miocore.heuristic.features import problem_features
+from miocore.heuristic.model import TreeModel, pack_forests
+from miocore.problem.conv import ConvProblem
+
+
+class TrainUnavailableError(MiocoreError):
+    """Training needs scikit-learn (``pip install miocore[train]``)."""
+
+
+@attrs.frozen(kw_only=True)
+class Sample:
+    """One problem of a FindDb: its key, features and each recorded solver's time."""
+
+    key: str
+    features: np.ndarray = attrs.field(eq=False)
+    times: dict[str, float]
+
+
+def is_held_out(key: str, share: float) -> bool:
+    """Whether ``key`` is in the held-out ``share`` (0..1) of problems: a stable hash split."""
+    return (zlib.crc32(key.encode()) % 10_000) < share * 10_000
+
+
+def open_db_file(path: Path | str) -> FindDb:
+    """The FindDb whose user layer is the SQLite file ``path`` (``<folder>/<device>.db``)."""
+    src = Path(path)
+    if not src.is_file():
+        raise InvalidArgumentError("no such database file", field="db", value=str(src))
+    return FindDb(src.stem, user_dir=src.parent, system_dir=src.parent / "no-system-layer")
+
+
+def read_samples(records: Iterable[FindDbRecord]) -> Iterator[Sample]:
+    """A :class:`Sample` per record whose key parses and that has a positive time."""
+    for record in records:
+        try:
+            problem = ConvProblem.from_key(record.key)
+        except MiocoreError:
+            continue
+        times = {e.solver: e.time_ms for e in record.entries if e.time_ms > 0}
+        if times:
+            yield Sample(key=record.key, features=problem_features(problem), times=times)
+
+
+def train(
+    db_path: Path | str,
+    *,
+    holdout: float = 0.2,
+    trees: int = 60,
+    depth: int = 3,
+    learning_rate: float = 0.15,
+    min_samples: int = 8,
+    seed: int = 0,
+) -> TreeModel:
+    """A :class:`TreeModel` for the device of the FindDb file ``db_path``.
+
+    One ensemble per solver with at least ``min_samples`` recorded times among the training
+    problems (those not :func:`is_held_out`); a solver with fewer is left out, so the model
+    says it does not know it and immediate mode ranks it by WTI.
+    """
+    if not 0 <= holdout < 1:
+        raise InvalidArgumentError("must be in [0, 1)", field="holdout", value=holdout)
+    for name, value in (("trees", trees), ("depth", depth), ("min_samples", min_samples)):
+        if not isinstance(value, int) or value < 1:
+            raise InvalidArgumentError("must be an int >= 1", field=name, value=value)
+    try:
+        from sklearn.ensemble import GradientBoostingRegressor
+    except ImportError as exc:
+        raise TrainUnavailableError(
+            "training needs scikit-learn: pip install 'miocore[train]'", field="db", value=db_path
+        ) from exc
+    db = open_db_file(db_path)
+    try:
+        samples = [s for s in read_samples(db.items("user")) if not is_held_out(s.key, holdout)]
+    finally:
+        db.close()
+    if not samples:
+        raise InvalidArgumentError(
+            "has no training problems (empty, or all held out)", field="db", value=str(db_path)
+        )
+    by_solver: dict[str, tuple[list[np.ndarray], list[float]]] = {}
+    for s in samples:
+        for solver, ms in s.times.items():
+            xs, ys = by_solver.setdefault(solver, ([], []))
+            xs.append(s.features)
+            ys.append(math.log(ms))
+    forests: dict[str, tuple[float, list[dict[str, np.ndarray]]]] = {}
+    counts: dict[str, int] = {}
+    for solver, (xs, ys) in sorted(by_solver.items()):
+        if len(ys) < min_samples:
+            continue
+        gbr = GradientBoostingRegressor(
+            n_estimators=trees,
+            max_depth=depth,
+            learning_rate=learning_rate,
+            subsample=0.8,
+            random_state=seed,
+        )
+        gbr.fit(np.vstack(xs), np.asarray(ys))
+        forests[solver] = (float(gbr.init_.constant_.ravel()[0]), _trees(gbr, learning_rate))
+        counts[solver] = len(ys)
+    packed = pack_forests(forests)
+    return TreeModel(
+        device=Path(db_path).stem,
+        provenance={
+            "trained_at": utc_now_iso(),
+            "miocore": miocore_version(),
+            "learner": f"scikit-learn {_sklearn_version()} GradientBoostingRegressor",
+            "trees": trees,
+            "depth": depth,
+            "learning_rate": learning_rate,
+            "holdout": holdout,
+            "db": Path(db_path).name,
+            "problems": len(samples),
+            "samples_per_solver": counts,
+        },
+        **packed,
+    )
+
+
+def _trees(gbr: Any, learning_rate: float) -> list[dict[str, np.ndarray]]:
+    out = []
+    for est in gbr.estimators_[:, 0]:
+        t = est.tree_
+        out.append(
+            {
+                "feature": t.feature.astype(np.int64),
+                "threshold": t.threshold.astype(np.float64),
+                "left": t.children_left.astype(np.int64),
+                "right": t.children_right.astype(np.int64),
+                "value": learning_rate * t.value[:, 0, 0].astype(np.float64),
+            }
+        )
+    return out
+
+
+def _sklearn_version() -> str:
+    import sklearn
+
+    return str(sklearn.__version__)
