@@ -20,38 +20,26 @@ import functools
 import os
 from collections.abc import Callable
 
-import attrs
-import numpy as np
 import pytest
-from test_gpu_solvers import DEVICE, _handle
+from gpu_igemm_fixtures import (
+    check,
+    handle_for,
+    need_exact,
+    precompile,
+    run,
+    run_configs,
+    with_options,
+)
 
 import miocore
-from miocore import reference
 from miocore.corpus import find_corpus, sample_rows, shrink_row
-from miocore.errors import BackendUnavailableError
-from miocore.testing import TOLERANCES
 
 pytestmark = pytest.mark.gpu
 
 MMA = "igemm.gpu_mma_wrw"
 TF32 = "igemm.gpu_tf32_wrw"
 PER_DTYPE = int(os.environ.get("MIOCORE_GPU_TEST_PROBLEMS", "200"))
-
-
-@functools.cache
-def _tf32_handle() -> miocore.Handle | None:
-    try:
-        return miocore.Handle(DEVICE, math_mode="tf32")
-    except BackendUnavailableError:
-        return None
-
-
-def _need(h: miocore.Handle | None, solver: str) -> miocore.Handle:
-    if h is None:
-        pytest.skip("no GPU device")
-    if solver not in h.registry:
-        pytest.skip(f"{solver} is not installed")
-    return h
+__all__ = ["MMA", "TF32", "configs_case", "corpus_case", "with_options"]
 
 
 @functools.cache
@@ -84,68 +72,6 @@ def _problems(
     return out
 
 
-def with_options(kernels, options: tuple[str, ...]) -> tuple:
-    """The kernels with extra compile options (``-DMIO_MFMA_EMULATE``: the MFMA path)."""
-    return tuple(attrs.evolve(k, options=(*k.options, *options)) for k in kernels)
-
-
-def _run(
-    h: miocore.Handle,
-    solver: str,
-    problem: miocore.ConvProblem,
-    seed: int,
-    cfg=None,
-    options: tuple[str, ...] = (),
-):
-    """Run on device with NaN-poisoned dw (kernels built with ``options`` added); return (got,
-    inputs)."""
-    canon = problem.canonical
-    reg = h.registry.get(solver).solver
-    sol = reg.get_solution(h.context, canon, cfg)
-    compiled = h.backend.compile(with_options(sol.kernels, options))
-    inputs = reference.random_inputs(problem, seed)
-    dev = {
-        "x": h.backend.from_host(problem.x, inputs["x"]),
-        "y": h.backend.from_host(problem.y, inputs["y"]),
-        "w": h.backend.from_host(problem.w, np.full(problem.w.lengths, np.nan, np.float32)),
-    }
-    ws = h.backend.allocate_workspace(sol.workspace_size)
-    sol.invoker_factory(compiled)(
-        h, miocore.InvokeParams(problem=canon, x=dev["x"], w=dev["w"], y=dev["y"], workspace=ws)
-    )
-    return h.backend.to_host(dev["w"]), inputs
-
-
-def _check(problem: miocore.ConvProblem, got: np.ndarray, inputs: dict, tf32: bool) -> str | None:
-    expected = reference.convolution(problem, x=inputs["x"], y=inputs["y"])
-    got64 = got.astype(np.float64)
-    if not np.isfinite(got64).all():
-        return "not all written (NaN left)"
-    if tf32:
-        absref = reference.convolution(
-            problem, x=np.abs(inputs["x"].astype(np.float64)), y=np.abs(inputs["y"])
-        )
-        r = problem.n * int(np.prod(problem.y.lengths[2:]))
-        bound = (2.0**-10 + r * 2.0**-23) * absref + 1e-30
-        excess = float(np.max(np.abs(got64 - expected) - bound))
-        return None if excess <= 0 else f"exceeds the TF32 bound by {excess:.3g}"
-    err = reference.relative_error(got, expected)
-    tol = TOLERANCES[problem.dtype]
-    return None if err <= tol else f"relative error {err:.3g} > {tol}"
-
-
-def _precompile(
-    h: miocore.Handle,
-    solver: str,
-    problems: list[miocore.ConvProblem],
-    options: tuple[str, ...] = (),
-) -> None:
-    reg = h.registry.get(solver).solver
-    kernels = [k for p in problems for k in reg.get_solution(h.context, p.canonical).kernels]
-    failures = h.backend.precompile(with_options(kernels, options))
-    assert not failures, next(iter(failures.values()))
-
-
 @pytest.mark.parametrize(
     ("solver", "dtype"), [(MMA, "FP16"), (MMA, "BF16"), (TF32, "FP32")], ids=str
 )
@@ -164,17 +90,17 @@ def corpus_case(
     built with ``options`` added; ``exact_fp32``: fp32 held to the exact fp32 tolerance instead
     of the TF32 bound (the MFMA path multiplies in full fp32); ``count``: problems wanted
     (``MIOCORE_GPU_TEST_PROBLEMS`` when None)."""
-    h = _need(_tf32_handle() if solver == TF32 else _handle(), solver)
+    h = handle_for(solver, TF32)
     problems = _problems(h, solver, dtype, count)
     if not problems:
         pytest.skip("the corpus is not available (set MIOCORE_CORPUS)")
-    _precompile(h, solver, problems, options)
+    precompile(h, solver, problems, options)
     reg = h.registry.get(solver).solver
     failures = []
     split = 0
     for i, p in enumerate(problems):
-        got, inputs = _run(h, solver, p, seed=i, options=options)
-        why = _check(p, got, inputs, tf32=solver == TF32 and not exact_fp32)
+        got, inputs = run(h, solver, p, seed=i, options=options)
+        why = check(p, got, inputs, tf32=solver == TF32 and not exact_fp32)
         if why:
             failures.append(f"{p.key}: {why}")
         split += reg.default_perf_config(h.context, p.canonical)["split"] > 1
@@ -217,7 +143,7 @@ def configs_case(
     built with ``options`` added; ``shared_ok`` (given) keeps only configs whose dynamic shared
     memory (bytes) it accepts; ``exact_fp32`` as in :func:`corpus_case`."""
     solver = TF32 if dtype == "float32" else MMA
-    h = _need(_tf32_handle() if solver == TF32 else _handle(), solver)
+    h = handle_for(solver, TF32)
     n, c, k, hw, f, pads, strides, dils, groups, layout = _SHAPES[shape]
     problem = miocore.ConvProblem.from_sizes(
         "backward_weights",
@@ -241,25 +167,14 @@ def configs_case(
     configs += [c for c in space if c["split"] > 1 and c["atomic"]][-1:]
     configs += [c for c in space if c["split"] > 1 and not c["atomic"]][-1:]
     configs = list(dict.fromkeys(configs))
-    if shared_ok is not None:
-        from miocore_igemm.gpu_wrw import shared_bytes
+    from miocore_igemm.gpu_wrw import shared_bytes
 
-        configs = [c for c in configs if shared_ok(shared_bytes(problem.canonical, c))]
-    kernels = [
-        kk for cfg in configs for kk in reg.get_solution(h.context, problem.canonical, cfg).kernels
-    ]
-    assert not h.backend.precompile(with_options(kernels, options))
-    bad = []
-    for i, cfg in enumerate(configs):
-        got, inputs = _run(h, solver, problem, seed=i, cfg=cfg, options=options)
-        why = _check(problem, got, inputs, tf32=solver == TF32 and not exact_fp32)
-        if why:
-            bad.append(f"{dict(cfg)}: {why}")
-    assert not bad, f"{len(bad)}/{len(configs)} configs failed:\n" + "\n".join(bad[:10])
+    tf32 = solver == TF32 and not exact_fp32
+    run_configs(h, solver, problem, configs, options, tf32, shared_bytes, shared_ok)
 
 
 def test_exact_handle_never_gets_tf32_wrw_on_device() -> None:
-    h = _need(_handle(), TF32)
+    h = need_exact(TF32)
     problem = miocore.ConvProblem.from_sizes(
         "backward_weights",
         n=2,
@@ -274,5 +189,5 @@ def test_exact_handle_never_gets_tf32_wrw_on_device() -> None:
     sols = h.find_solutions(problem, find_mode="NORMAL")
     assert TF32 not in {s.solver for s in sols}
     assert "math mode" in h.last_report.not_applicable[TF32]
-    t = _need(_tf32_handle(), TF32)
+    t = handle_for(TF32, TF32)
     assert TF32 in {s.solver for s in t.find_solutions(problem, find_mode="NORMAL")}

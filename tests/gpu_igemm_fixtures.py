@@ -1,0 +1,167 @@
+"""What the implicit-GEMM GPU tests share, every direction: handles, running one solution on
+NaN-poisoned output, checking it against the float64 reference (per-dtype tolerance, or the
+TF32 bound), precompiling, and running a spread of tuning configs.
+
+The written tensor follows the direction: y forward, x backward data, w backward weights. The
+TF32 bound is elementwise ``|out - ref| <= (2**-10 + R * 2**-23) * ref(|a|, |b|) + 1e-30``
+with R the reduction length (FY*FX*Cg forward, FY*FX*Kg backward data, N*Ho*Wo backward
+weights): each input rounded to 10 mantissa bits, products exact in fp32, fp32 accumulation.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+import pytest
+from test_gpu_solvers import DEVICE, _handle
+
+import miocore
+from miocore import reference
+from miocore.errors import BackendUnavailableError
+from miocore.testing import TOLERANCES
+
+
+@functools.cache
+def tf32_handle() -> miocore.Handle | None:
+    """A handle in the ``"tf32"`` math mode (None without a device)."""
+    try:
+        return miocore.Handle(DEVICE, math_mode="tf32")
+    except BackendUnavailableError:
+        return None
+
+
+def need(h: miocore.Handle | None, solver: str) -> miocore.Handle:
+    """``h``, or skip the test: no device, or ``solver`` not installed."""
+    if h is None:
+        pytest.skip("no GPU device")
+    if solver not in h.registry:
+        pytest.skip(f"{solver} is not installed")
+    return h
+
+
+def need_exact(solver: str) -> miocore.Handle:
+    """The exact-math handle, or skip (see :func:`need`)."""
+    return need(_handle(), solver)
+
+
+def handle_for(solver: str, tf32: str) -> miocore.Handle:
+    """The tf32 handle for the solver named ``tf32``, the exact one for any other."""
+    return need(tf32_handle() if solver == tf32 else _handle(), solver)
+
+
+def with_options(kernels: Sequence[Any], options: tuple[str, ...]) -> tuple:
+    """The kernels with extra compile options (``-DMIO_MFMA_EMULATE``: the MFMA path)."""
+    return tuple(attrs.evolve(k, options=(*k.options, *options)) for k in kernels)
+
+
+def written(problem: miocore.ConvProblem) -> str:
+    """The tensor the direction writes: y forward, x backward data, w backward weights."""
+    return {"forward": "y", "backward_data": "x", "backward_weights": "w"}[
+        problem.canonical.direction.value
+    ]
+
+
+def run(
+    h: miocore.Handle,
+    solver: str,
+    problem: miocore.ConvProblem,
+    seed: int,
+    cfg: Any = None,
+    options: tuple[str, ...] = (),
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Run on device with the written tensor poisoned with NaN (kernels built with
+    ``options`` added); return (what was written, the random inputs)."""
+    canon = problem.canonical
+    reg = h.registry.get(solver).solver
+    sol = reg.get_solution(h.context, canon, cfg)
+    compiled = h.backend.compile(with_options(sol.kernels, options))
+    inputs = reference.random_inputs(problem, seed)
+    out = written(problem)
+    dev = {}
+    for name in ("x", "w", "y"):
+        desc = getattr(problem, name)
+        host = np.full(desc.lengths, np.nan, np.float32) if name == out else inputs[name]
+        dev[name] = h.backend.from_host(desc, host)
+    ws = h.backend.allocate_workspace(sol.workspace_size)
+    sol.invoker_factory(compiled)(
+        h, miocore.InvokeParams(problem=canon, x=dev["x"], w=dev["w"], y=dev["y"], workspace=ws)
+    )
+    return h.backend.to_host(dev[out]), inputs
+
+
+def _read(problem: miocore.ConvProblem, inputs: dict, absolute: bool = False) -> dict:
+    """The two tensors the direction reads (float64 magnitudes for the TF32 bound)."""
+    names = [n for n in ("x", "w", "y") if n != written(problem)]
+    if absolute:
+        return {n: np.abs(inputs[n].astype(np.float64)) for n in names}
+    return {n: inputs[n] for n in names}
+
+
+def reduction_length(problem: miocore.ConvProblem) -> int:
+    """Products summed into one output element (the R of the TF32 bound)."""
+    c = problem.canonical
+    out = written(problem)
+    if out == "w":
+        return problem.n * int(np.prod(problem.y.lengths[2:]))
+    per_group = c.k // c.groups if out == "x" else c.c // c.groups
+    return int(np.prod(problem.w.lengths[2:])) * per_group
+
+
+def check(problem: miocore.ConvProblem, got: np.ndarray, inputs: dict, tf32: bool) -> str | None:
+    """None when ``got`` matches the float64 reference, else why not."""
+    expected = reference.convolution(problem, **_read(problem, inputs))
+    got64 = got.astype(np.float64)
+    if not np.isfinite(got64).all():
+        return "not all written (NaN left)"
+    if tf32:
+        absref = reference.convolution(problem, **_read(problem, inputs, absolute=True))
+        bound = (2.0**-10 + reduction_length(problem) * 2.0**-23) * absref + 1e-30
+        excess = float(np.max(np.abs(got64 - expected) - bound))
+        return None if excess <= 0 else f"exceeds the TF32 bound by {excess:.3g}"
+    err = reference.relative_error(got, expected)
+    tol = TOLERANCES[problem.dtype]
+    return None if err <= tol else f"relative error {err:.3g} > {tol}"
+
+
+def precompile(
+    h: miocore.Handle,
+    solver: str,
+    problems: list[miocore.ConvProblem],
+    options: tuple[str, ...] = (),
+) -> None:
+    """Build every problem's default kernels at once; fail on the first compile error."""
+    reg = h.registry.get(solver).solver
+    kernels = [k for p in problems for k in reg.get_solution(h.context, p.canonical).kernels]
+    failures = h.backend.precompile(with_options(kernels, options))
+    assert not failures, next(iter(failures.values()))
+
+
+def run_configs(
+    h: miocore.Handle,
+    solver: str,
+    problem: miocore.ConvProblem,
+    configs: list[Any],
+    options: tuple[str, ...],
+    tf32: bool,
+    shared_bytes: Callable[[Any, Any], int],
+    shared_ok: Callable[[int], bool] | None = None,
+) -> None:
+    """Each config against the float64 reference, all built first; ``shared_ok`` (given)
+    keeps only configs whose dynamic shared memory (``shared_bytes``) it accepts."""
+    canon = problem.canonical
+    if shared_ok is not None:
+        configs = [c for c in configs if shared_ok(shared_bytes(canon, c))]
+    reg = h.registry.get(solver).solver
+    kernels = [kk for cfg in configs for kk in reg.get_solution(h.context, canon, cfg).kernels]
+    assert not h.backend.precompile(with_options(kernels, options))
+    bad = []
+    for i, cfg in enumerate(configs):
+        got, inputs = run(h, solver, problem, seed=i, cfg=cfg, options=options)
+        why = check(problem, got, inputs, tf32=tf32)
+        if why:
+            bad.append(f"{dict(cfg)}: {why}")
+    assert not bad, f"{len(bad)}/{len(configs)} configs failed:\n" + "\n".join(bad[:10])
