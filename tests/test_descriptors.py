@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import miocore
-from miocore import ConvolutionDescriptor, InvalidDescriptorError, TensorDescriptor
+from miocore import ConvolutionDescriptor, InvalidDescriptorError, MiocoreError, TensorDescriptor
 
 
 def test_packed_strides_follow_layout() -> None:
@@ -107,3 +107,50 @@ def test_descriptors_are_frozen_values() -> None:
     )
     with pytest.raises(AttributeError):
         a.layout = "NHWC"  # type: ignore[misc]
+
+
+# -- output_descriptor refuses inconsistent channels and groups (issue 16.5, 17.6) -------------
+
+
+def test_output_descriptor_refuses_x_channels_that_w_does_not_expect() -> None:
+    x = TensorDescriptor("float32", (2, 4, 8, 8))
+    w = TensorDescriptor("float32", (6, 3, 3, 3))
+    with pytest.raises(MiocoreError, match=r"x has 4 channels.*expects 3") as info:
+        ConvolutionDescriptor(pads=(1, 1)).output_descriptor(x, w)
+    assert info.value.field == "x.lengths" and info.value.value == (2, 4, 8, 8)
+    assert "logical order" not in str(info.value)  # no hint where nothing suggests one
+
+
+def test_output_descriptor_refuses_groups_that_do_not_divide_the_channels() -> None:
+    x = TensorDescriptor("float32", (2, 4, 8, 8))
+    w = TensorDescriptor("float32", (6, 1, 3, 3))
+    with pytest.raises(MiocoreError, match="do not split into groups=3") as info:
+        ConvolutionDescriptor(groups=3).output_descriptor(x, w)
+    assert info.value.field == "groups" and info.value.value == 3
+    # Output channels that do not split are refused as well.
+    with pytest.raises(MiocoreError, match="output channels") as info:
+        ConvolutionDescriptor(groups=2).output_descriptor(
+            x, TensorDescriptor("float32", (5, 2, 3, 3))
+        )
+    assert info.value.field == "w.lengths"
+
+
+def test_channel_mismatch_from_nhwc_ordered_lengths_gets_a_layout_hint() -> None:
+    # (N, H, W, C) given where logical (N, C, H, W) is meant: 12 "channels", w expects 3.
+    x = TensorDescriptor("float32", (1, 12, 12, 3), layout="NHWC")
+    w = TensorDescriptor("float32", (8, 3, 3, 3), layout="NHWC")
+    with pytest.raises(MiocoreError, match=r"logical order \(N, C, H, W\).*NHWC"):
+        ConvolutionDescriptor().output_descriptor(x, w)
+    good = TensorDescriptor("float32", (1, 3, 12, 12), layout="NHWC")
+    y = ConvolutionDescriptor().output_descriptor(good, w)
+    assert y.lengths == (1, 8, 10, 10) and y.layout == "NHWC"
+
+
+def test_transposed_output_descriptor_checks_channels_too() -> None:
+    w = TensorDescriptor("float32", (4, 6, 3, 3))  # transpose: x has w's 4 channels, y 6
+    conv = ConvolutionDescriptor(mode="transpose")
+    y = conv.output_descriptor(TensorDescriptor("float32", (1, 4, 5, 5)), w)
+    assert y.lengths == (1, 6, 7, 7)
+    with pytest.raises(MiocoreError, match="transposed") as info:
+        conv.output_descriptor(TensorDescriptor("float32", (1, 6, 5, 5)), w)
+    assert info.value.field == "x.lengths"

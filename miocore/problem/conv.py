@@ -17,7 +17,12 @@ from typing import Any
 import attrs
 
 from miocore.errors import InvalidProblemError
-from miocore.problem.descriptors import LAYOUTS, ConvolutionDescriptor, TensorDescriptor
+from miocore.problem.descriptors import (
+    LAYOUTS,
+    ConvolutionDescriptor,
+    TensorDescriptor,
+    channel_hint,
+)
 from miocore.problem.dtypes import DataType
 
 
@@ -414,7 +419,7 @@ def _validate(p: ConvProblem) -> None:
     if src.c != p.w.c * g:
         raise InvalidProblemError(
             f"{'x' if conv.mode == 'conv' else 'y'} has {src.c} channels but w expects"
-            f" {p.w.c} per group x {g} groups = {p.w.c * g}",
+            f" {p.w.c} per group x {g} groups = {p.w.c * g}" + channel_hint(src, p.w.c * g),
             field="w.lengths",
             value=p.w.lengths,
         )

@@ -186,6 +186,21 @@ class TensorDescriptor:
         )
 
 
+def channel_hint(desc: TensorDescriptor, expected: int) -> str:
+    """A hint for a channel mismatch that comes from lengths given in memory order.
+
+    Lengths are logical, ``(N, C, H, W)`` / ``(N, C, D, H, W)``, even for NHWC data: a caller
+    who passed ``(N, H, W, C)`` gets told so.
+    """
+    if desc.layout in ("NCHW", "NCDHW") and expected not in desc.spatial:
+        return ""
+    logical = "(N, C, H, W)" if len(desc.lengths) == 4 else "(N, C, D, H, W)"
+    return (
+        f" (lengths are in logical order {logical} whatever the layout, here {desc.layout}:"
+        " for channels-last data give (N, C, H, W) with layout='NHWC', not (N, H, W, C))"
+    )
+
+
 def _spatial_field(value: Any, field: str, minimum: int) -> tuple[int, ...] | None:
     if value is None:
         return None
@@ -268,6 +283,46 @@ class ConvolutionDescriptor:
         """2 or 3."""
         return len(self.pads)
 
+    def _check_channels(self, x: TensorDescriptor, w: TensorDescriptor) -> None:
+        """x's channels, w's shape and the group count must agree (before any arithmetic)."""
+        g = self.groups
+        if self.mode == "conv":
+            # x (N, C, ...) -> y (N, K, ...); w is (K, C/g, ...).
+            if x.c % g:
+                raise InvalidDescriptorError(
+                    f"x has {x.c} channels, which do not split into groups={g}",
+                    field="groups",
+                    value=g,
+                )
+            if x.c != w.c * g:
+                raise InvalidDescriptorError(
+                    f"x has {x.c} channels but w {w.lengths} expects {w.c} per group x {g} "
+                    f"groups = {w.c * g}" + channel_hint(x, w.c * g),
+                    field="x.lengths",
+                    value=x.lengths,
+                )
+            if w.n % g:
+                raise InvalidDescriptorError(
+                    f"w's {w.n} output channels do not split into groups={g}",
+                    field="w.lengths",
+                    value=w.lengths,
+                )
+        else:
+            # A transposed layer runs the canonical convolution backwards: x has w's K channels.
+            if w.n % g or x.c % g:
+                raise InvalidDescriptorError(
+                    f"x's {x.c} channels and w's first length {w.n} must split into groups={g}",
+                    field="groups",
+                    value=g,
+                )
+            if x.c != w.n:
+                raise InvalidDescriptorError(
+                    f"x has {x.c} channels but a transposed convolution with w {w.lengths} "
+                    f"expects w's first length, {w.n}" + channel_hint(x, w.n),
+                    field="x.lengths",
+                    value=x.lengths,
+                )
+
     def output_spatial(
         self, in_spatial: Sequence[int], filter_spatial: Sequence[int]
     ) -> tuple[int, ...]:
@@ -301,6 +356,7 @@ class ConvolutionDescriptor:
                 field="x.lengths",
                 value=x.lengths,
             )
+        self._check_channels(x, w)
         spatial = self.output_spatial(x.spatial, w.spatial)
         if min(spatial) < 1:
             raise InvalidDescriptorError(
