@@ -90,23 +90,31 @@ def handle_state(device: torch.device, mode: str) -> _HandleState:
     """The shared handle of ``device``'s current stream in math mode ``mode``."""
     if device.type == "cpu":
         key: tuple[Any, ...] = ("cpu", 0, mode)
-        stream = None
     else:
-        stream = torch.cuda.current_stream(device)
-        key = (device.type, stream.device_index, stream.cuda_stream, mode)
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        key = (device.type, index, _current_raw_stream(index), mode)
     state = _handles.get(key)
     if state is None:
         with _lock:
             state = _handles.get(key)
             if state is None:
                 name = device_name(device)
-                handle = (
-                    Handle(name, math_mode=mode)
-                    if stream is None
-                    else Handle(name, stream=stream, math_mode=mode)
-                )
+                if device.type == "cpu":
+                    handle = Handle(name, math_mode=mode)
+                else:
+                    stream = torch.cuda.current_stream(device)
+                    handle = Handle(name, stream=stream, math_mode=mode)
                 state = _handles[key] = _HandleState(handle)
     return state
+
+
+def _current_raw_stream(index: int) -> int:
+    """The current stream of GPU ``index`` as its raw handle, without making a Stream object
+    (the private call costs a fraction of ``torch.cuda.current_stream``; it is the same value)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return int(raw(index))
+    return torch.cuda.current_stream(index).cuda_stream
 
 
 def handle(device: torch.device | str = "cpu") -> Handle:

@@ -7,6 +7,7 @@ stored so (and not also plainly contiguous), else NCHW. The other tensors are br
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import ml_dtypes
@@ -71,12 +72,19 @@ def packed(t: torch.Tensor, layout: str) -> torch.Tensor:
     Dimensions of length 1 may carry any stride in torch; they get the packed one here (a view
     of the same memory) so the tensor's strides are exactly the descriptor's.
     """
+    strides = _packed_strides(t.shape, layout)
+    if t.stride() == strides:
+        return t
     channels_last = layout in ("NHWC", "NDHWC")
     t = t.contiguous(memory_format=memory_format(t.dim(), channels_last))
-    strides = packed_strides(tuple(t.shape), layout)
-    if tuple(t.stride()) != strides:
+    if t.stride() != strides:
         t = t.as_strided(t.shape, strides)
     return t
+
+
+@functools.lru_cache(maxsize=4096)
+def _packed_strides(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
+    return packed_strides(tuple(shape), layout)
 
 
 def descriptor(dtype: str, shape: Any, layout: str) -> TensorDescriptor:
