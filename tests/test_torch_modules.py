@@ -244,3 +244,20 @@ def test_eager_calls_skip_the_dispatcher_traced_calls_use_the_op() -> None:
         traced = layer(x)
     assert "miocore.conv_forward.default" in recorder.ops
     torch.testing.assert_close(traced, eager, rtol=0, atol=0)
+
+
+def test_mixed_input_and_weight_types_are_refused() -> None:
+    layer = mt.Conv2d(2, 2, 3)  # float32 weights
+    with pytest.raises(miocore.InvalidArgumentError, match=r"w\.dtype='torch\.float32'"):
+        layer(torch.randn(1, 2, 5, 5, dtype=torch.bfloat16))
+
+
+def test_converted_model_saves_and_loads_whole(tmp_path: Any) -> None:
+    torch.manual_seed(7)
+    model = mt.convert(torch.nn.Sequential(torch.nn.Conv2d(2, 3, 3), torch.nn.Conv1d(3, 2, 1)))
+    path = tmp_path / "model.pt"
+    torch.save(model[0], path)
+    loaded = torch.load(path, weights_only=False)
+    assert type(loaded) is mt.Conv2d
+    x = torch.randn(1, 2, 6, 6)
+    torch.testing.assert_close(loaded(x), model[0](x), rtol=0, atol=0)
