@@ -1,0 +1,242 @@
+"""miocore tune: problem sources, and runs on a Dask LocalCluster on the CPU (killed, resumed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from miocore.db.finddb import FindDb
+from miocore.errors import InvalidArgumentError, MiocoreError
+from miocore.problem.conv import ConvProblem
+from miocore.tune import expand, problems_from_corpus, problems_from_finddb_text, tune
+from miocore.tune.shards import iter_log
+
+DEVICE = None  # filled from a Handle when first needed
+
+
+def _tiny_problems() -> list[ConvProblem]:
+    base = [
+        ConvProblem.from_sizes(
+            "forward", n=1, c=2, k=2, in_spatial=(5, 5), filter_spatial=(3, 3), pads=(1, 1)
+        ),
+        ConvProblem.from_sizes("forward", n=1, c=2, k=4, in_spatial=(4, 4), filter_spatial=(1, 1)),
+        ConvProblem.from_sizes(
+            "forward",
+            n=1,
+            c=4,
+            k=4,
+            in_spatial=(5, 5),
+            filter_spatial=(3, 3),
+            pads=(1, 1),
+            groups=4,
+            layout="NHWC",
+        ),
+    ]
+    return expand(base, directions=["forward", "backward_data", "backward_weights"])
+
+
+def _device_id() -> str:
+    from miocore.backends import open_backend
+
+    return open_backend("cpu").device.identity
+
+
+# -- sources -----------------------------------------------------------------------------------
+
+
+def test_expand_gives_every_dtype_and_direction_once() -> None:
+    p = ConvProblem.from_sizes("forward", n=1, c=2, k=2, in_spatial=(4, 4), filter_spatial=(3, 3))
+    out = expand(
+        [p, p], dtypes=["float32", "float16", "bfloat16"], directions=["forward", "backward_data"]
+    )
+    assert len(out) == 6
+    assert {q.key.split("-")[-2] + "-" + q.key.split("-")[-1] for q in out} == {
+        f"{t}-{d}" for t in ("FP32", "FP16", "BF16") for d in ("F", "B")
+    }
+
+
+def test_expand_rejects_an_unknown_dtype_naming_it() -> None:
+    p = ConvProblem.from_sizes("forward", n=1, c=2, k=2, in_spatial=(4, 4), filter_spatial=(3, 3))
+    with pytest.raises(InvalidArgumentError, match="float64") as info:
+        expand([p], dtypes=["float64"])
+    assert info.value.field == "dtype"
+
+
+def test_problems_from_a_text_finddb(tmp_path: Path) -> None:
+    keys = [p.key for p in _tiny_problems()[:3]]
+    text = tmp_path / "gfx90a.fdb.txt"
+    text.write_text("\n".join(f"{k}=miopenConvolutionFwdAlgoGEMM:1.5,0,gemm" for k in keys) + "\n")
+    assert [p.key for p in problems_from_finddb_text(text)] == keys
+    with pytest.raises(InvalidArgumentError):
+        problems_from_finddb_text(tmp_path / "missing.txt")
+
+
+def test_corpus_sample_covers_every_family() -> None:
+    from miocore.corpus import find_corpus
+
+    if find_corpus() is None:
+        pytest.skip("the corpus (../shared/corpus) is not here")
+    problems = problems_from_corpus(60)
+    keys = [p.key for p in problems]
+    assert any("1x1-" in k and "-1x1-1x1-" in k for k in keys)  # pointwise
+    assert any("_g" in k for k in keys)  # grouped or depthwise
+    assert any("NCDHW" in k or "NDHWC" in k for k in keys)  # 3-D
+    assert any("NHWC" in k for k in keys)
+    assert {k[-1] if "_g" not in k else k.split("_g")[0][-1] for k in keys} == {"F", "B", "W"}
+    assert {t for t in ("FP32", "FP16", "BF16") if any(t in k for k in keys)} == {
+        "FP32",
+        "FP16",
+        "BF16",
+    }
+
+
+def test_problems_from_a_torch_model() -> None:
+    torch = pytest.importorskip("torch")
+    from miocore.tune import problems_from_torch
+
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 8, 3, stride=2, groups=8, bias=False),
+    )
+    problems = problems_from_torch(
+        model, torch.zeros(2, 3, 16, 16), directions=["forward", "backward_weights"]
+    )
+    assert len(problems) == 4
+    first = problems[0]
+    assert (first.x.lengths, first.w.lengths, first.y.lengths) == (
+        (2, 3, 16, 16),
+        (8, 3, 3, 3),
+        (2, 8, 16, 16),
+    )
+    assert problems[2].conv.groups == 8 and problems[2].conv.strides == (2, 2)
+
+
+def test_tune_rejects_bad_arguments_naming_them(tmp_path: Path) -> None:
+    with pytest.raises(MiocoreError) as info:
+        tune(["not a problem"], out_dir=tmp_path)  # type: ignore[list-item]
+    assert info.value.field == "problems[0]"
+    with pytest.raises(MiocoreError) as info:
+        tune(_tiny_problems(), out_dir=tmp_path, math_modes=["fast"])
+    assert info.value.field == "math_modes"
+    with pytest.raises(MiocoreError) as info:
+        tune(_tiny_problems(), out_dir=tmp_path, time_limit_s=0)
+    assert info.value.field == "time_limit_s"
+
+
+# -- runs on a LocalCluster ----------------------------------------------------------------------
+
+
+def _records(db_file: Path) -> dict[str, dict[str, float]]:
+    db = FindDb(db_file.stem, user_dir=db_file.parent, system_dir=db_file.parent / "none")
+    try:
+        return {r.key: {e.solver: e.time_ms for e in r.entries} for r in db.items("user")}
+    finally:
+        db.close()
+
+
+@pytest.mark.slow
+def test_a_killed_worker_and_a_resumed_run_lose_nothing_and_tune_nothing_twice(
+    tmp_path: Path,
+) -> None:
+    distributed = pytest.importorskip("distributed")
+
+    class Stop(Exception):
+        pass
+
+    problems = _tiny_problems()
+    run = tmp_path / "run"
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        pids = list(client.run(os.getpid).values())
+
+        def kill_after_three(progress: object) -> None:
+            if progress.done == 3:  # type: ignore[attr-defined]
+                os.kill(pids[0], signal.SIGKILL)
+                raise Stop
+
+        with pytest.raises(Stop):
+            tune(
+                problems,
+                out_dir=run,
+                scheduler=cluster.scheduler_address,
+                progress=kill_after_three,
+            )
+        deadline = time.monotonic() + 60
+        while any(client.processing().values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        first = Counter(line["key"] for line in iter_log(run))
+        assert 3 <= sum(first.values()) < len(problems)
+        result = tune(problems, out_dir=run, scheduler=cluster.scheduler_address)
+    logged = Counter(line["key"] for line in iter_log(run))
+    assert set(logged) == {p.key for p in problems}  # nothing lost
+    assert max(logged.values()) == 1  # nothing tuned twice
+    assert result.tuned + result.failed == len(problems) - sum(first.values())
+    assert result.skipped == sum(first.values())
+    assert set(_records(result.database)) == {p.key for p in problems}
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["device"] == _device_id() and "miocore-direct" in manifest["versions"]
+    # Run again: everything is done, nothing is measured.
+    again = tune(problems, out_dir=run, workers=1)
+    assert (again.tuned, again.skipped) == (0, len(problems))
+
+
+@pytest.mark.slow
+def test_two_workers_merge_into_what_one_worker_records(tmp_path: Path) -> None:
+    pytest.importorskip("distributed")
+    problems = _tiny_problems()
+    one = tune(problems, out_dir=tmp_path / "one", workers=1)
+    two = tune(problems, out_dir=tmp_path / "two", workers=2, merge_every=2)
+    assert one.tuned == two.tuned == len(problems)
+    workers = {line["worker"] for line in iter_log(tmp_path / "two")}
+    assert len(workers) == 2  # both workers tuned, each into its own shard
+    a, b = _records(one.database), _records(two.database)
+    assert set(a) == set(b) == {p.key for p in problems}
+    for key in a:
+        assert set(a[key]) == set(b[key]), key  # the same applicable solvers measured
+        # The winner of one run is, in the other run, within the timing noise of its best
+        # (tiny CPU problems on a machine shared with other jobs: 2x or 50 microseconds).
+        for mine, other in ((a[key], b[key]), (b[key], a[key])):
+            winner = min(mine, key=mine.get)
+            best = min(other.values())
+            assert other[winner] <= max(2.0 * best, best + 0.05), (key, winner, mine, other)
+
+
+def test_a_failing_problem_is_recorded_and_the_run_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without Dask: the worker function itself, as a run calls it, on a problem whose
+    direction no installed solver takes (every solver disabled)."""
+    from miocore.solver.registry import default_registry
+    from miocore.tune.shards import versions_signature
+    from miocore.tune.worker import run_task
+
+    p = _tiny_problems()[0]
+    task = {
+        "key": p.key,
+        "direction": p.direction.value,
+        "math_mode": "exact",
+        "exhaustive": False,
+        "run_dir": str(tmp_path),
+        "devices": ["cpu"],
+        "time_limit_s": None,
+        "versions": versions_signature(default_registry()),
+    }
+    monkeypatch.setenv("MIOCORE_FIND_ONLY_SOLVER", "no.such_solver")
+    failed = run_task(task)
+    assert failed["status"] == "error" and failed["error"]
+    monkeypatch.delenv("MIOCORE_FIND_ONLY_SOLVER")
+    # A recorded failure counts as done: a resumed run does not retry it.
+    assert run_task(task)["skipped"] is True
+    timed = run_task({**task, "key": _tiny_problems()[1].key, "time_limit_s": 1e-9})
+    assert timed["status"] == "timeout" and "time_limit_s" in timed["error"]
