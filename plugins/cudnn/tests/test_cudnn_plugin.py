@@ -269,3 +269,24 @@ def test_invoker_is_one_execute_with_the_callers_pointers(fake_cudnn: Any) -> No
     runs = [c for c in calls if c[0] == "execute"]
     assert len(runs) == 3
     assert runs[0] == ("execute", {1: 0x1000, 2: 0x2000, 3: 0x3000}, 0x9000, 1, 0xC0DE)
+
+
+def test_a_graph_cudnn_refuses_declines_every_engine_once(
+    fake_cudnn: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built = []
+
+    def refuse(self: Any) -> None:
+        built.append(1)
+        raise RuntimeError("CUDNN_STATUS_NOT_SUPPORTED: bad strides\nmore detail")
+
+    monkeypatch.setattr(fake_cudnn.pygraph, "validate", refuse)
+    ctx, p = cuda_context(), problem("backward_data", "bfloat16")
+    for engine in (0, 3, 7):
+        answer = ENGINE[engine].is_applicable(ctx, p)
+        assert not answer and answer.reason == (
+            "cuDNN cannot describe this problem as a graph: CUDNN_STATUS_NOT_SUPPORTED: bad strides"
+        )
+    assert len(built) == 1  # the refusal is cached with the problem, not asked per engine
+    with pytest.raises(miocore.NotApplicableError, match="bad strides"):
+        ENGINE[3].default_perf_config(ctx, p)

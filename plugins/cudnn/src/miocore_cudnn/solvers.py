@@ -136,7 +136,10 @@ class CudnnEngineSolver(TunableSolver):
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
         """The heuristics' first configuration of this engine that builds."""
-        _, _, config = self._config(ctx, problem, None)
+        try:
+            _, _, config = self._config(ctx, problem, None)
+        except PlanError as exc:
+            raise NotApplicableError(str(exc), field="solver", value=self.name) from None
         return config.knobs
 
     def is_valid_perf_config(
