@@ -170,3 +170,39 @@ def test_torch_compile_inductor_without_graph_breaks() -> None:
     assert explanation.graph_break_count == 0, explanation.break_reasons
     compiled = torch.compile(model, fullgraph=True)
     _close(compiled(x), reference.double()(x.double()), "float32", "compiled output")
+
+
+def test_eager_host_cost_per_call() -> None:
+    """Host time of one eager call of a found layer, against its device time and F.conv2d's
+    (printed; run with -s to see it). Bound: the front end must not starve the GPU by more
+    than a generous 150 µs per call on a tiny problem."""
+    import time
+
+    mt.set_math_mode("exact")
+    layer = mt.Conv2d(16, 16, 3, padding=1).cuda()
+    x = torch.randn(8, 16, 14, 14, device="cuda")
+    with torch.no_grad():
+        for _ in range(20):  # find, prepare, warm
+            layer(x)
+        torch.cuda.synchronize()
+        calls = 500
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin = time.perf_counter()
+        start.record()
+        for _ in range(calls):
+            layer(x)
+        end.record()
+        host_us = (time.perf_counter() - begin) / calls * 1e6
+        torch.cuda.synchronize()
+        device_us = start.elapsed_time(end) / calls * 1e3
+        begin = time.perf_counter()
+        for _ in range(calls):
+            torch.nn.functional.conv2d(x, layer.weight, layer.bias, padding=1)
+        torch_us = (time.perf_counter() - begin) / calls * 1e6
+        torch.cuda.synchronize()
+    solver = next(iter(mt.runtime._solutions.values())).solver
+    print(
+        f"\nmiocore.torch Conv2d ({solver}): host {host_us:.1f} us/call, device"
+        f" {device_us:.1f} us/call; F.conv2d host {torch_us:.1f} us/call"
+    )
+    assert host_us < 150, f"{host_us:.1f} us of host time per call"
