@@ -27,8 +27,8 @@ from miocore.testing import TOLERANCES
 
 pytestmark = pytest.mark.gpu
 
-ENGINES_PER_PROBLEM = int(os.environ.get("MIOCORE_CUDNN_TEST_ENGINES", "6"))
-ROWS_PER_DIRECTION = int(os.environ.get("MIOCORE_CUDNN_TEST_ROWS", "6"))
+ENGINES_PER_PROBLEM = int(os.environ.get("MIOCORE_CUDNN_TEST_ENGINES", "4"))
+ROWS_PER_DIRECTION = int(os.environ.get("MIOCORE_CUDNN_TEST_ROWS", "5"))
 #: TF32 keeps 10 mantissa bits: relative error up to a few 1e-4 on these sums.
 TF32_TOLERANCE = 5e-3
 LAYOUTS = {2: ("NCHW", "NHWC"), 3: ("NCDHW", "NDHWC")}
