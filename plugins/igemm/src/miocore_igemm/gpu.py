@@ -39,44 +39,62 @@ is tested on NVIDIA GPUs (``tests/test_gpu_igemm_mfma.py``).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from miocore import (
     APPLICABLE,
-    Algorithm,
     Applicability,
     ConvProblem,
     ConvSolution,
     DataType,
     Direction,
     ExecutionContext,
-    InvalidArgumentError,
     InvokeParams,
     KernelInfo,
     PerfConfig,
-    TunableSolver,
     not_applicable,
 )
-from miocore.backends.gpu_kernels import DTYPE_OPTIONS, GPU_BACKENDS
+from miocore.backends.gpu_kernels import DTYPE_OPTIONS
+from miocore_igemm.gpu_common import KERNEL_DIR as KERNEL_DIR
+from miocore_igemm.gpu_common import (
+    MAX_SPLIT_WORKSPACE,
+    MMA_BK,
+    THREADS,
+    MmaSolverBase,
+    Tf32Only,
+    check_alignment,
+    pow2_at_least,
+    uses_mfma,
+)
+from miocore_igemm.gpu_common import MFMA_ARCHS as MFMA_ARCHS
+from miocore_igemm.gpu_geometry import PARAM_FIELDS as PARAM_FIELDS
+from miocore_igemm.gpu_geometry import (
+    gemm_params,
+    is_phased,
+    ktiles,
+    min_blocks,
+    occupancy,
+    pack_params,
+    shared_bytes,
+    shared_limit,
+    split_bytes,
+    tap_reach,
+    tile_blocks,
+    transposed_filter_bytes,
+    vector_width,
+    warp_grid,
+)
 
-KERNEL_DIR = Path(__file__).parent / "kernels"
 SOURCE = "igemm/igemm_mma.cu"
-THREADS = 256
-#: Dynamic shared memory a block may use without an opt-in (both vendors).
-SHARED_LIMIT = 48 * 1024
-#: Split-K partials beyond this are not worth the traffic (and the caller's memory).
-MAX_SPLIT_WORKSPACE = 256 << 20
 _GRID_Y_LIMIT = 65535
 #: Block tiles (rows, columns), largest first; each runs on 8 warps (see :func:`warp_grid`).
 TILES = ((256, 128), (128, 256), (128, 128), (128, 64), (64, 128), (64, 64), (64, 32))
-_BK = {DataType.FLOAT16: (32, 64), DataType.BFLOAT16: (32, 64), DataType.FLOAT32: (16, 32)}
+_BK = MMA_BK
 _STAGES = (4, 3)
 _SPLITS = (1, 2, 4, 8)
 _KEYS = ("bm", "bn", "bk", "stages", "split")
-_WARP_GRIDS = ((2, 4), (4, 2), (1, 8), (8, 1))
 #: Fraction of the device's fp16 tensor-core ceiling (``ctx.device.peak_gflops``: 16 x the
 #: FP32 lanes x clock, 1070 TFLOP/s on an H200) that the 16-byte path reached on ResNet-50,
 #: batch 32, NHWC fp16 (H200, 2026-11-22, geomean over 23 layers: 95 TFLOP/s forward,
@@ -89,223 +107,15 @@ _SCALAR_EFFICIENCY = 0.012
 _FIXED_MS = 0.015
 #: Without mma.sync or MFMA: scalar FMAs against the matrix-unit ceiling (not measured).
 _NO_MMA_EFFICIENCY = 0.01
-#: AMD targets whose kernels take the MFMA path (``MIO_MFMA`` in ``miocore_gpu.h``).
-MFMA_ARCHS = frozenset({"gfx90a", "gfx940", "gfx941", "gfx942"})
 #: The MFMA path against the H200's measured fractions (not measured on AMD: no device here);
 #: halved because HIP has no cp.async (tiles are staged through registers, no overlap).
 _MFMA_FACTOR = 0.5
 
 
-def uses_mfma(ctx: ExecutionContext) -> bool:
-    """Whether this context's kernels run on AMD matrix cores (HIP on gfx90a / gfx94x)."""
-    return ctx.backend == "hip" and ctx.device.arch.split(":", 1)[0] in MFMA_ARCHS
-
-
-#: The fields of ``MioIgemmParams`` in ``kernels/igemm_mma.cu``, in declaration order (a CPU
-#: test parses the struct and checks this order: the kernel reads them by position).
-PARAM_FIELDS = (
-    *("n", "groups", "ih", "iw", "icg", "is_n", "is_h", "is_w", "is_c"),
-    *("oh", "ow", "ocg", "rh", "rw", "phases", "mo", "os_n", "os_h", "os_w", "os_c"),
-    *("bs_col", "bs_y", "bs_x", "bs_c", "bs_grp"),
-    *("fy", "fx", "ph", "pw", "sh", "sw", "dh", "dw"),
-    *("ws_k", "ws_c", "ws_y", "ws_x"),
-    *("m", "kred", "tiles_per_split", "splits"),
-)
-
-
-def pack_params(values: dict[str, int]) -> bytes:
-    """``MioIgemmParams`` by value: every field an int64, in :data:`PARAM_FIELDS` order."""
-    if set(values) != set(PARAM_FIELDS):
-        raise ValueError(f"parameter fields differ: {sorted(set(values) ^ set(PARAM_FIELDS))}")
-    return np.array([values[f] for f in PARAM_FIELDS], dtype=np.int64).tobytes()
-
-
-def gemm_params(p: ConvProblem) -> dict[str, int]:
-    """The GEMM view of ``p`` (forward or backward data), every field but the split ones.
-
-    Forward gathers A from x and reads B from w; backward data gathers A from dy (held in y)
-    and reads B from w transposed to ``[g][c][fy][fx][k]`` (contiguous, in the workspace).
-    """
-    n, _, h, w = p.x.lengths
-    k, cg, fy, fx = p.w.lengths
-    g = p.groups
-    kg = k // g
-    ho, wo = p.y.lengths[2:]
-    xs, ws, ys = p.x.strides, p.w.strides, p.y.strides
-    common = {
-        "n": n,
-        "groups": g,
-        "fy": fy,
-        "fx": fx,
-        "ph": p.conv.pads[0],
-        "pw": p.conv.pads[1],
-        "sh": p.conv.strides[0],
-        "sw": p.conv.strides[1],
-        "dh": p.conv.dilations[0],
-        "dw": p.conv.dilations[1],
-        "ws_k": ws[0],
-        "ws_c": ws[1],
-        "ws_y": ws[2],
-        "ws_x": ws[3],
-    }
-    if p.direction is Direction.BACKWARD_DATA:
-        sh, sw = p.conv.strides
-        # one GEMM per stride phase: rows ih = phase + sh * i, taps fy = fy0 + sh * t only
-        rh, rw, phases, kred = h, w, 1, fy * fx * kg
-        if is_phased(p):
-            rh, rw, phases = -(-h // sh), -(-w // sw), sh * sw
-            kred = -(-fy // sh) * -(-fx // sw) * kg  # the largest phase's reduction
-        return {
-            **common,
-            **{"ih": ho, "iw": wo, "icg": kg},
-            **{"is_n": ys[0], "is_h": ys[2], "is_w": ys[3], "is_c": ys[1]},
-            **{"oh": h, "ow": w, "ocg": cg, "rh": rh, "rw": rw, "phases": phases},
-            "mo": n * h * w,
-            **{"os_n": xs[0], "os_h": xs[2], "os_w": xs[3], "os_c": xs[1]},
-            **{"bs_col": fy * fx * kg, "bs_y": fx * kg, "bs_x": kg, "bs_c": 1},
-            "bs_grp": cg * fy * fx * kg,
-            "m": n * rh * rw,
-            "kred": kred,
-        }
-    return {
-        **common,
-        **{"ih": h, "iw": w, "icg": cg},
-        **{"is_n": xs[0], "is_h": xs[2], "is_w": xs[3], "is_c": xs[1]},
-        **{"oh": ho, "ow": wo, "ocg": kg, "rh": ho, "rw": wo, "phases": 1},
-        "mo": n * ho * wo,
-        **{"os_n": ys[0], "os_h": ys[2], "os_w": ys[3], "os_c": ys[1]},
-        **{"bs_col": ws[0], "bs_y": ws[2], "bs_x": ws[3], "bs_c": ws[1]},
-        "bs_grp": kg * ws[0],
-        "m": n * ho * wo,
-        "kred": fy * fx * cg,
-    }
-
-
-def is_phased(p: ConvProblem) -> bool:
-    """Backward data with a stride above 1 and no dilation runs as one dense GEMM per stride
-    phase (``sh * sw`` of them, grid z); dilated strided problems skip taps instead (slower)."""
-    return (
-        p.direction is Direction.BACKWARD_DATA
-        and max(p.conv.strides) > 1
-        and max(p.conv.dilations) == 1
-    )
-
-
-def tap_reach(p: ConvProblem) -> int:
-    """The largest offset the kernel adds to a row's (or column's) base pointer in 32-bit
-    arithmetic: every tap's displacement plus every reduction channel, in A and in B."""
-    s = gemm_params(p)
-    fy, fx = s["fy"], s["fx"]
-    a = (fy - 1) * s["dh"] * abs(s["is_h"]) + (fx - 1) * s["dw"] * abs(s["is_w"])
-    a += s["icg"] * abs(s["is_c"])
-    b = (fy - 1) * abs(s["bs_y"]) + (fx - 1) * abs(s["bs_x"]) + s["icg"] * abs(s["bs_c"])
-    return max(a, b)
-
-
-def vector_width(p: ConvProblem) -> int:
-    """Elements per 16-byte load when the reduction channels are innermost and they and the
-    strides are multiples of 16 bytes, else 1 (scalar loads through any strides)."""
-    vec = 16 // p.dtype.itemsize
-    s = gemm_params(p)
-    if s["is_c"] != 1 or s["bs_c"] != 1 or s["icg"] % vec:
-        return 1
-    strides = (s["is_n"], s["is_h"], s["is_w"], s["bs_col"], s["bs_y"], s["bs_x"])
-    return 1 if any(st % vec for st in strides) else vec
-
-
-def warp_grid(bm: int, bn: int) -> tuple[int, int]:
-    """Warps along rows and columns (8 in all) whose warp tile is most nearly square, rows
-    preferred (an A fragment is reused across more columns); each warp tile side a multiple
-    of 16 (ldmatrix.x4 loads B for two 8-column tiles at once), and an even number of warps
-    along columns (the MFMA path pairs them into waves of 64)."""
-    best = None
-    for wm, wn in _WARP_GRIDS:
-        if bm % (16 * wm) or bn % (16 * wn) or wn % 2:
-            continue
-        tm, tn = bm // wm, bn // wn
-        key = (abs(np.log2(tm / tn)), tm < tn)
-        if best is None or key < best[0]:
-            best = (key, (wm, wn))
-    if best is None:
-        raise InvalidArgumentError("no 8-warp grid for this tile", field="bm x bn", value=(bm, bn))
-    return best[1]
-
-
-def min_blocks(bm: int, bn: int) -> int:
-    """Blocks per SM the kernel's register budget is bounded for: 2 for warp tiles up to
-    64 x 32 (they fit in 128 registers without spills), 1 for 64 x 64 (about 240)."""
-    wm, wn = warp_grid(bm, bn)
-    return 2 if (bm // wm) * (bn // wn) <= 2048 else 1
-
-
-def shared_bytes(p: ConvProblem, cfg: PerfConfig) -> int:
-    """Dynamic shared memory of one block: ``stages`` x (bm + bn) rows of ``bk`` + 16 B."""
-    item = p.dtype.itemsize
-    return cfg["stages"] * (cfg["bm"] + cfg["bn"]) * (cfg["bk"] * item + 16)
-
-
-def shared_limit(ctx: ExecutionContext) -> int:
-    """Dynamic shared memory one block may use on this device (with the driver's opt-in above
-    48 KiB on CUDA): 227 KiB on sm_90, 163 KiB on sm_80/87, 99 KiB on other sm_8x, 64 KiB LDS
-    on AMD."""
-    if ctx.backend != "cuda":
-        return 64 * 1024
-    arch = ctx.device.arch
-    if arch.startswith("sm9") or arch.startswith("sm1"):
-        return 227 * 1024
-    if arch in ("sm80", "sm87"):
-        return 163 * 1024
-    if arch.startswith("sm8"):
-        return 99 * 1024
-    return SHARED_LIMIT
-
-
-def _ktiles(p: ConvProblem, bk: int) -> int:
-    return -(-gemm_params(p)["kred"] // bk)
-
-
-def _blocks(p: ConvProblem, bm: int, bn: int) -> int:
-    s = gemm_params(p)
-    return -(-s["m"] // bm) * s["groups"] * -(-s["ocg"] // bn) * s["phases"]
-
-
-def _wt_bytes(p: ConvProblem) -> int:
-    """Backward data: the transposed filter, rounded up to 256 bytes (partials follow it)."""
-    if p.direction is not Direction.BACKWARD_DATA:
-        return 0
-    return -(-int(np.prod(p.w.lengths)) * p.dtype.itemsize // 256) * 256
-
-
-def _split_bytes(p: ConvProblem, split: int) -> int:
-    s = gemm_params(p)
-    return 0 if split == 1 else split * s["mo"] * s["groups"] * s["ocg"] * 4
-
-
-def _pow2_at_least(v: int) -> int:
-    return 1 << max(0, (v - 1).bit_length())
-
-
-def _occupancy(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> int:
-    """Blocks per SM: by shared memory and by registers (estimated from the warp tile)."""
-    wm, wn = warp_grid(cfg["bm"], cfg["bn"])
-    warp_elems = (cfg["bm"] // wm) * (cfg["bn"] // wn)
-    regs = 240 if warp_elems >= 4096 else 128 if warp_elems >= 2048 else 96
-    by_regs = 65536 // (THREADS * regs)
-    by_smem = shared_limit(ctx) // max(1, shared_bytes(p, cfg))
-    return max(1, min(by_regs, by_smem, 4))
-
-
-class _GpuIgemmBase(TunableSolver):
+class _GpuIgemmBase(MmaSolverBase):
     """Shared by both solvers; subclasses set the dtypes and the math-mode condition."""
 
-    algorithm = Algorithm.IMPLICIT_GEMM
-    backends = GPU_BACKENDS
-    dtypes: frozenset[DataType] = frozenset()
-
     # -- applicability -----------------------------------------------------------------------
-
-    def _math_reason(self, ctx: ExecutionContext) -> str | None:
-        return None
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
         """2-D forward or backward data, any layout (NHWC fast), the solver's dtypes."""
@@ -350,12 +160,12 @@ class _GpuIgemmBase(TunableSolver):
         if vector_width(p) == 1 and (bm > 64 or bn > 64 or bk != _BK[p.dtype][0]):
             return False  # scalar loads: keep the per-thread row tables small
         if split > 1:
-            if _ktiles(p, bk) < 2 * split:
+            if ktiles(p, bk) < 2 * split:
                 return False
-            if _split_bytes(p, split) > MAX_SPLIT_WORKSPACE:
+            if split_bytes(p, split) > MAX_SPLIT_WORKSPACE:
                 return False
             # splitting only pays where the tiles leave the device under-filled
-            if _blocks(p, bm, bn) * split > 2 * max(1, ctx.device.compute_units):
+            if tile_blocks(p, bm, bn) * split > 2 * max(1, ctx.device.compute_units):
                 return False
         return True
 
@@ -370,7 +180,7 @@ class _GpuIgemmBase(TunableSolver):
         s = gemm_params(p)
         out = []
         for bm, bn in TILES:
-            if bn > max(32, _pow2_at_least(s["ocg"])) or bm > max(64, _pow2_at_least(s["m"])):
+            if bn > max(32, pow2_at_least(s["ocg"])) or bm > max(64, pow2_at_least(s["m"])):
                 continue
             for bk in _BK[p.dtype]:
                 for stages in _STAGES:
@@ -395,9 +205,9 @@ class _GpuIgemmBase(TunableSolver):
         sms = max(1, ctx.device.compute_units)
         bn = 64 if s["ocg"] <= 64 else 128
         bk = _BK[p.dtype][0]  # bk 64 spills at two blocks per SM (128 registers)
-        blocks = _blocks(p, 128, bn)
+        blocks = tile_blocks(p, 128, bn)
         split = 1
-        while blocks * split < sms and split < 8 and _ktiles(p, bk) >= 4 * split:
+        while blocks * split < sms and split < 8 and ktiles(p, bk) >= 4 * split:
             split *= 2
         for want in range(split.bit_length() - 1, -1, -1):
             cfg = PerfConfig(bm=128, bn=bn, bk=bk, stages=3, split=1 << want)
@@ -424,10 +234,10 @@ class _GpuIgemmBase(TunableSolver):
 
         def cost(cfg: PerfConfig) -> float:
             bm, bn = cfg["bm"], cfg["bn"]
-            occ = _occupancy(ctx, p, cfg)
-            blocks = _blocks(p, bm, bn) * cfg["split"]
+            occ = occupancy(ctx, p, cfg)
+            blocks = tile_blocks(p, bm, bn) * cfg["split"]
             waves = -(-blocks // (sms * occ))
-            per_block = bm * bn * -(-_ktiles(p, cfg["bk"]) // cfg["split"])
+            per_block = bm * bn * -(-ktiles(p, cfg["bk"]) // cfg["split"])
             return waves * occ * per_block / efficiency[(bm, bn)]
 
         wanted = [c for c in space if c["bk"] == bk0 and c["stages"] == 4] or space
@@ -457,7 +267,7 @@ class _GpuIgemmBase(TunableSolver):
     ) -> int:
         """Backward data: the transposed filter; split-K: one fp32 partial output per split."""
         cfg = self._config(ctx, problem, perf_config)
-        return _wt_bytes(problem) + _split_bytes(problem, cfg["split"])
+        return transposed_filter_bytes(problem) + split_bytes(problem, cfg["split"])
 
     def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
         """Roofline of the GEMM this kernel runs (dilated strided backward data multiplies
@@ -483,19 +293,12 @@ class _GpuIgemmBase(TunableSolver):
             ceiling = DataType.FLOAT32 if p.dtype is DataType.FLOAT32 else DataType.FLOAT16
         elif p.dtype is DataType.FLOAT32:
             eff /= 2  # TF32 runs at half the fp16 tensor rate
-        ms = ctx.roofline_ms(flops, p.bytes_moved + 2 * _wt_bytes(p), ceiling, eff)
+        ms = ctx.roofline_ms(flops, p.bytes_moved + 2 * transposed_filter_bytes(p), ceiling, eff)
         # launch, pipeline fill and epilogue: the small ResNet-50 layers (under 1 GFLOP) took
         # 15-20 us more than their roofline on the H200
         return ctx.wti(p, ms + _FIXED_MS)
 
     # -- solution ------------------------------------------------------------------------------
-
-    def _config(
-        self, ctx: ExecutionContext, p: ConvProblem, perf_config: PerfConfig | None
-    ) -> PerfConfig:
-        if perf_config is not None and self.is_valid_perf_config(ctx, p, perf_config):
-            return perf_config
-        return self.default_perf_config(ctx, p)
 
     def get_solution(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
@@ -510,8 +313,7 @@ class _GpuIgemmBase(TunableSolver):
         bm, bn, bk, stages, split = (cfg[k] for k in _KEYS)
         wm, wn = warp_grid(bm, bn)
         vec = vector_width(p)
-        ktiles = _ktiles(p, bk)
-        per_split = -(-ktiles // split)
+        per_split = -(-ktiles(p, bk) // split)
         options = (
             DTYPE_OPTIONS[p.dtype],
             f"-DMIO_BM={bm}",
@@ -562,8 +364,8 @@ class _GpuIgemmBase(TunableSolver):
             )
         params = pack_params({**s, "tiles_per_split": per_split, "splits": split})
         shared = shared_bytes(p, cfg)
-        wt_bytes = _wt_bytes(p)
-        workspace = wt_bytes + _split_bytes(p, split)
+        wt_bytes = transposed_filter_bytes(p)
+        workspace = wt_bytes + split_bytes(p, split)
         align = 16 if vec > 1 else p.dtype.itemsize
 
         def factory(compiled: Any) -> Any:
@@ -577,13 +379,10 @@ class _GpuIgemmBase(TunableSolver):
 
             def invoker(handle: Any, ip: InvokeParams) -> None:
                 a, out = (ip.y, ip.x) if bwd else (ip.x, ip.y)
-                for name, t in (("x", ip.x), ("w", ip.w), ("y", ip.y)):
-                    if t.ptr % align:
-                        raise InvalidArgumentError(
-                            f"igemm GPU kernels need {align}-byte aligned tensors here",
-                            field=f"{name} pointer",
-                            value=hex(t.ptr),
-                        )
+                check_alignment(
+                    (("x", ip.x.ptr, align), ("w", ip.w.ptr, align), ("y", ip.y.ptr, align)),
+                    "igemm GPU kernels",
+                )
                 ws = ip.workspace.ptr if workspace else 0
                 if bwd:
                     targs.set_pointers(ip.w.ptr, ws)
@@ -616,20 +415,10 @@ class GpuMmaIgemmSolver(_GpuIgemmBase):
     dtypes = frozenset({DataType.FLOAT16, DataType.BFLOAT16})
 
 
-class GpuTf32IgemmSolver(_GpuIgemmBase):
+class GpuTf32IgemmSolver(Tf32Only, _GpuIgemmBase):
     """fp32 convolution through TF32 tensor cores: only in the ``"tf32"`` math mode."""
 
     name = "igemm.gpu_tf32"
-    dtypes = frozenset({DataType.FLOAT32})
-
-    def _math_reason(self, ctx: ExecutionContext) -> str | None:
-        mode = getattr(ctx, "math_mode", "exact")
-        if mode != "tf32":
-            return (
-                f"math mode is {mode!r}: TF32 rounds fp32 inputs to 10 mantissa bits; pass "
-                "Handle(..., math_mode='tf32') to allow it"
-            )
-        return None
 
 
 GPU_SOLVERS = (GpuMmaIgemmSolver(), GpuTf32IgemmSolver())

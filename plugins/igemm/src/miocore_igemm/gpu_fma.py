@@ -20,34 +20,33 @@ to the tensor-core solvers), 2-D only.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from miocore import (
     APPLICABLE,
-    Algorithm,
     Applicability,
     ConvProblem,
     ConvSolution,
     DataType,
     Direction,
     ExecutionContext,
-    InvalidArgumentError,
     InvokeParams,
     KernelInfo,
     PerfConfig,
-    TunableSolver,
     not_applicable,
 )
-from miocore.backends.gpu_kernels import DTYPE_OPTIONS, GPU_BACKENDS
+from miocore.backends.gpu_kernels import DTYPE_OPTIONS
+from miocore_igemm.gpu_common import KERNEL_DIR as KERNEL_DIR
+from miocore_igemm.gpu_common import (
+    MAX_SPLIT_WORKSPACE,
+    THREADS,
+    MmaSolverBase,
+    check_alignment,
+    pack_fields,
+    pow2_at_least,
+)
 
-KERNEL_DIR = Path(__file__).parent / "kernels"
 SOURCE = "igemm/igemm_fma.cu"
-THREADS = 256
-#: Split-K partials beyond this are not worth the traffic (and the caller's memory).
-MAX_SPLIT_WORKSPACE = 256 << 20
 _GRID_Y_LIMIT = 65535
 _GRID_X_LIMIT = 2**31 - 1
 _TILES = ((128, 128), (128, 64), (64, 128), (64, 64))
@@ -79,9 +78,7 @@ PARAM_FIELDS = (
 
 def pack_params(values: dict[str, int]) -> bytes:
     """``MioFmaParams`` by value: every field an int64, in :data:`PARAM_FIELDS` order."""
-    if set(values) != set(PARAM_FIELDS):
-        raise ValueError(f"parameter fields differ: {sorted(set(values) ^ set(PARAM_FIELDS))}")
-    return np.array([values[f] for f in PARAM_FIELDS], dtype=np.int64).tobytes()
+    return pack_fields(PARAM_FIELDS, values)
 
 
 def _valid_taps(f: int, pad: int, stride: int, dil: int, residue: int) -> int:
@@ -141,10 +138,6 @@ def load_modes(p: ConvProblem) -> tuple[int, int, int, int]:
 def _span(t: Any) -> int:
     """Elements from a tensor's first to one past its last element."""
     return 1 + sum((n - 1) * abs(s) for n, s in zip(t.lengths, t.strides, strict=True))
-
-
-def _pow2_at_least(v: int) -> int:
-    return 1 << max(0, (v - 1).bit_length())
 
 
 def _row_tiles(p: ConvProblem, bm: int) -> int:
@@ -210,13 +203,12 @@ def predict_us(p: ConvProblem, cfg: PerfConfig, sms: int) -> float:
     return waves * per_block / rate + partial_us
 
 
-class GpuFmaIgemmSolver(TunableSolver):
+class GpuFmaIgemmSolver(MmaSolverBase):
     """Exact-fp32 implicit GEMM on CUDA cores: forward, backward data and backward weights,
     2-D, any layout and groups."""
 
     name = "igemm.gpu_fma"
-    algorithm = Algorithm.IMPLICIT_GEMM
-    backends = GPU_BACKENDS
+    dtypes = frozenset({DataType.FLOAT32})
 
     # -- applicability -----------------------------------------------------------------------
 
@@ -258,7 +250,7 @@ class GpuFmaIgemmSolver(TunableSolver):
         gm, gn, _ = gemm_shape(p)
         out = []
         for bm, bn in _TILES:
-            if bm > max(64, _pow2_at_least(gm)) or bn > max(64, _pow2_at_least(gn)):
+            if bm > max(64, pow2_at_least(gm)) or bn > max(64, pow2_at_least(gn)):
                 continue
             for bk in _BK:
                 for split in _SPLITS[p.direction]:
@@ -325,13 +317,6 @@ class GpuFmaIgemmSolver(TunableSolver):
         return ctx.wti(p, ctx.roofline_ms(p.flops, nbytes, p.dtype, max(eff, 1e-3)))
 
     # -- solution ------------------------------------------------------------------------------
-
-    def _config(
-        self, ctx: ExecutionContext, p: ConvProblem, perf_config: PerfConfig | None
-    ) -> PerfConfig:
-        if perf_config is not None and self.is_valid_perf_config(ctx, p, perf_config):
-            return perf_config
-        return self.default_perf_config(ctx, p)
 
     def get_solution(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
@@ -406,14 +391,10 @@ class GpuFmaIgemmSolver(TunableSolver):
             rargs = KernelArgs([("ptr", 0), ("ptr", 0), ("bytes", params)])
 
             def invoker(handle: Any, ip: InvokeParams) -> None:
-                for name in vec_names:
-                    ptr = getattr(ip, name).ptr
-                    if ptr % 16:
-                        raise InvalidArgumentError(
-                            f"igemm.gpu_fma's 16-byte loads need a 16-byte aligned {name}",
-                            field=f"{name} pointer",
-                            value=hex(ptr),
-                        )
+                check_alignment(
+                    ((name, getattr(ip, name).ptr, 16) for name in vec_names),
+                    "igemm.gpu_fma's 16-byte loads",
+                )
                 part = ip.workspace.ptr if split > 1 else 0
                 args.set_pointers(ip.x.ptr, ip.w.ptr, ip.y.ptr, part)
                 main.launch(args)

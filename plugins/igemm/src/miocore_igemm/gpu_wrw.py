@@ -22,47 +22,47 @@ the same tiles (correct, slow).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from miocore import (
     APPLICABLE,
-    Algorithm,
     Applicability,
     ConvProblem,
     ConvSolution,
     DataType,
     Direction,
     ExecutionContext,
-    InvalidArgumentError,
     InvokeParams,
     KernelInfo,
     PerfConfig,
-    TunableSolver,
     not_applicable,
 )
-from miocore.backends.gpu_kernels import DTYPE_OPTIONS, GPU_BACKENDS
-from miocore_igemm.gpu import uses_mfma
+from miocore.backends.gpu_kernels import DTYPE_OPTIONS
+from miocore_igemm.gpu_common import KERNEL_DIR as KERNEL_DIR
+from miocore_igemm.gpu_common import (
+    MAX_SPLIT_WORKSPACE,
+    MMA_BK,
+    SHARED_LIMIT,
+    THREADS,
+    MmaSolverBase,
+    Tf32Only,
+    check_alignment,
+    pack_fields,
+    pow2_at_least,
+    uses_mfma,
+)
 
-KERNEL_DIR = Path(__file__).parent / "kernels"
 SOURCE = "igemm/igemm_wrw.cu"
-THREADS = 256
-#: Dynamic shared memory a block may use without an opt-in (both vendors).
-SHARED_LIMIT = 48 * 1024
 #: What a block may opt in to on NVIDIA GPUs, by compute capability (the CUDA backend sets
 #: MAX_DYNAMIC_SHARED_SIZE_BYTES for launches above 48 KiB).
 _CUDA_SHARED = {90: 227 * 1024, 80: 163 * 1024, 87: 163 * 1024, 86: 99 * 1024, 89: 99 * 1024}
-#: Deterministic split-K slabs beyond this are not worth the traffic (nor the caller's memory).
-MAX_SPLIT_WORKSPACE = 256 << 20
 #: Shared-memory row padding in elements (kernel's MIO_PAD).
 PAD = 8
 _GRID_LIMIT = 65535
 _INT32 = 2**31 - 1
 _BM = (256, 128, 64)
 _BN = (256, 128, 64)
-_BK = {DataType.FLOAT16: (32, 64), DataType.BFLOAT16: (32, 64), DataType.FLOAT32: (16, 32)}
+_BK = MMA_BK
 _STAGES = (4, 3, 2)
 _SPLITS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 _KEYS = ("bm", "bn", "bk", "stages", "split", "atomic")
@@ -80,9 +80,7 @@ PARAM_FIELDS = (
 
 def pack_params(values: dict[str, int]) -> bytes:
     """``MioWrwParams`` by value: every field an int64, in :data:`PARAM_FIELDS` order."""
-    if set(values) != set(PARAM_FIELDS):
-        raise ValueError(f"parameter fields differ: {sorted(set(values) ^ set(PARAM_FIELDS))}")
-    return np.array([values[f] for f in PARAM_FIELDS], dtype=np.int64).tobytes()
+    return pack_fields(PARAM_FIELDS, values)
 
 
 def geometry(p: ConvProblem) -> dict[str, int]:
@@ -149,10 +147,6 @@ def shared_limit(ctx: ExecutionContext) -> int:
     return SHARED_LIMIT
 
 
-def _pow2_at_least(v: int) -> int:
-    return 1 << max(0, (v - 1).bit_length())
-
-
 def _tile_rank(p: ConvProblem, tile: tuple[int, int]) -> tuple[int, int]:
     """Bigger tiles first; between equal areas, the longer side along the larger GEMM
     dimension (the order the benchmark sweeps tiles in)."""
@@ -183,17 +177,10 @@ def default_split(ctx: ExecutionContext, p: ConvProblem, bm: int, bn: int) -> in
     return 1 if split == 2 else split
 
 
-class _GpuWrwBase(TunableSolver):
+class _GpuWrwBase(MmaSolverBase):
     """Shared by both solvers; subclasses set the dtypes and the math-mode condition."""
 
-    algorithm = Algorithm.IMPLICIT_GEMM
-    backends = GPU_BACKENDS
-    dtypes: frozenset[DataType] = frozenset()
-
     # -- applicability -----------------------------------------------------------------------
-
-    def _math_reason(self, ctx: ExecutionContext) -> str | None:
-        return None
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
         """2-D backward weights in the solver's dtypes, any layout, 32-bit index ranges."""
@@ -253,10 +240,10 @@ class _GpuWrwBase(TunableSolver):
         s = geometry(p)
         out = []
         for bm in _BM:
-            if bm > max(64, _pow2_at_least(s["kg"])):
+            if bm > max(64, pow2_at_least(s["kg"])):
                 continue
             for bn in _BN:
-                if bn > max(64, _pow2_at_least(s["r"])):
+                if bn > max(64, pow2_at_least(s["r"])):
                     continue
                 for bk in _BK[p.dtype]:
                     for stages in _STAGES:
@@ -337,13 +324,6 @@ class _GpuWrwBase(TunableSolver):
 
     # -- solution ------------------------------------------------------------------------------
 
-    def _config(
-        self, ctx: ExecutionContext, p: ConvProblem, perf_config: PerfConfig | None
-    ) -> PerfConfig:
-        if perf_config is not None and self.is_valid_perf_config(ctx, p, perf_config):
-            return perf_config
-        return self.default_perf_config(ctx, p)
-
     def params(self, p: ConvProblem, cfg: PerfConfig) -> dict[str, int]:
         """The kernel's ``MioWrwParams`` values for this problem and config."""
         s = geometry(p)
@@ -416,13 +396,9 @@ class _GpuWrwBase(TunableSolver):
             rargs = KernelArgs([("ptr", 0), ("ptr", 0), ("bytes", params)])
 
             def invoker(handle: Any, ip: InvokeParams) -> None:
-                for name, t in (("x", ip.x), ("y", ip.y)):
-                    if t.ptr % align[name]:
-                        raise InvalidArgumentError(
-                            f"igemm wrw kernels need {align[name]}-byte aligned {name} here",
-                            field=f"{name} pointer",
-                            value=hex(t.ptr),
-                        )
+                check_alignment(
+                    (("x", ip.x.ptr, align["x"]), ("y", ip.y.ptr, align["y"])), "igemm wrw kernels"
+                )
                 part = ip.workspace.ptr if split > 1 else 0
                 if split > 1 and atomic:
                     zargs.set_pointers(part)
@@ -451,20 +427,10 @@ class GpuMmaWrwSolver(_GpuWrwBase):
     dtypes = frozenset({DataType.FLOAT16, DataType.BFLOAT16})
 
 
-class GpuTf32WrwSolver(_GpuWrwBase):
+class GpuTf32WrwSolver(Tf32Only, _GpuWrwBase):
     """fp32 backward weights through TF32 tensor cores: only in the ``"tf32"`` math mode."""
 
     name = "igemm.gpu_tf32_wrw"
-    dtypes = frozenset({DataType.FLOAT32})
-
-    def _math_reason(self, ctx: ExecutionContext) -> str | None:
-        mode = getattr(ctx, "math_mode", "exact")
-        if mode != "tf32":
-            return (
-                f"math mode is {mode!r}: TF32 rounds fp32 inputs to 10 mantissa bits; pass "
-                "Handle(..., math_mode='tf32') to allow it"
-            )
-        return None
 
 
 GPU_WRW_SOLVERS = (GpuMmaWrwSolver(), GpuTf32WrwSolver())
