@@ -261,3 +261,19 @@ def test_converted_model_saves_and_loads_whole(tmp_path: Any) -> None:
     assert type(loaded) is mt.Conv2d
     x = torch.randn(1, 2, 6, 6)
     torch.testing.assert_close(loaded(x), model[0](x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    ("layer", "shape", "field"),
+    [
+        (lambda: mt.Conv2d(2, 3, 5), (1, 2, 4, 4), "input.shape"),  # filter larger than input
+        (lambda: mt.Conv2d(2, 3, 3), (1, 4, 6, 6), "w.lengths"),  # 4 channels, weights want 2
+    ],
+    ids=["too-small", "channels"],
+)
+def test_bad_shapes_raise_miocore_errors_naming_the_field(
+    layer: Any, shape: tuple[int, ...], field: str
+) -> None:
+    with pytest.raises(miocore.MiocoreError) as info:
+        layer()(torch.randn(shape))
+    assert info.value.field == field, info.value

@@ -81,6 +81,13 @@ def _run(
                 f"must match the input's {lead.dtype}", field=f"{name}.dtype", value=str(t.dtype)
             )
         tensors[name] = packed(t, layout)
+    if min(output_shape_) < 1:
+        raise InvalidArgumentError(
+            f"the {direction} result would have shape {tuple(output_shape_)}: the filter (with"
+            " dilation) is larger than the padded input, or a size is zero",
+            field="input.shape",
+            value=tuple(lead.shape),
+        )
     result = _empty(lead, output_shape_)
     tensors[output] = packed(result, layout)
     x, w, y = tensors["x"], tensors["w"], tensors["y"]
