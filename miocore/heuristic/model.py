@@ -107,14 +107,13 @@ class TreeModel:
         trees = np.concatenate(
             [np.arange(s, s + c) for s, c in zip(starts, counts, strict=True)]
         ).astype(np.int64)
+        owner = np.repeat(np.arange(len(idx)), counts)  # which requested solver a tree serves
         node = self.roots[trees]
         for _ in range(self.depth):  # leaves point at themselves, so extra steps are harmless
             f = self.feature[node]
             go_left = x[np.maximum(f, 0)] <= self.threshold[node]
             node = np.where(go_left, self.left[node], self.right[node])
-        leaf = self.value[node]
-        sums = np.add.reduceat(leaf, np.concatenate([[0], np.cumsum(counts)[:-1]]))
-        sums = np.where(counts > 0, sums, 0.0)
+        sums = np.bincount(owner, weights=self.value[node], minlength=len(idx))
         return self.base[idx] + sums
 
     def predict_ms(self, x: np.ndarray, solvers: Sequence[str]) -> np.ndarray:
