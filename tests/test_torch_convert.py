@@ -126,8 +126,10 @@ def test_prepare_finds_every_layer_and_direction_ahead() -> None:
     forward = {key for direction, key in found if direction == "forward"}
     weights = {key for direction, key in found if direction == "backward_weights"}
     assert len(forward) == 6 and len(weights) == 6  # six convolution layers
-    # Every parameter's .grad is untouched by prepare.
+    # Every parameter's .grad and every buffer is untouched by prepare.
     assert all(p.grad is None for p in model.parameters())
+    assert torch.equal(model.bn.running_mean, torch.zeros(8))
+    assert int(model.bn.num_batches_tracked) == 0
     # Training afterwards finds only what prepare could not know was needed.
     before = len(mt.runtime._solutions)
     model(x.requires_grad_()).sum().backward()

@@ -31,7 +31,8 @@ def prepare(
     (a tensor, or a tuple of positional arguments) and return ``model``.
 
     With ``backward=True`` the backward data and backward weights problems are found too
-    (through ``torch.autograd.grad``: no parameter's ``.grad`` is touched). Convert the model
+    (through ``torch.autograd.grad``: no parameter's ``.grad`` is touched); buffers such as
+    batch norm's running statistics are restored afterwards. Convert the model
     first (:func:`miocore.torch.convert`); layers still on torch.nn are not found.
     """
     layers = [(name, m) for name, m in model.named_modules() if isinstance(m, _MIOCORE_CLASSES)]
@@ -49,6 +50,8 @@ def prepare(
             hooks.append(layer.register_forward_hook(_advance(bar, task, name)))
             if backward:
                 hooks.append(layer.register_full_backward_hook(_advance(bar, task, name)))
+        # The pass must leave no trace: batch norm's running statistics are put back.
+        buffers = [(b, b.clone()) for b in model.buffers()]
         try:
             if backward:
                 with warnings.catch_warnings():  # the first layer's input needs no gradient
@@ -60,6 +63,9 @@ def prepare(
         finally:
             for hook in hooks:
                 hook.remove()
+            with torch.no_grad():
+                for buffer, saved in buffers:
+                    buffer.copy_(saved)
     return model
 
 
