@@ -30,6 +30,24 @@ class behavior_note(enum.Enum):
     RUNTIME_COMPILATION = 0
 
 
+class knob_type(enum.Enum):
+    NOT_SET = 0
+    TILE_SIZE = 2
+    STAGES = 7
+
+
+class knob:
+    def __init__(self, type: knob_type, min_value: int, max_value: int, stride: int) -> None:
+        self.type, self.min_value, self.max_value, self.stride = type, min_value, max_value, stride
+
+
+#: The knobs each engine reports (get_knobs_for_engine); TILE_SIZE is backend knob type 2.
+KNOBS = {
+    3: [knob(knob_type.TILE_SIZE, 0, 3, 1), knob(knob_type.NOT_SET, 0, 9, 1)],
+    9: [knob(knob_type.TILE_SIZE, 0, 1, 1)],
+}
+
+
 class heur_mode(enum.Enum):
     A = 0
     B = 1
@@ -129,6 +147,16 @@ class pygraph:
 
     def create_execution_plans(self, modes: list) -> None:
         self.plans = list(CONFIGS)
+
+    def get_knobs_for_engine(self, engine: int) -> list:
+        return KNOBS.get(engine, [])
+
+    def create_execution_plan(self, engine: int, knobs: dict) -> None:
+        """One configuration: the engine's notes as the heuristics list them, the knobs set."""
+        numeric = next((n for t, n, _, _ in CONFIGS if t.startswith(f"eng{engine}")), [])
+        parts = [f"_k{k.value}={v}" for k, v in sorted(knobs.items(), key=lambda kv: kv[0].value)]
+        size = 128 * (1 + sum(knobs.values()))
+        self.plans.append((f"eng{engine}" + "".join(parts), numeric, [], size))
 
     def deselect_numeric_notes(self, notes: list) -> None:
         for i, (_, numeric, _, _) in enumerate(self.plans):

@@ -149,6 +149,32 @@ def test_engines_match_the_reference(
     assert checked, f"no cuDNN engine applied to any problem: {declined}"
 
 
+def test_every_config_of_the_space_runs_right_or_is_rejected(handle: miocore.Handle) -> None:
+    p = miocore.ConvProblem.from_sizes(
+        "forward", n=4, c=32, k=64, in_spatial=(14, 14), filter_spatial=(3, 3), pads=(1, 1),
+        dtype="float16", layout="NHWC",
+    )  # fmt: skip
+    ctx = handle.context
+    solver = handle.registry.get(cudnn_engines(handle, p)[0]).solver
+    inputs = reference.random_inputs(p, 5)
+    expected = reference.convolution(p, x=inputs["x"], w=inputs["w"])
+    ran, failures = 0, []
+    for config in solver.perf_config_space(ctx, p):
+        if not solver.is_valid_perf_config(ctx, p, config):
+            continue
+        solution = solver.get_solution(ctx, p, config)
+        dev = {k: handle.backend.from_host(getattr(p, k), v) for k, v in inputs.items()}
+        ws = handle.backend.allocate_workspace(solution.workspace_size)
+        params = miocore.InvokeParams(problem=p, workspace=ws, **dev)
+        solution.invoker_factory(())(handle, params)
+        got = handle.backend.to_host(dev["y"]).astype(np.float64)
+        err = reference.relative_error(got, expected)
+        ran += 1
+        if not err <= TOLERANCES[p.dtype]:
+            failures.append((dict(config), err))
+    assert ran and not failures, (solver.name, ran, failures)
+
+
 def test_tf32_mode_offers_engines_that_run_within_tf32_bounds(handle: miocore.Handle) -> None:
     h = _handle("tf32")
     assert h is not None

@@ -183,7 +183,13 @@ def test_engines_knobs_and_defaults_follow_the_heuristics(fake_cudnn: Any) -> No
     eng3, eng7 = ENGINE[3], ENGINE[7]
     assert eng3.is_applicable(ctx, p) and eng7.is_applicable(ctx, p)
     assert eng3.default_perf_config(ctx, p) == {"k2": 1}
-    assert eng3.perf_config_space(ctx, p) == [{"k2": 1}, {"k2": 2}]
+    # The heuristics' configurations first, then single-knob variations that name new ones.
+    assert eng3.perf_config_space(ctx, p) == [
+        {"k2": 1},
+        {"k2": 2},
+        {"k2": 0, "via": "TILE_SIZE=0"},
+        {"k2": 3, "via": "TILE_SIZE=3"},
+    ]
     assert eng7.default_perf_config(ctx, p) == {"k2": 4, "k13": 0}
     # The plan's own workspace, per configuration.
     assert eng7.workspace_size(ctx, p) == 4096
@@ -290,3 +296,35 @@ def test_a_graph_cudnn_refuses_declines_every_engine_once(
     assert len(built) == 1  # the refusal is cached with the problem, not asked per engine
     with pytest.raises(miocore.NotApplicableError, match="bad strides"):
         ENGINE[3].default_perf_config(ctx, p)
+
+
+def test_knob_variations_run_and_are_remade_from_their_record(fake_cudnn: Any) -> None:
+    from miocore_cudnn._plans import clear_cache
+
+    ctx, p = cuda_context(), problem("backward_weights", "float16")
+    variant = ENGINE[3].perf_config_space(ctx, p)[-1]
+    assert variant == {"k2": 3, "via": "TILE_SIZE=3"}
+    assert ENGINE[3].workspace_size(ctx, p, variant) == 128 * 4
+    # As in a new process: the heuristics do not list it, its recipe makes it again.
+    clear_cache()
+    text = variant.to_string()
+    solution = ENGINE[3].get_solution(ctx, p, miocore.PerfConfig.from_string(text))
+    assert solution.perf_config == variant and solution.workspace_size == 512
+    params = miocore.InvokeParams(problem=p, x=_Buffer(1), w=_Buffer(2), y=_Buffer(3))
+    solution.invoker_factory(())(_Handle(0), params)
+    assert fake_cudnn.CALLS[-1] == ("execute", {1: 1, 2: 2, 3: 3}, 0, 0, 0xC0DE)
+    # A recipe that makes another configuration than recorded is stale.
+    stale = miocore.PerfConfig(k2=2, via="TILE_SIZE=3")
+    assert not ENGINE[3].is_valid_perf_config(ctx, p, stale)
+
+
+def test_knob_variations_keep_the_numerics_filter(fake_cudnn: Any) -> None:
+    exact, tf32, p = cuda_context("exact"), cuda_context("tf32"), problem("forward", "float32")
+    # Listed in exact fp32 too, but every configuration, variations included, is refused.
+    barred = ENGINE[9].perf_config_space(exact, p)
+    assert barred and not any(ENGINE[9].is_valid_perf_config(exact, p, c) for c in barred)
+    space = ENGINE[9].perf_config_space(tf32, p)
+    assert {"k2": 1, "via": "TILE_SIZE=1"} in space
+    variant = miocore.PerfConfig(k2=1, via="TILE_SIZE=1")
+    assert ENGINE[9].is_valid_perf_config(tf32, p, variant)
+    assert not ENGINE[9].is_valid_perf_config(exact, p, variant)

@@ -58,6 +58,9 @@ class EngineConfig:
     knobs: PerfConfig
     workspace: int | None = None
     error: str | None = None
+    #: The graph holding this configuration's plan: the problem's heuristics graph (None),
+    #: or a one-configuration graph of its own (a knob variation, see ProblemPlans.expand).
+    graph: Any = None
 
 
 def parse_tag(tag: str) -> tuple[int, PerfConfig]:
@@ -161,47 +164,105 @@ class ProblemPlans:
         except Exception:  # mode B is not offered for every graph; A and FALLBACK are
             self._modes = [modes.A, modes.FALLBACK]
             self.graph.create_execution_plans(self._modes)
+        self.cudnn, self.math_mode = cudnn, math_mode
         self.graph.deselect_numeric_notes(barred_notes(cudnn, problem, math_mode))
-        runtime_ok = runtime_compiled_allowed()
-        compiled_note = cudnn.behavior_note.RUNTIME_COMPILATION
         self.by_engine: dict[int, list[EngineConfig]] = {}
         #: Engines in the heuristics' order of preference (first appearance).
         self.ranking: list[int] = []
-        seen: set[str] = set()
+        self._expanded: set[int] = set()
         for index in range(int(self.graph.get_execution_plan_count())):
-            try:  # one configuration cuDNN cannot name is skipped, not the whole problem
-                tag = str(self.graph.get_plan_name_at_index(index))
-                engine, knobs = parse_tag(tag)
-            except Exception:
+            config = self._config_at(self.graph, index)
+            if config is None or self._listed(config.engine, config.tag):
                 continue
-            if tag in seen:
-                continue
-            seen.add(tag)
-            config = EngineConfig(index=index, engine=engine, tag=tag, knobs=knobs)
-            if not runtime_ok:
-                try:
-                    notes = list(self.graph.get_behavior_notes_for_plan_at_index(index))
-                except Exception:  # unknown notes: the build decides
-                    notes = []
-                if compiled_note in notes:
-                    config.error = (
-                        f"{tag} compiles at run time (seconds per problem); set "
-                        f"{ENV_RUNTIME_COMPILED}=1 to allow it"
-                    )
-            configs = self.by_engine.setdefault(engine, [])
+            configs = self.by_engine.setdefault(config.engine, [])
             if len(configs) < MAX_CONFIGS_PER_ENGINE:
                 configs.append(config)
-            if engine not in self.ranking:
-                self.ranking.append(engine)
+            if config.engine not in self.ranking:
+                self.ranking.append(config.engine)
+
+    def _listed(self, engine: int, tag: str) -> bool:
+        return any(c.tag == tag for c in self.by_engine.get(engine, ()))
+
+    def _config_at(self, graph: Any, index: int) -> EngineConfig | None:
+        """The configuration at ``index`` of ``graph`` (None where cuDNN cannot name it),
+        marked refused when it compiles at run time and that is not allowed."""
+        try:
+            tag = str(graph.get_plan_name_at_index(index))
+            engine, knobs = parse_tag(tag)
+        except Exception:
+            return None
+        config = EngineConfig(
+            index=index, engine=engine, tag=tag, knobs=knobs,
+            graph=None if graph is self.graph else graph,
+        )  # fmt: skip
+        if not runtime_compiled_allowed():
+            try:
+                notes = list(graph.get_behavior_notes_for_plan_at_index(index))
+            except Exception:  # unknown notes: the build decides
+                notes = []
+            if self.cudnn.behavior_note.RUNTIME_COMPILATION in notes:
+                config.error = (
+                    f"{tag} compiles at run time (seconds per problem); set "
+                    f"{ENV_RUNTIME_COMPILED}=1 to allow it"
+                )
+        return config
+
+    def _variant(self, engine: int, recipe: str) -> EngineConfig | None:
+        """Engine ``engine`` with the knob settings of ``recipe`` (``"TILE_SIZE=3"``, the
+        frontend's knob type names), the rest at the engine's defaults, in a graph of its own
+        (its numerical notes filtered as the heuristics graph's). Its PerfConfig is cuDNN's
+        tag knobs plus ``via``: the recipe, so a new process can make it again."""
+        cudnn = self.cudnn
+        try:
+            settings = {}
+            for item in recipe.split(","):
+                name, value = item.split("=")
+                settings[getattr(cudnn.knob_type, name)] = int(value)
+            graph = build_graph(cudnn, self.handle, self.problem)
+            graph.create_execution_plan(engine, settings)
+            graph.deselect_numeric_notes(barred_notes(cudnn, self.problem, self.math_mode))
+        except Exception:
+            return None
+        config = self._config_at(graph, 0)
+        if config is None or config.engine != engine:
+            return None
+        config.knobs = PerfConfig(dict(config.knobs), via=recipe)
+        return config
+
+    def expand(self, engine: int) -> None:
+        """Add single-knob variations of ``engine`` (each knob cuDNN reports for it, each
+        value of its range, the others at their defaults) until the engine has
+        :data:`MAX_CONFIGS_PER_ENGINE` configurations. Once per engine; only engines the
+        heuristics offer."""
+        with self._lock:
+            if engine in self._expanded or engine not in self.by_engine:
+                return
+            self._expanded.add(engine)
+            try:
+                knobs = list(self.graph.get_knobs_for_engine(engine))
+            except Exception:
+                return
+        configs = self.by_engine[engine]
+        for knob in knobs:
+            name = getattr(knob.type, "name", "NOT_SET")
+            if name == "NOT_SET" or knob.stride <= 0:
+                continue
+            for value in range(knob.min_value, knob.max_value + 1, knob.stride)[:8]:
+                if len(configs) >= MAX_CONFIGS_PER_ENGINE:
+                    return
+                config = self._variant(engine, f"{name}={value}")
+                if config is not None and not self._listed(engine, config.tag):
+                    configs.append(config)
 
     def build(self, config: EngineConfig) -> int:
         """Build ``config``'s plan (once) and return its workspace bytes; PlanError if cuDNN
         refuses it (numerical notes, shared memory, support check)."""
         with self._lock:
             if config.workspace is None and config.error is None:
+                graph = config.graph if config.graph is not None else self.graph
                 try:
-                    self.graph.build_plan_at_index(config.index)
-                    size = self.graph.get_workspace_size_plan_at_index(config.index)
+                    graph.build_plan_at_index(config.index)
+                    size = graph.get_workspace_size_plan_at_index(config.index)
                     config.workspace = int(size)
                 except Exception as exc:
                     message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
@@ -237,11 +298,20 @@ class ProblemPlans:
         return None, "cuDNN refuses every configuration of this engine: " + "; ".join(errors)
 
     def find(self, engine: int, knobs: PerfConfig) -> EngineConfig | None:
-        """The configuration of ``engine`` with exactly these knob choices, if listed."""
+        """The configuration of ``engine`` with exactly these knob choices: a listed one, or
+        a variation remade from its ``via`` recipe when cuDNN still names it the same."""
         for config in self.by_engine.get(engine, ()):
             if config.knobs == knobs:
                 return config
-        return None
+        recipe = knobs.get("via")
+        if not isinstance(recipe, str) or engine not in self.by_engine:
+            return None
+        config = self._variant(engine, recipe)
+        if config is None or config.knobs != knobs:
+            return None
+        with self._lock:
+            self.by_engine[engine].append(config)
+        return config
 
     def is_transform(self, cudnn: Any, config: EngineConfig) -> bool:
         """Whether cuDNN marks ``config`` FFT or Winograd (numerical notes the Python

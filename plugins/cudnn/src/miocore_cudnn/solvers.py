@@ -126,12 +126,15 @@ class CudnnEngineSolver(TunableSolver):
         return APPLICABLE if config is not None else not_applicable(reason)
 
     def perf_config_space(self, ctx: ExecutionContext, problem: ConvProblem) -> list[PerfConfig]:
-        """Every configuration of this engine cuDNN's heuristics list, in their order; empty
-        where cuDNN is not available or does not offer the engine."""
+        """Every configuration of this engine cuDNN's heuristics list, in their order, then
+        single-knob variations of the engine's defaults (each knob cuDNN reports for the
+        engine over its range), up to 16 in all; empty where cuDNN is not available or does
+        not offer the engine."""
         try:
             _, plans = self._plans(ctx, problem)
         except PlanError:
             return []
+        plans.expand(self.engine)
         return [c.knobs for c in plans.by_engine.get(self.engine, ())]
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
@@ -194,7 +197,8 @@ class CudnnEngineSolver(TunableSolver):
             _, plans, config = self._config(ctx, problem, perf_config)
         except PlanError as exc:
             raise NotApplicableError(str(exc), field="solver", value=self.name) from None
-        graph, index, cudnn_handle = plans.graph, config.index, plans.handle
+        graph = config.graph if config.graph is not None else plans.graph
+        index, cudnn_handle = config.index, plans.handle
 
         def factory(compiled: Any) -> Any:
             return CudnnInvoker(graph, index, cudnn_handle)
