@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from miocore.cli.driver import main
+from miocore.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

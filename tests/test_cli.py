@@ -13,7 +13,8 @@ import pytest
 from fake_solvers import BrokenSolver, TimedSolver, TunableTimedSolver
 
 import miocore
-from miocore.cli import driver as cli
+from miocore import cli
+from miocore.cli import driver_flags, output
 from miocore.problem import Direction
 from miocore.solver import ConvSolution, not_applicable
 from miocore.solver.registry import Registry
@@ -60,7 +61,9 @@ def registry() -> Registry:
 
 def problems_of(argv: list[str], command: str = "conv") -> list[miocore.ConvProblem]:
     args = cli.build_parser().parse_args([command, *argv])
-    return cli.build_problems(cli.driver_values(args), cli.CONV_COMMANDS[command])
+    return driver_flags.build_problems(
+        driver_flags.driver_values(args), driver_flags.CONV_COMMANDS[command]
+    )
 
 
 # -- flag parsing ---------------------------------------------------------------------------
@@ -320,8 +323,8 @@ def test_flags_are_declared_once() -> None:
 
 def test_given_flags_are_told_apart_from_defaults() -> None:
     args = cli.build_parser().parse_args(["solvers", "-c", "8"])
-    assert cli.given_driver_flags(args) == {"in_channels": 8}
-    assert cli.driver_values(args)["batchsize"] == 100
+    assert driver_flags.given_driver_flags(args) == {"in_channels": 8}
+    assert driver_flags.driver_values(args)["batchsize"] == 100
 
 
 def test_H_is_height_and_h_is_help(capsys: pytest.CaptureFixture[str]) -> None:
@@ -581,7 +584,7 @@ def test_progress_display_on_a_terminal(
         buffers.append(io.StringIO())
         return Console(file=buffers[-1], force_terminal=True, width=100)
 
-    monkeypatch.setattr(cli, "_stderr_console", console)
+    monkeypatch.setattr(cli.conv, "stderr_console", console)
     assert cli.main(["conv", *SMALL, "-F", "1", "-V", "0"], registry=registry) == 0
     assert "find Forward Convolution" in buffers[-1].getvalue()
     assert cli.main(["conv", *SMALL, "-F", "2", "-V", "0", "--quiet"], registry=registry) == 0
@@ -749,16 +752,16 @@ def test_python_dash_m_help() -> None:
     ],
 )
 def test_byte_sizes(n: int, text: str) -> None:
-    assert cli._fmt_bytes(n) == text
+    assert output.fmt_bytes(n) == text
 
 
 def test_parse_directions_rejects_bools() -> None:
     with pytest.raises(miocore.InvalidArgumentError):
-        cli.parse_directions(True)  # type: ignore[arg-type]
+        driver_flags.parse_directions(True)  # type: ignore[arg-type]
 
 
 def test_namespace_without_flags_uses_defaults() -> None:
-    values = cli.driver_values(argparse.Namespace())
+    values = driver_flags.driver_values(argparse.Namespace())
     assert values["batchsize"] == 100 and values["mode"] == "conv"
 
 
