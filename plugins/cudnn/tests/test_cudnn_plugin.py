@@ -196,6 +196,8 @@ def test_engines_knobs_and_defaults_follow_the_heuristics(fake_cudnn: Any) -> No
     assert eng3.workspace_size(ctx, p, miocore.PerfConfig(k2=2)) == 512
     # cuDNN's first choice ranks highest, and every estimate is a fraction of peak.
     assert 0 < eng7.wti(ctx, p) < eng3.wti(ctx, p) <= 1
+    assert eng3.wti(ctx, p) == 0.7 == eng3.wti(cuda_context("tf32"), p)
+    assert eng3.wti(ctx, problem("forward", "float32")) == 0.5
     answer = ENGINE[50].is_applicable(ctx, p)
     assert not answer and "do not offer engine 50" in answer.reason and "eng3" in answer.reason
 

@@ -169,7 +169,8 @@ class CudnnEngineSolver(TunableSolver):
     def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
         """:data:`WTI_FIRST_CHOICE` for cuDNN's first choice, lowered by
         :data:`WTI_RANK_DECAY` per step down the heuristics' ranking."""
-        base = WTI_FIRST_CHOICE.get((problem.dtype, ctx.math_mode), 0.5)
+        mode = ctx.math_mode if problem.dtype is DataType.FLOAT32 else "exact"
+        base = WTI_FIRST_CHOICE.get((problem.dtype, mode), 0.5)
         try:
             _, plans = self._plans(ctx, problem)
         except PlanError:
