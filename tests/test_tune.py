@@ -240,3 +240,50 @@ def test_a_failing_problem_is_recorded_and_the_run_goes_on(
     assert run_task(task)["skipped"] is True
     timed = run_task({**task, "key": _tiny_problems()[1].key, "time_limit_s": 1e-9})
     assert timed["status"] == "timeout" and "time_limit_s" in timed["error"]
+
+
+def test_problems_from_a_miopendriver_file(tmp_path: Path) -> None:
+    from miocore.cli.tune import problems_from_driver_file
+
+    lines = tmp_path / "net.txt"
+    lines.write_text(
+        "# two layers as MIOpen's perf_models write them\n"
+        "./bin/MIOpenDriver conv --batchsize 4 --spatial_dim 2 --pad_h 1 --pad_w 1 --pad_d 0 "
+        "--conv_stride_h 1 --conv_stride_w 1 --conv_stride_d 0 --dilation_h 1 --dilation_w 1 "
+        "--dilation_d 0 --group_count 1 --mode conv --pad_mode default --in_h 13 --in_w 13 "
+        "--fil_h 3 --fil_w 3 --in_channels 192 --out_channels 384 --forw 1\n"
+        "./bin/MIOpenDriver convfp16 -n 2 -c 8 -H 8 -W 8 -k 8 -y 1 -x 1 -F 6\n"
+    )
+    keys = [p.key for p in problems_from_driver_file(lines)]
+    assert keys == [
+        "192-13-13-3x3-384-13-13-4-1x1-1x1-1x1-0-NCHW-FP32-F",
+        "8-8-8-1x1-8-8-8-2-0x0-1x1-1x1-0-NCHW-FP16-B",
+        "8-8-8-1x1-8-8-8-2-0x0-1x1-1x1-0-NCHW-FP16-W",
+    ]
+    lines.write_text("./bin/MIOpenDriver conv -n 2 --no_such_flag 3\n")
+    with pytest.raises(InvalidArgumentError) as info:
+        problems_from_driver_file(lines)
+    assert info.value.field == "net.txt:1"
+
+
+@pytest.mark.slow
+def test_the_tune_command_runs_a_text_finddb_and_resumes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("distributed")
+    import argparse
+
+    from miocore.cli import tune as tune_cli
+
+    keys = [p.key for p in _tiny_problems()[:2]]
+    text = tmp_path / "theirs.fdb.txt"
+    text.write_text("\n".join(f"{k}=miopenConvolutionFwdAlgoGEMM:1.5,0,gemm" for k in keys) + "\n")
+    parser = argparse.ArgumentParser()
+    tune_cli.add_parser(parser.add_subparsers(dest="command"))
+    argv = ["tune", "--finddb", str(text), "--out", str(tmp_path / "run"), "--workers", "1"]
+    args = parser.parse_args(argv)
+    assert args.handler(args) == 0
+    assert "tuned 2, failed 0, resumed 0" in capsys.readouterr().out
+    args = parser.parse_args(argv)
+    assert args.handler(args) == 0
+    assert "tuned 0, failed 0, resumed 2" in capsys.readouterr().out
