@@ -277,3 +277,17 @@ def test_bad_shapes_raise_miocore_errors_naming_the_field(
     with pytest.raises(miocore.MiocoreError) as info:
         layer()(torch.randn(shape))
     assert info.value.field == field, info.value
+
+
+def test_meta_tensors_get_shapes_and_layout_from_the_fake_kernel() -> None:
+    with torch.device("meta"):
+        layer = mt.Conv2d(3, 4, 3, stride=2)
+    x = torch.empty(2, 3, 9, 9, device="meta").contiguous(memory_format=torch.channels_last)
+    y = layer(x)
+    assert y.device.type == "meta" and y.shape == (2, 4, 4, 4)
+    assert y.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_other_devices_are_refused_naming_the_device() -> None:
+    with pytest.raises(miocore.InvalidArgumentError, match="device='xpu'"):
+        mt.runtime.handle_state(torch.device("xpu"), "exact")

@@ -90,6 +90,10 @@ def handle_state(device: torch.device, mode: str) -> _HandleState:
     """The shared handle of ``device``'s current stream in math mode ``mode``."""
     if device.type == "cpu":
         key: tuple[Any, ...] = ("cpu", 0, mode)
+    elif device.type != "cuda":
+        raise InvalidArgumentError(
+            "miocore runs on CPU, CUDA and ROCm tensors", field="device", value=str(device)
+        )
     else:
         index = device.index if device.index is not None else torch.cuda.current_device()
         key = (device.type, index, _current_raw_stream(index), mode)
