@@ -1,0 +1,167 @@
+"""Immediate mode against NORMAL find on held-out problems (issue 14's measure).
+
+For each problem held out from the heuristic's training (a hash split of a tuned FindDb's keys,
+:func:`miocore.heuristic.train.is_held_out`), and optionally layers of MIOpenDriver files that
+were never tuned: NORMAL find (every applicable solver measured, no pruning) gives the best
+solver; ``get_solutions()[0]`` on an empty user database gives immediate mode's choice, once
+with the learned heuristic (model and fitted WTI in the system folder, but not the database,
+so the chain itself answers) and once with plain WTI. The choice and the best are then
+re-timed head to head in the same run (alternating, median of ``--reps``), and regret is
+``time(choice) / time(best) - 1``.
+
+    python benchmarks/find_quality.py --db runs/cpu/cpu_x86_64_2.db \\
+        --model-dir miocore/data/db --device cpu --limit 120 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _median_ms(run: Any, arrays: dict[str, Any], reps: int, sync: Any) -> float:
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        run(**arrays)
+        sync()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def head_to_head(handle: Any, a: Any, b: Any, reps: int) -> tuple[float, float]:
+    """Median times of solutions ``a`` and ``b`` on the same buffers, runs interleaved."""
+    problem = a.problem
+    rng = np.random.default_rng(0)
+    backend = handle.backend
+    arrays = {n: backend.random(getattr(problem, n), rng) for n in ("x", "w", "y")}
+    sync = getattr(backend, "synchronize", None) or (lambda: None)
+    run_a, run_b = handle.prepare(a), handle.prepare(b)
+    for run in (run_a, run_b):  # warm up
+        run(**arrays)
+    sync()
+    ta, tb = [], []
+    for _ in range(reps):
+        ta.append(_median_ms(run_a, arrays, 1, sync))
+        tb.append(_median_ms(run_b, arrays, 1, sync))
+    return statistics.median(ta), statistics.median(tb)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", required=True, help="the tuned FindDb file (for the split)")
+    parser.add_argument("--model-dir", required=True, help="folder with the model + WTI table")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--holdout", type=float, default=0.2)
+    parser.add_argument("--limit", type=int, default=100, help="held-out problems measured")
+    parser.add_argument("--driver-file", action="append", default=[], help="untuned layers")
+    parser.add_argument("--reps", type=int, default=9)
+    parser.add_argument("--json", help="write the per-problem results here")
+    args = parser.parse_args()
+
+    os.environ["MIOCORE_FIND_PRUNE_FACTOR"] = "0"
+    import miocore
+    from miocore.heuristic.plugin import MODEL_SUFFIX, WTI_SUFFIX
+    from miocore.heuristic.train import is_held_out, open_db_file
+    from miocore.problem.conv import ConvProblem
+
+    db = open_db_file(args.db)
+    keys = [k for k in db.keys("user") if is_held_out(k, args.holdout)]
+    db.close()
+    problems = [("held-out", ConvProblem.from_key(k)) for k in keys[: args.limit]]
+    if args.driver_file:
+        from miocore.cli.tune import problems_from_driver_file
+
+        for f in args.driver_file:
+            problems += [("untuned", p) for p in problems_from_driver_file(f)]
+
+    tmp = Path(tempfile.mkdtemp(prefix="find-quality-"))
+    device_id = miocore.Handle(args.device).device.identity
+    learned = tmp / "learned"
+    learned.mkdir()
+    for suffix in (MODEL_SUFFIX, WTI_SUFFIX):
+        src = Path(args.model_dir) / f"{device_id}{suffix}"
+        if src.is_file():
+            (learned / src.name).write_bytes(src.read_bytes())
+    empty = tmp / "empty"
+    empty.mkdir()
+    os.environ["MIOCORE_USER_DB_PATH"] = str(tmp / "user")
+    handles = {
+        "heuristic": miocore.Handle(args.device, system_db_path=learned),
+        "plain WTI": miocore.Handle(args.device, system_db_path=empty),
+    }
+    os.environ["MIOCORE_SYSTEM_DB_PATH"] = str(learned)  # the plug-in reads the env's folder
+    finder = miocore.Handle(args.device, user_db_path=tmp / "finder", system_db_path=empty)
+    rows = []
+    for i, (kind, problem) in enumerate(problems):
+        try:
+            best = finder.find_solutions(problem, find_mode="NORMAL")[0]
+        except miocore.MiocoreError as exc:
+            print(f"skip {problem.key}: {exc}", file=sys.stderr)
+            continue
+        row: dict[str, Any] = {"key": problem.key, "kind": kind, "best": best.solver}
+        for label, h in handles.items():
+            if label == "plain WTI":
+                os.environ["MIOCORE_SYSTEM_DB_PATH"] = str(empty)
+            else:
+                os.environ["MIOCORE_SYSTEM_DB_PATH"] = str(learned)
+            first = h.get_solutions(problem)[0]
+            calls = []
+            for _ in range(20):
+                start = time.perf_counter()
+                h.get_solutions(problem)
+                calls.append((time.perf_counter() - start) * 1e3)
+            if first.solver == best.solver:
+                regret = 0.0
+            else:
+                t_choice, t_best = head_to_head(finder, first, best, args.reps)
+                regret = max(0.0, t_choice / t_best - 1.0)
+            row[label] = {
+                "choice": first.solver,
+                "source": first.source,
+                "regret": regret,
+                "get_solutions_ms": statistics.median(calls),
+            }
+        rows.append(row)
+        print(
+            f"{i + 1}/{len(problems)} {problem.key}: best {best.solver}; "
+            + "; ".join(f"{k} {row[k]['choice']} +{100 * row[k]['regret']:.0f}%" for k in handles),
+            file=sys.stderr,
+            flush=True,
+        )
+    summary: dict[str, Any] = {
+        "device": device_id,
+        "host": platform.node(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "problems": len(rows),
+    }
+    for kind in sorted({r["kind"] for r in rows}):
+        subset = [r for r in rows if r["kind"] == kind]
+        for label in handles:
+            regrets = [r[label]["regret"] for r in subset]
+            gs = sorted(r[label]["get_solutions_ms"] for r in subset)
+            summary[f"{kind} / {label}"] = {
+                "problems": len(subset),
+                "within_10pct": sum(x <= 0.10 for x in regrets) / len(regrets),
+                "mean_regret": sum(regrets) / len(regrets),
+                "worst_regret": max(regrets),
+                "get_solutions_ms_median": gs[len(gs) // 2],
+            }
+    print(json.dumps(summary, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
