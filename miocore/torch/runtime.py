@@ -66,12 +66,16 @@ def math_mode(device: torch.device) -> str:
 
 
 def _torch_allows_tf32() -> bool:
-    """PyTorch's own switch for TF32 in cuDNN convolutions (the new API first)."""
-    conv = getattr(torch.backends.cudnn, "conv", None)
-    precision = getattr(conv, "fp32_precision", "none")
-    if precision in ("tf32", "ieee"):
-        return precision == "tf32"
-    return bool(torch.backends.cudnn.allow_tf32)
+    """PyTorch's own switch for TF32 in cuDNN convolutions, read on every call (users flip it).
+
+    The legacy flag is the cheap read (under 1 µs); PyTorch raises on it when its new
+    per-operator flags disagree, and then cuDNN convolution's own flag decides.
+    """
+    try:
+        return bool(torch._C._get_cudnn_allow_tf32())
+    except RuntimeError:
+        conv = getattr(torch.backends.cudnn, "conv", None)
+        return getattr(conv, "fp32_precision", "none") == "tf32"
 
 
 def device_name(device: torch.device) -> str:
