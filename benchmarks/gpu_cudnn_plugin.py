@@ -154,6 +154,8 @@ def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
                         row["own/all"] = row["own"]["ms"] / row["all"]["ms"]
                     rows.append(row)
                     print(json.dumps(row), flush=True)
+                    if args.out:  # kept current, so a run cut short still leaves its rows
+                        args.out.write_text(json.dumps({"rows": rows}, indent=1))
                 tensors.clear()
                 torch.cuda.empty_cache()
     return rows
