@@ -12,7 +12,7 @@ import functools
 
 import pytest
 from miocore_igemm import SOLVERS
-from miocore_igemm.engine import Geometry
+from miocore_igemm.plans import Geometry
 from miocore_igemm.solvers import tap_unfit_reason
 
 from miocore import DataType, PerfConfig

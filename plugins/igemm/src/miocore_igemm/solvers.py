@@ -29,8 +29,8 @@ from miocore import (
     TunableSolver,
     not_applicable,
 )
-from miocore_igemm import engine
-from miocore_igemm.engine import BLOCK, TAP, Geometry, Plan
+from miocore_igemm import engine, plans
+from miocore_igemm.plans import BLOCK, TAP, Geometry, Plan
 
 #: Column-block sizes (output pixels per im2col block) the search tries.
 BLOCK_PIXELS = (256, 1024, 4096, 16384)
@@ -123,7 +123,7 @@ def predicted_ms(ctx: ExecutionContext, geo: Geometry, plan: Plan, problem: Conv
         # every tap streams the input grid again
         extra = (t - 1) * 4.0 * geo.n * geo.grid * geo.c
     else:
-        blocks, bmax = engine.pixel_blocks(geo, plan.block)
+        blocks, bmax = plans.pixel_blocks(geo, plan.block)
         flops = float(problem.flops)
         efficiency = eff(min(bmax, geo.n * geo.out_pix), kg, cg * t)
         calls = len(blocks) * (4 + (t if geo.direction is Direction.BACKWARD_DATA else 0))
@@ -236,14 +236,14 @@ class ImplicitGemmSolver(TunableSolver):
                 field="perf_config",
                 value=dict(config) if isinstance(config, PerfConfig) else config,
             )
-        return geo, engine.make_plan(geo, config["strategy"], config["block"]), config
+        return geo, plans.make_plan(geo, config["strategy"], config["block"]), config
 
     # -- solution -------------------------------------------------------------------------
 
     def workspace_size(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
     ) -> int:
-        """Exactly the float32 staging the invoker carves (see :class:`engine.Plan`)."""
+        """Exactly the float32 staging the invoker carves (see :class:`plans.Plan`)."""
         return self._plan(ctx, problem, perf_config)[1].workspace_size
 
     def get_solution(
@@ -284,7 +284,7 @@ class ImplicitGemmSolver(TunableSolver):
             return -1.0
         geo = Geometry.of(problem)
         config = default_config(geo)
-        plan = engine.make_plan(geo, config["strategy"], config["block"])
+        plan = plans.make_plan(geo, config["strategy"], config["block"])
         return ctx.wti(problem, predicted_ms(ctx, geo, plan, problem))
 
 
