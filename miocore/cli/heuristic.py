@@ -37,6 +37,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     train.add_argument(
         "--backend", default=None, help="backend whose device fits WTI (default: from the db)"
     )
+    train.add_argument(
+        "--wti-only",
+        action="store_true",
+        help="fit only the WTI table (needs no scikit-learn; run it on the device)",
+    )
     ev = sub.add_parser("eval", help="score rankings on held-out problems", allow_abbrev=False)
     ev.add_argument("--db", required=True, help="a FindDb file: <folder>/<device>.db")
     ev.add_argument("--model", default=None, help="model file (default: beside the db)")
@@ -85,14 +90,16 @@ def _train(args: argparse.Namespace, registry: Any) -> int:
     from miocore.heuristic.wti import fit_wti
     from miocore.problem.conv import ConvProblem
 
-    model = train(args.db, holdout=args.holdout, trees=args.trees, depth=args.depth)
     out = Path(args.out)
-    path = model.save(out / f"{model.device}.heuristic.npz")
-    print(f"model: {path} ({path.stat().st_size} bytes, {len(model.solvers)} solvers)")
-    found = _context(model.device, args.backend, registry)
+    device = Path(args.db).stem
+    if not args.wti_only:
+        model = train(args.db, holdout=args.holdout, trees=args.trees, depth=args.depth)
+        path = model.save(out / f"{model.device}.heuristic.npz")
+        print(f"model: {path} ({path.stat().st_size} bytes, {len(model.solvers)} solvers)")
+    found = _context(device, args.backend, registry)
     if found is None:
-        print(f"WTI table: skipped (this machine is not {model.device}); fit it on the device")
-        return 0
+        print(f"WTI table: skipped (this machine is not {device}); fit it on the device")
+        return 1 if args.wti_only else 0
     ctx, solvers = found
     from miocore.heuristic.train import is_held_out
 
@@ -105,8 +112,8 @@ def _train(args: argparse.Namespace, registry: Any) -> int:
         ]
     finally:
         db.close()
-    table = fit_wti(samples, ctx, solvers, device=model.device)
-    tpath = table.save(out / f"{model.device}.wti.json")
+    table = fit_wti(samples, ctx, solvers, device=device)
+    tpath = table.save(out / f"{device}.wti.json")
     print(f"WTI table: {tpath} ({len(table.by_solver)} solvers)")
     return 0
 
