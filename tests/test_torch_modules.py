@@ -291,3 +291,18 @@ def test_meta_tensors_get_shapes_and_layout_from_the_fake_kernel() -> None:
 def test_other_devices_are_refused_naming_the_device() -> None:
     with pytest.raises(miocore.InvalidArgumentError, match="device='xpu'"):
         mt.runtime.handle_state(torch.device("xpu"), "exact")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cpu_tensors_reach_miocore_without_copies(dtype: Any) -> None:
+    """A packed tensor is passed as is, and its numpy view is its own memory."""
+    from miocore.torch.tensors import host_view, packed
+
+    t = torch.randn(2, 3, 4, 5).to(dtype).contiguous(memory_format=torch.channels_last)
+    assert packed(t, "NHWC") is t
+    view = host_view(t)
+    assert view.__array_interface__["data"][0] == t.data_ptr()
+    assert view.strides == tuple(s * t.element_size() for s in t.stride())
+    assert str(view.dtype) == str(dtype).removeprefix("torch.")
+    view[0, 0, 0, 0] = 3.0
+    assert float(t[0, 0, 0, 0]) == 3.0
