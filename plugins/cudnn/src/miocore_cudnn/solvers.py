@@ -58,12 +58,26 @@ WTI_RANK_DECAY = 0.9
 WTI_FLOOR = 0.05
 
 
+#: Unit roundoff of the element types a transform's operands are rounded to.
+_UNIT_ROUNDOFF = {
+    DataType.FLOAT32: 2.0**-24,
+    DataType.FLOAT16: 2.0**-11,
+    DataType.BFLOAT16: 2.0**-8,
+}
+#: Error growth of a half-type Winograd transform (F(2,3)-sized tiles, as cuDNN's are).
+_HALF_GROWTH = 16.0
+
+
 def _transform_bound(problem: ConvProblem) -> float:
-    """Relative error bound of an FFT / Winograd engine in fp32: the transforms mix a tile
-    (or an image) through ``log2`` stages and sum over the channels per group, so rounding
-    grows like a random walk over that reduction (as miocore's own FFT bound)."""
+    """Relative error bound of an FFT / Winograd engine: the transforms mix a tile (or an
+    image) and sum over the channels per group and taps, so rounding grows like a random
+    walk over that reduction. fp32: as miocore's own FFT bound (at least 2e-5); half types:
+    the tile's growth times the unit roundoff (operands are rounded after the transform)."""
     reduction = max(1, problem.c // problem.groups) * math.prod(problem.filter_spatial)
-    return max(2e-5, 1e-6 * math.sqrt(reduction))
+    if problem.dtype is DataType.FLOAT32:
+        return max(2e-5, 1e-6 * math.sqrt(reduction))
+    unit = _UNIT_ROUNDOFF[problem.dtype]
+    return _HALF_GROWTH * unit * max(1.0, math.sqrt(reduction / 16))
 
 
 class CudnnEngineSolver(TunableSolver):
@@ -180,10 +194,8 @@ class CudnnEngineSolver(TunableSolver):
     def expected_error(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
     ) -> float | None:
-        """A bound for fp32 FFT / Winograd configurations (cuDNN's numerical notes say which);
+        """A bound for FFT / Winograd configurations (cuDNN's numerical notes say which);
         None for the others, which accumulate in fp32."""
-        if problem.dtype is not DataType.FLOAT32:
-            return None
         try:
             cudnn, plans, config = self._config(ctx, problem, perf_config)
         except PlanError:
