@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import glob
+import importlib.util
 import os
 import sys
 import threading
@@ -26,11 +27,26 @@ _lock = threading.Lock()
 _state: dict[str, Any] = {}
 
 
+def _loaded() -> str:
+    """The shared objects this process has mapped (Linux), to never load a second copy."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            return maps.read()
+    except OSError:
+        return ""
+
+
 def _preload_libraries() -> None:
-    """Load the first copy of each :data:`_PRELOAD` library found under ``nvidia/*/lib``."""
+    """Load the first copy of each :data:`_PRELOAD` library found under ``nvidia/*/lib``,
+    unless the process has one already (PyTorch loads its own)."""
+    mapped = _loaded()
+    if "libcudart.so" in mapped:
+        _state["cudart"] = "already loaded"
     for soname in _PRELOAD:
         if soname.startswith("libcudart") and _state.get("cudart"):
             continue  # one runtime only: the frontend refuses two
+        if soname in mapped:
+            continue
         for entry in sys.path:
             found = sorted(glob.glob(os.path.join(entry or ".", "nvidia", "*", "lib", soname)))
             if not found:
@@ -52,6 +68,8 @@ def frontend() -> tuple[Any, str]:
             return _state["module"], _state["reason"]
         module, reason = None, ""
         try:
+            if importlib.util.find_spec("cudnn") is None:
+                raise ImportError("No module named 'cudnn'")
             _preload_libraries()
             import cudnn
 
