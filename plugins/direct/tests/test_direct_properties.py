@@ -14,6 +14,7 @@ from miocore_direct import NaiveDirectSolver, TapsDirectSolver
 from miocore import ConvProblem, InvalidArgumentError, PerfConfig
 from miocore.backends.cpu import allocate_workspace
 from miocore.testing import check_solver, cpu_context, inputs_for, run_solver
+from miocore.testing.strategies import check_strictly, conv_problems
 
 SOLVERS = (TapsDirectSolver(), NaiveDirectSolver())
 
@@ -91,3 +92,15 @@ def test_bad_perf_config_is_named() -> None:
         NaiveDirectSolver().get_solution(ctx, p, PerfConfig(block=0))
     sol = TapsDirectSolver().get_solution(ctx, p)
     assert allocate_workspace(sol.workspace_size) is not None
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problem=conv_problems(), seed=st.integers(0, 2**16))
+def test_direct_edge_shapes_exact(problem: ConvProblem, seed: int) -> None:
+    """Size-1 inputs, filters longer than the input, even filters, dilations into the
+    padding (miocore.testing.strategies): an applicable solver is correct, and exactly zero
+    where every tap sees only padding."""
+    ctx = cpu_context()
+    for solver in SOLVERS:
+        if solver.is_applicable(ctx, problem.canonical):
+            check_strictly(solver, problem, seed=seed, tolerance=None)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from miocore_fft import FftOverlapSave
 from miocore_fft.accuracy import TOLERANCES
 
-from miocore import ConvProblem, MiocoreError
-from miocore.testing import check_solver, cpu_context
+from miocore import ConvProblem, MiocoreError, reference
+from miocore.testing import check_solver, cpu_context, inputs_for, run_solver
+from miocore.testing.strategies import check_strictly, conv_problems
 
 DIRECTIONS = ("forward", "backward_data", "backward_weights")
 SOLVER = FftOverlapSave()
@@ -81,3 +83,55 @@ def test_fft_refuses_other_backends() -> None:
     answer = SOLVER.is_applicable(gpu, problem)
     assert not answer and "'cuda'" in answer.reason
     assert isinstance(MiocoreError("x"), Exception)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problem=conv_problems(strides=(1,)), seed=st.integers(0, 2**16))
+def test_fft_edge_shapes_exact(problem: ConvProblem, seed: int) -> None:
+    """Size-1 inputs, filters longer than the input, even filters, dilations into the
+    padding: correct, and exactly zero where every tap sees only padding."""
+    check_strictly(SOLVER, problem, seed=seed, tolerance=TOLERANCES[problem.dtype])
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize(("pad", "dilation"), [(1, 2), (2, 3)])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_fft_all_padding_outputs_are_zero(
+    direction: str, pad: int, dilation: int, dtype: str
+) -> None:
+    """Issue 15: x 1x5, a 2x2 filter dilated across a size-1 input only ever sees padding;
+    the answer is exactly zero (the transforms left ~1e-7 of noise: relative error 1e5+)."""
+    problem = ConvProblem.from_sizes(
+        direction,
+        n=2,
+        c=3,
+        k=4,
+        in_spatial=(1, 5),
+        filter_spatial=(2, 2),
+        pads=(pad, pad),
+        dilations=(dilation, 1),
+        dtype=dtype,
+    )
+    assert check_strictly(SOLVER, problem, tolerance=0.0) == 0.0
+
+
+def test_fft_partly_dead_outputs_are_zero_and_rest_correct() -> None:
+    """Only some rows see only padding (size-1 height, taps 0 and 3 of a pad-2 input): those
+    rows are exact zeros, the others match the reference."""
+    problem = ConvProblem.from_sizes(
+        "forward",
+        n=1,
+        c=2,
+        k=2,
+        in_spatial=(1, 6),
+        filter_spatial=(2, 3),
+        pads=(2, 1),
+        dilations=(2, 1),
+    )
+    inputs = inputs_for(problem, 3)
+    got = run_solver(SOLVER, problem, inputs)
+    expected = reference.convolution(problem, x=inputs["x"], w=inputs["w"])
+    dead_rows = [r for r in range(expected.shape[2]) if not np.any(expected[:, :, r])]
+    assert dead_rows and len(dead_rows) < expected.shape[2]
+    assert not np.any(got[:, :, dead_rows])
+    assert check_strictly(SOLVER, problem, seed=3) <= TOLERANCES[problem.dtype]

@@ -16,6 +16,7 @@ from miocore_gemm import SOLVERS, Gemm1x1Solver
 
 from miocore import ConvolutionDescriptor, ConvProblem, DataType, PerfConfig, TensorDescriptor
 from miocore.testing import check_solver, cpu_context
+from miocore.testing.strategies import check_strictly, conv_problems
 
 TOLERANCE = {DataType.FLOAT32: 2e-5, DataType.FLOAT16: 2e-3, DataType.BFLOAT16: 1.6e-2}
 LAYOUTS = {2: ("NCHW", "NHWC"), 3: ("NCDHW", "NDHWC")}
@@ -85,3 +86,15 @@ def test_applicable_implies_correct(case) -> None:
     pointwise = all(f == 1 for f in problem.filter_spatial) and not any(problem.conv.pads)
     assert applied == (2 if pointwise else 1)
     assert bool(Gemm1x1Solver().is_applicable(ctx, problem)) == pointwise
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problem=conv_problems(), seed=st.integers(0, 2**16))
+def test_gemm_edge_shapes_exact(problem: ConvProblem, seed: int) -> None:
+    """Size-1 inputs, filters longer than the input, even filters, dilations into the
+    padding (miocore.testing.strategies): an applicable solver is correct, and exactly zero
+    where every tap sees only padding."""
+    ctx = cpu_context()
+    for solver in SOLVERS:
+        if solver.is_applicable(ctx, problem.canonical):
+            check_strictly(solver, problem, seed=seed, tolerance=TOLERANCE[problem.dtype])

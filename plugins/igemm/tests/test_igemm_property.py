@@ -11,6 +11,7 @@ from miocore_igemm import SOLVERS
 
 from miocore import ConvProblem, ExecutionContext, InvalidProblemError, NotApplicableError
 from miocore.testing import check_solver, cpu_context
+from miocore.testing.strategies import check_strictly, conv_problems
 
 # Tolerances as in test_igemm_corpus (float32 sums, one rounding to the output dtype).
 TOLERANCE = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
@@ -88,3 +89,15 @@ def test_other_backends_refused_with_reason() -> None:
     assert not answer and "cuda" in answer.reason
     with pytest.raises(NotApplicableError):
         SOLVERS[0].get_solution(gpu, problem)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problem=conv_problems(), seed=st.integers(0, 2**16))
+def test_igemm_edge_shapes_exact(problem: ConvProblem, seed: int) -> None:
+    """Size-1 inputs, filters longer than the input, even filters, dilations into the
+    padding (miocore.testing.strategies): an applicable solver is correct, and exactly zero
+    where every tap sees only padding."""
+    ctx = cpu_context()
+    for solver in SOLVERS:
+        if solver.is_applicable(ctx, problem.canonical):
+            check_strictly(solver, problem, seed=seed, tolerance=TOLERANCE[problem.dtype.value])

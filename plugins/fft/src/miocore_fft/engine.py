@@ -278,6 +278,7 @@ class FftEngine:
                 tiles_out[n, t0:t1] = piece.reshape(t1 - t0, *plan.counts[1:], cb, *plan.tiles)
         crop = tuple(slice(0, e) for e in plan.extent)
         out_array[...] = tstage[(..., *crop)]
+        _zero_dead(out_array, plan.dead)
 
     def _backward_weights(self, ws: np.ndarray, params: InvokeParams) -> None:
         """dW spectra = sum over images and tiles of conj(DY) X, then one inverse per filter."""
@@ -336,6 +337,14 @@ class FftEngine:
                 workers=self.workers,
             )
             params.w[k0:k1] = real[(..., *taps)]
+        _zero_dead(params.w, plan.dead)
+
+
+def _zero_dead(array: np.ndarray, dead: tuple[tuple[int, ...], ...]) -> None:
+    """Write exact zeros at the outputs no tap links to the input (see ``FftPlan.dead``)."""
+    for axis, positions in enumerate(dead):
+        if positions:
+            array[(slice(None), slice(None), *(slice(None),) * axis, list(positions))] = 0
 
 
 def _tile_view(stage: np.ndarray, tiles: tuple[int, ...]) -> np.ndarray:

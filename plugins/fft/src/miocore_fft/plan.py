@@ -107,6 +107,41 @@ class FftPlan:
         return all(t >= 1 for t in self.tiles)
 
     @cached_property
+    def dead(self) -> tuple[tuple[int, ...], ...]:
+        """Per spatial dimension, the output positions no filter tap links to the input.
+
+        Such an output is exactly zero: every tap of it lands in the padding (an even filter
+        dilated across a size-1 input, say). The transforms would leave rounding noise there
+        (about 1e-7), which is an unbounded relative error when the whole output is zero, so
+        the engine writes exact zeros at these positions. Output means y (forward), dx
+        (backward data) and the dilated taps of dw (backward weights).
+        """
+        p = self.problem
+        out: list[tuple[int, ...]] = []
+        for size_in, size_out, f, d, q in zip(
+            p.in_spatial,
+            p.out_spatial,
+            p.filter_spatial,
+            p.conv.dilations,
+            p.conv.pads,
+            strict=True,
+        ):
+            if self.direction is Direction.FORWARD:
+                live = [
+                    any(0 <= o + j * d - q < size_in for j in range(f)) for o in range(size_out)
+                ]
+            elif self.direction is Direction.BACKWARD_DATA:
+                live = [
+                    any(0 <= i + q - j * d < size_out for j in range(f)) for i in range(size_in)
+                ]
+            else:
+                live = [
+                    any(0 <= o + j * d - q < size_in for o in range(size_out)) for j in range(f)
+                ]
+            out.append(tuple(i for i, alive in enumerate(live) if not alive))
+        return tuple(out)
+
+    @cached_property
     def bins(self) -> int:
         """Frequency bins of one real transform (the last axis is halved by rfft)."""
         return math.prod(self.lengths[:-1]) * (self.lengths[-1] // 2 + 1)
