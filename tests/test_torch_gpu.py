@@ -206,3 +206,52 @@ def test_eager_host_cost_per_call() -> None:
         f" {device_us:.1f} us/call; F.conv2d host {torch_us:.1f} us/call"
     )
     assert host_us < 150, f"{host_us:.1f} us of host time per call"
+
+
+def test_cuda_graph_capture_on_torch_default_capture_stream() -> None:
+    """PyTorch's own recipe: warm up on a side stream, capture without naming a stream, so the
+    capture stream's handle is made and its invokers built during the capture."""
+    mt.set_math_mode("exact")
+    reference = _model(5).cuda()
+    model = mt.convert(copy.deepcopy(reference)).eval()
+    reference = reference.double()
+    static_x = torch.randn(2, 16, 16, 16, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():
+        for _ in range(3):
+            model(static_x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.no_grad():
+        static_y = model(static_x)
+    fresh = torch.randn_like(static_x)
+    static_x.copy_(fresh)
+    graph.replay()
+    torch.cuda.synchronize()
+    with torch.no_grad():
+        _close(static_y, reference(fresh.double()), "float32", "replay")
+
+
+def test_torch_compile_reduce_overhead_training_step() -> None:
+    """torch.compile's CUDA graphs (cudagraph trees) record miocore's ops, forward and
+    backward."""
+    mt.set_math_mode("exact")
+    torch._dynamo.reset()
+    reference = _model(6).cuda()
+    model = mt.convert(copy.deepcopy(reference))
+    compiled = torch.compile(model, mode="reduce-overhead")
+    reference = reference.double()
+    for step in range(3):  # warm-up, record, replay
+        torch.manual_seed(10 + step)
+        x = torch.randn(2, 16, 16, 16, device="cuda", requires_grad=True)
+        y = compiled(x)
+        dy = torch.randn_like(y)
+        y.backward(dy)
+        x_ref = x.detach().double().requires_grad_(True)
+        y_ref = reference(x_ref)
+        y_ref.backward(dy.double())
+        _close(y, y_ref, "float32", f"step {step} output")
+        _close(x.grad, x_ref.grad, "float32", f"step {step} input gradient")
+        model.zero_grad(set_to_none=True)
+        reference.zero_grad(set_to_none=True)
