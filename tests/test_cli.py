@@ -135,15 +135,27 @@ def test_long_names_and_attached_values() -> None:
             "2",
             "--in_layout",
             "NHWC",
+            "--out_layout",
+            "NHWC",
+            "--fil_layout",
+            "NHWC",
         ],
         "convfp16",
     )
     (b,) = problems_of(
-        ["-n32", "-c256", "-H56", "-W56", "-k512", "-y1", "-x1", "-u2", "-v2", "-F2", "-INHWC"],
+        ["-n32", "-c256", "-H56", "-W56", "-k512", "-y1", "-x1", "-u2", "-v2", "-F2", "-INHWC"]
+        + ["-ONHWC", "-fNHWC"],
         "convfp16",
     )
     assert a == b
     assert a.key == "512-28-28-1x1-256-56-56-32-0x0-2x2-1x1-0-NHWC-NHWC-NHWC-FP16-B"
+
+
+def test_output_and_filter_layouts_default_to_nchw_as_miopendriver() -> None:
+    # MIOpenDriver's -O and -f default to NCHW whatever -I says.
+    (p,) = problems_of(["-n2", "-c4", "-H5", "-W5", "-k8", "-F1", "-I", "NHWC"])
+    assert (p.x.layout, p.w.layout, p.y.layout) == ("NHWC", "NCHW", "NCHW")
+    assert p.key.endswith("-NHWC-NCHW-NCHW-FP32-F")
 
 
 def test_3d_flags() -> None:

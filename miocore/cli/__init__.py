@@ -16,13 +16,13 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from miocore.cli import conv, db, heuristic, plugins, solvers
+from miocore.cli import conv, db, heuristic, plugins, solvers, tune
 from miocore.cli.driver_flags import DRIVER_FLAGS, add_driver_arguments
 from miocore.cli.output import PROG
 from miocore.errors import MiocoreError
 
 #: The subcommand modules, in the order ``miocore --help`` lists them.
-SUBCOMMANDS: list[ModuleType] = [conv, solvers, plugins, db, heuristic]
+SUBCOMMANDS: list[ModuleType] = [conv, solvers, plugins, db, tune, heuristic]
 
 __all__ = ["DRIVER_FLAGS", "SUBCOMMANDS", "add_driver_arguments", "build_parser", "main"]
 
@@ -53,10 +53,12 @@ def main(argv: Sequence[str] | None = None, *, registry: Any = None) -> int:
     embedding.
     """
     parser = build_parser()
+    argv = list(argv) if argv is not None else sys.argv[1:]
     try:
-        args = parser.parse_args(list(argv) if argv is not None else None)
+        args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version and argparse's own errors (status 2)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    args.argv = argv  # --from-file passes the flags given beside it on to each line
     command = getattr(args, "command", None)
     if command is None:
         parser.print_help(sys.stderr)

@@ -13,9 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from miocore.cli.driver_flags import (
@@ -25,6 +28,7 @@ from miocore.cli.driver_flags import (
     describe_problem,
     driver_values,
 )
+from miocore.cli.miopen_solvers import is_unset, resolve_solver
 from miocore.cli.output import PROG, fmt_bytes, fmt_gflops, fmt_ms, stderr_console
 from miocore.errors import (
     InvalidArgumentError,
@@ -53,6 +57,7 @@ class DirectionResult:
     timing: Any = None
     error: float | None = None
     tolerance: float | None = None
+    mean_ms: float | None = None
 
     @property
     def verified(self) -> bool | None:
@@ -170,8 +175,8 @@ def _solve_direction(
 
     title = ("Transposed " if problem.is_transposed else "") + _DIRECTION_TITLES[problem.direction]
     if args.solution is not None:
-        # Immediate mode: the named solver, no find.
-        solution = handle.compile_solution(problem, args.solution)
+        # Immediate mode: the named solver (MIOpen names and ids mapped), no find.
+        solution = handle.compile_solution(problem, resolve_solver(args.solution, handle, problem))
         ranking: list[Any] = [solution]
 
         def run(arrays: dict[str, Any]) -> None:
@@ -195,15 +200,21 @@ def _solve_direction(
     how = "immediate mode, -S" if args.solution is not None else "find"
     algorithm = solution.algorithm.value
     out(f"  solver:    {solution.solver} (id {solution.solver_id}, {algorithm}; {how})")
-    kind = "estimate" if solution.is_estimate else "measured"
-    stats = ""
-    if solution.timing is not None:
-        t = solution.timing
-        stats = f", median of {t.count} runs, spread {t.spread_ms:.4g} ms"
-    out(f"  time:      {fmt_ms(solution.time_ms)} ({kind}{stats})")
-    out(f"  GFLOP/s:   {fmt_gflops(solution.gflops).removesuffix(' GFLOP/s')}")
+    if args.time:  # as MIOpenDriver, no find time without -t 1
+        kind = "estimate" if solution.is_estimate else "measured"
+        stats = ""
+        if solution.timing is not None:
+            t = solution.timing
+            stats = f", median of {t.count} runs, spread {t.spread_ms:.4g} ms"
+        out(f"  time:      {fmt_ms(solution.time_ms)} ({kind}{stats})")
+        out(f"  GFLOP/s:   {fmt_gflops(solution.gflops).removesuffix(' GFLOP/s')}")
     out(f"  workspace: {fmt_bytes(solution.workspace_size)}")
     out(f"  source:    {solution.source}" + (f" ({solution.note})" if solution.note else ""))
+    label = _MIOPEN_LABELS[problem.direction]
+    out(
+        f"MIOpen {label} Conv. Algorithm: {_MIOPEN_ALGORITHMS[solution.algorithm.value]}, "
+        f"Solution: {solution.solver_id}/{solution.solver}"
+    )
     if args.explain:
         out("  ranking:")
         for i, s in enumerate(ranking, 1):
@@ -225,8 +236,11 @@ def _solve_direction(
     try:
         run(arrays)  # first run: warms caches; its output is checked below
         if args.time:
+            started = time.perf_counter()
             samples = [handle.backend.time_ms(lambda: run(arrays)) for _ in range(args.iter)]
+            wall_ms = (time.perf_counter() - started) * 1e3 / args.iter
             result.timing = Timing.from_samples(samples)
+            result.mean_ms = statistics.fmean(samples)
     except SolverFailedError as exc:  # the solver's own bug, named with its plugin
         raise SolverRunError(str(exc)) from exc
     except MiocoreError:
@@ -242,6 +256,11 @@ def _solve_direction(
             f"  timed:     median {fmt_ms(t.median_ms)} over {t.count} iterations (min "
             f"{t.min_ms:.4f} ms, max {t.max_ms:.4f} ms), {fmt_gflops(gflops)}"
         )
+        if args.wall:
+            out(f"Wall-clock Time {label} Conv. Elapsed: {wall_ms:f} ms")
+        out(f"GPU Kernel Time {label} Conv. Elapsed: {result.mean_ms:f} ms (average)")
+        for line in stats_lines(problem, result.mean_ms):
+            out(line)
     if args.verify:
         expected = reference.convolution(problem, **inputs)
         got = arrays[out_name]
@@ -262,6 +281,50 @@ def _solve_direction(
     return result
 
 
+#: MIOpenDriver's names of the directions in its output lines.
+_MIOPEN_LABELS = {
+    Direction.FORWARD: "Forward",
+    Direction.BACKWARD_DATA: "Backward Data",
+    Direction.BACKWARD_WEIGHTS: "Backward Weights",
+}
+#: MIOpen's algorithm enum values (miopenConvFwdAlgorithm_t and its backward twins).
+_MIOPEN_ALGORITHMS = {"gemm": 0, "direct": 1, "fft": 2, "winograd": 3, "implicit_gemm": 5}
+_STATS_NAMES = {
+    Direction.FORWARD: "fwd-conv",
+    Direction.BACKWARD_DATA: "bwdd-conv",
+    Direction.BACKWARD_WEIGHTS: "bwdw-conv",
+}
+
+
+def stats_lines(problem: ConvProblem, mean_ms: float) -> list[str]:
+    """MIOpenDriver's two ``stats:`` lines (header and values) for a timed direction.
+
+    Bytes read are the direction's two inputs, bytes written its output; GFLOP/s and GB/s are
+    over the mean kernel time, as MIOpenDriver computes them.
+    """
+    x, w, y = problem.x, problem.w, problem.y
+    n, c = x.lengths[0], x.lengths[1]
+    k = w.lengths[0] if not problem.is_transposed else y.lengths[1]
+    out_spatial = y.lengths[2:]
+    filt = w.lengths[2:]
+    size = problem.dtype.itemsize
+    output = problem.direction.output_tensor
+    inputs = [t for t in ("x", "w", "y") if t != output]
+    read = sum(getattr(problem, t).element_count for t in inputs) * size
+    written = getattr(problem, output).element_count * size
+    seconds = mean_ms * 1e-3
+    gflops = problem.flops / seconds / 1e9 if seconds > 0 else 0.0
+    gbs = (read + written) / seconds / 1e9 if seconds > 0 else 0.0
+    name = f"{_STATS_NAMES[problem.direction]}{'x'.join(map(str, filt))}u{problem.conv.strides[0]}"
+    return [
+        "stats: name, n, c, ho, wo, x, y, k, flopCnt, bytesRead, bytesWritten, GFLOPs, GB/s, "
+        "timeMs",
+        f"stats: {name}, {n}, {c}, {out_spatial[-2]}, {out_spatial[-1]}, {filt[-1]}, "
+        f"{filt[-2]}, {k}, {problem.flops}, {read}, {written}, {gflops:.0f}, {gbs:.0f}, "
+        f"{mean_ms:f}",
+    ]
+
+
 class SolverRunError(MiocoreError):
     """The chosen solver raised while it ran (exit status 1, not a bad-input 2)."""
 
@@ -280,9 +343,14 @@ def run_conv(args: argparse.Namespace, registry: Any = None) -> int:
         raise InvalidArgumentError(
             "must be >= 0 bytes", field="--workspace-limit", value=args.workspace_limit
         )
-    if args.solution in ("-1", ""):
+    if args.from_file is not None:
+        return _run_file(args, registry)
+    if is_unset(args.solution):
         args.solution = None  # MIOpenDriver's "no solver chosen"
     problems = build_problems(driver_values(args), dtype)
+    _report_ignored(args)
+    if args.dry_run:
+        return _dry_run(args, problems)
     handle = Handle(args.device, registry=registry, user_db_path=args.user_db_path)
     if not len(handle.registry):
         raise _no_solver_error(handle.registry)
@@ -295,7 +363,11 @@ def run_conv(args: argparse.Namespace, registry: Any = None) -> int:
         else:
             print(line, flush=True)
 
-    out(f"{PROG} {args.command}: {describe_problem(problems[0])}; device {handle.device.identity}")
+    if args.printconv:
+        out(
+            f"{PROG} {args.command}: {describe_problem(problems[0])}; device "
+            f"{handle.device.identity}"
+        )
     results: list[DirectionResult] = []
     status = 0
     for problem in problems:
@@ -341,76 +413,213 @@ def add_parser(subparsers: Any) -> None:
             allow_abbrev=False,
         )
         add_driver_arguments(conv)
-        run = conv.add_argument_group("running")
-        run.add_argument(
-            "-t",
-            "--time",
-            type=int,
-            choices=(0, 1),
-            default=0,
-            help="time -i iterations of the chosen solution (default: 0)",
-        )
-        run.add_argument(
-            "-V",
-            "--verify",
-            type=int,
-            choices=(0, 1),
-            default=1,
-            help="verify against the float64 reference (default: 1)",
-        )
-        run.add_argument(
-            "-i", "--iter", type=int, default=10, help="iterations timed with -t 1 (default: 10)"
-        )
-        run.add_argument(
-            "-s",
-            "--search",
-            type=int,
-            choices=(0, 1),
-            default=0,
-            help="1: exhaustive search (tune tunable solvers) (default: 0)",
-        )
-        run.add_argument(
-            "-S",
-            "--solution",
-            default=None,
-            metavar="SOLVER",
-            help="run this solver (name or id) in immediate mode instead of find; "
-            "-1: none (default)",
-        )
-        run.add_argument(
-            "--device", default="cpu", help="cpu, cuda, cuda:N, hip, hip:N (default: cpu)"
-        )
-        run.add_argument(
-            "--find-mode",
-            default=None,
-            metavar="MODE",
-            help="NORMAL, FAST, HYBRID, DYNAMIC_HYBRID or 1/2/3/5 (default: "
-            "$MIOCORE_FIND_MODE, else DYNAMIC_HYBRID)",
-        )
-        run.add_argument(
-            "--workspace-limit",
-            type=int,
-            default=None,
-            metavar="BYTES",
-            help="consider only solutions needing at most this much workspace",
-        )
-        run.add_argument(
-            "--user-db-path",
-            default=None,
-            metavar="DIR",
-            help="user database folder (default: $MIOCORE_USER_DB_PATH)",
-        )
-        run.add_argument(
-            "--seed",
-            type=int,
-            default=0,
-            help="random seed of the data used for timing and verification",
-        )
-        run.add_argument(
-            "--explain",
-            action="store_true",
-            help="also print every solution found and the find report",
-        )
-        run.add_argument("--json", action="store_true", help="print one JSON document")
-        run.add_argument("--quiet", action="store_true", help="no progress display")
+        add_run_arguments(conv)
         conv.set_defaults(handler=run_conv)
+
+
+#: MIOpenDriver conv flags accepted for compatibility that have no miocore meaning:
+#: (short, long, default, what MIOpenDriver does with it). A value other than the default is
+#: reported as ignored on stderr.
+IGNORED_FLAGS: tuple[tuple[str, str, str, str], ...] = (
+    ("-r", "--pad_val", "0", "padding value"),
+    ("-C", "--verification_cache", "", "folder caching the CPU reference"),
+    ("-o", "--dump_output", "0", "dump the buffers to files"),
+    ("-d", "--in_data", "", "input data file"),
+    ("-e", "--weights", "", "weights file"),
+    ("-b", "--bias", "0", "add a bias"),
+    ("-Z", "--tensor_vect", "0", "vectorised tensors (INT8 NCHW_VECT_C)"),
+    ("-L", "--vector_length", "1", "vector length of vectorised tensors"),
+    ("-a", "--in_bias", "", "input bias file"),
+    ("-D", "--dout_data", "", "dy data file"),
+    ("-G", "--gpualloc", "0", "allocate and fill the buffers on the GPU"),
+    ("-~", "--gpubuffer_check", "0", "check the GPU buffers for out-of-bounds writes"),
+    ("-U", "--in_cast_type", "-1", "cast type of x (FP8 casts)"),
+    ("-T", "--out_cast_type", "-1", "cast type of y (FP8 casts)"),
+    ("-R", "--wei_cast_type", "-1", "cast type of w (FP8 casts)"),
+)
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the flags of ``conv*`` that say how to run (not what the problem is)."""
+    run = parser.add_argument_group("running")
+    run.add_argument(
+        "-t",
+        "--time",
+        type=int,
+        choices=(0, 1),
+        default=0,
+        help="time -i iterations of the chosen solution and print MIOpenDriver's GPU Kernel "
+        "Time and stats: lines (default: 0)",
+    )
+    run.add_argument(
+        "-w",
+        "--wall",
+        type=int,
+        choices=(0, 1, 2),
+        default=0,
+        help="with -t 1, also print the wall-clock time per iteration (default: 0)",
+    )
+    run.add_argument(
+        "-V",
+        "--verify",
+        type=int,
+        choices=(0, 1),
+        default=1,
+        help="verify against the float64 reference (default: 1)",
+    )
+    run.add_argument(
+        "-i", "--iter", type=int, default=10, help="iterations timed with -t 1 (default: 10)"
+    )
+    run.add_argument(
+        "-s",
+        "--search",
+        type=int,
+        choices=(0, 1),
+        default=0,
+        help="1: exhaustive search (tune tunable solvers) (default: 0)",
+    )
+    run.add_argument(
+        "-S",
+        "--solution",
+        default=None,
+        metavar="SOLVER",
+        help="run this solver in immediate mode instead of find: a miocore name or id, or "
+        "a MIOpen solver name or numeric id (mapped, see docs/cli.md); -1: none (default)",
+    )
+    run.add_argument(
+        "-P",
+        "--printconv",
+        type=int,
+        choices=(0, 1),
+        default=1,
+        help="print the problem line first (default: 1)",
+    )
+    run.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, hip, hip:N (default: cpu)")
+    run.add_argument(
+        "--find-mode",
+        default=None,
+        metavar="MODE",
+        help="NORMAL, FAST, HYBRID, DYNAMIC_HYBRID or 1/2/3/5 (default: "
+        "$MIOCORE_FIND_MODE, else DYNAMIC_HYBRID)",
+    )
+    run.add_argument(
+        "--workspace-limit",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="consider only solutions needing at most this much workspace",
+    )
+    run.add_argument(
+        "--user-db-path",
+        default=None,
+        metavar="DIR",
+        help="user database folder (default: $MIOCORE_USER_DB_PATH)",
+    )
+    run.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="random seed of the data used for timing and verification",
+    )
+    run.add_argument(
+        "--explain",
+        action="store_true",
+        help="also print every solution found and the find report",
+    )
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="parse the flags, print each problem and its FindDb key, run nothing",
+    )
+    run.add_argument(
+        "--from-file",
+        default=None,
+        metavar="FILE",
+        help="run every MIOpenDriver line of FILE ('./bin/MIOpenDriver conv ...'); flags "
+        "given here are added to each line and win",
+    )
+    run.add_argument("--json", action="store_true", help="print one JSON document")
+    run.add_argument("--quiet", action="store_true", help="no progress display")
+    ignored = parser.add_argument_group(
+        "accepted for MIOpenDriver compatibility, ignored (no miocore meaning)"
+    )
+    for short, long, default, what in IGNORED_FLAGS:
+        ignored.add_argument(
+            short, long, default=default, metavar="VALUE", help=f"MIOpenDriver: {what}"
+        )
+
+
+def _report_ignored(args: argparse.Namespace) -> None:
+    for short, long, default, what in IGNORED_FLAGS:
+        value = getattr(args, long.lstrip("-"), default)
+        if str(value) != default:
+            print(
+                f"{PROG} {args.command}: note: {short}/{long}={value} ignored ({what}: no "
+                "miocore meaning)",
+                file=sys.stderr,
+            )
+
+
+def _dry_run(args: argparse.Namespace, problems: list[ConvProblem]) -> int:
+    """``--dry-run``: each problem and its key, nothing run."""
+    rows = [
+        {
+            "direction": p.direction.value,
+            "transposed": p.is_transposed,
+            "key": p.key,
+            "problem": describe_problem(p),
+        }
+        for p in problems
+    ]
+    if args.json:
+        print(json.dumps({"command": args.command, "problems": rows}, indent=2))
+        return 0
+    for row in rows:
+        title = ("Transposed " if row["transposed"] else "") + _DIRECTION_TITLES[
+            Direction(row["direction"])
+        ]
+        print(f"{title}: {row['key']}")
+        print(f"  {row['problem']}")
+    return 0
+
+
+def _run_file(args: argparse.Namespace, registry: Any) -> int:
+    """``--from-file FILE``: run each MIOpenDriver line, with this command line's flags added.
+
+    Blank lines and ``#`` comments are skipped. The exit status is the worst of the lines'.
+    """
+    from miocore.cli import main
+    from miocore.cli.driver_flags import split_driver_line
+
+    path = Path(args.from_file)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InvalidArgumentError(
+            f"cannot read it: {exc.strerror}", field="--from-file", value=str(path)
+        ) from exc
+    extra = _flags_beside_from_file(getattr(args, "argv", []))
+    status = 0
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.split("#", 1)[0].strip():
+            continue
+        try:
+            command, flags = split_driver_line(line)
+        except InvalidArgumentError as exc:
+            print(f"{PROG} {args.command}: {path}:{number}: error: {exc}", file=sys.stderr)
+            status = 2
+            continue
+        print(f"# {path}:{number}: {line.strip()}", flush=True)
+        status = max(status, main([command, *flags, *extra], registry=registry))
+    return status
+
+
+def _flags_beside_from_file(argv: list[str]) -> list[str]:
+    """The flags given with ``--from-file``, without the command and ``--from-file`` itself."""
+    flags = list(argv[1:])
+    for i, token in enumerate(flags):
+        if token == "--from-file":
+            return flags[:i] + flags[i + 2 :]
+        if token.startswith("--from-file="):
+            return flags[:i] + flags[i + 1 :]
+    return flags

@@ -8,8 +8,10 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import shlex
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from miocore.errors import InvalidArgumentError
 from miocore.problem.conv import ConvProblem, Direction
@@ -107,10 +109,22 @@ DRIVER_FLAGS: tuple[DriverFlag, ...] = (
         "",
         "input layout: NCHW, NHWC (2-D), NCDHW, NDHWC (3-D); default NCHW/NCDHW",
     ),
-    DriverFlag("-O", "--out_layout", "", "output layout (default: the input layout)"),
-    DriverFlag("-f", "--fil_layout", "", "filter layout (default: the input layout)"),
+    DriverFlag("-O", "--out_layout", "", "output layout (default NCHW/NCDHW, as MIOpenDriver)"),
+    DriverFlag("-f", "--fil_layout", "", "filter layout (default NCHW/NCDHW, as MIOpenDriver)"),
+    DriverFlag(
+        "-z",
+        "--pad_mode",
+        "default",
+        "default (use -p/-q/-$), same (pad so the output is ceil(input/stride)) or valid "
+        "(no padding)",
+        choices=("default", "same", "valid"),
+    ),
 )
 _FLAGS_BY_DEST = {f.dest: f for f in DRIVER_FLAGS}
+#: The depth flags: ignored (never checked) in a 2-D problem, as MIOpenDriver does.
+DEPTH_FLAGS = frozenset(
+    ("in_d", "fil_d", "pad_d", "conv_stride_d", "dilation_d", "trans_output_pad_d")
+)
 
 
 def add_driver_arguments(parser: argparse.ArgumentParser) -> None:
@@ -183,8 +197,11 @@ def _layout(values: dict[str, Any], dest: str, fallback: str, rank: int) -> str:
 
 def check_driver_values(values: dict[str, Any]) -> None:
     """Reject flag values MIOpenDriver would reject, naming the flag (``-c/--in_channels=3``)."""
+    rank = values["spatial_dim"]
     for flag in DRIVER_FLAGS:
         value = values[flag.dest]
+        if rank == 2 and flag.dest in DEPTH_FLAGS:
+            continue  # MIOpenDriver ignores the depth fields of a 2-D problem (its logs print 0)
         if flag.minimum is not None and value < flag.minimum:
             raise _bad(flag.dest, value, f"must be >= {flag.minimum}")
     groups = values["group_count"]
@@ -215,30 +232,79 @@ def build_problems(values: dict[str, Any], dtype: DataType | str) -> list[ConvPr
     transposed = values["mode"] == "trans"
     n, c, k, g = (values[d] for d in ("batchsize", "in_channels", "out_channels", "group_count"))
     in_layout = _layout(values, "in_layout", LAYOUTS[rank][0], rank)
-    out_layout = _layout(values, "out_layout", in_layout, rank)
-    fil_layout = _layout(values, "fil_layout", in_layout, rank)
+    # MIOpenDriver defaults -O and -f to NCHW whatever -I says: -I NHWC alone is NHWC-NCHW-NCHW.
+    out_layout = _layout(values, "out_layout", LAYOUTS[rank][0], rank)
+    fil_layout = _layout(values, "fil_layout", LAYOUTS[rank][0], rank)
+    filt = spatial("fil_")
     conv = ConvolutionDescriptor(
-        pads=spatial("pad_"),
+        pads=_pads(values, spatial("in_"), filt, spatial("conv_stride_"), spatial("dilation_")),
         strides=spatial("conv_stride_"),
         dilations=spatial("dilation_"),
         groups=g,
         mode="transpose" if transposed else "conv",
         output_pads=spatial("trans_output_pad_") if transposed else None,
     )
-    filt = spatial("fil_")
     x = TensorDescriptor(dtype, (n, c, *spatial("in_")), layout=in_layout)
     w_lengths = (c, k // g, *filt) if transposed else (k, c // g, *filt)
     w = TensorDescriptor(dtype, w_lengths, layout=fil_layout)
     out_spatial = conv.output_spatial(x.spatial, filt)
     if min(out_spatial) < 1:
-        raise InvalidArgumentError(
+        raise _empty_output(values, conv, x.spatial, filt, out_spatial)
+    y = conv.output_descriptor(x, w, layout=out_layout)
+    return [ConvProblem(d, x=x, w=w, y=y, conv=conv) for d in parse_directions(values["forw"])]
+
+
+def _pads(
+    values: dict[str, Any],
+    in_spatial: tuple[int, ...],
+    filt: tuple[int, ...],
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+) -> tuple[int, ...]:
+    """The pads ``-z/--pad_mode`` asks for: the given ones, ``same`` or ``valid`` (none)."""
+    prefix = ("pad_d", "pad_h", "pad_w")[3 - len(in_spatial) :]
+    mode = values["pad_mode"]
+    if mode == "valid":
+        return (0,) * len(in_spatial)
+    if mode == "same":
+        # An output of ceil(input / stride), as MIOpen's same mode. Pads are symmetric here,
+        # so where the total is odd take the half (down or up) that keeps that output length.
+        pads = []
+        for size, f, s, d in zip(in_spatial, filt, strides, dilations, strict=True):
+            out, span = -(-size // s), d * (f - 1) + 1
+            total = max(0, (out - 1) * s + span - size)
+            low, high = total // 2, -(-total // 2)
+            pads.append(high if (size + 2 * high - span) // s + 1 == out else low)
+        return tuple(pads)
+    return tuple(values[dest] for dest in prefix)
+
+
+def _empty_output(
+    values: dict[str, Any],
+    conv: ConvolutionDescriptor,
+    in_spatial: tuple[int, ...],
+    filt: tuple[int, ...],
+    out_spatial: tuple[int, ...],
+) -> InvalidArgumentError:
+    """The error for a problem whose output would be empty, naming what makes it so."""
+    if conv.mode == "conv":
+        return InvalidArgumentError(
             f"the output would have spatial size {out_spatial}: the (dilated) filter "
-            f"{tuple(filt)} is larger than the padded input {x.spatial}",
+            f"{tuple(filt)} is larger than the padded input {tuple(in_spatial)} (pads "
+            f"{conv.pads})",
             field="-y/--fil_h, -x/--fil_w",
             value=tuple(filt),
         )
-    y = conv.output_descriptor(x, w, layout=out_layout)
-    return [ConvProblem(d, x=x, w=w, y=y, conv=conv) for d in parse_directions(values["forw"])]
+    # A transposed output is (in - 1) * stride - 2 * pad + dilation * (fil - 1) + 1 + out_pad:
+    # here the padding trims more than the grown input has.
+    return InvalidArgumentError(
+        f"the transposed convolution's output would have spatial size {out_spatial}: "
+        f"(input - 1) * stride - 2 * pad + dilation * (filter - 1) + 1 + output_pad is below "
+        f"1; pads {conv.pads} trim more than input {tuple(in_spatial)} grown by strides "
+        f"{conv.strides} and filter {tuple(filt)} give",
+        field="-p/--pad_h, -q/--pad_w",
+        value=conv.pads,
+    )
 
 
 def describe_problem(problem: ConvProblem) -> str:
@@ -254,3 +320,75 @@ def describe_problem(problem: ConvProblem) -> str:
         f"{t('x')}, {t('w')}, {t('y')}, {problem.dtype.value}; pads {conv.pads}, strides "
         f"{conv.strides}, dilations {conv.dilations}, groups {conv.groups}, {mode}"
     )
+
+
+def split_driver_line(line: str) -> tuple[str, list[str]]:
+    """The command and flags of one MIOpenDriver line.
+
+    Accepts ``./bin/MIOpenDriver convfp16 --batchsize 2 ...``, ``miocore conv -n 2 ...``,
+    ``conv -n 2 ...`` or bare flags (then ``conv``). ``#`` starts a comment.
+    """
+    try:
+        # shlex is slow; MIOpen's lines have no quotes, so a plain split does for most.
+        plain = not any(ch in line for ch in "'\"\\")
+        tokens = line.split("#", 1)[0].split() if plain else shlex.split(line, comments=True)
+    except ValueError as exc:
+        raise InvalidArgumentError(
+            f"cannot split the line: {exc}", field="line", value=line
+        ) from exc
+    if tokens and not tokens[0].startswith("-") and tokens[0] not in CONV_COMMANDS:
+        program = tokens.pop(0)
+        if not program.endswith(("MIOpenDriver", "miocore")):
+            raise InvalidArgumentError(
+                "expected 'MIOpenDriver <command> flags...', '<command> flags...' or flags",
+                field="line",
+                value=line,
+            )
+    command = "conv"
+    if tokens and not tokens[0].startswith("-"):
+        command = tokens.pop(0)
+        if command not in CONV_COMMANDS:
+            raise InvalidArgumentError(
+                f"miocore runs {', '.join(CONV_COMMANDS)} (MIOpenDriver's other commands, such "
+                "as convint8 or pool, have no miocore meaning)",
+                field="command",
+                value=command,
+            )
+    return command, tokens
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    """An argument parser whose errors raise :class:`InvalidArgumentError` (no exit)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise InvalidArgumentError(message, field="flags", value=" ".join(self._seen))
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        self._seen = list(args or [])
+        return super().parse_args(args, namespace)
+
+
+@functools.cache
+def _line_parser() -> _RaisingParser:
+    from miocore.cli.conv import add_run_arguments  # conv imports this module
+
+    parser = _RaisingParser(prog="MIOpenDriver conv", add_help=False, allow_abbrev=False)
+    add_driver_arguments(parser)
+    add_run_arguments(parser)
+    return parser
+
+
+def parse_driver_line(line: str) -> tuple[str, argparse.Namespace]:
+    """The command and every flag of one MIOpenDriver line (problem and run flags)."""
+    command, flags = split_driver_line(line)
+    return command, _line_parser().parse_args(flags)
+
+
+def problems_from_line(line: str) -> list[ConvProblem]:
+    """The problems of one MIOpenDriver line, one per direction selected by ``-F``.
+
+    Every flag MIOpenDriver's ``conv`` takes is accepted; a bad value raises
+    :class:`~miocore.InvalidArgumentError` naming the flag.
+    """
+    command, args = parse_driver_line(line)
+    return build_problems(driver_values(args), CONV_COMMANDS[command])
