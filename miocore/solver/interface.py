@@ -320,13 +320,16 @@ class Solver(ABC):
 
     Class attributes: ``name`` (stable, dotted, unique across plugins: databases store it),
     ``algorithm``, ``is_dynamic`` (True when no problem-specific compile is needed, so
-    DYNAMIC_HYBRID find may benchmark it) and ``backends`` (where it runs).
+    DYNAMIC_HYBRID find may benchmark it), ``backends`` (where it runs) and
+    ``numerical_notes`` (what its arithmetic gives up: names from
+    :data:`miocore.solver.numerics.KNOWN_NOTES`, such as ``"winograd"`` or ``"tf32"``).
     """
 
     name: ClassVar[str]
     algorithm: ClassVar[Algorithm]
     is_dynamic: ClassVar[bool] = False
     backends: ClassVar[frozenset[str]] = frozenset({"cpu"})
+    numerical_notes: ClassVar[frozenset[str]] = frozenset()
 
     @abstractmethod
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability | bool:

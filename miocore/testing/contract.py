@@ -14,7 +14,7 @@ them on small problems, without pytest, so any test runner (or a plugin's CI scr
 The rules, one method each:
 
 - :meth:`Contract.check_registration`: a valid dotted name, an :class:`~miocore.Algorithm`,
-  its backends;
+  its backends, known numerical notes;
 - :meth:`Contract.check_is_applicable`: pure (same answer for equal problems, in any order),
   fast, never raises, says why not;
 - :meth:`Contract.check_workspace`: ``workspace_size`` is what ``get_solution`` reports, the
@@ -351,6 +351,7 @@ class Contract:
         """A valid record: dotted name, Algorithm, non-empty backends of known names."""
         from miocore.backends import KNOWN
         from miocore.solver.hookspecs import SolverRecord
+        from miocore.solver.numerics import KNOWN_NOTES
         from miocore.solver.registry import _record_problem
 
         if not isinstance(self.solver, Solver):
@@ -363,6 +364,15 @@ class Contract:
             self.fail("registration", f"unknown backends {sorted(unknown)}; known: {KNOWN}")
         if not isinstance(self.solver.is_dynamic, bool):
             self.fail("registration", f"is_dynamic is {self.solver.is_dynamic!r}, not a bool")
+        notes = getattr(self.solver, "numerical_notes", frozenset())
+        if isinstance(notes, str) or not isinstance(notes, (set, frozenset, tuple, list)):
+            self.fail("registration", f"numerical_notes is {notes!r}, not a set of note names")
+        unknown_notes = set(notes) - KNOWN_NOTES
+        if unknown_notes:
+            self.fail(
+                "registration",
+                f"unknown numerical notes {sorted(unknown_notes)}; known: {sorted(KNOWN_NOTES)}",
+            )
 
     def check_is_applicable(self) -> None:
         """Pure (equal problems, any order, same answer), fast, never raises, says why not."""

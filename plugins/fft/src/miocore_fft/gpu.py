@@ -321,6 +321,7 @@ class GpuRfftSolver(Solver):
     """Whole-image real FFTs (cuFFT / hipFFT) with a per-bin complex channel reduction."""
 
     name = "fft.gpu_rfft"
+    numerical_notes = frozenset({"fft"})
     algorithm = Algorithm.FFT
     backends = GPU_BACKENDS
     is_dynamic = False  # the reduction tile is compiled in

@@ -50,6 +50,7 @@ class FftOverlapSave(TunableSolver):
     """FFT convolution with overlap-save tiling; the channel sums are batched complex GEMMs."""
 
     name = "fft.overlap_save"
+    numerical_notes = frozenset({"fft"})
     algorithm = Algorithm.FFT
     is_dynamic = True  # nothing is compiled; sizes are read at run time
 
