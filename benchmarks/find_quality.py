@@ -26,7 +26,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+# Single-threaded BLAS, as on Dask's tuning workers (its nanny sets these): the same conditions
+# the database was measured under, and stable times on a shared machine.
+for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")
+
+import numpy as np  # noqa: E402
 
 
 def _median_ms(run: Any, arrays: dict[str, Any], reps: int, sync: Any) -> float:
