@@ -1,0 +1,228 @@
+"""Real networks through miocore on a GPU against the same networks on cuDNN.
+
+For each model (torchvision ResNet-50, EfficientNet-B0, ConvNeXt-T, MobileNetV3-Large, and a
+small 4-level UNet of 3x3 convolutions with transposed-convolution upsampling), precision
+(fp16, bf16, fp32 with TF32 as PyTorch's defaults do) and mode (eager, ``torch.compile``, a
+captured CUDA graph): the model converted with ``miocore.torch.convert`` against a copy left on
+``torch.nn`` with ``torch.backends.cudnn.benchmark = True``, both channels-last, timed with CUDA
+events (median of ``--iters`` after warm-up) for inference and for one training step (forward,
+cross-entropy or mean-square loss, backward, SGD step). Also: the first-find time of
+``miocore.torch.prepare`` (forward and backward problems), and correctness of the outputs and
+of the convolution weight gradients against the cuDNN copy (relative error of the whole
+tensor, per precision). One JSON line per (model, precision, mode) as it goes.
+
+    python benchmarks/gpu_models.py --models resnet50 unet --dtypes float16 --out models.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import miocore.torch as mt
+
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+#: Relative error (norm of the difference / norm of cuDNN's) accepted per precision: the two
+#: sides pick different algorithms and sum in different orders.
+TOLERANCE = {"float16": 2e-2, "bfloat16": 8e-2, "float32": 2e-2}
+
+
+class SmallUNet(nn.Module):
+    """A 4-level UNet: two 3x3 convolutions per level, max-pool down, transposed conv up."""
+
+    def __init__(self, channels: int = 3, width: int = 32, classes: int = 2) -> None:
+        super().__init__()
+        widths = [width * 2**i for i in range(4)]
+
+        def block(cin: int, cout: int) -> nn.Module:
+            return nn.Sequential(
+                nn.Conv2d(cin, cout, 3, padding=1),
+                nn.BatchNorm2d(cout),
+                nn.ReLU(inplace=True),
+                nn.Conv2d(cout, cout, 3, padding=1),
+                nn.BatchNorm2d(cout),
+                nn.ReLU(inplace=True),
+            )
+
+        self.down = nn.ModuleList()
+        cin = channels
+        for w in widths:
+            self.down.append(block(cin, w))
+            cin = w
+        self.bottom = block(widths[-1], widths[-1] * 2)
+        self.up = nn.ModuleList()
+        self.dec = nn.ModuleList()
+        cin = widths[-1] * 2
+        for w in reversed(widths):
+            self.up.append(nn.ConvTranspose2d(cin, w, 2, stride=2))
+            self.dec.append(block(2 * w, w))
+            cin = w
+        self.head = nn.Conv2d(widths[0], classes, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        skips = []
+        for block in self.down:
+            x = block(x)
+            skips.append(x)
+            x = F.max_pool2d(x, 2)
+        x = self.bottom(x)
+        for up, dec, skip in zip(self.up, self.dec, reversed(skips), strict=True):
+            x = dec(torch.cat([up(x), skip], dim=1))
+        return self.head(x)
+
+
+def build(name: str) -> tuple[nn.Module, tuple[int, ...]]:
+    """The model (random weights) and its input shape."""
+    if name == "unet":
+        return SmallUNet(), (8, 3, 256, 256)
+    import torchvision
+
+    return getattr(torchvision.models, name)(), (32, 3, 224, 224)
+
+
+def device_ms(fn: Any, warmup: int, iters: int) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def loss_of(out: torch.Tensor) -> torch.Tensor:
+    return out.float().square().mean()
+
+
+def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> None:
+    opt.zero_grad(set_to_none=True)
+    loss_of(model(x)).backward()
+    opt.step()
+
+
+def graphed(fn: Any) -> Any:
+    """``fn`` captured once in a CUDA graph (warmed up on a side stream first)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+def run_one(name: str, dtype_name: str, modes: list[str], iters: int) -> list[dict[str, Any]]:
+    torch.manual_seed(0)
+    dtype = DTYPES[dtype_name]
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = True  # PyTorch's default for fp32 convolutions
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model, shape = build(name)
+    ref = model.to("cuda", dtype=dtype, memory_format=torch.channels_last)
+    mio = mt.convert(copy.deepcopy(ref))
+    x = torch.randn(shape, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
+    row: dict[str, Any] = {"model": name, "dtype": dtype_name}
+    start = time.perf_counter()
+    mt.prepare(mio, x, backward=True, progress=False)
+    torch.cuda.synchronize()
+    row["first_find_s"] = time.perf_counter() - start
+    # Correctness: eval outputs, then one backward from equal weights (train mode).
+    ref.eval(), mio.eval()
+    with torch.no_grad():
+        row["output_rel_err"] = rel(mio(x), ref(x))
+    ref.train(), mio.train()
+    for m in (ref, mio):
+        m.zero_grad(set_to_none=True)
+        loss_of(m(x)).backward()
+    errs = [
+        rel(b.weight.grad, a.weight.grad)
+        for a, b in zip(ref.modules(), mio.modules(), strict=True)
+        if isinstance(a, nn.modules.conv._ConvNd) and a.weight.grad is not None
+    ]
+    row["weight_grad_rel_err_max"] = max(errs)
+    row["correct"] = max(row["output_rel_err"], *errs) < TOLERANCE[dtype_name]
+    out = [row]
+    print(json.dumps(row), flush=True)
+    for mode in modes:
+        r: dict[str, Any] = {"model": name, "dtype": dtype_name, "mode": mode}
+        for side, m in (("cudnn", ref), ("miocore", mio)):
+            m.eval()
+            infer = m
+            if mode == "compile":
+                infer = torch.compile(m)
+            with torch.no_grad():
+                fn = lambda f=infer: f(x)  # noqa: E731
+                if mode == "graph":
+                    fn = graphed(fn)
+                r[f"{side}_infer_ms"] = device_ms(fn, 3, iters)
+            m.train()
+            opt = torch.optim.SGD(m.parameters(), lr=1e-6)
+            step_model = torch.compile(m) if mode == "compile" else m
+            if mode == "graph":
+                r[f"{side}_train_ms"] = None  # a captured training step needs static grads
+            else:
+                r[f"{side}_train_ms"] = device_ms(
+                    lambda sm=step_model, o=opt: train_step(sm, o, x), 2, max(3, iters // 2)
+                )
+        r["infer_ratio"] = r["cudnn_infer_ms"] / r["miocore_infer_ms"]
+        if r["miocore_train_ms"]:
+            r["train_ratio"] = r["cudnn_train_ms"] / r["miocore_train_ms"]
+        out.append(r)
+        print(json.dumps(r), flush=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=["resnet50", "efficientnet_b0", "convnext_tiny", "mobilenet_v3_large", "unet"],
+    )
+    parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16", "float32"])
+    parser.add_argument("--modes", nargs="+", default=["eager", "compile", "graph"])
+    parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as db:
+        import os
+
+        os.environ.setdefault("MIOCORE_USER_DB_PATH", db)
+        for name in args.models:
+            for dtype in args.dtypes:
+                try:
+                    rows += run_one(name, dtype, args.modes, args.iters)
+                except Exception as exc:  # one model must not stop the table
+                    row = {"model": name, "dtype": dtype, "error": repr(exc)[:300]}
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+                if args.out:
+                    args.out.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
