@@ -2,13 +2,16 @@
 
 * :class:`NaiveDirectSolver` (``direct.naive``): every consistent problem, no workspace,
   bounded scratch; the universal last resort.
+* :class:`DepthwiseDirectSolver` (``direct.depthwise``): groups == channels; compiled (numba)
+  kernels vectorised over channels (NHWC) or image rows (NCHW), every direction.
 * :class:`TapsDirectSolver` (``direct.taps``): small filters; one BLAS call (or one vectorised
   multiply-add for depthwise layers) per filter tap on a phase-split, padded float32 copy.
 """
 
 from __future__ import annotations
 
+from miocore_direct.depthwise import DepthwiseDirectSolver
 from miocore_direct.naive import NaiveDirectSolver
 from miocore_direct.taps import TapsDirectSolver
 
-__all__ = ["NaiveDirectSolver", "TapsDirectSolver"]
+__all__ = ["DepthwiseDirectSolver", "NaiveDirectSolver", "TapsDirectSolver"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import miocore
+from miocore_direct.depthwise import DepthwiseDirectSolver
 from miocore_direct.gpu import KERNEL_DIR, GpuNaiveDirectSolver
 from miocore_direct.gpu_depthwise import GpuDepthwiseSolver
 from miocore_direct.gpu_tiled import GpuTiledDirectSolver
@@ -14,7 +15,8 @@ from miocore_direct.taps import TapsDirectSolver
 
 @miocore.hookimpl
 def miocore_solvers() -> Iterator[miocore.SolverRecord]:
-    """Yield the direct family's solvers: the per-tap BLAS solver and the naive last resort."""
+    """Yield the direct family's solvers: depthwise, per-tap BLAS, the naive last resort, GPU."""
+    yield miocore.SolverRecord(solver=DepthwiseDirectSolver())
     yield miocore.SolverRecord(solver=TapsDirectSolver())
     yield miocore.SolverRecord(solver=NaiveDirectSolver())
     yield miocore.SolverRecord(solver=GpuNaiveDirectSolver())

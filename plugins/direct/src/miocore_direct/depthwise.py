@@ -1,0 +1,241 @@
+"""``direct.depthwise``: depthwise convolutions (groups == input channels) on the CPU.
+
+One compiled kernel per direction and memory order (:mod:`miocore_direct.depthwise_kernels`):
+vectorised over channels for channels-last tensors, along image rows for channels-first ones,
+threads over output rows or channel planes. No per-group Python loop, no padded copy. Float32
+tensors whose memory order matches the kernel are read and written in place; float16/bfloat16
+(or strided) tensors are staged once in float32 in the workspace, and the result is rounded
+once. Any channel multiplier (K = C * M), any 2-D filter, stride, padding and dilation.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from miocore import (
+    APPLICABLE,
+    Algorithm,
+    Applicability,
+    ConvProblem,
+    ConvSolution,
+    DataType,
+    Direction,
+    ExecutionContext,
+    InvalidArgumentError,
+    InvokeParams,
+    PerfConfig,
+    Solver,
+    not_applicable,
+)
+from miocore.backends.cpu import workspace_view
+
+#: Parts the channels-last backward-weights pass splits its rows into (one partial sum each).
+WEIGHT_PARTS = 16
+_ALIGN = 64  # bytes between workspace regions
+
+# Cost model, measured on the 2-core development machine (docs/performance.md, CPU section):
+# the kernels sustain about this many float32 multiply-adds per ns per thread, and every call
+# pays the numba dispatch and the thread-pool wake-up.
+_MACS_PER_NS = {True: 2.0, False: 1.2}  # keyed by channels-last
+_CALL_MS = 0.02
+
+
+def _memory_order(array: np.ndarray, channels_last: bool) -> np.ndarray:
+    """The logical (N, C, H, W) array as a view in the kernel's memory order."""
+    return array.transpose(0, 2, 3, 1) if channels_last else array
+
+
+def _in_place(desc: Any, channels_last: bool) -> bool:
+    """Whether arrays of ``desc`` can be handed to the kernel without a float32 copy."""
+    wanted = "NHWC" if channels_last else "NCHW"
+    return desc.dtype is DataType.FLOAT32 and desc.is_packed and desc.layout == wanted
+
+
+class _Plan:
+    """Geometry, kernel choice and workspace layout of one depthwise problem."""
+
+    def __init__(self, p: ConvProblem) -> None:
+        self.direction = p.direction
+        self.channels_last = p.x.layout == "NHWC"
+        self.n, self.c, self.k = p.n, p.c, p.k
+        self.mult = p.k // p.c
+        self.ins, self.outs, self.filt = p.in_spatial, p.out_spatial, p.filter_spatial
+        self.geometry = (
+            self.mult,
+            *p.conv.strides,
+            *p.conv.pads,
+            *p.conv.dilations,
+        )
+        self.x_direct = _in_place(p.x, self.channels_last)
+        self.y_direct = _in_place(p.y, self.channels_last)
+        # Workspace regions in float32 elements: weights, x copy, y copy, partial sums.
+        taps = math.prod(self.filt)
+        weights = self.k * taps
+        x_elems = 0 if self.x_direct else self.n * self.c * math.prod(self.ins)
+        y_elems = 0 if self.y_direct else self.n * self.k * math.prod(self.outs)
+        self.parts = 0
+        if self.direction is Direction.BACKWARD_WEIGHTS and self.channels_last:
+            self.parts = max(1, min(WEIGHT_PARTS, self.n * self.outs[0]))
+        partial = self.parts * weights
+        self.sizes = (weights, x_elems, y_elems, partial)
+        self.offsets: list[int] = []
+        total = 0
+        for size in self.sizes:
+            self.offsets.append(total)
+            total += -(-4 * size // _ALIGN) * _ALIGN
+        self.workspace_bytes = total
+        self.macs = self.n * self.k * math.prod(self.outs) * taps
+
+    def predicted_ms(self, threads: int) -> float:
+        """The kernels' measured multiply-add rate plus the float32 staging copies."""
+        rate = _MACS_PER_NS[self.channels_last] * 1e6 * max(1, threads)
+        staged = sum(self.sizes[1:3]) * 8 / 5e6  # bytes read + written at ~5 GB/s
+        return self.macs / rate + staged + _CALL_MS
+
+    def buffers(self, workspace: Any) -> list[np.ndarray]:
+        """Float32 views of the workspace regions (weights, x, y, partials)."""
+        ws = workspace_view(workspace, self.workspace_bytes)
+        flat = ws[: self.workspace_bytes] if ws is not None else np.empty(0, np.uint8)
+        return [
+            flat[o : o + 4 * s].view(np.float32)
+            for o, s in zip(self.offsets, self.sizes, strict=True)
+        ]
+
+    def tensor(self, array: np.ndarray, direct: bool, region: np.ndarray, load: bool) -> Any:
+        """The kernel's float32 view of a caller's tensor: the array itself when ``direct``,
+        else a workspace region in memory order (filled from ``array`` when ``load``)."""
+        view = _memory_order(array, self.channels_last)
+        if direct:
+            return view
+        staged = region.reshape(view.shape)
+        if load:
+            np.copyto(staged, view, casting="unsafe")
+        return staged
+
+    def staged_weights(self, w: np.ndarray, region: np.ndarray) -> np.ndarray:
+        """w (K, 1, FY, FX) as float32 (FY, FX, K) for channels-last kernels, else (K, FY, FX)."""
+        flat = w.reshape(self.k, *self.filt)
+        if self.channels_last:
+            staged = region.reshape(*self.filt, self.k)
+            np.copyto(staged, flat.transpose(1, 2, 0), casting="unsafe")
+        else:
+            staged = region.reshape(self.k, *self.filt)
+            np.copyto(staged, flat, casting="unsafe")
+        return staged
+
+
+class _DepthwiseInvoker:
+    """Runs one problem's plan on the caller's arrays and workspace."""
+
+    def __init__(self, plan: _Plan) -> None:
+        self.plan = plan
+
+    def __call__(self, handle: Any, params: InvokeParams) -> None:
+        from miocore_direct import depthwise_kernels as kernels
+
+        _apply_threads(handle)
+        plan = self.plan
+        w_region, x_region, y_region, partial_region = plan.buffers(params.workspace)
+        geometry = plan.geometry
+        suffix = "nhwc" if plan.channels_last else "nchw"
+        if plan.direction is Direction.FORWARD:
+            wt = plan.staged_weights(params.w, w_region)
+            x = plan.tensor(params.x, plan.x_direct, x_region, load=True)
+            y = plan.tensor(params.y, plan.y_direct, y_region, load=False)
+            getattr(kernels, f"forward_{suffix}")(x, wt, y, *geometry)
+            if not plan.y_direct:
+                np.copyto(_memory_order(params.y, plan.channels_last), y, casting="unsafe")
+        elif plan.direction is Direction.BACKWARD_DATA:
+            wt = plan.staged_weights(params.w, w_region)
+            dy = plan.tensor(params.y, plan.y_direct, y_region, load=True)
+            dx = plan.tensor(params.x, plan.x_direct, x_region, load=False)
+            getattr(kernels, f"backward_data_{suffix}")(dy, wt, dx, *geometry)
+            if not plan.x_direct:
+                np.copyto(_memory_order(params.x, plan.channels_last), dx, casting="unsafe")
+        else:
+            x = plan.tensor(params.x, plan.x_direct, x_region, load=True)
+            dy = plan.tensor(params.y, plan.y_direct, y_region, load=True)
+            target = params.w.reshape(plan.k, *plan.filt)
+            if plan.channels_last:
+                partial = partial_region.reshape(plan.parts, *plan.filt, plan.k)
+                kernels.backward_weights_nhwc(x, dy, partial, *geometry)
+                np.copyto(target, partial.sum(axis=0).transpose(2, 0, 1), casting="unsafe")
+            else:
+                dw = w_region.reshape(plan.k, *plan.filt)
+                kernels.backward_weights_nchw(x, dy, dw, *geometry)
+                np.copyto(target, dw, casting="unsafe")
+
+
+def _apply_threads(handle: Any) -> None:
+    """Give numba's pool the CPU backend's thread setting (BLAS pools are the backend's job)."""
+    threads = getattr(getattr(handle, "backend", None), "threads", None)
+    if threads:
+        import numba
+
+        numba.set_num_threads(min(int(threads), numba.config.NUMBA_NUM_THREADS))
+
+
+def _threads_of(ctx: ExecutionContext) -> int:
+    import numba
+
+    return numba.get_num_threads()
+
+
+class DepthwiseDirectSolver(Solver):
+    """Depthwise convolution (groups == C, any multiplier K = C * M) on the CPU.
+
+    Every direction; NCHW and NHWC (x, y in the same layout family; other strides and types are
+    staged in float32); float32/float16/bfloat16 with float32 accumulation; any 2-D filter,
+    stride, padding and dilation. Workspace: the float32 weights, staged copies of tensors that
+    cannot be used in place, and the backward-weights partial sums (see the README).
+    """
+
+    name = "direct.depthwise"
+    algorithm = Algorithm.DIRECT
+    is_dynamic = True
+
+    def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
+        """2-D CPU problems whose groups equal the input channels, x and y in one layout."""
+        if ctx.backend not in self.backends:
+            return not_applicable(f"direct.depthwise runs on the CPU only, not on {ctx.backend!r}")
+        if problem.is_transposed:
+            return not_applicable("expects the canonical (mode='conv') form of the problem")
+        if len(problem.in_spatial) != 2:
+            return not_applicable("2-D convolutions only")
+        if problem.groups != problem.c or problem.c == 1:
+            return not_applicable(
+                f"groups {problem.groups} != input channels {problem.c} (not depthwise)"
+            )
+        if problem.x.layout not in ("NCHW", "NHWC") or problem.y.layout != problem.x.layout:
+            return not_applicable(
+                f"x layout {problem.x.layout} and y layout {problem.y.layout} differ"
+            )
+        return APPLICABLE
+
+    def workspace_size(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> int:
+        """Bytes of the float32 weights, staged tensors and partial sums."""
+        return _Plan(problem).workspace_bytes
+
+    def get_solution(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> ConvSolution:
+        """The plan for ``problem`` wrapped in an invoker."""
+        answer = self.is_applicable(ctx, problem)
+        if not answer:
+            raise InvalidArgumentError(answer.reason, field="problem", value=problem.key)
+        plan = _Plan(problem)
+        invoker = _DepthwiseInvoker(plan)
+        return ConvSolution(
+            solver=self.name,
+            workspace_size=plan.workspace_bytes,
+            invoker_factory=lambda _k: invoker,
+        )
+
+    def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
+        """The kernels' measured multiply-add rate (per thread) plus staging copies."""
+        return ctx.wti(problem, _Plan(problem).predicted_ms(_threads_of(ctx)))

@@ -1,0 +1,133 @@
+"""direct.depthwise: the contract suite, the corpus's depthwise rows and property tests.
+
+Tolerances (relative error = max abs error / max abs reference) are miocore.testing.TOLERANCES:
+float32 2e-5, float16 2e-3, bfloat16 1.6e-2; the kernels accumulate in float32.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from miocore_direct import DepthwiseDirectSolver
+
+from miocore import ConvProblem, InvalidArgumentError
+from miocore.corpus import find_corpus, load_rows, shrink_row
+from miocore.testing import TOLERANCES, SolverContract, check_solver, cpu_context
+
+DIRECTIONS = ("forward", "backward_data", "backward_weights")
+
+
+def _depthwise(direction: str, layout: str, dtype: str, mult: int = 1) -> ConvProblem:
+    return ConvProblem.from_sizes(
+        direction,
+        n=2,
+        c=5,
+        k=5 * mult,
+        in_spatial=(9, 8),
+        filter_spatial=(3, 5),
+        pads=(1, 2),
+        strides=(2, 1),
+        dilations=(1, 2),
+        groups=5,
+        dtype=dtype,
+        layout=layout,
+    )
+
+
+class TestDepthwiseContract(SolverContract):
+    """direct.depthwise on its own problems (the generic generator rarely draws groups == C)."""
+
+    solver = DepthwiseDirectSolver()
+    problems = tuple(
+        _depthwise(d, layout, dtype, mult)
+        for d in DIRECTIONS
+        for layout, dtype, mult in (
+            ("NCHW", "float32", 1),
+            ("NHWC", "float16", 2),
+            ("NHWC", "float32", 1),
+            ("NCHW", "bfloat16", 3),
+        )
+    )
+
+
+@pytest.mark.skipif(find_corpus() is None, reason="the problem corpus is not available")
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_matches_reference_on_corpus_depthwise_rows(direction: str, layout: str) -> None:
+    """Every distinct 2-D depthwise geometry of the corpus (filter, pads, strides, dilations,
+    multiplier, dtype), shrunk, in each direction and both layouts."""
+    solver, ctx = DepthwiseDirectSolver(), cpu_context()
+    seen: dict[tuple, dict] = {}
+    for row in load_rows():
+        if len(row["x"]) == 2 and row["groups"] == row["c"] > 1:
+            geometry = (*map(tuple, (row["filt"], row["pad"], row["stride"], row["dil"])),)
+            seen.setdefault((geometry, row["k"] // row["groups"], row["dtype"]), row)
+    assert len(seen) >= 10
+    for i, row in enumerate(seen.values()):
+        problem = shrink_row(
+            {**row, "layout": layout}, direction=direction, max_batch=2, max_spatial=12
+        )
+        assert solver.is_applicable(ctx, problem), problem
+        check_solver(solver, problem, seed=i, tolerance=TOLERANCES[problem.dtype])
+
+
+@st.composite
+def depthwise_problems(draw: st.DrawFn) -> ConvProblem:
+    """Size-1 dimensions, even filters, dilations that reach into the padding."""
+    filt = tuple(draw(st.integers(1, 8)) for _ in range(2))
+    dils = tuple(draw(st.integers(1, 3)) for _ in range(2))
+    strides = tuple(draw(st.integers(1, 3)) for _ in range(2))
+    pads = tuple(draw(st.integers(0, (f - 1) * d + 1)) for f, d in zip(filt, dils, strict=True))
+    ins = []
+    for f, d, p in zip(filt, dils, pads, strict=True):
+        smallest = max(1, d * (f - 1) + 1 - 2 * p)
+        ins.append(draw(st.integers(smallest, smallest + 6)))
+    channels = draw(st.integers(2, 9))
+    return ConvProblem.from_sizes(
+        draw(st.sampled_from(DIRECTIONS)),
+        n=draw(st.integers(1, 3)),
+        c=channels,
+        k=channels * draw(st.integers(1, 3)),
+        in_spatial=tuple(ins),
+        filter_spatial=filt,
+        pads=pads,
+        strides=strides,
+        dilations=dils,
+        groups=channels,
+        dtype=draw(st.sampled_from(["float32", "float16", "bfloat16"])),
+        layout=draw(st.sampled_from(["NCHW", "NHWC"])),
+    )
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(depthwise_problems(), st.integers(0, 2**16))
+def test_random_depthwise_problems_match_reference(problem: ConvProblem, seed: int) -> None:
+    ctx = cpu_context()
+    solver = DepthwiseDirectSolver()
+    assert solver.is_applicable(ctx, problem)
+    check_solver(solver, problem, seed=seed, tolerance=TOLERANCES[problem.dtype])
+    assert 0 < solver.wti(ctx, problem) <= 1
+
+
+def test_declines_non_depthwise_with_a_reason() -> None:
+    ctx, solver = cpu_context(), DepthwiseDirectSolver()
+    grouped = ConvProblem.from_sizes(
+        "forward", n=1, c=8, k=8, in_spatial=(5, 5), filter_spatial=(3, 3), groups=2
+    )
+    answer = solver.is_applicable(ctx, grouped)
+    assert not answer and "not depthwise" in answer.reason
+    with pytest.raises(InvalidArgumentError, match="not depthwise"):
+        solver.get_solution(ctx, grouped)
+
+
+def test_float32_nhwc_runs_in_place_without_staging() -> None:
+    """Packed float32 tensors in the kernel's order need only the weights in the workspace."""
+    ctx, solver = cpu_context(), DepthwiseDirectSolver()
+    problem = _depthwise("forward", "NHWC", "float32")
+    taps = 3 * 5
+    assert solver.workspace_size(ctx, problem) == 64 * -(-4 * problem.k * taps // 64)
+    half = _depthwise("forward", "NHWC", "float16")
+    assert solver.workspace_size(ctx, half) > solver.workspace_size(ctx, problem)
+    assert np.isfinite(solver.wti(ctx, problem))
