@@ -174,6 +174,9 @@ def _sass(nvdisasm: str, cubin: Path, kernel: str) -> str:
 def compare(args: argparse.Namespace) -> int:
     before = json.loads(Path(args.compare[0]).read_text())
     after = json.loads(Path(args.compare[1]).read_text())
+    # a record of some solvers only (--solver) is compared on those solvers
+    recorded = {key.split("|", 1)[0] for key in after}
+    before = {k: v for k, v in before.items() if k.split("|", 1)[0] in recorded}
     cubins = Path(args.cubins)
     nvdisasm = _nvdisasm(args.nvdisasm)
     counts = {"identical": 0, "same-sass": 0, "DIFFERENT": 0, "missing": 0, "new": 0}
@@ -211,6 +214,9 @@ def main() -> int:
     parser.add_argument("--cubins", default=os.path.join(tempfile.gettempdir(), "miocore-cubins"))
     parser.add_argument("--arch", default="sm_90")
     parser.add_argument("--problems", type=int, default=12, help="corpus rows per direction")
+    parser.add_argument(
+        "--solver", action="append", default=[], help="only solvers with this name prefix"
+    )
     parser.add_argument("--configs", type=int, default=3, help="extra tuning configs")
     parser.add_argument("--jobs", type=int, default=2, help="NVRTC compiles at once")
     parser.add_argument("--nvdisasm", default=None)

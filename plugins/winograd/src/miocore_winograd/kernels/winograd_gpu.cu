@@ -138,53 +138,55 @@ MIO_DEVICE void wino_tile(const WinoParams& p, unsigned t, mio_index* n, int* th
   *n = (mio_index)(q / tiles_h) + p.n0;
 }
 
-// Tile transform B^T d B (x / dy tiles of alpha x alpha; the 2-D form of L d L^T with L =
-// B^T), VEC channels of tile t: V[xi][t][c..c+VEC) for work item i = (t, c / VEC). VL: the
-// channels are one vector access.
-template <int VEC, bool VL>
-MIO_DEVICE void wino_input_item(const mio_t* __restrict__ src, mio_t* __restrict__ v,
-                                const WinoParams& p, unsigned i) {
-  const float BT[WINO_A2] = WINO_BT;
-  const unsigned C = (unsigned)p.cin, CV = C / VEC;
+// L d L^T of an N x N tile d, VEC channels of chunk tile t, into out[xi][t][c..c+VEC) for work
+// item i = (t, c / VEC) of C channels; L is alpha x N, row-major. The two tile transforms:
+//   input (x / dy tiles, N = alpha, L = B^T: the 2-D form of B^T d B): the tile starts at
+//     tile * step - pad, so it may overhang every edge (PAD);
+//   backward weights (m x m dy tiles in the role of the filter, N = r, L = G): the tile starts
+//     at tile * r, inside the tensor or past its far edges only.
+// Outside the tensor d is zero. VL: the channels are one vector access.
+template <int VEC, bool VL, int N, bool PAD>
+MIO_DEVICE void wino_tile_item(const mio_t* __restrict__ src, mio_t* __restrict__ out_t,
+                               const WinoParams& p, unsigned i, unsigned C, const float* L) {
+  const unsigned CV = C / VEC;
   const unsigned tiles = (unsigned)(p.nb * p.tiles_h * p.tiles_w);
   const unsigned t = i / CV, c = (i - t * CV) * VEC;
   mio_index n;
   int th, tw;
   wino_tile(p, t, &n, &th, &tw);
-  const mio_index h0 = th * p.step - p.pad_h, w0 = tw * p.step - p.pad_w;
+  const mio_index h0 = PAD ? th * p.step - p.pad_h : (mio_index)th * N;
+  const mio_index w0 = PAD ? tw * p.step - p.pad_w : (mio_index)tw * N;
   const mio_t* base = src + n * p.src.stride[0] + c * p.src.stride[1];
-  WinoVecE<VEC> d[WINO_A2];
+  WinoVecE<VEC> d[N * N];
 #pragma unroll
-  for (int a = 0; a < WINO_ALPHA; ++a) {
+  for (int a = 0; a < N; ++a) {
     const mio_index h = h0 + a;
-    const bool hin = h >= 0 && h < p.src.len[3];
+    const bool hin = (!PAD || h >= 0) && h < p.src.len[3];
 #pragma unroll
-    for (int b = 0; b < WINO_ALPHA; ++b) {
+    for (int b = 0; b < N; ++b) {
       const mio_index w = w0 + b;
-      d[a * WINO_ALPHA + b] =
+      d[a * N + b] =
           wino_fetch<VEC, VL>(base, h * p.src.stride[3] + w * p.src.stride[4], p.src.stride[1],
-                              hin && w >= 0 && w < p.src.len[4]);
+                              hin && (!PAD || w >= 0) && w < p.src.len[4]);
     }
   }
-  // acc[r][b] = sum_a BT[r][a] d[a][b]
-  float acc[WINO_ALPHA][WINO_ALPHA][VEC];
+  // acc[r][b] = sum_a L[r][a] d[a][b]
+  float acc[WINO_ALPHA][N][VEC];
 #pragma unroll
   for (int r = 0; r < WINO_ALPHA; ++r) {
 #pragma unroll
-    for (int b = 0; b < WINO_ALPHA; ++b) {
+    for (int b = 0; b < N; ++b) {
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
         float sum = 0.0f;
 #pragma unroll
-        for (int a = 0; a < WINO_ALPHA; ++a) {
-          sum += BT[r * WINO_ALPHA + a] * wino_to_float(d[a * WINO_ALPHA + b].e[j]);
-        }
+        for (int a = 0; a < N; ++a) sum += L[r * N + a] * wino_to_float(d[a * N + b].e[j]);
         acc[r][b][j] = sum;
       }
     }
   }
   const mio_index plane = (mio_index)tiles * C;
-  mio_t* out = v + (mio_index)t * C + c;
+  mio_t* out = out_t + (mio_index)t * C + c;
 #pragma unroll
   for (int r = 0; r < WINO_ALPHA; ++r) {
 #pragma unroll
@@ -194,12 +196,20 @@ MIO_DEVICE void wino_input_item(const mio_t* __restrict__ src, mio_t* __restrict
       for (int j = 0; j < VEC; ++j) {
         float sum = 0.0f;
 #pragma unroll
-        for (int b = 0; b < WINO_ALPHA; ++b) sum += acc[r][b][j] * BT[s * WINO_ALPHA + b];
+        for (int b = 0; b < N; ++b) sum += acc[r][b][j] * L[s * N + b];
         o[j] = sum;
       }
       wino_store_vec<VEC>(out + (r * WINO_ALPHA + s) * plane, 1, true, o);
     }
   }
+}
+
+// Input transform B^T d B of x / dy tiles (alpha x alpha) over the pipeline's input channels.
+template <int VEC, bool VL>
+MIO_DEVICE void wino_input_item(const mio_t* __restrict__ src, mio_t* __restrict__ v,
+                                const WinoParams& p, unsigned i) {
+  const float BT[WINO_A2] = WINO_BT;
+  wino_tile_item<VEC, VL, WINO_ALPHA, true>(src, v, p, i, (unsigned)p.cin, BT);
 }
 
 // U = G g G^T for work item i. Forward: i = k * cing + c (k-major, c innermost: NHWC filters
@@ -329,59 +339,7 @@ template <int VEC, bool VL>
 MIO_DEVICE void wino_dy_item(const mio_t* __restrict__ dy, mio_t* __restrict__ out_t,
                              const WinoParams& p, unsigned i) {
   const float G[WINO_ALPHA * WINO_R] = WINO_G;
-  const unsigned K = (unsigned)p.cout, KV = K / VEC;
-  const unsigned tiles = (unsigned)(p.nb * p.tiles_h * p.tiles_w);
-  const unsigned t = i / KV, k = (i - t * KV) * VEC;
-  mio_index n;
-  int th, tw;
-  wino_tile(p, t, &n, &th, &tw);
-  const mio_index h0 = (mio_index)th * WINO_R, w0 = (mio_index)tw * WINO_R;
-  const mio_t* base = dy + n * p.src.stride[0] + k * p.src.stride[1];
-  WinoVecE<VEC> e[WINO_R * WINO_R];
-#pragma unroll
-  for (int a = 0; a < WINO_R; ++a) {
-    const bool hin = h0 + a < p.src.len[3];
-#pragma unroll
-    for (int b = 0; b < WINO_R; ++b) {
-      e[a * WINO_R + b] = wino_fetch<VEC, VL>(
-          base, (h0 + a) * p.src.stride[3] + (w0 + b) * p.src.stride[4], p.src.stride[1],
-          hin && w0 + b < p.src.len[4]);
-    }
-  }
-  // acc[r][b] = sum_a G[r][a] e[a][b]
-  float acc[WINO_ALPHA][WINO_R][VEC];
-#pragma unroll
-  for (int r = 0; r < WINO_ALPHA; ++r) {
-#pragma unroll
-    for (int b = 0; b < WINO_R; ++b) {
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        float sum = 0.0f;
-#pragma unroll
-        for (int a = 0; a < WINO_R; ++a) {
-          sum += G[r * WINO_R + a] * wino_to_float(e[a * WINO_R + b].e[j]);
-        }
-        acc[r][b][j] = sum;
-      }
-    }
-  }
-  const mio_index plane = (mio_index)tiles * K;
-  mio_t* out = out_t + (mio_index)t * K + k;
-#pragma unroll
-  for (int r = 0; r < WINO_ALPHA; ++r) {
-#pragma unroll
-    for (int s = 0; s < WINO_ALPHA; ++s) {
-      float o[VEC];
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        float sum = 0.0f;
-#pragma unroll
-        for (int b = 0; b < WINO_R; ++b) sum += acc[r][b][j] * G[s * WINO_R + b];
-        o[j] = sum;
-      }
-      wino_store_vec<VEC>(out + (r * WINO_ALPHA + s) * plane, 1, true, o);
-    }
-  }
+  wino_tile_item<VEC, VL, WINO_R, false>(dy, out_t, p, i, (unsigned)p.cout, G);
 }
 
 // Backward weights: the dy tiles of the chunk into DY (the x tiles go through
