@@ -77,3 +77,28 @@ def test_prepared_runs_and_replays_match_the_reference(torch: Any, solver: str) 
     if expected == "blas":
         expected = bool(h.backend.blas.records_in_graphs)
     assert (run._graph is not None) is expected
+
+
+def test_prepared_runs_follow_new_tensors_of_the_same_layout(torch: Any) -> None:
+    h = miocore.Handle("cuda", stream=torch.cuda.current_stream())
+    p = miocore.ConvProblem.from_sizes(
+        "backward_data",
+        n=2,
+        c=32,
+        k=48,
+        in_spatial=(12, 12),
+        filter_spatial=(3, 3),
+        pads=(1, 1),
+        dtype="float16",
+        layout="NHWC",
+    )
+    run = h.prepare(h.find_solutions(p, find_mode="NORMAL")[0])
+    for seed in range(4):  # a framework's new tensors each step
+        host = reference.random_inputs(p, seed)
+        x, w, y = (_device(torch, host[n], getattr(p, n)) for n in ("x", "w", "y"))
+        x.fill_(float("nan"))
+        run(x=x, w=w, y=y)
+        torch.cuda.synchronize()
+        expected = reference.convolution(p, w=host["w"], y=host["y"])
+        err = reference.relative_error(x.float().cpu().numpy(), expected)
+        assert err < 3e-2, (run.solver, seed, err)

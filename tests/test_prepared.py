@@ -135,3 +135,37 @@ def test_a_call_that_cannot_be_recorded_runs_directly(monkeypatch: pytest.Monkey
         run(**arrays)
     assert attempts == [1] and solver.runs == 4
     np.testing.assert_allclose(arrays["w"], _expected(p, arrays), rtol=1e-5, atol=1e-5)
+
+
+def test_new_memory_of_the_same_layout_is_not_checked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    p = small_problem("backward_data")
+    run = _handle(TimedSolver("test.exact")).prepare(p, "test.exact")
+    checks: list[str] = []
+    real = CpuBackend.check_array
+
+    def counting(self: CpuBackend, desc: Any, array: Any, field: str) -> Any:
+        checks.append(field)
+        return real(self, desc, array, field)
+
+    monkeypatch.setattr(CpuBackend, "check_array", counting)
+    for seed in range(3):  # a framework's new tensors each step, same layout
+        arrays = buffers(p, seed)
+        arrays["x"][...] = np.nan
+        run(**arrays)
+        np.testing.assert_allclose(arrays["x"], _expected(p, arrays), rtol=1e-5, atol=1e-5)
+    assert checks == ["x", "w", "y"]  # the first call only
+
+
+def test_a_transposed_problem_runs_right_on_fresh_buffers() -> None:
+    conv = miocore.ConvolutionDescriptor(pads=(1, 1), strides=(2, 2), mode="transpose")
+    x = miocore.TensorDescriptor("float32", (2, 6, 5, 5), layout="NHWC")
+    w = miocore.TensorDescriptor("float32", (6, 4, 3, 3), layout="NHWC")
+    p = miocore.ConvProblem("forward", x=x, w=w, y=conv.output_descriptor(x, w), conv=conv)
+    run = _handle(TimedSolver("test.exact")).prepare(p, "test.exact")
+    for seed in range(3):
+        arrays = buffers(p, seed)
+        arrays["y"][...] = np.nan
+        run(**arrays)
+        np.testing.assert_allclose(arrays["y"], _expected(p, arrays), rtol=1e-5, atol=1e-5)

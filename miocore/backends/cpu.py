@@ -175,6 +175,11 @@ class CpuBackend:
         """See :func:`check_array`."""
         return check_array(desc, array, field)
 
+    def rebind(self, view: Any, array: Any, ptr: int) -> Any:
+        """A numpy array of the same shape, dtype and strides as a checked one is its own
+        checked view (see the GPU backends' ``rebind``); a read-only one is checked in full."""
+        return array if isinstance(array, np.ndarray) and array.flags.writeable else None
+
     def empty(self, desc: TensorDescriptor) -> np.ndarray:
         """A new array for ``desc`` (logical order, the descriptor's strides)."""
         return empty_for(desc)

@@ -1,14 +1,17 @@
 """A solution made ready to run many times: the per-call path with everything done once.
 
 ``Handle.prepare(solution)`` builds the invoker, takes the workspace and remembers the
-canonical problem; each call then compares one cached signature of the caller's arrays (device
-address, shape, strides, dtype, device) with the last call's and, when they agree, calls the
-invoker with the arguments it already checked. Anything else takes the full checking path of
-``run_solution`` once and becomes the new signature.
+canonical problem. Each call computes one cheap signature per array (device address, shape,
+strides, dtype, device) and compares it with the last call's:
 
-On a GPU whose driver records graphs, the second call with the same signature records the
-invoker's launches as one graph (where it makes more than one) and every later call with that
-signature replays it with one driver call: a multi-kernel solution costs one launch.
+- all equal: the invoker runs with the arguments it already checked;
+- only addresses changed (a framework handing new tensors of the same layout each step): the
+  checked views move to the new memory without checking again (``backend.rebind``);
+- anything else: the full checks of ``run_solution``, once.
+
+On a GPU whose driver records graphs, the second call alike records the invoker's launches
+as one graph (where it makes more than one) and every later call alike replays it with one
+driver call: a multi-kernel solution costs one launch.
 """
 
 from __future__ import annotations
@@ -37,8 +40,10 @@ class PreparedRun:
         "_invoker",
         "_owner",
         "_params",
+        "_rebind",
         "_runner",
         "_signature",
+        "_views",
         "problem",
         "solver",
         "workspace",
@@ -57,6 +62,8 @@ class PreparedRun:
         self.workspace = runner.workspace(workspace, entry.workspace_size)
         self._signature: tuple[Any, ...] | None = None
         self._params: InvokeParams | None = None
+        self._views: dict[str, Any] | None = None
+        self._rebind = getattr(runner.state.backend, "rebind", lambda *_: None)
         self._graph: Any = None
         self._graph_tried = False
 
@@ -75,18 +82,37 @@ class PreparedRun:
                 self._graph_tried = True
                 if self._record(params):
                     return
-        else:
-            arrays = self._runner.canonical_arrays(self.problem, {"x": x, "w": w, "y": y})
-            params = InvokeParams(
-                problem=self.problem.canonical, workspace=self.workspace, **arrays
-            )
-            # Only arrays whose signature names their memory may skip the check next time.
-            known = None not in signature
-            self._signature = signature if known else None
-            self._params = params if known else None
-            self._graph = None
-            self._graph_tried = False
+            self._invoke(params)
+            return
+        views = self._moved(signature, (x, w, y))
+        if views is None:
+            views = self._runner.checked_views(self.problem, {"x": x, "w": w, "y": y})
+        params = self._runner.params(self.problem, views, self.workspace)
+        # Only arrays whose signature names their memory may skip the checks next time.
+        known = None not in signature
+        self._signature = signature if known else None
+        self._views = views if known else None
+        self._params = params if known else None
+        self._graph = None
+        self._graph_tried = False
         self._invoke(params)
+
+    def _moved(self, signature: tuple[Any, ...], arrays: tuple[Any, ...]) -> Any:
+        """The last call's checked views moved to these arrays' memory, when only their
+        addresses differ from the last call's; else None."""
+        last, views = self._signature, self._views
+        if last is None or views is None or None in signature:
+            return None
+        moved = {}
+        rebind = self._rebind
+        for name, new, old, array in zip(("x", "w", "y"), signature, last, arrays, strict=True):
+            if new[1:] != old[1:]:
+                return None
+            view = views[name] if new[0] == old[0] else rebind(views[name], array, new[0])
+            if view is None:
+                return None
+            moved[name] = view
+        return moved
 
     def _invoke(self, params: Any) -> None:
         try:

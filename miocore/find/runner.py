@@ -60,17 +60,24 @@ class Runner:
             return entry
         return None
 
-    def canonical_arrays(self, problem: ConvProblem, arrays: dict[str, Any]) -> dict[str, Any]:
-        """The caller's x, w, y checked against ``problem`` and named as the canonical problem
-        names them (a transposed problem swaps x and y)."""
+    def checked_views(self, problem: ConvProblem, arrays: dict[str, Any]) -> dict[str, Any]:
+        """The caller's x, w, y checked against ``problem`` (as the caller names them)."""
         backend = self.state.backend
-        checked = {
+        return {
             name: backend.check_array(getattr(problem, name), arrays[name], name)
             for name in ("x", "w", "y")
         }
-        if problem.is_transposed:
-            checked["x"], checked["y"] = checked["y"], checked["x"]
-        return checked
+
+    def canonical_arrays(self, problem: ConvProblem, arrays: dict[str, Any]) -> dict[str, Any]:
+        """The caller's x, w, y checked against ``problem`` and named as the canonical problem
+        names them (a transposed problem swaps x and y)."""
+        return _canonical(problem, self.checked_views(problem, arrays))
+
+    def params(self, problem: ConvProblem, views: dict[str, Any], workspace: Any) -> InvokeParams:
+        """The invoker's arguments from checked views (as the caller names them)."""
+        return InvokeParams(
+            problem=problem.canonical, workspace=workspace, **_canonical(problem, views)
+        )
 
     def workspace(self, workspace: Any, needed: int) -> Any:
         """The caller's workspace checked to hold ``needed`` bytes, or a new one."""
@@ -115,6 +122,12 @@ class Runner:
                 reg.name, "run", exc, plugin=f"{reg.plugin} ({reg.distribution} {reg.version})"
             ) from exc
         backend.blend(target, scratch, alpha, beta)
+
+
+def _canonical(problem: ConvProblem, views: dict[str, Any]) -> dict[str, Any]:
+    if problem.is_transposed:
+        return {"x": views["y"], "w": views["w"], "y": views["x"]}
+    return views
 
 
 def _culprit(reg: RegisteredSolver) -> str:

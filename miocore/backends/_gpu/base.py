@@ -41,7 +41,6 @@ from miocore.db.kernel_cache import CacheKeyParts, KernelCache, cache_disabled, 
 from miocore.errors import (
     CompileError,
     InvalidArgumentError,
-    InvalidEnvironmentError,
     MiocoreError,
 )
 from miocore.problem.descriptors import TensorDescriptor
@@ -234,19 +233,14 @@ class CapturedGraph:
 
 
 def compile_parallel_level() -> int:
-    """``MIOCORE_COMPILE_PARALLEL_LEVEL``: threads compiling at once (default: CPUs, max 16)."""
-    raw = os.environ.get("MIOCORE_COMPILE_PARALLEL_LEVEL", "").strip()
-    if not raw:
-        return max(1, min(os.cpu_count() or 1, 16))
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise InvalidEnvironmentError(
-            "expected an integer >= 1", field="MIOCORE_COMPILE_PARALLEL_LEVEL", value=raw
-        )
-    return value
+    """``MIOCORE_COMPILE_PARALLEL_LEVEL`` (or MIOpen's name): threads compiling at once.
+
+    Default: the CPUs, at most 16. A value below 1 (``-3``) or not a number raises
+    :class:`~miocore.InvalidEnvironmentError` naming the variable.
+    """
+    from miocore import env
+
+    return env.positive_int("MIOCORE_COMPILE_PARALLEL_LEVEL", max(1, min(os.cpu_count() or 1, 16)))
 
 
 class GpuBackend:
@@ -521,6 +515,14 @@ class GpuBackend:
     def check_array(self, desc: TensorDescriptor, array: Any, field: str) -> Any:
         """Check a caller's tensor against ``desc`` (shape, dtype, strides, device)."""
         return view_of(self, desc, array, field)
+
+    def rebind(self, view: Any, array: Any, ptr: int) -> Any:
+        """``view`` (a checked view of a tensor of the same shape, dtype, strides and device
+        as ``array``) moved to ``array``'s memory at ``ptr``, without checking again; None
+        where that cannot be done (the caller checks in full)."""
+        if type(view) is not DeviceTensor:
+            return None
+        return DeviceTensor(ptr, view.desc, view.nbytes, array)
 
     def empty(self, desc: TensorDescriptor) -> GpuArray:
         """New uninitialised device memory for ``desc`` (its strides, its element space)."""
