@@ -157,12 +157,14 @@ def run_one(name: str, dtype_name: str, modes: list[str], iters: int) -> list[di
     for m in (ref, mio):
         m.zero_grad(set_to_none=True)
         loss_of(m(x)).backward()
-    errs = [
-        rel(b.weight.grad, a.weight.grad)
-        for a, b in zip(ref.modules(), mio.modules(), strict=True)
+    named = [
+        (name, rel(b.weight.grad, a.weight.grad))
+        for (name, a), b in zip(ref.named_modules(), mio.modules(), strict=True)
         if isinstance(a, nn.modules.conv._ConvNd) and a.weight.grad is not None
     ]
+    errs = [e for _, e in named]
     row["weight_grad_rel_err_max"] = max(errs)
+    row["worst_weight_grads"] = sorted(named, key=lambda pair: -pair[1])[:3]
     row["correct"] = max(row["output_rel_err"], *errs) < TOLERANCE[dtype_name]
     out = [row]
     print(json.dumps(row), flush=True)

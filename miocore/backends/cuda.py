@@ -232,7 +232,8 @@ class CudaDriver(VendorDriver):
 
     def load(self, binary: bytes) -> Any:
         self._make_current()
-        return _check(_cu.cuModuleLoadData(binary), "cuModuleLoadData")
+        with relaxed_capture():
+            return _check(_cu.cuModuleLoadData(binary), "cuModuleLoadData")
 
     def function(self, module: Any, name: str) -> Any:
         return _check(_cu.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction")
@@ -316,7 +317,8 @@ class CudaDriver(VendorDriver):
         except ImportError:
             pass
         else:
-            return CublasGemm(_NvmathCublas(nvmath_cublas))
+            with relaxed_capture():
+                return CublasGemm(_NvmathCublas(nvmath_cublas))
         try:
             import cupy
             from cupy_backends.cuda.libs import cublas
@@ -325,7 +327,8 @@ class CudaDriver(VendorDriver):
                 f"cuBLAS needs nvmath-python or CuPy: install 'miocore[cuda-blas]' ({exc})"
             )
             return False
-        return CublasGemm(_CupyCublas(cublas, cupy))
+        with relaxed_capture():
+            return CublasGemm(_CupyCublas(cublas, cupy))
 
 
 def _ceilings(index: int) -> Ceilings:
@@ -415,6 +418,19 @@ class _CupyCublas:
     def gemm_strided_batched_ex(self, *args: Any) -> None:
         with self._stream:
             self._module.gemmStridedBatchedEx(*args)
+
+
+@contextlib.contextmanager
+def relaxed_capture() -> Any:
+    """Let this thread load a module or create a library handle while a stream of the process
+    is being captured (a caller's CUDA graph, recording a first call that builds its invoker):
+    CUDA refuses such calls in the default (global) capture mode."""
+    relaxed = _cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+    previous = _check(_cu.cuThreadExchangeStreamCaptureMode(relaxed), "cuThreadExchange")
+    try:
+        yield
+    finally:
+        _cu.cuThreadExchangeStreamCaptureMode(previous)
 
 
 def open_cuda(index: int = 0, stream: Any = None) -> GpuBackend:
