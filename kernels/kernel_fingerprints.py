@@ -151,6 +151,7 @@ def _nvdisasm(explicit: str | None) -> str:
 
 
 _SYMBOL = re.compile(r"\b_Z\w+|\$\w+")
+_COMMENT = re.compile(r"/\*.*?\*/")
 
 
 def _sass(nvdisasm: str, cubin: Path, kernel: str) -> str:
@@ -164,8 +165,7 @@ def _sass(nvdisasm: str, cubin: Path, kernel: str) -> str:
             inside = kernel in line
             continue
         if inside:
-            code = line.split("/*", 1)[0] if "/*" in line else line
-            code = _SYMBOL.sub("SYM", code.strip())
+            code = _SYMBOL.sub("SYM", _COMMENT.sub("", line).strip())
             if code:
                 lines.append(code)
     return "\n".join(lines)
