@@ -1,11 +1,11 @@
 """``direct.depthwise``: depthwise convolutions (groups == input channels) on the CPU.
 
-One compiled kernel per direction and memory order (:mod:`miocore_direct.depthwise_kernels`):
-vectorised over channels for channels-last tensors, along image rows for channels-first ones,
-threads over output rows or channel planes. No per-group Python loop, no padded copy. Float32
-tensors whose memory order matches the kernel are read and written in place; float16/bfloat16
-(or strided) tensors are staged once in float32 in the workspace, and the result is rounded
-once. Any channel multiplier (K = C * M), any 2-D filter, stride, padding and dilation.
+One compiled kernel per direction (:mod:`miocore_direct.depthwise_kernels`), vectorised over
+channels, threads over output rows. No per-group Python loop, no padded copy. Packed float32
+NHWC tensors are read and written in place; NCHW, float16/bfloat16 or strided tensors are
+staged once in float32 channels-last order in the workspace (a transpose is far cheaper than
+a kernel walking short NCHW rows, see the kernels' module), and the result is rounded once.
+Any channel multiplier (K = C * M), any 2-D filter, stride, padding and dilation.
 """
 
 from __future__ import annotations
@@ -37,21 +37,26 @@ WEIGHT_PARTS = 16
 _ALIGN = 64  # bytes between workspace regions
 
 # Cost model, measured on the 2-core development machine (docs/performance.md, CPU section):
-# the kernels sustain about this many float32 multiply-adds per ns per thread, and every call
-# pays the numba dispatch and the thread-pool wake-up.
-_MACS_PER_NS = {True: 2.0, False: 1.2}  # keyed by channels-last
+# the kernels sustain about this many float32 multiply-adds per ns per thread (AVX2-width
+# loops, load-bound), staging copies move about this many GB/s, and every call pays the numba
+# dispatch and the thread-pool wake-up.
+_MACS_PER_NS = 8.0
+_STAGE_GBPS = 4.0
 _CALL_MS = 0.02
 
 
-def _memory_order(array: np.ndarray, channels_last: bool) -> np.ndarray:
-    """The logical (N, C, H, W) array as a view in the kernel's memory order."""
-    return array.transpose(0, 2, 3, 1) if channels_last else array
+def _channels_last(array: np.ndarray) -> np.ndarray:
+    """The logical (N, C, H, W) array as an (N, H, W, C) view."""
+    return array.transpose(0, 2, 3, 1)
 
 
-def _in_place(desc: Any, channels_last: bool) -> bool:
-    """Whether arrays of ``desc`` can be handed to the kernel without a float32 copy."""
-    wanted = "NHWC" if channels_last else "NCHW"
-    return desc.dtype is DataType.FLOAT32 and desc.is_packed and desc.layout == wanted
+def _in_place(desc: Any) -> bool:
+    """Whether arrays of ``desc`` can be handed to the kernels without a float32 copy."""
+    return desc.dtype is DataType.FLOAT32 and desc.is_packed and desc.layout == "NHWC"
+
+
+def _packed_float32_nchw(array: np.ndarray) -> bool:
+    return array.dtype == np.float32 and array.flags.c_contiguous
 
 
 class _Plan:
@@ -59,7 +64,6 @@ class _Plan:
 
     def __init__(self, p: ConvProblem) -> None:
         self.direction = p.direction
-        self.channels_last = p.x.layout == "NHWC"
         self.n, self.c, self.k = p.n, p.c, p.k
         self.mult = p.k // p.c
         self.ins, self.outs, self.filt = p.in_spatial, p.out_spatial, p.filter_spatial
@@ -69,15 +73,15 @@ class _Plan:
             *p.conv.pads,
             *p.conv.dilations,
         )
-        self.x_direct = _in_place(p.x, self.channels_last)
-        self.y_direct = _in_place(p.y, self.channels_last)
+        self.x_direct = _in_place(p.x)
+        self.y_direct = _in_place(p.y)
         # Workspace regions in float32 elements: weights, x copy, y copy, partial sums.
         taps = math.prod(self.filt)
         weights = self.k * taps
         x_elems = 0 if self.x_direct else self.n * self.c * math.prod(self.ins)
         y_elems = 0 if self.y_direct else self.n * self.k * math.prod(self.outs)
         self.parts = 0
-        if self.direction is Direction.BACKWARD_WEIGHTS and self.channels_last:
+        if self.direction is Direction.BACKWARD_WEIGHTS:
             self.parts = max(1, min(WEIGHT_PARTS, self.n * self.outs[0]))
         partial = self.parts * weights
         self.sizes = (weights, x_elems, y_elems, partial)
@@ -91,8 +95,8 @@ class _Plan:
 
     def predicted_ms(self, threads: int) -> float:
         """The kernels' measured multiply-add rate plus the float32 staging copies."""
-        rate = _MACS_PER_NS[self.channels_last] * 1e6 * max(1, threads)
-        staged = sum(self.sizes[1:3]) * 8 / 5e6  # bytes read + written at ~5 GB/s
+        rate = _MACS_PER_NS * 1e6 * max(1, threads)
+        staged = sum(self.sizes[1:3]) * 8 / (_STAGE_GBPS * 1e6)  # bytes read + written
         return self.macs / rate + staged + _CALL_MS
 
     def buffers(self, workspace: Any) -> list[np.ndarray]:
@@ -107,23 +111,33 @@ class _Plan:
     def tensor(self, array: np.ndarray, direct: bool, region: np.ndarray, load: bool) -> Any:
         """The kernel's float32 view of a caller's tensor: the array itself when ``direct``,
         else a workspace region in memory order (filled from ``array`` when ``load``)."""
-        view = _memory_order(array, self.channels_last)
+        view = _channels_last(array)
         if direct:
             return view
         staged = region.reshape(view.shape)
         if load:
-            np.copyto(staged, view, casting="unsafe")
+            if _packed_float32_nchw(array):
+                from miocore_direct.depthwise_kernels import nchw_to_nhwc
+
+                nchw_to_nhwc(array, staged)
+            else:
+                np.copyto(staged, view, casting="unsafe")
         return staged
 
-    def staged_weights(self, w: np.ndarray, region: np.ndarray) -> np.ndarray:
-        """w (K, 1, FY, FX) as float32 (FY, FX, K) for channels-last kernels, else (K, FY, FX)."""
-        flat = w.reshape(self.k, *self.filt)
-        if self.channels_last:
-            staged = region.reshape(*self.filt, self.k)
-            np.copyto(staged, flat.transpose(1, 2, 0), casting="unsafe")
+    @staticmethod
+    def store(staged: np.ndarray, array: np.ndarray) -> None:
+        """Write a staged (N, H, W, C) float32 result to the caller's logical array."""
+        if _packed_float32_nchw(array):
+            from miocore_direct.depthwise_kernels import nhwc_to_nchw
+
+            nhwc_to_nchw(staged, array)
         else:
-            staged = region.reshape(self.k, *self.filt)
-            np.copyto(staged, flat, casting="unsafe")
+            np.copyto(_channels_last(array), staged, casting="unsafe")
+
+    def staged_weights(self, w: np.ndarray, region: np.ndarray) -> np.ndarray:
+        """w (K, 1, FY, FX) as float32 (FY, FX, K)."""
+        staged = region.reshape(*self.filt, self.k)
+        np.copyto(staged, w.reshape(self.k, *self.filt).transpose(1, 2, 0), casting="unsafe")
         return staged
 
 
@@ -140,33 +154,27 @@ class _DepthwiseInvoker:
         plan = self.plan
         w_region, x_region, y_region, partial_region = plan.buffers(params.workspace)
         geometry = plan.geometry
-        suffix = "nhwc" if plan.channels_last else "nchw"
         if plan.direction is Direction.FORWARD:
             wt = plan.staged_weights(params.w, w_region)
             x = plan.tensor(params.x, plan.x_direct, x_region, load=True)
             y = plan.tensor(params.y, plan.y_direct, y_region, load=False)
-            getattr(kernels, f"forward_{suffix}")(x, wt, y, *geometry)
+            kernels.forward_nhwc(x, wt, y, *geometry)
             if not plan.y_direct:
-                np.copyto(_memory_order(params.y, plan.channels_last), y, casting="unsafe")
+                plan.store(y, params.y)
         elif plan.direction is Direction.BACKWARD_DATA:
             wt = plan.staged_weights(params.w, w_region)
             dy = plan.tensor(params.y, plan.y_direct, y_region, load=True)
             dx = plan.tensor(params.x, plan.x_direct, x_region, load=False)
-            getattr(kernels, f"backward_data_{suffix}")(dy, wt, dx, *geometry)
+            kernels.backward_data_nhwc(dy, wt, dx, *geometry)
             if not plan.x_direct:
-                np.copyto(_memory_order(params.x, plan.channels_last), dx, casting="unsafe")
+                plan.store(dx, params.x)
         else:
             x = plan.tensor(params.x, plan.x_direct, x_region, load=True)
             dy = plan.tensor(params.y, plan.y_direct, y_region, load=True)
-            target = params.w.reshape(plan.k, *plan.filt)
-            if plan.channels_last:
-                partial = partial_region.reshape(plan.parts, *plan.filt, plan.k)
-                kernels.backward_weights_nhwc(x, dy, partial, *geometry)
-                np.copyto(target, partial.sum(axis=0).transpose(2, 0, 1), casting="unsafe")
-            else:
-                dw = w_region.reshape(plan.k, *plan.filt)
-                kernels.backward_weights_nchw(x, dy, dw, *geometry)
-                np.copyto(target, dw, casting="unsafe")
+            partial = partial_region.reshape(plan.parts, *plan.filt, plan.k)
+            kernels.backward_weights_nhwc(x, dy, partial, *geometry)
+            total = np.sum(partial, axis=0, out=w_region.reshape(*plan.filt, plan.k))
+            np.copyto(params.w.reshape(plan.k, *plan.filt), total.transpose(2, 0, 1), "unsafe")
 
 
 def _apply_threads(handle: Any) -> None:
