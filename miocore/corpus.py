@@ -10,13 +10,13 @@ from __future__ import annotations
 import functools
 import gzip
 import json
-import os
 import random
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from miocore import env
 from miocore.problem.conv import ConvProblem
 
 CORPUS_NAME = "miopen_problems.jsonl.gz"
@@ -25,7 +25,7 @@ _DTYPES = {"FP32": "float32", "FP16": "float16", "BF16": "bfloat16"}
 
 def find_corpus() -> Path | None:
     """The corpus file, from ``MIOCORE_CORPUS`` or ``shared/corpus/`` beside a parent folder."""
-    override = os.environ.get("MIOCORE_CORPUS")
+    override = env.get("MIOCORE_CORPUS")
     if override:
         path = Path(override)
         return path if path.is_file() else None

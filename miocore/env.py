@@ -1,12 +1,65 @@
-"""Environment switches (``MIOCORE_*``), parsed strictly: a bad value is an error naming it."""
+"""Environment switches (``MIOCORE_*``), parsed strictly: a bad value is an error naming it.
+
+MIOpen's own names (``MIOPEN_FIND_MODE``, ``MIOPEN_USER_DB_PATH``, ...) are honoured as
+aliases: :func:`get` is the one lookup every reader uses. A ``MIOCORE_*`` value wins over its
+alias; when both are set and differ, the conflict is logged once.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 from enum import IntEnum
 from typing import Any
 
 from miocore.errors import InvalidEnvironmentError
+
+_log = logging.getLogger(__name__)
+
+_CONV_FAMILIES = ("DIRECT", "WINOGRAD", "IMPLICIT_GEMM", "FFT", "GEMM")
+
+#: ``MIOCORE_*`` switch -> the MIOpen variable honoured in its place (same values).
+MIOPEN_ALIASES: dict[str, str] = {
+    "MIOCORE_FIND_MODE": "MIOPEN_FIND_MODE",
+    "MIOCORE_FIND_ENFORCE": "MIOPEN_FIND_ENFORCE",
+    "MIOCORE_FIND_ONLY_SOLVER": "MIOPEN_DEBUG_FIND_ONLY_SOLVER",
+    "MIOCORE_USER_DB_PATH": "MIOPEN_USER_DB_PATH",
+    "MIOCORE_SYSTEM_DB_PATH": "MIOPEN_SYSTEM_DB_PATH",
+    "MIOCORE_LOG_LEVEL": "MIOPEN_LOG_LEVEL",
+    "MIOCORE_DISABLE_CACHE": "MIOPEN_DISABLE_CACHE",
+    "MIOCORE_KERNEL_CACHE_PATH": "MIOPEN_CUSTOM_CACHE_DIR",
+    "MIOCORE_COMPILE_PARALLEL_LEVEL": "MIOPEN_COMPILE_PARALLEL_LEVEL",
+    **{f"MIOCORE_DEBUG_CONV_{f}": f"MIOPEN_DEBUG_CONV_{f}" for f in _CONV_FAMILIES},
+}
+
+_conflicts_logged: set[str] = set()
+
+
+def lookup(name: str) -> tuple[str, str] | None:
+    """``(variable, value)`` of switch ``name`` or of its MIOpen alias; None when neither is set.
+
+    Blank values count as unset. The variable is returned so an error can name the one the
+    user actually set.
+    """
+    own = os.environ.get(name, "")
+    alias = MIOPEN_ALIASES.get(name)
+    other = os.environ.get(alias, "") if alias else ""
+    if own.strip():
+        conflict = bool(alias) and bool(other.strip()) and other.strip() != own.strip()
+        if conflict and name not in _conflicts_logged:
+            _conflicts_logged.add(name)
+            _log.warning("%s=%r and %s=%r disagree: %s wins", name, own, alias, other, name)
+        return name, own
+    if alias and other.strip():
+        return alias, other
+    return None
+
+
+def get(name: str, default: str = "") -> str:
+    """The value of switch ``name`` (a ``MIOCORE_*`` name), else of its MIOpen alias, else
+    ``default``. Every reader of a ``MIOCORE_*`` variable goes through this."""
+    found = lookup(name)
+    return found[1] if found is not None else default
 
 
 class FindMode(IntEnum):
@@ -63,19 +116,23 @@ def _parse_enum(cls: Any, value: Any, field: str, reserved: dict[int, str] | Non
 
 
 def find_mode() -> FindMode:
-    """``MIOCORE_FIND_MODE`` (default DYNAMIC_HYBRID)."""
-    raw = os.environ.get("MIOCORE_FIND_MODE", "").strip()
-    return FindMode.parse(raw) if raw else FindMode.DYNAMIC_HYBRID
+    """``MIOCORE_FIND_MODE`` or ``MIOPEN_FIND_MODE`` (default DYNAMIC_HYBRID)."""
+    found = lookup("MIOCORE_FIND_MODE")
+    if found is None:
+        return FindMode.DYNAMIC_HYBRID
+    return FindMode.parse(found[1].strip(), found[0])
 
 
 def find_enforce() -> FindEnforce:
-    """``MIOCORE_FIND_ENFORCE`` (default NONE)."""
-    raw = os.environ.get("MIOCORE_FIND_ENFORCE", "").strip()
-    return FindEnforce.parse(raw) if raw else FindEnforce.NONE
+    """``MIOCORE_FIND_ENFORCE`` or ``MIOPEN_FIND_ENFORCE`` (default NONE)."""
+    found = lookup("MIOCORE_FIND_ENFORCE")
+    if found is None:
+        return FindEnforce.NONE
+    return FindEnforce.parse(found[1].strip(), found[0])
 
 
 def _names(var: str) -> frozenset[str]:
-    raw = os.environ.get(var, "")
+    raw = get(var)
     return frozenset(part.strip() for part in raw.split(",") if part.strip())
 
 
@@ -86,7 +143,7 @@ def disabled_plugins() -> frozenset[str]:
 
 def only_solver() -> str | None:
     """``MIOCORE_FIND_ONLY_SOLVER``: restrict find and immediate mode to one solver name or id."""
-    raw = os.environ.get("MIOCORE_FIND_ONLY_SOLVER", "").strip()
+    raw = get("MIOCORE_FIND_ONLY_SOLVER").strip()
     return raw or None
 
 
@@ -95,10 +152,11 @@ _FALSE = {"0", "false", "no", "off", "disabled"}
 
 
 def flag(var: str, default: bool) -> bool:
-    """A boolean switch: 1/0, true/false, yes/no, on/off."""
-    raw = os.environ.get(var)
-    if raw is None or not raw.strip():
+    """A boolean switch: 1/0, true/false, yes/no, on/off (or its MIOpen alias)."""
+    found = lookup(var)
+    if found is None:
         return default
+    var, raw = found
     text = raw.strip().lower()
     if text in _TRUE:
         return True
@@ -115,10 +173,11 @@ def algorithm_enabled(algorithm: str) -> bool:
 
 
 def positive_int(var: str, default: int) -> int:
-    """An integer switch that must be >= 1."""
-    raw = os.environ.get(var, "").strip()
-    if not raw:
+    """An integer switch that must be >= 1 (or its MIOpen alias)."""
+    found = lookup(var)
+    if found is None:
         return default
+    var, raw = found[0], found[1].strip()
     try:
         value = int(raw)
     except ValueError:

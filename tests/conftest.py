@@ -1,4 +1,4 @@
-"""Every test runs with its own empty user database and no MIOCORE_* switches set."""
+"""Every test runs with its own empty user database and no MIOCORE_*/MIOPEN_* switches set."""
 
 from __future__ import annotations
 
@@ -14,7 +14,10 @@ sys.path.insert(0, str(Path(__file__).parent))  # tests import fake_solvers
 @pytest.fixture(autouse=True)
 def _isolated_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
-        if name.startswith("MIOCORE_") and name not in ("MIOCORE_CORPUS", "MIOCORE_EXPECT_PLUGINS"):
+        if name.startswith(("MIOCORE_", "MIOPEN_")) and name not in (
+            "MIOCORE_CORPUS",
+            "MIOCORE_EXPECT_PLUGINS",
+        ):
             monkeypatch.delenv(name)
     monkeypatch.setenv("MIOCORE_USER_DB_PATH", str(tmp_path / "user-db"))
     monkeypatch.setenv("MIOCORE_SYSTEM_DB_PATH", str(tmp_path / "system-db"))

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import attrs
 
+from miocore import env
 from miocore.errors import InvalidEnvironmentError
 
 log = logging.getLogger("miocore.db.kernel_cache")
@@ -45,7 +46,7 @@ _DEFAULT_MAX_MB = 1024
 
 def cache_disabled() -> bool:
     """Whether ``MIOCORE_DISABLE_CACHE`` turns the binary cache off (1, true, yes, on)."""
-    raw = os.environ.get("MIOCORE_DISABLE_CACHE", "").strip().lower()
+    raw = env.get("MIOCORE_DISABLE_CACHE", "").strip().lower()
     if raw in ("", "0", "false", "no", "off"):
         return False
     if raw in ("1", "true", "yes", "on"):
@@ -57,7 +58,7 @@ def cache_disabled() -> bool:
 
 def default_cache_dir() -> Path:
     """``MIOCORE_KERNEL_CACHE_PATH`` or the per-user cache folder's ``kernels/``."""
-    override = os.environ.get("MIOCORE_KERNEL_CACHE_PATH", "").strip()
+    override = env.get("MIOCORE_KERNEL_CACHE_PATH", "").strip()
     if override:
         return Path(override).expanduser()
     import platformdirs
@@ -67,7 +68,7 @@ def default_cache_dir() -> Path:
 
 def default_max_bytes() -> int:
     """``MIOCORE_KERNEL_CACHE_MAX_MB`` in bytes (default 1024 MiB)."""
-    raw = os.environ.get("MIOCORE_KERNEL_CACHE_MAX_MB", "").strip()
+    raw = env.get("MIOCORE_KERNEL_CACHE_MAX_MB", "").strip()
     if not raw:
         return _DEFAULT_MAX_MB << 20
     try:

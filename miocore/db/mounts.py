@@ -14,6 +14,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from miocore import env
+
 #: File system types (``/proc/mounts`` third field) that are shared between hosts.
 NETWORK_FSTYPES = frozenset(
     {
@@ -101,7 +103,7 @@ def is_network_path(path: Path | str, mounts: Iterable[tuple[str, str]] | None =
     ``mounts`` is a parsed mounts table (:func:`parse_mounts`); by default this machine's.
     ``MIOCORE_DB_NETWORK=1`` / ``0`` overrides the detection (a FUSE mount of unknown kind).
     """
-    forced = os.environ.get("MIOCORE_DB_NETWORK", "").strip().lower()
+    forced = env.get("MIOCORE_DB_NETWORK", "").strip().lower()
     if forced in ("1", "true", "yes", "on"):
         return True
     if forced in ("0", "false", "no", "off"):

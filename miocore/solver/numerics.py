@@ -22,11 +22,11 @@ Errors are relative: max abs difference over max abs reference, as
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any
 
+from miocore import env
 from miocore.errors import InvalidArgumentError, InvalidEnvironmentError
 from miocore.problem.conv import ConvProblem, Direction
 from miocore.problem.dtypes import DataType
@@ -100,7 +100,7 @@ class AccuracyPolicy(StrEnum):
 
 def accuracy_from_env() -> AccuracyPolicy:
     """``MIOCORE_ACCURACY`` (default ``default``); a bad value is an error naming it."""
-    raw = os.environ.get("MIOCORE_ACCURACY", "").strip()
+    raw = env.get("MIOCORE_ACCURACY", "").strip()
     if not raw:
         return AccuracyPolicy.DEFAULT
     try:

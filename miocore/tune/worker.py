@@ -13,6 +13,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from miocore import env
 from miocore.errors import MiocoreError
 from miocore.problem.conv import ConvProblem
 from miocore.tune.shards import append_log, done_tasks, shard_dir
@@ -40,7 +41,7 @@ def worker_identity() -> tuple[str, int | None]:
 def pick_device(devices: list[str], index: int | None) -> str:
     """The device this worker is pinned to: ``MIOCORE_TUNE_DEVICE`` when the worker's
     environment sets it, else the run's devices by worker index (one worker per device)."""
-    pinned = os.environ.get("MIOCORE_TUNE_DEVICE", "").strip()
+    pinned = env.get("MIOCORE_TUNE_DEVICE", "").strip()
     if pinned:
         return pinned
     return devices[(index or 0) % len(devices)]
