@@ -523,19 +523,21 @@ def test_export_import_round_trips(db: FindDb, dirs: tuple[Path, Path], tmp_path
         (f"{key()}=a.b:nan,0,gemm", "time"),
     ],
 )
-def test_import_reports_the_bad_line_and_imports_nothing(
+def test_strict_import_reports_the_bad_line_and_imports_nothing(
     db: FindDb, tmp_path: Path, bad: str, reason: str
 ) -> None:
     db.write(key(n=3), [entry("keep.me", 1.0)])
     src = tmp_path / "in.txt"
     src.write_text(f"{BRIEF_LINE}\n\n{bad}\n{key(n=5)}=ok.one:1,0,gemm\n")
     with pytest.raises(TextFormatError, match=reason) as info:
-        db.import_text(src)
+        db.import_text(src, strict=True)
     assert info.value.line == 3 and "line=3" in str(info.value)
     assert isinstance(info.value, DatabaseError)
     assert db.keys() == [key(n=3)]
-    result = db.import_text(src, skip_bad_lines=True)
+    # By default the good lines go in and the bad one is reported.
+    result = db.import_text(src)
     assert result.records == 2 and [b.line for b in result.skipped] == [3]
+    assert result.skipped_total == 1 and reason in result.skipped[0].reason
     assert sorted(db.keys()) == sorted([key(), key(n=3), key(n=5)])
 
 
@@ -543,7 +545,7 @@ def test_import_error_lists_every_bad_line(db: FindDb, tmp_path: Path) -> None:
     src = tmp_path / "in.txt"
     src.write_text(f"junk\n{BRIEF_LINE}\nmore junk\n")
     with pytest.raises(TextFormatError, match="1 more bad line") as info:
-        db.import_text(src)
+        db.import_text(src, strict=True)
     assert [b.line for b in info.value.bad_lines] == [1, 3]
 
 
@@ -709,4 +711,4 @@ def test_text_round_trip_on_real_miopen_keys(db: FindDb, tmp_path: Path) -> None
     bad = next(r for r in corpus.load_rows() if not r["consistent"])
     src.write_text(f"{bad['miopen_key']}=x.y:1,0,gemm\n")
     with pytest.raises(TextFormatError, match="bad key"):
-        db.import_text(src)
+        db.import_text(src, strict=True)

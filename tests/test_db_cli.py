@@ -149,18 +149,20 @@ def test_export_import_round_trip(
     ]
 
 
-def test_import_bad_line_fails_with_its_number(
+def test_import_skips_bad_lines_and_strict_refuses_them(
     dirs: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     src = tmp_path / "bad.txt"
     src.write_text(f"{key()}=a.b:1,0,gemm\n{key(n=2)}=a.b:oops,0,gemm\n")
-    assert main("db", "import", *dirs, str(src)) == 1
+    assert main("db", "import", *dirs, str(src), "--strict") == 1
     err = capsys.readouterr().err
     assert "line=2" in err and "bad time" in err
     assert FindDb(DEVICE, user_dir=tmp_path / "user").keys() == []
-    assert main("db", "import", *dirs, str(src), "--skip-bad-lines") == 0
+    # By default: the good lines go in, exit 0, the skips reported by reason with examples.
+    assert main("db", "import", *dirs, str(src)) == 0
     captured = capsys.readouterr()
     assert "skipped line 2" in captured.err and "skipped 1 bad lines" in captured.out
+    assert "1  malformed entries" in captured.err and "warning" in captured.err
     assert FindDb(DEVICE, user_dir=tmp_path / "user").keys() == [key()]
 
 

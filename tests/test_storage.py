@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -127,16 +125,24 @@ def test_classify_names_the_cause() -> None:
     assert classify(ValueError("something else")) == "other"
 
 
-def test_db_path_reports_the_degraded_state(tmp_path: Path) -> None:
+def _db_cli(*argv: str) -> int:
+    import argparse
+
+    from miocore.cli.db import add_db_parser
+
+    parser = argparse.ArgumentParser(prog="miocore")
+    add_db_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["db", *argv])
+    return args.func(args)
+
+
+def test_db_path_reports_the_degraded_state(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / f"{DEVICE}.db").mkdir()
-    out = subprocess.run(
-        [sys.executable, "-m", "miocore", "db", "path", "--device", DEVICE, "--json"],
-        capture_output=True,
-        text=True,
-        env={"MIOCORE_USER_DB_PATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
-        check=True,
-    )
-    data = json.loads(out.stdout)
+    with pytest.warns(StorageDegradedWarning):
+        assert _db_cli("path", "--device", DEVICE, "--user-db-path", str(tmp_path), "--json") == 0
+    data = json.loads(capsys.readouterr().out)
     assert data["status"]["state"] == "degraded"
     assert data["status"]["cause"] == "not-a-file"
     assert data["user"]["journal_mode"] in ("wal", "delete")
@@ -188,3 +194,42 @@ def test_network_override_by_environment(monkeypatch: pytest.MonkeyPatch) -> Non
     assert is_network_path("/tmp/db", table)
     monkeypatch.setenv("MIOCORE_DB_NETWORK", "0")
     assert not is_network_path("/home/alice", table)
+
+
+# -- size cap -----------------------------------------------------------------------------------
+
+
+def test_size_cap_evicts_least_recently_used_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("MIOCORE_USER_DB_MAX_MB", "0.25")
+    find = FindDb(DEVICE, user_dir=tmp_path, system_dir=tmp_path / "none")
+    perf = PerfDb(DEVICE, user_dir=tmp_path, system_dir=tmp_path / "none")
+    wide = [entry(f"solver.{j:03d}", float(j)) for j in range(60)]
+    find.write(key(1), wide)
+    perf.put(key(1), "solver.000", '{"t":1}', {})
+    for n in range(2, 200):
+        if n % 10 == 0:
+            assert find.record(key(1)) is not None  # key 1 stays in use
+        find.write(key(n), wide)
+    usage = find.usage()
+    assert usage["live_bytes"] <= 0.25 * 2**20
+    assert usage["evicted_keys"] > 50
+    assert find.user_path.stat().st_size <= 0.4 * 2**20  # pages given back to the disk
+    kept = set(find.keys())
+    assert key(1) in kept and key(199) in kept  # used recently, and written last
+    assert key(2) not in kept  # least recently used
+    assert len(kept) + usage["evicted_keys"] == 199
+    assert perf.get(key(1), "solver.000") is not None
+    assert _db_cli("show", "--device", DEVICE, "--user-db-path", str(tmp_path)) == 0
+    out = capsys.readouterr().out
+    assert "size cap 0.25 MiB" in out and f"{usage['evicted_keys']:,} keys evicted" in out
+
+
+def test_a_bad_size_cap_names_the_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from miocore.errors import InvalidEnvironmentError
+
+    monkeypatch.setenv("MIOCORE_USER_DB_MAX_MB", "-3")
+    find = FindDb(DEVICE, user_dir=tmp_path, system_dir=tmp_path / "none")
+    with pytest.raises(InvalidEnvironmentError, match="MIOCORE_USER_DB_MAX_MB"):
+        find.write(key(), [entry("a.one", 1.0)])

@@ -71,11 +71,19 @@ def add_db_parser(subparsers: Any) -> None:
     imp = sub.add_parser(
         "import",
         parents=[common],
-        help="import a MIOpen text FindDb into the user layer (replaces the records of its keys)",
+        help="import a MIOpen text FindDb (.fdb.txt, .bz2, .gz) into the user layer "
+        "(replaces the records of its keys); lines that cannot be imported are skipped and "
+        "reported by reason",
+        description="The device defaults to the one in MIOpen's file name "
+        "(gfx942130.HIP.fdb.txt -> gfx942130); a file named for another device than --device "
+        "is refused.",
     )
     imp.add_argument("file", type=Path)
     imp.add_argument(
-        "--skip-bad-lines", action="store_true", help="import the good lines, report the bad"
+        "--strict", action="store_true", help="import nothing if any line cannot be imported"
+    )
+    imp.add_argument(
+        "--skip-bad-lines", action="store_true", help="the default; kept for older scripts"
     )
 
     merge = sub.add_parser(
@@ -185,9 +193,12 @@ def _cmd_show(args: argparse.Namespace) -> int:
         perf_entries = [
             e for layer in layers for e in perf.items(layer) if not args.key or e.key == args.key
         ]
+    usage = find.usage()
     if args.json:
         out: dict[str, Any] = {
             "device": find.device,
+            "user_usage": usage,
+            "status": find.status.as_dict(),
             "find_db": [
                 {
                     "key": r.key,
@@ -230,6 +241,16 @@ def _cmd_show(args: argparse.Namespace) -> int:
     if not console.is_terminal:
         # Piped or captured: no terminal width to respect, so never cut a cell short.
         console = Console(highlight=False, width=200)
+    cap = usage["max_bytes"]
+    console.print(
+        f"user layer: {usage['measured_keys']:,} measured and {usage['imported_keys']:,} "
+        f"imported keys, {usage['live_bytes']:,} bytes; size cap "
+        + (f"{cap / 2**20:g} MiB" if cap else "none (MIOCORE_USER_DB_MAX_MB)")
+        + f", {usage['evicted_keys']:,} keys evicted so far",
+        soft_wrap=True,
+    )
+    if not find.status.ok:
+        console.print(f"user layer {find.status.line()}", soft_wrap=True)
     if not records:
         where = ", ".join(str(p) for p in _layer_paths(find, layers))
         console.print(
@@ -282,17 +303,43 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 def _report_skipped(skipped: Any) -> None:
     for bad in skipped:
-        print(f"skipped line {bad.line}: {bad.reason}", file=sys.stderr)
+        text = bad.text if len(bad.text) <= 100 else bad.text[:97] + "..."
+        print(f"skipped line {bad.line}: {bad.reason}\n    {text}", file=sys.stderr)
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
+    from miocore.db.imported import device_from_filename
+
+    named = device_from_filename(args.file.name)
+    if args.device is None:
+        if named is None:
+            print(
+                f"miocore db import: warning: {args.file.name} does not name a device; importing "
+                f"into this CPU's database ({_default_device()}); pass --device for a GPU's",
+                file=sys.stderr,
+            )
+        args.device = named
     find, _ = _dbs(args)
-    result = find.import_text(args.file, skip_bad_lines=args.skip_bad_lines)
-    _report_skipped(result.skipped)
+    result = find.import_text(args.file, strict=args.strict)
+    rate = result.lines / result.seconds if result.seconds else 0.0
     print(
-        f"imported {result.records} records ({result.entries} entries) into {find.user_path}"
-        + (f"; skipped {len(result.skipped)} bad lines" if result.skipped else "")
+        f"imported {result.records} records ({result.entries} entries) into {find.user_path} "
+        f"(device {find.device}; {result.lines:,} lines in {result.seconds:.2f} s, "
+        f"{rate:,.0f} lines/s)"
+        + (f"; skipped {result.skipped_total} bad lines" if result.skipped_total else "")
     )
+    if result.skipped_total:
+        print(
+            f"miocore db import: warning: skipped {result.skipped_total} lines that cannot be "
+            "imported (--strict to import nothing then):",
+            file=sys.stderr,
+        )
+        for reason, count in sorted(result.skip_counts.items(), key=lambda kv: -kv[1]):
+            print(f"  {count:>7,}  {reason}", file=sys.stderr)
+        _report_skipped(result.skipped)
+    if not find.status.ok:
+        print(f"miocore db import: error: {find.status.line()}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -215,6 +215,7 @@ class LayeredDb:
         self.device = device
         self._user = UserLayer(user, f"miocore databases of {device!r}")
         self._system_warned = False
+        self._touched: set[str] = set()  # keys read since the last write (size cap's LRU)
 
     @classmethod
     def sharing(cls, other: LayeredDb) -> Self:
@@ -225,6 +226,7 @@ class LayeredDb:
         db.device = other.device
         db._user, db._system = other._user, other._system
         db._system_warned = False
+        db._touched = set()
         return db
 
     def __repr__(self) -> str:

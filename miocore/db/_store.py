@@ -33,7 +33,7 @@ T = TypeVar("T")
 
 #: Version of the table layout, kept in ``PRAGMA user_version``. Bump it (and teach
 #: :func:`_create_schema` to upgrade) whenever the tables change.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: The longest a call waits for another process's lock, in seconds (SQLite's busy wait plus
 #: our retries), unless ``MIOCORE_DB_LOCK_TIMEOUT_S`` says otherwise. Past it the user layer
@@ -70,7 +70,27 @@ CREATE TABLE IF NOT EXISTS perf_db (
     PRIMARY KEY (key, solver)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS perf_db_solver ON perf_db (solver);
+CREATE TABLE IF NOT EXISTS find_db_text (
+    key TEXT NOT NULL PRIMARY KEY,
+    body TEXT NOT NULL,
+    import_id INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS imports (
+    id INTEGER PRIMARY KEY,
+    provenance TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS key_usage (
+    key TEXT NOT NULL PRIMARY KEY,
+    used_at REAL NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (
+    name TEXT NOT NULL PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
 """
+# Version 2 added find_db_text (imported records kept as MIOpen's text: compact, exported
+# byte for byte), imports (their provenance, once per import), key_usage (last use of each key,
+# for the size cap's least-recently-used eviction) and meta (counters such as evictions).
 
 
 class DatabaseWarning(UserWarning):
@@ -491,6 +511,9 @@ def _create_schema(conn: sqlite3.Connection, path: Path) -> None:
     _check_version(version, path)
     if version == SCHEMA_VERSION:
         return
+    if version == 0 and not conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone():
+        # A new file: let the size cap give evicted pages back to the file system.
+        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
     for statement in SCHEMA_SQL.split(";"):
         if statement.strip():
             conn.execute(statement)

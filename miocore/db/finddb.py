@@ -30,7 +30,16 @@ from miocore.db._common import (
     provenance_json,
 )
 from miocore.db._store import open_readonly
-from miocore.db.text import BadLine, TextEntry, format_line, parse_lines
+from miocore.db.sizecap import enforce, max_bytes, touch
+from miocore.db.text import (
+    BadLine,
+    TextEntry,
+    TextFormatError,
+    direction_letter,
+    format_line,
+    parse_body,
+    parse_lines,
+)
 from miocore.errors import DatabaseError, InvalidArgumentError
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -96,11 +105,23 @@ class FindDbRecord:
 
 @attrs.frozen(kw_only=True)
 class ImportResult:
-    """What :meth:`FindDb.import_text` did: records and entries written, lines skipped."""
+    """What :meth:`FindDb.import_text` did: records and entries written, lines skipped.
+
+    ``skip_counts`` counts skipped lines per reason; ``skipped`` holds the first examples of
+    each reason (all of them in strict mode's error). ``lines`` read, ``seconds`` taken.
+    """
 
     records: int
     entries: int
     skipped: tuple[BadLine, ...] = ()
+    skip_counts: Mapping[str, int] = attrs.field(factory=dict)
+    lines: int = 0
+    seconds: float = 0.0
+
+    @property
+    def skipped_total(self) -> int:
+        """How many lines were skipped, all reasons together."""
+        return sum(self.skip_counts.values())
 
 
 @attrs.frozen(kw_only=True)
@@ -175,6 +196,80 @@ def _group(rows: Iterator[Sequence[Any]], layer: str) -> Iterator[FindDbRecord]:
         yield FindDbRecord(key=key, layer=layer, entries=tuple(entries))
 
 
+_TEXT_SELECT = (
+    "SELECT t.key, t.body, i.provenance FROM find_db_text t JOIN imports i ON i.id = t.import_id"
+)
+
+
+def _text_rows(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    """Rows of the imported-text tables; none in a file made before they existed."""
+    try:
+        return conn.execute(sql, params).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return []
+        raise
+
+
+def _text_record(key: str, body: str, prov: str, layer: str) -> FindDbRecord:
+    provenance = provenance_from_json(prov)
+    entries = tuple(
+        FindDbEntry(
+            solver=t.solver,
+            algorithm=t.algorithm,
+            time_ms=t.time_ms,
+            workspace_size=t.workspace_size,
+            provenance=provenance,
+        )
+        for t in parse_body(body, direction_letter(key))
+    )
+    return FindDbRecord(key=key, layer=layer, entries=entries)
+
+
+def _format(record: FindDbRecord) -> str:
+    return format_line(
+        record.key,
+        (
+            TextEntry(
+                solver=e.solver,
+                time_ms=e.time_ms,
+                workspace_size=e.workspace_size,
+                algorithm=e.algorithm,
+            )
+            for e in record.entries
+        ),
+    )
+
+
+def clean_text_rows(
+    conn: sqlite3.Connection,
+    key: str | None,
+    solver: str | None,
+    keep: set[str] | None,
+    everything: bool,
+) -> int:
+    """:meth:`FindDb.clean` on imported records: whole rows go, or the solvers' entries leave
+    a record that is rewritten as measured rows; returns the entries deleted."""
+    where, params = ("WHERE t.key = ?", (key,)) if key is not None else ("", ())
+    deleted = 0
+    for k, body, prov in _text_rows(conn, f"{_TEXT_SELECT} {where}", params):
+        record = _text_record(k, body, prov, "user")
+        gone = [
+            e
+            for e in record.entries
+            if everything
+            or ((solver is None or e.solver == solver) and (keep is None or e.solver not in keep))
+        ]
+        if not gone:
+            continue
+        deleted += len(gone)
+        conn.execute("DELETE FROM find_db_text WHERE key = ?", (k,))
+        rest = [e for e in record.entries if e not in gone]
+        if rest:
+            _insert(conn, k, rest, "")
+    return deleted
+
+
 def _fastest_first(entries: Collection[FindDbEntry]) -> list[FindDbEntry]:
     # Stable, documented order: time, then solver name, so every rank sorts alike.
     return sorted(entries, key=lambda e: (e.time_ms, e.solver))
@@ -201,23 +296,35 @@ class FindDb(LayeredDb):
                 f"SELECT key, {_COLUMNS} FROM find_db WHERE key = ? ORDER BY rank, solver",
                 (key,),
             )
-            return next(_group(iter(rows.fetchall()), layer), None)
+            found = next(_group(iter(rows.fetchall()), layer), None)
+            if found is None:
+                text = _text_rows(conn, f"{_TEXT_SELECT} WHERE t.key = ?", (key,))
+                found = _text_record(*text[0], layer) if text else None
+            return found
 
-        if layer == "user":
-            kept = self._read_memory(read, None)
-            if kept is not None:
-                return kept
-        return self._read(layer, read, None)
+        if layer != "user":
+            return self._read(layer, read, None)
+        found = self._read_memory(read, None) or self._read(layer, read, None)
+        if found is not None:
+            self._touched.add(key)  # for the size cap's LRU, written with the next write
+        return found
+
+    def _take_touched(self) -> list[str]:
+        touched, self._touched = self._touched, set()
+        return sorted(touched)
 
     def records(self, key: str) -> list[FindDbRecord]:
         """The records of ``key``: user layer first, then system; only layers that have it."""
         return [r for layer in ("user", "system") if (r := self.record(key, layer)) is not None]
 
     def keys(self, layer: str = "user") -> list[str]:
-        """Every key of one layer, sorted."""
+        """Every key of one layer, sorted (measured and imported records)."""
 
         def read(conn: sqlite3.Connection) -> list[str]:
-            return [r[0] for r in conn.execute("SELECT DISTINCT key FROM find_db ORDER BY key")]
+            measured = {r[0] for r in conn.execute("SELECT DISTINCT key FROM find_db")}
+            return sorted(
+                measured | {r[0] for r in _text_rows(conn, "SELECT key FROM find_db_text")}
+            )
 
         found = self._read(layer, read, [])
         if layer == "user" and self._user.degraded:
@@ -227,18 +334,26 @@ class FindDb(LayeredDb):
     def items(self, layer: str = "user") -> Iterator[FindDbRecord]:
         """Every record of one layer, by key (read as one consistent snapshot)."""
 
-        def read(conn: sqlite3.Connection) -> list[Any]:
-            return conn.execute(
-                f"SELECT key, {_COLUMNS} FROM find_db ORDER BY key, rank, solver"
-            ).fetchall()
+        def read(conn: sqlite3.Connection) -> dict[str, FindDbRecord]:
+            rows = conn.execute(f"SELECT key, {_COLUMNS} FROM find_db ORDER BY key, rank, solver")
+            out = {r.key: r for r in _group(iter(rows.fetchall()), layer)}
+            for key, body, prov in _text_rows(conn, _TEXT_SELECT):
+                out.setdefault(key, _text_record(key, body, prov, layer))
+            return out
 
-        records = _group(iter(self._read(layer, read, [])), layer)
-        if layer != "user" or not self._user.degraded:
-            return records
-        # Records kept in memory (the file failed) replace the file's records of their keys.
-        merged = {r.key: r for r in records}
-        merged.update((r.key, r) for r in _group(iter(self._read_memory(read, [])), layer))
+        merged = self._read(layer, read, {})
+        if layer == "user" and self._user.degraded:
+            # Records kept in memory (the file failed) replace the file's records of their keys.
+            merged.update(self._read_memory(read, {}))
         return iter([merged[k] for k in sorted(merged)])
+
+    def usage(self) -> dict[str, int | None]:
+        """The user file's size and content: measured and imported keys, live bytes, keys
+        evicted by the size cap so far, and the cap (``MIOCORE_USER_DB_MAX_MB``) in bytes."""
+        from miocore.db.sizecap import max_bytes, usage
+
+        empty = {"measured_keys": 0, "imported_keys": 0, "live_bytes": 0, "evicted_keys": 0}
+        return self._read("user", usage, {**empty, "max_bytes": max_bytes()})
 
     def __len__(self) -> int:
         """Number of keys in the user layer."""
@@ -258,17 +373,23 @@ class FindDb(LayeredDb):
 
         def txn(conn: sqlite3.Connection) -> None:
             conn.execute("DELETE FROM find_db WHERE key = ?", (key,))
+            conn.execute("DELETE FROM find_db_text WHERE key = ?", (key,))
             _insert(conn, key, entries, self.device)
+            touch(conn, [*self._take_touched(), key])
+            enforce(conn, cap)
 
+        cap = max_bytes()
         self._user.write(txn)
 
     def delete(self, key: str) -> bool:
         """Delete the user record of ``key``; True when there was one."""
-        return self._user.write(
-            lambda conn: conn.execute("DELETE FROM find_db WHERE key = ?", (key,)).rowcount > 0,
-            create=False,
-            default=False,
-        )
+
+        def txn(conn: sqlite3.Connection) -> bool:
+            gone = conn.execute("DELETE FROM find_db WHERE key = ?", (key,)).rowcount
+            gone += conn.execute("DELETE FROM find_db_text WHERE key = ?", (key,)).rowcount
+            return gone > 0
+
+        return self._user.write(txn, create=False, default=False)
 
     def clean(
         self,
@@ -293,68 +414,106 @@ class FindDb(LayeredDb):
                 "say what to clean: key, solver, keep_solvers or all=True", field="all", value=all
             )
         keep = None if keep_solvers is None else set(keep_solvers)
-        return self._user.write(
-            lambda conn: _clean(conn, "find_db", key, solver, keep), create=False, default=0
-        )
-
-    def import_text(self, source: Path | str, *, skip_bad_lines: bool = False) -> ImportResult:
-        """Import a MIOpen text FindDb (``KEY=solver:time,workspace,algorithm;...`` a line).
-
-        Each key in the file replaces the user record of that key (use :meth:`merge_from`
-        to combine instead); a key listed twice in the file is merged by the merge rule.
-        Every line is validated first: a bad line raises
-        :class:`~miocore.db.TextFormatError` naming its line number and nothing is imported,
-        unless ``skip_bad_lines`` (then the bad lines are returned in ``skipped``).
-        All records are written in one transaction.
-        """
-        path = Path(source)
-        records, bad = self._read_text(path, skip_bad_lines)
 
         def txn(conn: sqlite3.Connection) -> int:
-            count = 0
-            for key, entries in records.items():
-                conn.execute("DELETE FROM find_db WHERE key = ?", (key,))
-                _insert(conn, key, entries, self.device)
-                count += len(entries)
-            return count
+            return clean_text_rows(conn, key, solver, keep, all) + _clean(
+                conn, "find_db", key, solver, keep
+            )
 
-        entries = self._user.write(txn) if records else 0
-        return ImportResult(records=len(records), entries=entries, skipped=tuple(bad))
+        return self._user.write(txn, create=False, default=0)
+
+    def import_text(
+        self,
+        source: Path | str,
+        *,
+        strict: bool = False,
+        skip_bad_lines: bool | None = None,
+        check_device: bool = True,
+    ) -> ImportResult:
+        """Import a MIOpen text FindDb (``.fdb.txt``, also ``.bz2``/``.gz``), streaming.
+
+        Each key in the file replaces the user record of that key (use :meth:`merge_from` to
+        combine instead); a key listed twice in the file is merged by the merge rule. Lines
+        that cannot be imported (INT8 data, geometries that cannot exist, bad syntax) are
+        skipped and reported by reason in the result; ``strict=True`` refuses the whole file
+        instead (:class:`~miocore.db.TextFormatError`, nothing imported). ``skip_bad_lines``
+        is the older name of ``not strict``. Everything is written in one transaction, kept
+        as MIOpen's text (see :mod:`miocore.db.imported`). A file named for another device
+        (``gfx942130.HIP.fdb.txt`` into ``gfx906_60``) is refused unless ``check_device`` is
+        False.
+        """
+        from miocore.db.imported import SkipReport, device_from_filename, open_text, stream_import
+
+        if skip_bad_lines is not None:
+            strict = not skip_bad_lines
+        path = Path(source)
+        named = device_from_filename(path.name)
+        if check_device and named is not None and named != self.device:
+            raise DatabaseError(
+                f"{path.name} holds records of device {named!r}, not of this database's "
+                f"{self.device!r}; import it into {named!r} (--device {named})",
+                field="device",
+                value=self.device,
+            )
+        prov = provenance_json(make_provenance(self.device, source="text-import", file=path.name))
+        skips = SkipReport()
+
+        def txn(conn: sqlite3.Connection) -> Any:
+            done = stream_import(conn, fh, prov, skips)
+            if strict and skips.total:
+                raise TextFormatError(str(path), skips.examples)  # rolls the import back
+            enforce(conn, cap)
+            return done
+
+        cap = max_bytes()
+        try:
+            with open_text(path) as fh:
+                done = self._user.write(txn)
+        except (OSError, UnicodeDecodeError, EOFError) as exc:
+            raise DatabaseError(f"cannot read: {exc}", field="source", value=str(path)) from exc
+        return ImportResult(
+            records=done.records,
+            entries=done.entries,
+            skipped=tuple(skips.examples),
+            skip_counts=dict(skips.counts),
+            lines=done.lines,
+            seconds=done.seconds,
+        )
 
     def export_text(self, dest: Path | str | TextIO, *, layer: str = "user") -> int:
-        """Write one layer as MIOpen's text FindDb; returns the number of records.
+        """Write one layer as MIOpen's text FindDb, by key; returns the number of records.
 
-        Algorithms are written as MIOpen's names for the key's direction. A path is written
-        atomically (a temporary file renamed over it); a text stream is written as is.
+        Imported records are written exactly as they were read; measured ones with MIOpen's
+        algorithm names for the key's direction. A path is written atomically (a temporary
+        file renamed over it); a text stream is written as is.
         """
-        lines = [
-            format_line(
-                r.key,
-                (
-                    TextEntry(
-                        solver=e.solver,
-                        time_ms=e.time_ms,
-                        workspace_size=e.workspace_size,
-                        algorithm=e.algorithm,
-                    )
-                    for e in r.entries
-                ),
-            )
-            for r in self.items(layer)
-        ]
-        text = "".join(line + "\n" for line in lines)
         if hasattr(dest, "write"):  # an open text stream
-            dest.write(text)  # type: ignore[union-attr]
-            return len(lines)
+            return self._write_lines(dest, layer)  # type: ignore[arg-type]
         path = Path(dest)  # type: ignore[arg-type]
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
         try:
             with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-                fh.write(text)
+                count = self._write_lines(fh, layer)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        return count
+
+    def _write_lines(self, out: TextIO, layer: str) -> int:
+        def read(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute(f"SELECT key, {_COLUMNS} FROM find_db ORDER BY key, rank, solver")
+            lines = {r.key: _format(r) for r in _group(iter(rows.fetchall()), layer)}
+            for key, body in _text_rows(conn, "SELECT key, body FROM find_db_text"):
+                lines.setdefault(key, f"{key}={body}")
+            return [lines[k] for k in sorted(lines)]
+
+        if layer == "user" and self._user.degraded:
+            lines = [_format(r) for r in self.items(layer)]
+        else:
+            lines = self._read(layer, read, [])
+        for line in lines:
+            out.write(line + "\n")
         return len(lines)
 
     def merge_from(self, source: Path | str, *, skip_bad_lines: bool = False) -> MergeResult:
@@ -390,6 +549,10 @@ class FindDb(LayeredDb):
                         ).fetchall(),
                     )
                 }
+                text = _text_rows(conn, f"{_TEXT_SELECT} WHERE t.key = ?", (key,))
+                if text:  # an imported record takes part like a measured one
+                    for e in _text_record(*text[0], "user").entries:
+                        current.setdefault(e.solver, e)
                 changed = False
                 for entry in incoming:
                     old = current.get(entry.solver)
@@ -405,6 +568,7 @@ class FindDb(LayeredDb):
                 if changed:
                     keys += 1
                     conn.execute("DELETE FROM find_db WHERE key = ?", (key,))
+                    conn.execute("DELETE FROM find_db_text WHERE key = ?", (key,))
                     _insert(conn, key, _fastest_first(current.values()), self.device)
             perf_added = 0
             for row in perf_rows:
@@ -470,6 +634,7 @@ def _read_sqlite(
                 "not a miocore database (no find_db table)", field="source", value=str(path)
             )
         rows = conn.execute(f"SELECT key, {_COLUMNS} FROM find_db ORDER BY key, rank").fetchall()
+        text = _text_rows(conn, _TEXT_SELECT)
         perf = (
             conn.execute("SELECT key, solver, perf_config, provenance FROM perf_db").fetchall()
             if "perf_db" in tables
@@ -483,6 +648,10 @@ def _read_sqlite(
     for record in _group(iter(rows), "merge"):
         check_key(record.key, field=f"{path.name} key")
         records[record.key] = list(record.entries)
+    for key, body, prov in text:
+        if key not in records:
+            check_key(key, field=f"{path.name} key")
+            records[key] = list(_text_record(key, body, prov, "merge").entries)
     for key, solver, _config, _prov in perf:
         check_key(key, field=f"{path.name} perf key")
         check_solver(solver)

@@ -142,6 +142,26 @@ def classify(exc: BaseException) -> str:
     return "other"
 
 
+class _CallerError(Exception):
+    """Carries an error raised by the caller's transaction body past the storage handling."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _guarded(fn: Callable[[sqlite3.Connection], T]) -> Callable[[sqlite3.Connection], T]:
+    def run(conn: sqlite3.Connection) -> T:
+        try:
+            return fn(conn)
+        except (sqlite3.Error, OSError):
+            raise  # SQLite's or the OS's: classified by the layer
+        except Exception as exc:
+            raise _CallerError(exc) from exc
+
+    return run
+
+
 def is_bad_data(exc: BaseException) -> bool:
     """True when a table rule (primary key, CHECK) refused the data: the caller's fault."""
     cur: BaseException | None = exc
@@ -270,7 +290,9 @@ class UserLayer:
         """
         if self._memory is None:
             try:
-                return self.store.write(fn, create=create, default=default)
+                return self.store.write(_guarded(fn), create=create, default=default)
+            except _CallerError as exc:
+                raise exc.error from None  # the caller's own error, rolled back: not storage
             except STORAGE_ERRORS as exc:
                 if is_bad_data(exc):
                     raise  # the caller's entries broke a table rule: not a storage fault

@@ -51,7 +51,7 @@ class TextFormatError(DatabaseError):
         more = f" ({len(self.bad_lines) - 1} more bad lines)" if len(self.bad_lines) > 1 else ""
         super().__init__(
             f"{source}: {first.reason}: {_shorten(first.text)!r}{more}; nothing was imported "
-            "(pass skip_bad_lines / --skip-bad-lines to import the good lines)",
+            "(without strict / --strict the good lines are imported and these reported)",
             field="line",
             value=first.line,
         )
@@ -74,6 +74,11 @@ def _miopen_name(algorithm: str, letter: str) -> str:
     return Algorithm(algorithm).miopen_name(Direction.parse(letter))
 
 
+def direction_letter(key: str) -> str:
+    """The direction letter of a valid key (``F``, ``B`` or ``W``)."""
+    return _direction_letter(key)
+
+
 def _direction_letter(key: str) -> str:
     # The letter before an optional "_g<groups>" suffix: what ConvProblem.from_key(key).direction
     # reads, without building a problem per line (keys in a database were validated on write).
@@ -93,7 +98,6 @@ def format_line(key: str, entries: Iterable[TextEntry]) -> str:
 def parse_line(text: str) -> tuple[str, list[TextEntry]]:
     """Parse one record line; raises ``ValueError`` saying what is wrong."""
     from miocore.problem.conv import ConvProblem
-    from miocore.solver.interface import Algorithm
 
     key, sep, body = text.partition("=")
     key = key.strip()
@@ -101,9 +105,22 @@ def parse_line(text: str) -> tuple[str, list[TextEntry]]:
         raise ValueError("missing '=' between key and entries")
     try:
         check_key(key)
-        direction = ConvProblem.from_key(key).direction
+        ConvProblem.from_key(key)
     except MiocoreError as exc:
         raise ValueError(f"bad key: {exc}") from None
+    return key, parse_body(body, _direction_letter(key))
+
+
+def parse_body(body: str, letter: str) -> list[TextEntry]:
+    """The entries of a record's text after ``=``, for a key of direction ``letter``.
+
+    Two item forms: ``solver:time,workspace,algorithm[,...]`` and MIOpen's older
+    ``algorithm:solver,time,workspace,algorithm[,...]`` (its kernel-cache field ignored).
+    """
+    from miocore.problem.conv import Direction
+    from miocore.solver.interface import Algorithm
+
+    direction = Direction.parse(letter)
     if not body.strip():
         raise ValueError("no entries after '='")
     entries: list[TextEntry] = []
@@ -113,6 +130,9 @@ def parse_line(text: str) -> tuple[str, list[TextEntry]]:
         solver = solver.strip()
         if not sep:
             raise ValueError(f"entry {n}: missing ':' after the solver name")
+        fields = [f.strip() for f in values.split(",")]
+        if solver.startswith("miopenConvolution") and len(fields) >= 4:
+            solver, fields = fields[0], fields[1:]  # the older form: the solver comes first
         try:
             check_solver(solver)
         except MiocoreError as exc:
@@ -120,7 +140,6 @@ def parse_line(text: str) -> tuple[str, list[TextEntry]]:
         if solver in seen:
             raise ValueError(f"entry {n}: solver {solver!r} appears twice")
         seen.add(solver)
-        fields = [f.strip() for f in values.split(",")]
         if len(fields) < 3:
             raise ValueError(f"entry {n} ({solver}): expected time,workspace,algorithm")
         try:
@@ -149,7 +168,7 @@ def parse_line(text: str) -> tuple[str, list[TextEntry]]:
                 solver=solver, time_ms=time_ms, workspace_size=workspace, algorithm=algorithm.value
             )
         )
-    return key, entries
+    return entries
 
 
 def parse_lines(
