@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
 import re
 import sqlite3
 from collections.abc import Callable, Mapping
@@ -16,6 +15,7 @@ from typing import Any, Self, TypeVar
 
 import platformdirs
 
+from miocore import env as switches
 from miocore.db._store import Store, utc_now_iso
 from miocore.db.storage import STORAGE_ERRORS, StorageStatus, UserLayer
 from miocore.errors import InvalidArgumentError
@@ -34,7 +34,7 @@ _SOLVER_RE = re.compile(r"^[^\s=:;,]+$")
 
 def default_user_dir() -> Path:
     """``$MIOCORE_USER_DB_PATH``, else the platform's per-user cache folder + ``/db``."""
-    env = os.environ.get(USER_DB_ENV, "").strip()
+    env = switches.get(USER_DB_ENV).strip()  # or MIOpen's MIOPEN_USER_DB_PATH
     if env:
         return Path(env).expanduser()
     return Path(platformdirs.user_cache_dir("miocore")) / "db"
@@ -42,7 +42,7 @@ def default_user_dir() -> Path:
 
 def default_system_dir() -> Path:
     """``$MIOCORE_SYSTEM_DB_PATH``, else the package data folder ``miocore/data/db/``."""
-    env = os.environ.get(SYSTEM_DB_ENV, "").strip()
+    env = switches.get(SYSTEM_DB_ENV).strip()  # or MIOPEN_SYSTEM_DB_PATH
     if env:
         return Path(env).expanduser()
     return Path(__file__).resolve().parent.parent / "data" / "db"
