@@ -5,11 +5,13 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import sys
 import time
 from typing import Any
 
 import numpy as np
 
+from miocore import env
 from miocore.errors import InvalidArgumentError, WorkspaceError
 from miocore.problem.descriptors import TensorDescriptor, packed_strides
 from miocore.problem.dtypes import DataType
@@ -159,17 +161,54 @@ def perf_counter_ms() -> float:
     return time.perf_counter() * 1e3
 
 
+def _check_threads(threads: Any, field: str) -> int:
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise InvalidArgumentError("expected an integer >= 1 (or None)", field=field, value=threads)
+    return threads
+
+
 class CpuBackend:
-    """The numpy backend: arrays are numpy arrays, timing is wall-clock, nothing is compiled."""
+    """The numpy backend: arrays are numpy arrays, timing is wall-clock, nothing is compiled.
+
+    ``threads`` (default: ``MIOCORE_CPU_THREADS``, else the libraries' own defaults) caps every
+    thread pool the process has loaded (BLAS, OpenMP) through threadpoolctl, so find's timings
+    and later runs use one consistent pool; solvers with a pool of their own (numba) read
+    :attr:`threads` and size theirs to match.
+    """
 
     name = "cpu"
 
-    def __init__(self, index: int = 0) -> None:
+    def __init__(self, index: int = 0, *, threads: int | None = None) -> None:
         if index != 0:
             raise InvalidArgumentError(
                 "the CPU backend has only device 0", field="device", value=index
             )
         self.device = cpu_device_info()
+        self.threads: int | None = None
+        self._modules_seen = -1
+        if threads is None:
+            found = env.lookup("MIOCORE_CPU_THREADS")
+            threads = env.positive_int("MIOCORE_CPU_THREADS", 1) if found else None
+        if threads is not None:
+            self.set_threads(threads)
+
+    def set_threads(self, threads: int | None) -> None:
+        """Cap every loaded thread pool at ``threads`` (None: leave the pools as they are)."""
+        if threads is not None:
+            threads = _check_threads(threads, "threads")
+        self.threads = threads
+        self._modules_seen = -1
+        self.apply_threads()
+
+    def apply_threads(self) -> None:
+        """Apply :attr:`threads` to the pools loaded so far; a no-op until new modules were
+        imported (libraries loaded later, e.g. by a plugin's first call, get the cap then)."""
+        if self.threads is None or len(sys.modules) == self._modules_seen:
+            return
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=self.threads)
+        self._modules_seen = len(sys.modules)
 
     def check_array(self, desc: TensorDescriptor, array: Any, field: str) -> np.ndarray:
         """See :func:`check_array`."""
@@ -207,7 +246,8 @@ class CpuBackend:
         return ()
 
     def time_ms(self, run: Any) -> float:
-        """Wall-clock milliseconds of one call of ``run``."""
+        """Wall-clock milliseconds of one call of ``run`` (under :attr:`threads`)."""
+        self.apply_threads()
         start = time.perf_counter()
         run()
         return (time.perf_counter() - start) * 1e3

@@ -131,3 +131,29 @@ def test_float32_nhwc_runs_in_place_without_staging() -> None:
     half = _depthwise("forward", "NHWC", "float16")
     assert solver.workspace_size(ctx, half) > solver.workspace_size(ctx, problem)
     assert np.isfinite(solver.wti(ctx, problem))
+
+
+def test_kernels_use_the_backends_thread_count() -> None:
+    """numba's pool follows CpuBackend(threads=...), as the BLAS pools do."""
+    import types
+
+    import numba
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from miocore import InvokeParams
+    from miocore.backends.cpu import CpuBackend
+    from miocore.reference import random_inputs
+
+    original = {lib["prefix"]: lib["num_threads"] for lib in threadpool_info()}
+    before = numba.get_num_threads()
+    try:
+        problem = _depthwise("forward", "NHWC", "float32")
+        solution = DepthwiseDirectSolver().get_solution(cpu_context(), problem)
+        invoker = solution.invoker_factory(())
+        workspace = np.empty(solution.workspace_size, np.uint8)
+        params = InvokeParams(problem=problem, **random_inputs(problem, 0), workspace=workspace)
+        invoker(types.SimpleNamespace(backend=CpuBackend(threads=1)), params)
+        assert numba.get_num_threads() == 1
+    finally:
+        numba.set_num_threads(before)
+        threadpool_limits(limits=original)
