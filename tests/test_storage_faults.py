@@ -334,3 +334,94 @@ def test_no_fault_no_warning(tmp_path: Path, device: str) -> None:
     _write_earlier(tmp_path, device)
     _run_fault(tmp_path, None)
     assert _earlier_present(tmp_path, device) == EARLIER
+
+
+# -- many writers, killed at random ---------------------------------------------------------------
+
+WRITERS = 16
+ROUNDS = 200
+
+_KILLABLE_WRITER = """
+import sys
+from pathlib import Path
+from miocore.db import FindDb, FindDbEntry
+from miocore.problem import ConvProblem
+device, folder, writer, start = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+db = FindDb(device, user_dir=folder, system_dir=folder / "none")
+with open(folder / f"ack{writer}", "a") as ack:
+    for r in range(start, int(sys.argv[5])):
+        key = ConvProblem.from_sizes("forward", n=1 + r, c=1 + writer, k=3, in_spatial=(5, 5),
+                                     filter_spatial=(1, 1)).key
+        db.write(key, [FindDbEntry(solver=f"w{writer}", algorithm="gemm", time_ms=r + 0.5,
+                                   workspace_size=writer)])
+        ack.write(f"{r}\\n")  # written only after the commit returned
+        ack.flush()
+"""
+
+
+def _acked(folder: Path, writer: int) -> list[int]:
+    path = folder / f"ack{writer}"
+    if not path.exists():
+        return []
+    return [int(t) for t in path.read_text().split("\n")[:-1]]  # a torn last line is not an ack
+
+
+def test_sixteen_writers_killed_at_random_lose_no_acknowledged_record(
+    tmp_path: Path, device: str
+) -> None:
+    rng = np.random.default_rng(16)
+
+    def start(writer: int) -> subprocess.Popen[bytes]:
+        done = _acked(tmp_path, writer)
+        first = done[-1] + 1 if done else 0
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _KILLABLE_WRITER,
+                device,
+                str(tmp_path),
+                str(writer),
+                str(first),
+                str(ROUNDS),
+            ]
+        )
+
+    procs = {w: start(w) for w in range(WRITERS)}
+    kills = 0
+    deadline = time.monotonic() + 120
+    while procs and time.monotonic() < deadline:
+        time.sleep(float(rng.uniform(0.05, 0.3)))
+        for w, proc in list(procs.items()):
+            if proc.poll() is not None:
+                assert proc.returncode == 0, (w, proc.returncode)
+                if len(_acked(tmp_path, w)) >= ROUNDS:
+                    del procs[w]
+                else:
+                    procs[w] = start(w)
+        live = [w for w, p in procs.items() if p.poll() is None]
+        if live and kills < 24 and rng.random() < 0.5:
+            victim = int(rng.choice(live))
+            procs[victim].send_signal(signal.SIGKILL)
+            procs[victim].wait()
+            kills += 1
+            procs[victim] = start(victim)
+    assert not procs, "writers did not finish in time"
+    assert kills >= 8
+    conn = sqlite3.connect(tmp_path / f"{device}.db")
+    assert conn.execute("PRAGMA quick_check").fetchall() == [("ok",)]
+    conn.close()
+    db = FindDb(device, user_dir=tmp_path, system_dir=tmp_path / "none")
+    records = {r.key: r for r in db.items()}
+    lost = 0
+    for w in range(WRITERS):
+        assert sorted(set(_acked(tmp_path, w))) == list(range(ROUNDS))
+        for r in range(ROUNDS):
+            key = miocore.ConvProblem.from_sizes(
+                "forward", n=1 + r, c=1 + w, k=3, in_spatial=(5, 5), filter_spatial=(1, 1)
+            ).key
+            rec = records.get(key)
+            lost += rec is None or rec.entries[0].time_ms != r + 0.5
+    assert lost == 0
+    # And the database still serves a convolution.
+    _run_fault(tmp_path, None)
