@@ -510,7 +510,10 @@ class WrongSolver(TimedSolver):
         return ConvSolution(solver=self.name, workspace_size=0, invoker_factory=factory)
 
 
-def test_verification_failure_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+def test_verification_failure_exits_1(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MIOCORE_ACCURACY", "fast")  # find's own check would leave it out
     reg = Registry.from_solvers([WrongSolver("test.wrong")])
     assert cli.main(["conv", *SMALL, "-F", "1"], registry=reg) == 1
     out = capsys.readouterr().out
@@ -805,8 +808,12 @@ class _Approximate(TimedSolver):
 
 @pytest.mark.parametrize(("declared", "status"), [(None, 1), (1e-4, 0)])
 def test_verification_accepts_the_solvers_declared_error(
-    declared: float | None, status: int, capsys: pytest.CaptureFixture[str]
+    declared: float | None,
+    status: int,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv("MIOCORE_ACCURACY", "fast")  # the driver's -V check, not find's
     reg = miocore.Registry.from_solvers([_Approximate(declared)])
     assert cli.main(["conv", *SMALL, "-F", "1", "-V", "1"], registry=reg) == status
     out = capsys.readouterr().out

@@ -22,6 +22,8 @@ from miocore.errors import (
     NotApplicableError,
     UnknownSolverError,
 )
+from miocore.find.accuracy import check_not_denied, filter_candidates
+from miocore.find.accuracy import policy_of as accuracy_policy
 from miocore.find.blame import naming_culprit, record_failure
 from miocore.find.state import FindState
 from miocore.problem.conv import ConvProblem
@@ -55,9 +57,31 @@ class Candidates:
         state.forget_hooks.append(lambda _key: self._memo.clear())
 
     def select(
+        self,
+        problem: ConvProblem,
+        report: FindReport,
+        limit: int | None,
+        *,
+        use_perf_db: bool,
+        accuracy: Any = None,
+        deterministic: bool = False,
+    ) -> list[Candidate]:
+        """The candidates of ``problem`` within ``limit`` bytes that the deny list, the
+        accuracy policy (``accuracy``, else ``MIOCORE_ACCURACY``) and ``deterministic`` allow;
+        the rest go into ``report``."""
+        policy = accuracy_policy(accuracy)
+        return filter_candidates(
+            self.state,
+            problem,
+            self._memoized(problem, report, limit, use_perf_db=use_perf_db),
+            report,
+            policy=policy,
+            deterministic=deterministic,
+        )
+
+    def _memoized(
         self, problem: ConvProblem, report: FindReport, limit: int | None, *, use_perf_db: bool
     ) -> list[Candidate]:
-        """The candidates of ``problem`` within ``limit`` bytes; the rest go into ``report``."""
         memo_key = (problem.network_config, limit, use_perf_db, id(self.state.registry), switches())
         found = self._memo.get(memo_key)
         if found is not None:
@@ -134,6 +158,7 @@ class Candidates:
         """The registered ``solver`` (name or id), which must apply to ``problem`` here."""
         state = self.state
         reg = state.registry.get(solver)
+        check_not_denied(state, problem, reg)
         if state.backend.name not in reg.solver.backends:
             raise NotApplicableError(
                 f"runs on {sorted(reg.solver.backends)}, not {state.backend.name}",

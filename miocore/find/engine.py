@@ -20,6 +20,8 @@ import numpy as np
 from miocore import env
 from miocore.env import FindEnforce, FindMode
 from miocore.errors import InvalidArgumentError, InvalidEnvironmentError, NoApplicableSolverError
+from miocore.find.accuracy import AccuracyCheck
+from miocore.find.accuracy import policy_of as accuracy_policy
 from miocore.find.blame import record_failure
 from miocore.find.candidates import Candidate
 from miocore.find.invoker_cache import CachedInvoker
@@ -28,6 +30,7 @@ from miocore.find.runner import Runner
 from miocore.find.state import FindState
 from miocore.problem.conv import ConvProblem
 from miocore.solver.interface import InvokeParams, PerfConfig, TunableSolver
+from miocore.solver.numerics import AccuracyPolicy
 from miocore.solver.results import FindReport, Solution, Timing, order_with_ties
 
 log = logging.getLogger("miocore.find")
@@ -43,6 +46,8 @@ class FindEngine:
         self.state = state
         self.ranker = ranker
         self.runner = runner
+        #: solver -> what the FindDb record says of its accuracy (the last benchmark's)
+        self.accuracy_provenance: dict[str, dict[str, str]] = {}
 
     def find(
         self,
@@ -56,8 +61,13 @@ class FindEngine:
         buffers: dict[str, Any],
         workspace: Any,
         progress: ProgressCallback | None,
+        accuracy: Any = None,
     ) -> tuple[list[Solution], bool]:
-        """Solutions of ``problem`` by the find mode, and whether they are already ordered."""
+        """Solutions of ``problem`` by the find mode, and whether they are already ordered.
+
+        ``accuracy`` is the policy (else ``MIOCORE_ACCURACY``): measured candidates are
+        verified unless it is ``fast`` (``miocore.find.accuracy``)."""
+        policy = accuracy_policy(accuracy)
         if mode is not FindMode.NORMAL:
             hit = self.ranker.recorded(problem, candidates, report)
             if hit:
@@ -77,6 +87,7 @@ class FindEngine:
             buffers=buffers,
             workspace=workspace,
             progress=progress,
+            policy=policy,
         )
         if not measured:
             raise NoApplicableSolverError(
@@ -178,11 +189,15 @@ class FindEngine:
         buffers: dict[str, Any],
         workspace: Any,
         progress: ProgressCallback | None,
+        policy: AccuracyPolicy = AccuracyPolicy.FAST,
     ) -> list[Solution]:
-        """Measure every candidate (likely winners first, hopeless ones pruned)."""
+        """Measure every candidate (likely winners first, hopeless ones pruned); unless the
+        policy is ``fast``, verify each against the reference and leave out the inaccurate."""
         state = self.state
         canon = problem.canonical
         arrays = self._buffers(problem, buffers)
+        check = AccuracyCheck(state, problem, arrays) if policy is not AccuracyPolicy.FAST else None
+        self.accuracy_provenance = check.provenance if check is not None else {}
         ideal = state.context.ideal_ms(canon)
         predicted: dict[str, float] = {}
         for c in candidates:
@@ -218,10 +233,19 @@ class FindEngine:
                     config = self._tune(problem, cand, arrays, report)
                 entry = self.runner.build(problem, cand.reg, config)
                 ws = self.runner.workspace(workspace, entry.workspace_size)
+                if check is not None:
+                    check.poison()
                 timing, note = self._time(canon, entry, arrays, ws, best)
+                verdict = check.measure() if check is not None else None
             except Exception as exc:
                 record_failure(report, cand.reg, "find", exc)
                 continue
+            if verdict is not None:
+                if not verdict.within:
+                    check.reject(cand.reg, verdict, report)  # type: ignore[union-attr]
+                    continue
+                check.keep(cand.reg, verdict, policy)  # type: ignore[union-attr]
+                note = "; ".join(filter(None, (verdict.note(), note)))
             log.debug("%s: %s %s", problem.key, cand.reg.name, timing)
             report.benchmarked.append(cand.reg.name)
             best = min(best, timing.median_ms)
@@ -396,6 +420,7 @@ class FindEngine:
                         plugin=reg.distribution,
                         plugin_version=reg.version,
                         find_mode=mode.name,
+                        **self.accuracy_provenance.get(s.solver, {}),
                     ),
                 )
             )

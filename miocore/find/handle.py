@@ -128,8 +128,13 @@ class Handle:
         y: Any = None,
         workspace: Any = None,
         progress: ProgressCallback | None = None,
+        accuracy: Any = None,
+        deterministic: bool = False,
     ) -> Solutions:
         """Solutions for ``problem``, fastest first, following the find mode (design guide §4).
+
+        ``accuracy`` (``strict``, ``default``, ``fast``; else ``MIOCORE_ACCURACY``) and
+        ``deterministic`` choose which solvers may answer (docs/numerics.md).
 
         Buffers are optional: without them find benchmarks on random data of its own. With
         them, the output tensor of the direction is overwritten. The returned list has a
@@ -153,7 +158,14 @@ class Handle:
             self.perf_db.delete(problem.key)
             self.state.forget(problem.key)
         use_perf_db = enforce is not FindEnforce.DB_CLEAN
-        candidates = self.candidates.select(problem, report, limit, use_perf_db=use_perf_db)
+        candidates = self.candidates.select(
+            problem,
+            report,
+            limit,
+            use_perf_db=use_perf_db,
+            accuracy=accuracy,
+            deterministic=deterministic,
+        )
         if not candidates:
             raise self.candidates.nothing_applies(problem, report, limit)
         found, ordered = self.engine.find(
@@ -166,6 +178,7 @@ class Handle:
             buffers={"x": x, "w": w, "y": y},
             workspace=workspace,
             progress=progress,
+            accuracy=accuracy,
         )
         self._note_storage(report)
         return _present(found, report, sort_by, max_results, ordered=ordered)

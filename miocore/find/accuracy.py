@@ -1,0 +1,306 @@
+"""The accuracy policy in find: notes filtered, candidates verified, wrong ones denied.
+
+Three hooks, each small:
+
+* :func:`filter_candidates` (the candidates step): denied solvers (``miocore.db.denylist``) are
+  left out, then under ``accuracy="strict"`` every solver with a note that loses accuracy
+  against a plain fp32-accumulating GEMM, and with ``deterministic=True`` every
+  ``nondeterministic`` one; each with its reason in the report. :func:`check_not_denied` is the
+  same rule for a solver asked for by name (immediate mode, ``compile_solution``).
+* :class:`AccuracyCheck` (the find engine, ``default`` and ``strict`` policies): the trusted
+  float64 reference of the problem is computed once, from find's own input buffers; each
+  candidate's output buffer is poisoned with NaN before its timed runs and compared with the
+  reference afterwards, so checking costs no extra run of any candidate. A candidate whose
+  error exceeds :func:`~miocore.solver.numerics.error_bound` is left out (the report gives both
+  numbers); one that is plainly wrong (NaN where the reference has none, or an error over
+  :data:`~miocore.solver.numerics.WRONG_ERROR`) is reported with its plugin and version and
+  added to the user deny list. The measured error goes into the solution's note (so
+  ``explain()`` shows it) and into the FindDb record's provenance.
+* ``fast`` checks nothing.
+
+**Reduced reference.** A large problem's float64 reference would cost more than its find, so
+only a slice of the output is compared: the first images (forward, backward data) and, for
+ungrouped problems, the first output channels, chosen so that the reference costs at most
+:data:`REFERENCE_FLOPS` multiply-adds. Every compared element is a full output element: its
+reduction over C·R·S (K·R·S, N·P·Q) is the problem's own, so the rounding error measured is the
+one the whole output carries; only fewer elements are looked at.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import weakref
+from typing import Any
+
+import attrs
+import numpy as np
+
+from miocore.db.denylist import DenyEntry, DenyList
+from miocore.errors import NotApplicableError
+from miocore.problem.conv import ConvProblem, Direction
+from miocore.solver.numerics import (
+    LOSSY_NOTES,
+    AccuracyPolicy,
+    NumericalNote,
+    accuracy_from_env,
+    error_bound,
+    format_notes,
+    is_wrong,
+    reduction_length,
+)
+from miocore.solver.registry import RegisteredSolver
+
+log = logging.getLogger("miocore.find")
+
+#: Multiply-adds the float64 reference may spend per problem (about 20 ms of numpy on a
+#: laptop core): larger problems are compared on a slice of their output.
+REFERENCE_FLOPS = 2e7
+
+#: Output channels compared at least, however large the problem (statistics need a few).
+MIN_CHANNELS = 4
+
+_DENY_LISTS: weakref.WeakKeyDictionary[Any, DenyList] = weakref.WeakKeyDictionary()
+
+
+def policy_of(accuracy: Any) -> AccuracyPolicy:
+    """The policy a call asked for (``accuracy=``), else ``MIOCORE_ACCURACY``."""
+    return AccuracyPolicy.parse(accuracy) if accuracy is not None else accuracy_from_env()
+
+
+def deny_list(state: Any) -> DenyList:
+    """The deny list of the handle's device, next to its databases (one per find state)."""
+    found = _DENY_LISTS.get(state)
+    if found is None:
+        found = _DENY_LISTS[state] = DenyList(
+            state.device.identity, user_dir=state.user_db_path, system_dir=state.system_db_path
+        )
+    return found
+
+
+def _denied_reason(state: Any, reg: RegisteredSolver, key: str) -> str | None:
+    deny = deny_list(state)
+    hit = deny.match(reg.name, reg.version, key)
+    if hit is None:
+        return None
+    layer, entry = hit
+    path = deny.user_path if layer == "user" else deny.system_path
+    return f"denied by the {layer} deny list ({path}): {entry.reason} ({entry.when})"
+
+
+def filter_candidates(
+    state: Any,
+    problem: ConvProblem,
+    candidates: list[Any],
+    report: Any,
+    *,
+    policy: AccuracyPolicy,
+    deterministic: bool,
+) -> list[Any]:
+    """The candidates the deny list, the policy and ``deterministic`` allow; the rest are
+    written into ``report.skipped`` with the reason."""
+    kept = []
+    for cand in candidates:
+        reg = cand.reg
+        notes = frozenset(getattr(reg.solver, "numerical_notes", ()))
+        denied = _denied_reason(state, reg, problem.key)
+        if denied is not None:
+            report.skipped[reg.name] = denied
+        elif not policy.allows(notes):
+            report.skipped[reg.name] = (
+                f"accuracy=strict: numerical notes {format_notes(notes & LOSSY_NOTES)} lose "
+                "accuracy against a plain fp32-accumulating GEMM"
+            )
+        elif deterministic and NumericalNote.NONDETERMINISTIC.value in notes:
+            report.skipped[reg.name] = (
+                "deterministic=True: its sums are unordered (split-K atomics), so runs differ"
+            )
+        else:
+            kept.append(cand)
+    return kept
+
+
+def check_not_denied(state: Any, problem: ConvProblem, reg: RegisteredSolver) -> None:
+    """Raise NotApplicableError when the deny list denies ``reg`` on ``problem``."""
+    denied = _denied_reason(state, reg, problem.key)
+    if denied is not None:
+        raise NotApplicableError(denied, field="solver", value=reg.name)
+
+
+@attrs.frozen
+class Verdict:
+    """The measured error of one candidate and what the policy makes of it."""
+
+    error: float
+    bound: float
+    wrong: bool
+    within: bool
+
+    def note(self) -> str:
+        """For the solution's note (``explain()``)."""
+        return f"relative error {self.error:.3g} (bound {self.bound:.3g})"
+
+
+def _reduced_selection(canon: ConvProblem) -> tuple[int, int]:
+    """(images, output channels) of the compared slice; see the module docstring."""
+    d = canon.direction
+    out_channels = canon.k if d is not Direction.BACKWARD_DATA else canon.c
+    images = canon.n if d is not Direction.BACKWARD_WEIGHTS else 1
+    per_element = reduction_length(canon)
+    elements_per_image_channel = (
+        math.prod(canon.out_spatial)
+        if d is Direction.FORWARD
+        else math.prod(canon.in_spatial)
+        if d is Direction.BACKWARD_DATA
+        else math.prod(canon.filter_spatial) * (canon.c // canon.groups)
+    )
+    cost_one = max(1, per_element * elements_per_image_channel)  # one image, one channel
+    # images first (forward, backward data), then channels (ungrouped problems only: a
+    # group's output channels need all of its inputs)
+    n_keep = max(1, min(images, int(REFERENCE_FLOPS // (cost_one * out_channels))))
+    ch_keep = out_channels
+    if canon.groups == 1:
+        ch_keep = max(MIN_CHANNELS, int(REFERENCE_FLOPS // (cost_one * n_keep)))
+        ch_keep = min(out_channels, ch_keep)
+    return n_keep, ch_keep
+
+
+class AccuracyCheck:
+    """Verifies each candidate of one find against a reference computed once."""
+
+    def __init__(self, state: Any, problem: ConvProblem, arrays: dict[str, Any]) -> None:
+        self.state = state
+        self.problem = problem
+        self.canon = canon = problem.canonical
+        self.out_name = canon.direction.output_tensor
+        self.arrays = arrays
+        self.bound = error_bound(canon.dtype, reduction_length(canon))
+        self.provenance: dict[str, dict[str, str]] = {}
+        self.images, self.channels = _reduced_selection(canon)
+        self._reference: np.ndarray | None = None
+
+    # -- buffers --------------------------------------------------------------------------
+
+    def _host(self, name: str) -> np.ndarray:
+        array = self.arrays[name]
+        if isinstance(array, np.ndarray):
+            return array
+        return np.asarray(self.state.backend.to_host(array, getattr(self.canon, name)))
+
+    def poison(self) -> None:
+        """Fill the output buffer with NaN: a candidate that writes nothing is caught."""
+        out = self.arrays[self.out_name]
+        if isinstance(out, np.ndarray):
+            out[...] = np.nan
+        else:
+            desc = getattr(self.canon, self.out_name)
+            nan = np.full(desc.lengths, np.nan, dtype=desc.dtype.numpy)
+            self.state.backend.copy_from_host(out, nan)
+
+    def _slice(self) -> tuple[slice, ...]:
+        if self.canon.direction is Direction.BACKWARD_WEIGHTS:
+            return (slice(0, self.channels),)
+        return (slice(0, self.images), slice(0, self.channels))
+
+    @property
+    def reference(self) -> np.ndarray:
+        """The float64 reference of the compared slice (computed on first use, once)."""
+        if self._reference is None:
+            self._reference = self._compute_reference()
+        return self._reference
+
+    def _compute_reference(self) -> np.ndarray:
+        from miocore import reference
+
+        c = self.canon
+        d = c.direction
+        n, ch = self.images, self.channels
+        sizes = dict(
+            n=c.n,
+            c=c.c,
+            k=c.k,
+            in_spatial=c.in_spatial,
+            filter_spatial=c.filter_spatial,
+            pads=c.conv.pads,
+            strides=c.conv.strides,
+            dilations=c.conv.dilations,
+            groups=c.groups,
+            dtype=c.dtype,
+        )
+        x, w, y = (self._host(k) if k != self.out_name else None for k in ("x", "w", "y"))
+        if d is Direction.FORWARD:
+            sizes.update(n=n, k=ch)
+            inputs = {"x": x[:n], "w": w[:ch]}  # type: ignore[index]
+        elif d is Direction.BACKWARD_DATA:
+            sizes.update(n=n, c=ch)
+            inputs = {"y": y[:n], "w": w[:, :ch]}  # type: ignore[index]
+        else:
+            sizes.update(k=ch)
+            inputs = {"x": x, "y": y[:, :ch]}  # type: ignore[index]
+        sub = ConvProblem.from_sizes(d, **sizes)  # type: ignore[arg-type]
+        return reference.convolution(sub, **inputs)
+
+    # -- verdicts -------------------------------------------------------------------------
+
+    def measure(self) -> Verdict:
+        """Compare the output buffer (as the last candidate left it) with the reference."""
+        expected = self.reference
+        got = self._host(self.out_name)[self._slice()].astype(np.float64)
+        ref_nan = bool(np.isnan(expected).any())
+        if not ref_nan and not np.isfinite(got).all():
+            error = math.nan
+        else:
+            scale = float(np.nanmax(np.abs(expected))) if expected.size else 0.0
+            diff = float(np.nanmax(np.abs(got - expected))) if expected.size else 0.0
+            error = diff / scale if scale > 0 else diff
+        wrong = is_wrong(error, ref_nan) or (math.isnan(error) and not ref_nan)
+        within = not wrong and (math.isnan(error) or error <= self.bound)
+        return Verdict(error=error, bound=self.bound, wrong=wrong, within=within)
+
+    def reject(self, reg: RegisteredSolver, verdict: Verdict, report: Any) -> None:
+        """Report a candidate that is over the bound; deny it when it is wrong."""
+        dtype = self.canon.dtype.value
+        length = reduction_length(self.canon)
+        if not verdict.wrong:
+            report.skipped[reg.name] = (
+                f"accuracy=default: relative error {verdict.error:.3g} over the bound "
+                f"{verdict.bound:.3g} ({dtype}, reduction length {length})"
+            )
+            return
+        what = (
+            "NaN where the reference has none"
+            if math.isnan(verdict.error)
+            else f"relative error {verdict.error:.3g} (bound {verdict.bound:.3g})"
+        )
+        deny = deny_list(self.state)
+        entry = DenyEntry(
+            solver=reg.name,
+            versions=f"=={reg.version}" if _plain_version(reg.version) else "*",
+            key_pattern=self.problem.key,
+            reason=f"find measured a wrong answer: {what}",
+        )
+        where = ""
+        try:
+            deny.add(entry)
+            where = f"; added to the user deny list {deny.user_path}"
+        except OSError as exc:  # a read-only folder must not fail the find
+            where = f"; could not add it to the deny list {deny.user_path}: {exc}"
+        report.failed[reg.name] = (
+            f"wrong answer on {self.problem.key}: {what} (plugin {reg.distribution} "
+            f"{reg.version}){where}"
+        )
+        log.warning("%s: %s", reg.name, report.failed[reg.name])
+
+    def keep(self, reg: RegisteredSolver, verdict: Verdict, policy: AccuracyPolicy) -> None:
+        """Remember what the FindDb record of ``reg`` says about its accuracy."""
+        notes = frozenset(getattr(reg.solver, "numerical_notes", ()))
+        self.provenance[reg.name] = {
+            "accuracy": policy.value,
+            "error": f"{verdict.error:.3g}",
+            "error_bound": f"{verdict.bound:.3g}",
+            "numerical_notes": format_notes(notes),
+        }
+
+
+def _plain_version(version: str | None) -> bool:
+    return bool(version) and all(part.isdigit() for part in str(version).split("."))
