@@ -129,3 +129,18 @@ def test_compile_parallel_level_values(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_every_alias_is_a_miopen_name() -> None:
     for name, alias in env.MIOPEN_ALIASES.items():
         assert name.startswith("MIOCORE_") and alias.startswith("MIOPEN_")
+
+
+def test_miopen_user_db_path_holds_the_records(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pytest.TempPathFactory
+) -> None:
+    from miocore.db._common import default_user_dir
+
+    folder = tmp_path / "miopen-user-db"  # type: ignore[operator]
+    monkeypatch.delenv("MIOCORE_USER_DB_PATH")
+    monkeypatch.setenv("MIOPEN_USER_DB_PATH", str(folder))
+    assert default_user_dir() == folder
+    handle = miocore.Handle("cpu")
+    handle.find_solutions(PROBLEM, find_mode="NORMAL")
+    assert any(folder.glob("*.db"))
+    assert miocore.Handle("cpu").find_db.records(PROBLEM.key)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import quote
 
+from miocore import env
 from miocore.errors import DatabaseError
 
 log = logging.getLogger("miocore.db")
@@ -164,7 +165,7 @@ def lock_timeout_s() -> float:
     """``$MIOCORE_DB_LOCK_TIMEOUT_S`` (a number > 0), else :data:`BUSY_TIMEOUT_S`."""
     from miocore.errors import InvalidEnvironmentError
 
-    text = os.environ.get(LOCK_TIMEOUT_ENV, "").strip()
+    text = env.get(LOCK_TIMEOUT_ENV).strip()
     if not text:
         return BUSY_TIMEOUT_S
     try:

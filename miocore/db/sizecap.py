@@ -12,11 +12,11 @@ version). Evictions are counted in the ``meta`` table and shown by ``miocore db 
 from __future__ import annotations
 
 import math
-import os
 import sqlite3
 import time
 from collections.abc import Iterable
 
+from miocore import env
 from miocore.errors import InvalidEnvironmentError
 
 MAX_MB_ENV = "MIOCORE_USER_DB_MAX_MB"
@@ -26,7 +26,7 @@ LOW_WATER = 0.9
 
 def max_bytes() -> int | None:
     """The cap in bytes from ``$MIOCORE_USER_DB_MAX_MB`` (a number > 0), None when unset."""
-    text = os.environ.get(MAX_MB_ENV, "").strip()
+    text = env.get(MAX_MB_ENV).strip()
     if not text:
         return None
     try:

@@ -108,12 +108,12 @@ def miocore_registry() -> Callable[..., Any]:
 
 @pytest.fixture
 def miocore_clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """No ``MIOCORE_*`` switch is set (find mode, enforce, disabled plugins...), and the
-    installed-plugin registry is rediscovered after the test."""
+    """No ``MIOCORE_*`` switch (nor its MIOpen alias ``MIOPEN_*``) is set (find mode, enforce,
+    disabled plugins...), and the installed-plugin registry is rediscovered after the test."""
     from miocore.solver.registry import reset_default_registry
 
     for name in list(os.environ):
-        if name.startswith("MIOCORE_") and name not in _KEPT:
+        if name.startswith(("MIOCORE_", "MIOPEN_")) and name not in _KEPT:
             monkeypatch.delenv(name)
     yield
     reset_default_registry()
