@@ -272,6 +272,8 @@ class AccuracyCheck:
             if math.isnan(verdict.error)
             else f"relative error {verdict.error:.3g} (bound {verdict.bound:.3g})"
         )
+        # immediate mode must not find its invoker in the cache find filled
+        self.state.invoker_cache.discard(self.problem.network_config, reg.name)
         deny = deny_list(self.state)
         entry = DenyEntry(
             solver=reg.name,

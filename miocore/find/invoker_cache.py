@@ -49,6 +49,14 @@ class InvokerCache:
             self._invokers.move_to_end((network_config, entry.solver))
             _trim(self._invokers, self.max_entries)
 
+    def discard(self, network_config: str, solver: str) -> None:
+        """Forget ``solver``'s invoker for this network config (find proved it wrong)."""
+        with self._lock:
+            self._invokers.pop((network_config, solver), None)
+            for key in [k for k, v in self._by_algorithm.items() if v == solver]:
+                if key[0] == network_config:
+                    del self._by_algorithm[key]
+
     def solver_for(self, network_config: str, algorithm: Algorithm) -> str | None:
         """The solver Find 1.0 chose for ``algorithm`` on this network config."""
         with self._lock:
