@@ -34,17 +34,21 @@ class DataType(StrEnum):
 
     @classmethod
     def parse(cls, value: object, field: str = "dtype") -> DataType:
-        """Accept a DataType, a name ("float16", "fp16", "half"), a key token or a numpy dtype."""
+        """Accept a DataType, a name ("float16", "fp16", "half"), a key token, a numpy dtype or
+        scalar type (``np.float16``, ``np.dtype("float32")``) or a torch dtype
+        (``torch.bfloat16``; torch is never imported here)."""
         if isinstance(value, DataType):
             return value
+        if _is_torch_dtype(value):
+            value = str(value)  # "torch.float32"
         if isinstance(value, str):
-            found = _ALIASES.get(value.strip().lower())
+            found = _ALIASES.get(value.strip().lower().removeprefix("torch."))
             if found is not None:
                 return found
         else:
             try:
                 as_np = np.dtype(value)  # type: ignore[call-overload]
-            except TypeError:
+            except (TypeError, ValueError):
                 as_np = None
             if as_np is not None:
                 for dt, npdt in _NUMPY.items():
@@ -55,6 +59,12 @@ class DataType(StrEnum):
             field=field,
             value=value,
         )
+
+
+def _is_torch_dtype(value: object) -> bool:
+    """Whether ``value`` is a ``torch.dtype``, judged by its type so torch is not imported."""
+    kind = type(value)
+    return kind.__module__ == "torch" and kind.__name__ == "dtype"
 
 
 _KEY_TOKENS = {DataType.FLOAT32: "FP32", DataType.FLOAT16: "FP16", DataType.BFLOAT16: "BF16"}
