@@ -7,6 +7,7 @@ record first, then the system one.
 
 from __future__ import annotations
 
+import heapq
 import os
 import sqlite3
 import tempfile
@@ -471,6 +472,8 @@ class FindDb(LayeredDb):
                 done = self._user.write(txn)
         except (OSError, UnicodeDecodeError, EOFError) as exc:
             raise DatabaseError(f"cannot read: {exc}", field="source", value=str(path)) from exc
+        # Fold the import's write-ahead log into the file now, rather than leave it as big.
+        self._user.read_file(lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall(), [])
         return ImportResult(
             records=done.records,
             entries=done.entries,
@@ -501,20 +504,32 @@ class FindDb(LayeredDb):
         return count
 
     def _write_lines(self, out: TextIO, layer: str) -> int:
-        def read(conn: sqlite3.Connection) -> list[str]:
+        def read(conn: sqlite3.Connection) -> int:
+            # Two cursors in key order, merged as they stream: memory stays bounded.
             rows = conn.execute(f"SELECT key, {_COLUMNS} FROM find_db ORDER BY key, rank, solver")
-            lines = {r.key: _format(r) for r in _group(iter(rows.fetchall()), layer)}
-            for key, body in _text_rows(conn, "SELECT key, body FROM find_db_text"):
-                lines.setdefault(key, f"{key}={body}")
-            return [lines[k] for k in sorted(lines)]
+            measured = ((r.key, _format(r)) for r in _group(rows, layer))
+            try:
+                texts = conn.execute(
+                    "SELECT key, key || '=' || body FROM find_db_text ORDER BY key"
+                )
+            except sqlite3.OperationalError as exc:  # a file made before the table existed
+                if "no such table" not in str(exc):
+                    raise
+                texts = iter(())
+            count, last = 0, None
+            # Stable: of a key in both (never after a write), the measured record wins.
+            for key, line in heapq.merge(measured, texts, key=lambda item: item[0]):
+                if key != last:
+                    out.write(line + "\n")
+                    count, last = count + 1, key
+            return count
 
         if layer == "user" and self._user.degraded:
             lines = [_format(r) for r in self.items(layer)]
-        else:
-            lines = self._read(layer, read, [])
-        for line in lines:
-            out.write(line + "\n")
-        return len(lines)
+            for line in lines:
+                out.write(line + "\n")
+            return len(lines)
+        return self._read(layer, read, 0)
 
     def merge_from(self, source: Path | str, *, skip_bad_lines: bool = False) -> MergeResult:
         """Merge another database into the user layer, in one transaction.

@@ -54,7 +54,7 @@ def key_is_valid(key: str) -> bool:
     return _geometry_ok(rank, numbers[1:], match.group("layouts"), match.group("dir"))
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=4096)
 def _geometry_ok(rank: int, numbers: tuple[str, ...], layouts_text: str, letter: str) -> bool:
     v = [int(t) for t in numbers]  # the key's numbers after the source channels
     src_sp, filt, dst_sp = v[0:rank], v[rank : 2 * rank], v[2 * rank + 1 : 3 * rank + 1]
