@@ -11,6 +11,8 @@ Any channel multiplier (K = C * M), any 2-D filter, stride, padding and dilation
 from __future__ import annotations
 
 import math
+import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -187,9 +189,10 @@ def _apply_threads(handle: Any) -> None:
 
 
 def _threads_of(ctx: ExecutionContext) -> int:
-    import numba
-
-    return numba.get_num_threads()
+    """Threads the kernels will get: numba's setting once it is loaded, else every core (wti
+    must not pay numba's import, seconds on a loaded machine, for immediate mode's ranking)."""
+    numba = sys.modules.get("numba")
+    return numba.get_num_threads() if numba is not None else (os.cpu_count() or 1)
 
 
 class DepthwiseDirectSolver(Solver):
