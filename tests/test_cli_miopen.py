@@ -235,3 +235,26 @@ def test_from_file_missing_names_the_file(tmp_path: Path, capsys) -> None:
     missing = tmp_path / "nope.txt"
     assert cli.main(["conv", "--from-file", str(missing)]) == 2
     assert f"--from-file='{missing}'" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_miopendriver_lines_on_the_gpu(capsys) -> None:
+    """On a GPU: -S with a MIOpen name picks the GPU solver, and -t 1 prints the kernel time."""
+    import os
+
+    device = os.environ.get("MIOCORE_TEST_GPU", "cuda")
+    try:
+        miocore.Handle(device)
+    except miocore.BackendUnavailableError:
+        pytest.skip(f"no {device} device")
+    argv = ["conv", "--device", device, *SMALL.split(), "-F", "1", "-t", "1", "--quiet"]
+    assert cli.main([*argv, "-S", "ConvDirectNaiveConvFwd"]) == 0
+    out = capsys.readouterr().out
+    assert "/direct.gpu_naive" in _lines(out, "MIOpen Forward Conv. Algorithm: 1")[0]
+    (kernel,) = _lines(out, "GPU Kernel Time Forward Conv. Elapsed:")
+    assert float(kernel.split()[-3]) > 0
+    assert "Verifies OK" in out
+    # Find (no -S) on the GPU for every direction, with MIOpen's lines for each.
+    assert cli.main([*argv[:-5], "-F", "0", "-t", "1", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert len(_lines(out, "MIOpen ")) == 3 and len(_lines(out, "GPU Kernel Time")) == 3
