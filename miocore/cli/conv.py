@@ -28,8 +28,10 @@ from miocore.cli.driver_flags import (
     describe_problem,
     driver_values,
 )
+from miocore.cli.driver_output import MIOPEN_ALGORITHMS, MIOPEN_LABELS, stats_lines
 from miocore.cli.miopen_solvers import is_unset, resolve_solver
 from miocore.cli.output import PROG, fmt_bytes, fmt_gflops, fmt_ms, stderr_console
+from miocore.cli.run_flags import add_run_arguments, report_ignored
 from miocore.errors import (
     InvalidArgumentError,
     MiocoreError,
@@ -210,9 +212,9 @@ def _solve_direction(
         out(f"  GFLOP/s:   {fmt_gflops(solution.gflops).removesuffix(' GFLOP/s')}")
     out(f"  workspace: {fmt_bytes(solution.workspace_size)}")
     out(f"  source:    {solution.source}" + (f" ({solution.note})" if solution.note else ""))
-    label = _MIOPEN_LABELS[problem.direction]
+    label = MIOPEN_LABELS[problem.direction]
     out(
-        f"MIOpen {label} Conv. Algorithm: {_MIOPEN_ALGORITHMS[solution.algorithm.value]}, "
+        f"MIOpen {label} Conv. Algorithm: {MIOPEN_ALGORITHMS[solution.algorithm.value]}, "
         f"Solution: {solution.solver_id}/{solution.solver}"
     )
     if args.explain:
@@ -281,50 +283,6 @@ def _solve_direction(
     return result
 
 
-#: MIOpenDriver's names of the directions in its output lines.
-_MIOPEN_LABELS = {
-    Direction.FORWARD: "Forward",
-    Direction.BACKWARD_DATA: "Backward Data",
-    Direction.BACKWARD_WEIGHTS: "Backward Weights",
-}
-#: MIOpen's algorithm enum values (miopenConvFwdAlgorithm_t and its backward twins).
-_MIOPEN_ALGORITHMS = {"gemm": 0, "direct": 1, "fft": 2, "winograd": 3, "implicit_gemm": 5}
-_STATS_NAMES = {
-    Direction.FORWARD: "fwd-conv",
-    Direction.BACKWARD_DATA: "bwdd-conv",
-    Direction.BACKWARD_WEIGHTS: "bwdw-conv",
-}
-
-
-def stats_lines(problem: ConvProblem, mean_ms: float) -> list[str]:
-    """MIOpenDriver's two ``stats:`` lines (header and values) for a timed direction.
-
-    Bytes read are the direction's two inputs, bytes written its output; GFLOP/s and GB/s are
-    over the mean kernel time, as MIOpenDriver computes them.
-    """
-    x, w, y = problem.x, problem.w, problem.y
-    n, c = x.lengths[0], x.lengths[1]
-    k = w.lengths[0] if not problem.is_transposed else y.lengths[1]
-    out_spatial = y.lengths[2:]
-    filt = w.lengths[2:]
-    size = problem.dtype.itemsize
-    output = problem.direction.output_tensor
-    inputs = [t for t in ("x", "w", "y") if t != output]
-    read = sum(getattr(problem, t).element_count for t in inputs) * size
-    written = getattr(problem, output).element_count * size
-    seconds = mean_ms * 1e-3
-    gflops = problem.flops / seconds / 1e9 if seconds > 0 else 0.0
-    gbs = (read + written) / seconds / 1e9 if seconds > 0 else 0.0
-    name = f"{_STATS_NAMES[problem.direction]}{'x'.join(map(str, filt))}u{problem.conv.strides[0]}"
-    return [
-        "stats: name, n, c, ho, wo, x, y, k, flopCnt, bytesRead, bytesWritten, GFLOPs, GB/s, "
-        "timeMs",
-        f"stats: {name}, {n}, {c}, {out_spatial[-2]}, {out_spatial[-1]}, {filt[-1]}, "
-        f"{filt[-2]}, {k}, {problem.flops}, {read}, {written}, {gflops:.0f}, {gbs:.0f}, "
-        f"{mean_ms:f}",
-    ]
-
-
 class SolverRunError(MiocoreError):
     """The chosen solver raised while it ran (exit status 1, not a bad-input 2)."""
 
@@ -348,7 +306,7 @@ def run_conv(args: argparse.Namespace, registry: Any = None) -> int:
     if is_unset(args.solution):
         args.solution = None  # MIOpenDriver's "no solver chosen"
     problems = build_problems(driver_values(args), dtype)
-    _report_ignored(args)
+    report_ignored(args)
     if args.dry_run:
         return _dry_run(args, problems)
     handle = Handle(args.device, registry=registry, user_db_path=args.user_db_path)
@@ -415,149 +373,6 @@ def add_parser(subparsers: Any) -> None:
         add_driver_arguments(conv)
         add_run_arguments(conv)
         conv.set_defaults(handler=run_conv)
-
-
-#: MIOpenDriver conv flags accepted for compatibility that have no miocore meaning:
-#: (short, long, default, what MIOpenDriver does with it). A value other than the default is
-#: reported as ignored on stderr.
-IGNORED_FLAGS: tuple[tuple[str, str, str, str], ...] = (
-    ("-r", "--pad_val", "0", "padding value"),
-    ("-C", "--verification_cache", "", "folder caching the CPU reference"),
-    ("-o", "--dump_output", "0", "dump the buffers to files"),
-    ("-d", "--in_data", "", "input data file"),
-    ("-e", "--weights", "", "weights file"),
-    ("-b", "--bias", "0", "add a bias"),
-    ("-Z", "--tensor_vect", "0", "vectorised tensors (INT8 NCHW_VECT_C)"),
-    ("-L", "--vector_length", "1", "vector length of vectorised tensors"),
-    ("-a", "--in_bias", "", "input bias file"),
-    ("-D", "--dout_data", "", "dy data file"),
-    ("-G", "--gpualloc", "0", "allocate and fill the buffers on the GPU"),
-    ("-~", "--gpubuffer_check", "0", "check the GPU buffers for out-of-bounds writes"),
-    ("-U", "--in_cast_type", "-1", "cast type of x (FP8 casts)"),
-    ("-T", "--out_cast_type", "-1", "cast type of y (FP8 casts)"),
-    ("-R", "--wei_cast_type", "-1", "cast type of w (FP8 casts)"),
-)
-
-
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the flags of ``conv*`` that say how to run (not what the problem is)."""
-    run = parser.add_argument_group("running")
-    run.add_argument(
-        "-t",
-        "--time",
-        type=int,
-        choices=(0, 1),
-        default=0,
-        help="time -i iterations of the chosen solution and print MIOpenDriver's GPU Kernel "
-        "Time and stats: lines (default: 0)",
-    )
-    run.add_argument(
-        "-w",
-        "--wall",
-        type=int,
-        choices=(0, 1, 2),
-        default=0,
-        help="with -t 1, also print the wall-clock time per iteration (default: 0)",
-    )
-    run.add_argument(
-        "-V",
-        "--verify",
-        type=int,
-        choices=(0, 1),
-        default=1,
-        help="verify against the float64 reference (default: 1)",
-    )
-    run.add_argument(
-        "-i", "--iter", type=int, default=10, help="iterations timed with -t 1 (default: 10)"
-    )
-    run.add_argument(
-        "-s",
-        "--search",
-        type=int,
-        choices=(0, 1),
-        default=0,
-        help="1: exhaustive search (tune tunable solvers) (default: 0)",
-    )
-    run.add_argument(
-        "-S",
-        "--solution",
-        default=None,
-        metavar="SOLVER",
-        help="run this solver in immediate mode instead of find: a miocore name or id, or "
-        "a MIOpen solver name or numeric id (mapped, see docs/cli.md); -1: none (default)",
-    )
-    run.add_argument(
-        "-P",
-        "--printconv",
-        type=int,
-        choices=(0, 1),
-        default=1,
-        help="print the problem line first (default: 1)",
-    )
-    run.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, hip, hip:N (default: cpu)")
-    run.add_argument(
-        "--find-mode",
-        default=None,
-        metavar="MODE",
-        help="NORMAL, FAST, HYBRID, DYNAMIC_HYBRID or 1/2/3/5 (default: "
-        "$MIOCORE_FIND_MODE, else DYNAMIC_HYBRID)",
-    )
-    run.add_argument(
-        "--workspace-limit",
-        type=int,
-        default=None,
-        metavar="BYTES",
-        help="consider only solutions needing at most this much workspace",
-    )
-    run.add_argument(
-        "--user-db-path",
-        default=None,
-        metavar="DIR",
-        help="user database folder (default: $MIOCORE_USER_DB_PATH)",
-    )
-    run.add_argument(
-        "--seed",
-        type=int,
-        default=0,
-        help="random seed of the data used for timing and verification",
-    )
-    run.add_argument(
-        "--explain",
-        action="store_true",
-        help="also print every solution found and the find report",
-    )
-    run.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="parse the flags, print each problem and its FindDb key, run nothing",
-    )
-    run.add_argument(
-        "--from-file",
-        default=None,
-        metavar="FILE",
-        help="run every MIOpenDriver line of FILE ('./bin/MIOpenDriver conv ...'); flags "
-        "given here are added to each line and win",
-    )
-    run.add_argument("--json", action="store_true", help="print one JSON document")
-    run.add_argument("--quiet", action="store_true", help="no progress display")
-    ignored = parser.add_argument_group(
-        "accepted for MIOpenDriver compatibility, ignored (no miocore meaning)"
-    )
-    for short, long, default, what in IGNORED_FLAGS:
-        ignored.add_argument(
-            short, long, default=default, metavar="VALUE", help=f"MIOpenDriver: {what}"
-        )
-
-
-def _report_ignored(args: argparse.Namespace) -> None:
-    for short, long, default, what in IGNORED_FLAGS:
-        value = getattr(args, long.lstrip("-"), default)
-        if str(value) != default:
-            print(
-                f"{PROG} {args.command}: note: {short}/{long}={value} ignored ({what}: no "
-                "miocore meaning)",
-                file=sys.stderr,
-            )
 
 
 def _dry_run(args: argparse.Namespace, problems: list[ConvProblem]) -> int:

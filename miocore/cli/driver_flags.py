@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from miocore.cli.run_flags import add_run_arguments
 from miocore.errors import InvalidArgumentError
 from miocore.problem.conv import ConvProblem, Direction
 from miocore.problem.descriptors import LAYOUTS, ConvolutionDescriptor, TensorDescriptor
@@ -370,8 +371,6 @@ class _RaisingParser(argparse.ArgumentParser):
 
 @functools.cache
 def _line_parser() -> _RaisingParser:
-    from miocore.cli.conv import add_run_arguments  # conv imports this module
-
     parser = _RaisingParser(prog="MIOpenDriver conv", add_help=False, allow_abbrev=False)
     add_driver_arguments(parser)
     add_run_arguments(parser)
