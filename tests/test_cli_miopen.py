@@ -100,15 +100,16 @@ def test_depth_fields_still_checked_in_3d(capsys) -> None:
 
 
 def test_every_miopendriver_flag_is_accepted(capsys) -> None:
-    ignored = "-r 1 -C /tmp/c -o 0 -d in.bin -e w.bin -b 0 -Z 0 -L 1 -a b.bin -D dy.bin -G 0"
-    line = f"conv {SMALL} -F 1 -P 1 -w 0 {ignored} -U -1 -T -1 -R -1 -z default -~ 0"
+    ignored = "-r 1 -C /tmp/c -o 0 -b 0 -Z 0 -L 1 -a b.bin -G 0"
+    files = "-d in.bin -e w.bin -D dy.bin"  # read only when a run needs them
+    line = f"conv {SMALL} -F 1 -P 1 -w 0 {ignored} {files} -U -1 -T -1 -R -1 -z default -~ 0"
     command, args = parse_driver_line(line)
     assert command == "conv" and args.wall == 0 and args.pad_val == "1"
     assert cli.main([*line.split(), "--dry-run"]) == 0
     err = capsys.readouterr().err
     # Only non-default values of the ignored flags are reported, each once.
-    assert "-r/--pad_val=1 ignored" in err and "-d/--in_data=in.bin ignored" in err
-    assert "-U/--in_cast_type" not in err and "-b/--bias" not in err
+    assert "-r/--pad_val=1 ignored" in err and "-a/--in_bias=b.bin ignored" in err
+    assert "-U/--in_cast_type" not in err and "-b/--bias" not in err and "in.bin" not in err
 
 
 def test_line_forms() -> None:
@@ -258,3 +259,35 @@ def test_miopendriver_lines_on_the_gpu(capsys) -> None:
     assert cli.main([*argv[:-5], "-F", "0", "-t", "1", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert len(_lines(out, "MIOpen ")) == 3 and len(_lines(out, "GPU Kernel Time")) == 3
+
+
+def test_data_files_are_read_in_memory_order(tmp_path: Path) -> None:
+    import numpy as np
+
+    from miocore.cli.conv import read_buffer
+
+    (problem,) = problems_from_line(f"conv {SMALL} -F 1 -I NHWC")
+    rng = np.random.default_rng(7)
+    nhwc = rng.uniform(-1, 1, size=(2, 7, 6, 4)).astype(np.float32)  # x in NHWC memory order
+    path = tmp_path / "x.bin"
+    nhwc.tofile(path)
+    x = read_buffer(str(path), problem.x, "-d/--in_data")
+    assert x.shape == (2, 4, 7, 6)
+    np.testing.assert_array_equal(x, nhwc.transpose(0, 3, 1, 2))
+
+
+def test_data_files_feed_the_run(tmp_path: Path, capsys) -> None:
+    import numpy as np
+
+    (problem,) = problems_from_line(f"conv {SMALL} -F 1")
+    rng = np.random.default_rng(3)
+    rng.uniform(-1, 1, size=problem.x.element_count).astype(np.float32).tofile(tmp_path / "x")
+    rng.uniform(-1, 1, size=problem.w.element_count).astype(np.float32).tofile(tmp_path / "w")
+    argv = ["conv", *SMALL.split(), "-F", "1", "--quiet", "-e", str(tmp_path / "w")]
+    assert cli.main([*argv, "-d", str(tmp_path / "x")]) == 0
+    assert "Verifies OK" in capsys.readouterr().out
+    # A file of the wrong size is refused, naming the flag: the file is really read.
+    np.zeros(5, dtype=np.float32).tofile(tmp_path / "short")
+    assert cli.main([*argv, "-d", str(tmp_path / "short")]) == 2
+    err = capsys.readouterr().err
+    assert "-d/--in_data=" in err and "holds 5 float32 elements" in err

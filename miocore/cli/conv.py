@@ -31,7 +31,7 @@ from miocore.cli.driver_flags import (
 from miocore.cli.driver_output import MIOPEN_ALGORITHMS, MIOPEN_LABELS, stats_lines
 from miocore.cli.miopen_solvers import is_unset, resolve_solver
 from miocore.cli.output import PROG, fmt_bytes, fmt_gflops, fmt_ms, stderr_console
-from miocore.cli.run_flags import add_run_arguments, report_ignored
+from miocore.cli.run_flags import DATA_FLAGS, add_run_arguments, report_ignored
 from miocore.errors import (
     InvalidArgumentError,
     MiocoreError,
@@ -228,6 +228,10 @@ def _solve_direction(
         return result
     host_arrays = reference.random_inputs(problem, args.seed)
     out_name = problem.direction.output_tensor
+    for short, long, tensor in DATA_FLAGS:
+        path = getattr(args, long.lstrip("-"), "")
+        if path and tensor != out_name:  # MIOpenDriver reads a file only into an input
+            host_arrays[tensor] = read_buffer(path, getattr(problem, tensor), f"{short}/{long}")
     inputs = {name: a for name, a in host_arrays.items() if name != out_name}
     arrays = host_arrays
     if handle.backend.name != "cpu":  # device copies; the output comes back for verification
@@ -281,6 +285,32 @@ def _solve_direction(
                 f"{result.error:.3g} > tolerance {result.tolerance:.3g})"
             )
     return result
+
+
+def read_buffer(path: str, desc: Any, flag: str) -> Any:
+    """A tensor from a raw file, as MIOpenDriver's ``-d``/``-e``/``-D`` read it: the elements
+    of ``desc``'s data type in its layout's memory order, returned in logical order."""
+    import numpy as np
+
+    from miocore.backends.cpu import empty_for
+
+    try:
+        flat = np.fromfile(path, dtype=desc.dtype.numpy)
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot read it: {exc}", field=flag, value=path) from exc
+    if flat.size != desc.element_count:
+        raise InvalidArgumentError(
+            f"holds {flat.size} {desc.dtype.value} elements; the tensor "
+            f"{'x'.join(map(str, desc.lengths))} {desc.layout} needs {desc.element_count}",
+            field=flag,
+            value=path,
+        )
+    # Memory order: axes from the largest stride to the smallest.
+    order = sorted(range(len(desc.lengths)), key=lambda axis: -desc.strides[axis])
+    physical = flat.reshape([desc.lengths[axis] for axis in order])
+    out = empty_for(desc)
+    out[...] = physical.transpose(np.argsort(order))
+    return out
 
 
 class SolverRunError(MiocoreError):

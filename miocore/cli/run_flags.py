@@ -18,18 +18,23 @@ IGNORED_FLAGS: tuple[tuple[str, str, str, str], ...] = (
     ("-r", "--pad_val", "0", "padding value"),
     ("-C", "--verification_cache", "", "folder caching the CPU reference"),
     ("-o", "--dump_output", "0", "dump the buffers to files"),
-    ("-d", "--in_data", "", "input data file"),
-    ("-e", "--weights", "", "weights file"),
     ("-b", "--bias", "0", "add a bias"),
     ("-Z", "--tensor_vect", "0", "vectorised tensors (INT8 NCHW_VECT_C)"),
     ("-L", "--vector_length", "1", "vector length of vectorised tensors"),
     ("-a", "--in_bias", "", "input bias file"),
-    ("-D", "--dout_data", "", "dy data file"),
     ("-G", "--gpualloc", "0", "allocate and fill the buffers on the GPU"),
     ("-~", "--gpubuffer_check", "0", "check the GPU buffers for out-of-bounds writes"),
     ("-U", "--in_cast_type", "-1", "cast type of x (FP8 casts)"),
     ("-T", "--out_cast_type", "-1", "cast type of y (FP8 casts)"),
     ("-R", "--wei_cast_type", "-1", "cast type of w (FP8 casts)"),
+)
+
+
+#: MIOpenDriver's data file flags: (short, long, the tensor the file holds).
+DATA_FLAGS: tuple[tuple[str, str, str], ...] = (
+    ("-d", "--in_data", "x"),
+    ("-e", "--weights", "w"),
+    ("-D", "--dout_data", "y"),
 )
 
 
@@ -132,6 +137,15 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         help="run every MIOpenDriver line of FILE ('./bin/MIOpenDriver conv ...'); flags "
         "given here are added to each line and win",
     )
+    for short, long, tensor in DATA_FLAGS:
+        run.add_argument(
+            short,
+            long,
+            default="",
+            metavar="FILE",
+            help=f"read {tensor} from FILE (raw elements of the data type in the layout's memory "
+            f"order, as MIOpenDriver) instead of random data, where {tensor} is an input",
+        )
     run.add_argument("--json", action="store_true", help="print one JSON document")
     run.add_argument("--quiet", action="store_true", help="no progress display")
     ignored = parser.add_argument_group(
