@@ -291,3 +291,15 @@ def test_data_files_feed_the_run(tmp_path: Path, capsys) -> None:
     assert cli.main([*argv, "-d", str(tmp_path / "short")]) == 2
     err = capsys.readouterr().err
     assert "-d/--in_data=" in err and "holds 5 float32 elements" in err
+
+
+def test_from_file_refuses_nesting_and_keeps_json_clean(tmp_path: Path, capsys) -> None:
+    import json
+
+    listing = tmp_path / "lines.txt"
+    listing.write_text(f"conv {SMALL} -F 1 --from-file {listing}\nconv {SMALL} -F 2\n")
+    assert cli.main(["conv", "--from-file", str(listing), "--dry-run", "--json"]) == 2
+    captured = capsys.readouterr()
+    assert "no nesting" in captured.err
+    document = json.loads(captured.out)  # the one good line, as one JSON document
+    assert [p["direction"] for p in document["problems"]] == ["backward_data"]

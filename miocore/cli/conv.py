@@ -454,7 +454,17 @@ def _run_file(args: argparse.Namespace, registry: Any) -> int:
             print(f"{PROG} {args.command}: {path}:{number}: error: {exc}", file=sys.stderr)
             status = 2
             continue
-        print(f"# {path}:{number}: {line.strip()}", flush=True)
+        if any(flag.startswith("--from-file") for flag in flags):
+            print(
+                f"{PROG} {args.command}: {path}:{number}: error: --from-file inside a listed "
+                "line is refused (no nesting)",
+                file=sys.stderr,
+            )
+            status = 2
+            continue
+        # The header goes to stderr with --json, so stdout stays one document per line.
+        header_stream = sys.stderr if args.json else sys.stdout
+        print(f"# {path}:{number}: {line.strip()}", file=header_stream, flush=True)
         status = max(status, main([command, *flags, *extra], registry=registry))
     return status
 
