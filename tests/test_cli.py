@@ -143,8 +143,21 @@ def test_long_names_and_attached_values() -> None:
         "convfp16",
     )
     (b,) = problems_of(
-        ["-n32", "-c256", "-H56", "-W56", "-k512", "-y1", "-x1", "-u2", "-v2", "-F2", "-INHWC"]
-        + ["-ONHWC", "-fNHWC"],
+        [
+            "-n32",
+            "-c256",
+            "-H56",
+            "-W56",
+            "-k512",
+            "-y1",
+            "-x1",
+            "-u2",
+            "-v2",
+            "-F2",
+            "-INHWC",
+            "-ONHWC",
+            "-fNHWC",
+        ],
         "convfp16",
     )
     assert a == b
