@@ -76,11 +76,14 @@ def test_features_are_named_and_finite() -> None:
     assert problem_features(p)[FEATURES.index("pointwise")] == (p.w.lengths[2:] == (1, 1))
 
 
-def test_trained_model_learns_the_winner_and_matches_scikit_learn(tmp_path: Path) -> None:
+@pytest.mark.parametrize("target", ["absolute", "relative"])
+def test_trained_model_learns_the_winner_and_reloads_the_same(tmp_path: Path, target: str) -> None:
     pytest.importorskip("sklearn")
     db_file = _synthetic_db(tmp_path, "cpu_test_1")
-    model = train(db_file, holdout=0.25, trees=30, depth=3)
-    assert model.solvers == ("solver.one", "solver.three") and model.device == "cpu_test_1"
+    model = train(db_file, holdout=0.25, trees=30, depth=3, target=target)
+    assert not model.knows("(fastest)")
+    known = [s for s in model.solvers if model.knows(s)]
+    assert known == ["solver.one", "solver.three"] and model.device == "cpu_test_1"
     held = [p for p in _problems() if is_held_out(p.key, 0.25)]
     assert len(held) >= 10
     for p in held:

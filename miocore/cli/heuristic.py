@@ -38,6 +38,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--backend", default=None, help="backend whose device fits WTI (default: from the db)"
     )
     train.add_argument(
+        "--target",
+        choices=("absolute", "relative"),
+        default="absolute",
+        help="what each solver's trees predict: log time (default) or log time over the "
+        "problem's fastest",
+    )
+    train.add_argument(
         "--wti-only",
         action="store_true",
         help="fit only the WTI table (needs no scikit-learn; run it on the device)",
@@ -93,9 +100,12 @@ def _train(args: argparse.Namespace, registry: Any) -> int:
     out = Path(args.out)
     device = Path(args.db).stem
     if not args.wti_only:
-        model = train(args.db, holdout=args.holdout, trees=args.trees, depth=args.depth)
+        model = train(
+            args.db, holdout=args.holdout, trees=args.trees, depth=args.depth, target=args.target
+        )
         path = model.save(out / f"{model.device}.heuristic.npz")
-        print(f"model: {path} ({path.stat().st_size} bytes, {len(model.solvers)} solvers)")
+        known = [s for s in model.solvers if model.knows(s)]
+        print(f"model: {path} ({path.stat().st_size} bytes, {len(known)} solvers)")
     found = _context(device, args.backend, registry)
     if found is None:
         print(f"WTI table: skipped (this machine is not {device}); fit it on the device")

@@ -56,6 +56,7 @@ class TreeModel:
     tree_solver: np.ndarray
     base: np.ndarray
     depth: int
+    scale: str | None = None
     features: tuple[str, ...] = FEATURES
     provenance: Mapping[str, Any] = attrs.field(factory=dict)
     metrics: Mapping[str, Any] = attrs.field(factory=dict)
@@ -98,10 +99,21 @@ class TreeModel:
 
     def knows(self, solver: str) -> bool:
         """Whether the model was trained on ``solver``."""
-        return solver in self._index  # type: ignore[attr-defined]
+        return solver in self._index and solver != self.scale  # type: ignore[attr-defined]
 
     def predict_log_ms(self, x: np.ndarray, solvers: Sequence[str]) -> np.ndarray:
-        """Predicted ``log(time_ms)`` of each of ``solvers`` (all known) on features ``x``."""
+        """Predicted ``log(time_ms)`` of each of ``solvers`` (all known) on features ``x``.
+
+        With a ``scale`` forest (relative models), each solver's forest predicts how much
+        slower than the problem's fastest solver it is, and the scale forest predicts the
+        fastest time: the sum is the solver's time.
+        """
+        if self.scale is not None:
+            out = self._raw(x, [*solvers, self.scale])
+            return out[:-1] + out[-1]
+        return self._raw(x, solvers)
+
+    def _raw(self, x: np.ndarray, solvers: Sequence[str]) -> np.ndarray:
         idx = [self._index[s] for s in solvers]  # type: ignore[attr-defined]
         starts, counts = self._starts[idx], self._counts[idx]  # type: ignore[attr-defined]
         trees = np.concatenate(
@@ -132,6 +144,7 @@ class TreeModel:
             "features": list(self.features),
             "solvers": list(self.solvers),
             "depth": self.depth,
+            "scale": self.scale,
             "provenance": dict(self.provenance),
             "metrics": dict(self.metrics),
         }
@@ -186,6 +199,7 @@ class TreeModel:
             device=str(meta["device"]),
             solvers=tuple(meta["solvers"]),
             depth=int(meta["depth"]),
+            scale=meta.get("scale"),
             provenance=meta.get("provenance", {}),
             metrics=meta.get("metrics", {}),
             **arrays,
