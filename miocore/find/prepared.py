@@ -35,6 +35,7 @@ class PreparedRun:
     """
 
     __slots__ = (
+        "_detach",
         "_graph",
         "_graph_tried",
         "_invoker",
@@ -64,6 +65,7 @@ class PreparedRun:
         self._params: InvokeParams | None = None
         self._views: dict[str, Any] | None = None
         self._rebind = getattr(runner.state.backend, "rebind", lambda *_: None)
+        self._detach = getattr(runner.state.backend, "detach", lambda view: view)
         self._graph: Any = None
         self._graph_tried = False
 
@@ -87,9 +89,12 @@ class PreparedRun:
         views = self._moved(signature, (x, w, y))
         if views is None:
             views = self._runner.checked_views(self.problem, {"x": x, "w": w, "y": y})
-        params = self._runner.params(self.problem, views, self.workspace)
-        # Only arrays whose signature names their memory may skip the checks next time.
+        # Only arrays whose signature names their memory may skip the checks next time. What
+        # is kept holds no caller's tensor: a later call alike passes its own.
         known = None not in signature
+        if known:
+            views = {name: self._detach(view) for name, view in views.items()}
+        params = self._runner.params(self.problem, views, self.workspace)
         self._signature = signature if known else None
         self._views = views if known else None
         self._params = params if known else None

@@ -403,6 +403,13 @@ class GpuBackend:
         """Check a caller's tensor against ``desc`` (shape, dtype, strides, device)."""
         return view_of(self, desc, array, field)
 
+    def detach(self, view: Any) -> Any:
+        """``view`` without its hold on the caller's tensor: what a cache of checked views
+        keeps (a framework must be free to release the tensor; a CUDA graph pool checks it)."""
+        if type(view) is not DeviceTensor:
+            return view
+        return DeviceTensor(view.ptr, view.desc, view.nbytes, None)
+
     def rebind(self, view: Any, array: Any, ptr: int) -> Any:
         """``view`` (a checked view of a tensor of the same shape, dtype, strides and device
         as ``array``) moved to ``array``'s memory at ``ptr``, without checking again; None
