@@ -10,72 +10,36 @@ shard per worker and the logs; the same command again resumes. See docs/tuning.m
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
-from miocore.errors import InvalidArgumentError
+from miocore.errors import InvalidArgumentError, MiocoreError
 from miocore.problem.conv import ConvProblem
 
 
 def problems_from_driver_file(path: Path | str) -> list[ConvProblem]:
-    """The problems of a file of MIOpenDriver command lines, through ``miocore conv``'s own
-    flag parser (``conv``, ``convfp16``, ``convbfp16``; ``-F`` picks directions)."""
-    from miocore.cli.driver_flags import (
-        CONV_COMMANDS,
-        add_driver_arguments,
-        build_problems,
-        driver_values,
-    )
+    """The problems of a file of MIOpenDriver command lines (MIOpen's ``perf_models``), each
+    line read by ``miocore conv``'s own line parser (``conv``, ``convfp16``, ``convbfp16``;
+    ``-F`` picks directions). Blank and ``#`` lines are skipped; a bad line is an error
+    naming the file and line."""
+    from miocore.cli.driver_flags import problems_from_line
     from miocore.tune.sources import unique
 
     source = Path(path)
     if not source.is_file():
         raise InvalidArgumentError("no such file", field="driver_file", value=str(source))
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    add_driver_arguments(parser)  # ``miocore conv``'s flag table
     out: list[ConvProblem] = []
     for number, text in enumerate(source.read_text().splitlines(), start=1):
-        tokens = shlex.split(text, comments=True)
-        start = next((i for i, t in enumerate(tokens) if t in CONV_COMMANDS), None)
-        if start is None:
-            continue  # blank, a comment, or another MIOpenDriver command
-        where = f"{source.name}:{number}"
+        if not text.split("#", 1)[0].strip():
+            continue
         try:
-            args, unknown = parser.parse_known_args(_drop_unused_depth(tokens[start + 1 :]))
-        except SystemExit as exc:
+            out.extend(problems_from_line(text))
+        except MiocoreError as exc:
             raise InvalidArgumentError(
-                "not a valid MIOpenDriver conv line", field=where, value=text
+                f"{exc}", field=f"{source.name}:{number}", value=text
             ) from exc
-        # MIOpenDriver's --pad_mode default means "the pads given": nothing to change.
-        extra = [t for t in unknown if t not in ("--pad_mode", "default")]
-        if extra:
-            raise InvalidArgumentError(
-                f"flags miocore does not take: {' '.join(extra)}", field=where, value=text
-            )
-        out.extend(build_problems(driver_values(args), CONV_COMMANDS[tokens[start]]))
     return unique(out)
-
-
-_DEPTH_FLAGS = ("--pad_d", "--conv_stride_d", "--dilation_d", "--trans_output_pad_d")
-
-
-def _drop_unused_depth(tokens: list[str]) -> list[str]:
-    """MIOpenDriver writes ``--conv_stride_d 0`` and the like on 2-D lines, which ``miocore
-    conv`` refuses (a depth stride must be >= 1): drop depth flags on lines that are not 3-D."""
-    if "3" in (tokens[i + 1] for i, t in enumerate(tokens[:-1]) if t in ("-_", "--spatial_dim")):
-        return tokens
-    out: list[str] = []
-    skip = False
-    for token in tokens:
-        if skip:
-            skip = False
-        elif token in _DEPTH_FLAGS:
-            skip = True
-        else:
-            out.append(token)
-    return out
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
