@@ -104,3 +104,41 @@ def test_level_6_prints_find_debug_records(monkeypatch: pytest.MonkeyPatch) -> N
     )
     assert done.returncode == 0, done.stderr
     assert "miocore DEBUG miocore.find: probe: find debug shows" in done.stderr
+
+
+@pytest.mark.parametrize(("raw", "debug"), [("5", False), ("6", True), ("info", False)])
+def test_a_whole_find_logs_at_levels_5_and_6(tmp_path, raw: str, debug: bool) -> None:
+    environ = {
+        **os.environ,
+        "MIOPEN_LOG_LEVEL": raw,
+        "MIOCORE_USER_DB_PATH": str(tmp_path / "db"),
+    }
+    environ.pop("MIOCORE_LOG_LEVEL", None)
+    argv = [
+        "conv",
+        "-n",
+        "1",
+        "-c",
+        "4",
+        "-H",
+        "8",
+        "-W",
+        "8",
+        "-k",
+        "4",
+        "-F",
+        "1",
+        "-V",
+        "0",
+        "--quiet",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "miocore", *argv],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "miocore INFO miocore.find:" in done.stderr  # the decision
+    assert ("miocore DEBUG miocore.find:" in done.stderr) is debug  # candidates, timings
