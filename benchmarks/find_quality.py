@@ -62,6 +62,29 @@ def head_to_head(handle: Any, a: Any, b: Any, reps: int) -> tuple[float, float]:
     return statistics.median(ta), statistics.median(tb)
 
 
+def _shrunk(problem: Any) -> Any:
+    """``problem`` cut down like the corpus sample (at most 2 images, 16 channels per group,
+    10 pixels a side), keeping its filter, pads, strides, dilations, groups, layout, type."""
+    from miocore.corpus import shrink_row
+
+    x, w, y, conv = problem.x, problem.w, problem.y, problem.conv
+    row = {
+        "n": x.lengths[0],
+        "c": x.lengths[1],
+        "k": y.lengths[1],
+        "x": list(x.lengths[2:]),
+        "filt": list(w.lengths[2:]),
+        "pad": list(conv.pads),
+        "stride": list(conv.strides),
+        "dil": list(conv.dilations),
+        "groups": conv.groups,
+        "dtype": {"float32": "FP32", "float16": "FP16", "bfloat16": "BF16"}[str(x.dtype)],
+        "layout": x.layout,
+        "dir": problem.direction.value,
+    }
+    return shrink_row(row, max_channels_per_group=16)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", required=True, help="the tuned FindDb file (for the split)")
@@ -70,6 +93,11 @@ def main() -> int:
     parser.add_argument("--holdout", type=float, default=0.2)
     parser.add_argument("--limit", type=int, default=100, help="held-out problems measured")
     parser.add_argument("--driver-file", action="append", default=[], help="untuned layers")
+    parser.add_argument(
+        "--shrink",
+        action="store_true",
+        help="shrink the untuned layers as the CPU database's problems were (corpus.shrink_row)",
+    )
     parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--json", help="write the per-problem results here")
     args = parser.parse_args()
@@ -87,8 +115,13 @@ def main() -> int:
     if args.driver_file:
         from miocore.cli.tune import problems_from_driver_file
 
+        seen = {p.key for _, p in problems}
         for f in args.driver_file:
-            problems += [("untuned", p) for p in problems_from_driver_file(f)]
+            for p in problems_from_driver_file(f):
+                p = _shrunk(p) if args.shrink else p
+                if p.key not in seen:
+                    seen.add(p.key)
+                    problems.append(("untuned", p))
 
     tmp = Path(tempfile.mkdtemp(prefix="find-quality-"))
     device_id = miocore.Handle(args.device).device.identity
