@@ -20,7 +20,7 @@ from miocore.db._common import (
     provenance_from_json,
     provenance_json,
 )
-from miocore.db.finddb import _clean
+from miocore.db.records import _clean
 from miocore.errors import InvalidArgumentError
 
 
