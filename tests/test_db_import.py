@@ -6,6 +6,7 @@ from __future__ import annotations
 import bz2
 import gc
 import random
+import sqlite3
 import tracemalloc
 from pathlib import Path
 
@@ -230,3 +231,44 @@ def test_miopens_shipped_databases_import_and_export_byte_identical(
     # And a lookup reads the records back as entries.
     record = db.record(exported[0].partition("=")[0])
     assert record is not None and record.entries[0].time_ms > 0
+
+
+def _version_1_file(path: Path) -> None:
+    """A user file as miocore wrote it before imported text and the size cap (schema 1)."""
+    from miocore.db._store import SCHEMA_SQL
+
+    v1 = SCHEMA_SQL.split("CREATE TABLE IF NOT EXISTS find_db_text")[0]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path)
+    conn.executescript(v1)
+    conn.execute(
+        "INSERT INTO find_db VALUES (?, 'old.s', 0, 'gemm', 1.5, 0, NULL, 3, NULL, '{}')",
+        (F_KEY,),
+    )
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+
+
+def test_a_version_1_file_is_read_as_system_layer_and_upgraded_as_user_layer(
+    tmp_path: Path,
+) -> None:
+    import warnings
+
+    _version_1_file(tmp_path / "system" / "cpu_imp_1.db")
+    _version_1_file(tmp_path / "user" / "cpu_imp_1.db")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # neither layer may warn
+        db = FindDb("cpu_imp_1", user_dir=tmp_path / "user", system_dir=tmp_path / "system")
+        system = db.record(F_KEY, "system")
+        assert system is not None and system.solvers == ["old.s"]
+        assert db.keys("system") == [F_KEY]
+        assert db.record(F_KEY).solvers == ["old.s"]  # type: ignore[union-attr]
+        src = tmp_path / "in.txt"
+        other = F_KEY.replace("64-56-56-64-", "64-56-56-32-")
+        src.write_text(f"{other}=a.b:1,0,miopenConvolutionFwdAlgoGEMM\n")
+        assert db.import_text(src).records == 1
+    assert db.keys() == sorted([F_KEY, other]) and db.status.ok
+    conn = sqlite3.connect(tmp_path / "user" / "cpu_imp_1.db")
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    conn.close()
