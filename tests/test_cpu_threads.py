@@ -67,3 +67,14 @@ def test_timing_reapplies_the_cap_after_new_imports() -> None:
     backend._modules_seen = -1  # as if modules were imported since the last application
     backend.time_ms(lambda: None)
     assert _blas_threads() == {1}
+
+
+def test_handle_passes_threads_to_the_cpu_backend() -> None:
+    import miocore
+
+    handle = miocore.Handle("cpu", threads=1)
+    assert handle.backend.threads == 1
+    assert _blas_threads() == {1}
+    with pytest.raises(InvalidArgumentError) as caught:
+        miocore.Handle("cpu", threads=0)
+    assert caught.value.field == "threads"

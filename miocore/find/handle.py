@@ -43,7 +43,8 @@ class Handle:
     such as ``torch.cuda.current_stream()``, a CuPy stream; default: the default stream).
     ``math_mode`` is ``"exact"`` (default) or ``"tf32"``: only ``"tf32"`` lets solvers that
     round fp32 inputs to TF32 apply (``igemm.gpu_tf32``); an exact handle never gets them,
-    not even from a FindDb record another handle wrote.
+    not even from a FindDb record another handle wrote. ``threads`` (CPU only; default
+    ``MIOCORE_CPU_THREADS``) caps every CPU thread pool, so find times what runs will use.
     """
 
     def __init__(
@@ -55,10 +56,17 @@ class Handle:
         system_db_path: str | Path | None = None,
         stream: Any = None,
         math_mode: str = "exact",
+        threads: int | None = None,
     ) -> None:
         self.backend = (
             open_backend(device) if stream is None else open_backend(device, stream=stream)
         )
+        if threads is not None:
+            if not hasattr(self.backend, "set_threads"):
+                raise InvalidArgumentError(
+                    "threads applies to the CPU backend only", field="threads", value=threads
+                )
+            self.backend.set_threads(threads)
         if hasattr(self.backend, "bind_registry"):  # GPU backends find kernel sources there
             self.backend.bind_registry(lambda: self.registry)
         self.device = self.backend.device
