@@ -59,6 +59,7 @@ def main(argv: Sequence[str] | None = None, *, registry: Any = None) -> int:
     except SystemExit as exc:  # --help, --version and argparse's own errors (status 2)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     args.argv = argv  # --from-file passes the flags given beside it on to each line
+    args.run_line = lambda line_argv: main(line_argv, registry=registry)  # and runs each line
     command = getattr(args, "command", None)
     if command is None:
         parser.print_help(sys.stderr)

@@ -433,7 +433,6 @@ def _run_file(args: argparse.Namespace, registry: Any) -> int:
 
     Blank lines and ``#`` comments are skipped. The exit status is the worst of the lines'.
     """
-    from miocore.cli import main
     from miocore.cli.driver_flags import split_driver_line
 
     path = Path(args.from_file)
@@ -465,7 +464,7 @@ def _run_file(args: argparse.Namespace, registry: Any) -> int:
         # The header goes to stderr with --json, so stdout stays one document per line.
         header_stream = sys.stderr if args.json else sys.stdout
         print(f"# {path}:{number}: {line.strip()}", file=header_stream, flush=True)
-        status = max(status, main([command, *flags, *extra], registry=registry))
+        status = max(status, args.run_line([command, *flags, *extra]))
     return status
 
 

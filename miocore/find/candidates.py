@@ -10,7 +10,6 @@ one problem never change. Everything left out is written into the report with th
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 import attrs
@@ -236,4 +235,4 @@ def switches() -> tuple[str | None, ...]:
         "MIOCORE_FIND_ONLY_SOLVER",
         *(f"MIOCORE_DEBUG_CONV_{a.value.upper()}" for a in Algorithm),
     ]
-    return tuple(os.environ.get(n) for n in names)
+    return tuple(env.get(n) for n in names)

@@ -10,7 +10,6 @@ noise broken by a stable rule, and writes the user FindDb record.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -431,7 +430,7 @@ class FindEngine:
 
 def prune_factor() -> float:
     """``MIOCORE_FIND_PRUNE_FACTOR`` (default 20; 0 turns pruning off)."""
-    raw = os.environ.get("MIOCORE_FIND_PRUNE_FACTOR", "").strip()
+    raw = (env.get("MIOCORE_FIND_PRUNE_FACTOR") or "").strip()
     if not raw:
         return 20.0
     try:
