@@ -4,6 +4,8 @@
   bounded scratch; the universal last resort.
 * :class:`DepthwiseDirectSolver` (``direct.depthwise``): groups == channels; compiled (numba)
   kernels vectorised over channels (NHWC) or image rows (NCHW), every direction.
+* :class:`GroupedDirectSolver` (``direct.grouped``): narrow groups (ResNeXt); one compiled
+  loop vectorised over the groups.
 * :class:`TapsDirectSolver` (``direct.taps``): small filters; one BLAS call (or one vectorised
   multiply-add for depthwise layers) per filter tap on a phase-split, padded float32 copy.
 """
@@ -11,7 +13,8 @@
 from __future__ import annotations
 
 from miocore_direct.depthwise import DepthwiseDirectSolver
+from miocore_direct.grouped import GroupedDirectSolver
 from miocore_direct.naive import NaiveDirectSolver
 from miocore_direct.taps import TapsDirectSolver
 
-__all__ = ["DepthwiseDirectSolver", "NaiveDirectSolver", "TapsDirectSolver"]
+__all__ = ["DepthwiseDirectSolver", "GroupedDirectSolver", "NaiveDirectSolver", "TapsDirectSolver"]
