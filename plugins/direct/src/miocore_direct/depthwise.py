@@ -205,6 +205,7 @@ class DepthwiseDirectSolver(Solver):
     """
 
     name = "direct.depthwise"
+    numerical_notes = frozenset()
     algorithm = Algorithm.DIRECT
     is_dynamic = True
 

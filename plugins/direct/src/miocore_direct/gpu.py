@@ -64,6 +64,7 @@ class GpuNaiveDirectSolver(Solver):
     """Every consistent problem on CUDA and HIP devices; no workspace."""
 
     name = "direct.gpu_naive"
+    numerical_notes = frozenset()
     algorithm = Algorithm.DIRECT
     is_dynamic = True
     backends = GPU_BACKENDS

@@ -200,6 +200,7 @@ class GpuDepthwiseSolver(TunableSolver):
     """Depthwise (and channel-multiplier) convolutions on CUDA and HIP devices."""
 
     name = "direct.gpu_depthwise"
+    numerical_notes = frozenset()
     algorithm = Algorithm.DIRECT
     backends = GPU_BACKENDS
 

@@ -139,6 +139,7 @@ class GpuTiledDirectSolver(TunableSolver):
     """Small 2-D filters (up to 7x7) on CUDA and HIP devices, all directions."""
 
     name = "direct.gpu_tiled"
+    numerical_notes = frozenset()
     algorithm = Algorithm.DIRECT
     backends = GPU_BACKENDS
 

@@ -276,6 +276,7 @@ class NaiveDirectSolver(Solver):
     """
 
     name = "direct.naive"
+    numerical_notes = frozenset()
     algorithm = Algorithm.DIRECT
     is_dynamic = True
 

@@ -447,6 +447,7 @@ class TapsDirectSolver(TunableSolver):
     """
 
     name = "direct.taps"
+    numerical_notes = frozenset()
     algorithm = Algorithm.DIRECT
     is_dynamic = True
 

@@ -115,6 +115,7 @@ class GpuIm2colGemmSolver(Solver):
     """im2col / col2im + vendor BLAS, every direction, groups, dilation, strides, 2-D and 3-D."""
 
     name = "gemm.gpu_im2col"
+    numerical_notes = frozenset()
     algorithm = Algorithm.GEMM
     backends = GPU_BACKENDS
     is_dynamic = True

@@ -305,6 +305,7 @@ class GpuChannelsLastGemmSolver(Solver):
     """Channels-last im2col / col2im + vendor BLAS, every direction, groups, 2-D and 3-D."""
 
     name = "gemm.gpu_nhwc"
+    numerical_notes = frozenset()
     algorithm = Algorithm.GEMM
     backends = GPU_BACKENDS
     is_dynamic = True
@@ -593,6 +594,7 @@ class GpuChannelsLastGemmTf32Solver(GpuChannelsLastGemmSolver):
     mode, so an exact-fp32 caller never gets its 10-bit mantissa products."""
 
     name = "gemm.gpu_nhwc_tf32"
+    numerical_notes = frozenset({"tf32"})
     tf32 = True
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:

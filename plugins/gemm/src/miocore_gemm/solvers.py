@@ -191,6 +191,7 @@ class Gemm1x1Solver(_GemmSolver):
     """
 
     name: ClassVar[str] = "gemm.1x1"
+    numerical_notes = frozenset()
     allow_direct: ClassVar[bool] = True
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
@@ -208,6 +209,7 @@ class GemmIm2colSolver(_GemmSolver):
     """im2col (forward, backward weights) / col2im (backward data) around one GEMM per tile."""
 
     name: ClassVar[str] = "gemm.im2col"
+    numerical_notes = frozenset()
     allow_direct: ClassVar[bool] = False
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:

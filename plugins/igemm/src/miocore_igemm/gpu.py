@@ -412,6 +412,7 @@ class GpuMmaIgemmSolver(_GpuIgemmBase):
     data; any layout, NHWC fast)."""
 
     name = "igemm.gpu_mma"
+    numerical_notes = frozenset()
     dtypes = frozenset({DataType.FLOAT16, DataType.BFLOAT16})
 
 
@@ -419,6 +420,7 @@ class GpuTf32IgemmSolver(Tf32Only, _GpuIgemmBase):
     """fp32 convolution through TF32 tensor cores: only in the ``"tf32"`` math mode."""
 
     name = "igemm.gpu_tf32"
+    numerical_notes = frozenset({"tf32"})
 
 
 GPU_SOLVERS = (GpuMmaIgemmSolver(), GpuTf32IgemmSolver())

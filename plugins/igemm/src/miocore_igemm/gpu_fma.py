@@ -208,6 +208,7 @@ class GpuFmaIgemmSolver(MmaSolverBase):
     2-D, any layout and groups."""
 
     name = "igemm.gpu_fma"
+    numerical_notes = frozenset()
     dtypes = frozenset({DataType.FLOAT32})
 
     # -- applicability -----------------------------------------------------------------------

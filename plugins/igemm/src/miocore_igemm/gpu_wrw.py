@@ -424,6 +424,7 @@ class GpuMmaWrwSolver(_GpuWrwBase):
     """Backward-weights implicit GEMM on tensor cores, fp16/bf16 with fp32 accumulation."""
 
     name = "igemm.gpu_mma_wrw"
+    numerical_notes = frozenset({"nondeterministic"})
     dtypes = frozenset({DataType.FLOAT16, DataType.BFLOAT16})
 
 
@@ -431,6 +432,7 @@ class GpuTf32WrwSolver(Tf32Only, _GpuWrwBase):
     """fp32 backward weights through TF32 tensor cores: only in the ``"tf32"`` math mode."""
 
     name = "igemm.gpu_tf32_wrw"
+    numerical_notes = frozenset({"tf32", "nondeterministic"})
 
 
 GPU_WRW_SOLVERS = (GpuMmaWrwSolver(), GpuTf32WrwSolver())

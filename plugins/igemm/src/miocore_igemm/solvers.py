@@ -292,6 +292,7 @@ class ImplicitGemmForward(ImplicitGemmSolver):
     """Forward: per tap ``y += x_tap @ w_tap`` (tap) or ``y = im2col(block) @ w`` (block)."""
 
     name = "igemm.fwd"
+    numerical_notes = frozenset()
     direction = Direction.FORWARD
 
 
@@ -300,6 +301,7 @@ class ImplicitGemmBackwardData(ImplicitGemmSolver):
     column gradients ``dy_block @ w^T`` scattered tap by tap (block)."""
 
     name = "igemm.bwd"
+    numerical_notes = frozenset()
     direction = Direction.BACKWARD_DATA
 
 
@@ -308,6 +310,7 @@ class ImplicitGemmBackwardWeights(ImplicitGemmSolver):
     ``dw += dy_block^T @ im2col(block)`` over column blocks (block)."""
 
     name = "igemm.wrw"
+    numerical_notes = frozenset()
     direction = Direction.BACKWARD_WEIGHTS
 
 

@@ -406,6 +406,7 @@ class WinogradGpuF2x3(WinogradGpuSolver):
     """F(2x2, 3x3) (alpha = 4): the most accurate tile; backward weights F(3x3, 2x2)."""
 
     name = "winograd.gpu_f2x3"
+    numerical_notes = frozenset({"winograd", "down_convert"})
     m = 2
 
 
@@ -414,6 +415,7 @@ class WinogradGpuF4x3(WinogradGpuSolver):
     F(3x3, 4x4)."""
 
     name = "winograd.gpu_f4x3"
+    numerical_notes = frozenset({"winograd", "down_convert"})
     m = 4
 
 

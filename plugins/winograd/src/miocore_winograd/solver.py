@@ -81,6 +81,7 @@ class WinogradRxS(TunableSolver):
     """
 
     name = "winograd.rxs"
+    numerical_notes = frozenset({"winograd"})
     algorithm = Algorithm.WINOGRAD
     is_dynamic = True
 
