@@ -254,6 +254,10 @@ def test_file_truncated_mid_page(tmp_path: Path, device: str) -> None:
     assert len(corrupt) == 1 and "corrupt" in str(corrupt[0].message)
     assert handle.db_status.ok  # set aside and rebuilt: the file works again
     assert len(list(tmp_path.glob(f"{device}.db.corrupt-*"))) == 1
+    # The readable rows of the damaged file were copied into the new one (the cut-off page
+    # held the rest; they stay in the set-aside file).
+    assert "copied the" in str(corrupt[0].message)
+    assert 0 < _earlier_present(tmp_path, device) < EARLIER
 
 
 _WAL_WRITER = """

@@ -228,6 +228,8 @@ class Store:
         # The file last opened or used: what a corruption found now refers to.
         self._last_sig: tuple[int, int] | None = None
         # System layer: the signature of a file found corrupt, so it is warned about once.
+        # User layer: a corrupt file just set aside (and why), whose rows are still to be saved.
+        self._salvage: tuple[Path, str] | None = None
         self._bad_sig: tuple[int, int] | None = None
 
     @property
@@ -291,6 +293,8 @@ class Store:
                 conn = self._connection(create=(write and create) or recovered)
                 if conn is None:
                     return default
+                if self._salvage is not None:
+                    self._recover_rows(conn)
                 if write:
                     return retry_busy(
                         functools.partial(self._transaction, conn, fn),
@@ -319,7 +323,9 @@ class Store:
                         field="path",
                         value=str(self.path),
                     ) from exc
-                self._set_aside(str(exc), bad_sig)
+                aside = self._set_aside(bad_sig)
+                if aside is not None:
+                    self._salvage = (aside, str(exc))
                 recovered = True
 
     @staticmethod
@@ -448,13 +454,30 @@ class Store:
             problems = "; ".join(str(r[0]) for r in rows[:3])
             raise _Corrupt(f"integrity check failed: {problems}")
 
-    def _set_aside(self, reason: str, bad_sig: tuple[int, int] | None) -> None:
+    def _recover_rows(self, conn: sqlite3.Connection) -> None:
+        from miocore.db.salvage import salvage
+
+        assert self._salvage is not None
+        (aside, reason), self._salvage = self._salvage, None
+
+        def write(fn: Callable[[sqlite3.Connection], None]) -> None:
+            retry_busy(
+                functools.partial(self._transaction, conn, fn), "salvage", self.path, self.timeout_s
+            )
+
+        saved = salvage(aside, conn, write)
+        _warn(
+            f"user database {self.path} was corrupt ({reason}); moved it to {aside.name}, "
+            f"copied the {saved} readable rows into a new one"
+        )
+
+    def _set_aside(self, bad_sig: tuple[int, int] | None) -> Path | None:
         # Under a lock, so that two processes that found the same file corrupt cannot both
         # act: the second sees the file changed and leaves the new one (and its WAL) alone.
         with _recovery_lock(self.path):
             sig = _signature(self.path)
             if sig is None or (bad_sig is not None and sig != bad_sig):
-                return  # someone else already set it aside; the retry opens what is there
+                return None  # someone else set it aside; the retry opens what is there
             aside = self.path.with_name(f"{self.path.name}.corrupt-{utc_stamp()}-{os.getpid()}")
             # The journal files belong to the corrupt file: move them first (a WAL left behind
             # would be replayed into the new file). The -shm index is left: SQLite rebuilds
@@ -466,17 +489,14 @@ class Store:
             try:
                 os.replace(self.path, aside)
             except FileNotFoundError:
-                return
+                return None
             except OSError as exc:
                 raise DatabaseError(
-                    f"user database is corrupt ({reason}) and could not be moved aside: {exc}",
+                    f"user database is corrupt and could not be moved aside: {exc}",
                     field="path",
                     value=str(self.path),
                 ) from exc
-        _warn(
-            f"user database {self.path} was corrupt ({reason}); moved it to {aside.name} "
-            "and started a new one"
-        )
+        return aside
 
 
 @contextlib.contextmanager
