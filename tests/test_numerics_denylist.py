@@ -165,3 +165,15 @@ def test_cli_add_list_remove(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert _cli(tmp_path, "remove", "fft.overlap_save") == 0
     assert _cli(tmp_path, "list") == 0
     assert "(no entries)" in capsys.readouterr().out
+
+
+def test_miocore_db_deny_through_the_main_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from miocore import cli
+
+    where = ["--device", "dev1", "--user-db-path", str(tmp_path)]
+    assert cli.main(["db", "deny", "add", "gemm.im2col", "--reason", "by hand", *where]) == 0
+    assert cli.main(["db", "deny", "list", *where]) == 0
+    assert "[user] gemm.im2col | * | * | by hand" in capsys.readouterr().out
+    assert (tmp_path / "dev1.deny.txt").is_file()

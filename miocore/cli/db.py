@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from miocore.cli.deny import add_deny_parser, run_deny_command
 from miocore.db import FindDb, PerfDb
 from miocore.errors import MiocoreError
 
@@ -105,6 +106,7 @@ def add_db_parser(subparsers: Any) -> None:
         "--stale", action="store_true", help="delete entries of solvers that are not installed"
     )
     clean.add_argument("--all", action="store_true", help="delete every user entry")
+    add_deny_parser(sub, common)
 
 
 def run_db_command(args: argparse.Namespace) -> int:
@@ -112,7 +114,7 @@ def run_db_command(args: argparse.Namespace) -> int:
     command = getattr(args, "db_command", None)
     if command is None:
         print(
-            "miocore db: choose a command: show, path, export, import, merge, clean",
+            "miocore db: choose a command: show, path, export, import, merge, clean, deny",
             file=sys.stderr,
         )
         return 2
@@ -389,4 +391,5 @@ _COMMANDS = {
     "import": _cmd_import,
     "merge": _cmd_merge,
     "clean": _cmd_clean,
+    "deny": run_deny_command,
 }

@@ -42,10 +42,10 @@ def add_deny_parser(db_subparsers: Any, common: argparse.ArgumentParser) -> None
 
 
 def _deny_list(args: argparse.Namespace) -> DenyList:
-    from miocore.cli.db import _default_device
+    from miocore.backends.cpu import cpu_device_info
 
     return DenyList(
-        args.device or _default_device(),
+        args.device or cpu_device_info().identity,
         user_dir=args.user_db_path,
         system_dir=args.system_db_path,
     )
