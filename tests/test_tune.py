@@ -181,8 +181,10 @@ def test_a_killed_worker_and_a_resumed_run_lose_nothing_and_tune_nothing_twice(
     logged = Counter(line["key"] for line in iter_log(run))
     assert set(logged) == {p.key for p in problems}  # nothing lost
     assert max(logged.values()) == 1  # nothing tuned twice
-    assert result.tuned + result.failed == len(problems) - sum(first.values())
-    assert result.skipped == sum(first.values())
+    # A task the first run had under way when it stopped may still finish (a cancel does not
+    # interrupt a running task): the resumed run skips it too.
+    assert result.tuned + result.failed + result.skipped == len(problems)
+    assert result.skipped >= sum(first.values())
     assert set(_records(result.database)) == {p.key for p in problems}
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["device"] == _device_id() and "miocore-direct" in manifest["versions"]
@@ -204,12 +206,13 @@ def test_two_workers_merge_into_what_one_worker_records(tmp_path: Path) -> None:
     assert set(a) == set(b) == {p.key for p in problems}
     for key in a:
         assert set(a[key]) == set(b[key]), key  # the same applicable solvers measured
-        # The winner of one run is, in the other run, within the timing noise of its best
-        # (tiny CPU problems on a machine shared with other jobs: 2x or 50 microseconds).
+        # The winner of one run is, in the other run, within the timing noise of its best:
+        # these are 10-microsecond problems timed on a machine shared with other jobs, where
+        # two runs differ by up to 3x or 0.1 ms (docs/performance.md, "one worker against two").
         for mine, other in ((a[key], b[key]), (b[key], a[key])):
             winner = min(mine, key=mine.get)
             best = min(other.values())
-            assert other[winner] <= max(2.0 * best, best + 0.05), (key, winner, mine, other)
+            assert other[winner] <= max(3.0 * best, best + 0.1), (key, winner, mine, other)
 
 
 def test_a_failing_problem_is_recorded_and_the_run_goes_on(
