@@ -55,8 +55,11 @@ def test_igemm_warp_grids_pair_into_waves() -> None:
         wm, wn = gpu.warp_grid(bm, bn)
         assert wn % 2 == 0, (bm, bn)
         assert (bm // wm) % 16 == 0 and (2 * bn // wn) % 16 == 0, (bm, bn)
-    source = (gpu.KERNEL_DIR / "igemm_mma.cu").read_text()
-    assert "MIO_WARPS_N must be even" in source  # the kernel refuses an odd grid under MFMA
+    # the kernels refuse an odd grid under MFMA (the shared header's check)
+    header = (gpu.KERNEL_DIR / "igemm_tiles.h").read_text()
+    assert re.search(r"#if MIO_WARPS_N % 2\n#error .*MIO_WARPS_N must be even", header)
+    for source in ("igemm_mma.cu", "igemm_wrw.cu"):
+        assert '#include "igemm_tiles.h"' in (gpu.KERNEL_DIR / source).read_text()
 
 
 def test_wrw_warp_grids_pair_into_waves() -> None:

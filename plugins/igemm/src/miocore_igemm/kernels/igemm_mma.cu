@@ -79,19 +79,15 @@
 #define MIO_SK (MIO_BK + MIO_PAD)
 #define MIO_WTM (MIO_BM / MIO_WARPS_M)
 #define MIO_WTN (MIO_BN / MIO_WARPS_N)
-// The thread groups that own accumulator tiles: warps of 32 (mma.sync, scalar), or waves of 64
-// spanning two warps along N (MFMA); MIO_GTN columns each, MIO_GROUPS_N of them along N.
-#if MIO_MFMA
-#if MIO_WARPS_N % 2
-#error "the MFMA path pairs warps along N: MIO_WARPS_N must be even"
-#endif
-#define MIO_GROUPS_N (MIO_WARPS_N / 2)
-#else
-#define MIO_GROUPS_N MIO_WARPS_N
-#endif
-#define MIO_GTN (MIO_BN / MIO_GROUPS_N)
-#define MIO_MI (MIO_WTM / 16)
-#define MIO_NI (MIO_GTN / MIO_FRAG_TN)
+// Staged tiles are [row][k] (A) and [col][k] (B), rows MIO_SK elements apart (igemm_tiles.h).
+#define MIO_A_AT(row, k) as[(row) * MIO_SK + k]
+#define MIO_B_AT(col, k) bs[(col) * MIO_SK + k]
+#define MIO_A_PTR(row, k) (as + (row) * MIO_SK + k)
+#define MIO_B_PTR(col, k) (bs + (col) * MIO_SK + k)
+#define MIO_A_ROWS(n) (n) * MIO_SK
+#define MIO_A_KS(n) (n)
+#define MIO_B_KS(n) (n)
+#include "igemm_tiles.h"
 #define MIO_CPR (MIO_BK / MIO_VEC)                 // chunks per tile row
 #define MIO_RPI (MIO_THREADS / MIO_CPR)            // tile rows per load iteration
 #define MIO_A_ITERS ((MIO_BM + MIO_RPI - 1) / MIO_RPI)
@@ -115,16 +111,6 @@ struct MioIgemmParams {
   mio_index tiles_per_split;              // reduction tiles of one split
   mio_index splits;
 };
-
-MIO_DEVICE float mio_elem_f(mio_t v) {
-#if defined(MIO_DTYPE_FP16)
-  return mio_half_to_float(v);
-#elif defined(MIO_DTYPE_BF16)
-  return mio_bf16_to_float(v);
-#else
-  return v;
-#endif
-}
 
 #if MIO_MMA_SYNC
 // Shared memory through 32-bit shared-window addresses, converted once per thread: the main
@@ -333,12 +319,7 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MIN_BLOCKS)
 #endif
 
   float acc[MIO_MI][MIO_NI][4];
-#pragma unroll
-  for (int i = 0; i < MIO_MI; ++i)
-#pragma unroll
-    for (int j = 0; j < MIO_NI; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+  MIO_ACC_ZERO(acc);
 
   // Stage the next reduction tile into buffer s, then advance (rc, rx, ry) by MIO_BK.
   auto load_tile = [&](int s) {
@@ -432,23 +413,11 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MIN_BLOCKS)
     const mio_t* as = As + s * MIO_BM * MIO_SK + (wm * MIO_WTM) * MIO_SK;
     const mio_t* bs = Bs + s * MIO_BN * MIO_SK + (wn * MIO_GTN) * MIO_SK;
 #if MIO_MFMA
+#if defined(MIO_DTYPE_FP32)
+    MIO_TILES_MFMA_F32(acc, lane);
+#else
     // Lane l: row (A) or column (B) l % 16 of each 16 x 16 tile, k = 4 * (l / 16) onwards.
     const int f_row = lane % 16;
-#if defined(MIO_DTYPE_FP32)
-    const int f_k = lane / 16;
-#pragma unroll
-    for (int kk = 0; kk < MIO_BK; kk += 4) {
-      float bf[MIO_NI];
-#pragma unroll
-      for (int j = 0; j < MIO_NI; ++j) bf[j] = bs[(j * 16 + f_row) * MIO_SK + kk + f_k];
-#pragma unroll
-      for (int i = 0; i < MIO_MI; ++i) {
-        const float af = as[(i * 16 + f_row) * MIO_SK + kk + f_k];
-#pragma unroll
-        for (int j = 0; j < MIO_NI; ++j) mio_mfma_f32_16x16x4(acc[i][j], af, bf[j]);
-      }
-    }
-#else
     const int f_k = 4 * (lane / 16);
 #pragma unroll
     for (int kk = 0; kk < MIO_BK; kk += 16) {
@@ -481,27 +450,7 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MIN_BLOCKS)
 #endif
 #elif MIO_MMA_SYNC
 #if defined(MIO_DTYPE_FP32)
-#pragma unroll
-    for (int kk = 0; kk < MIO_BK; kk += 8) {
-      unsigned int bf[MIO_NI][2];
-#pragma unroll
-      for (int j = 0; j < MIO_NI; ++j) {
-        const mio_t* bp = bs + (j * 8 + gid) * MIO_SK + kk + tig;
-        bf[j][0] = mio_f32_to_tf32(bp[0]);
-        bf[j][1] = mio_f32_to_tf32(bp[4]);
-      }
-#pragma unroll
-      for (int i = 0; i < MIO_MI; ++i) {
-        const mio_t* ap = as + (i * 16 + gid) * MIO_SK + kk + tig;
-        unsigned int af[4];
-        af[0] = mio_f32_to_tf32(ap[0]);
-        af[1] = mio_f32_to_tf32(ap[8 * MIO_SK]);
-        af[2] = mio_f32_to_tf32(ap[4]);
-        af[3] = mio_f32_to_tf32(ap[8 * MIO_SK + 4]);
-#pragma unroll
-        for (int j = 0; j < MIO_NI; ++j) mio_mma_tf32_1688(acc[i][j], af, bf[j]);
-      }
-    }
+    MIO_TILES_TF32(acc, gid, tig);
 #else
     // ldmatrix.x4: A, matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) = a0..a3 of m16n8k16;
     // B (stored [col][k]), matrices (cols 0-7, k 0-7 | 8-15), (cols 8-15, ...) = b of two
@@ -539,24 +488,7 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS, MIO_MIN_BLOCKS)
     }
 #endif
 #else
-    // Scalar path: the accumulator layout of the MMA fragments (rows gid, gid + 8; columns
-    // 2 * tig, 2 * tig + 1 of each 16 x 8 tile).
-    for (int kk = 0; kk < MIO_BK; ++kk) {
-#pragma unroll
-      for (int i = 0; i < MIO_MI; ++i) {
-        const float a0 = mio_elem_f(as[(i * 16 + gid) * MIO_SK + kk]);
-        const float a1 = mio_elem_f(as[(i * 16 + gid + 8) * MIO_SK + kk]);
-#pragma unroll
-        for (int j = 0; j < MIO_NI; ++j) {
-          const float b0 = mio_elem_f(bs[(j * 8 + 2 * tig) * MIO_SK + kk]);
-          const float b1 = mio_elem_f(bs[(j * 8 + 2 * tig + 1) * MIO_SK + kk]);
-          acc[i][j][0] += a0 * b0;
-          acc[i][j][1] += a0 * b1;
-          acc[i][j][2] += a1 * b0;
-          acc[i][j][3] += a1 * b1;
-        }
-      }
-    }
+    MIO_TILES_SCALAR(acc, gid, tig);
 #endif
     s = s + 1 == MIO_STAGES ? 0 : s + 1;
   }

@@ -65,16 +65,15 @@
 #define MIO_WARPS_N (8 / MIO_WARPS_M)
 #define MIO_WTM (MIO_BM / MIO_WARPS_M)
 #define MIO_WTN (MIO_BN / MIO_WARPS_N)
-// The thread groups that own accumulator tiles: warps of 32 (mma.sync, scalar), or waves of 64
-// spanning two warps along N (MFMA; MIO_WARPS_N is 2 or 4); MIO_GTN columns each.
-#if MIO_MFMA
-#define MIO_GROUPS_N (MIO_WARPS_N / 2)
-#else
-#define MIO_GROUPS_N MIO_WARPS_N
-#endif
-#define MIO_GTN (MIO_BN / MIO_GROUPS_N)
-#define MIO_MI (MIO_WTM / 16)
-#define MIO_NI (MIO_GTN / MIO_FRAG_TN)
+// Staged tiles are [k][row] (A) and [k][col] (B), reduction-major (igemm_tiles.h).
+#define MIO_A_AT(row, k) as[(k) * MIO_SA + row]
+#define MIO_B_AT(col, k) bs[(k) * MIO_SB + col]
+#define MIO_A_PTR(row, k) (as + (k) * MIO_SA + row)
+#define MIO_B_PTR(col, k) (bs + (k) * MIO_SB + col)
+#define MIO_A_ROWS(n) (n)
+#define MIO_A_KS(n) (n) * MIO_SA
+#define MIO_B_KS(n) (n) * MIO_SB
+#include "igemm_tiles.h"
 #define MIO_CPR_A (MIO_BM / MIO_VECA)  // chunks per staged dy row
 #define MIO_RPI_A (MIO_THREADS / MIO_CPR_A)
 #define MIO_A_ITERS ((MIO_BK + MIO_RPI_A - 1) / MIO_RPI_A)
@@ -97,16 +96,6 @@ struct MioWrwParams {
   mio_index splits;
   mio_index atomic;                  // split-K by atomic adds into one fp32 copy
 };
-
-MIO_DEVICE float mio_elem_f(mio_t v) {
-#if defined(MIO_DTYPE_FP16)
-  return mio_half_to_float(v);
-#elif defined(MIO_DTYPE_BF16)
-  return mio_bf16_to_float(v);
-#else
-  return v;
-#endif
-}
 
 #if MIO_MMA_SYNC && !defined(MIO_DTYPE_FP32)
 // Four 8x8 b16 matrices, transposed on the way out of shared memory.
@@ -204,12 +193,7 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS)
     mio_row_init(p, (int)(t_begin * MIO_BK) + b_row0 + i * MIO_RPI_B, &brow[i]);
 
   float acc[MIO_MI][MIO_NI][4];
-#pragma unroll
-  for (int i = 0; i < MIO_MI; ++i)
-#pragma unroll
-    for (int j = 0; j < MIO_NI; ++j)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
+  MIO_ACC_ZERO(acc);
 
   // Stage the next reduction tile into buffer s, then advance the row positions by BK.
   auto load_tile = [&](int s) {
@@ -270,25 +254,13 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS)
     const mio_t* as = As + s * MIO_BK * MIO_SA + wm * MIO_WTM;
     const mio_t* bs = Bs + s * MIO_BK * MIO_SB + wn * MIO_GTN;
 #if MIO_MFMA
+#if defined(MIO_DTYPE_FP32)
+    MIO_TILES_MFMA_F32(acc, lane);
+#else
     // Lane l: row (A: output channel) or column (B: filter tap/channel) l % 16 of each 16 x 16
     // tile, reduction rows 4 * (l / 16) onwards (x4f32: row l / 16); staged reduction-major, so
     // a fragment is four scalar reads down a column.
     const int f_col = lane % 16;
-#if defined(MIO_DTYPE_FP32)
-    const int f_k = lane / 16;
-#pragma unroll
-    for (int kk = 0; kk < MIO_BK; kk += 4) {
-      float bf[MIO_NI];
-#pragma unroll
-      for (int j = 0; j < MIO_NI; ++j) bf[j] = bs[(kk + f_k) * MIO_SB + j * 16 + f_col];
-#pragma unroll
-      for (int i = 0; i < MIO_MI; ++i) {
-        const float af = as[(kk + f_k) * MIO_SA + i * 16 + f_col];
-#pragma unroll
-        for (int j = 0; j < MIO_NI; ++j) mio_mfma_f32_16x16x4(acc[i][j], af, bf[j]);
-      }
-    }
-#else
     const int f_k = 4 * (lane / 16);
 #pragma unroll
     for (int kk = 0; kk < MIO_BK; kk += 16) {
@@ -321,27 +293,7 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS)
 #endif
 #elif MIO_MMA_SYNC
 #if defined(MIO_DTYPE_FP32)
-#pragma unroll
-    for (int kk = 0; kk < MIO_BK; kk += 8) {
-      unsigned int bf[MIO_NI][2];
-#pragma unroll
-      for (int j = 0; j < MIO_NI; ++j) {
-        const mio_t* bp = bs + (kk + tig) * MIO_SB + j * 8 + gid;
-        bf[j][0] = mio_f32_to_tf32(bp[0]);
-        bf[j][1] = mio_f32_to_tf32(bp[4 * MIO_SB]);
-      }
-#pragma unroll
-      for (int i = 0; i < MIO_MI; ++i) {
-        const mio_t* ap = as + (kk + tig) * MIO_SA + i * 16 + gid;
-        unsigned int af[4];
-        af[0] = mio_f32_to_tf32(ap[0]);
-        af[1] = mio_f32_to_tf32(ap[8]);
-        af[2] = mio_f32_to_tf32(ap[4 * MIO_SA]);
-        af[3] = mio_f32_to_tf32(ap[4 * MIO_SA + 8]);
-#pragma unroll
-        for (int j = 0; j < MIO_NI; ++j) mio_mma_tf32_1688(acc[i][j], af, bf[j]);
-      }
-    }
+    MIO_TILES_TF32(acc, gid, tig);
 #else
     // ldmatrix lane roles: lane l addresses row (l % 8) of matrix (l / 8).
     const int lq = lane >> 3, lr = lane & 7;
@@ -375,24 +327,7 @@ MIO_KERNEL void __launch_bounds__(MIO_THREADS)
     }
 #endif
 #else
-    // Scalar path: the accumulator layout of the MMA fragments (rows gid, gid + 8; columns
-    // 2 * tig, 2 * tig + 1 of each 16 x 8 tile).
-    for (int kk = 0; kk < MIO_BK; ++kk) {
-#pragma unroll
-      for (int i = 0; i < MIO_MI; ++i) {
-        const float a0 = mio_elem_f(as[kk * MIO_SA + i * 16 + gid]);
-        const float a1 = mio_elem_f(as[kk * MIO_SA + i * 16 + gid + 8]);
-#pragma unroll
-        for (int j = 0; j < MIO_NI; ++j) {
-          const float b0 = mio_elem_f(bs[kk * MIO_SB + j * 8 + 2 * tig]);
-          const float b1 = mio_elem_f(bs[kk * MIO_SB + j * 8 + 2 * tig + 1]);
-          acc[i][j][0] += a0 * b0;
-          acc[i][j][1] += a0 * b1;
-          acc[i][j][2] += a1 * b0;
-          acc[i][j][3] += a1 * b1;
-        }
-      }
-    }
+    MIO_TILES_SCALAR(acc, gid, tig);
 #endif
   }
   mio_cp_async_wait(0);
