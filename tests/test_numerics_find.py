@@ -197,3 +197,18 @@ def test_reduced_reference_keeps_the_reduction_and_the_budget() -> None:
     assert _reduced_selection(wrw)[0] == 1  # images are the reduction: never cut
     small = small_problem()
     assert _reduced_selection(small) == (small.n, small.k)
+
+
+def test_a_fault_of_the_check_itself_never_fails_a_candidate(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from miocore.find import accuracy
+
+    def broken(self: Any) -> Any:
+        raise MemoryError("no room for the reference")
+
+    monkeypatch.setattr(accuracy.AccuracyCheck, "_compute_reference", broken)
+    h = _handle(TimedSolver("test.good", delay_s=0.001))
+    sols = h.find_solutions(small_problem(), find_mode="NORMAL")
+    assert [s.solver for s in sols] == ["test.good"] and not sols.report.failed
+    assert "accuracy check off" in caplog.text and "no room" in caplog.text

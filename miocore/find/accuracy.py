@@ -178,6 +178,8 @@ class AccuracyCheck:
         self.provenance: dict[str, dict[str, str]] = {}
         self.images, self.channels = _reduced_selection(canon)
         self._reference: np.ndarray | None = None
+        #: set when the check itself failed (a backend without host copies, say)
+        self.disabled = False
 
     # -- buffers --------------------------------------------------------------------------
 
@@ -187,15 +189,28 @@ class AccuracyCheck:
             return array
         return np.asarray(self.state.backend.to_host(array, getattr(self.canon, name)))
 
+    def _give_up(self, what: str, exc: Exception) -> None:
+        """A fault of the check itself (not of a candidate): find goes on unchecked."""
+        if not self.disabled:
+            log.warning(
+                "%s: accuracy check off for this find: %s failed: %s", self.problem.key, what, exc
+            )
+        self.disabled = True
+
     def poison(self) -> None:
         """Fill the output buffer with NaN: a candidate that writes nothing is caught."""
+        if self.disabled:
+            return
         out = self.arrays[self.out_name]
-        if isinstance(out, np.ndarray):
-            out[...] = np.nan
-        else:
-            desc = getattr(self.canon, self.out_name)
-            nan = np.full(desc.lengths, np.nan, dtype=desc.dtype.numpy)
-            self.state.backend.copy_from_host(out, nan)
+        try:
+            if isinstance(out, np.ndarray):
+                out[...] = np.nan
+            else:
+                desc = getattr(self.canon, self.out_name)
+                nan = np.full(desc.lengths, np.nan, dtype=desc.dtype.numpy)
+                self.state.backend.copy_from_host(out, nan)
+        except Exception as exc:
+            self._give_up("poisoning the output buffer", exc)
 
     def _slice(self) -> tuple[slice, ...]:
         if self.canon.direction is Direction.BACKWARD_WEIGHTS:
@@ -242,10 +257,17 @@ class AccuracyCheck:
 
     # -- verdicts -------------------------------------------------------------------------
 
-    def measure(self) -> Verdict:
-        """Compare the output buffer (as the last candidate left it) with the reference."""
-        expected = self.reference
-        got = self._host(self.out_name)[self._slice()].astype(np.float64)
+    def measure(self) -> Verdict | None:
+        """Compare the output buffer (as the last candidate left it) with the reference;
+        None when the check itself could not run (reported once in the log)."""
+        if self.disabled:
+            return None
+        try:
+            expected = self.reference
+            got = self._host(self.out_name)[self._slice()].astype(np.float64)
+        except Exception as exc:
+            self._give_up("the reference or reading the output", exc)
+            return None
         ref_nan = bool(np.isnan(expected).any())
         if not ref_nan and not np.isfinite(got).all():
             error = math.nan
