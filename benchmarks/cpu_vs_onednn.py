@@ -4,13 +4,16 @@ For every layer of a suite and every direction: find (NORMAL mode, fresh databas
 best solution among the installed solvers, optionally of one family only; then the winner and
 PyTorch's convolution are timed by the same loop (median after warm-up), and the ratio
 ``torch time / miocore time`` is printed (> 1: miocore is faster), with the winning solver and
-a geometric mean per direction.
+a geometric mean per direction (and per kind of layer: depthwise, grouped, dense).
 
     python benchmarks/cpu_vs_onednn.py --suite resnet50 --batch 1 8 --family gemm
-    python benchmarks/cpu_vs_onednn.py --suite resnet50 --batch 1 8 --suite vgg16 --batch 1
+    python benchmarks/cpu_vs_onednn.py --suite convnext_t_dw --batch 1 8 --threads 2
 
-PyTorch is a benchmark-only dependency: ``pip install torch==2.13.0`` (the CPU build).
-Both sides get the same thread count (``--threads``, default 1), set before any BLAS loads.
+PyTorch is a benchmark-only dependency: ``pip install torch`` (the CPU build). Both sides get
+the same thread count (``--threads``, default 1): set in the environment before any BLAS loads,
+on miocore's handle (``CpuBackend.set_threads``: every BLAS pool and numba's) and in torch. The
+two sides are timed alternately, ``--repeats`` rounds of a median each, and the median round
+kept, because the machine is shared and its load drifts within seconds.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ import numpy as np  # noqa: E402
 import miocore  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
+import statistics  # noqa: E402
+
 from common import geomean, machine, median_ms  # noqa: E402
 from shapes import SUITES, problem  # noqa: E402
 
@@ -89,6 +94,21 @@ def torch_runner(problem: miocore.ConvProblem, arrays: dict[str, np.ndarray]):  
     return backward
 
 
+def interleaved(ours: object, theirs: object, repeats: int) -> tuple[float, float]:
+    """Median milliseconds of both callables, timed in alternating rounds (median of rounds)."""
+    a, b = [], []
+    for _ in range(repeats):
+        a.append(median_ms(ours, min_total_s=0.1))  # type: ignore[arg-type]
+        b.append(median_ms(theirs, min_total_s=0.1))  # type: ignore[arg-type]
+    return statistics.median(a), statistics.median(b)
+
+
+def kind_of(layer: object) -> str:
+    """``depthwise`` (groups == channels), ``grouped`` (1 < groups < channels) or ``dense``."""
+    groups, channels = layer.groups, layer.c  # type: ignore[attr-defined]
+    return "depthwise" if groups == channels > 1 else "grouped" if groups > 1 else "dense"
+
+
 def run(args: argparse.Namespace) -> list[dict]:
     """Benchmark every requested layer and direction; return one row per case."""
     import torch
@@ -102,6 +122,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as db:
         handle = miocore.Handle("cpu", registry=registry, user_db_path=db)
+        handle.backend.set_threads(THREADS)
         for suite, batches in args.suites:
             for batch in batches:
                 for layer in SUITES[suite]:
@@ -115,14 +136,16 @@ def run(args: argparse.Namespace) -> list[dict]:
                         )
                         best = sols[0]
                         ws = handle.backend.allocate_workspace(best.workspace_size)
-                        ours = median_ms(
-                            lambda b=best, a=arrays, w=ws: handle.run_solution(b, **a, workspace=w)
+                        ours, theirs = interleaved(
+                            lambda b=best, a=arrays, w=ws: handle.run_solution(b, **a, workspace=w),
+                            torch_runner(p, arrays),
+                            args.repeats,
                         )
-                        theirs = median_ms(torch_runner(p, arrays))
                         row = dict(
                             suite=suite,
                             batch=batch,
                             layer=layer.name,
+                            kind=kind_of(layer),
                             dir=letter,
                             torch_ms=theirs,
                             miocore_ms=ours,
@@ -162,6 +185,7 @@ def markdown(rows: list[dict], args: argparse.Namespace) -> str:
     groups: dict[tuple, list[float]] = {}
     for r in rows:
         groups.setdefault((r["suite"], r["batch"], r["dir"]), []).append(r["ratio"])
+        groups.setdefault((r["kind"], "-", r["dir"]), []).append(r["ratio"])
         groups.setdefault(("all", "-", r["dir"]), []).append(r["ratio"])
     for (suite, batch, letter), ratios in groups.items():
         out.append(f"| {suite} | {batch} | {letter} | {geomean(ratios):.2f} | {len(ratios)} |")
@@ -190,6 +214,7 @@ def main(argv: list[str] | None = None) -> None:
         "--exhaustive", action="store_true", help="tune tunable solvers during find"
     )
     parser.add_argument("--markdown", type=Path, default=None, help="also write the tables here")
+    parser.add_argument("--repeats", type=int, default=3, help="alternating timing rounds")
     parser.add_argument(
         "--threads",
         type=int,

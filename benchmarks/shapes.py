@@ -112,7 +112,58 @@ UNET3D = [
     Layer("dec1b", 64, 64, 64, 3, 1, 1, dims=3),
 ]
 
-SUITES = {"resnet50": RESNET50, "vgg16": VGG16, "mobilenetv2": MOBILENETV2, "unet3d": UNET3D}
+#: MobileNetV2's depthwise layers only (the CPU depthwise benchmark).
+MOBILENETV2_DW = [layer for layer in MOBILENETV2 if layer.groups > 1]
+
+#: EfficientNet-B0's depthwise layers (MBConv, Tan & Le 2019 table 1), every distinct shape once.
+EFFICIENTNET_B0_DW = [
+    Layer(f"dw{c}k{f}s{s}@{hw}", c, c, hw, f, s, f // 2, c)
+    for c, hw, f, s in (
+        (32, 112, 3, 1),
+        (96, 112, 3, 2),
+        (144, 56, 3, 1),
+        (144, 56, 5, 2),
+        (240, 28, 5, 1),
+        (240, 28, 3, 2),
+        (480, 14, 3, 1),
+        (480, 14, 5, 1),
+        (672, 14, 5, 1),
+        (672, 14, 5, 2),
+        (1152, 7, 5, 1),
+        (1152, 7, 3, 1),
+    )
+]
+
+#: ConvNeXt-T's 7x7 depthwise layers, one per stage.
+CONVNEXT_T_DW = [
+    Layer(f"dw{c}k7@{hw}", c, c, hw, 7, 1, 3, c)
+    for c, hw in ((96, 56), (192, 28), (384, 14), (768, 7))
+]
+
+#: ResNeXt-50 (32x4d)'s grouped 3x3 layers: 32 groups of 4 to 32 channels.
+RESNEXT50_GROUPED = [
+    Layer(f"g32c{c}s{s}@{hw}", c, c, hw, 3, s, 1, 32)
+    for c, hw, s in (
+        (128, 56, 1),
+        (256, 56, 2),
+        (256, 28, 1),
+        (512, 28, 2),
+        (512, 14, 1),
+        (1024, 14, 2),
+        (1024, 7, 1),
+    )
+]
+
+SUITES = {
+    "resnet50": RESNET50,
+    "vgg16": VGG16,
+    "mobilenetv2": MOBILENETV2,
+    "unet3d": UNET3D,
+    "mobilenetv2_dw": MOBILENETV2_DW,
+    "efficientnet_b0_dw": EFFICIENTNET_B0_DW,
+    "convnext_t_dw": CONVNEXT_T_DW,
+    "resnext50_grouped": RESNEXT50_GROUPED,
+}
 
 
 def problem(
