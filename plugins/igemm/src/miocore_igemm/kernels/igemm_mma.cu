@@ -1,6 +1,11 @@
 // igemm.gpu_mma / igemm.gpu_tf32: implicit-GEMM convolution on tensor cores, forward and
 // backward data, any layout (NHWC fast: 16-byte loads; others through scalar loads).
 //
+// Why ~590 lines in one file: it is one kernel, the main loop of forward and backward data,
+// with the row and tap decoding, the cp.async pipeline, the matrix-unit paths and the epilogue
+// that share its registers, plus its two small helpers (split-K reduce, filter transpose); the
+// parts it shares with igemm_wrw.cu live in igemm_tiles.h.
+//
 // One GEMM per group:  O[m, col] = sum_r A[m, r] * B[col, r]
 //   forward        m = (n, oh, ow)   col = output channel k    r = (fy, fx, c)   A from x
 //                  ih = oh * sh - ph + fy * dh                                    B = w
