@@ -214,6 +214,14 @@ class CpuBackend:
         """See :func:`check_array`."""
         return check_array(desc, array, field)
 
+    def to_host_leading(self, array: Any, desc: TensorDescriptor, count: int) -> np.ndarray:
+        """The first ``count`` entries along the outermost dimension (a view: no copy)."""
+        return np.asarray(array)[:count]
+
+    def fill(self, array: Any, desc: TensorDescriptor, value: float) -> None:
+        """Set every element to ``value``."""
+        array[...] = value
+
     def rebind(self, view: Any, array: Any, ptr: int) -> Any:
         """A numpy array of the same shape, dtype and strides as a checked one is its own
         checked view (see the GPU backends' ``rebind``); a read-only one is checked in full."""

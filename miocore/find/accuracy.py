@@ -183,11 +183,16 @@ class AccuracyCheck:
 
     # -- buffers --------------------------------------------------------------------------
 
-    def _host(self, name: str) -> np.ndarray:
+    def _host(self, name: str, leading: int | None = None) -> np.ndarray:
+        """Tensor ``name`` on the host; with ``leading``, only its first entries along the
+        outermost dimension (all that is compared or needed, and all that is copied)."""
         array = self.arrays[name]
         if isinstance(array, np.ndarray):
-            return array
-        return np.asarray(self.state.backend.to_host(array, getattr(self.canon, name)))
+            return array if leading is None else array[:leading]
+        desc = getattr(self.canon, name)
+        if leading is not None:
+            return self.state.backend.to_host_leading(array, desc, leading)
+        return np.asarray(self.state.backend.to_host(array, desc))
 
     def _give_up(self, what: str, exc: Exception) -> None:
         """A fault of the check itself (not of a candidate): find goes on unchecked."""
@@ -205,10 +210,8 @@ class AccuracyCheck:
         try:
             if isinstance(out, np.ndarray):
                 out[...] = np.nan
-            else:
-                desc = getattr(self.canon, self.out_name)
-                nan = np.full(desc.lengths, np.nan, dtype=desc.dtype.numpy)
-                self.state.backend.copy_from_host(out, nan)
+            else:  # on the device: a host-made NaN tensor would cross the bus per candidate
+                self.state.backend.fill(out, getattr(self.canon, self.out_name), math.nan)
         except Exception as exc:
             self._give_up("poisoning the output buffer", exc)
 
@@ -242,16 +245,15 @@ class AccuracyCheck:
             groups=c.groups,
             dtype=c.dtype,
         )
-        x, w, y = (self._host(k) if k != self.out_name else None for k in ("x", "w", "y"))
         if d is Direction.FORWARD:
             sizes.update(n=n, k=ch)
-            inputs = {"x": x[:n], "w": w[:ch]}  # type: ignore[index]
+            inputs = {"x": self._host("x", n), "w": self._host("w", ch)}
         elif d is Direction.BACKWARD_DATA:
             sizes.update(n=n, c=ch)
-            inputs = {"y": y[:n], "w": w[:, :ch]}  # type: ignore[index]
+            inputs = {"y": self._host("y", n), "w": self._host("w")[:, :ch]}
         else:
             sizes.update(k=ch)
-            inputs = {"x": x, "y": y[:, :ch]}  # type: ignore[index]
+            inputs = {"x": self._host("x"), "y": self._host("y")[:, :ch]}
         sub = ConvProblem.from_sizes(d, **sizes)  # type: ignore[arg-type]
         return reference.convolution(sub, **inputs)
 
@@ -264,7 +266,8 @@ class AccuracyCheck:
             return None
         try:
             expected = self.reference
-            got = self._host(self.out_name)[self._slice()].astype(np.float64)
+            lead = self._slice()[0].stop  # images (or output channels of dW) compared
+            got = self._host(self.out_name, lead)[self._slice()].astype(np.float64)
         except Exception as exc:
             self._give_up("the reference or reading the output", exc)
             return None

@@ -457,6 +457,50 @@ class GpuBackend:
         self.driver.synchronize(self.stream_object)
         return np.array(logical_from_flat(desc, flat))
 
+    def to_host_leading(self, array: Any, desc: TensorDescriptor, count: int) -> np.ndarray:
+        """The first ``count`` entries along the outermost logical dimension of a device
+        tensor laid out as ``desc``, copied to numpy: only the memory they span travels (the
+        outermost dimension is N or K, outermost in memory in every layout)."""
+        view = (
+            array
+            if isinstance(array, (GpuArray, DeviceTensor))
+            else self.check_array(desc, array, "array")
+        )
+        lengths = (min(count, desc.lengths[0]), *desc.lengths[1:])
+        sub = TensorDescriptor(desc.dtype, lengths, strides=desc.strides)
+        flat = np.empty(sub.element_space, desc.dtype.numpy)
+        self.driver.copy_dtoh(flat, view.ptr, self.stream_object)
+        self.driver.synchronize(self.stream_object)
+        return np.array(logical_from_flat(sub, flat))
+
+    def fill(self, array: Any, desc: TensorDescriptor, value: float) -> None:
+        """Set every element of a device tensor laid out as ``desc`` to ``value``, on the
+        device (the core's ``miocore_fill``)."""
+        view = (
+            array
+            if isinstance(array, (GpuArray, DeviceTensor))
+            else self.check_array(desc, array, "array")
+        )
+        (kernel,) = self.compile(
+            [
+                KernelInfo(
+                    source=f"{CORE_NAMESPACE}/miocore_utility.cu",
+                    kernel_name="miocore_fill",
+                    options=(DTYPE_OPTIONS[desc.dtype],),
+                    block=(256,),
+                )
+            ]
+        )
+        args = KernelArgs(
+            [
+                ("ptr", view.ptr),
+                ("bytes", tensor5_bytes(desc)),
+                ("f32", value),
+                ("i32", int(channels_last(desc))),
+            ]
+        )
+        kernel.launch(args, grid=(grid_for(desc.element_count, 256, self.device),))
+
     def random(self, desc: TensorDescriptor, rng: np.random.Generator) -> GpuArray:
         """A device tensor for ``desc`` filled with uniform values in [-1, 1), made on the
         device (the core's ``miocore_fill_random``; its seed drawn from ``rng``)."""
