@@ -36,13 +36,15 @@ def test_default_winner_within_bound_on_gpu(
         dtype=dtype, layout="NHWC",
     )  # fmt: skip
     default = handle.find_solutions(p, find_mode="NORMAL", accuracy="default")
+    entry = handle.find_db.record(p.key).entries[0]  # before another find rewrites it
     fast = handle.find_solutions(p, find_mode="NORMAL", accuracy="fast")
     bound = error_bound(dtype, reduction_length(p.canonical))
     print(f"\n{p.key}: default {default[0].explain()}; fast winner {fast[0].solver}")
-    for name, why in default.report.skipped.items():
+    for name, why in {**default.report.skipped, **default.report.failed}.items():
         print(f"  left out {name}: {why}")
-    assert not [f for f in default.report.failed.values() if "wrong answer" in f]
-    entry = handle.find_db.record(p.key).entries[0]
+    # A candidate far off (bf16 Winograd with its down-converted transforms: 7-9% measured on
+    # an H200) is reported and denied; the winner must be within the bound.
+    assert default[0].solver not in default.report.failed
     assert float(entry.provenance["error"]) <= bound
     assert "relative error" in default[0].explain()
     strict = handle.find_solutions(p, find_mode="NORMAL", accuracy="strict")
