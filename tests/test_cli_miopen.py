@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import needs
 import pytest
 
 import miocore
@@ -64,6 +65,7 @@ def _shrunk(line: str) -> str:
     return line
 
 
+@needs.plugins("direct", "gemm", "winograd")
 def test_a_few_perf_models_lines_run_on_the_cpu(tmp_path: Path, capsys) -> None:
     lines = _perf_model_lines()
     # A spread of geometries: every 600th line (3x3, 1x1, strided, 5x5, 7x7; all directions).
@@ -134,6 +136,7 @@ def _lines(out: str, prefix: str) -> list[str]:
     return [line for line in out.splitlines() if line.startswith(prefix)]
 
 
+@needs.plugins("direct", "gemm", "winograd")
 def test_miopendriver_output_lines_with_time(capsys) -> None:
     argv = ["conv", *SMALL.split(), "-F", "1", "-t", "1", "-i", "3", "-w", "1", "--quiet"]
     assert cli.main([*argv, "-S", "ConvDirectNaiveConvFwd"]) == 0
@@ -158,6 +161,7 @@ def test_miopendriver_output_lines_with_time(capsys) -> None:
     assert int(fields[8]) == problem.flops
 
 
+@needs.plugins("direct", "gemm", "winograd")
 def test_no_find_time_without_t(capsys) -> None:
     assert cli.main(["conv", *SMALL.split(), "-F", "2", "--quiet"]) == 0
     out = capsys.readouterr().out
@@ -165,6 +169,7 @@ def test_no_find_time_without_t(capsys) -> None:
     assert "time:" not in out and "GPU Kernel Time" not in out and "stats:" not in out
 
 
+@needs.plugins("direct", "gemm", "winograd")
 def test_printconv_zero_drops_the_problem_line(capsys) -> None:
     assert cli.main(["conv", *SMALL.split(), "-F", "1", "-P", "0", "-V", "0", "--quiet"]) == 0
     assert "miocore conv: x " not in capsys.readouterr().out
@@ -182,6 +187,7 @@ def test_printconv_zero_drops_the_problem_line(capsys) -> None:
         ("direct.naive", "direct.naive", "-F 1"),
     ],
 )
+@needs.plugins("direct", "gemm", "winograd")
 def test_solution_takes_miopen_names_and_ids(spec: str, expected: str, flags: str, capsys) -> None:
     argv = ["conv", *SMALL.split(), *flags.split(), "-S", spec, "--quiet"]
     assert cli.main(argv) == 0
@@ -190,6 +196,7 @@ def test_solution_takes_miopen_names_and_ids(spec: str, expected: str, flags: st
     assert "Verifies OK" in out
 
 
+@needs.plugins("direct", "gemm", "winograd")
 def test_unmapped_solution_lists_the_closest(capsys) -> None:
     assert cli.main(["conv", *SMALL.split(), "-F", "1", "-S", "ConvBinWinogradRxSf2x4"]) == 2
     err = capsys.readouterr().err
@@ -197,6 +204,7 @@ def test_unmapped_solution_lists_the_closest(capsys) -> None:
     assert "closest: ConvBinWinogradRxSf2x3" in err
 
 
+@needs.plugins("direct", "gemm", "winograd")
 def test_mapped_solution_that_cannot_apply_exits_2(capsys) -> None:
     # MIOpen's 1x1 GEMM on a 3x3 filter: no mapped miocore solver applies.
     assert cli.main(["conv", *SMALL.split(), "-F", "1", "-S", "GemmFwd1x1_0_1"]) == 2
@@ -276,6 +284,7 @@ def test_data_files_are_read_in_memory_order(tmp_path: Path) -> None:
     np.testing.assert_array_equal(x, nhwc.transpose(0, 3, 1, 2))
 
 
+@needs.plugins("direct", "gemm", "winograd")
 def test_data_files_feed_the_run(tmp_path: Path, capsys) -> None:
     import numpy as np
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+import needs
 import pytest
 
 import miocore
@@ -22,6 +23,7 @@ def _fresh_conflict_log(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(env, "_conflicts_logged", set())
 
 
+@needs.plugins("gemm")
 def test_miopen_find_mode_fast_skips_benchmarking(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MIOPEN_FIND_MODE", "FAST")
     assert env.find_mode() is FindMode.FAST
@@ -69,6 +71,7 @@ def test_a_bad_alias_value_names_the_miopen_variable(monkeypatch: pytest.MonkeyP
     assert info.value.field == "MIOPEN_FIND_MODE" and info.value.value == "turbo"
 
 
+@needs.plugins("gemm")
 def test_only_solver_and_family_switches(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MIOPEN_DEBUG_FIND_ONLY_SOLVER", "gemm.im2col")
     monkeypatch.setenv("MIOPEN_DEBUG_CONV_WINOGRAD", "0")
@@ -131,6 +134,7 @@ def test_every_alias_is_a_miopen_name() -> None:
         assert name.startswith("MIOCORE_") and alias.startswith("MIOPEN_")
 
 
+@needs.plugins("gemm")
 def test_miopen_user_db_path_holds_the_records(
     monkeypatch: pytest.MonkeyPatch, tmp_path: pytest.TempPathFactory
 ) -> None:

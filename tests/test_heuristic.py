@@ -7,6 +7,7 @@ import math
 import time
 from pathlib import Path
 
+import needs
 import numpy as np
 import pytest
 
@@ -146,6 +147,7 @@ def _stub_model(device: str, solver_times: dict[str, float]) -> TreeModel:
     return TreeModel(device=device, **packed)
 
 
+@needs.plugins("direct", "gemm")
 def test_the_plugin_ranks_a_miss_and_leaves_unseen_solvers_to_wti(tmp_path: Path) -> None:
     device = _device()
     system = Path(tmp_path / "system-db")  # the conftest's MIOCORE_SYSTEM_DB_PATH
@@ -169,6 +171,7 @@ def test_the_plugin_ranks_a_miss_and_leaves_unseen_solvers_to_wti(tmp_path: Path
     assert (first.solver, first.source) == (applicable[-1], "heuristic")
 
 
+@needs.plugins("direct", "gemm")
 def test_a_model_of_another_device_is_not_applicable(tmp_path: Path) -> None:
     system = Path(tmp_path / "system-db")
     _stub_model("sm90_132", {"direct.naive": 0.001}).save(system / f"sm90_132{MODEL_SUFFIX}")
@@ -176,6 +179,7 @@ def test_a_model_of_another_device_is_not_applicable(tmp_path: Path) -> None:
     assert {s.source for s in miocore.Handle("cpu").get_solutions(p)} <= {"wti", "fallback"}
 
 
+@needs.plugins("direct", "gemm")
 def test_get_solutions_with_the_model_loaded_is_fast(tmp_path: Path) -> None:
     device = _device()
     system = Path(tmp_path / "system-db")
@@ -195,6 +199,7 @@ def test_get_solutions_with_the_model_loaded_is_fast(tmp_path: Path) -> None:
     assert sorted(times)[len(times) // 2] < 1e-3
 
 
+@needs.plugins("direct", "gemm")
 def test_fitted_wti_moves_estimates_towards_measured_times(tmp_path: Path) -> None:
     h = miocore.Handle("cpu")
     ctx = h.context

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import needs
 import pytest
 
 from miocore import logs
@@ -107,6 +108,7 @@ def test_level_6_prints_find_debug_records(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 @pytest.mark.parametrize(("raw", "debug"), [("5", False), ("6", True), ("info", False)])
+@needs.plugins("gemm")
 def test_a_whole_find_logs_at_levels_5_and_6(tmp_path, raw: str, debug: bool) -> None:
     environ = {
         **os.environ,

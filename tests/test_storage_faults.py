@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import needs
 import numpy as np
 import pytest
 
@@ -30,6 +31,9 @@ from miocore.db._store import Store
 from miocore.db.storage import StorageDegradedWarning
 
 EARLIER = 40  # records written before each fault
+
+# Every fault is checked through a real find and run on the CPU: it needs a CPU solver.
+pytestmark = needs.plugins("gemm")
 
 
 def _problem() -> miocore.ConvProblem:

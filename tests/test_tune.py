@@ -9,6 +9,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import needs
 import pytest
 
 from miocore.db.finddb import FindDb
@@ -215,6 +216,7 @@ def test_two_workers_merge_into_what_one_worker_records(tmp_path: Path) -> None:
             assert other[winner] <= max(3.0 * best, best + 0.1), (key, winner, mine, other)
 
 
+@needs.plugins("direct", "gemm")
 def test_a_failing_problem_is_recorded_and_the_run_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
