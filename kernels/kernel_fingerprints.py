@@ -105,6 +105,9 @@ def _nvrtc_cubin(path: Path, options: tuple[str, ...], arch: str) -> bytes:
 def record(args: argparse.Namespace) -> int:
     problems = sample_problems(args.problems) + two_d_problems()
     folders, solvers, kernels = solver_kernels("cuda", args.arch, problems, configs=args.configs)
+    if args.solver:  # name prefixes, e.g. "winograd." or "igemm.gpu_mma"
+        kernels = [k for k in kernels if k.solver.startswith(tuple(args.solver))]
+        solvers = [r for r in solvers if r.solver.name.startswith(tuple(args.solver))]
     cubins = Path(args.cubins)
     cubins.mkdir(parents=True, exist_ok=True)
     builds: dict[tuple[Path, tuple[str, ...]], None] = {}
