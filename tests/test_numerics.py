@@ -166,3 +166,13 @@ def test_every_first_party_solver_declares_known_notes() -> None:
             assert set(solvers[name].numerical_notes) == notes, name
     assert isinstance(InvalidArgumentError("x"), MiocoreError)
     assert cpu_context().backend == "cpu"
+
+
+def test_a_tf32_handle_accepts_tf32_rounding_in_fp32_and_an_exact_one_does_not() -> None:
+    from miocore.solver.numerics import error_bound
+
+    exact = error_bound("float32", 576)
+    tf32 = error_bound("float32", 576, tf32=True)
+    # TF32 products measured near 3e-4 relative: inside the tf32 bound, far outside exact's.
+    assert exact < 3e-4 < tf32 < 1e-2
+    assert error_bound("float16", 576, tf32=True) == error_bound("float16", 576)

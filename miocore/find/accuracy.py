@@ -174,7 +174,8 @@ class AccuracyCheck:
         self.canon = canon = problem.canonical
         self.out_name = canon.direction.output_tensor
         self.arrays = arrays
-        self.bound = error_bound(canon.dtype, reduction_length(canon))
+        tf32 = getattr(state.context, "math_mode", "exact") == "tf32"
+        self.bound = error_bound(canon.dtype, reduction_length(canon), tf32=tf32)
         self.provenance: dict[str, dict[str, str]] = {}
         self.images, self.channels = _reduced_selection(canon)
         self._reference: np.ndarray | None = None

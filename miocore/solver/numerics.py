@@ -140,17 +140,27 @@ def reduction_length(problem: ConvProblem) -> int:
     return problem.n * math.prod(problem.out_spatial)
 
 
-def trusted_error(dtype: DataType | str, length: int) -> float:
+#: Unit roundoff of TF32 (10 explicit mantissa bits): what fp32 inputs are rounded to by the
+#: tensor cores in the ``"tf32"`` math mode.
+TF32_ROUNDOFF = 2.0**-11
+
+
+def trusted_error(dtype: DataType | str, length: int, *, tf32: bool = False) -> float:
     """The error a plain fp32-accumulating GEMM is expected to reach: one rounding to the
-    output type plus fp32 accumulation growing as sqrt(length) (random-sign rounding)."""
+    output type plus fp32 accumulation growing as sqrt(length) (random-sign rounding). With
+    ``tf32`` (a handle in the ``"tf32"`` math mode, fp32 data) the caller accepted inputs
+    rounded to TF32: each product then carries two such roundings."""
     dtype = DataType.parse(dtype)
-    return UNIT_ROUNDOFF[dtype] + UNIT_ROUNDOFF[DataType.FLOAT32] * math.sqrt(max(1, length))
+    error = UNIT_ROUNDOFF[dtype] + UNIT_ROUNDOFF[DataType.FLOAT32] * math.sqrt(max(1, length))
+    if tf32 and dtype is DataType.FLOAT32:
+        error += 2 * TF32_ROUNDOFF
+    return error
 
 
-def error_bound(dtype: DataType | str, length: int) -> float:
+def error_bound(dtype: DataType | str, length: int, *, tf32: bool = False) -> float:
     """The largest relative error the ``default`` policy accepts: :data:`BOUND_FACTOR` times
-    :func:`trusted_error` for the data type and reduction length."""
-    return BOUND_FACTOR * trusted_error(dtype, length)
+    :func:`trusted_error` for the data type, reduction length and math mode."""
+    return BOUND_FACTOR * trusted_error(dtype, length, tf32=tf32)
 
 
 def is_wrong(error: float, reference_has_nan: bool = False) -> bool:
