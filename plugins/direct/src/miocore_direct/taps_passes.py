@@ -9,10 +9,17 @@ import itertools
 from typing import Any
 
 import numpy as np
-from scipy.linalg.blas import sgemm
 
 from miocore import Direction, InvokeParams
 from miocore_direct.taps_plan import TapsPlan
+
+
+def sgemm(*args: Any, **kwargs: Any) -> Any:
+    """SciPy's BLAS sgemm, imported on first use: importing scipy.linalg costs about half a
+    second, which a process answering from its FindDb never needs to pay."""
+    from scipy.linalg.blas import sgemm as blas_sgemm
+
+    return blas_sgemm(*args, **kwargs)
 
 
 def _gemm_into(c: np.ndarray, a: np.ndarray, b: np.ndarray, beta: float, trans_b: bool) -> None:

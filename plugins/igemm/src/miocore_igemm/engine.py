@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
-from scipy.linalg.blas import sgemm
 
 from miocore import Direction, WorkspaceError
 from miocore_igemm.plans import (
@@ -43,6 +42,14 @@ _F32 = np.dtype(np.float32)
 
 # ---------------------------------------------------------------------------------------------
 # Small helpers.
+
+
+def sgemm(*args: Any, **kwargs: Any) -> Any:
+    """SciPy's BLAS sgemm, imported on first use: importing scipy.linalg costs about half a
+    second, which a process answering from its FindDb never needs to pay."""
+    from scipy.linalg.blas import sgemm as blas_sgemm
+
+    return blas_sgemm(*args, **kwargs)
 
 
 def _carve(workspace: Any, plan: Plan) -> dict[str, np.ndarray]:
