@@ -24,8 +24,14 @@ def naming_culprit(reg: RegisteredSolver, stage: str) -> Iterator[None]:
     except MiocoreError:
         raise
     except Exception as exc:
-        label = f"{reg.plugin} ({reg.distribution} {reg.version})"
-        raise SolverFailedError(reg.name, stage, exc, plugin=label) from exc
+        raise solver_failure(reg, stage, exc) from exc
+
+
+def solver_failure(reg: RegisteredSolver, stage: str, exc: BaseException) -> SolverFailedError:
+    """The error that names ``reg``'s plugin for its failure in ``stage`` (the run paths keep
+    their own ``try``: a context manager per call costs more than the call's checks)."""
+    label = f"{reg.plugin} ({reg.distribution} {reg.version})"
+    return SolverFailedError(reg.name, stage, exc, plugin=label)
 
 
 def record_failure(

@@ -198,15 +198,7 @@ class FindEngine:
         check = AccuracyCheck(state, problem, arrays) if policy is not AccuracyPolicy.FAST else None
         self.accuracy_provenance = check.provenance if check is not None else {}
         ideal = state.context.ideal_ms(canon)
-        predicted: dict[str, float] = {}
-        for c in candidates:
-            try:
-                score = float(c.reg.solver.wti(state.context, canon))
-            except Exception:
-                score = -1.0
-            predicted[c.reg.name] = (
-                ideal / score if score > 0 and np.isfinite(score) else float("inf")
-            )
+        predicted = {c.reg.name: self._predicted(ideal, c, canon) for c in candidates}
         # Likely winners first, so the cut-offs for hopeless candidates have a reference.
         ordered = sorted(candidates, key=lambda c: (predicted[c.reg.name], c.reg.name))
         if hasattr(state.backend, "precompile"):

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from miocore.errors import MiocoreError, SolverFailedError
+from miocore.errors import MiocoreError
+from miocore.find.blame import solver_failure
 from miocore.find.invoker_cache import CachedInvoker
 from miocore.find.runner import Runner
 from miocore.problem.conv import ConvProblem
@@ -125,10 +126,7 @@ class PreparedRun:
         except MiocoreError:
             raise
         except Exception as exc:
-            reg = self._runner.state.registry.get(self.solver)
-            raise SolverFailedError(
-                reg.name, "run", exc, plugin=f"{reg.plugin} ({reg.distribution} {reg.version})"
-            ) from exc
+            raise solver_failure(self._runner.state.registry.get(self.solver), "run", exc) from exc
 
     def _record(self, params: Any) -> bool:
         """Record this call's launches as a graph and run it; False when not recorded."""

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from miocore.errors import MiocoreError, PluginError, SolverFailedError
-from miocore.find.blame import naming_culprit
+from miocore.errors import MiocoreError, PluginError
+from miocore.find.blame import naming_culprit, solver_failure
 from miocore.find.invoker_cache import CachedInvoker
 from miocore.find.state import FindState
 from miocore.problem.conv import ConvProblem
@@ -117,10 +117,7 @@ class Runner:
         except MiocoreError:
             raise
         except Exception as exc:
-            reg = self.state.registry.get(entry.solver)
-            raise SolverFailedError(
-                reg.name, "run", exc, plugin=f"{reg.plugin} ({reg.distribution} {reg.version})"
-            ) from exc
+            raise solver_failure(self.state.registry.get(entry.solver), "run", exc) from exc
         backend.blend(target, scratch, alpha, beta)
 
 
