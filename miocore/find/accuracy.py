@@ -78,14 +78,17 @@ def deny_list(state: Any) -> DenyList:
     return found
 
 
-def _denied_reason(state: Any, reg: RegisteredSolver, key: str) -> str | None:
+def _denied_reason(
+    state: Any, reg: RegisteredSolver, key: str, entries: list[Any] | None = None
+) -> str | None:
+    """Why the deny list denies ``reg`` on ``key`` (None when it does not); ``entries`` are
+    the list's ``(layer, entry)`` pairs when the caller read them once for many solvers."""
     deny = deny_list(state)
-    hit = deny.match(reg.name, reg.version, key)
-    if hit is None:
-        return None
-    layer, entry = hit
-    path = deny.user_path if layer == "user" else deny.system_path
-    return f"denied by the {layer} deny list ({path}): {entry.reason} ({entry.when})"
+    for layer, entry in deny.entries() if entries is None else entries:
+        if entry.matches(reg.name, reg.version, key):
+            path = deny.user_path if layer == "user" else deny.system_path
+            return f"denied by the {layer} deny list ({path}): {entry.reason} ({entry.when})"
+    return None
 
 
 def filter_candidates(
@@ -100,10 +103,11 @@ def filter_candidates(
     """The candidates the deny list, the policy and ``deterministic`` allow; the rest are
     written into ``report.skipped`` with the reason."""
     kept = []
+    entries = deny_list(state).entries()  # both files looked at once per find, not per solver
     for cand in candidates:
         reg = cand.reg
         notes = frozenset(getattr(reg.solver, "numerical_notes", ()))
-        denied = _denied_reason(state, reg, problem.key)
+        denied = _denied_reason(state, reg, problem.key, entries) if entries else None
         if denied is not None:
             report.skipped[reg.name] = denied
         elif not policy.allows(notes):

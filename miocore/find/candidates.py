@@ -10,6 +10,7 @@ one problem never change. Everything left out is written into the report with th
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import attrs
@@ -229,10 +230,20 @@ class Candidates:
         )
 
 
-def switches() -> tuple[str | None, ...]:
-    """The environment switches that change which solvers find considers."""
-    names = [
+#: The environment switches that change which solvers find considers, with their MIOpen names.
+_SWITCHES = tuple(
+    name
+    for own in (
         "MIOCORE_FIND_ONLY_SOLVER",
         *(f"MIOCORE_DEBUG_CONV_{a.value.upper()}" for a in Algorithm),
-    ]
-    return tuple(env.get(n) for n in names)
+    )
+    for name in (own, env.MIOPEN_ALIASES.get(own))
+    if name is not None
+)
+
+
+def switches() -> tuple[str | None, ...]:
+    """The raw values of the switches (a memo key: any change means ask the solvers again;
+    which name wins is decided where they are read, through ``env.get``)."""
+    environ = os.environ
+    return tuple(environ.get(n) for n in _SWITCHES)

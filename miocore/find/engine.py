@@ -71,7 +71,7 @@ class FindEngine:
             hit = self.ranker.recorded(problem, candidates, report)
             if hit:
                 log.info("%s: FindDb hit (%s), no benchmark", problem.key, report.db_hit)
-                return hit, False
+                return hit, True  # the ranker ordered it (ties within noise) already
             if mode is FindMode.FAST:
                 log.info("%s: FindDb miss in FAST mode; ranked without benchmarking", problem.key)
                 return self.ranker.fallback(problem, candidates), True
