@@ -235,7 +235,7 @@ def test_miopens_shipped_databases_import_and_export_byte_identical(
 
 def _version_1_file(path: Path) -> None:
     """A user file as miocore wrote it before imported text and the size cap (schema 1)."""
-    from miocore.db._store import SCHEMA_SQL
+    from miocore.db._sqlite import SCHEMA_SQL
 
     v1 = SCHEMA_SQL.split("CREATE TABLE IF NOT EXISTS find_db_text")[0]
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ from miocore.db._common import (
     make_provenance,
     miocore_version,
 )
-from miocore.db._store import SCHEMA_VERSION, DatabaseWarning
+from miocore.db._sqlite import SCHEMA_VERSION, DatabaseWarning
 from miocore.db.finddb import FindDb, FindDbEntry, FindDbRecord, ImportResult, MergeResult
 from miocore.db.perfdb import PerfDb, PerfDbEntry
 from miocore.db.storage import StorageDegradedWarning, StorageStatus

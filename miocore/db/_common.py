@@ -16,7 +16,8 @@ from typing import Any, Self, TypeVar
 import platformdirs
 
 from miocore import env as switches
-from miocore.db._store import Store, utc_now_iso
+from miocore.db._sqlite import utc_now_iso
+from miocore.db._store import Store
 from miocore.db.storage import STORAGE_ERRORS, StorageStatus, UserLayer
 from miocore.errors import InvalidArgumentError
 
@@ -265,9 +266,9 @@ class LayeredDb:
         except STORAGE_ERRORS as exc:
             if not self._system_warned:
                 self._system_warned = True
-                from miocore.db._store import _warn
+                from miocore.db._sqlite import warn_database
 
-                _warn(
+                warn_database(
                     f"system database {self.system_path} cannot be read ({exc}); reading it as "
                     "empty (reinstall miocore or fix MIOCORE_SYSTEM_DB_PATH)"
                 )

@@ -6,202 +6,41 @@ a bounded retry with backoff, so many processes can write at once without losing
 seeing "database is locked". A corrupt user file is renamed aside with a warning and rebuilt.
 A read-only store (the system layer) is opened with ``immutable=1`` and never written; when it
 is corrupt it is warned about and read as empty.
+
+The SQLite helpers it uses (schema, retries, error classification, the recovery lock) are in
+:mod:`miocore.db._sqlite`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import functools
-import logging
 import os
-import random
 import sqlite3
 import threading
-import time
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
-from urllib.parse import quote
 
-from miocore import env
+from miocore.db._sqlite import (
+    BUSY_TIMEOUT_S,
+    QUICK_CHECK_MAX_BYTES,
+    SCHEMA_VERSION,
+    Corrupt,
+    check_version,
+    create_schema,
+    file_signature,
+    is_corruption,
+    lock_timeout_s,
+    recovery_lock,
+    retry_busy,
+    sqlite_uri,
+    utc_stamp,
+    warn_database,
+)
 from miocore.errors import DatabaseError
 
-log = logging.getLogger("miocore.db")
-
 T = TypeVar("T")
-
-#: Version of the table layout, kept in ``PRAGMA user_version``. Bump it (and teach
-#: :func:`_create_schema` to upgrade) whenever the tables change.
-SCHEMA_VERSION = 2
-
-#: The longest a call waits for another process's lock, in seconds (SQLite's busy wait plus
-#: our retries), unless ``MIOCORE_DB_LOCK_TIMEOUT_S`` says otherwise. Past it the user layer
-#: degrades to memory (see :mod:`miocore.db.storage`) instead of blocking the convolution.
-BUSY_TIMEOUT_S = 30.0
-LOCK_TIMEOUT_ENV = "MIOCORE_DB_LOCK_TIMEOUT_S"
-#: Our retries on top of SQLite's busy wait (for the busy cases its handler does not cover:
-#: WAL recovery, snapshot upgrades, a COMMIT racing a checkpoint).
-MAX_ATTEMPTS = 10
-#: Files up to this size get a ``PRAGMA quick_check`` when first opened; larger ones rely on
-#: the errors that reading them raises (quick_check reads the whole file).
-QUICK_CHECK_MAX_BYTES = 64 * 1024 * 1024
-
-SCHEMA_SQL = """
-CREATE TABLE IF NOT EXISTS find_db (
-    key TEXT NOT NULL,
-    solver TEXT NOT NULL,
-    rank INTEGER NOT NULL,
-    algorithm TEXT NOT NULL,
-    time_ms REAL NOT NULL CHECK (time_ms >= 0),
-    workspace_size INTEGER NOT NULL CHECK (workspace_size >= 0),
-    spread_ms REAL CHECK (spread_ms IS NULL OR spread_ms >= 0),
-    count INTEGER NOT NULL CHECK (count >= 0),
-    perf_config TEXT,
-    provenance TEXT NOT NULL,
-    PRIMARY KEY (key, solver)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS find_db_solver ON find_db (solver);
-CREATE TABLE IF NOT EXISTS perf_db (
-    key TEXT NOT NULL,
-    solver TEXT NOT NULL,
-    perf_config TEXT NOT NULL,
-    provenance TEXT NOT NULL,
-    PRIMARY KEY (key, solver)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS perf_db_solver ON perf_db (solver);
-CREATE TABLE IF NOT EXISTS find_db_text (
-    key TEXT NOT NULL PRIMARY KEY,
-    body TEXT NOT NULL,
-    import_id INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS imports (
-    id INTEGER PRIMARY KEY,
-    provenance TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS key_usage (
-    key TEXT NOT NULL PRIMARY KEY,
-    used_at REAL NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS meta (
-    name TEXT NOT NULL PRIMARY KEY,
-    value TEXT NOT NULL
-) WITHOUT ROWID;
-"""
-# Version 2 added find_db_text (imported records kept as MIOpen's text: compact, exported
-# byte for byte), imports (their provenance, once per import), key_usage (last use of each key,
-# for the size cap's least-recently-used eviction) and meta (counters such as evictions).
-
-
-class DatabaseWarning(UserWarning):
-    """A database file was corrupt and set aside (user layer) or ignored (system layer)."""
-
-
-class _Corrupt(Exception):
-    """Internal: the file is not a sound database of ours; carries the reason."""
-
-
-def _error_name(exc: BaseException) -> str:
-    return getattr(exc, "sqlite_errorname", "") or ""
-
-
-def is_busy(exc: BaseException) -> bool:
-    """True for SQLite's "database is locked" / "busy" errors (worth retrying)."""
-    if not isinstance(exc, sqlite3.OperationalError):
-        return False
-    name = _error_name(exc)
-    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
-        return True
-    text = str(exc).lower()
-    return "locked" in text or "busy" in text
-
-
-def is_corruption(exc: BaseException) -> bool:
-    """True for errors that mean the file's content is damaged (not locks, not I/O, not ours).
-
-    Disk-full, permission and I/O errors are deliberately excluded: setting the file aside
-    would not fix them and would throw the user's records away.
-    """
-    if isinstance(exc, _Corrupt):
-        return True
-    if not isinstance(exc, sqlite3.DatabaseError) or isinstance(
-        exc, (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError)
-    ):
-        return False
-    name = _error_name(exc)
-    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_FORMAT")):
-        return True
-    text = str(exc).lower()
-    # A database whose tables vanished while user_version says they exist was damaged too.
-    return any(
-        s in text for s in ("malformed", "not a database", "file is encrypted", "no such table")
-    )
-
-
-def utc_stamp() -> str:
-    """Current UTC time as ``YYYYmmddTHHMMSS.ffffffZ`` (safe in file names)."""
-    return _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-
-
-def utc_now_iso() -> str:
-    """Current UTC time in ISO 8601 with seconds, e.g. ``2025-01-31T12:00:00+00:00``."""
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-
-
-def _uri(path: Path, mode: str) -> str:
-    return f"file:{quote(str(path.resolve()))}?{mode}"
-
-
-def _signature(path: Path) -> tuple[int, int] | None:
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        return None
-    return (st.st_dev, st.st_ino)
-
-
-def lock_timeout_s() -> float:
-    """``$MIOCORE_DB_LOCK_TIMEOUT_S`` (a number > 0), else :data:`BUSY_TIMEOUT_S`."""
-    from miocore.errors import InvalidEnvironmentError
-
-    text = env.get(LOCK_TIMEOUT_ENV).strip()
-    if not text:
-        return BUSY_TIMEOUT_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0 or value != value or value == float("inf"):
-        raise InvalidEnvironmentError(
-            "must be a number of seconds > 0", field=LOCK_TIMEOUT_ENV, value=text
-        )
-    return value
-
-
-def retry_busy(fn: Callable[[], T], what: str, path: Path, timeout_s: float | None = None) -> T:
-    """Run ``fn``, retrying with jittered exponential backoff while SQLite says busy/locked.
-
-    Gives up after :data:`MAX_ATTEMPTS` attempts or ``timeout_s`` seconds, whichever first.
-    """
-    delay = 0.01
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    for attempt in range(MAX_ATTEMPTS):
-        try:
-            return fn()
-        except sqlite3.OperationalError as exc:
-            if not is_busy(exc):
-                raise
-            late = deadline is not None and time.monotonic() >= deadline
-            if attempt == MAX_ATTEMPTS - 1 or late:
-                raise DatabaseError(
-                    f"{what}: still locked after {MAX_ATTEMPTS} attempts ({exc})",
-                    field="path",
-                    value=str(path),
-                ) from exc
-            time.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 1.0)
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 class Store:
@@ -303,7 +142,7 @@ class Store:
                         self.timeout_s,
                     )
                 return retry_busy(functools.partial(fn, conn), "read", self.path, self.timeout_s)
-            except (sqlite3.DatabaseError, _Corrupt) as exc:
+            except (sqlite3.DatabaseError, Corrupt) as exc:
                 if not is_corruption(exc):
                     raise DatabaseError(
                         f"{self.layer} database error: {exc}", field="path", value=str(self.path)
@@ -312,7 +151,7 @@ class Store:
                 self._drop()
                 if not self.writable:
                     self._bad_sig = bad_sig
-                    _warn(
+                    warn_database(
                         f"system database {self.path} is corrupt ({exc}); ignoring it "
                         "(reinstall miocore or fix MIOCORE_SYSTEM_DB_PATH)"
                     )
@@ -348,7 +187,7 @@ class Store:
         self._conn_sig = None
 
     def _connection(self, *, create: bool) -> sqlite3.Connection | None:
-        sig = self._last_sig = _signature(self.path)
+        sig = self._last_sig = file_signature(self.path)
         if self._conn is not None:
             # A connection inherited through fork() must not be used; a replaced file must be
             # reopened, or we would keep reading the inode that was set aside.
@@ -373,7 +212,7 @@ class Store:
                 conn = self._open_user(create=True)
         self._conn = conn
         self._conn_pid = os.getpid()
-        self._conn_sig = self._last_sig = _signature(self.path)
+        self._conn_sig = self._last_sig = file_signature(self.path)
         return conn
 
     def _open_system(self) -> sqlite3.Connection:
@@ -383,7 +222,7 @@ class Store:
         wal = self.path.with_name(self.path.name + "-wal")
         mode = "mode=ro" if wal.exists() else "mode=ro&immutable=1"
         conn = sqlite3.connect(
-            _uri(self.path, mode),
+            sqlite_uri(self.path, mode),
             timeout=BUSY_TIMEOUT_S,
             uri=True,
             isolation_level=None,
@@ -392,7 +231,7 @@ class Store:
         try:
             self._check(conn)
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-            _check_version(version, self.path)
+            check_version(version, self.path)
         except BaseException:
             conn.close()
             raise
@@ -411,7 +250,7 @@ class Store:
         # mode=rw when the file exists, so a file deleted meanwhile is not silently recreated
         # by a read; rwc only on the write path.
         conn = sqlite3.connect(
-            _uri(self.path, "mode=rwc" if create else "mode=rw"),
+            sqlite_uri(self.path, "mode=rwc" if create else "mode=rw"),
             uri=True,
             timeout=self.timeout_s,
             isolation_level=None,
@@ -427,7 +266,7 @@ class Store:
     def _prepare_user(self, conn: sqlite3.Connection) -> None:
         self._check(conn)
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-        _check_version(version, self.path)
+        check_version(version, self.path)
         mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
         wanted = self.journal_mode
         if mode != wanted:
@@ -439,7 +278,7 @@ class Store:
         # file); the rollback journal needs FULL for the same promise.
         conn.execute(f"PRAGMA synchronous={'NORMAL' if wanted == 'wal' else 'FULL'}")
         if version < SCHEMA_VERSION:
-            self._transaction(conn, functools.partial(_create_schema, path=self.path))
+            self._transaction(conn, functools.partial(create_schema, path=self.path))
 
     def _check(self, conn: sqlite3.Connection) -> None:
         try:
@@ -452,7 +291,7 @@ class Store:
         rows = conn.execute("PRAGMA quick_check").fetchall()
         if rows != [("ok",)]:
             problems = "; ".join(str(r[0]) for r in rows[:3])
-            raise _Corrupt(f"integrity check failed: {problems}")
+            raise Corrupt(f"integrity check failed: {problems}")
 
     def _recover_rows(self, conn: sqlite3.Connection) -> None:
         from miocore.db.salvage import salvage
@@ -466,7 +305,7 @@ class Store:
             )
 
         saved = salvage(aside, conn, write)
-        _warn(
+        warn_database(
             f"user database {self.path} was corrupt ({reason}); moved it to {aside.name}, "
             f"copied the {saved} readable rows into a new one"
         )
@@ -474,8 +313,8 @@ class Store:
     def _set_aside(self, bad_sig: tuple[int, int] | None) -> Path | None:
         # Under a lock, so that two processes that found the same file corrupt cannot both
         # act: the second sees the file changed and leaves the new one (and its WAL) alone.
-        with _recovery_lock(self.path):
-            sig = _signature(self.path)
+        with recovery_lock(self.path):
+            sig = file_signature(self.path)
             if sig is None or (bad_sig is not None and sig != bad_sig):
                 return None  # someone else set it aside; the retry opens what is there
             aside = self.path.with_name(f"{self.path.name}.corrupt-{utc_stamp()}-{os.getpid()}")
@@ -497,81 +336,3 @@ class Store:
                     value=str(self.path),
                 ) from exc
         return aside
-
-
-@contextlib.contextmanager
-def _recovery_lock(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock on ``<file>.recover-lock`` (POSIX; a no-op elsewhere)."""
-    try:
-        import fcntl
-    except ImportError:  # Windows cannot rename a file another process has open anyway
-        yield
-        return
-    fd = os.open(path.with_name(path.name + ".recover-lock"), os.O_CREAT | os.O_RDWR, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock
-
-
-def _check_version(version: int, path: Path) -> None:
-    if version > SCHEMA_VERSION:
-        raise DatabaseError(
-            f"database schema version {version} is newer than this miocore understands "
-            f"({SCHEMA_VERSION}); upgrade miocore, or point MIOCORE_USER_DB_PATH / "
-            "MIOCORE_SYSTEM_DB_PATH elsewhere",
-            field="path",
-            value=str(path),
-        )
-
-
-def _create_schema(conn: sqlite3.Connection, path: Path) -> None:
-    # Re-read inside the write lock: another process may have created it meanwhile.
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    _check_version(version, path)
-    if version == SCHEMA_VERSION:
-        return
-    if version == 0 and not conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone():
-        # A new file: let the size cap give evicted pages back to the file system.
-        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
-    for statement in SCHEMA_SQL.split(";"):
-        if statement.strip():
-            conn.execute(statement)
-    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-
-
-def _warn(message: str) -> None:
-    log.warning(message)
-    warnings.warn(message, DatabaseWarning, stacklevel=4)
-
-
-def open_readonly(path: Path) -> sqlite3.Connection:
-    """Open another database file read-only (a merge source); checks version and integrity."""
-    try:
-        conn = sqlite3.connect(
-            _uri(path, "mode=ro"), uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None
-        )
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-    except sqlite3.OperationalError as exc:
-        if is_busy(exc):
-            raise DatabaseError(f"locked: {exc}", field="path", value=str(path)) from exc
-        # mode=ro on a WAL file needs to create its -shm beside it; a read-only folder cannot.
-        conn = sqlite3.connect(_uri(path, "mode=ro&immutable=1"), uri=True, isolation_level=None)
-        version = _read_version(conn, path)
-    except sqlite3.DatabaseError as exc:
-        raise DatabaseError(
-            f"not a readable database: {exc}", field="path", value=str(path)
-        ) from exc
-    _check_version(version, path)
-    return conn
-
-
-def _read_version(conn: sqlite3.Connection, path: Path) -> int:
-    try:
-        return int(conn.execute("PRAGMA user_version").fetchone()[0])
-    except sqlite3.DatabaseError as exc:
-        conn.close()
-        raise DatabaseError(
-            f"not a readable database: {exc}", field="path", value=str(path)
-        ) from exc

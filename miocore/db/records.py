@@ -21,7 +21,7 @@ from miocore.db._common import (
     provenance_from_json,
     provenance_json,
 )
-from miocore.db._store import open_readonly
+from miocore.db._sqlite import open_readonly
 from miocore.db.text import BadLine, TextEntry, direction_letter, format_line, parse_body
 from miocore.errors import DatabaseError, InvalidArgumentError
 

@@ -22,7 +22,8 @@ from typing import TypeVar
 
 import attrs
 
-from miocore.db._store import SCHEMA_SQL, SCHEMA_VERSION, DatabaseWarning, Store
+from miocore.db._sqlite import SCHEMA_SQL, SCHEMA_VERSION, DatabaseWarning
+from miocore.db._store import Store
 from miocore.errors import DatabaseError
 
 log = logging.getLogger("miocore.db")

@@ -22,7 +22,7 @@ import attrs
 import numpy as np
 
 from miocore.db._common import miocore_version
-from miocore.db._store import utc_now_iso
+from miocore.db._sqlite import utc_now_iso
 from miocore.db.finddb import FindDb, FindDbRecord
 from miocore.errors import InvalidArgumentError, MiocoreError
 from miocore.heuristic.features import problem_features

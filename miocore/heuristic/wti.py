@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 
 from miocore.db._common import miocore_version
-from miocore.db._store import utc_now_iso
+from miocore.db._sqlite import utc_now_iso
 from miocore.errors import InvalidArgumentError
 from miocore.heuristic.model import ModelFormatError
 from miocore.problem.conv import ConvProblem
