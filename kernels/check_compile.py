@@ -32,7 +32,7 @@ from typing import Any
 import attrs
 
 import miocore
-from miocore.backends._gpu.base import CORE_NAMESPACE, DTYPE_OPTIONS, core_kernel_dir
+from miocore.backends._gpu.compiler import CORE_NAMESPACE, DTYPE_OPTIONS, core_kernel_dir
 from miocore.solver import Ceilings, DeviceInfo, ExecutionContext, KernelInfo
 from miocore.solver.registry import Registry, default_registry
 

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_compile import sample_problems, solver_kernels
 
 import miocore
-from miocore.backends._gpu.base import core_kernel_dir
+from miocore.backends._gpu.compiler import core_kernel_dir
 
 
 def two_d_problems() -> list[miocore.ConvProblem]:

@@ -110,7 +110,7 @@ def test_custom_cache_dir_alias(monkeypatch: pytest.MonkeyPatch, tmp_path) -> No
 def test_compile_parallel_level_refuses_bad_values(
     monkeypatch: pytest.MonkeyPatch, variable: str, raw: str
 ) -> None:
-    from miocore.backends._gpu.base import compile_parallel_level
+    from miocore.backends._gpu.compiler import compile_parallel_level
 
     monkeypatch.setenv(variable, raw)
     with pytest.raises(InvalidEnvironmentError) as info:
@@ -120,7 +120,7 @@ def test_compile_parallel_level_refuses_bad_values(
 
 
 def test_compile_parallel_level_values(monkeypatch: pytest.MonkeyPatch) -> None:
-    from miocore.backends._gpu.base import compile_parallel_level
+    from miocore.backends._gpu.compiler import compile_parallel_level
 
     assert 1 <= compile_parallel_level() <= 16
     monkeypatch.setenv("MIOPEN_COMPILE_PARALLEL_LEVEL", "3")

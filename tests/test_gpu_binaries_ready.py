@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from miocore import KernelInfo
-from miocore.backends._gpu.base import CORE_NAMESPACE, GpuBackend
+from miocore.backends._gpu.base import GpuBackend
+from miocore.backends._gpu.compiler import CORE_NAMESPACE
 from miocore.backends.cpu import cpu_device_info
 
 

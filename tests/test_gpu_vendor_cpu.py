@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from miocore import DataType
-from miocore.backends._gpu.base import CORE_NAMESPACE, GpuBackend, core_kernel_dir
+from miocore.backends._gpu.base import GpuBackend
+from miocore.backends._gpu.compiler import CORE_NAMESPACE, core_kernel_dir
 from miocore.backends._gpu.vendor import (
     DriverCompileFailure,
     GemmCall,

@@ -124,7 +124,7 @@ def test_switches(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def test_headers_of_the_core_folder_are_collected() -> None:
-    from miocore.backends._gpu.base import core_kernel_dir
+    from miocore.backends._gpu.compiler import core_kernel_dir
 
     headers = dict(collect_headers([core_kernel_dir()]))
     assert any(name.endswith("/miocore_gpu.h") for name in headers)

@@ -9,7 +9,7 @@ the tensors in ``InvokeParams`` carry their device address as ``.ptr``.
 
 from __future__ import annotations
 
-from miocore.backends._gpu.base import DTYPE_OPTIONS
+from miocore.backends._gpu.compiler import DTYPE_OPTIONS
 from miocore.backends._gpu.launch import (
     CompiledKernel,
     KernelArgs,

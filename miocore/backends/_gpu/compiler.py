@@ -1,0 +1,269 @@
+"""Kernel compilation for :class:`~miocore.backends._gpu.base.GpuBackend`: from a
+:class:`~miocore.solver.KernelInfo` to a loaded :class:`CompiledKernel`.
+
+:class:`KernelCompiler` (mixed into ``GpuBackend``) resolves a kernel's source in the core's
+folder and the plugin folders declared through ``miocore_kernel_sources`` (``bind_registry``),
+builds its binary through the memory and disk caches (:mod:`miocore.db.kernel_cache`) or the
+driver's compiler, loads it (``compile``), checks whether binaries are built already
+(``binaries_ready``) and compiles many in parallel (``precompile``,
+:func:`compile_parallel_level` threads). Also here: the compile option of each data type
+(:data:`DTYPE_OPTIONS`), the core's kernel namespace and folder, and the message of a failed
+compile (source with line numbers, compiler log).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from miocore.backends._gpu.launch import CompiledKernel
+from miocore.backends._gpu.vendor import DriverCompileFailure
+from miocore.db.kernel_cache import CacheKeyParts, KernelCache, cache_disabled, collect_headers
+from miocore.errors import CompileError
+from miocore.problem.dtypes import DataType
+from miocore.solver.interface import KernelInfo
+
+if TYPE_CHECKING:
+    from miocore.backends._gpu.base import Driver
+
+#: Compile option that selects the element type of a kernel source (see miocore_gpu.h).
+DTYPE_OPTIONS = {
+    DataType.FLOAT32: "-DMIO_DTYPE_FP32",
+    DataType.FLOAT16: "-DMIO_DTYPE_FP16",
+    DataType.BFLOAT16: "-DMIO_DTYPE_BF16",
+}
+
+#: Namespace of the core's own kernels (``kernels/``, shipped as ``miocore/_kernels``).
+CORE_NAMESPACE = "miocore"
+
+
+def core_kernel_dir() -> Path:
+    """The core's kernel folder: ``miocore/_kernels`` in a wheel, ``kernels/`` in a checkout."""
+    package = Path(__file__).resolve().parents[2]
+    installed = package / "_kernels"
+    if installed.is_dir():
+        return installed
+    return package.parent / "kernels"
+
+
+def compile_parallel_level() -> int:
+    """``MIOCORE_COMPILE_PARALLEL_LEVEL`` (or MIOpen's name): threads compiling at once.
+
+    Default: the CPUs, at most 16. A value below 1 (``-3``) or not a number raises
+    :class:`~miocore.InvalidEnvironmentError` naming the variable.
+    """
+    from miocore import env
+
+    return env.positive_int("MIOCORE_COMPILE_PARALLEL_LEVEL", max(1, min(os.cpu_count() or 1, 16)))
+
+
+class KernelCompiler:
+    """Source resolution, binary caches and compilation of :class:`GpuBackend` (a mixin: the
+    backend's ``__init__`` sets the state below)."""
+
+    name: str
+    driver: Driver
+    _registry_fn: Callable[[], Any] | None
+    _lock: threading.RLock
+    _modules: dict[str, Any]
+    _functions: dict[tuple[str, str], Any]
+    _failures: dict[str, CompileError]
+    _binaries: dict[str, bytes]
+    _cache: KernelCache | None
+    stats: dict[str, int]
+
+    # -- registry binding: where kernel sources live ----------------------------------------------
+
+    def bind_registry(self, registry_fn: Callable[[], Any]) -> None:
+        """Take kernel source folders from ``registry_fn().kernel_sources`` (the handle's
+        registry, which may change when plugins are disabled). Whoever opens a backend binds
+        one (the Handle does); until then only the core's own kernels resolve."""
+        self._registry_fn = registry_fn
+
+    def _source_folders(self, namespace: str) -> list[tuple[str, Path, str]]:
+        folders = [(CORE_NAMESPACE, core_kernel_dir(), "miocore")]
+        if namespace == CORE_NAMESPACE:
+            return folders
+        if self._registry_fn is None:
+            raise CompileError(
+                "this backend has no registry bound, so plugin kernel sources cannot be found; "
+                "open it through miocore.Handle or call backend.bind_registry(lambda: registry)",
+                field="registry",
+                value=None,
+            )
+        for info, record in getattr(self._registry_fn(), "kernel_sources", ()):
+            folders.append((record.name, Path(record.path), info.label))
+        return folders
+
+    def resolve_source(self, source: str) -> Path:
+        """The file a ``KernelInfo.source`` names: ``"file.cu"`` (searched in every declared
+        folder) or ``"namespace/file.cu"``."""
+        namespace, _, name = source.rpartition("/")
+        folders = self._source_folders(namespace)
+        found = []
+        for ns, folder, _label in folders:
+            if namespace and ns != namespace:
+                continue
+            candidate = folder / name
+            if candidate.is_file():
+                found.append(candidate)
+        if not found:
+            where = ", ".join(f"{ns} ({folder})" for ns, folder, _ in folders)
+            raise CompileError(
+                f"kernel source not found in any declared folder: {where}. A plugin declares "
+                "its folder through the miocore_kernel_sources hook",
+                field="KernelInfo.source",
+                value=source,
+            )
+        if len({p.resolve() for p in found}) > 1:
+            raise CompileError(
+                f"kernel source is ambiguous: {[str(p) for p in found]}; name it as "
+                "'namespace/file'",
+                field="KernelInfo.source",
+                value=source,
+            )
+        return found[0]
+
+    # -- compilation -----------------------------------------------------------------------
+
+    @property
+    def kernel_cache(self) -> KernelCache | None:
+        """The on-disk binary cache (None when ``MIOCORE_DISABLE_CACHE`` is set)."""
+        if cache_disabled():
+            return None
+        if self._cache is None:
+            self._cache = KernelCache()
+        return self._cache
+
+    def _parts(self, info: KernelInfo) -> tuple[CacheKeyParts, Path]:
+        path = self.resolve_source(info.source)
+        include_dirs = [core_kernel_dir(), path.parent]
+        parts = CacheKeyParts(
+            backend=self.name,
+            source_name=info.source,
+            source=path.read_bytes(),
+            headers=collect_headers(include_dirs),
+            options=tuple(info.options),
+            arch=self.driver.target(),
+            compiler=self.driver.compiler_version(),
+        )
+        return parts, path
+
+    def _binary(self, info: KernelInfo) -> tuple[str, bytes]:
+        """Compile (or fetch from the caches) the binary of ``info``; return (key, binary)."""
+        parts, path = self._parts(info)
+        key = parts.key
+        with self._lock:
+            if key in self._failures:
+                raise self._failures[key]
+            if key in self._binaries:
+                self.stats["memory_hits"] += 1
+                return key, self._binaries[key]
+        cache = self.kernel_cache
+        binary = cache.get(parts) if cache is not None else None
+        if binary is not None:
+            with self._lock:
+                self.stats["disk_hits"] += 1
+        else:
+            include_dirs = [core_kernel_dir(), path.parent]
+            try:
+                binary, kind = self.driver.compile_source(
+                    parts.source, path.name, info.options, include_dirs
+                )
+            except DriverCompileFailure as exc:
+                error = CompileError(
+                    _compile_message(info, path, self.driver.target(), parts, exc.log_text),
+                    field="KernelInfo.source",
+                    value=info.source,
+                )
+                with self._lock:
+                    self._failures[key] = error
+                raise error from None
+            with self._lock:
+                self.stats["compiled"] += 1
+            if cache is not None:
+                cache.put(parts, binary, kind=kind)
+        with self._lock:
+            self._binaries[key] = binary
+        return key, binary
+
+    def binaries_ready(self, kernels: Sequence[KernelInfo]) -> bool:
+        """Whether every kernel is built already (in memory or in the binary cache): using
+        them costs a load, not a compile (find's DYNAMIC_HYBRID mode asks)."""
+        cache = self.kernel_cache
+        for info in kernels:
+            parts, _ = self._parts(info)
+            with self._lock:
+                if parts.key in self._binaries:
+                    continue
+            if cache is None or not cache.contains(parts):
+                return False
+        return True
+
+    def compile(self, kernels: Sequence[KernelInfo]) -> tuple[CompiledKernel, ...]:
+        """Compile and load every kernel of a solution (through the caches)."""
+        out = []
+        for info in kernels:
+            key, binary = self._binary(info)
+            with self._lock:
+                module = self._modules.get(key)
+                if module is None:
+                    module = self._modules[key] = self.driver.load(binary)
+                function = self._functions.get((key, info.kernel_name))
+                if function is None:
+                    try:
+                        function = self.driver.function(module, info.kernel_name)
+                    except Exception as exc:
+                        raise CompileError(
+                            f"the compiled {info.source} has no kernel of this name ({exc})",
+                            field="KernelInfo.kernel_name",
+                            value=info.kernel_name,
+                        ) from None
+                    self._functions[(key, info.kernel_name)] = function
+            out.append(CompiledKernel(self, info, function))
+        return tuple(out)
+
+    def precompile(self, kernels: Iterable[KernelInfo]) -> dict[str, str]:
+        """Compile many kernels in parallel (``MIOCORE_COMPILE_PARALLEL_LEVEL`` threads).
+
+        Binaries land in the caches, so the following ``compile`` calls only load them.
+        Failures are remembered and raised again by ``compile``; returned as {source: error}.
+        """
+        unique: dict[tuple[str, tuple[str, ...]], KernelInfo] = {}
+        for info in kernels:
+            unique.setdefault((info.source, tuple(info.options)), info)
+        failures: dict[str, str] = {}
+        if not unique:
+            return failures
+
+        def build(info: KernelInfo) -> None:
+            try:
+                self._binary(info)
+            except CompileError as exc:
+                failures[f"{info.source} {' '.join(info.options)}"] = str(exc)
+
+        workers = min(compile_parallel_level(), len(unique))
+        if workers == 1:
+            for info in unique.values():
+                build(info)
+        else:
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="miocore-nvrtc") as ex:
+                list(ex.map(build, unique.values()))
+        return failures
+
+
+def _compile_message(
+    info: KernelInfo, path: Path, target: str, parts: CacheKeyParts, log_text: str
+) -> str:
+    lines = parts.source.decode(errors="replace").splitlines()
+    width = len(str(len(lines)))
+    numbered = "\n".join(f"{i:>{width}} | {line}" for i, line in enumerate(lines, 1))
+    return (
+        f"kernel {info.kernel_name!r} from {path} failed to compile for {target} with options "
+        f"{list(info.options)} ({parts.compiler})\n--- source ---\n{numbered}\n"
+        f"--- compiler log ---\n{log_text.strip()}"
+    )
