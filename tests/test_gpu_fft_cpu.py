@@ -23,6 +23,7 @@ from miocore.corpus import find_corpus, sample_rows, shrink_row
 from miocore.testing import cpu_context
 
 gpu = pytest.importorskip("miocore_fft.gpu")
+gpu_bindings = pytest.importorskip("miocore_fft.gpu_bindings")
 
 SOLVER = gpu.GpuRfftSolver()
 EMULATION_TOL = 1e-9
@@ -157,7 +158,7 @@ def test_binding_hint_without_cupy() -> None:
 
     if importlib.util.find_spec("cupy") is not None:
         pytest.skip("CuPy is installed here")
-    assert "miocore-fft[cuda]" in gpu._binding_missing("cuda")
+    assert "miocore-fft[cuda]" in gpu_bindings.binding_missing("cuda")
 
 
 # -- numpy emulation of the GPU pipeline ---------------------------------------------------
