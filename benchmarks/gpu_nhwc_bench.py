@@ -42,35 +42,43 @@ OUTPUT_INDEX = {"forward": None, "backward_data": 0, "backward_weights": 1}
 @contextmanager
 def variant(name: str) -> Iterator[None]:
     """Switch ``gemm.gpu_nhwc`` to one of its alternative paths while an invoker is built."""
-    from miocore_gemm import gpu_nhwc
+    from miocore_gemm import gpu_nhwc, gpu_nhwc_geometry
 
-    saved = {k: getattr(gpu_nhwc, k) for k in ("group_width", "STRIDED_MIN_WIDTH")}
+    # group_width is called by the geometry's own helpers and (imported) by the invoker in
+    # gpu_nhwc: both names are swapped. STRIDED_MIN_WIDTH is read by the geometry alone.
+    patched = [
+        (gpu_nhwc_geometry, "group_width"),
+        (gpu_nhwc, "group_width"),
+        (gpu_nhwc_geometry, "STRIDED_MIN_WIDTH"),
+    ]
+    saved = [(module, key, getattr(module, key)) for module, key in patched]
     if name == "unpadded":
-        gpu_nhwc.group_width = lambda p: gpu_nhwc._dims(p)[1] * gpu_nhwc._dims(p)[3]
+        dims = gpu_nhwc_geometry.dims
+        gpu_nhwc_geometry.group_width = gpu_nhwc.group_width = lambda p: dims(p)[1] * dims(p)[3]
     elif name == "rows":
-        gpu_nhwc.STRIDED_MIN_WIDTH = 1 << 30
+        gpu_nhwc_geometry.STRIDED_MIN_WIDTH = 1 << 30
     elif name == "strided":
-        gpu_nhwc.STRIDED_MIN_WIDTH = 1
+        gpu_nhwc_geometry.STRIDED_MIN_WIDTH = 1
     try:
         yield
     finally:
-        for key, value in saved.items():
-            setattr(gpu_nhwc, key, value)
+        for module, key, value in saved:
+            setattr(module, key, value)
 
 
 def alternatives(p: miocore.ConvProblem) -> list[str]:
     """The second paths that exist for this problem."""
-    from miocore_gemm import gpu_nhwc
+    from miocore_gemm import gpu_nhwc_geometry
 
     canon = p.canonical
     out = []
-    if gpu_nhwc.is_padded(canon):
+    if gpu_nhwc_geometry.is_padded(canon):
         out.append("unpadded")
-    if gpu_nhwc.is_strided_pointwise(canon):
+    if gpu_nhwc_geometry.is_strided_pointwise(canon):
         out.append("rows")
     else:
         with variant("strided"):
-            if gpu_nhwc.is_strided_pointwise(canon):
+            if gpu_nhwc_geometry.is_strided_pointwise(canon):
                 out.append("strided")
     return out
 
@@ -98,9 +106,9 @@ def measure(
 def matmul_ms(p: miocore.ConvProblem, tdtype: Any, args: argparse.Namespace) -> float:
     """torch.matmul of forward's GEMM alone (rows N*O x group width, times width x K): what
     the solver pays beyond it is its row kernel."""
-    from miocore_gemm import gpu_nhwc
+    from miocore_gemm import gpu_nhwc_geometry
 
-    width = gpu_nhwc.group_width(p.canonical)
+    width = gpu_nhwc_geometry.group_width(p.canonical)
     rows = torch.randn(p.y.element_count // p.k, width, device="cuda", dtype=tdtype)
     weights = torch.randn(width, p.k, device="cuda", dtype=tdtype)
     return device_ms(lambda: torch.matmul(rows, weights), args.warmup, args.runs)

@@ -29,7 +29,7 @@ import miocore
 
 def measure(handle: miocore.Handle, p: miocore.ConvProblem, args: argparse.Namespace) -> dict:
     """The whole invoker's time and, where it builds rows, its row kernel's alone."""
-    from miocore_gemm import gpu_nhwc
+    from miocore_gemm import gpu_nhwc_geometry
 
     solver = handle.registry.get("gemm.gpu_nhwc").solver
     tdtype = getattr(torch, args.dtype)
@@ -51,25 +51,28 @@ def measure(handle: miocore.Handle, p: miocore.ConvProblem, args: argparse.Names
     }
     geometry = inv.geometry
     builds_rows = p.direction is not miocore.Direction.BACKWARD_DATA or inv.flipped  # else col2im
-    if builds_rows and gpu_nhwc.row_bytes(geometry) and len(inv.chunks) == 1:
+    if builds_rows and gpu_nhwc_geometry.row_bytes(geometry) and len(inv.chunks) == 1:
         _, _, kargs, grids = inv.chunks[0]
         # The row kernel reads x (dY for the flipped twin) and writes the rows.
         source = params.y.ptr if inv.flipped else params.x.ptr
         row["rows_ms"] = device_ms(
             lambda: inv._rows(source, params.workspace.ptr, kargs, grids), args.warmup, args.runs
         )
-        nbytes = gpu_nhwc.row_bytes(geometry) * geometry.n
+        nbytes = gpu_nhwc_geometry.row_bytes(geometry) * geometry.n
         row["rows_mb"] = nbytes / 1e6
         row["rows_gbps"] = nbytes / row["rows_ms"] / 1e6
         row["kernel"] = "tiles" if inv.padded else "im2col"
-    elif not builds_rows and gpu_nhwc.row_bytes(geometry) and len(inv.chunks) == 1:
+    elif not builds_rows and gpu_nhwc_geometry.row_bytes(geometry) and len(inv.chunks) == 1:
         _, _, kargs, grids = inv.chunks[0]
         kargs.set_pointers(params.workspace.ptr, params.x.ptr)
         row["col2im_ms"] = device_ms(
             lambda: inv.col2im.launch(kargs, grid=grids["col2im"]), args.warmup, args.runs
         )
         # It reads the rows once and writes dx once.
-        nbytes = gpu_nhwc.row_bytes(geometry) * geometry.n + p.x.element_count * p.dtype.itemsize
+        nbytes = (
+            gpu_nhwc_geometry.row_bytes(geometry) * geometry.n
+            + p.x.element_count * p.dtype.itemsize
+        )
         row["col2im_gbps"] = nbytes / row["col2im_ms"] / 1e6
     return row
 

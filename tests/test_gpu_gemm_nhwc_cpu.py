@@ -21,6 +21,7 @@ from miocore import reference
 from miocore.testing import TOLERANCES, cpu_context
 
 nhwc = pytest.importorskip("miocore_gemm.gpu_nhwc")
+geometry = pytest.importorskip("miocore_gemm.gpu_nhwc_geometry")
 
 FIELDS = (
     "in",
@@ -323,9 +324,9 @@ def test_chunks_and_unaligned_input(monkeypatch: pytest.MonkeyPatch) -> None:
         "backward_weights", n=3, c=8, k=8, in_spatial=(6, 6), filter_spatial=(3, 3),
         pads=(1, 1), dtype="float16", layout="NHWC",
     )  # fmt: skip
-    monkeypatch.setattr(nhwc, "WORKSPACE_BUDGET", 1)
-    assert nhwc.images_per_chunk(problem) == 1
-    assert nhwc.copy_unit(problem) == 16
+    monkeypatch.setattr(geometry, "WORKSPACE_BUDGET", 1)
+    assert geometry.images_per_chunk(problem) == 1
+    assert geometry.copy_unit(problem) == 16
     for direction in ("forward", "backward_weights"):
         p = miocore.ConvProblem(direction, x=problem.x, w=problem.w, y=problem.y, conv=problem.conv)
         assert _run(p, misalign=4) <= TOLERANCES[p.dtype]
@@ -338,25 +339,25 @@ def test_padded_rows_in_half_types(monkeypatch: pytest.MonkeyPatch) -> None:
         "forward", n=32, c=3, k=64, in_spatial=(224, 224), filter_spatial=(7, 7), pads=(3, 3),
         strides=(2, 2), dtype="float16", layout="NHWC",
     )  # fmt: skip
-    assert nhwc.is_padded(conv1) and nhwc.group_width(conv1) == 152
-    assert nhwc.tile_width(conv1) == 64  # 7 tap rows of 133 pixels of 3 channels: 5.6 KiB
+    assert geometry.is_padded(conv1) and geometry.group_width(conv1) == 152
+    assert geometry.tile_width(conv1) == 64  # 7 tap rows of 133 pixels of 3 channels: 5.6 KiB
     wide = miocore.ConvProblem.from_sizes(
         "forward", n=1, c=3001, k=8, in_spatial=(9, 9), filter_spatial=(3, 3), pads=(1, 1),
         dtype="float16", layout="NHWC",
     )  # fmt: skip
     # Not even one pixel's patch (3 rows x 3 pixels x 3001 channels) fits: rows stay unpadded.
-    assert nhwc.tile_width(wide) == 0 and not nhwc.is_padded(wide)
+    assert geometry.tile_width(wide) == 0 and not geometry.is_padded(wide)
     single = miocore.ConvProblem.from_sizes(
         "forward", n=32, c=3, k=64, in_spatial=(224, 224), filter_spatial=(7, 7), pads=(3, 3),
         strides=(2, 2), dtype="float32", layout="NHWC",
     )  # fmt: skip
-    assert not nhwc.is_padded(single) and nhwc.group_width(single) == 147
+    assert not geometry.is_padded(single) and geometry.group_width(single) == 147
     small = miocore.ConvProblem.from_sizes(
         "backward_weights", n=3, c=3, k=8, in_spatial=(9, 8), filter_spatial=(3, 3),
         pads=(1, 1), dtype="float16", layout="NHWC",
     )  # fmt: skip
-    monkeypatch.setattr(nhwc, "WORKSPACE_BUDGET", 1)
-    assert nhwc.images_per_chunk(small) == 1 and nhwc.is_padded(small)
+    monkeypatch.setattr(geometry, "WORKSPACE_BUDGET", 1)
+    assert geometry.images_per_chunk(small) == 1 and geometry.is_padded(small)
     for direction in ("forward", "backward_data", "backward_weights"):
         p = miocore.ConvProblem(direction, x=small.x, w=small.w, y=small.y, conv=small.conv)
         assert _run(p, misalign=2) <= TOLERANCES[p.dtype]
@@ -369,19 +370,19 @@ def test_stride_one_backward_data_is_a_flipped_forward() -> None:
         "backward_data", n=2, c=6, k=8, in_spatial=(9, 7), filter_spatial=(3, 5),
         pads=(1, 1), dilations=(2, 1), groups=2, dtype="float16", layout="NHWC",
     )  # fmt: skip
-    assert nhwc.is_flipped_backward(p)
-    twin = nhwc.forward_twin(p)
+    assert geometry.is_flipped_backward(p)
+    twin = geometry.forward_twin(p)
     assert (twin.c, twin.k, twin.groups) == (p.k, p.c, p.groups)
     assert twin.conv.pads == (3, 3) and twin.in_spatial == p.out_spatial
     assert twin.out_spatial == p.in_spatial
     forward = miocore.ConvProblem("forward", x=p.x, w=p.w, y=p.y, conv=p.conv)
-    assert not nhwc.is_flipped_backward(forward) and nhwc.forward_twin(forward) is forward
+    assert not geometry.is_flipped_backward(forward) and geometry.forward_twin(forward) is forward
     # A filter large beside the rows it would save (ResNet's l4.3x3: a third) keeps col2im.
     late = miocore.ConvProblem.from_sizes(
         "backward_data", n=32, c=512, k=512, in_spatial=(7, 7), filter_spatial=(3, 3),
         pads=(1, 1), dtype="float16", layout="NHWC",
     )  # fmt: skip
-    assert not nhwc.is_flipped_backward(late) and nhwc.forward_twin(late) is late
+    assert not geometry.is_flipped_backward(late) and geometry.forward_twin(late) is late
 
 
 def test_strided_pointwise_needs_no_rows() -> None:
@@ -397,15 +398,15 @@ def test_strided_pointwise_needs_no_rows() -> None:
         "forward", n=2, c=8, k=12, in_spatial=(8, 6), filter_spatial=(1, 1),
         strides=(2, 3), dtype="float16", layout="NHWC",
     )  # fmt: skip
-    assert nhwc.is_strided_pointwise(wide) and nhwc.row_bytes(wide) == 0
+    assert geometry.is_strided_pointwise(wide) and geometry.row_bytes(wide) == 0
     forward = miocore.ConvProblem("forward", x=wide.x, w=wide.w, y=wide.y, conv=wide.conv)
-    assert nhwc.is_strided_pointwise(forward)
-    assert not nhwc.is_strided_pointwise(odd) and nhwc.row_bytes(odd) > 0
+    assert geometry.is_strided_pointwise(forward)
+    assert not geometry.is_strided_pointwise(odd) and geometry.row_bytes(odd) > 0
     # Blocks narrower than the measured break-even take the rows path.
-    assert narrow.out_spatial[-1] < nhwc.STRIDED_MIN_WIDTH
-    assert not nhwc.is_strided_pointwise(narrow)
+    assert narrow.out_spatial[-1] < geometry.STRIDED_MIN_WIDTH
+    assert not geometry.is_strided_pointwise(narrow)
     weights = miocore.ConvProblem("backward_weights", x=wide.x, w=wide.w, y=wide.y, conv=wide.conv)
-    assert not nhwc.is_strided_pointwise(weights)
+    assert not geometry.is_strided_pointwise(weights)
 
 
 def test_param_struct_matches_the_kernel() -> None:
