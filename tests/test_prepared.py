@@ -83,13 +83,17 @@ def test_prepare_refuses_what_is_not_a_solution() -> None:
 class _RecordedGraph:
     """What a GPU backend's ``capture`` returns, emulated: replay runs the recorded call."""
 
-    def __init__(self, run: Any) -> None:
+    def __init__(self, run: Any, capturing: bool = False) -> None:
         self.run = run
         self.replays = 0
+        self.capturing = capturing  # the stream is in the caller's own capture
 
-    def replay(self) -> None:
+    def replay(self) -> bool:
+        if self.capturing:
+            return False
         self.replays += 1
         self.run()
+        return True
 
 
 def test_the_second_call_alike_is_recorded_and_later_ones_replay_it(
@@ -117,6 +121,35 @@ def test_the_second_call_alike_is_recorded_and_later_ones_replay_it(
     run(**other)  # another signature: checked in full, run directly, the graph dropped
     run(**other)
     assert len(captured) == 2 and captured[0].replays == 4
+
+
+def test_while_the_caller_captures_the_launches_run_one_by_one_into_its_capture(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A graph launch inside someone else's stream capture is refused by CUDA: a prepared run
+    whose graph says so runs its invoker directly, so the caller's capture records it."""
+    captured: list[_RecordedGraph] = []
+
+    def capture(self: Any, run: Any) -> _RecordedGraph:
+        captured.append(_RecordedGraph(run))
+        return captured[-1]
+
+    monkeypatch.setattr(CpuBackend, "capture", capture, raising=False)
+    p = small_problem("forward")
+    solver = TimedSolver("test.exact")
+    run = _handle(solver).prepare(p, "test.exact")
+    arrays = buffers(p, 0)
+    run(**arrays)
+    run(**arrays)  # recorded and replayed
+    captured[0].capturing = True
+    arrays["x"][...] = np.random.default_rng(4).uniform(-1, 1, arrays["x"].shape)
+    arrays["y"][...] = 0.0
+    run(**arrays)
+    assert captured[0].replays == 1 and solver.runs == 3
+    np.testing.assert_allclose(arrays["y"], _expected(p, arrays), rtol=1e-5, atol=1e-5)
+    captured[0].capturing = False
+    run(**arrays)
+    assert captured[0].replays == 2 and len(captured) == 1
 
 
 def test_a_call_that_cannot_be_recorded_runs_directly(monkeypatch: pytest.MonkeyPatch) -> None:

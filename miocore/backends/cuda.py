@@ -307,6 +307,11 @@ class CudaDriver(VendorDriver):
         status = _check(_cu.cuStreamIsCapturing(stream), "cuStreamIsCapturing")
         return int(status) != 0
 
+    def relaxed_capture(self) -> Any:
+        """A context in which this thread's calls are held to CUDA's relaxed capture mode (a
+        library call that a caller's global-mode capture would refuse is let through)."""
+        return relaxed_capture()
+
     # -- BLAS ----------------------------------------------------------------------------------
 
     def open_blas(self) -> Any:

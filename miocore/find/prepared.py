@@ -77,8 +77,7 @@ class PreparedRun:
         signature = (signature_of(x), signature_of(w), signature_of(y))
         if signature == self._signature:
             graph = self._graph
-            if graph is not None:
-                graph.replay()
+            if graph is not None and graph.replay():
                 return
             params = self._params
             if not self._graph_tried:  # the second call alike: record it once
@@ -137,7 +136,8 @@ class PreparedRun:
         if graph is None:
             return False
         self._graph = graph
-        graph.replay()
+        if not graph.replay():
+            self._invoke(params)
         return True
 
 

@@ -123,7 +123,10 @@ def grid_for(total: int, block: int, device: DeviceInfo, waves: int = 32) -> int
 
 class CapturedGraph:
     """One call's launches as an instantiated graph: ``replay()`` runs them on the backend's
-    stream with one driver call. The graph is destroyed with this object."""
+    stream with one driver call and returns True. While that stream is itself being captured
+    (the caller records a graph of its own) a graph launch is refused and would end the
+    caller's capture, so ``replay()`` then launches nothing and returns False: the caller runs
+    the launches one by one, into its capture. The graph is destroyed with this object."""
 
     __slots__ = ("__weakref__", "backend", "nodes", "replay")
 
@@ -132,9 +135,14 @@ class CapturedGraph:
         self.nodes = nodes
         driver = backend.driver
         launch = driver.graph_launch
+        capturing = driver.is_capturing
 
-        def replay() -> None:
-            launch(executable, backend.stream_object)
+        def replay() -> bool:
+            stream = backend.stream_object
+            if capturing(stream):
+                return False
+            launch(executable, stream)
+            return True
 
         self.replay = replay
         weakref.finalize(self, driver.graph_destroy, graph, executable)

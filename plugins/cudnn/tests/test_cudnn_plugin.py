@@ -4,8 +4,10 @@ plan logic (engines, knobs, numerics filters, workspace, invoker) driven by a fa
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -254,14 +256,28 @@ class _Buffer:
         self.ptr = ptr
 
 
+class _Driver:
+    """Records when the CUDA capture mode is relaxed, into the frontend fake's call log."""
+
+    def __init__(self, calls: list[Any]) -> None:
+        self.calls = calls
+
+    @contextlib.contextmanager
+    def relaxed_capture(self) -> Iterator[None]:
+        self.calls.append(("relaxed",))
+        yield
+        self.calls.append(("strict",))
+
+
 class _Backend:
-    def __init__(self, stream: int) -> None:
+    def __init__(self, stream: int, calls: list[Any]) -> None:
         self.stream_handle = stream
+        self.driver = _Driver(calls)
 
 
 class _Handle:
-    def __init__(self, stream: int) -> None:
-        self.backend = _Backend(stream)
+    def __init__(self, stream: int, calls: list[Any]) -> None:
+        self.backend = _Backend(stream, calls)
 
 
 def test_invoker_is_one_execute_with_the_callers_pointers(fake_cudnn: Any) -> None:
@@ -273,10 +289,10 @@ def test_invoker_is_one_execute_with_the_callers_pointers(fake_cudnn: Any) -> No
         problem=p, x=_Buffer(0x1000), w=_Buffer(0x2000), y=_Buffer(0x3000),
         workspace=_Buffer(0x9000),
     )  # fmt: skip
-    invoker(_Handle(77), params)
-    invoker(_Handle(77), params)
-    invoker(_Handle(78), params)
     calls = fake_cudnn.CALLS
+    invoker(_Handle(77, calls), params)
+    invoker(_Handle(77, calls), params)
+    invoker(_Handle(78, calls), params)
     assert [c for c in calls if c[0] == "set_stream"] == [
         ("set_stream", 0xC0DE, 77),
         ("set_stream", 0xC0DE, 78),
@@ -284,6 +300,10 @@ def test_invoker_is_one_execute_with_the_callers_pointers(fake_cudnn: Any) -> No
     runs = [c for c in calls if c[0] == "execute"]
     assert len(runs) == 3
     assert runs[0] == ("execute", {1: 0x1000, 2: 0x2000, 3: 0x3000}, 0x9000, 1, 0xC0DE)
+    # Each execute inside relaxed capture mode (a caller's CUDA graph may be recording).
+    for at, call in enumerate(calls):
+        if call[0] == "execute":
+            assert calls[at - 1] == ("relaxed",) and calls[at + 1] == ("strict",)
 
 
 def test_a_graph_cudnn_refuses_declines_every_engine_once(
@@ -320,8 +340,8 @@ def test_knob_variations_run_and_are_remade_from_their_record(fake_cudnn: Any) -
     solution = ENGINE[3].get_solution(ctx, p, miocore.PerfConfig.from_string(text))
     assert solution.perf_config == variant and solution.workspace_size == 512
     params = miocore.InvokeParams(problem=p, x=_Buffer(1), w=_Buffer(2), y=_Buffer(3))
-    solution.invoker_factory(())(_Handle(0), params)
-    assert fake_cudnn.CALLS[-1] == ("execute", {1: 1, 2: 2, 3: 3}, 0, 0, 0xC0DE)
+    solution.invoker_factory(())(_Handle(0, fake_cudnn.CALLS), params)
+    assert fake_cudnn.CALLS[-2] == ("execute", {1: 1, 2: 2, 3: 3}, 0, 0, 0xC0DE)
     # A recipe that makes another configuration than recorded is stale.
     stale = miocore.PerfConfig(k2=2, via="TILE_SIZE=3")
     assert not ENGINE[3].is_valid_perf_config(ctx, p, stale)

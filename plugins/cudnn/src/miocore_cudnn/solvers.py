@@ -227,7 +227,12 @@ class CudnnEngineSolver(TunableSolver):
 
 class CudnnInvoker:
     """Runs one built plan: binds the cuDNN handle to the caller's stream (when it changed)
-    and makes one ``execute`` call with the three device pointers and the workspace."""
+    and makes one ``execute`` call with the three device pointers and the workspace.
+
+    The call is made in CUDA's relaxed capture mode: some engines make a call during
+    ``execute`` that a capture in the global or thread-local mode refuses (engine 25 of a
+    transposed convolution, cuDNN 9.19 on an H100: PyTorch's ``torch.cuda.graph`` then
+    fails), while the graph recorded in relaxed mode replays the right result."""
 
     __slots__ = ("_execute", "graph", "handle", "index")
 
@@ -238,14 +243,16 @@ class CudnnInvoker:
 
     def __call__(self, handle: Any, ip: InvokeParams) -> None:
         cudnn_handle = self.handle
-        cudnn_handle.bind(handle.backend.stream_handle)
+        backend = handle.backend
+        cudnn_handle.bind(backend.stream_handle)
         workspace = ip.workspace.ptr if ip.workspace is not None else 0
-        self._execute(
-            {UID_X: ip.x.ptr, UID_W: ip.w.ptr, UID_Y: ip.y.ptr},
-            workspace,
-            self.index,
-            cudnn_handle.raw,
-        )
+        with backend.driver.relaxed_capture():
+            self._execute(
+                {UID_X: ip.x.ptr, UID_W: ip.w.ptr, UID_Y: ip.y.ptr},
+                workspace,
+                self.index,
+                cudnn_handle.raw,
+            )
 
 
 def engine_solver(engine: int) -> CudnnEngineSolver:
