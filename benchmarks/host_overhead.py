@@ -8,12 +8,24 @@ Measures, on a tiny problem (so the convolution costs next to nothing):
 and, for context, one ``torch.nn.functional.conv2d`` call on the same problem when PyTorch
 is installed.
 
-Run: ``python benchmarks/host_overhead.py`` (with the plugins installed).
+Then the **warm start**: a FindDb hit in a new process. A first process finds the problem in
+NORMAL mode into a fresh user database (``MIOCORE_USER_DB_PATH``, ``MIOCORE_SYSTEM_DB_PATH``
+in a temporary folder); then several fresh processes each time ``import miocore``,
+``miocore.Handle("cpu")`` and ``find_solutions(p)`` (the hit), and list the heavy modules
+(SciPy, numba, torch, ...) the hit left in ``sys.modules``. The median of each part is printed.
+
+Run: ``python benchmarks/host_overhead.py`` (with the plugins installed);
+``--warm-start`` measures the warm start only, ``--processes N`` sets how many.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -35,12 +47,98 @@ def per_call_us(run: Callable[[], object], calls: int = 2000, repeats: int = 5) 
     return statistics.median(means) * 1e6
 
 
+#: The problem of both measurements (sizes for ``ConvProblem.from_sizes``).
+SIZES = {"n": 1, "c": 4, "k": 4, "in_spatial": (4, 4), "filter_spatial": (1, 1)}
+
+#: Modules a FindDb hit should never need: the heavy libraries solvers use to compute.
+HEAVY = ("scipy", "numba", "llvmlite", "torch", "cupy", "cuda", "hip", "dask")
+
+#: Run in each fresh process: the hit, timed by parts, and the heavy modules it loaded.
+_HIT = f"""
+import sys, time, json
+t0 = time.perf_counter()
+import miocore
+t1 = time.perf_counter()
+h = miocore.Handle("cpu")
+t2 = time.perf_counter()
+p = miocore.ConvProblem.from_sizes("forward", **{SIZES!r})
+sols = h.find_solutions(p)
+t3 = time.perf_counter()
+assert sols[0].source == "find-db", sols[0].source
+print(json.dumps({{
+    "import": t1 - t0, "handle": t2 - t1, "hit": t3 - t2, "total": t3 - t0,
+    "solver": sols[0].solver,
+    "heavy": sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY!r} and "." not in m),
+}}))
+"""
+
+#: Run once first: NORMAL find into the fresh database, so the processes above hit.
+_FIND = f"""
+import miocore
+p = miocore.ConvProblem.from_sizes("forward", **{SIZES!r})
+miocore.Handle("cpu").find_solutions(p, find_mode="NORMAL")
+"""
+
+
+def warm_start(processes: int = 9) -> dict[str, object]:
+    """Median seconds of each part of a FindDb hit in a new process (see the module doc)."""
+    with tempfile.TemporaryDirectory() as folder:
+        environ = dict(os.environ)
+        for name in ("MIOCORE_USER_DB_PATH", "MIOCORE_SYSTEM_DB_PATH"):
+            environ[name] = os.path.join(folder, name.lower())
+            os.makedirs(environ[name])
+        environ.pop("MIOCORE_FIND_MODE", None)
+        environ.pop("MIOCORE_FIND_ENFORCE", None)
+        subprocess.run([sys.executable, "-c", _FIND], env=environ, check=True)
+        runs = []
+        for _ in range(processes):
+            done = subprocess.run(
+                [sys.executable, "-c", _HIT],
+                env=environ,
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            runs.append(json.loads(done.stdout.splitlines()[-1]))
+    out: dict[str, object] = {
+        part: statistics.median(r[part] for r in runs)
+        for part in ("import", "handle", "hit", "total")
+    }
+    out["spread"] = (min(r["total"] for r in runs), max(r["total"] for r in runs))
+    out["solver"] = runs[0]["solver"]
+    out["heavy"] = sorted({m for r in runs for m in r["heavy"]})
+    out["processes"] = processes
+    return out
+
+
+def print_warm_start(processes: int) -> None:
+    """Print the warm-start figure (median of ``processes`` fresh processes)."""
+    ws = warm_start(processes)
+    low, high = ws["spread"]  # type: ignore[misc]
+    print(f"warm start, FindDb hit in a new process (median of {ws['processes']} processes):")
+    print(f"  import miocore:                    {ws['import'] * 1e3:8.1f} ms")  # type: ignore[operator]
+    print(f"  Handle('cpu'):                     {ws['handle'] * 1e3:8.1f} ms")  # type: ignore[operator]
+    print(f"  find_solutions (hit, {ws['solver']}): {ws['hit'] * 1e3:8.1f} ms")  # type: ignore[operator]
+    print(
+        f"  total:                             {ws['total'] * 1e3:8.1f} ms"  # type: ignore[operator]
+        f"  (range {low * 1e3:.1f}-{high * 1e3:.1f} ms)"
+    )
+    print(f"  heavy modules loaded by the hit:   {', '.join(ws['heavy']) or 'none'}")  # type: ignore[arg-type]
+
+
 def main() -> None:
     from common import machine
 
-    p = miocore.ConvProblem.from_sizes(
-        "forward", n=1, c=4, k=4, in_spatial=(4, 4), filter_spatial=(1, 1)
-    )
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--warm-start", action="store_true", help="measure the warm start only")
+    parser.add_argument("--processes", type=int, default=9, help="fresh processes (warm start)")
+    args = parser.parse_args()
+    if args.warm_start:
+        print(f"machine: {machine()}")
+        print_warm_start(args.processes)
+        return
+
+    p = miocore.ConvProblem.from_sizes("forward", **SIZES)  # type: ignore[arg-type]
     with tempfile.TemporaryDirectory() as db:
         h = miocore.Handle("cpu", user_db_path=db)
         sols = h.find_solutions(p, find_mode="NORMAL")
@@ -74,12 +172,13 @@ def main() -> None:
         import torch
     except ImportError:
         print("torch not installed: no PyTorch comparison")
-        return
-    torch.set_num_threads(1)
-    x = torch.from_numpy(arrays["x"].copy())
-    w = torch.from_numpy(arrays["w"].copy())
-    conv = per_call_us(lambda: torch.nn.functional.conv2d(x, w))
-    print(f"torch.nn.functional.conv2d (whole):  {conv:8.1f} us  (PyTorch {torch.__version__})")
+    else:
+        torch.set_num_threads(1)
+        x = torch.from_numpy(arrays["x"].copy())
+        w = torch.from_numpy(arrays["w"].copy())
+        conv = per_call_us(lambda: torch.nn.functional.conv2d(x, w))
+        print(f"torch.nn.functional.conv2d (whole):  {conv:8.1f} us  (PyTorch {torch.__version__})")
+    print_warm_start(args.processes)
 
 
 if __name__ == "__main__":
