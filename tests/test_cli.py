@@ -832,3 +832,49 @@ def test_verification_accepts_the_solvers_declared_error(
     out = capsys.readouterr().out
     assert ("Verifies OK" in out) == (status == 0)
     assert ("tolerance 0.0001" in out) == (declared is not None)
+
+
+def test_conv_accuracy_and_deterministic_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    """--accuracy strict leaves out a faster solver with a lossy note, --deterministic a faster
+    non-deterministic one; the choice shows in the algorithm line."""
+
+    class Lossy(TimedSolver):
+        numerical_notes = frozenset({"winograd"})
+
+    class Atomic(TimedSolver):
+        numerical_notes = frozenset({"nondeterministic"})
+
+    def chosen(*flags: str) -> str:
+        reg = Registry.from_solvers(
+            [
+                Lossy("test.lossy", delay_s=0.0),
+                Atomic("test.atomic", delay_s=0.001),
+                TimedSolver("test.exact", delay_s=0.004),
+            ]
+        )
+        argv = ["conv", *SMALL, "-F", "1", "-V", "0", "--find-mode", "NORMAL", "--json", *flags]
+        assert cli.main(argv, registry=reg) == 0
+        return json.loads(capsys.readouterr().out)["results"][0]["solver"]
+
+    assert chosen("--accuracy", "fast") == "test.lossy"
+    assert chosen("--accuracy", "strict") == "test.atomic"
+    assert chosen("--accuracy", "strict", "--deterministic") == "test.exact"
+    assert cli.main(["conv", *SMALL, "--accuracy", "loose"]) == 2
+    assert "--accuracy" in capsys.readouterr().err
+
+
+def test_solvers_show_numerical_notes(capsys: pytest.CaptureFixture[str]) -> None:
+    class Lossy(TimedSolver):
+        numerical_notes = frozenset({"winograd", "down_convert"})
+
+    reg = Registry.from_solvers([Lossy("test.lossy"), TimedSolver("test.exact")])
+    assert cli.main(["solvers", "--json", "-c", "8"], registry=reg) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {r["name"]: r["notes"] for r in doc["solvers"]} == {
+        "test.lossy": ["down_convert", "winograd"],
+        "test.exact": [],
+    }
+    assert doc["problems"][0]["solvers"][0]["notes"] == ["down_convert", "winograd"]
+    assert cli.main(["solvers", "-c", "8", "-F", "1"], registry=reg) == 0
+    out = capsys.readouterr().out
+    assert "down_convert,winograd" in out and "notes" in out

@@ -212,3 +212,31 @@ def test_a_fault_of_the_check_itself_never_fails_a_candidate(
     sols = h.find_solutions(small_problem(), find_mode="NORMAL")
     assert [s.solver for s in sols] == ["test.good"] and not sols.report.failed
     assert "accuracy check off" in caplog.text and "no room" in caplog.text
+
+
+def test_immediate_mode_follows_the_policy_and_determinism() -> None:
+    """get_solutions measures nothing: strict leaves out lossy notes, deterministic the
+    non-deterministic, each with its reason; MIOCORE_ACCURACY is the default."""
+    h = _handle(
+        Coarse("test.coarse", delay_s=0.0),
+        Atomic("test.atomic", delay_s=0.0),
+        TimedSolver("test.good", delay_s=0.0),
+    )
+    p = small_problem()
+    assert {s.solver for s in h.get_solutions(p)} == {"test.coarse", "test.atomic", "test.good"}
+    strict = h.get_solutions(p, accuracy="strict")
+    assert "test.coarse" not in {s.solver for s in strict}
+    assert "accuracy=strict" in strict.report.skipped["test.coarse"]
+    steady = h.get_solutions(p, deterministic=True)
+    assert {s.solver for s in steady} == {"test.coarse", "test.good"}
+    assert "deterministic=True" in steady.report.skipped["test.atomic"]
+    with pytest.raises(InvalidArgumentError, match="accuracy"):
+        h.get_solutions(p, accuracy="loose")
+
+
+def test_immediate_mode_reads_the_policy_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h = _handle(Coarse("test.coarse", delay_s=0.0), TimedSolver("test.good", delay_s=0.0))
+    monkeypatch.setenv("MIOCORE_ACCURACY", "strict")
+    assert [s.solver for s in h.get_solutions(small_problem())] == ["test.good"]

@@ -306,3 +306,47 @@ def test_cpu_tensors_reach_miocore_without_copies(dtype: Any) -> None:
     assert str(view.dtype) == str(dtype).removeprefix("torch.")
     view[0, 0, 0, 0] = 3.0
     assert float(t[0, 0, 0, 0]) == 3.0
+
+
+def test_accuracy_policy_and_determinism_reach_find(monkeypatch: pytest.MonkeyPatch) -> None:
+    """set_accuracy and torch.use_deterministic_algorithms choose what find may answer with:
+    under strict no chosen solver has a lossy note; a change of either finds again."""
+    from miocore.find.handle import Handle
+    from miocore.solver.numerics import LOSSY_NOTES
+
+    asked: list[tuple[Any, bool]] = []
+    real_find = Handle.find_solutions
+
+    def spy(self: Handle, problem: Any, **kwargs: Any) -> Any:
+        asked.append((kwargs.get("accuracy"), kwargs.get("deterministic", False)))
+        return real_find(self, problem, **kwargs)
+
+    monkeypatch.setattr(Handle, "find_solutions", spy)
+    layer = mt.Conv2d(8, 8, 3, padding=1)
+    x = torch.randn(2, 8, 12, 12)
+    mt.set_accuracy("strict")
+    try:
+        with torch.no_grad():
+            y = layer(x)
+        assert asked == [("strict", False)]
+        registry = mt.handle("cpu").registry
+        for found in mt.runtime._solutions.values():
+            assert not registry.get(found.solver).solver.numerical_notes & LOSSY_NOTES
+        expected = torch.nn.functional.conv2d(
+            x.double(), layer.weight.double(), layer.bias.double(), padding=1
+        )
+        assert_close_to(y, expected, torch.float32, "output")
+        old = torch.are_deterministic_algorithms_enabled()
+        torch.use_deterministic_algorithms(True)
+        try:
+            with torch.no_grad():
+                layer(x)
+        finally:
+            torch.use_deterministic_algorithms(old)
+        assert asked[-1] == ("strict", True)
+        with pytest.raises(miocore.InvalidArgumentError, match="policy"):
+            mt.set_accuracy("loose")
+        assert mt.accuracy() == "strict"
+    finally:
+        mt.set_accuracy(None)
+    assert mt.accuracy() is None

@@ -125,6 +125,8 @@ def _find(handle: Any, problem: ConvProblem, args: argparse.Namespace, title: st
         "exhaustive": bool(args.search),
         "find_mode": args.find_mode,
         "workspace_limit": args.workspace_limit,
+        "accuracy": args.accuracy,
+        "deterministic": args.deterministic,
     }
     console = stderr_console()
     if args.quiet or not console.is_terminal:

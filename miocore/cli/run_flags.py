@@ -102,6 +102,19 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "$MIOCORE_FIND_MODE, else DYNAMIC_HYBRID)",
     )
     run.add_argument(
+        "--accuracy",
+        default=None,
+        choices=("strict", "default", "fast"),
+        help="accuracy policy of find (docs/numerics.md): strict (no solver whose arithmetic "
+        "loses accuracy), default (each candidate's error measured, those over the bound left "
+        "out), fast (no check) (default: $MIOCORE_ACCURACY, else default)",
+    )
+    run.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="leave out solvers whose result may vary from run to run",
+    )
+    run.add_argument(
         "--workspace-limit",
         type=int,
         default=None,

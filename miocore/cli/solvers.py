@@ -16,6 +16,7 @@ from miocore.cli.driver_flags import (
 from miocore.cli.output import fmt_bytes, stdout_console
 from miocore.problem.conv import ConvProblem
 from miocore.problem.dtypes import DataType
+from miocore.solver.numerics import format_notes
 
 
 def _solver_rows(registry: Any) -> list[dict[str, Any]]:
@@ -28,6 +29,7 @@ def _solver_rows(registry: Any) -> list[dict[str, Any]]:
             "algorithm": r.algorithm.value,
             "dynamic": bool(getattr(r.solver, "is_dynamic", False)),
             "tunable": isinstance(r.solver, TunableSolver),
+            "notes": sorted(getattr(r.solver, "numerical_notes", ())),
             "backends": sorted(getattr(r.solver, "backends", ())),
             "plugin": r.plugin,
             "distribution": r.distribution,
@@ -47,6 +49,7 @@ def _applicability_rows(handle: Any, problem: ConvProblem) -> list[dict[str, Any
         row: dict[str, Any] = {
             "solver": reg.name,
             "algorithm": reg.algorithm.value,
+            "notes": sorted(getattr(reg.solver, "numerical_notes", ())),
             "applicable": False,
             "workspace_size": None,
             "reason": "",
@@ -128,6 +131,7 @@ def run_solvers(args: argparse.Namespace, registry: Any = None) -> int:
             "algorithm",
             "dynamic",
             "tunable",
+            "notes",
             "backends",
             "plugin",
             "distribution",
@@ -141,6 +145,7 @@ def run_solvers(args: argparse.Namespace, registry: Any = None) -> int:
                 row["algorithm"],
                 "yes" if row["dynamic"] else "no",
                 "yes" if row["tunable"] else "no",
+                format_notes(row["notes"]),
                 ",".join(row["backends"]),
                 row["plugin"],
                 row["distribution"],
@@ -172,13 +177,14 @@ def run_solvers(args: argparse.Namespace, registry: Any = None) -> int:
             soft_wrap=True,
         )
         table = Table()
-        for col in ("solver", "algorithm", "applicable", "workspace", "reason"):
+        for col in ("solver", "algorithm", "notes", "applicable", "workspace", "reason"):
             table.add_column(col)
         for row in rows:
             ws = row["workspace_size"]
             table.add_row(
                 row["solver"],
                 row["algorithm"],
+                format_notes(row["notes"]),
                 "yes" if row["applicable"] else "no",
                 fmt_bytes(ws) if ws is not None else "",
                 row["reason"],

@@ -239,15 +239,28 @@ class Handle:
         *,
         workspace_limit: int | None = None,
         max_results: int | None = None,
+        accuracy: Any = None,
+        deterministic: bool = False,
     ) -> Solutions:
         """Every applicable solution without benchmarking: recorded ones first (FindDb), the
-        rest ranked by the fallback chain (heuristic, then WTI, GEMM last)."""
+        rest ranked by the fallback chain (heuristic, then WTI, GEMM last).
+
+        ``accuracy`` and ``deterministic`` leave solvers out as in :meth:`find_solutions`;
+        nothing is measured here, so ``default`` allows what ``fast`` allows (the deny list
+        still applies) and ``strict`` leaves out every solver with a lossy note."""
         problem = _check_problem(problem)
         limit = _check_limit(workspace_limit)
         _check_presentation("time", max_results)
         report = FindReport(key=problem.key, mode="IMMEDIATE", enforce="NONE")
         self.last_report = report
-        candidates = self.candidates.select(problem, report, limit, use_perf_db=True)
+        candidates = self.candidates.select(
+            problem,
+            report,
+            limit,
+            use_perf_db=True,
+            accuracy=accuracy,
+            deterministic=deterministic,
+        )
         if not candidates:
             raise self.candidates.nothing_applies(problem, report, limit)
         recorded = self.ranker.recorded(problem, candidates, report)

@@ -22,7 +22,7 @@ from miocore.torch.modules import (
     ConvTranspose3d,
 )
 from miocore.torch.prepare import prepare
-from miocore.torch.runtime import handle, math_mode, reset, set_math_mode
+from miocore.torch.runtime import accuracy, handle, math_mode, reset, set_accuracy, set_math_mode
 
 __all__ = [
     "Conv1d",
@@ -31,6 +31,7 @@ __all__ = [
     "ConvTranspose1d",
     "ConvTranspose2d",
     "ConvTranspose3d",
+    "accuracy",
     "convert",
     "convolution",
     "handle",
@@ -38,5 +39,6 @@ __all__ = [
     "ops",
     "prepare",
     "reset",
+    "set_accuracy",
     "set_math_mode",
 ]

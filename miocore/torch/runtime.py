@@ -18,13 +18,20 @@ import torch
 from miocore.errors import InvalidArgumentError
 from miocore.find.handle import Handle
 from miocore.problem.conv import ConvProblem
+from miocore.solver.numerics import AccuracyPolicy
 from miocore.solver.results import Solution
 from miocore.torch.tensors import host_view
+
+_are_deterministic = torch.are_deterministic_algorithms_enabled
 
 _MATH_MODES = ("exact", "tf32")
 
 #: The math mode the caller set with :func:`set_math_mode`; None follows PyTorch's switch.
 _math_mode: str | None = None
+#: The accuracy policy the caller set with :func:`set_accuracy`; None: ``MIOCORE_ACCURACY``.
+_accuracy: str | None = None
+#: PyTorch's ``use_deterministic_algorithms`` switch when the remembered solutions were found.
+_deterministic = False
 _lock = threading.Lock()
 
 
@@ -54,6 +61,29 @@ def set_math_mode(mode: str | None) -> None:
         )
     _math_mode = mode
     reset(keep_handles=True)
+
+
+def set_accuracy(policy: str | None) -> None:
+    """Set the accuracy policy of the front end's finds (docs/numerics.md): ``"strict"``,
+    ``"default"`` or ``"fast"``; None (default) follows ``MIOCORE_ACCURACY``. Shapes already
+    seen find again. Determinism follows ``torch.use_deterministic_algorithms``."""
+    global _accuracy
+    if policy is not None:
+        policy = AccuracyPolicy.parse(policy, field="policy").value
+    _accuracy = policy
+    reset(keep_handles=True)
+
+
+def accuracy() -> str | None:
+    """The accuracy policy set with :func:`set_accuracy` (None: ``MIOCORE_ACCURACY``)."""
+    return _accuracy
+
+
+def _follow_determinism(enabled: bool) -> None:
+    """PyTorch's determinism switch changed: what was found under the other setting goes."""
+    global _deterministic
+    reset(keep_handles=True)
+    _deterministic = enabled
 
 
 def math_mode(device: torch.device) -> str:
@@ -138,7 +168,7 @@ def solution(state: _HandleState, key: Any, problem: ConvProblem) -> Solution:
     full_key = (handle.device.identity, handle.context.math_mode, key)
     found = _solutions.get(full_key)
     if found is None:
-        found = handle.find_solutions(problem)[0]
+        found = handle.find_solutions(problem, accuracy=_accuracy, deterministic=_deterministic)[0]
         _solutions[full_key] = found
     return found
 
@@ -157,6 +187,8 @@ def run(
     ``key`` identifies the problem (shapes, layout, dtype, convolution) cheaply; the problem
     itself is only read on first sight.
     """
+    if _are_deterministic() is not _deterministic:
+        _follow_determinism(not _deterministic)
     state = handle_state(device, math_mode(device))
     prepared = state.runs.get(key)
     if prepared is None:
