@@ -25,10 +25,17 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-import scipy.fft
 
 from miocore import Direction, InvokeParams, WorkspaceError
 from miocore_fft.plan import FftPlan
+
+
+def scipy_fft() -> Any:
+    """``scipy.fft``, imported when an engine is first built (to run a solution), never when
+    the solver is only asked about a problem: its import costs a new process about 0.2 s."""
+    import scipy.fft
+
+    return scipy.fft
 
 
 def fft_workers() -> int:
@@ -112,6 +119,7 @@ class FftEngine:
         self.plan = plan
         self.axes = tuple(range(-plan.nd, 0))
         self.workers = fft_workers()
+        self.fft = scipy_fft()
 
     # -- transforms -----------------------------------------------------------------------
 
@@ -146,7 +154,7 @@ class FftEngine:
                     part[...] = tiles
                 else:
                     _put_corner(part, tiles)
-            out = scipy.fft.rfftn(buf, axes=self.axes, workers=self.workers)
+            out = self.fft.rfftn(buf, axes=self.axes, workers=self.workers)
             r0 = u0 * per_unit
             if channel_major:
                 src = out.reshape(rows, channels, plan.bins).transpose(2, 1, 0)
@@ -178,7 +186,7 @@ class FftEngine:
             buf = _view(ws, plan.regions["rchunk"], np.float32, (k1 - k0, cg, *plan.lengths))
             buf[...] = 0  # the dilation holes and the padding up to L
             buf[(..., *taps)] = w[k0:k1]
-            out = scipy.fft.rfftn(buf, axes=self.axes, workers=self.workers)
+            out = self.fft.rfftn(buf, axes=self.axes, workers=self.workers)
             src = out.reshape(k1 - k0, cg, plan.bins)
             k = k0
             while k < k1:  # one piece per group the chunk touches
@@ -266,7 +274,7 @@ class FftEngine:
             rows = (u1 - u0) * per_unit
             cbuf = _view(ws, regions["cchunk"], np.complex64, (rows, cb, plan.bins))
             np.copyto(cbuf, out_spec[:, u0 * per_unit : u0 * per_unit + rows, :].transpose(1, 2, 0))
-            real = scipy.fft.irfftn(
+            real = self.fft.irfftn(
                 cbuf.reshape(rows, cb, *spec_shape),
                 s=plan.lengths,
                 axes=self.axes,
@@ -330,7 +338,7 @@ class FftEngine:
             k1 = min(p.k, k0 + plan.filter_chunk)
             cbuf = _view(ws, regions["cchunk"], np.complex64, (k1 - k0, cg, plan.bins))
             np.copyto(cbuf, dw_spec[:, k0:k1, :].transpose(1, 2, 0))
-            real = scipy.fft.irfftn(
+            real = self.fft.irfftn(
                 cbuf.reshape(k1 - k0, cg, *plan.spectrum_shape),
                 s=plan.lengths,
                 axes=self.axes,

@@ -14,7 +14,6 @@ import math
 from functools import cached_property
 
 import attrs
-import scipy.fft
 
 from miocore import ConvProblem, Direction
 
@@ -37,7 +36,44 @@ def _align(nbytes: int) -> int:
 
 def full_length(extent: int, filt: int, *, last: bool) -> int:
     """FFT length that covers ``extent`` outputs of a ``filt``-tap filter in one tile."""
-    return scipy.fft.next_fast_len(extent + filt - 1, real=last)
+    return next_fast_len(extent + filt - 1, real=last)
+
+
+#: Radices pocketfft transforms fastest: real transforms, and complex ones.
+_REAL_RADICES = (2, 3, 5)
+_COMPLEX_RADICES = (2, 3, 5, 7, 11)
+
+
+def next_fast_len(target: int, *, real: bool) -> int:
+    """The smallest length >= ``target`` whose prime factors are all radices pocketfft is fast
+    on: 2, 3, 5 for a real transform, 2, 3, 5, 7, 11 for a complex one.
+
+    What ``scipy.fft.next_fast_len(target, real)`` answers (pocketfft's ``good_size``), without
+    importing ``scipy.fft``: that import (SciPy's special functions come with it) costs a
+    FindDb hit in a new process about 0.2 s, and a hit only needs the plan's sizes.
+    """
+    if target < 1:
+        raise ValueError(f"FFT length target must be a positive integer, got {target}")
+    radices = _REAL_RADICES if real else _COMPLEX_RADICES
+    best = 2 * target  # a power of two in [target, 2 target) always exists
+    # Every product of the odd radices below ``best``, raised to >= target by powers of two.
+    odd: list[int] = [1]
+    for radix in radices[1:]:
+        odd = [m * radix**e for m in odd for e in range(_max_exponent(radix, best // m) + 1)]
+    for m in odd:
+        length = m
+        while length < target:
+            length *= 2
+        best = min(best, length)
+    return best
+
+
+def _max_exponent(radix: int, limit: int) -> int:
+    """The largest ``e`` with ``radix ** e <= limit`` (0 when ``limit`` < ``radix``)."""
+    e, power = 0, radix
+    while power <= limit:
+        e, power = e + 1, power * radix
+    return e
 
 
 @attrs.frozen(kw_only=True)
