@@ -3,6 +3,11 @@
 // with fp32 accumulation (-DMIO_DTYPE_*). Any layout and strides (MioTensor5); the solver picks
 // the kernel whose thread mapping suits the layout.
 //
+// Why ~620 lines in one file: it is one program. Its three entry points (dw_nhwc, dw_nchw,
+// backward weights) are compiled together from the same compile-time parameters below, which
+// every section reads, and share the element-vector helpers; a header per section would
+// scatter one macro contract over four files that never compile apart.
+//
 // Compile-time: the filter (MIO_FZ, MIO_FY, MIO_FX), strides (MIO_SD/SH/SW) and dilations
 // (MIO_DD/DH/DW), so the tap loops unroll and the stride tests are constant divisions; and
 //   MIO_R, MIO_M  channel map of the "read" tensor a: written channel o sums the R source
