@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from enum import IntEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from miocore.errors import InvalidEnvironmentError
 
@@ -62,6 +62,9 @@ def get(name: str, default: str = "") -> str:
     return found[1] if found is not None else default
 
 
+_E = TypeVar("_E", bound=IntEnum)
+
+
 class FindMode(IntEnum):
     """How find uses the FindDb (design guide, section 4). 4 is reserved."""
 
@@ -91,7 +94,9 @@ class FindEnforce(IntEnum):
         return _parse_enum(cls, value, field)
 
 
-def _parse_enum(cls: Any, value: Any, field: str, reserved: dict[int, str] | None = None) -> Any:
+def _parse_enum(
+    cls: type[_E], value: Any, field: str, reserved: dict[int, str] | None = None
+) -> _E:
     if isinstance(value, cls):
         return value
     text = str(value).strip()

@@ -40,6 +40,11 @@ def _tap_slices(problem: ConvProblem, tap: tuple[int, ...]) -> tuple[slice, ...]
     return (slice(None), slice(None), *out)
 
 
+def _at_tap(tap: tuple[int, ...]) -> tuple[Any, ...]:
+    """The index of one filter tap in the trailing (spatial) axes: ``(..., *tap)``."""
+    return (Ellipsis, *tap)
+
+
 def convolution(problem: ConvProblem, *, x: Any = None, w: Any = None, y: Any = None) -> np.ndarray:
     """Compute the tensor that ``problem``'s direction writes, in float64, logical order.
 
@@ -56,7 +61,7 @@ def convolution(problem: ConvProblem, *, x: Any = None, w: Any = None, y: Any = 
     pads = p.conv.pads
     taps = list(itertools.product(*(range(f) for f in p.filter_spatial)))
     padded_shape = (n, c, *(s + 2 * q for s, q in zip(p.in_spatial, pads, strict=True)))
-    crop = (
+    crop: tuple[slice, ...] = (
         slice(None),
         slice(None),
         *(slice(q, q + s) for q, s in zip(pads, p.in_spatial, strict=True)),
@@ -71,14 +76,14 @@ def convolution(problem: ConvProblem, *, x: Any = None, w: Any = None, y: Any = 
         out = np.zeros((n, g, kg, *p.out_spatial))
         for tap in taps:
             part = xp[_tap_slices(p, tap)].reshape(n, g, cg, *p.out_spatial)
-            out += np.einsum(f"ngc{spatial},gkc->ngk{spatial}", part, ws[(Ellipsis, *tap)])
+            out += np.einsum(f"ngc{spatial},gkc->ngk{spatial}", part, ws[_at_tap(tap)])
         result = out.reshape(n, k, *p.out_spatial)
     elif p.direction is Direction.BACKWARD_DATA:
         dy = _f64(y, "y", p.y.lengths).reshape(n, g, kg, *p.out_spatial)
         ws = _f64(w, "w", p.w.lengths).reshape(g, kg, cg, *p.filter_spatial)
         dxp = np.zeros(padded_shape)
         for tap in taps:
-            contrib = np.einsum(f"ngk{spatial},gkc->ngc{spatial}", dy, ws[(Ellipsis, *tap)])
+            contrib = np.einsum(f"ngk{spatial},gkc->ngc{spatial}", dy, ws[_at_tap(tap)])
             dxp[_tap_slices(p, tap)] += contrib.reshape(n, c, *p.out_spatial)
         result = dxp[crop]
     else:
@@ -89,7 +94,7 @@ def convolution(problem: ConvProblem, *, x: Any = None, w: Any = None, y: Any = 
         dw = np.zeros((g, kg, cg, *p.filter_spatial))
         for tap in taps:
             part = xp[_tap_slices(p, tap)].reshape(n, g, cg, *p.out_spatial)
-            dw[(Ellipsis, *tap)] = np.einsum(f"ngc{spatial},ngk{spatial}->gkc", part, dy)
+            dw[_at_tap(tap)] = np.einsum(f"ngc{spatial},ngk{spatial}->gkc", part, dy)
         result = dw.reshape(p.w.lengths)
     return np.ascontiguousarray(result)
 

@@ -393,9 +393,9 @@ class Handle:
         """
         problem = _check_problem(problem)
         algo = Algorithm.parse(algorithm)
-        for name, value in (("alpha", alpha), ("beta", beta)):
+        for field, value in (("alpha", alpha), ("beta", beta)):
             if not isinstance(value, (int, float)) or not np.isfinite(value):
-                raise InvalidArgumentError("must be a finite number", field=name, value=value)
+                raise InvalidArgumentError("must be a finite number", field=field, value=value)
         network_config = problem.network_config
         name = self.invoker_cache.solver_for(network_config, algo)
         if name is None:

@@ -53,7 +53,9 @@ class Runner:
         state.invoker_cache.put(problem.network_config, entry)
         return entry
 
-    def cached(self, problem: ConvProblem, solver: str, config: PerfConfig | None) -> Any:
+    def cached(
+        self, problem: ConvProblem, solver: str, config: PerfConfig | None
+    ) -> CachedInvoker | None:
         """The cached invoker of ``solver`` built with ``config``, or None."""
         entry = self.state.invoker_cache.get(problem.network_config, solver)
         if entry is not None and entry.perf_config == config:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -23,7 +24,7 @@ class DataType(StrEnum):
         return _KEY_TOKENS[self]
 
     @property
-    def numpy(self) -> np.dtype:
+    def numpy(self) -> np.dtype[Any]:
         """The numpy dtype of arrays of this type (bfloat16 through ml_dtypes)."""
         return _NUMPY[self]
 
@@ -68,7 +69,7 @@ def _is_torch_dtype(value: object) -> bool:
 
 
 _KEY_TOKENS = {DataType.FLOAT32: "FP32", DataType.FLOAT16: "FP16", DataType.BFLOAT16: "BF16"}
-_NUMPY = {
+_NUMPY: dict[DataType, np.dtype[Any]] = {
     DataType.FLOAT32: np.dtype(np.float32),
     DataType.FLOAT16: np.dtype(np.float16),
     DataType.BFLOAT16: np.dtype(ml_dtypes.bfloat16),
