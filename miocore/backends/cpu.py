@@ -33,7 +33,8 @@ def empty_for(desc: TensorDescriptor) -> np.ndarray:
 
 
 def check_array(desc: TensorDescriptor, array: Any, field: str) -> np.ndarray:
-    """Validate that ``array`` is a numpy array matching ``desc``; return it.
+    """Validate that ``array`` is a numpy array or a torch CPU tensor matching ``desc``; return
+    it as a numpy array (a torch tensor as a view of its memory, see :func:`torch_host_view`).
 
     Shape, dtype and strides must match exactly: miocore never copies a caller's tensor
     behind their back, so a mismatch is an error, not a silent conversion.
@@ -42,11 +43,20 @@ def check_array(desc: TensorDescriptor, array: Any, field: str) -> np.ndarray:
     if type(array) is np.ndarray and (array.shape, array.dtype, array.strides) == expected:
         return array  # the common case, checked in one comparison
     if not isinstance(array, np.ndarray):
-        raise InvalidArgumentError(
-            f"the CPU backend takes numpy arrays, got {type(array).__name__}",
-            field=field,
-            value=type(array).__name__,
-        )
+        if not is_torch_tensor(array):
+            raise InvalidArgumentError(
+                "the CPU backend takes numpy arrays and torch CPU tensors, got "
+                f"{type(array).__name__}",
+                field=field,
+                value=type(array).__name__,
+            )
+        if str(array.dtype).removeprefix("torch.") != desc.dtype.value:
+            raise InvalidArgumentError(
+                f"dtype does not match the descriptor's {desc.dtype.value}",
+                field=f"{field}.dtype",
+                value=str(array.dtype),
+            )
+        array = torch_host_view(array, field)
     if array.shape != desc.lengths:
         raise InvalidArgumentError(
             f"shape does not match the descriptor's lengths {desc.lengths} (arrays are passed in "
@@ -73,6 +83,43 @@ def check_array(desc: TensorDescriptor, array: Any, field: str) -> np.ndarray:
             value=strides,
         )
     return array
+
+
+def is_torch_tensor(array: Any) -> bool:
+    """Whether ``array`` is a ``torch.Tensor`` (or a subclass), judged by its type's classes so
+    that torch is never imported here."""
+    return any(
+        kind.__name__ == "Tensor" and kind.__module__ == "torch" for kind in type(array).__mro__
+    )
+
+
+def torch_host_view(tensor: Any, field: str = "tensor") -> np.ndarray:
+    """A numpy view of a torch CPU tensor's memory: same shape and strides, no copy.
+
+    bfloat16 has no numpy type of its own: the tensor's 16-bit words are viewed as int16, then
+    as ``ml_dtypes.bfloat16``. A tensor on another device, or of a type numpy cannot view, is an
+    :class:`~miocore.InvalidArgumentError` naming ``field``. torch is imported only here, when a
+    caller has handed over a tensor (so it is loaded already).
+    """
+    import torch
+
+    if tensor.device.type != "cpu":
+        raise InvalidArgumentError(
+            "the CPU backend takes CPU tensors (move it with .cpu(), or use a GPU handle)",
+            field=f"{field}.device",
+            value=str(tensor.device),
+        )
+    tensor = tensor.detach()  # the same memory; numpy() refuses tensors that require grad
+    try:
+        if tensor.dtype is torch.bfloat16:
+            return tensor.view(torch.int16).numpy().view(DataType.BFLOAT16.numpy)
+        return tensor.numpy()
+    except (TypeError, RuntimeError) as exc:
+        raise InvalidArgumentError(
+            f"this tensor has no numpy view ({exc})",
+            field=field,
+            value=f"{type(tensor).__name__}({tensor.dtype}, layout={tensor.layout})",
+        ) from None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -168,7 +215,8 @@ def _check_threads(threads: Any, field: str) -> int:
 
 
 class CpuBackend:
-    """The numpy backend: arrays are numpy arrays, timing is wall-clock, nothing is compiled.
+    """The numpy backend: arrays are numpy arrays or torch CPU tensors (viewed, never copied),
+    timing is wall-clock, nothing is compiled.
 
     ``threads`` (default: ``MIOCORE_CPU_THREADS``, else the libraries' own defaults) caps every
     thread pool the process has loaded (BLAS, OpenMP) through threadpoolctl, so find's timings
@@ -224,8 +272,11 @@ class CpuBackend:
 
     def rebind(self, view: Any, array: Any, ptr: int) -> Any:
         """A numpy array of the same shape, dtype and strides as a checked one is its own
-        checked view (see the GPU backends' ``rebind``); a read-only one is checked in full."""
-        return array if isinstance(array, np.ndarray) and array.flags.writeable else None
+        checked view (see the GPU backends' ``rebind``); a read-only one is checked in full. A
+        torch tensor of the same shape, strides, dtype and device gets a fresh host view."""
+        if isinstance(array, np.ndarray):
+            return array if array.flags.writeable else None
+        return torch_host_view(array) if is_torch_tensor(array) else None
 
     def empty(self, desc: TensorDescriptor) -> np.ndarray:
         """A new array for ``desc`` (logical order, the descriptor's strides)."""

@@ -10,10 +10,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 import torch
 
+from miocore.backends.cpu import torch_host_view
 from miocore.errors import InvalidArgumentError
 from miocore.problem.descriptors import TensorDescriptor, packed_strides
 
@@ -95,8 +95,8 @@ def descriptor(dtype: str, shape: Any, layout: str) -> TensorDescriptor:
 def host_view(t: torch.Tensor) -> np.ndarray:
     """A numpy view of a CPU tensor's memory, same shape and strides, no copy.
 
-    bfloat16 has no numpy type: its 16-bit words are viewed as ``ml_dtypes.bfloat16``.
+    bfloat16 has no numpy type: its 16-bit words are viewed as ``ml_dtypes.bfloat16``. The CPU
+    backend's own view (:func:`miocore.backends.cpu.torch_host_view`), which its ``check_array``
+    applies to every torch tensor it is handed.
     """
-    if t.dtype is torch.bfloat16:
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return t.numpy()
+    return torch_host_view(t)
