@@ -154,3 +154,29 @@ def test_three_d_key_and_from_key() -> None:
     with pytest.raises(InvalidProblemError) as info:
         ConvProblem.from_key("not-a-key")
     assert info.value.field == "key"
+
+
+def test_problem_channel_mismatch_from_nhwc_ordered_lengths_hints_at_logical_order() -> None:
+    # Lengths written in memory order (N, H, W, C) with layout NHWC: x seems to have 12
+    # channels where w expects 3. The error names w's lengths and says lengths are logical.
+    x = TensorDescriptor("float32", (1, 12, 12, 3), layout="NHWC")
+    w = TensorDescriptor("float32", (8, 3, 3, 3), layout="NHWC")
+    y = TensorDescriptor("float32", (1, 8, 10, 10), layout="NHWC")
+    with pytest.raises(InvalidProblemError) as info:
+        ConvProblem("forward", x=x, w=w, y=y)
+    message = str(info.value)
+    assert "x has 12 channels but w expects 3" in message
+    assert "logical order (N, C, H, W) whatever the layout, here NHWC" in message
+    assert info.value.field == "w.lengths" and info.value.value == (8, 3, 3, 3)
+    # The same sizes in logical order build the problem.
+    good = TensorDescriptor("float32", (1, 3, 12, 12), layout="NHWC")
+    assert ConvProblem("forward", x=good, w=w, y=y).key.endswith("-NHWC-FP32-F")
+    # A plain mismatch in NCHW, with nothing pointing at a layout mix-up, gets no hint.
+    with pytest.raises(InvalidProblemError) as info:
+        ConvProblem(
+            "forward",
+            x=TensorDescriptor("float32", (1, 5, 12, 12)),
+            w=TensorDescriptor("float32", (8, 3, 3, 3)),
+            y=TensorDescriptor("float32", (1, 8, 10, 10)),
+        )
+    assert "x has 5 channels" in str(info.value) and "logical order" not in str(info.value)
