@@ -10,7 +10,9 @@ pair is compiled with no GPU present, plus the core's utility kernels for every 
   CUDA backend uses; NVRTC comes from the ``nvidia-cuda-nvrtc`` wheel, no driver needed).
 
 Exit status 0 only when every compile succeeded; where the compiler is absent the check says so
-and fails (it never passes empty).
+and fails (it never passes empty). One exception, so that the whole tox matrix runs on machines
+that cannot install hipcc: without hipcc, ``--vendor hip`` says loudly that it compiled nothing
+and exits 0, unless ``MIOCORE_REQUIRE_HIPCC=1`` (set by ``.ci/run``, so CI fails without it).
 
     HIP_PLATFORM=amd python kernels/check_compile.py --vendor hip [--arch gfx90a]
     python kernels/check_compile.py --vendor cuda [--arch sm_90] [--problems 100]
@@ -168,12 +170,22 @@ def solver_kernels(
     return folders, gpu_solvers, made
 
 
+#: Set to 1 where a missing hipcc must fail the check (CI: ``.ci/run``).
+REQUIRE_HIPCC = "MIOCORE_REQUIRE_HIPCC"
+
+
+def _hipcc_required() -> bool:
+    value = os.environ.get(REQUIRE_HIPCC, "").strip().lower()
+    return value not in ("", "0", "false", "no", "off")
+
+
 def _hipcc_compiler(arch: str) -> Callable[[Path, tuple[str, ...]], str | None] | str:
     hipcc = shutil.which("hipcc")
     if hipcc is None:
         return (
             "hipcc was not found on PATH; install Debian's 'hipcc' package "
-            "(apt-get install hipcc). Failing rather than passing with nothing compiled."
+            f"(apt-get install hipcc). Failing ({REQUIRE_HIPCC} is set) rather than passing "
+            "with nothing compiled."
         )
     env = {**os.environ, "HIP_PLATFORM": "amd"}
 
@@ -245,6 +257,14 @@ def main() -> int:
     args = parser.parse_args()
     arch = args.arch or ("gfx90a" if args.vendor == "hip" else "sm_90")
     label = f"{args.vendor}-compile"
+    if args.vendor == "hip" and shutil.which("hipcc") is None and not _hipcc_required():
+        print(
+            f"{label}: SKIPPED, nothing compiled for {arch}: hipcc was not found on PATH. "
+            "Install Debian's or Ubuntu's 'hipcc' package (scripts/install-hipcc) to run this "
+            f"check; {REQUIRE_HIPCC}=1 (as CI sets it) makes a missing hipcc a failure.",
+            file=sys.stderr,
+        )
+        return 0
     compiler = (_hipcc_compiler if args.vendor == "hip" else _nvrtc_compiler)(arch)
     if isinstance(compiler, str):
         print(f"{label}: {compiler}", file=sys.stderr)
