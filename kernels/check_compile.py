@@ -274,7 +274,8 @@ def main() -> int:
     )
     jobs: dict[tuple[str, tuple[str, ...]], None] = {}
     for dtype_option in DTYPE_OPTIONS.values():
-        jobs[(f"{CORE_NAMESPACE}/miocore_utility.cu", (dtype_option,))] = None
+        for core in ("miocore_utility.cu", "miocore_reference.cu"):
+            jobs[(f"{CORE_NAMESPACE}/{core}", (dtype_option,))] = None
     for made in kernels:
         jobs[(made.kernel.source, tuple(made.kernel.options))] = None
     names = ", ".join(r.solver.name for r in gpu_solvers)

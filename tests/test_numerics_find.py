@@ -240,3 +240,60 @@ def test_immediate_mode_reads_the_policy_from_the_environment(
     h = _handle(Coarse("test.coarse", delay_s=0.0), TimedSolver("test.good", delay_s=0.0))
     monkeypatch.setenv("MIOCORE_ACCURACY", "strict")
     assert [s.solver for s in h.get_solutions(small_problem())] == ["test.good"]
+
+
+class Blurred(TimedSolver):
+    """Right to a relative ``level`` only (an output scaled by 1 + level), with ``notes``."""
+
+    def __init__(self, name: str, level: float, notes: frozenset[str], **kwargs: Any) -> None:
+        super().__init__(name, **kwargs)
+        self.level = level
+        self.numerical_notes = notes  # type: ignore[misc]
+
+    def get_solution(self, ctx: Any, problem: Any, perf_config: Any = None) -> ConvSolution:
+        exact = super().get_solution(ctx, problem, perf_config)
+
+        def factory(kernels: Any) -> Any:
+            run = exact.invoker_factory(kernels)
+
+            def invoker(handle: Any, params: InvokeParams) -> None:
+                run(handle, params)
+                out = getattr(params, params.problem.direction.output_tensor)
+                out[...] = out * (1 + self.level)
+
+            return invoker
+
+        return ConvSolution(solver=self.name, workspace_size=0, invoker_factory=factory)
+
+
+def test_a_lossy_candidate_over_twice_the_plain_paths_error_is_left_out() -> None:
+    """Within the estimated bound but 2x worse than the plain candidate measured on the same
+    data: left out with both numbers (default only); a plain candidate as coarse stays."""
+    p = small_problem()
+    bound = error_bound("float32", reduction_length(p))
+    level = bound / 2  # inside the bound, far over a plain fp32 path's ~1e-7
+    lossy = Blurred("test.lossy", level, frozenset({"winograd"}), delay_s=0.0)
+    plain_coarse = Blurred("test.plain_coarse", level, frozenset(), delay_s=0.001)
+    good = TimedSolver("test.good", delay_s=0.002)
+    h = _handle(lossy, plain_coarse, good)
+    sols = h.find_solutions(p, find_mode="NORMAL")
+    assert [s.solver for s in sols] == ["test.plain_coarse", "test.good"]
+    why = sols.report.skipped["test.lossy"]
+    assert "over 2x the plain path's" in why and "test.good" in why
+    fast = h.find_solutions(p, find_mode="NORMAL", accuracy="fast")
+    assert fast[0].solver == "test.lossy"
+    # No plain candidate measured: the bound alone decides, and the lossy one is kept.
+    alone = _handle(Blurred("test.lossy", level, frozenset({"winograd"}), delay_s=0.0))
+    assert alone.find_solutions(p, find_mode="NORMAL")[0].solver == "test.lossy"
+
+
+def test_tf32_is_no_loss_in_the_tf32_math_mode() -> None:
+    p = small_problem()
+    level = error_bound("float32", reduction_length(p), tf32=True) / 2
+    tf32 = Blurred("test.tf32", level, frozenset({"tf32"}), delay_s=0.0)
+    h = miocore.Handle(
+        "cpu",
+        registry=Registry.from_solvers([tf32, TimedSolver("test.good", delay_s=0.002)]),
+        math_mode="tf32",
+    )
+    assert h.find_solutions(p, find_mode="NORMAL")[0].solver == "test.tf32"

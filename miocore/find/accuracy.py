@@ -24,6 +24,11 @@ ungrouped problems, the first output channels, chosen so that the reference cost
 :data:`REFERENCE_FLOPS` multiply-adds. Every compared element is a full output element: its
 reduction over C·R·S (K·R·S, N·P·Q) is the problem's own, so the rounding error measured is the
 one the whole output carries; only fewer elements are looked at.
+
+**On a GPU** the backend's ``device_reference`` computes that slice in float64 on the device
+once per find and compares each candidate's output there, returning three numbers: no numpy
+reference, no copy of any output (:mod:`miocore.backends._gpu.reference`). Where it fails, the
+host path above runs.
 """
 
 from __future__ import annotations
@@ -31,16 +36,17 @@ from __future__ import annotations
 import logging
 import math
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-import numpy as np
 
 from miocore.db.denylist import DenyEntry, DenyList
 from miocore.errors import NotApplicableError
 from miocore.problem.conv import ConvProblem, Direction
 from miocore.solver.numerics import (
     LOSSY_NOTES,
+    PLAIN_PATH_FACTOR,
+    UNIT_ROUNDOFF,
     AccuracyPolicy,
     NumericalNote,
     accuracy_from_env,
@@ -50,6 +56,9 @@ from miocore.solver.numerics import (
     reduction_length,
 )
 from miocore.solver.registry import RegisteredSolver
+
+if TYPE_CHECKING:
+    import numpy as np
 
 log = logging.getLogger("miocore.find")
 
@@ -181,8 +190,14 @@ class AccuracyCheck:
         tf32 = getattr(state.context, "math_mode", "exact") == "tf32"
         self.bound = error_bound(canon.dtype, reduction_length(canon), tf32=tf32)
         self.provenance: dict[str, dict[str, str]] = {}
+        #: each kept candidate's measured error and whether a note of it loses accuracy (in the
+        #: ``tf32`` math mode the caller accepted TF32's, so that note does not count)
+        self.errors: dict[str, tuple[float, bool]] = {}
+        self.lossy_notes = LOSSY_NOTES - ({NumericalNote.TF32.value} if tf32 else set())
         self.images, self.channels = _reduced_selection(canon)
         self._reference: np.ndarray | None = None
+        #: the reference on the device (GPU backends): made on first use; False once it failed
+        self._device: Any = None
         #: set when the check itself failed (a backend without host copies, say)
         self.disabled = False
 
@@ -191,6 +206,8 @@ class AccuracyCheck:
     def _host(self, name: str, leading: int | None = None) -> np.ndarray:
         """Tensor ``name`` on the host; with ``leading``, only its first entries along the
         outermost dimension (all that is compared or needed, and all that is copied)."""
+        import numpy as np  # the check runs when find measures, never on a FindDb hit
+
         array = self.arrays[name]
         if isinstance(array, np.ndarray):
             return array if leading is None else array[:leading]
@@ -211,6 +228,8 @@ class AccuracyCheck:
         """Fill the output buffer with NaN: a candidate that writes nothing is caught."""
         if self.disabled:
             return
+        import numpy as np
+
         out = self.arrays[self.out_name]
         try:
             if isinstance(out, np.ndarray):
@@ -267,8 +286,13 @@ class AccuracyCheck:
     def measure(self) -> Verdict | None:
         """Compare the output buffer (as the last candidate left it) with the reference;
         None when the check itself could not run (reported once in the log)."""
+        import numpy as np
+
         if self.disabled:
             return None
+        measured = self._measure_on_device()
+        if measured is not None:
+            return self._verdict(*measured)
         try:
             expected = self.reference
             lead = self._slice()[0].stop  # images (or output channels of dW) compared
@@ -283,9 +307,40 @@ class AccuracyCheck:
             scale = float(np.nanmax(np.abs(expected))) if expected.size else 0.0
             diff = float(np.nanmax(np.abs(got - expected))) if expected.size else 0.0
             error = diff / scale if scale > 0 else diff
+        return self._verdict(error, ref_nan)
+
+    def _verdict(self, error: float, ref_nan: bool) -> Verdict:
         wrong = is_wrong(error, ref_nan) or (math.isnan(error) and not ref_nan)
         within = not wrong and (math.isnan(error) or error <= self.bound)
         return Verdict(error=error, bound=self.bound, wrong=wrong, within=within)
+
+    def _measure_on_device(self) -> tuple[float, bool] | None:
+        """(error, whether the reference has a NaN) measured by the backend's own reference
+        (``device_reference``: no host reference, no output copy); None where the backend has
+        none or it failed (the host path then runs, and the failure is logged once)."""
+        device = self._device
+        if device is False:
+            return None
+        if device is None:
+            make = getattr(self.state.backend, "device_reference", None)
+            if make is None or any(type(a).__module__ == "numpy" for a in self.arrays.values()):
+                self._device = False
+                return None
+            try:
+                device = self._device = make(self.canon, self.arrays, self.images, self.channels)
+            except Exception as exc:
+                log.warning("%s: accuracy check on the host: %s", self.problem.key, exc)
+                self._device = False
+                return None
+        try:
+            diff, scale, bad, ref_nan = device.compare()
+        except Exception as exc:  # the check's own fault, not the candidate's
+            log.warning("%s: accuracy check on the host: %s", self.problem.key, exc)
+            self._device = False
+            return None
+        if bad:  # NaN or infinity where the reference is a number
+            return (math.inf if ref_nan else math.nan), ref_nan
+        return (diff / scale if scale > 0 else diff), ref_nan
 
     def reject(self, reg: RegisteredSolver, verdict: Verdict, report: Any) -> None:
         """Report a candidate that is over the bound; deny it when it is wrong."""
@@ -326,12 +381,41 @@ class AccuracyCheck:
     def keep(self, reg: RegisteredSolver, verdict: Verdict, policy: AccuracyPolicy) -> None:
         """Remember what the FindDb record of ``reg`` says about its accuracy."""
         notes = frozenset(getattr(reg.solver, "numerical_notes", ()))
+        self.errors[reg.name] = (verdict.error, bool(notes & self.lossy_notes))
         self.provenance[reg.name] = {
             "accuracy": policy.value,
             "error": f"{verdict.error:.3g}",
             "error_bound": f"{verdict.bound:.3g}",
             "numerical_notes": format_notes(notes),
         }
+
+
+def against_plain_paths(check: AccuracyCheck, solutions: list[Any], report: Any) -> list[Any]:
+    """``solutions`` less those with a lossy note whose measured error is over
+    :data:`~miocore.solver.numerics.PLAIN_PATH_FACTOR` times the best plain candidate's of the
+    same find (never below the output type's own rounding); each left out is reported with both
+    numbers. Without a measured plain candidate nothing changes (the bound alone decides)."""
+    plain = [
+        (error, name)
+        for name, (error, lossy) in check.errors.items()
+        if not lossy and math.isfinite(error)
+    ]
+    if not plain:
+        return solutions
+    best, best_name = min(plain)
+    limit = PLAIN_PATH_FACTOR * max(best, UNIT_ROUNDOFF[check.canon.dtype])
+    kept = []
+    for solution in solutions:
+        error, lossy = check.errors.get(solution.solver, (math.nan, False))
+        if lossy and error > limit:
+            report.skipped[solution.solver] = (
+                f"accuracy=default: relative error {error:.3g} over {PLAIN_PATH_FACTOR:g}x the "
+                f"plain path's {best:.3g} ({best_name}, same data)"
+            )
+            check.provenance.pop(solution.solver, None)
+            continue
+        kept.append(solution)
+    return kept
 
 
 def _plain_version(version: str | None) -> bool:

@@ -10,16 +10,15 @@ noise broken by a stable rule, and writes the user FindDb record.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
 from miocore import env
 from miocore.env import FindEnforce, FindMode
 from miocore.errors import InvalidArgumentError, InvalidEnvironmentError, NoApplicableSolverError
-from miocore.find.accuracy import AccuracyCheck
+from miocore.find.accuracy import AccuracyCheck, against_plain_paths
 from miocore.find.accuracy import policy_of as accuracy_policy
 from miocore.find.blame import record_failure
 from miocore.find.candidates import Candidate
@@ -210,7 +209,7 @@ class FindEngine:
             if progress is not None:
                 progress(done, len(ordered), cand.reg.name)
             guess = predicted[cand.reg.name]
-            if prune and np.isfinite(guess) and guess > prune * best:
+            if prune and math.isfinite(guess) and guess > prune * best:
                 report.skipped[cand.reg.name] = (
                     f"pruned: its WTI predicts {guess:.4g} ms, over {prune:g}x the best measured "
                     f"{best:.4g} ms"
@@ -257,6 +256,8 @@ class FindEngine:
             )
         if progress is not None:
             progress(len(ordered), len(ordered), "")
+        if check is not None:
+            out = against_plain_paths(check, out, report)
         return out
 
     def _precompile(self, canon: ConvProblem, candidates: list[Candidate]) -> None:
@@ -283,6 +284,8 @@ class FindEngine:
             )
         if given:
             return self.runner.canonical_arrays(problem, given)
+        import numpy as np  # random data only when find measures
+
         rng = np.random.default_rng(0)
         canon = problem.canonical
         backend = self.state.backend

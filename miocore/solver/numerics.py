@@ -122,6 +122,12 @@ UNIT_ROUNDOFF: dict[DataType, float] = {
 #: How much worse than the trusted path a candidate may be in the ``default`` policy.
 BOUND_FACTOR = 4.0
 
+#: How much worse than the most accurate plain candidate (no lossy note) measured in the same
+#: find, on the same data, a candidate with a lossy note may be in the ``default`` policy. The
+#: bound above is an estimate; vendors' plain paths reach 3-7x less in fp32, so without this a
+#: Winograd winner could be 5-28x the vendor's error (docs/numerics.md).
+PLAIN_PATH_FACTOR = 2.0
+
 #: A relative error beyond this is no rounding error at all but a wrong answer (a zeroed
 #: output gives 1, an off-by-one pixel 0.1 to 1 on random data): such a candidate goes on the
 #: deny list. The loosest bound (bfloat16, long reductions) is about 0.016: a factor 3 below.

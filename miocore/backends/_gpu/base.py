@@ -136,6 +136,15 @@ class GpuBackend(KernelCompiler, DeviceTensors):
         """Wait for everything queued on this backend's stream."""
         self.driver.synchronize(self.stream_object)
 
+    def device_reference(
+        self, problem: Any, arrays: dict[str, Any], images: int, channels: int
+    ) -> Any:
+        """find's accuracy check on the device: the float64 reference of the compared slice
+        of ``problem``'s output, made from ``arrays`` (:mod:`miocore.backends._gpu.reference`)."""
+        from miocore.backends._gpu.reference import DeviceReference
+
+        return DeviceReference(self, problem, arrays, images, channels)
+
     # -- graphs ----------------------------------------------------------------------------
 
     def capture(self, run: Callable[[], None]) -> CapturedGraph | None:
