@@ -100,6 +100,7 @@ def main() -> None:
     parser.add_argument("--dtypes", default="float32,float16,bfloat16")
     parser.add_argument("--directions", default="forward,backward_data,backward_weights")
     parser.add_argument("--layers", type=int, default=0, help="first N layers only (0: all)")
+    parser.add_argument("--names", default="", help="only these layers (comma-separated)")
     parser.add_argument("--overhead", action="store_true")
     parser.add_argument(
         "--overhead-every", type=int, default=1, help="time the check on every Nth layer only"
@@ -118,6 +119,9 @@ def main() -> None:
     os.environ["MIOCORE_USER_DB_PATH"] = user_db
     handle = miocore.Handle(args.device, stream=stream) if gpu else miocore.Handle("cpu")
     layers = SUITES[args.suite][: args.layers or None]
+    if args.names:
+        wanted = set(args.names.split(","))
+        layers = [layer for layer in layers if layer.name in wanted]
     rows: list[dict[str, Any]] = []
     for index, layer in enumerate(layers):
         for dtype in args.dtypes.split(","):
