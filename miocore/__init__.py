@@ -5,10 +5,9 @@ The public names are listed in ``__all__``; see ``docs/overview.md`` for a tour.
 
 from __future__ import annotations
 
-from importlib import metadata as _metadata
+from typing import TYPE_CHECKING, Any
 
 from miocore import logs as _logs
-from miocore import reference
 from miocore.env import FindEnforce, FindMode
 from miocore.errors import (
     BackendUnavailableError,
@@ -50,12 +49,32 @@ from miocore.solver.interface import (
 from miocore.solver.registry import PluginInfo, RegisteredSolver, Registry, default_registry
 from miocore.solver.results import AlgorithmPerf, FindReport, Solution, Solutions, Timing
 
-try:
-    __version__ = _metadata.version("miocore")
-except _metadata.PackageNotFoundError:  # running from a source tree without installing
-    __version__ = "0+unknown"
+if TYPE_CHECKING:
+    from miocore import reference
+
+    __version__: str
 
 _logs.configure_from_env()
+
+
+def __getattr__(name: str) -> Any:
+    """``reference`` (numpy's float64 convolution) and ``__version__`` (read from the installed
+    distribution's metadata) load on first use: a FindDb hit in a new process needs neither,
+    and their imports (numpy, importlib.metadata) would be most of its cost."""
+    if name == "reference":
+        import miocore.reference as module
+
+        return module
+    if name == "__version__":
+        from importlib import metadata
+
+        try:
+            version = metadata.version("miocore")
+        except metadata.PackageNotFoundError:  # running from a source tree without installing
+            version = "0+unknown"
+        globals()["__version__"] = version
+        return version
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def solvers() -> list[RegisteredSolver]:

@@ -1,4 +1,8 @@
-"""The CPU backend: numpy arrays, wall-clock timing, a roofline measured on first use."""
+"""The CPU backend: numpy arrays, wall-clock timing, a roofline measured on first use.
+
+numpy is imported by the functions that touch arrays, not with this module: a handle that
+answers from the FindDb never touches one, and numpy's import would be most of its cost.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,7 @@ import os
 import platform
 import sys
 import time
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from miocore import env
 from miocore.errors import InvalidArgumentError, WorkspaceError
@@ -17,9 +19,14 @@ from miocore.problem.descriptors import TensorDescriptor, packed_strides
 from miocore.problem.dtypes import DataType
 from miocore.solver.interface import Ceilings, DeviceInfo
 
+if TYPE_CHECKING:
+    import numpy as np
+
 
 def empty_for(desc: TensorDescriptor) -> np.ndarray:
     """An uninitialised numpy array in logical order with exactly ``desc``'s strides."""
+    import numpy as np
+
     itemsize = desc.dtype.itemsize
     if desc.is_packed:
         logical = "NCHW" if desc.spatial_dims == 2 else "NCDHW"
@@ -39,10 +46,10 @@ def check_array(desc: TensorDescriptor, array: Any, field: str) -> np.ndarray:
     Shape, dtype and strides must match exactly: miocore never copies a caller's tensor
     behind their back, so a mismatch is an error, not a silent conversion.
     """
-    expected = _expected_layout(desc)
-    if type(array) is np.ndarray and (array.shape, array.dtype, array.strides) == expected:
+    ndarray, expected = _expected_layout(desc)
+    if type(array) is ndarray and (array.shape, array.dtype, array.strides) == expected:
         return array  # the common case, checked in one comparison
-    if not isinstance(array, np.ndarray):
+    if not isinstance(array, ndarray):
         if not is_torch_tensor(array):
             raise InvalidArgumentError(
                 "the CPU backend takes numpy arrays and torch CPU tensors, got "
@@ -123,13 +130,20 @@ def torch_host_view(tensor: Any, field: str = "tensor") -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=4096)
-def _expected_layout(desc: TensorDescriptor) -> tuple[tuple[int, ...], np.dtype, tuple[int, ...]]:
+def _expected_layout(
+    desc: TensorDescriptor,
+) -> tuple[type[np.ndarray], tuple[tuple[int, ...], np.dtype, tuple[int, ...]]]:
+    """numpy's array type, and the shape, dtype and byte strides an array of ``desc`` has."""
+    import numpy as np
+
     itemsize = desc.dtype.itemsize
-    return desc.lengths, desc.dtype.numpy, tuple(s * itemsize for s in desc.strides)
+    return np.ndarray, (desc.lengths, desc.dtype.numpy, tuple(s * itemsize for s in desc.strides))
 
 
 def workspace_view(workspace: Any, needed: int) -> np.ndarray | None:
     """Check a caller's workspace (a numpy array of any dtype) and return it as bytes."""
+    import numpy as np
+
     if workspace is None:
         if needed:
             raise WorkspaceError(
@@ -151,6 +165,8 @@ def workspace_view(workspace: Any, needed: int) -> np.ndarray | None:
 
 def allocate_workspace(nbytes: int) -> np.ndarray | None:
     """A byte buffer of ``nbytes`` (None for zero)."""
+    import numpy as np
+
     return np.empty(nbytes, dtype=np.uint8) if nbytes else None
 
 
@@ -164,6 +180,7 @@ def packed_like(desc: TensorDescriptor) -> TensorDescriptor:
 @functools.cache
 def measure_cpu_ceilings() -> Ceilings:
     """Calibrate once (about 50 ms): numpy's BLAS rate on a square matmul, and copy bandwidth."""
+    import numpy as np
 
     def best_of(fn: Any, repeats: int = 3) -> float:
         best = float("inf")
@@ -264,6 +281,8 @@ class CpuBackend:
 
     def to_host_leading(self, array: Any, desc: TensorDescriptor, count: int) -> np.ndarray:
         """The first ``count`` entries along the outermost dimension (a view: no copy)."""
+        import numpy as np
+
         return np.asarray(array)[:count]
 
     def fill(self, array: Any, desc: TensorDescriptor, value: float) -> None:
@@ -274,6 +293,8 @@ class CpuBackend:
         """A numpy array of the same shape, dtype and strides as a checked one is its own
         checked view (see the GPU backends' ``rebind``); a read-only one is checked in full. A
         torch tensor of the same shape, strides, dtype and device gets a fresh host view."""
+        import numpy as np
+
         if isinstance(array, np.ndarray):
             return array if array.flags.writeable else None
         return torch_host_view(array) if is_torch_tensor(array) else None
@@ -313,6 +334,8 @@ class CpuBackend:
 
     def blend(self, out: np.ndarray, result: np.ndarray, alpha: float, beta: float) -> None:
         """``out = alpha * result + beta * out`` computed in float32, rounded once."""
+        import numpy as np
+
         mixed = alpha * result.astype(np.float32)
         if beta:
             mixed += beta * out.astype(np.float32)

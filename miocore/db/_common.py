@@ -8,7 +8,6 @@ import math
 import re
 import sqlite3
 from collections.abc import Callable, Mapping
-from importlib import metadata
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Self, TypeVar
@@ -155,6 +154,8 @@ def provenance_from_json(text: str | None) -> Mapping[str, str]:
 @functools.cache  # reading distribution metadata costs milliseconds; it cannot change
 def miocore_version() -> str:
     """The installed miocore distribution's version, ``"unknown"`` when not installed."""
+    from importlib import metadata  # when a record is written: a FindDb hit never asks
+
     try:
         return metadata.version("miocore")
     except metadata.PackageNotFoundError:

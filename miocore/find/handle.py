@@ -7,10 +7,9 @@ the immediate ranker (``ranker``), then the runner (``runner``). They share one 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from miocore import env
 from miocore.backends import open_backend
@@ -394,7 +393,7 @@ class Handle:
         problem = _check_problem(problem)
         algo = Algorithm.parse(algorithm)
         for field, value in (("alpha", alpha), ("beta", beta)):
-            if not isinstance(value, (int, float)) or not np.isfinite(value):
+            if not isinstance(value, (int, float)) or not _finite(value):
                 raise InvalidArgumentError("must be a finite number", field=field, value=value)
         network_config = problem.network_config
         name = self.invoker_cache.solver_for(network_config, algo)
@@ -454,6 +453,14 @@ def _check_presentation(sort_by: Any, max_results: Any) -> None:
         raise InvalidArgumentError(
             "must be an integer >= 1", field="max_results", value=max_results
         )
+
+
+def _finite(value: float) -> bool:
+    """Whether a number is finite (an int too large for a float is not)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _check_problem(problem: Any) -> ConvProblem:

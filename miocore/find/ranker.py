@@ -10,9 +10,8 @@ solution says where its time came from (``source``) and whether it is an estimat
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
-
-import numpy as np
 
 from miocore.find.candidates import Candidate
 from miocore.find.state import FindState
@@ -212,4 +211,4 @@ def wti_score(state: FindState, reg: RegisteredSolver, canon: ConvProblem) -> fl
     except Exception as exc:
         log.warning("solver %s wti raised %s; ranked last", reg.name, exc)
         return -1.0
-    return score if np.isfinite(score) and score > 0 else -1.0
+    return score if math.isfinite(score) and score > 0 else -1.0

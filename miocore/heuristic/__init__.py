@@ -8,9 +8,35 @@
 Sits beside find: may import db, solver, problem (and backends), never find.
 """
 
-from miocore.heuristic.features import FEATURES, problem_features
-from miocore.heuristic.model import ModelFormatError, TreeModel
-from miocore.heuristic.wti import WtiTable, fit_wti
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from miocore.heuristic.features import FEATURES, problem_features
+    from miocore.heuristic.model import ModelFormatError, TreeModel
+    from miocore.heuristic.wti import WtiTable, fit_wti
+
+#: Each public name and the module that defines it, imported on first use: the plug-in
+#: (``miocore.heuristic.plugin``) loads with every plugin scan, and a scan must not import
+#: numpy for a model that may not exist.
+_HOMES = {
+    "FEATURES": "features",
+    "problem_features": "features",
+    "ModelFormatError": "model",
+    "TreeModel": "model",
+    "WtiTable": "wti",
+    "fit_wti": "wti",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
+
 
 __all__ = [
     "FEATURES",

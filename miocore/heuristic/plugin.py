@@ -13,15 +13,16 @@ import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from miocore.db._common import default_system_dir, default_user_dir
-from miocore.heuristic.features import problem_features
-from miocore.heuristic.model import TreeModel
-from miocore.heuristic.wti import WtiTable
 from miocore.problem.conv import ConvProblem
 from miocore.solver.hookspecs import HeuristicRecord, hookimpl
 from miocore.solver.interface import ExecutionContext
+
+if TYPE_CHECKING:  # imported where a file is read: a plugin scan must not import numpy
+    from miocore.heuristic.model import TreeModel
+    from miocore.heuristic.wti import WtiTable
 
 log = logging.getLogger("miocore.heuristic")
 
@@ -60,11 +61,15 @@ def _load(device: str, suffix: str, reader: Any) -> Any:
 
 def load_model(device: str) -> TreeModel | None:
     """The device's model (user folder first), or None."""
+    from miocore.heuristic.model import TreeModel
+
     return _load(device, MODEL_SUFFIX, TreeModel.load)
 
 
 def load_wti_table(device: str) -> WtiTable | None:
     """The device's fitted WTI table (user folder first), or None."""
+    from miocore.heuristic.wti import WtiTable
+
     return _load(device, WTI_SUFFIX, WtiTable.load)
 
 
@@ -97,6 +102,8 @@ def rank_with(
     if model is not None:
         known = [c for c in candidates if model.knows(c)]
         if known:
+            from miocore.heuristic.features import problem_features
+
             times = model.predict_ms(problem_features(problem), known)
             out.extend(zip(known, (float(t) for t in times), strict=True))
             rest = [c for c in candidates if not model.knows(c)]

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from enum import StrEnum
-from typing import Any
-
-import ml_dtypes
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from miocore.errors import InvalidDescriptorError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class DataType(StrEnum):
@@ -26,12 +27,12 @@ class DataType(StrEnum):
     @property
     def numpy(self) -> np.dtype[Any]:
         """The numpy dtype of arrays of this type (bfloat16 through ml_dtypes)."""
-        return _NUMPY[self]
+        return numpy_dtypes()[self]
 
     @property
     def itemsize(self) -> int:
         """Bytes per element."""
-        return self.numpy.itemsize
+        return _ITEMSIZE[self]
 
     @classmethod
     def parse(cls, value: object, field: str = "dtype") -> DataType:
@@ -47,12 +48,14 @@ class DataType(StrEnum):
             if found is not None:
                 return found
         else:
+            import numpy as np  # a numpy dtype or type: numpy is loaded already
+
             try:
                 as_np = np.dtype(value)  # type: ignore[call-overload]
             except (TypeError, ValueError):
                 as_np = None
             if as_np is not None:
-                for dt, npdt in _NUMPY.items():
+                for dt, npdt in numpy_dtypes().items():
                     if npdt == as_np:
                         return dt
         raise InvalidDescriptorError(
@@ -69,11 +72,23 @@ def _is_torch_dtype(value: object) -> bool:
 
 
 _KEY_TOKENS = {DataType.FLOAT32: "FP32", DataType.FLOAT16: "FP16", DataType.BFLOAT16: "BF16"}
-_NUMPY: dict[DataType, np.dtype[Any]] = {
-    DataType.FLOAT32: np.dtype(np.float32),
-    DataType.FLOAT16: np.dtype(np.float16),
-    DataType.BFLOAT16: np.dtype(ml_dtypes.bfloat16),
-}
+_ITEMSIZE = {DataType.FLOAT32: 4, DataType.FLOAT16: 2, DataType.BFLOAT16: 2}
+
+
+@functools.cache
+def numpy_dtypes() -> dict[DataType, np.dtype[Any]]:
+    """The numpy dtype of each type, built on first use: numpy and ml_dtypes are imported
+    when arrays are, never by a problem's description (a FindDb hit needs no numpy)."""
+    import ml_dtypes
+    import numpy as np
+
+    return {
+        DataType.FLOAT32: np.dtype(np.float32),
+        DataType.FLOAT16: np.dtype(np.float16),
+        DataType.BFLOAT16: np.dtype(ml_dtypes.bfloat16),
+    }
+
+
 _ALIASES = {
     "float32": DataType.FLOAT32,
     "fp32": DataType.FLOAT32,

@@ -10,8 +10,6 @@ import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
-
 from miocore.errors import InvalidArgumentError
 from miocore.problem.descriptors import TensorDescriptor
 from miocore.solver.interface import DeviceInfo, KernelInfo
@@ -37,6 +35,8 @@ class KernelArgs:
     _SIZES: ClassVar[dict[str, int]] = {"ptr": 8, "i64": 8, "i32": 4, "f32": 4}
 
     def __init__(self, specs: Sequence[tuple[str, Any]]) -> None:
+        import numpy as np
+
         offsets = []
         total = 0
         for kind, value in specs:
@@ -74,6 +74,8 @@ class KernelArgs:
 def tensor5_bytes(desc: TensorDescriptor) -> bytes:
     """``MioTensor5`` of ``desc`` (miocore_gpu.h): lengths and element strides in (N, C, D, H,
     W) order; a 2-D tensor gets D = 1 with stride 0."""
+    import numpy as np
+
     lengths, strides = list(desc.lengths), list(desc.strides)
     if desc.spatial_dims == 2:
         lengths.insert(2, 1)

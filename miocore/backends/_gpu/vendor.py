@@ -14,12 +14,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from miocore.errors import BackendUnavailableError, InvalidArgumentError, MiocoreError
 from miocore.problem.dtypes import DataType
+
+if TYPE_CHECKING:  # imported where arrays are touched: declaring a solver, asking it
+    # about a problem or a FindDb hit never loads numpy
+    import numpy as np
 
 
 class DriverCompileFailure(Exception):
@@ -157,6 +159,8 @@ class VendorDriver:
 
     def copy_htod(self, dst: int, src: np.ndarray, stream: Any) -> None:
         """Copy host ``src`` to device ``dst``; waits, so ``src`` may be freed on return."""
+        import numpy as np
+
         src = np.ascontiguousarray(src)
         self._vendor_copy_htod(dst, src.ctypes.data, src.nbytes, stream)
         self.synchronize(stream)
@@ -200,6 +204,8 @@ class StridedGemm:
     """
 
     def __init__(self) -> None:
+        import numpy as np
+
         self._alpha = np.ones(1, np.float32)
         self._betas = {0.0: np.zeros(1, np.float32), 1.0: np.ones(1, np.float32)}
         #: GEMMs issued so far: a graph recording checks whether any ran during it.
