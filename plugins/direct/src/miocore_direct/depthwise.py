@@ -13,9 +13,7 @@ from __future__ import annotations
 import math
 import os
 import sys
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from miocore import (
     APPLICABLE,
@@ -33,6 +31,10 @@ from miocore import (
     not_applicable,
 )
 from miocore.backends.cpu import workspace_view
+
+if TYPE_CHECKING:  # imported where arrays are touched: declaring a solver, asking it
+    # about a problem or a FindDb hit never loads numpy
+    import numpy as np
 
 #: Parts the channels-last backward-weights pass splits its rows into (one partial sum each).
 WEIGHT_PARTS = 16
@@ -58,6 +60,8 @@ def _in_place(desc: Any) -> bool:
 
 
 def _packed_float32_nchw(array: np.ndarray) -> bool:
+    import numpy as np
+
     return array.dtype == np.float32 and array.flags.c_contiguous
 
 
@@ -103,6 +107,8 @@ class _Plan:
 
     def buffers(self, workspace: Any) -> list[np.ndarray]:
         """Float32 views of the workspace regions (weights, x, y, partials)."""
+        import numpy as np
+
         ws = workspace_view(workspace, self.workspace_bytes)
         flat = ws[: self.workspace_bytes] if ws is not None else np.empty(0, np.uint8)
         return [
@@ -113,6 +119,8 @@ class _Plan:
     def tensor(self, array: np.ndarray, direct: bool, region: np.ndarray, load: bool) -> Any:
         """The kernel's float32 view of a caller's tensor: the array itself when ``direct``,
         else a workspace region in memory order (filled from ``array`` when ``load``)."""
+        import numpy as np
+
         view = _channels_last(array)
         if direct:
             return view
@@ -129,6 +137,8 @@ class _Plan:
     @staticmethod
     def store(staged: np.ndarray, array: np.ndarray) -> None:
         """Write a staged (N, H, W, C) float32 result to the caller's logical array."""
+        import numpy as np
+
         if _packed_float32_nchw(array):
             from miocore_direct.depthwise_kernels import nhwc_to_nchw
 
@@ -138,6 +148,8 @@ class _Plan:
 
     def staged_weights(self, w: np.ndarray, region: np.ndarray) -> np.ndarray:
         """w (K, 1, FY, FX) as float32 (FY, FX, K)."""
+        import numpy as np
+
         staged = region.reshape(*self.filt, self.k)
         np.copyto(staged, w.reshape(self.k, *self.filt).transpose(1, 2, 0), casting="unsafe")
         return staged
@@ -150,6 +162,8 @@ class _DepthwiseInvoker:
         self.plan = plan
 
     def __call__(self, handle: Any, params: InvokeParams) -> None:
+        import numpy as np
+
         from miocore_direct import depthwise_kernels as kernels
 
         _apply_threads(handle)

@@ -11,8 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from miocore import (
     APPLICABLE,
     Algorithm,
@@ -48,6 +46,8 @@ _BLOCK = 256
 
 def conv_params_bytes(p: ConvProblem) -> bytes:
     """The ``MioConvParams`` struct of ``naive_conv.cu`` for canonical problem ``p``."""
+    import numpy as np
+
     pads, strides, dils = (list(v) for v in (p.conv.pads, p.conv.strides, p.conv.dilations))
     if p.spatial_dims == 2:
         pads, strides, dils = [0, *pads], [1, *strides], [1, *dils]

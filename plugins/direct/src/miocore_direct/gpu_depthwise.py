@@ -29,8 +29,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from miocore import (
     APPLICABLE,
     Algorithm,
@@ -69,6 +67,8 @@ _INT32 = 2**31 - 1
 
 def pack_params(values: dict[str, int]) -> bytes:
     """The scalar tail of ``MioDwParams``: every field an int64, in :data:`PARAM_FIELDS` order."""
+    import numpy as np
+
     if set(values) != set(PARAM_FIELDS):
         raise ValueError(f"parameter fields differ: {sorted(set(values) ^ set(PARAM_FIELDS))}")
     return np.array([values[f] for f in PARAM_FIELDS], dtype=np.int64).tobytes()

@@ -23,8 +23,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from miocore import (
     APPLICABLE,
     Algorithm,
@@ -264,6 +262,8 @@ class GpuTiledDirectSolver(TunableSolver):
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
     ) -> ConvSolution:
         """The direction's kernel compiled for the filter shape, tile and element type."""
+        import numpy as np
+
         p = problem
         cfg = self._config(ctx, p, perf_config)
         s = _geometry(p)

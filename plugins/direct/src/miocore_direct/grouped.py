@@ -13,9 +13,7 @@ from __future__ import annotations
 import math
 import os
 import sys
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from miocore import (
     APPLICABLE,
@@ -33,6 +31,10 @@ from miocore import (
 )
 from miocore.backends.cpu import workspace_view
 
+if TYPE_CHECKING:  # imported where arrays are touched: declaring a solver, asking it
+    # about a problem or a FindDb hit never loads numpy
+    import numpy as np
+
 #: Widest group (input or output channels per group) the solver takes; wider groups make
 #: GEMMs that BLAS solvers run well.
 MAX_GROUP_WIDTH = 16
@@ -49,6 +51,8 @@ _CALL_MS = 0.03
 
 def _grouped_view(array: np.ndarray, groups: int) -> np.ndarray:
     """A logical (N, C, H, W) array as a (N, H, W, C/g, G) view (never a copy)."""
+    import numpy as np
+
     n, c, h, w = array.shape
     sn, sc, sh, sw = array.strides
     split = np.lib.stride_tricks.as_strided(
@@ -59,6 +63,8 @@ def _grouped_view(array: np.ndarray, groups: int) -> np.ndarray:
 
 def _weight_view(w: np.ndarray, groups: int) -> np.ndarray:
     """Weights (K, C/g, FY, FX) as a (FY, FX, C/g, K/g, G) view."""
+    import numpy as np
+
     k, cg, fy, fx = w.shape
     s0, s1, s2, s3 = w.strides
     split = np.lib.stride_tricks.as_strided(
@@ -99,6 +105,8 @@ class _Plan:
 
     def buffers(self, workspace: Any) -> list[np.ndarray]:
         """Float32 workspace regions shaped for weights, x, y and the partial sums."""
+        import numpy as np
+
         ws = workspace_view(workspace, self.workspace_bytes)
         flat = ws[: self.workspace_bytes] if ws is not None else np.empty(0, np.uint8)
         return [
@@ -114,6 +122,8 @@ class _GroupedInvoker:
         self.plan = plan
 
     def __call__(self, handle: Any, params: InvokeParams) -> None:
+        import numpy as np
+
         from miocore_direct import grouped_kernels as kernels
         from miocore_direct.depthwise import _apply_threads
 

@@ -15,9 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterator, Sequence
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from miocore import (
     APPLICABLE,
@@ -33,6 +31,10 @@ from miocore import (
     Solver,
     not_applicable,
 )
+
+if TYPE_CHECKING:  # imported where arrays are touched: declaring a solver, asking it
+    # about a problem or a FindDb hit never loads numpy
+    import numpy as np
 
 #: Float32 elements of one transient block (4 MiB): the bound on the solver's scratch memory.
 BLOCK_ELEMENTS = 1 << 20
@@ -134,6 +136,8 @@ class _Blocks:
 
 
 def _f32(a: np.ndarray) -> np.ndarray:
+    import numpy as np
+
     return a.astype(np.float32, copy=False)
 
 
@@ -186,6 +190,8 @@ def _taps(b: _Blocks) -> itertools.product[tuple[int, ...]]:
 
 
 def _forward(b: _Blocks, x: np.ndarray, w: np.ndarray, y: np.ndarray) -> None:
+    import numpy as np
+
     xr = x.reshape(b.n, b.g, b.cg, *b.ins)  # splitting the channel axis is always a view
     wr = w.reshape(b.g, b.kg, b.cg, *b.filt)
     yr = y.reshape(b.n, b.g, b.kg, *b.outs)
@@ -206,6 +212,8 @@ def _forward(b: _Blocks, x: np.ndarray, w: np.ndarray, y: np.ndarray) -> None:
 
 
 def _backward_data(b: _Blocks, w: np.ndarray, dy: np.ndarray, dx: np.ndarray) -> None:
+    import numpy as np
+
     dxr = dx.reshape(b.n, b.g, b.cg, *b.ins)
     wr = w.reshape(b.g, b.kg, b.cg, *b.filt)
     dyr = dy.reshape(b.n, b.g, b.kg, *b.outs)
@@ -227,6 +235,8 @@ def _backward_data(b: _Blocks, w: np.ndarray, dy: np.ndarray, dx: np.ndarray) ->
 
 
 def _backward_weights(b: _Blocks, x: np.ndarray, dy: np.ndarray, dw: np.ndarray) -> None:
+    import numpy as np
+
     xr = x.reshape(b.n, b.g, b.cg, *b.ins)
     dwr = dw.reshape(b.g, b.kg, b.cg, *b.filt)
     dyr = dy.reshape(b.n, b.g, b.kg, *b.outs)

@@ -22,7 +22,6 @@ from miocore import (
     TunableSolver,
     not_applicable,
 )
-from miocore_direct.taps_passes import TapsInvoker
 from miocore_direct.taps_plan import TapsPlan
 
 #: Largest filter extent per spatial dimension, and largest tap count, the solver accepts.
@@ -123,6 +122,8 @@ class TapsDirectSolver(TunableSolver):
         if not answer:
             raise InvalidArgumentError(answer.reason, field="problem", value=problem.key)
         plan = self._plan(ctx, problem, perf_config)
+        from miocore_direct.taps_passes import TapsInvoker  # numpy, SciPy's BLAS: to run only
+
         invoker = TapsInvoker(plan)
         config = perf_config if perf_config is not None else self.default_perf_config(ctx, problem)
         return ConvSolution(

@@ -29,12 +29,14 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterator
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from miocore import ConvProblem, DataType, Direction, ExecutionContext
 from miocore.backends.cpu import workspace_view
+
+if TYPE_CHECKING:  # imported where arrays are touched: declaring a solver, asking it
+    # about a problem or a FindDb hit never loads numpy
+    import numpy as np
 
 #: Groups with at most this many (input channel, output channel) pairs use the elementwise path.
 ELEMENTWISE_PAIRS = 4
@@ -146,6 +148,8 @@ class TapsPlan:
 
     def views(self, workspace: np.ndarray | None) -> tuple[np.ndarray, ...]:
         """Float32 views of the weight staging, P, Q and the elementwise scratch."""
+        import numpy as np
+
         ws = workspace_view(workspace, self.workspace_bytes)
         flat = (
             ws[: self.workspace_bytes].view(np.float32)
@@ -162,20 +166,28 @@ class TapsPlan:
 
     def p_from_x(self, x: np.ndarray) -> np.ndarray:
         """P as a view of the caller's x (only when :attr:`p_alias`)."""
+        import numpy as np
+
         return np.moveaxis(x, 1, -1).reshape(1, 1, self.rows, self.cg)
 
     def q_from_y(self, y: np.ndarray) -> np.ndarray:
         """Q as a view of the caller's y (only when :attr:`q_alias`)."""
+        import numpy as np
+
         return np.moveaxis(y, 1, -1).reshape(1, self.rows, self.kg)
 
     # -- copies between the caller's tensors and P / Q --------------------------------------
 
     def _grouped_x(self, x: np.ndarray) -> np.ndarray:
         """x as (G, N, *spatial, C/g): a view, channels last."""
+        import numpy as np
+
         xr = x.reshape(self.n, self.g, self.cg, *self.ins)
         return np.moveaxis(np.moveaxis(xr, 1, 0), 2, -1)
 
     def _grouped_y(self, y: np.ndarray) -> np.ndarray:
+        import numpy as np
+
         yr = y.reshape(self.n, self.g, self.kg, *self.outs)
         return np.moveaxis(np.moveaxis(yr, 1, 0), 2, -1)
 
@@ -184,6 +196,8 @@ class TapsPlan:
 
     def fill_p(self, pbuf: np.ndarray, x: np.ndarray) -> None:
         """Copy x into P (float32, padded with zeros, phase-split)."""
+        import numpy as np
+
         xg = self._grouped_x(x)
         for phase, combo in enumerate(itertools.product(*self.phases)):
             image = self._phase_image(pbuf, phase)
@@ -211,6 +225,8 @@ class TapsPlan:
 
     def fill_q(self, qbuf: np.ndarray, dy: np.ndarray) -> None:
         """Copy dy into Q (float32), zeros on the grid margin."""
+        import numpy as np
+
         image = qbuf.reshape(self.g, self.n, *self.grid, self.kg)
         lead = (slice(None), slice(None))
         for i, o in enumerate(self.outs):
@@ -221,12 +237,16 @@ class TapsPlan:
 
     def store_q(self, qbuf: np.ndarray, y: np.ndarray) -> None:
         """Write the real outputs of Q to y (cast to y's dtype)."""
+        import numpy as np
+
         image = qbuf.reshape(self.g, self.n, *self.grid, self.kg)
         inner = tuple(slice(0, o) for o in self.outs)
         np.copyto(self._grouped_y(y), image[(slice(None), slice(None), *inner)], casting="unsafe")
 
     def store_p(self, pbuf: np.ndarray, dx: np.ndarray) -> None:
         """Write the interior of P to dx; inputs that no tap reaches get zeros."""
+        import numpy as np
+
         per_dim: list[list[tuple[slice, tuple[int, slice] | None]]] = []
         for i in range(len(self.ins)):
             s, pad, size, grid = self.strides[i], self.pads[i], self.ins[i], self.grid[i]
@@ -266,6 +286,8 @@ class TapsPlan:
         Keeping (k, c) in w's own order makes this a gentle gather (inner stride = taps)
         rather than a full transpose, which costs tens of ns per element on large filters.
         """
+        import numpy as np
+
         wr = w.reshape(self.g, self.kg, self.cg, *self.filt)
         rank = len(self.filt)
         target = wst.reshape(self.g, *self.filt, self.kg, self.cg)
@@ -278,6 +300,8 @@ class TapsPlan:
 
     def store_weights(self, wst: np.ndarray, w: np.ndarray) -> None:
         """w[g*K/g + k, c, *tap] = dW[g, tap, k, c]: the inverse of :meth:`stage_weights`."""
+        import numpy as np
+
         wr = w.reshape(self.g, self.kg, self.cg, *self.filt)
         rank = len(self.filt)
         source = wst.reshape(self.g, *self.filt, self.kg, self.cg)
