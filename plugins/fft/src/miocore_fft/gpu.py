@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import numpy as np
 
 from miocore import (
     APPLICABLE,
@@ -145,6 +144,8 @@ class MacGeometry:
 
     def to_bytes(self) -> bytes:
         """The struct as the kernel reads it (12 int64)."""
+        import numpy as np
+
         return np.array(attrs.astuple(self), dtype=np.int64).tobytes()
 
 
@@ -254,6 +255,8 @@ class FftGpuPlan:
 
     def geom_bytes(self) -> bytes:
         """``MioFftGeom``: lengths and read offsets in (D, H, W) order, D = 1 for 2-D."""
+        import numpy as np
+
         pad = 3 - self.nd
         lengths = [1] * pad + list(self.lengths)
         offsets = [0] * pad + list(self.offsets)

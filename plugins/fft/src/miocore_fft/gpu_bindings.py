@@ -14,8 +14,6 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from miocore import MiocoreError, NotApplicableError
 
 
@@ -93,6 +91,8 @@ class _CupyFft:
         return total
 
     def _wrap(self, ptr: int, shape: tuple[int, ...], dtype: Any, owner: Any) -> Any:
+        import numpy as np
+
         cupy = self.cupy
         nbytes = math.prod(shape) * np.dtype(dtype).itemsize
         memory = cupy.cuda.UnownedMemory(ptr, nbytes, owner, self.device.id)
@@ -107,6 +107,8 @@ class _CupyFft:
 
     def transform(self, kind: str, src: int, dst: int, batch: int, stream: int, owner: Any) -> None:
         """One batched R2C (``kind="r2c"``) or C2R transform from ``src`` to ``dst``."""
+        import numpy as np
+
         cupy = self.cupy
         r2c = kind == "r2c"
         real = (batch, *self.lengths)
@@ -154,6 +156,8 @@ class _HipFft:
         self._plans: dict[tuple[str, int], Any] = {}
 
     def _plan(self, kind: str, batch: int) -> Any:
+        import numpy as np
+
         key = (kind, batch)
         found = self._plans.get(key)
         if found is None:

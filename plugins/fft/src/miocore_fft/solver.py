@@ -24,7 +24,6 @@ from miocore import (
     TunableSolver,
     not_applicable,
 )
-from miocore_fft.engine import FftEngine
 from miocore_fft.plan import TILE_LENGTHS, FftPlan
 
 # Cost-model constants, fitted by ``benchmarks/calibrate_fft.py`` (non-negative least squares
@@ -147,6 +146,8 @@ class FftOverlapSave(TunableSolver):
         config = PerfConfig({PERF_KEY: plan.fft_len})
 
         def factory(_kernels: Any) -> Any:
+            from miocore_fft.engine import FftEngine  # numpy and scipy.fft: to run only
+
             engine = FftEngine(plan)
 
             def invoker(_handle: Any, params: InvokeParams) -> None:
