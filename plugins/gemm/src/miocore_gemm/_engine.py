@@ -1,4 +1,5 @@
-"""Running a :class:`~miocore_gemm._plan.GemmPlan`: im2col, BLAS matmul, col2im.
+"""Running a :class:`~miocore_gemm._plan.GemmPlan`: im2col, BLAS matmul, col2im, and the invoker
+that runs a plan on the caller's arrays (imported when a solution is built, never to describe one).
 
 Every tensor is handled through a *canonical view* with a fixed index order, built with
 ``as_strided`` from the caller's own strides (never a hidden copy):
@@ -17,9 +18,16 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import numpy as np
 
-from miocore import Direction, InvokeParams, WorkspaceError
+from miocore import (
+    Direction,
+    InvalidArgumentError,
+    InvokeParams,
+    TensorDescriptor,
+    WorkspaceError,
+)
 from miocore_gemm._plan import F32, GemmPlan, merged_stride
 
 _as_strided = np.lib.stride_tricks.as_strided
@@ -298,4 +306,47 @@ def _gemm_backward_weights_t(
         np.matmul(col, dy.swapaxes(1, 2), out=dwt)
 
 
-__all__ = ["F32", "fold", "run_plan"]
+class PlanInvoker:
+    """Runs one plan: ``invoker(handle, params)``."""
+
+    def __init__(self, plan: GemmPlan) -> None:
+        self.plan = plan
+
+    def __call__(self, handle: object, params: InvokeParams) -> None:
+        problem = params.problem
+        arrays = {name: getattr(params, name) for name in ("x", "w", "y")}
+        conformed = {name: conform(getattr(problem, name), array) for name, array in arrays.items()}
+        run_plan(self.plan, attrs.evolve(params, **conformed))
+        out = problem.direction.output_tensor
+        if conformed[out] is not arrays[out]:
+            np.copyto(arrays[out], conformed[out])
+
+
+def conform(desc: TensorDescriptor, array: Any) -> Any:
+    """``array``, or a copy laid out as ``desc`` says when its strides do not follow it.
+
+    Callers through a handle always pass arrays with the descriptor's strides (the handle
+    checks them); direct callers may not (``miocore.testing.run_solver`` copies inputs in C
+    order), and the plan's in-place views assume the descriptor's strides.
+    """
+    if not isinstance(array, np.ndarray) or array.shape != desc.lengths:
+        raise InvalidArgumentError(
+            f"expected a numpy array of shape {desc.lengths}",
+            field="array",
+            value=getattr(array, "shape", type(array).__name__),
+        )
+    item = array.itemsize
+    if all(
+        n == 1 or (s % item == 0 and s // item == want)
+        for n, s, want in zip(array.shape, array.strides, desc.strides, strict=True)
+    ):
+        return array
+    flat = np.empty(desc.element_space, dtype=array.dtype)
+    laid_out = np.lib.stride_tricks.as_strided(
+        flat, shape=desc.lengths, strides=tuple(s * item for s in desc.strides)
+    )
+    np.copyto(laid_out, array)
+    return laid_out
+
+
+__all__ = ["F32", "PlanInvoker", "conform", "fold", "run_plan"]

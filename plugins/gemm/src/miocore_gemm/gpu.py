@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from miocore import (
     APPLICABLE,
@@ -45,6 +43,10 @@ from miocore.backends.gpu_kernels import (
     grid_for,
     tensor5_bytes,
 )
+
+if TYPE_CHECKING:  # imported where arrays are touched: declaring a solver, asking it
+    # about a problem or a FindDb hit never loads numpy
+    pass
 
 KERNEL_DIR = Path(__file__).parent / "kernels"
 SOURCE = "gemm/im2col.cu"
@@ -93,6 +95,8 @@ def _col_bytes(p: ConvProblem) -> int:
 
 
 def _im2col_params(p: ConvProblem, n0: int, nb: int) -> bytes:
+    import numpy as np
+
     def three(values: tuple[int, ...], fill: int) -> list[int]:
         return [fill] * (3 - len(values)) + list(values)
 

@@ -12,10 +12,13 @@ kernels read (``kernels/im2col_cl.cu``).
 from __future__ import annotations
 
 import math
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from miocore import ConvProblem, DataType, Direction
+
+if TYPE_CHECKING:  # imported where arrays are touched: declaring a solver, asking it
+    # about a problem or a FindDb hit never loads numpy
+    pass
 
 #: Largest row buffer a chunk of images may use (bytes); one image may exceed it.
 WORKSPACE_BUDGET = 256 << 20
@@ -236,6 +239,8 @@ def _three(values: tuple[int, ...], fill: int) -> list[int]:
 
 def pack_params(p: ConvProblem, n0: int, nb: int) -> bytes:
     """``MioClParams`` (kernels/im2col_cl.cu) by value, every field an int64."""
+    import numpy as np
+
     xs = list(p.x.strides)
     # Logical order (N, C, [D,] H, W): N, then the spatial strides; 2-D gets D stride 0.
     spatial = xs[2:] if p.spatial_dims == 3 else [0, *xs[2:]]

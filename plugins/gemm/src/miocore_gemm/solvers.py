@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any, ClassVar
-
-import attrs
-import numpy as np
+from typing import TYPE_CHECKING, ClassVar
 
 from miocore import (
     APPLICABLE,
@@ -25,15 +22,14 @@ from miocore import (
     DataType,
     Direction,
     ExecutionContext,
-    InvalidArgumentError,
-    InvokeParams,
     PerfConfig,
-    TensorDescriptor,
     TunableSolver,
     not_applicable,
 )
-from miocore_gemm._engine import run_plan
 from miocore_gemm._plan import F32, TILE_LINES, GemmPlan, make_plan
+
+if TYPE_CHECKING:  # the engine (numpy) is imported to run a plan, never to describe one
+    from miocore_gemm._engine import PlanInvoker
 
 #: Fraction of the measured BLAS peak (a 384^3 float32 matmul) that numpy's matmul reaches on
 #: the GEMM shapes of convolutions (ResNet-50 layers: 50-80% of that ceiling, noisy here).
@@ -65,8 +61,10 @@ class _GemmSolver(TunableSolver):
         """A solution whose invoker runs the plan on the caller's arrays and workspace."""
         plan = self.plan(problem, perf_config)
 
-        def invoker_factory(_kernels: Iterable[object]) -> _Invoker:
-            return _Invoker(plan)
+        def invoker_factory(_kernels: Iterable[object]) -> PlanInvoker:
+            from miocore_gemm._engine import PlanInvoker
+
+            return PlanInvoker(plan)
 
         config = perf_config or PerfConfig({TILE_LINES: plan.tiling.lines})
         return ConvSolution(
@@ -134,51 +132,6 @@ def _traffic_bytes(problem: ConvProblem, plan: GemmPlan) -> float:
         adds = plan.num_tiles if plan.wrw_transposed else plan.num_tiles - 1
         total += adds * problem.w.element_count * 3 * F32  # dW^T or partial sums added in
     return total
-
-
-class _Invoker:
-    """Runs one plan: ``invoker(handle, params)``."""
-
-    def __init__(self, plan: GemmPlan) -> None:
-        self.plan = plan
-
-    def __call__(self, handle: object, params: InvokeParams) -> None:
-        problem = params.problem
-        arrays = {name: getattr(params, name) for name in ("x", "w", "y")}
-        conformed = {
-            name: _conform(getattr(problem, name), array) for name, array in arrays.items()
-        }
-        run_plan(self.plan, attrs.evolve(params, **conformed))
-        out = problem.direction.output_tensor
-        if conformed[out] is not arrays[out]:
-            np.copyto(arrays[out], conformed[out])
-
-
-def _conform(desc: TensorDescriptor, array: Any) -> Any:
-    """``array``, or a copy laid out as ``desc`` says when its strides do not follow it.
-
-    Callers through a handle always pass arrays with the descriptor's strides (the handle
-    checks them); direct callers may not (``miocore.testing.run_solver`` copies inputs in C
-    order), and the plan's in-place views assume the descriptor's strides.
-    """
-    if not isinstance(array, np.ndarray) or array.shape != desc.lengths:
-        raise InvalidArgumentError(
-            f"expected a numpy array of shape {desc.lengths}",
-            field="array",
-            value=getattr(array, "shape", type(array).__name__),
-        )
-    item = array.itemsize
-    if all(
-        n == 1 or (s % item == 0 and s // item == want)
-        for n, s, want in zip(array.shape, array.strides, desc.strides, strict=True)
-    ):
-        return array
-    flat = np.empty(desc.element_space, dtype=array.dtype)
-    laid_out = np.lib.stride_tricks.as_strided(
-        flat, shape=desc.lengths, strides=tuple(s * item for s in desc.strides)
-    )
-    np.copyto(laid_out, array)
-    return laid_out
 
 
 class Gemm1x1Solver(_GemmSolver):
