@@ -39,9 +39,7 @@ is tested on NVIDIA GPUs (``tests/test_gpu_igemm_mfma.py``).
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from miocore import (
     APPLICABLE,
@@ -86,6 +84,10 @@ from miocore_igemm.gpu_geometry import (
     vector_width,
     warp_grid,
 )
+
+if TYPE_CHECKING:  # imported where arrays are touched: declaring a solver, asking it
+    # about a problem or a FindDb hit never loads numpy
+    pass
 
 SOURCE = "igemm/igemm_mma.cu"
 _GRID_Y_LIMIT = 65535
@@ -306,6 +308,8 @@ class _GpuIgemmBase(MmaSolverBase):
         """The GEMM kernel compiled for the tile, pipeline, vector width, element type and
         direction; backward data first transposes w into the workspace; split-K adds the
         reduction kernel."""
+        import numpy as np
+
         p = problem
         cfg = self._config(ctx, p, perf_config)
         s = gemm_params(p)

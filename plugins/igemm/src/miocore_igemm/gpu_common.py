@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from miocore import (
     Algorithm,
@@ -24,6 +23,10 @@ from miocore import (
     TunableSolver,
 )
 from miocore.backends.gpu_kernels import GPU_BACKENDS
+
+if TYPE_CHECKING:  # imported where arrays are touched: declaring a solver, asking it
+    # about a problem or a FindDb hit never loads numpy
+    pass
 
 KERNEL_DIR = Path(__file__).parent / "kernels"
 #: Threads of every igemm GEMM block (8 warps).
@@ -45,6 +48,8 @@ def uses_mfma(ctx: ExecutionContext) -> bool:
 
 def pack_fields(fields: tuple[str, ...], values: dict[str, int]) -> bytes:
     """A kernel's parameter struct by value: every field an int64, in ``fields`` order."""
+    import numpy as np
+
     if set(values) != set(fields):
         raise ValueError(f"parameter fields differ: {sorted(set(values) ^ set(fields))}")
     return np.array([values[f] for f in fields], dtype=np.int64).tobytes()

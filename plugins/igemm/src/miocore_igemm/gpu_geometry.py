@@ -8,10 +8,14 @@ workspace). ``gpu.py`` holds the solvers built on it.
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
 
 from miocore import ConvProblem, Direction, ExecutionContext, InvalidArgumentError, PerfConfig
 from miocore_igemm.gpu_common import SHARED_LIMIT, THREADS, pack_fields
+
+if TYPE_CHECKING:  # imported where arrays are touched: declaring a solver, asking it
+    # about a problem or a FindDb hit never loads numpy
+    pass
 
 #: Warp grids (rows x columns of 8 warps) a tile may use, in order of preference.
 _WARP_GRIDS = ((2, 4), (4, 2), (1, 8), (8, 1))
@@ -131,6 +135,8 @@ def warp_grid(bm: int, bn: int) -> tuple[int, int]:
     preferred (an A fragment is reused across more columns); each warp tile side a multiple
     of 16 (ldmatrix.x4 loads B for two 8-column tiles at once), and an even number of warps
     along columns (the MFMA path pairs them into waves of 64)."""
+    import numpy as np
+
     best = None
     for wm, wn in _WARP_GRIDS:
         if bm % (16 * wm) or bn % (16 * wn) or wn % 2:
@@ -184,6 +190,8 @@ def tile_blocks(p: ConvProblem, bm: int, bn: int) -> int:
 
 def transposed_filter_bytes(p: ConvProblem) -> int:
     """Backward data: the transposed filter, rounded up to 256 bytes (partials follow it)."""
+    import numpy as np
+
     if p.direction is not Direction.BACKWARD_DATA:
         return 0
     return -(-int(np.prod(p.w.lengths)) * p.dtype.itemsize // 256) * 256

@@ -12,16 +12,14 @@ import itertools
 import math
 
 import attrs
-import numpy as np
 
-from miocore import ConvProblem, Direction
+from miocore import ConvProblem, DataType, Direction
 
 TAP = "tap"
 BLOCK = "block"
 STRATEGIES = (TAP, BLOCK)
 #: Every workspace buffer starts on a 64-byte boundary (a cache line) relative to the base.
 ALIGN = 64
-_F32 = np.dtype(np.float32)
 
 
 def round_up(nbytes: int) -> int:
@@ -34,7 +32,7 @@ class Geometry:
 
     direction: Direction
     channels_last: bool
-    dtype: np.dtype
+    dtype: DataType
     n: int
     c: int
     k: int
@@ -59,7 +57,7 @@ class Geometry:
         return cls(
             direction=p.direction,
             channels_last=layout in ("NHWC", "NDHWC"),
-            dtype=p.dtype.numpy,
+            dtype=p.dtype,
             n=p.n,
             c=p.c,
             k=p.k,
@@ -125,7 +123,7 @@ class Geometry:
     @property
     def fp32(self) -> bool:
         """Float32 data may be used by BLAS in place; other types are staged as float32."""
-        return self.dtype == _F32
+        return self.dtype is DataType.FLOAT32
 
     @property
     def unpadded(self) -> bool:

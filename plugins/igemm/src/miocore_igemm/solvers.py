@@ -11,8 +11,6 @@ import math
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
-import numpy as np
-
 from miocore import (
     APPLICABLE,
     Algorithm,
@@ -25,11 +23,10 @@ from miocore import (
     InvokeParams,
     NotApplicableError,
     PerfConfig,
-    TensorDescriptor,
     TunableSolver,
     not_applicable,
 )
-from miocore_igemm import engine, plans
+from miocore_igemm import plans
 from miocore_igemm.plans import BLOCK, TAP, Geometry, Plan
 
 #: Column-block sizes (output pixels per im2col block) the search tries.
@@ -135,44 +132,6 @@ def predicted_ms(ctx: ExecutionContext, geo: Geometry, plan: Plan, problem: Conv
     return compute + memory + calls * CALL_OVERHEAD_MS
 
 
-def _conform(array: Any, desc: TensorDescriptor, field: str, written: bool) -> np.ndarray:
-    """Check one caller array against its descriptor; return it in the descriptor's strides.
-
-    The kernels may use float32 arrays in place, which needs the strides the descriptor
-    promises. An input that has the right shape and dtype but other strides (a logical-order
-    copy of an NHWC tensor, say) is copied once into the described layout; the output must
-    match, since it is written in place.
-    """
-    if not isinstance(array, np.ndarray):
-        raise InvalidArgumentError(
-            "the CPU backend takes numpy arrays", field=field, value=type(array).__name__
-        )
-    if array.shape != desc.lengths or array.dtype != desc.dtype.numpy:
-        raise InvalidArgumentError(
-            f"expected shape {desc.lengths} and dtype {desc.dtype.value}",
-            field=field,
-            value=(array.shape, str(array.dtype)),
-        )
-    size = desc.dtype.itemsize
-    if all(
-        n == 1 or s == d * size
-        for n, s, d in zip(array.shape, array.strides, desc.strides, strict=True)
-    ):
-        return array
-    if written:
-        raise InvalidArgumentError(
-            f"the output is written in place and must have the descriptor's element strides "
-            f"{desc.strides}",
-            field=f"{field}.strides",
-            value=tuple(s // size for s in array.strides),
-        )
-    logical = "NCHW" if desc.spatial_dims == 2 else "NCDHW"
-    memory = np.empty([desc.lengths[logical.index(a)] for a in desc.layout], desc.dtype.numpy)
-    out = memory.transpose([desc.layout.index(a) for a in logical])
-    np.copyto(out, array)
-    return out
-
-
 class ImplicitGemmSolver(TunableSolver):
     """Shared behaviour of the three directions (see the module docstring)."""
 
@@ -254,6 +213,8 @@ class ImplicitGemmSolver(TunableSolver):
         written = problem.direction.output_tensor
 
         def factory(kernels: Any) -> Any:
+            from miocore_igemm import engine  # numpy, SciPy's BLAS: to run only
+
             def invoker(handle: Any, params: InvokeParams) -> None:
                 if params.problem != problem:
                     raise InvalidArgumentError(
@@ -262,7 +223,7 @@ class ImplicitGemmSolver(TunableSolver):
                         value=params.problem.key,
                     )
                 arrays = {
-                    name: _conform(
+                    name: engine.conform(
                         getattr(params, name), getattr(problem, name), name, name == written
                     )
                     for name in ("x", "w", "y")
