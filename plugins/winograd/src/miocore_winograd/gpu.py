@@ -32,9 +32,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from miocore import (
     APPLICABLE,
@@ -58,6 +56,10 @@ from miocore.backends.gpu_kernels import (
     tensor5_bytes,
 )
 from miocore_winograd.transforms import toom_cook
+
+if TYPE_CHECKING:  # imported where arrays are touched: declaring a solver, asking it
+    # about a problem or a FindDb hit never loads numpy
+    pass
 
 KERNEL_DIR = Path(__file__).parent / "kernels"
 SOURCE = "winograd/winograd_gpu.cu"
@@ -262,6 +264,8 @@ class _Plan:
         self, n0: int, nb: int, src: Any, dst: Any, flip: int, cin: int, cout: int, aux: int = 0
     ) -> bytes:
         """The kernels' ``WinoParams`` struct (two MioTensor5 then :data:`PARAM_FIELDS`)."""
+        import numpy as np
+
         step = self.m
         values = {
             "n0": n0,

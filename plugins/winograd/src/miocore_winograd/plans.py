@@ -9,10 +9,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from miocore import ConvProblem, Direction
+
+if TYPE_CHECKING:  # imported where arrays are touched: declaring a solver, asking it
+    # about a problem or a FindDb hit never loads numpy
+    import numpy as np
 
 #: Largest filter piece per axis: filters are split into pieces of this many taps.
 R_MAX = 3
@@ -181,6 +184,8 @@ class Layout:
 
     def view(self, workspace: np.ndarray, name: str, shape: Sequence[int]) -> np.ndarray:
         """A float32 view of buffer ``name`` with ``shape`` (at most its reserved size)."""
+        import numpy as np
+
         start, nbytes = self.offsets[name]
         count = math.prod(shape)
         assert count * _F32 <= nbytes, (name, shape, nbytes)

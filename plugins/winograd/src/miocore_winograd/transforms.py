@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import functools
 from fractions import Fraction
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from miocore import InvalidArgumentError
+
+if TYPE_CHECKING:  # imported where arrays are touched: declaring a solver, asking it
+    # about a problem or a FindDb hit never loads numpy
+    import numpy as np
 
 #: Finite interpolation points in the order they are used: small magnitudes first keeps the
 #: transforms well conditioned (F(2,3): 0, +-1; F(4,3): adds +-2; F(6,3): adds +-1/2).
@@ -105,6 +108,8 @@ def toom_cook(m: int, r: int) -> tuple[Matrix, Matrix, Matrix]:
 
 def to_array(matrix: Matrix) -> np.ndarray:
     """A rational matrix as float64 (converted once; the solvers cast to float32)."""
+    import numpy as np
+
     return np.array([[float(v) for v in row] for row in matrix], dtype=np.float64)
 
 
@@ -119,6 +124,8 @@ def kron_transforms(
     ``(ay*ax) x (ay*ax)``. Applying a Kronecker product to a flattened tile is the same as the
     separable ``A^T M A`` but turns each stage into one large BLAS GEMM.
     """
+    import numpy as np
+
     aty, gy, bty = (to_array(t) for t in toom_cook(my, ry))
     atx, gx, btx = (to_array(t) for t in toom_cook(mx, rx))
     out = tuple(
@@ -133,6 +140,8 @@ def kron_transforms(
 @functools.cache
 def axis_transforms(m: int, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Read-only float32 ``(A^T, G, B^T)`` of ``F(m, r)`` for the separable (per-axis) stages."""
+    import numpy as np
+
     out = tuple(np.ascontiguousarray(to_array(t), dtype=np.float32) for t in toom_cook(m, r))
     for array in out:
         array.flags.writeable = False
