@@ -61,16 +61,24 @@ def _load(device: str, suffix: str, reader: Any) -> Any:
 
 def load_model(device: str) -> TreeModel | None:
     """The device's model (user folder first), or None."""
-    from miocore.heuristic.model import TreeModel
-
-    return _load(device, MODEL_SUFFIX, TreeModel.load)
+    return _load(device, MODEL_SUFFIX, _read_model)
 
 
 def load_wti_table(device: str) -> WtiTable | None:
     """The device's fitted WTI table (user folder first), or None."""
+    return _load(device, WTI_SUFFIX, _read_wti_table)
+
+
+def _read_model(path: Path) -> TreeModel:
+    from miocore.heuristic.model import TreeModel  # numpy: only where a model file exists
+
+    return TreeModel.load(path)
+
+
+def _read_wti_table(path: Path) -> WtiTable:
     from miocore.heuristic.wti import WtiTable
 
-    return _load(device, WTI_SUFFIX, WtiTable.load)
+    return WtiTable.load(path)
 
 
 def is_applicable(ctx: ExecutionContext, problem: ConvProblem) -> bool:

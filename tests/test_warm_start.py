@@ -1,0 +1,107 @@
+"""A FindDb hit in a new process loads none of the libraries solvers compute with.
+
+A second process must start warm (design guide, section 1): answering from the FindDb costs
+what reading the record costs. numpy, SciPy, numba, torch and the vendor bindings load when a
+solver is timed or run, never to register the solvers or to answer from the database (their
+imports cost a new process 0.1-0.7 s on the development machine). Timing is left to
+``benchmarks/host_overhead.py --warm-start``; this test guards the imports, without timing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import miocore
+
+#: Top-level modules a FindDb hit must not import.
+HEAVY = (
+    "numpy",
+    "ml_dtypes",
+    "scipy",
+    "numba",
+    "llvmlite",
+    "torch",
+    "threadpoolctl",
+    "sklearn",
+    "dask",
+    "cupy",
+    "cuda",
+    "hip",
+)
+
+SIZES = {"n": 1, "c": 4, "k": 4, "in_spatial": (6, 6), "filter_spatial": (3, 3), "pads": (1, 1)}
+
+_FIND = f"""
+import miocore
+p = miocore.ConvProblem.from_sizes("forward", **{SIZES!r})
+print(miocore.Handle("cpu").find_solutions(p, find_mode="NORMAL")[0].solver)
+"""
+
+_HIT = f"""
+import json, sys
+import miocore
+h = miocore.Handle("cpu")
+p = miocore.ConvProblem.from_sizes("forward", **{SIZES!r})
+found = h.find_solutions(p)
+listed = h.get_solutions(p)
+heavy = sorted({{m.partition(".")[0] for m in sys.modules}} & set({HEAVY!r}))
+print(json.dumps({{
+    "found": sorted({{s.source for s in found}}),
+    "listed": listed[0].source,
+    "solver": found[0].solver,
+    "heavy": heavy,
+}}))
+"""
+
+pytestmark = pytest.mark.skipif(
+    not any("cpu" in reg.solver.backends for reg in miocore.solvers()),
+    reason="needs a plugin with a CPU solver installed",
+)
+
+
+def _python(code: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=dict(os.environ),  # this test's empty databases (tests/conftest.py)
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_a_finddb_hit_in_a_new_process_imports_no_heavy_library() -> None:
+    winner = _python(_FIND)
+    hit = json.loads(_python(_HIT))
+    assert hit["found"] == ["find-db"], hit  # find answered from the record alone
+    assert hit["listed"] == "find-db", hit  # so did the immediate-mode listing, first
+    assert hit["solver"] == winner
+    assert hit["heavy"] == [], (
+        f"a FindDb hit imported {hit['heavy']}: import them where a solver runs (see "
+        "docs/performance.md, 'Warm start')"
+    )
+
+
+_RUN = f"""
+import miocore
+h = miocore.Handle("cpu")
+p = miocore.ConvProblem.from_sizes("forward", **{SIZES!r})
+best = h.find_solutions(p)[0]
+arrays = miocore.reference.random_inputs(p, 0)
+h.run_solution(best, **arrays)
+expected = miocore.reference.convolution(p, x=arrays["x"], w=arrays["w"])
+print(best.source, float(abs(arrays["y"] - expected).max()) < 1e-4)
+"""
+
+
+def test_the_answer_of_a_warm_start_runs() -> None:
+    """What the hit left unloaded loads when its answer runs."""
+    _python(_FIND)
+    assert _python(_RUN) == "find-db True"
