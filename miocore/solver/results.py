@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Iterable, Sequence
 
 import attrs
@@ -28,6 +27,8 @@ class Timing:
     @classmethod
     def from_samples(cls, samples: Sequence[float]) -> Timing:
         """Summarise the times of several runs (at least one)."""
+        import statistics  # when find measures: a FindDb hit reads stored summaries
+
         ordered = sorted(samples)
         if len(ordered) >= 4:
             q = statistics.quantiles(ordered, n=4, method="inclusive")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -251,6 +250,8 @@ class KernelCompiler:
             for info in unique.values():
                 build(info)
         else:
+            from concurrent.futures import ThreadPoolExecutor
+
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="miocore-nvrtc") as ex:
                 list(ex.map(build, unique.values()))
         return failures

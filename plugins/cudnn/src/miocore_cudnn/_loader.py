@@ -9,8 +9,6 @@ or why it could not be had. A missing package, a missing ``libcudnn`` or a faili
 
 from __future__ import annotations
 
-import ctypes
-import glob
 import importlib.util
 import os
 import sys
@@ -39,6 +37,9 @@ def _loaded() -> str:
 def _preload_libraries() -> None:
     """Load the first copy of each :data:`_PRELOAD` library found under ``nvidia/*/lib``,
     unless the process has one already (PyTorch loads its own)."""
+    import ctypes  # when the frontend is first wanted, not when the plugin registers
+    import glob
+
     mapped = _loaded()
     if "libcudart.so" in mapped:
         _state["cudart"] = "already loaded"
