@@ -12,7 +12,9 @@ Then the **warm start**: a FindDb hit in a new process. A first process finds th
 NORMAL mode into a fresh user database (``MIOCORE_USER_DB_PATH``, ``MIOCORE_SYSTEM_DB_PATH``
 in a temporary folder); then several fresh processes each time ``import miocore``,
 ``miocore.Handle("cpu")`` and ``find_solutions(p)`` (the hit), and list the heavy modules
-(SciPy, numba, torch, ...) the hit left in ``sys.modules``. The median of each part is printed.
+(numpy, SciPy, numba, torch, ...) the hit left in ``sys.modules``. The median of each part is
+printed. The processes cache bytecode (in a temporary folder) as an installed package does;
+``--no-bytecode`` makes every process compile what it imports.
 
 Run: ``python benchmarks/host_overhead.py`` (with the plugins installed);
 ``--warm-start`` measures the warm start only, ``--processes N`` sets how many.
@@ -21,6 +23,7 @@ Run: ``python benchmarks/host_overhead.py`` (with the plugins installed);
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -50,8 +53,8 @@ def per_call_us(run: Callable[[], object], calls: int = 2000, repeats: int = 5) 
 #: The problem of both measurements (sizes for ``ConvProblem.from_sizes``).
 SIZES = {"n": 1, "c": 4, "k": 4, "in_spatial": (4, 4), "filter_spatial": (1, 1)}
 
-#: Modules a FindDb hit should never need: the heavy libraries solvers use to compute.
-HEAVY = ("scipy", "numba", "llvmlite", "torch", "cupy", "cuda", "hip", "dask")
+#: Modules a FindDb hit should never need: the libraries solvers compute with.
+HEAVY = ("numpy", "ml_dtypes", "scipy", "numba", "llvmlite", "torch", "cupy", "cuda", "hip")
 
 #: Run in each fresh process: the hit, timed by parts, and the heavy modules it loaded.
 _HIT = f"""
@@ -68,7 +71,7 @@ assert sols[0].source == "find-db", sols[0].source
 print(json.dumps({{
     "import": t1 - t0, "handle": t2 - t1, "hit": t3 - t2, "total": t3 - t0,
     "solver": sols[0].solver,
-    "heavy": sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY!r} and "." not in m),
+    "heavy": sorted({{m.partition(".")[0] for m in sys.modules}} & set({HEAVY!r})),
 }}))
 """
 
@@ -80,15 +83,41 @@ miocore.Handle("cpu").find_solutions(p, find_mode="NORMAL")
 """
 
 
-def warm_start(processes: int = 9) -> dict[str, object]:
-    """Median seconds of each part of a FindDb hit in a new process (see the module doc)."""
+@dataclasses.dataclass(frozen=True)
+class WarmStart:
+    """Medians over fresh processes of the parts of a FindDb hit, in seconds."""
+
+    import_s: float
+    handle_s: float
+    hit_s: float
+    total_s: float
+    fastest_s: float
+    slowest_s: float
+    solver: str
+    heavy: tuple[str, ...]
+    processes: int
+    bytecode: bool
+
+
+def warm_start(processes: int = 9, *, bytecode: bool = True) -> WarmStart:
+    """A FindDb hit in ``processes`` fresh processes (see the module doc).
+
+    With ``bytecode`` the processes cache compiled modules (in a temporary
+    ``PYTHONPYCACHEPREFIX``, so nothing is written next to the sources), as an installed
+    package has them; without, every process compiles every module it imports, as under
+    ``PYTHONDONTWRITEBYTECODE``.
+    """
     with tempfile.TemporaryDirectory() as folder:
         environ = dict(os.environ)
         for name in ("MIOCORE_USER_DB_PATH", "MIOCORE_SYSTEM_DB_PATH"):
             environ[name] = os.path.join(folder, name.lower())
             os.makedirs(environ[name])
-        environ.pop("MIOCORE_FIND_MODE", None)
-        environ.pop("MIOCORE_FIND_ENFORCE", None)
+        for name in ("MIOCORE_FIND_MODE", "MIOCORE_FIND_ENFORCE", "PYTHONDONTWRITEBYTECODE"):
+            environ.pop(name, None)
+        if bytecode:
+            environ["PYTHONPYCACHEPREFIX"] = os.path.join(folder, "pycache")
+        else:
+            environ["PYTHONDONTWRITEBYTECODE"] = "1"
         subprocess.run([sys.executable, "-c", _FIND], env=environ, check=True)
         runs = []
         for _ in range(processes):
@@ -100,30 +129,37 @@ def warm_start(processes: int = 9) -> dict[str, object]:
                 text=True,
             )
             runs.append(json.loads(done.stdout.splitlines()[-1]))
-    out: dict[str, object] = {
-        part: statistics.median(r[part] for r in runs)
-        for part in ("import", "handle", "hit", "total")
-    }
-    out["spread"] = (min(r["total"] for r in runs), max(r["total"] for r in runs))
-    out["solver"] = runs[0]["solver"]
-    out["heavy"] = sorted({m for r in runs for m in r["heavy"]})
-    out["processes"] = processes
-    return out
 
+    def median(part: str) -> float:
+        return statistics.median(r[part] for r in runs)
 
-def print_warm_start(processes: int) -> None:
-    """Print the warm-start figure (median of ``processes`` fresh processes)."""
-    ws = warm_start(processes)
-    low, high = ws["spread"]  # type: ignore[misc]
-    print(f"warm start, FindDb hit in a new process (median of {ws['processes']} processes):")
-    print(f"  import miocore:                    {ws['import'] * 1e3:8.1f} ms")  # type: ignore[operator]
-    print(f"  Handle('cpu'):                     {ws['handle'] * 1e3:8.1f} ms")  # type: ignore[operator]
-    print(f"  find_solutions (hit, {ws['solver']}): {ws['hit'] * 1e3:8.1f} ms")  # type: ignore[operator]
-    print(
-        f"  total:                             {ws['total'] * 1e3:8.1f} ms"  # type: ignore[operator]
-        f"  (range {low * 1e3:.1f}-{high * 1e3:.1f} ms)"
+    return WarmStart(
+        import_s=median("import"),
+        handle_s=median("handle"),
+        hit_s=median("hit"),
+        total_s=median("total"),
+        fastest_s=min(r["total"] for r in runs),
+        slowest_s=max(r["total"] for r in runs),
+        solver=runs[0]["solver"],
+        heavy=tuple(sorted({m for r in runs for m in r["heavy"]})),
+        processes=processes,
+        bytecode=bytecode,
     )
-    print(f"  heavy modules loaded by the hit:   {', '.join(ws['heavy']) or 'none'}")  # type: ignore[arg-type]
+
+
+def print_warm_start(processes: int, *, bytecode: bool = True) -> None:
+    """Print the warm-start figure (median of ``processes`` fresh processes)."""
+    ws = warm_start(processes, bytecode=bytecode)
+    cached = "bytecode cached" if ws.bytecode else "no bytecode cache: every module compiled"
+    print(f"warm start, FindDb hit in a new process ({cached}; median of {ws.processes}):")
+    print(f"  import miocore:        {ws.import_s * 1e3:8.1f} ms")
+    print(f"  Handle('cpu'):         {ws.handle_s * 1e3:8.1f} ms")
+    print(f"  find_solutions (hit):  {ws.hit_s * 1e3:8.1f} ms  ({ws.solver})")
+    print(
+        f"  total:                 {ws.total_s * 1e3:8.1f} ms  "
+        f"(fastest {ws.fastest_s * 1e3:.1f}, slowest {ws.slowest_s * 1e3:.1f})"
+    )
+    print(f"  heavy modules loaded:  {', '.join(ws.heavy) or 'none'}")
 
 
 def main() -> None:
@@ -132,10 +168,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--warm-start", action="store_true", help="measure the warm start only")
     parser.add_argument("--processes", type=int, default=9, help="fresh processes (warm start)")
+    parser.add_argument(
+        "--no-bytecode",
+        action="store_true",
+        help="warm start without cached bytecode (as under PYTHONDONTWRITEBYTECODE)",
+    )
     args = parser.parse_args()
     if args.warm_start:
         print(f"machine: {machine()}")
-        print_warm_start(args.processes)
+        print_warm_start(args.processes, bytecode=not args.no_bytecode)
         return
 
     p = miocore.ConvProblem.from_sizes("forward", **SIZES)  # type: ignore[arg-type]
@@ -178,7 +219,7 @@ def main() -> None:
         w = torch.from_numpy(arrays["w"].copy())
         conv = per_call_us(lambda: torch.nn.functional.conv2d(x, w))
         print(f"torch.nn.functional.conv2d (whole):  {conv:8.1f} us  (PyTorch {torch.__version__})")
-    print_warm_start(args.processes)
+    print_warm_start(args.processes, bytecode=not args.no_bytecode)
 
 
 if __name__ == "__main__":
