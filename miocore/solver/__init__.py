@@ -3,7 +3,8 @@
 ``interface`` is what a plugin implements (``Solver``, ``ConvSolution``, ``KernelInfo``,
 ``Invoker``, ``PerfConfig``, the execution context), ``results`` what find returns
 (``Solution``, ``Timing``, ``FindReport``), ``hookspecs`` the pluggy hooks a plugin registers
-through, and ``registry`` the plugin manager that collects them. This room imports the problem
+through, ``registry`` the plugin manager that collects them and ``entry_points`` its scan of the
+installed distributions (cached while the installation is unchanged). This room imports the problem
 model and ``miocore.errors``/``miocore.env``/``miocore.logs`` only.
 """
 

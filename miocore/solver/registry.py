@@ -13,7 +13,6 @@ import re
 import threading
 import warnings
 from collections.abc import Iterable, Sequence
-from importlib import metadata
 from typing import Any
 
 import attrs
@@ -21,6 +20,7 @@ import pluggy
 
 from miocore import env
 from miocore.errors import PluginError, UnknownSolverError
+from miocore.solver.entry_points import entry_points
 from miocore.solver.hookspecs import (
     PROJECT,
     HeuristicRecord,
@@ -177,9 +177,8 @@ class Registry:
         loaded: list[_Plugin] = []
         failed: list[PluginInfo] = []
         seen: set[tuple[str, str]] = set()
-        for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-            dist = ep.dist.name if ep.dist is not None else "unknown"
-            version = ep.dist.version if ep.dist is not None else "unknown"
+        for ep in entry_points(ENTRY_POINT_GROUP):  # sorted by name; a cached scan
+            dist, version = ep.distribution, ep.version
             if (ep.name, dist) in seen:  # the same distribution found twice on sys.path
                 continue
             seen.add((ep.name, dist))
