@@ -6,15 +6,18 @@ strided view of that copy with the tap's weights to a float32 accumulator, ``blo
 channels at a time (the performance config). Any 2-D or 3-D problem, groups, strides,
 dilations, layouts and data types. On GPU backends the solution is one kernel,
 ``kernels/{{name}}_direct.cu``.
+
+numpy is imported where the solver computes (``_forward``), not with the module: every process
+registers the plugin, and a FindDb hit should not pay for numpy's import.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any
 
 import miocore
-import numpy as np
 from miocore import (
     APPLICABLE,
     Algorithm,
@@ -87,7 +90,7 @@ class {{Name}}Direct(TunableSolver):
         """The padded float32 copy of the input on the CPU; nothing on a GPU."""
         if ctx.backend != "cpu":
             return 0
-        return int(np.prod(_padded_shape(problem))) * 4
+        return math.prod(_padded_shape(problem)) * 4
 
     def get_solution(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
@@ -125,11 +128,13 @@ def _padded_shape(p: ConvProblem) -> tuple[int, ...]:
 
 
 def _forward(params: InvokeParams, block_k: int) -> None:
+    import numpy as np
+
     p = params.problem
     g, n = p.groups, p.n
     cg, kg = p.c // g, p.k // g
     shape = _padded_shape(p)
-    size = int(np.prod(shape))
+    size = math.prod(shape)
     if params.workspace is None or params.workspace.nbytes < 4 * size:
         have = 0 if params.workspace is None else params.workspace.nbytes
         raise miocore.WorkspaceError(
@@ -171,7 +176,7 @@ _DTYPE_FLAG["bfloat16"] = "-DMIO_DTYPE_BF16"
 
 def gpu_kernel(problem: ConvProblem) -> KernelInfo:
     """The kernel of ``problem`` on a GPU backend: one thread per output element (grid-stride)."""
-    total = int(np.prod(problem.y.lengths))
+    total = math.prod(problem.y.lengths)
     blocks = max(1, min(65535, -(-total // THREADS)))
     return KernelInfo(
         source="{{name}}_direct.cu",
