@@ -210,9 +210,12 @@ def cpu_device_info() -> DeviceInfo:
     cores = os.cpu_count() or 1
     machine = platform.machine() or "unknown"
     identity = f"cpu_{machine}_{cores}".replace("-", "_").lower()
+    # On Linux platform.processor() runs `uname -p` in a subprocess (milliseconds of every new
+    # handle's process) to answer "unknown" or the machine: the machine is the name there.
+    name = machine if sys.platform.startswith("linux") else platform.processor() or machine
     return DeviceInfo(
         backend="cpu",
-        name=platform.processor() or machine,
+        name=name,
         arch=machine,
         compute_units=cores,
         identity=identity,
