@@ -157,3 +157,42 @@ def test_kernels_use_the_backends_thread_count() -> None:
     finally:
         numba.set_num_threads(before)
         threadpool_limits(limits=original)
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward_data"])
+@pytest.mark.parametrize(
+    ("filt", "strides", "pads", "dils", "size", "layout", "dtype"),
+    [
+        ((3, 3), (1, 1), (1, 1), (1, 1), (9, 13), "NHWC", "float32"),
+        ((7, 7), (1, 1), (3, 3), (1, 1), (14, 10), "NCHW", "float32"),
+        ((5, 5), (1, 1), (2, 2), (1, 1), (6, 11), "NHWC", "float16"),
+        ((3, 5), (1, 1), (0, 4), (2, 2), (8, 12), "NCHW", "bfloat16"),
+        ((5, 5), (2, 2), (2, 2), (1, 1), (11, 12), "NHWC", "float32"),
+        ((1, 7), (2, 1), (0, 3), (1, 1), (5, 9), "NCHW", "float32"),
+    ],
+)
+def test_register_blocked_kernel_matches_reference(
+    direction: str, filt, strides, pads, dils, size, layout: str, dtype: str
+) -> None:
+    """The generated kernels (depthwise_blocked.py): forward, and backward data at stride 1;
+    20 channels (one 16-lane vector and a remainder), edge pixels, tile remainders, pads
+    beyond the filter's reach."""
+    from miocore_direct.depthwise import _Plan
+
+    problem = ConvProblem.from_sizes(
+        direction,
+        n=2,
+        c=20,
+        k=20,
+        in_spatial=size,
+        filter_spatial=filt,
+        pads=pads,
+        strides=strides,
+        dilations=dils,
+        groups=20,
+        dtype=dtype,
+        layout=layout,
+    )
+    blocked = direction == "forward" or strides == (1, 1)
+    assert _Plan(problem).blocked == blocked
+    check_solver(DepthwiseDirectSolver(), problem, seed=7, tolerance=TOLERANCES[problem.dtype])

@@ -45,6 +45,7 @@ _ALIGN = 64  # bytes between workspace regions
 # loops, load-bound), staging copies move about this many GB/s, and every call pays the numba
 # dispatch and the thread-pool wake-up.
 _MACS_PER_NS = 8.0
+_BLOCKED_MACS_PER_NS = 16.0  # the register-blocked kernels (depthwise_blocked.py)
 _STAGE_GBPS = 4.0
 _CALL_MS = 0.02
 
@@ -79,6 +80,14 @@ class _Plan:
             *p.conv.pads,
             *p.conv.dilations,
         )
+        # Register-blocked kernel: forward, and backward data at stride 1 (a forward pass of dy
+        # with the flipped filter and padding (F - 1) * d - p), multiplier 1.
+        sh, sw = p.conv.strides
+        self.blocked = self.direction is not Direction.BACKWARD_WEIGHTS and _blocked_applies(
+            self.mult, self.filt[1], sw, p.conv.dilations[1]
+        )
+        if self.direction is Direction.BACKWARD_DATA and (sh, sw) != (1, 1):
+            self.blocked = False
         self.x_direct = _in_place(p.x)
         self.y_direct = _in_place(p.y)
         # Workspace regions in float32 elements: weights, x copy, y copy, partial sums.
@@ -101,7 +110,7 @@ class _Plan:
 
     def predicted_ms(self, threads: int) -> float:
         """The kernels' measured multiply-add rate plus the float32 staging copies."""
-        rate = _MACS_PER_NS * 1e6 * max(1, threads)
+        rate = (_BLOCKED_MACS_PER_NS if self.blocked else _MACS_PER_NS) * 1e6 * max(1, threads)
         staged = sum(self.sizes[1:3]) * 8 / (_STAGE_GBPS * 1e6)  # bytes read + written
         return self.macs / rate + staged + _CALL_MS
 
@@ -146,13 +155,24 @@ class _Plan:
         else:
             np.copyto(_channels_last(array), staged, casting="unsafe")
 
-    def staged_weights(self, w: np.ndarray, region: np.ndarray) -> np.ndarray:
-        """w (K, 1, FY, FX) as float32 (FY, FX, K)."""
+    def staged_weights(self, w: np.ndarray, region: np.ndarray, flip: bool = False) -> np.ndarray:
+        """w (K, 1, FY, FX) as float32 (FY, FX, K), both taps reversed when ``flip``."""
         import numpy as np
 
         staged = region.reshape(*self.filt, self.k)
-        np.copyto(staged, w.reshape(self.k, *self.filt).transpose(1, 2, 0), casting="unsafe")
+        taps = w.reshape(self.k, *self.filt).transpose(1, 2, 0)
+        np.copyto(staged, taps[::-1, ::-1] if flip else taps, casting="unsafe")
         return staged
+
+    def run_blocked(self, src: np.ndarray, wt: np.ndarray, dst: np.ndarray) -> None:
+        """The register-blocked kernel: forward, or backward data as a forward pass of dy with
+        the flipped filter (stride 1)."""
+        from miocore_direct.depthwise_blocked import forward_kernel
+
+        _, sh, sw, ph, pw, dh, dw = self.geometry
+        if self.direction is Direction.BACKWARD_DATA:
+            ph, pw = (self.filt[0] - 1) * dh - ph, (self.filt[1] - 1) * dw - pw
+        forward_kernel(self.filt[1], sw, dw)(src, wt, dst, sh, ph, dh, pw)
 
 
 class _DepthwiseInvoker:
@@ -174,14 +194,20 @@ class _DepthwiseInvoker:
             wt = plan.staged_weights(params.w, w_region)
             x = plan.tensor(params.x, plan.x_direct, x_region, load=True)
             y = plan.tensor(params.y, plan.y_direct, y_region, load=False)
-            kernels.forward_nhwc(x, wt, y, *geometry)
+            if plan.blocked:
+                plan.run_blocked(x, wt, y)
+            else:
+                kernels.forward_nhwc(x, wt, y, *geometry)
             if not plan.y_direct:
                 plan.store(y, params.y)
         elif plan.direction is Direction.BACKWARD_DATA:
-            wt = plan.staged_weights(params.w, w_region)
+            wt = plan.staged_weights(params.w, w_region, flip=plan.blocked)
             dy = plan.tensor(params.y, plan.y_direct, y_region, load=True)
             dx = plan.tensor(params.x, plan.x_direct, x_region, load=False)
-            kernels.backward_data_nhwc(dy, wt, dx, *geometry)
+            if plan.blocked:
+                plan.run_blocked(dy, wt, dx)
+            else:
+                kernels.backward_data_nhwc(dy, wt, dx, *geometry)
             if not plan.x_direct:
                 plan.store(dx, params.x)
         else:
@@ -191,6 +217,14 @@ class _DepthwiseInvoker:
             kernels.backward_weights_nhwc(x, dy, partial, *geometry)
             total = np.sum(partial, axis=0, out=w_region.reshape(*plan.filt, plan.k))
             np.copyto(params.w.reshape(plan.k, *plan.filt), total.transpose(2, 0, 1), "unsafe")
+
+
+def _blocked_applies(mult: int, width: int, stride_w: int, dilation_w: int) -> bool:
+    """:func:`miocore_direct.depthwise_blocked.applies` (that module is numba-free to import,
+    but this keeps planning free of it until a kernel runs)."""
+    from miocore_direct.depthwise_blocked import applies
+
+    return applies(mult, width, stride_w, dilation_w)
 
 
 def _apply_threads(handle: Any) -> None:
