@@ -18,7 +18,12 @@ from typing import Any
 import attrs
 
 from miocore.errors import InvalidDescriptorError, InvalidProblemError
-from miocore.problem.descriptors import LAYOUTS, TensorDescriptor, packed_strides
+from miocore.problem.descriptors import (
+    LAYOUTS,
+    ConvolutionDescriptor,
+    TensorDescriptor,
+    packed_strides,
+)
 from miocore.problem.dtypes import DataType
 
 
@@ -132,3 +137,87 @@ def _element_strides(
 
 def _same_steps(a: Sequence[int], b: Sequence[int], lengths: Sequence[int]) -> bool:
     return all(x == y for x, y, n in zip(a, b, lengths, strict=True) if n != 1)
+
+
+def descriptors_of_arrays(
+    x: Any,
+    w: Any,
+    y: Any = None,
+    *,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    dilation: int | Sequence[int] = 1,
+    groups: int = 1,
+    layout: str | None = None,
+) -> tuple[TensorDescriptor, TensorDescriptor, TensorDescriptor, ConvolutionDescriptor]:
+    """The x, w, y descriptors and the convolution of an ordinary convolution given as arrays
+    (``ConvProblem.from_tensors`` says how each is read)."""
+    infos = [array_info(x, "x"), array_info(w, "w")]
+    if y is not None:
+        infos.append(array_info(y, "y"))
+    xi = infos[0]
+    rank = len(xi.lengths) - 2
+    for info in infos[1:]:
+        if len(info.lengths) != len(xi.lengths):
+            raise InvalidProblemError(
+                f"x is {len(xi.lengths)}-D but {info.field} is {len(info.lengths)}-D",
+                field=f"{info.field}.shape",
+                value=info.lengths,
+            )
+        if info.dtype is not xi.dtype:
+            raise InvalidProblemError(
+                f"x is {xi.dtype.value} but {info.field} is {info.dtype.value}: x, w and y "
+                "share one data type",
+                field=f"{info.field}.dtype",
+                value=info.dtype.value,
+            )
+    if layout is not None:
+        if not isinstance(layout, str) or layout.upper() not in LAYOUTS[rank]:
+            raise InvalidProblemError(
+                f"a {rank}-D convolution takes one of {LAYOUTS[rank]}",
+                field="layout",
+                value=layout,
+            )
+        chosen = layout.upper()
+    else:
+        chosen = _problem_layout(infos, rank)
+    required = layout is not None
+    conv = ConvolutionDescriptor(
+        pads=_per_dim(padding, "padding", rank, minimum=0),
+        strides=_per_dim(stride, "stride", rank, minimum=1),
+        dilations=_per_dim(dilation, "dilation", rank, minimum=1),
+        groups=groups,
+    )
+    descs = [info.descriptor(chosen, required=required) for info in infos]
+    if y is None:
+        descs.append(conv.output_descriptor(descs[0], descs[1], layout=chosen))
+    return descs[0], descs[1], descs[2], conv
+
+
+def _problem_layout(infos: list[ArrayInfo], rank: int) -> str:
+    """One layout for the problem: the first array (x, w, y) packed in exactly one layout
+    decides; else the first strided one's; else the default (NCHW/NCDHW)."""
+    for info in infos:
+        if len(info.packed_in) == 1:
+            return info.packed_in[0]
+    for info in infos:
+        if not info.packed_in:
+            return info.strided().layout
+    return LAYOUTS[rank][0]
+
+
+def _per_dim(value: Any, field: str, rank: int, *, minimum: int) -> tuple[int, ...]:
+    """An int, or one int per spatial dimension, as torch takes ``stride`` and ``padding``."""
+    items = (value,) * rank if isinstance(value, int) and not isinstance(value, bool) else value
+    try:
+        out = tuple(operator.index(v) for v in items if not isinstance(v, bool))
+        ok = len(out) == len(items) == rank
+    except TypeError:
+        ok = False
+    if not ok or min(out) < minimum:
+        raise InvalidProblemError(
+            f"expected an integer >= {minimum} or {rank} of them, one per spatial dimension",
+            field=field,
+            value=value,
+        )
+    return out

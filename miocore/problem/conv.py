@@ -9,7 +9,6 @@ ever see canonical problems.
 from __future__ import annotations
 
 import math
-import operator
 import re
 from collections.abc import Sequence
 from enum import StrEnum
@@ -19,7 +18,7 @@ from typing import Any
 import attrs
 
 from miocore.errors import InvalidProblemError
-from miocore.problem.arrays import ArrayInfo, array_info
+from miocore.problem.arrays import descriptors_of_arrays
 from miocore.problem.descriptors import (
     LAYOUTS,
     ConvolutionDescriptor,
@@ -349,46 +348,10 @@ class ConvProblem:
         array to follow it. ``y`` (the output, or dy), when given, is checked against the
         problem and lends its layout; otherwise y is packed in the problem's layout.
         """
-        infos = [array_info(x, "x"), array_info(w, "w")]
-        if y is not None:
-            infos.append(array_info(y, "y"))
-        xi = infos[0]
-        rank = len(xi.lengths) - 2
-        for info in infos[1:]:
-            if len(info.lengths) != len(xi.lengths):
-                raise InvalidProblemError(
-                    f"x is {len(xi.lengths)}-D but {info.field} is {len(info.lengths)}-D",
-                    field=f"{info.field}.shape",
-                    value=info.lengths,
-                )
-            if info.dtype is not xi.dtype:
-                raise InvalidProblemError(
-                    f"x is {xi.dtype.value} but {info.field} is {info.dtype.value}: x, w and y "
-                    "share one data type",
-                    field=f"{info.field}.dtype",
-                    value=info.dtype.value,
-                )
-        if layout is not None:
-            if not isinstance(layout, str) or layout.upper() not in LAYOUTS[rank]:
-                raise InvalidProblemError(
-                    f"a {rank}-D convolution takes one of {LAYOUTS[rank]}",
-                    field="layout",
-                    value=layout,
-                )
-            chosen = layout.upper()
-        else:
-            chosen = _problem_layout(infos, rank)
-        required = layout is not None
-        conv = ConvolutionDescriptor(
-            pads=_per_dim(padding, "padding", rank, minimum=0),
-            strides=_per_dim(stride, "stride", rank, minimum=1),
-            dilations=_per_dim(dilation, "dilation", rank, minimum=1),
-            groups=groups,
+        x_desc, w_desc, y_desc, conv = descriptors_of_arrays(
+            x, w, y, stride=stride, padding=padding, dilation=dilation, groups=groups, layout=layout
         )
-        descs = [info.descriptor(chosen, required=required) for info in infos]
-        if y is None:
-            descs.append(conv.output_descriptor(descs[0], descs[1], layout=chosen))
-        return cls(direction, x=descs[0], w=descs[1], y=descs[2], conv=conv)
+        return cls(direction, x=x_desc, w=w_desc, y=y_desc, conv=conv)
 
     @classmethod
     def from_key(cls, key: str) -> ConvProblem:
@@ -454,35 +417,6 @@ class ConvProblem:
         w = TensorDescriptor(dtype, (k, c // groups, *filt), layout=layouts[1])
         y = TensorDescriptor(dtype, (n, k, *y_sp), layout=y_lay)
         return cls(direction, x=x, w=w, y=y, conv=conv)
-
-
-def _problem_layout(infos: list[ArrayInfo], rank: int) -> str:
-    """One layout for the problem: the first array (x, w, y) packed in exactly one layout
-    decides; else the first strided one's; else the default (NCHW/NCDHW)."""
-    for info in infos:
-        if len(info.packed_in) == 1:
-            return info.packed_in[0]
-    for info in infos:
-        if not info.packed_in:
-            return info.strided().layout
-    return LAYOUTS[rank][0]
-
-
-def _per_dim(value: Any, field: str, rank: int, *, minimum: int) -> tuple[int, ...]:
-    """An int, or one int per spatial dimension, as torch takes ``stride`` and ``padding``."""
-    items = (value,) * rank if isinstance(value, int) and not isinstance(value, bool) else value
-    try:
-        out = tuple(operator.index(v) for v in items if not isinstance(v, bool))
-        ok = len(out) == len(items) == rank
-    except TypeError:
-        ok = False
-    if not ok or min(out) < minimum:
-        raise InvalidProblemError(
-            f"expected an integer >= {minimum} or {rank} of them, one per spatial dimension",
-            field=field,
-            value=value,
-        )
-    return out
 
 
 _KEY_RE = re.compile(r"^(?P<body>.+)-(?P<dir>[FBW])(?:_g(?P<groups>\d+))?$")
