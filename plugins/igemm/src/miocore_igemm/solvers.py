@@ -214,6 +214,7 @@ class ImplicitGemmSolver(TunableSolver):
 
         def factory(kernels: Any) -> Any:
             from miocore_igemm import engine  # numpy, SciPy's BLAS: to run only
+            from miocore_igemm.conform import conform
 
             def invoker(handle: Any, params: InvokeParams) -> None:
                 if params.problem != problem:
@@ -223,7 +224,7 @@ class ImplicitGemmSolver(TunableSolver):
                         value=params.problem.key,
                     )
                 arrays = {
-                    name: engine.conform(
+                    name: conform(
                         getattr(params, name), getattr(problem, name), name, name == written
                     )
                     for name in ("x", "w", "y")
