@@ -347,7 +347,7 @@ def test_no_fault_no_warning(tmp_path: Path, device: str) -> None:
 # -- many writers, killed at random ---------------------------------------------------------------
 
 WRITERS = 16
-ROUNDS = 200
+ROUNDS = 300
 
 _KILLABLE_WRITER = """
 import sys
@@ -408,7 +408,7 @@ def test_sixteen_writers_killed_at_random_lose_no_acknowledged_record(
                 else:
                     procs[w] = start(w)
         live = [w for w, p in procs.items() if p.poll() is None]
-        if live and kills < 24 and rng.random() < 0.5:
+        if live and kills < 24:  # a kill a round: writers start fast (no numpy to import)
             victim = int(rng.choice(live))
             procs[victim].send_signal(signal.SIGKILL)
             procs[victim].wait()
