@@ -46,14 +46,7 @@ _DEFAULT_MAX_MB = 1024
 
 def cache_disabled() -> bool:
     """Whether ``MIOCORE_DISABLE_CACHE`` turns the binary cache off (1, true, yes, on)."""
-    raw = env.get("MIOCORE_DISABLE_CACHE", "").strip().lower()
-    if raw in ("", "0", "false", "no", "off"):
-        return False
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    raise InvalidEnvironmentError(
-        "expected 0/1 (or true/false, yes/no, on/off)", field="MIOCORE_DISABLE_CACHE", value=raw
-    )
+    return env.flag("MIOCORE_DISABLE_CACHE", False)
 
 
 def default_cache_dir() -> Path:

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from miocore import env
-from miocore.errors import InvalidEnvironmentError
 
 log = logging.getLogger("miocore.plugins")
 
@@ -105,23 +104,12 @@ def scan(group: str) -> list[EntryPoint]:
 
 def cache_file() -> Path | None:
     """This interpreter's cache file, or None when ``MIOCORE_DISABLE_CACHE`` turns it off."""
-    if _disabled():
+    if env.flag("MIOCORE_DISABLE_CACHE", False):
         return None
     import platformdirs
 
     interpreter = hashlib.sha256(sys.executable.encode()).hexdigest()[:16]
     return Path(platformdirs.user_cache_dir("miocore")) / "plugins" / f"{interpreter}.json"
-
-
-def _disabled() -> bool:
-    raw = env.get("MIOCORE_DISABLE_CACHE", "").strip().lower()
-    if raw in ("", "0", "false", "no", "off"):
-        return False
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    raise InvalidEnvironmentError(
-        "expected 0/1 (or true/false, yes/no, on/off)", field="MIOCORE_DISABLE_CACHE", value=raw
-    )
 
 
 def _stat(path: str) -> list[int] | None:
