@@ -104,20 +104,31 @@ def _recovering_worker(worker: int, user_dir: str, start_at: float) -> None:
     find.close()
 
 
+#: Processes and rounds of the recovery race: before opens followed a replaced file, one round
+#: of 12 lost a writer's records about one time in ten (4 processes: rarely enough to pass CI).
+RECOVERING = 12
+ROUNDS = 2
+
+
 def test_concurrent_writers_recover_a_corrupt_file_once(tmp_path: Path) -> None:
-    (tmp_path / f"{DEVICE}.db").write_bytes(b"\xde\xad\xbe\xef" * 4096)
     ctx = multiprocessing.get_context("spawn")
-    start_at = time.time() + 1.5
-    procs = [
-        ctx.Process(target=_recovering_worker, args=(w, str(tmp_path), start_at))
-        for w in range(WORKERS)
-    ]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-    assert [p.exitcode for p in procs] == [0] * WORKERS
-    # One process set the garbage aside; the others did not move its fresh file away again.
-    assert len(list(tmp_path.glob(f"{DEVICE}.db.corrupt-*"))) == 1
-    find = FindDb(DEVICE, user_dir=tmp_path, system_dir=tmp_path / "none")
-    assert len(find.keys()) == WORKERS * 40
+    for round_ in range(ROUNDS):
+        folder = tmp_path / str(round_)
+        folder.mkdir()
+        (folder / f"{DEVICE}.db").write_bytes(b"\xde\xad\xbe\xef" * 4096)
+        start_at = time.time() + 2.0
+        procs = [
+            ctx.Process(target=_recovering_worker, args=(w, str(folder), start_at))
+            for w in range(RECOVERING)
+        ]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+        assert [p.exitcode for p in procs] == [0] * RECOVERING
+        # One process set the garbage aside; the others did not move its fresh file away again.
+        assert len(list(folder.glob(f"{DEVICE}.db.corrupt-*"))) == 1
+        find = FindDb(DEVICE, user_dir=folder, system_dir=folder / "none")
+        # No writer fell back to memory: every record of every process is in the new file.
+        assert len(find.keys()) == RECOVERING * 40
+        find.close()

@@ -215,10 +215,10 @@ def test_permission_denied(tmp_path: Path, device: str, monkeypatch: pytest.Monk
     _write_earlier(tmp_path, device)
     if os.geteuid() == 0:  # root ignores modes: deny the way the kernel would
 
-        def denied(self: Store, *, create: bool) -> sqlite3.Connection:
+        def denied(self: Store, mode: str) -> sqlite3.Connection:
             raise PermissionError(errno.EACCES, "Permission denied", str(self.path))
 
-        monkeypatch.setattr(Store, "_open_user", denied)
+        monkeypatch.setattr(Store, "_connect_user", denied)
     else:
         (tmp_path / f"{device}.db").chmod(0o000)
     try:

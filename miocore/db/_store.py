@@ -42,6 +42,9 @@ from miocore.errors import DatabaseError
 
 T = TypeVar("T")
 
+#: How often an open follows a file that other processes keep replacing before giving up.
+REOPEN_ATTEMPTS = 8
+
 
 class Store:
     """One SQLite file holding the ``find_db`` and ``perf_db`` tables.
@@ -201,15 +204,10 @@ class Store:
                 return None
             conn = self._open_system()
         else:
-            try:
-                conn = self._open_user(create=sig is None)
-            except sqlite3.OperationalError:
-                # The file vanished between stat and open (another process set it aside).
-                if self.path.exists():
-                    raise
-                if not create:
-                    return None
-                conn = self._open_user(create=True)
+            opened = self._open_user(sig, create=create)
+            if opened is None:
+                return None
+            conn = opened
         self._conn = conn
         self._conn_pid = os.getpid()
         self._conn_sig = self._last_sig = file_signature(self.path)
@@ -237,20 +235,32 @@ class Store:
             raise
         return conn
 
-    def _open_user(self, *, create: bool) -> sqlite3.Connection:
-        if create:
+    def _open_user(self, sig: tuple[int, int] | None, *, create: bool) -> sqlite3.Connection | None:
+        # Another process may set the file aside, and another make a new one, between our
+        # stat and our open: then open what is there now.
+        for _ in range(REOPEN_ATTEMPTS):
+            if sig is None:
+                if not create:
+                    return None
+                if not self._create_whole():
+                    return self._connect_user("mode=rwc")
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise DatabaseError(
-                    f"cannot create the user database folder: {exc}",
-                    field="path",
-                    value=str(self.path.parent),
-                ) from exc
-        # mode=rw when the file exists, so a file deleted meanwhile is not silently recreated
-        # by a read; rwc only on the write path.
+                # mode=rw: a file set aside meanwhile is not silently recreated by a read.
+                return self._connect_user("mode=rw")
+            except sqlite3.OperationalError:
+                now = file_signature(self.path)
+                if now is not None and now == sig:
+                    raise
+                sig = now
+        raise DatabaseError(
+            f"the user database was replaced {REOPEN_ATTEMPTS} times while it was being opened",
+            field="path",
+            value=str(self.path),
+        )
+
+    def _connect_user(self, mode: str) -> sqlite3.Connection:
         conn = sqlite3.connect(
-            sqlite_uri(self.path, "mode=rwc" if create else "mode=rw"),
+            sqlite_uri(self.path, mode),
             uri=True,
             timeout=self.timeout_s,
             isolation_level=None,
@@ -262,6 +272,41 @@ class Store:
             conn.close()
             raise
         return conn
+
+    def _create_whole(self) -> bool:
+        """Make a new database beside the path and link it into place whole.
+
+        A file created in place can be opened by another process before its header, journal
+        mode and schema are written (SQLite then says "disk I/O error" or "no such table").
+        False: this file system has no hard links; the caller creates the file in place.
+        """
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DatabaseError(
+                f"cannot create the user database folder: {exc}",
+                field="path",
+                value=str(self.path.parent),
+            ) from exc
+        draft = self.path.with_name(f".{self.path.name}.new-{os.getpid()}-{threading.get_ident()}")
+        try:
+            conn = sqlite3.connect(sqlite_uri(draft, "mode=rwc"), uri=True, isolation_level=None)
+            try:
+                self._transaction(conn, functools.partial(create_schema, path=self.path))
+                conn.execute(f"PRAGMA journal_mode={self.journal_mode.upper()}")
+            finally:
+                conn.close()
+            try:
+                os.link(draft, self.path)
+            except FileExistsError:
+                pass  # another process linked its own first: everyone opens that one
+            except OSError:
+                return False
+            return True
+        finally:
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(draft.with_name(draft.name + suffix))
 
     def _prepare_user(self, conn: sqlite3.Connection) -> None:
         self._check(conn)
