@@ -9,7 +9,11 @@ events (median of ``--iters`` after warm-up) for inference and for one training 
 cross-entropy or mean-square loss, backward, SGD step). Also: the first-find time of
 ``miocore.torch.prepare`` (forward and backward problems), and correctness of the outputs and
 of the convolution weight gradients against the cuDNN copy (relative error of the whole
-tensor, per precision). One JSON line per (model, precision, mode) as it goes.
+tensor, per precision), the conv-only device time of one inference (each convolution of the
+model timed alone on its own input, summed over the model's layers) and which solvers the
+finds chose. One JSON line per (model, precision, mode) as it goes. Run it once as is (every
+plugin, cuDNN's engines included) and once with ``MIOCORE_DISABLE_PLUGINS=cudnn`` (miocore's
+own kernels); ``--db`` keeps the finds for a later call (``--modes compile graph``).
 
     python benchmarks/gpu_models.py --models resnet50 unet --dtypes float16 --out models.json
 """
@@ -105,6 +109,43 @@ def device_ms(fn: Any, warmup: int, iters: int) -> float:
     return statistics.median(times)
 
 
+def conv_inputs(model: nn.Module, x: torch.Tensor) -> list[tuple[nn.Module, torch.Tensor]]:
+    """Every convolution of one inference with the input it was called on."""
+    seen: list[tuple[nn.Module, torch.Tensor]] = []
+    hooks = [
+        m.register_forward_hook(lambda mod, args, out: seen.append((mod, args[0].detach())))
+        for m in model.modules()
+        if isinstance(m, nn.modules.conv._ConvNd)
+    ]
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen
+
+
+def conv_only_ms(layers: list[tuple[nn.Module, torch.Tensor]], repeat: int = 5) -> float:
+    """Device time of the model's convolutions alone: each layer called ``repeat`` times back
+    to back (so the host queues ahead of the device), the per-call median summed."""
+    total = 0.0
+    with torch.no_grad():
+        for mod, inp in layers:
+            total += device_ms(lambda m=mod, i=inp: [m(i) for _ in range(repeat)], 1, 5) / repeat
+    return total
+
+
+def chosen_solvers() -> dict[str, int]:
+    """How many of the front end's found problems each solver won (every direction)."""
+    from miocore.torch import runtime
+
+    counts: dict[str, int] = {}
+    for solution in runtime._solutions.values():
+        counts[solution.solver] = counts.get(solution.solver, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.double(), b.double()
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
@@ -168,6 +209,11 @@ def run_one(name: str, dtype_name: str, modes: list[str], iters: int) -> list[di
     row["weight_grad_rel_err_max"] = max(errs)
     row["worst_weight_grads"] = sorted(named, key=lambda pair: -pair[1])[:3]
     row["correct"] = max(row["output_rel_err"], *errs) < TOLERANCE[dtype_name]
+    row["solvers"] = chosen_solvers()
+    ref.eval(), mio.eval()
+    row["cudnn_conv_only_ms"] = conv_only_ms(conv_inputs(ref, x))
+    row["miocore_conv_only_ms"] = conv_only_ms(conv_inputs(mio, x))
+    row["conv_only_ratio"] = row["cudnn_conv_only_ms"] / row["miocore_conv_only_ms"]
     out = [row]
     print(json.dumps(row), flush=True)
     for mode in modes:
@@ -210,12 +256,15 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", default=["eager", "compile", "graph"])
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--db", type=Path, default=None, help="user database folder (default: a temporary one)"
+    )
     args = parser.parse_args()
     rows = []
-    with tempfile.TemporaryDirectory() as db:
+    with tempfile.TemporaryDirectory() as tmp:
         import os
 
-        os.environ.setdefault("MIOCORE_USER_DB_PATH", db)
+        os.environ.setdefault("MIOCORE_USER_DB_PATH", str(args.db or tmp))
         for name in args.models:
             for dtype in args.dtypes:
                 try:
