@@ -20,6 +20,7 @@ from miocore.errors import (
     InvalidArgumentError,
     NoApplicableSolverError,
     NotApplicableError,
+    PluginError,
     UnknownSolverError,
 )
 from miocore.find.accuracy import check_not_denied, filter_candidates
@@ -65,24 +66,33 @@ class Candidates:
         use_perf_db: bool,
         accuracy: Any = None,
         deterministic: bool = False,
+        among: frozenset[str] | None = None,
     ) -> list[Candidate]:
         """The candidates of ``problem`` within ``limit`` bytes that the deny list, the
         accuracy policy (``accuracy``, else ``MIOCORE_ACCURACY``) and ``deterministic`` allow;
-        the rest go into ``report``."""
+        the rest go into ``report``. ``among``: only the solvers of these names are looked at
+        (a FindDb hit asks only the solvers its record names; the others are not made)."""
         policy = accuracy_policy(accuracy)
         return filter_candidates(
             self.state,
             problem,
-            self._memoized(problem, report, limit, use_perf_db=use_perf_db),
+            self._memoized(problem, report, limit, use_perf_db=use_perf_db, among=among),
             report,
             policy=policy,
             deterministic=deterministic,
         )
 
     def _memoized(
-        self, problem: ConvProblem, report: FindReport, limit: int | None, *, use_perf_db: bool
+        self,
+        problem: ConvProblem,
+        report: FindReport,
+        limit: int | None,
+        *,
+        use_perf_db: bool,
+        among: frozenset[str] | None = None,
     ) -> list[Candidate]:
-        memo_key = (problem.network_config, limit, use_perf_db, id(self.state.registry), switches())
+        registry_id = id(self.state.registry)
+        memo_key = (problem.network_config, limit, use_perf_db, registry_id, switches(), among)
         found = self._memo.get(memo_key)
         if found is not None:
             candidates, left_out = found
@@ -90,7 +100,7 @@ class Candidates:
                 getattr(report, name).update(table)
             log.debug("candidates of %s from memory: %d", problem.key, len(candidates))
             return list(candidates)
-        candidates = self._select(problem, report, limit, use_perf_db=use_perf_db)
+        candidates = self._select(problem, report, limit, use_perf_db=use_perf_db, among=among)
         if not report.failed:  # a failure may be transient: ask again next time
             left_out = {name: dict(getattr(report, name)) for name in _LEFT_OUT}
             self._memo[memo_key] = (tuple(candidates), left_out)
@@ -102,7 +112,13 @@ class Candidates:
         return candidates
 
     def _select(
-        self, problem: ConvProblem, report: FindReport, limit: int | None, *, use_perf_db: bool
+        self,
+        problem: ConvProblem,
+        report: FindReport,
+        limit: int | None,
+        *,
+        use_perf_db: bool,
+        among: frozenset[str] | None = None,
     ) -> list[Candidate]:
         state = self.state
         canon = problem.canonical
@@ -117,18 +133,26 @@ class Candidates:
                 ) from None
         backend = state.backend.name
         out = []
+        # Name, family and backends are known without the solver: a lazy one is made (its
+        # module imported) only when it runs here and is enabled.
         for reg in registry.solvers:
-            solver = reg.solver
             if only is not None and reg.name != only:
                 continue
-            if backend not in solver.backends:
+            if among is not None and reg.name not in among:
+                continue
+            if backend not in reg.backends:
                 report.not_applicable[reg.name] = (
-                    f"runs on {', '.join(sorted(solver.backends))}, not {backend}"
+                    f"runs on {', '.join(sorted(reg.backends))}, not {backend}"
                 )
                 continue
-            algo = solver.algorithm.value
+            algo = reg.algorithm.value
             if not env.algorithm_enabled(algo):
                 report.skipped[reg.name] = f"disabled by MIOCORE_DEBUG_CONV_{algo.upper()}=0"
+                continue
+            try:
+                solver = reg.solver
+            except PluginError as exc:  # its module failed to import: the others go on
+                record_failure(report, reg, "loading the solver", exc)
                 continue
             try:
                 answer = normalize_applicability(solver.is_applicable(state.context, canon))
@@ -159,9 +183,9 @@ class Candidates:
         state = self.state
         reg = state.registry.get(solver)
         check_not_denied(state, problem, reg)
-        if state.backend.name not in reg.solver.backends:
+        if state.backend.name not in reg.backends:
             raise NotApplicableError(
-                f"runs on {sorted(reg.solver.backends)}, not {state.backend.name}",
+                f"runs on {sorted(reg.backends)}, not {state.backend.name}",
                 field="solver",
                 value=reg.name,
             )

@@ -16,6 +16,7 @@ from miocore.backends import open_backend
 from miocore.errors import InvalidArgumentError, NoApplicableSolverError
 from miocore.find.candidates import Candidates
 from miocore.find.engine import FindEngine, ProgressCallback
+from miocore.find.hit import recorded_hit
 from miocore.find.invoker_cache import CachedInvoker, InvokerCache
 from miocore.find.prepared import PreparedRun
 from miocore.find.ranker import ImmediateRanker
@@ -165,6 +166,10 @@ class Handle:
             self.perf_db.delete(problem.key)
             self.state.forget(problem.key)
         use_perf_db = enforce is not FindEnforce.DB_CLEAN
+        if mode is not FindMode.NORMAL:
+            hit = recorded_hit(self, problem, report, limit, accuracy, deterministic)
+            if hit:
+                return _present(hit, self.last_report, sort_by, max_results, ordered=True)
         candidates = self.candidates.select(
             problem,
             report,
@@ -252,6 +257,11 @@ class Handle:
         _check_presentation("time", max_results)
         report = FindReport(key=problem.key, mode="IMMEDIATE", enforce="NONE")
         self.last_report = report
+        if max_results is not None:  # the record alone may fill the list: ask only its solvers
+            hit = recorded_hit(self, problem, report, limit, accuracy, deterministic)
+            if len(hit) >= max_results:
+                return _present(hit, self.last_report, "time", max_results, ordered=True)
+            self.last_report = report  # the full listing below reports on every solver
         candidates = self.candidates.select(
             problem,
             report,

@@ -6,7 +6,9 @@ A plugin is a module (or object) registered under the ``miocore`` entry point gr
     myfamily = "myfamily.plugin"
 
 whose functions carry ``@miocore.hookimpl``. Hooks only collect registrations; the find loop
-never goes through pluggy.
+never goes through pluggy. The plugin module should import nothing heavy: every process that
+uses miocore imports it, so its solvers are best declared lazily (``SolverRecord(factory=
+"myfamily.solver:MySolver", name=..., algorithm=..., backends=...)``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import attrs
 import pluggy
 
 from miocore.problem.conv import ConvProblem
-from miocore.solver.interface import ExecutionContext, Solver
+from miocore.solver.interface import Algorithm, ExecutionContext, Solver
 
 PROJECT = "miocore"
 
@@ -26,15 +28,41 @@ hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
+#: What a lazy record's ``factory`` may be: ``"module:attr"`` (imported on first use), or the
+#: Solver subclass or zero-argument callable itself.
+SolverFactory = str | Callable[[], Solver]
+
+
 @attrs.frozen(kw_only=True)
 class SolverRecord:
-    """Registers one solver.
+    """Registers one solver, in one of two forms.
 
-    ``solver``: an instance of a :class:`miocore.Solver` subclass; its ``name`` must be unique
-    across all plugins and must not change between releases (databases store it).
+    * ``SolverRecord(solver=<instance>)``: an instance of a :class:`miocore.Solver` subclass.
+    * ``SolverRecord(factory="pkg.module:Class", name=..., algorithm=..., backends=...)``, the
+      lazy form: miocore registers the declared ``name``, ``algorithm`` (an
+      :class:`~miocore.Algorithm` or its value, such as ``"winograd"``) and ``backends`` (such
+      as ``("cpu",)``) without importing anything, and makes the solver the first time it is
+      asked a question. ``factory`` is ``"module:attr"`` naming a Solver subclass or a
+      zero-argument callable returning an instance (or that class or callable itself). The
+      solver it makes must declare the same name, algorithm and backends; a mismatch or an
+      import error is a :class:`~miocore.PluginError` naming the plugin, and find goes on
+      with the other solvers. A CPU handle then never imports a GPU solver's module, and a
+      FindDb hit imports only the solvers its record names.
+
+    The ``name`` must be unique across all plugins and must not change between releases
+    (databases store it).
     """
 
-    solver: Solver
+    solver: Solver | None = None
+    factory: SolverFactory | None = None
+    name: str | None = None
+    algorithm: Algorithm | str | None = None
+    backends: Iterable[str] = ()
+
+    @property
+    def is_lazy(self) -> bool:
+        """Whether this record names a factory (made on first use) rather than an instance."""
+        return self.solver is None and self.factory is not None
 
 
 @attrs.frozen(kw_only=True)

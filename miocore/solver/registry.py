@@ -20,6 +20,7 @@ import pluggy
 
 from miocore import env
 from miocore.errors import PluginError, UnknownSolverError
+from miocore.solver import lazy
 from miocore.solver.entry_points import entry_points
 from miocore.solver.hookspecs import (
     PROJECT,
@@ -63,25 +64,110 @@ class PluginInfo:
         return f"{self.name} ({self.distribution} {self.version})"
 
 
-@attrs.frozen(kw_only=True)
 class RegisteredSolver:
-    """A solver with its stable id and provenance."""
+    """A solver with its stable id and provenance.
 
-    solver: Solver
-    id: int
-    plugin: str
-    distribution: str
-    version: str
+    ``name``, ``algorithm`` and ``backends`` are known without the solver: for a lazy record
+    (``SolverRecord(factory=...)``) they are the declared ones, and ``solver`` makes the solver
+    on first access (once, thread-safe), checking it against them; a failure is a
+    :class:`~miocore.PluginError` naming the plugin, raised again on every access.
+    """
+
+    __slots__ = (
+        "_error",
+        "_factory",
+        "_lock",
+        "_solver",
+        "algorithm",
+        "backends",
+        "distribution",
+        "id",
+        "name",
+        "plugin",
+        "version",
+    )
+
+    def __init__(
+        self,
+        *,
+        id: int,
+        plugin: str,
+        distribution: str,
+        version: str,
+        solver: Solver | None = None,
+        factory: Any = None,
+        name: str | None = None,
+        algorithm: Algorithm | None = None,
+        backends: frozenset[str] | None = None,
+    ) -> None:
+        self.id = id
+        self.plugin = plugin
+        self.distribution = distribution
+        self.version = version
+        self._solver = solver
+        self._factory = factory
+        self._error: PluginError | None = None
+        self._lock = threading.Lock() if solver is None else None
+        #: The solver's stable name.
+        self.name: str = solver.name if solver is not None else str(name)
+        #: The solver's algorithm family.
+        self.algorithm: Algorithm = solver.algorithm if solver is not None else algorithm  # type: ignore[assignment]
+        #: The backends it runs on.
+        self.backends: frozenset[str] = frozenset(
+            solver.backends if solver is not None else (backends or ())
+        )
 
     @property
-    def name(self) -> str:
-        """The solver's stable name."""
-        return self.solver.name
+    def is_made(self) -> bool:
+        """Whether the solver exists already (always, for an instance record)."""
+        return self._solver is not None
 
     @property
-    def algorithm(self) -> Algorithm:
-        """The solver's algorithm family."""
-        return self.solver.algorithm
+    def solver(self) -> Solver:
+        """The solver instance, made on first access for a lazy record."""
+        solver = self._solver
+        if solver is not None:
+            return solver
+        with self._lock:  # type: ignore[union-attr]
+            if self._solver is None:
+                if self._error is None:
+                    try:
+                        self._solver = lazy.make(
+                            self._factory,
+                            name=self.name,
+                            algorithm=self.algorithm,
+                            backends=self.backends,
+                            label=self.label,
+                        )
+                    except PluginError as exc:
+                        log.warning("%s", exc)
+                        self._error = exc
+                if self._error is not None:  # a broken import does not heal in a process
+                    raise self._error.with_traceback(None)
+            return self._solver  # type: ignore[return-value]
+
+    @property
+    def label(self) -> str:
+        """``plugin (distribution version)`` for messages."""
+        return f"{self.plugin} ({self.distribution} {self.version})"
+
+    def _key(self) -> tuple[str, int, str, str, str]:
+        return (self.name, self.id, self.plugin, self.distribution, self.version)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RegisteredSolver):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        state = "made" if self._solver is not None else "lazy"
+        return (
+            f"RegisteredSolver(name={self.name!r}, id={self.id}, plugin={self.plugin!r}, "
+            f"distribution={self.distribution!r}, version={self.version!r}, {state})"
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -304,17 +390,24 @@ def _register(
         if problem:
             _warn(f"plugin {info.label} registered a malformed solver record ({problem}); ignored")
             continue
-        solver = rec.solver
-        providers.setdefault(solver.name, []).append(info.label)
-        out.append(
-            RegisteredSolver(
-                solver=solver,
-                id=solver_id(solver.name),
-                plugin=info.name,
-                distribution=info.distribution,
-                version=info.version,
+        where = {
+            "plugin": info.name,
+            "distribution": info.distribution,
+            "version": info.version,
+        }
+        if rec.solver is not None:
+            reg = RegisteredSolver(solver=rec.solver, id=solver_id(rec.solver.name), **where)
+        else:  # lazy: nothing of the solver is imported here
+            reg = RegisteredSolver(
+                factory=rec.factory,
+                name=rec.name,
+                algorithm=lazy.declared_algorithm(rec.algorithm),
+                backends=lazy.declared_backends(rec.backends),
+                id=solver_id(rec.name),
+                **where,
             )
-        )
+        providers.setdefault(reg.name, []).append(info.label)
+        out.append(reg)
     _refuse_duplicates(providers)
     return out
 
@@ -322,6 +415,10 @@ def _register(
 def _record_problem(rec: Any) -> str | None:
     if not isinstance(rec, SolverRecord):
         return f"expected miocore.SolverRecord, got {type(rec).__name__}"
+    if rec.solver is None and rec.factory is not None:
+        return _lazy_problem(rec)
+    if rec.factory is not None or rec.name is not None or rec.algorithm is not None:
+        return "give either solver=<instance> or factory=... with name, algorithm and backends"
     solver = rec.solver
     if not isinstance(solver, Solver):
         return f"solver must be a miocore.Solver instance, got {type(solver).__name__}"
@@ -334,6 +431,25 @@ def _record_problem(rec: Any) -> str | None:
     backends = getattr(solver, "backends", None)
     if not isinstance(backends, (frozenset, set, tuple)) or not backends:
         return f"solver {name!r} must list its backends"
+    return None
+
+
+def _lazy_problem(rec: SolverRecord) -> str | None:
+    """What is wrong with a lazy record (the same rules as an instance's, on what it declares)."""
+    name = rec.name
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        return f"name={name!r}: must be a dotted identifier such as 'family.variant'"
+    flaw = lazy.factory_problem(rec.factory)
+    if flaw:
+        return f"solver {name!r}: {flaw}"
+    if lazy.declared_algorithm(rec.algorithm) is None:
+        known = ", ".join(a.value for a in Algorithm)
+        return f"solver {name!r}: algorithm={rec.algorithm!r} is not one of {known}"
+    if lazy.declared_backends(rec.backends) is None:
+        return (
+            f"solver {name!r}: backends={rec.backends!r} must be a non-empty tuple of backend "
+            "names such as ('cpu',)"
+        )
     return None
 
 
