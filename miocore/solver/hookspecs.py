@@ -37,17 +37,17 @@ SolverFactory = str | Callable[[], Solver]
 class SolverRecord:
     """Registers one solver, in one of two forms.
 
-    * ``SolverRecord(solver=<instance>)``: an instance of a :class:`miocore.Solver` subclass.
-    * ``SolverRecord(factory="pkg.module:Class", name=..., algorithm=..., backends=...)``, the
-      lazy form: miocore registers the declared ``name``, ``algorithm`` (an
-      :class:`~miocore.Algorithm` or its value, such as ``"winograd"``) and ``backends`` (such
-      as ``("cpu",)``) without importing anything, and makes the solver the first time it is
-      asked a question. ``factory`` is ``"module:attr"`` naming a Solver subclass or a
-      zero-argument callable returning an instance (or that class or callable itself). The
-      solver it makes must declare the same name, algorithm and backends; a mismatch or an
-      import error is a :class:`~miocore.PluginError` naming the plugin, and find goes on
-      with the other solvers. A CPU handle then never imports a GPU solver's module, and a
-      FindDb hit imports only the solvers its record names.
+    * ``solver``: an instance of a :class:`miocore.Solver` subclass (the eager form).
+    * ``factory``, ``name``, ``algorithm``, ``backends``: the lazy form. miocore registers the
+      declared ``name``, ``algorithm`` (an :class:`~miocore.Algorithm` or its value, such as
+      ``"winograd"``) and ``backends`` (such as ``("cpu",)``) without importing anything, and
+      makes the solver the first time a find asks it a question. ``factory`` is
+      ``"package.module:attr"`` naming a Solver subclass or a zero-argument callable that
+      returns an instance (or that class or callable itself). The solver it makes must
+      declare the same name, algorithm and backends; a mismatch or an import error is a
+      :class:`~miocore.PluginError` naming the plugin, and find goes on with the other
+      solvers. A CPU handle then never imports a GPU solver's module, and a FindDb hit
+      imports only the solvers its record names.
 
     The ``name`` must be unique across all plugins and must not change between releases
     (databases store it).

@@ -82,6 +82,19 @@ def test_importing_the_plugin_does_not_import_cudnn() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_the_plugin_declares_its_engines_lazily_and_agrees_with_the_solvers() -> None:
+    from miocore_cudnn import plugin
+
+    assert plugin.MAX_ENGINE_ID == MAX_ENGINE_ID
+    found = {r.name: r for r in miocore.solvers() if r.name.startswith("cudnn.")}
+    assert found["cudnn.eng7"].solver is SOLVERS[7]  # the lazy record makes the same solver
+    code = (
+        "import sys, miocore; miocore.solvers(); "
+        "assert 'miocore_cudnn.solvers' not in sys.modules, 'imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 # -- not applicable, with reasons ------------------------------------------------------------
 
 

@@ -1,8 +1,33 @@
 """miocore-cudnn: cuDNN's convolution engines (through NVIDIA's cuDNN frontend) as miocore
-solvers, ``cudnn.eng0`` .. ``cudnn.eng99``. Importing this package never imports ``cudnn``."""
+solvers, ``cudnn.eng0`` .. ``cudnn.eng99``. Importing this package never imports ``cudnn``.
+
+The names below load on first access (PEP 562): importing the package, as the plugin scan
+does, imports none of its solver modules."""
 
 from __future__ import annotations
 
-from miocore_cudnn.solvers import MAX_ENGINE_ID, SOLVERS, CudnnEngineSolver, engine_solver
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from miocore_cudnn.solvers import MAX_ENGINE_ID, SOLVERS, CudnnEngineSolver, engine_solver
+
+#: Public name -> the module that defines it.
+_EXPORTS = {
+    "MAX_ENGINE_ID": "miocore_cudnn.solvers",
+    "SOLVERS": "miocore_cudnn.solvers",
+    "CudnnEngineSolver": "miocore_cudnn.solvers",
+    "engine_solver": "miocore_cudnn.solvers",
+}
 
 __all__ = ["MAX_ENGINE_ID", "SOLVERS", "CudnnEngineSolver", "engine_solver"]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the module of a public name on first access."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later accesses skip this function
+    return value

@@ -1,8 +1,31 @@
-"""miocore-fft: FFT convolution (overlap-save tiling) for miocore, all three directions."""
+"""miocore-fft: FFT convolution (overlap-save tiling) for miocore, all three directions.
+
+The names below load on first access (PEP 562): importing the package, as the plugin scan
+does, imports none of its solver modules."""
 
 from __future__ import annotations
 
-from miocore_fft.plan import FftPlan
-from miocore_fft.solver import FftOverlapSave
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from miocore_fft.plan import FftPlan
+    from miocore_fft.solver import FftOverlapSave
+
+#: Public name -> the module that defines it.
+_EXPORTS = {
+    "FftPlan": "miocore_fft.plan",
+    "FftOverlapSave": "miocore_fft.solver",
+}
 
 __all__ = ["FftOverlapSave", "FftPlan"]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the module of a public name on first access."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later accesses skip this function
+    return value

@@ -1,15 +1,32 @@
 """miocore-igemm: implicit-GEMM convolution solvers (per-tap and column-block, NCHW and NHWC).
 
 Solvers: ``igemm.fwd``, ``igemm.bwd`` (backward data) and ``igemm.wrw`` (backward weights).
-"""
 
-from miocore_igemm.solvers import (
-    SOLVERS,
-    ImplicitGemmBackwardData,
-    ImplicitGemmBackwardWeights,
-    ImplicitGemmForward,
-    ImplicitGemmSolver,
-)
+The names below load on first access (PEP 562): importing the package, as the plugin scan
+does, imports none of its solver modules."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from miocore_igemm.solvers import (
+        SOLVERS,
+        ImplicitGemmBackwardData,
+        ImplicitGemmBackwardWeights,
+        ImplicitGemmForward,
+        ImplicitGemmSolver,
+    )
+
+#: Public name -> the module that defines it.
+_EXPORTS = {
+    "SOLVERS": "miocore_igemm.solvers",
+    "ImplicitGemmBackwardData": "miocore_igemm.solvers",
+    "ImplicitGemmBackwardWeights": "miocore_igemm.solvers",
+    "ImplicitGemmForward": "miocore_igemm.solvers",
+    "ImplicitGemmSolver": "miocore_igemm.solvers",
+}
 
 __all__ = [
     "SOLVERS",
@@ -18,3 +35,13 @@ __all__ = [
     "ImplicitGemmForward",
     "ImplicitGemmSolver",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the module of a public name on first access."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later accesses skip this function
+    return value

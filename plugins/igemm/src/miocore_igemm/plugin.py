@@ -1,28 +1,46 @@
-"""The ``igemm`` entry point: registers the implicit-GEMM solvers with miocore."""
+"""The ``igemm`` entry point: registers the implicit-GEMM solvers with miocore.
+
+Every process that uses miocore imports this module, so it imports nothing of the solvers:
+each is declared lazily (name, family, backends) and its module is imported when a find first
+asks it a question (a CPU handle never imports the GPU solvers).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import miocore
-from miocore_igemm.gpu import GPU_SOLVERS, KERNEL_DIR
-from miocore_igemm.gpu_fma import GPU_FMA_SOLVERS
-from miocore_igemm.gpu_wrw import GPU_WRW_SOLVERS
-from miocore_igemm.solvers import SOLVERS
+
+#: The GPU kernel sources (``miocore_igemm.gpu_common.KERNEL_DIR``), without importing it.
+KERNEL_DIR = Path(__file__).parent / "kernels"
+
+_GPU = ("cuda", "hip")
+
+#: (factory, name, backends) of every solver, in registration order.
+_SOLVERS = (
+    ("miocore_igemm.solvers:ImplicitGemmForward", "igemm.fwd", ("cpu",)),
+    ("miocore_igemm.solvers:ImplicitGemmBackwardData", "igemm.bwd", ("cpu",)),
+    ("miocore_igemm.solvers:ImplicitGemmBackwardWeights", "igemm.wrw", ("cpu",)),
+    ("miocore_igemm.gpu:GpuMmaIgemmSolver", "igemm.gpu_mma", _GPU),
+    ("miocore_igemm.gpu:GpuTf32IgemmSolver", "igemm.gpu_tf32", _GPU),
+    # exact fp32 on CUDA cores, all directions
+    ("miocore_igemm.gpu_fma:GpuFmaIgemmSolver", "igemm.gpu_fma", _GPU),
+    # backward weights on tensor cores
+    ("miocore_igemm.gpu_wrw:GpuMmaWrwSolver", "igemm.gpu_mma_wrw", _GPU),
+    ("miocore_igemm.gpu_wrw:GpuTf32WrwSolver", "igemm.gpu_tf32_wrw", _GPU),
+)
 
 
 @miocore.hookimpl
 def miocore_solvers() -> Iterator[miocore.SolverRecord]:
     """CPU: ``igemm.fwd``, ``igemm.bwd``, ``igemm.wrw``; GPU: ``igemm.gpu_mma`` (fp16/bf16
-    tensor cores) and ``igemm.gpu_tf32`` (fp32 through TF32, only in the ``tf32`` math mode)."""
-    for solver in SOLVERS:
-        yield miocore.SolverRecord(solver=solver)
-    for solver in GPU_SOLVERS:
-        yield miocore.SolverRecord(solver=solver)
-    for solver in GPU_FMA_SOLVERS:  # igemm.gpu_fma: exact fp32 on CUDA cores, all directions
-        yield miocore.SolverRecord(solver=solver)
-    for solver in GPU_WRW_SOLVERS:  # igemm.gpu_mma_wrw, igemm.gpu_tf32_wrw (backward weights)
-        yield miocore.SolverRecord(solver=solver)
+    tensor cores) and ``igemm.gpu_tf32`` (fp32 through TF32, only in the ``tf32`` math mode),
+    ``igemm.gpu_fma``, ``igemm.gpu_mma_wrw`` and ``igemm.gpu_tf32_wrw``."""
+    for factory, name, backends in _SOLVERS:
+        yield miocore.SolverRecord(
+            factory=factory, name=name, algorithm="implicit_gemm", backends=backends
+        )
 
 
 @miocore.hookimpl

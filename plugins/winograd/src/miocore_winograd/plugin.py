@@ -1,20 +1,34 @@
-"""miocore plugin entry point of the Winograd family."""
+"""miocore plugin entry point of the Winograd family.
+
+Every process that uses miocore imports this module, so it imports nothing of the solvers:
+each is declared lazily (name, family, backends) and its module is imported when a find first
+asks it a question (``winograd.plans`` pulls in ``fractions``; the GPU solvers the compiler).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import miocore
-from miocore_winograd.gpu import GPU_SOLVERS, KERNEL_DIR
-from miocore_winograd.solver import WinogradRxS
+
+#: The GPU kernel sources (``miocore_winograd.gpu.KERNEL_DIR``), without importing it.
+KERNEL_DIR = Path(__file__).parent / "kernels"
+
+_GPU = ("cuda", "hip")
 
 
 @miocore.hookimpl
 def miocore_solvers() -> Iterator[miocore.SolverRecord]:
     """CPU: ``winograd.rxs``; GPU: ``winograd.gpu_f2x3`` and ``winograd.gpu_f4x3``."""
-    yield miocore.SolverRecord(solver=WinogradRxS())
-    for solver in GPU_SOLVERS:
-        yield miocore.SolverRecord(solver=solver)
+    for factory, name, backends in (
+        ("miocore_winograd.solver:WinogradRxS", "winograd.rxs", ("cpu",)),
+        ("miocore_winograd.gpu:WinogradGpuF2x3", "winograd.gpu_f2x3", _GPU),
+        ("miocore_winograd.gpu:WinogradGpuF4x3", "winograd.gpu_f4x3", _GPU),
+    ):
+        yield miocore.SolverRecord(
+            factory=factory, name=name, algorithm="winograd", backends=backends
+        )
 
 
 @miocore.hookimpl
