@@ -12,9 +12,32 @@
 
 from __future__ import annotations
 
-from miocore_direct.depthwise import DepthwiseDirectSolver
-from miocore_direct.grouped import GroupedDirectSolver
-from miocore_direct.naive import NaiveDirectSolver
-from miocore_direct.taps import TapsDirectSolver
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from miocore_direct.depthwise import DepthwiseDirectSolver
+    from miocore_direct.grouped import GroupedDirectSolver
+    from miocore_direct.naive import NaiveDirectSolver
+    from miocore_direct.taps import TapsDirectSolver
+
+#: Public name -> the module that defines it. The names load on first access (PEP 562):
+#: importing the package, as the plugin scan does, imports none of its solver modules.
+_EXPORTS = {
+    "DepthwiseDirectSolver": "miocore_direct.depthwise",
+    "GroupedDirectSolver": "miocore_direct.grouped",
+    "NaiveDirectSolver": "miocore_direct.naive",
+    "TapsDirectSolver": "miocore_direct.taps",
+}
 
 __all__ = ["DepthwiseDirectSolver", "GroupedDirectSolver", "NaiveDirectSolver", "TapsDirectSolver"]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the module of a public name on first access."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later accesses skip this function
+    return value
