@@ -1,29 +1,42 @@
-"""The ``miocore`` entry point of the direct family: registers its solvers."""
+"""The ``miocore`` entry point of the direct family: registers its solvers.
+
+Every process that uses miocore imports this module, so it imports nothing of the solvers:
+each is declared lazily (name, family, backends) and its module is imported when a find first
+asks it a question (numba-backed CPU kernels, the GPU solvers' compiler: only when used).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import miocore
-from miocore_direct.depthwise import DepthwiseDirectSolver
-from miocore_direct.gpu import KERNEL_DIR, GpuNaiveDirectSolver
-from miocore_direct.gpu_depthwise import GpuDepthwiseSolver
-from miocore_direct.gpu_tiled import GpuTiledDirectSolver
-from miocore_direct.grouped import GroupedDirectSolver
-from miocore_direct.naive import NaiveDirectSolver
-from miocore_direct.taps import TapsDirectSolver
+
+#: The GPU kernel sources (``miocore_direct.gpu.KERNEL_DIR``), without importing it.
+KERNEL_DIR = Path(__file__).parent / "kernels"
+
+_CPU = ("cpu",)
+_GPU = ("cuda", "hip")
+
+#: (factory, name, backends) of every solver, in registration order.
+_SOLVERS = (
+    ("miocore_direct.depthwise:DepthwiseDirectSolver", "direct.depthwise", _CPU),
+    ("miocore_direct.grouped:GroupedDirectSolver", "direct.grouped", _CPU),
+    ("miocore_direct.taps:TapsDirectSolver", "direct.taps", _CPU),
+    ("miocore_direct.naive:NaiveDirectSolver", "direct.naive", _CPU),
+    ("miocore_direct.gpu:GpuNaiveDirectSolver", "direct.gpu_naive", _GPU),
+    ("miocore_direct.gpu_tiled:GpuTiledDirectSolver", "direct.gpu_tiled", _GPU),
+    ("miocore_direct.gpu_depthwise:GpuDepthwiseSolver", "direct.gpu_depthwise", _GPU),
+)
 
 
 @miocore.hookimpl
 def miocore_solvers() -> Iterator[miocore.SolverRecord]:
     """Yield the direct family's solvers: depthwise, grouped, per-tap BLAS, naive, GPU."""
-    yield miocore.SolverRecord(solver=DepthwiseDirectSolver())
-    yield miocore.SolverRecord(solver=GroupedDirectSolver())
-    yield miocore.SolverRecord(solver=TapsDirectSolver())
-    yield miocore.SolverRecord(solver=NaiveDirectSolver())
-    yield miocore.SolverRecord(solver=GpuNaiveDirectSolver())
-    yield miocore.SolverRecord(solver=GpuTiledDirectSolver())
-    yield miocore.SolverRecord(solver=GpuDepthwiseSolver())
+    for factory, name, backends in _SOLVERS:
+        yield miocore.SolverRecord(
+            factory=factory, name=name, algorithm="direct", backends=backends
+        )
 
 
 @miocore.hookimpl
