@@ -42,12 +42,16 @@ p = miocore.ConvProblem.from_sizes("forward", **{SIZES!r})
 print(miocore.Handle("cpu").find_solutions(p, find_mode="NORMAL")[0].solver)
 """
 
+#: Standard-library modules only some solvers need (Winograd's exact transforms).
+STDLIB_HEAVY = ("fractions", "decimal")
+
 _HIT = f"""
 import json, sys
 import miocore
 h = miocore.Handle("cpu")
 p = miocore.ConvProblem.from_sizes("forward", **{SIZES!r})
 found = h.find_solutions(p)
+after_find = set(sys.modules)
 listed = h.get_solutions(p)
 heavy = sorted({{m.partition(".")[0] for m in sys.modules}} & set({HEAVY!r}))
 print(json.dumps({{
@@ -55,11 +59,12 @@ print(json.dumps({{
     "listed": listed[0].source,
     "solver": found[0].solver,
     "heavy": heavy,
+    "after_find": sorted(after_find),
 }}))
 """
 
 pytestmark = pytest.mark.skipif(
-    not any("cpu" in reg.solver.backends for reg in miocore.solvers()),
+    not any("cpu" in reg.backends for reg in miocore.solvers()),
     reason="needs a plugin with a CPU solver installed",
 )
 
@@ -87,6 +92,29 @@ def test_a_finddb_hit_in_a_new_process_imports_no_heavy_library() -> None:
         f"a FindDb hit imported {hit['heavy']}: import them where a solver runs (see "
         "docs/performance.md, 'Warm start')"
     )
+
+
+
+def _gpu_solver_modules() -> set[str]:
+    """The modules of the installed plugins' GPU-only solvers (declared lazily: the factory
+    names the module)."""
+    return {
+        reg.factory.partition(":")[0]
+        for reg in miocore.solvers()
+        if "cpu" not in reg.backends and isinstance(reg.factory, str)
+    }
+
+
+def test_a_cpu_finddb_hit_imports_no_gpu_solver_nor_unused_solver_modules() -> None:
+    """A CPU hit asks only the recorded CPU solvers: no GPU solver module (the compiler and
+    kernel cache with them), no fractions/decimal (Winograd's plans)."""
+    _python(_FIND)
+    hit = json.loads(_python(_HIT))
+    assert hit["found"] == ["find-db"], hit
+    loaded = set(hit["after_find"])
+    assert not loaded & _gpu_solver_modules(), sorted(loaded & _gpu_solver_modules())
+    assert not loaded & set(STDLIB_HEAVY), sorted(loaded & set(STDLIB_HEAVY))
+    assert not {m for m in loaded if m.startswith("miocore_cudnn.solvers")}
 
 
 _RUN = f"""

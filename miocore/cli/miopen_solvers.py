@@ -160,7 +160,7 @@ def resolve_solver(spec: str, handle: Any, problem: ConvProblem) -> str:
 
     for name in candidates:
         reg = own.get(name)
-        if reg is None or handle.backend.name not in reg.solver.backends:
+        if reg is None or handle.backend.name not in reg.backends:
             continue
         try:
             answer = normalize_applicability(

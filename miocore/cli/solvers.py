@@ -19,24 +19,39 @@ from miocore.problem.dtypes import DataType
 from miocore.solver.numerics import format_notes
 
 
+def _made(reg: Any) -> Any:
+    """``reg``'s solver, or None when its lazy record fails to make it (listed, not fatal)."""
+    from miocore.errors import PluginError
+
+    try:
+        return reg.solver
+    except PluginError:
+        return None
+
+
 def _solver_rows(registry: Any) -> list[dict[str, Any]]:
     from miocore.solver.interface import TunableSolver
 
-    return [
-        {
-            "name": r.name,
-            "id": r.id,
-            "algorithm": r.algorithm.value,
-            "dynamic": bool(getattr(r.solver, "is_dynamic", False)),
-            "tunable": isinstance(r.solver, TunableSolver),
-            "notes": sorted(getattr(r.solver, "numerical_notes", ())),
-            "backends": sorted(getattr(r.solver, "backends", ())),
-            "plugin": r.plugin,
-            "distribution": r.distribution,
-            "version": r.version,
-        }
-        for r in registry.solvers
-    ]
+    rows = []
+    for r in registry.solvers:
+        solver = _made(r)
+        rows.append(
+            {
+                "name": r.name,
+                "id": r.id,
+                "algorithm": r.algorithm.value,
+                "dynamic": bool(getattr(solver, "is_dynamic", False)),
+                "tunable": isinstance(solver, TunableSolver),
+                "notes": sorted(getattr(solver, "numerical_notes", ())),
+                "backends": sorted(r.backends),
+                "plugin": r.plugin,
+                "distribution": r.distribution,
+                "version": r.version,
+            }
+        )
+        if solver is None:
+            rows[-1]["error"] = "its module fails to import or differs from its record"
+    return rows
 
 
 def _applicability_rows(handle: Any, problem: ConvProblem) -> list[dict[str, Any]]:
@@ -49,16 +64,14 @@ def _applicability_rows(handle: Any, problem: ConvProblem) -> list[dict[str, Any
         row: dict[str, Any] = {
             "solver": reg.name,
             "algorithm": reg.algorithm.value,
-            "notes": sorted(getattr(reg.solver, "numerical_notes", ())),
+            "notes": sorted(getattr(_made(reg), "numerical_notes", ())),
             "applicable": False,
             "workspace_size": None,
             "reason": "",
         }
         rows.append(row)
-        if handle.backend.name not in reg.solver.backends:
-            row["reason"] = (
-                f"runs on {', '.join(sorted(reg.solver.backends))}, not {handle.backend.name}"
-            )
+        if handle.backend.name not in reg.backends:
+            row["reason"] = f"runs on {', '.join(sorted(reg.backends))}, not {handle.backend.name}"
             continue
         try:
             answer = normalize_applicability(

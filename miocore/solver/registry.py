@@ -73,20 +73,6 @@ class RegisteredSolver:
     :class:`~miocore.PluginError` naming the plugin, raised again on every access.
     """
 
-    __slots__ = (
-        "_error",
-        "_factory",
-        "_lock",
-        "_solver",
-        "algorithm",
-        "backends",
-        "distribution",
-        "id",
-        "name",
-        "plugin",
-        "version",
-    )
-
     def __init__(
         self,
         *,
@@ -121,6 +107,12 @@ class RegisteredSolver:
     def is_made(self) -> bool:
         """Whether the solver exists already (always, for an instance record)."""
         return self._solver is not None
+
+    @property
+    def factory(self) -> Any:
+        """What a lazy record declared as its factory (``"module:attr"`` or a callable); None
+        for a solver registered as an instance."""
+        return self._factory
 
     @property
     def solver(self) -> Solver:

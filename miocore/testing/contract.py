@@ -74,6 +74,7 @@ from miocore.testing.problems import (
     corpus_problems,
     generate_problems,
 )
+from miocore.testing.records import solver_under_test, subject_name
 from miocore.testing.spy import spy_on
 
 #: Relative error bounds (max abs error / max abs reference) by data type, as
@@ -176,6 +177,9 @@ class ContractReport:
 class Contract:
     """The contract checks of one solver on a generated :class:`ProblemSet`.
 
+    ``solver``: the instance, or its ``SolverRecord`` or ``RegisteredSolver`` (a lazy one is
+    made as the registry makes it, and a flaw of its declaration breaks the registration rule).
+
     ``tolerance`` overrides :data:`DEFAULT_TOLERANCES`: one bound, a bound per data type, or
     ``f(problem, perf_config) -> bound`` for solvers whose accuracy depends on the config.
     ``problems`` are asked first (a narrow solver brings its own); ``per_direction`` and
@@ -185,7 +189,7 @@ class Contract:
 
     def __init__(
         self,
-        solver: Solver,
+        solver: Solver | Any,
         *,
         ctx: ExecutionContext | None = None,
         tolerance: Tolerance | None = None,
@@ -199,8 +203,10 @@ class Contract:
         require_wti: bool = True,
         seed: int = 0,
     ) -> None:
-        self.solver = solver
-        self.name = str(getattr(solver, "name", type(solver).__name__))
+        # A SolverRecord or a RegisteredSolver is made here, as the registry makes it: a lazy
+        # record's flaw (import error, declaration mismatch) breaks the registration rule.
+        self.solver, self._registration_flaw = solver_under_test(solver)
+        self.name = subject_name(solver)
         self.ctx = ctx or ExecutionContext(device=cpu_device_info())
         self.tolerance = tolerance
         self.extra = tuple(problems)
@@ -354,6 +360,8 @@ class Contract:
         from miocore.solver.numerics import KNOWN_NOTES
         from miocore.solver.registry import _record_problem
 
+        if self._registration_flaw:
+            self.fail("registration", self._registration_flaw)
         if not isinstance(self.solver, Solver):
             self.fail("registration", f"{type(self.solver).__name__} is not a miocore.Solver")
         flaw = _record_problem(SolverRecord(solver=self.solver))
@@ -705,8 +713,9 @@ class Contract:
         return report
 
 
-def check_contract(solver: Solver, **options: Any) -> ContractReport:
-    """Run every rule of the contract on ``solver`` (options as :class:`Contract`)."""
+def check_contract(solver: Solver | Any, **options: Any) -> ContractReport:
+    """Run every rule of the contract on ``solver`` (a Solver, or its SolverRecord or
+    RegisteredSolver; options as :class:`Contract`)."""
     return Contract(solver, **options).check_all()
 
 
