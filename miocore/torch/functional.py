@@ -9,6 +9,7 @@ the bias is added after the convolution, so autograd takes its gradient as a sum
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -52,27 +53,46 @@ def convolution(
         )
     if not batched:
         x = x.unsqueeze(0)
-    stride, dilation = _per_dim(stride, spatial, "stride"), _per_dim(dilation, spatial, "dilation")
-    out_pad = _per_dim(output_padding or 0, spatial, "output_padding")
-    if isinstance(padding, str):
-        if transposed:
-            raise InvalidArgumentError(
-                "transposed convolutions take numeric padding", field="padding", value=padding
-            )
-        x, pads = _string_padding(x, weight, padding, stride, dilation)
-    else:
-        pads = _per_dim(padding, spatial, "padding")
-    if spatial == 1:  # as 2-D with H=1
+    # A module passes the same tuples every call: its ops arguments are worked out once.
+    memo_key = (spatial, stride, padding, dilation, groups, transposed, output_padding)
+    memo = not isinstance(padding, str) and _hashable(memo_key)
+    params = _PARAMS.get(memo_key) if memo else None
+    if params is None:
+        stride = _per_dim(stride, spatial, "stride")
+        dilation = _per_dim(dilation, spatial, "dilation")
+        out_pad = _per_dim(output_padding or 0, spatial, "output_padding")
+        if isinstance(padding, str):
+            if transposed:
+                raise InvalidArgumentError(
+                    "transposed convolutions take numeric padding", field="padding", value=padding
+                )
+            x, pads = _string_padding(x, weight, padding, stride, dilation)
+        else:
+            pads = _per_dim(padding, spatial, "padding")
+        if spatial == 1:  # as 2-D with H=1
+            stride, pads, dilation = (1, *stride), (0, *pads), (1, *dilation)
+            out_pad = (0, *out_pad)
+        params = ops.make_params(stride, pads, dilation, groups, transposed, out_pad)
+        if memo and len(_PARAMS) < MAX_MEMO:
+            _PARAMS[memo_key] = params
+    if spatial == 1:
         x, weight = x.unsqueeze(2), weight.unsqueeze(2)
-        stride, pads, dilation, out_pad = (1, *stride), (0, *pads), (1, *dilation), (0, *out_pad)
-    y = autograd.conv(
-        x, weight, ops.make_params(stride, pads, dilation, groups, transposed, out_pad)
-    )
+    y = autograd.conv(x, weight, params)
     if spatial == 1:
         y = y.squeeze(2)
     if bias is not None:
         y = y + bias.view(1, -1, *([1] * spatial))
     return y if batched else y.squeeze(0)
+
+
+#: The ops' arguments of numerically padded layers, by the layer's own arguments.
+_PARAMS: dict[tuple[Any, ...], ops.Params] = {}
+MAX_MEMO = 4096
+
+
+def _hashable(key: tuple[Any, ...]) -> bool:
+    """Whether ``key`` can index the memo: ints and tuples of ints (a caller's lists cannot)."""
+    return all(v is None or type(v) in (int, bool, tuple) for v in key)
 
 
 def _per_dim(value: Sequence[int] | int, spatial: int, field: str) -> tuple[int, ...]:

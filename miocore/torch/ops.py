@@ -70,10 +70,18 @@ def _run(
     output: str,
     output_shape_: Sequence[int],
     params: Params,
+    signature: Any = None,
 ) -> torch.Tensor:
-    """Pack the inputs in the lead's layout, allocate the output, run the direction."""
+    """Pack the inputs in the lead's layout, allocate the output, run the direction.
+
+    ``signature`` identifies the call (direction, arguments, the inputs' shapes, strides,
+    dtypes and device): when the inputs needed no packing, what was worked out here is kept
+    under it as a :class:`_Plan`, and a later call alike runs through the plan alone.
+    """
     dtype = check_dtype(lead, "x" if direction != "backward_data" else "dy")
-    layout = layout_name(lead.dim(), is_channels_last(lead))
+    channels_last = is_channels_last(lead)
+    layout = layout_name(lead.dim(), channels_last)
+    already_packed = True
     for name, t in tensors.items():
         if t.dtype != lead.dtype:
             check_dtype(t, name)
@@ -81,6 +89,7 @@ def _run(
                 f"must match the input's {lead.dtype}", field=f"{name}.dtype", value=str(t.dtype)
             )
         tensors[name] = packed(t, layout)
+        already_packed = already_packed and tensors[name] is t
     if min(output_shape_) < 1:
         raise InvalidArgumentError(
             f"the {direction} result would have shape {tuple(output_shape_)}: the filter (with"
@@ -95,12 +104,55 @@ def _run(
     problem = _problems.get(key)
     if problem is None:
         problem = _problems[key] = _problem(direction, dtype, layout, x, w, y, params)
+    written = tensors[output]
+    if signature is not None and already_packed and written.data_ptr() == result.data_ptr():
+        if len(_plans) >= MAX_PLANS:
+            _plans.clear()  # shapes that keep changing: keep memory bounded, rebuild as seen
+        restride = None if written is result else written.stride()
+        _plans[signature] = _Plan(
+            tuple(output_shape_),
+            memory_format(lead.dim(), channels_last),
+            restride,
+            key,
+            problem,
+        )
     runtime.run(lead.device, key, problem, x=x, w=w, y=y)
     return result
 
 
+class _Plan:
+    """One call signature's work done once: the output's shape and memory format, the strides
+    miocore's descriptor wants where torch's differ (on length-1 dimensions) and the problem."""
+
+    __slots__ = ("format", "key", "problem", "restride", "shape")
+
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        format: torch.memory_format,
+        restride: tuple[int, ...] | None,
+        key: Any,
+        problem: ConvProblem,
+    ) -> None:
+        self.shape, self.format = shape, format
+        self.restride, self.key, self.problem = restride, key, problem
+
+    def output(self, lead: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A new output tensor, and the view of it miocore writes."""
+        result = torch.empty(
+            self.shape, dtype=lead.dtype, device=lead.device, memory_format=self.format
+        )
+        if self.restride is None:
+            return result, result
+        return result, result.as_strided(self.shape, self.restride)
+
+
 #: Problems by key, so a problem is validated once per shape.
 _problems: dict[Any, ConvProblem] = {}
+#: Plans by call signature (see :func:`_run`).
+_plans: dict[Any, _Plan] = {}
+#: Signatures kept before the plans are forgotten (a program whose shapes never repeat).
+MAX_PLANS = 4096
 
 
 def _problem(
@@ -151,22 +203,43 @@ def make_params(
 
 def forward(x: torch.Tensor, w: torch.Tensor, params: Params) -> torch.Tensor:
     """The layer's output (the body of ``conv_forward``, callable without the dispatcher)."""
+    signature = ("forward", params, x.shape, x.stride(), w.shape, w.stride(), x.dtype, w.dtype)
+    signature += (x.device,)
+    plan = _plans.get(signature)
+    if plan is not None:
+        result, y = plan.output(x)
+        runtime.run(x.device, plan.key, plan.problem, x=x, w=w, y=y)
+        return result
     shape = output_shape(x.shape, w.shape, *params)
-    return _run("forward", x, {"x": x, "w": w}, "y", shape, params)
+    return _run("forward", x, {"x": x, "w": w}, "y", shape, params, signature)
 
 
 def backward_data(
     dy: torch.Tensor, w: torch.Tensor, x_shape: Sequence[int], params: Params
 ) -> torch.Tensor:
     """The gradient of the layer's input (the body of ``conv_backward_data``)."""
-    return _run("backward_data", dy, {"y": dy, "w": w}, "x", x_shape, params)
+    signature = ("backward_data", params, tuple(x_shape), dy.shape, dy.stride(), w.shape)
+    signature += (w.stride(), dy.dtype, w.dtype, dy.device)
+    plan = _plans.get(signature)
+    if plan is not None:
+        result, x = plan.output(dy)
+        runtime.run(dy.device, plan.key, plan.problem, x=x, w=w, y=dy)
+        return result
+    return _run("backward_data", dy, {"y": dy, "w": w}, "x", x_shape, params, signature)
 
 
 def backward_weights(
     x: torch.Tensor, dy: torch.Tensor, w_shape: Sequence[int], params: Params
 ) -> torch.Tensor:
     """The gradient of the weights (the body of ``conv_backward_weights``)."""
-    return _run("backward_weights", x, {"x": x, "y": dy}, "w", w_shape, params)
+    signature = ("backward_weights", params, tuple(w_shape), x.shape, x.stride(), dy.shape)
+    signature += (dy.stride(), x.dtype, dy.dtype, x.device)
+    plan = _plans.get(signature)
+    if plan is not None:
+        result, w = plan.output(x)
+        runtime.run(x.device, plan.key, plan.problem, x=x, w=w, y=dy)
+        return result
+    return _run("backward_weights", x, {"x": x, "y": dy}, "w", w_shape, params, signature)
 
 
 @torch.library.custom_op("miocore::conv_forward", mutates_args=())
