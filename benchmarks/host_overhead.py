@@ -162,6 +162,28 @@ def print_warm_start(processes: int, *, bytecode: bool = True) -> None:
     print(f"  heavy modules loaded:  {', '.join(ws.heavy) or 'none'}")
 
 
+def print_front_end(x: object, w: object, solver: str, invoker_us: float) -> None:
+    """The torch front end's whole call on the same tensors (``miocore.torch.Conv2d``), with
+    and without autograd recording; its overhead where it runs the same solver as above."""
+    import torch
+
+    import miocore.torch as mt
+    from miocore.torch import runtime
+
+    layer = mt.Conv2d(4, 4, 1, bias=False)
+    with torch.no_grad():
+        layer.weight.copy_(w)  # type: ignore[arg-type]
+        layer(x)
+    chosen = {s.solver for s in runtime._solutions.values()}
+    with torch.no_grad():
+        plain = per_call_us(lambda: layer(x))
+    recorded = per_call_us(lambda: layer(x))  # the weight requires grad: autograd records
+    same = chosen == {solver}
+    for label, us in (("no grad", plain), ("autograd records", recorded)):
+        note = f"(overhead {us - invoker_us:.1f} us)" if same else f"(runs {sorted(chosen)})"
+        print(f"miocore.torch.Conv2d, {label + ':':18s}{us:8.1f} us  {note}")
+
+
 def main() -> None:
     from common import machine
 
@@ -219,6 +241,7 @@ def main() -> None:
         w = torch.from_numpy(arrays["w"].copy())
         conv = per_call_us(lambda: torch.nn.functional.conv2d(x, w))
         print(f"torch.nn.functional.conv2d (whole):  {conv:8.1f} us  (PyTorch {torch.__version__})")
+        print_front_end(x, w, best.solver, invoker_alone)
     print_warm_start(args.processes, bytecode=not args.no_bytecode)
 
 
