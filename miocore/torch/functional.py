@@ -55,8 +55,13 @@ def convolution(
         x = x.unsqueeze(0)
     # A module passes the same tuples every call: its ops arguments are worked out once.
     memo_key = (spatial, stride, padding, dilation, groups, transposed, output_padding)
-    memo = not isinstance(padding, str) and _hashable(memo_key)
-    params = _PARAMS.get(memo_key) if memo else None
+    memo = not isinstance(padding, str)
+    params = None
+    if memo:
+        try:
+            params = _PARAMS.get(memo_key)
+        except TypeError:  # a caller's lists
+            memo = False
     if params is None:
         stride = _per_dim(stride, spatial, "stride")
         dilation = _per_dim(dilation, spatial, "dilation")
@@ -88,11 +93,6 @@ def convolution(
 #: The ops' arguments of numerically padded layers, by the layer's own arguments.
 _PARAMS: dict[tuple[Any, ...], ops.Params] = {}
 MAX_MEMO = 4096
-
-
-def _hashable(key: tuple[Any, ...]) -> bool:
-    """Whether ``key`` can index the memo: ints and tuples of ints (a caller's lists cannot)."""
-    return all(v is None or type(v) in (int, bool, tuple) for v in key)
 
 
 def _per_dim(value: Sequence[int] | int, spatial: int, field: str) -> tuple[int, ...]:
