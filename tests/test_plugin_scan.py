@@ -176,3 +176,18 @@ def test_a_second_process_reads_the_cache_without_importlib_metadata(tmp_path: P
     ]
     assert runs[0][0] == "True"  # the first scans
     assert runs[1] == ["False", runs[0][1]]  # the second reads the same answer from the file
+
+
+@pytest.mark.parametrize("xdg", [None, "", "  ", "relative/path", "/tmp/miocore-xdg-cache"])
+def test_the_cache_folder_is_platformdirs_own_without_importing_it(
+    xdg: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import platformdirs
+
+    from miocore.solver.entry_points import user_cache_dir
+
+    if xdg is None:
+        monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    else:
+        monkeypatch.setenv("XDG_CACHE_HOME", xdg)
+    assert user_cache_dir() == Path(platformdirs.user_cache_dir("miocore"))

@@ -12,8 +12,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Self, TypeVar
 
-import platformdirs
-
 from miocore import env as switches
 from miocore.db._sqlite import utc_now_iso
 from miocore.db._store import Store
@@ -37,6 +35,8 @@ def default_user_dir() -> Path:
     env = switches.get(USER_DB_ENV).strip()  # or MIOpen's MIOPEN_USER_DB_PATH
     if env:
         return Path(env).expanduser()
+    import platformdirs  # here: its imports cost a new process a few ms when the path is set
+
     return Path(platformdirs.user_cache_dir("miocore")) / "db"
 
 
