@@ -13,7 +13,6 @@ import contextlib
 import datetime as _dt
 import logging
 import os
-import random
 import sqlite3
 import time
 import warnings
@@ -196,6 +195,8 @@ def retry_busy(fn: Callable[[], T], what: str, path: Path, timeout_s: float | No
                     field="path",
                     value=str(path),
                 ) from exc
+            import random  # here: a FindDb hit never waits, and random costs a new process ~1 ms
+
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 1.0)
     raise AssertionError("unreachable")  # pragma: no cover

@@ -10,7 +10,6 @@ from __future__ import annotations
 import heapq
 import os
 import sqlite3
-import tempfile
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -268,6 +267,8 @@ class FindDb(LayeredDb):
         if hasattr(dest, "write"):  # an open text stream
             return self._write_lines(dest, layer)  # type: ignore[arg-type]
         path = Path(dest)  # type: ignore[arg-type]
+        import tempfile  # here: its imports (shutil, bz2, lzma) cost every new process ~2 ms
+
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
         try:
             with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:

@@ -18,7 +18,6 @@ from typing import Any
 from miocore import env
 from miocore.env import FindEnforce, FindMode
 from miocore.errors import InvalidArgumentError, InvalidEnvironmentError, NoApplicableSolverError
-from miocore.find.accuracy import AccuracyCheck, against_plain_paths
 from miocore.find.accuracy import policy_of as accuracy_policy
 from miocore.find.blame import record_failure
 from miocore.find.candidates import Candidate
@@ -194,6 +193,8 @@ class FindEngine:
         state = self.state
         canon = problem.canonical
         arrays = self._buffers(problem, buffers)
+        from miocore.find.verify import AccuracyCheck  # here: a FindDb hit never verifies
+
         check = AccuracyCheck(state, problem, arrays) if policy is not AccuracyPolicy.FAST else None
         self.accuracy_provenance = check.provenance if check is not None else {}
         ideal = state.context.ideal_ms(canon)
@@ -257,6 +258,8 @@ class FindEngine:
         if progress is not None:
             progress(len(ordered), len(ordered), "")
         if check is not None:
+            from miocore.find.verify import against_plain_paths
+
             out = against_plain_paths(check, out, report)
         return out
 

@@ -24,7 +24,6 @@ scans).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib
 import json
 import logging
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from miocore import env
+from miocore._digest import blake2b
 
 log = logging.getLogger("miocore.plugins")
 
@@ -106,7 +106,7 @@ def cache_file() -> Path | None:
     """This interpreter's cache file, or None when ``MIOCORE_DISABLE_CACHE`` turns it off."""
     if env.flag("MIOCORE_DISABLE_CACHE", False):
         return None
-    interpreter = hashlib.sha256(sys.executable.encode()).hexdigest()[:16]
+    interpreter = blake2b(sys.executable.encode(), digest_size=8).hexdigest()
     return user_cache_dir() / "plugins" / f"{interpreter}.json"
 
 
@@ -169,7 +169,7 @@ def _fingerprint(group: str) -> str | None:
         if infos:
             entries.append([entry, infos])
     recipe = [FORMAT, group, sys.version, sys.executable, entries]
-    return hashlib.sha256(json.dumps(recipe).encode()).hexdigest()
+    return blake2b(json.dumps(recipe).encode(), digest_size=32).hexdigest()
 
 
 def _read(path: Path, fingerprint: str) -> list[EntryPoint] | None:

@@ -7,7 +7,6 @@ and skipped; the others load. Two solvers with one name are refused, naming ever
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 import threading
@@ -19,6 +18,7 @@ import attrs
 import pluggy
 
 from miocore import env
+from miocore._digest import blake2b
 from miocore.errors import PluginError, UnknownSolverError
 from miocore.solver import lazy
 from miocore.solver.entry_points import entry_points
@@ -43,7 +43,7 @@ class PluginWarning(UserWarning):
 
 def solver_id(name: str) -> int:
     """Stable numeric id of a solver name: 31 bits of its BLAKE2b digest."""
-    digest = hashlib.blake2b(name.encode(), digest_size=4).digest()
+    digest = blake2b(name.encode(), digest_size=4).digest()
     return int.from_bytes(digest, "big") & 0x7FFFFFFF
 
 
