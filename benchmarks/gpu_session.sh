@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# One device call per stage of a GPU session (repo root, carry [".gpu"]); each fits the run
+# tool's 10-minute limit and leaves logs and JSON in $OUT. Prepare .gpu/ here first:
+#   bash benchmarks/gpu_prepare.sh && bash plugins/cudnn/gpu_prepare.sh
+#   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+#     --implementation cp --platform manylinux_2_28_x86_64 -d .gpu/nvmath nvmath-python==1.0.0
+#   python3 -m pip download -q --no-deps -d .gpu/whl pytest-xdist execnet
+# and send a clean tree (git archive HEAD into .gpu/tree, .gpu/whl, .gpu/nvmath and the
+# corpus copied into .gpu/tree/.gpu) so edits in progress do not travel; then, per call:
+#   cd .gpu/tree && bash benchmarks/gpu_session.sh STAGE
+# Stages:
+#   suite       every GPU test file, 8 processes (about 3 minutes)
+#   models      benchmarks/gpu_models.py, every plugin (cuDNN's engines included), eager;
+#               MODELS / DTYPES narrow it; finds are kept in /tmp/mdb for later stages
+#   models-own  the same with MIOCORE_DISABLE_PLUGINS=cudnn (miocore's own kernels)
+#   modes       torch.compile and CUDA-graph modes on the finds kept by `models`
+#   cost        per-call host cost per solver and ResNet-50's pass (gpu_call_cost.py)
+#   plugin      ResNet-50 per layer: all plugins, own kernels, PyTorch (gpu_cudnn_plugin.py)
+set -uo pipefail
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin}"
+OUT="${OUT:-/tmp/out}"
+mkdir -p "$OUT"
+# shellcheck source=/dev/null
+source benchmarks/gpu_device_env.sh || exit 3
+python3 -m pip install -q --no-index --no-deps --target /tmp/site2 .gpu/nvmath/*.whl
+export PYTHONPATH="/tmp/site2:$PYTHONPATH"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.csv"
+MODELS="${MODELS:-resnet50 efficientnet_b0 mobilenet_v3_large convnext_tiny unet}"
+DTYPES="${DTYPES:-float16 bfloat16 float32}"
+case "$STAGE" in
+  suite)
+    timeout 420 python3 -m pytest -q -n 8 --dist loadfile -p no:cacheprovider -rfE \
+      --junitxml="$OUT/junit.xml" tests/test_gpu_*.py tests/test_torch_gpu.py \
+      tests/test_numerics_gpu.py plugins/cudnn/tests/test_cudnn_gpu.py 2>&1 |
+      tee "$OUT/suite.log" | tail -40
+    ;;
+  models | models-own)
+    [[ "$STAGE" == models-own ]] && export MIOCORE_DISABLE_PLUGINS=cudnn
+    # shellcheck disable=SC2086
+    timeout 560 python3 benchmarks/gpu_models.py --models $MODELS --dtypes $DTYPES \
+      --modes eager --db "/tmp/mdb-$STAGE" --out "$OUT/$STAGE.json" 2>&1 |
+      grep -v Warning | tee "$OUT/$STAGE.log" | tail -40
+    ;;
+  modes)
+    # shellcheck disable=SC2086
+    timeout 560 python3 benchmarks/gpu_models.py --models $MODELS --dtypes $DTYPES \
+      --modes compile graph --db /tmp/mdb-models --out "$OUT/modes.json" 2>&1 |
+      grep -v Warning | tee "$OUT/modes.log" | tail -40
+    ;;
+  cost)
+    timeout 560 python3 benchmarks/gpu_call_cost.py --out "$OUT/call_cost.json" 2>&1 |
+      tee "$OUT/cost.log" | tail -40
+    ;;
+  plugin)
+    timeout 560 python3 benchmarks/gpu_cudnn_plugin.py --out "$OUT/cudnn_plugin.json" \
+      ${PLUGIN_ARGS:---dtypes float16 --directions forward backward_data backward_weights} 2>&1 |
+      tee "$OUT/plugin.log" | tail -40
+    ;;
+  *)
+    echo "unknown stage $STAGE" >&2
+    exit 2
+    ;;
+esac
