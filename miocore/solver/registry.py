@@ -232,7 +232,9 @@ class Registry:
         """A registry holding exactly the given solver instances (for tests and embedding)."""
         info = PluginInfo(name=plugin, distribution=distribution, version=version, status="active")
         records = [SolverRecord(solver=s) for s in solvers]
-        registered = _register(records, info, {})
+        providers: dict[str, list[str]] = {}
+        registered = _register(records, info, providers)
+        _refuse_duplicates(providers)
         names = tuple(r.name for r in registered)
         return cls(registered, [attrs.evolve(info, solvers=names)])
 
@@ -400,8 +402,7 @@ def _register(
             )
         providers.setdefault(reg.name, []).append(info.label)
         out.append(reg)
-    _refuse_duplicates(providers)
-    return out
+    return out  # the caller refuses duplicates once, over every plugin's names
 
 
 def _record_problem(rec: Any) -> str | None:
