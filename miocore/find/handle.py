@@ -169,7 +169,7 @@ class Handle:
         if mode is not FindMode.NORMAL:
             hit = recorded_hit(self, problem, report, limit, accuracy, deterministic)
             if hit:
-                return _present(hit, self.last_report, sort_by, max_results, ordered=True)
+                return _present(hit, report, sort_by, max_results, ordered=True)
         candidates = self.candidates.select(
             problem,
             report,
@@ -260,8 +260,7 @@ class Handle:
         if max_results is not None:  # the record alone may fill the list: ask only its solvers
             hit = recorded_hit(self, problem, report, limit, accuracy, deterministic)
             if len(hit) >= max_results:
-                return _present(hit, self.last_report, "time", max_results, ordered=True)
-            self.last_report = report  # the full listing below reports on every solver
+                return _present(hit, report, "time", max_results, ordered=True)
         candidates = self.candidates.select(
             problem,
             report,

@@ -27,26 +27,25 @@ def recorded_hit(
 ) -> list[Solution]:
     """The hit of ``problem`` among the solvers its FindDb records name, or [] on a miss.
 
-    On a hit the handle's ``last_report`` becomes the hit's own report (what was left out of
-    the recorded solvers, and why); on a miss ``report`` is left untouched, for the full
-    selection to fill.
+    ``report`` gets what was left out of the recorded solvers, and why. On a miss the full
+    selection that follows rewrites those entries alike (the same rules on the same solvers)
+    and adds the others'.
     """
     ranker = handle.ranker
-    named = frozenset(e.solver for r in ranker.records(problem.key) for e in r.entries)
-    if not named:
+    records = ranker.records(problem.key)
+    if not records:
         return []
-    trial = FindReport(key=report.key, mode=report.mode, enforce=report.enforce)
+    named = frozenset(e.solver for r in records for e in r.entries)
     found = handle.candidates.select(
         problem,
-        trial,
+        report,
         limit,
         use_perf_db=True,
         accuracy=accuracy,
         deterministic=deterministic,
         among=named,
     )
-    hit = ranker.recorded(problem, found, trial) if found else []
+    hit = ranker.recorded(problem, found, report, records) if found else []
     if hit:
-        handle.last_report = trial
-        handle._note_storage(trial)
+        handle._note_storage(report)
     return hit

@@ -36,12 +36,16 @@ class ImmediateRanker:
     # -- the databases ----------------------------------------------------------------------
 
     def recorded(
-        self, problem: ConvProblem, candidates: list[Candidate], report: FindReport | None
+        self,
+        problem: ConvProblem,
+        candidates: list[Candidate],
+        report: FindReport | None,
+        records: list[Any] | None = None,
     ) -> list[Solution]:
         """The first FindDb record of ``problem`` naming a candidate, as solutions (a hit), or
-        an empty list (a miss)."""
+        an empty list (a miss); ``records``: those of ``problem`` if the caller read them."""
         usable = {c.reg.name: c for c in candidates}
-        for record in self.records(problem.key):
+        for record in self.records(problem.key) if records is None else records:
             out = []
             for entry in record.entries:
                 cand = usable.get(entry.solver)
