@@ -11,7 +11,7 @@ import pytest
 
 import miocore
 from miocore import reference
-from miocore.find.accuracy import _reduced_selection
+from miocore.find.verify import _reduced_selection
 
 pytestmark = pytest.mark.gpu
 

@@ -15,7 +15,8 @@ import miocore
 from miocore import NotApplicableError, Registry, reference
 from miocore.db.denylist import DenyEntry, DenyList
 from miocore.errors import InvalidArgumentError
-from miocore.find.accuracy import REFERENCE_FLOPS, _reduced_selection
+from miocore.find.accuracy import REFERENCE_FLOPS
+from miocore.find.verify import _reduced_selection
 from miocore.solver.interface import ConvSolution, InvokeParams
 from miocore.solver.numerics import error_bound, reduction_length
 
@@ -202,12 +203,12 @@ def test_reduced_reference_keeps_the_reduction_and_the_budget() -> None:
 def test_a_fault_of_the_check_itself_never_fails_a_candidate(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from miocore.find import accuracy
+    from miocore.find import verify
 
     def broken(self: Any) -> Any:
         raise MemoryError("no room for the reference")
 
-    monkeypatch.setattr(accuracy.AccuracyCheck, "_compute_reference", broken)
+    monkeypatch.setattr(verify.AccuracyCheck, "_compute_reference", broken)
     h = _handle(TimedSolver("test.good", delay_s=0.001))
     sols = h.find_solutions(small_problem(), find_mode="NORMAL")
     assert [s.solver for s in sols] == ["test.good"] and not sols.report.failed

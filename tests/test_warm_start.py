@@ -94,7 +94,6 @@ def test_a_finddb_hit_in_a_new_process_imports_no_heavy_library() -> None:
     )
 
 
-
 def _gpu_solver_modules() -> set[str]:
     """The modules of the installed plugins' GPU-only solvers (declared lazily: the factory
     names the module)."""

@@ -128,22 +128,3 @@ def check_not_denied(state: Any, problem: ConvProblem, reg: RegisteredSolver) ->
     denied = _denied_reason(state, reg, problem.key)
     if denied is not None:
         raise NotApplicableError(denied, field="solver", value=reg.name)
-
-
-#: The verification half, loaded when find measures (``miocore.find.verify``).
-_VERIFY = (
-    "Verdict",
-    "AccuracyCheck",
-    "against_plain_paths",
-    "_reduced_selection",
-    "_plain_version",
-)
-
-
-def __getattr__(name: str) -> Any:
-    """``AccuracyCheck`` and the rest of the verification, imported on first access."""
-    if name in _VERIFY:
-        from miocore.find import verify
-
-        return getattr(verify, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

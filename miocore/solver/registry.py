@@ -384,13 +384,14 @@ def _register(
         if problem:
             _warn(f"plugin {info.label} registered a malformed solver record ({problem}); ignored")
             continue
-        where = {
-            "plugin": info.name,
-            "distribution": info.distribution,
-            "version": info.version,
-        }
         if rec.solver is not None:
-            reg = RegisteredSolver(solver=rec.solver, id=solver_id(rec.solver.name), **where)
+            reg = RegisteredSolver(
+                solver=rec.solver,
+                id=solver_id(rec.solver.name),
+                plugin=info.name,
+                distribution=info.distribution,
+                version=info.version,
+            )
         else:  # lazy: nothing of the solver is imported here
             reg = RegisteredSolver(
                 factory=rec.factory,
@@ -398,7 +399,9 @@ def _register(
                 algorithm=lazy.declared_algorithm(rec.algorithm),
                 backends=lazy.declared_backends(rec.backends),
                 id=solver_id(rec.name),
-                **where,
+                plugin=info.name,
+                distribution=info.distribution,
+                version=info.version,
             )
         providers.setdefault(reg.name, []).append(info.label)
         out.append(reg)

@@ -81,7 +81,7 @@ class DeviceReference:
     """The reference of one find's compared slice, on the device (module docstring).
 
     ``arrays`` are the find's canonical device tensors (``x``, ``w``, ``y``); ``images`` and
-    ``channels`` the slice :func:`miocore.find.accuracy._reduced_selection` chose.
+    ``channels`` the slice :func:`miocore.find.verify._reduced_selection` chose.
     """
 
     def __init__(
