@@ -31,6 +31,7 @@ from miocore import (
     not_applicable,
 )
 from miocore.backends.cpu import workspace_view
+from miocore_direct.openmp import prefer_passive_wait
 
 if TYPE_CHECKING:  # imported where arrays are touched: declaring a solver, asking it
     # about a problem or a FindDb hit never loads numpy
@@ -288,6 +289,7 @@ class DepthwiseDirectSolver(Solver):
         answer = self.is_applicable(ctx, problem)
         if not answer:
             raise InvalidArgumentError(answer.reason, field="problem", value=problem.key)
+        prefer_passive_wait()  # before numba starts its OpenMP threads
         plan = _Plan(problem)
         invoker = _DepthwiseInvoker(plan)
         return ConvSolution(
