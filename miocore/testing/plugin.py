@@ -37,6 +37,7 @@ import pluggy
 import pytest
 
 from miocore.problem.conv import ConvProblem, Direction
+from miocore.solver.hookspecs import SolverRecord
 from miocore.solver.interface import Solver
 from miocore.testing.contract import DIRECTIONS, Contract, Tolerance
 
@@ -156,6 +157,8 @@ def miocore_cpu_handle(miocore_clean_env: None, miocore_db_dir: Path) -> Callabl
 class SolverContract:
     """The solver contract suite as a pytest test class: subclass it (``Test...``), set
     ``solver``, and every rule of :class:`miocore.testing.contract.Contract` becomes a test.
+    ``solver`` is an instance, or the plugin's lazy ``SolverRecord`` (made here, and its
+    declaration checked against the class).
 
     Class attributes tune the run: ``tolerance`` (a bound, a bound per data type, or
     ``f(problem, perf_config)``), ``problems`` (asked first: bring your own for a narrow
@@ -163,7 +166,7 @@ class SolverContract:
     ``perf_config_problems``, ``applicability_budget_ms``, ``use_corpus`` and ``require_wti``.
     """
 
-    solver: ClassVar[Solver]
+    solver: ClassVar[Solver | SolverRecord]
     tolerance: ClassVar[Tolerance | None] = None
     problems: ClassVar[Sequence[ConvProblem]] = ()
     per_direction: ClassVar[int] = 6
