@@ -20,6 +20,10 @@ from __future__ import annotations
 import numba
 from numba import prange
 
+from miocore_direct.openmp import prefer_passive_wait
+
+prefer_passive_wait()  # OpenMP reads it when the first kernel starts its threads
+
 # Reassociation lets LLVM vectorise the reductions; no flag that changes NaN/Inf semantics.
 _FLAGS = {"reassoc", "contract"}
 _jit = numba.njit(parallel=True, cache=True, fastmath=_FLAGS, nogil=True)
