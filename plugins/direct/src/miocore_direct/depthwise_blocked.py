@@ -134,9 +134,15 @@ def _folder() -> Path:
 @functools.cache
 def forward_kernel(fw: int, sw: int, dw: int) -> Any:
     """The compiled kernel for (filter width, column stride, column dilation)."""
-    text = source(fw, sw, dw)
+    return load_generated(f"miocore_dw_fwd_{fw}_{sw}_{dw}", source(fw, sw, dw))
+
+
+def load_generated(prefix: str, text: str, entry: str = "kernel") -> Any:
+    """Compile generated kernel source ``text`` and return its function ``entry``: from a file
+    named ``<prefix>_<hash>.py`` in :func:`_folder` with numba's disk cache, or in memory,
+    uncached, when that folder cannot be written."""
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    name = f"miocore_dw_fwd_{fw}_{sw}_{dw}_{digest}"
+    name = f"{prefix}_{digest}"
     try:
         folder = _folder()
         folder.mkdir(parents=True, exist_ok=True)
@@ -152,9 +158,9 @@ def forward_kernel(fw: int, sw: int, dw: int) -> Any:
         # importing its module by name (an unregistered one is saved as '<dynamic>')
         sys.modules[name] = module
         spec.loader.exec_module(module)
-        return module.kernel
+        return getattr(module, entry)
     except OSError:  # read-only or missing cache folder: compile in memory, uncached
         namespace: dict[str, Any] = {}
         code = text.replace("cache=True", "cache=False")  # numba caches file-backed code only
         exec(compile(code, f"<{name}>", "exec"), namespace)  # the source generated above
-        return namespace["kernel"]
+        return namespace[entry]

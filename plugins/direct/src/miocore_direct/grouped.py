@@ -6,6 +6,10 @@ The tensors are staged once in float32 with the group index innermost
 loop over all groups; there is no per-group Python loop and no per-group GEMM. The result is
 rounded once into the caller's tensor. Every direction, NCHW and NHWC, float32/float16/
 bfloat16, any 2-D filter, stride, padding and dilation.
+
+Groups as wide in as out with at most :data:`SHIFT_MAX_WIDTH` channels (ResNeXt's 4 and 8)
+take the shifted-diagonal kernels instead (:mod:`miocore_direct.grouped_shift`, staging in
+:mod:`miocore_direct.grouped_stage`), 3-10x faster than the group-innermost loop.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from miocore import (
     Applicability,
     ConvProblem,
     ConvSolution,
+    DataType,
     Direction,
     ExecutionContext,
     InvalidArgumentError,
@@ -40,6 +45,13 @@ if TYPE_CHECKING:  # imported where arrays are touched: declaring a solver, aski
 MAX_GROUP_WIDTH = 16
 #: Parts the backward-weights pass splits its rows into (one partial sum each).
 WEIGHT_PARTS = 16
+#: Widest group (in == out) that takes the shifted-diagonal kernels. Their generated bodies
+#: grow with ``2W - 1`` shifts: width 16 compiled in about 300 s and wastes half its
+#: multiply-adds, so wider groups keep the group-innermost loop.
+SHIFT_MAX_WIDTH = 8
+#: Widest filter row and largest column stride / dilation of the shifted-diagonal kernels.
+SHIFT_MAX_FILTER = 7
+SHIFT_MAX_STEP = 2
 _ALIGN = 64
 # Measured on the 2-core development machine (docs/performance.md, issue 18): multiply-adds
 # per ns per thread of the group-vectorised loops, staging bandwidth (strided numpy copies),
@@ -47,6 +59,11 @@ _ALIGN = 64
 _MACS_PER_NS = 6.0
 _STAGE_GBPS = 1.5
 _CALL_MS = 0.03
+# The shifted-diagonal kernels: multiply-adds per ns per thread counting the wasted ones
+# (``2W - 1`` per useful ``W``), measured 2026-11-25 (forward 128 channels at 56x56, about
+# 20 per ns including the zero-weight lanes).
+_SHIFT_MACS_PER_NS = 20.0
+_SHIFT_STAGE_GBPS = 4.0
 
 
 def _grouped_view(array: np.ndarray, groups: int) -> np.ndarray:
@@ -149,6 +166,145 @@ class _GroupedInvoker:
             np.copyto(w_view, np.sum(partial, axis=0, out=wt), casting="unsafe")
 
 
+def shift_applies(p: ConvProblem) -> bool:
+    """Whether ``p`` (already a ``direct.grouped`` problem) takes the shifted-diagonal path."""
+    width = p.c // p.groups
+    return (
+        width == p.k // p.groups
+        and width <= SHIFT_MAX_WIDTH
+        and p.filter_spatial[1] <= SHIFT_MAX_FILTER
+        and p.conv.strides[1] <= SHIFT_MAX_STEP
+        and p.conv.dilations[1] <= SHIFT_MAX_STEP
+    )
+
+
+def _direct_nhwc(desc: Any) -> bool:
+    """Whether a caller tensor can be the kernels' float32 channels-last array itself."""
+    return desc.dtype is DataType.FLOAT32 and desc.is_packed and desc.layout == "NHWC"
+
+
+class _ShiftPlan:
+    """Geometry and workspace of the shifted-diagonal path: diagonal weights
+    ``(FY, FX, 2W-1, C)``, the padded input (x, or zero-inserted dy for backward data) and,
+    unless the caller's tensor is packed float32 NHWC, the unpadded other tensor (y, dx or
+    dy)."""
+
+    def __init__(self, p: ConvProblem) -> None:
+        self.direction = p.direction
+        self.width = p.c // p.groups
+        self.shifts = 2 * self.width - 1
+        self.filt = fy, fx = p.filter_spatial
+        (self.sh, self.sw), (ph, pw), (self.dh, self.dw) = (
+            p.conv.strides,
+            p.conv.pads,
+            (p.conv.dilations),
+        )
+        (h, w), (oh, ow) = p.in_spatial, p.out_spatial
+        margin = self.width - 1
+        if self.direction is Direction.BACKWARD_DATA:  # dy zero-inserted, flipped filter
+            rows, cols = h + (fy - 1) * self.dh, w + (fx - 1) * self.dw
+            self.offsets = ((fy - 1) * self.dh - ph, (fx - 1) * self.dw - pw, margin)
+            self.steps = (self.sh, self.sw)
+            other, other_desc = (p.n, h, w, p.c), p.x
+        else:
+            rows, cols = (
+                (oh - 1) * self.sh + (fy - 1) * self.dh + 1,
+                (ow - 1) * self.sw + (fx - 1) * self.dw + 1,
+            )
+            self.offsets, self.steps = (ph, pw, margin), (1, 1)
+            other, other_desc = (p.n, oh, ow, p.k), p.y
+        self.direct = _direct_nhwc(other_desc)
+        self.shapes = (
+            (fy, fx, self.shifts, p.k),
+            (p.n, rows, cols, p.c + 2 * margin),
+            other if not self.direct else (0,),
+        )
+        self.other = other
+        self.regions: list[int] = []
+        total = 0
+        for shape in self.shapes:
+            self.regions.append(total)
+            total += -(-4 * math.prod(shape) // _ALIGN) * _ALIGN
+        self.workspace_bytes = total
+        useful = p.n * p.k * math.prod(p.out_spatial) * fy * fx * self.width
+        if self.direction is Direction.BACKWARD_DATA:
+            useful *= self.sh * self.sw  # the zero-inserted rows and columns are computed
+        self.macs = useful * self.shifts // self.width
+        self.staged_bytes = 8 * (math.prod(self.shapes[1]) + math.prod(other))
+
+    def predicted_ms(self, threads: int) -> float:
+        """Measured multiply-add rate (wasted lanes included) plus staging and the call."""
+        compute = self.macs / (_SHIFT_MACS_PER_NS * 1e6 * max(1, threads))
+        return compute + self.staged_bytes / (_SHIFT_STAGE_GBPS * 1e6) + _CALL_MS
+
+    def buffers(self, workspace: Any) -> list[np.ndarray]:
+        """Float32 workspace regions: diagonal weights, padded input, unpadded other."""
+        import numpy as np
+
+        ws = workspace_view(workspace, self.workspace_bytes)
+        flat = ws[: self.workspace_bytes] if ws is not None else np.empty(0, np.uint8)
+        return [
+            flat[o : o + 4 * math.prod(s)].view(np.float32).reshape(s)
+            for o, s in zip(self.regions, self.shapes, strict=True)
+        ]
+
+
+class _ShiftInvoker:
+    """Stages, runs the generated shifted-diagonal kernel and writes the result back."""
+
+    def __init__(self, plan: _ShiftPlan) -> None:
+        self.plan = plan
+
+    def __call__(self, handle: Any, params: InvokeParams) -> None:
+        import numpy as np
+
+        from miocore_direct import grouped_shift as kernels
+        from miocore_direct import grouped_stage as stage
+        from miocore_direct.depthwise import _apply_threads
+
+        _apply_threads(handle)
+        plan = self.plan
+        wd, padded, region = plan.buffers(params.workspace)
+        if plan.direction is Direction.BACKWARD_WEIGHTS:
+            stage.pad(params.x, padded, plan.offsets)
+            dy = self._other(params.y, region, load=True)
+            kernels.weights_kernel(plan.sw, plan.dw, plan.shifts)(padded, dy, wd, plan.sh, plan.dh)
+            stage.undiagonal_weights(wd, plan.width, params.w)
+            return
+        backward = plan.direction is Direction.BACKWARD_DATA
+        src, dst = (params.y, params.x) if backward else (params.x, params.y)
+        stage.diagonal_weights(params.w, plan.width, wd, transpose=backward)
+        stage.pad(src, padded, plan.offsets, plan.steps)
+        out = self._other(dst, region, load=False)
+        sh, sw = (1, 1) if backward else (plan.sh, plan.sw)
+        kernels.forward_kernel(plan.filt[1], sw, plan.dw, plan.shifts)(padded, wd, out, sh, plan.dh)
+        if not plan.direct:
+            view = dst.transpose(0, 2, 3, 1)
+            if dst.dtype == np.float32 and dst.flags.c_contiguous:
+                from miocore_direct.depthwise_kernels import nhwc_to_nchw
+
+                nhwc_to_nchw(out, dst)
+            else:
+                np.copyto(view, out, casting="unsafe")
+
+    def _other(self, array: np.ndarray, region: np.ndarray, load: bool) -> np.ndarray:
+        """The caller's (N, C, H, W) tensor as a float32 (N, H, W, C) array: itself when packed
+        float32 NHWC, else the workspace region (filled from it when ``load``)."""
+        import numpy as np
+
+        view = array.transpose(0, 2, 3, 1)
+        if self.plan.direct:
+            return view
+        if load:
+            if array.dtype == np.float32 and array.flags.c_contiguous:
+                from miocore_direct.depthwise_kernels import nchw_to_nhwc
+
+                nchw_to_nhwc(array, region)
+            else:
+                np.copyto(region, view, casting="unsafe")
+        return region
+
+
 def _threads() -> int:
     numba = sys.modules.get("numba")  # wti must not pay numba's import
     return numba.get_num_threads() if numba is not None else (os.cpu_count() or 1)
@@ -186,7 +342,7 @@ class GroupedDirectSolver(Solver):
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
     ) -> int:
         """Bytes of the staged float32 weights, x, y and backward-weights partial sums."""
-        return _Plan(problem).workspace_bytes
+        return _plan(problem).workspace_bytes
 
     def get_solution(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
@@ -195,8 +351,10 @@ class GroupedDirectSolver(Solver):
         answer = self.is_applicable(ctx, problem)
         if not answer:
             raise InvalidArgumentError(answer.reason, field="problem", value=problem.key)
-        plan = _Plan(problem)
-        invoker = _GroupedInvoker(plan)
+        plan = _plan(problem)
+        invoker: Any = (
+            _ShiftInvoker(plan) if isinstance(plan, _ShiftPlan) else _GroupedInvoker(plan)
+        )
         return ConvSolution(
             solver=self.name,
             workspace_size=plan.workspace_bytes,
@@ -205,4 +363,9 @@ class GroupedDirectSolver(Solver):
 
     def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
         """The measured multiply-add rate per thread plus staging copies."""
-        return ctx.wti(problem, _Plan(problem).predicted_ms(_threads()))
+        return ctx.wti(problem, _plan(problem).predicted_ms(_threads()))
+
+
+def _plan(p: ConvProblem) -> _Plan | _ShiftPlan:
+    """The shifted-diagonal plan where it applies, else the group-innermost one."""
+    return _ShiftPlan(p) if shift_applies(p) else _Plan(p)
