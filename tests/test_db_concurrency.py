@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import multiprocessing
+import os
 import time
 from pathlib import Path
+
+import pytest
 
 from miocore.db import FindDb, FindDbEntry, PerfDb
 from miocore.problem import ConvProblem
@@ -132,3 +136,21 @@ def test_concurrent_writers_recover_a_corrupt_file_once(tmp_path: Path) -> None:
         # No writer fell back to memory: every record of every process is in the new file.
         assert len(find.keys()) == RECOVERING * 40
         find.close()
+
+
+def test_a_file_system_without_hard_links_still_gets_a_whole_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The new file is normally linked into place whole; where links are refused (some FUSE and
+    # network mounts) it is created in place, and nothing is left beside it.
+    def no_links(src: object, dst: object) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    find = FindDb(DEVICE, user_dir=tmp_path, system_dir=tmp_path / "none")
+    entry = FindDbEntry(solver="w.s", algorithm="gemm", time_ms=1.5, workspace_size=0)
+    find.write(_key(n=3, c=5), [entry])
+    find.close()
+    again = FindDb(DEVICE, user_dir=tmp_path, system_dir=tmp_path / "none")
+    assert [(e.solver, e.time_ms) for e in again.record(_key(n=3, c=5)).entries] == [("w.s", 1.5)]
+    assert sorted(p.name for p in tmp_path.iterdir() if ".new-" in p.name) == []
