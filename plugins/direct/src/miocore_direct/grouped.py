@@ -52,6 +52,8 @@ SHIFT_MAX_WIDTH = 8
 #: Widest filter row and largest column stride / dilation of the shifted-diagonal kernels.
 SHIFT_MAX_FILTER = 7
 SHIFT_MAX_STEP = 2
+#: Bytes of input and dy rows per backward-weights call of the shifted-diagonal kernel.
+CHUNK_BYTES = 384 * 1024
 _ALIGN = 64
 # Measured on the 2-core development machine (docs/performance.md, issue 18): multiply-adds
 # per ns per thread of the group-vectorised loops, staging bandwidth (strided numpy copies),
@@ -220,6 +222,10 @@ class _ShiftPlan:
             other if not self.direct else (0,),
         )
         self.other = other
+        # backward weights: output rows per kernel call, about CHUNK_BYTES of x and dy rows
+        # (b8 128x56x56: 31 ms in one call, 11-12 ms in chunks of 4-16 rows)
+        row_bytes = 4 * (cols * (p.c + 2 * margin) * self.dh * fy + other[2] * other[3])
+        self.chunk_rows = max(1, CHUNK_BYTES // row_bytes)
         self.regions: list[int] = []
         total = 0
         for shape in self.shapes:
@@ -254,6 +260,7 @@ class _ShiftInvoker:
 
     def __init__(self, plan: _ShiftPlan) -> None:
         self.plan = plan
+        self.gather: np.ndarray | None = None
 
     def __call__(self, handle: Any, params: InvokeParams) -> None:
         import numpy as np
@@ -268,12 +275,18 @@ class _ShiftInvoker:
         if plan.direction is Direction.BACKWARD_WEIGHTS:
             stage.pad(params.x, padded, plan.offsets)
             dy = self._other(params.y, region, load=True)
-            kernels.weights_kernel(plan.sw, plan.dw, plan.shifts)(padded, dy, wd, plan.sh, plan.dh)
+            kernel = kernels.weights_kernel(plan.sw, plan.dw, plan.shifts)
+            rows = dy.shape[0] * dy.shape[1]
+            for r0 in range(0, rows, plan.chunk_rows):  # each tap rereads a chunk: keep it cached
+                r1 = min(rows, r0 + plan.chunk_rows)
+                kernel(padded, dy, wd, plan.sh, plan.dh, r0, r1, r0 > 0)
             stage.undiagonal_weights(wd, plan.width, params.w)
             return
         backward = plan.direction is Direction.BACKWARD_DATA
         src, dst = (params.y, params.x) if backward else (params.x, params.y)
-        stage.diagonal_weights(params.w, plan.width, wd, transpose=backward)
+        if self.gather is None:  # built once per invoker: the weights' shape is fixed
+            self.gather = stage.diagonal_gather(params.w.shape, plan.width, backward)
+        stage.diagonal_weights(params.w, plan.width, wd, backward, self.gather)
         stage.pad(src, padded, plan.offsets, plan.steps)
         out = self._other(dst, region, load=False)
         sh, sw = (1, 1) if backward else (plan.sh, plan.sw)
