@@ -62,10 +62,10 @@ _MACS_PER_NS = 6.0
 _STAGE_GBPS = 1.5
 _CALL_MS = 0.03
 # The shifted-diagonal kernels: multiply-adds per ns per thread counting the wasted ones
-# (``2W - 1`` per useful ``W``), measured 2026-11-25 (forward 128 channels at 56x56, about
-# 20 per ns including the zero-weight lanes).
-_SHIFT_MACS_PER_NS = 20.0
-_SHIFT_STAGE_GBPS = 4.0
+# (``2W - 1`` per useful ``W``), measured 2026-11-25 on the kernels alone (one thread:
+# 36 on 128 channels at 56x56, 27 on 256 at 28x28), and the staging copies (numpy, 14-29 GB/s).
+_SHIFT_MACS_PER_NS = 28.0
+_SHIFT_STAGE_GBPS = 12.0
 
 
 def _grouped_view(array: np.ndarray, groups: int) -> np.ndarray:
@@ -236,7 +236,7 @@ class _ShiftPlan:
         if self.direction is Direction.BACKWARD_DATA:
             useful *= self.sh * self.sw  # the zero-inserted rows and columns are computed
         self.macs = useful * self.shifts // self.width
-        self.staged_bytes = 8 * (math.prod(self.shapes[1]) + math.prod(other))
+        self.staged_bytes = 8 * (math.prod(self.shapes[1]) + math.prod(self.shapes[2]))
 
     def predicted_ms(self, threads: int) -> float:
         """Measured multiply-add rate (wasted lanes included) plus staging and the call."""
