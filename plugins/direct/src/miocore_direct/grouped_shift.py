@@ -27,6 +27,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from miocore_direct.openmp import prefer_passive_wait
+
+prefer_passive_wait()  # OpenMP reads it when the first kernel starts its threads
+
 #: Output pixels per register tile (forward / backward data, backward weights).
 TILE = 4
 WEIGHT_TILE = 8
