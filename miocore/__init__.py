@@ -46,6 +46,7 @@ from miocore.solver.interface import (
     TunableSolver,
     not_applicable,
 )
+from miocore.solver.lazy import lazy_exports
 from miocore.solver.registry import PluginInfo, RegisteredSolver, Registry, default_registry
 from miocore.solver.results import AlgorithmPerf, FindReport, Solution, Solutions, Timing
 
@@ -131,6 +132,7 @@ __all__ = [
     "WorkspaceError",
     "__version__",
     "hookimpl",
+    "lazy_exports",
     "not_applicable",
     "reference",
     "solvers",

@@ -3,10 +3,12 @@ their declaration; a FindDb hit asks only the solvers its record names."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import types
 import warnings
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -276,3 +278,26 @@ def test_every_installed_solver_registers_as_it_declares() -> None:
     """Each lazy record of the installed plugins makes a solver equal to its declaration."""
     for reg in miocore.solvers():
         Contract(reg).check_registration()
+
+
+def test_lazy_exports_load_a_name_on_first_access_and_keep_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package = tmp_path / "lazy_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "import miocore\n"
+        "__getattr__ = miocore.lazy_exports(__name__, {'VALUE': 'lazy_pkg.heavy'})\n"
+    )
+    (package / "heavy.py").write_text("VALUE = 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    module = importlib.import_module("lazy_pkg")
+    assert "lazy_pkg.heavy" not in sys.modules  # importing the package loaded nothing
+    assert module.VALUE == 42
+    assert "lazy_pkg.heavy" in sys.modules and module.__dict__["VALUE"] == 42  # kept
+    with pytest.raises(AttributeError, match=r"lazy_pkg.*OTHER"):
+        _ = module.OTHER
+    for name in ("lazy_pkg", "lazy_pkg.heavy"):
+        sys.modules.pop(name, None)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib
 import re
+import sys
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from miocore.errors import PluginError
@@ -118,3 +120,22 @@ def _describe(factory: Any) -> str:
     module = getattr(factory, "__module__", None) or "?"
     qualname = getattr(factory, "__qualname__", None) or type(factory).__name__
     return f"{module}:{qualname}"
+
+
+def lazy_exports(package: str, exports: Mapping[str, str]) -> Callable[[str], Any]:
+    """A package's ``__getattr__`` (PEP 562) whose public names load on first access.
+
+    ``exports`` maps each public name to the module that defines it; a plugin package writes
+    ``__getattr__ = miocore.lazy_exports(__name__, {"MySolver": "my_pkg.solver"})`` so that
+    importing the package, as the plugin scan does, imports none of its solver modules.
+    """
+
+    def __getattr__(name: str) -> Any:
+        module = exports.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        setattr(sys.modules[package], name, value)  # later accesses skip this function
+        return value
+
+    return __getattr__

@@ -12,8 +12,9 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from miocore import lazy_exports
 
 if TYPE_CHECKING:
     from miocore_direct.depthwise import DepthwiseDirectSolver
@@ -33,11 +34,4 @@ _EXPORTS = {
 __all__ = ["DepthwiseDirectSolver", "GroupedDirectSolver", "NaiveDirectSolver", "TapsDirectSolver"]
 
 
-def __getattr__(name: str) -> Any:
-    """Import the module of a public name on first access."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later accesses skip this function
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -5,8 +5,9 @@ does, imports none of its solver modules."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from miocore import lazy_exports
 
 if TYPE_CHECKING:
     from miocore_gemm.solvers import SOLVERS, Gemm1x1Solver, GemmIm2colSolver
@@ -21,11 +22,4 @@ _EXPORTS = {
 __all__ = ["SOLVERS", "Gemm1x1Solver", "GemmIm2colSolver"]
 
 
-def __getattr__(name: str) -> Any:
-    """Import the module of a public name on first access."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later accesses skip this function
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)

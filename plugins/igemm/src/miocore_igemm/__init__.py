@@ -7,8 +7,9 @@ does, imports none of its solver modules."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from miocore import lazy_exports
 
 if TYPE_CHECKING:
     from miocore_igemm.solvers import (
@@ -37,11 +38,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Import the module of a public name on first access."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later accesses skip this function
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)
