@@ -30,8 +30,8 @@ from miocore import (
     Solver,
     not_applicable,
 )
-from miocore.backends.cpu import workspace_view
 from miocore_direct.openmp import prefer_passive_wait
+from miocore_direct.regions import Float32Regions
 
 if TYPE_CHECKING:  # imported where arrays are touched: declaring a solver, asking it
     # about a problem or a FindDb hit never loads numpy
@@ -39,7 +39,6 @@ if TYPE_CHECKING:  # imported where arrays are touched: declaring a solver, aski
 
 #: Parts the channels-last backward-weights pass splits its rows into (one partial sum each).
 WEIGHT_PARTS = 16
-_ALIGN = 64  # bytes between workspace regions
 
 # Cost model, measured on the 2-core development machine (docs/performance.md, CPU section):
 # the kernels sustain about this many float32 multiply-adds per ns per thread (AVX2-width
@@ -101,12 +100,8 @@ class _Plan:
             self.parts = max(1, min(WEIGHT_PARTS, self.n * self.outs[0]))
         partial = self.parts * weights
         self.sizes = (weights, x_elems, y_elems, partial)
-        self.offsets: list[int] = []
-        total = 0
-        for size in self.sizes:
-            self.offsets.append(total)
-            total += -(-4 * size // _ALIGN) * _ALIGN
-        self.workspace_bytes = total
+        self.regions = Float32Regions([(size,) for size in self.sizes])
+        self.workspace_bytes = self.regions.nbytes
         self.macs = self.n * self.k * math.prod(self.outs) * taps
 
     def predicted_ms(self, threads: int) -> float:
@@ -117,14 +112,7 @@ class _Plan:
 
     def buffers(self, workspace: Any) -> list[np.ndarray]:
         """Float32 views of the workspace regions (weights, x, y, partials)."""
-        import numpy as np
-
-        ws = workspace_view(workspace, self.workspace_bytes)
-        flat = ws[: self.workspace_bytes] if ws is not None else np.empty(0, np.uint8)
-        return [
-            flat[o : o + 4 * s].view(np.float32)
-            for o, s in zip(self.offsets, self.sizes, strict=True)
-        ]
+        return self.regions.views(workspace)
 
     def tensor(self, array: np.ndarray, direct: bool, region: np.ndarray, load: bool) -> Any:
         """The kernel's float32 view of a caller's tensor: the array itself when ``direct``,

@@ -34,7 +34,7 @@ from miocore import (
     Solver,
     not_applicable,
 )
-from miocore.backends.cpu import workspace_view
+from miocore_direct.regions import Float32Regions
 
 if TYPE_CHECKING:  # imported where arrays are touched: declaring a solver, asking it
     # about a problem or a FindDb hit never loads numpy
@@ -54,7 +54,6 @@ SHIFT_MAX_FILTER = 7
 SHIFT_MAX_STEP = 2
 #: Bytes of input and dy rows per backward-weights call of the shifted-diagonal kernel.
 CHUNK_BYTES = 384 * 1024
-_ALIGN = 64
 # Measured on the 2-core development machine (docs/performance.md, issue 18): multiply-adds
 # per ns per thread of the group-vectorised loops, staging bandwidth (strided numpy copies),
 # and the fixed cost of a call.
@@ -107,13 +106,8 @@ class _Plan:
         self.parts = 0
         if self.direction is Direction.BACKWARD_WEIGHTS:
             self.parts = max(1, min(WEIGHT_PARTS, p.n * p.out_spatial[0]))
-        self.shapes = (w_shape, x_shape, y_shape, (self.parts, *w_shape))
-        self.offsets: list[int] = []
-        total = 0
-        for shape in self.shapes:
-            self.offsets.append(total)
-            total += -(-4 * math.prod(shape) // _ALIGN) * _ALIGN
-        self.workspace_bytes = total
+        self.regions = Float32Regions((w_shape, x_shape, y_shape, (self.parts, *w_shape)))
+        self.workspace_bytes = self.regions.nbytes
         self.macs = p.n * p.k * math.prod(p.out_spatial) * math.prod(self.filt) * self.cg
         self.staged_bytes = 8 * (math.prod(x_shape) + math.prod(y_shape))
 
@@ -124,14 +118,7 @@ class _Plan:
 
     def buffers(self, workspace: Any) -> list[np.ndarray]:
         """Float32 workspace regions shaped for weights, x, y and the partial sums."""
-        import numpy as np
-
-        ws = workspace_view(workspace, self.workspace_bytes)
-        flat = ws[: self.workspace_bytes] if ws is not None else np.empty(0, np.uint8)
-        return [
-            flat[o : o + 4 * math.prod(s)].view(np.float32).reshape(s)
-            for o, s in zip(self.offsets, self.shapes, strict=True)
-        ]
+        return self.regions.views(workspace)
 
 
 class _GroupedInvoker:
@@ -226,12 +213,8 @@ class _ShiftPlan:
         # (b8 128x56x56: 31 ms in one call, 11-12 ms in chunks of 4-16 rows)
         row_bytes = 4 * (cols * (p.c + 2 * margin) * self.dh * fy + other[2] * other[3])
         self.chunk_rows = max(1, CHUNK_BYTES // row_bytes)
-        self.regions: list[int] = []
-        total = 0
-        for shape in self.shapes:
-            self.regions.append(total)
-            total += -(-4 * math.prod(shape) // _ALIGN) * _ALIGN
-        self.workspace_bytes = total
+        self.regions = Float32Regions(self.shapes)
+        self.workspace_bytes = self.regions.nbytes
         useful = p.n * p.k * math.prod(p.out_spatial) * fy * fx * self.width
         if self.direction is Direction.BACKWARD_DATA:
             useful *= self.sh * self.sw  # the zero-inserted rows and columns are computed
@@ -245,14 +228,7 @@ class _ShiftPlan:
 
     def buffers(self, workspace: Any) -> list[np.ndarray]:
         """Float32 workspace regions: diagonal weights, padded input, unpadded other."""
-        import numpy as np
-
-        ws = workspace_view(workspace, self.workspace_bytes)
-        flat = ws[: self.workspace_bytes] if ws is not None else np.empty(0, np.uint8)
-        return [
-            flat[o : o + 4 * math.prod(s)].view(np.float32).reshape(s)
-            for o, s in zip(self.regions, self.shapes, strict=True)
-        ]
+        return self.regions.views(workspace)
 
 
 class _ShiftInvoker:
