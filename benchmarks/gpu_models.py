@@ -152,9 +152,13 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def loss_of(out: torch.Tensor) -> torch.Tensor:
-    # A sum over each sample: unit gradients into the last layer, so fp16 gradients stay far
-    # from underflow without a loss scale (a mean over 32x1000 logits would not).
-    return out.float().sum() / out.shape[0]
+    # The output weighted by a fixed random tensor: a gradient that batch norm's backward does
+    # not cancel (a plain sum sends the same gradient to every sample and position, which
+    # batch norm removes, leaving rounding noise in every earlier layer's weight gradient).
+    weights = torch.randn(
+        out.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float32
+    ).to(out.device)
+    return (out.float() * weights).sum() / out.shape[0]
 
 
 def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> None:
@@ -196,19 +200,30 @@ def run_one(name: str, dtype_name: str, modes: list[str], iters: int) -> list[di
     ref.eval(), mio.eval()
     with torch.no_grad():
         row["output_rel_err"] = rel(mio(x), ref(x))
-    ref.train(), mio.train()
+    # Weight gradients: both sides against an fp32 copy on cuDNN without TF32 (the closest to
+    # exact at hand); miocore is correct within the precision's tolerance or within twice
+    # cuDNN's own error on the same layer (deep layers of a low precision drift on both).
+    exact = copy.deepcopy(ref).float()
+    ref.train(), mio.train(), exact.train()
+    torch.backends.cudnn.allow_tf32 = False
+    exact.zero_grad(set_to_none=True)
+    loss_of(exact(x.float())).backward()
+    torch.backends.cudnn.allow_tf32 = True
     for m in (ref, mio):
         m.zero_grad(set_to_none=True)
         loss_of(m(x)).backward()
     named = [
-        (name, rel(b.weight.grad, a.weight.grad))
-        for (name, a), b in zip(ref.named_modules(), mio.modules(), strict=True)
+        (name, rel(b.weight.grad, e.weight.grad), rel(a.weight.grad, e.weight.grad))
+        for (name, a), b, e in zip(ref.named_modules(), mio.modules(), exact.modules(), strict=True)
         if isinstance(a, nn.modules.conv._ConvNd) and a.weight.grad is not None
     ]
-    errs = [e for _, e in named]
-    row["weight_grad_rel_err_max"] = max(errs)
-    row["worst_weight_grads"] = sorted(named, key=lambda pair: -pair[1])[:3]
-    row["correct"] = max(row["output_rel_err"], *errs) < TOLERANCE[dtype_name]
+    del exact
+    tol = TOLERANCE[dtype_name]
+    bad = [(n, m, c) for n, m, c in named if m > max(tol, 2 * c)]
+    row["weight_grad_rel_err_max"] = max(m for _, m, _ in named)
+    row["cudnn_weight_grad_rel_err_max"] = max(c for _, _, c in named)
+    row["worst_weight_grads"] = sorted(named, key=lambda t: -t[1] / max(t[2], 1e-12))[:3]
+    row["correct"] = row["output_rel_err"] < tol and not bad
     row["solvers"] = chosen_solvers()
     ref.eval(), mio.eval()
     row["cudnn_conv_only_ms"] = conv_only_ms(conv_inputs(ref, x))

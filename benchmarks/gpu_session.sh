@@ -16,8 +16,10 @@
 #   modes       torch.compile and CUDA-graph modes on the finds kept by `models`
 #   cost        per-call host cost per solver and ResNet-50's pass (gpu_call_cost.py)
 #   plugin      ResNet-50 per layer: all plugins, own kernels, PyTorch (gpu_cudnn_plugin.py)
+#   frontend    a network's host time through miocore.torch, peeled and profiled
+#               (gpu_front_end_cost.py; FRONTEND_ARGS passes its options)
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|frontend}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -55,6 +57,11 @@ case "$STAGE" in
     timeout 560 python3 benchmarks/gpu_cudnn_plugin.py --out "$OUT/cudnn_plugin.json" \
       ${PLUGIN_ARGS:---dtypes float16 --directions forward backward_data backward_weights} 2>&1 |
       tee "$OUT/plugin.log" | tail -40
+    ;;
+  frontend)
+    # shellcheck disable=SC2086
+    timeout 560 python3 benchmarks/gpu_front_end_cost.py --out "$OUT/front_end.json" \
+      ${FRONTEND_ARGS:-} 2>&1 | grep -v Warning | tee "$OUT/front_end.log" | tail -60
     ;;
   *)
     echo "unknown stage $STAGE" >&2

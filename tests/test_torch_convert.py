@@ -155,3 +155,21 @@ def test_docs_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
 def test_import_miocore_does_not_import_torch() -> None:
     code = "import sys, miocore; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_prepare_backward_leaves_in_place_activations_alone() -> None:
+    """A layer followed by an in-place activation (EfficientNet's blocks) is found in every
+    direction; the progress count must not wrap the layer's output in a view."""
+    torch.manual_seed(4)
+    model = mt.convert(
+        torch.nn.Sequential(
+            torch.nn.Conv2d(3, 6, 3, padding=1),
+            torch.nn.SiLU(inplace=True),
+            torch.nn.Conv2d(6, 4, 1),
+            torch.nn.ReLU(inplace=True),
+        )
+    )
+    mt.prepare(model, torch.randn(2, 3, 9, 9), backward=True, progress=True)
+    directions = sorted(s.problem.direction.value for s in mt.runtime._solutions.values())
+    # The second layer's input needs a gradient, the first's does not.
+    assert directions == ["backward_data"] + ["backward_weights"] * 2 + ["forward"] * 2

@@ -7,7 +7,6 @@ progress bar, instead of during the first training step or inside a CUDA graph c
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import torch
@@ -44,19 +43,17 @@ def prepare(
         TimeElapsedColumn(),
     )
     with Progress(*columns, transient=True, disable=not progress) as bar:
-        task = bar.add_task("forward", total=len(layers) * (2 if backward else 1))
-        hooks = []
-        for name, layer in layers:
-            hooks.append(layer.register_forward_hook(_advance(bar, task, name)))
-            if backward:
-                hooks.append(layer.register_full_backward_hook(_advance(bar, task, name)))
+        # Backward progress is told by each layer's weight gradient: a module's full backward
+        # hook would wrap its output in a view that an in-place activation may not modify.
+        weighted = [(n, m) for n, m in layers if backward and m.weight.requires_grad]
+        task = bar.add_task("forward", total=len(layers) + len(weighted))
+        hooks = [layer.register_forward_hook(_advance(bar, task, name)) for name, layer in layers]
+        hooks += [layer.weight.register_hook(_advance(bar, task, name)) for name, layer in weighted]
         # The pass must leave no trace: batch norm's running statistics are put back.
         buffers = [(b, b.clone()) for b in model.buffers()]
         try:
             if backward:
-                with warnings.catch_warnings():  # the first layer's input needs no gradient
-                    warnings.filterwarnings("ignore", "Full backward hook", UserWarning)
-                    _forward_backward(model, args)
+                _forward_backward(model, args)
             else:
                 with torch.no_grad():
                     model(*args)
@@ -70,7 +67,7 @@ def prepare(
 
 
 def _advance(bar: Progress, task: Any, name: str) -> Any:
-    def hook(*_: Any) -> None:
+    def hook(*_: Any) -> None:  # returns None: the hooked value is left as it is
         bar.update(task, advance=1, description=name)
 
     return hook
