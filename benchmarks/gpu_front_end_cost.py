@@ -84,6 +84,21 @@ def profile_text(fn: Any, calls: int, top: int = 35) -> str:
     return text.getvalue()
 
 
+def kernel_table(fn: Any, top: int = 30) -> str:
+    """The device kernels of one call of ``fn`` (after warm-up), by total device time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(2):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return prof.key_averages().table(
+        sort_by="cuda_time_total", row_limit=top, max_name_column_width=90
+    )
+
+
 def layer_costs(model: nn.Module, x: torch.Tensor, limit: int) -> list[dict[str, Any]]:
     """Per-call host cost (µs) of the first ``limit`` distinct forward layers."""
     seen: list[tuple[nn.Module, torch.Tensor]] = []
@@ -153,6 +168,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--layers", type=int, default=6, help="distinct layers peeled")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--kernels-only", action="store_true", help="skip profiles and peeling")
     args = parser.parse_args()
     import torchvision
 
@@ -194,6 +210,14 @@ def main() -> None:
         result[f"{side}_train_host_ms"] = host_ms(step(m), 1)
         result[f"{side}_train_device_ms"] = device_ms(step(m))
     print(json.dumps(result), flush=True)
+    for side, m in (("cudnn", ref), ("miocore", mio)):
+        m.train()
+        result[f"kernels_train_{side}"] = kernel_table(step(m))
+        print(result[f"kernels_train_{side}"], flush=True)
+    if args.kernels_only:
+        if args.out:
+            args.out.write_text(json.dumps(result, indent=1))
+        return
     mio.eval()
     result["profile_infer"] = profile_text(infer(mio), 3)
     mio.train()
