@@ -84,6 +84,27 @@ def profile_text(fn: Any, calls: int, top: int = 35) -> str:
     return text.getvalue()
 
 
+def unplanned_calls(fn: Any) -> dict[str, int]:
+    """Calls of one ``fn`` that missed the front end's plans (packed a tensor, or a new
+    signature), per direction: each costs the slow path."""
+    from miocore.torch import ops
+
+    counts: dict[str, int] = {}
+    slow = ops._run
+
+    def counting(direction: str, *args: Any, **kwargs: Any) -> Any:
+        counts[direction] = counts.get(direction, 0) + 1
+        return slow(direction, *args, **kwargs)
+
+    ops._run = counting
+    try:
+        fn()
+        torch.cuda.synchronize()
+    finally:
+        ops._run = slow
+    return counts
+
+
 def kernel_table(fn: Any, top: int = 30) -> str:
     """The device kernels of one call of ``fn`` (after warm-up), by total device time."""
     from torch.profiler import ProfilerActivity, profile
@@ -209,6 +230,7 @@ def main() -> None:
         m.train()
         result[f"{side}_train_host_ms"] = host_ms(step(m), 1)
         result[f"{side}_train_device_ms"] = device_ms(step(m))
+    result["unplanned_calls_per_step"] = unplanned_calls(step(mio))
     print(json.dumps(result), flush=True)
     for side, m in (("cudnn", ref), ("miocore", mio)):
         m.train()

@@ -102,3 +102,70 @@ def test_prepared_runs_follow_new_tensors_of_the_same_layout(torch: Any) -> None
         expected = reference.convolution(p, w=host["w"], y=host["y"])
         err = reference.relative_error(x.float().cpu().numpy(), expected)
         assert err < 3e-2, (run.solver, seed, err)
+
+
+def _transposed(torch: Any) -> Any:
+    """A transposed convolution (the canonical problem swaps x and y)."""
+    conv = miocore.ConvolutionDescriptor(pads=(1, 1), strides=(2, 2), mode="transpose")
+    return miocore.ConvProblem(
+        "forward",
+        x=miocore.TensorDescriptor("float16", (2, 32, 7, 7), layout="NHWC"),
+        w=miocore.TensorDescriptor("float16", (32, 24, 3, 3), layout="NHWC"),
+        y=miocore.TensorDescriptor("float16", (2, 24, 13, 13), layout="NHWC"),
+        conv=conv,
+    )
+
+
+@pytest.mark.parametrize("solver", [*sorted(GRAPHED), "cudnn", "transposed"])
+def test_run_at_moves_to_new_addresses_and_replays_repeated_ones(torch: Any, solver: str) -> None:
+    """``run_at`` (the torch front end's per-call path) on a framework's pattern: new
+    tensors most calls, the same addresses twice in a row at times; every result checked."""
+    h = miocore.Handle("cuda", stream=torch.cuda.current_stream())
+    names = {s.name for s in h.registry.solvers}
+    if solver == "transposed":
+        p = _transposed(torch)
+        chosen = h.find_solutions(p, find_mode="NORMAL")[0]
+    else:
+        p = miocore.ConvProblem.from_sizes(
+            "forward", n=2, c=32, k=48, in_spatial=(12, 12), filter_spatial=(3, 3),
+            pads=(1, 1), dtype="float16", layout="NHWC",
+        )  # fmt: skip
+        if solver == "cudnn":
+            found = h.find_solutions(p, find_mode="NORMAL")
+            cudnn = [s for s in found if s.solver.startswith("cudnn.")]
+            if not cudnn:
+                pytest.skip("miocore-cudnn is not installed or cuDNN does not load")
+            chosen = cudnn[0]
+        elif solver not in names:
+            pytest.skip(f"{solver} is not installed")
+        else:
+            chosen = None
+    run = h.prepare(chosen) if chosen is not None else h.prepare(p, solver)
+    assert not run.ready
+    tensors = []
+    for step, seed in enumerate([0, 1, 1, 2, 3, 3, 3]):  # repeats: the same tensors again
+        host = reference.random_inputs(p, seed)
+        if step == 0 or seed != tensors[-1][0]:
+            tensors.append((seed, [_device(torch, host[n], getattr(p, n)) for n in "xwy"]))
+        x, w, y = tensors[-1][1]
+        y.fill_(float("nan"))
+        if step == 0:
+            run(x=x, w=w, y=y)  # the checked call
+            assert run.ready
+        else:
+            run.run_at(x.data_ptr(), w.data_ptr(), y.data_ptr())
+        torch.cuda.synchronize()
+        expected = reference.convolution(p, x=host["x"], w=host["w"])
+        err = reference.relative_error(y.float().cpu().numpy(), expected)
+        assert err < (3e-2 if "winograd" in run.solver else 5e-3), (run.solver, step, err)
+
+
+def test_run_at_needs_a_checked_call_first(torch: Any) -> None:
+    h = miocore.Handle("cuda", stream=torch.cuda.current_stream())
+    p = miocore.ConvProblem.from_sizes(
+        "forward", n=1, c=8, k=8, in_spatial=(6, 6), filter_spatial=(1, 1), dtype="float16",
+        layout="NHWC",
+    )  # fmt: skip
+    run = h.prepare(h.get_solutions(p)[0])
+    with pytest.raises(miocore.InvalidArgumentError, match="run_at"):
+        run.run_at(1, 2, 3)

@@ -12,13 +12,18 @@ strides, dtype, device) and compares it with the last call's:
 On a GPU whose driver records graphs, the second call alike records the invoker's launches
 as one graph (where it makes more than one) and every later call alike replays it with one
 driver call: a multi-kernel solution costs one launch.
+
+A caller that vouches for the layout itself (the torch front end, whose own cache of call
+signatures already told shapes, strides, dtype and device) calls ``run_at`` with the three
+device addresses alone, once a checked call has been made: nothing is compared but the
+addresses, and an invoker that takes raw addresses (``invoker.at``) gets them directly.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from miocore.errors import MiocoreError
+from miocore.errors import InvalidArgumentError, MiocoreError
 from miocore.find.blame import solver_failure
 from miocore.find.invoker_cache import CachedInvoker
 from miocore.find.runner import Runner
@@ -36,16 +41,22 @@ class PreparedRun:
     """
 
     __slots__ = (
+        "_at",
+        "_at_params",
         "_detach",
         "_graph",
         "_graph_tried",
         "_invoker",
         "_owner",
         "_params",
+        "_pointers",
         "_rebind",
+        "_relocatable",
         "_runner",
         "_signature",
+        "_swapped",
         "_views",
+        "_workspace_ptr",
         "problem",
         "solver",
         "workspace",
@@ -69,6 +80,13 @@ class PreparedRun:
         self._detach = getattr(runner.state.backend, "detach", lambda view: view)
         self._graph: Any = None
         self._graph_tried = False
+        # run_at's state: the addresses of the last call and the invoker's raw-address entry.
+        self._pointers: tuple[int, int, int] | None = None
+        self._at_params: InvokeParams | None = None
+        self._at = getattr(self._invoker, "at", None)
+        self._relocatable = runner.state.backend.name != "cpu"  # device addresses only
+        self._swapped = problem.is_transposed  # the canonical problem swaps x and y
+        self._workspace_ptr = getattr(self.workspace, "ptr", 0) if self.workspace is not None else 0
 
     def __repr__(self) -> str:
         return f"PreparedRun({self.solver!r}, {self.problem.key!r})"
@@ -100,7 +118,66 @@ class PreparedRun:
         self._params = params if known else None
         self._graph = None
         self._graph_tried = False
+        self._pointers = None
         self._invoke(params)
+
+    @property
+    def ready(self) -> bool:
+        """True once a checked call's layout is known, so :meth:`run_at` may be called."""
+        return self._views is not None and self._relocatable
+
+    def run_at(self, x: int, w: int, y: int) -> None:
+        """Run on device memory at addresses ``x``, ``w`` and ``y`` (as the caller names
+        them) laid out exactly as the last checked call's arrays: the caller vouches for the
+        shapes, strides, dtype and device, and keeps the memory alive for the call. Only the
+        addresses are compared with the last call's; see :attr:`ready` (device backends
+        only: the CPU's solvers take arrays, not addresses)."""
+        pointers = (x, w, y)
+        if pointers == self._pointers:
+            graph = self._graph
+            if graph is not None and graph.replay():
+                return
+            if not self._graph_tried:  # the second call alike: record it once
+                self._graph_tried = True
+                if self._record(self._params_at(pointers)):
+                    return
+        else:
+            if not self.ready:
+                raise InvalidArgumentError(
+                    "run_at needs a checked call first (see ready)",
+                    field="run_at",
+                    value=repr(self),
+                )
+            self._pointers = pointers
+            self._at_params = None
+            self._signature = None  # the next checked call compares in full
+            self._graph = None
+            self._graph_tried = False
+        at = self._at
+        if at is None:
+            self._invoke(self._params_at(pointers))
+            return
+        if self._swapped:
+            x, y = y, x
+        try:
+            at(self._owner, x, w, y, self._workspace_ptr)
+        except MiocoreError:
+            raise
+        except Exception as exc:
+            raise solver_failure(self._runner.state.registry.get(self.solver), "run", exc) from exc
+
+    def _params_at(self, pointers: tuple[int, int, int]) -> InvokeParams:
+        """The invoker's arguments with the checked views moved to ``pointers``."""
+        params = self._at_params
+        if params is None:
+            views = self._views
+            assert views is not None
+            moved = {
+                name: self._rebind(views[name], None, ptr)
+                for name, ptr in zip(("x", "w", "y"), pointers, strict=True)
+            }
+            params = self._at_params = self._runner.params(self.problem, moved, self.workspace)
+        return params
 
     def _moved(self, signature: tuple[Any, ...], arrays: tuple[Any, ...]) -> Any:
         """The last call's checked views moved to these arrays' memory, when only their

@@ -270,10 +270,15 @@ class _Buffer:
 
 
 class _Driver:
-    """Records when the CUDA capture mode is relaxed, into the frontend fake's call log."""
+    """Records when the CUDA capture mode is relaxed, into the frontend fake's call log;
+    streams in ``capturing`` are being captured."""
 
-    def __init__(self, calls: list[Any]) -> None:
+    def __init__(self, calls: list[Any], capturing: set[int]) -> None:
         self.calls = calls
+        self.capturing = capturing
+
+    def is_capturing(self, stream: int) -> bool:
+        return stream in self.capturing
 
     @contextlib.contextmanager
     def relaxed_capture(self) -> Iterator[None]:
@@ -283,14 +288,14 @@ class _Driver:
 
 
 class _Backend:
-    def __init__(self, stream: int, calls: list[Any]) -> None:
-        self.stream_handle = stream
-        self.driver = _Driver(calls)
+    def __init__(self, stream: int, calls: list[Any], capturing: set[int]) -> None:
+        self.stream_handle = self.stream_object = stream
+        self.driver = _Driver(calls, capturing)
 
 
 class _Handle:
-    def __init__(self, stream: int, calls: list[Any]) -> None:
-        self.backend = _Backend(stream, calls)
+    def __init__(self, stream: int, calls: list[Any], capturing: set[int] = frozenset()) -> None:
+        self.backend = _Backend(stream, calls, set(capturing))
 
 
 def test_invoker_is_one_execute_with_the_callers_pointers(fake_cudnn: Any) -> None:
@@ -305,18 +310,20 @@ def test_invoker_is_one_execute_with_the_callers_pointers(fake_cudnn: Any) -> No
     calls = fake_cudnn.CALLS
     invoker(_Handle(77, calls), params)
     invoker(_Handle(77, calls), params)
-    invoker(_Handle(78, calls), params)
+    invoker(_Handle(78, calls, capturing={78}), params)
+    invoker.at(_Handle(78, calls), 0x4000, 0x5000, 0x6000, 0)  # addresses alone
     assert [c for c in calls if c[0] == "set_stream"] == [
         ("set_stream", 0xC0DE, 77),
         ("set_stream", 0xC0DE, 78),
     ]
-    runs = [c for c in calls if c[0] == "execute"]
-    assert len(runs) == 3
-    assert runs[0] == ("execute", {1: 0x1000, 2: 0x2000, 3: 0x3000}, 0x9000, 1, 0xC0DE)
-    # Each execute inside relaxed capture mode (a caller's CUDA graph may be recording).
-    for at, call in enumerate(calls):
-        if call[0] == "execute":
-            assert calls[at - 1] == ("relaxed",) and calls[at + 1] == ("strict",)
+    runs = [at for at, c in enumerate(calls) if c[0] == "execute"]
+    assert len(runs) == 4
+    assert calls[runs[0]] == ("execute", {1: 0x1000, 2: 0x2000, 3: 0x3000}, 0x9000, 1, 0xC0DE)
+    assert calls[runs[3]] == ("execute", {1: 0x4000, 2: 0x5000, 3: 0x6000}, 0, 1, 0xC0DE)
+    # Relaxed capture mode around the execute only while the stream is being captured (a
+    # caller's CUDA graph recording): switching the mode costs two driver calls.
+    relaxed = [at for at in runs if calls[at - 1] == ("relaxed",)]
+    assert relaxed == [runs[2]] and calls[runs[2] + 1] == ("strict",)
 
 
 def test_a_graph_cudnn_refuses_declines_every_engine_once(
@@ -354,7 +361,7 @@ def test_knob_variations_run_and_are_remade_from_their_record(fake_cudnn: Any) -
     assert solution.perf_config == variant and solution.workspace_size == 512
     params = miocore.InvokeParams(problem=p, x=_Buffer(1), w=_Buffer(2), y=_Buffer(3))
     solution.invoker_factory(())(_Handle(0, fake_cudnn.CALLS), params)
-    assert fake_cudnn.CALLS[-2] == ("execute", {1: 1, 2: 2, 3: 3}, 0, 0, 0xC0DE)
+    assert fake_cudnn.CALLS[-1] == ("execute", {1: 1, 2: 2, 3: 3}, 0, 0, 0xC0DE)
     # A recipe that makes another configuration than recorded is stale.
     stale = miocore.PerfConfig(k2=2, via="TILE_SIZE=3")
     assert not ENGINE[3].is_valid_perf_config(ctx, p, stale)

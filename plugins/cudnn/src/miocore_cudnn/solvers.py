@@ -229,10 +229,11 @@ class CudnnInvoker:
     """Runs one built plan: binds the cuDNN handle to the caller's stream (when it changed)
     and makes one ``execute`` call with the three device pointers and the workspace.
 
-    The call is made in CUDA's relaxed capture mode: some engines make a call during
-    ``execute`` that a capture in the global or thread-local mode refuses (engine 25 of a
-    transposed convolution, cuDNN 9.19 on an H100: PyTorch's ``torch.cuda.graph`` then
-    fails), while the graph recorded in relaxed mode replays the right result."""
+    While the stream is being captured the call is made in CUDA's relaxed capture mode: some
+    engines make a call during ``execute`` that a capture in the global or thread-local mode
+    refuses (engine 25 of a transposed convolution, cuDNN 9.19 on an H100: PyTorch's
+    ``torch.cuda.graph`` then fails), while the graph recorded in relaxed mode replays the
+    right result. ``at`` takes the addresses alone (a prepared run's per-call path)."""
 
     __slots__ = ("_execute", "graph", "handle", "index")
 
@@ -242,17 +243,23 @@ class CudnnInvoker:
         self._execute = graph._execute_plan_at_index
 
     def __call__(self, handle: Any, ip: InvokeParams) -> None:
+        workspace = ip.workspace.ptr if ip.workspace is not None else 0
+        self.at(handle, ip.x.ptr, ip.w.ptr, ip.y.ptr, workspace)
+
+    def at(self, handle: Any, x: int, w: int, y: int, workspace: int) -> None:
+        """Execute on the canonical problem's x, w and y at these device addresses."""
         cudnn_handle = self.handle
         backend = handle.backend
-        cudnn_handle.bind(backend.stream_handle)
-        workspace = ip.workspace.ptr if ip.workspace is not None else 0
-        with backend.driver.relaxed_capture():
-            self._execute(
-                {UID_X: ip.x.ptr, UID_W: ip.w.ptr, UID_Y: ip.y.ptr},
-                workspace,
-                self.index,
-                cudnn_handle.raw,
-            )
+        stream = backend.stream_handle
+        if stream != cudnn_handle.stream:
+            cudnn_handle.bind(stream)
+        pointers = {UID_X: x, UID_W: w, UID_Y: y}
+        driver = backend.driver
+        if driver.is_capturing(backend.stream_object):
+            with driver.relaxed_capture():
+                self._execute(pointers, workspace, self.index, cudnn_handle.raw)
+        else:
+            self._execute(pointers, workspace, self.index, cudnn_handle.raw)
 
 
 def engine_solver(engine: int) -> CudnnEngineSolver:
