@@ -10,8 +10,12 @@ cross-entropy or mean-square loss, backward, SGD step). Also: the first-find tim
 ``miocore.torch.prepare`` (forward and backward problems), and correctness of the outputs and
 of the convolution weight gradients against the cuDNN copy (relative error of the whole
 tensor, per precision), the conv-only device time of one inference (each convolution of the
-model timed alone on its own input, summed over the model's layers) and which solvers the
-finds chose. One JSON line per (model, precision, mode) as it goes. Run it once as is (every
+model timed alone on its own input behind a queued sleep, so host time is not counted, summed
+over the model's layers; the five forward layers miocore loses most on, with their solvers),
+the summed kernel time of one inference and one training step (torch.profiler: what the step
+would cost were the host never late) and which solvers the finds chose. In graph mode the
+training step is ``torch.cuda.make_graphed_callables`` of the model (forward and backward
+captured). One JSON line per (model, precision, mode) as it goes. Run it once as is (every
 plugin, cuDNN's engines included) and once with ``MIOCORE_DISABLE_PLUGINS=cudnn`` (miocore's
 own kernels); ``--db`` keeps the finds for a later call (``--modes compile graph``).
 
@@ -21,6 +25,7 @@ own kernels); ``--db`` keeps the finds for a later call (``--modes compile graph
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import statistics
@@ -126,14 +131,59 @@ def conv_inputs(model: nn.Module, x: torch.Tensor) -> list[tuple[nn.Module, torc
     return seen
 
 
-def conv_only_ms(layers: list[tuple[nn.Module, torch.Tensor]], repeat: int = 5) -> float:
+def conv_only_ms(layers: list[tuple[nn.Module, torch.Tensor]], repeat: int = 5) -> list[float]:
     """Device time of the model's convolutions alone: each layer called ``repeat`` times back
-    to back (so the host queues ahead of the device), the per-call median summed."""
-    total = 0.0
+    to back behind a queued sleep (so every launch is queued before the first runs, and host
+    time is not counted): each layer's per-call median, in the model's order."""
+    per_layer = []
     with torch.no_grad():
         for mod, inp in layers:
-            total += device_ms(lambda m=mod, i=inp: [m(i) for _ in range(repeat)], 1, 5) / repeat
-    return total
+            for _ in range(2):
+                mod(inp)
+            times = []
+            for _ in range(5):
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                torch.cuda._sleep(2_000_000)  # ~1 ms: longer than queueing the calls
+                start.record()
+                for _ in range(repeat):
+                    mod(inp)
+                end.record()
+                torch.cuda.synchronize()
+                times.append(start.elapsed_time(end) / repeat)
+            per_layer.append(statistics.median(times))
+    return per_layer
+
+
+def forward_solver(mod: nn.Module, inp: torch.Tensor) -> str:
+    """The solver the front end runs for this layer's forward (found already)."""
+    from miocore.torch import ops, runtime
+
+    wanted = ("forward", inp.shape, mod.weight.shape, tuple(mod.stride), mod.groups)
+    for sig, plan in ops._plans.items():
+        if (sig[0], sig[2], sig[4], sig[1][0], sig[1][3]) == wanted:
+            state = runtime.handle_state(inp.device, runtime.math_mode(inp.device))
+            run = state.runs.get(plan.key)
+            return run.solver if run is not None else "?"
+    return "?"
+
+
+def kernel_ms(fn: Any, *, train: bool, model: nn.Module) -> float:
+    """The summed device time of the kernels one call of ``fn`` runs (torch.profiler), the
+    model in training mode or not: the call's cost were the host never late."""
+    from torch.profiler import ProfilerActivity, profile
+
+    mode = model.training
+    model.train(train)
+    context = contextlib.nullcontext() if train else torch.no_grad()
+    with context:
+        fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+    model.train(mode)
+    return sum(e.self_device_time_total for e in prof.key_averages()) / 1e3
 
 
 def chosen_solvers() -> dict[str, int]:
@@ -155,10 +205,17 @@ def loss_of(out: torch.Tensor) -> torch.Tensor:
     # The output weighted by a fixed random tensor: a gradient that batch norm's backward does
     # not cancel (a plain sum sends the same gradient to every sample and position, which
     # batch norm removes, leaving rounding noise in every earlier layer's weight gradient).
-    weights = torch.randn(
-        out.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float32
-    ).to(out.device)
+    # Made once per shape: a host-to-device copy per step would stall the timed step.
+    key = (tuple(out.shape), out.device)
+    weights = _LOSS_WEIGHTS.get(key)
+    if weights is None:
+        gen = torch.Generator().manual_seed(1)
+        weights = torch.randn(out.shape, generator=gen).to(out.device)
+        _LOSS_WEIGHTS[key] = weights
     return (out.float() * weights).sum() / out.shape[0]
+
+
+_LOSS_WEIGHTS: dict[tuple[Any, ...], torch.Tensor] = {}
 
 
 def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> None:
@@ -226,9 +283,30 @@ def run_one(name: str, dtype_name: str, modes: list[str], iters: int) -> list[di
     row["correct"] = row["output_rel_err"] < tol and not bad
     row["solvers"] = chosen_solvers()
     ref.eval(), mio.eval()
-    row["cudnn_conv_only_ms"] = conv_only_ms(conv_inputs(ref, x))
-    row["miocore_conv_only_ms"] = conv_only_ms(conv_inputs(mio, x))
+    cudnn_layers = conv_only_ms(conv_inputs(ref, x))
+    mio_inputs = conv_inputs(mio, x)
+    mio_layers = conv_only_ms(mio_inputs)
+    row["cudnn_conv_only_ms"] = sum(cudnn_layers)
+    row["miocore_conv_only_ms"] = sum(mio_layers)
     row["conv_only_ratio"] = row["cudnn_conv_only_ms"] / row["miocore_conv_only_ms"]
+    names = [n for n, m in mio.named_modules() if isinstance(m, nn.modules.conv._ConvNd)]
+    losses = sorted(
+        zip(names, mio_inputs, cudnn_layers, mio_layers, strict=False),
+        key=lambda t: t[2] - t[3],
+    )[:5]  # the forward layers miocore loses most device time on
+    row["worst_forward_layers"] = [
+        {
+            "layer": name,
+            "x": list(inp.shape),
+            "w": list(mod.weight.shape),
+            "stride": list(mod.stride),
+            "groups": mod.groups,
+            "solver": forward_solver(mod, inp),
+            "cudnn_us": round(c * 1e3, 1),
+            "miocore_us": round(m * 1e3, 1),
+        }
+        for name, (mod, inp), c, m in losses
+    ]
     out = [row]
     print(json.dumps(row), flush=True)
     for mode in modes:
@@ -245,12 +323,18 @@ def run_one(name: str, dtype_name: str, modes: list[str], iters: int) -> list[di
                 r[f"{side}_infer_ms"] = device_ms(fn, 3, iters)
             m.train()
             opt = torch.optim.SGD(m.parameters(), lr=1e-6)
-            step_model = torch.compile(m) if mode == "compile" else m
-            if mode == "graph":
-                r[f"{side}_train_ms"] = None  # a captured training step needs static grads
-            else:
-                r[f"{side}_train_ms"] = device_ms(
-                    lambda sm=step_model, o=opt: train_step(sm, o, x), 2, max(3, iters // 2)
+            step_model = m
+            if mode == "compile":
+                step_model = torch.compile(m)
+            elif mode == "graph":  # forward and backward captured, as PyTorch's own recipe does
+                step_model = torch.cuda.make_graphed_callables(m, (x,))
+            r[f"{side}_train_ms"] = device_ms(
+                lambda sm=step_model, o=opt: train_step(sm, o, x), 2, max(3, iters // 2)
+            )
+            if mode == "eager":  # the kernels alone: what the step costs with no host gaps
+                r[f"{side}_infer_kernels_ms"] = kernel_ms(lambda f=m: f(x), train=False, model=m)
+                r[f"{side}_train_kernels_ms"] = kernel_ms(
+                    lambda sm=m, o=opt: train_step(sm, o, x), train=True, model=m
                 )
         r["infer_ratio"] = r["cudnn_infer_ms"] / r["miocore_infer_ms"]
         if r["miocore_train_ms"]:
