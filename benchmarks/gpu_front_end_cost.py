@@ -84,6 +84,50 @@ def profile_text(fn: Any, calls: int, top: int = 35) -> str:
     return text.getvalue()
 
 
+def ablations(ref: nn.Module, mio: nn.Module, step: Any, infer: Any) -> dict[str, float]:
+    """Wall time per call (events, nothing held) of the training step and the inference with
+    parts of miocore's convolution call taken out: what each part costs in a real network.
+
+    ``no_launch``: the front end and the prepared runs run, the invokers do nothing;
+    ``no_run``: the front end runs, the prepared runs do nothing. Results are garbage there;
+    only the time is read."""
+    from miocore.find.prepared import PreparedRun
+    from miocore.torch import runtime
+
+    runs = [run for state in runtime._handles.values() for run in state.runs.values()]
+    out: dict[str, float] = {}
+
+    def timed(label: str) -> None:
+        mio.train()
+        out[f"train_{label}_ms"] = device_ms(step(mio))
+        mio.eval()
+        out[f"infer_{label}_ms"] = device_ms(infer(mio))
+
+    timed("full")
+    invoke, ats = PreparedRun._invoke, [run._at for run in runs]
+    PreparedRun._invoke = lambda *a, **k: None  # type: ignore[method-assign]
+    for run in runs:
+        if run._at is not None:
+            run._at = lambda *a: None
+    try:
+        timed("no_launch")
+    finally:
+        PreparedRun._invoke = invoke  # type: ignore[method-assign]
+        for run, at in zip(runs, ats, strict=True):
+            run._at = at
+    run_at = PreparedRun.run_at
+    PreparedRun.run_at = lambda *a, **k: None  # type: ignore[method-assign]
+    try:
+        timed("no_run")
+    finally:
+        PreparedRun.run_at = run_at  # type: ignore[method-assign]
+    ref.train()
+    out["cudnn_train_ms"] = device_ms(step(ref))
+    ref.eval()
+    out["cudnn_infer_ms"] = device_ms(infer(ref))
+    return out
+
+
 def unplanned_calls(fn: Any) -> dict[str, int]:
     """Calls of one ``fn`` that missed the front end's plans (packed a tensor, or a new
     signature), per direction: each costs the slow path."""
@@ -231,6 +275,7 @@ def main() -> None:
         result[f"{side}_train_host_ms"] = host_ms(step(m), 1)
         result[f"{side}_train_device_ms"] = device_ms(step(m))
     result["unplanned_calls_per_step"] = unplanned_calls(step(mio))
+    result["ablations"] = ablations(ref, mio, step, infer)
     print(json.dumps(result), flush=True)
     for side, m in (("cudnn", ref), ("miocore", mio)):
         m.train()

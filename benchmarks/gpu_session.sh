@@ -11,7 +11,8 @@
 # Stages:
 #   suite       every GPU test file, 8 processes (about 3 minutes)
 #   models      benchmarks/gpu_models.py, every plugin (cuDNN's engines included), eager;
-#               MODELS / DTYPES narrow it; finds are kept in /tmp/mdb for later stages
+#               MODELS / DTYPES narrow it, MODES widens it (eager graph compile); finds are
+#               kept in /tmp/mdb-models for later stages
 #   models-own  the same with MIOCORE_DISABLE_PLUGINS=cudnn (miocore's own kernels)
 #   modes       torch.compile and CUDA-graph modes on the finds kept by `models`
 #   cost        per-call host cost per solver and ResNet-50's pass (gpu_call_cost.py)
@@ -40,7 +41,7 @@ case "$STAGE" in
     [[ "$STAGE" == models-own ]] && export MIOCORE_DISABLE_PLUGINS=cudnn
     # shellcheck disable=SC2086
     timeout 560 python3 benchmarks/gpu_models.py --models $MODELS --dtypes $DTYPES \
-      --modes eager --db "/tmp/mdb-$STAGE" --out "$OUT/$STAGE.json" 2>&1 |
+      --modes ${MODES:-eager} --db "/tmp/mdb-$STAGE" --out "$OUT/$STAGE.json" 2>&1 |
       grep -v Warning | tee "$OUT/$STAGE.log" | tail -40
     ;;
   modes)
