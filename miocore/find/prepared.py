@@ -30,6 +30,13 @@ from miocore.find.runner import Runner
 from miocore.problem.conv import ConvProblem
 from miocore.solver.interface import InvokeParams
 
+#: Graphs kept per prepared run by ``run_at`` (one per address triple; the oldest goes first).
+MAX_GRAPHS = 16
+#: Address triples remembered as seen once (cleared when full: addresses that never repeat).
+MAX_SEEN = 64
+#: Recordings refused (a BLAS a capture misses, one launch not worth it) before giving up.
+MAX_GRAPH_FAILURES = 2
+
 
 class PreparedRun:
     """``run(x=..., w=..., y=...)`` runs one solution of one problem on the caller's buffers.
@@ -45,14 +52,18 @@ class PreparedRun:
         "_at_params",
         "_detach",
         "_graph",
+        "_graph_failures",
         "_graph_tried",
+        "_graphs",
         "_invoker",
+        "_min_nodes",
         "_owner",
         "_params",
         "_pointers",
         "_rebind",
         "_relocatable",
         "_runner",
+        "_seen",
         "_signature",
         "_swapped",
         "_views",
@@ -84,6 +95,11 @@ class PreparedRun:
         self._pointers: tuple[int, int, int] | None = None
         self._at_params: InvokeParams | None = None
         self._at = getattr(self._invoker, "at", None)
+        self._graphs: dict[tuple[int, int, int], Any] = {}
+        self._seen: set[tuple[int, int, int]] = set()
+        self._graph_failures = 0
+        # One launch is worth a graph only where the invoker's host side is dear (a library).
+        self._min_nodes = 1 if getattr(self._invoker, "replay_pays", False) else 2
         self._relocatable = runner.state.backend.name != "cpu"  # device addresses only
         self._swapped = problem.is_transposed  # the canonical problem swaps x and y
         self._workspace_ptr = getattr(self.workspace, "ptr", 0) if self.workspace is not None else 0
@@ -130,18 +146,19 @@ class PreparedRun:
         """Run on device memory at addresses ``x``, ``w`` and ``y`` (as the caller names
         them) laid out exactly as the last checked call's arrays: the caller vouches for the
         shapes, strides, dtype and device, and keeps the memory alive for the call. Only the
-        addresses are compared with the last call's; see :attr:`ready` (device backends
-        only: the CPU's solvers take arrays, not addresses)."""
+        addresses are compared; see :attr:`ready` (device backends only: the CPU's solvers
+        take arrays, not addresses).
+
+        A framework hands the same addresses again step after step (its allocator repeats
+        itself), so the second time an address triple is seen its launches are recorded as a
+        graph kept under that triple (up to ``MAX_GRAPHS``), and later calls at those
+        addresses replay it: one driver call instead of the invoker's host work.
+        """
         pointers = (x, w, y)
-        if pointers == self._pointers:
-            graph = self._graph
-            if graph is not None and graph.replay():
-                return
-            if not self._graph_tried:  # the second call alike: record it once
-                self._graph_tried = True
-                if self._record(self._params_at(pointers)):
-                    return
-        else:
+        graph = self._graphs.get(pointers)
+        if graph is not None and graph.replay():
+            return
+        if pointers != self._pointers:
             if not self.ready:
                 raise InvalidArgumentError(
                     "run_at needs a checked call first (see ready)",
@@ -151,8 +168,14 @@ class PreparedRun:
             self._pointers = pointers
             self._at_params = None
             self._signature = None  # the next checked call compares in full
-            self._graph = None
-            self._graph_tried = False
+        if graph is None and self._graph_failures < MAX_GRAPH_FAILURES:
+            if pointers in self._seen:
+                if self._record_at(pointers):
+                    return
+            else:
+                if len(self._seen) >= MAX_SEEN:
+                    self._seen.clear()
+                self._seen.add(pointers)
         at = self._at
         if at is None:
             self._invoke(self._params_at(pointers))
@@ -165,6 +188,30 @@ class PreparedRun:
             raise
         except Exception as exc:
             raise solver_failure(self._runner.state.registry.get(self.solver), "run", exc) from exc
+
+    def _record_at(self, pointers: tuple[int, int, int]) -> bool:
+        """Record the call at ``pointers`` as a graph, keep it and run it; False when not
+        recorded (nothing ran)."""
+        backend = self._runner.state.backend
+        capture = getattr(backend, "capture", None)
+        if capture is None:
+            self._graph_failures = MAX_GRAPH_FAILURES
+            return False
+        if backend.driver.is_capturing(backend.stream_object):
+            return False  # the caller records a graph of its own: launches go into it
+        params = self._params_at(pointers)
+        graph = capture(lambda: self._invoker(self._owner, params), min_nodes=self._min_nodes)
+        if graph is None:
+            self._graph_failures += 1
+            return False
+        graphs = self._graphs
+        if len(graphs) >= MAX_GRAPHS:
+            del graphs[next(iter(graphs))]  # the oldest
+        graphs[pointers] = graph
+        self._seen.discard(pointers)
+        if not graph.replay():
+            self._invoke(params)
+        return True
 
     def _params_at(self, pointers: tuple[int, int, int]) -> InvokeParams:
         """The invoker's arguments with the checked views moved to ``pointers``."""

@@ -147,14 +147,16 @@ class GpuBackend(KernelCompiler, DeviceTensors):
 
     # -- graphs ----------------------------------------------------------------------------
 
-    def capture(self, run: Callable[[], None]) -> CapturedGraph | None:
+    def capture(self, run: Callable[[], None], min_nodes: int = 2) -> CapturedGraph | None:
         """Record the launches ``run`` makes as one graph, without running them.
 
         None, with nothing recorded kept, when the driver has no graphs, this backend's stream
         is being captured by someone else (a graph the caller records), ``run`` raised, called
-        a BLAS binding that a capture does not record (CuPy's), or made at most one launch (a
-        replay costs as much as that launch). The caller then runs ``run`` itself, which redoes
-        whatever ran during the attempt.
+        a BLAS binding that a capture does not record (CuPy's), or made fewer than
+        ``min_nodes`` launches (by default one launch is not kept: a replay costs as much as
+        launching our own kernel; a library call with a dear host side is worth replaying
+        alone). The caller then runs ``run`` itself, which redoes whatever ran during the
+        attempt.
         """
         driver = self.driver
         if not hasattr(driver, "capture_begin") or driver.is_capturing(self.stream_object):
@@ -186,9 +188,9 @@ class GpuBackend(KernelCompiler, DeviceTensors):
         blas = self._blas
         if getattr(blas, "calls", 0) != blas_calls and not getattr(blas, "records_in_graphs", 0):
             failed = True  # the BLAS ran outside the recording: the graph would miss it
-        if graph is not None and (failed or nodes <= 1):
+        if graph is not None and (failed or nodes < min_nodes):
             driver.graph_destroy(graph, None)
-        if graph is None or failed or nodes <= 1:
+        if graph is None or failed or nodes < min_nodes:
             return None
         return CapturedGraph(self, graph, driver.graph_instantiate(graph), nodes)
 

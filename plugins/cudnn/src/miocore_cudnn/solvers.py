@@ -233,9 +233,14 @@ class CudnnInvoker:
     engines make a call during ``execute`` that a capture in the global or thread-local mode
     refuses (engine 25 of a transposed convolution, cuDNN 9.19 on an H100: PyTorch's
     ``torch.cuda.graph`` then fails), while the graph recorded in relaxed mode replays the
-    right result. ``at`` takes the addresses alone (a prepared run's per-call path)."""
+    right result. ``at`` takes the addresses alone (a prepared run's per-call path).
+
+    ``execute`` spends tens of microseconds of host time building its arguments, several times
+    what a graph launch costs, so a prepared run records even this one launch (``replay_pays``).
+    """
 
     __slots__ = ("_execute", "graph", "handle", "index")
+    replay_pays = True
 
     def __init__(self, graph: Any, index: int, handle: _loader.CudnnHandle) -> None:
         self.graph, self.index, self.handle = graph, index, handle

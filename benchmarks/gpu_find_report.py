@@ -1,0 +1,115 @@
+"""Why a find chose what it chose: the ranked results and the left-out solvers of a few
+problems, under each accuracy policy, next to PyTorch's own cuDNN call on the same tensors.
+
+The problems are the layers a model run (``gpu_models.py``) showed miocore losing on; each is
+found in NORMAL mode with an empty database, then every policy's winner and PyTorch's
+``F.conv2d`` (cuDNN, benchmark mode) are timed on the GPU behind a queued sleep.
+
+    python benchmarks/gpu_find_report.py --out report.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+import miocore
+
+#: name: (x shape, w shape, stride, padding, groups): NCHW sizes, run channels-last.
+PROBLEMS = {
+    "convnext_dw7x7": ((32, 96, 56, 56), (96, 1, 7, 7), 1, 3, 96),
+    "resnet50_stem": ((32, 3, 224, 224), (64, 3, 7, 7), 2, 3, 1),
+    "mobilenet_dw3x3": ((32, 16, 112, 112), (16, 1, 3, 3), 1, 1, 16),
+    "mobilenet_dw5x5_s2": ((32, 72, 56, 56), (72, 1, 5, 5), 2, 2, 72),
+}
+
+
+def device_us(fn: Any, repeat: int = 10) -> float:
+    """Per-call device time of ``fn`` (calls queued behind a sleep: host time not counted)."""
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(2_000_000)
+        start.record()
+        for _ in range(repeat):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / repeat)
+    return statistics.median(times)
+
+
+def report(name: str, dtype: torch.dtype, policies: list[str]) -> dict[str, Any]:
+    xs, ws, stride, pad, groups = PROBLEMS[name]
+    x = torch.randn(xs, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
+    w = torch.randn(ws, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
+    y = F.conv2d(x, w, None, stride, pad, 1, groups)
+    torch.backends.cudnn.benchmark = True
+    row: dict[str, Any] = {
+        "problem": name,
+        "dtype": str(dtype),
+        "pytorch_us": device_us(lambda: F.conv2d(x, w, None, stride, pad, 1, groups)),
+    }
+    h = miocore.Handle("cuda", stream=torch.cuda.current_stream())
+    layout = "NHWC"
+    short = str(dtype).removeprefix("torch.")
+    p = miocore.ConvProblem(
+        "forward",
+        x=miocore.TensorDescriptor(short, tuple(x.shape), layout=layout),
+        w=miocore.TensorDescriptor(short, tuple(w.shape), layout=layout),
+        y=miocore.TensorDescriptor(short, tuple(y.shape), layout=layout),
+        conv=miocore.ConvolutionDescriptor(
+            pads=(pad, pad), strides=(stride, stride), groups=groups
+        ),
+    )
+    for policy in policies:
+        found = h.find_solutions(p, find_mode="NORMAL", accuracy=policy)
+        rep = h.last_report
+        run = h.prepare(found[0])
+        run(x=x, w=w, y=y)
+        row[policy] = {
+            "ranked": [(s.solver, round(s.time_ms * 1e3, 1)) for s in found[:6]],
+            "winner_in_situ_us": device_us(
+                lambda r=run: r.run_at(x.data_ptr(), w.data_ptr(), y.data_ptr())
+            ),
+            "skipped": {k: v[:160] for k, v in list(rep.skipped.items())[:12]},
+            "failed": {k: v[:160] for k, v in list(rep.failed.items())[:6]},
+        }
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--problems", nargs="+", default=list(PROBLEMS))
+    parser.add_argument("--dtype", default="float16")
+    parser.add_argument("--policies", nargs="+", default=["default", "fast"])
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+    rows = []
+    with tempfile.TemporaryDirectory() as db:
+        import os
+
+        os.environ["MIOCORE_USER_DB_PATH"] = db
+        for name in args.problems:
+            try:
+                rows.append(report(name, dtype[args.dtype], args.policies))
+            except Exception as exc:  # one problem must not stop the others
+                rows.append({"problem": name, "error": repr(exc)[:300]})
+                print(json.dumps(rows[-1]), flush=True)
+            if args.out:
+                args.out.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
