@@ -35,6 +35,9 @@ from miocore_cudnn._loader import CudnnHandle
 CACHE_SIZE = 256
 #: Environment switch that lets engines needing run-time compilation take part.
 ENV_RUNTIME_COMPILED = "MIOCORE_CUDNN_RUNTIME_COMPILED"
+#: Lets engines that reduce in a precision below fp32 in (PyTorch lets them; find's accuracy
+#: check still measures each against its bound).
+ENV_REDUCED_PRECISION = "MIOCORE_CUDNN_REDUCED_PRECISION"
 #: Variant-pack uids of x, w and y in every direction (the direction says which is written).
 UID_X, UID_W, UID_Y = 1, 2, 3
 #: Engine configurations kept per engine: the heuristics rarely list more.
@@ -83,7 +86,9 @@ def _dtype(cudnn: Any, dtype: DataType) -> Any:
 def barred_notes(cudnn: Any, problem: ConvProblem, math_mode: str) -> list[Any]:
     """The numerical notes an engine may not carry for ``problem`` in ``math_mode``."""
     notes = cudnn.numerical_note
-    barred = [notes.DOWN_CONVERT_INPUTS, notes.REDUCED_PRECISION_REDUCTION]
+    barred = [notes.DOWN_CONVERT_INPUTS]
+    if not _env_on(ENV_REDUCED_PRECISION):
+        barred.append(notes.REDUCED_PRECISION_REDUCTION)
     if problem.dtype is DataType.FLOAT32 and math_mode != "tf32":
         barred.append(notes.TENSOR_CORE)
     return barred
@@ -91,7 +96,11 @@ def barred_notes(cudnn: Any, problem: ConvProblem, math_mode: str) -> list[Any]:
 
 def runtime_compiled_allowed() -> bool:
     """Whether ``MIOCORE_CUDNN_RUNTIME_COMPILED`` lets run-time compiled engines in."""
-    return os.environ.get(ENV_RUNTIME_COMPILED, "").strip().lower() in ("1", "true", "yes", "on")
+    return _env_on(ENV_RUNTIME_COMPILED)
+
+
+def _env_on(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def build_graph(
