@@ -88,9 +88,11 @@ def ablations(ref: nn.Module, mio: nn.Module, step: Any, infer: Any) -> dict[str
     """Wall time per call (events, nothing held) of the training step and the inference with
     parts of miocore's convolution call taken out: what each part costs in a real network.
 
-    ``no_launch``: the front end and the prepared runs run, the invokers do nothing;
-    ``no_run``: the front end runs, the prepared runs do nothing. Results are garbage there;
-    only the time is read."""
+    ``full``: as shipped (repeated address triples replay recorded graphs); ``no_graphs``: no
+    graph kept or recorded, every call runs its invoker; ``no_launch``: no graphs and the
+    invokers do nothing; ``no_run``: the front end runs, the prepared runs do nothing.
+    Results are garbage in the last two; only the time is read."""
+    from miocore.find import prepared as prepared_module
     from miocore.find.prepared import PreparedRun
     from miocore.torch import runtime
 
@@ -104,27 +106,34 @@ def ablations(ref: nn.Module, mio: nn.Module, step: Any, infer: Any) -> dict[str
         out[f"infer_{label}_ms"] = device_ms(infer(mio))
 
     timed("full")
-    invoke, ats = PreparedRun._invoke, [run._at for run in runs]
-    PreparedRun._invoke = lambda *a, **k: None  # type: ignore[method-assign]
+    limit = prepared_module.MAX_GRAPH_FAILURES
+    prepared_module.MAX_GRAPH_FAILURES = 0  # nothing recorded from here on
+    kept = [dict(run._graphs) for run in runs]
     for run in runs:
-        if run._at is not None:
-            run._at = lambda *a: None
-    try:
-        timed("no_launch")
-    finally:
-        PreparedRun._invoke = invoke  # type: ignore[method-assign]
-        for run, at in zip(runs, ats, strict=True):
-            run._at = at
+        run._graphs.clear()
+    invoke, ats = PreparedRun._invoke, [run._at for run in runs]
     run_at = PreparedRun.run_at
-    PreparedRun.run_at = lambda *a, **k: None  # type: ignore[method-assign]
     try:
+        timed("no_graphs")
+        PreparedRun._invoke = lambda *a, **k: None  # type: ignore[method-assign]
+        for run in runs:
+            if run._at is not None:
+                run._at = lambda *a: None
+        timed("no_launch")
+        PreparedRun.run_at = lambda *a, **k: None  # type: ignore[method-assign]
         timed("no_run")
     finally:
+        PreparedRun._invoke = invoke  # type: ignore[method-assign]
         PreparedRun.run_at = run_at  # type: ignore[method-assign]
+        prepared_module.MAX_GRAPH_FAILURES = limit
+        for run, at, graphs in zip(runs, ats, kept, strict=True):
+            run._at = at
+            run._graphs.update(graphs)
     ref.train()
     out["cudnn_train_ms"] = device_ms(step(ref))
     ref.eval()
     out["cudnn_infer_ms"] = device_ms(infer(ref))
+    timed("full_again")  # the machine's drift over the ablations
     return out
 
 
