@@ -186,13 +186,15 @@ def kernel_ms(fn: Any, *, train: bool, model: nn.Module) -> float:
     return sum(e.self_device_time_total for e in prof.key_averages()) / 1e3
 
 
-def chosen_solvers() -> dict[str, int]:
-    """How many of the front end's found problems each solver won (every direction)."""
+def chosen_solvers(before: set[Any]) -> dict[str, int]:
+    """How many of the problems found since ``before`` (the front end's found keys then) each
+    solver won (every direction)."""
     from miocore.torch import runtime
 
     counts: dict[str, int] = {}
-    for solution in runtime._solutions.values():
-        counts[solution.solver] = counts.get(solution.solver, 0) + 1
+    for key, solution in runtime._solutions.items():
+        if key not in before:
+            counts[solution.solver] = counts.get(solution.solver, 0) + 1
     return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
@@ -249,6 +251,9 @@ def run_one(name: str, dtype_name: str, modes: list[str], iters: int) -> list[di
     mio = mt.convert(copy.deepcopy(ref))
     x = torch.randn(shape, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
     row: dict[str, Any] = {"model": name, "dtype": dtype_name}
+    from miocore.torch import runtime
+
+    found_before = set(runtime._solutions)
     start = time.perf_counter()
     mt.prepare(mio, x, backward=True, progress=False)
     torch.cuda.synchronize()
@@ -281,7 +286,7 @@ def run_one(name: str, dtype_name: str, modes: list[str], iters: int) -> list[di
     row["cudnn_weight_grad_rel_err_max"] = max(c for _, _, c in named)
     row["worst_weight_grads"] = sorted(named, key=lambda t: -t[1] / max(t[2], 1e-12))[:3]
     row["correct"] = row["output_rel_err"] < tol and not bad
-    row["solvers"] = chosen_solvers()
+    row["solvers"] = chosen_solvers(found_before)
     ref.eval(), mio.eval()
     cudnn_layers = conv_only_ms(conv_inputs(ref, x))
     mio_inputs = conv_inputs(mio, x)
