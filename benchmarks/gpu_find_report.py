@@ -5,15 +5,22 @@ The problems are the layers a model run (``gpu_models.py``) showed miocore losin
 found in NORMAL mode with an empty database, then every policy's winner and PyTorch's
 ``F.conv2d`` (cuDNN, benchmark mode) are timed on the GPU behind a queued sleep.
 
-    python benchmarks/gpu_find_report.py --out report.json
+``--switches`` repeats every find under each combination of miocore-cudnn's opt-in switches
+(``rc``: ``MIOCORE_CUDNN_RUNTIME_COMPILED``, ``rp``: ``MIOCORE_CUDNN_REDUCED_PRECISION``), each
+with a fresh database and the plugin's plan cache emptied, and records the find's wall time
+(what run-time compilation adds to a first find).
+
+    python benchmarks/gpu_find_report.py --switches none rc rp rc+rp --out report.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +55,22 @@ def device_us(fn: Any, repeat: int = 10) -> float:
     return statistics.median(times)
 
 
+SWITCHES = {"rc": "MIOCORE_CUDNN_RUNTIME_COMPILED", "rp": "MIOCORE_CUDNN_REDUCED_PRECISION"}
+
+
+def set_switches(combo: str) -> None:
+    """Turn miocore-cudnn's switches named in ``combo`` on (``none``, ``rc``, ``rc+rp``...)
+    and the others off; its cached plans go, so the next find asks cuDNN again."""
+    wanted = set() if combo == "none" else set(combo.split("+"))
+    for short, variable in SWITCHES.items():
+        os.environ[variable] = "1" if short in wanted else "0"
+    try:
+        from miocore_cudnn._plans import clear_cache
+    except ImportError:
+        return
+    clear_cache()
+
+
 def report(name: str, dtype: torch.dtype, policies: list[str]) -> dict[str, Any]:
     xs, ws, stride, pad, groups = PROBLEMS[name]
     x = torch.randn(xs, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
@@ -72,11 +95,14 @@ def report(name: str, dtype: torch.dtype, policies: list[str]) -> dict[str, Any]
         ),
     )
     for policy in policies:
+        start = time.perf_counter()
         found = h.find_solutions(p, find_mode="NORMAL", accuracy=policy)
+        find_s = time.perf_counter() - start
         rep = h.last_report
         run = h.prepare(found[0])
         run(x=x, w=w, y=y)
         row[policy] = {
+            "find_s": round(find_s, 3),
             "ranked": [(s.solver, round(s.time_ms * 1e3, 1)) for s in found[:6]],
             "winner_in_situ_us": device_us(
                 lambda r=run: r.run_at(x.data_ptr(), w.data_ptr(), y.data_ptr())
@@ -84,7 +110,6 @@ def report(name: str, dtype: torch.dtype, policies: list[str]) -> dict[str, Any]
             "skipped": {k: v[:160] for k, v in list(rep.skipped.items())[:12]},
             "failed": {k: v[:160] for k, v in list(rep.failed.items())[:6]},
         }
-    print(json.dumps(row), flush=True)
     return row
 
 
@@ -93,20 +118,23 @@ def main() -> None:
     parser.add_argument("--problems", nargs="+", default=list(PROBLEMS))
     parser.add_argument("--dtype", default="float16")
     parser.add_argument("--policies", nargs="+", default=["default", "fast"])
+    parser.add_argument("--switches", nargs="+", default=["none"], help="none rc rp rc+rp")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
     rows = []
-    with tempfile.TemporaryDirectory() as db:
-        import os
-
-        os.environ["MIOCORE_USER_DB_PATH"] = db
+    for combo in args.switches:
+        set_switches(combo)
         for name in args.problems:
-            try:
-                rows.append(report(name, dtype[args.dtype], args.policies))
-            except Exception as exc:  # one problem must not stop the others
-                rows.append({"problem": name, "error": repr(exc)[:300]})
-                print(json.dumps(rows[-1]), flush=True)
+            with tempfile.TemporaryDirectory() as db:  # a fresh database per find
+                os.environ["MIOCORE_USER_DB_PATH"] = db
+                try:
+                    row = report(name, dtype[args.dtype], args.policies)
+                except Exception as exc:  # one problem must not stop the others
+                    row = {"problem": name, "error": repr(exc)[:300]}
+            row["switches"] = combo
+            print(json.dumps(row), flush=True)
+            rows.append(row)
             if args.out:
                 args.out.write_text(json.dumps(rows, indent=1))
 

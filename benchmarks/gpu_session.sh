@@ -17,10 +17,12 @@
 #   modes       torch.compile and CUDA-graph modes on the finds kept by `models`
 #   cost        per-call host cost per solver and ResNet-50's pass (gpu_call_cost.py)
 #   plugin      ResNet-50 per layer: all plugins, own kernels, PyTorch (gpu_cudnn_plugin.py)
+#   findreport  why finds chose what they chose on the layers models lost on, under each
+#               combination of miocore-cudnn's opt-in switches (gpu_find_report.py)
 #   frontend    a network's host time through miocore.torch, peeled and profiled
 #               (gpu_front_end_cost.py; FRONTEND_ARGS passes its options)
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|frontend}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -58,6 +60,11 @@ case "$STAGE" in
     timeout 560 python3 benchmarks/gpu_cudnn_plugin.py --out "$OUT/cudnn_plugin.json" \
       ${PLUGIN_ARGS:---dtypes float16 --directions forward backward_data backward_weights} 2>&1 |
       tee "$OUT/plugin.log" | tail -40
+    ;;
+  findreport)
+    timeout 560 python3 benchmarks/gpu_find_report.py --switches none rc rp rc+rp \
+      --policies default --out "$OUT/find_report.json" 2>&1 | grep -v Warning |
+      tee "$OUT/find_report.log" | cut -c1-400
     ;;
   frontend)
     # shellcheck disable=SC2086
