@@ -32,6 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 import torch
+from gpu_timing import host_ms
 from shapes import SUITES
 
 import miocore
@@ -51,18 +52,7 @@ def tensor(desc: Any, gen: torch.Generator) -> torch.Tensor:
 
 def host_us(fn: Any, calls: int = 200, repeats: int = 5) -> float:
     """Median over ``repeats`` of the host wall time per call of ``calls`` calls, the GPU busy."""
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    means = []
-    for _ in range(repeats):
-        torch.cuda._sleep(SLEEP_CYCLES)
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        means.append((time.perf_counter() - start) / calls)
-        torch.cuda.synchronize()
-    return statistics.median(means) * 1e6
+    return host_ms(fn, calls, repeats) * 1e3
 
 
 def device_ms(fn: Any, runs: int = 20) -> float:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,6 +29,9 @@ import torch.nn.functional as F
 
 import miocore
 
+sys.path.insert(0, str(Path(__file__).parent))
+from gpu_timing import queued_device_ms
+
 #: name: (x shape, w shape, stride, padding, groups): NCHW sizes, run channels-last.
 PROBLEMS = {
     "convnext_dw7x7": ((32, 96, 56, 56), (96, 1, 7, 7), 1, 3, 96),
@@ -36,23 +39,6 @@ PROBLEMS = {
     "mobilenet_dw3x3": ((32, 16, 112, 112), (16, 1, 3, 3), 1, 1, 16),
     "mobilenet_dw5x5_s2": ((32, 72, 56, 56), (72, 1, 5, 5), 2, 2, 72),
 }
-
-
-def device_us(fn: Any, repeat: int = 10) -> float:
-    """Per-call device time of ``fn`` (calls queued behind a sleep: host time not counted)."""
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(2_000_000)
-        start.record()
-        for _ in range(repeat):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / repeat)
-    return statistics.median(times)
 
 
 SWITCHES = {"rc": "MIOCORE_CUDNN_RUNTIME_COMPILED", "rp": "MIOCORE_CUDNN_REDUCED_PRECISION"}
@@ -80,7 +66,7 @@ def report(name: str, dtype: torch.dtype, policies: list[str]) -> dict[str, Any]
     row: dict[str, Any] = {
         "problem": name,
         "dtype": str(dtype),
-        "pytorch_us": device_us(lambda: F.conv2d(x, w, None, stride, pad, 1, groups)),
+        "pytorch_us": 1e3 * queued_device_ms(lambda: F.conv2d(x, w, None, stride, pad, 1, groups)),
     }
     h = miocore.Handle("cuda", stream=torch.cuda.current_stream())
     layout = "NHWC"
@@ -104,9 +90,8 @@ def report(name: str, dtype: torch.dtype, policies: list[str]) -> dict[str, Any]
         row[policy] = {
             "find_s": round(find_s, 3),
             "ranked": [(s.solver, round(s.time_ms * 1e3, 1)) for s in found[:6]],
-            "winner_in_situ_us": device_us(
-                lambda r=run: r.run_at(x.data_ptr(), w.data_ptr(), y.data_ptr())
-            ),
+            "winner_in_situ_us": 1e3
+            * queued_device_ms(lambda r=run: r.run_at(x.data_ptr(), w.data_ptr(), y.data_ptr())),
             "skipped": {k: v[:160] for k, v in list(rep.skipped.items())[:12]},
             "failed": {k: v[:160] for k, v in list(rep.failed.items())[:6]},
         }

@@ -23,7 +23,7 @@ import cProfile
 import io
 import json
 import pstats
-import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -34,45 +34,15 @@ from torch import nn
 
 import miocore.torch as mt
 
-SLEEP_CYCLES = 400_000_000  # ~200 ms at H100 clocks: longer than any timed host loop below
+sys.path.insert(0, str(Path(__file__).parent))
+from gpu_timing import LONG_SLEEP_CYCLES, device_ms, host_ms
+
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
-
-
-def host_ms(fn: Any, calls: int, repeats: int = 5) -> float:
-    """Median over ``repeats`` of the host time per call of ``calls`` calls, the GPU busy."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    per_call = []
-    for _ in range(repeats):
-        torch.cuda._sleep(SLEEP_CYCLES)
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        per_call.append((time.perf_counter() - start) / calls)
-        torch.cuda.synchronize()
-    return statistics.median(per_call) * 1e3
-
-
-def device_ms(fn: Any, runs: int = 10) -> float:
-    """Median device time of one call (events around it, nothing held)."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(runs):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def profile_text(fn: Any, calls: int, top: int = 35) -> str:
     """cProfile of ``calls`` calls of ``fn``: the top functions by own time."""
-    torch.cuda._sleep(SLEEP_CYCLES)
+    torch.cuda._sleep(LONG_SLEEP_CYCLES)
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(calls):

@@ -28,7 +28,7 @@ import argparse
 import contextlib
 import copy
 import json
-import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -39,6 +39,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import miocore.torch as mt
+
+sys.path.insert(0, str(Path(__file__).parent))
+from gpu_timing import device_ms, queued_device_ms
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 #: Relative error (norm of the difference / norm of cuDNN's) accepted per precision: the two
@@ -99,21 +102,6 @@ def build(name: str) -> tuple[nn.Module, tuple[int, ...]]:
     return getattr(torchvision.models, name)(), (32, 3, 224, 224)
 
 
-def device_ms(fn: Any, warmup: int, iters: int) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def conv_inputs(model: nn.Module, x: torch.Tensor) -> list[tuple[nn.Module, torch.Tensor]]:
     """Every convolution of one inference with the input it was called on."""
     seen: list[tuple[nn.Module, torch.Tensor]] = []
@@ -138,20 +126,8 @@ def conv_only_ms(layers: list[tuple[nn.Module, torch.Tensor]], repeat: int = 5) 
     per_layer = []
     with torch.no_grad():
         for mod, inp in layers:
-            for _ in range(2):
-                mod(inp)
-            times = []
-            for _ in range(5):
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                torch.cuda._sleep(2_000_000)  # ~1 ms: longer than queueing the calls
-                start.record()
-                for _ in range(repeat):
-                    mod(inp)
-                end.record()
-                torch.cuda.synchronize()
-                times.append(start.elapsed_time(end) / repeat)
-            per_layer.append(statistics.median(times))
+            mod(inp)
+            per_layer.append(queued_device_ms(lambda m=mod, i=inp: m(i), repeat=repeat))
     return per_layer
 
 
