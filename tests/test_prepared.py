@@ -202,3 +202,31 @@ def test_a_transposed_problem_runs_right_on_fresh_buffers() -> None:
         arrays["y"][...] = np.nan
         run(**arrays)
         np.testing.assert_allclose(arrays["y"], _expected(p, arrays), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_run_views_computes_on_new_arrays_after_one_checked_call(transposed: bool) -> None:
+    """``run_views`` (the torch front end's CPU path: the caller vouches for the layout) on
+    new arrays each call, a transposed problem's x and y swapped for the invoker as usual."""
+    if transposed:
+        conv = miocore.ConvolutionDescriptor(pads=(1, 1), strides=(2, 2), mode="transpose")
+        x = miocore.TensorDescriptor("float32", (2, 6, 5, 5), layout="NHWC")
+        w = miocore.TensorDescriptor("float32", (6, 4, 3, 3), layout="NHWC")
+        p = miocore.ConvProblem("forward", x=x, w=w, y=conv.output_descriptor(x, w), conv=conv)
+    else:
+        p = small_problem("backward_data", layout="NHWC")
+    run = _handle(TimedSolver("test.exact")).prepare(p, "test.exact")
+    out = p.direction.output_tensor
+    with pytest.raises(miocore.InvalidArgumentError, match="run_views needs a checked call"):
+        run.run_views(**buffers(p, 0))
+    assert not run.checked
+    for seed in range(4):
+        arrays = buffers(p, seed)
+        expected = _expected(p, arrays)
+        arrays[out][...] = np.nan
+        if seed == 0:
+            run(**arrays)  # the checked call
+            assert run.checked and not run.ready  # the CPU takes views, not addresses
+        else:
+            run.run_views(**arrays)
+        np.testing.assert_allclose(arrays[out], expected, rtol=1e-5, atol=1e-5)

@@ -139,8 +139,29 @@ class PreparedRun:
 
     @property
     def ready(self) -> bool:
-        """True once a checked call's layout is known, so :meth:`run_at` may be called."""
+        """True once a checked call's layout is known on a device backend, so :meth:`run_at`
+        may be called."""
         return self._views is not None and self._relocatable
+
+    @property
+    def checked(self) -> bool:
+        """True once a checked call's layout is known, so :meth:`run_views` may be called."""
+        return self._views is not None
+
+    def run_views(self, x: Any, w: Any, y: Any) -> None:
+        """Run on arrays already in the backend's own form (the CPU backend's numpy views),
+        laid out exactly as the last checked call's: the caller vouches for shapes, strides
+        and dtype, so nothing is compared (the torch front end on the CPU); see
+        :attr:`checked`."""
+        if self._views is None:
+            raise InvalidArgumentError(
+                "run_views needs a checked call first (see checked)",
+                field="run_views",
+                value=repr(self),
+            )
+        self._signature = None  # the next checked call compares in full
+        views = {"x": x, "w": w, "y": y}
+        self._invoke(self._runner.params(self.problem, views, self.workspace))
 
     def run_at(self, x: int, w: int, y: int) -> None:
         """Run on device memory at addresses ``x``, ``w`` and ``y`` (as the caller names
