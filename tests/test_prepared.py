@@ -230,3 +230,129 @@ def test_run_views_computes_on_new_arrays_after_one_checked_call(transposed: boo
         else:
             run.run_views(**arrays)
         np.testing.assert_allclose(arrays[out], expected, rtol=1e-5, atol=1e-5)
+
+
+class _AddressedCpu:
+    """A CPU handle's prepared run made to behave as a device backend's for ``run_at``: arrays
+    are named by their data address, recordings go through a fake ``capture``."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, capture_result: str = "graph") -> None:
+        self.arrays: dict[int, np.ndarray] = {}
+        self.graphs: list[_RecordedGraph] = []
+        self.attempts = 0
+        self.capturing = False
+        fake = self
+
+        def capture(backend: Any, run: Any, min_nodes: int = 2) -> _RecordedGraph | None:
+            fake.attempts += 1
+            if capture_result != "graph":
+                return None
+            fake.graphs.append(_RecordedGraph(run))
+            return fake.graphs[-1]
+
+        class Driver:
+            def is_capturing(self, stream: Any) -> bool:
+                return fake.capturing
+
+        monkeypatch.setattr(CpuBackend, "capture", capture, raising=False)
+        monkeypatch.setattr(CpuBackend, "driver", Driver(), raising=False)
+        monkeypatch.setattr(CpuBackend, "stream_object", None, raising=False)
+
+    def prepared(self, p: miocore.ConvProblem, solver: TimedSolver) -> Any:
+        run = _handle(solver).prepare(p, solver.name)
+        run._relocatable = True  # as a GPU backend's
+        run._rebind = lambda view, array, ptr: self.arrays[ptr]
+        return run
+
+    def address(self, array: np.ndarray) -> int:
+        ptr = int(array.__array_interface__["data"][0])
+        self.arrays[ptr] = array
+        return ptr
+
+
+def test_run_at_records_each_address_triple_seen_twice_and_replays_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two sets of tensors called in turn (a network's layers of one shape, step after step):
+    the second sighting of each triple records it, later calls replay; values change every
+    call and every result is checked."""
+    fake = _AddressedCpu(monkeypatch)
+    p = small_problem("forward")
+    solver = TimedSolver("test.exact")
+    run = fake.prepared(p, solver)
+    sets = [buffers(p, 0), buffers(p, 1)]
+    run(**sets[0])  # the checked call
+    assert run.ready
+    rng = np.random.default_rng(5)
+    for step in range(6):
+        arrays = sets[step % 2]
+        arrays["x"][...] = rng.uniform(-1, 1, arrays["x"].shape)
+        arrays["y"][...] = np.nan
+        run.run_at(*(fake.address(arrays[n]) for n in "xwy"))
+        np.testing.assert_allclose(arrays["y"], _expected(p, arrays), rtol=1e-5, atol=1e-5)
+    # Set 0 was seen at steps 0, 2, 4 (recorded at 2); set 1 at 1, 3, 5 (recorded at 3).
+    assert len(fake.graphs) == 2 and [g.replays for g in fake.graphs] == [2, 2]
+    assert solver.runs == 1 + 6
+
+
+def test_run_at_keeps_at_most_max_graphs_and_gives_up_on_refusals(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from miocore.find import prepared as prepared_module
+
+    monkeypatch.setattr(prepared_module, "MAX_GRAPHS", 2)
+    fake = _AddressedCpu(monkeypatch)
+    p = small_problem("backward_data")
+    run = fake.prepared(p, TimedSolver("test.exact"))
+    sets = [buffers(p, seed) for seed in range(3)]
+    run(**sets[0])
+    for arrays in sets * 2:  # each triple seen twice: three recordings
+        run.run_at(*(fake.address(arrays[n]) for n in "xwy"))
+    assert len(fake.graphs) == 3 and len(run._graphs) == 2  # the oldest went
+    refusing = _AddressedCpu(monkeypatch, capture_result="none")
+    run = refusing.prepared(p, TimedSolver("test.exact"))
+    run(**sets[0])
+    for arrays in sets * 3:
+        arrays["x"][...] = np.nan
+        run.run_at(*(refusing.address(arrays[n]) for n in "xwy"))
+        np.testing.assert_allclose(arrays["x"], _expected(p, arrays), rtol=1e-5, atol=1e-5)
+    assert refusing.attempts == prepared_module.MAX_GRAPH_FAILURES  # then no more tries
+
+
+def test_run_at_records_nothing_while_the_caller_captures(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Inside the caller's own stream capture a recording would end it: the invoker runs
+    into the caller's capture instead, and recording resumes afterwards."""
+    fake = _AddressedCpu(monkeypatch)
+    p = small_problem("forward")
+    solver = TimedSolver("test.exact")
+    run = fake.prepared(p, solver)
+    arrays = buffers(p, 0)
+    run(**arrays)
+    pointers = [fake.address(arrays[n]) for n in "xwy"]
+    fake.capturing = True
+    for _ in range(3):
+        run.run_at(*pointers)
+    assert fake.attempts == 0 and solver.runs == 4
+    fake.capturing = False
+    run.run_at(*pointers)
+    assert fake.attempts == 1 and fake.graphs[0].replays == 1
+
+
+def test_run_at_hands_a_raw_address_invoker_the_canonical_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An invoker with ``at`` (cuDNN's) gets the addresses alone, x and y swapped for a
+    transposed problem as the canonical problem names them."""
+    fake = _AddressedCpu(monkeypatch, capture_result="none")
+    conv = miocore.ConvolutionDescriptor(pads=(1, 1), strides=(2, 2), mode="transpose")
+    x = miocore.TensorDescriptor("float32", (2, 6, 5, 5), layout="NHWC")
+    w = miocore.TensorDescriptor("float32", (6, 4, 3, 3), layout="NHWC")
+    p = miocore.ConvProblem("forward", x=x, w=w, y=conv.output_descriptor(x, w), conv=conv)
+    run = fake.prepared(p, TimedSolver("test.exact"))
+    run(**buffers(p, 0))
+    calls: list[tuple[int, ...]] = []
+    run._at = lambda owner, cx, cw, cy, ws: calls.append((cx, cw, cy))
+    run.run_at(1, 2, 3)
+    assert calls == [(3, 2, 1)]
