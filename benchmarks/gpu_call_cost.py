@@ -4,7 +4,8 @@ Part 1, per solver: on small problems (so the kernels cost little), every applic
 solver's invoker is built, then three loops of calls are timed on the host while the GPU is
 held busy by a queued ``torch.cuda._sleep`` (so no call ever waits for the device): the invoker
 alone (arguments built once), ``run_solution``, ``immediate`` and, where the handle has it,
-``prepare``'s callable. Each figure is wall time per call, in microseconds.
+``prepare``'s callable and its ``run_at`` (addresses alone; also with two address triples in
+turn, as a network's layers of one shape call it). Each figure is wall time per call, in microseconds.
 
 Part 2, a network: ResNet-50's 23 distinct convolution layers at batch 32, fp16, channels-last,
 forward, each with its NORMAL-find best solution; one pass over all layers timed three ways:
@@ -138,6 +139,16 @@ def per_solver(h: miocore.Handle, gen: torch.Generator) -> list[dict[str, Any]]:
                 if hasattr(h, "prepare"):
                     run = h.prepare(sol, workspace=ws)
                     row["prepared_us"] = host_us(lambda: run(**arrays))  # noqa: B023
+                    if hasattr(run, "run_at"):  # the torch front end's path: addresses alone
+                        ptrs = [arrays[n].data_ptr() for n in ("x", "w", "y")]
+                        row["run_at_us"] = host_us(lambda: run.run_at(*ptrs))  # noqa: B023
+                        # A framework's pattern: two address triples in turn (graphs of both).
+                        other = {n: tensor(getattr(p, n), gen) for n in ("x", "w", "y")}
+                        alt = [ptrs, [other[n].data_ptr() for n in ("x", "w", "y")]]
+                        turn = iter(range(10**9))
+                        row["run_at_alternating_us"] = host_us(
+                            lambda: run.run_at(*alt[next(turn) % 2])  # noqa: B023
+                        )
             except Exception as exc:  # report and go on: one solver must not stop the table
                 row = {"problem": p.key, "solver": s.solver, "error": repr(exc)[:200]}
             rows.append(row)
