@@ -5,7 +5,8 @@ solver's invoker is built, then three loops of calls are timed on the host while
 held busy by a queued ``torch.cuda._sleep`` (so no call ever waits for the device): the invoker
 alone (arguments built once), ``run_solution``, ``immediate`` and, where the handle has it,
 ``prepare``'s callable and its ``run_at`` (addresses alone; also with two address triples in
-turn, as a network's layers of one shape call it). Each figure is wall time per call, in microseconds.
+turn, as a network's layers of one shape call it). Each figure is wall time per call, in
+microseconds.
 
 Part 2, a network: ResNet-50's 23 distinct convolution layers at batch 32, fp16, channels-last,
 forward, each with its NORMAL-find best solution; one pass over all layers timed three ways:
