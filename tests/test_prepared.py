@@ -356,3 +356,25 @@ def test_run_at_hands_a_raw_address_invoker_the_canonical_order(
     run._at = lambda owner, cx, cw, cy, ws: calls.append((cx, cw, cy))
     run.run_at(1, 2, 3)
     assert calls == [(3, 2, 1)]
+
+
+def test_run_at_on_a_driver_without_graphs_runs_every_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A driver that records no graphs and cannot tell a capture (HIP's): the backend's
+    capture answers None, run_at stops asking after the allowed refusals and runs each call."""
+    from miocore.find import prepared as prepared_module
+
+    fake = _AddressedCpu(monkeypatch, capture_result="none")
+    monkeypatch.setattr(CpuBackend, "driver", object(), raising=False)  # no is_capturing
+    p = small_problem("forward")
+    solver = TimedSolver("test.exact")
+    run = fake.prepared(p, solver)
+    arrays = buffers(p, 0)
+    run(**arrays)
+    pointers = [fake.address(arrays[n]) for n in "xwy"]
+    for _ in range(5):
+        arrays["y"][...] = np.nan
+        run.run_at(*pointers)
+        np.testing.assert_allclose(arrays["y"], _expected(p, arrays), rtol=1e-5, atol=1e-5)
+    assert fake.attempts == prepared_module.MAX_GRAPH_FAILURES and solver.runs == 6

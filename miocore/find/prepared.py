@@ -218,7 +218,8 @@ class PreparedRun:
         if capture is None:
             self._graph_failures = MAX_GRAPH_FAILURES
             return False
-        if backend.driver.is_capturing(backend.stream_object):
+        capturing = getattr(getattr(backend, "driver", None), "is_capturing", None)
+        if capturing is not None and capturing(backend.stream_object):
             return False  # the caller records a graph of its own: launches go into it
         params = self._params_at(pointers)
         graph = capture(lambda: self._invoker(self._owner, params), min_nodes=self._min_nodes)
