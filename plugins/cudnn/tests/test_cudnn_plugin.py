@@ -218,6 +218,12 @@ def test_engines_knobs_and_defaults_follow_the_heuristics(fake_cudnn: Any) -> No
     assert 0 < eng7.wti(ctx, p) < eng3.wti(ctx, p) <= 1
     assert eng3.wti(ctx, p) == 0.7 == eng3.wti(cuda_context("tf32"), p)
     assert eng3.wti(ctx, problem("forward", "float32")) == 0.5
+    # Depthwise layers are memory-bound and cuDNN's engines reach a small fraction there.
+    depthwise = miocore.ConvProblem.from_sizes(
+        "forward", n=2, c=8, k=8, in_spatial=(9, 9), filter_spatial=(3, 3), pads=(1, 1),
+        groups=8, dtype="float16", layout="NHWC",
+    )  # fmt: skip
+    assert depthwise.is_depthwise and eng3.wti(ctx, depthwise) <= 0.15
     answer = ENGINE[50].is_applicable(ctx, p)
     assert not answer and "do not offer engine 50" in answer.reason and "eng3" in answer.reason
 

@@ -52,6 +52,13 @@ WTI_FIRST_CHOICE = {
     (DataType.FLOAT32, "exact"): 0.5,
     (DataType.FLOAT32, "tf32"): 0.6,
 }
+#: Estimated fraction of peak (the memory roofline: these layers are memory-bound) of cuDNN's
+#: first choice on a depthwise problem. Measured on an H100 in fp16, NHWC, batch 32, with the
+#: engines this plugin allows by default: 0.22 (3x3, 16 channels, 112²), 0.17 (5x5 stride 2,
+#: 72 channels, 56²), 0.012 (7x7, 96 channels, 56²); miocore's own depthwise kernel measured
+#: 0.39, 0.14 and 0.027 on the same layers (docs/performance.md). At 0.7 the default find left
+#: the own kernel out, uncompiled, wherever cuDNN applied.
+WTI_DEPTHWISE = 0.15
 #: Each step down cuDNN's heuristics ranking lowers the estimate by this factor.
 WTI_RANK_DECAY = 0.9
 #: Floor of the estimate for engines far down the ranking.
@@ -181,10 +188,13 @@ class CudnnEngineSolver(TunableSolver):
         return config.workspace
 
     def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
-        """:data:`WTI_FIRST_CHOICE` for cuDNN's first choice, lowered by
-        :data:`WTI_RANK_DECAY` per step down the heuristics' ranking."""
+        """:data:`WTI_FIRST_CHOICE` for cuDNN's first choice (:data:`WTI_DEPTHWISE` on a
+        depthwise problem), lowered by :data:`WTI_RANK_DECAY` per step down the heuristics'
+        ranking."""
         mode = ctx.math_mode if problem.dtype is DataType.FLOAT32 else "exact"
         base = WTI_FIRST_CHOICE.get((problem.dtype, mode), 0.5)
+        if problem.is_depthwise:
+            base = WTI_DEPTHWISE
         try:
             _, plans = self._plans(ctx, problem)
         except PlanError:
