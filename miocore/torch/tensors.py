@@ -95,8 +95,11 @@ def descriptor(dtype: str, shape: Any, layout: str) -> TensorDescriptor:
 def host_view(t: torch.Tensor) -> np.ndarray:
     """A numpy view of a CPU tensor's memory, same shape and strides, no copy.
 
-    bfloat16 has no numpy type: its 16-bit words are viewed as ``ml_dtypes.bfloat16``. The CPU
-    backend's own view (:func:`miocore.backends.cpu.torch_host_view`), which its ``check_array``
-    applies to every torch tensor it is handed.
+    bfloat16 has no numpy type: its 16-bit words are viewed as ``ml_dtypes.bfloat16`` by the
+    CPU backend's own view (:func:`miocore.backends.cpu.torch_host_view`), which also checks
+    the device. The front end's tensors are checked CPU tensors already, so the other types
+    take numpy's view directly (half the cost of the checked one: ~1 µs a tensor).
     """
-    return torch_host_view(t)
+    if t.dtype is torch.bfloat16:
+        return torch_host_view(t)
+    return t.detach().numpy()
