@@ -26,7 +26,7 @@ from typing import Any
 from miocore.errors import InvalidArgumentError, MiocoreError
 from miocore.find.blame import solver_failure
 from miocore.find.invoker_cache import CachedInvoker
-from miocore.find.runner import Runner
+from miocore.find.runner import Runner, signature_of
 from miocore.problem.conv import ConvProblem
 from miocore.solver.interface import InvokeParams
 
@@ -285,23 +285,3 @@ class PreparedRun:
         if not graph.replay():
             self._invoke(params)
         return True
-
-
-def signature_of(array: Any) -> tuple[Any, ...] | None:
-    """What identifies ``array``'s memory and layout, cheaply; None when it cannot be told."""
-    kind = type(array)
-    if kind.__module__.startswith("torch") and hasattr(array, "data_ptr"):
-        return (array.data_ptr(), array.shape, array.stride(), array.dtype, array.device)
-    interface = getattr(array, "__array_interface__", None)  # numpy and friends
-    if interface is not None:
-        return (
-            interface["data"][0],
-            interface["shape"],
-            interface["strides"],
-            getattr(array, "dtype", interface["typestr"]),
-            kind,
-        )
-    ptr = getattr(array, "ptr", None)  # miocore's own device buffers
-    if isinstance(ptr, int):
-        return (ptr, id(array))
-    return None
