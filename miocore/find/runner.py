@@ -228,8 +228,8 @@ def signature_of(array: Any) -> tuple[Any, ...] | None:
             kind,
         )
     ptr = getattr(array, "ptr", None)  # miocore's own device buffers
-    if isinstance(ptr, int):
-        return (ptr, id(array))
+    if isinstance(ptr, int):  # what they describe too: a new buffer may reuse id and address
+        return (ptr, id(array), getattr(array, "desc", None), getattr(array, "nbytes", None))
     return None
 
 
