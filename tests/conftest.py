@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,3 +40,19 @@ def _virtual_solver_time(monkeypatch: pytest.MonkeyPatch) -> None:
         return elapsed + (VIRTUAL_CLOCK.seconds - before) * 1e3
 
     monkeypatch.setattr(CpuBackend, "time_ms", time_ms)
+
+
+@pytest.fixture
+def checked_fields(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The fields the CPU backend checks arrays for (``check_array``), in order."""
+    from miocore.backends.cpu import CpuBackend
+
+    seen: list[str] = []
+    real = CpuBackend.check_array
+
+    def counting(self: CpuBackend, desc: Any, array: Any, field: str) -> Any:
+        seen.append(field)
+        return real(self, desc, array, field)
+
+    monkeypatch.setattr(CpuBackend, "check_array", counting)
+    return seen

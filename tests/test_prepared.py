@@ -19,6 +19,14 @@ def _handle(*solvers: object) -> miocore.Handle:
     return miocore.Handle("cpu", registry=miocore.Registry.from_solvers(list(solvers)))
 
 
+def _transposed_problem() -> miocore.ConvProblem:
+    """A transposed convolution (its canonical problem swaps x and y)."""
+    conv = miocore.ConvolutionDescriptor(pads=(1, 1), strides=(2, 2), mode="transpose")
+    x = miocore.TensorDescriptor("float32", (2, 6, 5, 5), layout="NHWC")
+    w = miocore.TensorDescriptor("float32", (6, 4, 3, 3), layout="NHWC")
+    return miocore.ConvProblem("forward", x=x, w=w, y=conv.output_descriptor(x, w), conv=conv)
+
+
 def _expected(problem: miocore.ConvProblem, arrays: dict[str, np.ndarray]) -> np.ndarray:
     out = problem.direction.output_tensor
     return reference.convolution(problem, **{k: v for k, v in arrays.items() if k != out})
@@ -170,19 +178,10 @@ def test_a_call_that_cannot_be_recorded_runs_directly(monkeypatch: pytest.Monkey
     np.testing.assert_allclose(arrays["w"], _expected(p, arrays), rtol=1e-5, atol=1e-5)
 
 
-def test_new_memory_of_the_same_layout_is_not_checked_again(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_new_memory_of_the_same_layout_is_not_checked_again(checked_fields: list[str]) -> None:
     p = small_problem("backward_data")
     run = _handle(TimedSolver("test.exact")).prepare(p, "test.exact")
-    checks: list[str] = []
-    real = CpuBackend.check_array
-
-    def counting(self: CpuBackend, desc: Any, array: Any, field: str) -> Any:
-        checks.append(field)
-        return real(self, desc, array, field)
-
-    monkeypatch.setattr(CpuBackend, "check_array", counting)
+    checks = checked_fields
     for seed in range(3):  # a framework's new tensors each step, same layout
         arrays = buffers(p, seed)
         arrays["x"][...] = np.nan
@@ -192,10 +191,7 @@ def test_new_memory_of_the_same_layout_is_not_checked_again(
 
 
 def test_a_transposed_problem_runs_right_on_fresh_buffers() -> None:
-    conv = miocore.ConvolutionDescriptor(pads=(1, 1), strides=(2, 2), mode="transpose")
-    x = miocore.TensorDescriptor("float32", (2, 6, 5, 5), layout="NHWC")
-    w = miocore.TensorDescriptor("float32", (6, 4, 3, 3), layout="NHWC")
-    p = miocore.ConvProblem("forward", x=x, w=w, y=conv.output_descriptor(x, w), conv=conv)
+    p = _transposed_problem()
     run = _handle(TimedSolver("test.exact")).prepare(p, "test.exact")
     for seed in range(3):
         arrays = buffers(p, seed)
@@ -208,13 +204,7 @@ def test_a_transposed_problem_runs_right_on_fresh_buffers() -> None:
 def test_run_views_computes_on_new_arrays_after_one_checked_call(transposed: bool) -> None:
     """``run_views`` (the torch front end's CPU path: the caller vouches for the layout) on
     new arrays each call, a transposed problem's x and y swapped for the invoker as usual."""
-    if transposed:
-        conv = miocore.ConvolutionDescriptor(pads=(1, 1), strides=(2, 2), mode="transpose")
-        x = miocore.TensorDescriptor("float32", (2, 6, 5, 5), layout="NHWC")
-        w = miocore.TensorDescriptor("float32", (6, 4, 3, 3), layout="NHWC")
-        p = miocore.ConvProblem("forward", x=x, w=w, y=conv.output_descriptor(x, w), conv=conv)
-    else:
-        p = small_problem("backward_data", layout="NHWC")
+    p = _transposed_problem() if transposed else small_problem("backward_data", layout="NHWC")
     run = _handle(TimedSolver("test.exact")).prepare(p, "test.exact")
     out = p.direction.output_tensor
     with pytest.raises(miocore.InvalidArgumentError, match="run_views needs a checked call"):
@@ -263,6 +253,16 @@ class _AddressedCpu:
         run._relocatable = True  # as a GPU backend's
         run._rebind = lambda view, array, ptr: self.arrays[ptr]
         return run
+
+    def checked_forward(self) -> tuple[Any, TimedSolver, Any, dict[str, np.ndarray], list[int]]:
+        """A forward problem's prepared run after its checked call, with the call's arrays
+        and their addresses."""
+        p = small_problem("forward")
+        solver = TimedSolver("test.exact")
+        run = self.prepared(p, solver)
+        arrays = buffers(p, 0)
+        run(**arrays)
+        return p, solver, run, arrays, [self.address(arrays[n]) for n in "xwy"]
 
     def address(self, array: np.ndarray) -> int:
         ptr = int(array.__array_interface__["data"][0])
@@ -325,12 +325,7 @@ def test_run_at_records_nothing_while_the_caller_captures(
     """Inside the caller's own stream capture a recording would end it: the invoker runs
     into the caller's capture instead, and recording resumes afterwards."""
     fake = _AddressedCpu(monkeypatch)
-    p = small_problem("forward")
-    solver = TimedSolver("test.exact")
-    run = fake.prepared(p, solver)
-    arrays = buffers(p, 0)
-    run(**arrays)
-    pointers = [fake.address(arrays[n]) for n in "xwy"]
+    _, solver, run, _, pointers = fake.checked_forward()
     fake.capturing = True
     for _ in range(3):
         run.run_at(*pointers)
@@ -346,10 +341,7 @@ def test_run_at_hands_a_raw_address_invoker_the_canonical_order(
     """An invoker with ``at`` (cuDNN's) gets the addresses alone, x and y swapped for a
     transposed problem as the canonical problem names them."""
     fake = _AddressedCpu(monkeypatch, capture_result="none")
-    conv = miocore.ConvolutionDescriptor(pads=(1, 1), strides=(2, 2), mode="transpose")
-    x = miocore.TensorDescriptor("float32", (2, 6, 5, 5), layout="NHWC")
-    w = miocore.TensorDescriptor("float32", (6, 4, 3, 3), layout="NHWC")
-    p = miocore.ConvProblem("forward", x=x, w=w, y=conv.output_descriptor(x, w), conv=conv)
+    p = _transposed_problem()
     run = fake.prepared(p, TimedSolver("test.exact"))
     run(**buffers(p, 0))
     calls: list[tuple[int, ...]] = []
@@ -367,12 +359,7 @@ def test_run_at_on_a_driver_without_graphs_runs_every_call(
 
     fake = _AddressedCpu(monkeypatch, capture_result="none")
     monkeypatch.setattr(CpuBackend, "driver", object(), raising=False)  # no is_capturing
-    p = small_problem("forward")
-    solver = TimedSolver("test.exact")
-    run = fake.prepared(p, solver)
-    arrays = buffers(p, 0)
-    run(**arrays)
-    pointers = [fake.address(arrays[n]) for n in "xwy"]
+    p, solver, run, arrays, pointers = fake.checked_forward()
     for _ in range(5):
         arrays["y"][...] = np.nan
         run.run_at(*pointers)
