@@ -135,20 +135,14 @@ class Runner:
         # Remembered only when every array could be told (and the workspace, when given).
         if signature and None not in signature[:3] and (workspace is None or signature[3]):
             self._keep(entry, problem, signature, canon, arrays, ws)
-        try:  # free when nothing raises: the run call stays lean
-            if alpha == 1.0 and beta == 0.0:
-                entry.invoker(self.owner, InvokeParams(problem=canon, workspace=ws, **arrays))
-                return
-            target = arrays[out_name]
-            scratch = backend.empty(getattr(canon, out_name))
-            entry.invoker(
-                self.owner,
-                InvokeParams(problem=canon, workspace=ws, **{**arrays, out_name: scratch}),
-            )
-        except MiocoreError:
-            raise
-        except Exception as exc:
-            raise solver_failure(self.state.registry.get(entry.solver), "run", exc) from exc
+        if alpha == 1.0 and beta == 0.0:
+            self._call(entry, InvokeParams(problem=canon, workspace=ws, **arrays))
+            return
+        target = arrays[out_name]
+        scratch = backend.empty(getattr(canon, out_name))
+        self._call(
+            entry, InvokeParams(problem=canon, workspace=ws, **{**arrays, out_name: scratch})
+        )
         backend.blend(target, scratch, alpha, beta)
 
     def _keep(
@@ -174,6 +168,7 @@ class Runner:
         remembered[id(entry)] = (entry, problem, signature, params)
 
     def _call(self, entry: CachedInvoker, params: InvokeParams) -> None:
+        """Call ``entry``'s invoker; a failure that is not miocore's names the solver."""
         try:
             entry.invoker(self.owner, params)
         except MiocoreError:
