@@ -16,7 +16,9 @@ driver call: a multi-kernel solution costs one launch.
 A caller that vouches for the layout itself (the torch front end, whose own cache of call
 signatures already told shapes, strides, dtype and device) calls ``run_at`` with the three
 device addresses alone, once a checked call has been made: nothing is compared but the
-addresses, and an invoker that takes raw addresses (``invoker.at``) gets them directly.
+addresses, an invoker that takes raw addresses (``invoker.at``) gets them directly, and an
+address triple seen a second time is recorded as a graph kept under it and replayed from then
+on. On the CPU the same caller hands its numpy views to ``run_views``.
 """
 
 from __future__ import annotations
