@@ -7,8 +7,9 @@ stride, dilation and padding; fp32/fp16/bf16 with fp32 accumulation; every direc
 
 - channels innermost (NHWC / NDHWC): ``dw_nhwc``, threads over channel vectors (``vec``
   channels in one 4/8/16-byte access), each thread ``py`` x ``pix`` consecutive output rows x
-  columns whose input rows and columns are loaded once, the filter in registers; ``ct``
-  channel vectors per block.
+  columns whose input rows and columns are loaded once, the filter in registers (or, when
+  the thread's taps do not fit, staged once per block in shared memory); ``ct`` channel
+  vectors per block.
 - channels outer (NCHW / NCDHW): ``dw_nchw``, one block per (image, channel, depth) plane tile
   of ``tw`` x ``by * py`` outputs with the input tile and its halo staged in shared memory.
 - backward data at stride 1 is a forward convolution of dy with the flipped filter; at a
@@ -178,6 +179,16 @@ def nchw_shared_bytes(p: ConvProblem, cfg: PerfConfig) -> int:
     r = _role(p)[2]
     th = cfg["by"] * cfg["py"]
     return 4 * (_extent(p, th, 1) * _extent(p, cfg["tw"], 2) + r * _taps(p))
+
+
+def filter_storage(taps: int, vec: int, ct: int) -> tuple[int, int]:
+    """(in registers, staged in shared memory) for ``dw_nhwc``'s filter: registers while a
+    thread's taps fit :data:`MAX_WREG`, else the block's taps as floats in shared memory
+    while they fit :data:`SHARED_LIMIT` (a tap read per use from global memory costs as many
+    loads as multiply-adds: 7x7 filters ran 6x slower that way), else global memory."""
+    if taps * vec <= MAX_WREG:
+        return 1, 0
+    return 0, int(4 * taps * vec * ct <= SHARED_LIMIT)
 
 
 def _kernel(name: str, options: tuple[str, ...], grid: tuple, block: tuple) -> KernelInfo:
@@ -433,10 +444,10 @@ class GpuDepthwiseSolver(TunableSolver):
             target = 8 * max(1, ctx.device.compute_units)
             gx = max(1, min(-(-items // pt), -(-target // gy), _INT32))
             for v in dict.fromkeys((vec, 1)):  # vec > 1: a scalar twin for unaligned buffers
-                wreg = int(r * taps * v <= MAX_WREG)
-                opts = (*base_opts, f"-DMIO_VEC={v}", f"-DMIO_PIX={pix}", f"-DMIO_PY={py}")
-                opts = (*opts, f"-DMIO_WREG={wreg}")
                 ctv = ct if v == vec else min(256, ct * vec)
+                wreg, wsh = filter_storage(r * taps, v, ctv)
+                opts = (*base_opts, f"-DMIO_VEC={v}", f"-DMIO_PIX={pix}", f"-DMIO_PY={py}")
+                opts = (*opts, f"-DMIO_WREG={wreg}", f"-DMIO_WSH={wsh}", f"-DMIO_CT={ctv}")
                 gyv = -(-b.lengths[1] // (v * ctv))
                 kernels.append(_kernel("dw_nhwc", opts, (gx, gyv), (ctv, max(1, 256 // ctv))))
         else:

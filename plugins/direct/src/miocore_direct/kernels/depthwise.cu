@@ -22,6 +22,10 @@
 //   MIO_PIX       dw_nhwc: consecutive output columns per thread (the input columns they share
 //                 are loaded once)
 //   MIO_WREG      dw_nhwc: the thread's filter taps live in registers (small filters)
+//   MIO_WSH       dw_nhwc, larger filters: the block's filter taps are staged once in shared
+//                 memory as floats (MIO_CT channel vectors wide) and read as vectors; with
+//                 neither, every tap is read from global memory at each use
+//   MIO_CT        dw_nhwc: channel vectors per block (blockDim.x), for MIO_WSH's stage
 //   MIO_PY        dw_nhwc (not gather): consecutive output rows per thread, each input row
 //                 read once for all of them; dw_nchw: output rows per thread (BY apart)
 //   MIO_TW, MIO_BY, MIO_PY   dw_nchw: tile of TW columns x BY*PY rows, block TW x BY threads
@@ -85,6 +89,12 @@
 #endif
 #ifndef MIO_WREG
 #define MIO_WREG 1
+#endif
+#ifndef MIO_WSH
+#define MIO_WSH 0
+#endif
+#ifndef MIO_CT
+#define MIO_CT 32
 #endif
 #ifndef MIO_TW
 #define MIO_TW 32
@@ -206,6 +216,27 @@ MIO_DEVICE void mio_storev(mio_t* p, const float* v) {
 #endif
 }
 
+// MIO_VEC consecutive floats of shared memory (16-byte aligned when MIO_VEC >= 4) as vectors.
+MIO_DEVICE void mio_shared_vec(const float* s, float* v) {
+#if MIO_VEC % 4 == 0
+#pragma unroll
+  for (int i = 0; i < MIO_VEC; i += 4) {
+    const float4 q = *(const float4*)(s + i);
+    v[i] = q.x;
+    v[i + 1] = q.y;
+    v[i + 2] = q.z;
+    v[i + 3] = q.w;
+  }
+#elif MIO_VEC == 2
+  const float2 q = *(const float2*)s;
+  v[0] = q.x;
+  v[1] = q.y;
+#else
+#pragma unroll
+  for (int i = 0; i < MIO_VEC; ++i) v[i] = s[i];
+#endif
+}
+
 // Filter element (channel kw, tap (fz, fy, fx) as the kernel sees it; flipped when MIO_FLIP).
 MIO_DEVICE float mio_wtap(const mio_t* w, const MioTensor5& t, mio_index kw, int fz, int fy,
                           int fx) {
@@ -226,6 +257,26 @@ MIO_KERNEL void dw_nhwc(const mio_t* __restrict__ a, const mio_t* __restrict__ w
                         mio_t* __restrict__ b, MioDwParams p) {
   const int ct = (int)blockDim.x, pt = (int)blockDim.y;
   const mio_index o0 = ((mio_index)blockIdx.y * ct + threadIdx.x) * MIO_VEC;
+#if MIO_WSH && !MIO_WREG
+  // The block's taps as floats, [j][tap][channel]: each thread then reads its MIO_VEC
+  // channels of a tap in one shared-memory vector access (float4 storage: 16-byte aligned).
+  constexpr int cb = MIO_CT * MIO_VEC;
+  __shared__ float4 s_wt4[(MIO_R * MIO_TAPS * cb + 3) / 4];
+  float* s_wt = (float*)s_wt4;
+  {
+    const mio_index base = (mio_index)blockIdx.y * cb;
+    for (int i = (int)(threadIdx.y * blockDim.x + threadIdx.x); i < MIO_R * MIO_TAPS * cb;
+         i += (int)(blockDim.x * blockDim.y)) {
+      const int cl = i % cb, jf = i / cb;
+      const int j = jf / MIO_TAPS, f = jf % MIO_TAPS;
+      const mio_index o = base + cl;
+      s_wt[i] = o < p.b.len[1] ? mio_wtap(w, p.w, o * MIO_R + j, f / (MIO_FY * MIO_FX),
+                                          (f / MIO_FX) % MIO_FY, f % MIO_FX)
+                               : 0.0f;
+    }
+    __syncthreads();  // before any thread leaves: every one takes part in the stage
+  }
+#endif
   if (o0 >= p.b.len[1]) return;
   const int bd = (int)p.b.len[2], bh = (int)p.b.len[3], bw = (int)p.b.len[4];
   const int ad = (int)p.a.len[2], ah = (int)p.a.len[3], aw = (int)p.a.len[4];
@@ -239,11 +290,15 @@ MIO_KERNEL void dw_nhwc(const mio_t* __restrict__ a, const mio_t* __restrict__ w
       for (int e = 0; e < MIO_VEC; ++e)
         wr[j][f][e] = mio_wtap(w, p.w, (o0 + e) * MIO_R + j, f / (MIO_FY * MIO_FX),
                                (f / MIO_FX) % MIO_FY, f % MIO_FX);
-#define MIO_W(j, f, e) wr[j][f][e]
+#define MIO_WLOAD(j, f, wv)                             \
+  _Pragma("unroll") for (int e_ = 0; e_ < MIO_VEC; ++e_) wv[e_] = wr[j][f][e_]
+#elif MIO_WSH
+#define MIO_WLOAD(j, f, wv) mio_shared_vec(s_wt + ((j) * MIO_TAPS + (f)) * cb + threadIdx.x * MIO_VEC, wv)
 #else
-#define MIO_W(j, f, e)                                                                       \
-  mio_wtap(w, p.w, (o0 + (e)) * MIO_R + (j), (f) / (MIO_FY * MIO_FX), ((f) / MIO_FX) % MIO_FY, \
-           (f) % MIO_FX)
+#define MIO_WLOAD(j, f, wv)                                                                   \
+  _Pragma("unroll") for (int e_ = 0; e_ < MIO_VEC; ++e_) wv[e_] =                            \
+      mio_wtap(w, p.w, (o0 + e_) * MIO_R + (j), (f) / (MIO_FY * MIO_FX), ((f) / MIO_FX) % MIO_FY, \
+               (f) % MIO_FX)
 #endif
   for (mio_index it = (mio_index)blockIdx.x * pt + threadIdx.y; it < p.items;
        it += (mio_index)gridDim.x * pt) {
@@ -292,10 +347,11 @@ MIO_KERNEL void dw_nhwc(const mio_t* __restrict__ a, const mio_t* __restrict__ w
             if (tx < 0 || tx % MIO_SW) continue;
             const int iw = tx / MIO_SW;
             if (iw >= aw) continue;
-            float v[MIO_VEC];
+            float v[MIO_VEC], wv[MIO_VEC];
             mio_loadv(row + iw * p.a.stride[4], v);
+            MIO_WLOAD(j, f0 + fx, wv);
 #pragma unroll
-            for (int e = 0; e < MIO_VEC; ++e) acc[0][0][e] += v[e] * MIO_W(j, f0 + fx, e);
+            for (int e = 0; e < MIO_VEC; ++e) acc[0][0][e] += v[e] * wv[e];
           }
         }
 #else
@@ -325,9 +381,10 @@ MIO_KERNEL void dw_nhwc(const mio_t* __restrict__ a, const mio_t* __restrict__ w
               for (int q = 0; q < MIO_PIX; ++q) {
                 const int t = c - q * MIO_SW;
                 if (t >= 0 && t % MIO_DW == 0 && t / MIO_DW < MIO_FX) {
+                  float wv[MIO_VEC];
+                  MIO_WLOAD(j, f0 + t / MIO_DW, wv);
 #pragma unroll
-                  for (int e = 0; e < MIO_VEC; ++e)
-                    acc[qy][q][e] += v[e] * MIO_W(j, f0 + t / MIO_DW, e);
+                  for (int e = 0; e < MIO_VEC; ++e) acc[qy][q][e] += v[e] * wv[e];
                 }
               }
             }
@@ -348,7 +405,7 @@ MIO_KERNEL void dw_nhwc(const mio_t* __restrict__ a, const mio_t* __restrict__ w
       }
     }
   }
-#undef MIO_W
+#undef MIO_WLOAD
 }
 
 // ---- dw_nchw: spatial tiles staged in shared memory -----------------------------------------
