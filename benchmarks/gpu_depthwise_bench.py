@@ -1,7 +1,10 @@
-"""``direct.gpu_depthwise`` against cuDNN on MobileNetV2's depthwise layers (batch 64).
+"""``direct.gpu_depthwise`` against cuDNN on a network's depthwise layers (MobileNetV2's by
+default, ``--suite`` picks another of ``shapes.SUITES``: ``efficientnet_b0_dw``,
+``convnext_t_dw``), batch 64 unless ``--batch``.
 
 For every dw layer, layout (NHWC, NCHW), dtype (fp32 with TF32 off, fp16) and direction: the
-solver's default config and the best of a few configs from its space (each checked against
+solver's default config and the best of a few configs from its space (``--configs N``
+neighbours of the default, or ``--configs 0`` for the whole space) (each checked against
 cuDNN's result), and cuDNN through PyTorch (``F.conv2d(groups=C)``;
 ``aten.convolution_backward`` for one gradient; ``cudnn.benchmark`` on), same layout on both
 sides. Timing: ``torch.cuda._sleep`` first so the launches queue behind it (device time, not
@@ -27,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from common import config_runner, geomean
 from gpu_vs_cudnn import device_ms
-from shapes import MOBILENETV2, problem
+from shapes import SUITES, problem
 
 import miocore
 
@@ -55,12 +58,15 @@ def cudnn_call(direction: str, x: Any, w: Any, y: Any, layer: Any) -> Any:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--suite", default="mobilenetv2", choices=sorted(SUITES))
     parser.add_argument("--dtypes", nargs="+", default=["float32", "float16"])
     parser.add_argument("--layouts", nargs="+", default=["NHWC", "NCHW"])
     parser.add_argument(
         "--directions", nargs="+", default=["forward", "backward_data", "backward_weights"]
     )
-    parser.add_argument("--configs", type=int, default=3, help="neighbours of the default tried")
+    parser.add_argument(
+        "--configs", type=int, default=3, help="neighbours of the default tried (0: all)"
+    )
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None)
@@ -70,7 +76,7 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     handle = miocore.Handle("cuda", stream=torch.cuda.current_stream())
     solver = handle.registry.get(SOLVER).solver
-    layers = [lay for lay in MOBILENETV2 if lay.name.startswith("dw")]
+    layers = [lay for lay in SUITES[args.suite] if lay.groups > 1 and lay.groups == lay.c]
     copy_rate = copy_gbps()
     print(f"device copy rate: {copy_rate:.0f} GB/s", flush=True)
 
@@ -101,6 +107,8 @@ def main() -> None:
                             ]
                         if alt and len(picks) <= args.configs:
                             picks.append(alt[0])
+                    if args.configs == 0:  # the whole space, the default first
+                        picks = [default, *(c for c in space if c != default)]
                     for cfg in picks:
                         kernels.extend(solver.get_solution(handle.context, canon, cfg).kernels)
                     plan.append((dtype, layout, layer, direction, p, picks))

@@ -247,14 +247,18 @@ def test_exact_fp32_refuses_tf32_engines_and_tf32_mode_allows_them(fake_cudnn: A
     assert ENGINE[9].is_applicable(cuda_context("exact"), problem("forward", "bfloat16"))
 
 
-def test_runtime_compiled_engines_need_the_switch(
+def test_runtime_compiled_engines_take_part_unless_switched_off(
     fake_cudnn: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from miocore_cudnn._plans import clear_cache
 
     ctx, p = cuda_context(), problem("backward_weights", "float16")
-    answer = ENGINE[11].is_applicable(ctx, p)
-    assert not answer and "MIOCORE_CUDNN_RUNTIME_COMPILED" in answer.reason
+    assert ENGINE[11].is_applicable(ctx, p)
+    for off in ("0", "false", "off"):
+        monkeypatch.setenv("MIOCORE_CUDNN_RUNTIME_COMPILED", off)
+        clear_cache()
+        answer = ENGINE[11].is_applicable(ctx, p)
+        assert not answer and "MIOCORE_CUDNN_RUNTIME_COMPILED" in answer.reason
     monkeypatch.setenv("MIOCORE_CUDNN_RUNTIME_COMPILED", "1")
     clear_cache()
     assert ENGINE[11].is_applicable(ctx, p)

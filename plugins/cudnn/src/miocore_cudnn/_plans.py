@@ -12,8 +12,9 @@ Numerics are filtered before anything is built: engines with the DOWN_CONVERT_IN
 REDUCED_PRECISION_REDUCTION notes never (fp16 / bf16 inputs keep fp32 accumulation), and for
 fp32 in the ``"exact"`` math mode also TENSOR_CORE (TF32), as PyTorch does with
 ``allow_tf32=False``. Engines that compile at run time (behaviour note RUNTIME_COMPILATION)
-are left out unless ``MIOCORE_CUDNN_RUNTIME_COMPILED=1``: they take seconds to build, which a
-find over every engine must not pay.
+take part unless ``MIOCORE_CUDNN_RUNTIME_COMPILED=0``: they are the fast depthwise and stem
+engines PyTorch picks, and one builds in about 0.1 s (a whole fp16 find of a ConvNeXt 7x7
+depthwise layer with them took 0.35 s on an H200, docs/performance.md).
 
 Plans are built on first use (``build_plan_at_index``) and kept with their workspace size;
 :func:`plans_for` keeps the graphs of the last :data:`CACHE_SIZE` problems.
@@ -33,7 +34,7 @@ from miocore_cudnn._loader import CudnnHandle
 
 #: Problems whose graphs and plans stay cached (least recently used dropped first).
 CACHE_SIZE = 256
-#: Environment switch that lets engines needing run-time compilation take part.
+#: Environment switch for engines needing run-time compilation (on unless set to 0/false).
 ENV_RUNTIME_COMPILED = "MIOCORE_CUDNN_RUNTIME_COMPILED"
 #: Lets engines that reduce in a precision below fp32 in (PyTorch lets them; find's accuracy
 #: check still measures each against its bound).
@@ -95,12 +96,16 @@ def barred_notes(cudnn: Any, problem: ConvProblem, math_mode: str) -> list[Any]:
 
 
 def runtime_compiled_allowed() -> bool:
-    """Whether ``MIOCORE_CUDNN_RUNTIME_COMPILED`` lets run-time compiled engines in."""
-    return _env_on(ENV_RUNTIME_COMPILED)
+    """Whether run-time compiled engines take part (``MIOCORE_CUDNN_RUNTIME_COMPILED``,
+    default on)."""
+    return _env_on(ENV_RUNTIME_COMPILED, default=True)
 
 
-def _env_on(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+def _env_on(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return default
+    return value in ("1", "true", "yes", "on")
 
 
 def build_graph(
@@ -211,8 +216,8 @@ class ProblemPlans:
                 notes = []
             if self.cudnn.behavior_note.RUNTIME_COMPILATION in notes:
                 config.error = (
-                    f"{tag} compiles at run time (seconds per problem); set "
-                    f"{ENV_RUNTIME_COMPILED}=1 to allow it"
+                    f"{tag} compiles at run time and {ENV_RUNTIME_COMPILED} turns such "
+                    "engines off; unset it (or set 1) to allow it"
                 )
         return config
 
