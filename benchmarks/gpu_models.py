@@ -174,6 +174,23 @@ def chosen_solvers(before: set[Any]) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
+def layer_solvers(module: nn.Module, before: set[Any]) -> dict[str, str]:
+    """The solver each direction of ``module``'s convolution runs (problems found since
+    ``before`` whose weight shape and groups are the module's; a shape two layers share shows
+    the solver of both)."""
+    from miocore.torch import runtime
+
+    shape = tuple(module.weight.shape)
+    out = {}
+    for key, solution in runtime._solutions.items():
+        if key in before:
+            continue
+        direction, _layout, _dtype, _x, w, _y, params = key[2]
+        if tuple(w) == shape and params[3] == module.groups:
+            out[direction] = solution.solver
+    return out
+
+
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.double(), b.double()
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
@@ -260,7 +277,11 @@ def run_one(name: str, dtype_name: str, modes: list[str], iters: int) -> list[di
     bad = [(n, m, c) for n, m, c in named if m > max(tol, 2 * c)]
     row["weight_grad_rel_err_max"] = max(m for _, m, _ in named)
     row["cudnn_weight_grad_rel_err_max"] = max(c for _, _, c in named)
-    row["worst_weight_grads"] = sorted(named, key=lambda t: -t[1] / max(t[2], 1e-12))[:3]
+    worst = sorted(named, key=lambda t: -t[1] / max(t[2], 1e-12))[:3]
+    modules = dict(mio.named_modules())
+    row["worst_weight_grads"] = [
+        (n, m, c, layer_solvers(modules[n], found_before)) for n, m, c in worst
+    ]
     row["correct"] = row["output_rel_err"] < tol and not bad
     row["solvers"] = chosen_solvers(found_before)
     ref.eval(), mio.eval()

@@ -299,8 +299,9 @@ class GpuDepthwiseSolver(TunableSolver):
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
         """nhwc: vectors of at most 4 channels (16-byte fp32, 8-byte fp16: the filter and
         accumulators stay in registers), 4 rows x 2 columns per thread at stride 1, all channels
-        of a small layer in one block row; nchw: tile width by the output width (32/16/8), 256
-        threads, 4 rows per thread on tall planes; backward weights: vectors of at most 4."""
+        of a small layer in one block row (8 channel vectors where the taps go to shared
+        memory); nchw: tile width by the output width (32/16/8), 256 threads, 4 rows per
+        thread on tall planes; backward weights: vectors of at most 4."""
         p = problem
         space = self.perf_config_space(ctx, p)
         if not space:
@@ -320,7 +321,13 @@ class GpuDepthwiseSolver(TunableSolver):
             pix = 2 if s["s"][2] == 1 and not gather else 1
             ho = s["out"][1]
             py = 1 if gather else 4 if ho >= 12 else 2 if ho >= 4 else 1
-            want = PerfConfig(vec=vec, pix=pix, py=py, ct=_ct_for(written, vec))
+            ct = _ct_for(written, vec)
+            if not filter_storage(_role(p)[2] * _taps(p), vec, ct)[0]:
+                # Taps staged in shared memory: 8 channel vectors by 32 pixel lanes was the
+                # fastest block on every ConvNeXt-T 7x7 layer (H200, fp16, 1.2-1.6x over all
+                # channels in one block row; docs/performance.md).
+                ct = min(ct, 8)
+            want = PerfConfig(vec=vec, pix=pix, py=py, ct=ct)
         else:
             cl = channels_last(p.x)
             vec = next(v for v in _vecs(p) if v <= 4) if cl else 1
