@@ -69,8 +69,18 @@ def main() -> None:
     )
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument(
+        "--wrw-acc",
+        type=int,
+        default=None,
+        help="backward weights: accumulators per thread allowed (the solver's MAX_WRW_ACC)",
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    if args.wrw_acc is not None:  # an experiment: which configs a larger budget opens
+        import miocore_direct.gpu_depthwise as dw
+
+        dw.MAX_WRW_ACC = args.wrw_acc
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
