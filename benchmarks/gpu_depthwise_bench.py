@@ -187,6 +187,7 @@ def main() -> None:
             row["best_ms"] = best["ms"]
             row["best_config"] = best["config"]
             row["max_rel_err"] = max(t["rel_err"] for t in ok)
+            row["timings"] = [(t["config"], round(t["ms"], 5)) for t in ok]  # rule studies
             row["best_vs_cudnn"] = best["ms"] / row["cudnn_ms"]
             if "default_ms" in row:
                 row["default_vs_cudnn"] = row["default_ms"] / row["cudnn_ms"]
