@@ -3,7 +3,7 @@
 // with fp32 accumulation (-DMIO_DTYPE_*). Any layout and strides (MioTensor5); the solver picks
 // the kernel whose thread mapping suits the layout.
 //
-// Why ~620 lines in one file: it is one program. Its three entry points (dw_nhwc, dw_nchw,
+// Why ~680 lines in one file: it is one program. Its three entry points (dw_nhwc, dw_nchw,
 // backward weights) are compiled together from the same compile-time parameters below, which
 // every section reads, and share the element-vector helpers; a header per section would
 // scatter one macro contract over four files that never compile apart.
@@ -293,7 +293,8 @@ MIO_KERNEL void dw_nhwc(const mio_t* __restrict__ a, const mio_t* __restrict__ w
 #define MIO_WLOAD(j, f, wv)                             \
   _Pragma("unroll") for (int e_ = 0; e_ < MIO_VEC; ++e_) wv[e_] = wr[j][f][e_]
 #elif MIO_WSH
-#define MIO_WLOAD(j, f, wv) mio_shared_vec(s_wt + ((j) * MIO_TAPS + (f)) * cb + threadIdx.x * MIO_VEC, wv)
+#define MIO_WLOAD(j, f, wv) \
+  mio_shared_vec(s_wt + ((j) * MIO_TAPS + (f)) * cb + threadIdx.x * MIO_VEC, wv)
 #else
 #define MIO_WLOAD(j, f, wv)                                                                   \
   _Pragma("unroll") for (int e_ = 0; e_ < MIO_VEC; ++e_) wv[e_] =                            \
