@@ -8,13 +8,13 @@ for engine configurations and reads each one's name, cuDNN's own ``eng<id>_k<kno
 tag: the engine id picks the solver (``cudnn.eng<id>``), the knob choices become its
 ``PerfConfig`` (``{"k2": 1, "k13": 0}``, the keys being cuDNN's backend knob type numbers).
 
-Numerics are filtered before anything is built: engines with the DOWN_CONVERT_INPUTS or
-REDUCED_PRECISION_REDUCTION notes never (fp16 / bf16 inputs keep fp32 accumulation), and for
-fp32 in the ``"exact"`` math mode also TENSOR_CORE (TF32), as PyTorch does with
-``allow_tf32=False``. Engines that compile at run time (behaviour note RUNTIME_COMPILATION)
-take part unless ``MIOCORE_CUDNN_RUNTIME_COMPILED=0``: they are the fast depthwise and stem
-engines PyTorch picks, and one builds in about 0.1 s (a whole fp16 find of a ConvNeXt 7x7
-depthwise layer with them took 0.35 s on an H200, docs/performance.md).
+Numerics are filtered before anything is built: engines with the DOWN_CONVERT_INPUTS note
+never, REDUCED_PRECISION_REDUCTION only with ``MIOCORE_CUDNN_REDUCED_PRECISION=1`` (fp16 / bf16
+inputs keep fp32 accumulation otherwise), and for fp32 in the ``"exact"`` math mode no
+TENSOR_CORE (TF32), as PyTorch does with ``allow_tf32=False``. Engines that compile at run
+time (behaviour note RUNTIME_COMPILATION) take part unless ``MIOCORE_CUDNN_RUNTIME_COMPILED=0``:
+they are the fast depthwise engines PyTorch picks, and a whole fp16 NORMAL find of a depthwise
+layer including one's build took 0.2-0.35 s on an H200 (docs/performance.md).
 
 Plans are built on first use (``build_plan_at_index``) and kept with their workspace size;
 :func:`plans_for` keeps the graphs of the last :data:`CACHE_SIZE` problems.
