@@ -242,8 +242,22 @@ def backward_weights(
     return _run("backward_weights", x, {"x": x, "y": dy}, "w", w_shape, params, signature)
 
 
-@torch.library.custom_op("miocore::conv_forward", mutates_args=())
-def conv_forward(
+# The ops are defined through ``torch.library.Library`` rather than ``torch.library.custom_op``:
+# the same schemas, fake kernels and autograd, but each call skips custom_op's Python wrapper
+# (11.5 against 17 µs per dispatched call on the development VM), which a compiled model pays
+# per convolution.
+_GEOMETRY = (
+    "SymInt[] stride, SymInt[] padding, SymInt[] dilation, SymInt groups, bool transposed, "
+    "SymInt[] output_padding"
+)
+#: The ``miocore`` operator library; it owns the definitions, so it lives as long as the module.
+_LIB = torch.library.Library("miocore", "DEF")
+_LIB.define(f"conv_forward(Tensor x, Tensor w, {_GEOMETRY}) -> Tensor")
+_LIB.define(f"conv_backward_data(Tensor dy, Tensor w, SymInt[] x_shape, {_GEOMETRY}) -> Tensor")
+_LIB.define(f"conv_backward_weights(Tensor x, Tensor dy, SymInt[] w_shape, {_GEOMETRY}) -> Tensor")
+
+
+def _conv_forward_impl(
     x: torch.Tensor,
     w: torch.Tensor,
     stride: list[int],
@@ -257,7 +271,6 @@ def conv_forward(
     return forward(x, w, make_params(stride, padding, dilation, groups, transposed, output_padding))
 
 
-@conv_forward.register_fake
 def _conv_forward_fake(
     x: torch.Tensor,
     w: torch.Tensor,
@@ -274,8 +287,7 @@ def _conv_forward_fake(
     return _empty(x, shape)
 
 
-@torch.library.custom_op("miocore::conv_backward_data", mutates_args=())
-def conv_backward_data(
+def _conv_backward_data_impl(
     dy: torch.Tensor,
     w: torch.Tensor,
     x_shape: list[int],
@@ -291,23 +303,11 @@ def conv_backward_data(
     return backward_data(dy, w, x_shape, params)
 
 
-@conv_backward_data.register_fake
-def _conv_backward_data_fake(
-    dy: torch.Tensor,
-    w: torch.Tensor,
-    x_shape: list[int],
-    stride: list[int],
-    padding: list[int],
-    dilation: list[int],
-    groups: int,
-    transposed: bool,
-    output_padding: list[int],
-) -> torch.Tensor:
+def _conv_backward_data_fake(dy: torch.Tensor, w: torch.Tensor, x_shape: list[int], *_: Any) -> Any:
     return _empty(dy, x_shape)
 
 
-@torch.library.custom_op("miocore::conv_backward_weights", mutates_args=())
-def conv_backward_weights(
+def _conv_backward_weights_impl(
     x: torch.Tensor,
     dy: torch.Tensor,
     w_shape: list[int],
@@ -323,17 +323,8 @@ def conv_backward_weights(
     return backward_weights(x, dy, w_shape, params)
 
 
-@conv_backward_weights.register_fake
 def _conv_backward_weights_fake(
-    x: torch.Tensor,
-    dy: torch.Tensor,
-    w_shape: list[int],
-    stride: list[int],
-    padding: list[int],
-    dilation: list[int],
-    groups: int,
-    transposed: bool,
-    output_padding: list[int],
+    x: torch.Tensor, dy: torch.Tensor, w_shape: list[int], *_: Any
 ) -> torch.Tensor:
     return _empty(x, w_shape)
 
@@ -355,4 +346,19 @@ def _backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
     return dx, dw, None, None, None, None, None, None
 
 
-conv_forward.register_autograd(_backward, setup_context=_setup_context)
+for _name, _impl, _fake in (
+    ("conv_forward", _conv_forward_impl, _conv_forward_fake),
+    ("conv_backward_data", _conv_backward_data_impl, _conv_backward_data_fake),
+    ("conv_backward_weights", _conv_backward_weights_impl, _conv_backward_weights_fake),
+):
+    # One kernel for every device (CPU, CUDA, ROCm): the bodies pick the backend.
+    _LIB.impl(_name, _impl, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"miocore::{_name}", _fake, lib=_LIB)
+torch.library.register_autograd(
+    "miocore::conv_forward", _backward, setup_context=_setup_context, lib=_LIB
+)
+
+#: The ops as callables (through the dispatcher, as ``torch.ops.miocore.*``).
+conv_forward = torch.ops.miocore.conv_forward.default
+conv_backward_data = torch.ops.miocore.conv_backward_data.default
+conv_backward_weights = torch.ops.miocore.conv_backward_weights.default
