@@ -21,8 +21,13 @@
 #               combination of miocore-cudnn's opt-in switches (gpu_find_report.py)
 #   frontend    a network's host time through miocore.torch, peeled and profiled
 #               (gpu_front_end_cost.py; FRONTEND_ARGS passes its options)
+#   depthwise   direct.gpu_depthwise's whole config space against cuDNN on ConvNeXt-T's,
+#               EfficientNet-B0's and MobileNetV2's depthwise layers (gpu_depthwise_bench.py;
+#               DW_DIRECTIONS, DTYPES narrow it)
+#   firstfind   the first find of MODELS twice in one machine session: with a cold binary
+#               cache, then with an empty database and the binary cache kept
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|depthwise|firstfind}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -70,6 +75,24 @@ case "$STAGE" in
     # shellcheck disable=SC2086
     timeout 560 python3 benchmarks/gpu_front_end_cost.py --out "$OUT/front_end.json" \
       ${FRONTEND_ARGS:-} 2>&1 | grep -v Warning | tee "$OUT/front_end.log" | tail -60
+    ;;
+  depthwise)
+    for suite in convnext_t_dw efficientnet_b0_dw mobilenetv2; do
+      # shellcheck disable=SC2086
+      timeout 170 python3 benchmarks/gpu_depthwise_bench.py --suite "$suite" --batch 32 \
+        --dtypes ${DTYPES} --layouts NHWC --configs 0 --runs 10 \
+        --directions ${DW_DIRECTIONS:-forward backward_data backward_weights} \
+        --out "$OUT/depthwise_$suite.json" 2>&1 | grep -a -v '^{' | tail -8
+    done
+    ;;
+  firstfind)
+    for cache in cold warm; do
+      # shellcheck disable=SC2086
+      timeout 270 python3 benchmarks/gpu_models.py --models $MODELS --dtypes ${DTYPES%% *} \
+        --modes eager --iters 3 --db "/tmp/firstfind-$cache" --out "$OUT/firstfind_$cache.json" \
+        >"$OUT/firstfind_$cache.log" 2>&1
+      grep -a first_find "$OUT/firstfind_$cache.log" | cut -c1-160
+    done
     ;;
   *)
     echo "unknown stage $STAGE" >&2
