@@ -340,9 +340,9 @@ def _backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
     params = ctx.params
     dx = dw = None
     if ctx.needs_input_grad[0]:
-        dx = torch.ops.miocore.conv_backward_data(dy, w, list(x.shape), *params)
+        dx = conv_backward_data(dy, w, list(x.shape), *params)
     if ctx.needs_input_grad[1]:
-        dw = torch.ops.miocore.conv_backward_weights(x, dy, list(w.shape), *params)
+        dw = conv_backward_weights(x, dy, list(w.shape), *params)
     return dx, dw, None, None, None, None, None, None
 
 
