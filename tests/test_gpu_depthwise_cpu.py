@@ -141,3 +141,43 @@ def test_wti_ranks_above_naive_and_below_one() -> None:
     for direction in ("forward", "backward_data", "backward_weights"):
         w = s.wti(ctx, _problem(direction, n=64, in_spatial=(56, 56)).canonical)
         assert 0.1 < w <= 1.0
+
+
+def _options(kernel: miocore.KernelInfo) -> dict[str, str]:
+    pairs = (o[2:].partition("=") for o in kernel.options if o.startswith("-DMIO_"))
+    return {name: value for name, _, value in pairs}
+
+
+@pytest.mark.parametrize("dtype", ("float32", "float16", "bfloat16"))
+def test_large_filters_stage_their_taps_in_shared_memory(dtype: str) -> None:
+    s, ctx = dw.GpuDepthwiseSolver(), _ctx()
+    # ConvNeXt-T's first 7x7 layer: 49 taps x 4 channels do not fit the register budget.
+    p = _problem(n=4, c=96, k=96, in_spatial=(56, 56), filter_spatial=(7, 7), pads=(3, 3),
+                 groups=96, dtype=dtype, layout="NHWC").canonical  # fmt: skip
+    cfg = s.default_perf_config(ctx, p)
+    sol = s.get_solution(ctx, p, cfg)
+    vec, scalar = (_options(k) for k in sol.kernels)
+    assert (vec["MIO_WREG"], vec["MIO_WSH"]) == ("0", "1")
+    assert int(vec["MIO_CT"]) == cfg["ct"] == sol.kernels[0].block[0] == 8
+    taps, width = 49, int(vec["MIO_CT"]) * int(vec["MIO_VEC"])
+    assert 4 * taps * width <= dw.SHARED_LIMIT
+    # the scalar twin (unaligned buffers) keeps its 49 taps in registers
+    assert (scalar["MIO_WREG"], scalar["MIO_WSH"]) == ("1", "0")
+    # 3x3 taps stay in registers; a filter too large for shared memory reads global memory
+    assert dw.filter_storage(9, 4, 24) == (1, 0)
+    assert dw.filter_storage(343, 4, 32) == (0, 0)
+
+
+@pytest.mark.parametrize("f", (3, 5, 7))
+def test_backward_weights_default_keeps_every_tap_in_one_block(f: int) -> None:
+    s, ctx = dw.GpuDepthwiseSolver(), _ctx()
+    for hw, ct in ((56, 8), (14, 16)):
+        p = _problem("backward_weights", n=4, c=96, k=96, in_spatial=(hw, hw),
+                     filter_spatial=(f, f), pads=(f // 2, f // 2), groups=96, dtype="float16",
+                     layout="NHWC").canonical  # fmt: skip
+        cfg = s.default_perf_config(ctx, p)
+        assert cfg in s.perf_config_space(ctx, p)
+        assert cfg["vec"] <= 2 and f * f * cfg["vec"] <= dw.MAX_WRW_ACC
+        assert (cfg["pix"], cfg["py"], cfg["ct"]) == (2, 1, ct)
+        opts = _options(s.get_solution(ctx, p, cfg).kernels[0])
+        assert int(opts["MIO_TC"]) == f * f  # one block holds every tap: strips of dy
