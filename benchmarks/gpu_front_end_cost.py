@@ -162,7 +162,10 @@ def layer_costs(model: nn.Module, x: torch.Tensor, limit: int) -> list[dict[str,
         key = (tuple(inp.shape), tuple(mod.weight.shape), mod.stride, mod.groups)
         if key not in done:
             done.add(key)
-            rows.append(peel(mod, inp))
+            try:
+                rows.append(peel(mod, inp))
+            except Exception as exc:  # one layer's failure leaves the others measured
+                rows.append({"x": list(inp.shape), "error": f"{type(exc).__name__}: {exc}"})
             print(json.dumps(rows[-1]), flush=True)
     return rows
 

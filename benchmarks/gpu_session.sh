@@ -21,13 +21,15 @@
 #               combination of miocore-cudnn's opt-in switches (gpu_find_report.py)
 #   frontend    a network's host time through miocore.torch, peeled and profiled
 #               (gpu_front_end_cost.py; FRONTEND_ARGS passes its options)
+#   launch      each step of one convolution call and the driver calls under it, through
+#               cuda-bindings and ctypes (gpu_launch_cost.py)
 #   depthwise   direct.gpu_depthwise's whole config space against cuDNN on ConvNeXt-T's,
 #               EfficientNet-B0's and MobileNetV2's depthwise layers (gpu_depthwise_bench.py;
 #               DW_DIRECTIONS, DTYPES narrow it)
 #   firstfind   the first find of MODELS twice in one machine session: with a cold binary
 #               cache, then with an empty database and the binary cache kept
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|depthwise|firstfind}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|launch|depthwise|firstfind}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -75,6 +77,12 @@ case "$STAGE" in
     # shellcheck disable=SC2086
     timeout 560 python3 benchmarks/gpu_front_end_cost.py --out "$OUT/front_end.json" \
       ${FRONTEND_ARGS:-} 2>&1 | grep -v Warning | tee "$OUT/front_end.log" | tail -60
+    ;;
+  launch)
+    for dtype in float16 float32; do
+      timeout 200 python3 benchmarks/gpu_launch_cost.py --dtype "$dtype" \
+        --out "$OUT/launch_cost_$dtype.json" 2>&1 | grep -av Warning | tail -40
+    done
     ;;
   depthwise)
     for suite in convnext_t_dw efficientnet_b0_dw mobilenetv2; do
