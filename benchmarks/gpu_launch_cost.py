@@ -130,6 +130,9 @@ def layer_rows(dtype: torch.dtype) -> dict[str, Any]:
                     plan.shape, dtype=dtype, device=device, memory_format=plan.format
                 )
             ),
+            new_empty_strided=us(
+                lambda: x.new_empty_strided(plan.shape, getattr(plan, "strides", y.stride()))
+            ),
             data_ptr_x3=us(lambda: (x.data_ptr(), w.data_ptr(), y.data_ptr())),
             deterministic_read=us(torch.are_deterministic_algorithms_enabled),
             math_mode=us(lambda: runtime.math_mode(device)),
@@ -142,16 +145,80 @@ def layer_rows(dtype: torch.dtype) -> dict[str, Any]:
     return rows
 
 
+def graph_cache_rows(dtype: torch.dtype, passes: int = 5) -> dict[str, Any]:
+    """How the prepared runs' graph caches behave in a network: ResNet-50 inference and
+    training steps repeated, then ``passes`` more of each counted: calls, graph records,
+    replays, and the distinct address triples each prepared run saw."""
+    import torchvision
+
+    from miocore.find import prepared as prepared_module
+
+    model = torchvision.models.resnet50().cuda().to(dtype).to(memory_format=torch.channels_last)
+    model = mt.convert(model)
+    x = torch.randn(32, 3, 224, 224, device="cuda", dtype=dtype)
+    x = x.to(memory_format=torch.channels_last)
+    mt.prepare(model, x, backward=True, progress=False)
+    cls = prepared_module.PreparedRun
+    real_run_at, real_record = cls.run_at, cls._record_at
+    seen: dict[int, list[tuple[int, int, int]]] = {}
+    counts = {"records": 0}
+
+    def run_at(self: Any, x: int, w: int, y: int) -> None:
+        seen.setdefault(id(self), []).append((x, w, y))
+        real_run_at(self, x, w, y)
+
+    def record(self: Any, pointers: Any) -> bool:
+        counts["records"] += 1
+        return real_record(self, pointers)
+
+    def infer() -> None:
+        with torch.no_grad():
+            model(x)
+
+    def step() -> None:
+        model.zero_grad(set_to_none=True)
+        model(x).float().sum().backward()
+
+    out: dict[str, Any] = {}
+    for label, fn, mode in (("infer", infer, model.eval), ("train", step, model.train)):
+        mode()
+        for _ in range(10):
+            fn()
+        torch.cuda.synchronize()
+        seen.clear()
+        counts["records"] = 0
+        cls.run_at, cls._record_at = run_at, record
+        try:
+            for _ in range(passes):
+                fn()
+            torch.cuda.synchronize()
+        finally:
+            cls.run_at, cls._record_at = real_run_at, real_record
+        calls = sum(len(v) for v in seen.values())
+        out[label] = {
+            "calls_per_pass": calls / passes,
+            "records_per_pass": counts["records"] / passes,
+            "prepared_runs": len(seen),
+            "most_triples_in_one_run": max(len(set(v)) for v in seen.values()),
+            "distinct_triples_per_pass": sum(len(set(v)) for v in seen.values()),
+        }
+        out[f"{label}_ms"] = round(host_ms(fn, 1) if label == "train" else host_ms(fn, 3), 3)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="float16")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--network", action="store_true", help="also ResNet-50's graph caches")
     args = parser.parse_args()
     result = {
         "device": torch.cuda.get_device_name(),
         "dtype": args.dtype,
         **layer_rows(getattr(torch, args.dtype)),
     }
+    if args.network:
+        result["graph_cache"] = graph_cache_rows(getattr(torch, args.dtype))
     print(json.dumps(result, indent=1))
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))

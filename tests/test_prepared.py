@@ -109,7 +109,7 @@ def test_the_second_call_alike_is_recorded_and_later_ones_replay_it(
 ) -> None:
     captured: list[_RecordedGraph] = []
 
-    def capture(self: Any, run: Any) -> _RecordedGraph:
+    def capture(self: Any, run: Any, min_nodes: int = 2) -> _RecordedGraph:
         captured.append(_RecordedGraph(run))
         return captured[-1]
 
@@ -138,7 +138,7 @@ def test_while_the_caller_captures_the_launches_run_one_by_one_into_its_capture(
     whose graph says so runs its invoker directly, so the caller's capture records it."""
     captured: list[_RecordedGraph] = []
 
-    def capture(self: Any, run: Any) -> _RecordedGraph:
+    def capture(self: Any, run: Any, min_nodes: int = 2) -> _RecordedGraph:
         captured.append(_RecordedGraph(run))
         return captured[-1]
 
@@ -163,7 +163,7 @@ def test_while_the_caller_captures_the_launches_run_one_by_one_into_its_capture(
 def test_a_call_that_cannot_be_recorded_runs_directly(monkeypatch: pytest.MonkeyPatch) -> None:
     attempts: list[int] = []
 
-    def capture(self: Any, run: Any) -> None:
+    def capture(self: Any, run: Any, min_nodes: int = 2) -> None:
         attempts.append(1)
         return None  # one launch, or no graphs on this driver
 

@@ -100,8 +100,13 @@ class PreparedRun:
         self._graphs: dict[tuple[int, int, int], Any] = {}
         self._seen: set[tuple[int, int, int]] = set()
         self._graph_failures = 0
-        # One launch is worth a graph only where the invoker's host side is dear (a library).
-        self._min_nodes = 1 if getattr(self._invoker, "replay_pays", False) else 2
+        # One launch is worth a graph where the invoker's host side is dear (a library) or
+        # the driver replays a graph for less than a launch.
+        driver = getattr(runner.state.backend, "driver", None)
+        single = getattr(self._invoker, "replay_pays", False) or getattr(
+            driver, "graph_replay_beats_launch", False
+        )
+        self._min_nodes = 1 if single else 2
         self._relocatable = runner.state.backend.name != "cpu"  # device addresses only
         self._swapped = problem.is_transposed  # the canonical problem swaps x and y
         self._workspace_ptr = getattr(self.workspace, "ptr", 0) if self.workspace is not None else 0
@@ -280,7 +285,7 @@ class PreparedRun:
         capture = getattr(self._runner.state.backend, "capture", None)
         if capture is None:
             return False
-        graph = capture(lambda: self._invoker(self._owner, params))
+        graph = capture(lambda: self._invoker(self._owner, params), min_nodes=self._min_nodes)
         if graph is None:
             return False
         self._graph = graph

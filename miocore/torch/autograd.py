@@ -53,7 +53,7 @@ def _eager(x: torch.Tensor, w: torch.Tensor) -> bool:
     compile."""
     return (
         type(x) in _EAGER_TYPES
-        and x.device.type != "meta"  # shapes only: the fake kernel answers
+        and not x.is_meta  # shapes only: the fake kernel answers
         and type(w) in _EAGER_TYPES
         and not torch.compiler.is_compiling()
         and not torch._C._len_torch_dispatch_stack()

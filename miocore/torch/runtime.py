@@ -92,17 +92,24 @@ def math_mode(device: torch.device) -> str:
         return _math_mode
     if device.type != "cuda":
         return "exact"
-    return "tf32" if _torch_allows_tf32() else "exact"
+    try:
+        return "tf32" if _cudnn_allows_tf32() else "exact"
+    except RuntimeError:
+        return "tf32" if _torch_allows_tf32() else "exact"
+
+
+#: PyTorch's legacy TF32 flag of cuDNN convolutions: the cheap read (under 1 µs).
+_cudnn_allows_tf32 = torch._C._get_cudnn_allow_tf32
 
 
 def _torch_allows_tf32() -> bool:
     """PyTorch's own switch for TF32 in cuDNN convolutions, read on every call (users flip it).
 
-    The legacy flag is the cheap read (under 1 µs); PyTorch raises on it when its new
-    per-operator flags disagree, and then cuDNN convolution's own flag decides.
+    The legacy flag is the cheap read; PyTorch raises on it when its new per-operator flags
+    disagree, and then cuDNN convolution's own flag decides.
     """
     try:
-        return bool(torch._C._get_cudnn_allow_tf32())
+        return bool(_cudnn_allows_tf32())
     except RuntimeError:
         conv = getattr(torch.backends.cudnn, "conv", None)
         return getattr(conv, "fp32_precision", "none") == "tf32"
@@ -122,15 +129,18 @@ def device_name(device: torch.device) -> str:
 
 def handle_state(device: torch.device, mode: str) -> _HandleState:
     """The shared handle of ``device``'s current stream in math mode ``mode``."""
-    if device.type == "cpu":
-        key: tuple[Any, ...] = ("cpu", 0, mode)
-    elif device.type != "cuda":
+    kind = device.type
+    if kind == "cuda":
+        index = device.index
+        if index is None:
+            index = torch.cuda.current_device()
+        key: tuple[Any, ...] = (kind, index, _current_raw_stream(index), mode)
+    elif kind == "cpu":
+        key = ("cpu", 0, mode)
+    else:
         raise InvalidArgumentError(
             "miocore runs on CPU, CUDA and ROCm tensors", field="device", value=str(device)
         )
-    else:
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        key = (device.type, index, _current_raw_stream(index), mode)
     state = _handles.get(key)
     if state is None:
         with _lock:
@@ -146,13 +156,13 @@ def handle_state(device: torch.device, mode: str) -> _HandleState:
     return state
 
 
-def _current_raw_stream(index: int) -> int:
-    """The current stream of GPU ``index`` as its raw handle, without making a Stream object
-    (the private call costs a fraction of ``torch.cuda.current_stream``; it is the same value)."""
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None:
-        return int(raw(index))
+def _stream_of(index: int) -> int:
     return torch.cuda.current_stream(index).cuda_stream
+
+
+#: The current stream of a GPU as its raw handle, without making a Stream object (PyTorch's
+#: private call costs a fraction of ``torch.cuda.current_stream``; it is the same value).
+_current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", _stream_of)
 
 
 def handle(device: torch.device | str = "cpu") -> Handle:

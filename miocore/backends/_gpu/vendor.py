@@ -116,6 +116,9 @@ class VendorDriver:
 
     name: str
     index: int
+    #: Whether replaying a graph of one launch costs less host time than the launch itself
+    #: (then a prepared run keeps graphs of single-kernel calls too); measured per vendor.
+    graph_replay_beats_launch = False
 
     # -- what a vendor supplies ------------------------------------------------------------
 
