@@ -211,6 +211,9 @@ def main() -> None:
     parser.add_argument("--dtype", default="float16")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--network", action="store_true", help="also ResNet-50's graph caches")
+    parser.add_argument(
+        "--bigger-caches", action="store_true", help="and again with 256 graphs per run"
+    )
     args = parser.parse_args()
     result = {
         "device": torch.cuda.get_device_name(),
@@ -219,6 +222,11 @@ def main() -> None:
     }
     if args.network:
         result["graph_cache"] = graph_cache_rows(getattr(torch, args.dtype))
+        if args.bigger_caches:
+            from miocore.find import prepared as prepared_module
+
+            prepared_module.MAX_GRAPHS, prepared_module.MAX_SEEN = 256, 1024
+            result["graph_cache_bigger"] = graph_cache_rows(getattr(torch, args.dtype))
     print(json.dumps(result, indent=1))
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))
