@@ -78,11 +78,8 @@ def driver_rows(backend: Any) -> dict[str, float]:
             lambda: c_launch(function, 1, 1, 1, 1, 1, 1, 0, raw_stream, table, None)
         ),
     }
-    if graph is not None:
-        # The kept graph's executable: the replay closure holds it.
-        executable = graph.replay.__closure__[
-            graph.replay.__code__.co_freevars.index("executable")
-        ].cell_contents
+    executable = getattr(graph, "executable", None)
+    if executable is not None:
         raw_exec = int(executable)
         rows.update(
             bindings_graph_launch=us(lambda: driver.graph_launch(executable, stream)),

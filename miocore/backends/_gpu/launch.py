@@ -130,10 +130,11 @@ class CapturedGraph:
     caller's capture, so ``replay()`` then launches nothing and returns False: the caller runs
     the launches one by one, into its capture. The graph is destroyed with this object."""
 
-    __slots__ = ("__weakref__", "backend", "nodes", "replay")
+    __slots__ = ("__weakref__", "backend", "executable", "nodes", "replay")
 
     def __init__(self, backend: GpuBackend, graph: Any, executable: Any, nodes: int) -> None:
         self.backend = backend
+        self.executable = executable
         self.nodes = nodes
         driver = backend.driver
         fast = getattr(driver, "replayer", None)
