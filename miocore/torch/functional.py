@@ -86,8 +86,13 @@ def convolution(
     if spatial == 1:
         y = y.squeeze(2)
     if bias is not None:
-        y = y + bias.view(1, -1, *([1] * spatial))
+        # In place: y is this call's own new tensor, which nothing saved for backward.
+        y = y.add_(bias.view(_BIAS_SHAPES[spatial]))
     return y if batched else y.squeeze(0)
+
+
+#: The bias as a broadcastable view, per spatial rank (1-D runs as 2-D, then squeezes).
+_BIAS_SHAPES = {1: (1, -1, 1), 2: (1, -1, 1, 1), 3: (1, -1, 1, 1, 1)}
 
 
 #: The ops' arguments of numerically padded layers, by the layer's own arguments.
