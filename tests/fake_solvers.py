@@ -118,11 +118,16 @@ class TunableTimedSolver(TunableSolver):
     algorithm = Algorithm.IMPLICIT_GEMM
     levels = (1, 2, 3, 4)
 
-    def __init__(self) -> None:
+    def __init__(self, listed: Iterable[int] = (), wrong: int | None = None) -> None:
         self.configs_run: list[int] = []
+        self.listed = tuple(listed)
+        self.wrong = wrong
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Any:
         return APPLICABLE
+
+    def find_configs(self, ctx: ExecutionContext, problem: ConvProblem) -> list[PerfConfig]:
+        return [PerfConfig(level=v) for v in self.listed]
 
     def perf_config_space(
         self, ctx: ExecutionContext, problem: ConvProblem
@@ -143,6 +148,9 @@ class TunableTimedSolver(TunableSolver):
                 self.configs_run.append(level)
                 VIRTUAL_CLOCK.spend(delay)
                 _compute(params)
+                if level == self.wrong:  # a fast setting with a wrong answer
+                    out = getattr(params, params.problem.direction.output_tensor)
+                    out[...] = out * 1.5 + 1.0
 
             return invoker
 

@@ -15,15 +15,18 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import attrs
+
 from miocore import env
 from miocore.env import FindEnforce, FindMode
-from miocore.errors import InvalidArgumentError, InvalidEnvironmentError, NoApplicableSolverError
+from miocore.errors import InvalidArgumentError, NoApplicableSolverError
 from miocore.find.accuracy import policy_of as accuracy_policy
 from miocore.find.blame import record_failure
 from miocore.find.candidates import Candidate
 from miocore.find.invoker_cache import CachedInvoker
 from miocore.find.ranker import ImmediateRanker, wti_score
 from miocore.find.runner import Runner
+from miocore.find.settings import alternatives_factor, prune_factor, should_tune
 from miocore.find.state import FindState
 from miocore.problem.conv import ConvProblem
 from miocore.solver.interface import InvokeParams, PerfConfig, TunableSolver
@@ -257,10 +260,68 @@ class FindEngine:
             )
         if progress is not None:
             progress(len(ordered), len(ordered), "")
+        out = self._alternatives(problem, ordered, out, arrays, workspace, check, policy)
         if check is not None:
             from miocore.find.verify import against_plain_paths
 
             out = against_plain_paths(check, out, report)
+        return out
+
+    def _alternatives(
+        self,
+        problem: ConvProblem,
+        candidates: list[Candidate],
+        out: list[Solution],
+        arrays: dict[str, Any],
+        workspace: Any,
+        check: Any,
+        policy: AccuracyPolicy,
+    ) -> list[Solution]:
+        """Measure the :meth:`~TunableSolver.find_configs` of every solver whose default came
+        within ``MIOCORE_FIND_ALTERNATIVES`` of the best (none from the PerfDb) and keep its
+        fastest accurate one: a vendor engine's listed settings differ by 10-25% per problem,
+        which is what PyTorch's benchmark mode chooses among."""
+        near = alternatives_factor()
+        if not near or not out:
+            return out
+        best = min(s.time_ms for s in out)
+        by_name = {c.reg.name: c for c in candidates}
+        canon = problem.canonical
+        for i, solution in enumerate(out):
+            cand = by_name.get(solution.solver)
+            if cand is None or cand.perf_db_entry or solution.time_ms > near * best:
+                continue
+            solver = cand.reg.solver
+            if not isinstance(solver, TunableSolver):
+                continue
+            for config in solver.find_configs(self.state.context, canon):
+                if config == solution.perf_config:
+                    continue
+                try:
+                    entry = self.runner.build(problem, cand.reg, config)
+                    ws = self.runner.workspace(workspace, entry.workspace_size)
+                    if check is not None:
+                        check.poison()
+                    timing, note = self._time(canon, entry, arrays, ws, solution.time_ms)
+                    verdict = check.measure() if check is not None else None
+                except Exception as exc:  # one setting failing leaves the measured one
+                    log.debug("%s: %s %s failed: %s", problem.key, solution.solver, config, exc)
+                    continue
+                if timing.median_ms >= solution.time_ms or (verdict and not verdict.within):
+                    continue
+                if verdict is not None:
+                    check.keep(cand.reg, verdict, policy)
+                    note = "; ".join(filter(None, (verdict.note(), note)))
+                solution = attrs.evolve(
+                    solution,
+                    time_ms=timing.median_ms,
+                    timing=timing,
+                    workspace_size=entry.workspace_size,
+                    perf_config=config,
+                    note=note,
+                )
+            out[i] = solution
+            best = min(best, solution.time_ms)
         return out
 
     def _precompile(self, canon: ConvProblem, candidates: list[Candidate]) -> None:
@@ -424,32 +485,3 @@ class FindEngine:
         state.find_db.write(problem.key, entries)
         state.forget(problem.key)
         log.debug("%s: wrote the user FindDb record (%d entries)", problem.key, len(entries))
-
-
-def prune_factor() -> float:
-    """``MIOCORE_FIND_PRUNE_FACTOR`` (default 20; 0 turns pruning off)."""
-    raw = (env.get("MIOCORE_FIND_PRUNE_FACTOR") or "").strip()
-    if not raw:
-        return 20.0
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if value != 0 and value < 1:
-        raise InvalidEnvironmentError(
-            "expected 0 (off) or a factor >= 1", field="MIOCORE_FIND_PRUNE_FACTOR", value=raw
-        )
-    return value
-
-
-def should_tune(enforce: FindEnforce, exhaustive: bool, has_entry: bool) -> bool:
-    """Whether find tunes a tunable solver (design guide §4, find enforce)."""
-    if enforce is FindEnforce.SEARCH_DB_UPDATE:
-        return True
-    if enforce is FindEnforce.SEARCH:
-        return not has_entry
-    if enforce is FindEnforce.DB_UPDATE:
-        return exhaustive
-    if enforce is FindEnforce.DB_CLEAN:
-        return False
-    return exhaustive and not has_entry

@@ -16,7 +16,7 @@ from typing import Any
 from miocore.find.candidates import Candidate
 from miocore.find.state import FindState
 from miocore.problem.conv import ConvProblem
-from miocore.solver.interface import Algorithm, PerfConfig
+from miocore.solver.interface import Algorithm, PerfConfig, TunableSolver
 from miocore.solver.registry import RegisteredSolver
 from miocore.solver.results import FindReport, Solution, Timing, order_with_ties
 
@@ -30,6 +30,8 @@ class ImmediateRanker:
         self.state = state
         self.max_memo = max_memo
         self._records: dict[str, list[Any]] = {}
+        #: (solver, problem key, recorded setting) -> (setting, workspace), None: the default's
+        self._settings: dict[tuple[str, str, str], Any] = {}
         self._signature: tuple[Any, ...] = ()
         state.forget_hooks.append(lambda key: self._records.pop(key, None))
 
@@ -51,6 +53,7 @@ class ImmediateRanker:
                 cand = usable.get(entry.solver)
                 if cand is None:
                     continue
+                config, workspace = self._recorded_config(cand, entry.perf_config, problem)
                 timing = None
                 if entry.count:
                     timing = Timing(
@@ -67,11 +70,11 @@ class ImmediateRanker:
                         solver_id=cand.reg.id,
                         algorithm=cand.reg.algorithm,
                         time_ms=entry.time_ms,
-                        workspace_size=cand.workspace_size,
+                        workspace_size=workspace,
                         source="find-db" if record.layer == "user" else "system-db",
                         is_estimate=False,
                         timing=timing,
-                        perf_config=cand.perf_config,
+                        perf_config=config,
                         note=f"recorded {entry.provenance.get('written_at', 'earlier')}",
                     )
                 )
@@ -83,6 +86,34 @@ class ImmediateRanker:
                 )
                 return order_with_ties(out)
         return []
+
+    def _recorded_config(
+        self, cand: Candidate, recorded: str | None, problem: ConvProblem
+    ) -> tuple[PerfConfig | None, int]:
+        """The setting (and its workspace) a FindDb entry was measured with, where it differs
+        from the candidate's default and is still valid; a PerfDb setting (tuned) keeps
+        precedence, and anything stale or unreadable falls back to the candidate's."""
+        if recorded is None or cand.perf_db_entry or cand.perf_config is None:
+            return cand.perf_config, cand.workspace_size
+        memo_key = (cand.reg.name, problem.key, recorded)
+        found = self._settings.get(memo_key, False)
+        if found is False:  # parsed and checked once per entry: hits stay cheap
+            found = None
+            try:
+                config = PerfConfig.from_string(recorded)
+                solver, context, canon = cand.reg.solver, self.state.context, problem.canonical
+                if (
+                    config != cand.perf_config
+                    and isinstance(solver, TunableSolver)
+                    and solver.is_valid_perf_config(context, canon, config)
+                ):
+                    found = config, int(solver.workspace_size(context, canon, config))
+            except Exception as exc:  # a stale or foreign entry must not break the hit
+                log.debug("%s: recorded setting of %s unused: %s", problem.key, cand.reg.name, exc)
+            if len(self._settings) >= self.max_memo:
+                self._settings.clear()
+            self._settings[memo_key] = found
+        return found if found is not None else (cand.perf_config, cand.workspace_size)
 
     def records(self, key: str) -> list[Any]:
         """FindDb records of ``key``, read again only when a database file changed.

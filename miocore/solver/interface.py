@@ -385,6 +385,13 @@ class TunableSolver(Solver):
         """Whether ``config`` may be used for ``problem`` (a PerfDb entry may be stale)."""
         return config in list(self.perf_config_space(ctx, problem))
 
+    def find_configs(self, ctx: ExecutionContext, problem: ConvProblem) -> list[PerfConfig]:
+        """The few configurations a normal find also measures once this solver's default
+        comes near the best (``MIOCORE_FIND_ALTERNATIVES``); the fastest is recorded with
+        the solution. Cheap ones only (nothing compiled per problem): what a vendor library
+        lists as its own candidates. Default: none."""
+        return []
+
 
 def normalize_applicability(answer: Applicability | bool) -> Applicability:
     """Accept a bool from simple solvers; anything else must be an Applicability."""

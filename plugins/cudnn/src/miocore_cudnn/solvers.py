@@ -87,6 +87,11 @@ def _transform_bound(problem: ConvProblem) -> float:
     return _HALF_GROWTH * unit * max(1.0, math.sqrt(reduction / 16))
 
 
+#: Listed configurations of one engine a normal find measures (when the engine comes near
+#: the best): the heuristics rarely list more per engine.
+FIND_CONFIGS = 8
+
+
 class CudnnEngineSolver(TunableSolver):
     """One cuDNN engine (set ``engine`` in a subclass, see :func:`engine_solver`)."""
 
@@ -157,6 +162,17 @@ class CudnnEngineSolver(TunableSolver):
             return []
         plans.expand(self.engine)
         return [c.knobs for c in plans.by_engine.get(self.engine, ())]
+
+    def find_configs(self, ctx: ExecutionContext, problem: ConvProblem) -> list[PerfConfig]:
+        """Every configuration of this engine cuDNN's heuristics list for the problem (up to
+        :data:`FIND_CONFIGS`), the candidates PyTorch's benchmark mode times too; not the
+        single-knob variations, which only tuning tries."""
+        try:
+            _, plans = self._plans(ctx, problem)
+        except PlanError:
+            return []
+        listed = [c for c in plans.by_engine.get(self.engine, ()) if c.graph is None]
+        return [c.knobs for c in listed[:FIND_CONFIGS]]
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
         """The heuristics' first configuration of this engine that builds."""
