@@ -1,7 +1,8 @@
 """Eager whole-network time through ``miocore.torch`` against the same model on cuDNN, both
 timed in one process in alternating rounds, so a noisy host moves both sides alike.
 
-Each model (torchvision, batch 32, channels-last) is converted and found ahead
+Each model (``gpu_models.build``: torchvision at batch 32, or the small UNet at 8 x 256²;
+channels-last) is converted and found ahead
 (``prepare(backward=True)``); then ``--rounds`` rounds each time cuDNN's and miocore's
 inference and training step (forward, backward; CUDA events around one call, nothing held, so
 host time counts where the host is late) and the median ratio cuDNN / miocore is printed.
@@ -16,6 +17,7 @@ import copy
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +32,17 @@ from gpu_timing import device_ms
 
 def model_rows(name: str, dtype: torch.dtype, rounds: int) -> dict[str, Any]:
     """Median over rounds of each side's inference and training-step time, and the ratios."""
-    import torchvision
+    from gpu_models import build
 
     torch.backends.cudnn.benchmark = True
-    ref = getattr(torchvision.models, name)().cuda().to(dtype)
-    ref = ref.to(memory_format=torch.channels_last)
+    model, shape = build(name)
+    ref = model.cuda().to(dtype).to(memory_format=torch.channels_last)
     mio = mt.convert(copy.deepcopy(ref))
-    x = torch.randn(32, 3, 224, 224, device="cuda", dtype=dtype)
+    x = torch.randn(*shape, device="cuda", dtype=dtype)
     x = x.to(memory_format=torch.channels_last)
+    start = time.perf_counter()
     mt.prepare(mio, x, backward=True, progress=False)
+    first_find_s = time.perf_counter() - start
 
     def infer(m: nn.Module) -> Any:
         def fn() -> None:
@@ -62,6 +66,7 @@ def model_rows(name: str, dtype: torch.dtype, rounds: int) -> dict[str, Any]:
             m.train()
             times.setdefault(f"{side}_train_ms", []).append(device_ms(step(m), iters=10))
     row: dict[str, Any] = {k: round(statistics.median(v), 3) for k, v in times.items()}
+    row["first_find_s"] = round(first_find_s, 1)
     for kind in ("infer", "train"):
         row[f"{kind}_ratio"] = round(row[f"cudnn_{kind}_ms"] / row[f"miocore_{kind}_ms"], 3)
     return row
