@@ -91,3 +91,25 @@ def test_opcheck(transposed: bool, channels_last: bool, dtype: torch.dtype) -> N
     x.requires_grad_(True)
     w.requires_grad_(True)
     torch.library.opcheck(torch.ops.miocore.conv_forward.default, args)
+
+
+def test_a_dispatch_mode_still_sees_the_op_when_nothing_is_recorded() -> None:
+    """The autograd kernel's shortcut (run the body at once when no gradient is recorded on
+    plain tensors) must not hide the call from what sits below autograd: a dispatch mode."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: list[str] = []
+
+    class Log(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    x, w = torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)
+    with torch.no_grad(), Log():
+        y = torch.ops.miocore.conv_forward(x, w, [1, 1], [1, 1], [1, 1], 1, False, [0, 0])
+    assert any("miocore.conv_forward" in name for name in seen), seen
+    torch.testing.assert_close(y, torch.nn.functional.conv2d(x, w, padding=1))
+    with torch.no_grad():  # and without a mode, the shortcut computes the same
+        again = torch.ops.miocore.conv_forward(x, w, [1, 1], [1, 1], [1, 1], 1, False, [0, 0])
+    torch.testing.assert_close(again, y)

@@ -68,6 +68,16 @@ def _eager(x: torch.Tensor, w: torch.Tensor) -> bool:
     )
 
 
+def plain(x: torch.Tensor, w: torch.Tensor) -> bool:
+    """True when no dispatch key below autograd would act on a call with ``x`` and ``w``
+    (what :func:`_eager` checks, and no functionalization wrapper): the op's body may run
+    directly from its autograd kernel."""
+    return _eager(x, w) and not _is_functional(x) and not _is_functional(w)
+
+
+_is_functional = torch._is_functional_tensor
+
+
 def conv(x: torch.Tensor, w: torch.Tensor, params: ops.Params) -> torch.Tensor:
     """The layer's output through miocore, differentiable in x and w."""
     if _eager(x, w):
