@@ -12,9 +12,8 @@ The vendor BLAS (cuBLAS) is reached through CuPy's maintained binding
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +83,9 @@ class CudaDriver(VendorDriver):
     """The CUDA calls :class:`GpuBackend` builds on, for device ``index``."""
 
     name = "cuda"
-    #: A one-launch graph replays for less host time than the launch (H200 host: 2.3 against
-    #: 4.3-4.9 µs, ``benchmarks/gpu_launch_cost.py``), so single-kernel calls are kept too.
+    #: A one-launch graph replays for less host time than the launch (H200 host, two runs:
+    #: cuGraphLaunch 1.7-1.9 µs against cuLaunchKernel 4.2-4.5, ``benchmarks/gpu_launch_cost.py``),
+    #: so single-kernel calls are kept as graphs too.
     graph_replay_beats_launch = True
 
     def __init__(self, index: int = 0) -> None:
@@ -302,33 +302,6 @@ class CudaDriver(VendorDriver):
         if int(err) != 0:
             _check((err,), "cuGraphLaunch")
 
-    def replayer(self, executable: Any, backend: Any) -> Callable[[], bool] | None:
-        """A replay of ``executable`` on ``backend``'s current stream through the driver's C
-        entry points (ctypes): the capture check and the launch cost ~2.3 µs of host time
-        against ~2.8 through cuda-bindings (H200 host, ``benchmarks/gpu_launch_cost.py``).
-        None where the driver library cannot be opened by name (the caller uses bindings)."""
-        entry = _c_entry_points()
-        if entry is None:
-            return None
-        launch, capturing = entry
-        raw = int(executable)
-        status = ctypes.c_int(0)
-        status_at = ctypes.addressof(status)
-
-        def replay() -> bool:
-            stream = backend.stream_handle
-            err = capturing(stream, status_at)
-            if err:
-                _check((_cu.CUresult(err),), "cuStreamIsCapturing")
-            if status.value:
-                return False  # the caller records a graph of its own: launches go into it
-            err = launch(raw, stream)
-            if err:
-                _check((_cu.CUresult(err),), "cuGraphLaunch")
-            return True
-
-        return replay
-
     def graph_destroy(self, graph: Any, executable: Any) -> None:
         if executable is not None:
             _cu.cuGraphExecDestroy(executable)
@@ -365,25 +338,6 @@ class CudaDriver(VendorDriver):
             return False
         with relaxed_capture():
             return CublasGemm(_CupyCublas(cublas, cupy))
-
-
-@functools.cache
-def _c_entry_points() -> tuple[Any, Any] | None:
-    """``cuGraphLaunch`` and ``cuStreamIsCapturing`` of the loaded driver library, called
-    through ctypes; None where it cannot be opened by name."""
-    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
-        try:
-            lib = ctypes.CDLL(name)
-        except OSError:
-            continue
-        launch = lib.cuGraphLaunch
-        launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-        launch.restype = ctypes.c_int
-        capturing = lib.cuStreamIsCapturing
-        capturing.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-        capturing.restype = ctypes.c_int
-        return launch, capturing
-    return None
 
 
 def _ceilings(index: int) -> Ceilings:

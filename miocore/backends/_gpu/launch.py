@@ -137,18 +137,15 @@ class CapturedGraph:
         self.executable = executable
         self.nodes = nodes
         driver = backend.driver
-        fast = getattr(driver, "replayer", None)
-        replay = fast(executable, backend) if fast is not None else None
-        if replay is None:
-            launch = driver.graph_launch
-            capturing = driver.is_capturing
+        launch = driver.graph_launch
+        capturing = driver.is_capturing
 
-            def replay() -> bool:
-                stream = backend.stream_object
-                if capturing(stream):
-                    return False
-                launch(executable, stream)
-                return True
+        def replay() -> bool:
+            stream = backend.stream_object
+            if capturing(stream):
+                return False
+            launch(executable, stream)
+            return True
 
         self.replay = replay
         weakref.finalize(self, driver.graph_destroy, graph, executable)
