@@ -17,12 +17,9 @@ from typing import Any
 import torch
 
 from miocore.torch import ops
+from miocore.torch.tracing import eager as _eager
 
 __all__ = ["Convolution", "conv"]
-
-_EAGER_TYPES = (torch.Tensor, torch.nn.Parameter)
-_grad_enabled = torch.is_grad_enabled
-_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
 
 
 class Convolution(torch.autograd.Function):
@@ -54,34 +51,10 @@ class Convolution(torch.autograd.Function):
 _apply = torch._C._FunctionBase.__dict__["apply"].__get__(None, Convolution)
 
 
-def _eager(x: torch.Tensor, w: torch.Tensor) -> bool:
-    """True when nothing may be tracing this call: plain tensors with memory, no mode, no
-    compile."""
-    return (
-        type(x) in _EAGER_TYPES
-        and not x.is_meta  # shapes only: the fake kernel answers
-        and type(w) in _EAGER_TYPES
-        and not torch.compiler.is_compiling()
-        and not torch._C._len_torch_dispatch_stack()
-        and not torch._C._is_torch_function_mode_enabled()
-        and not _functorch_active()
-    )
-
-
-def plain(x: torch.Tensor, w: torch.Tensor) -> bool:
-    """True when no dispatch key below autograd would act on a call with ``x`` and ``w``
-    (what :func:`_eager` checks, and no functionalization wrapper): the op's body may run
-    directly from its autograd kernel."""
-    return _eager(x, w) and not _is_functional(x) and not _is_functional(w)
-
-
-_is_functional = torch._is_functional_tensor
-
-
 def conv(x: torch.Tensor, w: torch.Tensor, params: ops.Params) -> torch.Tensor:
     """The layer's output through miocore, differentiable in x and w."""
     if _eager(x, w):
-        if _grad_enabled() and (x.requires_grad or w.requires_grad):
+        if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
             return _apply(x, w, params)
         return ops.forward(x, w, params)  # nothing to record: skip the Function's own cost
     return ops.conv_forward(x, w, *(list(p) if isinstance(p, tuple) else p for p in params))

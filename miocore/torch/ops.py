@@ -31,6 +31,7 @@ from miocore.torch.tensors import (
     memory_format,
     packed,
 )
+from miocore.torch.tracing import plain
 
 Params = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int, bool, tuple[int, ...]]
 
@@ -379,8 +380,6 @@ def _register_autograd() -> None:
             "miocore::conv_forward", _backward, setup_context=_setup_context, lib=_LIB
         )
         return
-    from miocore.torch.autograd import plain
-
     recorded = make_autograd_impl(conv_forward, Info(_backward, _setup_context))
     grad_enabled = torch.is_grad_enabled
 
