@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from fake_solvers import TimedSolver, TunableTimedSolver, small_problem
 
-from miocore import Handle, InvalidEnvironmentError, PerfConfig, Registry
+from miocore import Handle, InvalidEnvironmentError, NoApplicableSolverError, PerfConfig, Registry
 
 PROBLEM = small_problem()
 
@@ -65,3 +65,31 @@ def test_a_perfdb_setting_is_not_second_guessed() -> None:
     h.perf_db.put(PROBLEM.key, "test.tunable", '{"level":2}', {"by": "test"})
     (best,) = h.find_solutions(PROBLEM, find_mode="NORMAL")
     assert best.perf_config == PerfConfig(level=2) and set(tunable.configs_run) == {2}
+
+
+class _LossyAtThree(TunableTimedSolver):
+    """Level 3 (the fastest) reduces in a lower precision and says so per setting."""
+
+    def notes_for(self, ctx: object, problem: object, perf_config: object = None) -> frozenset:
+        level = (perf_config or PerfConfig(level=1))["level"]  # type: ignore[index]
+        return frozenset({"reduced_precision_accumulation"} if level == 3 else ())
+
+
+def test_strict_never_measures_a_listed_setting_whose_notes_it_refuses() -> None:
+    tunable = _LossyAtThree(listed=(1, 3))
+    (best,) = _handle(tunable).find_solutions(PROBLEM, find_mode="NORMAL", accuracy="strict")
+    assert best.perf_config == PerfConfig(level=1) and 3 not in tunable.configs_run
+    tunable.configs_run.clear()
+    (best,) = _handle(tunable).find_solutions(PROBLEM, find_mode="NORMAL", accuracy="fast")
+    assert best.perf_config == PerfConfig(level=3)
+
+
+def test_per_setting_notes_decide_the_strict_filter() -> None:
+    class LossyDefault(_LossyAtThree):
+        def default_perf_config(self, ctx: object, problem: object) -> PerfConfig:  # type: ignore[override]
+            return PerfConfig(level=3)
+
+    with pytest.raises(NoApplicableSolverError, match="accuracy=strict: numerical notes"):
+        _handle(LossyDefault()).find_solutions(PROBLEM, find_mode="NORMAL", accuracy="strict")
+    (best,) = _handle(LossyDefault()).find_solutions(PROBLEM, find_mode="NORMAL")
+    assert best.perf_config == PerfConfig(level=3)

@@ -105,7 +105,7 @@ def filter_candidates(
     entries = deny_list(state).entries()  # both files looked at once per find, not per solver
     for cand in candidates:
         reg = cand.reg
-        notes = frozenset(getattr(reg.solver, "numerical_notes", ()))
+        notes = notes_of(reg, state.context, problem.canonical, cand.perf_config)
         denied = _denied_reason(state, reg, problem.key, entries) if entries else None
         if denied is not None:
             report.skipped[reg.name] = denied
@@ -121,6 +121,21 @@ def filter_candidates(
         else:
             kept.append(cand)
     return kept
+
+
+def notes_of(reg: RegisteredSolver, ctx: Any, canon: ConvProblem, config: Any) -> frozenset[str]:
+    """``reg``'s numerical notes on ``canon`` with ``config`` (:meth:`Solver.notes_for`); its
+    class's notes where the solver has no such method or it raises (logged)."""
+    solver = reg.solver
+    declared = frozenset(getattr(solver, "numerical_notes", ()))
+    method = getattr(solver, "notes_for", None)
+    if method is None:
+        return declared
+    try:
+        return frozenset(method(ctx, canon, config))
+    except Exception as exc:
+        log.warning("%s.notes_for failed, using its declared notes: %s", reg.name, exc)
+        return declared
 
 
 def check_not_denied(state: Any, problem: ConvProblem, reg: RegisteredSolver) -> None:

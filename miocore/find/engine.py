@@ -20,6 +20,7 @@ import attrs
 from miocore import env
 from miocore.env import FindEnforce, FindMode
 from miocore.errors import InvalidArgumentError, NoApplicableSolverError
+from miocore.find.accuracy import notes_of
 from miocore.find.accuracy import policy_of as accuracy_policy
 from miocore.find.blame import record_failure
 from miocore.find.candidates import Candidate
@@ -238,7 +239,8 @@ class FindEngine:
                 if not verdict.within:
                     check.reject(cand.reg, verdict, report)  # type: ignore[union-attr]
                     continue
-                check.keep(cand.reg, verdict, policy)  # type: ignore[union-attr]
+                notes = notes_of(cand.reg, state.context, canon, config)
+                check.keep(cand.reg, verdict, policy, notes)  # type: ignore[union-attr]
                 note = "; ".join(filter(None, (verdict.note(), note)))
             log.debug("%s: %s %s", problem.key, cand.reg.name, timing)
             report.benchmarked.append(cand.reg.name)
@@ -294,8 +296,10 @@ class FindEngine:
             solver = cand.reg.solver
             if not isinstance(solver, TunableSolver):
                 continue
-            for config in solver.find_configs(self.state.context, canon):
-                if config == solution.perf_config:
+            context = self.state.context
+            for config in solver.find_configs(context, canon):
+                notes = notes_of(cand.reg, context, canon, config)
+                if config == solution.perf_config or not policy.allows(notes):
                     continue
                 try:
                     entry = self.runner.build(problem, cand.reg, config)
@@ -310,7 +314,7 @@ class FindEngine:
                 if timing.median_ms >= solution.time_ms or (verdict and not verdict.within):
                     continue
                 if verdict is not None:
-                    check.keep(cand.reg, verdict, policy)
+                    check.keep(cand.reg, verdict, policy, notes)
                     note = "; ".join(filter(None, (verdict.note(), note)))
                 solution = attrs.evolve(
                     solution,

@@ -273,9 +273,17 @@ class AccuracyCheck:
         )
         log.warning("%s: %s", reg.name, report.failed[reg.name])
 
-    def keep(self, reg: RegisteredSolver, verdict: Verdict, policy: AccuracyPolicy) -> None:
-        """Remember what the FindDb record of ``reg`` says about its accuracy."""
-        notes = frozenset(getattr(reg.solver, "numerical_notes", ()))
+    def keep(
+        self,
+        reg: RegisteredSolver,
+        verdict: Verdict,
+        policy: AccuracyPolicy,
+        notes: frozenset[str] | None = None,
+    ) -> None:
+        """Remember what the FindDb record of ``reg`` says about its accuracy; ``notes``: the
+        measured setting's numerical notes (default: the solver's declared ones)."""
+        if notes is None:
+            notes = frozenset(getattr(reg.solver, "numerical_notes", ()))
         self.errors[reg.name] = (verdict.error, bool(notes & self.lossy_notes))
         self.provenance[reg.name] = {
             "accuracy": policy.value,

@@ -335,6 +335,15 @@ class Solver(ABC):
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability | bool:
         """Whether this solver solves ``problem`` on ``ctx``; a negative answer says why."""
 
+    def notes_for(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> frozenset[str]:
+        """The numerical notes of this solver's arithmetic on ``problem`` with ``perf_config``
+        (what the accuracy policies act on): the class's ``numerical_notes``, unless the
+        arithmetic differs per problem or setting (a vendor library's engine configurations,
+        some of which reduce in a lower precision)."""
+        return frozenset(self.numerical_notes)
+
     def workspace_size(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
     ) -> int:

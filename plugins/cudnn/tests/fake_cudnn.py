@@ -62,6 +62,7 @@ CONFIGS: list[tuple[str, list, list, int]] = [
     ("eng9", [numerical_note.TENSOR_CORE], [], 256),
     ("eng11_k5=1", [], [behavior_note.RUNTIME_COMPILATION], 0),
     ("eng12", [numerical_note.WINOGRAD], [], 1024),
+    ("eng14", [numerical_note.REDUCED_PRECISION_REDUCTION], [], 64),
 ]
 
 #: Every call the fake saw: ("set_stream", handle, stream), ("execute", pack, ws, index, h).

@@ -264,6 +264,28 @@ def test_runtime_compiled_engines_take_part_unless_switched_off(
     assert ENGINE[11].is_applicable(ctx, p)
 
 
+def test_reduced_precision_configurations_take_part_with_their_note(
+    fake_cudnn: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A configuration cuDNN marks REDUCED_PRECISION_REDUCTION builds (in the graph that
+    allows it) and says so through ``notes_for``, so ``strict`` refuses it and ``default``
+    compares it with the plain path; ``MIOCORE_CUDNN_REDUCED_PRECISION=0`` leaves it out."""
+    from miocore_cudnn._plans import clear_cache
+
+    ctx, p = cuda_context(), problem("forward", "float16")
+    assert ENGINE[14].is_applicable(ctx, p)
+    assert ENGINE[14].notes_for(ctx, p) == {"reduced_precision_accumulation"}
+    assert ENGINE[14].workspace_size(ctx, p) == 64
+    assert ENGINE[3].notes_for(ctx, p) == frozenset()
+    solution = ENGINE[14].get_solution(ctx, p)
+    assert solution.workspace_size == 64
+    monkeypatch.setenv("MIOCORE_CUDNN_REDUCED_PRECISION", "0")
+    clear_cache()
+    answer = ENGINE[14].is_applicable(ctx, p)
+    assert not answer and "REDUCED_PRECISION_REDUCTION" in answer.reason
+    assert ENGINE[14].notes_for(ctx, p) == frozenset()
+
+
 def test_winograd_engines_declare_an_error_bound(fake_cudnn: Any) -> None:
     ctx = cuda_context()
     bound = ENGINE[12].expected_error(ctx, problem("forward", "float32"))

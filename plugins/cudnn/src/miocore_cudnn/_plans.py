@@ -9,8 +9,10 @@ tag: the engine id picks the solver (``cudnn.eng<id>``), the knob choices become
 ``PerfConfig`` (``{"k2": 1, "k13": 0}``, the keys being cuDNN's backend knob type numbers).
 
 Numerics are filtered before anything is built: engines with the DOWN_CONVERT_INPUTS note
-never, REDUCED_PRECISION_REDUCTION only with ``MIOCORE_CUDNN_REDUCED_PRECISION=1`` (fp16 / bf16
-inputs keep fp32 accumulation otherwise), and for fp32 in the ``"exact"`` math mode no
+never; REDUCED_PRECISION_REDUCTION ones are refused by the main graph and built in a second
+graph that allows them, marked ``reduced`` (the solver's ``notes_for`` then names them, for
+the accuracy policies; ``MIOCORE_CUDNN_REDUCED_PRECISION=0`` keeps them out); and for fp32 in
+the ``"exact"`` math mode no
 TENSOR_CORE (TF32), as PyTorch does with ``allow_tf32=False``. Engines that compile at run
 time (behaviour note RUNTIME_COMPILATION) take part unless ``MIOCORE_CUDNN_RUNTIME_COMPILED=0``:
 they are the fast depthwise engines PyTorch picks, and a whole fp16 NORMAL find of a depthwise
@@ -63,8 +65,13 @@ class EngineConfig:
     workspace: int | None = None
     error: str | None = None
     #: The graph holding this configuration's plan: the problem's heuristics graph (None),
-    #: or a one-configuration graph of its own (a knob variation, see ProblemPlans.expand).
+    #: the graph that lets reduced-precision configurations build, or a one-configuration
+    #: graph of its own (a knob variation, see ProblemPlans.expand).
     graph: Any = None
+    #: Listed by the heuristics (not a knob variation).
+    listed: bool = True
+    #: Reduces in a precision below fp32 (cuDNN's REDUCED_PRECISION_REDUCTION note).
+    reduced: bool = False
 
 
 def parse_tag(tag: str) -> tuple[int, PerfConfig]:
@@ -84,15 +91,26 @@ def _dtype(cudnn: Any, dtype: DataType) -> Any:
     }[dtype]
 
 
-def barred_notes(cudnn: Any, problem: ConvProblem, math_mode: str) -> list[Any]:
-    """The numerical notes an engine may not carry for ``problem`` in ``math_mode``."""
+def barred_notes(
+    cudnn: Any, problem: ConvProblem, math_mode: str, reduced: bool = False
+) -> list[Any]:
+    """The numerical notes an engine may not carry for ``problem`` in ``math_mode``;
+    REDUCED_PRECISION_REDUCTION too unless ``reduced`` (the graph that builds such
+    configurations, see :meth:`ProblemPlans.build`)."""
     notes = cudnn.numerical_note
     barred = [notes.DOWN_CONVERT_INPUTS]
-    if not _env_on(ENV_REDUCED_PRECISION):
+    if not reduced:
         barred.append(notes.REDUCED_PRECISION_REDUCTION)
     if problem.dtype is DataType.FLOAT32 and math_mode != "tf32":
         barred.append(notes.TENSOR_CORE)
     return barred
+
+
+def reduced_precision_allowed() -> bool:
+    """Whether configurations that reduce below fp32 take part (``MIOCORE_CUDNN_REDUCED_
+    PRECISION``, default on): they carry the ``reduced_precision_accumulation`` note, so
+    ``strict`` refuses them and ``default`` measures them against the plain path."""
+    return _env_on(ENV_REDUCED_PRECISION, default=True)
 
 
 def runtime_compiled_allowed() -> bool:
@@ -170,6 +188,7 @@ class ProblemPlans:
         self.graph = build_graph(cudnn, handle, problem)
         self.engine_count = int(self.graph.get_engine_count())
         self._twin: Any = None
+        self._reduced_graph: Any = None
         self._transform: dict[str, bool] = {}
         modes = cudnn.heur_mode
         self._modes = [modes.A, modes.B, modes.FALLBACK]
@@ -240,6 +259,7 @@ class ProblemPlans:
         config = self._config_at(graph, 0)
         if config is None or config.engine != engine:
             return None
+        config.listed = False
         config.knobs = PerfConfig(dict(config.knobs), via=recipe)
         return config
 
@@ -280,16 +300,43 @@ class ProblemPlans:
                     config.workspace = int(size)
                 except Exception as exc:
                     message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                    if "Deselecting" in message:
-                        message = (
-                            "its numerical notes include one of DOWN_CONVERT_INPUTS, "
-                            "REDUCED_PRECISION_REDUCTION or (fp32, exact math mode) TENSOR_CORE"
-                        )
-                    config.error = f"{config.tag}: {message or type(exc).__name__}"
+                    barred = "Deselecting" in message
+                    if not (barred and self._build_reduced(config)):
+                        if barred:
+                            message = (
+                                "its numerical notes include one of DOWN_CONVERT_INPUTS, "
+                                "REDUCED_PRECISION_REDUCTION (unless allowed) or (fp32, exact "
+                                "math mode) TENSOR_CORE"
+                            )
+                        config.error = f"{config.tag}: {message or type(exc).__name__}"
         if config.error is not None:
             raise PlanError(config.error)
         assert config.workspace is not None
         return config.workspace
+
+    def _build_reduced(self, config: EngineConfig) -> bool:
+        """Build a listed configuration the main graph refused for its notes in the graph
+        that allows REDUCED_PRECISION_REDUCTION, marking it reduced; False where that is not
+        allowed or it is refused there too (another barred note). Called under the lock."""
+        if not config.listed or not reduced_precision_allowed():
+            return False
+        try:
+            if self._reduced_graph is None:
+                graph = build_graph(self.cudnn, self.handle, self.problem)
+                graph.create_execution_plans(self._modes)
+                barred = barred_notes(self.cudnn, self.problem, self.math_mode, reduced=True)
+                graph.deselect_numeric_notes(barred)
+                self._reduced_graph = graph
+            graph = self._reduced_graph
+            for index in range(int(graph.get_execution_plan_count())):
+                if graph.get_plan_name_at_index(index) == config.tag:
+                    graph.build_plan_at_index(index)
+                    config.workspace = int(graph.get_workspace_size_plan_at_index(index))
+                    config.graph, config.index, config.reduced = graph, index, True
+                    return True
+        except Exception:  # refused there too: the caller reports the notes
+            return False
+        return False
 
     def default(self, engine: int) -> tuple[EngineConfig | None, str]:
         """The first configuration of ``engine`` (in the heuristics' order) that builds, or

@@ -27,6 +27,7 @@ from miocore import (
     TunableSolver,
     not_applicable,
 )
+from miocore.solver.numerics import NumericalNote
 from miocore_cudnn import _loader
 from miocore_cudnn._plans import (
     UID_W,
@@ -86,6 +87,9 @@ def _transform_bound(problem: ConvProblem) -> float:
     unit = _UNIT_ROUNDOFF[problem.dtype]
     return _HALF_GROWTH * unit * max(1.0, math.sqrt(reduction / 16))
 
+
+#: The notes of a configuration that reduces below fp32.
+REDUCED_NOTES = frozenset({NumericalNote.REDUCED_PRECISION_ACCUMULATION.value})
 
 #: Listed configurations of one engine a normal find measures (when the engine comes near
 #: the best): the heuristics rarely list more per engine.
@@ -171,8 +175,20 @@ class CudnnEngineSolver(TunableSolver):
             _, plans = self._plans(ctx, problem)
         except PlanError:
             return []
-        listed = [c for c in plans.by_engine.get(self.engine, ()) if c.graph is None]
+        listed = [c for c in plans.by_engine.get(self.engine, ()) if c.listed]
         return [c.knobs for c in listed[:FIND_CONFIGS]]
+
+    def notes_for(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> frozenset[str]:
+        """``reduced_precision_accumulation`` for a configuration cuDNN marks
+        REDUCED_PRECISION_REDUCTION, none otherwise (the others accumulate in fp32; FFT and
+        Winograd ones declare an error bound, :meth:`expected_error`)."""
+        try:
+            _, _, config = self._config(ctx, problem, perf_config)
+        except PlanError:
+            return frozenset()
+        return REDUCED_NOTES if config.reduced else frozenset()
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
         """The heuristics' first configuration of this engine that builds."""
