@@ -41,8 +41,11 @@ GRAPHED = {
 }
 
 
+@pytest.mark.parametrize("call", ["prepare", "immediate"])
 @pytest.mark.parametrize("solver", sorted(GRAPHED))
-def test_prepared_runs_and_replays_match_the_reference(torch: Any, solver: str) -> None:
+def test_prepared_runs_and_replays_match_the_reference(torch: Any, solver: str, call: str) -> None:
+    """A prepared run, and ``immediate`` (``run_solution``'s path: the runner remembers the
+    last call), record the second call alike as a graph and replay it after."""
     h = miocore.Handle("cuda", stream=torch.cuda.current_stream())
     if solver not in {s.name for s in h.registry.solvers}:
         pytest.skip(f"{solver} is not installed")
@@ -67,7 +70,10 @@ def test_prepared_runs_and_replays_match_the_reference(torch: Any, solver: str) 
         values = reference.random_inputs(p, seed)
         x.copy_(torch.from_numpy(values["x"].astype(np.float32)))
         y.fill_(float("nan"))
-        run(x=x, w=w, y=y)
+        if call == "prepare":
+            run(x=x, w=w, y=y)
+        else:
+            h.immediate(p, solver, x=x, w=w, y=y)
         torch.cuda.synchronize()
         expected = reference.convolution(p, x=values["x"], w=host["w"])
         err = reference.relative_error(y.float().cpu().numpy(), expected)
@@ -79,7 +85,11 @@ def test_prepared_runs_and_replays_match_the_reference(torch: Any, solver: str) 
         expected = bool(h.backend.blas.records_in_graphs)
     if expected == "single":
         expected = h.backend.driver.graph_replay_beats_launch
-    assert (run._graph is not None) is expected
+    if call == "prepare":
+        assert (run._graph is not None) is expected
+    else:
+        (remembered,) = h.runner._remembered.values()
+        assert (remembered[4] is not None) is expected
 
 
 def test_prepared_runs_follow_new_tensors_of_the_same_layout(torch: Any) -> None:

@@ -97,3 +97,48 @@ def test_the_cpu_backend_does_not_remember_by_default() -> None:
     """On the CPU the remembered views would hold the caller's arrays alive."""
     h = miocore.Handle("cpu", registry=miocore.Registry.from_solvers([TimedSolver("test.exact")]))
     assert h.runner._remember is False
+
+
+class _Graph:
+    """A stand-in for a recorded graph: replaying runs the recorded call again."""
+
+    def __init__(self, run: Any) -> None:
+        self.run, self.replays = run, 0
+
+    def replay(self) -> bool:
+        self.replays += 1
+        self.run()
+        return True
+
+
+def test_the_second_call_alike_is_recorded_and_later_calls_replay_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    graphs: list[_Graph] = []
+    asked: list[int] = []
+
+    def capture(self: Any, run: Any, min_nodes: int = 2) -> _Graph:
+        asked.append(min_nodes)
+        graphs.append(_Graph(run))
+        return graphs[-1]
+
+    monkeypatch.setattr(CpuBackend, "capture", capture, raising=False)
+    p = small_problem("forward")
+    solver = TimedSolver("test.exact")
+    h = _handle(solver)
+    sol = h.find_solutions(p, find_mode="NORMAL")[0]
+    arrays = buffers(p, 5)
+    rng = np.random.default_rng(6)
+    runs_before = solver.runs
+    for _ in range(4):  # the same memory, new values each call: every replay reads them
+        arrays["x"][...] = rng.uniform(-1, 1, arrays["x"].shape)
+        arrays["y"][...] = np.nan
+        h.run_solution(sol, **arrays)
+        np.testing.assert_allclose(arrays["y"], _expected(p, arrays), rtol=1e-5, atol=1e-5)
+    assert len(graphs) == 1 and graphs[0].replays == 3  # recorded on the 2nd call, replayed
+    assert solver.runs - runs_before == 4 and asked == [2]  # no driver: two launches at least
+    other = buffers(p, 7)  # new memory: a new remembered call, recorded in its turn
+    for _ in range(3):
+        h.immediate(p, "test.exact", **other)
+    np.testing.assert_allclose(other["y"], _expected(p, other), rtol=1e-5, atol=1e-5)
+    assert len(graphs) == 2 and graphs[1].replays == 2 and graphs[0].replays == 3

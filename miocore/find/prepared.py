@@ -28,7 +28,7 @@ from typing import Any
 from miocore.errors import InvalidArgumentError, MiocoreError
 from miocore.find.blame import solver_failure
 from miocore.find.invoker_cache import CachedInvoker
-from miocore.find.runner import Runner, signature_of
+from miocore.find.runner import Runner, graph_min_nodes, signature_of
 from miocore.problem.conv import ConvProblem
 from miocore.solver.interface import InvokeParams
 
@@ -100,13 +100,7 @@ class PreparedRun:
         self._graphs: dict[tuple[int, int, int], Any] = {}
         self._seen: set[tuple[int, int, int]] = set()
         self._graph_failures = 0
-        # One launch is worth a graph where the invoker's host side is dear (a library) or
-        # the driver replays a graph for less than a launch.
-        driver = getattr(runner.state.backend, "driver", None)
-        single = getattr(self._invoker, "replay_pays", False) or getattr(
-            driver, "graph_replay_beats_launch", False
-        )
-        self._min_nodes = 1 if single else 2
+        self._min_nodes = graph_min_nodes(runner.state.backend, self._invoker)
         self._relocatable = runner.state.backend.name != "cpu"  # device addresses only
         self._swapped = problem.is_transposed  # the canonical problem swaps x and y
         self._workspace_ptr = getattr(self.workspace, "ptr", 0) if self.workspace is not None else 0

@@ -6,8 +6,10 @@ alpha/beta when asked. This is the per-call path of every run call.
 
 On a device backend ``run`` remembers each invoker's last call: a call whose arrays have the
 same signature (address, shape, strides, dtype, device) as the remembered one skips the checks
-and reuses its arguments. The remembered arguments hold bare device addresses, never the
-caller's tensors; the CPU's numpy views would hold the caller's arrays, so the CPU checks
+and reuses its arguments; from the second call alike on, its launches are recorded once as a
+graph (where the backend has graphs and it pays, :func:`graph_min_nodes`) that later calls
+alike replay with one driver call. The remembered arguments hold bare device addresses, never
+the caller's tensors; the CPU's numpy views would hold the caller's arrays, so the CPU checks
 every call (its checks cost a few microseconds).
 """
 
@@ -26,7 +28,18 @@ from miocore.solver.registry import RegisteredSolver
 #: Invokers whose last call ``run`` remembers (forgotten all at once past it).
 MAX_REMEMBERED = 256
 #: What an invoker without a remembered call looks up.
-_NOTHING = (None, None, None, None)
+_NOTHING = (None, None, None, None, None, False)
+
+
+def graph_min_nodes(backend: Any, invoker: Any) -> int:
+    """The fewest launches a call's graph must hold to be worth keeping: one where the
+    invoker's host side is dear (a library, ``replay_pays``) or the driver replays a graph
+    for less than a launch (``graph_replay_beats_launch``), else two."""
+    driver = getattr(backend, "driver", None)
+    single = getattr(invoker, "replay_pays", False) or getattr(
+        driver, "graph_replay_beats_launch", False
+    )
+    return 1 if single else 2
 
 
 class Runner:
@@ -35,8 +48,9 @@ class Runner:
     def __init__(self, state: FindState, owner: Any) -> None:
         self.state = state
         self.owner = owner
-        #: id(entry) -> (entry, problem, signature, params) of the entry's last call.
-        self._remembered: dict[int, tuple[Any, ...]] = {}
+        #: id(entry) -> [entry, problem, signature, params, graph, record next time] of the
+        #: entry's last call.
+        self._remembered: dict[int, list[Any]] = {}
         self._remember = state.backend.name != "cpu"
 
     def build(
@@ -126,6 +140,15 @@ class Runner:
             )
             last = self._remembered.get(id(entry), _NOTHING)
             if last[0] is entry and last[1] is problem and last[2] == signature:
+                graph = last[4]
+                if graph is not None:
+                    if graph.replay():
+                        return
+                elif last[5]:  # the second call alike: record it once
+                    last[5] = False
+                    graph = last[4] = self._record(entry, last[3])
+                    if graph is not None and graph.replay():
+                        return
                 self._call(entry, last[3])
                 return
         arrays = self.canonical_arrays(problem, {"x": x, "w": w, "y": y})
@@ -165,7 +188,17 @@ class Runner:
         remembered = self._remembered
         if len(remembered) >= MAX_REMEMBERED:
             remembered.clear()
-        remembered[id(entry)] = (entry, problem, signature, params)
+        remembered[id(entry)] = [entry, problem, signature, params, None, True]
+
+    def _record(self, entry: CachedInvoker, params: InvokeParams) -> Any:
+        """``entry``'s launches with ``params`` as a kept graph (nothing runs), or None where
+        the backend records none or the call does not pay (see :func:`graph_min_nodes`)."""
+        backend = self.state.backend
+        capture = getattr(backend, "capture", None)
+        if capture is None:
+            return None
+        invoker, owner = entry.invoker, self.owner
+        return capture(lambda: invoker(owner, params), min_nodes=graph_min_nodes(backend, invoker))
 
     def _call(self, entry: CachedInvoker, params: InvokeParams) -> None:
         """Call ``entry``'s invoker; a failure that is not miocore's names the solver."""
