@@ -84,10 +84,10 @@ def test_opcheck(transposed: bool, channels_last: bool, dtype: torch.dtype) -> N
         x = x.contiguous(memory_format=torch.channels_last)
     if transposed:
         w = torch.randn(4, 3, 3, 3, dtype=dtype)  # (C_in, C_out/groups, Y, X)
-        args = (x, w, [2, 1], [1, 1], [1, 1], 1, True, [1, 0])
+        args = (x, w, [2, 1, 1, 1, 1, 1, 1, 0, 1, 1])  # stride, padding, dilation, out pad, g, t
     else:
         w = torch.randn(6, 2, 3, 3, dtype=dtype)  # (K, C/groups, Y, X), groups 2
-        args = (x, w, [1, 2], [1, 0], [1, 1], 2, False, [0, 0])
+        args = (x, w, [1, 2, 1, 0, 1, 1, 0, 0, 2, 0])
     x.requires_grad_(True)
     w.requires_grad_(True)
     torch.library.opcheck(torch.ops.miocore.conv_forward.default, args)
@@ -107,9 +107,9 @@ def test_a_dispatch_mode_still_sees_the_op_when_nothing_is_recorded() -> None:
 
     x, w = torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)
     with torch.no_grad(), Log():
-        y = torch.ops.miocore.conv_forward(x, w, [1, 1], [1, 1], [1, 1], 1, False, [0, 0])
+        y = torch.ops.miocore.conv_forward(x, w, [1, 1, 1, 1, 1, 1, 0, 0, 1, 0])
     assert any("miocore.conv_forward" in name for name in seen), seen
     torch.testing.assert_close(y, torch.nn.functional.conv2d(x, w, padding=1))
     with torch.no_grad():  # and without a mode, the shortcut computes the same
-        again = torch.ops.miocore.conv_forward(x, w, [1, 1], [1, 1], [1, 1], 1, False, [0, 0])
+        again = torch.ops.miocore.conv_forward(x, w, [1, 1, 1, 1, 1, 1, 0, 0, 1, 0])
     torch.testing.assert_close(again, y)

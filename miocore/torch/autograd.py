@@ -57,4 +57,4 @@ def conv(x: torch.Tensor, w: torch.Tensor, params: ops.Params) -> torch.Tensor:
         if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
             return _apply(x, w, params)
         return ops.forward(x, w, params)  # nothing to record: skip the Function's own cost
-    return ops.conv_forward(x, w, *(list(p) if isinstance(p, tuple) else p for p in params))
+    return ops.conv_forward(x, w, ops.pack(params))
