@@ -5,6 +5,7 @@ compiled training step computes what eager torch.nn computes."""
 from __future__ import annotations
 
 import copy
+import shutil
 
 import pytest
 
@@ -113,3 +114,31 @@ def test_a_dispatch_mode_still_sees_the_op_when_nothing_is_recorded() -> None:
     with torch.no_grad():  # and without a mode, the shortcut computes the same
         again = torch.ops.miocore.conv_forward(x, w, [1, 1, 1, 1, 1, 1, 0, 0, 1, 0])
     torch.testing.assert_close(again, y)
+
+
+@pytest.mark.skipif(
+    shutil.which("g++") is None and shutil.which("c++") is None,
+    reason="Inductor's CPU backend needs a C++ compiler",
+)
+def test_inductor_runs_the_ops_forward_backward_and_without_gradients() -> None:
+    """Inductor's generated code calls the ops with their packed geometry (a fallback
+    kernel): outputs and input gradients against torch.nn, transposed and grouped layers
+    included."""
+    torch.manual_seed(4)
+    reference = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 4, 3, stride=2, groups=4, bias=False),
+        torch.nn.ConvTranspose2d(4, 2, 3, stride=2, output_padding=1),
+    )
+    compiled = torch.compile(mt.convert(copy.deepcopy(reference)), fullgraph=True)
+    x = torch.randn(2, 3, 12, 12, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_(True)
+    y, y_ref = compiled(x), reference(x_ref)
+    torch.testing.assert_close(y, y_ref, rtol=1e-4, atol=1e-5)
+    dy = torch.randn_like(y_ref)
+    y.backward(dy)
+    y_ref.backward(dy)
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-4, atol=1e-5)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), reference(x), rtol=1e-4, atol=1e-5)
