@@ -21,6 +21,8 @@
 #               combination of miocore-cudnn's opt-in switches (gpu_find_report.py)
 #   frontend    a network's host time through miocore.torch, peeled and profiled
 #               (gpu_front_end_cost.py; FRONTEND_ARGS passes its options)
+#   eager       whole networks eager, cuDNN and miocore alternating in one process
+#               (gpu_eager_ratio.py; MODELS, DTYPES)
 #   launch      each step of one convolution call and the driver calls under it, through
 #               cuda-bindings and ctypes (gpu_launch_cost.py)
 #   depthwise   direct.gpu_depthwise's whole config space against cuDNN on ConvNeXt-T's,
@@ -29,7 +31,7 @@
 #   firstfind   the first find of MODELS twice in one machine session: with a cold binary
 #               cache, then with an empty database and the binary cache kept
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|launch|depthwise|firstfind}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -77,6 +79,13 @@ case "$STAGE" in
     # shellcheck disable=SC2086
     timeout 560 python3 benchmarks/gpu_front_end_cost.py --out "$OUT/front_end.json" \
       ${FRONTEND_ARGS:-} 2>&1 | grep -v Warning | tee "$OUT/front_end.log" | tail -60
+    ;;
+  eager)
+    # shellcheck disable=SC2086
+    for dtype in $DTYPES; do
+      timeout 500 python3 benchmarks/gpu_eager_ratio.py --models $MODELS --dtype "$dtype" \
+        --out "$OUT/eager_ratio_$dtype.json" 2>&1 | grep -a '^[a-z_0-9]* {'
+    done
     ;;
   launch)
     for dtype in float16 float32; do
