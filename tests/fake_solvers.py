@@ -118,10 +118,22 @@ class TunableTimedSolver(TunableSolver):
     algorithm = Algorithm.IMPLICIT_GEMM
     levels = (1, 2, 3, 4)
 
-    def __init__(self, listed: Iterable[int] = (), wrong: int | None = None) -> None:
+    def __init__(
+        self,
+        listed: Iterable[int] = (),
+        wrong: int | None = None,
+        workspaces: dict[int, int] | None = None,
+    ) -> None:
         self.configs_run: list[int] = []
         self.listed = tuple(listed)
         self.wrong = wrong
+        self.workspaces = workspaces or {}
+
+    def workspace_size(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> int:
+        level = (perf_config or self.default_perf_config(ctx, problem))["level"]
+        return self.workspaces.get(level, 0)
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Any:
         return APPLICABLE
@@ -155,7 +167,10 @@ class TunableTimedSolver(TunableSolver):
             return invoker
 
         return ConvSolution(
-            solver=self.name, workspace_size=0, invoker_factory=factory, perf_config=perf_config
+            solver=self.name,
+            workspace_size=self.workspaces.get(level, 0),
+            invoker_factory=factory,
+            perf_config=perf_config,
         )
 
 

@@ -93,3 +93,11 @@ def test_per_setting_notes_decide_the_strict_filter() -> None:
         _handle(LossyDefault()).find_solutions(PROBLEM, find_mode="NORMAL", accuracy="strict")
     (best,) = _handle(LossyDefault()).find_solutions(PROBLEM, find_mode="NORMAL")
     assert best.perf_config == PerfConfig(level=3)
+
+
+def test_a_setting_over_the_workspace_limit_is_not_measured() -> None:
+    tunable = TunableTimedSolver(listed=(1, 3), workspaces={3: 4096})
+    (best,) = _handle(tunable).find_solutions(PROBLEM, find_mode="NORMAL", workspace_limit=1024)
+    assert best.perf_config == PerfConfig(level=1) and 3 not in tunable.configs_run
+    (best,) = _handle(tunable).find_solutions(PROBLEM, find_mode="NORMAL")
+    assert best.perf_config == PerfConfig(level=3) and best.workspace_size == 4096

@@ -63,6 +63,7 @@ class FindEngine:
         workspace: Any,
         progress: ProgressCallback | None,
         accuracy: Any = None,
+        workspace_limit: int | None = None,
     ) -> tuple[list[Solution], bool]:
         """Solutions of ``problem`` by the find mode, and whether they are already ordered.
 
@@ -89,6 +90,7 @@ class FindEngine:
             workspace=workspace,
             progress=progress,
             policy=policy,
+            workspace_limit=workspace_limit,
         )
         if not measured:
             raise NoApplicableSolverError(
@@ -191,6 +193,7 @@ class FindEngine:
         workspace: Any,
         progress: ProgressCallback | None,
         policy: AccuracyPolicy = AccuracyPolicy.FAST,
+        workspace_limit: int | None = None,
     ) -> list[Solution]:
         """Measure every candidate (likely winners first, hopeless ones pruned); unless the
         policy is ``fast``, verify each against the reference and leave out the inaccurate."""
@@ -262,7 +265,9 @@ class FindEngine:
             )
         if progress is not None:
             progress(len(ordered), len(ordered), "")
-        out = self._alternatives(problem, ordered, out, arrays, workspace, check, policy)
+        out = self._alternatives(
+            problem, ordered, out, arrays, workspace, check, policy, workspace_limit
+        )
         if check is not None:
             from miocore.find.verify import against_plain_paths
 
@@ -278,11 +283,13 @@ class FindEngine:
         workspace: Any,
         check: Any,
         policy: AccuracyPolicy,
+        limit: int | None,
     ) -> list[Solution]:
         """Measure the :meth:`~TunableSolver.find_configs` of every solver whose default came
         within ``MIOCORE_FIND_ALTERNATIVES`` of the best (none from the PerfDb) and keep its
         fastest accurate one: a vendor engine's listed settings differ by 10-25% per problem,
-        which is what PyTorch's benchmark mode chooses among."""
+        which is what PyTorch's benchmark mode chooses among. A setting whose workspace is
+        over the caller's ``limit`` is not measured."""
         near = alternatives_factor()
         if not near or not out:
             return out
@@ -303,6 +310,8 @@ class FindEngine:
                     continue
                 try:
                     entry = self.runner.build(problem, cand.reg, config)
+                    if limit is not None and entry.workspace_size > limit:
+                        continue
                     ws = self.runner.workspace(workspace, entry.workspace_size)
                     if check is not None:
                         check.poison()

@@ -191,6 +191,7 @@ class Handle:
             workspace=workspace,
             progress=progress,
             accuracy=accuracy,
+            workspace_limit=limit,
         )
         self._note_storage(report)
         return _present(found, report, sort_by, max_results, ordered=ordered)
