@@ -101,3 +101,16 @@ def test_a_setting_over_the_workspace_limit_is_not_measured() -> None:
     assert best.perf_config == PerfConfig(level=1) and 3 not in tunable.configs_run
     (best,) = _handle(tunable).find_solutions(PROBLEM, find_mode="NORMAL")
     assert best.perf_config == PerfConfig(level=3) and best.workspace_size == 4096
+
+
+def test_a_solver_whose_notes_for_raises_falls_back_to_its_declared_notes() -> None:
+    class Raising(TunableTimedSolver):
+        numerical_notes = frozenset({"winograd"})
+
+        def notes_for(self, ctx: object, problem: object, perf_config: object = None) -> frozenset:
+            raise RuntimeError("broken notes")
+
+    with pytest.raises(NoApplicableSolverError, match="accuracy=strict: numerical notes winograd"):
+        _handle(Raising()).find_solutions(PROBLEM, find_mode="NORMAL", accuracy="strict")
+    (best,) = _handle(Raising()).find_solutions(PROBLEM, find_mode="NORMAL")
+    assert best.solver == "test.tunable"

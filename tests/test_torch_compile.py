@@ -11,6 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import miocore  # noqa: E402
 import miocore.torch as mt  # noqa: E402
 
 
@@ -142,3 +143,14 @@ def test_inductor_runs_the_ops_forward_backward_and_without_gradients() -> None:
     torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-4, atol=1e-5)
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), reference(x), rtol=1e-4, atol=1e-5)
+
+
+def test_a_bad_packed_geometry_is_refused_naming_the_field() -> None:
+    x, w = torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)
+    with pytest.raises(miocore.InvalidArgumentError) as info:
+        torch.ops.miocore.conv_forward(x, w, [1, 1, 1])
+    assert info.value.field == "geometry"
+    from miocore.torch import ops
+
+    params = ops.make_params((2, 1), (1, 0), (1, 2), 3, True, (1, 0))
+    assert ops.unpack(ops.pack(params)) == params
