@@ -241,6 +241,16 @@ class MisnamedSolution(GoodSolver):
         return attrs.evolve(super().get_solution(ctx, problem, perf_config), solver="other.name")
 
 
+class UnknownNote(GoodSolver):
+    def notes_for(self, ctx: Any, problem: ConvProblem, perf_config: Any = None) -> frozenset:
+        return frozenset({"magic"})
+
+
+class ListsAStaleSetting(GoodSolver):
+    def find_configs(self, ctx: Any, problem: ConvProblem) -> list[PerfConfig]:
+        return [PerfConfig(copies=1), PerfConfig(copies=9)]
+
+
 def _wti(value: float) -> type[GoodSolver]:
     return type("Wti", (GoodSolver,), {"wti": lambda self, ctx, problem: value})
 
@@ -264,6 +274,8 @@ def _wti(value: float) -> type[GoodSolver]:
         (_wti(-1.0)(), "check_wti", "wti", "in (0, 1]"),
         (_wti(float("nan"))(), "check_wti", "wti", "nan"),
         (_wti(3.0)(), "check_wti", "wti", "3.0"),
+        (UnknownNote(), "check_notes_and_find_configs", "notes_for", "'magic'"),
+        (ListsAStaleSetting(), "check_notes_and_find_configs", "find_configs", "copies"),
     ],
     ids=lambda v: v if isinstance(v, str) else type(v).__name__,
 )

@@ -611,6 +611,45 @@ class Contract:
             if again != value:
                 self.fail("wti", f"answered {value!r} then {again!r}", problem)
 
+    def check_notes_and_find_configs(self) -> None:
+        """``notes_for`` names known notes for every applicable problem (with its default
+        setting), and a tunable solver's ``find_configs`` are valid settings of the problem."""
+        from miocore.solver.numerics import KNOWN_NOTES
+
+        for problem in self._require_applicable():
+            canon = problem.canonical
+            config = self._default_config(canon)
+            notes = self._call(
+                "notes_for",
+                problem,
+                "notes_for",
+                lambda canon=canon, config=config: self.solver.notes_for(self.ctx, canon, config),
+            )
+            if isinstance(notes, str) or not isinstance(notes, set | frozenset):
+                self.fail("notes_for", f"returned {notes!r}, not a set of note names", problem)
+            if set(notes) - KNOWN_NOTES:
+                self.fail(
+                    "notes_for",
+                    f"unknown numerical notes {sorted(set(notes) - KNOWN_NOTES)}; known: "
+                    f"{sorted(KNOWN_NOTES)}",
+                    problem,
+                )
+            if not isinstance(self.solver, TunableSolver):
+                continue
+            listed = self._call(
+                "find_configs",
+                problem,
+                "find_configs",
+                lambda canon=canon: self.solver.find_configs(self.ctx, canon),
+            )
+            for listed_config in listed:
+                if not self.solver.is_valid_perf_config(self.ctx, canon, listed_config):
+                    self.fail(
+                        "find_configs",
+                        f"lists {listed_config!r}, which is_valid_perf_config refuses",
+                        problem,
+                    )
+
     def check_inapplicable_never_run(self, db_dir: str | Path | None = None) -> int:
         """find, immediate mode and the workspace query never size, build or run the solver on
         a problem it declines; they raise, naming its reason. Returns how many were checked.
@@ -706,6 +745,7 @@ class Contract:
         report.perf_configs, report.rejected_perf_configs = self.check_perf_configs()
         report.runs += report.perf_configs
         self.check_wti()
+        self.check_notes_and_find_configs()
         report.inapplicable = self.check_inapplicable_never_run()
         report.problems = len(self.problems.applicable_problems())
         report.directions = tuple(d.value for d in self.problems.claimed_directions)
