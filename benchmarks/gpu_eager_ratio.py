@@ -27,7 +27,7 @@ from torch import nn
 import miocore.torch as mt
 
 sys.path.insert(0, str(Path(__file__).parent))
-from gpu_timing import device_ms
+from gpu_timing import device_ms, inference, training_step
 
 
 def model_rows(name: str, dtype: torch.dtype, rounds: int) -> dict[str, Any]:
@@ -45,18 +45,10 @@ def model_rows(name: str, dtype: torch.dtype, rounds: int) -> dict[str, Any]:
     first_find_s = time.perf_counter() - start
 
     def infer(m: nn.Module) -> Any:
-        def fn() -> None:
-            with torch.no_grad():
-                m(x)
-
-        return fn
+        return inference(m, x)
 
     def step(m: nn.Module) -> Any:
-        def fn() -> None:
-            m.zero_grad(set_to_none=True)
-            m(x).float().sum().backward()
-
-        return fn
+        return training_step(m, x)
 
     times: dict[str, list[float]] = {}
     for _ in range(rounds):

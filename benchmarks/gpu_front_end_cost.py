@@ -35,7 +35,7 @@ from torch import nn
 import miocore.torch as mt
 
 sys.path.insert(0, str(Path(__file__).parent))
-from gpu_timing import LONG_SLEEP_CYCLES, device_ms, host_ms
+from gpu_timing import LONG_SLEEP_CYCLES, device_ms, host_ms, inference, training_step
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -236,18 +236,10 @@ def main() -> None:
     }
 
     def infer(m: nn.Module) -> Any:
-        def fn() -> None:
-            with torch.no_grad():
-                m(x)
-
-        return fn
+        return inference(m, x)
 
     def step(m: nn.Module) -> Any:
-        def fn() -> None:
-            m.zero_grad(set_to_none=True)
-            m(x).float().sum().backward()
-
-        return fn
+        return training_step(m, x)
 
     for side, m in (("cudnn", ref), ("miocore", mio)):
         m.eval()

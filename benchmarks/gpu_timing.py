@@ -70,3 +70,23 @@ def host_ms(fn: Any, calls: int, repeats: int = 5) -> float:
         per_call.append((time.perf_counter() - start) / calls)
         torch.cuda.synchronize()
     return statistics.median(per_call) * 1e3
+
+
+def inference(model: Any, x: torch.Tensor) -> Any:
+    """One inference of ``model`` on ``x`` without gradients, as a callable."""
+
+    def fn() -> None:
+        with torch.no_grad():
+            model(x)
+
+    return fn
+
+
+def training_step(model: Any, x: torch.Tensor) -> Any:
+    """One forward and backward of ``model`` on ``x`` (no optimizer), as a callable."""
+
+    def fn() -> None:
+        model.zero_grad(set_to_none=True)
+        model(x).float().sum().backward()
+
+    return fn
