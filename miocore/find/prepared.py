@@ -28,7 +28,7 @@ from typing import Any
 from miocore.errors import InvalidArgumentError, MiocoreError
 from miocore.find.blame import solver_failure
 from miocore.find.invoker_cache import CachedInvoker
-from miocore.find.runner import Runner, graph_min_nodes, signature_of
+from miocore.find.runner import Runner, signature_of
 from miocore.problem.conv import ConvProblem
 from miocore.solver.interface import InvokeParams
 
@@ -58,7 +58,6 @@ class PreparedRun:
         "_graph_tried",
         "_graphs",
         "_invoker",
-        "_min_nodes",
         "_owner",
         "_params",
         "_pointers",
@@ -100,7 +99,6 @@ class PreparedRun:
         self._graphs: dict[tuple[int, int, int], Any] = {}
         self._seen: set[tuple[int, int, int]] = set()
         self._graph_failures = 0
-        self._min_nodes = graph_min_nodes(runner.state.backend, self._invoker)
         self._relocatable = runner.state.backend.name != "cpu"  # device addresses only
         self._swapped = problem.is_transposed  # the canonical problem swaps x and y
         self._workspace_ptr = getattr(self.workspace, "ptr", 0) if self.workspace is not None else 0
@@ -223,7 +221,7 @@ class PreparedRun:
         if capturing is not None and capturing(backend.stream_object):
             return False  # the caller records a graph of its own: launches go into it
         params = self._params_at(pointers)
-        graph = capture(lambda: self._invoker(self._owner, params), min_nodes=self._min_nodes)
+        graph = self._runner.record(self._invoker, params)
         if graph is None:
             self._graph_failures += 1
             return False
@@ -276,10 +274,7 @@ class PreparedRun:
 
     def _record(self, params: Any) -> bool:
         """Record this call's launches as a graph and run it; False when not recorded."""
-        capture = getattr(self._runner.state.backend, "capture", None)
-        if capture is None:
-            return False
-        graph = capture(lambda: self._invoker(self._owner, params), min_nodes=self._min_nodes)
+        graph = self._runner.record(self._invoker, params)
         if graph is None:
             return False
         self._graph = graph

@@ -146,7 +146,7 @@ class Runner:
                         return
                 elif last[5]:  # the second call alike: record it once
                     last[5] = False
-                    graph = last[4] = self._record(entry, last[3])
+                    graph = last[4] = self.record(entry.invoker, last[3])
                     if graph is not None and graph.replay():
                         return
                 self._call(entry, last[3])
@@ -190,14 +190,15 @@ class Runner:
             remembered.clear()
         remembered[id(entry)] = [entry, problem, signature, params, None, True]
 
-    def _record(self, entry: CachedInvoker, params: InvokeParams) -> Any:
-        """``entry``'s launches with ``params`` as a kept graph (nothing runs), or None where
-        the backend records none or the call does not pay (see :func:`graph_min_nodes`)."""
+    def record(self, invoker: Any, params: InvokeParams) -> Any:
+        """``invoker``'s launches with ``params`` as a graph to keep (nothing runs), or None
+        where the backend records none or the call does not pay (see :func:`graph_min_nodes`);
+        shared by remembered calls and prepared runs."""
         backend = self.state.backend
         capture = getattr(backend, "capture", None)
         if capture is None:
             return None
-        invoker, owner = entry.invoker, self.owner
+        owner = self.owner
         return capture(lambda: invoker(owner, params), min_nodes=graph_min_nodes(backend, invoker))
 
     def _call(self, entry: CachedInvoker, params: InvokeParams) -> None:
