@@ -43,19 +43,6 @@ class _Conv:
 
     padding_mode: str
 
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        """The layer's output (torch.nn's forward, one call shorter: this runs per layer)."""
-        check_supported(self)  # type: ignore[arg-type]
-        return convolution(
-            input,
-            self.weight,  # type: ignore[attr-defined]
-            self.bias,  # type: ignore[attr-defined]
-            self.stride,  # type: ignore[attr-defined]
-            self.padding,  # type: ignore[attr-defined]
-            self.dilation,  # type: ignore[attr-defined]
-            self.groups,  # type: ignore[attr-defined]
-        )
-
     def _conv_forward(
         self, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     ) -> torch.Tensor:
