@@ -92,10 +92,7 @@ def math_mode(device: torch.device) -> str:
         return _math_mode
     if device.type != "cuda":
         return "exact"
-    try:
-        return "tf32" if _cudnn_allows_tf32() else "exact"
-    except RuntimeError:
-        return "tf32" if _torch_allows_tf32() else "exact"
+    return "tf32" if _torch_allows_tf32() else "exact"
 
 
 #: PyTorch's legacy TF32 flag of cuDNN convolutions: the cheap read (under 1 µs).
