@@ -224,3 +224,19 @@ def small_problem(
 def buffers(problem: ConvProblem, seed: int = 0) -> dict[str, np.ndarray]:
     """Random x, w, y for ``problem``."""
     return reference.random_inputs(problem, seed)
+
+
+class RecordedGraph:
+    """What a GPU backend's ``capture`` returns, emulated: replay runs the recorded call."""
+
+    def __init__(self, run: Any, capturing: bool = False) -> None:
+        self.run = run
+        self.replays = 0
+        self.capturing = capturing  # the stream is in the caller's own capture
+
+    def replay(self) -> bool:
+        if self.capturing:
+            return False
+        self.replays += 1
+        self.run()
+        return True

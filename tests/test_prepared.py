@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fake_solvers import BrokenSolver, TimedSolver, buffers, small_problem
+from fake_solvers import BrokenSolver, RecordedGraph, TimedSolver, buffers, small_problem
 
 import miocore
 from miocore import reference
@@ -88,29 +88,13 @@ def test_prepare_refuses_what_is_not_a_solution() -> None:
         other.prepare(small_problem("forward"), "test.other")
 
 
-class _RecordedGraph:
-    """What a GPU backend's ``capture`` returns, emulated: replay runs the recorded call."""
-
-    def __init__(self, run: Any, capturing: bool = False) -> None:
-        self.run = run
-        self.replays = 0
-        self.capturing = capturing  # the stream is in the caller's own capture
-
-    def replay(self) -> bool:
-        if self.capturing:
-            return False
-        self.replays += 1
-        self.run()
-        return True
-
-
 def test_the_second_call_alike_is_recorded_and_later_ones_replay_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    captured: list[_RecordedGraph] = []
+    captured: list[RecordedGraph] = []
 
-    def capture(self: Any, run: Any, min_nodes: int = 2) -> _RecordedGraph:
-        captured.append(_RecordedGraph(run))
+    def capture(self: Any, run: Any, min_nodes: int = 2) -> RecordedGraph:
+        captured.append(RecordedGraph(run))
         return captured[-1]
 
     monkeypatch.setattr(CpuBackend, "capture", capture, raising=False)
@@ -136,10 +120,10 @@ def test_while_the_caller_captures_the_launches_run_one_by_one_into_its_capture(
 ) -> None:
     """A graph launch inside someone else's stream capture is refused by CUDA: a prepared run
     whose graph says so runs its invoker directly, so the caller's capture records it."""
-    captured: list[_RecordedGraph] = []
+    captured: list[RecordedGraph] = []
 
-    def capture(self: Any, run: Any, min_nodes: int = 2) -> _RecordedGraph:
-        captured.append(_RecordedGraph(run))
+    def capture(self: Any, run: Any, min_nodes: int = 2) -> RecordedGraph:
+        captured.append(RecordedGraph(run))
         return captured[-1]
 
     monkeypatch.setattr(CpuBackend, "capture", capture, raising=False)
@@ -228,16 +212,16 @@ class _AddressedCpu:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, capture_result: str = "graph") -> None:
         self.arrays: dict[int, np.ndarray] = {}
-        self.graphs: list[_RecordedGraph] = []
+        self.graphs: list[RecordedGraph] = []
         self.attempts = 0
         self.capturing = False
         fake = self
 
-        def capture(backend: Any, run: Any, min_nodes: int = 2) -> _RecordedGraph | None:
+        def capture(backend: Any, run: Any, min_nodes: int = 2) -> RecordedGraph | None:
             fake.attempts += 1
             if capture_result != "graph":
                 return None
-            fake.graphs.append(_RecordedGraph(run))
+            fake.graphs.append(RecordedGraph(run))
             return fake.graphs[-1]
 
         class Driver:

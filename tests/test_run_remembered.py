@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fake_solvers import TimedSolver, buffers, small_problem
+from fake_solvers import RecordedGraph, TimedSolver, buffers, small_problem
 
 import miocore
 from miocore import reference
@@ -99,27 +99,15 @@ def test_the_cpu_backend_does_not_remember_by_default() -> None:
     assert h.runner._remember is False
 
 
-class _Graph:
-    """A stand-in for a recorded graph: replaying runs the recorded call again."""
-
-    def __init__(self, run: Any) -> None:
-        self.run, self.replays = run, 0
-
-    def replay(self) -> bool:
-        self.replays += 1
-        self.run()
-        return True
-
-
 def test_the_second_call_alike_is_recorded_and_later_calls_replay_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    graphs: list[_Graph] = []
+    graphs: list[RecordedGraph] = []
     asked: list[int] = []
 
-    def capture(self: Any, run: Any, min_nodes: int = 2) -> _Graph:
+    def capture(self: Any, run: Any, min_nodes: int = 2) -> RecordedGraph:
         asked.append(min_nodes)
-        graphs.append(_Graph(run))
+        graphs.append(RecordedGraph(run))
         return graphs[-1]
 
     monkeypatch.setattr(CpuBackend, "capture", capture, raising=False)
