@@ -103,9 +103,15 @@ def filter_candidates(
     written into ``report.skipped`` with the reason."""
     kept = []
     entries = deny_list(state).entries()  # both files looked at once per find, not per solver
+    # Notes only decide here under strict or deterministic: otherwise none are asked for.
+    asks_notes = deterministic or policy is AccuracyPolicy.STRICT
     for cand in candidates:
         reg = cand.reg
-        notes = notes_of(reg, state.context, problem.canonical, cand.perf_config)
+        notes = (
+            notes_of(reg, state.context, problem.canonical, cand.perf_config)
+            if asks_notes
+            else frozenset()
+        )
         denied = _denied_reason(state, reg, problem.key, entries) if entries else None
         if denied is not None:
             report.skipped[reg.name] = denied
