@@ -30,8 +30,13 @@
 #               DW_DIRECTIONS, DTYPES narrow it)
 #   firstfind   the first find of MODELS twice in one machine session: with a cold binary
 #               cache, then with an empty database and the binary cache kept
+#   scaling     issue 19 on a several-GPU kind: `miocore tune` over the full-size corpus sample
+#               (batch cut to MAX_GFLOP) with one worker per GPU, a worker killed and the run
+#               resumed, then 1 worker against N on the same problems (tune_scaling.py); needs
+#               the Dask wheels in .gpu/whl_dask. The union of the runs' databases lands in
+#               $OUT/db (the sm90 system database's source)
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|scaling}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -109,6 +114,22 @@ case "$STAGE" in
         --modes eager --iters 3 --db "/tmp/firstfind-$cache" --out "$OUT/firstfind_$cache.json" \
         >"$OUT/firstfind_$cache.log" 2>&1
       grep -a first_find "$OUT/firstfind_$cache.log" | cut -c1-160
+    done
+    ;;
+  scaling)
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site3 \
+      .gpu/whl_dask/*.whl || exit 3
+    export PYTHONPATH="/tmp/site3:$PYTHONPATH"
+    nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
+    gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+    timeout 580 python3 benchmarks/tune_scaling.py --device cuda --workers "$gpus" \
+      --per-direction "${PER_DIRECTION:-140}" --full-size --max-gflop "${MAX_GFLOP:-20}" \
+      --time-limit 20 --budget-s "${BUDGET_S:-520}" --out /tmp/scaling \
+      --json "$OUT/scaling.json" --merged "$OUT/db" 2>&1 | grep -v Warning |
+      tee "$OUT/scaling.log" | tail -60
+    for run in /tmp/scaling/*/; do
+      cat "$run"shards/*/log.jsonl > "$OUT/log_$(basename "$run").jsonl" 2>/dev/null
+      cp "$run"manifest.json "$OUT/manifest_$(basename "$run").json" 2>/dev/null
     done
     ;;
   *)

@@ -97,6 +97,50 @@ def test_corpus_sample_covers_every_family() -> None:
     }
 
 
+def test_a_work_cap_cuts_only_the_batch_of_heavy_problems() -> None:
+    from miocore.corpus import find_corpus
+
+    if find_corpus() is None:
+        pytest.skip("the corpus (../shared/corpus) is not here")
+
+    def without_batch(p: ConvProblem) -> tuple[object, ...]:
+        # Every other size, the filter, the convolution, layout and dtype must stay real.
+        return (p.direction, p.c, p.k, p.in_spatial, p.filter_spatial, p.conv, p.x.layout, p.dtype)
+
+    full = {without_batch(p): p for p in problems_from_corpus(30, shrink=False)}
+    capped = problems_from_corpus(30, shrink=False, max_gflop=5.0)
+    assert len(capped) == len(full)
+    cut = 0
+    for p in capped:
+        same = full[without_batch(p)]
+        assert p.n <= same.n
+        if p.n < same.n:
+            cut += 1
+            assert same.flops > 5e9 and (p.flops <= 5e9 or p.n == 1)
+        else:
+            assert p.flops <= 5e9 or p.n == 1
+    assert cut > 0
+
+
+def test_each_gpu_worker_sees_only_its_own_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    from miocore.tune import worker_environments
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    envs = worker_environments(["cuda:0", "cuda:1"], 2)
+    assert envs == [
+        {"CUDA_VISIBLE_DEVICES": "0", "MIOCORE_TUNE_DEVICE": "cuda:0"},
+        {"CUDA_VISIBLE_DEVICES": "1", "MIOCORE_TUNE_DEVICE": "cuda:0"},
+    ]
+    # The caller's own list is honoured: cuda:1 of a process that sees "5,7" is physical 7.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")
+    envs = worker_environments(["cuda:0", "cuda:1"], 3)
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["5", "7", "5"]
+    assert worker_environments(["hip:1"], 1) == [
+        {"HIP_VISIBLE_DEVICES": "1", "MIOCORE_TUNE_DEVICE": "hip:0"}
+    ]
+    assert worker_environments(["cpu"], 2) == [{"MIOCORE_TUNE_DEVICE": "cpu"}] * 2
+
+
 def test_problems_from_a_torch_model() -> None:
     torch = pytest.importorskip("torch")
     from miocore.tune import problems_from_torch

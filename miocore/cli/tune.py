@@ -56,6 +56,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     src.add_argument(
         "--full-size", action="store_true", help="corpus problems at full size (default: shrunk)"
     )
+    src.add_argument(
+        "--max-gflop",
+        type=float,
+        help="with --full-size: cut the batch of heavier problems down to this much work",
+    )
     src.add_argument("--driver-file", action="append", default=[], help="MIOpenDriver lines")
     src.add_argument("--finddb", action="append", default=[], help="a MIOpen text FindDb")
     src.add_argument("--dtypes", help="comma list: float32,float16,bfloat16")
@@ -84,7 +89,9 @@ def run(args: argparse.Namespace, registry: Any = None) -> int:
 
     problems: list[ConvProblem] = []
     if args.corpus:
-        problems += problems_from_corpus(args.corpus, shrink=not args.full_size)
+        problems += problems_from_corpus(
+            args.corpus, shrink=not args.full_size, max_gflop=args.max_gflop
+        )
     for f in args.driver_file:
         problems += problems_from_driver_file(f)
     for f in args.finddb:

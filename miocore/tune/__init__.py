@@ -8,7 +8,14 @@ optional extra (``pip install miocore[tune]``), imported only when a run starts.
 A front end: may import everything below it (find, db, solver, problem, corpus).
 """
 
-from miocore.tune.runner import TuneProgress, TuneResult, TuneUnavailableError, tune
+from miocore.tune.runner import (
+    TuneProgress,
+    TuneResult,
+    TuneUnavailableError,
+    local_cluster,
+    tune,
+    worker_environments,
+)
 from miocore.tune.sources import (
     expand,
     problems_from_corpus,
@@ -22,9 +29,11 @@ __all__ = [
     "TuneResult",
     "TuneUnavailableError",
     "expand",
+    "local_cluster",
     "problems_from_corpus",
     "problems_from_finddb_text",
     "problems_from_torch",
     "tune",
     "unique",
+    "worker_environments",
 ]

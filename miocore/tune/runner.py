@@ -170,7 +170,7 @@ def tune(
     counts: Counter[str] = Counter()
     failures: list[dict[str, Any]] = []
     if tasks:
-        client, cluster = _connect(scheduler, n_workers)
+        client, cluster = _connect(scheduler, device, n_workers)
         try:
             futures = client.map(run_task, tasks, pure=False)
             since_merge = 0
@@ -234,26 +234,76 @@ def _device_identity(device: str) -> str:
     return open_backend(device).device.identity
 
 
-def _connect(scheduler: str | None, n_workers: int) -> tuple[Any, Any]:
+# A GPU worker sees only its own device, so that every library in its process (cuDNN, CuPy,
+# torch) works on that device by default, as dask-cuda pins its workers.
+_VISIBLE_DEVICES = {"cuda": "CUDA_VISIBLE_DEVICES", "hip": "HIP_VISIBLE_DEVICES"}
+
+
+def worker_environments(devices: Sequence[str], n_workers: int) -> list[dict[str, str]]:
+    """Each LocalCluster worker's environment: worker ``i`` tunes ``devices[i % len]``.
+
+    A GPU worker gets ``CUDA_VISIBLE_DEVICES`` (``HIP_VISIBLE_DEVICES``) naming its one device
+    (an entry of the caller's own list when the caller set one) and tunes it as ``cuda:0``.
+    """
+    envs = []
+    for i in range(n_workers):
+        device = devices[i % len(devices)]
+        backend, _, index = device.partition(":")
+        variable = _VISIBLE_DEVICES.get(backend)
+        if variable is None or not index:
+            envs.append({"MIOCORE_TUNE_DEVICE": device})
+            continue
+        visible = [v.strip() for v in os.environ.get(variable, "").split(",") if v.strip()]
+        physical = visible[int(index)] if int(index) < len(visible) else index
+        envs.append({variable: physical, "MIOCORE_TUNE_DEVICE": f"{backend}:0"})
+    return envs
+
+
+def _distributed() -> Any:
     try:
-        from distributed import Client, LocalCluster
+        import distributed
     except ImportError as exc:
         raise TuneUnavailableError(
             "miocore tune runs on Dask distributed: pip install 'miocore[tune]'",
             field="scheduler",
-            value=scheduler,
+            value=None,
         ) from exc
-    if scheduler is not None:
-        return Client(scheduler), None
-    # One process per device, one thread each: a worker owns its device and its shard.
-    cluster = LocalCluster(
-        n_workers=n_workers,
-        threads_per_worker=1,
-        processes=True,
-        dashboard_address=":0",
-        worker_dashboard_address=":0",
+    return distributed
+
+
+def local_cluster(device: str = "cpu", workers: int | None = None) -> Any:
+    """The cluster ``tune`` starts when given no scheduler, for callers that keep one across
+    runs (``tune(..., scheduler=cluster.scheduler_address)``): one process per worker, one
+    thread each, worker names 0, 1, ... (a restarted worker keeps its name, and so its shard),
+    each GPU worker pinned to its device (:func:`worker_environments`). Close it when done."""
+    import logging
+
+    distributed = _distributed()
+    devices = default_devices(device)
+    if workers is not None and (not isinstance(workers, int) or workers < 1):
+        raise InvalidArgumentError("must be an int >= 1", field="workers", value=workers)
+    local = {"host": "127.0.0.1", "dashboard_address": ":0"}
+    # No memory cap: Dask's default share (memory / cores) is a few GB on a many-core GPU
+    # host, less than a worker holding CUDA, cuDNN and its libraries needs; past it, the
+    # nanny would kill the worker mid-find.
+    worker = {**local, "nthreads": 1, "memory_limit": 0}
+    specs = {
+        i: {"cls": distributed.Nanny, "options": {**worker, "env": env}}
+        for i, env in enumerate(worker_environments(devices, workers or len(devices)))
+    }
+    return distributed.SpecCluster(
+        workers=specs,
+        scheduler={"cls": distributed.Scheduler, "options": local},
+        silence_logs=logging.WARNING,
     )
-    return Client(cluster), cluster
+
+
+def _connect(scheduler: str | None, device: str, n_workers: int) -> tuple[Any, Any]:
+    distributed = _distributed()
+    if scheduler is not None:
+        return distributed.Client(scheduler), None
+    cluster = local_cluster(device, n_workers)
+    return distributed.Client(cluster), cluster
 
 
 def _write_manifest(

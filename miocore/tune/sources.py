@@ -30,6 +30,7 @@ def problems_from_corpus(
     max_batch: int = 2,
     max_channels_per_group: int = 8,
     max_spatial: int | None = None,
+    max_gflop: float | None = None,
     path: Path | None = None,
 ) -> list[ConvProblem]:
     """A stratified sample of the corpus (every stratum of :func:`miocore.corpus.row_stratum`:
@@ -37,6 +38,9 @@ def problems_from_corpus(
 
     ``shrink`` cuts batch, channels and spatial sizes down (keeping the filter, pads, strides,
     dilations, groups, layout and dtype) so that a CPU can tune hundreds in minutes.
+    ``max_gflop`` (full size only) cuts the batch of a problem whose work is above that many
+    GFLOP until it is not (at least one image): channels and image sizes, which decide the
+    algorithm, stay real, and a GPU tunes hundreds of problems in minutes.
     """
     if not isinstance(count_per_direction, int) or count_per_direction < 1:
         raise InvalidArgumentError(
@@ -55,8 +59,15 @@ def problems_from_corpus(
                 )
             )
         else:
-            out.append(corpus.problem_from_row(row))
+            out.append(_within_work(corpus.problem_from_row(row), row, max_gflop))
     return unique(out)
+
+
+def _within_work(problem: ConvProblem, row: dict[str, Any], max_gflop: float | None) -> ConvProblem:
+    if max_gflop is None or problem.flops <= max_gflop * 1e9:
+        return problem
+    n = max(1, int(row["n"] * max_gflop * 1e9 / problem.flops))
+    return corpus.problem_from_row({**row, "n": n})
 
 
 def problems_from_finddb_text(path: Path | str) -> list[ConvProblem]:

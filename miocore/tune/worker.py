@@ -87,6 +87,9 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
         "device": device,
         "worker": name,
     }
+    for variable in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
+        if os.environ.get(variable):  # a pinned GPU worker: which physical device it tuned
+            line["visible_devices"] = os.environ[variable]
     if not task.get("prune", False):
         os.environ["MIOCORE_FIND_PRUNE_FACTOR"] = "0"  # this worker process only
     start = time.perf_counter()
