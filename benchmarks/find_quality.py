@@ -6,7 +6,8 @@ were never tuned: NORMAL find (every applicable solver measured, no pruning) giv
 solver; ``get_solutions()[0]`` on an empty user database gives immediate mode's choice, once
 with the learned heuristic (model and fitted WTI in the system folder, but not the database,
 so the chain itself answers) and once with plain WTI. The choice and the best are then
-re-timed head to head in the same run (alternating, median of ``--reps``), and regret is
+re-timed head to head in the same run (alternating, median of ``--reps``, each timed as
+find times it: device time on a GPU), and regret is
 ``time(choice) / time(best) - 1``.
 
     python benchmarks/find_quality.py --db runs/cpu/cpu_x86_64_2.db \\
@@ -34,18 +35,9 @@ for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 
 
-def _median_ms(run: Any, arrays: dict[str, Any], reps: int, sync: Any) -> float:
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        run(**arrays)
-        sync()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
-
-
 def head_to_head(handle: Any, a: Any, b: Any, reps: int) -> tuple[float, float]:
-    """Median times of solutions ``a`` and ``b`` on the same buffers, runs interleaved."""
+    """Median times of solutions ``a`` and ``b`` on the same buffers, runs interleaved, each
+    timed as find times it (``backend.time_ms``: device time on a GPU, wall time on the CPU)."""
     problem = a.problem
     rng = np.random.default_rng(0)
     backend = handle.backend
@@ -57,8 +49,8 @@ def head_to_head(handle: Any, a: Any, b: Any, reps: int) -> tuple[float, float]:
     sync()
     ta, tb = [], []
     for _ in range(reps):
-        ta.append(_median_ms(run_a, arrays, 1, sync))
-        tb.append(_median_ms(run_b, arrays, 1, sync))
+        ta.append(backend.time_ms(lambda: run_a(**arrays)))
+        tb.append(backend.time_ms(lambda: run_b(**arrays)))
     return statistics.median(ta), statistics.median(tb)
 
 
@@ -98,7 +90,15 @@ def main() -> int:
         action="store_true",
         help="shrink the untuned layers as the CPU database's problems were (corpus.shrink_row)",
     )
+    parser.add_argument(
+        "--max-gflop",
+        type=float,
+        help="cut the batch of heavier untuned layers to this much work (as the GPU sample)",
+    )
     parser.add_argument("--reps", type=int, default=9)
+    parser.add_argument(
+        "--seconds", type=float, help="stop measuring after this long and report what was done"
+    )
     parser.add_argument("--json", help="write the per-problem results here")
     args = parser.parse_args()
 
@@ -114,11 +114,13 @@ def main() -> int:
     problems = [("held-out", ConvProblem.from_key(k)) for k in keys[: args.limit]]
     if args.driver_file:
         from miocore.cli.tune import problems_from_driver_file
+        from miocore.tune.sources import cap_work
 
         seen = {p.key for _, p in problems}
         for f in args.driver_file:
             for p in problems_from_driver_file(f):
                 p = _shrunk(p) if args.shrink else p
+                p = cap_work(p, args.max_gflop) if args.max_gflop else p
                 if p.key not in seen:
                     seen.add(p.key)
                     problems.append(("untuned", p))
@@ -141,7 +143,11 @@ def main() -> int:
     os.environ["MIOCORE_SYSTEM_DB_PATH"] = str(learned)  # the plug-in reads the env's folder
     finder = miocore.Handle(args.device, user_db_path=tmp / "finder", system_db_path=empty)
     rows = []
+    started = time.perf_counter()
     for i, (kind, problem) in enumerate(problems):
+        if args.seconds is not None and time.perf_counter() - started > args.seconds:
+            print(f"stopped after {args.seconds} s: {i} of {len(problems)}", file=sys.stderr)
+            break
         try:
             best = finder.find_solutions(problem, find_mode="NORMAL")[0]
         except miocore.MiocoreError as exc:

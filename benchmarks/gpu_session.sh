@@ -35,8 +35,12 @@
 #               resumed, then 1 worker against N on the same problems (tune_scaling.py); needs
 #               the Dask wheels in .gpu/whl_dask. The union of the runs' databases lands in
 #               $OUT/db (the sm90 system database's source)
+#   quality     issue 14 on the GPU: the shipped sm90 database's WTI table fitted on the device
+#               (heuristic train --wti-only), then immediate mode against NORMAL find on
+#               LIMIT held-out problems and the layers of the MIOpenDriver files carried in
+#               .gpu/perf_models (find_quality.py, batch cut to MAX_GFLOP)
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|scaling}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|scaling|quality}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -131,6 +135,19 @@ case "$STAGE" in
       cat "$run"shards/*/log.jsonl > "$OUT/log_$(basename "$run").jsonl" 2>/dev/null
       cp "$run"manifest.json "$OUT/manifest_$(basename "$run").json" 2>/dev/null
     done
+    ;;
+  quality)
+    sm=/tmp/sm90 && mkdir -p "$sm" && cp miocore/data/db/sm90_* "$sm/"
+    db=$(ls "$sm"/sm90_*.db | head -1)
+    python3 -m miocore heuristic train --db "$db" --out "$sm" --wti-only --backend cuda 2>&1 |
+      tee "$OUT/wti.log" | tail -5
+    cp "$sm"/*.wti.json "$OUT/"
+    driver_args=()
+    for f in .gpu/perf_models/*.txt; do driver_args+=(--driver-file "$f"); done
+    timeout 560 python3 benchmarks/find_quality.py --db "$db" --seconds "${QUALITY_SECONDS:-480}" \
+      --model-dir "$sm" --device cuda --limit "${LIMIT:-100}" --max-gflop "${MAX_GFLOP:-20}" \
+      "${driver_args[@]}" --json "$OUT/quality.json" 2>&1 | grep -v Warning |
+      tee "$OUT/quality.log" | tail -40
     ;;
   *)
     echo "unknown stage $STAGE" >&2

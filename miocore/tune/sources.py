@@ -59,15 +59,32 @@ def problems_from_corpus(
                 )
             )
         else:
-            out.append(_within_work(corpus.problem_from_row(row), row, max_gflop))
+            problem = corpus.problem_from_row(row)
+            out.append(problem if max_gflop is None else cap_work(problem, max_gflop))
     return unique(out)
 
 
-def _within_work(problem: ConvProblem, row: dict[str, Any], max_gflop: float | None) -> ConvProblem:
-    if max_gflop is None or problem.flops <= max_gflop * 1e9:
+def cap_work(problem: ConvProblem, max_gflop: float) -> ConvProblem:
+    """``problem`` with its batch cut until its work is at most ``max_gflop`` GFLOP (at least
+    one image); every other size, the convolution, layout and dtype are kept."""
+    if problem.flops <= max_gflop * 1e9 or problem.conv.mode != "conv":
         return problem
-    n = max(1, int(row["n"] * max_gflop * 1e9 / problem.flops))
-    return corpus.problem_from_row({**row, "n": n})
+    conv = problem.conv
+    return ConvProblem.from_sizes(
+        problem.direction,
+        n=max(1, int(problem.n * max_gflop * 1e9 / problem.flops)),
+        c=problem.c,
+        k=problem.k,
+        in_spatial=problem.in_spatial,
+        filter_spatial=problem.filter_spatial,
+        pads=tuple(conv.pads),
+        strides=tuple(conv.strides),
+        dilations=tuple(conv.dilations),
+        groups=problem.groups,
+        dtype=problem.dtype,
+        layout=problem.x.layout,
+        out_spatial=problem.out_spatial,
+    )
 
 
 def problems_from_finddb_text(path: Path | str) -> list[ConvProblem]:
