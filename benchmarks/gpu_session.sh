@@ -127,13 +127,15 @@ case "$STAGE" in
     nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
     gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
     timeout 580 python3 benchmarks/tune_scaling.py --device cuda --workers "$gpus" \
+      --first-workers $((gpus * 4)) \
       --per-direction "${PER_DIRECTION:-140}" --full-size --max-gflop "${MAX_GFLOP:-20}" \
-      --time-limit 20 --budget-s "${BUDGET_S:-520}" --out /tmp/scaling \
+      --time-limit 20 --budget-s "${BUDGET_S:-540}" --out /tmp/scaling \
       --json "$OUT/scaling.json" --merged "$OUT/db" 2>&1 | grep -v Warning |
       tee "$OUT/scaling.log" | tail -60
     for run in /tmp/scaling/*/; do
       cat "$run"shards/*/log.jsonl > "$OUT/log_$(basename "$run").jsonl" 2>/dev/null
       cp "$run"manifest.json "$OUT/manifest_$(basename "$run").json" 2>/dev/null
+      for db in "$run"*.db; do cp "$db" "$OUT/$(basename "$run")_$(basename "$db")"; done
     done
     ;;
   quality)

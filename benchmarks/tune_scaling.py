@@ -1,20 +1,21 @@
 """`miocore tune` with 1 worker and with N workers on the same problems (issue 19's run).
 
     python benchmarks/tune_scaling.py --device cpu --workers 2 --per-direction 40 --out /tmp/scale
-    python benchmarks/tune_scaling.py --device cuda --workers 2 --per-direction 140 --full-size \
-        --max-gflop 20 \
-        --budget-s 540 --json $OUT/scaling.json --merged $OUT
+    python benchmarks/tune_scaling.py --device cuda --workers 2 --first-workers 8 \
+        --per-direction 140 --full-size --max-gflop 20 --budget-s 540 \
+        --json $OUT/scaling.json --merged $OUT/db
 
 Three runs in one process:
 
-1. **first**: N workers on every problem, from whatever binary cache the machine has (this run
-   compiles the kernels the timed runs then find cached). Worker 0 is killed (SIGKILL) once
-   ``--kill-at`` of the problems are done, the run stops, and the same run is resumed on the
-   same cluster (its nanny restarts the worker): the log must then hold every problem exactly
-   once (nothing lost, nothing tuned twice).
-2. **one**: 1 worker on the problems the first run tuned (as many as fit the time left,
-   estimated from the first run's own per-problem seconds), on a new cluster.
-3. **n**: N workers on the same problems, on a new cluster.
+1. **first**: every problem, from whatever binary cache the machine has (this run compiles
+   the kernels the timed runs then find cached; ``--first-workers`` puts several workers on
+   each GPU so that compiling, which is host work, runs in parallel). Worker 0 is killed
+   (SIGKILL) once ``--kill-at`` of the problems are done, the run stops, and the same run is
+   resumed on the same cluster (its nanny restarts the worker): the log must then hold every
+   problem exactly once (nothing lost, nothing tuned twice).
+2. **one**: 1 worker on the problems the first run tuned, on a new cluster, stopped at its
+   share of the time left (``--budget-s``).
+3. **n**: N workers, on a new cluster, on exactly the problems the 1-worker run finished.
 
 Printed and written (``--json``): wall time, problems per minute, the speed-up against N, each
 GPU's mean utilisation during each run (``nvidia-smi``, once a second), and whether the
@@ -122,7 +123,7 @@ def _first_run(
     started = time.time()
     killed: dict[str, Any] = {}
     with (
-        local_cluster(args.device, args.workers) as cluster,
+        local_cluster(args.device, args.first_workers or args.workers) as cluster,
         distributed.Client(cluster) as client,
     ):
         pids = client.run(os.getpid)
@@ -139,6 +140,7 @@ def _first_run(
                 problems,
                 out_dir=run,
                 scheduler=cluster.scheduler_address,
+                device=args.device,
                 time_limit_s=args.time_limit,
                 merge_every=args.merge_every,
                 progress=kill_then_stop,
@@ -157,6 +159,7 @@ def _first_run(
                 problems,
                 out_dir=run,
                 scheduler=cluster.scheduler_address,
+                device=args.device,
                 time_limit_s=args.time_limit,
                 merge_every=args.merge_every,
                 progress=budget,
@@ -180,30 +183,39 @@ def _first_run(
     }
 
 
-def _timed_subset(problems: list[Any], run: Path, seconds_left: float, workers: int) -> list[Any]:
-    """The problems the first run tuned, as many as the time left allows for a 1-worker and an
-    N-worker run (estimated from the first run's own seconds, which include compiling)."""
-    seconds = {
-        line["key"]: float(line.get("seconds", 0.0))
-        for line in iter_log(run)
-        if line.get("status") == "ok"
-    }
-    factor = 1.0 + 1.0 / workers
-    out, spent = [], 0.0
-    for p in problems:
-        if p.key not in seconds:
-            continue
-        if (spent + seconds[p.key]) * factor > seconds_left:
-            break
-        spent += seconds[p.key]
-        out.append(p)
-    return out
+def _timed(
+    problems: list[Any], run: Path, args: argparse.Namespace, workers: int, deadline: float | None
+) -> tuple[float, set[str]]:
+    """One timed run on a new cluster, stopped after the task that passes ``deadline``: its
+    wall time (cluster start included) and the keys it finished."""
+
+    def budget(progress: Any) -> None:
+        if deadline is not None and time.time() > deadline:
+            raise _Stop
+
+    start = time.time()
+    with contextlib.suppress(_Stop):
+        tune(
+            problems,
+            out_dir=run,
+            device=args.device,
+            workers=workers,
+            time_limit_s=args.time_limit,
+            merge_every=args.merge_every,
+            progress=budget,
+        )
+    return time.time() - start, {line["key"] for line in iter_log(run)}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--first-workers",
+        type=int,
+        help="workers of the first (compiling) run; several per GPU compile in parallel",
+    )
     parser.add_argument("--per-direction", type=int, default=40)
     parser.add_argument("--full-size", action="store_true")
     parser.add_argument("--max-gflop", type=float, help="full size: batch cut to this work")
@@ -230,35 +242,38 @@ def main() -> int:
     summary["first"]["gpu_util"] = sampler.mean(t0, time.time())
     print(json.dumps(summary["first"]), flush=True)
 
-    subset = _timed_subset(problems, out / "first", t0 + args.budget_s - time.time(), args.workers)
+    # One worker first, on every problem the first run tuned, stopped at its share of the time
+    # left; N workers then tune exactly the problems it finished.
+    pool = [p for p in problems if p.key in {ln["key"] for ln in iter_log(out / "first")}]
+    left = t0 + args.budget_s - time.time()
+    runs: dict[int, Path] = {}
+    subset = pool
+    for n in (1, args.workers):
+        deadline = time.time() + left * args.workers / (args.workers + 1) if n == 1 else None
+        start = time.time()
+        runs[n] = out / f"w{n}"
+        wall, finished = _timed(subset, runs[n], args, n, deadline)
+        if n == 1:
+            subset = [p for p in subset if p.key in finished]
+        lines = [ln for ln in iter_log(runs[n])]
+        summary[f"w{n}"] = {
+            "tuned": sum(ln.get("status") == "ok" for ln in lines),
+            "failed": sum(ln.get("status") != "ok" for ln in lines),
+            "wall_s": round(wall, 1),
+            "problems_per_min": round(60 * len(lines) / wall, 1),
+            "gpu_util": sampler.mean(start, time.time()),
+        }
+        print(f"{n} worker(s): {json.dumps(summary[f'w{n}'])}", flush=True)
     summary["timed_problems"] = len(subset)
     summary["timed_mix"] = Counter(
         f"{p.direction.value}/{p.x.dtype.value}" for p in subset
     ).most_common()
-    results = {}
-    for n in (1, args.workers):
-        start = time.time()
-        r = tune(
-            subset,
-            out_dir=out / f"w{n}",
-            device=args.device,
-            workers=n,
-            time_limit_s=args.time_limit,
-            merge_every=args.merge_every,
-        )
-        results[n] = r
-        done = r.tuned + r.failed
-        summary[f"w{n}"] = {
-            "tuned": r.tuned,
-            "failed": r.failed,
-            "wall_s": round(r.wall_s, 1),
-            "problems_per_min": round(60 * done / r.wall_s, 1) if r.wall_s else None,
-            "gpu_util": sampler.mean(start, time.time()),
-        }
-        print(f"{n} worker(s): {json.dumps(summary[f'w{n}'])}", flush=True)
     sampler.stop()
     if subset:
-        a, b = _records(results[1].database), _records(results[args.workers].database)
+        device_id = json.loads((out / "first" / "manifest.json").read_text())["device"]
+        a = _records(runs[1] / f"{device_id}.db")
+        b = _records(runs[args.workers] / f"{device_id}.db")
+        a = {k: v for k, v in a.items() if k in {p.key for p in subset}}
         both = set(a) & set(b)
         agree = [k for k in both if _within_noise(a[k], b[k]) and _within_noise(b[k], a[k])]
         summary.update(
@@ -278,15 +293,15 @@ def main() -> int:
                 }
                 for k in sorted(both - set(agree))[:20]
             ],
-            speedup=round(results[1].wall_s / results[args.workers].wall_s, 2),
+            speedup=round(summary["w1"]["wall_s"] / summary[f"w{args.workers}"]["wall_s"], 2),
         )
     if args.merged:
-        runs = [out / "first", *(r.database.parent for r in results.values())]
-        device_id = next((out / "first").glob("*.db")).stem
+        device_id = json.loads((out / "first" / "manifest.json").read_text())["device"]
         db = FindDb(device_id, user_dir=Path(args.merged), system_dir=out / "none")
         try:
-            for run in runs:
-                db.merge_from(run / f"{device_id}.db")
+            for run in [out / "first", *runs.values()]:
+                if (run / f"{device_id}.db").is_file():
+                    db.merge_from(run / f"{device_id}.db")
         finally:
             db.close()
         summary["merged"] = str(Path(args.merged) / f"{device_id}.db")

@@ -6,6 +6,7 @@
     <run>/shards/<worker>/<device>.db    one worker's own user database
     <run>/shards/<worker>/log.jsonl      one line per problem the worker finished (ok or not)
     <run>/manifest.json           what the run was asked to do, with provenance
+    <run>/claims/<hash>           one lock file per task: held while a worker tunes it
 
 A worker appends its log line only after its database record is committed, so a line always
 means "recorded". A run resumes by skipping every (key, math mode) whose log line carries the
@@ -14,6 +15,8 @@ same versions signature (miocore and each plugin distribution's version).
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -25,6 +28,7 @@ from miocore.solver.registry import Registry
 
 SHARDS = "shards"
 LOG = "log.jsonl"
+CLAIMS = "claims"
 
 
 def versions_signature(registry: Registry) -> str:
@@ -90,3 +94,27 @@ def merge_shards(run_dir: Path, device: str) -> list[MergeResult]:
     finally:
         merged.close()
     return results
+
+
+@contextlib.contextmanager
+def claim(run_dir: Path, key: str, math_mode: str) -> Iterator[None]:
+    """Hold a task's lock while tuning it: a second worker given the same task waits here
+    until the first is done (and then finds its log line). A task a stopped run cancelled
+    still runs to its end on its worker, so a resumed run can hand it out again; the lock is
+    what keeps it from being tuned twice. The kernel drops the lock of a worker that dies,
+    so a killed worker's task is tuned again, once. Where ``fcntl`` is missing (Windows),
+    nothing is locked."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    folder = run_dir / CLAIMS
+    folder.mkdir(parents=True, exist_ok=True)
+    name = hashlib.sha1(f"{key}|{math_mode}".encode()).hexdigest()
+    with open(folder / name, "a+b") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)

@@ -16,7 +16,7 @@ from typing import Any
 from miocore import env
 from miocore.errors import MiocoreError
 from miocore.problem.conv import ConvProblem
-from miocore.tune.shards import append_log, done_tasks, shard_dir
+from miocore.tune.shards import append_log, claim, done_tasks, shard_dir
 
 _handles: dict[tuple[str, str, str], Any] = {}
 
@@ -71,12 +71,17 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
     ``devices``, ``time_limit_s`` (None: no limit), ``versions``, ``prune`` (whether find may
     skip hopeless solvers; a tuning run measures them all by default, for the heuristic).
     """
-    name, index = worker_identity()
     run_dir = Path(task["run_dir"])
+    with claim(run_dir, task["key"], task["math_mode"]):
+        done = done_tasks(run_dir, task["versions"]).get((task["key"], task["math_mode"]))
+        if done is not None:  # a worker that died before its result came back, or a
+            return {**done, "skipped": True}  # cancelled task that ran on, finished it
+        return _tune(task, run_dir)
+
+
+def _tune(task: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    name, index = worker_identity()
     shard = shard_dir(run_dir, name)
-    done = done_tasks(run_dir, task["versions"]).get((task["key"], task["math_mode"]))
-    if done is not None:  # finished by a worker that died before its result came back
-        return {**done, "skipped": True}
     device = pick_device(task["devices"], index)
     line: dict[str, Any] = {
         "key": task["key"],
