@@ -11,9 +11,16 @@ and ``benchmarks/find_quality.py`` measures on them.
 from __future__ import annotations
 
 import argparse
+import random
 import sys
+import time
+from pathlib import Path
 
 from miocore.tune import expand, problems_from_corpus, tune
+
+
+class _Deadline(Exception):
+    """``--seconds`` ran out (raised from the progress callback; the run resumes later)."""
 
 
 def main() -> int:
@@ -27,6 +34,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--time-limit", type=float, default=120.0)
     parser.add_argument("--math-modes", default="exact")
+    parser.add_argument("--max-gflop", type=float, help="full size: batch cut to this work")
+    parser.add_argument("--skip-db", help="a FindDb file whose problems are already tuned")
+    parser.add_argument("--seconds", type=float, help="stop after this long (the run resumes)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     problems = problems_from_corpus(
@@ -34,20 +44,43 @@ def main() -> int:
         shrink=not args.no_shrink,
         max_channels_per_group=args.max_channels,
         max_spatial=args.max_spatial,
+        max_gflop=args.max_gflop,
     )
     if args.dtypes:
         problems = expand(problems, dtypes=args.dtypes.split(","))
+    if args.skip_db:
+        from miocore.heuristic.train import open_db_file
+
+        db = open_db_file(args.skip_db)
+        try:
+            done = set(db.keys("user"))
+        finally:
+            db.close()
+        problems = [p for p in problems if p.key not in done]
+    # Shuffled: a run stopped by --seconds has tuned a fair sample of every stratum.
+    random.Random(0).shuffle(problems)
     print(f"{len(problems)} problems", flush=True)
-    result = tune(
-        problems,
-        out_dir=args.out,
-        device=args.device,
-        workers=args.workers,
-        time_limit_s=args.time_limit,
-        math_modes=args.math_modes.split(","),
-        merge_every=25,
-        progress=lambda p: print(p.line(), flush=True),
-    )
+    deadline = None if args.seconds is None else time.monotonic() + args.seconds
+
+    def progress(p: object) -> None:
+        print(p.line(), flush=True)  # type: ignore[attr-defined]
+        if deadline is not None and time.monotonic() > deadline:
+            raise _Deadline(f"stopped after {args.seconds} s; run again to resume")
+
+    try:
+        result = tune(
+            problems,
+            out_dir=args.out,
+            device=args.device,
+            workers=args.workers,
+            time_limit_s=args.time_limit,
+            math_modes=args.math_modes.split(","),
+            merge_every=25,
+            progress=progress,
+        )
+    except _Deadline as exc:
+        print(exc, f"(merged into {Path(args.out)})", flush=True)
+        return 0
     print(result, flush=True)
     print(f"throughput: {result.per_minute_per_worker:.1f} problems/min/worker", flush=True)
     return 0

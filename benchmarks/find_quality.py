@@ -109,14 +109,15 @@ def main() -> int:
     from miocore.problem.conv import ConvProblem
 
     db = open_db_file(args.db)
-    keys = [k for k in db.keys("user") if is_held_out(k, args.holdout)]
+    tuned = list(db.keys("user"))
+    keys = [k for k in tuned if is_held_out(k, args.holdout)]
     db.close()
     problems = [("held-out", ConvProblem.from_key(k)) for k in keys[: args.limit]]
     if args.driver_file:
         from miocore.cli.tune import problems_from_driver_file
         from miocore.tune.sources import cap_work
 
-        seen = {p.key for _, p in problems}
+        seen = set(tuned)  # an untuned layer is one the database does not hold
         for f in args.driver_file:
             for p in problems_from_driver_file(f):
                 p = _shrunk(p) if args.shrink else p
@@ -124,6 +125,12 @@ def main() -> int:
                 if p.key not in seen:
                     seen.add(p.key)
                     problems.append(("untuned", p))
+
+        # Alternate the two kinds, so that a run cut short by --seconds has measured both.
+        held = [q for q in problems if q[0] == "held-out"]
+        new = [q for q in problems if q[0] == "untuned"]
+        problems = [q for pair in zip(held, new, strict=False) for q in pair]
+        problems += held[len(new) :] + new[len(held) :]
 
     tmp = Path(tempfile.mkdtemp(prefix="find-quality-"))
     device_id = miocore.Handle(args.device).device.identity

@@ -35,12 +35,17 @@
 #               resumed, then 1 worker against N on the same problems (tune_scaling.py); needs
 #               the Dask wheels in .gpu/whl_dask. The union of the runs' databases lands in
 #               $OUT/db (the sm90 system database's source)
+#   gpudb       the sm90 system database grown: `miocore tune` (WORKERS per GPU, 4 by default:
+#               finds are host-bound, and 4 per GPU kept 99% of the winners of 1 per GPU)
+#               over the full-size corpus sample (batch cut to MAX_GFLOP) less the problems
+#               of .gpu/sm90/sm90_132.db, for TUNE_SECONDS; then merged with it, the model
+#               trained and the WTI table fitted here; all in $OUT/sm90.tgz and /tmp/sm90
 #   quality     issue 14 on the GPU: the shipped sm90 database's WTI table fitted on the device
 #               (heuristic train --wti-only), then immediate mode against NORMAL find on
 #               LIMIT held-out problems and the layers of the MIOpenDriver files carried in
 #               .gpu/perf_models (find_quality.py, batch cut to MAX_GFLOP)
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|scaling|quality}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|scaling|gpudb|quality}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -138,12 +143,39 @@ case "$STAGE" in
       for db in "$run"*.db; do cp "$db" "$OUT/$(basename "$run")_$(basename "$db")"; done
     done
     ;;
+  gpudb)
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site3 \
+      .gpu/whl_dask/*.whl || exit 3
+    export PYTHONPATH="/tmp/site3:$PYTHONPATH"
+    sm=/tmp/sm90 && rm -rf "$sm" && mkdir -p "$sm"
+    gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+    timeout 500 python3 benchmarks/build_system_db.py --device cuda \
+      --workers $((gpus * ${WORKERS:-4})) --per-direction "${PER_DIRECTION:-700}" --no-shrink \
+      --max-gflop "${MAX_GFLOP:-20}" --time-limit 20 --skip-db .gpu/sm90/sm90_132.db \
+      --seconds "${TUNE_SECONDS:-400}" --out /tmp/gpudb 2>&1 | grep -v "distributed\." |
+      tee "$OUT/gpudb.log" | tail -8
+    python3 - <<'PY'
+from pathlib import Path
+from miocore.db.finddb import FindDb
+db = FindDb("sm90_132", user_dir=Path("/tmp/sm90"), system_dir=Path("/tmp/sm90/none"))
+for src in (".gpu/sm90/sm90_132.db", "/tmp/gpudb/sm90_132.db"):
+    print(src, db.merge_from(src))
+db.close()
+PY
+    python3 -m miocore heuristic train --db "$sm/sm90_132.db" --out "$sm" 2>&1 | tail -3
+    python3 -m miocore heuristic eval --db "$sm/sm90_132.db" --backend cuda 2>&1 | tail -6
+    cat /tmp/gpudb/shards/*/log.jsonl > "$sm/tune_log.jsonl"
+    cp /tmp/gpudb/manifest.json "$sm/"
+    tar czf "$OUT/sm90.tgz" -C "$sm" .
+    ;;
   quality)
-    sm=/tmp/sm90 && mkdir -p "$sm" && cp miocore/data/db/sm90_* "$sm/"
-    db=$(ls "$sm"/sm90_*.db | head -1)
-    python3 -m miocore heuristic train --db "$db" --out "$sm" --wti-only --backend cuda 2>&1 |
-      tee "$OUT/wti.log" | tail -5
-    cp "$sm"/*.wti.json "$OUT/"
+    sm=/tmp/sm90  # from `gpudb` on this machine, else the shipped files
+    if [[ ! -f "$sm/sm90_132.heuristic.npz" ]]; then
+      mkdir -p "$sm" && cp miocore/data/db/sm90_* "$sm/"
+      python3 -m miocore heuristic train --db "$sm/sm90_132.db" --out "$sm" --wti-only \
+        --backend cuda 2>&1 | tee "$OUT/wti.log" | tail -5
+    fi
+    db="$sm/sm90_132.db"
     driver_args=()
     for f in .gpu/perf_models/*.txt; do driver_args+=(--driver-file "$f"); done
     timeout 560 python3 benchmarks/find_quality.py --db "$db" --seconds "${QUALITY_SECONDS:-480}" \
