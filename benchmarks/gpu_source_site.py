@@ -1,9 +1,9 @@
 """Make the plugins in ``plugins/`` importable and discoverable from their source folders.
 
 The device machine has no package index and no build backend, so instead of building wheels
-this writes, for every ``plugins/<family>/pyproject.toml``, a minimal ``.dist-info`` (METADATA
-and entry_points.txt) into ``--site``; ``--print-path`` prints the plugins' ``src`` folders for
-PYTHONPATH, so the entry points resolve to the working tree's code.
+this writes, for every ``plugins/<family>/pyproject.toml`` and for miocore's own, a minimal
+``.dist-info`` (METADATA and entry_points.txt) into ``--site``; ``--print-path`` prints the
+plugins' ``src`` folders for PYTHONPATH, so the entry points resolve to the working tree's code.
 
     python3 benchmarks/gpu_source_site.py --site /tmp/site
     export PYTHONPATH=$PWD:/tmp/site:$(python3 benchmarks/gpu_source_site.py --print-path)
@@ -29,10 +29,16 @@ def plugin_projects() -> list[tuple[Path, dict]]:
     return out
 
 
+def core_project() -> dict:
+    """The ``[project]`` table of miocore itself: its version and its own entry points (the
+    learned heuristic), which a source checkout on PYTHONPATH would otherwise lack."""
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
 def write_site(site: Path) -> None:
-    """Write one ``.dist-info`` per plugin into ``site``."""
+    """Write one ``.dist-info`` per plugin, and one for miocore itself, into ``site``."""
     site.mkdir(parents=True, exist_ok=True)
-    for _, project in plugin_projects():
+    for project in [core_project(), *(project for _, project in plugin_projects())]:
         name, version = project["name"], project["version"]
         info = site / f"{name.replace('-', '_')}-{version}.dist-info"
         info.mkdir(exist_ok=True)

@@ -35,6 +35,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     train.add_argument("--trees", type=int, default=60, help="trees per solver (default 60)")
     train.add_argument("--depth", type=int, default=3, help="tree depth (default 3)")
     train.add_argument(
+        "--learning-rate", type=float, default=0.15, help="boosting step (default 0.15)"
+    )
+    train.add_argument(
+        "--min-samples",
+        type=int,
+        default=8,
+        help="times a solver needs to get a model (default 8; fewer: ranked by WTI)",
+    )
+    train.add_argument(
         "--backend", default=None, help="backend whose device fits WTI (default: from the db)"
     )
     train.add_argument(
@@ -101,7 +110,13 @@ def _train(args: argparse.Namespace, registry: Any) -> int:
     device = Path(args.db).stem
     if not args.wti_only:
         model = train(
-            args.db, holdout=args.holdout, trees=args.trees, depth=args.depth, target=args.target
+            args.db,
+            holdout=args.holdout,
+            trees=args.trees,
+            depth=args.depth,
+            learning_rate=args.learning_rate,
+            min_samples=args.min_samples,
+            target=args.target,
         )
         path = model.save(out / f"{model.device}.heuristic.npz")
         known = [s for s in model.solvers if model.knows(s)]
