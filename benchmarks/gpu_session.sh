@@ -38,7 +38,7 @@
 #   gpudb       the sm90 system database grown: `miocore tune` (WORKERS per GPU, 4 by default:
 #               finds are host-bound, and 4 per GPU kept 99% of the winners of 1 per GPU)
 #               over the full-size corpus sample (batch cut to MAX_GFLOP) less the problems
-#               of .gpu/sm90/sm90_132.db, for TUNE_SECONDS; then merged with it, the model
+#               of BASE_DB (the shipped one), for TUNE_SECONDS; then merged with it, the model
 #               trained and the WTI table fitted here; all in $OUT/sm90.tgz and /tmp/sm90
 #   quality     issue 14 on the GPU: the shipped sm90 database's WTI table fitted on the device
 #               (heuristic train --wti-only), then immediate mode against NORMAL find on
@@ -137,11 +137,13 @@ case "$STAGE" in
       --time-limit 20 --budget-s "${BUDGET_S:-540}" --out /tmp/scaling \
       --json "$OUT/scaling.json" --merged "$OUT/db" 2>&1 | grep -v Warning |
       tee "$OUT/scaling.log" | tail -60
+    # One archive: the run tool brings back only a few files from $OUT.
     for run in /tmp/scaling/*/; do
-      cat "$run"shards/*/log.jsonl > "$OUT/log_$(basename "$run").jsonl" 2>/dev/null
-      cp "$run"manifest.json "$OUT/manifest_$(basename "$run").json" 2>/dev/null
-      for db in "$run"*.db; do cp "$db" "$OUT/$(basename "$run")_$(basename "$db")"; done
+      cat "$run"shards/*/log.jsonl > "$run/log.jsonl" 2>/dev/null
     done
+    cp "$OUT/topo.txt" /tmp/scaling/ 2>/dev/null
+    tar czf "$OUT/scaling.tgz" -C /tmp/scaling --exclude='shards' --exclude='claims' . &&
+      rm -f "$OUT/topo.txt"
     ;;
   gpudb)
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site3 \
@@ -151,14 +153,15 @@ case "$STAGE" in
     gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
     timeout 500 python3 benchmarks/build_system_db.py --device cuda \
       --workers $((gpus * ${WORKERS:-4})) --per-direction "${PER_DIRECTION:-700}" --no-shrink \
-      --max-gflop "${MAX_GFLOP:-20}" --time-limit 20 --skip-db .gpu/sm90/sm90_132.db \
+      --max-gflop "${MAX_GFLOP:-20}" --time-limit 20 --skip-db "${BASE_DB:-miocore/data/db/sm90_132.db}" \
       --seconds "${TUNE_SECONDS:-400}" --out /tmp/gpudb 2>&1 | grep -v "distributed\." |
       tee "$OUT/gpudb.log" | tail -8
     python3 - <<'PY'
+import os
 from pathlib import Path
 from miocore.db.finddb import FindDb
 db = FindDb("sm90_132", user_dir=Path("/tmp/sm90"), system_dir=Path("/tmp/sm90/none"))
-for src in (".gpu/sm90/sm90_132.db", "/tmp/gpudb/sm90_132.db"):
+for src in (os.environ.get("BASE_DB", "miocore/data/db/sm90_132.db"), "/tmp/gpudb/sm90_132.db"):
     print(src, db.merge_from(src))
 db.close()
 PY

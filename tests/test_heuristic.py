@@ -243,3 +243,36 @@ def test_the_shipped_cpu_model_table_and_database_load() -> None:
         assert record is not None and record.entries[0].provenance["device"] == "cpu_x86_64_2"
     finally:
         db.close()
+
+
+def test_the_shipped_sm90_model_ranks_a_depthwise_layer_away_from_the_generic_kernels() -> None:
+    """The GPU files load without a GPU, and the model has learned what plain WTI gets worst
+    on sm90 (docs/performance.md): a depthwise layer belongs to the depthwise kernel or a
+    cuDNN engine, never to ``igemm.gpu_fma`` or the naive kernel."""
+    model = TreeModel.load(SHIPPED / "sm90_132.heuristic.npz")
+    assert model.device == "sm90_132" and model.provenance["problems"] > 900
+    table = WtiTable.load(SHIPPED / f"sm90_132{WTI_SUFFIX}")
+    assert {"direct.gpu_depthwise", "igemm.gpu_fma"} <= set(table.by_solver)
+    db = FindDb("sm90_132", user_dir=SHIPPED / "none", system_dir=SHIPPED)
+    try:
+        keys = db.keys("system")
+        assert len(keys) > 1000
+        assert all(ConvProblem.from_key(k) is not None for k in keys[:50])
+    finally:
+        db.close()
+    problem = ConvProblem.from_sizes(
+        "forward",
+        n=32,
+        c=144,
+        k=144,
+        in_spatial=(56, 56),
+        filter_spatial=(3, 3),
+        pads=(1, 1),
+        groups=144,
+        dtype="float16",
+        layout="NCHW",
+    )
+    candidates = ["direct.gpu_depthwise", "igemm.gpu_fma", "direct.gpu_naive", "gemm.gpu_im2col"]
+    times = model.predict_ms(problem_features(problem), candidates)
+    ranked = sorted(zip(candidates, times, strict=True), key=lambda p: p[1])
+    assert ranked[0][0] == "direct.gpu_depthwise", ranked
