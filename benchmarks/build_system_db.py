@@ -16,7 +16,10 @@ import sys
 import time
 from pathlib import Path
 
+from miocore.cli.tune import problems_from_driver_file
+from miocore.problem.conv import ConvProblem
 from miocore.tune import expand, problems_from_corpus, tune
+from miocore.tune.sources import cap_work, unique
 
 
 class _Deadline(Exception):
@@ -36,6 +39,15 @@ def main() -> int:
     parser.add_argument("--math-modes", default="exact")
     parser.add_argument("--max-gflop", type=float, help="full size: batch cut to this work")
     parser.add_argument("--skip-db", help="a FindDb file whose problems are already tuned")
+    parser.add_argument(
+        "--driver-file", action="append", default=[], help="MIOpenDriver lines to tune too"
+    )
+    parser.add_argument(
+        "--skip-driver-file",
+        action="append",
+        default=[],
+        help="MIOpenDriver lines kept out (the untuned layers find_quality.py measures on)",
+    )
     parser.add_argument("--seconds", type=float, help="stop after this long (the run resumes)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
@@ -48,6 +60,14 @@ def main() -> int:
     )
     if args.dtypes:
         problems = expand(problems, dtypes=args.dtypes.split(","))
+
+    def driver_problems(files: list[str]) -> list[ConvProblem]:
+        out = [p for f in files for p in problems_from_driver_file(f)]
+        return [cap_work(p, args.max_gflop) if args.max_gflop else p for p in out]
+
+    problems = unique([*problems, *driver_problems(args.driver_file)])
+    kept_out = {p.key for p in driver_problems(args.skip_driver_file)}
+    problems = [p for p in problems if p.key not in kept_out]
     if args.skip_db:
         from miocore.heuristic.train import open_db_file
 

@@ -37,7 +37,8 @@
 #               $OUT/db (the sm90 system database's source)
 #   gpudb       the sm90 system database grown: `miocore tune` (WORKERS per GPU, 4 by default:
 #               finds are host-bound, and 4 per GPU kept 99% of the winners of 1 per GPU)
-#               over the full-size corpus sample (batch cut to MAX_GFLOP) less the problems
+#               over the full-size corpus sample and the MIOpenDriver files in
+#               .gpu/perf_models_tune (batch cut to MAX_GFLOP) less the problems
 #               of BASE_DB (the shipped one), for TUNE_SECONDS; then merged with it, the model
 #               trained and the WTI table fitted here; all in $OUT/sm90.tgz and /tmp/sm90
 #   quality     issue 14 on the GPU: the shipped sm90 database's WTI table fitted on the device
@@ -151,7 +152,12 @@ case "$STAGE" in
     export PYTHONPATH="/tmp/site3:$PYTHONPATH"
     sm=/tmp/sm90 && rm -rf "$sm" && mkdir -p "$sm"
     gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
-    timeout 500 python3 benchmarks/build_system_db.py --device cuda \
+    # MIOpenDriver files in .gpu/perf_models_tune are tuned too; those in .gpu/perf_models
+    # (the untuned layers `quality` measures on) are kept out.
+    driver_args=()
+    for f in .gpu/perf_models_tune/*.txt; do [[ -f "$f" ]] && driver_args+=(--driver-file "$f"); done
+    for f in .gpu/perf_models/*.txt; do [[ -f "$f" ]] && driver_args+=(--skip-driver-file "$f"); done
+    timeout 500 python3 benchmarks/build_system_db.py --device cuda "${driver_args[@]}" \
       --workers $((gpus * ${WORKERS:-4})) --per-direction "${PER_DIRECTION:-700}" --no-shrink \
       --max-gflop "${MAX_GFLOP:-20}" --time-limit 20 --skip-db "${BASE_DB:-miocore/data/db/sm90_132.db}" \
       --seconds "${TUNE_SECONDS:-400}" --out /tmp/gpudb 2>&1 | grep -v "distributed\." |
@@ -165,7 +171,8 @@ for src in (os.environ.get("BASE_DB", "miocore/data/db/sm90_132.db"), "/tmp/gpud
     print(src, db.merge_from(src))
 db.close()
 PY
-    python3 -m miocore heuristic train --db "$sm/sm90_132.db" --out "$sm" 2>&1 | tail -3
+    python3 -m miocore heuristic train --db "$sm/sm90_132.db" --out "$sm" --trees 100 --depth 4 \
+      --learning-rate 0.1 --min-samples 5 --target relative 2>&1 | tail -3
     python3 -m miocore heuristic eval --db "$sm/sm90_132.db" --backend cuda 2>&1 | tail -6
     cat /tmp/gpudb/shards/*/log.jsonl > "$sm/tune_log.jsonl"
     cp /tmp/gpudb/manifest.json "$sm/"
