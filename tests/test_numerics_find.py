@@ -298,3 +298,47 @@ def test_tf32_is_no_loss_in_the_tf32_math_mode() -> None:
         math_mode="tf32",
     )
     assert h.find_solutions(p, find_mode="NORMAL")[0].solver == "test.tf32"
+
+
+class Promised(Coarse):
+    """Off by 10% (past the wrong-answer line), as its own declared error says it may be."""
+
+    def get_solution(self, ctx: Any, problem: Any, perf_config: Any = None) -> ConvSolution:
+        exact = TimedSolver.get_solution(self, ctx, problem, perf_config)
+
+        def factory(kernels: Any) -> Any:
+            run = exact.invoker_factory(kernels)
+
+            def invoker(handle: Any, params: InvokeParams) -> None:
+                run(handle, params)
+                out = getattr(params, params.problem.direction.output_tensor)
+                out[...] = out * 1.1
+
+            return invoker
+
+        return ConvSolution(solver=self.name, workspace_size=0, invoker_factory=factory)
+
+    def expected_error(self, ctx: Any, problem: Any, perf_config: Any = None) -> float | None:
+        return self.declared
+
+
+@pytest.mark.parametrize("declared", [0.5, 0.01])
+def test_an_error_within_the_solvers_own_declared_error_is_not_a_wrong_answer(
+    declared: float,
+) -> None:
+    promised = Promised("test.promised", delay_s=0.0)
+    promised.declared = declared  # type: ignore[attr-defined]
+    h = _handle(promised, TimedSolver("test.good", delay_s=0.002))
+    p = small_problem()
+    sols = h.find_solutions(p, find_mode="NORMAL")
+    assert [s.solver for s in sols] == ["test.good"]  # over the bound either way
+    if declared >= 0.1:  # the 10% it makes is what it declared: left out, not denied
+        why = sols.report.skipped["test.promised"]
+        assert "over the bound" in why and "declared error 0.5" in why
+        assert "test.promised" not in sols.report.failed
+        again = h.find_solutions(p, find_mode="NORMAL")
+        assert "denied" not in again.report.skipped["test.promised"]
+    else:  # beyond its own declaration: a wrong answer, denied
+        assert "wrong answer" in sols.report.failed["test.promised"]
+        again = h.find_solutions(p, find_mode="NORMAL")
+        assert "denied by the user deny list" in again.report.skipped["test.promised"]

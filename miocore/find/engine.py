@@ -240,7 +240,7 @@ class FindEngine:
                 continue
             if verdict is not None:
                 if not verdict.within:
-                    check.reject(cand.reg, verdict, report)  # type: ignore[union-attr]
+                    check.reject(cand.reg, verdict, report, config)  # type: ignore[union-attr]
                     continue
                 notes = notes_of(cand.reg, state.context, canon, config)
                 check.keep(cand.reg, verdict, policy, notes)  # type: ignore[union-attr]

@@ -366,8 +366,9 @@ class Solver(ABC):
         """The largest relative error (max abs error / max abs reference) the solver's own
         arithmetic can reach on ``problem``, or None when it is exact up to float32
         accumulation (direct, GEMM). Algorithms that transform their operands (Winograd, FFT)
-        say how much they lose; verification accepts the larger of this and the data type's
-        tolerance, so a correct Winograd result is never reported as a failure.
+        say how much they lose. Find's accuracy check never reports an error within this as a
+        wrong answer (no deny-list entry); whether it is accurate enough to keep is the
+        policy's bound (docs/numerics.md).
         """
         return None
 
