@@ -90,7 +90,7 @@ def test_a_finddb_hit_in_a_new_process_imports_no_heavy_library() -> None:
     assert hit["solver"] == winner
     assert hit["heavy"] == [], (
         f"a FindDb hit imported {hit['heavy']}: import them where a solver runs (see "
-        "docs/performance.md, 'Warm start')"
+        "docs/performance-cpu-host.md, 'Warm start')"
     )
 
 

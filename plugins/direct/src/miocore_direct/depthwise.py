@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # imported where arrays are touched: declaring a solver, aski
 #: Parts the channels-last backward-weights pass splits its rows into (one partial sum each).
 WEIGHT_PARTS = 16
 
-# Cost model, measured on the 2-core development machine (docs/performance.md, CPU section):
+# Cost model, measured on the 2-core development machine (docs/performance-cpu-depthwise.md):
 # the kernels sustain about this many float32 multiply-adds per ns per thread (AVX2-width
 # loops, load-bound), staging copies move about this many GB/s, and every call pays the numba
 # dispatch and the thread-pool wake-up.
