@@ -238,6 +238,42 @@ def test_a_killed_worker_and_a_resumed_run_lose_nothing_and_tune_nothing_twice(
     assert (again.tuned, again.skipped) == (0, len(problems))
 
 
+def test_a_task_under_way_elsewhere_is_waited_for_then_skipped(tmp_path: Path) -> None:
+    """A stopped run's cancelled task runs on; the resumed run's copy of it must wait for it
+    and then skip it, not tune it a second time (the claim lock)."""
+    import threading
+
+    from miocore.solver.registry import default_registry
+    from miocore.tune.shards import append_log, claim, shard_dir, versions_signature
+    from miocore.tune.worker import run_task
+
+    problem = _tiny_problems()[0]
+    run = tmp_path / "run"
+    signature = versions_signature(default_registry())
+    task = {
+        "key": problem.key,
+        "direction": problem.direction.value,
+        "math_mode": "exact",
+        "exhaustive": False,
+        "run_dir": str(run),
+        "devices": ["cpu"],
+        "time_limit_s": None,
+        "versions": signature,
+        "prune": False,
+    }
+    results: list[dict[str, object]] = []
+    with claim(run, problem.key, "exact"):  # "another worker" is tuning it
+        twin = threading.Thread(target=lambda: results.append(run_task(task)))
+        twin.start()
+        twin.join(timeout=0.5)
+        assert twin.is_alive() and not results  # it waits
+        line = {"key": problem.key, "math_mode": "exact", "versions": signature}
+        append_log(shard_dir(run, "other"), {**line, "status": "ok", "best": "direct.naive"})
+    twin.join(timeout=30)
+    assert results and results[0]["skipped"] is True and results[0]["best"] == "direct.naive"
+    assert [ln["key"] for ln in iter_log(run)] == [problem.key]  # tuned once, by the other
+
+
 @pytest.mark.slow
 def test_two_workers_merge_into_what_one_worker_records(tmp_path: Path) -> None:
     pytest.importorskip("distributed")
