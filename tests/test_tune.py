@@ -238,6 +238,42 @@ def test_a_killed_worker_and_a_resumed_run_lose_nothing_and_tune_nothing_twice(
     assert (again.tuned, again.skipped) == (0, len(problems))
 
 
+def test_a_solver_that_fails_is_named_with_its_reason_in_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A problem's log line says which solvers failed and why, so that a solver missing
+    from one run's record and not another's can be explained."""
+    from fake_solvers import BrokenSolver, TimedSolver
+
+    import miocore
+    from miocore.solver.registry import Registry
+    from miocore.tune import worker
+
+    registry = Registry.from_solvers([TimedSolver("test.good", delay_s=0.0), BrokenSolver("run")])
+    handle = miocore.Handle("cpu", registry=registry, user_db_path=tmp_path / "db")
+    monkeypatch.setattr(worker, "_handle", lambda *args: handle)
+    problem = _tiny_problems()[0]
+    line = worker.run_task(
+        {
+            "key": problem.key,
+            "direction": problem.direction.value,
+            "math_mode": "exact",
+            "exhaustive": False,
+            "run_dir": str(tmp_path / "run"),
+            "devices": ["cpu"],
+            "time_limit_s": None,
+            "versions": "v",
+            "prune": False,
+        }
+    )
+    assert line["status"] == "ok" and line["best"] == "test.good"
+    assert set(line["solver_failures"]) == {"test.broken_run"}
+    assert "boom in run" in line["solver_failures"]["test.broken_run"]
+    assert [ln.get("solver_failures") for ln in iter_log(tmp_path / "run")] == [
+        line["solver_failures"]
+    ]
+
+
 def test_a_task_under_way_elsewhere_is_waited_for_then_skipped(tmp_path: Path) -> None:
     """A stopped run's cancelled task runs on; the resumed run's copy of it must wait for it
     and then skip it, not tune it a second time (the claim lock)."""

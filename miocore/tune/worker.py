@@ -125,6 +125,10 @@ def _tune(task: dict[str, Any], run_dir: Path) -> dict[str, Any]:
             best_ms=sols[0].time_ms,
             solvers=len(sols),
         )
+        if sols.report.failed:  # why a solver has no time in this problem's record
+            line["solver_failures"] = {
+                name: str(why)[:300] for name, why in sorted(sols.report.failed.items())
+            }
     except ProblemTimeLimit as exc:
         line.update(status="timeout", error=str(exc))
     except Exception as exc:  # recorded, and the run goes on
