@@ -2,9 +2,9 @@
 # The sm90 system database with `miocore tune`, ready for the GPU machine (docs/tuning.md).
 #
 # Here (dev machine), once:   bash benchmarks/gpu_tune.sh prepare
-#   Downloads what must travel, into .gpu/ (ignored by git): Dask distributed and its
-#   pure/binary dependencies for CPython 3.12 (the GPU machine has PyTorch, cuda-python and
-#   CuPy but no Dask and no package index), platformdirs, and the corpus.
+#   Downloads what must travel, into .gpu/ (ignored by git): Dask distributed and the few of
+#   its dependencies the GPU image lacks, for CPython 3.12, into .gpu/whl_dask (the image has
+#   PyTorch, cuda-python and CuPy but no Dask and no package index), platformdirs, the corpus.
 # There (run tool, carry [".gpu"]):   bash benchmarks/gpu_tune.sh run [PER_DIRECTION]
 #   Tunes a stratified corpus sample at full size (fp32, fp16, bf16; three directions; exact
 #   math, MATH_MODES=exact,tf32 for both) plus the perf_models layers given in $DRIVER_FILES, one Dask worker per GPU,
@@ -18,9 +18,12 @@ mode="${1:-run}"
 
 if [[ "$mode" == prepare ]]; then
   bash benchmarks/gpu_prepare.sh
-  python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux_2_28_x86_64 -d .gpu/whl "dask[distributed]>=2024.1"
+  # Only what the GPU image lacks, without dependencies: a second version of a package the
+  # image has (msgpack, psutil, cloudpickle...) would shadow it for torch and the rest.
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux_2_28_x86_64 -d .gpu/whl_dask "dask==${DASK_VERSION:-2026.8.0}" \
+    "distributed==${DASK_VERSION:-2026.8.0}" tornado tblib zict locket partd
   du -sh .gpu
   exit 0
 fi
@@ -34,7 +37,7 @@ PER_DIRECTION="${2:-40}"
 TUNE_SECONDS="${TUNE_SECONDS:-480}"
 # shellcheck source=/dev/null
 source benchmarks/gpu_device_env.sh
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl_dask/*.whl
 nvidia-smi --query-gpu=index,name,memory.total --format=csv | tee "$OUT/gpus.csv"
 driver_args=()
 for f in ${DRIVER_FILES:-}; do driver_args+=(--driver-file "$f"); done
