@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import random
@@ -127,6 +128,15 @@ def _first_run(
         distributed.Client(cluster) as client,
     ):
         pids = client.run(os.getpid)
+        run_on_cluster = functools.partial(
+            tune,
+            problems,
+            out_dir=run,
+            scheduler=cluster.scheduler_address,
+            device=args.device,
+            time_limit_s=args.time_limit,
+            merge_every=args.merge_every,
+        )
 
         def kill_then_stop(progress: Any) -> None:
             if progress.done >= kill_at:
@@ -136,15 +146,7 @@ def _first_run(
                 raise _Stop
 
         with contextlib.suppress(_Stop):
-            tune(
-                problems,
-                out_dir=run,
-                scheduler=cluster.scheduler_address,
-                device=args.device,
-                time_limit_s=args.time_limit,
-                merge_every=args.merge_every,
-                progress=kill_then_stop,
-            )
+            run_on_cluster(progress=kill_then_stop)
         stop_deadline = time.monotonic() + 120
         while any(client.processing().values()) and time.monotonic() < stop_deadline:
             time.sleep(0.5)
@@ -155,15 +157,7 @@ def _first_run(
                 raise _Stop
 
         try:
-            resumed = tune(
-                problems,
-                out_dir=run,
-                scheduler=cluster.scheduler_address,
-                device=args.device,
-                time_limit_s=args.time_limit,
-                merge_every=args.merge_every,
-                progress=budget,
-            )
+            resumed = run_on_cluster(progress=budget)
             stopped_by_budget = False
         except _Stop:
             resumed = None

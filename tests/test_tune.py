@@ -42,6 +42,21 @@ def _tiny_problems() -> list[ConvProblem]:
     return expand(base, directions=["forward", "backward_data", "backward_weights"])
 
 
+def _task(problem: ConvProblem, run: Path, versions: str) -> dict[str, object]:
+    """One problem's task as ``tune`` hands it to a worker (exact math, CPU, no limit)."""
+    return {
+        "key": problem.key,
+        "direction": problem.direction.value,
+        "math_mode": "exact",
+        "exhaustive": False,
+        "run_dir": str(run),
+        "devices": ["cpu"],
+        "time_limit_s": None,
+        "versions": versions,
+        "prune": False,
+    }
+
+
 def _device_id() -> str:
     from miocore.backends import open_backend
 
@@ -253,19 +268,7 @@ def test_a_solver_that_fails_is_named_with_its_reason_in_the_log(
     handle = miocore.Handle("cpu", registry=registry, user_db_path=tmp_path / "db")
     monkeypatch.setattr(worker, "_handle", lambda *args: handle)
     problem = _tiny_problems()[0]
-    line = worker.run_task(
-        {
-            "key": problem.key,
-            "direction": problem.direction.value,
-            "math_mode": "exact",
-            "exhaustive": False,
-            "run_dir": str(tmp_path / "run"),
-            "devices": ["cpu"],
-            "time_limit_s": None,
-            "versions": "v",
-            "prune": False,
-        }
-    )
+    line = worker.run_task(_task(problem, tmp_path / "run", "v"))
     assert line["status"] == "ok" and line["best"] == "test.good"
     assert set(line["solver_failures"]) == {"test.broken_run"}
     assert "boom in run" in line["solver_failures"]["test.broken_run"]
@@ -286,17 +289,7 @@ def test_a_task_under_way_elsewhere_is_waited_for_then_skipped(tmp_path: Path) -
     problem = _tiny_problems()[0]
     run = tmp_path / "run"
     signature = versions_signature(default_registry())
-    task = {
-        "key": problem.key,
-        "direction": problem.direction.value,
-        "math_mode": "exact",
-        "exhaustive": False,
-        "run_dir": str(run),
-        "devices": ["cpu"],
-        "time_limit_s": None,
-        "versions": signature,
-        "prune": False,
-    }
+    task = _task(problem, run, signature)
     results: list[dict[str, object]] = []
     with claim(run, problem.key, "exact"):  # "another worker" is tuning it
         twin = threading.Thread(target=lambda: results.append(run_task(task)))
