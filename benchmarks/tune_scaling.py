@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from miocore.db.finddb import FindDb
+from miocore.solver.results import tie_margin
 from miocore.tune import local_cluster, problems_from_corpus, tune
 from miocore.tune.shards import iter_log
 
@@ -71,7 +72,7 @@ def _within_noise(mine: dict[str, Any], other: dict[str, Any], noise: float = 0.
         return False
     t_w, s_w = other[winner]
     t_b, s_b = other[best]
-    return t_w - t_b <= max(noise * t_b, min(s_w, s_b))
+    return t_w - t_b <= tie_margin(t_b, (s_w, s_b), noise)
 
 
 class GpuSampler:

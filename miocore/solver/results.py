@@ -156,6 +156,13 @@ class Solutions(list[Solution]):
         self.report = report
 
 
+def tie_margin(faster_ms: float, spreads: Sequence[float], noise: float = 0.03) -> float:
+    """How much slower than ``faster_ms`` a time may be and still count as tied: ``noise``
+    times the faster time, or the smaller of the two spreads when both are known and that is
+    larger (once one of the two is measured precisely, a larger difference is real)."""
+    return max(noise * faster_ms, min(spreads) if len(spreads) == 2 else 0.0)
+
+
 def order_with_ties(solutions: Sequence[Solution], noise: float = 0.03) -> list[Solution]:
     """Sort fastest first; times within noise of the leader of a group count as tied.
 
@@ -173,11 +180,8 @@ def order_with_ties(solutions: Sequence[Solution], noise: float = 0.03) -> list[
         j = i + 1
         while j < len(by_time):
             other = by_time[j]
-            # The smaller spread bounds the noise: once one of the two is measured precisely,
-            # a difference larger than its spread is real.
             spreads = [s.timing.spread_ms for s in (leader, other) if s.timing is not None]
-            margin = max(noise * leader.time_ms, min(spreads) if len(spreads) == 2 else 0.0)
-            if other.time_ms - leader.time_ms > margin:
+            if other.time_ms - leader.time_ms > tie_margin(leader.time_ms, spreads, noise):
                 break
             group.append(other)
             j += 1
