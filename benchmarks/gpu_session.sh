@@ -30,6 +30,8 @@
 #               DW_DIRECTIONS, DTYPES narrow it)
 #   firstfind   the first find of MODELS twice in one machine session: with a cold binary
 #               cache, then with an empty database and the binary cache kept
+#   findprofile where a first find's time goes, per phase and solver family, with a cold
+#               and a warm binary cache (gpu_find_profile.py; PROFILE_MODELS, DTYPES)
 #   scaling     issue 19 on a several-GPU kind: `miocore tune` over the full-size corpus sample
 #               (batch cut to MAX_GFLOP) with one worker per GPU, a worker killed and the run
 #               resumed, then 1 worker against N on the same problems (tune_scaling.py); needs
@@ -46,7 +48,7 @@
 #               LIMIT held-out problems and the layers of the MIOpenDriver files carried in
 #               .gpu/perf_models (find_quality.py, batch cut to MAX_GFLOP)
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|scaling|gpudb|quality}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|scaling|gpudb|quality}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -125,6 +127,23 @@ case "$STAGE" in
         >"$OUT/firstfind_$cache.log" 2>&1
       grep -a first_find "$OUT/firstfind_$cache.log" | cut -c1-160
     done
+    ;;
+  findprofile)
+    # A first find split by phase (gpu_find_profile.py): per model a pass with a cold
+    # binary cache, one with an empty database and the cache warm, one more under cProfile.
+    for model in ${PROFILE_MODELS:-resnet50 efficientnet_b0}; do
+      for pass in cold warm prof; do
+        extra=""
+        [ "$pass" = prof ] && extra="--profile /tmp/fprof/$model-prof.txt"
+        mkdir -p /tmp/fprof
+        # shellcheck disable=SC2086
+        timeout 200 python3 benchmarks/gpu_find_profile.py --model "$model" \
+          --dtype "${DTYPES%% *}" --db "/tmp/fprof-db-$model-$pass" \
+          --out "/tmp/fprof/$model-$pass.json" $extra >"/tmp/fprof/$model-$pass.log" 2>&1
+        grep -av Warning "/tmp/fprof/$model-$pass.log" | head -45
+      done
+    done
+    tar -czf "$OUT/findprofile.tgz" -C /tmp fprof
     ;;
   scaling)
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site3 \

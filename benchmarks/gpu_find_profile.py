@@ -1,0 +1,172 @@
+"""Where a first find's time goes: every problem of a model's ``prepare`` split by phase.
+
+One process per pass (the handle reads the user database folder once): run it first with a
+cold binary cache to fill it, then again with an empty database to measure a first find with
+a warm binary cache. The find machinery's phases are wrapped with wall clocks (nested phases
+are named by their parent: ``alternatives.time`` is timing inside the alternatives pass), and
+``build`` and ``time`` are also split per solver family; ``--profile`` adds a cProfile of the
+whole pass (its overhead inflates the Python-heavy parts, so compare phases from a pass
+without it).
+
+    python benchmarks/gpu_find_profile.py --model resnet50 --db /tmp/db1 --out pass.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import cProfile
+import io
+import json
+import os
+import pstats
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+#: phase -> [seconds, calls]
+TOTALS: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+#: (phase, solver) -> [seconds, calls]
+PER_SOLVER: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0])
+_STACK: list[str] = []
+
+
+def _wrap(owner: Any, attr: str, phase: str, solver_of: Callable[..., str] | None = None) -> None:
+    """Replace ``owner.attr`` by a wrapper that adds its wall time to ``phase``."""
+    inner = getattr(owner, attr)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        name = ".".join([*_STACK[-1:], phase]) if _STACK else phase
+        _STACK.append(phase)
+        start = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            spent = time.perf_counter() - start
+            _STACK.pop()
+            TOTALS[name][0] += spent
+            TOTALS[name][1] += 1
+            if solver_of is not None:
+                try:
+                    solver = solver_of(*args, **kwargs)
+                except Exception:
+                    solver = "?"
+                per = PER_SOLVER[(name, solver)]
+                per[0] += spent
+                per[1] += 1
+
+    setattr(owner, attr, wrapper)
+
+
+def _family(name: str) -> str:
+    """A solver's family for the per-solver table: cuDNN's engines as one row each kind."""
+    return name if not name.startswith("cudnn.") else "cudnn.*"
+
+
+def instrument() -> None:
+    """Wrap the find machinery's phases (must run before the first find)."""
+    from miocore.find import engine, handle, runner, verify
+    from miocore.find.candidates import Candidates
+
+    _wrap(handle.Handle, "find_solutions", "find")
+    _wrap(handle, "recorded_hit", "hit_lookup")
+    _wrap(Candidates, "select", "candidates")
+    _wrap(engine.FindEngine, "_dynamic_only", "dynamic_only")
+    _wrap(engine.FindEngine, "_buffers", "random_data")
+    _wrap(engine.FindEngine, "_precompile", "precompile")
+    _wrap(engine.FindEngine, "_alternatives", "alternatives")
+    _wrap(engine.FindEngine, "write_record", "write_record")
+    _wrap(runner.Runner, "build", "build", lambda self, problem, reg, config: _family(reg.name))
+    _wrap(
+        engine.FindEngine,
+        "_time",
+        "time",
+        lambda self, canon, entry, *a, **k: _family(entry.solver),
+    )
+    _wrap(verify.AccuracyCheck, "__init__", "verify_setup")
+    _wrap(verify.AccuracyCheck, "measure", "verify")
+    _wrap(verify.AccuracyCheck, "poison", "poison")
+    _wrap(verify, "against_plain_paths", "verify_plain")
+    try:  # cuDNN's side, where miocore-cudnn is installed
+        from miocore_cudnn import _plans
+    except ImportError:
+        return
+    _wrap(_plans.ProblemPlans, "__init__", "cudnn_heuristics")
+    _wrap(_plans.ProblemPlans, "build", "cudnn_plan_build")
+    _wrap(_plans.ProblemPlans, "is_transform", "cudnn_is_transform")
+    _wrap(_plans.ProblemPlans, "_variant", "cudnn_variant")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="resnet50")
+    parser.add_argument("--dtype", default="float16")
+    parser.add_argument("--db", type=Path, required=True, help="user database folder")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--profile", type=Path, default=None, help="write cProfile stats here")
+    parser.add_argument("--forward-only", action="store_true")
+    args = parser.parse_args()
+    os.environ["MIOCORE_USER_DB_PATH"] = str(args.db)
+    from gpu_models import DTYPES, build
+
+    import miocore.torch as mt
+
+    instrument()
+    dtype = DTYPES[args.dtype]
+    torch.backends.cudnn.allow_tf32 = True
+    model, shape = build(args.model)
+    model = model.to("cuda", dtype=dtype, memory_format=torch.channels_last)
+    mio = mt.convert(copy.deepcopy(model))
+    x = torch.randn(shape, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
+    profiler = cProfile.Profile() if args.profile else None
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    if profiler is not None:
+        profiler.enable()
+    mt.prepare(mio, x, backward=not args.forward_only, progress=False)
+    torch.cuda.synchronize()
+    if profiler is not None:
+        profiler.disable()
+    wall = time.perf_counter() - start
+    finds = int(TOTALS["find"][1])
+    row: dict[str, Any] = {
+        "model": args.model,
+        "dtype": args.dtype,
+        "wall_s": wall,
+        "finds": finds,
+        "ms_per_find": 1e3 * wall / max(1, finds),
+        "phases": {k: {"s": v[0], "calls": v[1]} for k, v in sorted(TOTALS.items())},
+        "per_solver": [
+            {"phase": p, "solver": s, "s": v[0], "calls": v[1]}
+            for (p, s), v in sorted(PER_SOLVER.items(), key=lambda kv: -kv[1][0])
+        ],
+    }
+    if profiler is not None:
+        stats_text = io.StringIO()
+        stats = pstats.Stats(profiler, stream=stats_text)
+        stats.sort_stats("cumulative").print_stats(60)
+        stats.sort_stats("tottime").print_stats(40)
+        args.profile.write_text(stats_text.getvalue())
+    args.out.write_text(json.dumps(row, indent=1))
+    print(
+        f"{args.model} {args.dtype}: {finds} finds in {wall:.2f} s "
+        f"({row['ms_per_find']:.0f} ms each)"
+    )
+    for name, (spent, calls) in sorted(TOTALS.items(), key=lambda kv: -kv[1][0]):
+        print(
+            f"  {name:28s} {spent:8.3f} s {int(calls):6d} calls "
+            f"{1e3 * spent / max(1, finds):8.1f} ms/find"
+        )
+    for item in row["per_solver"][:25]:
+        print(f"  {item['phase']:24s} {item['solver']:28s} {item['s']:8.3f} s {item['calls']:5d}")
+
+
+if __name__ == "__main__":
+    main()
