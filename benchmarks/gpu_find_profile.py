@@ -46,8 +46,11 @@ def _wrap(owner: Any, attr: str, phase: str, solver_of: Callable[..., str] | Non
         name = ".".join([*_STACK[-1:], phase]) if _STACK else phase
         _STACK.append(phase)
         start = time.perf_counter()
+        failed = True
         try:
-            return inner(*args, **kwargs)
+            out = inner(*args, **kwargs)
+            failed = False
+            return out
         finally:
             spent = time.perf_counter() - start
             _STACK.pop()
@@ -58,7 +61,7 @@ def _wrap(owner: Any, attr: str, phase: str, solver_of: Callable[..., str] | Non
                     solver = solver_of(*args, **kwargs)
                 except Exception:
                     solver = "?"
-                per = PER_SOLVER[(name, solver)]
+                per = PER_SOLVER[(name, solver + (" (raised)" if failed else ""))]
                 per[0] += spent
                 per[1] += 1
 
@@ -99,7 +102,12 @@ def instrument() -> None:
     except ImportError:
         return
     _wrap(_plans.ProblemPlans, "__init__", "cudnn_heuristics")
-    _wrap(_plans.ProblemPlans, "build", "cudnn_plan_build")
+    _wrap(
+        _plans.ProblemPlans,
+        "build",
+        "cudnn_plan_build",
+        lambda self, config: f"eng{config.engine}" + (" built" if config.workspace else ""),
+    )
     _wrap(_plans.ProblemPlans, "is_transform", "cudnn_is_transform")
     _wrap(_plans.ProblemPlans, "_variant", "cudnn_variant")
 

@@ -32,6 +32,8 @@
 #               cache, then with an empty database and the binary cache kept
 #   findprofile where a first find's time goes, per phase and solver family, with a cold
 #               and a warm binary cache (gpu_find_profile.py; PROFILE_MODELS, DTYPES)
+#   findab      the first find with a warm binary cache, this tree against .old (a
+#               `git archive` of another commit), alternating (gpu_find_profile.py)
 #   scaling     issue 19 on a several-GPU kind: `miocore tune` over the full-size corpus sample
 #               (batch cut to MAX_GFLOP) with one worker per GPU, a worker killed and the run
 #               resumed, then 1 worker against N on the same problems (tune_scaling.py); needs
@@ -48,7 +50,7 @@
 #               LIMIT held-out problems and the layers of the MIOpenDriver files carried in
 #               .gpu/perf_models (find_quality.py, batch cut to MAX_GFLOP)
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|scaling|gpudb|quality}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|scaling|gpudb|quality}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -144,6 +146,25 @@ case "$STAGE" in
       done
     done
     tar -czf "$OUT/findprofile.tgz" -C /tmp fprof
+    ;;
+  findab)
+    # The first find with a warm binary cache, this tree against the one in .old (a
+    # `git archive` of the commit before), alternating, per model (gpu_find_profile.py).
+    old_path="$PWD/.old:/tmp/site:$(ls -d "$PWD"/.old/plugins/*/src | grep -v _template | paste -sd:)"
+    new_path="$PYTHONPATH"
+    mkdir -p /tmp/fab
+    for model in ${PROFILE_MODELS:-resnet50 efficientnet_b0}; do
+      for pass in old-cold old-1 new-1 old-2 new-2; do
+        tree="${pass%%-*}"
+        if [ "$tree" = old ]; then export PYTHONPATH="$old_path"; else export PYTHONPATH="$new_path"; fi
+        timeout 200 python3 benchmarks/gpu_find_profile.py --model "$model" \
+          --dtype "${DTYPES%% *}" --db "/tmp/fab/db-$model-$pass" \
+          --out "/tmp/fab/$model-$pass.json" >"/tmp/fab/$model-$pass.log" 2>&1
+        grep -av Warning "/tmp/fab/$model-$pass.log" | head -3
+      done
+    done
+    export PYTHONPATH="$new_path"
+    tar -czf "$OUT/findab.tgz" -C /tmp fab
     ;;
   scaling)
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site3 \

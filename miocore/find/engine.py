@@ -32,9 +32,20 @@ from miocore.find.state import FindState
 from miocore.problem.conv import ConvProblem
 from miocore.solver.interface import InvokeParams, PerfConfig, TunableSolver
 from miocore.solver.numerics import AccuracyPolicy
-from miocore.solver.results import FindReport, Solution, Timing, order_with_ties
+from miocore.solver.results import FindReport, Solution, Timing, order_with_ties, tie_margin
 
 log = logging.getLogger("miocore.find")
+
+#: Timed runs after which a candidate whose times all lie within the noise rule's margin of
+#: each other (:func:`~miocore.solver.results.tie_margin`) is measured: more runs could not
+#: move its median out of a tie with itself.
+STEADY_RUNS = 5
+
+
+def _steady(samples: Sequence[float]) -> bool:
+    fastest = min(samples)
+    return max(samples) - fastest <= tie_margin(fastest, [])
+
 
 #: Called during find as ``progress(done, total, solver_name)``.
 ProgressCallback = Callable[[int, int, str], None]
@@ -400,6 +411,8 @@ class FindEngine:
         while len(samples) < max_runs:
             samples.append(backend.time_ms(run))
             if len(samples) >= min_runs and sum(samples) >= min_total_ms:
+                break
+            if len(samples) >= STEADY_RUNS and _steady(samples):
                 break
         return Timing.from_samples(samples), ""
 

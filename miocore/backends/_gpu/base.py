@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -50,9 +51,18 @@ from miocore.solver.interface import DeviceInfo, KernelInfo
 
 log = logging.getLogger("miocore.gpu")
 
-#: Clock cycles the spin kernel holds the stream before a timed run (~0.25 ms at 2 GHz): longer
-#: than the host needs to enqueue a solution's launches.
-SPIN_CYCLES = 500_000
+#: Clock cycles per millisecond of the spin kernel's lead (``clock64`` counts SM cycles, about
+#: 2 GHz on the GPUs we run; a slower clock only lengthens the lead).
+SPIN_CYCLES_PER_MS = 2_000_000
+#: The lead of a timed run's first call (~0.25 ms): longer than the host needs to enqueue
+#: most solutions' launches.
+FIRST_LEAD_MS = 0.25
+#: The shortest lead, and the lead per millisecond the last timed call's host side took.
+MIN_LEAD_MS = 0.04
+LEAD_PER_HOST_MS = 2.0
+#: A timed call whose host side outlasted its lead is timed again (with the longer lead),
+#: at most this many times.
+LEAD_RETRIES = 3
 
 
 class Driver(Protocol):
@@ -110,9 +120,12 @@ class GpuBackend(KernelCompiler, DeviceTensors):
         self._functions: dict[tuple[str, str], Any] = {}
         self._failures: dict[str, CompileError] = {}
         self._binaries: dict[str, bytes] = {}
+        self._parts_memo: dict[tuple[Any, ...], Any] = {}
         self._cache: KernelCache | None = None
         self._blas: Any = None
         self._capture_stream: Any = None
+        #: How long the next timed call's spin kernel holds the stream (see ``time_ms``).
+        self._lead_ms = FIRST_LEAD_MS
         #: Where binaries came from in this process: compiled, disk cache, memory.
         self.stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0}
         self.stream_handle = 0
@@ -199,19 +212,34 @@ class GpuBackend(KernelCompiler, DeviceTensors):
     def time_ms(self, run: Callable[[], None]) -> float:
         """Device milliseconds of ``run`` between two events on this backend's stream.
 
-        A spin kernel (:data:`SPIN_CYCLES`) goes first, so ``run``'s launches are queued
-        while the GPU is still busy: the events then time the device work alone, and a
-        solution of several launches is not charged for the host's launch overhead (which
-        ``immediate`` and ``run_solution`` add once per call, whatever solver runs)."""
+        A spin kernel goes first, so ``run``'s launches are queued while the GPU is still
+        busy: the events then time the device work alone, and a solution of several launches
+        is not charged for the host's launch overhead (which ``immediate`` and
+        ``run_solution`` add once per call, whatever solver runs). The spin lasts twice as
+        long as the previous call's host side took (:data:`LEAD_PER_HOST_MS`, at least
+        :data:`MIN_LEAD_MS`): a find times each candidate several times in a row, and a fixed
+        quarter millisecond per run was most of a small layer's find. A call whose host side
+        outlasted its spin (the device then waited for the host inside the events) is timed
+        again with a longer one."""
         driver = self.driver
         start, end = self._events()
         spin = self._spin()
-        if spin is not None:
-            spin.launch(self._spin_args, grid=(1,), block=(1,))
-        driver.record(start, self.stream_object)
-        run()
-        driver.record(end, self.stream_object)
-        return driver.elapsed_ms(start, end)
+        stream = self.stream_object
+        elapsed = 0.0
+        for _ in range(1 + LEAD_RETRIES):
+            lead = self._lead_ms
+            if spin is not None:
+                spin.launch(self._spin_args(lead), grid=(1,), block=(1,))
+            began = time.perf_counter()
+            driver.record(start, stream)
+            run()
+            driver.record(end, stream)
+            host_ms = (time.perf_counter() - began) * 1e3
+            elapsed = driver.elapsed_ms(start, end)
+            self._lead_ms = max(MIN_LEAD_MS, LEAD_PER_HOST_MS * host_ms)
+            if spin is None or host_ms < lead:
+                break
+        return elapsed
 
     def _spin(self) -> CompiledKernel | None:
         spin = getattr(self, "_spin_kernel", False)
@@ -229,8 +257,10 @@ class GpuBackend(KernelCompiler, DeviceTensors):
             except MiocoreError:  # timing still works, only with launch overhead included
                 spin = None
             self._spin_kernel = spin
-            self._spin_args = KernelArgs([("i64", SPIN_CYCLES)])
         return spin
+
+    def _spin_args(self, lead_ms: float) -> KernelArgs:
+        return KernelArgs([("i64", int(lead_ms * SPIN_CYCLES_PER_MS))])
 
     def _events(self) -> tuple[Any, Any]:
         events = getattr(self, "_event_pair", None)

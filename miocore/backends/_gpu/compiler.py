@@ -13,6 +13,7 @@ compile (source with line numbers, compiler log).
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -40,8 +41,10 @@ DTYPE_OPTIONS = {
 CORE_NAMESPACE = "miocore"
 
 
+@functools.cache
 def core_kernel_dir() -> Path:
-    """The core's kernel folder: ``miocore/_kernels`` in a wheel, ``kernels/`` in a checkout."""
+    """The core's kernel folder: ``miocore/_kernels`` in a wheel, ``kernels/`` in a checkout
+    (fixed for the process: where the package was imported from)."""
     package = Path(__file__).resolve().parents[2]
     installed = package / "_kernels"
     if installed.is_dir():
@@ -73,6 +76,7 @@ class KernelCompiler:
     _failures: dict[str, CompileError]
     _binaries: dict[str, bytes]
     _cache: KernelCache | None
+    _parts_memo: dict[tuple[Any, ...], tuple[CacheKeyParts, Path, tuple[Path, ...], Any]]
     stats: dict[str, int]
 
     # -- registry binding: where kernel sources live ----------------------------------------------
@@ -139,6 +143,28 @@ class KernelCompiler:
         return self._cache
 
     def _parts(self, info: KernelInfo) -> tuple[CacheKeyParts, Path]:
+        """What ``info``'s binary depends on, and its source file. Remembered per source,
+        options and declared folders while none of the files it read changed (their sizes
+        and modification times, and the folders' for a header added or removed): every find
+        asks for each candidate's kernels, and reading and hashing them costs a millisecond."""
+        namespace = info.source.rpartition("/")[0]
+        folders = tuple(str(folder) for _, folder, _ in self._source_folders(namespace))
+        memo_key = (info.source, tuple(info.options), folders)
+        memo = self._parts_memo
+        found = memo.get(memo_key)
+        if found is not None and _stamp(found[2]) == found[3]:
+            return found[0], found[1]
+        parts, path = self._read_parts(info)
+        include_dirs = [core_kernel_dir(), path.parent]
+        watched = (path, *include_dirs, *_headers_in(include_dirs))
+        stamp = _stamp(watched)
+        with self._lock:
+            if len(memo) >= _PARTS_MEMO:
+                memo.clear()
+            memo[memo_key] = (parts, path, watched, stamp)
+        return parts, path
+
+    def _read_parts(self, info: KernelInfo) -> tuple[CacheKeyParts, Path]:
         path = self.resolve_source(info.source)
         include_dirs = [core_kernel_dir(), path.parent]
         parts = CacheKeyParts(
@@ -255,6 +281,34 @@ class KernelCompiler:
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="miocore-nvrtc") as ex:
                 list(ex.map(build, unique.values()))
         return failures
+
+
+#: Kernels whose cache key parts a backend remembers (forgotten all at once past it).
+_PARTS_MEMO = 4096
+
+
+def _headers_in(folders: Sequence[Path]) -> list[Path]:
+    """The header files :func:`collect_headers` reads from ``folders``."""
+    return [
+        path
+        for folder in folders
+        if folder.is_dir()
+        for path in folder.iterdir()
+        if path.suffix in (".h", ".hpp", ".cuh")
+    ]
+
+
+def _stamp(paths: Sequence[Path]) -> tuple[tuple[int, int] | None, ...]:
+    """Size and modification time of each path (None where it is gone)."""
+    out: list[tuple[int, int] | None] = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            out.append(None)
+            continue
+        out.append((st.st_size, st.st_mtime_ns))
+    return tuple(out)
 
 
 def _compile_message(

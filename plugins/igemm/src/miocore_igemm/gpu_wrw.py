@@ -22,6 +22,7 @@ the same tiles (correct, slow).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from miocore import (
@@ -177,6 +178,56 @@ def default_split(ctx: ExecutionContext, p: ConvProblem, bm: int, bn: int) -> in
     return 1 if split == 2 else split
 
 
+def _fits(p: ConvProblem, cfg: PerfConfig, limit: int) -> bool:
+    s = geometry(p)
+    if cfg["bm"] * cfg["bn"] > 256 * 128:
+        return False  # 64 x 64 fp32 accumulators per thread at most
+    if shared_bytes(p, cfg) > limit:
+        return False
+    if s["g"] * -(-s["kg"] // cfg["bm"]) > _GRID_LIMIT:
+        return False
+    if -(-s["r"] // cfg["bn"]) > 2**31 - 1:
+        return False
+    veca, vecb = vector_widths(p)
+    # scalar loads: keep the per-thread row table (bk x tile columns / 256 rows) small
+    if veca == 1 and (cfg["bm"] > 64 or cfg["bk"] > 32):
+        return False
+    if vecb == 1 and (cfg["bn"] > 64 or cfg["bk"] > 32):
+        return False
+    split, atomic = cfg["split"], cfg["atomic"]
+    if split == 1:
+        return atomic == 0
+    if _rtiles(p, cfg["bk"]) < 4 * split:
+        return False
+    return split_workspace(p, split, atomic) <= MAX_SPLIT_WORKSPACE
+
+
+@functools.lru_cache(maxsize=1024)
+def _space(problem: ConvProblem, limit: int) -> tuple[PerfConfig, ...]:
+    """:meth:`_GpuWrwBase.perf_config_space` within ``limit`` bytes of shared memory."""
+    p = problem
+    if p.spatial_dims != 2 or p.dtype not in _BK or p.direction is not Direction.BACKWARD_WEIGHTS:
+        return ()
+    s = geometry(p)
+    out = []
+    for bm in _BM:
+        if bm > max(64, pow2_at_least(s["kg"])):
+            continue
+        for bn in _BN:
+            if bn > max(64, pow2_at_least(s["r"])):
+                continue
+            for bk in _BK[p.dtype]:
+                for stages in _STAGES:
+                    for split in _SPLITS:
+                        for atomic in (1, 0):
+                            cfg = PerfConfig(
+                                bm=bm, bn=bn, bk=bk, stages=stages, split=split, atomic=atomic
+                            )
+                            if _fits(p, cfg, limit):
+                                out.append(cfg)
+    return tuple(out)
+
+
 class _GpuWrwBase(MmaSolverBase):
     """Shared by both solvers; subclasses set the dtypes and the math-mode condition."""
 
@@ -204,57 +255,11 @@ class _GpuWrwBase(MmaSolverBase):
 
     # -- configs -------------------------------------------------------------------------------
 
-    def _fits(self, ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> bool:
-        s = geometry(p)
-        if cfg["bm"] * cfg["bn"] > 256 * 128:
-            return False  # 64 x 64 fp32 accumulators per thread at most
-        if shared_bytes(p, cfg) > shared_limit(ctx):
-            return False
-        if s["g"] * -(-s["kg"] // cfg["bm"]) > _GRID_LIMIT:
-            return False
-        if -(-s["r"] // cfg["bn"]) > 2**31 - 1:
-            return False
-        veca, vecb = vector_widths(p)
-        # scalar loads: keep the per-thread row table (bk x tile columns / 256 rows) small
-        if veca == 1 and (cfg["bm"] > 64 or cfg["bk"] > 32):
-            return False
-        if vecb == 1 and (cfg["bn"] > 64 or cfg["bk"] > 32):
-            return False
-        split, atomic = cfg["split"], cfg["atomic"]
-        if split == 1:
-            return atomic == 0
-        if _rtiles(p, cfg["bk"]) < 4 * split:
-            return False
-        return split_workspace(p, split, atomic) <= MAX_SPLIT_WORKSPACE
-
     def perf_config_space(self, ctx: ExecutionContext, problem: ConvProblem) -> list[PerfConfig]:
         """Tiles x reduction rows per stage x pipeline depth x split-K (atomic or slabs) that
-        fit, no tile wider than the group's channels or filter columns need."""
-        p = problem
-        if (
-            p.spatial_dims != 2
-            or p.dtype not in _BK
-            or p.direction is not Direction.BACKWARD_WEIGHTS
-        ):
-            return []
-        s = geometry(p)
-        out = []
-        for bm in _BM:
-            if bm > max(64, pow2_at_least(s["kg"])):
-                continue
-            for bn in _BN:
-                if bn > max(64, pow2_at_least(s["r"])):
-                    continue
-                for bk in _BK[p.dtype]:
-                    for stages in _STAGES:
-                        for split in _SPLITS:
-                            for atomic in (1, 0):
-                                cfg = PerfConfig(
-                                    bm=bm, bn=bn, bk=bk, stages=stages, split=split, atomic=atomic
-                                )
-                                if self._fits(ctx, p, cfg):
-                                    out.append(cfg)
-        return out
+        fit, no tile wider than the group's channels or filter columns need (the same for
+        every call alike: remembered, a find asks for it several times per problem)."""
+        return list(_space(problem, shared_limit(ctx)))
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
         """:func:`default_tile` (narrower where the scalar load path or the space requires),
@@ -294,7 +299,7 @@ class _GpuWrwBase(MmaSolverBase):
             return False
         if stages not in _STAGES or split not in _SPLITS or atomic not in (0, 1):
             return False
-        return self._fits(ctx, p, config)
+        return _fits(p, config, shared_limit(ctx))
 
     # -- cost ----------------------------------------------------------------------------------
 

@@ -1,0 +1,129 @@
+"""What a GPU find spends per candidate, on the CPU with pretend drivers: the timed run's spin
+lead follows the host's enqueue time (and a call whose host side outlasted it is timed again),
+and a kernel's cache key is read and hashed once while its files stay as they were."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_gpu_binaries_ready import PretendDriver
+
+from miocore import KernelInfo
+from miocore.backends._gpu import base
+from miocore.backends._gpu.base import GpuBackend
+
+
+class TimingDriver(PretendDriver):
+    """Records each launch's first 64-bit argument (the spin kernel's cycles)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spins: list[int] = []
+
+    def event(self) -> object:
+        return object()
+
+    def record(self, event: Any, stream: Any) -> None:
+        pass
+
+    def elapsed_ms(self, start: Any, end: Any) -> float:
+        return 0.5
+
+    def launch(
+        self, function: Any, grid: Any, block: Any, shared: int, stream: Any, address: int
+    ) -> None:
+        slot = ctypes.cast(address, ctypes.POINTER(ctypes.c_void_p))[0]
+        self.spins.append(ctypes.c_int64.from_address(slot).value)
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("MIOCORE_KERNEL_CACHE_PATH", str(tmp_path / "kernels"))
+    return tmp_path / "kernels"
+
+
+def _cycles(ms: float) -> int:
+    return int(ms * base.SPIN_CYCLES_PER_MS)
+
+
+def test_the_spin_lead_follows_the_host_and_a_late_host_is_timed_again(cache_dir: Path) -> None:
+    backend = GpuBackend(TimingDriver())
+    backend.bind_registry(lambda: None)
+    driver = backend.driver
+    calls: list[float] = []
+
+    def slow_once() -> None:
+        calls.append(time.perf_counter())
+        if len(calls) == 1:
+            time.sleep(0.002)  # the host enqueues for 2 ms: past the first 0.25 ms lead
+
+    assert backend.time_ms(slow_once) == 0.5
+    assert len(calls) == 2  # timed again, with a lead that covers the slow host
+    assert driver.spins[0] == _cycles(base.FIRST_LEAD_MS)
+    assert driver.spins[1] >= _cycles(2 * 2.0)
+    # A quick host brings the lead down to its floor for the next call.
+    backend.time_ms(lambda: None)
+    assert driver.spins[2] == _cycles(base.MIN_LEAD_MS)
+    assert len(driver.spins) == 3
+
+
+def _plugin_backend(folder: Path) -> tuple[GpuBackend, KernelInfo]:
+    class Record:
+        name = "pretend"
+        path = str(folder)
+
+    class Info:
+        label = "pretend 1.0"
+
+    class Registry:
+        kernel_sources = ((Info(), Record()),)
+
+    backend = GpuBackend(PretendDriver())
+    backend.bind_registry(lambda: Registry())
+    info = KernelInfo(source="pretend/k.cu", kernel_name="k", grid=(1,), block=(1,))
+    return backend, info
+
+
+def _touch_later(path: Path) -> None:
+    later = path.stat().st_mtime_ns + 1_000_000_000
+    os.utime(path, ns=(later, later))
+
+
+def test_a_kernels_key_is_read_once_until_its_files_change(
+    cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "src"
+    folder.mkdir()
+    source = folder / "k.cu"
+    source.write_text("// one\n")
+    backend, info = _plugin_backend(folder)
+    reads: list[str] = []
+    read_parts = GpuBackend._read_parts
+
+    def counting(self: GpuBackend, kernel: KernelInfo) -> Any:
+        reads.append(kernel.source)
+        return read_parts(self, kernel)
+
+    monkeypatch.setattr(GpuBackend, "_read_parts", counting)
+    first = backend._parts(info)[0].key
+    backend.compile([info])
+    assert backend.binaries_ready([info])
+    assert len(reads) == 1 and backend.driver.compiles == 1
+    # The source changes: a new key and a new compile.
+    source.write_text("// two\n")
+    _touch_later(source)
+    second = backend._parts(info)[0].key
+    assert second != first and len(reads) == 2
+    assert not backend.binaries_ready([info])
+    backend.compile([info])
+    assert backend.driver.compiles == 2
+    # A header added next to it joins the key (the folder's time changes).
+    (folder / "extra.h").write_text("#define X 1\n")
+    _touch_later(folder)
+    assert backend._parts(info)[0].key not in (first, second)
+    assert len(reads) == 3
