@@ -150,6 +150,7 @@ case "$STAGE" in
   findab)
     # The first find with a warm binary cache, this tree against the one in .old (a
     # `git archive` of the commit before), alternating, per model (gpu_find_profile.py).
+    [ -e .old/miocore/data/db ] || cp -r miocore/data/db .old/miocore/data/
     old_path="$PWD/.old:/tmp/site:$(ls -d "$PWD"/.old/plugins/*/src | grep -v _template | paste -sd:)"
     new_path="$PYTHONPATH"
     mkdir -p /tmp/fab
