@@ -68,9 +68,74 @@ def _wrap(owner: Any, attr: str, phase: str, solver_of: Callable[..., str] | Non
     setattr(owner, attr, wrapper)
 
 
+def _device_of(handle: Any) -> str:
+    """The device identity a cuDNN handle was made for (the loader's cache key)."""
+    from miocore_cudnn import _loader
+
+    for device, made in getattr(_loader, "_handles", {}).items():
+        if made is handle:
+            return str(device)
+    return ""
+
+
 def _family(name: str) -> str:
     """A solver's family for the per-solver table: cuDNN's engines as one row each kind."""
     return name if not name.startswith("cudnn.") else "cudnn.*"
+
+
+#: (problem, device identity, math mode) of every cuDNN plan set made, for --plan-probe
+SEEN_PLANS: list[tuple[Any, str, str]] = []
+#: cuDNN engines' reasons for not applying, with counts
+REASONS: dict[str, int] = defaultdict(int)
+
+
+def _note_reasons(handle: Any) -> None:
+    report = getattr(handle, "last_report", None)
+    for name, reason in getattr(report, "not_applicable", {}).items():
+        if name.startswith("cudnn."):
+            REASONS[f"{name}: {reason[:150]}"] += 1
+
+
+def plan_probe(count: int, threads: int) -> dict[str, Any]:
+    """Build every listed configuration's plan of ``count`` problems met in the pass from a
+    cold plan cache, one thread against ``threads`` (does cuDNN's build leave the GIL?)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from miocore_cudnn import _loader, _plans
+
+    cudnn, _ = _loader.frontend()
+    out: dict[str, Any] = {}
+    picked = SEEN_PLANS[:count]
+    for label, workers in (("sequential", 1), (f"{threads} threads", threads), ("again", 1)):
+        _plans.clear_cache()
+        start = time.perf_counter()
+        built = failed = 0
+        for problem, device, mode in picked:
+            handle, _ = _loader.handle_for(device)
+            plans = _plans.plans_for(cudnn, handle, device, problem, mode)
+            configs = [c for cs in plans.by_engine.values() for c in cs]
+
+            def build(config: Any, plans: Any = plans) -> bool:
+                try:
+                    plans.build(config)
+                    return True
+                except Exception:
+                    return False
+
+            if workers == 1:
+                results = [build(c) for c in configs]
+            else:
+                with ThreadPoolExecutor(workers) as pool:
+                    results = list(pool.map(build, configs))
+            built += sum(results)
+            failed += len(results) - sum(results)
+        out[label] = {
+            "s": time.perf_counter() - start,
+            "problems": len(picked),
+            "built": built,
+            "failed": failed,
+        }
+    return out
 
 
 def instrument() -> None:
@@ -79,6 +144,15 @@ def instrument() -> None:
     from miocore.find.candidates import Candidates
 
     _wrap(handle.Handle, "find_solutions", "find")
+    found = handle.Handle.find_solutions
+
+    def noting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return found(self, *args, **kwargs)
+        finally:
+            _note_reasons(self)
+
+    handle.Handle.find_solutions = noting  # type: ignore[method-assign]
     _wrap(handle, "recorded_hit", "hit_lookup")
     _wrap(Candidates, "select", "candidates")
     _wrap(engine.FindEngine, "_dynamic_only", "dynamic_only")
@@ -102,6 +176,13 @@ def instrument() -> None:
     except ImportError:
         return
     _wrap(_plans.ProblemPlans, "__init__", "cudnn_heuristics")
+    made = _plans.ProblemPlans.__init__
+
+    def remember(self: Any, cudnn: Any, handle: Any, problem: Any, math_mode: str) -> None:
+        made(self, cudnn, handle, problem, math_mode)
+        SEEN_PLANS.append((problem, _device_of(handle), math_mode))
+
+    _plans.ProblemPlans.__init__ = remember  # type: ignore[method-assign]
     _wrap(
         _plans.ProblemPlans,
         "build",
@@ -120,6 +201,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--profile", type=Path, default=None, help="write cProfile stats here")
     parser.add_argument("--forward-only", action="store_true")
+    parser.add_argument(
+        "--plan-probe", type=int, default=0, help="rebuild the plans of this many problems"
+    )
     args = parser.parse_args()
     os.environ["MIOCORE_USER_DB_PATH"] = str(args.db)
     from gpu_models import DTYPES, build
@@ -156,6 +240,10 @@ def main() -> None:
             for (p, s), v in sorted(PER_SOLVER.items(), key=lambda kv: -kv[1][0])
         ],
     }
+    row["cudnn_not_applicable"] = dict(sorted(REASONS.items(), key=lambda kv: -kv[1]))
+    if args.plan_probe:
+        row["plan_probe"] = plan_probe(args.plan_probe, 8)
+        print("plan probe:", json.dumps(row["plan_probe"]))
     if profiler is not None:
         stats_text = io.StringIO()
         stats = pstats.Stats(profiler, stream=stats_text)

@@ -54,15 +54,14 @@ log = logging.getLogger("miocore.gpu")
 #: Clock cycles per millisecond of the spin kernel's lead (``clock64`` counts SM cycles, about
 #: 2 GHz on the GPUs we run; a slower clock only lengthens the lead).
 SPIN_CYCLES_PER_MS = 2_000_000
-#: The lead of a timed run's first call (~0.25 ms): longer than the host needs to enqueue
-#: most solutions' launches.
-FIRST_LEAD_MS = 0.25
+#: The longest lead, and the first (~0.25 ms): longer than the host needs to enqueue most
+#: solutions' launches. Never more: an invoker that waits for the device inside its call
+#: (an allocation that synchronizes) outlasts any lead, and a lead grown after it would
+#: only be waited out.
+MAX_LEAD_MS = 0.25
 #: The shortest lead, and the lead per millisecond the last timed call's host side took.
 MIN_LEAD_MS = 0.04
 LEAD_PER_HOST_MS = 2.0
-#: A timed call whose host side outlasted its lead is timed again (with the longer lead),
-#: at most this many times.
-LEAD_RETRIES = 3
 
 
 class Driver(Protocol):
@@ -125,7 +124,7 @@ class GpuBackend(KernelCompiler, DeviceTensors):
         self._blas: Any = None
         self._capture_stream: Any = None
         #: How long the next timed call's spin kernel holds the stream (see ``time_ms``).
-        self._lead_ms = FIRST_LEAD_MS
+        self._lead_ms = MAX_LEAD_MS
         #: Where binaries came from in this process: compiled, disk cache, memory.
         self.stats = {"compiled": 0, "disk_hits": 0, "memory_hits": 0}
         self.stream_handle = 0
@@ -216,30 +215,22 @@ class GpuBackend(KernelCompiler, DeviceTensors):
         busy: the events then time the device work alone, and a solution of several launches
         is not charged for the host's launch overhead (which ``immediate`` and
         ``run_solution`` add once per call, whatever solver runs). The spin lasts twice as
-        long as the previous call's host side took (:data:`LEAD_PER_HOST_MS`, at least
-        :data:`MIN_LEAD_MS`): a find times each candidate several times in a row, and a fixed
-        quarter millisecond per run was most of a small layer's find. A call whose host side
-        outlasted its spin (the device then waited for the host inside the events) is timed
-        again with a longer one."""
+        long as the previous call's host side took (:data:`LEAD_PER_HOST_MS`, within
+        :data:`MIN_LEAD_MS` and :data:`MAX_LEAD_MS`): a find times each candidate several
+        times in a row, and a fixed quarter millisecond per run was most of a small layer's
+        find."""
         driver = self.driver
         start, end = self._events()
         spin = self._spin()
-        stream = self.stream_object
-        elapsed = 0.0
-        for _ in range(1 + LEAD_RETRIES):
-            lead = self._lead_ms
-            if spin is not None:
-                spin.launch(self._spin_args(lead), grid=(1,), block=(1,))
-            began = time.perf_counter()
-            driver.record(start, stream)
-            run()
-            driver.record(end, stream)
-            host_ms = (time.perf_counter() - began) * 1e3
-            elapsed = driver.elapsed_ms(start, end)
-            self._lead_ms = max(MIN_LEAD_MS, LEAD_PER_HOST_MS * host_ms)
-            if spin is None or host_ms < lead:
-                break
-        return elapsed
+        if spin is not None:
+            spin.launch(self._spin_args(self._lead_ms), grid=(1,), block=(1,))
+        began = time.perf_counter()
+        driver.record(start, self.stream_object)
+        run()
+        driver.record(end, self.stream_object)
+        host_ms = (time.perf_counter() - began) * 1e3
+        self._lead_ms = min(MAX_LEAD_MS, max(MIN_LEAD_MS, LEAD_PER_HOST_MS * host_ms))
+        return driver.elapsed_ms(start, end)
 
     def _spin(self) -> CompiledKernel | None:
         spin = getattr(self, "_spin_kernel", False)
