@@ -154,15 +154,17 @@ case "$STAGE" in
     old_path="$PWD/.old:/tmp/site:$(ls -d "$PWD"/.old/plugins/*/src | grep -v _template | paste -sd:)"
     new_path="$PYTHONPATH"
     mkdir -p /tmp/fab
-    for model in ${PROFILE_MODELS:-resnet50 efficientnet_b0}; do
-      for pass in old-cold old-1 new-1 old-2 new-2; do
-        tree="${pass%%-*}"
-        if [ "$tree" = old ]; then export PYTHONPATH="$old_path"; else export PYTHONPATH="$new_path"; fi
-        timeout 200 python3 benchmarks/gpu_find_profile.py --model "$model" \
-          --dtype "${DTYPES%% *}" --db "/tmp/fab/db-$model-$pass" \
-          --out "/tmp/fab/$model-$pass.json" >"/tmp/fab/$model-$pass.log" 2>&1
-        grep -av Warning "/tmp/fab/$model-$pass.log" | head -3
-      done
+    # FAB_PASSES: model:pass items (pass = old-cold, old-N or new-N), in order.
+    for item in ${FAB_PASSES:-resnet50:old-cold resnet50:old-1 resnet50:new-1}; do
+      model="${item%%:*}" pass="${item#*:}"
+      tree="${pass%%-*}"
+      if [ "$tree" = old ]; then export PYTHONPATH="$old_path"; else export PYTHONPATH="$new_path"; fi
+      # shellcheck disable=SC2086
+      timeout "${FAB_TIMEOUT:-150}" python3 benchmarks/gpu_find_profile.py --model "$model" \
+        --dtype "${DTYPES%% *}" --db "/tmp/fab/db-$model-$pass" ${FAB_ARGS:-} \
+        --out "/tmp/fab/$model-$pass.json" >"/tmp/fab/$model-$pass.log" 2>&1
+      echo "$item rc=$?"; grep -av Warning "/tmp/fab/$model-$pass.log" | grep -a "finds in\|probe"
+      tar -czf "$OUT/findab.tgz" -C /tmp fab
     done
     export PYTHONPATH="$new_path"
     tar -czf "$OUT/findab.tgz" -C /tmp fab
