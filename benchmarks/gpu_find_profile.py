@@ -138,6 +138,73 @@ def plan_probe(count: int, threads: int) -> dict[str, Any]:
     return out
 
 
+def rtc_probe(db: Path, count: int, dynamic: bool) -> dict[str, Any]:
+    """Build the run-time compiled configurations cuDNN lists for ``count`` problems of an
+    earlier pass's database (this process fresh: nothing compiled yet), in the plain graph
+    or (``dynamic``) in a dynamic-shape graph sharing one kernel cache, which cuDNN says
+    reuses a compiled kernel across same-topology graphs."""
+    import sqlite3
+
+    from miocore_cudnn import _loader, _plans
+
+    from miocore.problem.conv import ConvProblem
+
+    cudnn, _ = _loader.frontend()
+    device = f"{torch.cuda.get_device_name()}"
+    handle = _loader.CudnnHandle(cudnn)
+    (path,) = db.glob("*.db")
+    keys = [k for (k,) in sqlite3.connect(path).execute("select distinct key from find_db")]
+    cache = cudnn.create_kernel_cache() if dynamic else None
+    rtc_note = cudnn.behavior_note.RUNTIME_COMPILATION
+    out: dict[str, Any] = {"dynamic": dynamic, "device": device, "problems": 0, "rtc": 0}
+    out.update(built=0, found=0, build_s=0.0, heuristics_s=0.0, errors={})
+    for key in keys[:count]:
+        problem = ConvProblem.from_key(key)
+        start = time.perf_counter()
+        plans = _plans.ProblemPlans(cudnn, handle, problem, "exact")
+        graph = None
+        if dynamic:
+            try:
+                graph = _plans.build_graph(
+                    cudnn, handle, problem, kernel_cache=cache, is_dynamic_shape_enabled=True
+                )
+                graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+            except Exception as exc:
+                out["errors"][str(exc)[:120]] = out["errors"].get(str(exc)[:120], 0) + 1
+                graph = None
+        out["heuristics_s"] += time.perf_counter() - start
+        out["problems"] += 1
+        for configs in plans.by_engine.values():
+            for config in configs:
+                if config.graph is not None:
+                    continue
+                notes = list(plans.graph.get_behavior_notes_for_plan_at_index(config.index))
+                if rtc_note not in notes:
+                    continue
+                out["rtc"] += 1
+                start = time.perf_counter()
+                try:
+                    if graph is None:
+                        if dynamic:
+                            continue
+                        plans.graph.build_plan_at_index(config.index)
+                    else:
+                        names = [
+                            graph.get_plan_name_at_index(i)
+                            for i in range(graph.get_execution_plan_count())
+                        ]
+                        if config.tag not in names:
+                            continue
+                        out["found"] += 1
+                        graph.build_plan_at_index(names.index(config.tag))
+                    out["built"] += 1
+                except Exception as exc:
+                    text = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else "?"
+                    out["errors"][text] = out["errors"].get(text, 0) + 1
+                out["build_s"] += time.perf_counter() - start
+    return out
+
+
 def instrument() -> None:
     """Wrap the find machinery's phases (must run before the first find)."""
     from miocore.find import engine, handle, runner, verify
@@ -204,7 +271,19 @@ def main() -> None:
     parser.add_argument(
         "--plan-probe", type=int, default=0, help="rebuild the plans of this many problems"
     )
+    parser.add_argument(
+        "--rtc-probe",
+        choices=["plain", "dynamic"],
+        default=None,
+        help="only build the run-time compiled configurations of --db's problems (see rtc_probe)",
+    )
+    parser.add_argument("--rtc-count", type=int, default=40)
     args = parser.parse_args()
+    if args.rtc_probe:
+        result = rtc_probe(args.db, args.rtc_count, args.rtc_probe == "dynamic")
+        args.out.write_text(json.dumps(result, indent=1))
+        print("rtc probe:", json.dumps(result))
+        return
     os.environ["MIOCORE_USER_DB_PATH"] = str(args.db)
     from gpu_models import DTYPES, build
 

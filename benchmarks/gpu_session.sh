@@ -34,6 +34,8 @@
 #               and a warm binary cache (gpu_find_profile.py; PROFILE_MODELS, DTYPES)
 #   findab      the first find with a warm binary cache, this tree against .old (a
 #               `git archive` of another commit), alternating (gpu_find_profile.py)
+#   rtcprobe    cuDNN's run-time compiled configurations built plain and in dynamic-shape
+#               graphs sharing a kernel cache (gpu_find_profile.py --rtc-probe)
 #   scaling     issue 19 on a several-GPU kind: `miocore tune` over the full-size corpus sample
 #               (batch cut to MAX_GFLOP) with one worker per GPU, a worker killed and the run
 #               resumed, then 1 worker against N on the same problems (tune_scaling.py); needs
@@ -50,7 +52,7 @@
 #               LIMIT held-out problems and the layers of the MIOpenDriver files carried in
 #               .gpu/perf_models (find_quality.py, batch cut to MAX_GFLOP)
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|scaling|gpudb|quality}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|rtcprobe|scaling|gpudb|quality}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -168,6 +170,23 @@ case "$STAGE" in
     done
     export PYTHONPATH="$new_path"
     tar -czf "$OUT/findab.tgz" -C /tmp fab
+    ;;
+  rtcprobe)
+    # cuDNN's run-time compiled configurations: a find pass per model (a database of its
+    # problems), then, each in a fresh process, their plain builds against builds in
+    # dynamic-shape graphs sharing a kernel cache (gpu_find_profile.py --rtc-probe).
+    mkdir -p /tmp/rtc
+    for model in ${PROFILE_MODELS:-resnet50 efficientnet_b0}; do
+      timeout 150 python3 benchmarks/gpu_find_profile.py --model "$model" --dtype "${DTYPES%% *}" \
+        --db "/tmp/rtc/db-$model" --out "/tmp/rtc/$model-pass.json" >"/tmp/rtc/$model-pass.log" 2>&1
+      grep -a "finds in" "/tmp/rtc/$model-pass.log"
+      for mode in plain dynamic plain dynamic; do
+        timeout 100 python3 benchmarks/gpu_find_profile.py --rtc-probe "$mode" \
+          --rtc-count "${RTC_COUNT:-60}" --db "/tmp/rtc/db-$model" --out "/tmp/rtc/$model-$mode.json" \
+          2>&1 | grep -a "rtc probe" | cut -c1-700
+      done
+      tar -czf "$OUT/rtcprobe.tgz" -C /tmp rtc
+    done
     ;;
   scaling)
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site3 \

@@ -127,10 +127,14 @@ def _env_on(name: str, default: bool = False) -> bool:
 
 
 def build_graph(
-    cudnn: Any, handle: CudnnHandle | None, problem: ConvProblem, lower: bool = True
+    cudnn: Any,
+    handle: CudnnHandle | None,
+    problem: ConvProblem,
+    lower: bool = True,
+    **context: Any,
 ) -> Any:
     """The validated cuDNN graph of ``problem``, lowered to an operation graph when ``lower``
-    (which needs a handle); no plans yet."""
+    (which needs a handle); no plans yet. ``context``: more of ``pygraph``'s arguments."""
     p = problem
     io = _dtype(cudnn, p.dtype)
     f32 = cudnn.data_type.FLOAT
@@ -139,6 +143,7 @@ def build_graph(
         intermediate_data_type=f32,
         compute_data_type=f32,
         handle=handle.raw if handle is not None else None,
+        **context,
     )
 
     def tensor(desc: Any, uid: int, name: str) -> Any:
