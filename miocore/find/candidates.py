@@ -9,8 +9,10 @@ one problem never change. Everything left out is written into the report with th
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -40,12 +42,48 @@ _LEFT_OUT = ("not_applicable", "skipped")
 
 @attrs.define
 class Candidate:
-    """A solver that applies, with the perf config it would use and the workspace it needs."""
+    """A solver that applies, with the perf config it would use and the workspace it needs.
+
+    A solver with ``deferred_setup`` is selected with ``pending`` set instead: its config and
+    workspace are asked for (and may turn out refused) only when :func:`settle` is called,
+    by find for the candidates it measures, by immediate mode for all."""
 
     reg: RegisteredSolver
     perf_config: PerfConfig | None
     workspace_size: int
     perf_db_entry: bool
+    #: What asks for (perf config, workspace, from the PerfDb) when the setup was deferred.
+    pending: Callable[[], tuple[PerfConfig | None, int, bool]] | None = None
+    #: Why the solver refused once its setup was asked for (it is skipped from then on).
+    refused: str | None = None
+
+
+def settle(cand: Candidate, report: FindReport | None) -> bool:
+    """Ask for ``cand``'s deferred setup (once); False when it is unusable, with the reason in
+    ``report``: not applicable when the solver refused (remembered: solvers are pure), failed
+    when it raised anything else (asked again next time: a failure may be transient)."""
+    pending = cand.pending
+    if pending is not None:
+        cand.pending = None
+        try:
+            cand.perf_config, cand.workspace_size, cand.perf_db_entry = pending()
+        except NotApplicableError as exc:
+            cand.refused = str(exc)
+        except Exception as exc:
+            cand.pending = pending
+            if report is not None:
+                record_failure(report, cand.reg, "workspace_size", exc)
+            return False
+    if cand.refused is not None:
+        if report is not None:
+            report.not_applicable[cand.reg.name] = cand.refused
+        return False
+    return True
+
+
+def settled(candidates: list[Candidate], report: FindReport | None) -> list[Candidate]:
+    """The candidates whose setup is known (every deferred one asked for), in order."""
+    return [c for c in candidates if settle(c, report)]
 
 
 class Candidates:
@@ -162,21 +200,35 @@ class Candidates:
             if not answer:
                 report.not_applicable[reg.name] = answer.reason or "not applicable"
                 continue
-            try:
-                config, from_db = self.perf_config(reg, canon, use_perf_db=use_perf_db)
-                workspace = self.workspace(reg, canon, config)
-            except Exception as exc:
-                record_failure(report, reg, "workspace_size", exc)
-                continue
-            if limit is not None and workspace > limit:
-                report.skipped[reg.name] = f"needs {workspace} B of workspace, limit is {limit} B"
-                continue
-            out.append(
-                Candidate(
-                    reg=reg, perf_config=config, workspace_size=workspace, perf_db_entry=from_db
+            setup = functools.partial(self._setup, reg, canon, use_perf_db)
+            cand = Candidate(reg=reg, perf_config=None, workspace_size=0, perf_db_entry=False)
+            if solver.deferred_setup:
+                cand.pending = setup
+                if limit is None:  # nothing asks for the size yet
+                    out.append(cand)
+                    continue
+                if not settle(cand, report):
+                    continue
+            else:
+                try:
+                    cand.perf_config, cand.workspace_size, cand.perf_db_entry = setup()
+                except Exception as exc:
+                    record_failure(report, reg, "workspace_size", exc)
+                    continue
+            if limit is not None and cand.workspace_size > limit:
+                report.skipped[reg.name] = (
+                    f"needs {cand.workspace_size} B of workspace, limit is {limit} B"
                 )
-            )
+                continue
+            out.append(cand)
         return out
+
+    def _setup(
+        self, reg: RegisteredSolver, canon: ConvProblem, use_perf_db: bool
+    ) -> tuple[PerfConfig | None, int, bool]:
+        """(perf config, workspace bytes, whether the config came from the PerfDb)."""
+        config, from_db = self.perf_config(reg, canon, use_perf_db=use_perf_db)
+        return config, self.workspace(reg, canon, config), from_db
 
     def applicable(self, problem: ConvProblem, solver: str | int) -> RegisteredSolver:
         """The registered ``solver`` (name or id), which must apply to ``problem`` here."""

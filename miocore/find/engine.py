@@ -23,7 +23,7 @@ from miocore.errors import InvalidArgumentError, NoApplicableSolverError
 from miocore.find.accuracy import notes_of
 from miocore.find.accuracy import policy_of as accuracy_policy
 from miocore.find.blame import record_failure
-from miocore.find.candidates import Candidate
+from miocore.find.candidates import Candidate, settle
 from miocore.find.invoker_cache import CachedInvoker
 from miocore.find.ranker import ImmediateRanker, wti_score
 from miocore.find.runner import Runner
@@ -88,7 +88,7 @@ class FindEngine:
                 return hit, True  # the ranker ordered it (ties within noise) already
             if mode is FindMode.FAST:
                 log.info("%s: FindDb miss in FAST mode; ranked without benchmarking", problem.key)
-                return self.ranker.fallback(problem, candidates), True
+                return self.ranker.fallback(problem, candidates, report), True
             if mode is FindMode.DYNAMIC_HYBRID:
                 candidates = self._dynamic_only(problem, candidates, report)
         measured = self.benchmark(
@@ -104,9 +104,10 @@ class FindEngine:
             workspace_limit=workspace_limit,
         )
         if not measured:
+            reasons = {**report.not_applicable, **report.failed}  # refused setups, failures
             raise NoApplicableSolverError(
                 f"every applicable solver failed on {problem.key}: "
-                + "; ".join(f"{k}: {v}" for k, v in report.failed.items())
+                + "; ".join(f"{k}: {v}" for k, v in reasons.items())
             )
         ordered = order_with_ties(measured)
         self.write_record(problem, ordered, mode)
@@ -140,6 +141,8 @@ class FindEngine:
         for cand in candidates:
             if cand.reg.solver.is_dynamic:
                 ready.append(cand)
+                continue
+            if not settle(cand, report):
                 continue
             kernels = self._kernels(canon, cand)
             if not kernels:  # declared not dynamic and nothing to tell from its kernels
@@ -233,6 +236,8 @@ class FindEngine:
                     f"pruned: its WTI predicts {guess:.4g} ms, over {prune:g}x the best measured "
                     f"{best:.4g} ms"
                 )
+                continue
+            if not settle(cand, report):  # a deferred setup, asked for only now
                 continue
             try:
                 config = cand.perf_config
@@ -353,6 +358,8 @@ class FindEngine:
         before benchmarking; a failure surfaces again, per solver, when find builds it."""
         kernels = []
         for cand in candidates:
+            if cand.pending is not None:  # its setup is a build of its own, asked when measured
+                continue
             try:
                 solution = cand.reg.solver.get_solution(self.state.context, canon, cand.perf_config)
             except Exception:  # reported by the build, with the solver's name

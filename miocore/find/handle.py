@@ -274,7 +274,11 @@ class Handle:
             raise self.candidates.nothing_applies(problem, report, limit)
         recorded = self.ranker.recorded(problem, candidates, report)
         seen = {s.solver for s in recorded}
-        rest = self.ranker.fallback(problem, [c for c in candidates if c.reg.name not in seen])
+        rest = self.ranker.fallback(
+            problem, [c for c in candidates if c.reg.name not in seen], report
+        )
+        if not recorded and not rest:  # every deferred setup refused
+            raise self.candidates.nothing_applies(problem, report, limit)
         self._note_storage(report)
         return _present([*recorded, *rest], report, "time", max_results, ordered=True)
 

@@ -13,7 +13,7 @@ import logging
 import math
 from typing import Any
 
-from miocore.find.candidates import Candidate
+from miocore.find.candidates import Candidate, settle, settled
 from miocore.find.state import FindState
 from miocore.problem.conv import ConvProblem
 from miocore.solver.interface import Algorithm, PerfConfig, TunableSolver
@@ -51,7 +51,7 @@ class ImmediateRanker:
             out = []
             for entry in record.entries:
                 cand = usable.get(entry.solver)
-                if cand is None:
+                if cand is None or not settle(cand, report):
                     continue
                 config, workspace = self._recorded_config(cand, entry.perf_config, problem)
                 timing = None
@@ -146,8 +146,15 @@ class ImmediateRanker:
 
     # -- the fallback chain -----------------------------------------------------------------
 
-    def fallback(self, problem: ConvProblem, candidates: list[Candidate]) -> list[Solution]:
-        """``candidates`` ranked by the first applicable heuristic, then WTI, then the rest."""
+    def fallback(
+        self,
+        problem: ConvProblem,
+        candidates: list[Candidate],
+        report: FindReport | None = None,
+    ) -> list[Solution]:
+        """``candidates`` ranked by the first applicable heuristic, then WTI, then the rest
+        (every deferred setup asked for: a solution carries its config and workspace)."""
+        candidates = settled(candidates, report)
         state = self.state
         canon = problem.canonical
         by_name = {c.reg.name: c for c in candidates}

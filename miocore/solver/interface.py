@@ -322,12 +322,16 @@ class Solver(ABC):
     ``algorithm``, ``is_dynamic`` (True when no problem-specific compile is needed, so
     DYNAMIC_HYBRID find may benchmark it), ``backends`` (where it runs) and
     ``numerical_notes`` (what its arithmetic gives up: names from
-    :data:`miocore.solver.numerics.KNOWN_NOTES`, such as ``"winograd"`` or ``"tf32"``).
+    :data:`miocore.solver.numerics.KNOWN_NOTES`, such as ``"winograd"`` or ``"tf32"``) and
+    ``deferred_setup`` (True when ``is_applicable`` is cheap but the default config and the
+    workspace cost a build, as a vendor library's plans do: find then asks for them only for
+    the candidates it measures, and a refusal at that point counts as not applicable).
     """
 
     name: ClassVar[str]
     algorithm: ClassVar[Algorithm]
     is_dynamic: ClassVar[bool] = False
+    deferred_setup: ClassVar[bool] = False
     backends: ClassVar[frozenset[str]] = frozenset({"cpu"})
     numerical_notes: ClassVar[frozenset[str]] = frozenset()
 

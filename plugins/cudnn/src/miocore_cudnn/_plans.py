@@ -343,16 +343,27 @@ class ProblemPlans:
             return False
         return False
 
-    def default(self, engine: int) -> tuple[EngineConfig | None, str]:
-        """The first configuration of ``engine`` (in the heuristics' order) that builds, or
-        ``(None, reason)``."""
+    def offers(self, engine: int) -> str:
+        """Why the heuristics offer no configuration of ``engine`` that may be built, or ""
+        (nothing is built: a listed one may still be refused by :meth:`build`)."""
         configs = self.by_engine.get(engine)
         if not configs:
             offered = ", ".join(f"eng{e}" for e in self.ranking) or "none"
-            return None, (
+            return (
                 f"cuDNN's heuristics do not offer engine {engine} for this problem "
                 f"(offered: {offered}; {self.engine_count} engines exist for its graph)"
             )
+        if all(c.error is not None for c in configs):
+            return "; ".join(dict.fromkeys(str(c.error) for c in configs))
+        return ""
+
+    def default(self, engine: int) -> tuple[EngineConfig | None, str]:
+        """The first configuration of ``engine`` (in the heuristics' order) that builds, or
+        ``(None, reason)``."""
+        reason = self.offers(engine)
+        if reason:
+            return None, reason
+        configs = self.by_engine[engine]
         errors = []
         for config in configs:
             try:

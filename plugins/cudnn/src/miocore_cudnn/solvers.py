@@ -105,6 +105,10 @@ class CudnnEngineSolver(TunableSolver):
     #: Nothing is compiled per problem by miocore (cuDNN's run-time compiled engines are left
     #: out unless allowed), so DYNAMIC_HYBRID find benchmarks these.
     is_dynamic = True
+    #: Applicability is the heuristics' list; the default setting and its workspace are known
+    #: once cuDNN builds the plan (13-130 ms for a run-time compiled engine), which find asks
+    #: for only for the engines it measures.
+    deferred_setup = True
 
     # -- the problem's plans ---------------------------------------------------------------
 
@@ -146,14 +150,15 @@ class CudnnEngineSolver(TunableSolver):
     # -- the solver contract ---------------------------------------------------------------
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
-        """Where cuDNN loads on the cuda backend and its heuristics offer this engine, with a
-        configuration that builds and whose numerics the math mode allows."""
+        """Where cuDNN loads on the cuda backend and its heuristics offer this engine with a
+        configuration that is not turned off. Whether one builds (and its numerics are
+        allowed) is learnt from :meth:`default_perf_config` (``deferred_setup``)."""
         try:
             _, plans = self._plans(ctx, problem)
         except PlanError as exc:
             return not_applicable(str(exc))
-        config, reason = plans.default(self.engine)
-        return APPLICABLE if config is not None else not_applicable(reason)
+        reason = plans.offers(self.engine)
+        return not_applicable(reason) if reason else APPLICABLE
 
     def perf_config_space(self, ctx: ExecutionContext, problem: ConvProblem) -> list[PerfConfig]:
         """Every configuration of this engine cuDNN's heuristics list, in their order, then
