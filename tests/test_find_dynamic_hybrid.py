@@ -101,3 +101,26 @@ def test_normal_find_measures_every_solver_whatever_it_needs(built: set[str]) ->
     slow = KernelSolver("test.slow", delay_s=0.001, wti=0.1)
     sols = _handle(dynamic, slow).find_solutions(PROBLEM, find_mode="NORMAL")
     assert slow.runs > 0 and sols[0].solver == "test.slow"
+
+
+class LibraryCompiled(TimedSolver):
+    """Dynamic, but its library compiles a kernel for each problem (``compiles_for``)."""
+
+    def compiles_for(self, ctx: ExecutionContext, problem: ConvProblem) -> bool:
+        return True
+
+
+def test_a_library_compiling_per_problem_is_measured_only_when_predicted_to_win() -> None:
+    ready = TimedSolver("test.ready", delay_s=0.003, dynamic=True, wti=0.5)
+    behind = LibraryCompiled("test.behind", delay_s=0.001, dynamic=True, wti=0.1)
+    sols = _handle(ready, behind).find_solutions(PROBLEM, find_mode="DYNAMIC_HYBRID")
+    assert behind.runs == 0 and [s.solver for s in sols] == ["test.ready"]
+    assert "needs a compile" in sols.report.skipped["test.behind"]
+    ahead = LibraryCompiled("test.ahead", delay_s=0.001, dynamic=True, wti=0.9)
+    other = small_problem("backward_data")  # the first find's record would answer PROBLEM
+    sols = _handle(ready, ahead).find_solutions(other, find_mode="DYNAMIC_HYBRID")
+    assert ahead.runs > 0 and sols[0].solver == "test.ahead"
+    # NORMAL find measures it whatever it costs.
+    behind = LibraryCompiled("test.behind", delay_s=0.001, dynamic=True, wti=0.1)
+    sols = _handle(ready, behind).find_solutions(PROBLEM, find_mode="NORMAL")  # not a hit
+    assert behind.runs > 0 and sols[0].solver == "test.behind"

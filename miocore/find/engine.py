@@ -139,8 +139,10 @@ class FindEngine:
         to_compile: list[Candidate] = []
         left_out: list[Candidate] = []
         for cand in candidates:
-            if cand.reg.solver.is_dynamic:
-                ready.append(cand)
+            solver = cand.reg.solver
+            if solver.is_dynamic:
+                # A library's run-time compiled kernel is a compile for this problem too.
+                (to_compile if self._compiles(cand, canon) else ready).append(cand)
                 continue
             if not settle(cand, report):
                 continue
@@ -172,6 +174,15 @@ class FindEngine:
             "%s: DYNAMIC_HYBRID measures %s", problem.key, ", ".join(c.reg.name for c in chosen)
         )
         return chosen
+
+    def _compiles(self, cand: Candidate, canon: ConvProblem) -> bool:
+        method = getattr(cand.reg.solver, "compiles_for", None)
+        if method is None:  # a solver written before the method existed
+            return False
+        try:
+            return bool(method(self.state.context, canon))
+        except Exception:  # measured as a dynamic solver; a real fault surfaces there
+            return False
 
     def _kernels(self, canon: ConvProblem, cand: Candidate) -> tuple[Any, ...]:
         try:

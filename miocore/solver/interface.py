@@ -339,6 +339,12 @@ class Solver(ABC):
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability | bool:
         """Whether this solver solves ``problem`` on ``ctx``; a negative answer says why."""
 
+    def compiles_for(self, ctx: ExecutionContext, problem: ConvProblem) -> bool:
+        """Whether using this (dynamic) solver on ``problem`` compiles something for it all
+        the same, as a library's run-time compiled kernels do; DYNAMIC_HYBRID find then
+        treats it like a solver that is not dynamic. Cheap: nothing may be built to tell."""
+        return False
+
     def notes_for(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
     ) -> frozenset[str]:

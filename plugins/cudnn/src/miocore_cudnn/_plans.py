@@ -72,6 +72,8 @@ class EngineConfig:
     listed: bool = True
     #: Reduces in a precision below fp32 (cuDNN's REDUCED_PRECISION_REDUCTION note).
     reduced: bool = False
+    #: cuDNN compiles its kernel for the problem when the plan is built (RUNTIME_COMPILATION).
+    runtime_compiled: bool = False
 
 
 def parse_tag(tag: str) -> tuple[int, PerfConfig]:
@@ -233,16 +235,16 @@ class ProblemPlans:
             index=index, engine=engine, tag=tag, knobs=knobs,
             graph=None if graph is self.graph else graph,
         )  # fmt: skip
-        if not runtime_compiled_allowed():
-            try:
-                notes = list(graph.get_behavior_notes_for_plan_at_index(index))
-            except Exception:  # unknown notes: the build decides
-                notes = []
-            if self.cudnn.behavior_note.RUNTIME_COMPILATION in notes:
-                config.error = (
-                    f"{tag} compiles at run time and {ENV_RUNTIME_COMPILED} turns such "
-                    "engines off; unset it (or set 1) to allow it"
-                )
+        try:
+            notes = list(graph.get_behavior_notes_for_plan_at_index(index))
+        except Exception:  # unknown notes: the build decides
+            notes = []
+        config.runtime_compiled = self.cudnn.behavior_note.RUNTIME_COMPILATION in notes
+        if config.runtime_compiled and not runtime_compiled_allowed():
+            config.error = (
+                f"{tag} compiles at run time and {ENV_RUNTIME_COMPILED} turns such "
+                "engines off; unset it (or set 1) to allow it"
+            )
         return config
 
     def _variant(self, engine: int, recipe: str) -> EngineConfig | None:
@@ -356,6 +358,14 @@ class ProblemPlans:
         if all(c.error is not None for c in configs):
             return "; ".join(dict.fromkeys(str(c.error) for c in configs))
         return ""
+
+    def compiles(self, engine: int) -> bool:
+        """Whether ``engine``'s first usable listed configuration (its likely default) is
+        compiled for this problem when built; nothing is built to tell."""
+        for config in self.by_engine.get(engine, ()):
+            if config.error is None:
+                return config.runtime_compiled
+        return False
 
     def default(self, engine: int) -> tuple[EngineConfig | None, str]:
         """The first configuration of ``engine`` (in the heuristics' order) that builds, or

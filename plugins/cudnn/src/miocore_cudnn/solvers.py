@@ -160,6 +160,16 @@ class CudnnEngineSolver(TunableSolver):
         reason = plans.offers(self.engine)
         return not_applicable(reason) if reason else APPLICABLE
 
+    def compiles_for(self, ctx: ExecutionContext, problem: ConvProblem) -> bool:
+        """Whether cuDNN compiles this engine's kernel for ``problem`` (a run-time compiled
+        engine: 13-130 ms per problem on an H200), so DYNAMIC_HYBRID find measures it only
+        where it is predicted to beat every ready candidate."""
+        try:
+            _, plans = self._plans(ctx, problem)
+        except PlanError:
+            return False
+        return plans.compiles(self.engine)
+
     def perf_config_space(self, ctx: ExecutionContext, problem: ConvProblem) -> list[PerfConfig]:
         """Every configuration of this engine cuDNN's heuristics list, in their order, then
         single-knob variations of the engine's defaults (each knob cuDNN reports for the
