@@ -97,12 +97,19 @@ def problems(direction: str, dtype: str, layout_index: int) -> list[miocore.Conv
 
 
 def cudnn_engines(h: miocore.Handle, p: miocore.ConvProblem) -> list[str]:
-    """Applicable cudnn.* solvers in cuDNN's order of preference."""
+    """cudnn.* solvers usable on ``p`` in cuDNN's order of preference: listed by the
+    heuristics (``is_applicable``) and with a default setting cuDNN builds (asked after
+    applicability, ``deferred_setup``: exact fp32 refuses tensor-core engines there)."""
     ctx = h.context
     found = []
     for reg in h.registry.solvers:
-        if reg.name.startswith("cudnn.") and reg.solver.is_applicable(ctx, p):
-            found.append((reg.solver.wti(ctx, p), reg.name))
+        if not reg.name.startswith("cudnn.") or not reg.solver.is_applicable(ctx, p):
+            continue
+        try:
+            reg.solver.default_perf_config(ctx, p)
+        except miocore.NotApplicableError:
+            continue
+        found.append((reg.solver.wti(ctx, p), reg.name))
     return [name for _, name in sorted(found, key=lambda t: (-t[0], t[1]))]
 
 
