@@ -257,8 +257,16 @@ def test_runtime_compiled_engines_take_part_unless_switched_off(
 
     ctx, p = cuda_context(), problem("backward_weights", "float16")
     assert ENGINE[11].is_applicable(ctx, p)
-    # Told without a build: DYNAMIC_HYBRID find treats it as a compile for this problem.
+    # By default it is measured like any engine; with "compile", DYNAMIC_HYBRID find treats
+    # it as a compile for this problem (told without a build).
+    assert not ENGINE[11].compiles_for(ctx, p)
+    monkeypatch.setenv("MIOCORE_CUDNN_RUNTIME_COMPILED", "compile")
+    assert ENGINE[11].is_applicable(ctx, p)
     assert ENGINE[11].compiles_for(ctx, p) and not ENGINE[3].compiles_for(ctx, p)
+    monkeypatch.setenv("MIOCORE_CUDNN_RUNTIME_COMPILED", "sometimes")
+    with pytest.raises(miocore.InvalidEnvironmentError, match="MIOCORE_CUDNN_RUNTIME_COMPILED"):
+        ENGINE[11].compiles_for(ctx, p)
+    monkeypatch.delenv("MIOCORE_CUDNN_RUNTIME_COMPILED")
     for off in ("0", "false", "off"):
         monkeypatch.setenv("MIOCORE_CUDNN_RUNTIME_COMPILED", off)
         clear_cache()

@@ -31,7 +31,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from miocore import ConvProblem, DataType, Direction, PerfConfig
+from miocore import ConvProblem, DataType, Direction, InvalidEnvironmentError, PerfConfig
 from miocore_cudnn._loader import CudnnHandle
 
 #: Problems whose graphs and plans stay cached (least recently used dropped first).
@@ -115,10 +115,27 @@ def reduced_precision_allowed() -> bool:
     return _env_on(ENV_REDUCED_PRECISION, default=True)
 
 
+def runtime_compiled_mode() -> str:
+    """``MIOCORE_CUDNN_RUNTIME_COMPILED``: ``"on"`` (the default: run-time compiled engines
+    take part in every find), ``"off"`` (left out), or ``"compile"`` (they take part, and
+    DYNAMIC_HYBRID find treats each as a compile for the problem: built and measured only
+    where predicted to beat every ready candidate; a first find costs less, and picks worse
+    on depthwise layers, where these engines win most: docs/performance-gpu-host.md)."""
+    value = os.environ.get(ENV_RUNTIME_COMPILED, "").strip().lower()
+    if not value or value in ("1", "true", "yes", "on"):
+        return "on"
+    if value in ("0", "false", "no", "off"):
+        return "off"
+    if value == "compile":
+        return "compile"
+    raise InvalidEnvironmentError(
+        "expected 1/on, 0/off or compile", field=ENV_RUNTIME_COMPILED, value=value
+    )
+
+
 def runtime_compiled_allowed() -> bool:
-    """Whether run-time compiled engines take part (``MIOCORE_CUDNN_RUNTIME_COMPILED``,
-    default on)."""
-    return _env_on(ENV_RUNTIME_COMPILED, default=True)
+    """Whether run-time compiled engines take part (see :func:`runtime_compiled_mode`)."""
+    return runtime_compiled_mode() != "off"
 
 
 def _env_on(name: str, default: bool = False) -> bool:

@@ -37,6 +37,7 @@ from miocore_cudnn._plans import (
     PlanError,
     ProblemPlans,
     plans_for,
+    runtime_compiled_mode,
 )
 
 #: Engine ids registered: ``cudnn.eng0`` .. ``cudnn.eng{MAX_ENGINE_ID}``. cuDNN 9's
@@ -161,9 +162,13 @@ class CudnnEngineSolver(TunableSolver):
         return not_applicable(reason) if reason else APPLICABLE
 
     def compiles_for(self, ctx: ExecutionContext, problem: ConvProblem) -> bool:
-        """Whether cuDNN compiles this engine's kernel for ``problem`` (a run-time compiled
-        engine: 13-130 ms per problem on an H200), so DYNAMIC_HYBRID find measures it only
-        where it is predicted to beat every ready candidate."""
+        """With ``MIOCORE_CUDNN_RUNTIME_COMPILED=compile``: whether cuDNN compiles this
+        engine's kernel for ``problem`` (a run-time compiled engine: 13-130 ms per problem on
+        an H200), so DYNAMIC_HYBRID find measures it only where it is predicted to beat every
+        ready candidate. False otherwise (the default): these engines win depthwise layers
+        that the estimates do not foresee."""
+        if runtime_compiled_mode() != "compile":
+            return False
         try:
             _, plans = self._plans(ctx, problem)
         except PlanError:
