@@ -878,3 +878,24 @@ def test_solvers_show_numerical_notes(capsys: pytest.CaptureFixture[str]) -> Non
     assert cli.main(["solvers", "-c", "8", "-F", "1"], registry=reg) == 0
     out = capsys.readouterr().out
     assert "down_convert,winograd" in out and "notes" in out
+
+
+def test_solvers_shows_a_setup_refusal_as_not_applicable(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    class Refusing(TimedSolver):
+        """Applies by its listing; its (deferred) setup refuses, as a vendor plan may."""
+
+        deferred_setup = True
+
+        def workspace_size(self, ctx, problem, perf_config=None):  # type: ignore[no-untyped-def]
+            raise miocore.NotApplicableError(
+                "the library refuses this plan", field="solver", value="x"
+            )
+
+    reg = Registry.from_solvers([TimedSolver("test.any"), Refusing("test.refusing")])
+    assert cli.main(["solvers", "--json", "-c", "8", "-F", "1"], registry=reg) == 0
+    rows = {r["solver"]: r for r in json.loads(capsys.readouterr().out)["problems"][0]["solvers"]}
+    assert rows["test.any"]["applicable"]
+    assert not rows["test.refusing"]["applicable"]
+    assert "refuses this plan" in rows["test.refusing"]["reason"]

@@ -14,6 +14,7 @@ from miocore.cli.driver_flags import (
     given_driver_flags,
 )
 from miocore.cli.output import fmt_bytes, stdout_console
+from miocore.errors import NotApplicableError
 from miocore.problem.conv import ConvProblem
 from miocore.problem.dtypes import DataType
 from miocore.solver.numerics import format_notes
@@ -86,6 +87,10 @@ def _applicability_rows(handle: Any, problem: ConvProblem) -> list[dict[str, Any
         row["applicable"] = True
         try:
             row["workspace_size"] = handle.get_solution_workspace_size(problem, reg.name)
+        except NotApplicableError as exc:  # refused at setup (a solver's deferred_setup)
+            row["applicable"] = False
+            row["reason"] = str(exc)
+            continue
         except Exception as exc:
             row["reason"] = f"workspace_size raised {type(exc).__name__}: {exc}"
         notes = []
