@@ -98,3 +98,33 @@ def test_a_workspace_limit_asks_for_the_setup_when_candidates_are_selected() -> 
     assert [s.solver for s in found] == ["test.plain"]
     assert "needs 4096 B" in found.report.skipped["test.big"]
     assert big.setups == 1 and big.runs == 0
+
+
+def test_two_threads_settling_one_candidate_ask_once_and_both_see_the_setup() -> None:
+    import threading
+    import time
+
+    from miocore.find.candidates import Candidate, settle
+
+    asked: list[int] = []
+
+    def slow_setup() -> tuple[None, int, bool]:
+        asked.append(1)
+        time.sleep(0.05)  # a plan build
+        return None, 512, False
+
+    reg = Registry.from_solvers([DeferredSolver("test.deferred")]).get("test.deferred")
+    cand = Candidate(reg=reg, perf_config=None, workspace_size=0, perf_db_entry=False)
+    cand.pending = slow_setup
+    seen: list[int] = []
+
+    def use() -> None:
+        assert settle(cand, None)
+        seen.append(cand.workspace_size)
+
+    threads = [threading.Thread(target=use) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert asked == [1] and seen == [512, 512]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -58,22 +59,28 @@ class Candidate:
     refused: str | None = None
 
 
+#: Held while a deferred setup is asked for: candidates are shared by the finds of one
+#: handle (its memo), and a second thread must wait for the setup, not read it half made.
+_SETTLING = threading.Lock()
+
+
 def settle(cand: Candidate, report: FindReport | None) -> bool:
     """Ask for ``cand``'s deferred setup (once); False when it is unusable, with the reason in
     ``report``: not applicable when the solver refused (remembered: solvers are pure), failed
     when it raised anything else (asked again next time: a failure may be transient)."""
-    pending = cand.pending
-    if pending is not None:
-        cand.pending = None
-        try:
-            cand.perf_config, cand.workspace_size, cand.perf_db_entry = pending()
-        except NotApplicableError as exc:
-            cand.refused = str(exc)
-        except Exception as exc:
-            cand.pending = pending
-            if report is not None:
-                record_failure(report, cand.reg, "workspace_size", exc)
-            return False
+    if cand.pending is not None:
+        with _SETTLING:
+            pending = cand.pending
+            if pending is not None:
+                try:
+                    cand.perf_config, cand.workspace_size, cand.perf_db_entry = pending()
+                except NotApplicableError as exc:
+                    cand.refused = str(exc)
+                except Exception as exc:
+                    if report is not None:
+                        record_failure(report, cand.reg, "workspace_size", exc)
+                    return False
+                cand.pending = None
     if cand.refused is not None:
         if report is not None:
             report.not_applicable[cand.reg.name] = cand.refused
