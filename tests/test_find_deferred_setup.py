@@ -128,3 +128,21 @@ def test_two_threads_settling_one_candidate_ask_once_and_both_see_the_setup() ->
     for t in threads:
         t.join()
     assert asked == [1] and seen == [512, 512]
+
+
+def test_the_contract_suite_takes_a_setup_refusal_as_not_applicable() -> None:
+    from miocore.testing import check_contract
+
+    class ForwardOnly(DeferredSolver):
+        """Listed for every direction; its setup refuses all but forward."""
+
+        def workspace_size(
+            self, ctx: ExecutionContext, problem: ConvProblem, perf_config: Any = None
+        ) -> int:
+            if problem.direction.value != "forward":
+                raise NotApplicableError("refused at setup", field="solver", value=self.name)
+            return 0
+
+    # Raises ContractViolation where a rule is broken; backward problems are no examples.
+    report = check_contract(ForwardOnly("test.forward_only", wti=0.5), use_corpus=False)
+    assert report.directions == ("forward",) and report.problems > 0

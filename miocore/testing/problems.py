@@ -14,11 +14,13 @@ import attrs
 from miocore.backends.cpu import cpu_device_info
 from miocore.errors import (
     MiocoreError,
+    NotApplicableError,
 )
 from miocore.problem.conv import ConvProblem, Direction
 from miocore.solver.interface import (
     ExecutionContext,
     Solver,
+    TunableSolver,
     normalize_applicability,
 )
 
@@ -166,6 +168,12 @@ def generate_problems(
             answer = normalize_applicability(solver.is_applicable(ctx, canon))
         except Exception:  # check_is_applicable reports it; here the problem just is not used
             continue
+        if (
+            answer
+            and getattr(solver, "deferred_setup", False)
+            and _setup_refused(solver, ctx, canon)
+        ):
+            continue  # listed, refused at setup: neither an applicable nor a declined example
         if answer and len(applicable[d]) < per_direction:
             applicable[d].append(problem)
         elif not answer and len(declined[d]) < inapplicable:
@@ -179,6 +187,21 @@ def generate_problems(
         inapplicable=tuple(mixed_declined),
         all=tuple(asked),
     )
+
+
+def _setup_refused(solver: Solver, ctx: ExecutionContext, canon: ConvProblem) -> bool:
+    """Whether a ``deferred_setup`` solver refuses ``canon`` when its setup is asked for (find
+    then counts it not applicable); other faults are left to the contract's checks."""
+    try:
+        config = (
+            solver.default_perf_config(ctx, canon) if isinstance(solver, TunableSolver) else None
+        )
+        solver.workspace_size(ctx, canon, config)
+    except NotApplicableError:
+        return True
+    except Exception:
+        return False
+    return False
 
 
 # -- running one solution -------------------------------------------------------------------------
