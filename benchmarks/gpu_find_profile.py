@@ -222,7 +222,7 @@ def instrument() -> None:
     handle.Handle.find_solutions = noting  # type: ignore[method-assign]
     _wrap(handle, "recorded_hit", "hit_lookup")
     _wrap(Candidates, "select", "candidates")
-    _wrap(engine.FindEngine, "_dynamic_only", "dynamic_only")
+    _wrap(engine, "dynamic_only", "dynamic_only")
     _wrap(engine.FindEngine, "_buffers", "random_data")
     _wrap(engine.FindEngine, "_precompile", "precompile")
     _wrap(engine.FindEngine, "_alternatives", "alternatives")

@@ -124,3 +124,50 @@ def test_a_library_compiling_per_problem_is_measured_only_when_predicted_to_win(
     behind = LibraryCompiled("test.behind", delay_s=0.001, dynamic=True, wti=0.1)
     sols = _handle(ready, behind).find_solutions(PROBLEM, find_mode="NORMAL")  # not a hit
     assert behind.runs > 0 and sols[0].solver == "test.behind"
+
+
+def _with_heuristic(estimates: dict[str, float], *solvers: TimedSolver) -> Handle:
+    """A handle whose registry has ``solvers`` and a learned heuristic answering
+    ``estimates`` (ms) for the names it knows."""
+    import types
+
+    import miocore
+    from miocore import HeuristicRecord, hookimpl
+
+    def rank(ctx: Any, problem: Any, names: list[str]) -> list[tuple[str, float]]:
+        return sorted(((n, estimates[n]) for n in names if n in estimates), key=lambda t: t[1])
+
+    @hookimpl
+    def miocore_heuristics() -> Any:
+        yield HeuristicRecord(name="learned", is_applicable=lambda ctx, p: True, rank=rank)
+
+    @hookimpl
+    def miocore_solvers() -> Any:
+        for solver in solvers:
+            yield miocore.SolverRecord(solver=solver)
+
+    plugin = types.SimpleNamespace(
+        miocore_heuristics=miocore_heuristics, miocore_solvers=miocore_solvers
+    )
+    return Handle("cpu", registry=Registry.from_plugins([("h", plugin, "miocore-h", "1")]))
+
+
+def test_the_learned_estimate_decides_for_a_library_compiling_per_problem() -> None:
+    # Its WTI says it loses, the model says it wins: measured (and it does win).
+    ready = TimedSolver("test.ready", delay_s=0.003, dynamic=True, wti=0.5)
+    foreseen = LibraryCompiled("test.foreseen", delay_s=0.001, dynamic=True, wti=0.01)
+    h = _with_heuristic({"test.ready": 1.0, "test.foreseen": 0.2}, ready, foreseen)
+    sols = h.find_solutions(PROBLEM, find_mode="DYNAMIC_HYBRID")
+    assert foreseen.runs > 0 and sols[0].solver == "test.foreseen"
+    # Its WTI says it wins, the model says it loses: left out.
+    ready = TimedSolver("test.ready", delay_s=0.003, dynamic=True, wti=0.5)
+    doubted = LibraryCompiled("test.doubted", delay_s=0.001, dynamic=True, wti=0.9)
+    h = _with_heuristic({"test.ready": 1.0, "test.doubted": 3.0}, ready, doubted)
+    sols = h.find_solutions(small_problem("backward_data"), find_mode="DYNAMIC_HYBRID")
+    assert doubted.runs == 0 and "needs a compile" in sols.report.skipped["test.doubted"]
+    # A model that does not know it: WTI decides, as without a model.
+    ready = TimedSolver("test.ready", delay_s=0.003, dynamic=True, wti=0.5)
+    unknown = LibraryCompiled("test.unknown", delay_s=0.001, dynamic=True, wti=0.9)
+    h = _with_heuristic({"test.ready": 1.0}, ready, unknown)
+    sols = h.find_solutions(small_problem("backward_weights"), find_mode="DYNAMIC_HYBRID")
+    assert unknown.runs > 0

@@ -24,6 +24,7 @@ from miocore.find.accuracy import notes_of
 from miocore.find.accuracy import policy_of as accuracy_policy
 from miocore.find.blame import record_failure
 from miocore.find.candidates import Candidate, settle
+from miocore.find.dynamic import dynamic_only
 from miocore.find.invoker_cache import CachedInvoker
 from miocore.find.ranker import ImmediateRanker, wti_score
 from miocore.find.runner import Runner
@@ -90,7 +91,7 @@ class FindEngine:
                 log.info("%s: FindDb miss in FAST mode; ranked without benchmarking", problem.key)
                 return self.ranker.fallback(problem, candidates, report), True
             if mode is FindMode.DYNAMIC_HYBRID:
-                candidates = self._dynamic_only(problem, candidates, report)
+                candidates = dynamic_only(self, problem, candidates, report)
         measured = self.benchmark(
             problem,
             candidates,
@@ -121,86 +122,8 @@ class FindEngine:
         )
         return ordered, True
 
-    def _dynamic_only(
-        self, problem: ConvProblem, candidates: list[Candidate], report: FindReport
-    ) -> list[Candidate]:
-        """DYNAMIC_HYBRID's miss: the candidates that need no compile for this problem, and
-        the ones that do but are predicted to beat them.
-
-        Ready are the dynamic solvers and those whose kernels for this problem are already
-        built (in memory or in the binary cache: kernels compiled for a filter geometry serve
-        every layer of that geometry). A solver that would need a compile is measured too when
-        its WTI predicts it faster than every ready one; the rest are left out, with the
-        reason in the report.
-        """
-        state = self.state
-        canon = problem.canonical
-        ready: list[Candidate] = []
-        to_compile: list[Candidate] = []
-        left_out: list[Candidate] = []
-        for cand in candidates:
-            solver = cand.reg.solver
-            if solver.is_dynamic:
-                # A library's run-time compiled kernel is a compile for this problem too.
-                (to_compile if self._compiles(cand, canon) else ready).append(cand)
-                continue
-            if not settle(cand, report):
-                continue
-            kernels = self._kernels(canon, cand)
-            if not kernels:  # declared not dynamic and nothing to tell from its kernels
-                left_out.append(cand)
-            elif self._binaries_ready(kernels):
-                ready.append(cand)
-            else:
-                to_compile.append(cand)
-        if not ready and not to_compile:
-            log.info("no dynamic solver applies to %s; benchmarking all", problem.key)
-            return candidates
-        ideal = state.context.ideal_ms(canon)
-        best_ready = min((self._predicted(ideal, c, canon) for c in ready), default=float("inf"))
-        worth = [c for c in to_compile if self._predicted(ideal, c, canon) < best_ready]
-        for cand in left_out:
-            report.skipped[cand.reg.name] = (
-                "DYNAMIC_HYBRID find benchmarks only dynamic solvers on a miss"
-            )
-        for cand in to_compile:
-            if cand not in worth:
-                report.skipped[cand.reg.name] = (
-                    "DYNAMIC_HYBRID: needs a compile for this problem and a ready solver is "
-                    "predicted at least as fast"
-                )
-        chosen = ready + worth
-        log.debug(
-            "%s: DYNAMIC_HYBRID measures %s", problem.key, ", ".join(c.reg.name for c in chosen)
-        )
-        return chosen
-
-    def _compiles(self, cand: Candidate, canon: ConvProblem) -> bool:
-        method = getattr(cand.reg.solver, "compiles_for", None)
-        if method is None:  # a solver written before the method existed
-            return False
-        try:
-            return bool(method(self.state.context, canon))
-        except Exception:  # measured as a dynamic solver; a real fault surfaces there
-            return False
-
-    def _kernels(self, canon: ConvProblem, cand: Candidate) -> tuple[Any, ...]:
-        try:
-            solution = cand.reg.solver.get_solution(self.state.context, canon, cand.perf_config)
-            return tuple(solution.kernels)
-        except Exception:  # reported by the build when it is measured
-            return ()
-
-    def _binaries_ready(self, kernels: tuple[Any, ...]) -> bool:
-        ready = getattr(self.state.backend, "binaries_ready", None)
-        if ready is None:
-            return False
-        try:
-            return bool(ready(kernels))
-        except Exception:  # an unreadable source or cache: treat as not built
-            return False
-
-    def _predicted(self, ideal_ms: float, cand: Candidate, canon: ConvProblem) -> float:
+    def predicted(self, ideal_ms: float, cand: Candidate, canon: ConvProblem) -> float:
+        """``cand``'s time on ``canon`` as its WTI predicts it (inf without one)."""
         score = wti_score(self.state, cand.reg, canon)
         return ideal_ms / score if score > 0 else float("inf")
 
@@ -230,7 +153,7 @@ class FindEngine:
         check = AccuracyCheck(state, problem, arrays) if policy is not AccuracyPolicy.FAST else None
         self.accuracy_provenance = check.provenance if check is not None else {}
         ideal = state.context.ideal_ms(canon)
-        predicted = {c.reg.name: self._predicted(ideal, c, canon) for c in candidates}
+        predicted = {c.reg.name: self.predicted(ideal, c, canon) for c in candidates}
         # Likely winners first, so the cut-offs for hopeless candidates have a reference.
         ordered = sorted(candidates, key=lambda c: (predicted[c.reg.name], c.reg.name))
         if hasattr(state.backend, "precompile"):

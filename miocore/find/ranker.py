@@ -159,29 +159,21 @@ class ImmediateRanker:
         canon = problem.canonical
         by_name = {c.reg.name: c for c in candidates}
         ranked: list[Solution] = []
-        for info, heuristic in state.registry.heuristics:
-            try:
-                if not heuristic.is_applicable(state.context, canon):
-                    continue
-                order = heuristic.rank(state.context, canon, list(by_name))
-            except Exception as exc:
-                log.warning("heuristic %s (%s) failed: %s", heuristic.name, info.label, exc)
-                continue
-            for name, estimate in order:
-                cand = by_name.pop(name, None)
-                if cand is not None:
-                    ranked.append(
-                        self.estimate(
-                            problem,
-                            cand.reg,
-                            cand.workspace_size,
-                            cand.perf_config,
-                            source="heuristic",
-                            time_ms=float(estimate),
-                            note=f"ranked by {heuristic.name}",
-                        )
+        heuristic, order = self.heuristic_order(canon, list(by_name))
+        for name, estimate in order:
+            cand = by_name.pop(name, None)
+            if cand is not None:
+                ranked.append(
+                    self.estimate(
+                        problem,
+                        cand.reg,
+                        cand.workspace_size,
+                        cand.perf_config,
+                        source="heuristic",
+                        time_ms=estimate,
+                        note=f"ranked by {heuristic}",
                     )
-            break  # the first applicable heuristic decides
+                )
         by_wti: list[tuple[float, Solution]] = []
         unknown: list[Candidate] = []
         for cand in by_name.values():
@@ -215,6 +207,22 @@ class ImmediateRanker:
             for c in unknown
         )
         return ranked
+
+    def heuristic_order(
+        self, canon: ConvProblem, names: list[str]
+    ) -> tuple[str, list[tuple[str, float]]]:
+        """(name, ``names`` it can estimate with estimated ms, fastest first) of the first
+        applicable heuristic (a learned model, a fitted WTI table); ("", []) without one."""
+        state = self.state
+        for info, heuristic in state.registry.heuristics:
+            try:
+                if not heuristic.is_applicable(state.context, canon):
+                    continue
+                order = heuristic.rank(state.context, canon, names)
+                return heuristic.name, [(n, float(t)) for n, t in order]
+            except Exception as exc:
+                log.warning("heuristic %s (%s) failed: %s", heuristic.name, info.label, exc)
+        return "", []
 
     def estimate(
         self,

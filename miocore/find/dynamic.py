@@ -1,0 +1,135 @@
+"""DYNAMIC_HYBRID's selection on a FindDb miss: which candidates find measures.
+
+Ready candidates (dynamic solvers, and solvers whose kernels for the problem are already in
+the binary cache) are measured; a candidate that needs a compile for this problem is measured
+only where it is predicted to beat every ready one (design guide §4, docs/find-modes.md). A
+dynamic solver whose library still compiles for the problem (``Solver.compiles_for``) counts
+as needing a compile, and the learned heuristic's estimate, where it knows the candidates,
+decides for it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from miocore.find.candidates import Candidate, settle
+from miocore.problem.conv import ConvProblem
+from miocore.solver.results import FindReport
+
+if TYPE_CHECKING:
+    from miocore.find.engine import FindEngine
+
+log = logging.getLogger("miocore.find")
+
+
+def dynamic_only(
+    engine: FindEngine, problem: ConvProblem, candidates: list[Candidate], report: FindReport
+) -> list[Candidate]:
+    """DYNAMIC_HYBRID's miss: the candidates that need no compile for this problem, and
+    the ones that do but are predicted to beat them.
+
+    Ready are the dynamic solvers and those whose kernels for this problem are already
+    built (in memory or in the binary cache: kernels compiled for a filter geometry serve
+    every layer of that geometry). A solver that would need a compile is measured too when
+    its WTI predicts it faster than every ready one (a library-compiled one: see
+    :func:`_library_worth`); the rest are left out, with the reason in the report.
+    """
+    state = engine.state
+    canon = problem.canonical
+    ready: list[Candidate] = []
+    to_compile: list[Candidate] = []
+    library: list[Candidate] = []  # dynamic, but their library compiles for the problem
+    left_out: list[Candidate] = []
+    for cand in candidates:
+        solver = cand.reg.solver
+        if solver.is_dynamic:
+            (library if _compiles(engine, cand, canon) else ready).append(cand)
+            continue
+        if not settle(cand, report):
+            continue
+        kernels = _kernels(engine, canon, cand)
+        if not kernels:  # declared not dynamic and nothing to tell from its kernels
+            left_out.append(cand)
+        elif _binaries_ready(engine, kernels):
+            ready.append(cand)
+        else:
+            to_compile.append(cand)
+    if not ready and not to_compile and not library:
+        log.info("no dynamic solver applies to %s; benchmarking all", problem.key)
+        return candidates
+    ideal = state.context.ideal_ms(canon)
+    best_ready = min((engine.predicted(ideal, c, canon) for c in ready), default=float("inf"))
+    worth = [c for c in to_compile if engine.predicted(ideal, c, canon) < best_ready]
+    worth += _library_worth(engine, canon, ready, library, ideal, best_ready)
+    to_compile += library
+    for cand in left_out:
+        report.skipped[cand.reg.name] = (
+            "DYNAMIC_HYBRID find benchmarks only dynamic solvers on a miss"
+        )
+    for cand in to_compile:
+        if cand not in worth:
+            report.skipped[cand.reg.name] = (
+                "DYNAMIC_HYBRID: needs a compile for this problem and a ready solver is "
+                "predicted at least as fast"
+            )
+    chosen = ready + worth
+    log.debug("%s: DYNAMIC_HYBRID measures %s", problem.key, ", ".join(c.reg.name for c in chosen))
+    return chosen
+
+
+def _library_worth(
+    engine: FindEngine,
+    canon: ConvProblem,
+    ready: list[Candidate],
+    library: list[Candidate],
+    ideal: float,
+    best_ready: float,
+) -> list[Candidate]:
+    """The library-compiled candidates predicted to beat every ready one: by the first
+    applicable heuristic's estimates where it knows the candidate and a ready one (a
+    learned model foresees where a library's run-time compiled engine wins; the WTI of
+    an engine's rank in its library's list does not), else by WTI."""
+    if not library:
+        return []
+    _, order = engine.ranker.heuristic_order(canon, [c.reg.name for c in ready + library])
+    estimates = dict(order)
+    ready_known = [estimates[c.reg.name] for c in ready if c.reg.name in estimates]
+    best_known = min(ready_known, default=None)
+    worth = []
+    for cand in library:
+        guess = estimates.get(cand.reg.name)
+        if guess is not None and best_known is not None:
+            if guess < best_known:
+                worth.append(cand)
+        elif engine.predicted(ideal, cand, canon) < best_ready:
+            worth.append(cand)
+    return worth
+
+
+def _compiles(engine: FindEngine, cand: Candidate, canon: ConvProblem) -> bool:
+    method = getattr(cand.reg.solver, "compiles_for", None)
+    if method is None:  # a solver written before the method existed
+        return False
+    try:
+        return bool(method(engine.state.context, canon))
+    except Exception:  # measured as a dynamic solver; a real fault surfaces there
+        return False
+
+
+def _kernels(engine: FindEngine, canon: ConvProblem, cand: Candidate) -> tuple[Any, ...]:
+    try:
+        solution = cand.reg.solver.get_solution(engine.state.context, canon, cand.perf_config)
+        return tuple(solution.kernels)
+    except Exception:  # reported by the build when it is measured
+        return ()
+
+
+def _binaries_ready(engine: FindEngine, kernels: tuple[Any, ...]) -> bool:
+    ready = getattr(engine.state.backend, "binaries_ready", None)
+    if ready is None:
+        return False
+    try:
+        return bool(ready(kernels))
+    except Exception:  # an unreadable source or cache: treat as not built
+        return False
