@@ -117,13 +117,20 @@ def collect_headers(folders: Iterable[Path]) -> tuple[tuple[str, bytes], ...]:
     invalidates its entries (a little over-inclusive, never stale).
     """
     out: dict[str, bytes] = {}
-    for folder in folders:
-        if not folder.is_dir():
-            continue
-        for path in sorted(folder.iterdir()):
-            if path.suffix in (".h", ".hpp", ".cuh") and path.is_file():
-                out.setdefault(f"{folder.name}/{path.name}", path.read_bytes())
+    for path in header_paths(folders):
+        out.setdefault(f"{path.parent.name}/{path.name}", path.read_bytes())
     return tuple(sorted(out.items()))
+
+
+def header_paths(folders: Iterable[Path]) -> list[Path]:
+    """The header files (``*.h``, ``*.hpp``, ``*.cuh``) directly in ``folders``, in order."""
+    return [
+        path
+        for folder in folders
+        if folder.is_dir()
+        for path in sorted(folder.iterdir())
+        if path.suffix in (".h", ".hpp", ".cuh") and path.is_file()
+    ]
 
 
 class KernelCache:

@@ -105,7 +105,8 @@ class FindEngine:
             workspace_limit=workspace_limit,
         )
         if not measured:
-            reasons = {**report.not_applicable, **report.failed}  # refused setups, failures
+            refused = {c.reg.name: c.refused for c in candidates if c.refused is not None}
+            reasons = {**refused, **report.failed}  # setups refused when measured, failures
             raise NoApplicableSolverError(
                 f"every applicable solver failed on {problem.key}: "
                 + "; ".join(f"{k}: {v}" for k, v in reasons.items())

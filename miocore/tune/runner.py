@@ -22,7 +22,7 @@ from miocore.problem.conv import ConvProblem
 from miocore.solver.interface import MATH_MODES
 from miocore.solver.registry import default_registry
 from miocore.tune.shards import done_tasks, merge_shards, versions_signature
-from miocore.tune.worker import run_task
+from miocore.tune.worker import VISIBLE_DEVICES, run_task
 
 
 class TuneUnavailableError(MiocoreError):
@@ -234,9 +234,8 @@ def _device_identity(device: str) -> str:
     return open_backend(device).device.identity
 
 
-# A GPU worker sees only its own device, so that every library in its process (cuDNN, CuPy,
-# torch) works on that device by default, as dask-cuda pins its workers.
-_VISIBLE_DEVICES = {"cuda": "CUDA_VISIBLE_DEVICES", "hip": "HIP_VISIBLE_DEVICES"}
+# A GPU worker sees only its own device (worker.VISIBLE_DEVICES), so that every library in its
+# process (cuDNN, CuPy, torch) works on that device by default, as dask-cuda pins its workers.
 
 
 def worker_environments(devices: Sequence[str], n_workers: int) -> list[dict[str, str]]:
@@ -249,7 +248,7 @@ def worker_environments(devices: Sequence[str], n_workers: int) -> list[dict[str
     for i in range(n_workers):
         device = devices[i % len(devices)]
         backend, _, index = device.partition(":")
-        variable = _VISIBLE_DEVICES.get(backend)
+        variable = VISIBLE_DEVICES.get(backend)
         if variable is None or not index:
             envs.append({"MIOCORE_TUNE_DEVICE": device})
             continue

@@ -69,22 +69,10 @@ def cap_work(problem: ConvProblem, max_gflop: float) -> ConvProblem:
     one image); every other size, the convolution, layout and dtype are kept."""
     if problem.flops <= max_gflop * 1e9 or problem.conv.mode != "conv":
         return problem
-    conv = problem.conv
-    return ConvProblem.from_sizes(
-        problem.direction,
-        n=max(1, int(problem.n * max_gflop * 1e9 / problem.flops)),
-        c=problem.c,
-        k=problem.k,
-        in_spatial=problem.in_spatial,
-        filter_spatial=problem.filter_spatial,
-        pads=tuple(conv.pads),
-        strides=tuple(conv.strides),
-        dilations=tuple(conv.dilations),
-        groups=problem.groups,
-        dtype=problem.dtype,
-        layout=problem.x.layout,
-        out_spatial=problem.out_spatial,
-    )
+    n = max(1, int(problem.n * max_gflop * 1e9 / problem.flops))
+    x = problem.x.with_lengths((n, *problem.x.lengths[1:]))
+    y = problem.y.with_lengths((n, *problem.y.lengths[1:]))
+    return ConvProblem(problem.direction, x=x, w=problem.w, y=y, conv=problem.conv)
 
 
 def problems_from_finddb_text(path: Path | str) -> list[ConvProblem]:

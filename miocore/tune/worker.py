@@ -19,6 +19,8 @@ from miocore.problem.conv import ConvProblem
 from miocore.tune.shards import append_log, claim, done_tasks, shard_dir
 
 _handles: dict[tuple[str, str, str], Any] = {}
+#: The variable that pins a GPU worker to its device, per backend (see runner.worker_environments).
+VISIBLE_DEVICES = {"cuda": "CUDA_VISIBLE_DEVICES", "hip": "HIP_VISIBLE_DEVICES"}
 
 
 class ProblemTimeLimit(MiocoreError):
@@ -92,7 +94,7 @@ def _tune(task: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         "device": device,
         "worker": name,
     }
-    for variable in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
+    for variable in VISIBLE_DEVICES.values():
         if os.environ.get(variable):  # a pinned GPU worker: which physical device it tuned
             line["visible_devices"] = os.environ[variable]
     if not task.get("prune", False):

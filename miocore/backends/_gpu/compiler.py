@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from miocore.backends._gpu.launch import CompiledKernel
 from miocore.backends._gpu.vendor import DriverCompileFailure
-from miocore.db.kernel_cache import CacheKeyParts, KernelCache, cache_disabled, collect_headers
+from miocore.db.kernel_cache import (
+    CacheKeyParts,
+    KernelCache,
+    cache_disabled,
+    collect_headers,
+    header_paths,
+)
 from miocore.errors import CompileError
 from miocore.problem.dtypes import DataType
 from miocore.solver.interface import KernelInfo
@@ -156,7 +162,7 @@ class KernelCompiler:
             return found[0], found[1]
         parts, path = self._read_parts(info)
         include_dirs = [core_kernel_dir(), path.parent]
-        watched = (path, *include_dirs, *_headers_in(include_dirs))
+        watched = (path, *include_dirs, *header_paths(include_dirs))
         stamp = _stamp(watched)
         with self._lock:
             if len(memo) >= _PARTS_MEMO:
@@ -285,17 +291,6 @@ class KernelCompiler:
 
 #: Kernels whose cache key parts a backend remembers (forgotten all at once past it).
 _PARTS_MEMO = 4096
-
-
-def _headers_in(folders: Sequence[Path]) -> list[Path]:
-    """The header files :func:`collect_headers` reads from ``folders``."""
-    return [
-        path
-        for folder in folders
-        if folder.is_dir()
-        for path in folder.iterdir()
-        if path.suffix in (".h", ".hpp", ".cuh")
-    ]
 
 
 def _stamp(paths: Sequence[Path]) -> tuple[tuple[int, int] | None, ...]:
