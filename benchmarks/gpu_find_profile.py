@@ -205,6 +205,46 @@ def rtc_probe(db: Path, count: int, dynamic: bool) -> dict[str, Any]:
     return out
 
 
+#: Per solver family: timed runs of find's candidates, split into the first (warm-up) run
+#: and the rest: [runs, wall s, device ms] each.
+RUNS: dict[str, dict[str, list[float]]] = defaultdict(
+    lambda: {"first": [0, 0.0, 0.0], "rest": [0, 0.0, 0.0]}
+)
+_CURRENT: list[Any] = [None, 0]  # (solver family of the candidate being timed, runs so far)
+
+
+def _time_runs() -> None:
+    """Count each candidate's timed runs (``backend.time_ms`` inside ``FindEngine._time``),
+    with their wall and device time, the warm-up run apart."""
+    from miocore.backends._gpu.base import GpuBackend
+    from miocore.find import engine
+
+    timed = engine.FindEngine._time
+
+    def each_candidate(self: Any, canon: Any, entry: Any, *args: Any, **kwargs: Any) -> Any:
+        _CURRENT[0], _CURRENT[1] = _family(entry.solver), 0
+        try:
+            return timed(self, canon, entry, *args, **kwargs)
+        finally:
+            _CURRENT[0] = None
+
+    engine.FindEngine._time = each_candidate  # type: ignore[method-assign]
+    time_ms = GpuBackend.time_ms
+
+    def each_run(self: Any, run: Any) -> float:
+        start = time.perf_counter()
+        device_ms = time_ms(self, run)
+        if _CURRENT[0] is not None:
+            row = RUNS[_CURRENT[0]]["first" if _CURRENT[1] == 0 else "rest"]
+            row[0] += 1
+            row[1] += time.perf_counter() - start
+            row[2] += device_ms
+            _CURRENT[1] += 1
+        return device_ms
+
+    GpuBackend.time_ms = each_run  # type: ignore[method-assign]
+
+
 def instrument() -> None:
     """Wrap the find machinery's phases (must run before the first find)."""
     from miocore.find import engine, handle, runner, verify
@@ -234,6 +274,7 @@ def instrument() -> None:
         "time",
         lambda self, canon, entry, *a, **k: _family(entry.solver),
     )
+    _time_runs()
     _wrap(verify.AccuracyCheck, "__init__", "verify_setup")
     _wrap(verify.AccuracyCheck, "measure", "verify")
     _wrap(verify.AccuracyCheck, "poison", "poison")
@@ -245,8 +286,10 @@ def instrument() -> None:
     _wrap(_plans.ProblemPlans, "__init__", "cudnn_heuristics")
     made = _plans.ProblemPlans.__init__
 
-    def remember(self: Any, cudnn: Any, handle: Any, problem: Any, math_mode: str) -> None:
-        made(self, cudnn, handle, problem, math_mode)
+    def remember(
+        self: Any, cudnn: Any, handle: Any, problem: Any, math_mode: str, *rest: Any
+    ) -> None:
+        made(self, cudnn, handle, problem, math_mode, *rest)
         SEEN_PLANS.append((problem, _device_of(handle), math_mode))
 
     _plans.ProblemPlans.__init__ = remember  # type: ignore[method-assign]
@@ -319,6 +362,11 @@ def main() -> None:
             for (p, s), v in sorted(PER_SOLVER.items(), key=lambda kv: -kv[1][0])
         ],
     }
+    row["timed_runs"] = {
+        family: {part: dict(zip(("runs", "wall_s", "device_ms"), v, strict=True))
+                 for part, v in parts.items()}
+        for family, parts in RUNS.items()
+    }  # fmt: skip
     row["cudnn_not_applicable"] = dict(sorted(REASONS.items(), key=lambda kv: -kv[1]))
     if args.plan_probe:
         row["plan_probe"] = plan_probe(args.plan_probe, 8)
@@ -338,6 +386,13 @@ def main() -> None:
         print(
             f"  {name:28s} {spent:8.3f} s {int(calls):6d} calls "
             f"{1e3 * spent / max(1, finds):8.1f} ms/find"
+        )
+    for family, parts in sorted(RUNS.items(), key=lambda kv: -kv[1]["rest"][1]):
+        first, rest = parts["first"], parts["rest"]
+        print(
+            f"  runs {family:24s} first {int(first[0]):5d} {first[1]:7.3f} s "
+            f"(device {first[2] / 1e3:6.3f} s)  rest {int(rest[0]):5d} {rest[1]:7.3f} s "
+            f"(device {rest[2] / 1e3:6.3f} s)"
         )
     for item in row["per_solver"][:25]:
         print(f"  {item['phase']:24s} {item['solver']:28s} {item['s']:8.3f} s {item['calls']:5d}")

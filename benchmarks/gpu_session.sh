@@ -34,6 +34,8 @@
 #               and a warm binary cache (gpu_find_profile.py; PROFILE_MODELS, DTYPES)
 #   findab      the first find with a warm binary cache, this tree against .old (a
 #               `git archive` of another commit), alternating (gpu_find_profile.py)
+#   findenv     the first find under several settings of this tree (FENV_PASSES), their
+#               choices judged by one pass that measured everything (find_choice_compare.py)
 #   rtcprobe    cuDNN's run-time compiled configurations built plain and in dynamic-shape
 #               graphs sharing a kernel cache (gpu_find_profile.py --rtc-probe)
 #   scaling     issue 19 on a several-GPU kind: `miocore tune` over the full-size corpus sample
@@ -52,7 +54,7 @@
 #               LIMIT held-out problems and the layers of the MIOpenDriver files carried in
 #               .gpu/perf_models (find_quality.py, batch cut to MAX_GFLOP)
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|rtcprobe|scaling|gpudb|quality}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|quality}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -170,6 +172,32 @@ case "$STAGE" in
     done
     export PYTHONPATH="$new_path"
     tar -czf "$OUT/findab.tgz" -C /tmp fab
+    ;;
+  findenv)
+    # The first find under different settings of this tree, per model, one process each
+    # (gpu_find_profile.py): FENV_PASSES items are model:label[:VAR=VALUE[+VAR=VALUE]], in
+    # order (the first pass of a model fills the binary cache). FENV_REFERENCE names the
+    # label whose database judges the others' choices (find_choice_compare.py).
+    mkdir -p /tmp/fenv
+    for item in ${FENV_PASSES:-resnet50:cold resnet50:on}; do
+      IFS=: read -r model label settings <<<"$item"
+      # shellcheck disable=SC2046
+      env $(tr '+' ' ' <<<"${settings:-}") timeout "${FENV_TIMEOUT:-150}" \
+        python3 benchmarks/gpu_find_profile.py --model "$model" --dtype "${DTYPES%% *}" \
+        --db "/tmp/fenv/db-$model-$label" --out "/tmp/fenv/$model-$label.json" \
+        >"/tmp/fenv/$model-$label.log" 2>&1
+      echo "$item rc=$?"
+      grep -a "finds in\|runs \|cudnn_heuristics\|  time \| find.time" "/tmp/fenv/$model-$label.log" | head -12
+      tar -czf "$OUT/findenv.tgz" -C /tmp fenv
+    done
+    ref="${FENV_REFERENCE:-on}"
+    for model in $(for i in ${FENV_PASSES:-}; do echo "${i%%:*}"; done | sort -u); do
+      # shellcheck disable=SC2046
+      python3 benchmarks/find_choice_compare.py --reference "/tmp/fenv/db-$model-$ref" \
+        --db $(ls -d /tmp/fenv/db-"$model"-* | grep -v -- "-$ref\$\|-cold\$") \
+        --out "/tmp/fenv/compare-$model.json"
+    done
+    tar -czf "$OUT/findenv.tgz" -C /tmp fenv
     ;;
   rtcprobe)
     # cuDNN's run-time compiled configurations: a find pass per model (a database of its

@@ -48,6 +48,10 @@ KNOBS = {
 }
 
 
+#: The heuristics modes each create_execution_plans call asked for, in order.
+ASKED: list[list] = []
+
+
 class heur_mode(enum.Enum):
     A = 0
     B = 1
@@ -147,6 +151,7 @@ class pygraph:
         return 64
 
     def create_execution_plans(self, modes: list) -> None:
+        ASKED.append(list(modes))
         self.plans = list(CONFIGS)
 
     def get_knobs_for_engine(self, engine: int) -> list:

@@ -277,6 +277,34 @@ def test_runtime_compiled_engines_take_part_unless_switched_off(
     assert ENGINE[11].is_applicable(ctx, p)
 
 
+def test_heuristics_modes_follow_the_variable(
+    fake_cudnn: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MIOCORE_CUDNN_HEURISTICS names the modes asked (A, B and FALLBACK by default); a bad
+    name is an error naming the variable and the value."""
+    from fake_cudnn import ASKED, heur_mode
+    from miocore_cudnn._plans import clear_cache
+
+    ctx, p = cuda_context(), problem("forward", "float16")
+    for value, expected in (
+        (None, [heur_mode.A, heur_mode.B, heur_mode.FALLBACK]),
+        ("a, fallback", [heur_mode.A, heur_mode.FALLBACK]),
+        ("B", [heur_mode.B]),
+    ):
+        if value is None:
+            monkeypatch.delenv("MIOCORE_CUDNN_HEURISTICS", raising=False)
+        else:
+            monkeypatch.setenv("MIOCORE_CUDNN_HEURISTICS", value)
+        clear_cache()
+        ASKED.clear()
+        assert ENGINE[3].is_applicable(ctx, p)
+        assert ASKED and ASKED[0] == expected
+    monkeypatch.setenv("MIOCORE_CUDNN_HEURISTICS", "A,C")
+    clear_cache()
+    with pytest.raises(miocore.InvalidEnvironmentError, match=r"MIOCORE_CUDNN_HEURISTICS.*A,C"):
+        ENGINE[3].is_applicable(ctx, p)
+
+
 def test_reduced_precision_configurations_take_part_with_their_note(
     fake_cudnn: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -3,10 +3,11 @@
 For a problem (and the handle's math mode) :class:`ProblemPlans` builds the frontend graph
 once: the three tensors with the descriptors' lengths and strides (so NCHW, NHWC and any
 packed stride order reach cuDNN as they are), one ``conv_fprop`` / ``conv_dgrad`` /
-``conv_wgrad`` node, fp32 compute. It then asks cuDNN's heuristics (modes A, B and FALLBACK)
-for engine configurations and reads each one's name, cuDNN's own ``eng<id>_k<knob>=<value>``
-tag: the engine id picks the solver (``cudnn.eng<id>``), the knob choices become its
-``PerfConfig`` (``{"k2": 1, "k13": 0}``, the keys being cuDNN's backend knob type numbers).
+``conv_wgrad`` node, fp32 compute. It then asks cuDNN's heuristics (modes A, B and FALLBACK;
+``MIOCORE_CUDNN_HEURISTICS`` names others) for engine configurations and reads each one's
+name, cuDNN's own ``eng<id>_k<knob>=<value>`` tag: the engine id picks the solver
+(``cudnn.eng<id>``), the knob choices become its ``PerfConfig`` (``{"k2": 1, "k13": 0}``, the
+keys being cuDNN's backend knob type numbers).
 
 Numerics are filtered before anything is built: engines with the DOWN_CONVERT_INPUTS note
 never; REDUCED_PRECISION_REDUCTION ones are refused by the main graph and built in a second
@@ -41,6 +42,11 @@ ENV_RUNTIME_COMPILED = "MIOCORE_CUDNN_RUNTIME_COMPILED"
 #: Lets engines that reduce in a precision below fp32 in (PyTorch lets them; find's accuracy
 #: check still measures each against its bound).
 ENV_REDUCED_PRECISION = "MIOCORE_CUDNN_REDUCED_PRECISION"
+#: cuDNN's heuristics modes asked for engine configurations, in order (comma-separated names
+#: of ``cudnn.heur_mode``: A, B, FALLBACK).
+ENV_HEURISTICS = "MIOCORE_CUDNN_HEURISTICS"
+#: The modes asked when the variable is unset.
+DEFAULT_HEURISTICS = ("A", "B", "FALLBACK")
 #: Variant-pack uids of x, w and y in every direction (the direction says which is written).
 UID_X, UID_W, UID_Y = 1, 2, 3
 #: Engine configurations kept per engine: the heuristics rarely list more.
@@ -138,6 +144,25 @@ def runtime_compiled_allowed() -> bool:
     return runtime_compiled_mode() != "off"
 
 
+def heuristic_modes() -> tuple[str, ...]:
+    """The heuristics modes ``MIOCORE_CUDNN_HEURISTICS`` names (default A, B, FALLBACK).
+
+    Mode B is cuDNN's slower, more thorough heuristic; where a graph has no mode B the
+    others are asked alone."""
+    value = os.environ.get(ENV_HEURISTICS, "").strip()
+    if not value:
+        return DEFAULT_HEURISTICS
+    names = tuple(part.strip().upper() for part in value.split(",") if part.strip())
+    unknown = [n for n in names if n not in ("A", "B", "FALLBACK")]
+    if unknown or not names:
+        raise InvalidEnvironmentError(
+            "expected a comma-separated list of A, B and FALLBACK",
+            field=ENV_HEURISTICS,
+            value=value,
+        )
+    return tuple(dict.fromkeys(names))
+
+
 def _env_on(name: str, default: bool = False) -> bool:
     value = os.environ.get(name, "").strip().lower()
     if not value:
@@ -205,7 +230,14 @@ def build_graph(
 class ProblemPlans:
     """The engine configurations cuDNN offers for one problem, built into plans on demand."""
 
-    def __init__(self, cudnn: Any, handle: CudnnHandle, problem: ConvProblem, math_mode: str):
+    def __init__(
+        self,
+        cudnn: Any,
+        handle: CudnnHandle,
+        problem: ConvProblem,
+        math_mode: str,
+        modes: tuple[str, ...] | None = None,
+    ):
         self.handle = handle
         self.problem = problem
         self._lock = threading.Lock()
@@ -214,12 +246,14 @@ class ProblemPlans:
         self._twin: Any = None
         self._reduced_graph: Any = None
         self._transform: dict[str, bool] = {}
-        modes = cudnn.heur_mode
-        self._modes = [modes.A, modes.B, modes.FALLBACK]
+        names = modes if modes is not None else heuristic_modes()
+        self._modes = [getattr(cudnn.heur_mode, name) for name in names]
         try:
             self.graph.create_execution_plans(self._modes)
         except Exception:  # mode B is not offered for every graph; A and FALLBACK are
-            self._modes = [modes.A, modes.FALLBACK]
+            if "B" not in names or len(names) == 1:
+                raise
+            self._modes = [getattr(cudnn.heur_mode, n) for n in names if n != "B"]
             self.graph.create_execution_plans(self._modes)
         self.cudnn, self.math_mode = cudnn, math_mode
         self.graph.deselect_numeric_notes(barred_notes(cudnn, problem, math_mode))
@@ -466,6 +500,7 @@ def plans_for(
     """The cached :class:`ProblemPlans` of ``problem`` on ``device`` in ``math_mode`` (built on
     first use; the least recently used of more than :data:`CACHE_SIZE` are dropped). Raises
     PlanError when cuDNN cannot describe the problem at all."""
+    modes = heuristic_modes()  # a bad value is the caller's error, not the problem's
     key = (device, math_mode, problem)
     with _cache.lock:
         found = _cache.entries.get(key)
@@ -473,7 +508,7 @@ def plans_for(
             _cache.entries.move_to_end(key)
     if found is None:
         try:
-            found = ProblemPlans(cudnn, handle, problem, math_mode)
+            found = ProblemPlans(cudnn, handle, problem, math_mode, modes)
         except PlanError:
             raise
         except Exception as exc:
