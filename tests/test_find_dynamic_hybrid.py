@@ -159,12 +159,22 @@ def test_the_learned_estimate_decides_for_a_library_compiling_per_problem() -> N
     h = _with_heuristic({"test.ready": 1.0, "test.foreseen": 0.2}, ready, foreseen)
     sols = h.find_solutions(PROBLEM, find_mode="DYNAMIC_HYBRID")
     assert foreseen.runs > 0 and sols[0].solver == "test.foreseen"
-    # Its WTI says it wins, the model says it loses: left out.
+    # Its WTI says it wins, the model says it loses by more than the margin: left out.
+    from miocore.find.dynamic import LIBRARY_COMPILE_MARGIN
+
     ready = TimedSolver("test.ready", delay_s=0.003, dynamic=True, wti=0.5)
     doubted = LibraryCompiled("test.doubted", delay_s=0.001, dynamic=True, wti=0.9)
-    h = _with_heuristic({"test.ready": 1.0, "test.doubted": 3.0}, ready, doubted)
+    estimate = LIBRARY_COMPILE_MARGIN * 1.1
+    h = _with_heuristic({"test.ready": 1.0, "test.doubted": estimate}, ready, doubted)
     sols = h.find_solutions(small_problem("backward_data"), find_mode="DYNAMIC_HYBRID")
     assert doubted.runs == 0 and "needs a compile" in sols.report.skipped["test.doubted"]
+    # The model says it loses, but within the margin of its error: measured (and it wins).
+    ready = TimedSolver("test.ready", delay_s=0.003, dynamic=True, wti=0.5)
+    close = LibraryCompiled("test.close", delay_s=0.001, dynamic=True, wti=0.01)
+    estimate = (1 + LIBRARY_COMPILE_MARGIN) / 2
+    h = _with_heuristic({"test.ready": 1.0, "test.close": estimate}, ready, close)
+    sols = h.find_solutions(small_problem(layout="NHWC"), find_mode="DYNAMIC_HYBRID")
+    assert close.runs > 0 and sols[0].solver == "test.close"
     # A model that does not know it: WTI decides, as without a model.
     ready = TimedSolver("test.ready", delay_s=0.003, dynamic=True, wti=0.5)
     unknown = LibraryCompiled("test.unknown", delay_s=0.001, dynamic=True, wti=0.9)

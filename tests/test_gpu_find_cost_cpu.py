@@ -126,3 +126,53 @@ def test_a_kernels_key_is_read_once_until_its_files_change(
     _touch_later(folder)
     assert backend._parts(info)[0].key not in (first, second)
     assert len(reads) == 3
+
+
+class _ScriptedBackend:
+    """A backend whose timed runs take the given times, in order."""
+
+    def __init__(self, times: list[float]) -> None:
+        self.times = list(times)
+        self.calls = 0
+
+    def time_ms(self, run: Any) -> float:
+        run()
+        self.calls += 1
+        return self.times.pop(0)
+
+
+def _time(times: list[float], best_ms: float) -> tuple[Any, str, int]:
+    """``FindEngine._time`` of one candidate whose runs take ``times`` (warm-up first)."""
+    from types import SimpleNamespace
+
+    from miocore import ConvProblem
+    from miocore.find.engine import FindEngine
+
+    backend = _ScriptedBackend(times)
+    engine = SimpleNamespace(state=SimpleNamespace(backend=backend), runner=SimpleNamespace())
+    engine.runner.owner = None
+    entry = SimpleNamespace(invoker=lambda owner, params: None, solver="pretend")
+    canon = ConvProblem.from_sizes(
+        "forward", n=1, c=4, k=4, in_spatial=(4, 4), filter_spatial=(1, 1)
+    )
+    arrays = {"x": None, "w": None, "y": None}
+    timing, note = FindEngine._time(engine, canon, entry, arrays, None, best_ms)  # type: ignore[arg-type]
+    return timing, note, backend.calls
+
+
+def test_a_candidate_that_cannot_win_stops_after_the_minimum_runs() -> None:
+    from miocore.find import engine
+
+    # Every run 1.5x the best so far: three timed runs (after the warm-up), said in the note.
+    timing, note, calls = _time([1.5] * 20, best_ms=1.0)
+    assert calls == 1 + 3 and timing.median_ms == 1.5
+    assert "stopped after 3 timed runs" in note and f"{engine.RACE_FACTOR:g}x" in note
+    # One fast run among them keeps it in the race: it runs on until steady or the cap.
+    timing, note, calls = _time([1.5, 1.5, 1.0, 1.5] + [1.0] * 16, best_ms=1.0)
+    assert note == "" and calls > 1 + 3
+    # Within the factor of the best: measured as before (steady after STEADY_RUNS).
+    timing, note, calls = _time([1.1] * 20, best_ms=1.0)
+    assert note == "" and calls == 1 + engine.STEADY_RUNS
+    # The first candidate (no best yet) is never stopped early.
+    timing, note, calls = _time([1.5] * 20, best_ms=float("inf"))
+    assert note == "" and calls == 1 + engine.STEADY_RUNS

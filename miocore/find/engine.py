@@ -43,6 +43,12 @@ log = logging.getLogger("miocore.find")
 STEADY_RUNS = 5
 
 
+#: A candidate whose fastest of ``min_runs`` timed runs is over this many times the best
+#: median so far stops there: it cannot come within the noise rule's margin of the best, and
+#: most candidates of a find are such losers (about half of a small layer's timed runs).
+RACE_FACTOR = 1.25
+
+
 def _steady(samples: Sequence[float]) -> bool:
     fastest = min(samples)
     return max(samples) - fastest <= tie_margin(fastest, [])
@@ -352,6 +358,11 @@ class FindEngine:
         samples: list[float] = []
         while len(samples) < max_runs:
             samples.append(backend.time_ms(run))
+            if len(samples) >= min_runs and min(samples) > RACE_FACTOR * best_ms:
+                return Timing.from_samples(samples), (
+                    f"stopped after {len(samples)} timed runs: over {RACE_FACTOR:g}x the best "
+                    f"time so far ({best_ms:.4g} ms)"
+                )
             if len(samples) >= min_runs and sum(samples) >= min_total_ms:
                 break
             if len(samples) >= STEADY_RUNS and _steady(samples):

@@ -280,15 +280,15 @@ def test_runtime_compiled_engines_take_part_unless_switched_off(
 def test_heuristics_modes_follow_the_variable(
     fake_cudnn: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """MIOCORE_CUDNN_HEURISTICS names the modes asked (A, B and FALLBACK by default); a bad
+    """MIOCORE_CUDNN_HEURISTICS names the modes asked (A and FALLBACK by default); a bad
     name is an error naming the variable and the value."""
     from fake_cudnn import ASKED, heur_mode
     from miocore_cudnn._plans import clear_cache
 
     ctx, p = cuda_context(), problem("forward", "float16")
     for value, expected in (
-        (None, [heur_mode.A, heur_mode.B, heur_mode.FALLBACK]),
-        ("a, fallback", [heur_mode.A, heur_mode.FALLBACK]),
+        (None, [heur_mode.A, heur_mode.FALLBACK]),
+        ("a, b, fallback", [heur_mode.A, heur_mode.B, heur_mode.FALLBACK]),
         ("B", [heur_mode.B]),
     ):
         if value is None:

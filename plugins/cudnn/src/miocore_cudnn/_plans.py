@@ -3,9 +3,9 @@
 For a problem (and the handle's math mode) :class:`ProblemPlans` builds the frontend graph
 once: the three tensors with the descriptors' lengths and strides (so NCHW, NHWC and any
 packed stride order reach cuDNN as they are), one ``conv_fprop`` / ``conv_dgrad`` /
-``conv_wgrad`` node, fp32 compute. It then asks cuDNN's heuristics (modes A, B and FALLBACK;
-``MIOCORE_CUDNN_HEURISTICS`` names others) for engine configurations and reads each one's
-name, cuDNN's own ``eng<id>_k<knob>=<value>`` tag: the engine id picks the solver
+``conv_wgrad`` node, fp32 compute. It then asks cuDNN's heuristics (modes A and FALLBACK;
+``MIOCORE_CUDNN_HEURISTICS`` names others, such as B) for engine configurations and reads
+each one's name, cuDNN's own ``eng<id>_k<knob>=<value>`` tag: the engine id picks the solver
 (``cudnn.eng<id>``), the knob choices become its ``PerfConfig`` (``{"k2": 1, "k13": 0}``, the
 keys being cuDNN's backend knob type numbers).
 
@@ -45,8 +45,11 @@ ENV_REDUCED_PRECISION = "MIOCORE_CUDNN_REDUCED_PRECISION"
 #: cuDNN's heuristics modes asked for engine configurations, in order (comma-separated names
 #: of ``cudnn.heur_mode``: A, B, FALLBACK).
 ENV_HEURISTICS = "MIOCORE_CUDNN_HEURISTICS"
-#: The modes asked when the variable is unset.
-DEFAULT_HEURISTICS = ("A", "B", "FALLBACK")
+#: The modes asked when the variable is unset: mode B (cuDNN's slower, more thorough
+#: heuristic) cost 35 ms a problem of EfficientNet-B0 on an H200 against 4.6 for A and
+#: FALLBACK, and the choices of a find without it were 1.006x those with it (geomean, 133 of
+#: 137 within 5%: docs/performance-gpu-host.md). PyTorch asks A and FALLBACK too.
+DEFAULT_HEURISTICS = ("A", "FALLBACK")
 #: Variant-pack uids of x, w and y in every direction (the direction says which is written).
 UID_X, UID_W, UID_Y = 1, 2, 3
 #: Engine configurations kept per engine: the heuristics rarely list more.
@@ -145,7 +148,7 @@ def runtime_compiled_allowed() -> bool:
 
 
 def heuristic_modes() -> tuple[str, ...]:
-    """The heuristics modes ``MIOCORE_CUDNN_HEURISTICS`` names (default A, B, FALLBACK).
+    """The heuristics modes ``MIOCORE_CUDNN_HEURISTICS`` names (default A and FALLBACK).
 
     Mode B is cuDNN's slower, more thorough heuristic; where a graph has no mode B the
     others are asked alone."""

@@ -4,7 +4,7 @@ Every solver answers for one cuDNN engine (its global index in cuDNN's engine li
 convolution graph). Its ``PerfConfig`` holds the engine's knob choices in cuDNN's own
 notation (``{"k2": 1, "k13": 0}`` for the config cuDNN names ``eng28_k2=1_k13=0``): the
 default is the choice of cuDNN's heuristics, the space every configuration of that engine
-the heuristics list (modes A, B, FALLBACK). A FindDb record therefore names engine and knobs,
+the heuristics list (modes A and FALLBACK). A FindDb record therefore names engine and knobs,
 and a new process rebuilds exactly that configuration.
 """
 
