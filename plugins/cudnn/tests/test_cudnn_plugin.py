@@ -256,13 +256,15 @@ def test_runtime_compiled_engines_take_part_unless_switched_off(
     from miocore_cudnn._plans import clear_cache
 
     ctx, p = cuda_context(), problem("backward_weights", "float16")
+    monkeypatch.delenv("MIOCORE_CUDNN_RUNTIME_COMPILED", raising=False)
     assert ENGINE[11].is_applicable(ctx, p)
-    # By default it is measured like any engine; with "compile", DYNAMIC_HYBRID find treats
-    # it as a compile for this problem (told without a build).
-    assert not ENGINE[11].compiles_for(ctx, p)
-    monkeypatch.setenv("MIOCORE_CUDNN_RUNTIME_COMPILED", "compile")
-    assert ENGINE[11].is_applicable(ctx, p)
+    # By default DYNAMIC_HYBRID find treats it as a compile for this problem (told without a
+    # build); with 1 it is measured like any engine.
     assert ENGINE[11].compiles_for(ctx, p) and not ENGINE[3].compiles_for(ctx, p)
+    monkeypatch.setenv("MIOCORE_CUDNN_RUNTIME_COMPILED", "compile")
+    assert ENGINE[11].compiles_for(ctx, p)
+    monkeypatch.setenv("MIOCORE_CUDNN_RUNTIME_COMPILED", "on")
+    assert ENGINE[11].is_applicable(ctx, p) and not ENGINE[11].compiles_for(ctx, p)
     monkeypatch.setenv("MIOCORE_CUDNN_RUNTIME_COMPILED", "sometimes")
     with pytest.raises(miocore.InvalidEnvironmentError, match="MIOCORE_CUDNN_RUNTIME_COMPILED"):
         ENGINE[11].compiles_for(ctx, p)

@@ -16,8 +16,9 @@ the accuracy policies; ``MIOCORE_CUDNN_REDUCED_PRECISION=0`` keeps them out); an
 the ``"exact"`` math mode no
 TENSOR_CORE (TF32), as PyTorch does with ``allow_tf32=False``. Engines that compile at run
 time (behaviour note RUNTIME_COMPILATION) take part unless ``MIOCORE_CUDNN_RUNTIME_COMPILED=0``:
-they are the fast depthwise engines PyTorch picks, and a whole fp16 NORMAL find of a depthwise
-layer including one's build took 0.2-0.35 s on an H200 (docs/performance.md).
+they are the fast depthwise engines PyTorch picks, and their build costs 10-260 ms a problem
+on an H200, so DYNAMIC_HYBRID find treats them as compiles (measured where the learned
+estimate puts them near the best ready candidate; ``=1`` measures them in every find).
 
 Plans are built on first use (``build_plan_at_index``) and kept with their workspace size;
 :func:`plans_for` keeps the graphs of the last :data:`CACHE_SIZE` problems.
@@ -125,20 +126,20 @@ def reduced_precision_allowed() -> bool:
 
 
 def runtime_compiled_mode() -> str:
-    """``MIOCORE_CUDNN_RUNTIME_COMPILED``: ``"on"`` (the default: run-time compiled engines
-    take part in every find), ``"off"`` (left out), or ``"compile"`` (they take part, and
-    DYNAMIC_HYBRID find treats each as a compile for the problem: built and measured only
-    where predicted to beat every ready candidate; a first find costs less, and picks worse
-    on depthwise layers, where these engines win most: docs/performance-gpu-host.md)."""
+    """``MIOCORE_CUDNN_RUNTIME_COMPILED``: ``"compile"`` (the default: run-time compiled
+    engines take part, and DYNAMIC_HYBRID find treats each as a compile for the problem,
+    built and measured only where the learned estimate puts it near the best ready
+    candidate), ``"on"`` (``1``: measured in every find, as NORMAL find does), or ``"off"``
+    (``0``: left out). docs/performance-gpu-host.md has what each costs and picks."""
     value = os.environ.get(ENV_RUNTIME_COMPILED, "").strip().lower()
-    if not value or value in ("1", "true", "yes", "on"):
+    if not value or value == "compile":
+        return "compile"
+    if value in ("1", "true", "yes", "on"):
         return "on"
     if value in ("0", "false", "no", "off"):
         return "off"
-    if value == "compile":
-        return "compile"
     raise InvalidEnvironmentError(
-        "expected 1/on, 0/off or compile", field=ENV_RUNTIME_COMPILED, value=value
+        "expected compile, 1/on or 0/off", field=ENV_RUNTIME_COMPILED, value=value
     )
 
 

@@ -162,11 +162,11 @@ class CudnnEngineSolver(TunableSolver):
         return not_applicable(reason) if reason else APPLICABLE
 
     def compiles_for(self, ctx: ExecutionContext, problem: ConvProblem) -> bool:
-        """With ``MIOCORE_CUDNN_RUNTIME_COMPILED=compile``: whether cuDNN compiles this
-        engine's kernel for ``problem`` (a run-time compiled engine: 13-130 ms per problem on
-        an H200), so DYNAMIC_HYBRID find measures it only where it is predicted to beat every
-        ready candidate. False otherwise (the default): these engines win depthwise layers
-        that the estimates do not foresee."""
+        """Whether cuDNN compiles this engine's kernel for ``problem`` (a run-time compiled
+        engine: 10-260 ms per problem on an H200), so DYNAMIC_HYBRID find measures it only
+        where the learned estimate puts it near the best ready candidate (the default,
+        ``MIOCORE_CUDNN_RUNTIME_COMPILED=compile``). False with ``=1``: measured in every
+        find."""
         if runtime_compiled_mode() != "compile":
             return False
         try:
