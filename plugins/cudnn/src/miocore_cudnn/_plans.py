@@ -49,7 +49,7 @@ ENV_HEURISTICS = "MIOCORE_CUDNN_HEURISTICS"
 #: The modes asked when the variable is unset: mode B (cuDNN's slower, more thorough
 #: heuristic) cost 35 ms a problem of EfficientNet-B0 on an H200 against 4.6 for A and
 #: FALLBACK, and the choices of a find without it were 1.006x those with it (geomean, 133 of
-#: 137 within 5%: docs/performance-gpu-host.md). PyTorch asks A and FALLBACK too.
+#: 137 within 5%: docs/performance-gpu-first-find.md). PyTorch asks A and FALLBACK too.
 DEFAULT_HEURISTICS = ("A", "FALLBACK")
 #: Variant-pack uids of x, w and y in every direction (the direction says which is written).
 UID_X, UID_W, UID_Y = 1, 2, 3
@@ -130,7 +130,7 @@ def runtime_compiled_mode() -> str:
     engines take part, and DYNAMIC_HYBRID find treats each as a compile for the problem,
     built and measured only where the learned estimate puts it near the best ready
     candidate), ``"on"`` (``1``: measured in every find, as NORMAL find does), or ``"off"``
-    (``0``: left out). docs/performance-gpu-host.md has what each costs and picks."""
+    (``0``: left out). docs/performance-gpu-first-find.md has what each costs and picks."""
     value = os.environ.get(ENV_RUNTIME_COMPILED, "").strip().lower()
     if not value or value == "compile":
         return "compile"
