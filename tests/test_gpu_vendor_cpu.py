@@ -204,3 +204,44 @@ def test_cuda_driver_compiles_with_the_real_nvrtc() -> None:
         driver.compile_source(b"__global__ void k() { undefined_name; }", "bad.cu", [], [])
     assert "undefined_name" in info.value.log_text
     assert "--gpu-architecture=sm_90" in info.value.log_text
+
+
+def test_cupys_refusal_during_a_capture_says_what_to_install() -> None:
+    """CuPy refuses cuBLAS calls on a capturing stream (NotImplementedError); miocore says
+    why and what captures them (nvmath-python), and lets every other error through."""
+    from miocore.backends import cuda
+
+    class Stream:
+        def __init__(self, handle: int) -> None:
+            self.handle = handle
+
+        def __enter__(self) -> Stream:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    class Cupy:
+        class cuda:  # CuPy's module name
+            ExternalStream = Stream
+
+    class Module:
+        def create(self) -> int:
+            return 1
+
+        def setStream(self, handle: int, stream: int) -> None:
+            pass
+
+        def gemmEx(self, *args: Any) -> None:
+            raise NotImplementedError("calling cuBLAS API during stream capture is unsupported")
+
+        def gemmStridedBatchedEx(self, *args: Any) -> None:
+            raise RuntimeError("CUBLAS_STATUS_INVALID_VALUE")
+
+    binding = cuda._CupyCublas(Module(), Cupy())
+    binding.set_stream(1, 7)
+    with pytest.raises(BackendUnavailableError, match="nvmath-python") as info:
+        binding.gemm_ex(1, 2, 3)
+    assert isinstance(info.value.__cause__, NotImplementedError)
+    with pytest.raises(RuntimeError, match="INVALID_VALUE"):
+        binding.gemm_strided_batched_ex(1, 2, 3)

@@ -26,7 +26,7 @@ from miocore.backends._gpu.vendor import (
     check,
     check_device_index,
 )
-from miocore.errors import MiocoreError
+from miocore.errors import BackendUnavailableError, MiocoreError
 from miocore.problem.dtypes import DataType
 from miocore.solver.interface import Ceilings, DeviceInfo
 
@@ -421,12 +421,25 @@ class _CupyCublas:
         self._stream = self._cupy.cuda.ExternalStream(stream)
 
     def gemm_ex(self, *args: Any) -> None:
-        with self._stream:
+        with self._stream, _uncapturable():
             self._module.gemmEx(*args)
 
     def gemm_strided_batched_ex(self, *args: Any) -> None:
-        with self._stream:
+        with self._stream, _uncapturable():
             self._module.gemmStridedBatchedEx(*args)
+
+
+@contextlib.contextmanager
+def _uncapturable() -> Any:
+    """CuPy's refusal of a cuBLAS call on a capturing stream, said as what to do about it."""
+    try:
+        yield
+    except NotImplementedError as exc:
+        raise BackendUnavailableError(
+            "cuBLAS through CuPy cannot run while a CUDA graph is being captured "
+            f"({exc}); install nvmath-python ('miocore[cuda-blas]'), whose binding can, or "
+            "capture without this solver"
+        ) from exc
 
 
 @contextlib.contextmanager
