@@ -177,18 +177,22 @@ case "$STAGE" in
     # The first find under different settings of this tree, per model, one process each
     # (gpu_find_profile.py): FENV_PASSES items are model:label[:VAR=VALUE[+VAR=VALUE]], in
     # order (the first pass of a model fills the binary cache). FENV_REFERENCE names the
-    # label whose database judges the others' choices (find_choice_compare.py).
+    # label whose database judges the others' choices (find_choice_compare.py). FENV_HIDE=1:
+    # each pass against a copy of the system databases without the model's own layers (the
+    # sm90 database holds ResNet-50's, EfficientNet-B0's and MobileNetV3-L's fp16 ones).
     mkdir -p /tmp/fenv
     for item in ${FENV_PASSES:-resnet50:cold resnet50:on}; do
       IFS=: read -r model label settings <<<"$item"
-      # shellcheck disable=SC2046
+      hide=""
+      [ "${FENV_HIDE:-0}" = 1 ] && hide="--hide-from-system-db /tmp/fenv/sys-$model-$label"
+      # shellcheck disable=SC2046,SC2086
       env $(tr '+' ' ' <<<"${settings:-}") timeout "${FENV_TIMEOUT:-150}" \
         python3 benchmarks/gpu_find_profile.py --model "$model" --dtype "${DTYPES%% *}" \
-        --db "/tmp/fenv/db-$model-$label" --out "/tmp/fenv/$model-$label.json" \
+        --db "/tmp/fenv/db-$model-$label" --out "/tmp/fenv/$model-$label.json" $hide \
         >"/tmp/fenv/$model-$label.log" 2>&1
       echo "$item rc=$?"
       grep -a "finds in\|runs \|cudnn_heuristics\|  time \| find.time" "/tmp/fenv/$model-$label.log" | head -12
-      tar -czf "$OUT/findenv.tgz" -C /tmp fenv
+      tar -czf "$OUT/findenv.tgz" --exclude='sys-*' -C /tmp fenv
     done
     ref="${FENV_REFERENCE:-on}"
     for model in $(for i in ${FENV_PASSES:-}; do echo "${i%%:*}"; done | sort -u); do
@@ -197,7 +201,7 @@ case "$STAGE" in
         --db $(ls -d /tmp/fenv/db-"$model"-* | grep -v -- "-$ref\$\|-cold\$") \
         --out "/tmp/fenv/compare-$model.json"
     done
-    tar -czf "$OUT/findenv.tgz" -C /tmp fenv
+    tar -czf "$OUT/findenv.tgz" --exclude='sys-*' -C /tmp fenv
     ;;
   rtcprobe)
     # cuDNN's run-time compiled configurations: a find pass per model (a database of its
