@@ -169,6 +169,9 @@ def test_kernels_use_the_backends_thread_count() -> None:
         ((3, 5), (1, 1), (0, 4), (2, 2), (8, 12), "NCHW", "bfloat16"),
         ((5, 5), (2, 2), (2, 2), (1, 1), (11, 12), "NHWC", "float32"),
         ((1, 7), (2, 1), (0, 3), (1, 1), (5, 9), "NCHW", "float32"),
+        ((3, 3), (1, 1), (3, 2), (1, 1), (7, 9), "NCHW", "float32"),
+        ((5, 5), (1, 1), (2, 2), (1, 1), (40, 37), "NCHW", "float32"),
+        ((3, 3), (1, 1), (1, 1), (1, 1), (6, 6), "NCHW", "float16"),
     ],
 )
 def test_register_blocked_kernel_matches_reference(
@@ -176,7 +179,8 @@ def test_register_blocked_kernel_matches_reference(
 ) -> None:
     """The generated kernels (depthwise_blocked.py): forward, and backward data at stride 1;
     20 channels (one 16-lane vector and a remainder), edge pixels, tile remainders, pads
-    beyond the filter's reach."""
+    beyond the filter's reach. NCHW at stride 1 takes the plane kernel where its padding (for
+    backward data, (F - 1) * d - p) is not negative; a float16 one is cast in NCHW order."""
     from miocore_direct.depthwise import _Plan
 
     problem = ConvProblem.from_sizes(
@@ -193,6 +197,11 @@ def test_register_blocked_kernel_matches_reference(
         dtype=dtype,
         layout=layout,
     )
-    blocked = direction == "forward" or strides == (1, 1)
-    assert _Plan(problem).blocked == blocked
+    effective = pads
+    if direction == "backward_data":
+        effective = tuple((f - 1) * d - p for f, d, p in zip(filt, dils, pads, strict=True))
+    plane = layout == "NCHW" and strides == (1, 1) and min(effective) >= 0
+    blocked = not plane and (direction == "forward" or strides == (1, 1))
+    plan = _Plan(problem)
+    assert (plan.plane, plan.blocked) == (plane, blocked)
     check_solver(DepthwiseDirectSolver(), problem, seed=7, tolerance=TOLERANCES[problem.dtype])

@@ -1,10 +1,13 @@
 """``direct.depthwise``: depthwise convolutions (groups == input channels) on the CPU.
 
 One compiled kernel per direction (:mod:`miocore_direct.depthwise_kernels`), vectorised over
-channels, threads over output rows. No per-group Python loop, no padded copy. Packed float32
-NHWC tensors are read and written in place; NCHW, float16/bfloat16 or strided tensors are
-staged once in float32 channels-last order in the workspace (a transpose is far cheaper than
-a kernel walking short NCHW rows, see the kernels' module), and the result is rounded once.
+channels, threads over output rows. No per-group Python loop. Packed float32 NHWC tensors are
+read and written in place; NCHW, float16/bfloat16 or strided tensors are staged once in
+float32 channels-last order in the workspace (a transpose is far cheaper than a kernel walking
+short NCHW rows, see the kernels' module), and the result is rounded once. Stride-1 forward and
+backward data of NCHW tensors (multiplier 1) take the plane kernel instead
+(:func:`miocore_direct.depthwise_blocked.source_plane`): one padded image per channel, long
+rows, no transposes; other types than float32 are cast in NCHW order.
 Any channel multiplier (K = C * M), any 2-D filter, stride, padding and dilation.
 """
 
@@ -55,9 +58,9 @@ def _channels_last(array: np.ndarray) -> np.ndarray:
     return array.transpose(0, 2, 3, 1)
 
 
-def _in_place(desc: Any) -> bool:
-    """Whether arrays of ``desc`` can be handed to the kernels without a float32 copy."""
-    return desc.dtype is DataType.FLOAT32 and desc.is_packed and desc.layout == "NHWC"
+def _in_place(desc: Any, layout: str) -> bool:
+    """Whether arrays of ``desc`` can be handed to kernels reading ``layout`` without a copy."""
+    return desc.dtype is DataType.FLOAT32 and desc.is_packed and desc.layout == layout
 
 
 def _packed_float32_nchw(array: np.ndarray) -> bool:
@@ -88,8 +91,24 @@ class _Plan:
         )
         if self.direction is Direction.BACKWARD_DATA and (sh, sw) != (1, 1):
             self.blocked = False
-        self.x_direct = _in_place(p.x)
-        self.y_direct = _in_place(p.y)
+        # NCHW plane kernel (stride 1, forward and backward data): reads and writes NCHW
+        # rows in place, where the blocked kernel would need two transposes.
+        self.pads = tuple(p.conv.pads)
+        if self.direction is Direction.BACKWARD_DATA:
+            self.pads = tuple(
+                (f - 1) * d - pad
+                for f, d, pad in zip(self.filt, p.conv.dilations, p.conv.pads, strict=True)
+            )
+        self.plane = (
+            self.direction is not Direction.BACKWARD_WEIGHTS
+            and p.x.layout == "NCHW"
+            and _plane_applies(self.mult, self.filt[1], (sh, sw), self.pads, p.conv.dilations[1])
+        )
+        if self.plane:
+            self.blocked = False
+        layout = "NCHW" if self.plane else "NHWC"
+        self.x_direct = _in_place(p.x, layout)
+        self.y_direct = _in_place(p.y, layout)
         # Workspace regions in float32 elements: weights, x copy, y copy, partial sums.
         taps = math.prod(self.filt)
         weights = self.k * taps
@@ -106,7 +125,8 @@ class _Plan:
 
     def predicted_ms(self, threads: int) -> float:
         """The kernels' measured multiply-add rate plus the float32 staging copies."""
-        rate = (_BLOCKED_MACS_PER_NS if self.blocked else _MACS_PER_NS) * 1e6 * max(1, threads)
+        fast = self.blocked or self.plane
+        rate = (_BLOCKED_MACS_PER_NS if fast else _MACS_PER_NS) * 1e6 * max(1, threads)
         staged = sum(self.sizes[1:3]) * 8 / (_STAGE_GBPS * 1e6)  # bytes read + written
         return self.macs / rate + staged + _CALL_MS
 
@@ -119,12 +139,14 @@ class _Plan:
         else a workspace region in memory order (filled from ``array`` when ``load``)."""
         import numpy as np
 
-        view = _channels_last(array)
+        view = array if self.plane else _channels_last(array)
         if direct:
             return view
         staged = region.reshape(view.shape)
         if load:
-            if _packed_float32_nchw(array):
+            if self.plane:
+                np.copyto(staged, array, casting="unsafe")
+            elif _packed_float32_nchw(array):
                 from miocore_direct.depthwise_kernels import nchw_to_nhwc
 
                 nchw_to_nhwc(array, staged)
@@ -132,12 +154,14 @@ class _Plan:
                 np.copyto(staged, view, casting="unsafe")
         return staged
 
-    @staticmethod
-    def store(staged: np.ndarray, array: np.ndarray) -> None:
-        """Write a staged (N, H, W, C) float32 result to the caller's logical array."""
+    def store(self, staged: np.ndarray, array: np.ndarray) -> None:
+        """Write a staged float32 result ((N, H, W, C), or (N, C, H, W) for the plane
+        kernel) to the caller's logical array."""
         import numpy as np
 
-        if _packed_float32_nchw(array):
+        if self.plane:
+            np.copyto(array, staged, casting="unsafe")
+        elif _packed_float32_nchw(array):
             from miocore_direct.depthwise_kernels import nhwc_to_nchw
 
             nhwc_to_nchw(staged, array)
@@ -152,6 +176,23 @@ class _Plan:
         taps = w.reshape(self.k, *self.filt).transpose(1, 2, 0)
         np.copyto(staged, taps[::-1, ::-1] if flip else taps, casting="unsafe")
         return staged
+
+    def plane_weights(self, w: np.ndarray, region: np.ndarray, flip: bool) -> np.ndarray:
+        """w (K, 1, FY, FX) as float32 (K, FY, FX), both taps reversed when ``flip``."""
+        import numpy as np
+
+        staged = region.reshape(self.k, *self.filt)
+        taps = w.reshape(self.k, *self.filt)
+        np.copyto(staged, taps[:, ::-1, ::-1] if flip else taps, casting="unsafe")
+        return staged
+
+    def run_plane(self, src: np.ndarray, wt: np.ndarray, dst: np.ndarray) -> None:
+        """The NCHW plane kernel: forward, or backward data as a forward pass of dy with the
+        flipped filter (stride 1 both ways)."""
+        from miocore_direct.depthwise_blocked import plane_kernel
+
+        dh, dw = self.geometry[5], self.geometry[6]
+        plane_kernel(self.filt[1], dw)(src, wt, dst, self.pads[0], dh, self.pads[1])
 
     def run_blocked(self, src: np.ndarray, wt: np.ndarray, dst: np.ndarray) -> None:
         """The register-blocked kernel: forward, or backward data as a forward pass of dy with
@@ -179,7 +220,20 @@ class _DepthwiseInvoker:
         plan = self.plan
         w_region, x_region, y_region, partial_region = plan.buffers(params.workspace)
         geometry = plan.geometry
-        if plan.direction is Direction.FORWARD:
+        if plan.plane:
+            forward = plan.direction is Direction.FORWARD
+            wt = plan.plane_weights(params.w, w_region, flip=not forward)
+            src_array, dst_array = (params.x, params.y) if forward else (params.y, params.x)
+            src_direct, dst_direct = (
+                (plan.x_direct, plan.y_direct) if forward else (plan.y_direct, plan.x_direct)
+            )
+            src_region, dst_region = (x_region, y_region) if forward else (y_region, x_region)
+            src = plan.tensor(src_array, src_direct, src_region, load=True)
+            dst = plan.tensor(dst_array, dst_direct, dst_region, load=False)
+            plan.run_plane(src, wt, dst)
+            if not dst_direct:
+                plan.store(dst, dst_array)
+        elif plan.direction is Direction.FORWARD:
             wt = plan.staged_weights(params.w, w_region)
             x = plan.tensor(params.x, plan.x_direct, x_region, load=True)
             y = plan.tensor(params.y, plan.y_direct, y_region, load=False)
@@ -214,6 +268,15 @@ def _blocked_applies(mult: int, width: int, stride_w: int, dilation_w: int) -> b
     from miocore_direct.depthwise_blocked import applies
 
     return applies(mult, width, stride_w, dilation_w)
+
+
+def _plane_applies(
+    mult: int, width: int, strides: tuple[int, int], pads: tuple[int, ...], dilation_w: int
+) -> bool:
+    """:func:`miocore_direct.depthwise_blocked.plane_applies`, imported when asked."""
+    from miocore_direct.depthwise_blocked import plane_applies
+
+    return plane_applies(mult, width, strides, (pads[0], pads[1]), dilation_w)
 
 
 def _apply_threads(handle: Any) -> None:

@@ -33,6 +33,8 @@ from typing import Any
 
 #: Output pixels per register tile.
 TILE = 4
+#: Filter rows the NCHW plane kernel applies in one pass over its output grid.
+ROWS_PER_PASS = 2
 #: Widest filter row that gets a generated kernel (wider ones take the generic kernel).
 MAX_WIDTH = 8
 #: Largest horizontal stride / dilation that gets a generated kernel.
@@ -120,6 +122,94 @@ def source(fw: int, sw: int, dw: int, tile: int = TILE) -> str:
     add("        for ow2 in range(ow, out_w):")
     block(" " * 12, "ow2", 1, edge=True)
     return _HEADER + "\n".join(lines) + "\n"
+
+
+def source_plane(fw: int, dw: int) -> str:
+    """The stride-1 kernel module for packed NCHW tensors: no staging transposes.
+
+    ``kernel(x, wt, y, ph, dh, pw)``: ``y[n, k, oh, ow] = sum x[n, k, oh - ph + fy*dh,
+    ow - pw + fx*dw] * wt[k, fy, fx]`` (x, y packed NCHW, wt ``(K, FY, FX)`` with ``FX == fw``,
+    ``ph, pw >= 0``). Each channel's image is one parallel item: it is copied into a zero-padded
+    plane with row pitch ``wp``, and the output is computed on a grid of the same pitch, where
+    output ``i = oh * wp + ow`` reads ``plane[i + fy*dh*wp + fx*dw]``: one long loop over the
+    whole image per filter row (LLVM vectorises it; no edge columns, no selects), ``fw``
+    multiply-adds written out, each output loaded and stored once per filter row. The grid's
+    ``wp - out_w`` extra columns per row are computed and dropped. Indices are unsigned: numba
+    wraps a possibly negative signed index with a select per element, which keeps LLVM from
+    vectorising."""
+
+    def taps(rows: int) -> str:
+        return " + ".join(
+            f"plane[i + off{r} + np.uint64({fx * dw})] * w{r}_{fx}"
+            for r in range(rows)
+            for fx in range(fw)
+        )
+
+    lines = [
+        "def kernel(x, wt, y, ph, dh, pw):",
+        "    n_img, chans, height, width = x.shape",
+        "    fy_n = wt.shape[1]",
+        "    _, _, out_h, out_w = y.shape",
+        f"    wp = max(width + 2 * pw, out_w + {(fw - 1) * dw})",
+        "    hp = out_h + (fy_n - 1) * dh",
+        "    rows_in = max(0, min(height, hp - ph))",
+        "    span = np.uint64(out_h * wp)",
+        f"    plane_len = hp * wp + {(fw - 1) * dw}",
+        "    pitch = np.uint64(wp)",
+        "    left = np.uint64(pw)",
+        "    for item in prange(n_img * chans):",
+        "        n = item // chans",
+        "        k = item % chans",
+        "        plane = np.zeros(plane_len, np.float32)",
+        "        for ih in range(rows_in):",
+        "            row = (np.uint64(ih) + np.uint64(ph)) * pitch + left",
+        "            for iw in range(width):",
+        "                plane[row + np.uint64(iw)] = x[n, k, ih, iw]",
+        "        grid = np.empty(out_h * wp, np.float32)",
+        "        fy = 0",
+        "        while fy < fy_n:",
+        f"            rows = min({ROWS_PER_PASS}, fy_n - fy)",
+    ]
+    for rows in range(ROWS_PER_PASS, 0, -1):
+        ind = " " * 16
+        lines.append(f"            {'if' if rows == ROWS_PER_PASS else 'elif'} rows == {rows}:")
+        for r in range(rows):
+            lines.append(f"{ind}off{r} = np.uint64((fy + {r}) * dh) * pitch")
+            lines += [f"{ind}w{r}_{fx} = wt[k, fy + {r}, {fx}]" for fx in range(fw)]
+        lines += [
+            f"{ind}if fy == 0:",
+            f"{ind}    for i in range(span):",
+            f"{ind}        grid[i] = {taps(rows)}",
+            f"{ind}else:",
+            f"{ind}    for i in range(span):",
+            f"{ind}        grid[i] += {taps(rows)}",
+        ]
+    lines += [
+        "            fy += rows",
+        "        for oh in range(out_h):",
+        "            row = np.uint64(oh) * pitch",
+        "            for ow in range(out_w):",
+        "                y[n, k, oh, ow] = grid[row + np.uint64(ow)]",
+    ]
+    return _HEADER + "\n".join(lines) + "\n"
+
+
+def plane_applies(mult: int, filter_width: int, strides: tuple[int, int], pads: tuple[int, int],
+                  dilation_w: int) -> bool:  # fmt: skip
+    """Whether the NCHW plane kernel exists for this geometry (stride 1, no negative pad)."""
+    return (
+        mult == 1
+        and filter_width <= MAX_WIDTH
+        and dilation_w <= MAX_STEP
+        and strides == (1, 1)
+        and min(pads) >= 0
+    )
+
+
+@functools.cache
+def plane_kernel(fw: int, dw: int) -> Any:
+    """The compiled NCHW plane kernel for (filter width, column dilation)."""
+    return load_generated(f"miocore_dw_plane_{fw}_{dw}", source_plane(fw, dw))
 
 
 def _folder() -> Path:
