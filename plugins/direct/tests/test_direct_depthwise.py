@@ -172,6 +172,9 @@ def test_kernels_use_the_backends_thread_count() -> None:
         ((3, 3), (1, 1), (3, 2), (1, 1), (7, 9), "NCHW", "float32"),
         ((5, 5), (1, 1), (2, 2), (1, 1), (40, 37), "NCHW", "float32"),
         ((3, 3), (1, 1), (1, 1), (1, 1), (6, 6), "NCHW", "float16"),
+        ((5, 5), (2, 2), (2, 2), (1, 1), (13, 16), "NCHW", "float32"),
+        ((4, 3), (2, 2), (0, 1), (1, 1), (12, 9), "NCHW", "bfloat16"),
+        ((3, 3), (2, 2), (1, 1), (2, 2), (11, 11), "NCHW", "float32"),
     ],
 )
 def test_register_blocked_kernel_matches_reference(
@@ -179,8 +182,9 @@ def test_register_blocked_kernel_matches_reference(
 ) -> None:
     """The generated kernels (depthwise_blocked.py): forward, and backward data at stride 1;
     20 channels (one 16-lane vector and a remainder), edge pixels, tile remainders, pads
-    beyond the filter's reach. NCHW at stride 1 takes the plane kernel where its padding (for
-    backward data, (F - 1) * d - p) is not negative; a float16 one is cast in NCHW order."""
+    beyond the filter's reach. NCHW takes a plane kernel at stride 1 (forward and backward
+    data) and at stride 2 without dilation (forward), where its padding (for backward data,
+    (F - 1) * d - p) is not negative; a float16 one is cast in NCHW order."""
     from miocore_direct.depthwise import _Plan
 
     problem = ConvProblem.from_sizes(
@@ -200,7 +204,11 @@ def test_register_blocked_kernel_matches_reference(
     effective = pads
     if direction == "backward_data":
         effective = tuple((f - 1) * d - p for f, d, p in zip(filt, dils, pads, strict=True))
-    plane = layout == "NCHW" and strides == (1, 1) and min(effective) >= 0
+    plane = (
+        layout == "NCHW"
+        and min(effective) >= 0
+        and (strides == (1, 1) or (strides, dils, direction) == ((2, 2), (1, 1), "forward"))
+    )
     blocked = not plane and (direction == "forward" or strides == (1, 1))
     plan = _Plan(problem)
     assert (plan.plane, plan.blocked) == (plane, blocked)

@@ -4,10 +4,11 @@ One compiled kernel per direction (:mod:`miocore_direct.depthwise_kernels`), vec
 channels, threads over output rows. No per-group Python loop. Packed float32 NHWC tensors are
 read and written in place; NCHW, float16/bfloat16 or strided tensors are staged once in
 float32 channels-last order in the workspace (a transpose is far cheaper than a kernel walking
-short NCHW rows, see the kernels' module), and the result is rounded once. Stride-1 forward and
-backward data of NCHW tensors (multiplier 1) take the plane kernel instead
-(:func:`miocore_direct.depthwise_blocked.source_plane`): one padded image per channel, long
-rows, no transposes; other types than float32 are cast in NCHW order.
+short NCHW rows, see the kernels' module), and the result is rounded once. NCHW forward at
+stride 1 or 2 and backward data at stride 1 (multiplier 1) take the plane kernels instead
+(:func:`miocore_direct.depthwise_blocked.source_plane`): one padded image (or its four
+phases) per channel, long rows, no transposes; other types than float32 are cast in NCHW
+order.
 Any channel multiplier (K = C * M), any 2-D filter, stride, padding and dilation.
 """
 
@@ -91,8 +92,8 @@ class _Plan:
         )
         if self.direction is Direction.BACKWARD_DATA and (sh, sw) != (1, 1):
             self.blocked = False
-        # NCHW plane kernel (stride 1, forward and backward data): reads and writes NCHW
-        # rows in place, where the blocked kernel would need two transposes.
+        # NCHW plane kernels (forward at stride 1 or 2, backward data at stride 1): read and
+        # write NCHW rows in place, where the blocked kernel would need two transposes.
         self.pads = tuple(p.conv.pads)
         if self.direction is Direction.BACKWARD_DATA:
             self.pads = tuple(
@@ -102,7 +103,8 @@ class _Plan:
         self.plane = (
             self.direction is not Direction.BACKWARD_WEIGHTS
             and p.x.layout == "NCHW"
-            and _plane_applies(self.mult, self.filt[1], (sh, sw), self.pads, p.conv.dilations[1])
+            and (self.direction is Direction.FORWARD or (sh, sw) == (1, 1))
+            and _plane_applies(self.mult, self.filt[1], (sh, sw), self.pads, p.conv.dilations)
         )
         if self.plane:
             self.blocked = False
@@ -187,12 +189,16 @@ class _Plan:
         return staged
 
     def run_plane(self, src: np.ndarray, wt: np.ndarray, dst: np.ndarray) -> None:
-        """The NCHW plane kernel: forward, or backward data as a forward pass of dy with the
-        flipped filter (stride 1 both ways)."""
-        from miocore_direct.depthwise_blocked import plane_kernel
+        """The NCHW plane kernels: forward (stride 1 or 2), or backward data as a forward
+        pass of dy with the flipped filter (stride 1)."""
+        from miocore_direct import depthwise_blocked as generated
 
-        dh, dw = self.geometry[5], self.geometry[6]
-        plane_kernel(self.filt[1], dw)(src, wt, dst, self.pads[0], dh, self.pads[1])
+        _, sh, _, _, _, dh, dw = self.geometry
+        ph, pw = self.pads
+        if sh == 2:
+            generated.plane_kernel_stride2(self.filt[1])(src, wt, dst, ph, pw)
+        else:
+            generated.plane_kernel(self.filt[1], dw)(src, wt, dst, ph, dh, pw)
 
     def run_blocked(self, src: np.ndarray, wt: np.ndarray, dst: np.ndarray) -> None:
         """The register-blocked kernel: forward, or backward data as a forward pass of dy with
@@ -271,12 +277,16 @@ def _blocked_applies(mult: int, width: int, stride_w: int, dilation_w: int) -> b
 
 
 def _plane_applies(
-    mult: int, width: int, strides: tuple[int, int], pads: tuple[int, ...], dilation_w: int
+    mult: int,
+    width: int,
+    strides: tuple[int, int],
+    pads: tuple[int, ...],
+    dilations: tuple[int, ...],
 ) -> bool:
     """:func:`miocore_direct.depthwise_blocked.plane_applies`, imported when asked."""
     from miocore_direct.depthwise_blocked import plane_applies
 
-    return plane_applies(mult, width, strides, (pads[0], pads[1]), dilation_w)
+    return plane_applies(mult, width, strides, (pads[0], pads[1]), (dilations[0], dilations[1]))
 
 
 def _apply_threads(handle: Any) -> None:

@@ -194,16 +194,76 @@ def source_plane(fw: int, dw: int) -> str:
     return _HEADER + "\n".join(lines) + "\n"
 
 
+def source_plane_stride2(fw: int) -> str:
+    """The stride-2 (both ways, no dilation) counterpart of :func:`source_plane`.
+
+    ``kernel(x, wt, y, ph, pw)``. The padded image is split into its four phases (even/odd
+    rows by even/odd columns), each a plane of half the pitch: a stride-2 convolution is then
+    the sum of four stride-1 ones, one per phase, with the filter taps of that phase, and each
+    pass over the output grid reads its phase plane contiguously (no strided loads, nothing
+    computed that is dropped but the grid's pitch margin)."""
+    half = (fw - 1) // 2
+    lines = [
+        "def kernel(x, wt, y, ph, pw):",
+        "    n_img, chans, height, width = x.shape",
+        "    fy_n = wt.shape[1]",
+        "    _, _, out_h, out_w = y.shape",
+        f"    wq = max((width + 2 * pw + 1) // 2, out_w + {half})",
+        "    hq = out_h + (fy_n - 1) // 2",
+        "    rows_in = max(0, min(height, 2 * hq - ph))",
+        f"    size = hq * wq + {half + 1}",
+        "    span = np.uint64(out_h * wq)",
+        "    pitch = np.uint64(wq)",
+        "    for item in prange(n_img * chans):",
+        "        n = item // chans",
+        "        k = item % chans",
+        "        q = np.zeros(4 * size, np.float32)",
+        "        for ih in range(rows_in):",
+        "            r2 = ih + ph",
+        "            row = np.uint64((r2 % 2) * 2 * size) + np.uint64(r2 // 2) * pitch",
+        "            for iw in range(width):",
+        "                c2 = iw + pw",
+        "                phase = np.uint64((c2 % 2) * size)",
+        "                q[row + phase + np.uint64(c2 // 2)] = x[n, k, ih, iw]",
+        "        grid = np.zeros(out_h * wq, np.float32)",
+        "        for a in range(2):",
+        "            for u in range((fy_n - a + 1) // 2):",
+        "                fy = 2 * u + a",
+    ]
+    for b in range(2):
+        taps = (fw - b + 1) // 2
+        if taps == 0:
+            continue
+        ind = " " * 16
+        lines.append(f"{ind}off = np.uint64((a * 2 + {b}) * size) + np.uint64(u) * pitch")
+        lines += [f"{ind}w{v} = wt[k, fy, {2 * v + b}]" for v in range(taps)]
+        terms = " + ".join(f"q[i + off + np.uint64({v})] * w{v}" for v in range(taps))
+        lines += [f"{ind}for i in range(span):", f"{ind}    grid[i] += {terms}"]
+    lines += [
+        "        for oh in range(out_h):",
+        "            row = np.uint64(oh) * pitch",
+        "            for ow in range(out_w):",
+        "                y[n, k, oh, ow] = grid[row + np.uint64(ow)]",
+    ]
+    return _HEADER + "\n".join(lines) + "\n"
+
+
+@functools.cache
+def plane_kernel_stride2(fw: int) -> Any:
+    """The compiled stride-2 NCHW plane kernel for filter width ``fw``."""
+    return load_generated(f"miocore_dw_plane2_{fw}", source_plane_stride2(fw))
+
+
 def plane_applies(mult: int, filter_width: int, strides: tuple[int, int], pads: tuple[int, int],
-                  dilation_w: int) -> bool:  # fmt: skip
-    """Whether the NCHW plane kernel exists for this geometry (stride 1, no negative pad)."""
-    return (
-        mult == 1
-        and filter_width <= MAX_WIDTH
-        and dilation_w <= MAX_STEP
-        and strides == (1, 1)
-        and min(pads) >= 0
-    )
+                  dilations: tuple[int, int]) -> bool:  # fmt: skip
+    """Whether an NCHW plane kernel exists for this (forward-form) geometry: stride 1 (column
+    dilation up to :data:`MAX_STEP`), or stride 2 both ways without dilation; no negative
+    padding."""
+    if mult != 1 or filter_width > MAX_WIDTH or min(pads) < 0:
+        return False
+    if strides == (2, 2):
+        return dilations == (1, 1)
+    return strides == (1, 1) and dilations[1] <= MAX_STEP
 
 
 @functools.cache
