@@ -54,7 +54,7 @@ SHIFT_MAX_FILTER = 7
 SHIFT_MAX_STEP = 2
 #: Bytes of input and dy rows per backward-weights call of the shifted-diagonal kernel.
 CHUNK_BYTES = 384 * 1024
-# Measured on the 2-core development machine (docs/performance-cpu-depthwise.md): multiply-adds
+# Measured on the 2-core development machine (docs/performance-cpu-grouped.md): multiply-adds
 # per ns per thread of the group-vectorised loops, staging bandwidth (strided numpy copies),
 # and the fixed cost of a call.
 _MACS_PER_NS = 6.0
