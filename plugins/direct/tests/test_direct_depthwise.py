@@ -213,3 +213,36 @@ def test_register_blocked_kernel_matches_reference(
     plan = _Plan(problem)
     assert (plan.plane, plan.blocked) == (plane, blocked)
     check_solver(DepthwiseDirectSolver(), problem, seed=7, tolerance=TOLERANCES[problem.dtype])
+
+
+@pytest.mark.parametrize(
+    ("filt", "pads", "dils", "size", "dtype"),
+    [
+        ((3, 3), (1, 1), (1, 1), (9, 13), "float32"),
+        ((7, 7), (3, 3), (1, 1), (14, 10), "float32"),
+        ((3, 5), (0, 4), (2, 2), (8, 12), "bfloat16"),
+        ((4, 3), (2, 0), (1, 1), (7, 6), "float16"),
+    ],
+)
+def test_plane_backward_weights_matches_reference(filt, pads, dils, size, dtype: str) -> None:
+    """NCHW backward weights at stride 1 through the plane kernel: dot products of dy's grid
+    with the shifted input plane, every filter shape, padding beyond reach, dilation, and
+    float16/bfloat16 cast in NCHW order."""
+    from miocore_direct.depthwise import _Plan
+
+    problem = ConvProblem.from_sizes(
+        "backward_weights",
+        n=3,
+        c=20,
+        k=20,
+        in_spatial=size,
+        filter_spatial=filt,
+        pads=pads,
+        dilations=dils,
+        groups=20,
+        dtype=dtype,
+        layout="NCHW",
+    )
+    plan = _Plan(problem)
+    assert plan.plane and plan.parts == 0
+    check_solver(DepthwiseDirectSolver(), problem, seed=11, tolerance=TOLERANCES[problem.dtype])

@@ -5,7 +5,8 @@ channels, threads over output rows. No per-group Python loop. Packed float32 NHW
 read and written in place; NCHW, float16/bfloat16 or strided tensors are staged once in
 float32 channels-last order in the workspace (a transpose is far cheaper than a kernel walking
 short NCHW rows, see the kernels' module), and the result is rounded once. NCHW forward at
-stride 1 or 2 and backward data at stride 1 (multiplier 1) take the plane kernels instead
+stride 1 or 2, backward data and backward weights at stride 1 (multiplier 1) take the plane
+kernels instead
 (:func:`miocore_direct.depthwise_blocked.source_plane`): one padded image (or its four
 phases) per channel, long rows, no transposes; other types than float32 are cast in NCHW
 order.
@@ -92,8 +93,8 @@ class _Plan:
         )
         if self.direction is Direction.BACKWARD_DATA and (sh, sw) != (1, 1):
             self.blocked = False
-        # NCHW plane kernels (forward at stride 1 or 2, backward data at stride 1): read and
-        # write NCHW rows in place, where the blocked kernel would need two transposes.
+        # NCHW plane kernels (forward at stride 1 or 2, backward data and weights at stride
+        # 1): read and write NCHW rows in place, where the other kernels need transposes.
         self.pads = tuple(p.conv.pads)
         if self.direction is Direction.BACKWARD_DATA:
             self.pads = tuple(
@@ -101,8 +102,7 @@ class _Plan:
                 for f, d, pad in zip(self.filt, p.conv.dilations, p.conv.pads, strict=True)
             )
         self.plane = (
-            self.direction is not Direction.BACKWARD_WEIGHTS
-            and p.x.layout == "NCHW"
+            p.x.layout == "NCHW"
             and (self.direction is Direction.FORWARD or (sh, sw) == (1, 1))
             and _plane_applies(self.mult, self.filt[1], (sh, sw), self.pads, p.conv.dilations)
         )
@@ -117,7 +117,7 @@ class _Plan:
         x_elems = 0 if self.x_direct else self.n * self.c * math.prod(self.ins)
         y_elems = 0 if self.y_direct else self.n * self.k * math.prod(self.outs)
         self.parts = 0
-        if self.direction is Direction.BACKWARD_WEIGHTS:
+        if self.direction is Direction.BACKWARD_WEIGHTS and not self.plane:
             self.parts = max(1, min(WEIGHT_PARTS, self.n * self.outs[0]))
         partial = self.parts * weights
         self.sizes = (weights, x_elems, y_elems, partial)
@@ -226,7 +226,16 @@ class _DepthwiseInvoker:
         plan = self.plan
         w_region, x_region, y_region, partial_region = plan.buffers(params.workspace)
         geometry = plan.geometry
-        if plan.plane:
+        if plan.plane and plan.direction is Direction.BACKWARD_WEIGHTS:
+            from miocore_direct.depthwise_blocked import plane_weights_kernel
+
+            x = plan.tensor(params.x, plan.x_direct, x_region, load=True)
+            dy = plan.tensor(params.y, plan.y_direct, y_region, load=True)
+            taps = w_region.reshape(plan.k, *plan.filt)
+            _, _, _, ph, pw, dh, dw = geometry
+            plane_weights_kernel(plan.filt[1], dw)(x, dy, taps, ph, dh, pw)
+            np.copyto(params.w, taps.reshape(params.w.shape), casting="unsafe")
+        elif plan.plane:
             forward = plan.direction is Direction.FORWARD
             wt = plan.plane_weights(params.w, w_region, flip=not forward)
             src_array, dst_array = (params.x, params.y) if forward else (params.y, params.x)

@@ -194,6 +194,68 @@ def source_plane(fw: int, dw: int) -> str:
     return _HEADER + "\n".join(lines) + "\n"
 
 
+def source_plane_weights(fw: int, dw: int) -> str:
+    """Backward weights at stride 1 on packed NCHW tensors, in the layout of
+    :func:`source_plane`.
+
+    ``kernel(x, dy, dw_out, ph, dh, pw)``: ``dw_out[k, fy, fx] = sum dy[n, k, oh, ow] *
+    x[n, k, oh - ph + fy*dh, ow - pw + fx*dw]`` (``dw_out`` float32 ``(K, FY, FX)``). Each
+    channel is one parallel item; per image, x goes into a zero-padded plane and dy onto a grid
+    of the same pitch (zeros in its margin columns), and each filter row's ``fw`` taps are ``fw``
+    dot products of the grid with the plane shifted by the tap, summed in one long vectorised
+    loop (``fastmath`` reassociation makes the sums vector-wide)."""
+    sums = "\n".join(f"                s{fx} = ZERO" for fx in range(fw))
+    body = "\n".join(
+        f"                    s{fx} += g * plane[i + off + np.uint64({fx * dw})]"
+        for fx in range(fw)
+    )
+    adds = "\n".join(f"                acc[fy, {fx}] += s{fx}" for fx in range(fw))
+    text = f"""def kernel(x, dy, dw_out, ph, dh, pw):
+    n_img, chans, height, width = x.shape
+    fy_n = dw_out.shape[1]
+    _, _, out_h, out_w = dy.shape
+    wp = max(width + 2 * pw, out_w + {(fw - 1) * dw})
+    hp = out_h + (fy_n - 1) * dh
+    rows_in = max(0, min(height, hp - ph))
+    span = np.uint64(out_h * wp)
+    plane_len = hp * wp + {(fw - 1) * dw}
+    pitch = np.uint64(wp)
+    left = np.uint64(pw)
+    for k in prange(chans):
+        acc = np.zeros((fy_n, {fw}), np.float32)
+        plane = np.empty(plane_len, np.float32)
+        grid = np.empty(out_h * wp, np.float32)
+        for n in range(n_img):
+            plane[:] = ZERO
+            grid[:] = ZERO
+            for ih in range(rows_in):
+                row = np.uint64(ih + ph) * pitch + left
+                for iw in range(width):
+                    plane[row + np.uint64(iw)] = x[n, k, ih, iw]
+            for oh in range(out_h):
+                row = np.uint64(oh) * pitch
+                for ow in range(out_w):
+                    grid[row + np.uint64(ow)] = dy[n, k, oh, ow]
+            for fy in range(fy_n):
+                off = np.uint64(fy * dh) * pitch
+{sums}
+                for i in range(span):
+                    g = grid[i]
+{body}
+{adds}
+        for fy in range(fy_n):
+            for fx in range({fw}):
+                dw_out[k, fy, fx] = acc[fy, fx]
+"""
+    return _HEADER + text
+
+
+@functools.cache
+def plane_weights_kernel(fw: int, dw: int) -> Any:
+    """The compiled NCHW backward-weights plane kernel for (filter width, column dilation)."""
+    return load_generated(f"miocore_dw_plane_wrw_{fw}_{dw}", source_plane_weights(fw, dw))
+
+
 def source_plane_stride2(fw: int) -> str:
     """The stride-2 (both ways, no dilation) counterpart of :func:`source_plane`.
 
