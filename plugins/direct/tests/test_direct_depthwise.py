@@ -164,6 +164,8 @@ def test_kernels_use_the_backends_thread_count() -> None:
     ("filt", "strides", "pads", "dils", "size", "layout", "dtype"),
     [
         ((3, 3), (1, 1), (1, 1), (1, 1), (9, 13), "NHWC", "float32"),
+        ((3, 3), (2, 2), (1, 1), (2, 1), (12, 14), "NHWC", "float32"),
+        ((3, 2), (1, 1), (0, 1), (1, 1), (7, 11), "NHWC", "bfloat16"),
         ((7, 7), (1, 1), (3, 3), (1, 1), (14, 10), "NCHW", "float32"),
         ((5, 5), (1, 1), (2, 2), (1, 1), (6, 11), "NHWC", "float16"),
         ((3, 5), (1, 1), (0, 4), (2, 2), (8, 12), "NCHW", "bfloat16"),

@@ -208,7 +208,7 @@ class _Plan:
         _, sh, sw, ph, pw, dh, dw = self.geometry
         if self.direction is Direction.BACKWARD_DATA:
             ph, pw = (self.filt[0] - 1) * dh - ph, (self.filt[1] - 1) * dw - pw
-        forward_kernel(self.filt[1], sw, dw)(src, wt, dst, sh, ph, dh, pw)
+        forward_kernel(self.filt[1], sw, dw, self.filt[0])(src, wt, dst, sh, ph, dh, pw)
 
 
 class _DepthwiseInvoker:
