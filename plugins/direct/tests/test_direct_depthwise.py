@@ -159,6 +159,26 @@ def test_kernels_use_the_backends_thread_count() -> None:
         threadpool_limits(limits=original)
 
 
+def _twenty_channels(
+    direction: str, n: int, filt, pads, strides, dils, size, dtype: str, layout: str
+) -> ConvProblem:
+    """A depthwise problem of 20 channels: one 16-lane vector and a remainder."""
+    return ConvProblem.from_sizes(
+        direction,
+        n=n,
+        c=20,
+        k=20,
+        in_spatial=size,
+        filter_spatial=filt,
+        pads=pads,
+        strides=strides,
+        dilations=dils,
+        groups=20,
+        dtype=dtype,
+        layout=layout,
+    )
+
+
 @pytest.mark.parametrize("direction", ["forward", "backward_data"])
 @pytest.mark.parametrize(
     ("filt", "strides", "pads", "dils", "size", "layout", "dtype"),
@@ -189,20 +209,7 @@ def test_register_blocked_kernel_matches_reference(
     (F - 1) * d - p) is not negative; a float16 one is cast in NCHW order."""
     from miocore_direct.depthwise import _Plan
 
-    problem = ConvProblem.from_sizes(
-        direction,
-        n=2,
-        c=20,
-        k=20,
-        in_spatial=size,
-        filter_spatial=filt,
-        pads=pads,
-        strides=strides,
-        dilations=dils,
-        groups=20,
-        dtype=dtype,
-        layout=layout,
-    )
+    problem = _twenty_channels(direction, 2, filt, pads, strides, dils, size, dtype, layout)
     effective = pads
     if direction == "backward_data":
         effective = tuple((f - 1) * d - p for f, d, p in zip(filt, dils, pads, strict=True))
@@ -232,19 +239,7 @@ def test_plane_backward_weights_matches_reference(filt, pads, dils, size, dtype:
     float16/bfloat16 cast in NCHW order."""
     from miocore_direct.depthwise import _Plan
 
-    problem = ConvProblem.from_sizes(
-        "backward_weights",
-        n=3,
-        c=20,
-        k=20,
-        in_spatial=size,
-        filter_spatial=filt,
-        pads=pads,
-        dilations=dils,
-        groups=20,
-        dtype=dtype,
-        layout="NCHW",
-    )
+    problem = _twenty_channels("backward_weights", 3, filt, pads, (1, 1), dils, size, dtype, "NCHW")
     plan = _Plan(problem)
     assert plan.plane and plan.parts == 0
     check_solver(DepthwiseDirectSolver(), problem, seed=11, tolerance=TOLERANCES[problem.dtype])
