@@ -7,7 +7,7 @@ float32 channels-last order in the workspace (a transpose is far cheaper than a 
 short NCHW rows, see the kernels' module), and the result is rounded once. NCHW forward at
 stride 1 or 2, backward data and backward weights at stride 1 (multiplier 1) take the plane
 kernels instead
-(:func:`miocore_direct.depthwise_blocked.source_plane`): one padded image (or its four
+(:mod:`miocore_direct.depthwise_plane`): one padded image (or its four
 phases) per channel, long rows, no transposes; other types than float32 are cast in NCHW
 order.
 Any channel multiplier (K = C * M), any 2-D filter, stride, padding and dilation.
@@ -191,7 +191,7 @@ class _Plan:
     def run_plane(self, src: np.ndarray, wt: np.ndarray, dst: np.ndarray) -> None:
         """The NCHW plane kernels: forward (stride 1 or 2), or backward data as a forward
         pass of dy with the flipped filter (stride 1)."""
-        from miocore_direct import depthwise_blocked as generated
+        from miocore_direct import depthwise_plane as generated
 
         _, sh, _, _, _, dh, dw = self.geometry
         ph, pw = self.pads
@@ -227,7 +227,7 @@ class _DepthwiseInvoker:
         w_region, x_region, y_region, partial_region = plan.buffers(params.workspace)
         geometry = plan.geometry
         if plan.plane and plan.direction is Direction.BACKWARD_WEIGHTS:
-            from miocore_direct.depthwise_blocked import plane_weights_kernel
+            from miocore_direct.depthwise_plane import plane_weights_kernel
 
             x = plan.tensor(params.x, plan.x_direct, x_region, load=True)
             dy = plan.tensor(params.y, plan.y_direct, y_region, load=True)
@@ -292,8 +292,8 @@ def _plane_applies(
     pads: tuple[int, ...],
     dilations: tuple[int, ...],
 ) -> bool:
-    """:func:`miocore_direct.depthwise_blocked.plane_applies`, imported when asked."""
-    from miocore_direct.depthwise_blocked import plane_applies
+    """:func:`miocore_direct.depthwise_plane.plane_applies`, imported when asked."""
+    from miocore_direct.depthwise_plane import plane_applies
 
     return plane_applies(mult, width, strides, (pads[0], pads[1]), (dilations[0], dilations[1]))
 

@@ -1,0 +1,236 @@
+"""NCHW plane kernels of ``direct.depthwise`` (multiplier 1): no staging transposes.
+
+Each channel's image is copied into a zero-padded plane (at stride 2, its four phases: even and
+odd rows by even and odd columns, so a stride-2 convolution is four stride-1 ones), and the
+output is computed on a grid of the plane's pitch: output ``i = oh * pitch + ow`` reads
+``plane[i + fy * dh * pitch + fx * dw]``, one long loop over the whole image per pair of filter
+rows, which LLVM vectorises, with no edge columns and no selects; the grid's margin columns are
+computed and dropped. Backward weights lays dy on the same pitch and takes each tap as a dot
+product of the two. Indices are unsigned: numba wraps a signed index that may be negative with
+a select per element, which kept every earlier NCHW kernel from vectorising.
+
+Generated and cached like the channels-last kernels
+(:func:`miocore_direct.depthwise_blocked.load_generated`); this module imports no numba until
+a kernel is asked for.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from miocore_direct.depthwise_blocked import _HEADER, MAX_STEP, MAX_WIDTH, load_generated
+
+#: Filter rows the stride-1 plane kernel applies in one pass over its output grid (three or
+#: four spill on 7x7 filters).
+ROWS_PER_PASS = 2
+
+
+def source_plane(fw: int, dw: int) -> str:
+    """The stride-1 kernel module for packed NCHW tensors: no staging transposes.
+
+    ``kernel(x, wt, y, ph, dh, pw)``: ``y[n, k, oh, ow] = sum x[n, k, oh - ph + fy*dh,
+    ow - pw + fx*dw] * wt[k, fy, fx]`` (x, y packed NCHW, wt ``(K, FY, FX)`` with ``FX == fw``,
+    ``ph, pw >= 0``). Each channel's image is one parallel item: it is copied into a zero-padded
+    plane with row pitch ``wp``, and the output is computed on a grid of the same pitch, where
+    output ``i = oh * wp + ow`` reads ``plane[i + fy*dh*wp + fx*dw]``: one long loop over the
+    whole image per filter row (LLVM vectorises it; no edge columns, no selects), ``fw``
+    multiply-adds written out, each output loaded and stored once per filter row. The grid's
+    ``wp - out_w`` extra columns per row are computed and dropped. Indices are unsigned: numba
+    wraps a possibly negative signed index with a select per element, which keeps LLVM from
+    vectorising."""
+
+    def taps(rows: int) -> str:
+        return " + ".join(
+            f"plane[i + off{r} + np.uint64({fx * dw})] * w{r}_{fx}"
+            for r in range(rows)
+            for fx in range(fw)
+        )
+
+    lines = [
+        "def kernel(x, wt, y, ph, dh, pw):",
+        "    n_img, chans, height, width = x.shape",
+        "    fy_n = wt.shape[1]",
+        "    _, _, out_h, out_w = y.shape",
+        f"    wp = max(width + 2 * pw, out_w + {(fw - 1) * dw})",
+        "    hp = out_h + (fy_n - 1) * dh",
+        "    rows_in = max(0, min(height, hp - ph))",
+        "    span = np.uint64(out_h * wp)",
+        f"    plane_len = hp * wp + {(fw - 1) * dw}",
+        "    pitch = np.uint64(wp)",
+        "    left = np.uint64(pw)",
+        "    for item in prange(n_img * chans):",
+        "        n = item // chans",
+        "        k = item % chans",
+        "        plane = np.zeros(plane_len, np.float32)",
+        "        for ih in range(rows_in):",
+        "            row = (np.uint64(ih) + np.uint64(ph)) * pitch + left",
+        "            for iw in range(width):",
+        "                plane[row + np.uint64(iw)] = x[n, k, ih, iw]",
+        "        grid = np.empty(out_h * wp, np.float32)",
+        "        fy = 0",
+        "        while fy < fy_n:",
+        f"            rows = min({ROWS_PER_PASS}, fy_n - fy)",
+    ]
+    for rows in range(ROWS_PER_PASS, 0, -1):
+        ind = " " * 16
+        lines.append(f"            {'if' if rows == ROWS_PER_PASS else 'elif'} rows == {rows}:")
+        for r in range(rows):
+            lines.append(f"{ind}off{r} = np.uint64((fy + {r}) * dh) * pitch")
+            lines += [f"{ind}w{r}_{fx} = wt[k, fy + {r}, {fx}]" for fx in range(fw)]
+        lines += [
+            f"{ind}if fy == 0:",
+            f"{ind}    for i in range(span):",
+            f"{ind}        grid[i] = {taps(rows)}",
+            f"{ind}else:",
+            f"{ind}    for i in range(span):",
+            f"{ind}        grid[i] += {taps(rows)}",
+        ]
+    lines += [
+        "            fy += rows",
+        "        for oh in range(out_h):",
+        "            row = np.uint64(oh) * pitch",
+        "            for ow in range(out_w):",
+        "                y[n, k, oh, ow] = grid[row + np.uint64(ow)]",
+    ]
+    return _HEADER + "\n".join(lines) + "\n"
+
+
+def source_plane_weights(fw: int, dw: int) -> str:
+    """Backward weights at stride 1 on packed NCHW tensors, in the layout of
+    :func:`source_plane`.
+
+    ``kernel(x, dy, dw_out, ph, dh, pw)``: ``dw_out[k, fy, fx] = sum dy[n, k, oh, ow] *
+    x[n, k, oh - ph + fy*dh, ow - pw + fx*dw]`` (``dw_out`` float32 ``(K, FY, FX)``). Each
+    channel is one parallel item; per image, x goes into a zero-padded plane and dy onto a grid
+    of the same pitch (zeros in its margin columns), and each filter row's ``fw`` taps are ``fw``
+    dot products of the grid with the plane shifted by the tap, summed in one long vectorised
+    loop (``fastmath`` reassociation makes the sums vector-wide)."""
+    sums = "\n".join(f"                s{fx} = ZERO" for fx in range(fw))
+    body = "\n".join(
+        f"                    s{fx} += g * plane[i + off + np.uint64({fx * dw})]"
+        for fx in range(fw)
+    )
+    adds = "\n".join(f"                acc[fy, {fx}] += s{fx}" for fx in range(fw))
+    text = f"""def kernel(x, dy, dw_out, ph, dh, pw):
+    n_img, chans, height, width = x.shape
+    fy_n = dw_out.shape[1]
+    _, _, out_h, out_w = dy.shape
+    wp = max(width + 2 * pw, out_w + {(fw - 1) * dw})
+    hp = out_h + (fy_n - 1) * dh
+    rows_in = max(0, min(height, hp - ph))
+    span = np.uint64(out_h * wp)
+    plane_len = hp * wp + {(fw - 1) * dw}
+    pitch = np.uint64(wp)
+    left = np.uint64(pw)
+    for k in prange(chans):
+        acc = np.zeros((fy_n, {fw}), np.float32)
+        plane = np.empty(plane_len, np.float32)
+        grid = np.empty(out_h * wp, np.float32)
+        for n in range(n_img):
+            plane[:] = ZERO
+            grid[:] = ZERO
+            for ih in range(rows_in):
+                row = np.uint64(ih + ph) * pitch + left
+                for iw in range(width):
+                    plane[row + np.uint64(iw)] = x[n, k, ih, iw]
+            for oh in range(out_h):
+                row = np.uint64(oh) * pitch
+                for ow in range(out_w):
+                    grid[row + np.uint64(ow)] = dy[n, k, oh, ow]
+            for fy in range(fy_n):
+                off = np.uint64(fy * dh) * pitch
+{sums}
+                for i in range(span):
+                    g = grid[i]
+{body}
+{adds}
+        for fy in range(fy_n):
+            for fx in range({fw}):
+                dw_out[k, fy, fx] = acc[fy, fx]
+"""
+    return _HEADER + text
+
+
+@functools.cache
+def plane_weights_kernel(fw: int, dw: int) -> Any:
+    """The compiled NCHW backward-weights plane kernel for (filter width, column dilation)."""
+    return load_generated(f"miocore_dw_plane_wrw_{fw}_{dw}", source_plane_weights(fw, dw))
+
+
+def source_plane_stride2(fw: int) -> str:
+    """The stride-2 (both ways, no dilation) counterpart of :func:`source_plane`.
+
+    ``kernel(x, wt, y, ph, pw)``. The padded image is split into its four phases (even/odd
+    rows by even/odd columns), each a plane of half the pitch: a stride-2 convolution is then
+    the sum of four stride-1 ones, one per phase, with the filter taps of that phase, and each
+    pass over the output grid reads its phase plane contiguously (no strided loads, nothing
+    computed that is dropped but the grid's pitch margin)."""
+    half = (fw - 1) // 2
+    lines = [
+        "def kernel(x, wt, y, ph, pw):",
+        "    n_img, chans, height, width = x.shape",
+        "    fy_n = wt.shape[1]",
+        "    _, _, out_h, out_w = y.shape",
+        f"    wq = max((width + 2 * pw + 1) // 2, out_w + {half})",
+        "    hq = out_h + (fy_n - 1) // 2",
+        "    rows_in = max(0, min(height, 2 * hq - ph))",
+        f"    size = hq * wq + {half + 1}",
+        "    span = np.uint64(out_h * wq)",
+        "    pitch = np.uint64(wq)",
+        "    for item in prange(n_img * chans):",
+        "        n = item // chans",
+        "        k = item % chans",
+        "        q = np.zeros(4 * size, np.float32)",
+        "        for ih in range(rows_in):",
+        "            r2 = ih + ph",
+        "            row = np.uint64((r2 % 2) * 2 * size) + np.uint64(r2 // 2) * pitch",
+        "            for iw in range(width):",
+        "                c2 = iw + pw",
+        "                phase = np.uint64((c2 % 2) * size)",
+        "                q[row + phase + np.uint64(c2 // 2)] = x[n, k, ih, iw]",
+        "        grid = np.zeros(out_h * wq, np.float32)",
+        "        for a in range(2):",
+        "            for u in range((fy_n - a + 1) // 2):",
+        "                fy = 2 * u + a",
+    ]
+    for b in range(2):
+        taps = (fw - b + 1) // 2
+        if taps == 0:
+            continue
+        ind = " " * 16
+        lines.append(f"{ind}off = np.uint64((a * 2 + {b}) * size) + np.uint64(u) * pitch")
+        lines += [f"{ind}w{v} = wt[k, fy, {2 * v + b}]" for v in range(taps)]
+        terms = " + ".join(f"q[i + off + np.uint64({v})] * w{v}" for v in range(taps))
+        lines += [f"{ind}for i in range(span):", f"{ind}    grid[i] += {terms}"]
+    lines += [
+        "        for oh in range(out_h):",
+        "            row = np.uint64(oh) * pitch",
+        "            for ow in range(out_w):",
+        "                y[n, k, oh, ow] = grid[row + np.uint64(ow)]",
+    ]
+    return _HEADER + "\n".join(lines) + "\n"
+
+
+@functools.cache
+def plane_kernel_stride2(fw: int) -> Any:
+    """The compiled stride-2 NCHW plane kernel for filter width ``fw``."""
+    return load_generated(f"miocore_dw_plane2_{fw}", source_plane_stride2(fw))
+
+
+def plane_applies(mult: int, filter_width: int, strides: tuple[int, int], pads: tuple[int, int],
+                  dilations: tuple[int, int]) -> bool:  # fmt: skip
+    """Whether an NCHW plane kernel exists for this (forward-form) geometry: stride 1 (column
+    dilation up to :data:`MAX_STEP`), or stride 2 both ways without dilation; no negative
+    padding."""
+    if mult != 1 or filter_width > MAX_WIDTH or min(pads) < 0:
+        return False
+    if strides == (2, 2):
+        return dilations == (1, 1)
+    return strides == (1, 1) and dilations[1] <= MAX_STEP
+
+
+@functools.cache
+def plane_kernel(fw: int, dw: int) -> Any:
+    """The compiled NCHW plane kernel for (filter width, column dilation)."""
+    return load_generated(f"miocore_dw_plane_{fw}_{dw}", source_plane(fw, dw))
