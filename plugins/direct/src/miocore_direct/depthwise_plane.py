@@ -26,6 +26,29 @@ from miocore_direct.depthwise_blocked import _HEADER, MAX_STEP, MAX_WIDTH, load_
 ROWS_PER_PASS = 2
 
 
+def _stride1_prologue(fw: int, dw: int, taps: str, out: str, indent: str) -> list[str]:
+    """The stride-1 kernels' shared geometry (sizes from ``x``, the ``taps`` array's filter
+    height and the ``out`` array's output size) and their copy of image ``n`` of channel
+    ``k`` into the zero-filled ``plane`` at ``indent``."""
+    return [
+        "    n_img, chans, height, width = x.shape",
+        f"    fy_n = {taps}.shape[1]",
+        f"    _, _, out_h, out_w = {out}.shape",
+        f"    wp = max(width + 2 * pw, out_w + {(fw - 1) * dw})",
+        "    hp = out_h + (fy_n - 1) * dh",
+        "    rows_in = max(0, min(height, hp - ph))",
+        "    span = np.uint64(out_h * wp)",
+        f"    plane_len = hp * wp + {(fw - 1) * dw}",
+        "    pitch = np.uint64(wp)",
+        "    left = np.uint64(pw)",
+    ], [
+        f"{indent}for ih in range(rows_in):",
+        f"{indent}    row = np.uint64(ih + ph) * pitch + left",
+        f"{indent}    for iw in range(width):",
+        f"{indent}        plane[row + np.uint64(iw)] = x[n, k, ih, iw]",
+    ]
+
+
 def source_plane(fw: int, dw: int) -> str:
     """The stride-1 kernel module for packed NCHW tensors: no staging transposes.
 
@@ -47,26 +70,15 @@ def source_plane(fw: int, dw: int) -> str:
             for fx in range(fw)
         )
 
+    geometry, copy_in = _stride1_prologue(fw, dw, "wt", "y", " " * 8)
     lines = [
         "def kernel(x, wt, y, ph, dh, pw):",
-        "    n_img, chans, height, width = x.shape",
-        "    fy_n = wt.shape[1]",
-        "    _, _, out_h, out_w = y.shape",
-        f"    wp = max(width + 2 * pw, out_w + {(fw - 1) * dw})",
-        "    hp = out_h + (fy_n - 1) * dh",
-        "    rows_in = max(0, min(height, hp - ph))",
-        "    span = np.uint64(out_h * wp)",
-        f"    plane_len = hp * wp + {(fw - 1) * dw}",
-        "    pitch = np.uint64(wp)",
-        "    left = np.uint64(pw)",
+        *geometry,
         "    for item in prange(n_img * chans):",
         "        n = item // chans",
         "        k = item % chans",
         "        plane = np.zeros(plane_len, np.float32)",
-        "        for ih in range(rows_in):",
-        "            row = (np.uint64(ih) + np.uint64(ph)) * pitch + left",
-        "            for iw in range(width):",
-        "                plane[row + np.uint64(iw)] = x[n, k, ih, iw]",
+        *copy_in,
         "        grid = np.empty(out_h * wp, np.float32)",
         "        fy = 0",
         "        while fy < fy_n:",
@@ -112,17 +124,11 @@ def source_plane_weights(fw: int, dw: int) -> str:
         for fx in range(fw)
     )
     adds = "\n".join(f"                acc[fy, {fx}] += s{fx}" for fx in range(fw))
+    geometry, copy_in = _stride1_prologue(fw, dw, "dw_out", "dy", " " * 12)
+    prologue = "\n".join(geometry)
+    copy = "\n".join(copy_in)
     text = f"""def kernel(x, dy, dw_out, ph, dh, pw):
-    n_img, chans, height, width = x.shape
-    fy_n = dw_out.shape[1]
-    _, _, out_h, out_w = dy.shape
-    wp = max(width + 2 * pw, out_w + {(fw - 1) * dw})
-    hp = out_h + (fy_n - 1) * dh
-    rows_in = max(0, min(height, hp - ph))
-    span = np.uint64(out_h * wp)
-    plane_len = hp * wp + {(fw - 1) * dw}
-    pitch = np.uint64(wp)
-    left = np.uint64(pw)
+{prologue}
     for k in prange(chans):
         acc = np.zeros((fy_n, {fw}), np.float32)
         plane = np.empty(plane_len, np.float32)
@@ -130,10 +136,7 @@ def source_plane_weights(fw: int, dw: int) -> str:
         for n in range(n_img):
             plane[:] = ZERO
             grid[:] = ZERO
-            for ih in range(rows_in):
-                row = np.uint64(ih + ph) * pitch + left
-                for iw in range(width):
-                    plane[row + np.uint64(iw)] = x[n, k, ih, iw]
+{copy}
             for oh in range(out_h):
                 row = np.uint64(oh) * pitch
                 for ow in range(out_w):
