@@ -29,7 +29,14 @@ from miocore.find.handle import Handle
 from miocore.problem.conv import ConvProblem, Direction
 from miocore.problem.descriptors import ConvolutionDescriptor, TensorDescriptor
 from miocore.problem.dtypes import DataType
-from miocore.solver.hookspecs import HeuristicRecord, KernelSourceRecord, SolverRecord, hookimpl
+from miocore.solver.hookspecs import (
+    BuiltKernel,
+    HeuristicRecord,
+    KernelBuilder,
+    KernelSourceRecord,
+    SolverRecord,
+    hookimpl,
+)
 from miocore.solver.interface import (
     APPLICABLE,
     Algorithm,
@@ -89,6 +96,7 @@ __all__ = [
     "AlgorithmPerf",
     "Applicability",
     "BackendUnavailableError",
+    "BuiltKernel",
     "CompileError",
     "ConvProblem",
     "ConvSolution",
@@ -110,6 +118,7 @@ __all__ = [
     "InvokeParams",
     "Invoker",
     "InvokerFactory",
+    "KernelBuilder",
     "KernelInfo",
     "KernelSourceRecord",
     "MiocoreError",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any, Protocol
 
 import attrs
 import pluggy
@@ -66,15 +67,47 @@ class SolverRecord:
 
 
 @attrs.frozen(kw_only=True)
+class BuiltKernel:
+    """What a :class:`KernelBuilder` makes of one source: the image the driver loads (a cubin,
+    a hsaco) and the launch facts only the compiler knows (``meta``: JSON-able, such as the
+    dynamic shared memory the kernel was laid out with). The binary cache stores both."""
+
+    image: bytes
+    meta: dict[str, Any] = attrs.field(factory=dict)
+
+
+class KernelBuilder(Protocol):
+    """A compiler other than the driver's (NVRTC, hiprtc) for the sources of one folder, such
+    as a kernel language embedded in Python. miocore keys its binary cache on the source's
+    bytes, the options, the target and :meth:`version`, exactly as for its own sources."""
+
+    def version(self) -> str:
+        """The compiler and its version (a new version invalidates cached binaries)."""
+        ...
+
+    def build(
+        self, source: Path, kernel_name: str, options: tuple[str, ...], backend: str, target: str
+    ) -> BuiltKernel:
+        """Compile ``kernel_name`` of ``source`` with ``options`` for ``backend`` (``"cuda"``,
+        ``"hip"``) and ``target`` (``"sm_90"``, ``"gfx90a"``); raise with the compiler's
+        message on failure (miocore reports it as a :class:`~miocore.CompileError`)."""
+        ...
+
+
+@attrs.frozen(kw_only=True)
 class KernelSourceRecord:
     """Declares where a plugin's kernel sources live, for the GPU backends.
 
     ``name``: the plugin's kernel namespace (``KernelInfo.source`` is looked up in ``path``);
-    ``path``: a folder inside the plugin's installed package.
+    ``path``: a folder inside the plugin's installed package; ``builder``: the compiler of
+    that folder's sources where the driver's is not it, a :class:`KernelBuilder` or
+    ``"package.module:attribute"`` naming one (imported on the first compile, so declaring
+    the folder costs no import).
     """
 
     name: str
     path: Path
+    builder: KernelBuilder | str | None = None
 
 
 @attrs.frozen(kw_only=True)

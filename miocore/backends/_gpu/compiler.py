@@ -4,21 +4,23 @@
 :class:`KernelCompiler` (mixed into ``GpuBackend``) resolves a kernel's source in the core's
 folder and the plugin folders declared through ``miocore_kernel_sources`` (``bind_registry``),
 builds its binary through the memory and disk caches (:mod:`miocore.db.kernel_cache`) or the
-driver's compiler, loads it (``compile``), checks whether binaries are built already
-(``binaries_ready``) and compiles many in parallel (``precompile``,
-:func:`compile_parallel_level` threads). Also here: the compile option of each data type
-(:data:`DTYPE_OPTIONS`), the core's kernel namespace and folder, and the message of a failed
-compile (source with line numbers, compiler log).
+driver's compiler (or the folder's own :class:`~miocore.KernelBuilder`, such as Triton's,
+whose image and launch facts are cached as one binary), loads it (``compile``), checks
+whether binaries are built already (``binaries_ready``) and compiles many in parallel
+(``precompile``, :func:`compile_parallel_level` threads). Also here: the compile option of
+each data type (:data:`DTYPE_OPTIONS`), the core's kernel namespace and folder, and the
+message of a failed compile (source with line numbers, compiler log).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from miocore.backends._gpu.launch import CompiledKernel
 from miocore.backends._gpu.vendor import DriverCompileFailure
@@ -31,7 +33,9 @@ from miocore.db.kernel_cache import (
 )
 from miocore.errors import CompileError
 from miocore.problem.dtypes import DataType
+from miocore.solver.hookspecs import BuiltKernel, KernelBuilder
 from miocore.solver.interface import KernelInfo
+from miocore.solver.lazy import resolve
 
 if TYPE_CHECKING:
     from miocore.backends._gpu.base import Driver
@@ -82,7 +86,7 @@ class KernelCompiler:
     _failures: dict[str, CompileError]
     _binaries: dict[str, bytes]
     _cache: KernelCache | None
-    _parts_memo: dict[tuple[Any, ...], tuple[CacheKeyParts, Path, tuple[Path, ...], Any]]
+    _parts_memo: dict[tuple[Any, ...], tuple[Any, ...]]
     stats: dict[str, int]
 
     # -- registry binding: where kernel sources live ----------------------------------------------
@@ -93,8 +97,8 @@ class KernelCompiler:
         one (the Handle does); until then only the core's own kernels resolve."""
         self._registry_fn = registry_fn
 
-    def _source_folders(self, namespace: str) -> list[tuple[str, Path, str]]:
-        folders = [(CORE_NAMESPACE, core_kernel_dir(), "miocore")]
+    def _source_folders(self, namespace: str) -> list[_Folder]:
+        folders = [_Folder(CORE_NAMESPACE, core_kernel_dir(), "miocore", None)]
         if namespace == CORE_NAMESPACE:
             return folders
         if self._registry_fn is None:
@@ -105,37 +109,62 @@ class KernelCompiler:
                 value=None,
             )
         for info, record in getattr(self._registry_fn(), "kernel_sources", ()):
-            folders.append((record.name, Path(record.path), info.label))
+            builder = getattr(record, "builder", None)
+            folders.append(_Folder(record.name, Path(record.path), info.label, builder))
         return folders
 
     def resolve_source(self, source: str) -> Path:
         """The file a ``KernelInfo.source`` names: ``"file.cu"`` (searched in every declared
         folder) or ``"namespace/file.cu"``."""
+        return self._resolve(source)[0]
+
+    def _resolve(self, source: str) -> tuple[Path, _Folder]:
         namespace, _, name = source.rpartition("/")
         folders = self._source_folders(namespace)
         found = []
-        for ns, folder, _label in folders:
-            if namespace and ns != namespace:
+        for folder in folders:
+            if namespace and folder.namespace != namespace:
                 continue
-            candidate = folder / name
+            candidate = folder.path / name
             if candidate.is_file():
-                found.append(candidate)
+                found.append((candidate, folder))
         if not found:
-            where = ", ".join(f"{ns} ({folder})" for ns, folder, _ in folders)
+            where = ", ".join(f"{f.namespace} ({f.path})" for f in folders)
             raise CompileError(
                 f"kernel source not found in any declared folder: {where}. A plugin declares "
                 "its folder through the miocore_kernel_sources hook",
                 field="KernelInfo.source",
                 value=source,
             )
-        if len({p.resolve() for p in found}) > 1:
+        if len({p.resolve() for p, _ in found}) > 1:
             raise CompileError(
-                f"kernel source is ambiguous: {[str(p) for p in found]}; name it as "
+                f"kernel source is ambiguous: {[str(p) for p, _ in found]}; name it as "
                 "'namespace/file'",
                 field="KernelInfo.source",
                 value=source,
             )
         return found[0]
+
+    def _builder(self, folder: _Folder) -> KernelBuilder | None:
+        """The folder's own compiler (imported on first use), or None for the driver's."""
+        spec = folder.builder
+        if spec is None or not isinstance(spec, str):
+            return spec
+        with self._lock:
+            found = _BUILDERS.get(spec)
+        if found is None:
+            try:
+                found = resolve(spec)
+            except Exception as exc:
+                raise CompileError(
+                    f"the kernel builder of plugin {folder.label} cannot be imported "
+                    f"({type(exc).__name__}: {exc})",
+                    field="KernelSourceRecord.builder",
+                    value=spec,
+                ) from None
+            with self._lock:
+                _BUILDERS[spec] = found
+        return found
 
     # -- compilation -----------------------------------------------------------------------
 
@@ -148,45 +177,49 @@ class KernelCompiler:
             self._cache = KernelCache()
         return self._cache
 
-    def _parts(self, info: KernelInfo) -> tuple[CacheKeyParts, Path]:
-        """What ``info``'s binary depends on, and its source file. Remembered per source,
-        options and declared folders while none of the files it read changed (their sizes
-        and modification times, and the folders' for a header added or removed): every find
-        asks for each candidate's kernels, and reading and hashing them costs a millisecond."""
+    def _parts(self, info: KernelInfo) -> tuple[CacheKeyParts, Path, KernelBuilder | None]:
+        """What ``info``'s binary depends on, its source file and its builder (None: the
+        driver's compiler). Remembered per source, options and declared folders while none
+        of the files it read changed (their sizes and modification times, and the folders'
+        for a header added or removed): every find asks for each candidate's kernels, and
+        reading and hashing them costs a millisecond."""
         namespace = info.source.rpartition("/")[0]
-        folders = tuple(str(folder) for _, folder, _ in self._source_folders(namespace))
+        folders = tuple(str(f.path) for f in self._source_folders(namespace))
         memo_key = (info.source, tuple(info.options), folders)
         memo = self._parts_memo
         found = memo.get(memo_key)
         if found is not None and _stamp(found[2]) == found[3]:
-            return found[0], found[1]
-        parts, path = self._read_parts(info)
+            return found[0], found[1], found[4]
+        parts, path, builder = self._read_parts(info)
         include_dirs = [core_kernel_dir(), path.parent]
         watched = (path, *include_dirs, *header_paths(include_dirs))
         stamp = _stamp(watched)
         with self._lock:
             if len(memo) >= _PARTS_MEMO:
                 memo.clear()
-            memo[memo_key] = (parts, path, watched, stamp)
-        return parts, path
+            memo[memo_key] = (parts, path, watched, stamp, builder)
+        return parts, path, builder
 
-    def _read_parts(self, info: KernelInfo) -> tuple[CacheKeyParts, Path]:
-        path = self.resolve_source(info.source)
+    def _read_parts(self, info: KernelInfo) -> tuple[CacheKeyParts, Path, KernelBuilder | None]:
+        path, folder = self._resolve(info.source)
+        builder = self._builder(folder)
         include_dirs = [core_kernel_dir(), path.parent]
         parts = CacheKeyParts(
             backend=self.name,
             source_name=info.source,
             source=path.read_bytes(),
-            headers=collect_headers(include_dirs),
+            # a builder's sources include no headers of ours
+            headers=() if builder is not None else collect_headers(include_dirs),
             options=tuple(info.options),
             arch=self.driver.target(),
-            compiler=self.driver.compiler_version(),
+            compiler=builder.version() if builder is not None else self.driver.compiler_version(),
         )
-        return parts, path
+        return parts, path, builder
 
     def _binary(self, info: KernelInfo) -> tuple[str, bytes]:
-        """Compile (or fetch from the caches) the binary of ``info``; return (key, binary)."""
-        parts, path = self._parts(info)
+        """Compile (or fetch from the caches) the binary of ``info``; return (key, binary).
+        A builder's binary is :func:`pack_built`'s container (image and launch facts)."""
+        parts, path, builder = self._parts(info)
         key = parts.key
         with self._lock:
             if key in self._failures:
@@ -202,18 +235,31 @@ class KernelCompiler:
         else:
             include_dirs = [core_kernel_dir(), path.parent]
             try:
-                binary, kind = self.driver.compile_source(
-                    parts.source, path.name, info.options, include_dirs
-                )
+                if builder is not None:
+                    built = builder.build(
+                        path, info.kernel_name, tuple(info.options), self.name, parts.arch
+                    )
+                    binary, kind = pack_built(built), "built"
+                else:
+                    binary, kind = self.driver.compile_source(
+                        parts.source, path.name, info.options, include_dirs
+                    )
             except DriverCompileFailure as exc:
-                error = CompileError(
-                    _compile_message(info, path, self.driver.target(), parts, exc.log_text),
-                    field="KernelInfo.source",
-                    value=info.source,
+                self._fail(
+                    key,
+                    _compile_message(info, path, parts.arch, parts, exc.log_text),
+                    info.source,
                 )
-                with self._lock:
-                    self._failures[key] = error
-                raise error from None
+            except Exception as exc:
+                if builder is None:
+                    raise
+                self._fail(
+                    key,
+                    f"kernel {info.kernel_name!r} from {path} failed to build for {parts.arch} "
+                    f"with options {list(info.options)} ({parts.compiler}): "
+                    f"{type(exc).__name__}: {exc}",
+                    info.source,
+                )
             with self._lock:
                 self.stats["compiled"] += 1
             if cache is not None:
@@ -222,12 +268,19 @@ class KernelCompiler:
             self._binaries[key] = binary
         return key, binary
 
+    def _fail(self, key: str, message: str, source: str | None = None) -> NoReturn:
+        """Remember and raise the compile failure of ``key``."""
+        error = CompileError(message, field="KernelInfo.source", value=source)
+        with self._lock:
+            self._failures[key] = error
+        raise error from None
+
     def binaries_ready(self, kernels: Sequence[KernelInfo]) -> bool:
         """Whether every kernel is built already (in memory or in the binary cache): using
         them costs a load, not a compile (find's DYNAMIC_HYBRID mode asks)."""
         cache = self.kernel_cache
         for info in kernels:
-            parts, _ = self._parts(info)
+            parts = self._parts(info)[0]
             with self._lock:
                 if parts.key in self._binaries:
                     continue
@@ -240,10 +293,15 @@ class KernelCompiler:
         out = []
         for info in kernels:
             key, binary = self._binary(info)
+            meta: dict[str, Any] = {}
+            if binary.startswith(_BUILT_MAGIC):
+                image, meta = unpack_built(binary)
+            else:
+                image = binary
             with self._lock:
                 module = self._modules.get(key)
                 if module is None:
-                    module = self._modules[key] = self.driver.load(binary)
+                    module = self._modules[key] = self.driver.load(image)
                 function = self._functions.get((key, info.kernel_name))
                 if function is None:
                     try:
@@ -255,7 +313,7 @@ class KernelCompiler:
                             value=info.kernel_name,
                         ) from None
                     self._functions[(key, info.kernel_name)] = function
-            out.append(CompiledKernel(self, info, function))
+            out.append(CompiledKernel(self, info, function, meta))
         return tuple(out)
 
     def precompile(self, kernels: Iterable[KernelInfo]) -> dict[str, str]:
@@ -291,6 +349,38 @@ class KernelCompiler:
 
 #: Kernels whose cache key parts a backend remembers (forgotten all at once past it).
 _PARTS_MEMO = 4096
+
+#: Builders named by ``"module:attribute"``, imported once per process.
+_BUILDERS: dict[str, Any] = {}
+
+#: First bytes of a builder's binary in the caches: then one line of JSON (the launch facts),
+#: then the image. JSON, not pickle: a cache file is never code.
+_BUILT_MAGIC = b"MIOCORE-BUILT-1\n"
+
+
+class _Folder(NamedTuple):
+    """One declared kernel folder."""
+
+    namespace: str
+    path: Path
+    label: str
+    builder: Any
+
+
+def pack_built(built: BuiltKernel) -> bytes:
+    """A builder's result as one binary: magic, the launch facts as a JSON line, the image."""
+    header = json.dumps(built.meta, sort_keys=True, separators=(",", ":")).encode()
+    return _BUILT_MAGIC + header + b"\n" + bytes(built.image)
+
+
+def unpack_built(binary: bytes) -> tuple[bytes, dict[str, Any]]:
+    """The image and launch facts of :func:`pack_built`'s binary."""
+    body = binary[len(_BUILT_MAGIC) :]
+    header, _, image = body.partition(b"\n")
+    meta = json.loads(header)
+    if not isinstance(meta, dict):
+        raise CompileError("a built kernel's launch facts are not a JSON object", field="binary")
+    return image, meta
 
 
 def _stamp(paths: Sequence[Path]) -> tuple[tuple[int, int] | None, ...]:

@@ -89,14 +89,25 @@ def channels_last(desc: TensorDescriptor) -> bool:
 
 
 class CompiledKernel:
-    """One compiled, loaded kernel, ready to launch on its backend's current stream."""
+    """One compiled, loaded kernel, ready to launch on its backend's current stream.
 
-    __slots__ = ("backend", "function", "info")
+    ``meta`` holds the launch facts a :class:`~miocore.KernelBuilder` reported (such as the
+    dynamic shared memory a Triton kernel was laid out with); empty for the driver's builds.
+    """
 
-    def __init__(self, backend: GpuBackend, info: KernelInfo, function: Any) -> None:
+    __slots__ = ("backend", "function", "info", "meta")
+
+    def __init__(
+        self,
+        backend: GpuBackend,
+        info: KernelInfo,
+        function: Any,
+        meta: dict[str, Any] | None = None,
+    ) -> None:
         self.backend = backend
         self.info = info
         self.function = function
+        self.meta = meta if meta is not None else {}
 
     def __repr__(self) -> str:
         return f"<kernel {self.info.kernel_name} from {self.info.source}>"

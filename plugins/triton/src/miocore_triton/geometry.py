@@ -1,0 +1,159 @@
+"""The GEMM view of a 2-D convolution for ``kernels/conv_igemm.py``: the kernels' compile-time
+constants, the rows that carry the batch, the tile configurations and the launch grids.
+
+Logical lengths (N, C, H, W) of x and y and (K, C, R, S) of w, with each tensor's own strides:
+any layout compiles; channels-last (NHWC, KRSC) is the one whose loads are vectors.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from miocore import ConvProblem, DataType, Direction, PerfConfig
+
+#: Triton's name of each element type (a kernel argument's ``*fp16``).
+TRITON_TYPES = {DataType.FLOAT16: "fp16", DataType.BFLOAT16: "bf16", DataType.FLOAT32: "fp32"}
+#: The kernel of each direction in ``conv_igemm.py``.
+KERNELS = {
+    Direction.FORWARD: "conv_fwd",
+    Direction.BACKWARD_DATA: "conv_bwd",
+    Direction.BACKWARD_WEIGHTS: "conv_wrw",
+}
+#: Offsets are 32-bit in the kernels.
+MAX_REACH = 1 << 31
+#: Split-K partials beyond this are not worth the traffic (nor the caller's memory).
+MAX_PARTIALS = 256 << 20
+#: Elements each program of the split-K reduction sums.
+REDUCE_BLOCK = 1024
+
+
+class Tile(NamedTuple):
+    """One tile configuration: rows x columns x reduction slice, warps, pipeline stages."""
+
+    bm: int
+    bn: int
+    bk: int
+    warps: int
+    stages: int
+
+
+#: Forward and backward-data tiles, best first (fp16/bf16). ``bk`` shrinks to the channels.
+GEMM_TILES = (
+    Tile(128, 128, 64, 8, 3),
+    Tile(128, 64, 64, 4, 3),
+    Tile(64, 128, 64, 4, 3),
+    Tile(64, 64, 64, 4, 4),
+    Tile(256, 128, 64, 8, 3),
+    Tile(128, 128, 32, 4, 4),
+    Tile(64, 64, 32, 4, 4),
+)
+#: TF32 halves the reduction slice (4-byte elements, same shared memory).
+TF32_TILES = (
+    Tile(128, 128, 32, 8, 3),
+    Tile(128, 64, 32, 4, 3),
+    Tile(64, 128, 32, 4, 3),
+    Tile(64, 64, 32, 4, 4),
+    Tile(128, 64, 16, 4, 4),
+)
+#: Backward weights: rows k, columns c of one tap, reduction over (n, p, q).
+WRW_TILES = (
+    Tile(128, 128, 64, 8, 3),
+    Tile(128, 64, 64, 4, 3),
+    Tile(64, 128, 64, 4, 3),
+    Tile(64, 64, 64, 4, 4),
+    Tile(64, 64, 32, 4, 4),
+)
+WRW_TF32_TILES = (
+    Tile(128, 128, 32, 8, 3),
+    Tile(128, 64, 32, 4, 3),
+    Tile(64, 64, 32, 4, 4),
+)
+SPLITS = (1, 2, 4, 8, 16, 32, 64)
+CONFIG_KEYS = ("bm", "bn", "bk", "warps", "stages", "split")
+
+
+def pow2_at_least(v: int) -> int:
+    """The smallest power of two >= ``v`` (1 for ``v`` <= 1)."""
+    return 1 << max(0, (v - 1).bit_length())
+
+
+def constants(p: ConvProblem) -> dict[str, int]:
+    """The problem's compile-time constants, named as the kernels' arguments."""
+    _, c, h, w = p.x.lengths
+    k, _, r, s = p.w.lengths
+    pp, qq = p.y.lengths[2:]
+    xs, ws, ys = p.x.strides, p.w.strides, p.y.strides
+    sh, sw = p.conv.strides
+    ph, pw = p.conv.pads
+    dh, dw = p.conv.dilations
+    return {
+        **{"C": c, "K": k, "H": h, "W": w, "P": pp, "Q": qq, "R": r, "S": s},
+        **{"SH": sh, "SW": sw, "PH": ph, "PW": pw, "DH": dh, "DW": dw},
+        **{"XN": xs[0], "XC": xs[1], "XH": xs[2], "XW": xs[3]},
+        **{"WK": ws[0], "WC": ws[1], "WR": ws[2], "WS": ws[3]},
+        **{"YN": ys[0], "YC": ys[1], "YH": ys[2], "YW": ys[3]},
+    }
+
+
+def gemm_rows(p: ConvProblem) -> int:
+    """M, the GEMM rows (the kernels' one run-time size): output pixels forward and for the
+    weights' reduction, input pixels backward data."""
+    n = p.x.lengths[0]
+    if p.direction is Direction.BACKWARD_DATA:
+        return n * p.x.lengths[2] * p.x.lengths[3]
+    return n * p.y.lengths[2] * p.y.lengths[3]
+
+
+def gemm_columns(p: ConvProblem) -> int:
+    """The output columns of a forward (K) or backward-data (C) tile."""
+    return p.w.lengths[1] if p.direction is Direction.BACKWARD_DATA else p.w.lengths[0]
+
+
+def reduction_channels(p: ConvProblem) -> int:
+    """Channels of one tap's reduction: C forward, K backward data."""
+    return p.w.lengths[0] if p.direction is Direction.BACKWARD_DATA else p.w.lengths[1]
+
+
+def reach(p: ConvProblem) -> int:
+    """The largest element offset into any of the three tensors."""
+    return (
+        max(
+            sum((n - 1) * abs(s) for n, s in zip(d.lengths, d.strides, strict=True))
+            for d in (p.x, p.w, p.y)
+        )
+        + 1
+    )
+
+
+def partial_bytes(p: ConvProblem, split: int) -> int:
+    """fp32 partial sums of a split backward-weights run (none for one split)."""
+    if split <= 1:
+        return 0
+    k, c, r, s = p.w.lengths
+    return split * k * c * r * s * 4
+
+
+def shared_estimate(p: ConvProblem, t: Tile) -> int:
+    """Bytes of shared memory the pipeline stages hold (Triton's own layout adds little)."""
+    return t.stages * (t.bm * t.bk + t.bk * t.bn) * p.dtype.itemsize
+
+
+def gemm_tiles(p: ConvProblem, bm: int, bn: int) -> int:
+    """Programs of a forward or backward-data launch."""
+    return -(-gemm_rows(p) // bm) * -(-gemm_columns(p) // bn)
+
+
+def wrw_tiles(p: ConvProblem, bm: int, bn: int) -> int:
+    """Programs per split of a backward-weights launch: k tiles x taps x c tiles."""
+    k, c, r, s = p.w.lengths
+    return -(-k // bm) * r * s * -(-c // bn)
+
+
+def config(t: Tile, split: int = 1) -> PerfConfig:
+    """The PerfConfig of a tile and split."""
+    return PerfConfig(bm=t.bm, bn=t.bn, bk=t.bk, warps=t.warps, stages=t.stages, split=split)
+
+
+def tile_of(cfg: PerfConfig) -> Tile:
+    """The tile of a PerfConfig."""
+    return Tile(cfg["bm"], cfg["bn"], cfg["bk"], cfg["warps"], cfg["stages"])

@@ -1,0 +1,317 @@
+"""Implicit-GEMM convolution kernels in Triton: forward, backward data, backward weights.
+
+Compiled by :mod:`miocore_triton.builder` to a cubin (NVIDIA, ``wgmma`` on sm_90) or a hsaco
+(AMD, MFMA) and launched through miocore's own backend; Triton's launcher is never used. Every
+size, stride, padding and tensor stride is a compile-time constant except ``M``, the GEMM's
+row count, which carries the batch: one binary serves every batch size of a layer. The
+tensors may have any strides (NHWC, with channels contiguous, is the fast case: its loads are
+16-byte vectors); lengths are logical (N, C, H, W) for x and y and (K, C, R, S) for w.
+
+Each kernel is one GEMM whose reduction walks (filter tap, channel block) in one flat loop, so
+Triton's software pipeliner overlaps the loads of later iterations with the current dot:
+
+* ``conv_fwd``: rows (n, p, q) of y, columns k, reduction (r, s, c); A gathered from x with the
+  padding as the load mask.
+* ``conv_bwd``: rows (n, h, w) of dx, columns c, reduction (r, s, k); A gathered from dy where
+  ``h + ph - r*dh`` is a multiple of the stride and in range (strided problems skip the other
+  taps by mask, so they only cost time).
+* ``conv_wrw``: rows k, columns c of one filter tap, reduction (n, p, q), split over grid axis 1
+  into SPLITS fp32 partials that ``conv_wrw_reduce`` sums (one split writes dw directly).
+
+Offsets are 32-bit: the solvers refuse tensors of 2**31 elements or more.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _tile(pid, tiles_m, tiles_n, GROUP_M: tl.constexpr):
+    """Row and column tile of program ``pid``, GROUP_M row tiles sharing columns in L2."""
+    group = GROUP_M * tiles_n
+    first = (pid // group) * GROUP_M
+    rows = tl.minimum(tiles_m - first, GROUP_M)
+    return first + (pid % group) % rows, (pid % group) // rows
+
+
+@triton.jit
+def conv_fwd(
+    x_ptr,
+    w_ptr,
+    y_ptr,
+    M,
+    C: tl.constexpr,
+    K: tl.constexpr,
+    H: tl.constexpr,
+    W: tl.constexpr,
+    P: tl.constexpr,
+    Q: tl.constexpr,
+    R: tl.constexpr,
+    S: tl.constexpr,
+    SH: tl.constexpr,
+    SW: tl.constexpr,
+    PH: tl.constexpr,
+    PW: tl.constexpr,
+    DH: tl.constexpr,
+    DW: tl.constexpr,
+    XN: tl.constexpr,
+    XC: tl.constexpr,
+    XH: tl.constexpr,
+    XW: tl.constexpr,
+    WK: tl.constexpr,
+    WC: tl.constexpr,
+    WR: tl.constexpr,
+    WS: tl.constexpr,
+    YN: tl.constexpr,
+    YC: tl.constexpr,
+    YH: tl.constexpr,
+    YW: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    STAGES: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """y[n, k, p, q] = sum over (r, s, c) of x[n, c, p*SH - PH + r*DH, q*SW - PW + s*DW] * w."""
+    C_BLOCKS: tl.constexpr = (C + BLOCK_K - 1) // BLOCK_K
+    pid_m, pid_n = _tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(K, BLOCK_N), GROUP_M)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = offs_m < M
+    q = offs_m % Q
+    p = (offs_m // Q) % P
+    n = offs_m // (P * Q)
+    ih0 = p * SH - PH
+    iw0 = q * SW - PW
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    # columns past K wrap around to stay in bounds; the store masks them out
+    cols = offs_n % K if K % BLOCK_N != 0 else offs_n
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for it in tl.range(0, R * S * C_BLOCKS, num_stages=STAGES):
+        tap = it // C_BLOCKS
+        c0 = (it % C_BLOCKS) * BLOCK_K
+        r = tap // S
+        s = tap % S
+        ih = ih0 + r * DH
+        iw = iw0 + s * DW
+        ok = row_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+        chans = tl.max_contiguous(tl.multiple_of(c0 + offs_k, BLOCK_K), BLOCK_K)
+        a_ptrs = x_ptr + (n * XN + ih * XH + iw * XW)[:, None] + (chans * XC)[None, :]
+        b_ptrs = w_ptr + (cols * WK)[None, :] + (chans * WC + r * WR + s * WS)[:, None]
+        if C % BLOCK_K == 0:
+            a = tl.load(a_ptrs, mask=ok[:, None], other=0.0)
+            b = tl.load(b_ptrs)
+        else:
+            chan_ok = chans < C
+            a = tl.load(a_ptrs, mask=ok[:, None] & chan_ok[None, :], other=0.0)
+            b = tl.load(b_ptrs, mask=chan_ok[:, None], other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    y_ptrs = y_ptr + (n * YN + p * YH + q * YW)[:, None] + (offs_n * YC)[None, :]
+    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & (offs_n < K)[None, :])
+
+
+@triton.jit
+def conv_bwd(
+    x_ptr,
+    w_ptr,
+    y_ptr,
+    M,
+    C: tl.constexpr,
+    K: tl.constexpr,
+    H: tl.constexpr,
+    W: tl.constexpr,
+    P: tl.constexpr,
+    Q: tl.constexpr,
+    R: tl.constexpr,
+    S: tl.constexpr,
+    SH: tl.constexpr,
+    SW: tl.constexpr,
+    PH: tl.constexpr,
+    PW: tl.constexpr,
+    DH: tl.constexpr,
+    DW: tl.constexpr,
+    XN: tl.constexpr,
+    XC: tl.constexpr,
+    XH: tl.constexpr,
+    XW: tl.constexpr,
+    WK: tl.constexpr,
+    WC: tl.constexpr,
+    WR: tl.constexpr,
+    WS: tl.constexpr,
+    YN: tl.constexpr,
+    YC: tl.constexpr,
+    YH: tl.constexpr,
+    YW: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    STAGES: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """dx[n, c, h, w] = sum over (r, s, k) of dy[n, k, p, q] * w[k, c, r, s] where
+    h = p*SH - PH + r*DH and w = q*SW - PW + s*DW."""
+    K_BLOCKS: tl.constexpr = (K + BLOCK_K - 1) // BLOCK_K
+    pid_m, pid_n = _tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(C, BLOCK_N), GROUP_M)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = offs_m < M
+    wi = offs_m % W
+    hi = (offs_m // W) % H
+    n = offs_m // (H * W)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = offs_n % C if C % BLOCK_N != 0 else offs_n
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for it in tl.range(0, R * S * K_BLOCKS, num_stages=STAGES):
+        tap = it // K_BLOCKS
+        k0 = (it % K_BLOCKS) * BLOCK_K
+        r = tap // S
+        s = tap % S
+        th = hi + PH - r * DH
+        tw = wi + PW - s * DW
+        if SH == 1:
+            p = th
+            ok_h = (th >= 0) & (th < P)
+        else:
+            p = th // SH
+            ok_h = (th >= 0) & (th % SH == 0) & (p < P)
+        if SW == 1:
+            q = tw
+            ok_w = (tw >= 0) & (tw < Q)
+        else:
+            q = tw // SW
+            ok_w = (tw >= 0) & (tw % SW == 0) & (q < Q)
+        ok = row_ok & ok_h & ok_w
+        ks = tl.max_contiguous(tl.multiple_of(k0 + offs_k, BLOCK_K), BLOCK_K)
+        a_ptrs = y_ptr + (n * YN + p * YH + q * YW)[:, None] + (ks * YC)[None, :]
+        b_ptrs = w_ptr + (ks * WK)[:, None] + (cols * WC + r * WR + s * WS)[None, :]
+        if K % BLOCK_K == 0:
+            a = tl.load(a_ptrs, mask=ok[:, None], other=0.0)
+            b = tl.load(b_ptrs)
+        else:
+            k_ok = ks < K
+            a = tl.load(a_ptrs, mask=ok[:, None] & k_ok[None, :], other=0.0)
+            b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    x_ptrs = x_ptr + (n * XN + hi * XH + wi * XW)[:, None] + (offs_n * XC)[None, :]
+    tl.store(x_ptrs, acc.to(x_ptr.dtype.element_ty), mask=row_ok[:, None] & (offs_n < C)[None, :])
+
+
+@triton.jit
+def conv_wrw(
+    x_ptr,
+    w_ptr,
+    y_ptr,
+    part_ptr,
+    M,
+    C: tl.constexpr,
+    K: tl.constexpr,
+    H: tl.constexpr,
+    W: tl.constexpr,
+    P: tl.constexpr,
+    Q: tl.constexpr,
+    R: tl.constexpr,
+    S: tl.constexpr,
+    SH: tl.constexpr,
+    SW: tl.constexpr,
+    PH: tl.constexpr,
+    PW: tl.constexpr,
+    DH: tl.constexpr,
+    DW: tl.constexpr,
+    XN: tl.constexpr,
+    XC: tl.constexpr,
+    XH: tl.constexpr,
+    XW: tl.constexpr,
+    WK: tl.constexpr,
+    WC: tl.constexpr,
+    WR: tl.constexpr,
+    WS: tl.constexpr,
+    YN: tl.constexpr,
+    YC: tl.constexpr,
+    YH: tl.constexpr,
+    YW: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    STAGES: tl.constexpr,
+    PRECISION: tl.constexpr,
+    SPLITS: tl.constexpr,
+):
+    """dw[k, c, r, s] = sum over (n, p, q) of dy[n, k, p, q] * x[n, c, ih, iw]; program axis 1
+    takes one of SPLITS shares of the (n, p, q) blocks. Split, each share writes fp32 partials
+    ``part[split][k][r][s][c]``; unsplit, dw itself."""
+    C_TILES: tl.constexpr = (C + BLOCK_N - 1) // BLOCK_N
+    K_TILES: tl.constexpr = (K + BLOCK_M - 1) // BLOCK_M
+    pid = tl.program_id(0)
+    split = tl.program_id(1)
+    # k tiles vary fastest: neighbours read the same x columns
+    tile_k = pid % K_TILES
+    tile_c = (pid // K_TILES) % C_TILES
+    tap = pid // (K_TILES * C_TILES)
+    r = tap // S
+    s = tap % S
+    offs_k = tile_k * BLOCK_M + tl.arange(0, BLOCK_M)
+    ks = offs_k % K if K % BLOCK_M != 0 else offs_k
+    offs_c = tile_c * BLOCK_N + tl.arange(0, BLOCK_N)
+    cs = offs_c % C if C % BLOCK_N != 0 else offs_c
+    # the same trip count in every share (the last one's surplus slices are masked off)
+    share = tl.cdiv(tl.cdiv(M, BLOCK_K), SPLITS)
+    first = split * share * BLOCK_K
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for i in tl.range(0, share, num_stages=STAGES):
+        offs = first + i * BLOCK_K + tl.arange(0, BLOCK_K)
+        m_ok = offs < M
+        q = offs % Q
+        p = (offs // Q) % P
+        n = offs // (P * Q)
+        ih = p * SH - PH + r * DH
+        iw = q * SW - PW + s * DW
+        x_ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+        a = tl.load(
+            y_ptr + (ks * YC)[:, None] + (n * YN + p * YH + q * YW)[None, :],
+            mask=m_ok[None, :],
+            other=0.0,
+        )
+        b = tl.load(
+            x_ptr + (n * XN + ih * XH + iw * XW)[:, None] + (cs * XC)[None, :],
+            mask=x_ok[:, None],
+            other=0.0,
+        )
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    out_ok = (offs_k < K)[:, None] & (offs_c < C)[None, :]
+    if SPLITS > 1:
+        part = part_ptr + split * (K * R * S * C)
+        tl.store(part + (offs_k * (R * S * C))[:, None] + (tap * C + offs_c)[None, :], acc, out_ok)
+    else:
+        w_ptrs = w_ptr + (offs_k * WK)[:, None] + (offs_c * WC + r * WR + s * WS)[None, :]
+        tl.store(w_ptrs, acc.to(w_ptr.dtype.element_ty), mask=out_ok)
+
+
+@triton.jit
+def conv_wrw_reduce(
+    part_ptr,
+    w_ptr,
+    SPLITS: tl.constexpr,
+    C: tl.constexpr,
+    K: tl.constexpr,
+    R: tl.constexpr,
+    S: tl.constexpr,
+    WK: tl.constexpr,
+    WC: tl.constexpr,
+    WR: tl.constexpr,
+    WS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """dw = the sum of ``conv_wrw``'s SPLITS fp32 partials, in dw's type and strides."""
+    TOTAL: tl.constexpr = K * R * S * C
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < TOTAL
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for i in tl.range(0, SPLITS):
+        acc += tl.load(part_ptr + i * TOTAL + offs, mask=ok, other=0.0)
+    k = offs // (R * S * C)
+    tap = (offs // C) % (R * S)
+    c = offs % C
+    w_ptrs = w_ptr + k * WK + c * WC + (tap // S) * WR + (tap % S) * WS
+    tl.store(w_ptrs, acc.to(w_ptr.dtype.element_ty), mask=ok)

@@ -1,0 +1,143 @@
+"""The Triton kernel sources in Triton's interpreter (CPU) against miocore's float64 reference.
+
+Each case plans with the solver (a context shaped like an H100), takes the launch its
+``get_solution`` describes (kernel, options, grid) and runs that very kernel and those very
+options interpreted, outputs poisoned with NaN first. Covered: every direction; 1x1, 3x3 and
+asymmetric filters; strides, padding, dilation; channel counts that are not a multiple of
+the reduction slice or of the tile; NHWC and NCHW; backward weights split and unsplit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import from_buffer, gpu_ctx, interpreted_kernels, to_buffer
+from miocore_triton.geometry import gemm_rows
+
+import miocore
+from miocore import PerfConfig, reference
+from miocore.testing import TOLERANCES
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def _solver(direction: str) -> Any:
+    from miocore_triton import TritonBackwardData, TritonBackwardWeights, TritonForward
+
+    return {
+        "forward": TritonForward,
+        "backward_data": TritonBackwardData,
+        "backward_weights": TritonBackwardWeights,
+    }[direction]()
+
+
+def _options(kernel: miocore.KernelInfo) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(constexprs, compile options) of a KernelInfo; the sig.* types are the buffers'."""
+    from miocore_triton.builder import parse_options
+
+    values = parse_options(kernel.options)
+    compile_options = {k: values.pop(k) for k in ("num_warps", "num_stages")}
+    return {k: v for k, v in values.items() if not k.startswith("sig.")}, compile_options
+
+
+def run_interpreted(
+    p: miocore.ConvProblem, cfg: PerfConfig | None = None, mode: str = "exact", seed: int = 0
+) -> float:
+    """Relative error of the solver's launch, interpreted, against the reference."""
+    import torch
+
+    ctx = gpu_ctx(mode)
+    solver = _solver(p.direction.value)
+    assert solver.is_applicable(ctx, p), solver.is_applicable(ctx, p).reason
+    solution = solver.get_solution(ctx, p, cfg)
+    kernels = interpreted_kernels()
+    inputs = reference.random_inputs(p, seed)
+    out = p.direction.output_tensor
+    bufs = {}
+    for name in ("x", "w", "y"):
+        desc = getattr(p, name)
+        values = np.full(desc.lengths, np.nan) if name == out else inputs[name]
+        bufs[name] = to_buffer(desc, values)
+    part = torch.zeros(max(1, solution.workspace_size // 4), dtype=torch.float32)
+    first = solution.kernels[0]
+    constexprs, _ = _options(first)
+    args = [bufs["x"], bufs["w"], bufs["y"]]
+    if p.direction is miocore.Direction.BACKWARD_WEIGHTS:
+        args.append(part)
+    getattr(kernels, first.kernel_name)[first.grid](*args, gemm_rows(p), **constexprs)
+    if len(solution.kernels) > 1:
+        second = solution.kernels[1]
+        reduce_constexprs, _ = _options(second)
+        getattr(kernels, second.kernel_name)[second.grid](part, bufs["w"], **reduce_constexprs)
+    got = from_buffer(getattr(p, out), bufs[out])
+    expected = reference.convolution(p, **{k: v for k, v in inputs.items() if k != out})
+    assert np.isfinite(got).all(), "an output element was not written"
+    return reference.relative_error(got, expected)
+
+
+def _problem(direction: str, dtype: str = "float16", layout: str = "NHWC", **kw: Any):
+    sizes = {
+        "n": 2,
+        "c": 24,
+        "k": 40,
+        "in_spatial": (7, 9),
+        "filter_spatial": (3, 3),
+        "pads": (1, 1),
+    }
+    sizes.update(kw)
+    return miocore.ConvProblem.from_sizes(direction, dtype=dtype, layout=layout, **sizes)
+
+
+CASES = {
+    "3x3": {},
+    "1x1": {"filter_spatial": (1, 1), "pads": (0, 0)},
+    "strided": {"strides": (2, 2), "in_spatial": (9, 8)},
+    "dilated": {"dilations": (2, 1), "pads": (2, 1)},
+    "asymmetric": {"filter_spatial": (1, 3), "pads": (0, 2), "strides": (1, 2)},
+    "odd_channels": {"c": 5, "k": 3, "filter_spatial": (5, 5), "pads": (2, 2)},
+    "strided_unpadded": {"strides": (3, 2), "pads": (0, 0), "in_spatial": (11, 10)},
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_weights"])
+def test_fp16_channels_last_matches_the_reference(direction: str, case: str) -> None:
+    p = _problem(direction, **CASES[case])
+    err = run_interpreted(p)
+    assert err <= TOLERANCES[p.dtype], err
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_weights"])
+def test_nchw_runs_through_the_same_kernels(direction: str) -> None:
+    p = _problem(direction, layout="NCHW", strides=(2, 1))
+    assert run_interpreted(p) <= TOLERANCES[p.dtype]
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_weights"])
+def test_tf32_in_the_tf32_math_mode(direction: str) -> None:
+    p = _problem(direction, dtype="float32")
+    # TF32's bound (10 mantissa bits in, fp32 sums); the interpreter computes in fp32
+    assert run_interpreted(p, mode="tf32") <= 5e-3
+
+
+def test_backward_weights_split_equals_unsplit() -> None:
+    p = _problem("backward_weights", n=3, in_spatial=(12, 12))
+    ctx = gpu_ctx()
+    solver = _solver("backward_weights")
+    space = solver.perf_config_space(ctx, p)
+    splits = sorted({c["split"] for c in space})
+    assert splits[0] == 1 and len(splits) > 1, splits
+    for split in (splits[0], splits[-1]):
+        cfg = next(c for c in space if c["split"] == split)
+        assert run_interpreted(p, cfg) <= TOLERANCES[p.dtype], cfg
+
+
+def test_every_tile_of_a_forward_space_runs_right() -> None:
+    p = _problem("forward", c=64, k=64, in_spatial=(8, 8))
+    ctx = gpu_ctx()
+    space = _solver("forward").perf_config_space(ctx, p)
+    assert len(space) >= 3
+    for cfg in space:
+        assert run_interpreted(p, cfg) <= TOLERANCES[p.dtype], cfg
