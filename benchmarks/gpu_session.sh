@@ -49,12 +49,15 @@
 #               .gpu/perf_models_tune (batch cut to MAX_GFLOP) less the problems
 #               of BASE_DB (the shipped one), for TUNE_SECONDS; then merged with it, the model
 #               trained and the WTI table fitted here; all in $OUT/sm90.tgz and /tmp/sm90
+#   triton      issue 13: the miocore-triton tests on the GPU, then gpu_triton_bench.py (Triton's
+#               default and best configurations, own-kernel find, cuDNN) on TRITON_SUITES
+#               (resnet50) in TRITON_DTYPES (float16); TRITON_ARGS passes more options
 #   quality     issue 14 on the GPU: the shipped sm90 database's WTI table fitted on the device
 #               (heuristic train --wti-only), then immediate mode against NORMAL find on
 #               LIMIT held-out problems and the layers of the MIOpenDriver files carried in
 #               .gpu/perf_models (find_quality.py, batch cut to MAX_GFLOP)
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|quality}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|triton|quality}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -271,6 +274,15 @@ PY
     cat /tmp/gpudb/shards/*/log.jsonl > "$sm/tune_log.jsonl"
     cp /tmp/gpudb/manifest.json "$sm/"
     tar czf "$OUT/sm90.tgz" -C "$sm" .
+    ;;
+  triton)
+    timeout "${TRITON_TEST_TIMEOUT:-200}" python3 -m pytest -q -n 8 -p no:cacheprovider -rfE \
+      plugins/triton/tests/test_triton_gpu.py 2>&1 | tee "$OUT/triton_tests.log" | tail -25
+    # shellcheck disable=SC2086
+    MIOCORE_DISABLE_PLUGINS=cudnn timeout "${TRITON_TIMEOUT:-380}" python3 \
+      benchmarks/gpu_triton_bench.py --suites ${TRITON_SUITES:-resnet50} \
+      --dtypes ${TRITON_DTYPES:-float16} ${TRITON_ARGS:-} --out "$OUT/triton.json" 2>&1 |
+      grep -v Warning | tee "$OUT/triton.log" | tail -80
     ;;
   quality)
     sm=/tmp/sm90  # from `gpudb` on this machine, else the shipped files

@@ -1,0 +1,206 @@
+"""The Triton solvers on a GPU (marked ``gpu``; skipped without a CUDA device or Triton).
+
+* every direction x fp16/bf16/TF32 x NHWC/NCHW on corpus-derived problems (cut to test size,
+  4-24 channels so that odd channel counts and the masked paths run) and built-in ones,
+  outputs poisoned with NaN: against the float64 reference within each dtype's tolerance;
+* every configuration of one problem's space per direction (backward weights' splits too);
+* find measures them beside the other solvers, and the FindDb record round-trips with its
+  configuration; a prepared run replays them in a CUDA graph;
+* an exact-mode handle never gets them on fp32; a misaligned tensor is refused by name.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import numpy as np
+import pytest
+
+import miocore
+from miocore import reference
+from miocore.corpus import find_corpus, sample_rows, shrink_row
+from miocore.errors import BackendUnavailableError
+from miocore.testing import TOLERANCES
+
+pytestmark = pytest.mark.gpu
+pytest.importorskip("triton")
+
+SOLVERS = {
+    "F": "triton.igemm_fwd",
+    "B": "triton.igemm_bwd",
+    "W": "triton.igemm_wrw",
+}
+PER_CASE = int(os.environ.get("MIOCORE_TRITON_TEST_PROBLEMS", "24"))
+#: TF32: 10 mantissa bits in, fp32 sums (igemm's TF32 tests use the same bound).
+TF32_TOLERANCE = 5e-3
+
+
+@functools.cache
+def _handle(mode: str = "exact") -> miocore.Handle | None:
+    try:
+        return miocore.Handle("cuda", math_mode=mode)
+    except BackendUnavailableError:
+        return None
+
+
+def handle_for(mode: str = "exact") -> miocore.Handle:
+    h = _handle(mode)
+    if h is None:
+        pytest.skip("no CUDA device")
+    return h
+
+
+@functools.cache
+def _rows() -> list[dict]:
+    if find_corpus() is None:
+        return []
+    return [r for r in sample_rows(400, seed=23) if len(r["x"]) == 2 and r["groups"] == 1]
+
+
+def problems(letter: str, dtype: str, layout: str, count: int) -> list[miocore.ConvProblem]:
+    built_in = [
+        miocore.ConvProblem.from_sizes(
+            {"F": "forward", "B": "backward_data", "W": "backward_weights"}[letter],
+            n=2, c=c, k=k, in_spatial=hw, filter_spatial=f, pads=pad, strides=st,
+            dilations=dil, dtype=dtype, layout=layout,
+        )
+        for c, k, hw, f, pad, st, dil in (
+            (16, 32, (9, 9), (3, 3), (1, 1), (1, 1), (1, 1)),
+            (5, 3, (8, 7), (5, 5), (2, 2), (2, 2), (1, 1)),
+            (24, 40, (11, 10), (1, 1), (0, 0), (2, 2), (1, 1)),
+            (8, 16, (9, 12), (3, 1), (2, 0), (1, 3), (2, 1)),
+        )
+    ]  # fmt: skip
+    out = list(built_in)
+    token = {"float32": "FP32", "float16": "FP16", "bfloat16": "BF16"}[dtype]
+    for i, row in enumerate(_rows()):
+        if len(out) >= count:
+            break
+        out.append(
+            shrink_row(
+                {**row, "dtype": token, "layout": layout, "dir": letter},
+                max_channels_per_group=(4, 8, 24)[i % 3],
+            )
+        )
+    return out
+
+
+def run(h: miocore.Handle, solver: str, p: miocore.ConvProblem, seed: int, config=None) -> float:
+    inputs = reference.random_inputs(p, seed)
+    out_name = p.direction.output_tensor
+    dev = {}
+    for name, values in inputs.items():
+        desc = getattr(p, name)
+        poisoned = np.full(desc.lengths, np.nan, dtype=desc.dtype.numpy)
+        dev[name] = h.backend.from_host(desc, poisoned if name == out_name else values)
+    reg = h.registry.get(solver)
+    solution = reg.solver.get_solution(h.context, p, config)
+    compiled = h.backend.compile(solution.kernels)
+    ws = h.backend.allocate_workspace(solution.workspace_size)
+    params = miocore.InvokeParams(problem=p, workspace=ws, **dev)
+    solution.invoker_factory(compiled)(h, params)
+    got = h.backend.to_host(dev[out_name]).astype(np.float64)
+    expected = reference.convolution(p, **{k: v for k, v in inputs.items() if k != out_name})
+    assert np.isfinite(got).all(), f"{solver} left output elements unwritten on {p.key}"
+    return reference.relative_error(got, expected)
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("letter", ["F", "B", "W"])
+def test_problems_match_the_reference(letter: str, dtype: str, layout: str) -> None:
+    mode = "tf32" if dtype == "float32" else "exact"
+    h = handle_for(mode)
+    solver = SOLVERS[letter]
+    sol = h.registry.get(solver).solver
+    count = PER_CASE if layout == "NHWC" else PER_CASE // 3
+    checked, failures = 0, []
+    for i, p in enumerate(problems(letter, dtype, layout, count)):
+        if not sol.is_applicable(h.context, p):
+            continue
+        err = run(h, solver, p, seed=i)
+        bound = TF32_TOLERANCE if dtype == "float32" else TOLERANCES[p.dtype]
+        checked += 1
+        if not err <= bound:
+            failures.append((p.key, err))
+    assert checked >= min(count, 8), checked
+    assert not failures, failures
+
+
+@pytest.mark.parametrize("letter", ["F", "B", "W"])
+def test_every_configuration_runs_right(letter: str) -> None:
+    h = handle_for()
+    p = miocore.ConvProblem.from_sizes(
+        {"F": "forward", "B": "backward_data", "W": "backward_weights"}[letter],
+        n=4, c=64, k=96, in_spatial=(14, 14), filter_spatial=(3, 3), pads=(1, 1),
+        dtype="float16", layout="NHWC",
+    )  # fmt: skip
+    sol = h.registry.get(SOLVERS[letter]).solver
+    space = sol.perf_config_space(h.context, p)
+    assert len(space) >= 3
+    failures = [
+        (dict(cfg), err)
+        for cfg in space
+        if not (err := run(h, SOLVERS[letter], p, seed=3, config=cfg)) <= TOLERANCES[p.dtype]
+    ]
+    assert not failures, failures
+
+
+def test_find_measures_them_and_the_record_round_trips(tmp_path) -> None:
+    h0 = handle_for()
+    p = miocore.ConvProblem.from_sizes(
+        "forward", n=8, c=64, k=64, in_spatial=(28, 28), filter_spatial=(3, 3), pads=(1, 1),
+        dtype="float16", layout="NHWC",
+    )  # fmt: skip
+    h = miocore.Handle("cuda", user_db_path=tmp_path)
+    sols = h.find_solutions(p, find_mode="NORMAL")
+    names = [s.solver for s in sols]
+    assert "triton.igemm_fwd" in names, names
+    again = miocore.Handle("cuda", user_db_path=tmp_path)
+    entry = [s for s in again.find_solutions(p) if s.solver == "triton.igemm_fwd"]
+    assert entry and entry[0].perf_config is not None
+    assert h0.context.device.identity == again.context.device.identity
+
+
+def test_a_prepared_run_replays_and_stays_right() -> None:
+    h = handle_for()
+    p = miocore.ConvProblem.from_sizes(
+        "backward_weights", n=8, c=32, k=64, in_spatial=(28, 28), filter_spatial=(3, 3),
+        pads=(1, 1), dtype="float16", layout="NHWC",
+    )  # fmt: skip
+    inputs = reference.random_inputs(p, 1)
+    dev = {k: h.backend.from_host(getattr(p, k), v) for k, v in inputs.items()}
+    sol = next(s for s in h.get_solutions(p) if s.solver == "triton.igemm_wrw")
+    ws = h.backend.allocate_workspace(sol.workspace_size)
+    run = h.prepare(sol)
+    for _ in range(3):
+        run(x=dev["x"], w=dev["w"], y=dev["y"], workspace=ws)
+    expected = reference.convolution(p, x=inputs["x"], y=inputs["y"])
+    got = h.backend.to_host(dev["w"]).astype(np.float64)
+    assert reference.relative_error(got, expected) <= TOLERANCES[p.dtype]
+
+
+def test_exact_fp32_never_gets_tf32_and_misalignment_is_refused() -> None:
+    h = handle_for()
+    p32 = miocore.ConvProblem.from_sizes(
+        "forward", n=2, c=16, k=16, in_spatial=(8, 8), filter_spatial=(3, 3), pads=(1, 1),
+        dtype="float32", layout="NHWC",
+    )  # fmt: skip
+    reason = h.registry.get("triton.igemm_fwd").solver.is_applicable(h.context, p32)
+    assert not reason and "tf32" in reason.reason
+    p = miocore.ConvProblem.from_sizes(
+        "forward", n=2, c=16, k=16, in_spatial=(8, 8), filter_spatial=(3, 3), pads=(1, 1),
+        dtype="float16", layout="NHWC",
+    )  # fmt: skip
+    solver = h.registry.get("triton.igemm_fwd").solver
+    solution = solver.get_solution(h.context, p)
+    invoker = solution.invoker_factory(h.backend.compile(solution.kernels))
+    dev = {k: h.backend.empty(getattr(p, k)) for k in ("x", "w", "y")}
+
+    class Shifted:
+        ptr = dev["x"].ptr + 2
+
+    with pytest.raises(miocore.InvalidArgumentError, match="16-byte") as info:
+        invoker(h, miocore.InvokeParams(problem=p, x=Shifted(), w=dev["w"], y=dev["y"]))
+    assert info.value.field == "x pointer"
