@@ -141,3 +141,17 @@ def test_a_corrupt_cached_header_is_an_error_not_code(folder: Path) -> None:
     broken = packed.replace(b'{"shared":1}', b"[1,2]")
     with pytest.raises(CompileError):
         unpack_built(broken)
+
+
+def test_each_kernel_of_a_builders_source_is_its_own_binary(cache_dir: Path, folder: Path) -> None:
+    # A builder compiles one kernel per binary: two kernels with the same options must not
+    # share a cache entry (a driver's module holds every kernel of the source; a builder's not).
+    builder = CountingBuilder()
+    backend = _backend(folder, builder)
+    first = KernelInfo(source="lang/k.py", kernel_name="fwd", options=("A=1",))
+    second = KernelInfo(source="lang/k.py", kernel_name="bwd", options=("A=1",))
+    assert backend.precompile([first, second]) == {}
+    assert sorted(b[0] for b in builder.builds) == ["bwd", "fwd"]
+    backend.compile([first, second])
+    assert len(set(backend.driver.loaded)) == 1  # the pretend images differ by options only
+    assert len(backend._binaries) == 2

@@ -185,7 +185,7 @@ class KernelCompiler:
         reading and hashing them costs a millisecond."""
         namespace = info.source.rpartition("/")[0]
         folders = tuple(str(f.path) for f in self._source_folders(namespace))
-        memo_key = (info.source, tuple(info.options), folders)
+        memo_key = (info.source, info.kernel_name, tuple(info.options), folders)
         memo = self._parts_memo
         found = memo.get(memo_key)
         if found is not None and _stamp(found[2]) == found[3]:
@@ -206,7 +206,9 @@ class KernelCompiler:
         include_dirs = [core_kernel_dir(), path.parent]
         parts = CacheKeyParts(
             backend=self.name,
-            source_name=info.source,
+            # a driver compiles the whole source (every kernel in one module), a builder the
+            # one kernel named: then the name is part of what the binary is
+            source_name=info.source if builder is None else f"{info.source}:{info.kernel_name}",
             source=path.read_bytes(),
             # a builder's sources include no headers of ours
             headers=() if builder is not None else collect_headers(include_dirs),
@@ -322,9 +324,9 @@ class KernelCompiler:
         Binaries land in the caches, so the following ``compile`` calls only load them.
         Failures are remembered and raised again by ``compile``; returned as {source: error}.
         """
-        unique: dict[tuple[str, tuple[str, ...]], KernelInfo] = {}
+        unique: dict[tuple[str, str, tuple[str, ...]], KernelInfo] = {}
         for info in kernels:
-            unique.setdefault((info.source, tuple(info.options)), info)
+            unique.setdefault((info.source, info.kernel_name, tuple(info.options)), info)
         failures: dict[str, str] = {}
         if not unique:
             return failures

@@ -172,10 +172,9 @@ def test_a_prepared_run_replays_and_stays_right() -> None:
     inputs = reference.random_inputs(p, 1)
     dev = {k: h.backend.from_host(getattr(p, k), v) for k, v in inputs.items()}
     sol = next(s for s in h.get_solutions(p) if s.solver == "triton.igemm_wrw")
-    ws = h.backend.allocate_workspace(sol.workspace_size)
     run = h.prepare(sol)
     for _ in range(3):
-        run(x=dev["x"], w=dev["w"], y=dev["y"], workspace=ws)
+        run(x=dev["x"], w=dev["w"], y=dev["y"])
     expected = reference.convolution(p, x=inputs["x"], y=inputs["y"])
     got = h.backend.to_host(dev["w"]).astype(np.float64)
     assert reference.relative_error(got, expected) <= TOLERANCES[p.dtype]
