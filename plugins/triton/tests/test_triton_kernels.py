@@ -98,6 +98,8 @@ CASES = {
     "asymmetric": {"filter_spatial": (1, 3), "pads": (0, 2), "strides": (1, 2)},
     "odd_channels": {"c": 5, "k": 3, "filter_spatial": (5, 5), "pads": (2, 2)},
     "strided_unpadded": {"strides": (3, 2), "pads": (0, 0), "in_spatial": (11, 10)},
+    "strided_dilated": {"strides": (2, 2), "dilations": (2, 1), "pads": (2, 1)},
+    "strided_1x1": {"filter_spatial": (1, 1), "pads": (0, 0), "strides": (2, 2)},
 }
 
 

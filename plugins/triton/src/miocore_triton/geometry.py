@@ -95,12 +95,31 @@ def constants(p: ConvProblem) -> dict[str, int]:
     }
 
 
+def is_phased(p: ConvProblem) -> bool:
+    """Backward data with a stride above 1 and no dilation runs one GEMM per stride phase."""
+    return (
+        p.direction is Direction.BACKWARD_DATA
+        and max(p.conv.strides) > 1
+        and max(p.conv.dilations) == 1
+    )
+
+
+def phases(p: ConvProblem) -> int:
+    """Stride phases of a phased backward-data run (grid axis 1), else 1."""
+    return p.conv.strides[0] * p.conv.strides[1] if is_phased(p) else 1
+
+
 def gemm_rows(p: ConvProblem) -> int:
     """M, the GEMM rows (the kernels' one run-time size): output pixels forward and for the
-    weights' reduction, input pixels backward data."""
+    weights' reduction, input pixels backward data (one stride phase's, rounded up, when
+    phased)."""
     n = p.x.lengths[0]
     if p.direction is Direction.BACKWARD_DATA:
-        return n * p.x.lengths[2] * p.x.lengths[3]
+        h, w = p.x.lengths[2:]
+        if is_phased(p):
+            sh, sw = p.conv.strides
+            return n * -(-h // sh) * -(-w // sw)
+        return n * h * w
     return n * p.y.lengths[2] * p.y.lengths[3]
 
 

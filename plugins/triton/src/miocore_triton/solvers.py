@@ -50,7 +50,9 @@ from miocore_triton.geometry import (
     gemm_columns,
     gemm_rows,
     gemm_tiles,
+    is_phased,
     partial_bytes,
+    phases,
     pow2_at_least,
     reach,
     reduction_channels,
@@ -201,7 +203,7 @@ class TritonConvSolver(TunableSolver):
         preferred = [c for c in space if c["bk"] == space[0]["bk"]] or space
         if self.direction is not Direction.BACKWARD_WEIGHTS:
             for cfg in preferred:
-                if gemm_tiles(p, cfg["bm"], cfg["bn"]) >= 2 * sms:
+                if gemm_tiles(p, cfg["bm"], cfg["bn"]) * phases(p) >= 2 * sms:
                     return cfg
             return max(preferred, key=lambda c: (gemm_tiles(p, c["bm"], c["bn"]), -space.index(c)))
         first = preferred[0]
@@ -246,14 +248,14 @@ class TritonConvSolver(TunableSolver):
         if self.direction is Direction.BACKWARD_WEIGHTS:
             programs = wrw_tiles(p, cfg["bm"], cfg["bn"]) * cfg["split"]
         else:
-            programs = gemm_tiles(p, cfg["bm"], cfg["bn"])
+            programs = gemm_tiles(p, cfg["bm"], cfg["bn"]) * phases(p)
         eff = _EFFICIENCY[self.direction] * max(0.25, min(1.0, programs / sms))
         if p.dtype is DataType.FLOAT32:
             eff /= 2
         if not _channels_last(p):
             eff *= _STRIDED_FACTOR
         flops = float(p.flops)
-        if self.direction is Direction.BACKWARD_DATA:
+        if self.direction is Direction.BACKWARD_DATA and not is_phased(p):
             flops *= p.conv.strides[0] * p.conv.strides[1]  # masked taps cost their dots
         ms = ctx.roofline_ms(flops, p.bytes_moved, DataType.FLOAT16, eff)
         return ctx.wti(p, ms + _FIXED_MS)
@@ -289,6 +291,9 @@ class TritonConvSolver(TunableSolver):
         if wrw:
             options = (*common, "sig.part_ptr=*fp32", f"SPLITS={split}")
             grid: tuple[int, ...] = (wrw_tiles(p, t.bm, t.bn), split)
+        elif self.direction is Direction.BACKWARD_DATA:
+            options = (*common, "GROUP_M=8", f"PHASED={is_phased(p)}")
+            grid = (gemm_tiles(p, t.bm, t.bn), phases(p))
         else:
             options = (*common, "GROUP_M=8")
             grid = (gemm_tiles(p, t.bm, t.bn),)

@@ -13,8 +13,9 @@ Triton's software pipeliner overlaps the loads of later iterations with the curr
 * ``conv_fwd``: rows (n, p, q) of y, columns k, reduction (r, s, c); A gathered from x with the
   padding as the load mask.
 * ``conv_bwd``: rows (n, h, w) of dx, columns c, reduction (r, s, k); A gathered from dy where
-  ``h + ph - r*dh`` is a multiple of the stride and in range (strided problems skip the other
-  taps by mask, so they only cost time).
+  ``h + ph - r*dh`` is a multiple of the stride and in range. Strided undilated problems run
+  one GEMM per stride phase (grid axis 1) over only the taps that phase reaches; strided
+  dilated ones mask the other taps (they only cost time).
 * ``conv_wrw``: rows k, columns c of one filter tap, reduction (n, p, q), split over grid axis 1
   into SPLITS fp32 partials that ``conv_wrw_reduce`` sums (one split writes dw directly).
 
@@ -149,36 +150,66 @@ def conv_bwd(
     GROUP_M: tl.constexpr,
     STAGES: tl.constexpr,
     PRECISION: tl.constexpr,
+    PHASED: tl.constexpr,
 ):
     """dx[n, c, h, w] = sum over (r, s, k) of dy[n, k, p, q] * w[k, c, r, s] where
-    h = p*SH - PH + r*DH and w = q*SW - PW + s*DW."""
+    h = p*SH - PH + r*DH and w = q*SW - PW + s*DW.
+
+    PHASED (a stride above 1, no dilation): program axis 1 is the stride phase (h mod SH,
+    w mod SW); its rows are that phase's pixels and its taps only those whose stride divides,
+    so no dot is spent on masked taps. Otherwise every tap runs, masked where the stride does
+    not divide."""
     K_BLOCKS: tl.constexpr = (K + BLOCK_K - 1) // BLOCK_K
     pid_m, pid_n = _tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(C, BLOCK_N), GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_ok = offs_m < M
-    wi = offs_m % W
-    hi = (offs_m // W) % H
-    n = offs_m // (H * W)
+    if PHASED:
+        HP: tl.constexpr = (H + SH - 1) // SH
+        WP: tl.constexpr = (W + SW - 1) // SW
+        phase = tl.program_id(1)
+        ph = phase // SW
+        pw = phase % SW
+        hi = ph + ((offs_m // WP) % HP) * SH
+        wi = pw + (offs_m % WP) * SW
+        n = offs_m // (HP * WP)
+        row_ok = (offs_m < M) & (hi < H) & (wi < W)
+        # the taps r = r0 + SH*t whose stride divides h + PH - r in this phase
+        r0 = (ph + PH) % SH
+        s0 = (pw + PW) % SW
+        taps_s = (S - s0 + SW - 1) // SW
+        taps = ((R - r0 + SH - 1) // SH) * taps_s
+    else:
+        wi = offs_m % W
+        hi = (offs_m // W) % H
+        n = offs_m // (H * W)
+        row_ok = offs_m < M
+        r0 = 0
+        s0 = 0
+        taps_s = S
+        taps = R * S
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = offs_n % C if C % BLOCK_N != 0 else offs_n
     offs_k = tl.arange(0, BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for it in tl.range(0, R * S * K_BLOCKS, num_stages=STAGES):
+    for it in tl.range(0, taps * K_BLOCKS, num_stages=STAGES):
         tap = it // K_BLOCKS
         k0 = (it % K_BLOCKS) * BLOCK_K
-        r = tap // S
-        s = tap % S
+        if PHASED:
+            r = r0 + (tap // taps_s) * SH
+            s = s0 + (tap % taps_s) * SW
+        else:
+            r = tap // S
+            s = tap % S
         th = hi + PH - r * DH
         tw = wi + PW - s * DW
-        if SH == 1:
-            p = th
-            ok_h = (th >= 0) & (th < P)
+        if PHASED or SH == 1:
+            p = th // SH
+            ok_h = (th >= 0) & (p < P)
         else:
             p = th // SH
             ok_h = (th >= 0) & (th % SH == 0) & (p < P)
-        if SW == 1:
-            q = tw
-            ok_w = (tw >= 0) & (tw < Q)
+        if PHASED or SW == 1:
+            q = tw // SW
+            ok_w = (tw >= 0) & (q < Q)
         else:
             q = tw // SW
             ok_w = (tw >= 0) & (tw % SW == 0) & (q < Q)
