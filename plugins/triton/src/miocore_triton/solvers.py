@@ -40,8 +40,12 @@ from miocore_triton.geometry import (
     MAX_REACH,
     REDUCE_BLOCK,
     SPLITS,
-    TF32_TILES,
+    TF32_BWD_TILES,
+    TF32_FWD_TILES,
+    TF32_MIN_COLUMNS,
     TRITON_TYPES,
+    WRW_MIN_SLICES,
+    WRW_PROGRAMS_PER_SM,
     WRW_TF32_TILES,
     WRW_TILES,
     Tile,
@@ -139,9 +143,12 @@ class TritonConvSolver(TunableSolver):
     # -- configs -------------------------------------------------------------------------------
 
     def _tiles(self, p: ConvProblem) -> tuple[Tile, ...]:
+        tf32 = p.dtype is DataType.FLOAT32
         if self.direction is Direction.BACKWARD_WEIGHTS:
-            return WRW_TF32_TILES if p.dtype is DataType.FLOAT32 else WRW_TILES
-        return TF32_TILES if p.dtype is DataType.FLOAT32 else GEMM_TILES
+            return WRW_TF32_TILES if tf32 else WRW_TILES
+        if self.direction is Direction.BACKWARD_DATA:
+            return TF32_BWD_TILES if tf32 else GEMM_TILES
+        return TF32_FWD_TILES if tf32 else GEMM_TILES
 
     def _fitted_tiles(self, ctx: ExecutionContext, p: ConvProblem) -> list[Tile]:
         """The direction's tiles cut to the problem: no taller than the rows, columns and the
@@ -157,8 +164,9 @@ class TritonConvSolver(TunableSolver):
         for t in self._tiles(p):
             if t.bm > max(64, pow2_at_least(rows)):
                 continue
+            narrowest = TF32_MIN_COLUMNS if p.dtype is DataType.FLOAT32 else 16
             fitted = t._replace(
-                bn=max(16, min(t.bn, pow2_at_least(cols))),
+                bn=max(narrowest, min(t.bn, pow2_at_least(cols))),
                 bk=max(16, min(t.bk, pow2_at_least(depth))),
             )
             if shared_estimate(p, fitted) > limit or fitted in out:
@@ -192,26 +200,30 @@ class TritonConvSolver(TunableSolver):
         return out
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
-        """Forward and backward data: the first tile (largest first) that gives every SM two
-        programs, else the one with the most programs. Backward weights: the largest tile,
-        split until every SM has two programs."""
+        """The direction's first tile fitted to the problem (measured on ResNet-50, see
+        :mod:`miocore_triton.geometry`); backward weights splits its reduction into the most
+        shares (up to 64) that keep at most 3 programs per SM and 8 slices per share."""
         p = problem
         space = self.perf_config_space(ctx, p)
         if not space:
             return config(self._tiles(p)[-1])
-        sms = max(1, ctx.device.compute_units)
-        preferred = [c for c in space if c["bk"] == space[0]["bk"]] or space
+        first = tile_of(space[0])
         if self.direction is not Direction.BACKWARD_WEIGHTS:
-            for cfg in preferred:
-                if gemm_tiles(p, cfg["bm"], cfg["bn"]) * phases(p) >= 2 * sms:
-                    return cfg
-            return max(preferred, key=lambda c: (gemm_tiles(p, c["bm"], c["bn"]), -space.index(c)))
-        first = preferred[0]
-        same_tile = [c for c in space if tile_of(c) == tile_of(first)]
-        for cfg in same_tile:
-            if wrw_tiles(p, cfg["bm"], cfg["bn"]) * cfg["split"] >= 2 * sms:
-                return cfg
-        return same_tile[-1]
+            return space[0]
+        sms = max(1, ctx.device.compute_units)
+        same_tile = [c for c in space if tile_of(c) == first]
+        blocks = -(-gemm_rows(p) // first.bk)
+        tiles = wrw_tiles(p, first.bm, first.bn)
+        fitting = [
+            c
+            for c in same_tile
+            if c["split"] == 1
+            or (
+                tiles * c["split"] <= WRW_PROGRAMS_PER_SM * sms
+                and blocks >= WRW_MIN_SLICES * c["split"]
+            )
+        ]
+        return max(fitting or same_tile[:1], key=lambda c: c["split"])
 
     def is_valid_perf_config(
         self, ctx: ExecutionContext, problem: ConvProblem, config: PerfConfig

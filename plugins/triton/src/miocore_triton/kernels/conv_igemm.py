@@ -339,7 +339,9 @@ def conv_wrw_reduce(
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < TOTAL
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    for i in tl.range(0, SPLITS):
+    # unrolled: every share's load is in flight at once (a loop waits for each in turn, which
+    # made the reduction, not the GEMM, the floor of a split run)
+    for i in tl.static_range(SPLITS):
         acc += tl.load(part_ptr + i * TOTAL + offs, mask=ok, other=0.0)
     k = offs // (R * S * C)
     tap = (offs // C) % (R * S)

@@ -1,0 +1,119 @@
+"""The Triton solvers' planning on the CPU (nothing is compiled or run): registration through
+the entry point, the reasons they decline, their configuration spaces and defaults, workspace
+and cost estimates."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from conftest import gpu_ctx
+from miocore_triton import SOLVERS, TritonBackwardData, TritonBackwardWeights, TritonForward
+from miocore_triton.geometry import partial_bytes
+
+import miocore
+from miocore import PerfConfig
+
+
+def _p(direction: str = "forward", dtype: str = "float16", **kw) -> miocore.ConvProblem:
+    sizes = {"n": 32, "c": 64, "k": 64, "in_spatial": (56, 56), "filter_spatial": (3, 3)}
+    sizes["pads"] = (1, 1)
+    sizes.update(kw)
+    return miocore.ConvProblem.from_sizes(direction, dtype=dtype, layout="NHWC", **sizes)
+
+
+def test_the_entry_point_registers_three_gpu_solvers_and_a_built_folder() -> None:
+    from miocore.solver.registry import default_registry
+
+    names = {s.name for s in miocore.solvers()}
+    assert {"triton.igemm_fwd", "triton.igemm_bwd", "triton.igemm_wrw"} <= names
+    registry = default_registry()
+    records = [rec for info, rec in registry.kernel_sources if rec.name == "triton"]
+    assert records and records[0].builder == "miocore_triton.builder:BUILDER"
+    for reg in registry.solvers:
+        if reg.name.startswith("triton."):
+            assert set(reg.backends) == {"cuda", "hip"}
+
+
+@pytest.mark.parametrize(
+    ("ctx", "problem", "reason"),
+    [
+        (gpu_ctx(), _p("backward_data"), "computes forward"),
+        (gpu_ctx(), _p(dtype="float32"), "math mode is 'exact'"),
+        (gpu_ctx("tf32", backend="hip", arch="gfx942"), _p(dtype="float32"), "NVIDIA"),
+        (gpu_ctx(), _p(groups=2), "2 groups"),
+        (gpu_ctx(arch="sm75"), _p(), "sm_80"),
+        (
+            gpu_ctx(),
+            miocore.ConvProblem.from_sizes(
+                "forward", n=2, c=8, k=8, in_spatial=(6, 6, 6), filter_spatial=(3, 3, 3),
+                dtype="float16",
+            ),
+            "3-D",
+        ),
+    ],
+)  # fmt: skip
+def test_declines_say_why(ctx, problem, reason) -> None:
+    answer = TritonForward().is_applicable(ctx, problem)
+    assert not answer and reason in answer.reason, answer.reason
+
+
+def test_tf32_mode_applies_to_fp32_and_says_tf32() -> None:
+    ctx = gpu_ctx("tf32")
+    p = _p(dtype="float32")
+    solver = TritonForward()
+    assert solver.is_applicable(ctx, p)
+    assert solver.notes_for(ctx, p) == {"tf32"}
+    assert solver.notes_for(ctx, _p()) == frozenset()
+    assert all(c["bn"] >= 32 for c in solver.perf_config_space(ctx, _p(dtype="float32", k=8)))
+
+
+def test_spaces_fit_the_problem_and_defaults_are_in_them() -> None:
+    ctx = gpu_ctx()
+    for solver in SOLVERS:
+        for p in (
+            _p(solver.direction.value),
+            _p(solver.direction.value, c=3, k=5, filter_spatial=(7, 7), pads=(3, 3)),
+            _p(solver.direction.value, n=1, in_spatial=(7, 7), c=512, k=2048, strides=(2, 2)),
+        ):
+            space = solver.perf_config_space(ctx, p)
+            assert space, (solver.name, p.key)
+            default = solver.default_perf_config(ctx, p)
+            assert default in space and solver.is_valid_perf_config(ctx, p, default)
+            for cfg in space:
+                assert cfg["bk"] >= 16 and cfg["bn"] >= 16
+                assert solver.workspace_size(ctx, p, cfg) == (
+                    partial_bytes(p, cfg["split"]) if solver.name.endswith("wrw") else 0
+                )
+            stale = PerfConfig(bm=96, bn=64, bk=64, warps=4, stages=3, split=1)
+            assert not solver.is_valid_perf_config(ctx, p, stale)
+            assert not solver.is_valid_perf_config(ctx, p, PerfConfig(bm=64))
+            assert 0 < solver.wti(ctx, p) <= 1 and math.isfinite(solver.wti(ctx, p))
+
+
+def test_backward_weights_splits_where_the_tiles_leave_sms_idle() -> None:
+    ctx = gpu_ctx()
+    solver = TritonBackwardWeights()
+    few_tiles = _p("backward_weights", filter_spatial=(1, 1), pads=(0, 0))  # one 64x64 tile
+    many_tiles = _p("backward_weights", n=2, c=512, k=512, in_spatial=(7, 7))
+    assert solver.default_perf_config(ctx, few_tiles)["split"] >= 16
+    assert solver.default_perf_config(ctx, many_tiles)["split"] == 1
+    assert solver.workspace_size(ctx, few_tiles) > 0
+
+
+def test_strided_backward_data_runs_per_phase() -> None:
+    ctx = gpu_ctx()
+    p = _p("backward_data", strides=(2, 2))
+    sol = TritonBackwardData().get_solution(ctx, p)
+    (kernel,) = sol.kernels
+    assert kernel.grid[1] == 4 and "PHASED=True" in kernel.options
+    dilated = _p("backward_data", strides=(2, 2), dilations=(2, 2), pads=(2, 2))
+    (kernel,) = TritonBackwardData().get_solution(ctx, dilated).kernels
+    assert kernel.grid[1] == 1 and "PHASED=False" in kernel.options
+
+
+def test_one_binary_serves_every_batch_size() -> None:
+    ctx = gpu_ctx()
+    small = TritonForward().get_solution(ctx, _p(n=2)).kernels[0]
+    large = TritonForward().get_solution(ctx, _p(n=64)).kernels[0]
+    assert small.options == large.options and small.grid != large.grid
