@@ -87,6 +87,7 @@ def test_an_undocumented_field_or_hook_is_caught(monkeypatch: pytest.MonkeyPatch
     assert testing_hookref.undocumented() == [
         "KernelSourceRecord.name",
         "KernelSourceRecord.path",
+        "KernelSourceRecord.builder",
     ]
 
     def miocore_new_things(self):  # type: ignore[no-untyped-def]

@@ -68,9 +68,10 @@ class SolverRecord:
 
 @attrs.frozen(kw_only=True)
 class BuiltKernel:
-    """What a :class:`KernelBuilder` makes of one source: the image the driver loads (a cubin,
-    a hsaco) and the launch facts only the compiler knows (``meta``: JSON-able, such as the
-    dynamic shared memory the kernel was laid out with). The binary cache stores both."""
+    """What a :class:`KernelBuilder` makes of one kernel of a source: ``image``, what the driver
+    loads (a cubin, a hsaco), and ``meta``, the launch facts only the compiler knows (JSON-able,
+    such as the dynamic shared memory the kernel was laid out with; the solver's invoker reads
+    them from ``CompiledKernel.meta``). The binary cache stores both."""
 
     image: bytes
     meta: dict[str, Any] = attrs.field(factory=dict)

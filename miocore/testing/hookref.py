@@ -19,6 +19,7 @@ from miocore.solver import hookspecs
 RECORDS: tuple[type, ...] = (
     hookspecs.SolverRecord,
     hookspecs.KernelSourceRecord,
+    hookspecs.BuiltKernel,
     hookspecs.HeuristicRecord,
 )
 

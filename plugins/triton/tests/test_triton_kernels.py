@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import from_buffer, gpu_ctx, interpreted_kernels, to_buffer
 from miocore_triton.geometry import gemm_rows
+from triton_helpers import from_buffer, gpu_ctx, interpreted_kernels, to_buffer
 
 import miocore
 from miocore import PerfConfig, reference

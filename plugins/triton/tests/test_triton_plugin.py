@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 
 import pytest
-from conftest import gpu_ctx
 from miocore_triton import SOLVERS, TritonBackwardData, TritonBackwardWeights, TritonForward
 from miocore_triton.geometry import partial_bytes
+from triton_helpers import gpu_ctx
 
 import miocore
 from miocore import PerfConfig
