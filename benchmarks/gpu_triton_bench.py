@@ -1,6 +1,7 @@
 """The Triton implicit-GEMM solvers (miocore-triton) against cuDNN and miocore's other kernels.
 
-For every layer of the chosen suites (groups == 1 layers; NHWC), precision and direction:
+For every layer of the chosen suites (groups == 1 layers; ``--layout`` NHWC or NCHW, the same
+for both sides), precision and direction:
 
 * cuDNN through PyTorch in benchmark mode (its own find);
 * ``triton.igemm_*`` at its default configuration and at the best of its whole space (every
@@ -89,6 +90,7 @@ def main() -> None:
     parser.add_argument("--dtypes", nargs="+", default=["float16"])
     parser.add_argument("--directions", nargs="+", default=list(DIRECTIONS))
     parser.add_argument("--layers", nargs="*", default=[])
+    parser.add_argument("--layout", default="NHWC", choices=("NHWC", "NCHW"))
     parser.add_argument("--procs", type=int, default=min(16, os.cpu_count() or 1))
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--runs", type=int, default=15)
@@ -119,7 +121,7 @@ def main() -> None:
                 )
                 h = handles["tf32" if mode == "tf32" else "exact"]
                 for direction in args.directions:
-                    p = problem(layer, BATCH[suite], direction, dtype=dtype, layout="NHWC")
+                    p = problem(layer, BATCH[suite], direction, dtype=dtype, layout=args.layout)
                     solver = h.registry.get(SOLVER[direction]).solver
                     applicable = solver.is_applicable(h.context, p)
                     cases.append({
@@ -163,9 +165,9 @@ def measure(case: dict[str, Any], args: argparse.Namespace, rate: float) -> dict
     set_precision(mode)
     tdtype = getattr(torch, p.dtype.value)
     tensors = {
-        "x": _tensor(p.x.lengths, tdtype, "NHWC"),
-        "w": _tensor(p.w.lengths, tdtype, "NHWC", 0.05),
-        "y": _tensor(p.y.lengths, tdtype, "NHWC"),
+        "x": _tensor(p.x.lengths, tdtype, args.layout),
+        "w": _tensor(p.w.lengths, tdtype, args.layout, 0.05),
+        "y": _tensor(p.y.lengths, tdtype, args.layout),
     }
     row: dict[str, Any] = {
         "suite": case["suite"], "layer": layer.name, "precision": mode,

@@ -72,9 +72,7 @@ def builds() -> list[dict]:
 
 def test_every_direction_builds_for_sm90_with_wgmma(builds: list[dict]) -> None:
     cuda = [b for b in builds if b["backend"] == "cuda"]
-    mains = [
-        b for b in cuda if b.get("kernel", "").startswith("conv_") and "reduce" not in b["kernel"]
-    ]
+    mains = [b for b in cuda if b.get("kernel") in ("conv_fwd", "conv_bwd", "conv_wrw")]
     assert {(b["solver"], b["dtype"]) for b in mains} == {
         (s, d)
         for s in ("triton.igemm_fwd", "triton.igemm_bwd", "triton.igemm_wrw")
@@ -84,8 +82,10 @@ def test_every_direction_builds_for_sm90_with_wgmma(builds: list[dict]) -> None:
         assert b["elf"] and b["wgmma"], b
         assert b["meta"]["threads"] == b["block"][0] and b["meta"]["shared"] > 0, b
         assert not b["meta"]["global_scratch_size"], b
-    # the split backward-weights run has its reduction kernel too
+    # the split backward-weights run has its reduction kernel, TF32 backward data its
+    # filter transposition
     assert any(b.get("kernel") == "conv_wrw_reduce" for b in cuda)
+    assert any(b.get("kernel") == "conv_wtrans" and b["dtype"] == "float32" for b in cuda)
 
 
 def test_every_direction_builds_for_gfx942_with_mfma(builds: list[dict]) -> None:

@@ -60,17 +60,24 @@ def run_interpreted(
         desc = getattr(p, name)
         values = np.full(desc.lengths, np.nan) if name == out else inputs[name]
         bufs[name] = to_buffer(desc, values)
-    part = torch.zeros(max(1, solution.workspace_size // 4), dtype=torch.float32)
-    first = solution.kernels[0]
-    constexprs, _ = _options(first)
-    args = [bufs["x"], bufs["w"], bufs["y"]]
-    if p.direction is miocore.Direction.BACKWARD_WEIGHTS:
-        args.append(part)
-    getattr(kernels, first.kernel_name)[first.grid](*args, gemm_rows(p), **constexprs)
-    if len(solution.kernels) > 1:
-        second = solution.kernels[1]
-        reduce_constexprs, _ = _options(second)
-        getattr(kernels, second.kernel_name)[second.grid](part, bufs["w"], **reduce_constexprs)
+    # the workspace: fp32 partials (backward weights) or the transposed filter (TF32 backward
+    # data), as the invoker hands it to the kernels
+    workspace = torch.zeros(max(1, solution.workspace_size // 4), dtype=torch.float32)
+    if solution.kernels[0].kernel_name == "conv_wtrans":
+        workspace = workspace.view(bufs["w"].dtype)
+    for kernel in solution.kernels:
+        constexprs, _ = _options(kernel)
+        fn = getattr(kernels, kernel.kernel_name)
+        if kernel.kernel_name == "conv_wtrans":
+            args = [bufs["w"], workspace]
+        elif kernel.kernel_name == "conv_wrw_reduce":
+            args = [workspace, bufs["w"]]
+        elif kernel.kernel_name == "conv_wrw":
+            args = [bufs["x"], bufs["w"], bufs["y"], workspace, gemm_rows(p)]
+        else:
+            w = workspace if solution.kernels[0].kernel_name == "conv_wtrans" else bufs["w"]
+            args = [bufs["x"], w, bufs["y"], gemm_rows(p)]
+        fn[kernel.grid](*args, **constexprs)
     got = from_buffer(getattr(p, out), bufs[out])
     expected = reference.convolution(p, **{k: v for k, v in inputs.items() if k != out})
     assert np.isfinite(got).all(), "an output element was not written"

@@ -58,6 +58,17 @@ def test_declines_say_why(ctx, problem, reason) -> None:
     assert not answer and reason in answer.reason, answer.reason
 
 
+def test_tf32_backward_data_reads_a_transposed_filter() -> None:
+    ctx = gpu_ctx("tf32")
+    p = _p("backward_data", dtype="float32", c=24, k=40)
+    solver = TritonBackwardData()
+    sol = solver.get_solution(ctx, p)
+    assert [k.kernel_name for k in sol.kernels] == ["conv_wtrans", "conv_bwd"]
+    assert sol.workspace_size == 24 * 40 * 9 * 4
+    assert "WK=1" in sol.kernels[1].options and "WC=360" in sol.kernels[1].options
+    assert solver.workspace_size(gpu_ctx(), _p("backward_data")) == 0
+
+
 def test_tf32_mode_applies_to_fp32_and_says_tf32() -> None:
     ctx = gpu_ctx("tf32")
     p = _p(dtype="float32")
@@ -85,6 +96,8 @@ def test_spaces_fit_the_problem_and_defaults_are_in_them() -> None:
                 assert solver.workspace_size(ctx, p, cfg) == (
                     partial_bytes(p, cfg["split"]) if solver.name.endswith("wrw") else 0
                 )
+                sol = solver.get_solution(ctx, p, cfg)
+                assert sol.workspace_size == solver.workspace_size(ctx, p, cfg)
             stale = PerfConfig(bm=96, bn=64, bk=64, warps=4, stages=3, split=1)
             assert not solver.is_valid_perf_config(ctx, p, stale)
             assert not solver.is_valid_perf_config(ctx, p, PerfConfig(bm=64))

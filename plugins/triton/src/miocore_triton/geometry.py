@@ -171,6 +171,26 @@ def partial_bytes(p: ConvProblem, split: int) -> int:
     return split * k * c * r * s * 4
 
 
+def transposes_filter(p: ConvProblem) -> bool:
+    """TF32 backward data reads w transposed to (C, R, S, K) from the workspace: TF32
+    tensor-core instructions take only operands whose reduction dimension is contiguous."""
+    return p.direction is Direction.BACKWARD_DATA and p.dtype is DataType.FLOAT32
+
+
+def transposed_filter_bytes(p: ConvProblem) -> int:
+    """Workspace of the transposed filter (none where the filter is read as it is)."""
+    if not transposes_filter(p):
+        return 0
+    k, c, r, s = p.w.lengths
+    return k * c * r * s * p.dtype.itemsize
+
+
+def transposed_filter_strides(p: ConvProblem) -> dict[str, int]:
+    """The kernels' w strides (WK, WC, WR, WS) of the transposed filter."""
+    k, _, r, s = p.w.lengths
+    return {"WK": 1, "WC": r * s * k, "WR": s * k, "WS": k}
+
+
 def shared_estimate(p: ConvProblem, t: Tile) -> int:
     """Bytes of shared memory the pipeline stages hold (Triton's own layout adds little)."""
     return t.stages * (t.bm * t.bk + t.bk * t.bn) * p.dtype.itemsize

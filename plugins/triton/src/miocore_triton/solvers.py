@@ -62,6 +62,9 @@ from miocore_triton.geometry import (
     reduction_channels,
     shared_estimate,
     tile_of,
+    transposed_filter_bytes,
+    transposed_filter_strides,
+    transposes_filter,
     wrw_tiles,
 )
 
@@ -245,9 +248,10 @@ class TritonConvSolver(TunableSolver):
     def workspace_size(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
     ) -> int:
-        """Backward weights split k ways: k fp32 partial filters; otherwise none."""
+        """Backward weights split k ways: k fp32 partial filters; TF32 backward data: the
+        transposed filter; otherwise none."""
         if self.direction is not Direction.BACKWARD_WEIGHTS:
-            return 0
+            return transposed_filter_bytes(problem)
         return partial_bytes(problem, self._config(ctx, problem, perf_config)["split"])
 
     def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
@@ -285,7 +289,9 @@ class TritonConvSolver(TunableSolver):
         split = cfg["split"]
         ty = TRITON_TYPES[p.dtype]
         shape = constants(p)
-        common = [f"{k}={v}" for k, v in shape.items()]
+        transposed = transposes_filter(p)
+        main_shape = {**shape, **transposed_filter_strides(p)} if transposed else shape
+        common = [f"{k}={v}" for k, v in main_shape.items()]
         common += [
             f"BLOCK_M={t.bm}",
             f"BLOCK_N={t.bn}",
@@ -309,7 +315,22 @@ class TritonConvSolver(TunableSolver):
         else:
             options = (*common, "GROUP_M=8")
             grid = (gemm_tiles(p, t.bm, t.bn),)
-        kernels = [
+        kernels = []
+        k, c, r, s = p.w.lengths
+        if transposed:
+            wt_options = [f"{n}={shape[n]}" for n in ("C", "K", "R", "S", "WK", "WC", "WR", "WS")]
+            wt_options += [f"BLOCK={REDUCE_BLOCK}", "num_warps=4", "num_stages=1"]
+            wt_options += [f"sig.w_ptr=*{ty}", f"sig.wt_ptr=*{ty}"]
+            kernels.append(
+                KernelInfo(
+                    source=SOURCE,
+                    kernel_name="conv_wtrans",
+                    options=tuple(sorted(wt_options)),
+                    grid=(-(-(k * c * r * s) // REDUCE_BLOCK),),
+                    block=(4 * warp,),
+                )
+            )
+        kernels.append(
             KernelInfo(
                 source=SOURCE,
                 kernel_name=KERNELS[self.direction],
@@ -317,8 +338,7 @@ class TritonConvSolver(TunableSolver):
                 grid=grid,
                 block=(t.warps * warp,),
             )
-        ]
-        k, c, r, s = p.w.lengths
+        )
         if wrw and split > 1:
             reduce_options = [
                 f"{n}={shape[n]}" for n in ("C", "K", "R", "S", "WK", "WC", "WR", "WS")
@@ -340,13 +360,14 @@ class TritonConvSolver(TunableSolver):
                     block=(4 * warp,),
                 )
             )
-        workspace = partial_bytes(p, split) if wrw else 0
+        workspace = partial_bytes(p, split) if wrw else transposed_filter_bytes(p)
         direction = self.direction
 
         def factory(compiled: Any) -> Any:
             from miocore.backends.gpu_kernels import KernelArgs
 
-            main = compiled[0]
+            first = 1 if transposed else 0
+            main = compiled[first]
             _check_launchable(main)
             shared, threads = int(main.meta["shared"]), (int(main.meta["threads"]),)
             # Triton appends two scratch pointers (global, profile) to the parameters; two
@@ -356,7 +377,10 @@ class TritonConvSolver(TunableSolver):
                 args = KernelArgs([("ptr", 0)] * 4 + [("i32", rows), *tail])
             else:
                 args = KernelArgs([("ptr", 0)] * 3 + [("i32", rows), *tail])
-            reduce = compiled[1] if len(compiled) > 1 else None
+            reduce = compiled[1] if wrw and len(compiled) > 1 else None
+            wtrans = compiled[0] if transposed else None
+            wtargs = KernelArgs([("ptr", 0)] * 2 + tail) if wtrans is not None else None
+            wtthreads = (int(wtrans.meta["threads"]),) if wtrans is not None else None
             rargs = KernelArgs([("ptr", 0)] * 2 + tail) if reduce is not None else None
             rshared = int(reduce.meta["shared"]) if reduce is not None else 0
             rthreads = (int(reduce.meta["threads"]),) if reduce is not None else None
@@ -364,20 +388,19 @@ class TritonConvSolver(TunableSolver):
             def invoker(handle: Any, ip: InvokeParams) -> None:
                 _check_aligned(ip)
                 if direction is Direction.BACKWARD_WEIGHTS:
-                    part = ip.workspace.ptr if workspace else 0
-                    if workspace and part % 16:
-                        raise InvalidArgumentError(
-                            "Triton kernels need a 16-byte aligned workspace",
-                            field="workspace pointer",
-                            value=hex(part),
-                        )
+                    part = _aligned_workspace(ip) if workspace else 0
                     args.set_pointers(ip.x.ptr, ip.w.ptr, ip.y.ptr, part)
                     main.launch(args, block=threads, shared=shared)
                     if reduce is not None and rargs is not None:
                         rargs.set_pointers(part, ip.w.ptr)
                         reduce.launch(rargs, block=rthreads, shared=rshared)
                     return
-                args.set_pointers(ip.x.ptr, ip.w.ptr, ip.y.ptr)
+                w_ptr = ip.w.ptr
+                if wtrans is not None and wtargs is not None:
+                    w_ptr = _aligned_workspace(ip)
+                    wtargs.set_pointers(ip.w.ptr, w_ptr)
+                    wtrans.launch(wtargs, block=wtthreads, shared=int(wtrans.meta["shared"]))
+                args.set_pointers(ip.x.ptr, w_ptr, ip.y.ptr)
                 main.launch(args, block=threads, shared=shared)
 
             return invoker
@@ -405,6 +428,18 @@ def _check_launchable(kernel: Any) -> None:
             field="global_scratch_size",
             value=meta.get("global_scratch_size"),
         )
+
+
+def _aligned_workspace(ip: InvokeParams) -> int:
+    """The workspace's address, refused unless 16-byte aligned (the kernels assume it)."""
+    ptr = int(ip.workspace.ptr)
+    if ptr % 16:
+        raise InvalidArgumentError(
+            "Triton kernels need a 16-byte aligned workspace",
+            field="workspace pointer",
+            value=hex(ptr),
+        )
+    return ptr
 
 
 def _check_aligned(ip: InvokeParams) -> None:

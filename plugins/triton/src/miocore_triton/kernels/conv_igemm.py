@@ -16,6 +16,8 @@ Triton's software pipeliner overlaps the loads of later iterations with the curr
   ``h + ph - r*dh`` is a multiple of the stride and in range. Strided undilated problems run
   one GEMM per stride phase (grid axis 1) over only the taps that phase reaches; strided
   dilated ones mask the other taps (they only cost time).
+* ``conv_wtrans``: w copied with k innermost, for TF32 backward data (whose B operand must
+  have its reduction dimension contiguous); ``conv_bwd`` then reads it through its strides.
 * ``conv_wrw``: rows k, columns c of one filter tap, reduction (n, p, q), split over grid axis 1
   into SPLITS fp32 partials that ``conv_wrw_reduce`` sums (one split writes dw directly).
 
@@ -348,3 +350,28 @@ def conv_wrw_reduce(
     c = offs % C
     w_ptrs = w_ptr + k * WK + c * WC + (tap // S) * WR + (tap % S) * WS
     tl.store(w_ptrs, acc.to(w_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def conv_wtrans(
+    w_ptr,
+    wt_ptr,
+    C: tl.constexpr,
+    K: tl.constexpr,
+    R: tl.constexpr,
+    S: tl.constexpr,
+    WK: tl.constexpr,
+    WC: tl.constexpr,
+    WR: tl.constexpr,
+    WS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """w copied to ``wt[c][r][s][k]`` (k contiguous): backward data's B operand with its
+    reduction dimension innermost, the only order TF32 tensor-core instructions read."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < K * C * R * S
+    k = offs % K
+    s = (offs // K) % S
+    r = (offs // (K * S)) % R
+    c = offs // (K * S * R)
+    tl.store(wt_ptr + offs, tl.load(w_ptr + k * WK + c * WC + r * WR + s * WS, mask=ok), mask=ok)
