@@ -170,7 +170,7 @@ def measure(case: dict[str, Any], args: argparse.Namespace, rate: float) -> dict
         "y": _tensor(p.y.lengths, tdtype, args.layout),
     }
     row: dict[str, Any] = {
-        "suite": case["suite"], "layer": layer.name, "precision": mode,
+        "suite": case["suite"], "layer": layer.name, "precision": mode, "layout": args.layout,
         "direction": case["direction"], "key": p.key, "gflop": p.flops / 1e9,
     }  # fmt: skip
     call = torch_call(case["direction"], layer, tensors["x"], tensors["w"], tensors["y"])
