@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from miocore_triton.geometry import gemm_rows
 from triton_helpers import from_buffer, gpu_ctx, interpreted_kernels, to_buffer
 
 import miocore
@@ -60,23 +59,32 @@ def run_interpreted(
         desc = getattr(p, name)
         values = np.full(desc.lengths, np.nan) if name == out else inputs[name]
         bufs[name] = to_buffer(desc, values)
-    # the workspace: fp32 partials (backward weights) or the transposed filter (TF32 backward
-    # data), as the invoker hands it to the kernels
-    workspace = torch.zeros(max(1, solution.workspace_size // 4), dtype=torch.float32)
-    if solution.kernels[0].kernel_name == "conv_wtrans":
-        workspace = workspace.view(bufs["w"].dtype)
-    for kernel in solution.kernels:
+    # every launch of the plan, its pointers resolved as the invoker does: a tensor by name,
+    # or a typed view of the workspace at an offset
+    from miocore_triton.builder import parse_options
+    from miocore_triton.launches import plan
+
+    steps, size = plan(ctx, p, cfg or solver.default_perf_config(ctx, p))
+    assert [st.kernel for st in steps] == list(solution.kernels)
+    workspace = torch.zeros(max(16, size), dtype=torch.uint8)
+    types = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+    for step in steps:
+        kernel = step.kernel
         constexprs, _ = _options(kernel)
+        values = parse_options(kernel.options)
         fn = getattr(kernels, kernel.kernel_name)
-        if kernel.kernel_name == "conv_wtrans":
-            args = [bufs["w"], workspace]
-        elif kernel.kernel_name == "conv_wrw_reduce":
-            args = [workspace, bufs["w"]]
-        elif kernel.kernel_name == "conv_wrw":
-            args = [bufs["x"], bufs["w"], bufs["y"], workspace, gemm_rows(p)]
-        else:
-            w = workspace if solution.kernels[0].kernel_name == "conv_wtrans" else bufs["w"]
-            args = [bufs["x"], w, bufs["y"], gemm_rows(p)]
+        pointers = [a for a in fn.arg_names if str(values.get(f"sig.{a}", "")).startswith("*")]
+        args = []
+        for arg_name, pointer in zip(pointers, step.pointers, strict=True):
+            if isinstance(pointer, int):
+                kind = values[f"sig.{arg_name}"].lstrip("*")
+                args.append(workspace[pointer:].view(types[kind]))
+            elif pointer == "none":
+                args.append(workspace.view(torch.float32))
+            else:
+                args.append(bufs[pointer])
+        if step.rows is not None:
+            args.append(step.rows)
         fn[kernel.grid](*args, **constexprs)
     got = from_buffer(getattr(p, out), bufs[out])
     expected = reference.convolution(p, **{k: v for k, v in inputs.items() if k != out})
@@ -150,3 +158,8 @@ def test_every_tile_of_a_forward_space_runs_right() -> None:
     assert len(space) >= 3
     for cfg in space:
         assert run_interpreted(p, cfg) <= TOLERANCES[p.dtype], cfg
+
+
+def test_nchw_tf32_backward_data_stages_dy_and_transposes_w() -> None:
+    p = _problem("backward_data", dtype="float32", layout="NCHW", strides=(2, 2))
+    assert run_interpreted(p, mode="tf32") <= 5e-3

@@ -130,3 +130,27 @@ def test_one_binary_serves_every_batch_size() -> None:
     small = TritonForward().get_solution(ctx, _p(n=2)).kernels[0]
     large = TritonForward().get_solution(ctx, _p(n=64)).kernels[0]
     assert small.options == large.options and small.grid != large.grid
+
+
+def test_inputs_that_are_not_channels_last_are_staged_first() -> None:
+    from miocore_triton.launches import plan
+
+    ctx = gpu_ctx()
+    nchw = miocore.ConvProblem.from_sizes(
+        "forward", n=2, c=24, k=40, in_spatial=(9, 9), filter_spatial=(3, 3), pads=(1, 1),
+        dtype="float16", layout="NCHW",
+    )  # fmt: skip
+    solver = TritonForward()
+    steps, size = plan(ctx, nchw, solver.default_perf_config(ctx, nchw))
+    assert [s.kernel.kernel_name for s in steps] == [
+        "to_channels_last", "to_channels_last", "conv_fwd"
+    ]  # fmt: skip
+    assert steps[0].pointers == ("x", 0) and steps[1].pointers[0] == "w"
+    x_bytes = 2 * 24 * 9 * 9 * 2
+    assert steps[1].pointers[1] == -(-x_bytes // 256) * 256
+    assert steps[2].pointers[:2] == (0, steps[1].pointers[1]) and steps[2].pointers[2] == "y"
+    assert size == solver.workspace_size(ctx, nchw) > x_bytes
+    # the GEMM reads the copies as channels-last
+    assert "XC=1" in steps[2].kernel.options and "WC=1" in steps[2].kernel.options
+    # channels-last problems copy nothing
+    assert plan(ctx, _p(), solver.default_perf_config(ctx, _p()))[1] == 0

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from miocore import (
     APPLICABLE,
@@ -25,9 +25,6 @@ from miocore import (
     DataType,
     Direction,
     ExecutionContext,
-    InvalidArgumentError,
-    InvokeParams,
-    KernelInfo,
     PerfConfig,
     TunableSolver,
     not_applicable,
@@ -35,10 +32,8 @@ from miocore import (
 from miocore_triton.geometry import (
     CONFIG_KEYS,
     GEMM_TILES,
-    KERNELS,
     MAX_PARTIALS,
     MAX_REACH,
-    REDUCE_BLOCK,
     SPLITS,
     TF32_BWD_TILES,
     TF32_FWD_TILES,
@@ -50,7 +45,6 @@ from miocore_triton.geometry import (
     WRW_TILES,
     Tile,
     config,
-    constants,
     gemm_columns,
     gemm_rows,
     gemm_tiles,
@@ -62,11 +56,9 @@ from miocore_triton.geometry import (
     reduction_channels,
     shared_estimate,
     tile_of,
-    transposed_filter_bytes,
-    transposed_filter_strides,
-    transposes_filter,
     wrw_tiles,
 )
+from miocore_triton.launches import invoker_factory, plan, staged, tensor_bytes
 
 SOURCE = "triton/conv_igemm.py"
 #: Shared memory a block may hold: sm_90's 227 KiB, AMD's 64 KiB of LDS.
@@ -81,18 +73,12 @@ _EFFICIENCY = {
 }
 #: Launch, pipeline fill and epilogue beyond the roofline.
 _FIXED_MS = 0.008
-#: Not channels-last: the loads are scalars (not measured; a guess well below the vector path).
-_STRIDED_FACTOR = 0.25
 
 
 @functools.cache
 def triton_installed() -> bool:
     """Whether Triton can be imported here (looked up, not imported)."""
     return importlib.util.find_spec("triton") is not None
-
-
-def _channels_last(p: ConvProblem) -> bool:
-    return all(d.strides[1] == 1 for d in (p.x, p.w, p.y))
 
 
 class TritonConvSolver(TunableSolver):
@@ -248,16 +234,14 @@ class TritonConvSolver(TunableSolver):
     def workspace_size(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
     ) -> int:
-        """Backward weights split k ways: k fp32 partial filters; TF32 backward data: the
-        transposed filter; otherwise none."""
-        if self.direction is not Direction.BACKWARD_WEIGHTS:
-            return transposed_filter_bytes(problem)
-        return partial_bytes(problem, self._config(ctx, problem, perf_config)["split"])
+        """The staged channels-last copies of inputs that are not, then TF32 backward data's
+        transposed filter or a split backward-weights run's fp32 partials."""
+        return plan(ctx, problem, self._config(ctx, problem, perf_config))[1]
 
     def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
         """The GEMM's roofline at the measured fraction of the fp16 tensor rate (half for
-        TF32), scaled down where the default configuration leaves SMs idle, and by far where
-        the tensors are not channels-last."""
+        TF32), scaled down where the default configuration leaves SMs idle, plus the copies
+        of inputs that are not channels-last."""
         p = problem
         cfg = self.default_perf_config(ctx, p)
         sms = max(1, ctx.device.compute_units)
@@ -268,12 +252,13 @@ class TritonConvSolver(TunableSolver):
         eff = _EFFICIENCY[self.direction] * max(0.25, min(1.0, programs / sms))
         if p.dtype is DataType.FLOAT32:
             eff /= 2
-        if not _channels_last(p):
-            eff *= _STRIDED_FACTOR
         flops = float(p.flops)
         if self.direction is Direction.BACKWARD_DATA and not is_phased(p):
             flops *= p.conv.strides[0] * p.conv.strides[1]  # masked taps cost their dots
         ms = ctx.roofline_ms(flops, p.bytes_moved, DataType.FLOAT16, eff)
+        # inputs staged channels-last: read and written once more
+        moved = sum(2 * tensor_bytes(getattr(p, name)) for name in staged(p))
+        ms += 1e3 * moved / (ctx.device.peak_gbps * 1e9)
         return ctx.wti(p, ms + _FIXED_MS)
 
     # -- solution ------------------------------------------------------------------------------
@@ -281,135 +266,15 @@ class TritonConvSolver(TunableSolver):
     def get_solution(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
     ) -> ConvSolution:
-        """The direction's kernel compiled for the layer and tile; backward weights split k
-        ways adds the reduction kernel."""
-        p = problem
-        cfg = self._config(ctx, p, perf_config)
-        t = tile_of(cfg)
-        split = cfg["split"]
-        ty = TRITON_TYPES[p.dtype]
-        shape = constants(p)
-        transposed = transposes_filter(p)
-        main_shape = {**shape, **transposed_filter_strides(p)} if transposed else shape
-        common = [f"{k}={v}" for k, v in main_shape.items()]
-        common += [
-            f"BLOCK_M={t.bm}",
-            f"BLOCK_N={t.bn}",
-            f"BLOCK_K={t.bk}",
-            f"STAGES={t.stages}",
-            f"PRECISION={'tf32' if p.dtype is DataType.FLOAT32 else 'ieee'}",
-            f"num_warps={t.warps}",
-            f"num_stages={t.stages}",
-            *(f"sig.{name}=*{ty}" for name in ("x_ptr", "w_ptr", "y_ptr")),
-            "sig.M=i32",
-        ]
-        rows = gemm_rows(p)
-        warp = 64 if ctx.backend == "hip" else 32
-        wrw = self.direction is Direction.BACKWARD_WEIGHTS
-        if wrw:
-            options = (*common, "sig.part_ptr=*fp32", f"SPLITS={split}")
-            grid: tuple[int, ...] = (wrw_tiles(p, t.bm, t.bn), split)
-        elif self.direction is Direction.BACKWARD_DATA:
-            options = (*common, "GROUP_M=8", f"PHASED={is_phased(p)}")
-            grid = (gemm_tiles(p, t.bm, t.bn), phases(p))
-        else:
-            options = (*common, "GROUP_M=8")
-            grid = (gemm_tiles(p, t.bm, t.bn),)
-        kernels = []
-        k, c, r, s = p.w.lengths
-        if transposed:
-            wt_options = [f"{n}={shape[n]}" for n in ("C", "K", "R", "S", "WK", "WC", "WR", "WS")]
-            wt_options += [f"BLOCK={REDUCE_BLOCK}", "num_warps=4", "num_stages=1"]
-            wt_options += [f"sig.w_ptr=*{ty}", f"sig.wt_ptr=*{ty}"]
-            kernels.append(
-                KernelInfo(
-                    source=SOURCE,
-                    kernel_name="conv_wtrans",
-                    options=tuple(sorted(wt_options)),
-                    grid=(-(-(k * c * r * s) // REDUCE_BLOCK),),
-                    block=(4 * warp,),
-                )
-            )
-        kernels.append(
-            KernelInfo(
-                source=SOURCE,
-                kernel_name=KERNELS[self.direction],
-                options=tuple(sorted(options)),
-                grid=grid,
-                block=(t.warps * warp,),
-            )
-        )
-        if wrw and split > 1:
-            reduce_options = [
-                f"{n}={shape[n]}" for n in ("C", "K", "R", "S", "WK", "WC", "WR", "WS")
-            ]
-            reduce_options += [
-                f"SPLITS={split}",
-                f"BLOCK={REDUCE_BLOCK}",
-                "num_warps=4",
-                "num_stages=1",
-                "sig.part_ptr=*fp32",
-                f"sig.w_ptr=*{ty}",
-            ]
-            kernels.append(
-                KernelInfo(
-                    source=SOURCE,
-                    kernel_name="conv_wrw_reduce",
-                    options=tuple(sorted(reduce_options)),
-                    grid=(-(-(k * c * r * s) // REDUCE_BLOCK),),
-                    block=(4 * warp,),
-                )
-            )
-        workspace = partial_bytes(p, split) if wrw else transposed_filter_bytes(p)
-        direction = self.direction
-
-        def factory(compiled: Any) -> Any:
-            from miocore.backends.gpu_kernels import KernelArgs
-
-            first = 1 if transposed else 0
-            main = compiled[first]
-            _check_launchable(main)
-            shared, threads = int(main.meta["shared"]), (int(main.meta["threads"]),)
-            # Triton appends two scratch pointers (global, profile) to the parameters; two
-            # more NULL slots cost nothing where a version appends fewer.
-            tail = [("ptr", 0)] * 4
-            if wrw:
-                args = KernelArgs([("ptr", 0)] * 4 + [("i32", rows), *tail])
-            else:
-                args = KernelArgs([("ptr", 0)] * 3 + [("i32", rows), *tail])
-            reduce = compiled[1] if wrw and len(compiled) > 1 else None
-            wtrans = compiled[0] if transposed else None
-            wtargs = KernelArgs([("ptr", 0)] * 2 + tail) if wtrans is not None else None
-            wtthreads = (int(wtrans.meta["threads"]),) if wtrans is not None else None
-            rargs = KernelArgs([("ptr", 0)] * 2 + tail) if reduce is not None else None
-            rshared = int(reduce.meta["shared"]) if reduce is not None else 0
-            rthreads = (int(reduce.meta["threads"]),) if reduce is not None else None
-
-            def invoker(handle: Any, ip: InvokeParams) -> None:
-                _check_aligned(ip)
-                if direction is Direction.BACKWARD_WEIGHTS:
-                    part = _aligned_workspace(ip) if workspace else 0
-                    args.set_pointers(ip.x.ptr, ip.w.ptr, ip.y.ptr, part)
-                    main.launch(args, block=threads, shared=shared)
-                    if reduce is not None and rargs is not None:
-                        rargs.set_pointers(part, ip.w.ptr)
-                        reduce.launch(rargs, block=rthreads, shared=rshared)
-                    return
-                w_ptr = ip.w.ptr
-                if wtrans is not None and wtargs is not None:
-                    w_ptr = _aligned_workspace(ip)
-                    wtargs.set_pointers(ip.w.ptr, w_ptr)
-                    wtrans.launch(wtargs, block=wtthreads, shared=int(wtrans.meta["shared"]))
-                args.set_pointers(ip.x.ptr, w_ptr, ip.y.ptr)
-                main.launch(args, block=threads, shared=shared)
-
-            return invoker
-
+        """The direction's GEMM compiled for the layer and tile, after the copies it reads
+        (inputs staged channels-last, TF32's transposed filter) and before the split
+        reduction (:mod:`miocore_triton.launches`)."""
+        steps, workspace = plan(ctx, problem, self._config(ctx, problem, perf_config))
         return ConvSolution(
             solver=self.name,
             workspace_size=workspace,
-            invoker_factory=factory,
-            kernels=tuple(kernels),
+            invoker_factory=invoker_factory(steps),
+            kernels=tuple(step.kernel for step in steps),
         )
 
 
@@ -417,41 +282,6 @@ def _sm(ctx: ExecutionContext) -> int:
     """The compute capability of a CUDA device as one number (``sm90`` -> 90)."""
     digits = "".join(ch for ch in ctx.device.arch if ch.isdigit())
     return int(digits) if digits else 0
-
-
-def _check_launchable(kernel: Any) -> None:
-    """Refuse a binary whose launch needs more than miocore's launch gives it."""
-    meta = kernel.meta
-    if meta.get("global_scratch_size") or meta.get("profile_scratch_size"):
-        raise InvalidArgumentError(
-            "this Triton kernel asks for scratch memory, which miocore's launch does not give",
-            field="global_scratch_size",
-            value=meta.get("global_scratch_size"),
-        )
-
-
-def _aligned_workspace(ip: InvokeParams) -> int:
-    """The workspace's address, refused unless 16-byte aligned (the kernels assume it)."""
-    ptr = int(ip.workspace.ptr)
-    if ptr % 16:
-        raise InvalidArgumentError(
-            "Triton kernels need a 16-byte aligned workspace",
-            field="workspace pointer",
-            value=hex(ptr),
-        )
-    return ptr
-
-
-def _check_aligned(ip: InvokeParams) -> None:
-    """The kernels were compiled for 16-byte aligned tensors (their vector loads need it)."""
-    for name in ("x", "w", "y"):
-        ptr = getattr(ip, name).ptr
-        if ptr % 16:
-            raise InvalidArgumentError(
-                "Triton kernels need 16-byte aligned tensors",
-                field=f"{name} pointer",
-                value=hex(ptr),
-            )
 
 
 class TritonForward(TritonConvSolver):

@@ -16,6 +16,9 @@ Triton's software pipeliner overlaps the loads of later iterations with the curr
   ``h + ph - r*dh`` is a multiple of the stride and in range. Strided undilated problems run
   one GEMM per stride phase (grid axis 1) over only the taps that phase reaches; strided
   dilated ones mask the other taps (they only cost time).
+* ``to_channels_last``: an input that is not channels-last (NCHW, KCRS) copied into the
+  workspace in that order first, so every GEMM reads 16-byte vectors; the cost is the
+  solver's own, inside its measured time.
 * ``conv_wtrans``: w copied with k innermost, for TF32 backward data (whose B operand must
   have its reduction dimension contiguous); ``conv_bwd`` then reads it through its strides.
 * ``conv_wrw``: rows k, columns c of one filter tap, reduction (n, p, q), split over grid axis 1
@@ -375,3 +378,35 @@ def conv_wtrans(
     r = (offs // (K * S)) % R
     c = offs // (K * S * R)
     tl.store(wt_ptr + offs, tl.load(w_ptr + k * WK + c * WC + r * WR + s * WS, mask=ok), mask=ok)
+
+
+@triton.jit
+def to_channels_last(
+    src_ptr,
+    dst_ptr,
+    C: tl.constexpr,
+    H: tl.constexpr,
+    W: tl.constexpr,
+    SN: tl.constexpr,
+    SC: tl.constexpr,
+    SH: tl.constexpr,
+    SW: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    """One (N, C, H, W) tensor of any strides copied to packed channels-last order (N, H, W,
+    C): program axis 0 walks (n, pixel block), axis 1 channel blocks; each tile is read along
+    the source's pixels and written along the channels (Triton turns it in shared memory)."""
+    P_TILES: tl.constexpr = (H * W + BLOCK_P - 1) // BLOCK_P
+    n = tl.program_id(0) // P_TILES
+    offs_p = (tl.program_id(0) % P_TILES) * BLOCK_P + tl.arange(0, BLOCK_P)
+    offs_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    ok = (offs_p < H * W)[:, None] & (offs_c < C)[None, :]
+    src = (
+        src_ptr
+        + n * SN
+        + ((offs_p // W) * SH + (offs_p % W) * SW)[:, None]
+        + (offs_c * SC)[None, :]
+    )
+    dst = dst_ptr + (n * (H * W) + offs_p)[:, None] * C + offs_c[None, :]
+    tl.store(dst, tl.load(src, mask=ok), mask=ok)

@@ -1,0 +1,275 @@
+"""The launches of one Triton solution, in order, and the invoker that makes them.
+
+A solution is a list of :class:`Step`\\ s over the caller's three tensors and one workspace:
+
+1. ``to_channels_last`` for each input that is not channels-last (NCHW activations, KCRS
+   filters), into the workspace, so the GEMM's loads are vectors (``staged``);
+2. ``conv_wtrans`` for TF32 backward data: the filter with its reduction dimension innermost;
+3. the direction's GEMM kernel, reading staged copies where there are, writing the output
+   tensor in its own strides;
+4. ``conv_wrw_reduce`` for a split backward-weights run: the fp32 partials summed into dw.
+
+Each step names its pointer arguments: ``"x"``, ``"w"``, ``"y"`` (the caller's tensors) or a
+byte offset into the workspace.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from miocore import (
+    ConvProblem,
+    DataType,
+    Direction,
+    ExecutionContext,
+    InvalidArgumentError,
+    InvokeParams,
+    KernelInfo,
+    PerfConfig,
+    TensorDescriptor,
+)
+from miocore_triton.geometry import (
+    KERNELS,
+    REDUCE_BLOCK,
+    TRITON_TYPES,
+    constants,
+    gemm_rows,
+    gemm_tiles,
+    is_phased,
+    partial_bytes,
+    phases,
+    tile_of,
+    transposed_filter_bytes,
+    transposed_filter_strides,
+    transposes_filter,
+    wrw_tiles,
+)
+
+SOURCE = "triton/conv_igemm.py"
+#: Workspace pieces start on this boundary (the kernels assume 16 bytes; 256 keeps lines whole).
+ALIGN = 256
+#: The staging copy's tile: pixels x channels.
+STAGE_BLOCK = (64, 64)
+#: The inputs each direction reads (the third tensor is its output).
+INPUTS = {
+    Direction.FORWARD: ("x", "w"),
+    Direction.BACKWARD_DATA: ("y", "w"),
+    Direction.BACKWARD_WEIGHTS: ("x", "y"),
+}
+#: Kernel-argument prefixes of each tensor's strides.
+PREFIX = {"x": "X", "w": "W", "y": "Y"}
+
+
+class Step(NamedTuple):
+    """One launch: its kernel, its pointer arguments (a tensor's name or a workspace offset)
+    and the GEMM's row count where the kernel takes one."""
+
+    kernel: KernelInfo
+    pointers: tuple[str | int, ...]
+    rows: int | None = None
+
+
+def channels_last(desc: TensorDescriptor) -> bool:
+    """Whether the channel dimension is innermost (stride 1): the kernels' vector loads."""
+    return desc.strides[1] == 1 or desc.lengths[1] == 1
+
+
+def staged(p: ConvProblem) -> tuple[str, ...]:
+    """The inputs copied to channels-last first (TF32 backward data's filter is transposed
+    by ``conv_wtrans`` instead)."""
+    out = []
+    for name in INPUTS[p.direction]:
+        if name == "w" and transposes_filter(p):
+            continue
+        if not channels_last(getattr(p, name)):
+            out.append(name)
+    return tuple(out)
+
+
+def _packed_strides(desc: TensorDescriptor) -> tuple[int, int, int, int]:
+    """(N, C, H, W) strides of the packed channels-last copy of ``desc``."""
+    _, c, h, w = desc.lengths
+    return h * w * c, 1, w * c, c
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // ALIGN) * ALIGN
+
+
+def tensor_bytes(desc: TensorDescriptor) -> int:
+    """Bytes of a tensor's elements (its packed size)."""
+    count = 1
+    for n in desc.lengths:
+        count *= n
+    return count * desc.dtype.itemsize
+
+
+def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[Step], int]:
+    """The launches of ``p`` with configuration ``cfg``, and the workspace they need."""
+    t = tile_of(cfg)
+    split = cfg["split"]
+    ty = TRITON_TYPES[p.dtype]
+    warp = 64 if ctx.backend == "hip" else 32
+    shape = constants(p)
+    steps: list[Step] = []
+    pointer: dict[str, str | int] = {"x": "x", "w": "w", "y": "y"}
+    offset = 0
+    main_shape = dict(shape)
+    for name in staged(p):
+        desc = getattr(p, name)
+        n, c, h, w = desc.lengths
+        sn, sc, sh, sw = desc.strides
+        options = (
+            f"C={c}", f"H={h}", f"W={w}", f"SN={sn}", f"SC={sc}", f"SH={sh}", f"SW={sw}",
+            f"BLOCK_P={STAGE_BLOCK[0]}", f"BLOCK_C={STAGE_BLOCK[1]}",
+            "num_warps=4", "num_stages=1", f"sig.src_ptr=*{ty}", f"sig.dst_ptr=*{ty}",
+        )  # fmt: skip
+        grid = (n * -(-(h * w) // STAGE_BLOCK[0]), -(-c // STAGE_BLOCK[1]))
+        kernel = KernelInfo(
+            source=SOURCE,
+            kernel_name="to_channels_last",
+            options=tuple(sorted(options)),
+            grid=grid,
+            block=(4 * warp,),
+        )
+        steps.append(Step(kernel, (name, offset)))
+        pointer[name] = offset
+        prefix = PREFIX[name]
+        suffixes = ("K", "C", "R", "S") if name == "w" else ("N", "C", "H", "W")
+        for suffix, stride in zip(suffixes, _packed_strides(desc), strict=True):
+            main_shape[prefix + suffix] = stride
+        offset += _aligned(tensor_bytes(desc))
+    k, c, r, s = p.w.lengths
+    if transposes_filter(p):
+        options = [f"{n}={shape[n]}" for n in ("C", "K", "R", "S", "WK", "WC", "WR", "WS")]
+        options += [f"BLOCK={REDUCE_BLOCK}", "num_warps=4", "num_stages=1"]
+        options += [f"sig.w_ptr=*{ty}", f"sig.wt_ptr=*{ty}"]
+        kernel = KernelInfo(
+            source=SOURCE,
+            kernel_name="conv_wtrans",
+            options=tuple(sorted(options)),
+            grid=(-(-(k * c * r * s) // REDUCE_BLOCK),),
+            block=(4 * warp,),
+        )
+        steps.append(Step(kernel, ("w", offset)))
+        pointer["w"] = offset
+        main_shape.update(transposed_filter_strides(p))
+        offset += _aligned(transposed_filter_bytes(p))
+    options = [f"{key}={value}" for key, value in main_shape.items()]
+    options += [
+        f"BLOCK_M={t.bm}",
+        f"BLOCK_N={t.bn}",
+        f"BLOCK_K={t.bk}",
+        f"STAGES={t.stages}",
+        f"PRECISION={'tf32' if p.dtype is DataType.FLOAT32 else 'ieee'}",
+        f"num_warps={t.warps}",
+        f"num_stages={t.stages}",
+        *(f"sig.{name}=*{ty}" for name in ("x_ptr", "w_ptr", "y_ptr")),
+        "sig.M=i32",
+    ]
+    main_pointers = (pointer["x"], pointer["w"], pointer["y"])
+    if p.direction is Direction.BACKWARD_WEIGHTS:
+        options += ["sig.part_ptr=*fp32", f"SPLITS={split}"]
+        grid: tuple[int, ...] = (wrw_tiles(p, t.bm, t.bn), split)
+        main_pointers += (offset if split > 1 else "none",)
+    elif p.direction is Direction.BACKWARD_DATA:
+        options += ["GROUP_M=8", f"PHASED={is_phased(p)}"]
+        grid = (gemm_tiles(p, t.bm, t.bn), phases(p))
+    else:
+        options += ["GROUP_M=8"]
+        grid = (gemm_tiles(p, t.bm, t.bn),)
+    kernel = KernelInfo(
+        source=SOURCE,
+        kernel_name=KERNELS[p.direction],
+        options=tuple(sorted(options)),
+        grid=grid,
+        block=(t.warps * warp,),
+    )
+    steps.append(Step(kernel, main_pointers, gemm_rows(p)))
+    if p.direction is Direction.BACKWARD_WEIGHTS and split > 1:
+        options = [f"{n}={shape[n]}" for n in ("C", "K", "R", "S", "WK", "WC", "WR", "WS")]
+        options += [
+            f"SPLITS={split}",
+            f"BLOCK={REDUCE_BLOCK}",
+            "num_warps=4",
+            "num_stages=1",
+            "sig.part_ptr=*fp32",
+            f"sig.w_ptr=*{ty}",
+        ]
+        kernel = KernelInfo(
+            source=SOURCE,
+            kernel_name="conv_wrw_reduce",
+            options=tuple(sorted(options)),
+            grid=(-(-(k * c * r * s) // REDUCE_BLOCK),),
+            block=(4 * warp,),
+        )
+        steps.append(Step(kernel, (offset, "w")))
+        offset += partial_bytes(p, split)
+    return steps, offset
+
+
+def invoker_factory(steps: list[Step]) -> Any:
+    """The solution's ``invoker_factory``: launch arguments built once, pointers set per
+    call."""
+
+    def factory(compiled: Any) -> Any:
+        from miocore.backends.gpu_kernels import KernelArgs
+
+        # Triton appends two scratch pointers (global, profile) to the parameters; two more
+        # NULL slots cost nothing where a version appends fewer.
+        tail = [("ptr", 0)] * 4
+        launches = []
+        for step, kernel in zip(steps, compiled, strict=True):
+            _check_launchable(kernel)
+            specs: list[tuple[str, Any]] = [("ptr", 0)] * len(step.pointers)
+            if step.rows is not None:
+                specs.append(("i32", step.rows))
+            args = KernelArgs(specs + tail)
+            meta = kernel.meta
+            launches.append(
+                (kernel, args, step.pointers, (int(meta["threads"]),), int(meta["shared"]))
+            )
+        uses_workspace = any(isinstance(x, int) for step in steps for x in step.pointers)
+
+        def invoker(handle: Any, ip: InvokeParams) -> None:
+            tensors = {"x": ip.x.ptr, "w": ip.w.ptr, "y": ip.y.ptr, "none": 0}
+            for name in ("x", "w", "y"):
+                if tensors[name] % 16:
+                    raise InvalidArgumentError(
+                        "Triton kernels need 16-byte aligned tensors",
+                        field=f"{name} pointer",
+                        value=hex(tensors[name]),
+                    )
+            base = _aligned_workspace(ip) if uses_workspace else 0
+            for kernel, args, pointers, threads, shared in launches:
+                args.set_pointers(
+                    *(base + x if isinstance(x, int) else tensors[x] for x in pointers)
+                )
+                kernel.launch(args, block=threads, shared=shared)
+
+        return invoker
+
+    return factory
+
+
+def _aligned_workspace(ip: InvokeParams) -> int:
+    """The workspace's address, refused unless 16-byte aligned (the kernels assume it)."""
+    ptr = int(ip.workspace.ptr)
+    if ptr % 16:
+        raise InvalidArgumentError(
+            "Triton kernels need a 16-byte aligned workspace",
+            field="workspace pointer",
+            value=hex(ptr),
+        )
+    return ptr
+
+
+def _check_launchable(kernel: Any) -> None:
+    """Refuse a binary whose launch needs more than miocore's launch gives it."""
+    meta = kernel.meta
+    if meta.get("global_scratch_size") or meta.get("profile_scratch_size"):
+        raise InvalidArgumentError(
+            "this Triton kernel asks for scratch memory, which miocore's launch does not give",
+            field="global_scratch_size",
+            value=meta.get("global_scratch_size"),
+        )
