@@ -402,10 +402,8 @@ def to_channels_last(
     offs_p = (tl.program_id(0) % P_TILES) * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     ok = (offs_p < H * W)[:, None] & (offs_c < C)[None, :]
-    if SH == W * SW:  # rows of pixels packed (NCHW): one stride, so the loads are vectors
-        pix = offs_p * SW
-    else:
-        pix = (offs_p // W) * SH + (offs_p % W) * SW
+    # rows of pixels packed (NCHW): one stride, so the loads are vectors
+    pix = offs_p * SW if SH == W * SW else (offs_p // W) * SH + (offs_p % W) * SW
     src = src_ptr + n * SN + pix[:, None] + (offs_c * SC)[None, :]
     dst = dst_ptr + (n * (H * W) + offs_p)[:, None] * C + offs_c[None, :]
     tl.store(dst, tl.load(src, mask=ok), mask=ok)
