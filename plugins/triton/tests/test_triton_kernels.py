@@ -126,9 +126,18 @@ def test_fp16_channels_last_matches_the_reference(direction: str, case: str) -> 
     assert err <= TOLERANCES[p.dtype], err
 
 
+NCHW_CASES = {
+    "strided": {"strides": (2, 1)},
+    "3x3": {"n": 3},  # row tiles inside each of three images of 63 pixels
+    "1x1": {"n": 3, "filter_spatial": (1, 1), "pads": (0, 0)},  # read in place
+    "1x1_strided": {"filter_spatial": (1, 1), "pads": (0, 0), "strides": (2, 2)},
+}
+
+
+@pytest.mark.parametrize("case", sorted(NCHW_CASES))
 @pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_weights"])
-def test_nchw_runs_through_the_same_kernels(direction: str) -> None:
-    p = _problem(direction, layout="NCHW", strides=(2, 1))
+def test_nchw_runs_right(direction: str, case: str) -> None:
+    p = _problem(direction, layout="NCHW", **NCHW_CASES[case])
     assert run_interpreted(p) <= TOLERANCES[p.dtype]
 
 

@@ -154,3 +154,32 @@ def test_inputs_that_are_not_channels_last_are_staged_first() -> None:
     assert "XC=1" in steps[2].kernel.options and "WC=1" in steps[2].kernel.options
     # channels-last problems copy nothing
     assert plan(ctx, _p(), solver.default_perf_config(ctx, _p()))[1] == 0
+
+
+def test_a_1x1_nchw_layer_is_read_in_place_in_image_tiles() -> None:
+    from miocore_triton.launches import plan
+
+    ctx = gpu_ctx()
+    for direction in ("forward", "backward_data"):
+        p = miocore.ConvProblem.from_sizes(
+            direction, n=2, c=24, k=40, in_spatial=(9, 9), filter_spatial=(1, 1),
+            dtype="float16", layout="NCHW",
+        )  # fmt: skip
+        solver = TritonForward() if direction == "forward" else TritonBackwardData()
+        steps, size = plan(ctx, p, solver.default_perf_config(ctx, p))
+        (main,) = [s.kernel for s in steps]  # nothing staged: a KCRS 1x1 filter is [K][C]
+        assert "DIRECT_PIX=True" in main.options and "IMAGE_TILES=True" in main.options
+        assert size == 0
+        # each image's 81 pixels in tiles of its own
+        cfg = solver.default_perf_config(ctx, p)
+        assert main.grid[0] == 2 * -(-81 // cfg["bm"]) * -(
+            -(40 if direction == "forward" else 24) // cfg["bn"]
+        )
+    tf32 = miocore.ConvProblem.from_sizes(
+        "forward", n=2, c=24, k=40, in_spatial=(9, 9), filter_spatial=(1, 1),
+        dtype="float32", layout="NCHW",
+    )  # fmt: skip
+    steps, _ = plan(
+        gpu_ctx("tf32"), tf32, TritonForward().default_perf_config(gpu_ctx("tf32"), tf32)
+    )
+    assert "DIRECT_PIX=False" in steps[-1].kernel.options  # TF32 needs channels innermost

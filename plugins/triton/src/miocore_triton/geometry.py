@@ -7,7 +7,7 @@ any layout compiles; channels-last (NHWC, KRSC) is the one whose loads are vecto
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from miocore import ConvProblem, DataType, Direction, PerfConfig
 
@@ -196,8 +196,42 @@ def shared_estimate(p: ConvProblem, t: Tile) -> int:
     return t.stages * (t.bm * t.bk + t.bk * t.bn) * p.dtype.itemsize
 
 
+def _channels_first(desc: Any) -> bool:
+    return desc.strides[1] != 1 and desc.lengths[1] != 1
+
+
+def _pixel_rows_packed(desc: Any) -> bool:
+    """Whether a tensor's pixels are one run in memory: (h, w) at h * W + w strides."""
+    return desc.strides[2] == desc.lengths[3] * desc.strides[3]
+
+
+def direct_pixels(p: ConvProblem) -> bool:
+    """1x1, stride 1, no padding, with the GEMM's input channels-first and its pixels packed
+    (NCHW): the kernel reads it in place, pixels consecutive along its row tile, as NCHW's own
+    GEMM would. Not TF32: TF32 instructions need the reduction (channels) innermost."""
+    if p.direction is Direction.BACKWARD_WEIGHTS or p.dtype is DataType.FLOAT32:
+        return False
+    if p.w.lengths[2:] != (1, 1) or max(p.conv.strides) != 1 or max(p.conv.pads) != 0:
+        return False
+    src = p.y if p.direction is Direction.BACKWARD_DATA else p.x
+    return _channels_first(src) and _pixel_rows_packed(src)
+
+
+def image_tiles(p: ConvProblem) -> bool:
+    """Row tiles that stay inside one image: for a channels-first output (its stores run
+    along the pixels) and for :func:`direct_pixels`. Not for phased backward data."""
+    if p.direction is Direction.BACKWARD_WEIGHTS or is_phased(p):
+        return False
+    out = p.x if p.direction is Direction.BACKWARD_DATA else p.y
+    return _channels_first(out) or direct_pixels(p)
+
+
 def gemm_tiles(p: ConvProblem, bm: int, bn: int) -> int:
-    """Programs of a forward or backward-data launch."""
+    """Programs of a forward or backward-data launch (per stride phase)."""
+    if image_tiles(p):
+        out = p.x if p.direction is Direction.BACKWARD_DATA else p.y
+        n, _, h, w = out.lengths
+        return n * -(-(h * w) // bm) * -(-gemm_columns(p) // bn)
     return -(-gemm_rows(p) // bm) * -(-gemm_columns(p) // bn)
 
 

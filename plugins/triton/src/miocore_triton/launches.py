@@ -33,8 +33,10 @@ from miocore_triton.geometry import (
     REDUCE_BLOCK,
     TRITON_TYPES,
     constants,
+    direct_pixels,
     gemm_rows,
     gemm_tiles,
+    image_tiles,
     is_phased,
     partial_bytes,
     phases,
@@ -76,10 +78,13 @@ def channels_last(desc: TensorDescriptor) -> bool:
 
 def staged(p: ConvProblem) -> tuple[str, ...]:
     """The inputs copied to channels-last first (TF32 backward data's filter is transposed
-    by ``conv_wtrans`` instead)."""
+    by ``conv_wtrans`` instead; a 1x1 NCHW input is read in place, ``direct_pixels``)."""
     out = []
+    direct = direct_pixels(p)
     for name in INPUTS[p.direction]:
         if name == "w" and transposes_filter(p):
+            continue
+        if direct and name != "w":  # read in place
             continue
         if not channels_last(getattr(p, name)):
             out.append(name)
@@ -174,9 +179,11 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
         main_pointers += (offset if split > 1 else "none",)
     elif p.direction is Direction.BACKWARD_DATA:
         options += ["GROUP_M=8", f"PHASED={is_phased(p)}"]
+        options += [f"IMAGE_TILES={image_tiles(p)}", f"DIRECT_PIX={direct_pixels(p)}"]
         grid = (gemm_tiles(p, t.bm, t.bn), phases(p))
     else:
         options += ["GROUP_M=8"]
+        options += [f"IMAGE_TILES={image_tiles(p)}", f"DIRECT_PIX={direct_pixels(p)}"]
         grid = (gemm_tiles(p, t.bm, t.bn),)
     kernel = KernelInfo(
         source=SOURCE,

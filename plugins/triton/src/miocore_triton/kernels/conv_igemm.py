@@ -78,15 +78,33 @@ def conv_fwd(
     GROUP_M: tl.constexpr,
     STAGES: tl.constexpr,
     PRECISION: tl.constexpr,
+    IMAGE_TILES: tl.constexpr,
+    DIRECT_PIX: tl.constexpr,
 ):
-    """y[n, k, p, q] = sum over (r, s, c) of x[n, c, p*SH - PH + r*DH, q*SW - PW + s*DW] * w."""
+    """y[n, k, p, q] = sum over (r, s, c) of x[n, c, p*SH - PH + r*DH, q*SW - PW + s*DW] * w.
+
+    IMAGE_TILES: each row tile lies in one image, so its pixels are consecutive: stores into
+    a y whose pixel rows are packed (NCHW) run along them. DIRECT_PIX (1x1, stride 1, no
+    padding, x's pixel rows packed): x is read at its pixel offsets directly, consecutive
+    along the tile (NCHW's native GEMM, no copy)."""
     C_BLOCKS: tl.constexpr = (C + BLOCK_K - 1) // BLOCK_K
-    pid_m, pid_n = _tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(K, BLOCK_N), GROUP_M)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_ok = offs_m < M
-    q = offs_m % Q
-    p = (offs_m // Q) % P
-    n = offs_m // (P * Q)
+    if IMAGE_TILES:
+        IMAGE_ROW_TILES: tl.constexpr = (P * Q + BLOCK_M - 1) // BLOCK_M
+        tiles_m = (M // (P * Q)) * IMAGE_ROW_TILES
+        pid_m, pid_n = _tile(tl.program_id(0), tiles_m, tl.cdiv(K, BLOCK_N), GROUP_M)
+        n = pid_m // IMAGE_ROW_TILES
+        pix = (pid_m % IMAGE_ROW_TILES) * BLOCK_M + tl.arange(0, BLOCK_M)
+        pix = tl.max_contiguous(tl.multiple_of(pix, BLOCK_M), BLOCK_M)
+        row_ok = pix < P * Q
+        q = pix % Q
+        p = pix // Q
+    else:
+        pid_m, pid_n = _tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(K, BLOCK_N), GROUP_M)
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = offs_m < M
+        q = offs_m % Q
+        p = (offs_m // Q) % P
+        n = offs_m // (P * Q)
     ih0 = p * SH - PH
     iw0 = q * SW - PW
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -103,7 +121,10 @@ def conv_fwd(
         iw = iw0 + s * DW
         ok = row_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
         chans = tl.max_contiguous(tl.multiple_of(c0 + offs_k, BLOCK_K), BLOCK_K)
-        a_ptrs = x_ptr + (n * XN + ih * XH + iw * XW)[:, None] + (chans * XC)[None, :]
+        if DIRECT_PIX:
+            a_ptrs = x_ptr + n * XN + (pix * XW)[:, None] + (chans * XC)[None, :]
+        else:
+            a_ptrs = x_ptr + (n * XN + ih * XH + iw * XW)[:, None] + (chans * XC)[None, :]
         b_ptrs = w_ptr + (cols * WK)[None, :] + (chans * WC + r * WR + s * WS)[:, None]
         if C % BLOCK_K == 0:
             a = tl.load(a_ptrs, mask=ok[:, None], other=0.0)
@@ -113,7 +134,10 @@ def conv_fwd(
             a = tl.load(a_ptrs, mask=ok[:, None] & chan_ok[None, :], other=0.0)
             b = tl.load(b_ptrs, mask=chan_ok[:, None], other=0.0)
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
-    y_ptrs = y_ptr + (n * YN + p * YH + q * YW)[:, None] + (offs_n * YC)[None, :]
+    if IMAGE_TILES and YH == Q * YW:
+        y_ptrs = y_ptr + n * YN + (pix * YW)[:, None] + (offs_n * YC)[None, :]
+    else:
+        y_ptrs = y_ptr + (n * YN + p * YH + q * YW)[:, None] + (offs_n * YC)[None, :]
     tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & (offs_n < K)[None, :])
 
 
@@ -156,6 +180,8 @@ def conv_bwd(
     STAGES: tl.constexpr,
     PRECISION: tl.constexpr,
     PHASED: tl.constexpr,
+    IMAGE_TILES: tl.constexpr,
+    DIRECT_PIX: tl.constexpr,
 ):
     """dx[n, c, h, w] = sum over (r, s, k) of dy[n, k, p, q] * w[k, c, r, s] where
     h = p*SH - PH + r*DH and w = q*SW - PW + s*DW.
@@ -163,34 +189,50 @@ def conv_bwd(
     PHASED (a stride above 1, no dilation): program axis 1 is the stride phase (h mod SH,
     w mod SW); its rows are that phase's pixels and its taps only those whose stride divides,
     so no dot is spent on masked taps. Otherwise every tap runs, masked where the stride does
-    not divide."""
+    not divide. IMAGE_TILES and DIRECT_PIX (never with PHASED) as in ``conv_fwd``, for dx's
+    rows and dy's pixels."""
     K_BLOCKS: tl.constexpr = (K + BLOCK_K - 1) // BLOCK_K
-    pid_m, pid_n = _tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(C, BLOCK_N), GROUP_M)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    if PHASED:
-        HP: tl.constexpr = (H + SH - 1) // SH
-        WP: tl.constexpr = (W + SW - 1) // SW
-        phase = tl.program_id(1)
-        ph = phase // SW
-        pw = phase % SW
-        hi = ph + ((offs_m // WP) % HP) * SH
-        wi = pw + (offs_m % WP) * SW
-        n = offs_m // (HP * WP)
-        row_ok = (offs_m < M) & (hi < H) & (wi < W)
-        # the taps r = r0 + SH*t whose stride divides h + PH - r in this phase
-        r0 = (ph + PH) % SH
-        s0 = (pw + PW) % SW
-        taps_s = (S - s0 + SW - 1) // SW
-        taps = ((R - r0 + SH - 1) // SH) * taps_s
-    else:
-        wi = offs_m % W
-        hi = (offs_m // W) % H
-        n = offs_m // (H * W)
-        row_ok = offs_m < M
+    if IMAGE_TILES:
+        IMAGE_ROW_TILES: tl.constexpr = (H * W + BLOCK_M - 1) // BLOCK_M
+        tiles_m = (M // (H * W)) * IMAGE_ROW_TILES
+        pid_m, pid_n = _tile(tl.program_id(0), tiles_m, tl.cdiv(C, BLOCK_N), GROUP_M)
+        n = pid_m // IMAGE_ROW_TILES
+        pix = (pid_m % IMAGE_ROW_TILES) * BLOCK_M + tl.arange(0, BLOCK_M)
+        pix = tl.max_contiguous(tl.multiple_of(pix, BLOCK_M), BLOCK_M)
+        row_ok = pix < H * W
+        wi = pix % W
+        hi = pix // W
         r0 = 0
         s0 = 0
         taps_s = S
         taps = R * S
+    else:
+        pid_m, pid_n = _tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(C, BLOCK_N), GROUP_M)
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        if PHASED:
+            HP: tl.constexpr = (H + SH - 1) // SH
+            WP: tl.constexpr = (W + SW - 1) // SW
+            phase = tl.program_id(1)
+            ph = phase // SW
+            pw = phase % SW
+            hi = ph + ((offs_m // WP) % HP) * SH
+            wi = pw + (offs_m % WP) * SW
+            n = offs_m // (HP * WP)
+            row_ok = (offs_m < M) & (hi < H) & (wi < W)
+            # the taps r = r0 + SH*t whose stride divides h + PH - r in this phase
+            r0 = (ph + PH) % SH
+            s0 = (pw + PW) % SW
+            taps_s = (S - s0 + SW - 1) // SW
+            taps = ((R - r0 + SH - 1) // SH) * taps_s
+        else:
+            wi = offs_m % W
+            hi = (offs_m // W) % H
+            n = offs_m // (H * W)
+            row_ok = offs_m < M
+            r0 = 0
+            s0 = 0
+            taps_s = S
+            taps = R * S
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = offs_n % C if C % BLOCK_N != 0 else offs_n
     offs_k = tl.arange(0, BLOCK_K)
@@ -220,7 +262,10 @@ def conv_bwd(
             ok_w = (tw >= 0) & (tw % SW == 0) & (q < Q)
         ok = row_ok & ok_h & ok_w
         ks = tl.max_contiguous(tl.multiple_of(k0 + offs_k, BLOCK_K), BLOCK_K)
-        a_ptrs = y_ptr + (n * YN + p * YH + q * YW)[:, None] + (ks * YC)[None, :]
+        if DIRECT_PIX:
+            a_ptrs = y_ptr + n * YN + (pix * YW)[:, None] + (ks * YC)[None, :]
+        else:
+            a_ptrs = y_ptr + (n * YN + p * YH + q * YW)[:, None] + (ks * YC)[None, :]
         b_ptrs = w_ptr + (ks * WK)[:, None] + (cols * WC + r * WR + s * WS)[None, :]
         if K % BLOCK_K == 0:
             a = tl.load(a_ptrs, mask=ok[:, None], other=0.0)
@@ -230,7 +275,10 @@ def conv_bwd(
             a = tl.load(a_ptrs, mask=ok[:, None] & k_ok[None, :], other=0.0)
             b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
-    x_ptrs = x_ptr + (n * XN + hi * XH + wi * XW)[:, None] + (offs_n * XC)[None, :]
+    if IMAGE_TILES and XH == W * XW:
+        x_ptrs = x_ptr + n * XN + (pix * XW)[:, None] + (offs_n * XC)[None, :]
+    else:
+        x_ptrs = x_ptr + (n * XN + hi * XH + wi * XW)[:, None] + (offs_n * XC)[None, :]
     tl.store(x_ptrs, acc.to(x_ptr.dtype.element_ty), mask=row_ok[:, None] & (offs_n < C)[None, :])
 
 
