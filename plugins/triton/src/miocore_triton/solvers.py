@@ -32,6 +32,7 @@ from miocore import (
 from miocore_triton.geometry import (
     CONFIG_KEYS,
     GEMM_TILES,
+    IMAGE_FWD_TILES,
     MAX_PARTIALS,
     MAX_REACH,
     SPLITS,
@@ -48,6 +49,7 @@ from miocore_triton.geometry import (
     gemm_columns,
     gemm_rows,
     gemm_tiles,
+    image_tiles,
     is_phased,
     partial_bytes,
     phases,
@@ -137,7 +139,9 @@ class TritonConvSolver(TunableSolver):
             return WRW_TF32_TILES if tf32 else WRW_TILES
         if self.direction is Direction.BACKWARD_DATA:
             return TF32_BWD_TILES if tf32 else GEMM_TILES
-        return TF32_FWD_TILES if tf32 else GEMM_TILES
+        if tf32:
+            return TF32_FWD_TILES
+        return IMAGE_FWD_TILES if image_tiles(p) else GEMM_TILES
 
     def _fitted_tiles(self, ctx: ExecutionContext, p: ConvProblem) -> list[Tile]:
         """The direction's tiles cut to the problem: no taller than the rows, columns and the
