@@ -106,6 +106,15 @@ class FindDb(LayeredDb):
             found = sorted(set(found) | set(self._read_memory(read, [])))
         return found
 
+    def solvers(self, layer: str = "system") -> frozenset[str]:
+        """Every solver name one layer's measured records name (imported MIOpen text records
+        name MIOpen's solvers and are left out)."""
+
+        def read(conn: sqlite3.Connection) -> frozenset[str]:
+            return frozenset(r[0] for r in conn.execute("SELECT DISTINCT solver FROM find_db"))
+
+        return self._read(layer, read, frozenset())
+
     def items(self, layer: str = "user") -> Iterator[FindDbRecord]:
         """Every record of one layer, by key (read as one consistent snapshot)."""
 

@@ -82,14 +82,18 @@ class FindEngine:
         progress: ProgressCallback | None,
         accuracy: Any = None,
         workspace_limit: int | None = None,
+        alongside: list[Solution] | None = None,
     ) -> tuple[list[Solution], bool]:
         """Solutions of ``problem`` by the find mode, and whether they are already ordered.
 
         ``accuracy`` is the policy (else ``MIOCORE_ACCURACY``): measured candidates are
-        verified unless it is ``fast`` (``miocore.find.accuracy``)."""
+        verified unless it is ``fast`` (``miocore.find.accuracy``). ``alongside``: a system
+        record's solutions to measure newcomers beside (``miocore.find.hit.newcomers``): the
+        record is not taken as a hit, and its solutions the mode's rules leave unmeasured keep
+        their recorded times in the result and the user record written."""
         policy = accuracy_policy(accuracy)
         if mode is not FindMode.NORMAL:
-            hit = self.ranker.recorded(problem, candidates, report)
+            hit = self.ranker.recorded(problem, candidates, report) if alongside is None else []
             if hit:
                 log.info("%s: FindDb hit (%s), no benchmark", problem.key, report.db_hit)
                 return hit, True  # the ranker ordered it (ties within noise) already
@@ -110,6 +114,11 @@ class FindEngine:
             policy=policy,
             workspace_limit=workspace_limit,
         )
+        if alongside:
+            # the record's solutions the mode left unmeasured keep their recorded times (none
+            # measured at all: the record as it was, now the user's, so later calls hit it)
+            seen = {s.solver for s in measured}
+            measured = measured + [s for s in alongside if s.solver not in seen]
         if not measured:
             refused = {c.reg.name: c.refused for c in candidates if c.refused is not None}
             reasons = {**refused, **report.failed}  # setups refused when measured, failures

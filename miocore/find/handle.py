@@ -16,7 +16,7 @@ from miocore.backends import open_backend
 from miocore.errors import InvalidArgumentError, NoApplicableSolverError
 from miocore.find.candidates import Candidates
 from miocore.find.engine import FindEngine, ProgressCallback
-from miocore.find.hit import recorded_hit
+from miocore.find.hit import newcomers, recorded_hit
 from miocore.find.invoker_cache import CachedInvoker, InvokerCache
 from miocore.find.prepared import PreparedRun
 from miocore.find.ranker import ImmediateRanker
@@ -166,10 +166,16 @@ class Handle:
             self.perf_db.delete(problem.key)
             self.state.forget(problem.key)
         use_perf_db = enforce is not FindEnforce.DB_CLEAN
+        among = None
+        hit: list[Solution] = []
         if mode is not FindMode.NORMAL:
             hit = recorded_hit(self, problem, report, limit, accuracy, deterministic)
             if hit:
-                return _present(hit, report, sort_by, max_results, ordered=True)
+                # a system-layer hit measures the newcomers it cannot know beside itself
+                fresh = newcomers(self, problem, hit) if mode is not FindMode.FAST else None
+                if not fresh:
+                    return _present(hit, report, sort_by, max_results, ordered=True)
+                among = fresh | {s.solver for s in hit}
         candidates = self.candidates.select(
             problem,
             report,
@@ -177,7 +183,10 @@ class Handle:
             use_perf_db=use_perf_db,
             accuracy=accuracy,
             deterministic=deterministic,
+            among=among,
         )
+        if hit and not {c.reg.name for c in candidates} - {s.solver for s in hit}:
+            return _present(hit, report, sort_by, max_results, ordered=True)  # none applies
         if not candidates:
             raise self.candidates.nothing_applies(problem, report, limit)
         found, ordered = self.engine.find(
@@ -192,6 +201,7 @@ class Handle:
             progress=progress,
             accuracy=accuracy,
             workspace_limit=limit,
+            alongside=hit or None,
         )
         self._note_storage(report)
         return _present(found, report, sort_by, max_results, ordered=ordered)

@@ -1,9 +1,15 @@
-"""A FindDb hit that asks only the solvers its record names.
+"""A FindDb hit that asks only the solvers its record names, and the newcomers it cannot know.
 
 A hit returns the recorded solutions of the solvers that are installed, enabled, applicable
 and allowed (design guide §4): every rule of the candidates step applies to them, but the
 solvers the record does not name need not be asked anything, nor made (a lazy solver's module
 is not imported). This is what makes a hit in a new process cheap.
+
+A hit found only in the shipped system layer cannot speak for a plugin installed after that
+database was built: :func:`newcomers` names the installed solvers of families the system
+layer never measured. The modes that measure on a miss (HYBRID, DYNAMIC_HYBRID) then measure
+those that apply beside the recorded ones, under their own rules, and write the user record;
+FAST returns the hit as it is.
 """
 
 from __future__ import annotations
@@ -49,3 +55,20 @@ def recorded_hit(
     if hit:
         handle._note_storage(report)
     return hit
+
+
+def newcomers(handle: Handle, problem: ConvProblem, hit: list[Solution]) -> frozenset[str]:
+    """Installed solvers for this backend whose family the system layer never measured, when
+    ``hit`` came from the system layer alone (a user record was measured with them
+    installed, or chose without them); names only, nothing is asked or imported."""
+    if any(s.source != "system-db" for s in hit):
+        return frozenset()
+    known = handle.ranker.system_families()
+    if not known:
+        return frozenset()
+    backend = handle.context.backend
+    return frozenset(
+        reg.name
+        for reg in handle.registry.solvers
+        if backend in reg.backends and reg.name.split(".", 1)[0] not in known
+    )

@@ -33,6 +33,7 @@ class ImmediateRanker:
         #: (solver, problem key, recorded setting) -> (setting, workspace), None: the default's
         self._settings: dict[tuple[str, str, str], Any] = {}
         self._signature: tuple[Any, ...] = ()
+        self._families: tuple[tuple[Any, ...], frozenset[str]] | None = None
         state.forget_hooks.append(lambda key: self._records.pop(key, None))
 
     # -- the databases ----------------------------------------------------------------------
@@ -131,6 +132,15 @@ class ImmediateRanker:
             while len(self._records) > self.max_memo:
                 self._records.pop(next(iter(self._records)))
         return found
+
+    def system_families(self) -> frozenset[str]:
+        """Solver families (the part of a name before its first dot) the system layer has
+        measured anywhere: a family it never saw was not installed when it was built."""
+        signature = self._db_signature()
+        if self._families is None or self._families[0] != signature:
+            names = self.state.find_db.solvers("system")
+            self._families = (signature, frozenset(n.split(".", 1)[0] for n in names))
+        return self._families[1]
 
     def _db_signature(self) -> tuple[Any, ...]:
         out: list[Any] = []
