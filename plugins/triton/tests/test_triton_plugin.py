@@ -94,13 +94,11 @@ def test_spaces_fit_the_problem_and_defaults_are_in_them() -> None:
             for cfg in space:
                 assert cfg["bk"] >= 16 and cfg["bn"] >= 16
                 assert solver.workspace_size(ctx, p, cfg) == (
-                    partial_bytes(p, cfg["split"], cfg["atomic"])
-                    if solver.name.endswith("wrw")
-                    else 0
+                    partial_bytes(p, cfg["split"]) if solver.name.endswith("wrw") else 0
                 )
                 sol = solver.get_solution(ctx, p, cfg)
                 assert sol.workspace_size == solver.workspace_size(ctx, p, cfg)
-            stale = PerfConfig(bm=96, bn=64, bk=64, warps=4, stages=3, split=1, atomic=0)
+            stale = PerfConfig(bm=96, bn=64, bk=64, warps=4, stages=3, split=1)
             assert not solver.is_valid_perf_config(ctx, p, stale)
             assert not solver.is_valid_perf_config(ctx, p, PerfConfig(bm=64))
             assert 0 < solver.wti(ctx, p) <= 1 and math.isfinite(solver.wti(ctx, p))
@@ -111,12 +109,7 @@ def test_backward_weights_splits_where_the_tiles_leave_sms_idle() -> None:
     solver = TritonBackwardWeights()
     few_tiles = _p("backward_weights", filter_spatial=(1, 1), pads=(0, 0))  # one 64x64 tile
     many_tiles = _p("backward_weights", n=2, c=512, k=512, in_spatial=(7, 7))
-    default = solver.default_perf_config(ctx, few_tiles)
-    assert default["split"] >= 16 and not default["atomic"]  # deterministic by default
-    assert solver.notes_for(ctx, few_tiles, default) == frozenset()
-    atomic = next(c for c in solver.perf_config_space(ctx, few_tiles) if c["atomic"])
-    assert solver.notes_for(ctx, few_tiles, atomic) == {"nondeterministic"}
-    assert solver.workspace_size(ctx, few_tiles, atomic) == 64 * 64 * 4  # one fp32 sum
+    assert solver.default_perf_config(ctx, few_tiles)["split"] >= 16
     assert solver.default_perf_config(ctx, many_tiles)["split"] == 1
     assert solver.workspace_size(ctx, few_tiles) > 0
 

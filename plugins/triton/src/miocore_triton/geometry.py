@@ -95,7 +95,7 @@ TF32_MIN_COLUMNS = 32
 WRW_PROGRAMS_PER_SM = 3
 WRW_MIN_SLICES = 8
 SPLITS = (1, 2, 4, 8, 16, 32, 64)
-CONFIG_KEYS = ("bm", "bn", "bk", "warps", "stages", "split", "atomic")
+CONFIG_KEYS = ("bm", "bn", "bk", "warps", "stages", "split")
 
 
 def pow2_at_least(v: int) -> int:
@@ -170,13 +170,12 @@ def reach(p: ConvProblem) -> int:
     )
 
 
-def partial_bytes(p: ConvProblem, split: int, atomic: int = 0) -> int:
-    """fp32 partial sums of a split backward-weights run: one filter per share, or one in all
-    when the shares add atomically (none for one split)."""
+def partial_bytes(p: ConvProblem, split: int) -> int:
+    """fp32 partial sums of a split backward-weights run (none for one split)."""
     if split <= 1:
         return 0
     k, c, r, s = p.w.lengths
-    return (1 if atomic else split) * k * c * r * s * 4
+    return split * k * c * r * s * 4
 
 
 def transposes_filter(p: ConvProblem) -> bool:
@@ -249,11 +248,9 @@ def wrw_tiles(p: ConvProblem, bm: int, bn: int) -> int:
     return -(-k // bm) * r * s * -(-c // bn)
 
 
-def config(t: Tile, split: int = 1, atomic: int = 0) -> PerfConfig:
-    """The PerfConfig of a tile, split and way of summing the shares."""
-    return PerfConfig(
-        bm=t.bm, bn=t.bn, bk=t.bk, warps=t.warps, stages=t.stages, split=split, atomic=atomic
-    )
+def config(t: Tile, split: int = 1) -> PerfConfig:
+    """The PerfConfig of a tile and split."""
+    return PerfConfig(bm=t.bm, bn=t.bn, bk=t.bk, warps=t.warps, stages=t.stages, split=split)
 
 
 def tile_of(cfg: PerfConfig) -> Tile:

@@ -7,9 +7,7 @@ A solution is a list of :class:`Step`\\ s over the caller's three tensors and on
 2. ``conv_wtrans`` for TF32 backward data: the filter with its reduction dimension innermost;
 3. the direction's GEMM kernel, reading staged copies where there are, writing the output
    tensor in its own strides;
-4. ``conv_wrw_reduce`` for a split backward-weights run: the fp32 partials summed into dw
-   (with atomic shares, ``zero_fp32`` clears their one buffer before the GEMM and the
-   reduction only converts it).
+4. ``conv_wrw_reduce`` for a split backward-weights run: the fp32 partials summed into dw.
 
 Each step names its pointer arguments: ``"x"``, ``"w"``, ``"y"`` (the caller's tensors) or a
 byte offset into the workspace.
@@ -147,18 +145,6 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
             main_shape[prefix + suffix] = stride
         offset += _aligned(tensor_bytes(desc))
     k, c, r, s = p.w.lengths
-    atomic = p.direction is Direction.BACKWARD_WEIGHTS and split > 1 and bool(cfg["atomic"])
-    if atomic:  # the shares add into one buffer: zero it first
-        total = k * c * r * s
-        options_zero = (f"TOTAL={total}", f"BLOCK={REDUCE_BLOCK}", "num_warps=4", "num_stages=1")
-        kernel = KernelInfo(
-            source=SOURCE,
-            kernel_name="zero_fp32",
-            options=tuple(sorted((*options_zero, "sig.part_ptr=*fp32"))),
-            grid=(-(-total // REDUCE_BLOCK),),
-            block=(4 * warp,),
-        )
-        steps.append(Step(kernel, (offset,)))
     if transposes_filter(p):
         options = [f"{n}={shape[n]}" for n in ("C", "K", "R", "S", "WK", "WC", "WR", "WS")]
         options += [f"BLOCK={REDUCE_BLOCK}", "num_warps=4", "num_stages=1"]
@@ -188,7 +174,7 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
     ]
     main_pointers = (pointer["x"], pointer["w"], pointer["y"])
     if p.direction is Direction.BACKWARD_WEIGHTS:
-        options += ["sig.part_ptr=*fp32", f"SPLITS={split}", f"ATOMIC={bool(cfg['atomic'])}"]
+        options += ["sig.part_ptr=*fp32", f"SPLITS={split}"]
         grid: tuple[int, ...] = (wrw_tiles(p, t.bm, t.bn), split)
         main_pointers += (offset if split > 1 else "none",)
     elif p.direction is Direction.BACKWARD_DATA:
@@ -210,7 +196,7 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
     if p.direction is Direction.BACKWARD_WEIGHTS and split > 1:
         options = [f"{n}={shape[n]}" for n in ("C", "K", "R", "S", "WK", "WC", "WR", "WS")]
         options += [
-            f"SPLITS={1 if atomic else split}",
+            f"SPLITS={split}",
             f"BLOCK={REDUCE_BLOCK}",
             "num_warps=4",
             "num_stages=1",
@@ -225,7 +211,7 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
             block=(4 * warp,),
         )
         steps.append(Step(kernel, (offset, "w")))
-        offset += partial_bytes(p, split, int(atomic))
+        offset += partial_bytes(p, split)
     return steps, offset
 
 

@@ -128,14 +128,8 @@ class TritonConvSolver(TunableSolver):
     def notes_for(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
     ) -> frozenset[str]:
-        """``tf32`` on fp32 problems (inputs rounded to 10 mantissa bits);
-        ``nondeterministic`` where a split backward-weights run adds its shares atomically."""
-        notes = {"tf32"} if problem.dtype is DataType.FLOAT32 else set()
-        if perf_config is not None and self.direction is Direction.BACKWARD_WEIGHTS:
-            cfg = self._config(ctx, problem, perf_config)
-            if cfg["split"] > 1 and cfg["atomic"]:
-                notes.add("nondeterministic")
-        return frozenset(notes)
+        """``tf32`` on fp32 problems (inputs rounded to 10 mantissa bits), else none."""
+        return frozenset({"tf32"}) if problem.dtype is DataType.FLOAT32 else frozenset()
 
     # -- configs -------------------------------------------------------------------------------
 
@@ -196,15 +190,12 @@ class TritonConvSolver(TunableSolver):
                 ):
                     continue
                 out.append(config(t, split))
-                if split > 1:
-                    out.append(config(t, split, atomic=1))
         return out
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
         """The direction's first tile fitted to the problem (measured on ResNet-50, see
         :mod:`miocore_triton.geometry`); backward weights splits its reduction into the most
-        shares (up to 64) that keep at most 3 programs per SM and 8 slices per share, summed
-        in order (the atomic sums are searched, not defaulted: they are not deterministic)."""
+        shares (up to 64) that keep at most 3 programs per SM and 8 slices per share."""
         p = problem
         space = self.perf_config_space(ctx, p)
         if not space:
@@ -213,7 +204,7 @@ class TritonConvSolver(TunableSolver):
         if self.direction is not Direction.BACKWARD_WEIGHTS:
             return space[0]
         sms = max(1, ctx.device.compute_units)
-        same_tile = [c for c in space if tile_of(c) == first and not c["atomic"]]
+        same_tile = [c for c in space if tile_of(c) == first]
         blocks = -(-gemm_rows(p) // first.bk)
         tiles = wrw_tiles(p, first.bm, first.bn)
         fitting = [

@@ -321,12 +321,10 @@ def conv_wrw(
     STAGES: tl.constexpr,
     PRECISION: tl.constexpr,
     SPLITS: tl.constexpr,
-    ATOMIC: tl.constexpr,
 ):
     """dw[k, c, r, s] = sum over (n, p, q) of dy[n, k, p, q] * x[n, c, ih, iw]; program axis 1
     takes one of SPLITS shares of the (n, p, q) blocks. Split, each share writes fp32 partials
-    ``part[split][k][r][s][c]``, or with ATOMIC adds into one zeroed fp32 ``part[k][r][s][c]``
-    (unordered: not deterministic); unsplit, dw itself."""
+    ``part[split][k][r][s][c]``; unsplit, dw itself."""
     C_TILES: tl.constexpr = (C + BLOCK_N - 1) // BLOCK_N
     K_TILES: tl.constexpr = (K + BLOCK_M - 1) // BLOCK_M
     pid = tl.program_id(0)
@@ -367,12 +365,8 @@ def conv_wrw(
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
     out_ok = (offs_k < K)[:, None] & (offs_c < C)[None, :]
     if SPLITS > 1:
-        part = part_ptr if ATOMIC else part_ptr + split * (K * R * S * C)
-        part_ptrs = part + (offs_k * (R * S * C))[:, None] + (tap * C + offs_c)[None, :]
-        if ATOMIC:  # one fp32 sum in L2, in whatever order the shares arrive
-            tl.atomic_add(part_ptrs, acc, mask=out_ok, sem="relaxed")
-        else:
-            tl.store(part_ptrs, acc, out_ok)
+        part = part_ptr + split * (K * R * S * C)
+        tl.store(part + (offs_k * (R * S * C))[:, None] + (tap * C + offs_c)[None, :], acc, out_ok)
     else:
         w_ptrs = w_ptr + (offs_k * WK)[:, None] + (offs_c * WC + r * WR + s * WS)[None, :]
         tl.store(w_ptrs, acc.to(w_ptr.dtype.element_ty), mask=out_ok)
@@ -461,10 +455,3 @@ def to_channels_last(
     src = src_ptr + n * SN + pix[:, None] + (offs_c * SC)[None, :]
     dst = dst_ptr + (n * (H * W) + offs_p)[:, None] * C + offs_c[None, :]
     tl.store(dst, tl.load(src, mask=ok), mask=ok)
-
-
-@triton.jit
-def zero_fp32(part_ptr, TOTAL: tl.constexpr, BLOCK: tl.constexpr):
-    """The atomic backward-weights sum's buffer set to zero before the shares add into it."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(part_ptr + offs, tl.zeros((BLOCK,), dtype=tl.float32), mask=offs < TOTAL)
