@@ -181,3 +181,35 @@ def test_the_learned_estimate_decides_for_a_library_compiling_per_problem() -> N
     h = _with_heuristic({"test.ready": 1.0}, ready, unknown)
     sols = h.find_solutions(small_problem("backward_weights"), find_mode="DYNAMIC_HYBRID")
     assert unknown.runs > 0
+
+
+def test_compile_ahead_builds_what_the_finds_would_compile_at_once(
+    built: set[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Handle.compile_ahead: the kernels DYNAMIC_HYBRID would compile for many problems, built
+    # in one parallel pass; nothing measured, and a database hit compiles nothing.
+    batches: list[list[str]] = []
+
+    def precompile(self: CpuBackend, kernels: Any) -> dict[str, str]:
+        batches.append(sorted(k.options[0] for k in kernels))
+        built.update(k.source for k in kernels)
+        return {}
+
+    monkeypatch.setattr(CpuBackend, "precompile", precompile, raising=False)
+    monkeypatch.setenv("MIOCORE_FIND_MODE", "DYNAMIC_HYBRID")
+    dynamic = TimedSolver("test.dynamic", delay_s=0.003, dynamic=True, wti=0.1)
+    faster = KernelSolver("test.faster", delay_s=0.001, wti=0.9)  # predicted faster: compiled
+    slower = KernelSolver("test.slower", delay_s=0.001, wti=0.01)  # predicted slower: not
+    h = _handle(dynamic, faster, slower)
+    other = ConvProblem.from_sizes(
+        "forward", n=1, c=4, k=4, in_spatial=(6, 6), filter_spatial=(1, 1)
+    )
+    assert h.compile_ahead([PROBLEM, other]) == {}
+    assert len(batches) == 1 and len(batches[0]) == 2  # both problems' kernels, one pass
+    assert "test.slower.cu" not in built
+    assert dynamic.runs == faster.runs == slower.runs == 0
+    # after a find (the database answers), nothing is compiled ahead
+    h.find_solutions(PROBLEM)
+    batches.clear()
+    h.compile_ahead([PROBLEM])
+    assert batches == []

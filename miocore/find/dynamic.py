@@ -126,6 +126,15 @@ def _compiles(engine: FindEngine, cand: Candidate, canon: ConvProblem) -> bool:
         return False
 
 
+def candidate_kernels(
+    engine: FindEngine, problem: ConvProblem, candidates: list[Candidate]
+) -> list[Any]:
+    """The kernels of every candidate's solution of ``problem`` (its setting), those that
+    cannot say left out."""
+    canon = problem.canonical
+    return [k for cand in candidates if settle(cand, None) for k in _kernels(engine, canon, cand)]
+
+
 def _kernels(engine: FindEngine, canon: ConvProblem, cand: Candidate) -> tuple[Any, ...]:
     try:
         solution = cand.reg.solver.get_solution(engine.state.context, canon, cand.perf_config)

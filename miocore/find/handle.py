@@ -8,13 +8,15 @@ the immediate ranker (``ranker``), then the runner (``runner``). They share one 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from miocore import env
 from miocore.backends import open_backend
 from miocore.errors import InvalidArgumentError, NoApplicableSolverError
-from miocore.find.candidates import Candidates
+from miocore.find.candidates import Candidate, Candidates
+from miocore.find.dynamic import candidate_kernels, dynamic_only
 from miocore.find.engine import FindEngine, ProgressCallback
 from miocore.find.hit import newcomers, recorded_hit
 from miocore.find.invoker_cache import CachedInvoker, InvokerCache
@@ -166,27 +168,11 @@ class Handle:
             self.perf_db.delete(problem.key)
             self.state.forget(problem.key)
         use_perf_db = enforce is not FindEnforce.DB_CLEAN
-        among = None
-        hit: list[Solution] = []
-        if mode is not FindMode.NORMAL:
-            hit = recorded_hit(self, problem, report, limit, accuracy, deterministic)
-            if hit:
-                # a system-layer hit measures the newcomers it cannot know beside itself
-                fresh = newcomers(self, problem, hit) if mode is not FindMode.FAST else None
-                if not fresh:
-                    return _present(hit, report, sort_by, max_results, ordered=True)
-                among = fresh | {s.solver for s in hit}
-        candidates = self.candidates.select(
-            problem,
-            report,
-            limit,
-            use_perf_db=use_perf_db,
-            accuracy=accuracy,
-            deterministic=deterministic,
-            among=among,
+        hit, candidates = self._selection(
+            problem, report, mode, limit, use_perf_db, accuracy, deterministic
         )
-        if hit and not {c.reg.name for c in candidates} - {s.solver for s in hit}:
-            return _present(hit, report, sort_by, max_results, ordered=True)  # none applies
+        if candidates is None:
+            return _present(hit, report, sort_by, max_results, ordered=True)
         if not candidates:
             raise self.candidates.nothing_applies(problem, report, limit)
         found, ordered = self.engine.find(
@@ -205,6 +191,72 @@ class Handle:
         )
         self._note_storage(report)
         return _present(found, report, sort_by, max_results, ordered=ordered)
+
+    def _selection(
+        self,
+        problem: ConvProblem,
+        report: FindReport,
+        mode: FindMode,
+        limit: int | None,
+        use_perf_db: bool,
+        accuracy: Any,
+        deterministic: bool,
+    ) -> tuple[list[Solution], list[Candidate] | None]:
+        """What a find of ``problem`` starts from: ``(hit, None)`` where a FindDb hit answers
+        it, else ``(hit, candidates)`` to benchmark (``hit`` is a system-layer record the
+        newcomers are measured beside, or empty)."""
+        among = None
+        hit: list[Solution] = []
+        if mode is not FindMode.NORMAL:
+            hit = recorded_hit(self, problem, report, limit, accuracy, deterministic)
+            if hit:
+                # a system-layer hit measures the newcomers it cannot know beside itself
+                fresh = newcomers(self, problem, hit) if mode is not FindMode.FAST else None
+                if not fresh:
+                    return hit, None
+                among = fresh | {s.solver for s in hit}
+        candidates = self.candidates.select(
+            problem,
+            report,
+            limit,
+            use_perf_db=use_perf_db,
+            accuracy=accuracy,
+            deterministic=deterministic,
+            among=among,
+        )
+        if hit and not {c.reg.name for c in candidates} - {s.solver for s in hit}:
+            return hit, None  # no newcomer applies
+        return hit, candidates
+
+    def compile_ahead(
+        self,
+        problems: Iterable[ConvProblem],
+        *,
+        accuracy: Any = None,
+        deterministic: bool = False,
+    ) -> dict[str, str]:
+        """Build at once, in parallel, every kernel that finding ``problems`` in the current
+        find mode would compile, so that the finds that follow only load them (a network's
+        layers are found one at a time; their compiles need not be). Problems a database
+        answers compile nothing. Returns the failed builds, {source: error}: each is reported
+        again by the find that meets it."""
+        mode = env.find_mode()
+        kernels: list[Any] = []
+        for problem in problems:
+            problem = _check_problem(problem)
+            report = FindReport(key=problem.key, mode=mode.name, enforce="NONE")
+            _, candidates = self._selection(
+                problem, report, mode, None, True, accuracy, deterministic
+            )
+            if not candidates:
+                continue
+            if mode is FindMode.DYNAMIC_HYBRID:
+                candidates = dynamic_only(self.engine, problem, candidates, report)
+            kernels += candidate_kernels(self.engine, problem, candidates)
+        precompile = getattr(self.backend, "precompile", None)
+        if precompile is None or not kernels:
+            return {}
+        return dict(precompile(kernels))
 
     def run_solution(
         self, solution: Solution, *, x: Any, w: Any, y: Any, workspace: Any = None

@@ -3,6 +3,11 @@
 One pass of the model on the example (and, with ``backward=True``, the gradients of its
 parameters) makes every miocore layer meet its shapes, so each is found once here, with a
 progress bar, instead of during the first training step or inside a CUDA graph capture.
+
+On a GPU a first pass only gathers the layers' problems (nothing is found or run), so that
+every kernel their finds would compile is built at once, in parallel
+(``Handle.compile_ahead``); the finds of the second pass then load them. Layers are found one
+by one, and without it each one's compiles would wait for the previous layer's.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from typing import Any
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from miocore.torch import runtime
 from miocore.torch.modules import REPLACEMENTS
 
 __all__ = ["prepare"]
@@ -49,14 +55,25 @@ def prepare(
         task = bar.add_task("forward", total=len(layers) + len(weighted))
         hooks = [layer.register_forward_hook(_advance(bar, task, name)) for name, layer in layers]
         hooks += [layer.weight.register_hook(_advance(bar, task, name)) for name, layer in weighted]
-        # The pass must leave no trace: batch norm's running statistics are put back.
+        # The passes must leave no trace: batch norm's running statistics are put back.
         buffers = [(b, b.clone()) for b in model.buffers()]
-        try:
+
+        def one_pass() -> None:
             if backward:
                 _forward_backward(model, args)
             else:
                 with torch.no_grad():
                     model(*args)
+
+        try:
+            if _on_gpu(args):
+                bar.update(task, description="(gathering the layers' kernels)")
+                _compile_ahead(runtime.collect(one_pass))
+                with torch.no_grad():
+                    for buffer, saved in buffers:
+                        buffer.copy_(saved)
+                bar.reset(task)  # the hooks counted the gathering pass
+            one_pass()
         finally:
             for hook in hooks:
                 hook.remove()
@@ -64,6 +81,21 @@ def prepare(
                 for buffer, saved in buffers:
                     buffer.copy_(saved)
     return model
+
+
+def _on_gpu(args: tuple[Any, ...]) -> bool:
+    return any(t.device.type != "cpu" for t in _tensors(list(args)))
+
+
+def _compile_ahead(found: list[tuple[torch.device, Any]]) -> None:
+    """Build the kernels of every gathered problem, per device, at once."""
+    by_device: dict[torch.device, dict[str, Any]] = {}
+    for device, problem in found:
+        by_device.setdefault(device, {})[problem.key] = problem
+    for device, problems in by_device.items():
+        runtime.handle(device).compile_ahead(
+            problems.values(), accuracy=runtime._accuracy, deterministic=runtime._deterministic
+        )
 
 
 def _advance(bar: Progress, task: Any, name: str) -> Any:

@@ -49,6 +49,9 @@ class _HandleState:
 
 _handles: dict[tuple[Any, ...], _HandleState] = {}
 _solutions: dict[tuple[Any, ...], Solution] = {}
+#: While a list, :func:`run` records each (device, problem) it meets there and runs nothing
+#: (``prepare``'s first pass: the layers' shapes, gathered to build their kernels at once).
+_collecting: list[tuple[torch.device, ConvProblem]] | None = None
 
 
 def set_math_mode(mode: str | None) -> None:
@@ -194,6 +197,9 @@ def run(
     ``key`` identifies the problem (shapes, layout, dtype, convolution) cheaply; the problem
     itself is only read on first sight.
     """
+    if _collecting is not None:
+        _collecting.append((device, problem))
+        return
     if _are_deterministic() is not _deterministic:
         _follow_determinism(not _deterministic)
     state = handle_state(device, math_mode(device))
@@ -243,3 +249,22 @@ def reset(*, keep_handles: bool = False) -> None:
                 state.runs.clear()
         else:
             _handles.clear()
+
+
+def collect(run_model: Any) -> list[tuple[torch.device, ConvProblem]]:
+    """Call ``run_model()`` with every miocore convolution recording its problem instead of
+    being found and run (outputs are left unwritten); return the problems, in call order."""
+    global _collecting
+    with _lock:
+        if _collecting is not None:
+            raise InvalidArgumentError(
+                "miocore.torch is already collecting problems (prepare is not reentrant)",
+                field="prepare",
+                value="nested",
+            )
+        _collecting = found = []
+    try:
+        run_model()
+    finally:
+        _collecting = None
+    return found
