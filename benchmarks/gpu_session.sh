@@ -71,7 +71,8 @@ case "$STAGE" in
   suite)
     timeout 420 python3 -m pytest -q -n 8 --dist loadfile -p no:cacheprovider -rfE \
       --junitxml="$OUT/junit.xml" tests/test_gpu_*.py tests/test_torch_gpu.py \
-      tests/test_numerics_gpu.py plugins/cudnn/tests/test_cudnn_gpu.py 2>&1 |
+      tests/test_numerics_gpu.py plugins/cudnn/tests/test_cudnn_gpu.py \
+      plugins/triton/tests/test_triton_gpu.py 2>&1 |
       tee "$OUT/suite.log" | tail -40
     ;;
   models | models-own)
