@@ -15,10 +15,10 @@ from typing import Any
 from miocore import env
 from miocore.backends import open_backend
 from miocore.errors import InvalidArgumentError, NoApplicableSolverError
-from miocore.find.candidates import Candidate, Candidates
-from miocore.find.dynamic import candidate_kernels, dynamic_only
+from miocore.find.ahead import compile_ahead
+from miocore.find.candidates import Candidates
 from miocore.find.engine import FindEngine, ProgressCallback
-from miocore.find.hit import newcomers, recorded_hit
+from miocore.find.hit import find_start, recorded_hit
 from miocore.find.invoker_cache import CachedInvoker, InvokerCache
 from miocore.find.prepared import PreparedRun
 from miocore.find.ranker import ImmediateRanker
@@ -168,8 +168,8 @@ class Handle:
             self.perf_db.delete(problem.key)
             self.state.forget(problem.key)
         use_perf_db = enforce is not FindEnforce.DB_CLEAN
-        hit, candidates = self._selection(
-            problem, report, mode, limit, use_perf_db, accuracy, deterministic
+        hit, candidates = find_start(
+            self, problem, report, mode, limit, use_perf_db, accuracy, deterministic
         )
         if candidates is None:
             return _present(hit, report, sort_by, max_results, ordered=True)
@@ -192,42 +192,6 @@ class Handle:
         self._note_storage(report)
         return _present(found, report, sort_by, max_results, ordered=ordered)
 
-    def _selection(
-        self,
-        problem: ConvProblem,
-        report: FindReport,
-        mode: FindMode,
-        limit: int | None,
-        use_perf_db: bool,
-        accuracy: Any,
-        deterministic: bool,
-    ) -> tuple[list[Solution], list[Candidate] | None]:
-        """What a find of ``problem`` starts from: ``(hit, None)`` where a FindDb hit answers
-        it, else ``(hit, candidates)`` to benchmark (``hit`` is a system-layer record the
-        newcomers are measured beside, or empty)."""
-        among = None
-        hit: list[Solution] = []
-        if mode is not FindMode.NORMAL:
-            hit = recorded_hit(self, problem, report, limit, accuracy, deterministic)
-            if hit:
-                # a system-layer hit measures the newcomers it cannot know beside itself
-                fresh = newcomers(self, problem, hit) if mode is not FindMode.FAST else None
-                if not fresh:
-                    return hit, None
-                among = fresh | {s.solver for s in hit}
-        candidates = self.candidates.select(
-            problem,
-            report,
-            limit,
-            use_perf_db=use_perf_db,
-            accuracy=accuracy,
-            deterministic=deterministic,
-            among=among,
-        )
-        if hit and not {c.reg.name for c in candidates} - {s.solver for s in hit}:
-            return hit, None  # no newcomer applies
-        return hit, candidates
-
     def compile_ahead(
         self,
         problems: Iterable[ConvProblem],
@@ -240,23 +204,8 @@ class Handle:
         layers are found one at a time; their compiles need not be). Problems a database
         answers compile nothing. Returns the failed builds, {source: error}: each is reported
         again by the find that meets it."""
-        mode = env.find_mode()
-        kernels: list[Any] = []
-        for problem in problems:
-            problem = _check_problem(problem)
-            report = FindReport(key=problem.key, mode=mode.name, enforce="NONE")
-            _, candidates = self._selection(
-                problem, report, mode, None, True, accuracy, deterministic
-            )
-            if not candidates:
-                continue
-            if mode is FindMode.DYNAMIC_HYBRID:
-                candidates = dynamic_only(self.engine, problem, candidates, report)
-            kernels += candidate_kernels(self.engine, problem, candidates)
-        precompile = getattr(self.backend, "precompile", None)
-        if precompile is None or not kernels:
-            return {}
-        return dict(precompile(kernels))
+        checked = [_check_problem(p) for p in problems]
+        return compile_ahead(self, checked, accuracy=accuracy, deterministic=deterministic)
 
     def run_solution(
         self, solution: Solution, *, x: Any, w: Any, y: Any, workspace: Any = None

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from miocore.env import FindMode
 from miocore.problem.conv import ConvProblem
 from miocore.solver.results import FindReport, Solution
 
 if TYPE_CHECKING:
+    from miocore.find.candidates import Candidate
     from miocore.find.handle import Handle
 
 
@@ -72,3 +74,41 @@ def newcomers(handle: Handle, problem: ConvProblem, hit: list[Solution]) -> froz
         for reg in handle.registry.solvers
         if backend in reg.backends and reg.name.split(".", 1)[0] not in known
     )
+
+
+def find_start(
+    handle: Handle,
+    problem: ConvProblem,
+    report: FindReport,
+    mode: FindMode,
+    limit: int | None,
+    use_perf_db: bool,
+    accuracy: Any,
+    deterministic: bool,
+) -> tuple[list[Solution], list[Candidate] | None]:
+    """What a find of ``problem`` starts from (``Handle.find_solutions``, and
+    ``Handle.compile_ahead`` asking what it would compile): ``(hit, None)`` where a FindDb
+    hit answers it, else ``(hit, candidates)`` to benchmark (``hit``: a system-layer record
+    the newcomers are measured beside, or empty)."""
+    among = None
+    hit: list[Solution] = []
+    if mode is not FindMode.NORMAL:
+        hit = recorded_hit(handle, problem, report, limit, accuracy, deterministic)
+        if hit:
+            # a system-layer hit measures the newcomers it cannot know beside itself
+            fresh = newcomers(handle, problem, hit) if mode is not FindMode.FAST else None
+            if not fresh:
+                return hit, None
+            among = fresh | {s.solver for s in hit}
+    candidates = handle.candidates.select(
+        problem,
+        report,
+        limit,
+        use_perf_db=use_perf_db,
+        accuracy=accuracy,
+        deterministic=deterministic,
+        among=among,
+    )
+    if hit and not {c.reg.name for c in candidates} - {s.solver for s in hit}:
+        return hit, None  # no newcomer applies
+    return hit, candidates
