@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import os
 import sqlite3
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -106,12 +106,17 @@ class FindDb(LayeredDb):
             found = sorted(set(found) | set(self._read_memory(read, [])))
         return found
 
-    def solvers(self, layer: str = "system") -> frozenset[str]:
-        """Every solver name one layer's measured records name (imported MIOpen text records
-        name MIOpen's solvers and are left out)."""
+    def families(self, names: Iterable[str], layer: str = "system") -> frozenset[str]:
+        """Which of the solver families ``names`` (``"igemm"`` for ``igemm.gpu_mma``) one
+        layer's measured records name anywhere: one index seek each, not a scan (imported
+        MIOpen text records name MIOpen's solvers and are not looked at)."""
+        wanted = sorted(set(names))
 
         def read(conn: sqlite3.Connection) -> frozenset[str]:
-            return frozenset(r[0] for r in conn.execute("SELECT DISTINCT solver FROM find_db"))
+            query = "SELECT 1 FROM find_db WHERE solver >= ? AND solver < ? LIMIT 1"
+            return frozenset(
+                f for f in wanted if conn.execute(query, (f + ".", f + "/")).fetchone()
+            )
 
         return self._read(layer, read, frozenset())
 

@@ -65,15 +65,7 @@ def newcomers(handle: Handle, problem: ConvProblem, hit: list[Solution]) -> froz
     installed, or chose without them); names only, nothing is asked or imported."""
     if any(s.source != "system-db" for s in hit):
         return frozenset()
-    known = handle.ranker.system_families()
-    if not known:
-        return frozenset()
-    backend = handle.context.backend
-    return frozenset(
-        reg.name
-        for reg in handle.registry.solvers
-        if backend in reg.backends and reg.name.split(".", 1)[0] not in known
-    )
+    return handle.ranker.newcomers(handle.registry, handle.context.backend)
 
 
 def find_start(

@@ -33,7 +33,7 @@ class ImmediateRanker:
         #: (solver, problem key, recorded setting) -> (setting, workspace), None: the default's
         self._settings: dict[tuple[str, str, str], Any] = {}
         self._signature: tuple[Any, ...] = ()
-        self._families: tuple[tuple[Any, ...], frozenset[str]] | None = None
+        self._newcomers: dict[tuple[Any, ...], frozenset[str]] = {}
         state.forget_hooks.append(lambda key: self._records.pop(key, None))
 
     # -- the databases ----------------------------------------------------------------------
@@ -133,14 +133,31 @@ class ImmediateRanker:
                 self._records.pop(next(iter(self._records)))
         return found
 
-    def system_families(self) -> frozenset[str]:
-        """Solver families (the part of a name before its first dot) the system layer has
-        measured anywhere: a family it never saw was not installed when it was built."""
-        signature = self._db_signature()
-        if self._families is None or self._families[0] != signature:
-            names = self.state.find_db.solvers("system")
-            self._families = (signature, frozenset(n.split(".", 1)[0] for n in names))
-        return self._families[1]
+    def newcomers(self, registry: Any, backend: str) -> frozenset[str]:
+        """Installed solvers for ``backend`` whose family (the part of a name before its
+        first dot) the system layer never measured anywhere; none where it measured none of
+        the installed families (empty or absent). Remembered per registry and backend while
+        the database files stay as they were when :meth:`records` last looked: one index seek
+        per family, once per process."""
+        memo_key = (id(registry), backend, self._signature)
+        found = self._newcomers.get(memo_key)
+        if found is not None:
+            return found
+        installed = {
+            reg.name: reg.name.split(".", 1)[0]
+            for reg in registry.solvers
+            if backend in reg.backends
+        }
+        present = self.state.find_db.families(set(installed.values()))
+        found = (
+            frozenset(n for n, f in installed.items() if f not in present)
+            if present
+            else frozenset()
+        )
+        if len(self._newcomers) > 16:
+            self._newcomers.clear()
+        self._newcomers[memo_key] = found
+        return found
 
     def _db_signature(self) -> tuple[Any, ...]:
         out: list[Any] = []
