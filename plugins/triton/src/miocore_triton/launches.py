@@ -146,9 +146,7 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
         offset += _aligned(tensor_bytes(desc))
     k, c, r, s = p.w.lengths
     if transposes_filter(p):
-        options = [f"{n}={shape[n]}" for n in ("C", "K", "R", "S", "WK", "WC", "WR", "WS")]
-        options += [f"BLOCK={REDUCE_BLOCK}", "num_warps=4", "num_stages=1"]
-        options += [f"sig.w_ptr=*{ty}", f"sig.wt_ptr=*{ty}"]
+        options = [*_filter_options(shape), f"sig.w_ptr=*{ty}", f"sig.wt_ptr=*{ty}"]
         kernel = KernelInfo(
             source=SOURCE,
             kernel_name="conv_wtrans",
@@ -194,15 +192,8 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
     )
     steps.append(Step(kernel, main_pointers, gemm_rows(p)))
     if p.direction is Direction.BACKWARD_WEIGHTS and split > 1:
-        options = [f"{n}={shape[n]}" for n in ("C", "K", "R", "S", "WK", "WC", "WR", "WS")]
-        options += [
-            f"SPLITS={split}",
-            f"BLOCK={REDUCE_BLOCK}",
-            "num_warps=4",
-            "num_stages=1",
-            "sig.part_ptr=*fp32",
-            f"sig.w_ptr=*{ty}",
-        ]
+        options = [*_filter_options(shape), f"SPLITS={split}", "sig.part_ptr=*fp32"]
+        options += [f"sig.w_ptr=*{ty}"]
         kernel = KernelInfo(
             source=SOURCE,
             kernel_name="conv_wrw_reduce",
@@ -213,6 +204,17 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
         steps.append(Step(kernel, (offset, "w")))
         offset += partial_bytes(p, split)
     return steps, offset
+
+
+def _filter_options(shape: dict[str, int]) -> list[str]:
+    """The options of an elementwise kernel over the filter (its transposition, the split
+    reduction): the filter's sizes and strides, one block of elements per program."""
+    names = ("C", "K", "R", "S", "WK", "WC", "WR", "WS")
+    return [f"{n}={shape[n]}" for n in names] + [
+        f"BLOCK={REDUCE_BLOCK}",
+        "num_warps=4",
+        "num_stages=1",
+    ]
 
 
 def invoker_factory(steps: list[Step]) -> Any:
