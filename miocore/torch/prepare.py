@@ -69,18 +69,21 @@ def prepare(
             if _on_gpu(args):
                 bar.update(task, description="(gathering the layers' kernels)")
                 _compile_ahead(runtime.collect(one_pass))
-                with torch.no_grad():
-                    for buffer, saved in buffers:
-                        buffer.copy_(saved)
+                _restore(buffers)
                 bar.reset(task)  # the hooks counted the gathering pass
             one_pass()
         finally:
             for hook in hooks:
                 hook.remove()
-            with torch.no_grad():
-                for buffer, saved in buffers:
-                    buffer.copy_(saved)
+            _restore(buffers)
     return model
+
+
+def _restore(buffers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Put the saved buffers (batch norm's running statistics) back."""
+    with torch.no_grad():
+        for buffer, saved in buffers:
+            buffer.copy_(saved)
 
 
 def _on_gpu(args: tuple[Any, ...]) -> bool:
