@@ -9,10 +9,11 @@ and, for context, one ``torch.nn.functional.conv2d`` call on the same problem wh
 is installed.
 
 Then the **warm start**: a FindDb hit in a new process. A first process finds the problem in
-NORMAL mode into a fresh user database (``MIOCORE_USER_DB_PATH``, ``MIOCORE_SYSTEM_DB_PATH``
-in a temporary folder); then several fresh processes each time ``import miocore``,
-``miocore.Handle("cpu")`` and ``find_solutions(p)`` (the hit), and list the heavy modules
-(numpy, SciPy, numba, torch, ...) the hit left in ``sys.modules``. The median of each part is
+NORMAL mode into a fresh user database (the default location under ``XDG_CACHE_HOME``, set to
+a temporary folder; the shipped system database stays in use, as for a user); then several
+fresh processes each time ``import miocore``, ``miocore.Handle("cpu")`` and
+``find_solutions(p)`` (the hit), and list the heavy modules (numpy, SciPy, numba, torch, ...)
+the hit left in ``sys.modules``. The median of each part is
 printed. The processes cache bytecode (in a temporary folder) as an installed package does;
 ``--no-bytecode`` makes every process compile what it imports.
 
@@ -109,10 +110,20 @@ def warm_start(processes: int = 9, *, bytecode: bool = True) -> WarmStart:
     """
     with tempfile.TemporaryDirectory() as folder:
         environ = dict(os.environ)
-        for name in ("MIOCORE_USER_DB_PATH", "MIOCORE_SYSTEM_DB_PATH"):
-            environ[name] = os.path.join(folder, name.lower())
-            os.makedirs(environ[name])
-        for name in ("MIOCORE_FIND_MODE", "MIOCORE_FIND_ENFORCE", "PYTHONDONTWRITEBYTECODE"):
+        # A user's default configuration: every per-user file (database, kernel binaries,
+        # plugin scan) in the default cache folder, here a fresh one, and the shipped system
+        # database beside it.
+        environ["XDG_CACHE_HOME"] = os.path.join(folder, "cache")
+        for name in (
+            "MIOCORE_USER_DB_PATH",
+            "MIOCORE_SYSTEM_DB_PATH",
+            "MIOPEN_USER_DB_PATH",
+            "MIOPEN_SYSTEM_DB_PATH",
+            "MIOCORE_KERNEL_CACHE_PATH",
+            "MIOCORE_FIND_MODE",
+            "MIOCORE_FIND_ENFORCE",
+            "PYTHONDONTWRITEBYTECODE",
+        ):
             environ.pop(name, None)
         if bytecode:
             environ["PYTHONPYCACHEPREFIX"] = os.path.join(folder, "pycache")

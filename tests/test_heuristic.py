@@ -276,3 +276,16 @@ def test_the_shipped_sm90_model_ranks_a_depthwise_layer_away_from_the_generic_ke
     times = model.predict_ms(problem_features(problem), candidates)
     ranked = sorted(zip(candidates, times, strict=True), key=lambda p: p[1])
     assert ranked[0][0] == "direct.gpu_depthwise", ranked
+
+
+@pytest.mark.parametrize("path", sorted(SHIPPED.glob("*.db")), ids=lambda p: p.name)
+def test_every_shipped_database_passes_sqlites_integrity_check(path: Path) -> None:
+    """The system layer is opened without a whole-file check (it would cost every new process
+    milliseconds), so the shipped files are checked here."""
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    finally:
+        conn.close()

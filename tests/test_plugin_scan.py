@@ -184,7 +184,7 @@ def test_the_cache_folder_is_platformdirs_own_without_importing_it(
 ) -> None:
     import platformdirs
 
-    from miocore.solver.entry_points import user_cache_dir
+    from miocore.paths import user_cache_dir
 
     if xdg is None:
         monkeypatch.delenv("XDG_CACHE_HOME", raising=False)

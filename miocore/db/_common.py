@@ -17,6 +17,7 @@ from miocore.db._sqlite import utc_now_iso
 from miocore.db._store import Store
 from miocore.db.storage import STORAGE_ERRORS, StorageStatus, UserLayer
 from miocore.errors import InvalidArgumentError
+from miocore.paths import user_cache_dir
 
 T = TypeVar("T")
 
@@ -35,9 +36,7 @@ def default_user_dir() -> Path:
     env = switches.get(USER_DB_ENV).strip()  # or MIOpen's MIOPEN_USER_DB_PATH
     if env:
         return Path(env).expanduser()
-    import platformdirs  # here: its imports cost a new process a few ms when the path is set
-
-    return Path(platformdirs.user_cache_dir("miocore")) / "db"
+    return user_cache_dir() / "db"
 
 
 def default_system_dir() -> Path:

@@ -40,8 +40,9 @@ LOCK_TIMEOUT_ENV = "MIOCORE_DB_LOCK_TIMEOUT_S"
 #: Our retries on top of SQLite's busy wait (for the busy cases its handler does not cover:
 #: WAL recovery, snapshot upgrades, a COMMIT racing a checkpoint).
 MAX_ATTEMPTS = 10
-#: Files up to this size get a ``PRAGMA quick_check`` when first opened; larger ones rely on
-#: the errors that reading them raises (quick_check reads the whole file).
+#: User databases up to this size get a ``PRAGMA quick_check`` when first opened; larger ones,
+#: and the read-only system layer, rely on the errors that reading them raises (quick_check
+#: reads the whole file).
 QUICK_CHECK_MAX_BYTES = 64 * 1024 * 1024
 
 SCHEMA_SQL = """

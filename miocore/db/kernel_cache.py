@@ -36,6 +36,7 @@ import attrs
 
 from miocore import env
 from miocore.errors import InvalidEnvironmentError
+from miocore.paths import user_cache_dir
 
 log = logging.getLogger("miocore.db.kernel_cache")
 
@@ -54,9 +55,7 @@ def default_cache_dir() -> Path:
     override = env.get("MIOCORE_KERNEL_CACHE_PATH", "").strip()
     if override:
         return Path(override).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("miocore")) / "kernels"
+    return user_cache_dir() / "kernels"
 
 
 def default_max_bytes() -> int:

@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 
 from miocore import env
 from miocore._digest import blake2b
+from miocore.paths import user_cache_dir
 
 log = logging.getLogger("miocore.plugins")
 
@@ -108,25 +109,6 @@ def cache_file() -> Path | None:
         return None
     interpreter = blake2b(sys.executable.encode(), digest_size=8).hexdigest()
     return user_cache_dir() / "plugins" / f"{interpreter}.json"
-
-
-def user_cache_dir() -> Path:
-    """The per-user cache folder of miocore, as ``platformdirs.user_cache_dir("miocore")``.
-
-    On Linux it is computed here (``$XDG_CACHE_HOME``, else ``~/.cache``, + ``/miocore``):
-    importing platformdirs pulls in ``tempfile``, ``shutil``, ``random``, ``bz2`` and ``lzma``,
-    a few ms of every new process's plugin scan. Elsewhere platformdirs answers. Only this
-    cache lives here (a different folder would only cost a rescan); the databases' folder
-    keeps platformdirs' own answer.
-    """
-    if sys.platform == "linux" and "ANDROID_DATA" not in os.environ:
-        base = os.environ.get("XDG_CACHE_HOME", "").strip()
-        if not base or not os.path.isabs(base):
-            base = os.path.expanduser("~/.cache")
-        return Path(base) / "miocore"
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("miocore"))
 
 
 def _stat(path: str) -> list[int] | None:
