@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import copy
 import json
+import os
 import sys
 import tempfile
 import time
@@ -129,6 +130,55 @@ def conv_only_ms(layers: list[tuple[nn.Module, torch.Tensor]], repeat: int = 5) 
             mod(inp)
             per_layer.append(queued_device_ms(lambda m=mod, i=inp: m(i), repeat=repeat))
     return per_layer
+
+
+def backward_ms(
+    layers: list[tuple[nn.Module, torch.Tensor]], x: torch.Tensor, repeat: int = 5
+) -> list[tuple[float, float]]:
+    """Device time of each convolution's backward, per layer: (data, weights) in ms, each
+    alone and queued as in :func:`conv_only_ms`. The layer fed by the model's input gets no
+    data gradient (0.0), as in a training step; weights include the bias gradient."""
+    per_layer = []
+    for mod, inp in layers:
+        need_dx = inp.data_ptr() != x.data_ptr()
+        i = inp.detach().requires_grad_(need_dx)
+        with torch.enable_grad():
+            out = mod(i)
+        g = torch.randn_like(out)
+        params = [p for p in (mod.weight, mod.bias) if p is not None]
+        data = 0.0
+        if need_dx:
+            data = queued_device_ms(
+                lambda o=out, i=i, g=g: torch.autograd.grad(o, [i], g, retain_graph=True),
+                repeat=repeat,
+            )
+        weights = queued_device_ms(
+            lambda o=out, p=params, g=g: torch.autograd.grad(o, p, g, retain_graph=True),
+            repeat=repeat,
+        )
+        per_layer.append((data, weights))
+    return per_layer
+
+
+def top_kernels(fn: Any, model: nn.Module, n: int = 10) -> list[tuple[str, float, int]]:
+    """The ``n`` kernels with the most device time in one training call of ``fn``: (name cut
+    to 90 characters, ms, calls)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    mode = model.training
+    model.train(True)
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    model.train(mode)
+    rows = [
+        (e.key[:90], e.self_device_time_total / 1e3, e.count)
+        for e in prof.key_averages()
+        if e.self_device_time_total > 0
+    ]
+    return [(k, round(t, 4), c) for k, t, c in sorted(rows, key=lambda r: -r[1])[:n]]
 
 
 def forward_solver(mod: nn.Module, inp: torch.Tensor) -> str:
@@ -313,6 +363,40 @@ def run_one(name: str, dtype_name: str, modes: list[str], iters: int) -> list[di
         }
         for name, (mod, inp), c, m in losses
     ]
+    # The same per layer for the backward: where a training step's kernel time goes.
+    cudnn_back = backward_ms(conv_inputs(ref, x), x)
+    mio_back = backward_ms(mio_inputs, x)
+    row["cudnn_backward_ms"] = [
+        round(sum(d for d, _ in cudnn_back), 4),
+        round(sum(w for _, w in cudnn_back), 4),
+    ]
+    row["miocore_backward_ms"] = [
+        round(sum(d for d, _ in mio_back), 4),
+        round(sum(w for _, w in mio_back), 4),
+    ]
+    back_losses = sorted(
+        (
+            (name, direction, c[k], m[k], mod)
+            for name, (mod, _inp), c, m in zip(
+                names, mio_inputs, cudnn_back, mio_back, strict=False
+            )
+            for k, direction in enumerate(("backward_data", "backward_weights"))
+        ),
+        key=lambda t: t[2] - t[3],
+    )[:6]
+    row["worst_backward_layers"] = [
+        {
+            "layer": name,
+            "direction": direction,
+            "w": list(mod.weight.shape),
+            "stride": list(mod.stride),
+            "groups": mod.groups,
+            "solver": layer_solvers(mod, found_before).get(direction, "?"),
+            "cudnn_us": round(c * 1e3, 1),
+            "miocore_us": round(m * 1e3, 1),
+        }
+        for name, direction, c, m, mod in back_losses
+    ]
     out = [row]
     print(json.dumps(row), flush=True)
     for mode in modes:
@@ -337,6 +421,10 @@ def run_one(name: str, dtype_name: str, modes: list[str], iters: int) -> list[di
             r[f"{side}_train_ms"] = device_ms(
                 lambda sm=step_model, o=opt: train_step(sm, o, x), 2, max(3, iters // 2)
             )
+            if mode == "eager" and os.environ.get("MODELS_TOP_KERNELS"):
+                r[f"{side}_train_top_kernels"] = top_kernels(
+                    lambda sm=m, o=opt: train_step(sm, o, x), m
+                )
             if mode == "eager":  # the kernels alone: what the step costs with no host gaps
                 r[f"{side}_infer_kernels_ms"] = kernel_ms(lambda f=m: f(x), train=False, model=m)
                 r[f"{side}_train_kernels_ms"] = kernel_ms(
@@ -367,8 +455,6 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        import os
-
         os.environ.setdefault("MIOCORE_USER_DB_PATH", str(args.db or tmp))
         for name in args.models:
             for dtype in args.dtypes:
