@@ -94,6 +94,10 @@ class SmallUNet(nn.Module):
         return self.head(x)
 
 
+#: ~10 ms: longer than queueing a few autograd calls through the front end.
+BACKWARD_SLEEP_CYCLES = 20_000_000
+
+
 def build(name: str) -> tuple[nn.Module, tuple[int, ...]]:
     """The model (random weights) and its input shape."""
     if name == "unet":
@@ -136,8 +140,9 @@ def backward_ms(
     layers: list[tuple[nn.Module, torch.Tensor]], x: torch.Tensor, repeat: int = 5
 ) -> list[tuple[float, float]]:
     """Device time of each convolution's backward, per layer: (data, weights) in ms, each
-    alone and queued as in :func:`conv_only_ms`. The layer fed by the model's input gets no
-    data gradient (0.0), as in a training step; weights include the bias gradient."""
+    alone and queued as in :func:`conv_only_ms` behind a sleep of ~10 ms (an autograd call
+    costs far more host time than a forward). The layer fed by the model's input gets no data
+    gradient (0.0), as in a training step; weights include the bias gradient."""
     per_layer = []
     for mod, inp in layers:
         need_dx = inp.data_ptr() != x.data_ptr()
@@ -151,34 +156,38 @@ def backward_ms(
             data = queued_device_ms(
                 lambda o=out, i=i, g=g: torch.autograd.grad(o, [i], g, retain_graph=True),
                 repeat=repeat,
+                sleep_cycles=BACKWARD_SLEEP_CYCLES,
             )
         weights = queued_device_ms(
             lambda o=out, p=params, g=g: torch.autograd.grad(o, p, g, retain_graph=True),
             repeat=repeat,
+            sleep_cycles=BACKWARD_SLEEP_CYCLES,
         )
         per_layer.append((data, weights))
     return per_layer
 
 
-def top_kernels(fn: Any, model: nn.Module, n: int = 10) -> list[tuple[str, float, int]]:
-    """The ``n`` kernels with the most device time in one training call of ``fn``: (name cut
-    to 90 characters, ms, calls)."""
+def top_kernels(fn: Any, model: nn.Module, n: int = 12) -> list[tuple[str, str, float, int]]:
+    """The ``n`` PyTorch operators whose kernels take the most device time in one training
+    call of ``fn``, by input shapes: (operator, shapes cut to 120 characters, ms, calls)."""
     from torch.profiler import ProfilerActivity, profile
 
     mode = model.training
     model.train(True)
     fn()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True
+    ) as prof:
         fn()
         torch.cuda.synchronize()
     model.train(mode)
     rows = [
-        (e.key[:90], e.self_device_time_total / 1e3, e.count)
-        for e in prof.key_averages()
-        if e.self_device_time_total > 0
+        (e.key, str(e.input_shapes)[:120], e.self_device_time_total / 1e3, e.count)
+        for e in prof.key_averages(group_by_input_shape=True)
+        if e.self_device_time_total > 0 and e.key.startswith(("aten::", "miocore"))
     ]
-    return [(k, round(t, 4), c) for k, t, c in sorted(rows, key=lambda r: -r[1])[:n]]
+    return [(k, sh, round(t, 4), c) for k, sh, t, c in sorted(rows, key=lambda r: -r[2])[:n]]
 
 
 def forward_solver(mod: nn.Module, inp: torch.Tensor) -> str:

@@ -38,15 +38,18 @@ def device_ms(fn: Any, warmup: int = 3, iters: int = 10) -> float:
     return statistics.median(times)
 
 
-def queued_device_ms(fn: Any, repeat: int = 5, rounds: int = 5) -> float:
+def queued_device_ms(
+    fn: Any, repeat: int = 5, rounds: int = 5, sleep_cycles: int = SHORT_SLEEP_CYCLES
+) -> float:
     """Median over ``rounds`` of the per-call device time of ``repeat`` calls queued behind a
-    short sleep (one call first, to build whatever it builds)."""
+    sleep of ``sleep_cycles`` (one call first, to build whatever it builds). The sleep must
+    outlast queueing the ``repeat`` calls, or host time counts."""
     fn()
     torch.cuda.synchronize()
     times = []
     for _ in range(rounds):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(SHORT_SLEEP_CYCLES)
+        torch.cuda._sleep(sleep_cycles)
         start.record()
         for _ in range(repeat):
             fn()
