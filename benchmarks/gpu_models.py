@@ -138,11 +138,12 @@ def conv_only_ms(layers: list[tuple[nn.Module, torch.Tensor]], repeat: int = 5) 
 
 def backward_ms(
     layers: list[tuple[nn.Module, torch.Tensor]], x: torch.Tensor, repeat: int = 5
-) -> list[tuple[float, float]]:
-    """Device time of each convolution's backward, per layer: (data, weights) in ms, each
-    alone and queued as in :func:`conv_only_ms` behind a sleep of ~10 ms (an autograd call
+) -> list[float]:
+    """Device time of each convolution's whole backward (data and weights, bias included),
+    per layer, queued as in :func:`conv_only_ms` behind a sleep of ~10 ms (an autograd call
     costs far more host time than a forward). The layer fed by the model's input gets no data
-    gradient (0.0), as in a training step; weights include the bias gradient."""
+    gradient, as in a training step. (Both gradients in one call: a custom autograd function
+    sees which inputs require a gradient, not which ones one ``autograd.grad`` call asks for.)"""
     per_layer = []
     for mod, inp in layers:
         need_dx = inp.data_ptr() != x.data_ptr()
@@ -150,44 +151,43 @@ def backward_ms(
         with torch.enable_grad():
             out = mod(i)
         g = torch.randn_like(out)
-        params = [p for p in (mod.weight, mod.bias) if p is not None]
-        data = 0.0
-        if need_dx:
-            data = queued_device_ms(
-                lambda o=out, i=i, g=g: torch.autograd.grad(o, [i], g, retain_graph=True),
+        wanted = ([i] if need_dx else []) + [p for p in (mod.weight, mod.bias) if p is not None]
+        per_layer.append(
+            queued_device_ms(
+                lambda o=out, w=wanted, g=g: torch.autograd.grad(o, w, g, retain_graph=True),
                 repeat=repeat,
                 sleep_cycles=BACKWARD_SLEEP_CYCLES,
             )
-        weights = queued_device_ms(
-            lambda o=out, p=params, g=g: torch.autograd.grad(o, p, g, retain_graph=True),
-            repeat=repeat,
-            sleep_cycles=BACKWARD_SLEEP_CYCLES,
         )
-        per_layer.append((data, weights))
     return per_layer
 
 
-def top_kernels(fn: Any, model: nn.Module, n: int = 12) -> list[tuple[str, str, float, int]]:
-    """The ``n`` PyTorch operators whose kernels take the most device time in one training
-    call of ``fn``, by input shapes: (operator, shapes cut to 120 characters, ms, calls)."""
+def top_kernels(fn: Any, model: nn.Module) -> list[tuple[str, str, float, int]]:
+    """Where one training call of ``fn`` spends device time, by PyTorch operator and input
+    shapes: (operator, shapes cut to 120 characters, ms, calls) for every operator whose
+    kernels take over 10 µs, and a last row for the kernels no operator launched (those a
+    library launched through the driver: miocore's solvers)."""
     from torch.profiler import ProfilerActivity, profile
 
     mode = model.training
     model.train(True)
     fn()
     torch.cuda.synchronize()
-    with profile(
-        activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True
-    ) as prof:
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    with profile(activities=activities, record_shapes=True) as prof:
         fn()
         torch.cuda.synchronize()
     model.train(mode)
-    rows = [
+    events = prof.key_averages(group_by_input_shape=True)
+    kernels = sum(e.self_device_time_total for e in events if e.device_type.name == "CUDA")
+    ops = [
         (e.key, str(e.input_shapes)[:120], e.self_device_time_total / 1e3, e.count)
-        for e in prof.key_averages(group_by_input_shape=True)
-        if e.self_device_time_total > 0 and e.key.startswith(("aten::", "miocore"))
+        for e in events
+        if e.device_type.name == "CPU" and e.self_device_time_total > 0
     ]
-    return [(k, sh, round(t, 4), c) for k, sh, t, c in sorted(rows, key=lambda r: -r[2])[:n]]
+    attributed = sum(t for _, _, t, _ in ops)
+    rows = [(k, sh, round(t, 4), c) for k, sh, t, c in sorted(ops, key=lambda r: -r[2]) if t > 0.01]
+    return [*rows, ("(no operator)", "", round(kernels / 1e3 - attributed, 4), 0)]
 
 
 def forward_solver(mod: nn.Module, inp: torch.Tensor) -> str:
@@ -375,36 +375,22 @@ def run_one(name: str, dtype_name: str, modes: list[str], iters: int) -> list[di
     # The same per layer for the backward: where a training step's kernel time goes.
     cudnn_back = backward_ms(conv_inputs(ref, x), x)
     mio_back = backward_ms(mio_inputs, x)
-    row["cudnn_backward_ms"] = [
-        round(sum(d for d, _ in cudnn_back), 4),
-        round(sum(w for _, w in cudnn_back), 4),
-    ]
-    row["miocore_backward_ms"] = [
-        round(sum(d for d, _ in mio_back), 4),
-        round(sum(w for _, w in mio_back), 4),
-    ]
+    row["cudnn_backward_ms"] = round(sum(cudnn_back), 4)
+    row["miocore_backward_ms"] = round(sum(mio_back), 4)
     back_losses = sorted(
-        (
-            (name, direction, c[k], m[k], mod)
-            for name, (mod, _inp), c, m in zip(
-                names, mio_inputs, cudnn_back, mio_back, strict=False
-            )
-            for k, direction in enumerate(("backward_data", "backward_weights"))
-        ),
-        key=lambda t: t[2] - t[3],
-    )[:6]
+        zip(names, mio_inputs, cudnn_back, mio_back, strict=False), key=lambda t: t[2] - t[3]
+    )[:5]
     row["worst_backward_layers"] = [
         {
             "layer": name,
-            "direction": direction,
             "w": list(mod.weight.shape),
             "stride": list(mod.stride),
             "groups": mod.groups,
-            "solver": layer_solvers(mod, found_before).get(direction, "?"),
+            "solvers": layer_solvers(mod, found_before),
             "cudnn_us": round(c * 1e3, 1),
             "miocore_us": round(m * 1e3, 1),
         }
-        for name, direction, c, m, mod in back_losses
+        for name, (mod, _inp), c, m in back_losses
     ]
     out = [row]
     print(json.dumps(row), flush=True)

@@ -181,6 +181,37 @@ def test_channels_last_problem_is_nhwc() -> None:
     assert mt.ops._problems[keys[0]].key.endswith("NHWC-FP32-F")
 
 
+@pytest.mark.parametrize("dims", [2, 3])
+def test_a_channel_slice_of_a_channels_last_gradient_stays_channels_last(dims: int) -> None:
+    """``torch.cat``'s backward hands each input a channel slice of a channels-last gradient
+    (a UNet's skip connections): the backward problems are solved channels-last, so the input
+    gradient comes back channels-last (as PyTorch's own convolution gives it), correct against
+    float64, instead of an NCHW transpose of it that the channels-last layers around it would
+    have to read across layouts."""
+    gen = torch.Generator().manual_seed(3)
+    conv_cls = torch.nn.Conv2d if dims == 2 else torch.nn.Conv3d
+    reference = conv_cls(5, 6, 3, padding=1).double()
+    layer = (mt.Conv2d if dims == 2 else mt.Conv3d)(5, 6, 3, padding=1)
+    layer.load_state_dict(reference.state_dict())
+    fmt = torch.channels_last if dims == 2 else torch.channels_last_3d
+    shape = (2, 5, 6, 7) if dims == 2 else (2, 5, 4, 5, 3)
+    x_ref = torch.randn(shape, generator=gen, dtype=torch.float64).requires_grad_(True)
+    x = x_ref.detach().float().contiguous(memory_format=fmt).requires_grad_(True)
+    other = torch.randn((2, 3, *shape[2:]), generator=gen, dtype=torch.float64)
+    weight = torch.randn((2, 9, *shape[2:]), generator=gen, dtype=torch.float64)
+    for module, inp, cast in ((reference, x_ref, torch.float64), (layer, x, torch.float32)):
+        joined = torch.cat([module(inp), other.to(cast).contiguous(memory_format=fmt)], dim=1)
+        (joined * weight.to(cast).contiguous(memory_format=fmt)).sum().backward()
+    assert x.grad is not None and x_ref.grad is not None
+    assert x.grad.is_contiguous(memory_format=fmt) and not x.grad.is_contiguous()
+    assert_close_to(x.grad, x_ref.grad, torch.float32, "input gradient")
+    assert_close_to(layer.weight.grad, reference.weight.grad, torch.float32, "weight gradient")
+    backward_data = [
+        k for k in mt.ops._problems if k[0] == "backward_data" and tuple(k[5]) == (2, 6, *shape[2:])
+    ]
+    assert backward_data and {k[1] for k in backward_data} == {"NHWC" if dims == 2 else "NDHWC"}
+
+
 def test_unbatched_input_matches_torch_nn() -> None:
     torch.manual_seed(3)
     reference = torch.nn.Conv2d(3, 4, 3, padding=1)

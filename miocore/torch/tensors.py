@@ -8,6 +8,7 @@ stored so (and not also plainly contiguous), else NCHW. The other tensors are br
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import Any
 
 import numpy as np
@@ -50,10 +51,35 @@ def channels_last_format(dims: int) -> torch.memory_format:
 
 
 def is_channels_last(t: torch.Tensor) -> bool:
-    """True when ``t`` is stored channels-last and not also plainly contiguous."""
+    """True when ``t`` is stored channels-last and not also plainly contiguous, or is a view
+    whose strides run in channels-last order (a channel slice of a channels-last tensor, as
+    ``torch.cat``'s backward hands each input): packing such a view channels-last is a plain
+    copy, where NCHW would transpose it and hand NCHW gradients to the channels-last layers
+    around it (as PyTorch's ``suggest_memory_format`` reads strides too)."""
     if t.is_contiguous():
         return False
-    return t.is_contiguous(memory_format=channels_last_format(t.dim()))
+    if t.is_contiguous(memory_format=channels_last_format(t.dim())):
+        return True
+    return _channels_last_order(tuple(t.shape), t.stride())
+
+
+@functools.lru_cache(maxsize=4096)
+def _channels_last_order(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Whether strides nest as channels-last does (N outside the spatial dimensions outside C,
+    each dimension's stride spanning the ones inside it); dimensions of length 1 are ignored."""
+    if len(shape) not in (4, 5):
+        return False
+    order = (0, *range(2, len(shape)), 1)  # outermost to innermost
+    dims = [d for d in order if shape[d] > 1]
+    if not dims or dims[-1] != 1:
+        return False  # channels are not the innermost dimension that varies
+    return (
+        all(
+            strides[outer] >= strides[inner] * shape[inner]
+            for outer, inner in itertools.pairwise(dims)
+        )
+        and strides[1] >= 1
+    )
 
 
 def layout_name(dims: int, channels_last: bool) -> str:
