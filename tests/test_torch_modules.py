@@ -182,7 +182,9 @@ def test_channels_last_problem_is_nhwc() -> None:
 
 
 @pytest.mark.parametrize("dims", [2, 3])
-def test_a_channel_slice_of_a_channels_last_gradient_stays_channels_last(dims: int) -> None:
+def test_a_channel_slice_of_a_channels_last_gradient_stays_channels_last(
+    dims: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``torch.cat``'s backward hands each input a channel slice of a channels-last gradient
     (a UNet's skip connections): the backward problems are solved channels-last, so the input
     gradient comes back channels-last (as PyTorch's own convolution gives it), correct against
@@ -195,6 +197,15 @@ def test_a_channel_slice_of_a_channels_last_gradient_stays_channels_last(dims: i
     layer.load_state_dict(reference.state_dict())
     fmt = torch.channels_last if dims == 2 else torch.channels_last_3d
     shape = (2, 5, 6, 7) if dims == 2 else (2, 5, 4, 5, 3)
+    seen = []  # the gradient each direction is handed: packed once, the same for both
+    for direction in ("backward_data", "backward_weights"):
+        real = getattr(mt.ops, direction)
+
+        def spy(*args: Any, _real: Any = real, _dy: int = 0 if direction == "backward_data" else 1):
+            seen.append(args[_dy])
+            return _real(*args)
+
+        monkeypatch.setattr(mt.ops, direction, spy)
     x_ref = torch.randn(shape, generator=gen, dtype=torch.float64).requires_grad_(True)
     x = x_ref.detach().float().contiguous(memory_format=fmt).requires_grad_(True)
     other = torch.randn((2, 3, *shape[2:]), generator=gen, dtype=torch.float64)
@@ -202,6 +213,7 @@ def test_a_channel_slice_of_a_channels_last_gradient_stays_channels_last(dims: i
     for module, inp, cast in ((reference, x_ref, torch.float64), (layer, x, torch.float32)):
         joined = torch.cat([module(inp), other.to(cast).contiguous(memory_format=fmt)], dim=1)
         (joined * weight.to(cast).contiguous(memory_format=fmt)).sum().backward()
+    assert len(seen) == 2 and seen[0] is seen[1] and seen[0].is_contiguous(memory_format=fmt)
     assert x.grad is not None and x_ref.grad is not None
     assert x.grad.is_contiguous(memory_format=fmt) and not x.grad.is_contiguous()
     assert_close_to(x.grad, x_ref.grad, torch.float32, "input gradient")

@@ -25,6 +25,7 @@ from miocore.problem.descriptors import ConvolutionDescriptor
 from miocore.torch import runtime
 from miocore.torch.tensors import (
     check_dtype,
+    dense,
     descriptor,
     is_channels_last,
     layout_name,
@@ -336,6 +337,7 @@ def _backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
     x, w = ctx.saved_tensors
     geometry = ctx.geometry
     dx = dw = None
+    dy = dense(dy)  # a strided view (torch.cat's backward) is packed once, not per direction
     if ctx.needs_input_grad[0]:
         dx = conv_backward_data(dy, w, list(x.shape), geometry)
     if ctx.needs_input_grad[1]:

@@ -63,6 +63,15 @@ def is_channels_last(t: torch.Tensor) -> bool:
     return _channels_last_order(tuple(t.shape), t.stride())
 
 
+def dense(t: torch.Tensor) -> torch.Tensor:
+    """``t`` itself when stored densely (contiguous, plain or channels-last), else a dense copy
+    in the layout its strides suggest. A backward calls it once on the incoming gradient, which
+    both directions then read without packing it each."""
+    if t.is_contiguous() or t.is_contiguous(memory_format=channels_last_format(t.dim())):
+        return t
+    return t.contiguous(memory_format=memory_format(t.dim(), is_channels_last(t)))
+
+
 @functools.lru_cache(maxsize=4096)
 def _channels_last_order(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     """Whether strides nest as channels-last does (N outside the spatial dimensions outside C,
