@@ -181,15 +181,16 @@ def test_channels_last_problem_is_nhwc() -> None:
     assert mt.ops._problems[keys[0]].key.endswith("NHWC-FP32-F")
 
 
+@pytest.mark.parametrize("arrives", ["channels_last", "contiguous"])
 @pytest.mark.parametrize("dims", [2, 3])
-def test_a_channel_slice_of_a_channels_last_gradient_stays_channels_last(
-    dims: int, monkeypatch: pytest.MonkeyPatch
+def test_a_channel_slice_of_a_gradient_comes_back_in_the_inputs_layout(
+    dims: int, arrives: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``torch.cat``'s backward hands each input a channel slice of a channels-last gradient
-    (a UNet's skip connections): the backward problems are solved channels-last, so the input
-    gradient comes back channels-last (as PyTorch's own convolution gives it), correct against
-    float64, instead of an NCHW transpose of it that the channels-last layers around it would
-    have to read across layouts."""
+    """``torch.cat``'s backward hands each input a channel slice of the gradient (a UNet's skip
+    connections), channels-last or plain contiguous as the loss made it: the gradient is packed
+    once, in the layer input's layout (channels-last here), for both directions, so the input
+    gradient comes back channels-last as PyTorch's own convolution gives it, correct against
+    float64, instead of in a layout the channels-last layers around it would read across."""
     gen = torch.Generator().manual_seed(3)
     conv_cls = torch.nn.Conv2d if dims == 2 else torch.nn.Conv3d
     reference = conv_cls(5, 6, 3, padding=1).double()
@@ -212,7 +213,10 @@ def test_a_channel_slice_of_a_channels_last_gradient_stays_channels_last(
     weight = torch.randn((2, 9, *shape[2:]), generator=gen, dtype=torch.float64)
     for module, inp, cast in ((reference, x_ref, torch.float64), (layer, x, torch.float32)):
         joined = torch.cat([module(inp), other.to(cast).contiguous(memory_format=fmt)], dim=1)
-        (joined * weight.to(cast).contiguous(memory_format=fmt)).sum().backward()
+        scale = weight.to(cast)
+        if arrives == "channels_last":
+            scale = scale.contiguous(memory_format=fmt)
+        (joined * scale).sum().backward()
     assert len(seen) == 2 and seen[0] is seen[1] and seen[0].is_contiguous(memory_format=fmt)
     assert x.grad is not None and x_ref.grad is not None
     assert x.grad.is_contiguous(memory_format=fmt) and not x.grad.is_contiguous()

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from miocore.torch import ops
-from miocore.torch.tensors import dense
+from miocore.torch.tensors import gradient_like
 from miocore.torch.tracing import eager as _eager
 
 __all__ = ["Convolution", "conv"]
@@ -39,7 +39,7 @@ class Convolution(torch.autograd.Function):
         """The gradients of x and w."""
         x, w = ctx.saved_tensors
         dx = dw = None
-        dy = dense(dy)  # a strided view (torch.cat's backward) is packed once, not per direction
+        dy = gradient_like(dy, x, w)  # packed once, in x's layout, for both directions
         if ctx.needs_input_grad[0]:
             dx = ops.backward_data(dy, w, x.shape, ctx.params)
         if ctx.needs_input_grad[1]:

@@ -25,8 +25,8 @@ from miocore.problem.descriptors import ConvolutionDescriptor
 from miocore.torch import runtime
 from miocore.torch.tensors import (
     check_dtype,
-    dense,
     descriptor,
+    gradient_like,
     is_channels_last,
     layout_name,
     memory_format,
@@ -337,7 +337,7 @@ def _backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
     x, w = ctx.saved_tensors
     geometry = ctx.geometry
     dx = dw = None
-    dy = dense(dy)  # a strided view (torch.cat's backward) is packed once, not per direction
+    dy = gradient_like(dy, x, w)  # packed once, in x's layout, for both directions
     if ctx.needs_input_grad[0]:
         dx = conv_backward_data(dy, w, list(x.shape), geometry)
     if ctx.needs_input_grad[1]:

@@ -63,13 +63,20 @@ def is_channels_last(t: torch.Tensor) -> bool:
     return _channels_last_order(tuple(t.shape), t.stride())
 
 
-def dense(t: torch.Tensor) -> torch.Tensor:
-    """``t`` itself when stored densely (contiguous, plain or channels-last), else a dense copy
-    in the layout its strides suggest. A backward calls it once on the incoming gradient, which
-    both directions then read without packing it each."""
-    if t.is_contiguous() or t.is_contiguous(memory_format=channels_last_format(t.dim())):
-        return t
-    return t.contiguous(memory_format=memory_format(t.dim(), is_channels_last(t)))
+def gradient_like(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """The incoming gradient of a convolution's output, stored densely in the layout of the
+    layer's input ``x`` (``w``'s where ``x`` is stored both ways, as a tensor with one channel
+    or one pixel is): itself when it already is, else one copy that both backward directions
+    then read. So the input's gradient comes back in the input's layout, as PyTorch's own
+    convolution gives it, whatever the gradient arrived as: a channel slice of a channels-last
+    tensor (``torch.cat``'s backward) or a plain contiguous tensor from a loss."""
+    fmt = channels_last_format(x.dim())
+    ambiguous = x.is_contiguous() and x.is_contiguous(memory_format=fmt)
+    wanted = is_channels_last(w) if ambiguous else is_channels_last(x)
+    target = memory_format(x.dim(), wanted)
+    if dy.is_contiguous(memory_format=target):
+        return dy
+    return dy.contiguous(memory_format=target)
 
 
 @functools.lru_cache(maxsize=4096)
