@@ -190,6 +190,42 @@ def top_kernels(fn: Any, model: nn.Module) -> list[tuple[str, str, float, int]]:
     return [*rows, ("(no operator)", "", round(kernels / 1e3 - attributed, 4), 0)]
 
 
+def profile_call(fn: Any, model: nn.Module, *, train: bool) -> dict[str, Any]:
+    """One call of ``fn`` under the profiler: its 15 kernels with the most device time (name
+    cut to 90 characters, ms, launches), its 10 host operators with the most self host time
+    (ms, calls), and the totals (device ms of every kernel, host ms of the call)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    mode = model.training
+    model.train(train)
+    context = contextlib.nullcontext() if train else torch.no_grad()
+    with context:
+        fn()
+        torch.cuda.synchronize()
+        activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+        with profile(activities=activities) as prof:
+            start = time.perf_counter()
+            fn()
+            host = time.perf_counter() - start
+            torch.cuda.synchronize()
+    model.train(mode)
+    events = prof.key_averages()
+    kernels = [e for e in events if e.device_type.name == "CUDA"]
+    ops = [e for e in events if e.device_type.name == "CPU"]
+    return {
+        "device_ms": round(sum(e.self_device_time_total for e in kernels) / 1e3, 4),
+        "host_ms": round(host * 1e3, 3),
+        "kernels": [
+            (e.key[:90], round(e.self_device_time_total / 1e3, 4), e.count)
+            for e in sorted(kernels, key=lambda e: -e.self_device_time_total)[:15]
+        ],
+        "host_ops": [
+            (e.key[:90], round(e.self_cpu_time_total / 1e3, 4), e.count)
+            for e in sorted(ops, key=lambda e: -e.self_cpu_time_total)[:10]
+        ],
+    }
+
+
 def forward_solver(mod: nn.Module, inp: torch.Tensor) -> str:
     """The solver the front end runs for this layer's forward (found already)."""
     from miocore.torch import ops, runtime
@@ -493,6 +529,8 @@ def run_one(name: str, dtype_name: str, modes: list[str], iters: int) -> list[di
                 if mode == "graph":
                     fn = graphed(fn)
                 r[f"{side}_infer_ms"] = device_ms(fn, 3, iters)
+                if mode == "compile" and os.environ.get("MODELS_TOP_KERNELS"):
+                    r[f"{side}_infer_profile"] = profile_call(fn, m, train=False)
             m.train()
             opt = torch.optim.SGD(m.parameters(), lr=1e-6)
             step_model = m
