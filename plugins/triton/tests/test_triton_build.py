@@ -32,15 +32,21 @@ for backend, arch, target, mode in (
 ):
     device = attrs.evolve(cpu_context().device, backend=backend, compute_units=132, arch=arch)
     ctx = miocore.ExecutionContext(device=device, math_mode=mode)
+    cases = [(dtype, "NHWC", (14, 14), (3, 3), (1, 1), (1, 1))
+             for dtype in ("float16", "bfloat16", "float32")]
+    # 3-D: the depth branches compile too (channels-last 3x3x3; channels-first strided 2x2x2,
+    # staged and phased)
+    cases += [("float16", "NDHWC", (6, 6, 6), (3, 3, 3), (1, 1, 1), (1, 1, 1)),
+              ("float16", "NCDHW", (6, 6, 6), (2, 2, 2), (0, 0, 0), (2, 2, 2))]
     for solver in SOLVERS:
-        for dtype in ("float16", "bfloat16", "float32"):
+        for dtype, layout, size, fil, pads, strides in cases:
             p = miocore.ConvProblem.from_sizes(
-                solver.direction, n=4, c=64, k=96, in_spatial=(14, 14), filter_spatial=(3, 3),
-                pads=(1, 1), dtype=dtype, layout="NHWC",
+                solver.direction, n=4, c=64, k=96, in_spatial=size, filter_spatial=fil,
+                pads=pads, strides=strides, dtype=dtype, layout=layout,
             )
             if not solver.is_applicable(ctx, p):
                 out.append({"solver": solver.name, "backend": backend, "dtype": dtype,
-                            "declined": solver.is_applicable(ctx, p).reason})
+                            "layout": layout, "declined": solver.is_applicable(ctx, p).reason})
                 continue
             # the most split configuration: backward weights' reduction kernel builds too
             cfg = max(solver.perf_config_space(ctx, p), key=lambda c: c["split"])
@@ -51,7 +57,7 @@ for backend, arch, target, mode in (
                 text = compiled.asm["ptx" if backend == "cuda" else "amdgcn"]
                 out.append({
                     "solver": solver.name, "backend": backend, "dtype": dtype,
-                    "kernel": k.kernel_name, "elf": built.image[:4] == b"\x7fELF",
+                    "layout": layout, "kernel": k.kernel_name, "elf": built.image[:4] == b"\x7fELF",
                     "meta": built.meta, "block": list(k.block),
                     "wgmma": "wgmma" in text, "mfma": "v_mfma" in text,
                 })
@@ -82,6 +88,13 @@ def test_every_direction_builds_for_sm90_with_wgmma(builds: list[dict]) -> None:
         assert b["elf"] and b["wgmma"], b
         assert b["meta"]["threads"] == b["block"][0] and b["meta"]["shared"] > 0, b
         assert not b["meta"]["global_scratch_size"], b
+    # 3-D in both layouts, every direction
+    assert {(b["solver"], b["layout"]) for b in mains if b["layout"] != "NHWC"} == {
+        (s, layout)
+        for s in ("triton.igemm_fwd", "triton.igemm_bwd", "triton.igemm_wrw")
+        for layout in ("NDHWC", "NCDHW")
+    }
+    assert any(b.get("kernel") == "to_channels_last" and b["layout"] == "NCDHW" for b in cuda)
     # the split backward-weights run has its reduction kernel, TF32 backward data its
     # filter transposition
     assert any(b.get("kernel") == "conv_wrw_reduce" for b in cuda)

@@ -172,3 +172,58 @@ def test_every_tile_of_a_forward_space_runs_right() -> None:
 def test_nchw_tf32_backward_data_stages_dy_and_transposes_w() -> None:
     p = _problem("backward_data", dtype="float32", layout="NCHW", strides=(2, 2))
     assert run_interpreted(p, mode="tf32") <= 5e-3
+
+
+def _problem3d(direction: str, dtype: str = "float16", layout: str = "NDHWC", **kw: Any):
+    sizes = {
+        "n": 2,
+        "c": 12,
+        "k": 20,
+        "in_spatial": (5, 6, 7),
+        "filter_spatial": (3, 3, 3),
+        "pads": (1, 1, 1),
+    }
+    sizes.update(kw)
+    return miocore.ConvProblem.from_sizes(direction, dtype=dtype, layout=layout, **sizes)
+
+
+CASES_3D = {
+    "3x3x3": {},
+    "1x1x1": {"filter_spatial": (1, 1, 1), "pads": (0, 0, 0)},
+    # UNet's transposed-conv upsampling is a 2x2x2 stride-2 backward data: one tap a phase
+    "2x2x2_strided": {"filter_spatial": (2, 2, 2), "pads": (0, 0, 0), "strides": (2, 2, 2)},
+    "strided_odd": {"strides": (2, 1, 2), "in_spatial": (7, 5, 6), "c": 5, "k": 3},
+    "dilated_depth": {"dilations": (2, 1, 1), "pads": (2, 1, 1), "filter_spatial": (3, 1, 3)},
+    "strided_dilated": {"strides": (2, 2, 1), "dilations": (2, 1, 1), "pads": (2, 1, 1)},
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES_3D))
+@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_weights"])
+def test_3d_channels_last_matches_the_reference(direction: str, case: str) -> None:
+    p = _problem3d(direction, **CASES_3D[case])
+    assert run_interpreted(p) <= TOLERANCES[p.dtype]
+
+
+@pytest.mark.parametrize("case", ["3x3x3", "1x1x1", "2x2x2_strided"])
+@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_weights"])
+def test_3d_channels_first_matches_the_reference(direction: str, case: str) -> None:
+    p = _problem3d(direction, layout="NCDHW", **CASES_3D[case])
+    assert run_interpreted(p) <= TOLERANCES[p.dtype]
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_weights"])
+def test_3d_tf32_in_the_tf32_math_mode(direction: str) -> None:
+    # (bf16 is checked on the GPU: these helpers' buffers do not carry it into the interpreter)
+    p = _problem3d(direction, dtype="float32", strides=(2, 1, 1))
+    assert run_interpreted(p, mode="tf32") <= 5e-3
+
+
+def test_3d_backward_weights_split_equals_unsplit() -> None:
+    p = _problem3d("backward_weights", n=3, in_spatial=(6, 8, 8))
+    space = _solver("backward_weights").perf_config_space(gpu_ctx(), p)
+    splits = sorted({c["split"] for c in space})
+    assert splits[0] == 1 and len(splits) > 1, splits
+    for split in (splits[0], splits[-1]):
+        cfg = next(c for c in space if c["split"] == split)
+        assert run_interpreted(p, cfg) <= TOLERANCES[p.dtype], cfg

@@ -47,15 +47,28 @@ def test_the_entry_point_registers_three_gpu_solvers_and_a_built_folder() -> Non
             gpu_ctx(),
             miocore.ConvProblem.from_sizes(
                 "forward", n=2, c=8, k=8, in_spatial=(6, 6, 6), filter_spatial=(3, 3, 3),
-                dtype="float16",
+                dtype="float16", groups=2,
             ),
-            "3-D",
+            "2 groups",
         ),
     ],
 )  # fmt: skip
 def test_declines_say_why(ctx, problem, reason) -> None:
     answer = TritonForward().is_applicable(ctx, problem)
     assert not answer and reason in answer.reason, answer.reason
+
+
+@pytest.mark.parametrize("layout", ["NDHWC", "NCDHW"])
+def test_3d_problems_apply_in_every_direction(layout: str) -> None:
+    from miocore_triton import TritonBackwardData, TritonBackwardWeights
+
+    for solver in (TritonForward(), TritonBackwardData(), TritonBackwardWeights()):
+        p = miocore.ConvProblem.from_sizes(
+            solver.direction.value, n=2, c=8, k=8, in_spatial=(6, 6, 6),
+            filter_spatial=(3, 3, 3), pads=(1, 1, 1), dtype="float16", layout=layout,
+        )  # fmt: skip
+        answer = solver.is_applicable(gpu_ctx(), p)
+        assert answer, answer.reason
 
 
 def test_tf32_backward_data_reads_a_transposed_filter() -> None:

@@ -1,8 +1,10 @@
-"""The GEMM view of a 2-D convolution for ``kernels/conv_igemm.py``: the kernels' compile-time
-constants, the rows that carry the batch, the tile configurations and the launch grids.
+"""The GEMM view of a 2-D or 3-D convolution for ``kernels/conv_igemm.py``: the kernels'
+compile-time constants, the rows that carry the batch, the tile configurations and the launch
+grids.
 
-Logical lengths (N, C, H, W) of x and y and (K, C, R, S) of w, with each tensor's own strides:
-any layout compiles; channels-last (NHWC, KRSC) is the one whose loads are vectors.
+Logical lengths (N, C, [D,] H, W) of x and y and (K, C, [T,] R, S) of w, with each tensor's own
+strides: any layout compiles; channels-last (NHWC, NDHWC, KRSC) is the one whose loads are
+vectors. A 2-D problem is a 3-D one of depth 1.
 """
 
 from __future__ import annotations
@@ -103,21 +105,42 @@ def pow2_at_least(v: int) -> int:
     return 1 << max(0, (v - 1).bit_length())
 
 
+def _volume(lengths: Any) -> int:
+    out = 1
+    for n in lengths:
+        out *= n
+    return out
+
+
+def spatial(desc: Any) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """A tensor's (depth, height, width) lengths and strides; depth 1 (stride 0) in 2-D."""
+    if len(desc.lengths) == 5:
+        return tuple(desc.lengths[2:]), tuple(desc.strides[2:])  # type: ignore[return-value]
+    h, w = desc.lengths[2:]
+    sh, sw = desc.strides[2:]
+    return (1, h, w), (0, sh, sw)
+
+
 def constants(p: ConvProblem) -> dict[str, int]:
-    """The problem's compile-time constants, named as the kernels' arguments."""
-    _, c, h, w = p.x.lengths
-    k, _, r, s = p.w.lengths
-    pp, qq = p.y.lengths[2:]
-    xs, ws, ys = p.x.strides, p.w.strides, p.y.strides
-    sh, sw = p.conv.strides
-    ph, pw = p.conv.pads
-    dh, dw = p.conv.dilations
+    """The problem's compile-time constants, named as the kernels' arguments (a 2-D problem
+    is a 3-D one of depth 1: D = O = T = 1, its depth strides 0)."""
+    c = p.x.lengths[1]
+    k = p.w.lengths[0]
+    (d, h, w), (xd, xh, xw) = spatial(p.x)
+    (t, r, s), (wt, wr, ws) = spatial(p.w)
+    (o, pp, qq), (yd, yh, yw) = spatial(p.y)
+    xs, ws_, ys = p.x.strides, p.w.strides, p.y.strides
+    conv = p.conv
+    sd, sh, sw = (1, *conv.strides) if len(conv.strides) == 2 else conv.strides
+    pd, ph, pw = (0, *conv.pads) if len(conv.pads) == 2 else conv.pads
+    dd, dh, dw = (1, *conv.dilations) if len(conv.dilations) == 2 else conv.dilations
     return {
         **{"C": c, "K": k, "H": h, "W": w, "P": pp, "Q": qq, "R": r, "S": s},
         **{"SH": sh, "SW": sw, "PH": ph, "PW": pw, "DH": dh, "DW": dw},
-        **{"XN": xs[0], "XC": xs[1], "XH": xs[2], "XW": xs[3]},
-        **{"WK": ws[0], "WC": ws[1], "WR": ws[2], "WS": ws[3]},
-        **{"YN": ys[0], "YC": ys[1], "YH": ys[2], "YW": ys[3]},
+        **{"D": d, "O": o, "T": t, "SD": sd, "PD": pd, "DD": dd, "XD": xd, "YD": yd, "WT": wt},
+        **{"XN": xs[0], "XC": xs[1], "XH": xh, "XW": xw},
+        **{"WK": ws_[0], "WC": ws_[1], "WR": wr, "WS": ws},
+        **{"YN": ys[0], "YC": ys[1], "YH": yh, "YW": yw},
     }
 
 
@@ -132,7 +155,7 @@ def is_phased(p: ConvProblem) -> bool:
 
 def phases(p: ConvProblem) -> int:
     """Stride phases of a phased backward-data run (grid axis 1), else 1."""
-    return p.conv.strides[0] * p.conv.strides[1] if is_phased(p) else 1
+    return _volume(p.conv.strides) if is_phased(p) else 1
 
 
 def gemm_rows(p: ConvProblem) -> int:
@@ -141,12 +164,11 @@ def gemm_rows(p: ConvProblem) -> int:
     phased)."""
     n = p.x.lengths[0]
     if p.direction is Direction.BACKWARD_DATA:
-        h, w = p.x.lengths[2:]
         if is_phased(p):
-            sh, sw = p.conv.strides
-            return n * -(-h // sh) * -(-w // sw)
-        return n * h * w
-    return n * p.y.lengths[2] * p.y.lengths[3]
+            pixels = zip(p.x.lengths[2:], p.conv.strides, strict=True)
+            return n * _volume(-(-a // b) for a, b in pixels)
+        return n * _volume(p.x.lengths[2:])
+    return n * _volume(p.y.lengths[2:])
 
 
 def gemm_columns(p: ConvProblem) -> int:
@@ -174,8 +196,7 @@ def partial_bytes(p: ConvProblem, split: int) -> int:
     """fp32 partial sums of a split backward-weights run (none for one split)."""
     if split <= 1:
         return 0
-    k, c, r, s = p.w.lengths
-    return split * k * c * r * s * 4
+    return split * _volume(p.w.lengths) * 4
 
 
 def transposes_filter(p: ConvProblem) -> bool:
@@ -188,14 +209,14 @@ def transposed_filter_bytes(p: ConvProblem) -> int:
     """Workspace of the transposed filter (none where the filter is read as it is)."""
     if not transposes_filter(p):
         return 0
-    k, c, r, s = p.w.lengths
-    return k * c * r * s * p.dtype.itemsize
+    return _volume(p.w.lengths) * p.dtype.itemsize
 
 
 def transposed_filter_strides(p: ConvProblem) -> dict[str, int]:
-    """The kernels' w strides (WK, WC, WR, WS) of the transposed filter."""
-    k, _, r, s = p.w.lengths
-    return {"WK": 1, "WC": r * s * k, "WR": s * k, "WS": k}
+    """The kernels' w strides (WK, WC, WT, WR, WS) of the transposed filter, (C, T, R, S, K)."""
+    k = p.w.lengths[0]
+    (t, r, s), _ = spatial(p.w)
+    return {"WK": 1, "WC": t * r * s * k, "WT": r * s * k, "WR": s * k, "WS": k}
 
 
 def shared_estimate(p: ConvProblem, t: Tile) -> int:
@@ -208,8 +229,10 @@ def _channels_first(desc: Any) -> bool:
 
 
 def _pixel_rows_packed(desc: Any) -> bool:
-    """Whether a tensor's pixels are one run in memory: (h, w) at h * W + w strides."""
-    return desc.strides[2] == desc.lengths[3] * desc.strides[3]
+    """Whether a tensor's pixels are one run in memory: (d, h, w) at (d * H + h) * W + w
+    strides."""
+    lengths, strides = desc.lengths[2:], desc.strides[2:]
+    return all(strides[i] == lengths[i + 1] * strides[i + 1] for i in range(len(lengths) - 1))
 
 
 def direct_pixels(p: ConvProblem) -> bool:
@@ -218,7 +241,7 @@ def direct_pixels(p: ConvProblem) -> bool:
     GEMM would. Not TF32: TF32 instructions need the reduction (channels) innermost."""
     if p.direction is Direction.BACKWARD_WEIGHTS or p.dtype is DataType.FLOAT32:
         return False
-    if p.w.lengths[2:] != (1, 1) or max(p.conv.strides) != 1 or max(p.conv.pads) != 0:
+    if max(p.w.lengths[2:]) != 1 or max(p.conv.strides) != 1 or max(p.conv.pads) != 0:
         return False
     src = p.y if p.direction is Direction.BACKWARD_DATA else p.x
     return _channels_first(src) and _pixel_rows_packed(src)
@@ -237,15 +260,15 @@ def gemm_tiles(p: ConvProblem, bm: int, bn: int) -> int:
     """Programs of a forward or backward-data launch (per stride phase)."""
     if image_tiles(p):
         out = p.x if p.direction is Direction.BACKWARD_DATA else p.y
-        n, _, h, w = out.lengths
-        return n * -(-(h * w) // bm) * -(-gemm_columns(p) // bn)
+        pixels = _volume(out.lengths[2:])
+        return out.lengths[0] * -(-pixels // bm) * -(-gemm_columns(p) // bn)
     return -(-gemm_rows(p) // bm) * -(-gemm_columns(p) // bn)
 
 
 def wrw_tiles(p: ConvProblem, bm: int, bn: int) -> int:
     """Programs per split of a backward-weights launch: k tiles x taps x c tiles."""
-    k, c, r, s = p.w.lengths
-    return -(-k // bm) * r * s * -(-c // bn)
+    k, c = p.w.lengths[:2]
+    return -(-k // bm) * _volume(p.w.lengths[2:]) * -(-c // bn)
 
 
 def config(t: Tile, split: int = 1) -> PerfConfig:

@@ -40,6 +40,7 @@ from miocore_triton.geometry import (
     is_phased,
     partial_bytes,
     phases,
+    spatial,
     tile_of,
     transposed_filter_bytes,
     transposed_filter_strides,
@@ -91,10 +92,12 @@ def staged(p: ConvProblem) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _packed_strides(desc: TensorDescriptor) -> tuple[int, int, int, int]:
-    """(N, C, H, W) strides of the packed channels-last copy of ``desc``."""
-    _, c, h, w = desc.lengths
-    return h * w * c, 1, w * c, c
+def _packed_strides(desc: TensorDescriptor) -> tuple[int, int, int, int, int]:
+    """(N, C, D, H, W) strides of the packed channels-last copy of ``desc`` (the depth
+    stride 0 in 2-D, as :func:`~miocore_triton.geometry.spatial` gives it)."""
+    c = desc.lengths[1]
+    (d, h, w), _ = spatial(desc)
+    return d * h * w * c, 1, (h * w * c if d > 1 else 0), w * c, c
 
 
 def _aligned(nbytes: int) -> int:
@@ -122,14 +125,16 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
     main_shape = dict(shape)
     for name in staged(p):
         desc = getattr(p, name)
-        n, c, h, w = desc.lengths
-        sn, sc, sh, sw = desc.strides
+        n, c = desc.lengths[:2]
+        sn, sc = desc.strides[:2]
+        (d, h, w), (sd, sh, sw) = spatial(desc)
         options = (
-            f"C={c}", f"H={h}", f"W={w}", f"SN={sn}", f"SC={sc}", f"SH={sh}", f"SW={sw}",
+            f"C={c}", f"D={d}", f"H={h}", f"W={w}",
+            f"SN={sn}", f"SC={sc}", f"SD={sd}", f"SH={sh}", f"SW={sw}",
             f"BLOCK_P={STAGE_BLOCK[0]}", f"BLOCK_C={STAGE_BLOCK[1]}",
             "num_warps=4", "num_stages=1", f"sig.src_ptr=*{ty}", f"sig.dst_ptr=*{ty}",
         )  # fmt: skip
-        grid = (n * -(-(h * w) // STAGE_BLOCK[0]), -(-c // STAGE_BLOCK[1]))
+        grid = (n * -(-(d * h * w) // STAGE_BLOCK[0]), -(-c // STAGE_BLOCK[1]))
         kernel = KernelInfo(
             source=SOURCE,
             kernel_name="to_channels_last",
@@ -140,18 +145,18 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
         steps.append(Step(kernel, (name, offset)))
         pointer[name] = offset
         prefix = PREFIX[name]
-        suffixes = ("K", "C", "R", "S") if name == "w" else ("N", "C", "H", "W")
+        suffixes = ("K", "C", "T", "R", "S") if name == "w" else ("N", "C", "D", "H", "W")
         for suffix, stride in zip(suffixes, _packed_strides(desc), strict=True):
             main_shape[prefix + suffix] = stride
         offset += _aligned(tensor_bytes(desc))
-    k, c, r, s = p.w.lengths
+    filter_elements = tensor_bytes(p.w) // p.dtype.itemsize
     if transposes_filter(p):
         options = [*_filter_options(shape), f"sig.w_ptr=*{ty}", f"sig.wt_ptr=*{ty}"]
         kernel = KernelInfo(
             source=SOURCE,
             kernel_name="conv_wtrans",
             options=tuple(sorted(options)),
-            grid=(-(-(k * c * r * s) // REDUCE_BLOCK),),
+            grid=(-(-filter_elements // REDUCE_BLOCK),),
             block=(4 * warp,),
         )
         steps.append(Step(kernel, ("w", offset)))
@@ -198,7 +203,7 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
             source=SOURCE,
             kernel_name="conv_wrw_reduce",
             options=tuple(sorted(options)),
-            grid=(-(-(k * c * r * s) // REDUCE_BLOCK),),
+            grid=(-(-filter_elements // REDUCE_BLOCK),),
             block=(4 * warp,),
         )
         steps.append(Step(kernel, (offset, "w")))
@@ -209,7 +214,7 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
 def _filter_options(shape: dict[str, int]) -> list[str]:
     """The options of an elementwise kernel over the filter (its transposition, the split
     reduction): the filter's sizes and strides, one block of elements per program."""
-    names = ("C", "K", "R", "S", "WK", "WC", "WR", "WS")
+    names = ("C", "K", "T", "R", "S", "WK", "WC", "WT", "WR", "WS")
     return [f"{n}={shape[n]}" for n in names] + [
         f"BLOCK={REDUCE_BLOCK}",
         "num_warps=4",

@@ -99,7 +99,7 @@ class TritonConvSolver(TunableSolver):
     # -- applicability -----------------------------------------------------------------------
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
-        """2-D, one group, this solver's direction, fp16/bf16 (fp32 in the ``tf32`` math mode
+        """2-D or 3-D, one group, this solver's direction, fp16/bf16 (fp32 in the ``tf32`` math mode
         on NVIDIA), any strides within 32-bit offsets, Triton installed."""
         p = problem
         if p.direction is not self.direction:
@@ -117,8 +117,8 @@ class TritonConvSolver(TunableSolver):
                     f"math mode is {mode!r}: these kernels round fp32 inputs to TF32; pass "
                     "Handle(..., math_mode='tf32') to allow it"
                 )
-        if p.spatial_dims != 2:
-            return not_applicable(f"{p.spatial_dims}-D problem: the kernels are 2-D")
+        if p.spatial_dims not in (2, 3):
+            return not_applicable(f"{p.spatial_dims}-D problem: the kernels are 2-D and 3-D")
         if p.groups != 1:
             return not_applicable(f"{p.groups} groups: the kernels compute one group")
         if ctx.backend == "cuda" and _sm(ctx) < 80:
@@ -179,7 +179,7 @@ class TritonConvSolver(TunableSolver):
         p = problem
         if p.direction is not self.direction or p.dtype not in TRITON_TYPES:
             return []
-        if p.spatial_dims != 2 or p.groups != 1:
+        if p.spatial_dims not in (2, 3) or p.groups != 1:
             return []
         tiles = self._fitted_tiles(ctx, p)
         if self.direction is not Direction.BACKWARD_WEIGHTS:

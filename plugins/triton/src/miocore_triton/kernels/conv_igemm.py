@@ -60,6 +60,15 @@ def conv_fwd(
     PW: tl.constexpr,
     DH: tl.constexpr,
     DW: tl.constexpr,
+    D: tl.constexpr,
+    O: tl.constexpr,  # noqa: E741 (output depth: NKOPQ, as cuDNN names it)
+    T: tl.constexpr,
+    SD: tl.constexpr,
+    PD: tl.constexpr,
+    DD: tl.constexpr,
+    XD: tl.constexpr,
+    YD: tl.constexpr,
+    WT: tl.constexpr,
     XN: tl.constexpr,
     XC: tl.constexpr,
     XH: tl.constexpr,
@@ -81,41 +90,55 @@ def conv_fwd(
     IMAGE_TILES: tl.constexpr,
     DIRECT_PIX: tl.constexpr,
 ):
-    """y[n, k, p, q] = sum over (r, s, c) of x[n, c, p*SH - PH + r*DH, q*SW - PW + s*DW] * w.
+    """y[n, k, od, p, q] = sum over (t, r, s, c) of w[k, c, t, r, s] *
+    x[n, c, od*SD - PD + t*DD, p*SH - PH + r*DH, q*SW - PW + s*DW].
 
-    IMAGE_TILES: each row tile lies in one image, so its pixels are consecutive: stores into
-    a y whose pixel rows are packed (NCHW) run along them. DIRECT_PIX (1x1, stride 1, no
-    padding, x's pixel rows packed): x is read at its pixel offsets directly, consecutive
-    along the tile (NCHW's native GEMM, no copy)."""
+    2-D problems have D = O = T = 1 (their depth code compiles away). IMAGE_TILES: each row
+    tile lies in one image, so its pixels are consecutive: stores into a y whose pixels are
+    packed (NCHW, NCDHW) run along them. DIRECT_PIX (1x1, stride 1, no padding, x's pixels
+    packed): x is read at its pixel offsets directly, consecutive along the tile (NCHW's
+    native GEMM, no copy)."""
+    DEPTH: tl.constexpr = D * O * T > 1
     C_BLOCKS: tl.constexpr = (C + BLOCK_K - 1) // BLOCK_K
     if IMAGE_TILES:
-        IMAGE_ROW_TILES: tl.constexpr = (P * Q + BLOCK_M - 1) // BLOCK_M
-        tiles_m = (M // (P * Q)) * IMAGE_ROW_TILES
+        IMAGE_ROW_TILES: tl.constexpr = (O * P * Q + BLOCK_M - 1) // BLOCK_M
+        tiles_m = (M // (O * P * Q)) * IMAGE_ROW_TILES
         pid_m, pid_n = _tile(tl.program_id(0), tiles_m, tl.cdiv(K, BLOCK_N), GROUP_M)
         n = pid_m // IMAGE_ROW_TILES
         pix = (pid_m % IMAGE_ROW_TILES) * BLOCK_M + tl.arange(0, BLOCK_M)
         pix = tl.max_contiguous(tl.multiple_of(pix, BLOCK_M), BLOCK_M)
-        row_ok = pix < P * Q
+        row_ok = pix < O * P * Q
         q = pix % Q
-        p = pix // Q
+        if DEPTH:
+            p = (pix // Q) % P
+            od = pix // (P * Q)
+        else:
+            p = pix // Q
     else:
         pid_m, pid_n = _tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(K, BLOCK_N), GROUP_M)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok = offs_m < M
         q = offs_m % Q
         p = (offs_m // Q) % P
-        n = offs_m // (P * Q)
+        if DEPTH:
+            od = (offs_m // (P * Q)) % O
+        n = offs_m // (O * P * Q)
     ih0 = p * SH - PH
     iw0 = q * SW - PW
+    if DEPTH:
+        id0 = od * SD - PD
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     # columns past K wrap around to stay in bounds; the store masks them out
     cols = offs_n % K if K % BLOCK_N != 0 else offs_n
     offs_k = tl.arange(0, BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for it in tl.range(0, R * S * C_BLOCKS, num_stages=STAGES):
+    for it in tl.range(0, T * R * S * C_BLOCKS, num_stages=STAGES):
         tap = it // C_BLOCKS
         c0 = (it % C_BLOCKS) * BLOCK_K
-        r = tap // S
+        if DEPTH:  # noqa: SIM108 (a compile-time branch: 2-D code keeps its one division)
+            r = (tap // S) % R
+        else:
+            r = tap // S
         s = tap % S
         ih = ih0 + r * DH
         iw = iw0 + s * DW
@@ -126,6 +149,13 @@ def conv_fwd(
         else:
             a_ptrs = x_ptr + (n * XN + ih * XH + iw * XW)[:, None] + (chans * XC)[None, :]
         b_ptrs = w_ptr + (cols * WK)[None, :] + (chans * WC + r * WR + s * WS)[:, None]
+        if DEPTH:
+            t = tap // (R * S)
+            i_d = id0 + t * DD
+            ok = ok & (i_d >= 0) & (i_d < D)
+            if not DIRECT_PIX:
+                a_ptrs += (i_d * XD)[:, None]
+            b_ptrs += t * WT
         if C % BLOCK_K == 0:
             a = tl.load(a_ptrs, mask=ok[:, None], other=0.0)
             b = tl.load(b_ptrs)
@@ -134,10 +164,12 @@ def conv_fwd(
             a = tl.load(a_ptrs, mask=ok[:, None] & chan_ok[None, :], other=0.0)
             b = tl.load(b_ptrs, mask=chan_ok[:, None], other=0.0)
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
-    if IMAGE_TILES and YH == Q * YW:
+    if IMAGE_TILES and YH == Q * YW and (not DEPTH or YD == P * YH):
         y_ptrs = y_ptr + n * YN + (pix * YW)[:, None] + (offs_n * YC)[None, :]
     else:
         y_ptrs = y_ptr + (n * YN + p * YH + q * YW)[:, None] + (offs_n * YC)[None, :]
+        if DEPTH:
+            y_ptrs += (od * YD)[:, None]
     tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=row_ok[:, None] & (offs_n < K)[None, :])
 
 
@@ -161,6 +193,15 @@ def conv_bwd(
     PW: tl.constexpr,
     DH: tl.constexpr,
     DW: tl.constexpr,
+    D: tl.constexpr,
+    O: tl.constexpr,  # noqa: E741 (output depth: NKOPQ, as cuDNN names it)
+    T: tl.constexpr,
+    SD: tl.constexpr,
+    PD: tl.constexpr,
+    DD: tl.constexpr,
+    XD: tl.constexpr,
+    YD: tl.constexpr,
+    WT: tl.constexpr,
     XN: tl.constexpr,
     XC: tl.constexpr,
     XH: tl.constexpr,
@@ -183,56 +224,78 @@ def conv_bwd(
     IMAGE_TILES: tl.constexpr,
     DIRECT_PIX: tl.constexpr,
 ):
-    """dx[n, c, h, w] = sum over (r, s, k) of dy[n, k, p, q] * w[k, c, r, s] where
-    h = p*SH - PH + r*DH and w = q*SW - PW + s*DW.
+    """dx[n, c, d, h, w] = sum over (t, r, s, k) of dy[n, k, od, p, q] * w[k, c, t, r, s]
+    where d = od*SD - PD + t*DD, h = p*SH - PH + r*DH and w = q*SW - PW + s*DW.
 
-    PHASED (a stride above 1, no dilation): program axis 1 is the stride phase (h mod SH,
-    w mod SW); its rows are that phase's pixels and its taps only those whose stride divides,
-    so no dot is spent on masked taps. Otherwise every tap runs, masked where the stride does
-    not divide. IMAGE_TILES and DIRECT_PIX (never with PHASED) as in ``conv_fwd``, for dx's
-    rows and dy's pixels."""
+    PHASED (a stride above 1, no dilation): program axis 1 is the stride phase (d mod SD,
+    h mod SH, w mod SW); its rows are that phase's pixels and its taps only those whose stride
+    divides, so no dot is spent on masked taps. Otherwise every tap runs, masked where the
+    stride does not divide. IMAGE_TILES and DIRECT_PIX (never with PHASED) as in
+    ``conv_fwd``, for dx's rows and dy's pixels; D = O = T = 1 in 2-D."""
+    DEPTH: tl.constexpr = D * O * T > 1
     K_BLOCKS: tl.constexpr = (K + BLOCK_K - 1) // BLOCK_K
     if IMAGE_TILES:
-        IMAGE_ROW_TILES: tl.constexpr = (H * W + BLOCK_M - 1) // BLOCK_M
-        tiles_m = (M // (H * W)) * IMAGE_ROW_TILES
+        IMAGE_ROW_TILES: tl.constexpr = (D * H * W + BLOCK_M - 1) // BLOCK_M
+        tiles_m = (M // (D * H * W)) * IMAGE_ROW_TILES
         pid_m, pid_n = _tile(tl.program_id(0), tiles_m, tl.cdiv(C, BLOCK_N), GROUP_M)
         n = pid_m // IMAGE_ROW_TILES
         pix = (pid_m % IMAGE_ROW_TILES) * BLOCK_M + tl.arange(0, BLOCK_M)
         pix = tl.max_contiguous(tl.multiple_of(pix, BLOCK_M), BLOCK_M)
-        row_ok = pix < H * W
+        row_ok = pix < D * H * W
         wi = pix % W
-        hi = pix // W
+        if DEPTH:
+            hi = (pix // W) % H
+            di = pix // (H * W)
+        else:
+            hi = pix // W
+        t0 = 0
         r0 = 0
         s0 = 0
         taps_s = S
-        taps = R * S
+        taps_rs = R * S
+        taps = T * R * S
     else:
         pid_m, pid_n = _tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(C, BLOCK_N), GROUP_M)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         if PHASED:
+            DP: tl.constexpr = (D + SD - 1) // SD
             HP: tl.constexpr = (H + SH - 1) // SH
             WP: tl.constexpr = (W + SW - 1) // SW
             phase = tl.program_id(1)
-            ph = phase // SW
+            ph = (phase // SW) % SH
             pw = phase % SW
             hi = ph + ((offs_m // WP) % HP) * SH
             wi = pw + (offs_m % WP) * SW
-            n = offs_m // (HP * WP)
             row_ok = (offs_m < M) & (hi < H) & (wi < W)
-            # the taps r = r0 + SH*t whose stride divides h + PH - r in this phase
+            if DEPTH:
+                pd = phase // (SH * SW)
+                di = pd + ((offs_m // (HP * WP)) % DP) * SD
+                n = offs_m // (DP * HP * WP)
+                row_ok = row_ok & (di < D)
+                t0 = (pd + PD) % SD
+            else:
+                n = offs_m // (HP * WP)
+                t0 = 0
+            # the taps t = t0 + SD*i, r = r0 + SH*j, s = s0 + SW*l whose strides divide
+            # d + PD - t, h + PH - r and w + PW - s in this phase
             r0 = (ph + PH) % SH
             s0 = (pw + PW) % SW
             taps_s = (S - s0 + SW - 1) // SW
-            taps = ((R - r0 + SH - 1) // SH) * taps_s
+            taps_rs = ((R - r0 + SH - 1) // SH) * taps_s
+            taps = ((T - t0 + SD - 1) // SD) * taps_rs
         else:
             wi = offs_m % W
             hi = (offs_m // W) % H
-            n = offs_m // (H * W)
+            if DEPTH:
+                di = (offs_m // (H * W)) % D
+            n = offs_m // (D * H * W)
             row_ok = offs_m < M
+            t0 = 0
             r0 = 0
             s0 = 0
             taps_s = S
-            taps = R * S
+            taps_rs = R * S
+            taps = T * R * S
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = offs_n % C if C % BLOCK_N != 0 else offs_n
     offs_k = tl.arange(0, BLOCK_K)
@@ -241,10 +304,18 @@ def conv_bwd(
         tap = it // K_BLOCKS
         k0 = (it % K_BLOCKS) * BLOCK_K
         if PHASED:
-            r = r0 + (tap // taps_s) * SH
+            if DEPTH:
+                t = t0 + (tap // taps_rs) * SD
+                r = r0 + ((tap % taps_rs) // taps_s) * SH
+            else:
+                r = r0 + (tap // taps_s) * SH
             s = s0 + (tap % taps_s) * SW
         else:
-            r = tap // S
+            if DEPTH:
+                t = tap // (R * S)
+                r = (tap // S) % R
+            else:
+                r = tap // S
             s = tap % S
         th = hi + PH - r * DH
         tw = wi + PW - s * DW
@@ -267,6 +338,16 @@ def conv_bwd(
         else:
             a_ptrs = y_ptr + (n * YN + p * YH + q * YW)[:, None] + (ks * YC)[None, :]
         b_ptrs = w_ptr + (ks * WK)[:, None] + (cols * WC + r * WR + s * WS)[None, :]
+        if DEPTH:
+            td = di + PD - t * DD
+            od = td // SD
+            if PHASED or SD == 1:
+                ok = ok & (td >= 0) & (od < O)
+            else:
+                ok = ok & (td >= 0) & (td % SD == 0) & (od < O)
+            if not DIRECT_PIX:
+                a_ptrs += (od * YD)[:, None]
+            b_ptrs += t * WT
         if K % BLOCK_K == 0:
             a = tl.load(a_ptrs, mask=ok[:, None], other=0.0)
             b = tl.load(b_ptrs)
@@ -275,10 +356,12 @@ def conv_bwd(
             a = tl.load(a_ptrs, mask=ok[:, None] & k_ok[None, :], other=0.0)
             b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
-    if IMAGE_TILES and XH == W * XW:
+    if IMAGE_TILES and XH == W * XW and (not DEPTH or XD == H * XH):
         x_ptrs = x_ptr + n * XN + (pix * XW)[:, None] + (offs_n * XC)[None, :]
     else:
         x_ptrs = x_ptr + (n * XN + hi * XH + wi * XW)[:, None] + (offs_n * XC)[None, :]
+        if DEPTH:
+            x_ptrs += (di * XD)[:, None]
     tl.store(x_ptrs, acc.to(x_ptr.dtype.element_ty), mask=row_ok[:, None] & (offs_n < C)[None, :])
 
 
@@ -303,6 +386,15 @@ def conv_wrw(
     PW: tl.constexpr,
     DH: tl.constexpr,
     DW: tl.constexpr,
+    D: tl.constexpr,
+    O: tl.constexpr,  # noqa: E741 (output depth: NKOPQ, as cuDNN names it)
+    T: tl.constexpr,
+    SD: tl.constexpr,
+    PD: tl.constexpr,
+    DD: tl.constexpr,
+    XD: tl.constexpr,
+    YD: tl.constexpr,
+    WT: tl.constexpr,
     XN: tl.constexpr,
     XC: tl.constexpr,
     XH: tl.constexpr,
@@ -322,9 +414,11 @@ def conv_wrw(
     PRECISION: tl.constexpr,
     SPLITS: tl.constexpr,
 ):
-    """dw[k, c, r, s] = sum over (n, p, q) of dy[n, k, p, q] * x[n, c, ih, iw]; program axis 1
-    takes one of SPLITS shares of the (n, p, q) blocks. Split, each share writes fp32 partials
-    ``part[split][k][r][s][c]``; unsplit, dw itself."""
+    """dw[k, c, t, r, s] = sum over (n, od, p, q) of dy[n, k, od, p, q] * x[n, c, id, ih, iw];
+    program axis 1 takes one of SPLITS shares of the (n, od, p, q) blocks. Split, each share
+    writes fp32 partials ``part[split][k][t][r][s][c]``; unsplit, dw itself. D = O = T = 1 in
+    2-D."""
+    DEPTH: tl.constexpr = D * O * T > 1
     C_TILES: tl.constexpr = (C + BLOCK_N - 1) // BLOCK_N
     K_TILES: tl.constexpr = (K + BLOCK_M - 1) // BLOCK_M
     pid = tl.program_id(0)
@@ -333,7 +427,11 @@ def conv_wrw(
     tile_k = pid % K_TILES
     tile_c = (pid // K_TILES) % C_TILES
     tap = pid // (K_TILES * C_TILES)
-    r = tap // S
+    if DEPTH:
+        t = tap // (R * S)
+        r = (tap // S) % R
+    else:
+        r = tap // S
     s = tap % S
     offs_k = tile_k * BLOCK_M + tl.arange(0, BLOCK_M)
     ks = offs_k % K if K % BLOCK_M != 0 else offs_k
@@ -348,27 +446,30 @@ def conv_wrw(
         m_ok = offs < M
         q = offs % Q
         p = (offs // Q) % P
-        n = offs // (P * Q)
+        n = offs // (O * P * Q)
         ih = p * SH - PH + r * DH
         iw = q * SW - PW + s * DW
         x_ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-        a = tl.load(
-            y_ptr + (ks * YC)[:, None] + (n * YN + p * YH + q * YW)[None, :],
-            mask=m_ok[None, :],
-            other=0.0,
-        )
-        b = tl.load(
-            x_ptr + (n * XN + ih * XH + iw * XW)[:, None] + (cs * XC)[None, :],
-            mask=x_ok[:, None],
-            other=0.0,
-        )
+        y_rows = n * YN + p * YH + q * YW
+        x_rows = n * XN + ih * XH + iw * XW
+        if DEPTH:
+            od = (offs // (P * Q)) % O
+            i_d = od * SD - PD + t * DD
+            x_ok = x_ok & (i_d >= 0) & (i_d < D)
+            y_rows += od * YD
+            x_rows += i_d * XD
+        a = tl.load(y_ptr + (ks * YC)[:, None] + y_rows[None, :], mask=m_ok[None, :], other=0.0)
+        b = tl.load(x_ptr + x_rows[:, None] + (cs * XC)[None, :], mask=x_ok[:, None], other=0.0)
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
     out_ok = (offs_k < K)[:, None] & (offs_c < C)[None, :]
     if SPLITS > 1:
-        part = part_ptr + split * (K * R * S * C)
-        tl.store(part + (offs_k * (R * S * C))[:, None] + (tap * C + offs_c)[None, :], acc, out_ok)
+        part = part_ptr + split * (K * T * R * S * C)
+        part_ptrs = part + (offs_k * (T * R * S * C))[:, None] + (tap * C + offs_c)[None, :]
+        tl.store(part_ptrs, acc, out_ok)
     else:
         w_ptrs = w_ptr + (offs_k * WK)[:, None] + (offs_c * WC + r * WR + s * WS)[None, :]
+        if DEPTH:
+            w_ptrs += t * WT
         tl.store(w_ptrs, acc.to(w_ptr.dtype.element_ty), mask=out_ok)
 
 
@@ -379,16 +480,18 @@ def conv_wrw_reduce(
     SPLITS: tl.constexpr,
     C: tl.constexpr,
     K: tl.constexpr,
+    T: tl.constexpr,
     R: tl.constexpr,
     S: tl.constexpr,
     WK: tl.constexpr,
     WC: tl.constexpr,
+    WT: tl.constexpr,
     WR: tl.constexpr,
     WS: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     """dw = the sum of ``conv_wrw``'s SPLITS fp32 partials, in dw's type and strides."""
-    TOTAL: tl.constexpr = K * R * S * C
+    TOTAL: tl.constexpr = K * T * R * S * C
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < TOTAL
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
@@ -396,10 +499,11 @@ def conv_wrw_reduce(
     # made the reduction, not the GEMM, the floor of a split run)
     for i in tl.static_range(SPLITS):
         acc += tl.load(part_ptr + i * TOTAL + offs, mask=ok, other=0.0)
-    k = offs // (R * S * C)
-    tap = (offs // C) % (R * S)
+    k = offs // (T * R * S * C)
+    tap = (offs // C) % (T * R * S)
     c = offs % C
-    w_ptrs = w_ptr + k * WK + c * WC + (tap // S) * WR + (tap % S) * WS
+    w_ptrs = w_ptr + k * WK + c * WC + (tap // (R * S)) * WT + ((tap // S) % R) * WR
+    w_ptrs += (tap % S) * WS
     tl.store(w_ptrs, acc.to(w_ptr.dtype.element_ty), mask=ok)
 
 
@@ -409,23 +513,27 @@ def conv_wtrans(
     wt_ptr,
     C: tl.constexpr,
     K: tl.constexpr,
+    T: tl.constexpr,
     R: tl.constexpr,
     S: tl.constexpr,
     WK: tl.constexpr,
     WC: tl.constexpr,
+    WT: tl.constexpr,
     WR: tl.constexpr,
     WS: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    """w copied to ``wt[c][r][s][k]`` (k contiguous): backward data's B operand with its
+    """w copied to ``wt[c][t][r][s][k]`` (k contiguous): backward data's B operand with its
     reduction dimension innermost, the only order TF32 tensor-core instructions read."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    ok = offs < K * C * R * S
+    ok = offs < K * C * T * R * S
     k = offs % K
     s = (offs // K) % S
     r = (offs // (K * S)) % R
-    c = offs // (K * S * R)
-    tl.store(wt_ptr + offs, tl.load(w_ptr + k * WK + c * WC + r * WR + s * WS, mask=ok), mask=ok)
+    t = (offs // (K * S * R)) % T
+    c = offs // (K * S * R * T)
+    src = w_ptr + k * WK + c * WC + t * WT + r * WR + s * WS
+    tl.store(wt_ptr + offs, tl.load(src, mask=ok), mask=ok)
 
 
 @triton.jit
@@ -433,25 +541,34 @@ def to_channels_last(
     src_ptr,
     dst_ptr,
     C: tl.constexpr,
+    D: tl.constexpr,
     H: tl.constexpr,
     W: tl.constexpr,
     SN: tl.constexpr,
     SC: tl.constexpr,
+    SD: tl.constexpr,
     SH: tl.constexpr,
     SW: tl.constexpr,
     BLOCK_P: tl.constexpr,
     BLOCK_C: tl.constexpr,
 ):
-    """One (N, C, H, W) tensor of any strides copied to packed channels-last order (N, H, W,
-    C): program axis 0 walks (n, pixel block), axis 1 channel blocks; each tile is read along
-    the source's pixels and written along the channels (Triton turns it in shared memory)."""
-    P_TILES: tl.constexpr = (H * W + BLOCK_P - 1) // BLOCK_P
+    """One (N, C, D, H, W) tensor of any strides (D = 1 in 2-D) copied to packed
+    channels-last order (N, D, H, W, C): program axis 0 walks (n, pixel block), axis 1 channel
+    blocks; each tile is read along the source's pixels and written along the channels (Triton
+    turns it in shared memory)."""
+    PIXELS: tl.constexpr = D * H * W
+    P_TILES: tl.constexpr = (PIXELS + BLOCK_P - 1) // BLOCK_P
     n = tl.program_id(0) // P_TILES
     offs_p = (tl.program_id(0) % P_TILES) * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    ok = (offs_p < H * W)[:, None] & (offs_c < C)[None, :]
-    # rows of pixels packed (NCHW): one stride, so the loads are vectors
-    pix = offs_p * SW if SH == W * SW else (offs_p // W) * SH + (offs_p % W) * SW
+    ok = (offs_p < PIXELS)[:, None] & (offs_c < C)[None, :]
+    # pixels packed (NCHW, NCDHW): one stride, so the loads are vectors
+    if SH == W * SW and (D == 1 or SD == H * SH):
+        pix = offs_p * SW
+    else:
+        pix = ((offs_p // W) % H) * SH + (offs_p % W) * SW
+        if D > 1:
+            pix += (offs_p // (H * W)) * SD
     src = src_ptr + n * SN + pix[:, None] + (offs_c * SC)[None, :]
-    dst = dst_ptr + (n * (H * W) + offs_p)[:, None] * C + offs_c[None, :]
+    dst = dst_ptr + (n * PIXELS + offs_p)[:, None] * C + offs_c[None, :]
     tl.store(dst, tl.load(src, mask=ok), mask=ok)
