@@ -105,11 +105,7 @@ def main() -> None:
     cases = []
     for suite in args.suites:
         for layer in SUITES[suite]:
-            if (
-                layer.groups != 1
-                or layer.dims != 2
-                or (args.layers and layer.name not in args.layers)
-            ):
+            if layer.groups != 1 or (args.layers and layer.name not in args.layers):
                 continue
             for mode in args.dtypes:
                 dtype = (
