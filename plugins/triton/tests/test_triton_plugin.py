@@ -139,10 +139,35 @@ def test_strided_backward_data_runs_per_phase() -> None:
 
 
 def test_one_binary_serves_every_batch_size() -> None:
+    """The batch is the kernels' one run-time size: a configuration compiles to the same
+    binary at any batch (the default may pick a larger tile for a launch big enough to fill
+    it: see ``default_perf_config``)."""
     ctx = gpu_ctx()
-    small = TritonForward().get_solution(ctx, _p(n=2)).kernels[0]
-    large = TritonForward().get_solution(ctx, _p(n=64)).kernels[0]
+    solver = TritonForward()
+    cfg = solver.default_perf_config(ctx, _p(n=2))
+    small = solver.get_solution(ctx, _p(n=2), cfg).kernels[0]
+    large = solver.get_solution(ctx, _p(n=64), cfg).kernels[0]
     assert small.options == large.options and small.grid != large.grid
+    assert solver.default_perf_config(ctx, _p(n=3)) == cfg
+
+
+def test_the_default_takes_a_larger_tile_only_where_the_launch_fills_it() -> None:
+    ctx = gpu_ctx()
+    for solver in (TritonForward(), TritonBackwardData()):
+        small = _p(solver.direction.value, n=2, c=128, k=128, in_spatial=(14, 14))
+        large = _p(solver.direction.value, n=64, c=128, k=128, in_spatial=(56, 56))
+        first = solver.perf_config_space(ctx, large)[0]
+        assert solver.default_perf_config(ctx, small) == solver.perf_config_space(ctx, small)[0]
+        picked = solver.default_perf_config(ctx, large)
+        assert picked["bm"] * picked["bn"] > first["bm"] * first["bn"], picked
+    wrw = TritonBackwardWeights()
+    narrow = _p("backward_weights", c=24, k=40)
+    wide = _p("backward_weights", c=256, k=256, in_spatial=(28, 28))
+    assert wrw.default_perf_config(ctx, narrow)["bm"] == 64
+    assert (
+        wrw.default_perf_config(ctx, wide)["bm"] * wrw.default_perf_config(ctx, wide)["bn"]
+        > 64 * 64
+    )
 
 
 def test_inputs_that_are_not_channels_last_are_staged_first() -> None:

@@ -89,6 +89,9 @@ WRW_TF32_TILES = (
     Tile(128, 64, 32, 4, 3),
     Tile(64, 64, 32, 4, 4),
 )
+#: Forward and backward data (fp16/bf16, channels-last) take a larger tile than the first
+#: where it still launches this many programs per SM (see ``default_perf_config``).
+BIG_TILE_WAVES = 4
 #: TF32 tiles are never narrower than this: Triton 3.6's TF32 wgmma with 16 columns on 4 warps
 #: gave wrong results on an H100 (0.29-0.58 relative error; the interpreter and 8 warps right).
 TF32_MIN_COLUMNS = 32

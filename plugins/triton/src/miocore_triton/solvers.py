@@ -31,6 +31,7 @@ from miocore import (
     not_applicable,
 )
 from miocore_triton.geometry import (
+    BIG_TILE_WAVES,
     CONFIG_KEYS,
     GEMM_TILES,
     IMAGE_FWD_TILES,
@@ -200,29 +201,50 @@ class TritonConvSolver(TunableSolver):
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
         """The direction's first tile fitted to the problem (measured on ResNet-50, see
-        :mod:`miocore_triton.geometry`); backward weights splits its reduction into the most
-        shares (up to 64) that keep at most 3 programs per SM and 8 slices per share."""
+        :mod:`miocore_triton.geometry`), or a larger one where the problem has the work for
+        it: forward and backward data take the largest tile that still launches
+        ``BIG_TILE_WAVES`` programs per SM, backward weights the largest whose rows and
+        columns K and C fill. Backward weights then splits its reduction into the most shares
+        (up to 64) that keep at most 3 programs per SM and 8 slices per share.
+
+        The larger tiles (not for TF32, nor for channels-first outputs, whose first tiles were
+        fitted apart) were measured on the 3-D U-Net's layers (fp16, H100): the first
+        tile ran 20% (forward, backward data) and 26% (backward weights) behind each layer's
+        best on average, the larger ones 10% and 11%; on ResNet-50 and VGG-16 they moved
+        forward 5.7 → 6.3%, backward data 7.5 → 5.5%, backward weights 6.9 → 5.8%
+        (``benchmarks/results/gpu_h100_triton_fp16_unet3d.json``)."""
         p = problem
         space = self.perf_config_space(ctx, p)
         if not space:
             return config(self._tiles(p)[-1])
-        first = tile_of(space[0])
-        if self.direction is not Direction.BACKWARD_WEIGHTS:
-            return space[0]
         sms = max(1, ctx.device.compute_units)
-        same_tile = [c for c in space if tile_of(c) == first]
+        first = tile_of(space[0])
+        tiles = sorted({tile_of(c) for c in space}, key=lambda t: (-t.bm * t.bn, -t.bk, t.warps))
+        larger = [t for t in tiles if t.bm * t.bn > first.bm * first.bn]
+        if p.dtype is DataType.FLOAT32:
+            larger = []  # measured on fp16 only; TF32 keeps its fitted first tiles
+        if self.direction is not Direction.BACKWARD_WEIGHTS:
+            if image_tiles(p):
+                larger = []  # channels-first outputs have their own first tile
+            for t in larger:
+                if gemm_tiles(p, t.bm, t.bn) >= BIG_TILE_WAVES * sms:
+                    return config(t)
+            return space[0]
+        k, c = p.w.lengths[:2]
+        first = next((t for t in larger if t.bm <= k and t.bn <= c), first)
+        same_tile = [cfg for cfg in space if tile_of(cfg) == first]
         blocks = -(-gemm_rows(p) // first.bk)
-        tiles = wrw_tiles(p, first.bm, first.bn)
+        programs = wrw_tiles(p, first.bm, first.bn)
         fitting = [
-            c
-            for c in same_tile
-            if c["split"] == 1
+            cfg
+            for cfg in same_tile
+            if cfg["split"] == 1
             or (
-                tiles * c["split"] <= WRW_PROGRAMS_PER_SM * sms
-                and blocks >= WRW_MIN_SLICES * c["split"]
+                programs * cfg["split"] <= WRW_PROGRAMS_PER_SM * sms
+                and blocks >= WRW_MIN_SLICES * cfg["split"]
             )
         ]
-        return max(fitting or same_tile[:1], key=lambda c: c["split"])
+        return max(fitting or same_tile[:1], key=lambda cfg: cfg["split"])
 
     def is_valid_perf_config(
         self, ctx: ExecutionContext, problem: ConvProblem, config: PerfConfig
