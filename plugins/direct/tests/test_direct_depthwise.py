@@ -243,3 +243,47 @@ def test_plane_backward_weights_matches_reference(filt, pads, dils, size, dtype:
     plan = _Plan(problem)
     assert plan.plane and plan.parts == 0
     check_solver(DepthwiseDirectSolver(), problem, seed=11, tolerance=TOLERANCES[problem.dtype])
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward_data"])
+@pytest.mark.parametrize(
+    ("filt", "strides", "pads", "dils", "size", "dtype"),
+    [
+        ((7, 7), (1, 1), (3, 3), (1, 1), (14, 23), "float32"),
+        ((5, 5), (1, 1), (2, 2), (1, 1), (12, 9), "bfloat16"),
+        ((5, 5), (2, 2), (2, 2), (1, 1), (29, 31), "float16"),
+        ((7, 7), (2, 2), (3, 3), (1, 1), (19, 40), "float32"),
+        ((5, 5), (1, 1), (0, 4), (2, 2), (17, 26), "float32"),
+        ((7, 5), (1, 1), (2, 1), (1, 1), (5, 30), "float32"),
+        ((5, 7), (1, 2), (4, 3), (1, 1), (12, 35), "bfloat16"),
+        ((8, 6), (2, 2), (1, 5), (1, 1), (16, 27), "float32"),
+    ],
+)
+def test_tile_kernel_matches_reference(
+    direction: str, filt, strides, pads, dils, size, dtype: str
+) -> None:
+    """The all-taps tile kernels (depthwise_tiles.py, 5x5 to 8x8, NHWC): forward at stride 1
+    and 2, backward data at stride 1 (strided backward data keeps the generic kernel); full
+    tiles and an overlapping last tile, rows in the vertical padding (a 5-row image under a
+    7-row filter: no row has every filter row), edge columns, dilation, pads beyond the
+    filter's reach, column stride alone, float16/bfloat16 staged in float32."""
+    from miocore_direct.depthwise import _Plan, _tiles_apply
+
+    problem = _twenty_channels(direction, 2, filt, pads, strides, dils, size, dtype, "NHWC")
+    plan = _Plan(problem)
+    tiles = direction == "forward" or strides == (1, 1)
+    assert plan.blocked == tiles and not plan.plane
+    assert _tiles_apply(plan.mult, plan.filt, strides[1], dils[1])
+    check_solver(DepthwiseDirectSolver(), problem, seed=13, tolerance=TOLERANCES[problem.dtype])
+
+
+def test_tile_kernel_refuses_strided_arrays() -> None:
+    """Flat indexing needs packed arrays: a strided view is refused, never read wrongly."""
+    from miocore_direct.depthwise_tiles import run
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 9, 20, 16), dtype=np.float32)
+    wt = rng.standard_normal((5, 5, 16), dtype=np.float32)
+    y = np.empty((1, 9, 10, 16), np.float32)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        run(x[:, :, ::2], wt, y, 1, 2, 1, 2, 1, 1)

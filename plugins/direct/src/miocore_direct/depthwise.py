@@ -208,6 +208,11 @@ class _Plan:
         _, sh, sw, ph, pw, dh, dw = self.geometry
         if self.direction is Direction.BACKWARD_DATA:
             ph, pw = (self.filt[0] - 1) * dh - ph, (self.filt[1] - 1) * dw - pw
+        if _tiles_apply(self.mult, self.filt, sw, dw):  # 5x5 to 8x8: all-taps tiles
+            from miocore_direct.depthwise_tiles import run
+
+            run(src, wt, dst, sh, ph, dh, pw, sw, dw)
+            return
         forward_kernel(self.filt[1], sw, dw, self.filt[0])(src, wt, dst, sh, ph, dh, pw)
 
 
@@ -283,6 +288,13 @@ def _blocked_applies(mult: int, width: int, stride_w: int, dilation_w: int) -> b
     from miocore_direct.depthwise_blocked import applies
 
     return applies(mult, width, stride_w, dilation_w)
+
+
+def _tiles_apply(mult: int, filt: tuple[int, ...], stride_w: int, dilation_w: int) -> bool:
+    """:func:`miocore_direct.depthwise_tiles.applies`, imported when asked."""
+    from miocore_direct.depthwise_tiles import applies
+
+    return applies(mult, (filt[0], filt[1]), stride_w, dilation_w)
 
 
 def _plane_applies(

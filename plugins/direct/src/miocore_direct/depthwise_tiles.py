@@ -1,0 +1,192 @@
+"""All-taps register tiles for channels-last depthwise filters of 5x5 to 8x8 (multiplier 1),
+generated per (filter size, column stride, column dilation, channel count).
+
+The filter-row kernels of :mod:`miocore_direct.depthwise_blocked` load and store each output
+once per filter row; on 5x5 and 7x7 filters that reload, and the spills of their all-taps body,
+held them at 0.3-0.7 of oneDNN. Here output rows whose filter rows are all in bounds are
+computed in tiles of :data:`TILE` output pixels by one channel vector: the channel loop is the
+tile's only loop and its body holds all ``FH * FW * TILE`` multiply-adds, so the tile's
+outputs stay in registers over every tap and are stored once; inputs and weights are loaded
+as the taps need them. Three things make LLVM keep that body in registers:
+
+- the channel count is a literal of the generated source and the arrays are indexed flat, so
+  every input of a filter row is the row's base register plus a constant displacement (with a
+  runtime channel stride each of the tile's ``FH * (TILE + FW - 1)`` addresses was hoisted out
+  of the channel loop, spilled, and reloaded for every multiply-add);
+- indices are unsigned (numba wraps a possibly negative signed index with a select);
+- the last tile of a row overlaps the one before instead of leaving a remainder.
+
+Rows reaching into the vertical padding take a filter-row loop over their in-bounds rows on
+the same flat indices; the ``ceil(pw / sw)`` columns at each side reaching into the horizontal
+padding take one pixel at a time with a select per tap.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from miocore_direct.depthwise_blocked import _HEADER, MAX_STEP, MAX_WIDTH, load_generated
+
+#: Output pixels per all-taps tile (rows with every filter row in bounds).
+TILE = 8
+#: Output pixels per tile of the filter-row loop (rows reaching into the vertical padding).
+ROW_TILE = 8
+#: Filters of more taps than this take these kernels (3x3 keeps the blocked kernel's body).
+MIN_TAPS = 10
+
+
+def applies(mult: int, filter_hw: tuple[int, int], stride_w: int, dilation_w: int) -> bool:
+    """Whether a tile kernel exists for this geometry (5x5 to 8x8-sized filters)."""
+    fh, fw = filter_hw
+    return (
+        mult == 1
+        and fw <= MAX_WIDTH
+        and fh <= MAX_WIDTH
+        and fh * fw >= MIN_TAPS
+        and stride_w <= MAX_STEP
+        and dilation_w <= MAX_STEP
+    )
+
+
+def _u(value: int) -> str:
+    """An unsigned literal."""
+    return f"np.uint64({value})"
+
+
+def source(fh: int, fw: int, sw: int, dw: int, chans: int, tile: int = TILE) -> str:
+    """The kernel module for an ``fh x fw`` filter, column stride ``sw``, column dilation
+    ``dw`` and ``chans`` channels.
+
+    ``kernel(x, wt, y, xf, wf, yf, sh, ph, dh, pw)``: ``y[n, oh, ow, k] = sum x[n, oh*sh - ph +
+    fy*dh, ow*sw - pw + fx*dw, k] * wt[fy, fx, k]`` over in-bounds taps; x, y packed
+    channels-last, wt ``(fh, fw, chans)``, and ``xf``, ``wf``, ``yf`` the same arrays flat."""
+    c = chans
+    lines = [
+        "def kernel(x, wt, y, xf, wf, yf, sh, ph, dh, pw):",
+        "    n_img, height, width, _ = x.shape",
+        "    _, out_h, out_w, _ = y.shape",
+        f"    lo = min(out_w, max(0, -((-pw) // {sw})))",
+        f"    hi = max(lo, min(out_w, (width - 1 - {(fw - 1) * dw} + pw) // {sw} + 1))",
+        f"    pitch = np.uint64(dh) * np.uint64(width * {c})",
+        "    for row in prange(n_img * out_h):",
+        "        n = row // out_h",
+        "        oh = row % out_h",
+        "        ih0 = oh * sh - ph",
+        "        fy_lo = max(0, -(ih0 // dh))",
+        f"        fy_hi = min({fh}, (height - 1 - ih0) // dh + 1) if ih0 < height else 0",
+        "        if fy_lo >= fy_hi:",
+        "            for ow in range(out_w):",
+        f"                for k in range({c}):",
+        "                    y[n, oh, ow, k] = ZERO",
+        "            continue",
+        "        xrow = np.uint64((n * height + ih0 + fy_lo * dh) * width)",
+        "        yrow = np.uint64((n * out_h + oh) * out_w)",
+    ]
+    add = lines.append
+
+    def bases(ind: str, ow: str) -> None:
+        add(f"{ind}xb = (xrow + np.uint64({ow} * {sw} - pw)) * {_u(c)}")
+        add(f"{ind}yb = (yrow + np.uint64({ow})) * {_u(c)}")
+
+    def taps(ind: str, tiles: int, row: str, weights: str, fy: int | None) -> None:
+        """The multiply-adds of one filter row (``fy``: its literal index, or None for the
+        runtime row whose weights start at ``weights``)."""
+        for fx in range(fw):
+            tap = _u((fy * fw + fx) * c) if fy is not None else f"{weights} + {_u(fx * c)}"
+            add(f"{ind}w = wf[{tap} + k]")
+            for j in range(tiles):
+                add(f"{ind}a{j} += xf[{row} + {_u((j * sw + fx * dw) * c)} + k] * w")
+
+    def all_taps(ind: str, ow: str, tiles: int) -> None:
+        """Every tap in one body: rows whose filter rows are all in bounds."""
+        bases(ind, ow)
+        for fy in range(fh):
+            add(f"{ind}r{fy} = xb + {_u(fy)} * pitch")
+        add(f"{ind}for k in range({_u(c)}):")
+        add(f"{ind}    " + " = ".join(f"a{j}" for j in range(tiles)) + " = ZERO")
+        for fy in range(fh):
+            taps(ind + "    ", tiles, f"r{fy}", "", fy)
+        for j in range(tiles):
+            add(f"{ind}    yf[yb + {_u(j * c)} + k] = a{j}")
+
+    def row_loop(ind: str, ow: str, tiles: int) -> None:
+        """A filter-row loop over the in-bounds rows (rows in the vertical padding)."""
+        bases(ind, ow)
+        add(f"{ind}wb = np.uint64(fy_lo * {fw * c})")
+        add(f"{ind}for k in range({_u(c)}):")
+        add(f"{ind}    " + " = ".join(f"a{j}" for j in range(tiles)) + " = ZERO")
+        taps(ind + "    ", tiles, "xb", "wb", None)
+        for j in range(tiles):
+            add(f"{ind}    yf[yb + {_u(j * c)} + k] = a{j}")
+        add(f"{ind}for fy in range(fy_lo + 1, fy_hi):")
+        add(f"{ind}    xb += pitch")
+        add(f"{ind}    wb += {_u(fw * c)}")
+        add(f"{ind}    for k in range({_u(c)}):")
+        for j in range(tiles):
+            add(f"{ind}        a{j} = yf[yb + {_u(j * c)} + k]")
+        taps(ind + "        ", tiles, "xb", "wb", None)
+        for j in range(tiles):
+            add(f"{ind}        yf[yb + {_u(j * c)} + k] = a{j}")
+
+    def pixel(ind: str, ow: str) -> None:
+        """One output pixel, a select per tap (columns in the horizontal padding)."""
+        add(f"{ind}c0 = {ow} * {sw} - pw")
+        for fx in range(fw):  # & (not `and`): see depthwise_blocked
+            add(f"{ind}u{fx} = (c0 + {fx * dw} >= 0) & (c0 + {fx * dw} < width)")
+            add(f"{ind}q{fx} = np.uint64(min(max(c0 + {fx * dw}, 0), width - 1) * {c})")
+        add(f"{ind}xb = xrow * {_u(c)}")
+        add(f"{ind}wb = np.uint64(fy_lo * {fw * c})")
+        add(f"{ind}yb = (yrow + np.uint64({ow})) * {_u(c)}")
+        add(f"{ind}for k in range({_u(c)}):")
+        add(f"{ind}    yf[yb + k] = ZERO")
+        add(f"{ind}for fy in range(fy_lo, fy_hi):")
+        add(f"{ind}    for k in range({_u(c)}):")
+        add(f"{ind}        a0 = yf[yb + k]")
+        for fx in range(fw):
+            value = f"(xf[xb + q{fx} + k] if u{fx} else ZERO)"
+            add(f"{ind}        a0 += {value} * wf[wb + {_u(fx * c)} + k]")
+        add(f"{ind}        yf[yb + k] = a0")
+        add(f"{ind}    xb += pitch")
+        add(f"{ind}    wb += {_u(fw * c)}")
+
+    def sweep(ind: str, body: Any, size: int) -> None:
+        """Tiles over the interior columns ``[lo, hi)``; the last tile ends at ``hi`` and
+        overlaps the one before (outputs are written, not accumulated, so that is exact)."""
+        add(f"{ind}if hi - lo >= {size}:")
+        add(f"{ind}    ow = lo")
+        add(f"{ind}    while ow < hi:")
+        add(f"{ind}        ow = min(ow, hi - {size})")
+        body(ind + "        ", "ow", size)
+        add(f"{ind}        ow += {size}")
+        add(f"{ind}else:")
+        add(f"{ind}    for ow in range(lo, hi):")
+        pixel(ind + "        ", "ow")
+
+    add("        for ow in range(lo):")
+    pixel(" " * 12, "ow")
+    add(f"        if (fy_lo == 0) & (fy_hi == {fh}):")
+    sweep(" " * 12, all_taps, tile)
+    add("        else:")
+    sweep(" " * 12, row_loop, ROW_TILE)
+    add("        for ow in range(hi, out_w):")
+    pixel(" " * 12, "ow")
+    return _HEADER + "\n".join(lines) + "\n"
+
+
+@functools.cache
+def tile_kernel(fh: int, fw: int, sw: int, dw: int, chans: int) -> Any:
+    """The compiled kernel of :func:`source` (numba's disk cache, see
+    :func:`miocore_direct.depthwise_blocked.load_generated`)."""
+    text = source(fh, fw, sw, dw, chans)
+    return load_generated(f"miocore_dw_tiles_{fh}x{fw}_{sw}_{dw}_{chans}", text)
+
+
+def run(x: Any, wt: Any, y: Any, sh: int, ph: int, dh: int, pw: int, sw: int, dw: int) -> None:
+    """Run the tile kernel on packed channels-last ``x`` and ``y`` and staged ``wt``."""
+    for array in (x, wt, y):
+        if not array.flags.c_contiguous:  # flat indexing needs packed arrays
+            raise ValueError("tile kernel arrays must be C-contiguous")
+    fh, fw, chans = wt.shape
+    kernel = tile_kernel(fh, fw, sw, dw, chans)
+    kernel(x, wt, y, x.reshape(-1), wt.reshape(-1), y.reshape(-1), sh, ph, dh, pw)
