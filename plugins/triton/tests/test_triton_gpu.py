@@ -6,7 +6,9 @@
 * every configuration of one problem's space per direction (backward weights' splits too);
 * find measures them beside the other solvers, and the FindDb record round-trips with its
   configuration; a prepared run replays them in a CUDA graph;
-* an exact-mode handle never gets them on fp32; a misaligned tensor is refused by name.
+* an exact-mode handle never gets them on fp32; a misaligned tensor is refused by name;
+* 3-D problems (NDHWC, NCDHW; built-in and corpus) in every direction and precision;
+  ``triton.depthwise_wrw`` in every configuration of three depthwise layers.
 """
 
 from __future__ import annotations
@@ -125,6 +127,82 @@ def test_problems_match_the_reference(letter: str, dtype: str, layout: str) -> N
         if not err <= bound:
             failures.append((p.key, err))
     assert checked >= min(count, 8), checked
+    assert not failures, failures
+
+
+def problems_3d(letter: str, dtype: str, layout: str) -> list[miocore.ConvProblem]:
+    """3-D problems: built-in ones (a 2x2x2 stride-2 upsampling among them) and shrunk 3-D
+    corpus rows."""
+    direction = {"F": "forward", "B": "backward_data", "W": "backward_weights"}[letter]
+    out = [
+        miocore.ConvProblem.from_sizes(
+            direction, n=2, c=c, k=k, in_spatial=dhw, filter_spatial=f, pads=pad, strides=st,
+            dilations=dil, dtype=dtype, layout=layout,
+        )
+        for c, k, dhw, f, pad, st, dil in (
+            (16, 32, (6, 7, 8), (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1)),
+            (24, 8, (8, 8, 8), (2, 2, 2), (0, 0, 0), (2, 2, 2), (1, 1, 1)),
+            (5, 3, (7, 6, 9), (3, 1, 3), (1, 0, 1), (2, 1, 2), (1, 1, 1)),
+            (8, 16, (5, 9, 6), (3, 3, 1), (2, 1, 0), (1, 2, 1), (2, 1, 1)),
+            (32, 24, (6, 6, 6), (1, 1, 1), (0, 0, 0), (1, 1, 1), (1, 1, 1)),
+        )
+    ]  # fmt: skip
+    token = {"float32": "FP32", "float16": "FP16", "bfloat16": "BF16"}[dtype]
+    rows = []
+    if find_corpus() is not None:
+        rows = [r for r in sample_rows(400, seed=29) if len(r["x"]) == 3 and r["groups"] == 1]
+    for i, row in enumerate(rows[:6]):
+        out.append(
+            shrink_row(
+                {**row, "dtype": token, "layout": layout, "dir": letter},
+                max_channels_per_group=(8, 24)[i % 2],
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize("layout", ["NDHWC", "NCDHW"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("letter", ["F", "B", "W"])
+def test_3d_problems_match_the_reference(letter: str, dtype: str, layout: str) -> None:
+    mode = "tf32" if dtype == "float32" else "exact"
+    h = handle_for(mode)
+    sol = h.registry.get(SOLVERS[letter]).solver
+    checked, failures = 0, []
+    for i, p in enumerate(problems_3d(letter, dtype, layout)):
+        if not sol.is_applicable(h.context, p):
+            continue
+        err = run(h, SOLVERS[letter], p, seed=i)
+        bound = TF32_TOLERANCE if dtype == "float32" else TOLERANCES[p.dtype]
+        checked += 1
+        if not err <= bound:
+            failures.append((p.key, err))
+    assert checked >= 5, checked
+    assert not failures, failures
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_depthwise_backward_weights_in_every_configuration(dtype: str) -> None:
+    h = handle_for()
+    solver = "triton.depthwise_wrw"
+    sol = h.registry.get(solver).solver
+    failures = []
+    for c, hw, f, pad, st, dil in (
+        (96, (14, 14), (7, 7), (3, 3), (1, 1), (1, 1)),
+        (37, (9, 11), (5, 5), (2, 2), (2, 2), (1, 1)),
+        (64, (12, 12), (3, 3), (2, 1), (1, 1), (2, 1)),
+    ):
+        p = miocore.ConvProblem.from_sizes(
+            "backward_weights", n=4, c=c, k=c, in_spatial=hw, filter_spatial=f, pads=pad,
+            strides=st, dilations=dil, groups=c, dtype=dtype, layout="NHWC",
+        )  # fmt: skip
+        assert sol.is_applicable(h.context, p), sol.is_applicable(h.context, p).reason
+        space = sol.perf_config_space(h.context, p)
+        assert len({cfg["split"] for cfg in space}) > 1
+        for cfg in space:
+            err = run(h, solver, p, seed=5, config=cfg)
+            if not err <= TOLERANCES[p.dtype]:
+                failures.append((p.key, dict(cfg), err))
     assert not failures, failures
 
 
