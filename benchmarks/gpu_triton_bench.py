@@ -56,10 +56,6 @@ SOLVER = {
     "backward_weights": "triton.igemm_wrw",
 }
 
-#: Depthwise layers: backward weights only, by ``triton.depthwise_wrw`` (batch 32).
-DEPTHWISE_SOLVER = "triton.depthwise_wrw"
-BATCHES = {**BATCH, "mobilenetv2_dw": 32, "efficientnet_b0_dw": 32, "convnext_t_dw": 32}
-
 _WORKER: dict[str, Any] = {}
 
 
@@ -90,7 +86,7 @@ def precompile(cases: list[dict[str, Any]], procs: int) -> tuple[float, int, dic
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--suites", nargs="+", default=["resnet50"], choices=list(BATCHES))
+    parser.add_argument("--suites", nargs="+", default=["resnet50"], choices=list(BATCH))
     parser.add_argument("--dtypes", nargs="+", default=["float16"])
     parser.add_argument("--directions", nargs="+", default=list(DIRECTIONS))
     parser.add_argument("--layers", nargs="*", default=[])
@@ -109,10 +105,7 @@ def main() -> None:
     cases = []
     for suite in args.suites:
         for layer in SUITES[suite]:
-            depthwise = layer.groups > 1 and layer.groups == layer.c == layer.k
-            if (layer.groups != 1 and not depthwise) or (
-                args.layers and layer.name not in args.layers
-            ):
+            if layer.groups != 1 or (args.layers and layer.name not in args.layers):
                 continue
             for mode in args.dtypes:
                 dtype = (
@@ -124,11 +117,8 @@ def main() -> None:
                 )
                 h = handles["tf32" if mode == "tf32" else "exact"]
                 for direction in args.directions:
-                    if depthwise and direction != "backward_weights":
-                        continue
-                    name = DEPTHWISE_SOLVER if depthwise else SOLVER[direction]
-                    p = problem(layer, BATCHES[suite], direction, dtype=dtype, layout=args.layout)
-                    solver = h.registry.get(name).solver
+                    p = problem(layer, BATCH[suite], direction, dtype=dtype, layout=args.layout)
+                    solver = h.registry.get(SOLVER[direction]).solver
                     applicable = solver.is_applicable(h.context, p)
                     cases.append({
                         "suite": suite, "layer": layer, "mode": mode, "direction": direction,

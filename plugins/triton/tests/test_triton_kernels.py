@@ -42,20 +42,16 @@ def _options(kernel: miocore.KernelInfo) -> tuple[dict[str, Any], dict[str, Any]
 
 
 def run_interpreted(
-    p: miocore.ConvProblem,
-    cfg: PerfConfig | None = None,
-    mode: str = "exact",
-    seed: int = 0,
-    solver: Any = None,
+    p: miocore.ConvProblem, cfg: PerfConfig | None = None, mode: str = "exact", seed: int = 0
 ) -> float:
-    """Relative error of the solver's launch (the implicit GEMM of ``p``'s direction unless
-    ``solver`` is given), interpreted, against the reference."""
+    """Relative error of the solver's launch, interpreted, against the reference."""
     import torch
 
     ctx = gpu_ctx(mode)
-    solver = solver or _solver(p.direction.value)
+    solver = _solver(p.direction.value)
     assert solver.is_applicable(ctx, p), solver.is_applicable(ctx, p).reason
     solution = solver.get_solution(ctx, p, cfg)
+    kernels = interpreted_kernels()
     inputs = reference.random_inputs(p, seed)
     out = p.direction.output_tensor
     bufs = {}
@@ -68,10 +64,7 @@ def run_interpreted(
     from miocore_triton.builder import parse_options
     from miocore_triton.launches import plan
 
-    if hasattr(solver, "_plan"):
-        steps, size = solver._plan(ctx, p, cfg or solver.default_perf_config(ctx, p))
-    else:
-        steps, size = plan(ctx, p, cfg or solver.default_perf_config(ctx, p))
+    steps, size = plan(ctx, p, cfg or solver.default_perf_config(ctx, p))
     assert [st.kernel for st in steps] == list(solution.kernels)
     workspace = torch.zeros(max(16, size), dtype=torch.uint8)
     types = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
@@ -79,7 +72,6 @@ def run_interpreted(
         kernel = step.kernel
         constexprs, _ = _options(kernel)
         values = parse_options(kernel.options)
-        kernels = interpreted_kernels(kernel.source.split("/", 1)[1])
         fn = getattr(kernels, kernel.kernel_name)
         pointers = [a for a in fn.arg_names if str(values.get(f"sig.{a}", "")).startswith("*")]
         args = []
@@ -235,32 +227,3 @@ def test_3d_backward_weights_split_equals_unsplit() -> None:
     for split in (splits[0], splits[-1]):
         cfg = next(c for c in space if c["split"] == split)
         assert run_interpreted(p, cfg) <= TOLERANCES[p.dtype], cfg
-
-
-DEPTHWISE_CASES = {
-    "3x3": {"filter_spatial": (3, 3), "pads": (1, 1)},
-    "7x7": {"filter_spatial": (7, 7), "pads": (3, 3), "in_spatial": (9, 8)},
-    "5x5_strided": {"filter_spatial": (5, 5), "pads": (2, 2), "strides": (2, 2)},
-    "dilated_odd": {"filter_spatial": (3, 3), "pads": (2, 1), "dilations": (2, 1), "c": 37},
-    # enough rows for split runs (partials summed by conv_wrw_reduce)
-    "split": {"filter_spatial": (3, 3), "pads": (1, 1), "n": 4, "in_spatial": (16, 16)},
-}
-
-
-@pytest.mark.parametrize("dtype", ["float16", "float32"])
-@pytest.mark.parametrize("case", sorted(DEPTHWISE_CASES))
-def test_depthwise_backward_weights_matches_the_reference(case: str, dtype: str) -> None:
-    from miocore_triton.depthwise import TritonDepthwiseWeights
-
-    sizes = {"n": 3, "c": 40, "k": 40, "in_spatial": (7, 9), **DEPTHWISE_CASES[case]}
-    sizes["k"] = sizes["c"]
-    p = miocore.ConvProblem.from_sizes(
-        "backward_weights", dtype=dtype, layout="NHWC", groups=sizes["c"], **sizes
-    )
-    solver = TritonDepthwiseWeights()
-    space = solver.perf_config_space(gpu_ctx(), p)
-    splits = sorted({c["split"] for c in space})
-    assert splits[0] == 1 and (case != "split" or len(splits) > 1), splits
-    for split in (splits[0], splits[-1]):  # unsplit and the most split
-        cfg = next(c for c in space if c["split"] == split)
-        assert run_interpreted(p, cfg, solver=solver) <= TOLERANCES[p.dtype], cfg

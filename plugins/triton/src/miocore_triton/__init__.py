@@ -2,9 +2,8 @@
 cubins and hsacos and launched through miocore's own backend.
 
 Solvers: ``triton.igemm_fwd``, ``triton.igemm_bwd`` (backward data), ``triton.igemm_wrw``
-(backward weights), 2-D and 3-D; ``triton.depthwise_wrw`` (depthwise backward weights). The
-names below load on first access (PEP 562): importing the package, as the plugin scan does,
-imports none of its solver modules nor Triton."""
+(backward weights). The names below load on first access (PEP 562): importing the package, as
+the plugin scan does, imports none of its solver modules nor Triton."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ from typing import TYPE_CHECKING
 from miocore import lazy_exports
 
 if TYPE_CHECKING:
-    from miocore_triton.depthwise import TritonDepthwiseWeights
     from miocore_triton.solvers import (
         SOLVERS,
         TritonBackwardData,
@@ -28,7 +26,6 @@ _EXPORTS = {
     "TritonBackwardData": "miocore_triton.solvers",
     "TritonBackwardWeights": "miocore_triton.solvers",
     "TritonConvSolver": "miocore_triton.solvers",
-    "TritonDepthwiseWeights": "miocore_triton.depthwise",
     "TritonForward": "miocore_triton.solvers",
 }
 
@@ -37,7 +34,6 @@ __all__ = [
     "TritonBackwardData",
     "TritonBackwardWeights",
     "TritonConvSolver",
-    "TritonDepthwiseWeights",
     "TritonForward",
 ]
 

@@ -17,27 +17,26 @@ KERNEL_DIR = Path(__file__).parent / "kernels"
 
 _GPU = ("cuda", "hip")
 
-#: (factory, name, algorithm) of every solver, in registration order.
+#: (factory, name) of every solver, in registration order.
 _SOLVERS = (
-    ("miocore_triton.solvers:TritonForward", "triton.igemm_fwd", "implicit_gemm"),
-    ("miocore_triton.solvers:TritonBackwardData", "triton.igemm_bwd", "implicit_gemm"),
-    ("miocore_triton.solvers:TritonBackwardWeights", "triton.igemm_wrw", "implicit_gemm"),
-    ("miocore_triton.depthwise:TritonDepthwiseWeights", "triton.depthwise_wrw", "direct"),
+    ("miocore_triton.solvers:TritonForward", "triton.igemm_fwd"),
+    ("miocore_triton.solvers:TritonBackwardData", "triton.igemm_bwd"),
+    ("miocore_triton.solvers:TritonBackwardWeights", "triton.igemm_wrw"),
 )
 
 
 @miocore.hookimpl
 def miocore_solvers() -> Iterator[miocore.SolverRecord]:
-    """``triton.igemm_fwd``, ``triton.igemm_bwd``, ``triton.igemm_wrw`` and
-    ``triton.depthwise_wrw`` (GPU only)."""
-    for factory, name, algorithm in _SOLVERS:
-        yield miocore.SolverRecord(factory=factory, name=name, algorithm=algorithm, backends=_GPU)
+    """``triton.igemm_fwd``, ``triton.igemm_bwd`` and ``triton.igemm_wrw`` (GPU only)."""
+    for factory, name in _SOLVERS:
+        yield miocore.SolverRecord(
+            factory=factory, name=name, algorithm="implicit_gemm", backends=_GPU
+        )
 
 
 @miocore.hookimpl
 def miocore_kernel_sources() -> Iterator[miocore.KernelSourceRecord]:
-    """The Triton sources (``triton/conv_igemm.py``, ``triton/depthwise.py``), built by
-    Triton, not NVRTC."""
+    """The Triton sources (``triton/conv_igemm.py``), built by Triton, not NVRTC."""
     yield miocore.KernelSourceRecord(
         name="triton", path=KERNEL_DIR, builder="miocore_triton.builder:BUILDER"
     )
