@@ -111,21 +111,25 @@ def run(h: miocore.Handle, solver: str, p: miocore.ConvProblem, seed: int, confi
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 @pytest.mark.parametrize("letter", ["F", "B", "W"])
 def test_problems_match_the_reference(letter: str, dtype: str, layout: str) -> None:
-    mode = "tf32" if dtype == "float32" else "exact"
-    h = handle_for(mode)
-    solver = SOLVERS[letter]
-    sol = h.registry.get(solver).solver
     count = PER_CASE if layout == "NHWC" else PER_CASE // 3
+    check_all(letter, dtype, problems(letter, dtype, layout, count), min(count, 8))
+
+
+def check_all(letter: str, dtype: str, cases: list[miocore.ConvProblem], at_least: int) -> None:
+    """The direction's solver on every applicable problem of ``cases``, each against the
+    reference within its precision's bound; at least ``at_least`` of them applicable."""
+    h = handle_for("tf32" if dtype == "float32" else "exact")
+    sol = h.registry.get(SOLVERS[letter]).solver
     checked, failures = 0, []
-    for i, p in enumerate(problems(letter, dtype, layout, count)):
+    for i, p in enumerate(cases):
         if not sol.is_applicable(h.context, p):
             continue
-        err = run(h, solver, p, seed=i)
+        err = run(h, SOLVERS[letter], p, seed=i)
         bound = TF32_TOLERANCE if dtype == "float32" else TOLERANCES[p.dtype]
         checked += 1
         if not err <= bound:
             failures.append((p.key, err))
-    assert checked >= min(count, 8), checked
+    assert checked >= at_least, checked
     assert not failures, failures
 
 
@@ -164,20 +168,7 @@ def problems_3d(letter: str, dtype: str, layout: str) -> list[miocore.ConvProble
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 @pytest.mark.parametrize("letter", ["F", "B", "W"])
 def test_3d_problems_match_the_reference(letter: str, dtype: str, layout: str) -> None:
-    mode = "tf32" if dtype == "float32" else "exact"
-    h = handle_for(mode)
-    sol = h.registry.get(SOLVERS[letter]).solver
-    checked, failures = 0, []
-    for i, p in enumerate(problems_3d(letter, dtype, layout)):
-        if not sol.is_applicable(h.context, p):
-            continue
-        err = run(h, SOLVERS[letter], p, seed=i)
-        bound = TF32_TOLERANCE if dtype == "float32" else TOLERANCES[p.dtype]
-        checked += 1
-        if not err <= bound:
-            failures.append((p.key, err))
-    assert checked >= 5, checked
-    assert not failures, failures
+    check_all(letter, dtype, problems_3d(letter, dtype, layout), 5)
 
 
 @pytest.mark.parametrize("letter", ["F", "B", "W"])
