@@ -51,7 +51,6 @@ def run_interpreted(
     solver = _solver(p.direction.value)
     assert solver.is_applicable(ctx, p), solver.is_applicable(ctx, p).reason
     solution = solver.get_solution(ctx, p, cfg)
-    kernels = interpreted_kernels()
     inputs = reference.random_inputs(p, seed)
     out = p.direction.output_tensor
     bufs = {}
@@ -72,6 +71,7 @@ def run_interpreted(
         kernel = step.kernel
         constexprs, _ = _options(kernel)
         values = parse_options(kernel.options)
+        kernels = interpreted_kernels(kernel.source.split("/", 1)[1])
         fn = getattr(kernels, kernel.kernel_name)
         pointers = [a for a in fn.arg_names if str(values.get(f"sig.{a}", "")).startswith("*")]
         args = []

@@ -17,7 +17,7 @@ import pytest
 import miocore
 from miocore.testing import cpu_context
 
-KERNELS = Path(__file__).resolve().parents[1] / "src/miocore_triton/kernels/conv_igemm.py"
+KERNEL_DIR = Path(__file__).resolve().parents[1] / "src/miocore_triton/kernels"
 
 
 def gpu_ctx(
@@ -31,8 +31,9 @@ def gpu_ctx(
 _INTERPRETED: dict[str, ModuleType] = {}
 
 
-def interpreted_kernels() -> ModuleType:
-    """``conv_igemm.py`` with its kernels interpreted: they run on the CPU with torch tensors.
+def interpreted_kernels(source: str = "conv_igemm.py") -> ModuleType:
+    """A kernel source of the plugin with its kernels interpreted: they run on the CPU with
+    torch tensors.
 
     Triton reads ``TRITON_INTERPRET`` when it is imported (its own library functions are
     decorated then), so these tests need it set for the whole process, as tox's ``triton``
@@ -41,17 +42,17 @@ def interpreted_kernels() -> ModuleType:
         pytest.skip("Triton's interpreter needs TRITON_INTERPRET=1 for the whole process")
     pytest.importorskip("torch")
     pytest.importorskip("triton")
-    found = _INTERPRETED.get("conv")
+    found = _INTERPRETED.get(source)
     if found is not None:
         return found
     _index_scalars_of_one_element()
-    name = "miocore_triton_test_interpreted_conv_igemm"
-    spec = importlib.util.spec_from_file_location(name, KERNELS)
+    name = "miocore_triton_test_interpreted_" + source.removesuffix(".py")
+    spec = importlib.util.spec_from_file_location(name, KERNEL_DIR / source)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
-    _INTERPRETED["conv"] = module
+    _INTERPRETED[source] = module
     return module
 
 

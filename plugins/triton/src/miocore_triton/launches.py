@@ -49,6 +49,8 @@ from miocore_triton.geometry import (
 )
 
 SOURCE = "triton/conv_igemm.py"
+#: The copies around the GEMMs: staging, filter transposition, the split sum.
+COPIES = "triton/copies.py"
 #: Workspace pieces start on this boundary (the kernels assume 16 bytes; 256 keeps lines whole).
 ALIGN = 256
 #: The staging copy's tile: pixels x channels.
@@ -136,7 +138,7 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
         )  # fmt: skip
         grid = (n * -(-(d * h * w) // STAGE_BLOCK[0]), -(-c // STAGE_BLOCK[1]))
         kernel = KernelInfo(
-            source=SOURCE,
+            source=COPIES,
             kernel_name="to_channels_last",
             options=tuple(sorted(options)),
             grid=grid,
@@ -153,7 +155,7 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
     if transposes_filter(p):
         options = [*_filter_options(shape), f"sig.w_ptr=*{ty}", f"sig.wt_ptr=*{ty}"]
         kernel = KernelInfo(
-            source=SOURCE,
+            source=COPIES,
             kernel_name="conv_wtrans",
             options=tuple(sorted(options)),
             grid=(-(-filter_elements // REDUCE_BLOCK),),
@@ -200,7 +202,7 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
         options = [*_filter_options(shape), f"SPLITS={split}", "sig.part_ptr=*fp32"]
         options += [f"sig.w_ptr=*{ty}"]
         kernel = KernelInfo(
-            source=SOURCE,
+            source=COPIES,
             kernel_name="conv_wrw_reduce",
             options=tuple(sorted(options)),
             grid=(-(-filter_elements // REDUCE_BLOCK),),

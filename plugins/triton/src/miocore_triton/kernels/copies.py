@@ -1,0 +1,113 @@
+"""The element-wise kernels around the implicit GEMMs of ``conv_igemm.py``.
+
+* ``to_channels_last``: an input that is not channels-last (NCHW, NCDHW, KCRS) copied into the
+  workspace in that order first, so every GEMM reads 16-byte vectors; the cost is the
+  solver's own, inside its measured time.
+* ``conv_wtrans``: w copied with k innermost, for TF32 backward data (whose B operand must
+  have its reduction dimension contiguous); ``conv_bwd`` then reads it through its strides.
+* ``conv_wrw_reduce``: the SPLITS fp32 partials of a split ``conv_wrw`` summed into dw.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def conv_wrw_reduce(
+    part_ptr,
+    w_ptr,
+    SPLITS: tl.constexpr,
+    C: tl.constexpr,
+    K: tl.constexpr,
+    T: tl.constexpr,
+    R: tl.constexpr,
+    S: tl.constexpr,
+    WK: tl.constexpr,
+    WC: tl.constexpr,
+    WT: tl.constexpr,
+    WR: tl.constexpr,
+    WS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """dw = the sum of ``conv_wrw``'s SPLITS fp32 partials, in dw's type and strides."""
+    TOTAL: tl.constexpr = K * T * R * S * C
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < TOTAL
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    # unrolled: every share's load is in flight at once (a loop waits for each in turn, which
+    # made the reduction, not the GEMM, the floor of a split run)
+    for i in tl.static_range(SPLITS):
+        acc += tl.load(part_ptr + i * TOTAL + offs, mask=ok, other=0.0)
+    k = offs // (T * R * S * C)
+    tap = (offs // C) % (T * R * S)
+    c = offs % C
+    w_ptrs = w_ptr + k * WK + c * WC + (tap // (R * S)) * WT + ((tap // S) % R) * WR
+    w_ptrs += (tap % S) * WS
+    tl.store(w_ptrs, acc.to(w_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def conv_wtrans(
+    w_ptr,
+    wt_ptr,
+    C: tl.constexpr,
+    K: tl.constexpr,
+    T: tl.constexpr,
+    R: tl.constexpr,
+    S: tl.constexpr,
+    WK: tl.constexpr,
+    WC: tl.constexpr,
+    WT: tl.constexpr,
+    WR: tl.constexpr,
+    WS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """w copied to ``wt[c][t][r][s][k]`` (k contiguous): backward data's B operand with its
+    reduction dimension innermost, the only order TF32 tensor-core instructions read."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < K * C * T * R * S
+    k = offs % K
+    s = (offs // K) % S
+    r = (offs // (K * S)) % R
+    t = (offs // (K * S * R)) % T
+    c = offs // (K * S * R * T)
+    src = w_ptr + k * WK + c * WC + t * WT + r * WR + s * WS
+    tl.store(wt_ptr + offs, tl.load(src, mask=ok), mask=ok)
+
+
+@triton.jit
+def to_channels_last(
+    src_ptr,
+    dst_ptr,
+    C: tl.constexpr,
+    D: tl.constexpr,
+    H: tl.constexpr,
+    W: tl.constexpr,
+    SN: tl.constexpr,
+    SC: tl.constexpr,
+    SD: tl.constexpr,
+    SH: tl.constexpr,
+    SW: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    """One (N, C, D, H, W) tensor of any strides (D = 1 in 2-D) copied to packed
+    channels-last order (N, D, H, W, C): program axis 0 walks (n, pixel block), axis 1 channel
+    blocks; each tile is read along the source's pixels and written along the channels (Triton
+    turns it in shared memory)."""
+    PIXELS: tl.constexpr = D * H * W
+    P_TILES: tl.constexpr = (PIXELS + BLOCK_P - 1) // BLOCK_P
+    n = tl.program_id(0) // P_TILES
+    offs_p = (tl.program_id(0) % P_TILES) * BLOCK_P + tl.arange(0, BLOCK_P)
+    offs_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    ok = (offs_p < PIXELS)[:, None] & (offs_c < C)[None, :]
+    # pixels packed (NCHW, NCDHW): one stride, so the loads are vectors
+    if SH == W * SW and (D == 1 or SD == H * SH):
+        pix = offs_p * SW
+    else:
+        pix = ((offs_p // W) % H) * SH + (offs_p % W) * SW
+        if D > 1:
+            pix += (offs_p // (H * W)) * SD
+    src = src_ptr + n * SN + pix[:, None] + (offs_c * SC)[None, :]
+    dst = dst_ptr + (n * PIXELS + offs_p)[:, None] * C + offs_c[None, :]
+    tl.store(dst, tl.load(src, mask=ok), mask=ok)
