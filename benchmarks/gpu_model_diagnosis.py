@@ -54,22 +54,38 @@ def backward_ms(
     return per_layer
 
 
+def profiled(
+    fn: Any, model: nn.Module, *, train: bool, host_ops: bool = False, shapes: bool = False
+) -> tuple[Any, float]:
+    """One call of ``fn`` under torch.profiler after a warm-up call, the model in training
+    mode (gradients recorded) or not (no grad): the profile (kernels, and host operators with
+    ``host_ops``, their input shapes with ``shapes``) and the call's host seconds."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CUDA]
+    if host_ops:
+        activities.insert(0, ProfilerActivity.CPU)
+    mode = model.training
+    model.train(train)
+    context = contextlib.nullcontext() if train else torch.no_grad()
+    with context:
+        fn()
+        torch.cuda.synchronize()
+        with profile(activities=activities, record_shapes=shapes) as prof:
+            start = time.perf_counter()
+            fn()
+            host = time.perf_counter() - start
+            torch.cuda.synchronize()
+    model.train(mode)
+    return prof, host
+
+
 def top_kernels(fn: Any, model: nn.Module) -> list[tuple[str, str, float, int]]:
     """Where one training call of ``fn`` spends device time, by PyTorch operator and input
     shapes: (operator, shapes cut to 120 characters, ms, calls) for every operator whose
     kernels take over 10 µs, and a last row for the kernels no operator launched (those a
     library launched through the driver: miocore's solvers)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    mode = model.training
-    model.train(True)
-    fn()
-    torch.cuda.synchronize()
-    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
-    with profile(activities=activities, record_shapes=True) as prof:
-        fn()
-        torch.cuda.synchronize()
-    model.train(mode)
+    prof, _ = profiled(fn, model, train=True, host_ops=True, shapes=True)
     events = prof.key_averages(group_by_input_shape=True)
     kernels = sum(e.self_device_time_total for e in events if e.device_type.name == "CUDA")
     ops = [
@@ -86,21 +102,7 @@ def profile_call(fn: Any, model: nn.Module, *, train: bool) -> dict[str, Any]:
     """One call of ``fn`` under the profiler: its 15 kernels with the most device time (name
     cut to 90 characters, ms, launches), its 10 host operators with the most self host time
     (ms, calls), and the totals (device ms of every kernel, host ms of the call)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    mode = model.training
-    model.train(train)
-    context = contextlib.nullcontext() if train else torch.no_grad()
-    with context:
-        fn()
-        torch.cuda.synchronize()
-        activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
-        with profile(activities=activities) as prof:
-            start = time.perf_counter()
-            fn()
-            host = time.perf_counter() - start
-            torch.cuda.synchronize()
-    model.train(mode)
+    prof, host = profiled(fn, model, train=train, host_ops=True)
     events = prof.key_averages()
     kernels = [e for e in events if e.device_type.name == "CUDA"]
     ops = [e for e in events if e.device_type.name == "CPU"]

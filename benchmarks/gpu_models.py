@@ -25,7 +25,6 @@ own kernels); ``--db`` keeps the finds for a later call (``--modes compile graph
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import json
 import os
@@ -45,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from gpu_model_diagnosis import (
     backward_ms,
     profile_call,
+    profiled,
     rel,
     same_input_weight_grads,
     top_kernels,
@@ -155,18 +155,7 @@ def forward_solver(mod: nn.Module, inp: torch.Tensor) -> str:
 def kernel_ms(fn: Any, *, train: bool, model: nn.Module) -> float:
     """The summed device time of the kernels one call of ``fn`` runs (torch.profiler), the
     model in training mode or not: the call's cost were the host never late."""
-    from torch.profiler import ProfilerActivity, profile
-
-    mode = model.training
-    model.train(train)
-    context = contextlib.nullcontext() if train else torch.no_grad()
-    with context:
-        fn()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-    model.train(mode)
+    prof, _ = profiled(fn, model, train=train)
     return sum(e.self_device_time_total for e in prof.key_averages()) / 1e3
 
 
