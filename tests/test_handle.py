@@ -115,6 +115,29 @@ def test_compile_and_immediate_run_all_directions_and_cache_invoker() -> None:
         _check(p, arrays)
 
 
+def test_runs_look_the_invoker_up_again_once_the_cache_changes() -> None:
+    # run_solution and immediate keep what they looked up per solution (or problem and
+    # solver) only while the invoker cache is unchanged: a cleared or trimmed cache builds
+    # again instead of running an invoker it no longer holds.
+    h = Handle("cpu", registry=Registry.from_solvers([TimedSolver("test.a")]))
+    sol = h.compile_solution(PROBLEM, "test.a")
+    arrays = buffers(PROBLEM)
+    for run in (
+        lambda: h.run_solution(sol, **arrays),
+        lambda: h.immediate(PROBLEM, "test.a", **arrays),
+    ):
+        run()
+        run()
+        assert len(h.invoker_cache) == 1
+        h.invoker_cache.clear()
+        run()
+        assert len(h.invoker_cache) == 1  # built again and cached
+        h.invoker_cache.discard(PROBLEM.network_config, "test.a")
+        run()
+        assert len(h.invoker_cache) == 1
+        _check(PROBLEM, arrays)
+
+
 def test_solution_runs_in_another_handle_and_process(tmp_path: Path) -> None:
     reg = Registry.from_solvers([TimedSolver("test.a")])
     sols = Handle("cpu", registry=reg).find_solutions(PROBLEM, find_mode="NORMAL")

@@ -85,6 +85,9 @@ class Handle:
         self.runner = Runner(self.state, owner=self)
         self.engine = FindEngine(self.state, self.ranker, self.runner)
         self.last_report: FindReport | None = None
+        #: What run_solution and immediate looked up per solution (or problem and solver),
+        #: with the invoker cache's generation then: see :meth:`_remember_lookup`.
+        self._looked_up: dict[Any, tuple[Any, int, CachedInvoker]] = {}
 
     def __repr__(self) -> str:
         return f"Handle({self.backend.name!r}, device={self.device.identity!r})"
@@ -211,12 +214,28 @@ class Handle:
         self, solution: Solution, *, x: Any, w: Any, y: Any, workspace: Any = None
     ) -> None:
         """Run a solution (from any find, in any process) on the caller's buffers."""
+        looked_up = self._looked_up.get(id(solution))
+        if (
+            looked_up is not None
+            and looked_up[0] is solution
+            and looked_up[1] == self.state.invoker_cache.generation
+        ):
+            self.runner.run(solution.problem, looked_up[2], x=x, w=w, y=y, workspace=workspace)
+            return
         if not isinstance(solution, Solution):
             raise InvalidArgumentError(
                 "expected a miocore Solution", field="solution", value=type(solution).__name__
             )
         entry = self._invoker(solution.problem, solution.solver, solution.perf_config)
+        self._remember_lookup(id(solution), solution, entry)
         self.runner.run(solution.problem, entry, x=x, w=w, y=y, workspace=workspace)
+
+    def _remember_lookup(self, key: Any, source: Any, entry: CachedInvoker) -> None:
+        """Keep ``entry`` as what ``source`` (a solution, or a problem and solver) looks up
+        until the invoker cache changes: a call alike then skips the cache's lookup."""
+        if len(self._looked_up) >= _MAX_LOOKUPS:
+            self._looked_up.clear()
+        self._looked_up[key] = (source, self.state.invoker_cache.generation, entry)
 
     def prepare(
         self,
@@ -328,6 +347,15 @@ class Handle:
         workspace: Any = None,
     ) -> None:
         """Run ``solver`` on ``problem`` without find (compiling on first use)."""
+        key = (id(problem), solver)
+        looked_up = self._looked_up.get(key)
+        if (
+            looked_up is not None
+            and looked_up[0] is problem
+            and looked_up[1] == self.state.invoker_cache.generation
+        ):
+            self.runner.run(problem, looked_up[2], x=x, w=w, y=y, workspace=workspace)
+            return
         problem = _check_problem(problem)
         network_config = problem.network_config
         cache = self.invoker_cache
@@ -338,6 +366,7 @@ class Handle:
             reg = self.candidates.applicable(problem, solver)
             config = self.candidates.perf_config(reg, problem.canonical, use_perf_db=True)[0]
             entry = self._invoker(problem, reg.name, config)
+        self._remember_lookup(key, problem, entry)
         self.runner.run(problem, entry, x=x, w=w, y=y, workspace=workspace)
 
     # -- Find 1.0 --------------------------------------------------------------------------
@@ -486,6 +515,10 @@ def _finite(value: float) -> bool:
         return math.isfinite(value)
     except OverflowError:
         return False
+
+
+#: Lookups run_solution and immediate keep (all forgotten at once past it).
+_MAX_LOOKUPS = 256
 
 
 def _check_problem(problem: Any) -> ConvProblem:

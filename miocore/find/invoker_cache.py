@@ -25,11 +25,14 @@ class InvokerCache:
     """``(network_config, solver) -> invoker`` and ``(network_config, algorithm) -> solver``.
 
     Least recently used entries are dropped past ``max_entries`` so a long-running process
-    that sees many shapes does not grow without bound.
+    that sees many shapes does not grow without bound. ``generation`` changes whenever an
+    invoker is added, replaced or dropped, so a caller may keep what it looked up until then.
     """
 
     def __init__(self, max_entries: int = 1024) -> None:
         self.max_entries = max_entries
+        #: Bumped by every change to the invokers (see the class docstring).
+        self.generation = 0
         self._invokers: OrderedDict[tuple[str, str], CachedInvoker] = OrderedDict()
         self._by_algorithm: OrderedDict[tuple[str, Algorithm], str] = OrderedDict()
         self._lock = threading.Lock()
@@ -45,6 +48,7 @@ class InvokerCache:
     def put(self, network_config: str, entry: CachedInvoker) -> None:
         """Remember an invoker (replacing one built with another perf config)."""
         with self._lock:
+            self.generation += 1
             self._invokers[(network_config, entry.solver)] = entry
             self._invokers.move_to_end((network_config, entry.solver))
             _trim(self._invokers, self.max_entries)
@@ -52,6 +56,7 @@ class InvokerCache:
     def discard(self, network_config: str, solver: str) -> None:
         """Forget ``solver``'s invoker for this network config (find proved it wrong)."""
         with self._lock:
+            self.generation += 1
             self._invokers.pop((network_config, solver), None)
             for key in [k for k, v in self._by_algorithm.items() if v == solver]:
                 if key[0] == network_config:
@@ -72,6 +77,7 @@ class InvokerCache:
     def clear(self) -> None:
         """Forget everything."""
         with self._lock:
+            self.generation += 1
             self._invokers.clear()
             self._by_algorithm.clear()
 

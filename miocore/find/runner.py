@@ -245,8 +245,19 @@ def _check_solution(reg: RegisteredSolver, solution: Any) -> None:
 def signature_of(array: Any) -> tuple[Any, ...] | None:
     """What identifies ``array``'s memory and layout, cheaply; None when it cannot be told."""
     kind = type(array)
-    if kind.__module__.startswith("torch") and hasattr(array, "data_ptr"):
-        return (array.data_ptr(), array.shape, array.stride(), array.dtype, array.device)
+    signer = _signers.get(kind)
+    if signer is None:
+        torch_like = kind.__module__.startswith("torch") and hasattr(array, "data_ptr")
+        signer = _signers[kind] = _torch_signature if torch_like else _signature
+    return signer(array)
+
+
+def _torch_signature(array: Any) -> tuple[Any, ...]:
+    return (array.data_ptr(), array.shape, array.stride(), array.dtype, array.device)
+
+
+def _signature(array: Any) -> tuple[Any, ...] | None:
+    kind = type(array)
     interface = getattr(array, "__array_interface__", None)  # numpy and friends
     if interface is not None:
         return (
@@ -260,6 +271,11 @@ def signature_of(array: Any) -> tuple[Any, ...] | None:
     if isinstance(ptr, int):  # what they describe too: a new buffer may reuse id and address
         return (ptr, id(array), getattr(array, "desc", None), getattr(array, "nbytes", None))
     return None
+
+
+#: How each array type's signature is read, decided on first sight of the type (a call's
+#: four signatures are a good part of a remembered call's host time).
+_signers: dict[type, Any] = {}
 
 
 def _same(view: Any) -> Any:
