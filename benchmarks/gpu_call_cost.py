@@ -72,9 +72,9 @@ def device_ms(fn: Any, runs: int = 20) -> float:
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
 
 
-def small_problems() -> list[miocore.ConvProblem]:
+def small_problems(dtypes: tuple[str, ...] = ("float16", "float32")) -> list[miocore.ConvProblem]:
     out = []
-    for dtype in ("float16", "float32"):
+    for dtype in dtypes:
         for direction in ("forward", "backward_data", "backward_weights"):
             for f, pad in ((3, 1), (1, 0)):
                 out.append(
@@ -107,13 +107,31 @@ def small_problems() -> list[miocore.ConvProblem]:
     return out
 
 
-def per_solver(h: miocore.Handle, gen: torch.Generator) -> list[dict[str, Any]]:
-    rows = []
-    for p in small_problems():
-        arrays = {n: tensor(getattr(p, n), gen) for n in ("x", "w", "y")}
-        for s in h.get_solutions(p):
-            if "gpu" not in s.solver:
+def timed_solvers(solutions: list[Any], cudnn_engines: int) -> list[Any]:
+    """The GPU solvers to time of one problem's solutions: miocore's own kernels, Triton's,
+    and cuDNN's first ``cudnn_engines`` engines in the ranking (there are dozens)."""
+    out, engines = [], 0
+    for s in solutions:
+        if s.solver.startswith("cudnn."):
+            engines += 1
+            if engines > cudnn_engines:
                 continue
+        elif "gpu" not in s.solver and not s.solver.startswith("triton."):
+            continue
+        out.append(s)
+    return out
+
+
+def per_solver(
+    h: miocore.Handle,
+    gen: torch.Generator,
+    dtypes: tuple[str, ...] = ("float16", "float32"),
+    cudnn_engines: int = 2,
+) -> list[dict[str, Any]]:
+    rows = []
+    for p in small_problems(dtypes):
+        arrays = {n: tensor(getattr(p, n), gen) for n in ("x", "w", "y")}
+        for s in timed_solvers(list(h.get_solutions(p)), cudnn_engines):
             try:
                 sol = h.compile_solution(p, s.solver)
                 ws = torch.empty(max(sol.workspace_size, 1), dtype=torch.uint8, device="cuda")
@@ -231,16 +249,40 @@ def network(h: miocore.Handle, gen: torch.Generator) -> dict[str, Any]:
     return result
 
 
+def print_summary(rows: list[dict[str, Any]]) -> None:
+    """Median µs per call of each path, per solver (device µs for scale)."""
+    columns = ("invoker_us", "run_solution_us", "immediate_us", "prepared_us", "run_at_us")
+    by_solver: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        if "error" not in row:
+            key = row["solver"] if not row["solver"].startswith("cudnn.") else "cudnn.*"
+            by_solver.setdefault(key, []).append(row)
+    print(
+        f"{'solver':22s} {'cases':>5s} {'device':>7s} "
+        + " ".join(f"{c[:-3]:>12s}" for c in columns)
+    )
+    for name, group in sorted(by_solver.items()):
+        device = statistics.median(r["device_ms"] * 1000 for r in group)
+        cells = []
+        for c in columns:
+            values = [r[c] for r in group if c in r]
+            cells.append(f"{statistics.median(values):12.1f}" if values else f"{'-':>12s}")
+        print(f"{name:22s} {len(group):5d} {device:7.1f} " + " ".join(cells))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--skip-network", action="store_true")
+    parser.add_argument("--dtypes", nargs="+", default=["float16", "float32"])
+    parser.add_argument("--cudnn-engines", type=int, default=2, help="cuDNN engines per problem")
     args = parser.parse_args()
     gen = torch.Generator(device="cuda").manual_seed(0)
     with tempfile.TemporaryDirectory() as db:
         h = miocore.Handle("cuda", user_db_path=db, stream=torch.cuda.current_stream())
         result: dict[str, Any] = {"device": torch.cuda.get_device_name()}
-        result["per_solver"] = per_solver(h, gen)
+        result["per_solver"] = per_solver(h, gen, tuple(args.dtypes), args.cudnn_engines)
+        print_summary(result["per_solver"])
         if not args.skip_network:
             result["network"] = network(h, gen)
             print(result["network"]["profile"])

@@ -15,7 +15,9 @@
 #               kept in /tmp/mdb-models for later stages
 #   models-own  the same with MIOCORE_DISABLE_PLUGINS=cudnn (miocore's own kernels)
 #   modes       torch.compile and CUDA-graph modes on the finds kept by `models`
-#   cost        per-call host cost per solver and ResNet-50's pass (gpu_call_cost.py)
+#   cost        per-call host cost per solver and ResNet-50's pass (gpu_call_cost.py;
+#               COST_ARGS passes its options, COST_TAG names the output files, COST_BASE
+#               a folder whose miocore package runs instead of this tree's)
 #   plugin      ResNet-50 per layer: all plugins, own kernels, PyTorch (gpu_cudnn_plugin.py)
 #   findreport  why finds chose what they chose on the layers models lost on, under each
 #               combination of miocore-cudnn's opt-in switches (gpu_find_report.py)
@@ -89,8 +91,11 @@ case "$STAGE" in
       grep -v Warning | tee "$OUT/modes.log" | tail -40
     ;;
   cost)
-    timeout 560 python3 benchmarks/gpu_call_cost.py --out "$OUT/call_cost.json" 2>&1 |
-      tee "$OUT/cost.log" | tail -40
+    # COST_BASE: a folder holding another tree's miocore package, imported instead of this one
+    # shellcheck disable=SC2086
+    PYTHONPATH="${COST_BASE:+$COST_BASE:}$PYTHONPATH" \
+      timeout "${COST_TIMEOUT:-560}" python3 benchmarks/gpu_call_cost.py ${COST_ARGS:-} \
+      --out "$OUT/call_cost${COST_TAG:-}.json" 2>&1 | tee "$OUT/cost${COST_TAG:-}.log" | tail -40
     ;;
   plugin)
     timeout 560 python3 benchmarks/gpu_cudnn_plugin.py --out "$OUT/cudnn_plugin.json" \
