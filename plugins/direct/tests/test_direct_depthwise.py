@@ -263,7 +263,7 @@ def test_tile_kernel_matches_reference(
     direction: str, filt, strides, pads, dils, size, dtype: str
 ) -> None:
     """The all-taps tile kernels (depthwise_tiles.py, 5x5 to 8x8, NHWC): forward at stride 1
-    and 2, backward data at stride 1 (strided backward data keeps the generic kernel); full
+    and 2, backward data at stride 1 (strided backward data takes the phase kernels); full
     tiles and an overlapping last tile, rows in the vertical padding (a 5-row image under a
     7-row filter: no row has every filter row), edge columns, dilation, pads beyond the
     filter's reach, column stride alone, float16/bfloat16 staged in float32."""
@@ -287,3 +287,163 @@ def test_tile_kernel_refuses_strided_arrays() -> None:
     y = np.empty((1, 9, 10, 16), np.float32)
     with pytest.raises(ValueError, match="C-contiguous"):
         run(x[:, :, ::2], wt, y, 1, 2, 1, 2, 1, 1)
+
+
+@pytest.mark.parametrize(
+    ("filt", "strides", "pads", "size"),
+    [(5, 2, 2, 11), (5, 2, 0, 12), (3, 2, 1, 9), (1, 2, 0, 7), (7, 3, 5, 14), (4, 2, 3, 1),
+     (2, 3, 0, 2), (8, 2, 1, 16)],
+)  # fmt: skip
+def test_phases_split_the_gather_exactly(filt: int, strides: int, pads: int, size: int) -> None:
+    """Along one axis, the phases of depthwise_phases.py are the gather rewritten: every tap in
+    exactly one phase, and each phase's correlation with its padding equals the float64
+    gather ``dx[i] = sum dy[(i + p - f) / s] * w[f]`` on random data."""
+    from miocore_direct.depthwise_phases import phases_1d
+
+    out = (size + 2 * pads - filt) // strides + 1
+    if out < 1:
+        pytest.skip("no output")
+    rng = np.random.default_rng(filt * 100 + size)
+    dy, w = rng.standard_normal(out), rng.standard_normal(filt)
+    gather = np.zeros(size)
+    for i in range(size):
+        for f in range(filt):
+            t = i + pads - f
+            if t % strides == 0 and 0 <= t // strides < out:
+                gather[i] += dy[t // strides] * w[f]
+    phases = phases_1d(filt, strides, pads, size)
+    assert sorted(t for p in phases for t in p.taps) == list(range(filt))
+    got = np.full(size, np.nan)
+    for p in phases:
+        for a in range(p.count):
+            reads = [(a - p.pad + u, tap) for u, tap in enumerate(p.taps)]
+            got[p.residue + strides * a] = sum(dy[j] * w[t] for j, t in reads if 0 <= j < out)
+    np.testing.assert_allclose(got, gather, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("filt", "strides", "pads", "size", "layout", "dtype"),
+    [
+        ((5, 5), (2, 2), (2, 2), (29, 31), "NHWC", "float32"),
+        ((5, 5), (2, 2), (2, 2), (12, 9), "NCHW", "bfloat16"),
+        ((3, 3), (2, 2), (1, 1), (23, 40), "NHWC", "float32"),
+        ((3, 3), (2, 2), (0, 2), (10, 11), "NHWC", "float16"),
+        ((1, 1), (2, 2), (0, 0), (7, 8), "NHWC", "float32"),
+        ((3, 5), (2, 1), (4, 2), (9, 30), "NCHW", "float32"),
+        ((5, 3), (3, 2), (4, 1), (16, 13), "NHWC", "float32"),
+        ((2, 2), (2, 2), (0, 0), (6, 4), "NHWC", "float32"),
+    ],
+)
+def test_strided_backward_data_phases_match_reference(
+    filt, strides, pads, size, layout: str, dtype: str
+) -> None:
+    """Strided backward data through the phase kernels (depthwise_phases.py): tiles and an
+    overlapping last tile, edge columns, phases whose padding is negative (pads beyond the
+    filter's reach), zero phases (a 1x1 filter at stride 2), unequal strides (2, 1) and
+    (3, 2), a filter narrower than the stride in one axis, float16/bfloat16 staged, NCHW
+    staged to channels-last; random data against the float64 reference."""
+    from miocore_direct.depthwise import _Plan
+
+    problem = _twenty_channels("backward_data", 2, filt, pads, strides, (1, 1), size, dtype, layout)
+    plan = _Plan(problem)
+    assert plan.phased and not plan.blocked and not plan.plane
+    check_solver(DepthwiseDirectSolver(), problem, seed=17, tolerance=TOLERANCES[problem.dtype])
+
+
+def test_strided_backward_data_with_dilation_keeps_the_gather() -> None:
+    """Dilation or a channel multiplier is not phase-split (the generic gather runs)."""
+    from miocore_direct.depthwise import _Plan
+
+    dilated = _twenty_channels(
+        "backward_data", 1, (3, 3), (1, 1), (2, 2), (2, 2), (9, 9), "float32", "NHWC"
+    )
+    assert not _Plan(dilated).phased
+    assert not _Plan(_depthwise("backward_data", "NHWC", "float32", mult=2)).phased
+
+
+def test_compiles_for_tells_whether_a_generated_kernel_is_cached(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """compiles_for (DYNAMIC_HYBRID's question) is True while a generated kernel the problem
+    needs is neither loaded nor in numba's disk cache, False once its cache index is there,
+    and False for the generic kernels (compiled once per machine for every problem). It
+    builds nothing."""
+    import sys
+
+    from miocore_direct.depthwise import _Plan
+    from miocore_direct.depthwise_blocked import _folder, _module_name
+
+    monkeypatch.setenv("MIOCORE_KERNEL_CACHE_PATH", str(tmp_path / "kernels"))
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    ctx, solver = cpu_context(), DepthwiseDirectSolver()
+    # 29 channels at 5x5: a tile kernel per channel count, not loaded by any other test
+    tiles = ConvProblem.from_sizes(
+        "forward", n=1, c=29, k=29, in_spatial=(9, 9), filter_spatial=(5, 5), pads=(2, 2),
+        groups=29, layout="NHWC",
+    )  # fmt: skip
+    names = [_module_name(*spec) for spec in _Plan(tiles).generated()]
+    assert len(names) == 1 and "tiles_5x5" in names[0] and names[0] not in sys.modules
+    assert solver.compiles_for(ctx, tiles)
+    cache = _folder() / "__pycache__"
+    cache.mkdir(parents=True)
+    (cache / f"{names[0]}.kernel-9.py311.nbi").touch()
+    assert not solver.compiles_for(ctx, tiles)
+    generic = _depthwise("backward_weights", "NHWC", "float32")
+    assert _Plan(generic).generated() == [] and not solver.compiles_for(ctx, generic)
+
+
+@pytest.mark.parametrize(
+    ("direction", "filt", "strides", "layout"),
+    [
+        ("forward", (3, 3), (1, 1), "NHWC"),
+        ("backward_data", (5, 5), (2, 2), "NHWC"),
+        ("forward", (5, 5), (2, 2), "NCHW"),
+        ("backward_weights", (3, 3), (1, 1), "NCHW"),
+    ],
+)
+def test_generated_lists_what_the_invoker_loads(direction, filt, strides, layout) -> None:
+    """Every kernel a run loads is one _Plan.generated() names, so compiles_for is False after
+    a first run in the same process."""
+    import sys
+
+    from miocore_direct.depthwise import _Plan
+    from miocore_direct.depthwise_blocked import _module_name
+
+    pads = (filt[0] // 2, filt[1] // 2)
+    problem = _twenty_channels(direction, 1, filt, pads, strides, (1, 1), (12, 13), "float32",
+                               layout)  # fmt: skip
+    before = {m for m in sys.modules if m.startswith("miocore_dw_")}
+    check_solver(DepthwiseDirectSolver(), problem, seed=19, tolerance=TOLERANCES[problem.dtype])
+    loaded = {m for m in sys.modules if m.startswith("miocore_dw_")}
+    names = {_module_name(*spec) for spec in _Plan(problem).generated()}
+    assert names and names <= loaded and (loaded - before) <= names
+    assert not DepthwiseDirectSolver().compiles_for(cpu_context(), problem)
+
+
+@pytest.mark.parametrize(
+    ("filt", "pads", "size", "dtype"),
+    [
+        ((5, 5), (2, 2), (29, 31), "float32"),
+        ((5, 5), (0, 3), (24, 26), "float32"),
+        ((3, 3), (1, 1), (25, 24), "float32"),
+        ((3, 3), (0, 2), (27, 30), "bfloat16"),
+        ((4, 3), (3, 1), (30, 25), "float16"),
+        ((2, 5), (0, 4), (24, 33), "float32"),
+        ((7, 8), (6, 7), (24, 24), "float32"),
+    ],
+)
+def test_nchw_stride2_backward_data_planes_match_reference(filt, pads, size, dtype) -> None:
+    """NCHW backward data at stride 2 through depthwise_plane_bwd.py (no transposes): odd and
+    even sizes (unequal column-phase counts), both pad parities, pads beyond the filter's
+    reach (negative phase padding), even and odd filters (every phase's tap count),
+    float16/bfloat16 cast in NCHW order; random data against the float64 reference.
+    Planes under 24x24 keep the channels-last phases (asserted)."""
+    from miocore_direct.depthwise import _Plan
+
+    problem = _twenty_channels("backward_data", 2, filt, pads, (2, 2), (1, 1), size, dtype, "NCHW")
+    plan = _Plan(problem)
+    assert plan.plane and plan.plane_bwd2 and not plan.phased
+    check_solver(DepthwiseDirectSolver(), problem, seed=23, tolerance=TOLERANCES[problem.dtype])
+    small = _twenty_channels("backward_data", 2, filt, pads, (2, 2), (1, 1), (14, 14), dtype,
+                             "NCHW")  # fmt: skip
+    assert not _Plan(small).plane and _Plan(small).phased

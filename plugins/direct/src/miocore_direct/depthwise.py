@@ -9,7 +9,9 @@ stride 1 or 2, backward data and backward weights at stride 1 (multiplier 1) tak
 kernels instead
 (:mod:`miocore_direct.depthwise_plane`): one padded image (or its four
 phases) per channel, long rows, no transposes; other types than float32 are cast in NCHW
-order.
+order. Strided backward data runs as stride-1 phases of dx: on channels-last tensors through
+the all-taps tiles (:mod:`miocore_direct.depthwise_phases`), and NCHW at stride 2 on planes
+(:mod:`miocore_direct.depthwise_plane_bwd`).
 Any channel multiplier (K = C * M), any 2-D filter, stride, padding and dilation.
 """
 
@@ -91,8 +93,12 @@ class _Plan:
         self.blocked = self.direction is not Direction.BACKWARD_WEIGHTS and _blocked_applies(
             self.mult, self.filt[1], sw, p.conv.dilations[1]
         )
+        # Strided backward data: one stride-1 tile pass per phase of dx (depthwise_phases.py).
+        self.phased = False
+        self._phases: Any = None
         if self.direction is Direction.BACKWARD_DATA and (sh, sw) != (1, 1):
             self.blocked = False
+            self.phased = _phases_apply(self.mult, self.filt, (sh, sw), tuple(p.conv.dilations))
         # NCHW plane kernels (forward at stride 1 or 2, backward data and weights at stride
         # 1): read and write NCHW rows in place, where the other kernels need transposes.
         self.pads = tuple(p.conv.pads)
@@ -106,8 +112,17 @@ class _Plan:
             and (self.direction is Direction.FORWARD or (sh, sw) == (1, 1))
             and _plane_applies(self.mult, self.filt[1], (sh, sw), self.pads, p.conv.dilations)
         )
+        # NCHW backward data at stride 2: the phases on planes (depthwise_plane_bwd.py).
+        self.plane_bwd2 = (
+            p.x.layout == "NCHW"
+            and self.direction is Direction.BACKWARD_DATA
+            and _plane_bwd2_applies(
+                self.mult, self.filt, (sh, sw), tuple(p.conv.dilations), self.ins
+            )
+        )
+        self.plane = self.plane or self.plane_bwd2
         if self.plane:
-            self.blocked = False
+            self.blocked = self.phased = False
         layout = "NCHW" if self.plane else "NHWC"
         self.x_direct = _in_place(p.x, layout)
         self.y_direct = _in_place(p.y, layout)
@@ -127,10 +142,49 @@ class _Plan:
 
     def predicted_ms(self, threads: int) -> float:
         """The kernels' measured multiply-add rate plus the float32 staging copies."""
-        fast = self.blocked or self.plane
+        fast = self.blocked or self.plane or self.phased
         rate = (_BLOCKED_MACS_PER_NS if fast else _MACS_PER_NS) * 1e6 * max(1, threads)
         staged = sum(self.sizes[1:3]) * 8 / (_STAGE_GBPS * 1e6)  # bytes read + written
         return self.macs / rate + staged + _CALL_MS
+
+    def generated(self) -> list[tuple[str, str]]:
+        """The generated kernels (name prefix, source) the invoker loads: what a first run
+        may compile. The generic kernels of depthwise_kernels.py are compiled once per machine
+        for every problem and are not listed."""
+        _, sh, sw, _, _, _, dw = self.geometry
+        fh, fw = self.filt[0], self.filt[1]
+        if self.plane:
+            from miocore_direct import depthwise_plane as plane
+
+            if self.direction is Direction.BACKWARD_WEIGHTS:
+                return [plane.plane_weights_spec(fw, dw)]
+            if self.plane_bwd2:
+                from miocore_direct.depthwise_plane_bwd import spec
+
+                return [spec(fw)]
+            return [plane.plane_stride2_spec(fw) if sh == 2 else plane.plane_spec(fw, dw)]
+        if self.phased:
+            return self.phase_plan().specs()
+        if self.blocked:
+            if _tiles_apply(self.mult, self.filt, sw, dw):
+                from miocore_direct.depthwise_tiles import tile_spec
+
+                return [tile_spec(fh, fw, sw, dw, self.k)]
+            from miocore_direct.depthwise_blocked import forward_spec
+
+            return [forward_spec(fw, sw, dw, fh)]
+        return []
+
+    def phase_plan(self) -> Any:
+        """The :class:`~miocore_direct.depthwise_phases.PhasePlan` of a phased problem, made
+        on first use (planning stays free of the kernel modules until a run asks)."""
+        if self._phases is None:
+            from miocore_direct.depthwise_phases import PhasePlan
+
+            _, sh, sw, ph, pw, _, _ = self.geometry
+            filt, size = (self.filt[0], self.filt[1]), (self.ins[0], self.ins[1])
+            self._phases = PhasePlan(filt, (sh, sw), (ph, pw), size, self.c)
+        return self._phases
 
     def buffers(self, workspace: Any) -> list[np.ndarray]:
         """Float32 views of the workspace regions (weights, x, y, partials)."""
@@ -193,7 +247,12 @@ class _Plan:
         pass of dy with the flipped filter (stride 1)."""
         from miocore_direct import depthwise_plane as generated
 
-        _, sh, _, _, _, dh, dw = self.geometry
+        _, sh, _, ph0, pw0, dh, dw = self.geometry
+        if self.plane_bwd2:  # the flipped filter, the problem's own padding
+            from miocore_direct.depthwise_plane_bwd import run
+
+            run(src, wt, dst, ph0, pw0)
+            return
         ph, pw = self.pads
         if sh == 2:
             generated.plane_kernel_stride2(self.filt[1])(src, wt, dst, ph, pw)
@@ -263,6 +322,14 @@ class _DepthwiseInvoker:
                 kernels.forward_nhwc(x, wt, y, *geometry)
             if not plan.y_direct:
                 plan.store(y, params.y)
+        elif plan.phased:
+            phases = plan.phase_plan()
+            subs = phases.stage_weights(params.w, w_region)
+            dy = plan.tensor(params.y, plan.y_direct, y_region, load=True)
+            dx = plan.tensor(params.x, plan.x_direct, x_region, load=False)
+            phases.run(dy, subs, dx)
+            if not plan.x_direct:
+                plan.store(dx, params.x)
         elif plan.direction is Direction.BACKWARD_DATA:
             wt = plan.staged_weights(params.w, w_region, flip=plan.blocked)
             dy = plan.tensor(params.y, plan.y_direct, y_region, load=True)
@@ -295,6 +362,29 @@ def _tiles_apply(mult: int, filt: tuple[int, ...], stride_w: int, dilation_w: in
     from miocore_direct.depthwise_tiles import applies
 
     return applies(mult, (filt[0], filt[1]), stride_w, dilation_w)
+
+
+def _phases_apply(
+    mult: int, filt: tuple[int, ...], strides: tuple[int, int], dilations: tuple[int, ...]
+) -> bool:
+    """:func:`miocore_direct.depthwise_phases.applies`, imported when asked."""
+    from miocore_direct.depthwise_phases import applies
+
+    return applies(mult, (filt[0], filt[1]), strides, (dilations[0], dilations[1]))
+
+
+def _plane_bwd2_applies(
+    mult: int,
+    filt: tuple[int, ...],
+    strides: tuple[int, int],
+    dilations: tuple[int, ...],
+    size: tuple[int, ...],
+) -> bool:
+    """:func:`miocore_direct.depthwise_plane_bwd.applies`, imported when asked."""
+    from miocore_direct.depthwise_plane_bwd import applies
+
+    dils = (dilations[0], dilations[1])
+    return applies(mult, (filt[0], filt[1]), strides, dils, (size[0], size[1]))
 
 
 def _plane_applies(
@@ -357,6 +447,18 @@ class DepthwiseDirectSolver(Solver):
                 f"x layout {problem.x.layout} and y layout {problem.y.layout} differ"
             )
         return APPLICABLE
+
+    def compiles_for(self, ctx: ExecutionContext, problem: ConvProblem) -> bool:
+        """Whether the first run on ``problem`` compiles a generated kernel (per filter
+        geometry, and for the all-taps tiles per channel count: 5-40 s each) that neither
+        this process nor numba's disk cache holds yet. DYNAMIC_HYBRID then measures this
+        solver only where it is predicted to beat the ready ones (docs/find-modes.md).
+        Builds nothing: generates the sources and looks for their cache files."""
+        from miocore_direct.depthwise_blocked import generated_ready
+
+        if not self.is_applicable(ctx, problem):
+            return False
+        return not all(generated_ready(*spec) for spec in _Plan(problem).generated())
 
     def workspace_size(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None

@@ -155,20 +155,46 @@ def _folder() -> Path:
 FULL_MAX_TAPS = 9
 
 
+def forward_spec(fw: int, sw: int, dw: int, fh: int = 0) -> tuple[str, str]:
+    """The name prefix and source of :func:`forward_kernel` (for :func:`generated_ready`)."""
+    fh = fh if 0 < fh * fw <= FULL_MAX_TAPS else 0
+    return f"miocore_dw_fwd_{fw}_{sw}_{dw}_{fh}", source(fw, sw, dw, fh=fh)
+
+
 @functools.cache
 def forward_kernel(fw: int, sw: int, dw: int, fh: int = 0) -> Any:
     """The compiled kernel for (filter width, column stride, column dilation), with the
     all-taps body for a filter of height ``fh`` where it has at most :data:`FULL_MAX_TAPS`."""
-    fh = fh if 0 < fh * fw <= FULL_MAX_TAPS else 0
-    return load_generated(f"miocore_dw_fwd_{fw}_{sw}_{dw}_{fh}", source(fw, sw, dw, fh=fh))
+    return load_generated(*forward_spec(fw, sw, dw, fh))
+
+
+def _module_name(prefix: str, text: str) -> str:
+    """The generated module's name: the prefix and a digest of its source."""
+    return f"{prefix}_{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
+def generated_ready(prefix: str, text: str) -> bool:
+    """Whether :func:`load_generated` of this source runs without a compile: the module is
+    loaded in this process, or numba's disk cache holds an index for it (next to the module,
+    or under ``NUMBA_CACHE_DIR``). Looks at file names only; imports no numba."""
+    name = _module_name(prefix, text)
+    if name in sys.modules:
+        return True
+    pattern = f"{name}.*.nbi"
+    try:
+        if any((_folder() / "__pycache__").glob(pattern)):
+            return True
+        cache_dir = os.environ.get("NUMBA_CACHE_DIR")
+        return bool(cache_dir) and any(Path(cache_dir).glob(f"*/{pattern}"))
+    except OSError:
+        return False
 
 
 def load_generated(prefix: str, text: str, entry: str = "kernel") -> Any:
     """Compile generated kernel source ``text`` and return its function ``entry``: from a file
     named ``<prefix>_<hash>.py`` in :func:`_folder` with numba's disk cache, or in memory,
     uncached, when that folder cannot be written."""
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    name = f"{prefix}_{digest}"
+    name = _module_name(prefix, text)
     try:
         folder = _folder()
         folder.mkdir(parents=True, exist_ok=True)

@@ -155,10 +155,15 @@ def source_plane_weights(fw: int, dw: int) -> str:
     return _HEADER + text
 
 
+def plane_weights_spec(fw: int, dw: int) -> tuple[str, str]:
+    """The name prefix and source of :func:`plane_weights_kernel`."""
+    return f"miocore_dw_plane_wrw_{fw}_{dw}", source_plane_weights(fw, dw)
+
+
 @functools.cache
 def plane_weights_kernel(fw: int, dw: int) -> Any:
     """The compiled NCHW backward-weights plane kernel for (filter width, column dilation)."""
-    return load_generated(f"miocore_dw_plane_wrw_{fw}_{dw}", source_plane_weights(fw, dw))
+    return load_generated(*plane_weights_spec(fw, dw))
 
 
 def source_plane_stride2(fw: int) -> str:
@@ -215,10 +220,15 @@ def source_plane_stride2(fw: int) -> str:
     return _HEADER + "\n".join(lines) + "\n"
 
 
+def plane_stride2_spec(fw: int) -> tuple[str, str]:
+    """The name prefix and source of :func:`plane_kernel_stride2`."""
+    return f"miocore_dw_plane2_{fw}", source_plane_stride2(fw)
+
+
 @functools.cache
 def plane_kernel_stride2(fw: int) -> Any:
     """The compiled stride-2 NCHW plane kernel for filter width ``fw``."""
-    return load_generated(f"miocore_dw_plane2_{fw}", source_plane_stride2(fw))
+    return load_generated(*plane_stride2_spec(fw))
 
 
 def plane_applies(mult: int, filter_width: int, strides: tuple[int, int], pads: tuple[int, int],
@@ -233,7 +243,12 @@ def plane_applies(mult: int, filter_width: int, strides: tuple[int, int], pads: 
     return strides == (1, 1) and dilations[1] <= MAX_STEP
 
 
+def plane_spec(fw: int, dw: int) -> tuple[str, str]:
+    """The name prefix and source of :func:`plane_kernel`."""
+    return f"miocore_dw_plane_{fw}_{dw}", source_plane(fw, dw)
+
+
 @functools.cache
 def plane_kernel(fw: int, dw: int) -> Any:
     """The compiled NCHW plane kernel for (filter width, column dilation)."""
-    return load_generated(f"miocore_dw_plane_{fw}_{dw}", source_plane(fw, dw))
+    return load_generated(*plane_spec(fw, dw))

@@ -54,18 +54,35 @@ def _u(value: int) -> str:
     return f"np.uint64({value})"
 
 
-def source(fh: int, fw: int, sw: int, dw: int, chans: int, tile: int = TILE) -> str:
+def source(
+    fh: int, fw: int, sw: int, dw: int, chans: int, tile: int = TILE, out_step: int = 0
+) -> str:
     """The kernel module for an ``fh x fw`` filter, column stride ``sw``, column dilation
     ``dw`` and ``chans`` channels.
 
     ``kernel(x, wt, y, xf, wf, yf, sh, ph, dh, pw)``: ``y[n, oh, ow, k] = sum x[n, oh*sh - ph +
     fy*dh, ow*sw - pw + fx*dw, k] * wt[fy, fx, k]`` over in-bounds taps; x, y packed
-    channels-last, wt ``(fh, fw, chans)``, and ``xf``, ``wf``, ``yf`` the same arrays flat."""
+    channels-last, wt ``(fh, fw, chans)``, and ``xf``, ``wf``, ``yf`` the same arrays flat.
+
+    With ``out_step > 0`` the output is a strided grid of a larger packed array (one phase
+    of a strided backward data, :mod:`miocore_direct.depthwise_phases`): ``kernel(x, wt, y,
+    xf, wf, yf, sh, ph, dh, pw, out_h, out_w, yoff, yimg, ypitch)`` writes output ``(n, oh,
+    ow)`` to pixel ``yoff + n*yimg + oh*ypitch + ow*out_step`` of ``yf``."""
     c = chans
+    step = max(1, out_step)
+    if out_step:
+        head = [
+            "def kernel(x, wt, y, xf, wf, yf, sh, ph, dh, pw, out_h, out_w, yoff, yimg, ypitch):",
+            "    n_img, height, width, _ = x.shape",
+        ]
+    else:
+        head = [
+            "def kernel(x, wt, y, xf, wf, yf, sh, ph, dh, pw):",
+            "    n_img, height, width, _ = x.shape",
+            "    _, out_h, out_w, _ = y.shape",
+        ]
     lines = [
-        "def kernel(x, wt, y, xf, wf, yf, sh, ph, dh, pw):",
-        "    n_img, height, width, _ = x.shape",
-        "    _, out_h, out_w, _ = y.shape",
+        *head,
         f"    lo = min(out_w, max(0, -((-pw) // {sw})))",
         f"    hi = max(lo, min(out_w, (width - 1 - {(fw - 1) * dw} + pw) // {sw} + 1))",
         f"    pitch = np.uint64(dh) * np.uint64(width * {c})",
@@ -75,19 +92,39 @@ def source(fh: int, fw: int, sw: int, dw: int, chans: int, tile: int = TILE) -> 
         "        ih0 = oh * sh - ph",
         "        fy_lo = max(0, -(ih0 // dh))",
         f"        fy_hi = min({fh}, (height - 1 - ih0) // dh + 1) if ih0 < height else 0",
-        "        if fy_lo >= fy_hi:",
-        "            for ow in range(out_w):",
-        f"                for k in range({c}):",
-        "                    y[n, oh, ow, k] = ZERO",
-        "            continue",
-        "        xrow = np.uint64((n * height + ih0 + fy_lo * dh) * width)",
-        "        yrow = np.uint64((n * out_h + oh) * out_w)",
     ]
+    if out_step:  # every row's output base first: the empty rows store through it too
+        lines += [
+            "        yrow = np.uint64(yoff + n * yimg + oh * ypitch)",
+            "        if fy_lo >= fy_hi:",
+            "            for ow in range(out_w):",
+            f"                yb = (yrow + np.uint64(ow) * {_u(step)}) * {_u(c)}",
+            f"                for k in range({_u(c)}):",
+            "                    yf[yb + k] = ZERO",
+            "            continue",
+            "        xrow = np.uint64((n * height + ih0 + fy_lo * dh) * width)",
+        ]
+    else:
+        lines += [
+            "        if fy_lo >= fy_hi:",
+            "            for ow in range(out_w):",
+            f"                for k in range({c}):",
+            "                    y[n, oh, ow, k] = ZERO",
+            "            continue",
+            "        xrow = np.uint64((n * height + ih0 + fy_lo * dh) * width)",
+            "        yrow = np.uint64((n * out_h + oh) * out_w)",
+        ]
     add = lines.append
+
+    def out_base(ind: str, ow: str) -> None:
+        if out_step:
+            add(f"{ind}yb = (yrow + np.uint64({ow}) * {_u(step)}) * {_u(c)}")
+        else:
+            add(f"{ind}yb = (yrow + np.uint64({ow})) * {_u(c)}")
 
     def bases(ind: str, ow: str) -> None:
         add(f"{ind}xb = (xrow + np.uint64({ow} * {sw} - pw)) * {_u(c)}")
-        add(f"{ind}yb = (yrow + np.uint64({ow})) * {_u(c)}")
+        out_base(ind, ow)
 
     def taps(ind: str, tiles: int, row: str, weights: str, fy: int | None) -> None:
         """The multiply-adds of one filter row (``fy``: its literal index, or None for the
@@ -108,7 +145,7 @@ def source(fh: int, fw: int, sw: int, dw: int, chans: int, tile: int = TILE) -> 
         for fy in range(fh):
             taps(ind + "    ", tiles, f"r{fy}", "", fy)
         for j in range(tiles):
-            add(f"{ind}    yf[yb + {_u(j * c)} + k] = a{j}")
+            add(f"{ind}    yf[yb + {_u(j * step * c)} + k] = a{j}")
 
     def row_loop(ind: str, ow: str, tiles: int) -> None:
         """A filter-row loop over the in-bounds rows (rows in the vertical padding)."""
@@ -118,16 +155,16 @@ def source(fh: int, fw: int, sw: int, dw: int, chans: int, tile: int = TILE) -> 
         add(f"{ind}    " + " = ".join(f"a{j}" for j in range(tiles)) + " = ZERO")
         taps(ind + "    ", tiles, "xb", "wb", None)
         for j in range(tiles):
-            add(f"{ind}    yf[yb + {_u(j * c)} + k] = a{j}")
+            add(f"{ind}    yf[yb + {_u(j * step * c)} + k] = a{j}")
         add(f"{ind}for fy in range(fy_lo + 1, fy_hi):")
         add(f"{ind}    xb += pitch")
         add(f"{ind}    wb += {_u(fw * c)}")
         add(f"{ind}    for k in range({_u(c)}):")
         for j in range(tiles):
-            add(f"{ind}        a{j} = yf[yb + {_u(j * c)} + k]")
+            add(f"{ind}        a{j} = yf[yb + {_u(j * step * c)} + k]")
         taps(ind + "        ", tiles, "xb", "wb", None)
         for j in range(tiles):
-            add(f"{ind}        yf[yb + {_u(j * c)} + k] = a{j}")
+            add(f"{ind}        yf[yb + {_u(j * step * c)} + k] = a{j}")
 
     def pixel(ind: str, ow: str) -> None:
         """One output pixel, a select per tap (columns in the horizontal padding)."""
@@ -137,7 +174,7 @@ def source(fh: int, fw: int, sw: int, dw: int, chans: int, tile: int = TILE) -> 
             add(f"{ind}q{fx} = np.uint64(min(max(c0 + {fx * dw}, 0), width - 1) * {c})")
         add(f"{ind}xb = xrow * {_u(c)}")
         add(f"{ind}wb = np.uint64(fy_lo * {fw * c})")
-        add(f"{ind}yb = (yrow + np.uint64({ow})) * {_u(c)}")
+        out_base(ind, ow)
         add(f"{ind}for k in range({_u(c)}):")
         add(f"{ind}    yf[yb + k] = ZERO")
         add(f"{ind}for fy in range(fy_lo, fy_hi):")
@@ -168,18 +205,29 @@ def source(fh: int, fw: int, sw: int, dw: int, chans: int, tile: int = TILE) -> 
     add(f"        if (fy_lo == 0) & (fy_hi == {fh}):")
     sweep(" " * 12, all_taps, tile)
     add("        else:")
-    sweep(" " * 12, row_loop, ROW_TILE)
+    sweep(" " * 12, row_loop, min(ROW_TILE, tile))
     add("        for ow in range(hi, out_w):")
     pixel(" " * 12, "ow")
     return _HEADER + "\n".join(lines) + "\n"
 
 
+def tile_spec(
+    fh: int, fw: int, sw: int, dw: int, chans: int, out_step: int = 0, tile: int = TILE
+) -> tuple[str, str]:
+    """The name prefix and source of :func:`tile_kernel`."""
+    text = source(fh, fw, sw, dw, chans, tile=tile, out_step=out_step)
+    suffix = f"_out{out_step}" if out_step else ""
+    suffix += f"_t{tile}" if tile != TILE else ""
+    return f"miocore_dw_tiles_{fh}x{fw}_{sw}_{dw}_{chans}{suffix}", text
+
+
 @functools.cache
-def tile_kernel(fh: int, fw: int, sw: int, dw: int, chans: int) -> Any:
+def tile_kernel(
+    fh: int, fw: int, sw: int, dw: int, chans: int, out_step: int = 0, tile: int = TILE
+) -> Any:
     """The compiled kernel of :func:`source` (numba's disk cache, see
     :func:`miocore_direct.depthwise_blocked.load_generated`)."""
-    text = source(fh, fw, sw, dw, chans)
-    return load_generated(f"miocore_dw_tiles_{fh}x{fw}_{sw}_{dw}_{chans}", text)
+    return load_generated(*tile_spec(fh, fw, sw, dw, chans, out_step, tile))
 
 
 def run(x: Any, wt: Any, y: Any, sh: int, ph: int, dh: int, pw: int, sw: int, dw: int) -> None:
