@@ -102,17 +102,23 @@ def main() -> None:
                     space = solver.perf_config_space(handle.context, canon)
                     default = solver.default_perf_config(handle.context, canon)
                     # the default and configs one key away from it (a local sweep)
-                    near = [c for c in space if sum(c[k] != default[k] for k in default) == 1]
+                    near = [c for c in space if sum(c.get(k) != default[k] for k in default) == 1]
                     picks = [default]
                     for key in ("pix", "py", "tw", "vec", "ct", "by"):  # one per key
-                        alt = [c for c in near if key in c and c[key] != default[key]]
+                        alt = [
+                            c
+                            for c in near
+                            if key in c and key in default and c[key] != default[key]
+                        ]
                         if key == "vec" and "vec" in default:  # another width, any ct
                             alt = [
                                 c
                                 for c in space
                                 if c["vec"] != default["vec"]
                                 and all(
-                                    c[k] == default[k] for k in default if k not in ("vec", "ct")
+                                    c.get(k) == default[k]
+                                    for k in default
+                                    if k not in ("vec", "ct")
                                 )
                             ]
                         if alt and len(picks) <= args.configs:

@@ -198,6 +198,48 @@ def test_depthwise_configs(handle: miocore.Handle, direction: str, layout: str) 
         assert not bad, "\n".join(bad)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_backward_weights_tiles_every_config(handle: miocore.Handle, dtype: str) -> None:
+    # dw_wrw_tile (2-D, channels innermost, no multiplier): every tile config of the space on
+    # stride 2, dilation 2, 5x5 and 7x7 cases, odd sizes and channel counts that fill no block
+    # (C = 16, 24, 12, 5), plus a 48-channel layer over several splits.
+    solver = handle.registry.get(SOLVER).solver
+    problems = [_case("backward_weights", case, dtype, "NHWC") for case in (0, 1, 2, 3, 4)]
+    problems.append(
+        miocore.ConvProblem.from_sizes(
+            "backward_weights",
+            n=8,
+            c=48,
+            k=48,
+            in_spatial=(30, 30),
+            filter_spatial=(7, 7),
+            pads=(3, 3),
+            groups=48,
+            dtype=dtype,
+            layout="NHWC",
+        )
+    )
+    tol = TOLERANCES[miocore.DataType.parse(dtype)]
+    bad, tried = [], 0
+    for problem in problems:
+        canon = problem.canonical
+        configs = [c for c in solver.perf_config_space(handle.context, canon) if "cb" in c]
+        assert configs, problem.key  # the tile kernel applies to every one of these
+        kernels = [
+            k for cfg in configs for k in solver.get_solution(handle.context, canon, cfg).kernels
+        ]
+        assert not handle.backend.precompile(kernels)
+        inputs = reference.random_inputs(problem, 4)
+        expected = reference.convolution(problem, x=inputs["x"], y=inputs["y"])
+        for cfg in configs:
+            tried += 1
+            err = reference.relative_error(_run(handle, problem, cfg, inputs), expected)
+            if not np.isfinite(err) or err > tol:
+                bad.append(f"{problem.key} {dict(cfg)}: {err:.3g}")
+    print(f"{SOLVER}: {tried} tile configs checked")
+    assert not bad, f"{len(bad)}/{tried} failed:\n" + "\n".join(bad[:20])
+
+
 @pytest.mark.parametrize("layout", ("NCHW", "NHWC"))
 def test_backward_weights_is_deterministic(handle: miocore.Handle, layout: str) -> None:
     problem = miocore.ConvProblem.from_sizes(

@@ -169,15 +169,51 @@ def test_large_filters_stage_their_taps_in_shared_memory(dtype: str) -> None:
 
 
 @pytest.mark.parametrize("f", (3, 5, 7))
-def test_backward_weights_default_keeps_every_tap_in_one_block(f: int) -> None:
+def test_backward_weights_default_takes_tiles_but_on_large_3x3_planes(f: int) -> None:
+    # 3x3 layers on 56x56 planes at stride 1 keep the register lanes of dw_wrw (every tap in
+    # one block, strips of dy); every other 2-D channels-innermost layer takes dw_wrw_tile.
     s, ctx = dw.GpuDepthwiseSolver(), _ctx()
-    for hw, ct in ((56, 8), (14, 16)):
+    for hw in (56, 14):
         p = _problem("backward_weights", n=4, c=96, k=96, in_spatial=(hw, hw),
                      filter_spatial=(f, f), pads=(f // 2, f // 2), groups=96, dtype="float16",
                      layout="NHWC").canonical  # fmt: skip
         cfg = s.default_perf_config(ctx, p)
         assert cfg in s.perf_config_space(ctx, p)
-        assert cfg["vec"] <= 2 and f * f * cfg["vec"] <= dw.MAX_WRW_ACC
-        assert (cfg["pix"], cfg["py"], cfg["ct"]) == (2, 1, ct)
-        opts = _options(s.get_solution(ctx, p, cfg).kernels[0])
-        assert int(opts["MIO_TC"]) == f * f  # one block holds every tap: strips of dy
+        kernel = s.get_solution(ctx, p, cfg).kernels[0]
+        if f == 3 and hw == 56:
+            assert cfg["vec"] <= 2 and f * f * cfg["vec"] <= dw.MAX_WRW_ACC
+            assert (cfg["pix"], cfg["py"], cfg["ct"]) == (2, 1, 8)
+            assert int(_options(kernel)["MIO_TC"]) == f * f  # every tap in one block
+        else:
+            assert kernel.kernel_name == "dw_wrw_tile"
+            assert (cfg["vec"], cfg["tp"], cfg["tq"]) == (8, 4, 16)
+            assert cfg["cb"] == {3: 64, 5: 32, 7: 16 if hw <= 28 else 32}[f]
+
+
+def test_backward_weights_tiles_only_where_they_apply() -> None:
+    # dw_wrw_tile takes 2-D channels-innermost plain depthwise layers; its staged tiles fit the
+    # static shared memory and its block (channels x filter rows) a launch.
+    s, ctx = dw.GpuDepthwiseSolver(), _ctx()
+
+    def tiles(**kw: object) -> list[miocore.PerfConfig]:
+        p = _problem("backward_weights", **kw).canonical
+        return [c for c in s.perf_config_space(ctx, p) if "cb" in c]
+
+    for f, st in ((3, 1), (5, 2), (7, 1)):
+        kw = {"c": 96, "k": 96, "groups": 96, "in_spatial": (56, 56), "filter_spatial": (f, f)}
+        p = _problem("backward_weights", layout="NHWC", dtype="float16", strides=(st, st),
+                     pads=(f // 2, f // 2), **kw).canonical  # fmt: skip
+        configs = [c for c in s.perf_config_space(ctx, p) if "cb" in c]
+        assert configs
+        for cfg in configs:
+            assert s.is_valid_perf_config(ctx, p, cfg)
+            assert dw.wrw_tile_shared_bytes(p, cfg) <= dw.SHARED_LIMIT
+            kernel = s.get_solution(ctx, p, cfg).kernels[0]
+            assert kernel.kernel_name == "dw_wrw_tile" and kernel.block == (cfg["cb"], f)
+            assert int(_options(kernel)["MIO_WRW_TILE"]) == 1
+    assert not tiles(layout="NCHW", c=8, k=8, groups=8)  # channels outer
+    assert not tiles(layout="NHWC", c=8, k=16, groups=8)  # a channel multiplier
+    assert not tiles(layout="NDHWC", c=8, k=8, groups=8, in_spatial=(6, 6, 6),
+                     filter_spatial=(3, 3, 3), pads=(1, 1, 1))  # fmt: skip
+    forward = _problem("forward", layout="NHWC", c=8, k=8, groups=8).canonical
+    assert not any("cb" in c for c in s.perf_config_space(ctx, forward))

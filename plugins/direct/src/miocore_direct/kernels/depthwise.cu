@@ -3,7 +3,7 @@
 // with fp32 accumulation (-DMIO_DTYPE_*). Any layout and strides (MioTensor5); the solver picks
 // the kernel whose thread mapping suits the layout.
 //
-// Why ~680 lines in one file: it is one program. Its three entry points (dw_nhwc, dw_nchw,
+// Why ~780 lines in one file: it is one program. Its three entry points (dw_nhwc, dw_nchw,
 // backward weights) are compiled together from the same compile-time parameters below, which
 // every section reads, and share the element-vector helpers; a header per section would
 // scatter one macro contract over four files that never compile apart.
@@ -30,6 +30,8 @@
 //                 read once for all of them; dw_nchw: output rows per thread (BY apart)
 //   MIO_TW, MIO_BY, MIO_PY   dw_nchw: tile of TW columns x BY*PY rows, block TW x BY threads
 //   MIO_TC        dw_wrw: taps per block (blockIdx.z walks the chunks)
+//   MIO_WRW_TILE  1: compile dw_wrw_tile, whose tile is MIO_CB channels x MIO_TP rows x
+//                 MIO_TQ columns of dy (with the x rows and columns they reach)
 //
 // dw_nhwc   threads over channel vectors (blockDim.x) x pixel groups (blockDim.y), grid-stride
 //           over the pixel groups; forward-like or gather
@@ -40,6 +42,8 @@
 //           then across its pixel lanes in shared memory (fixed order) and writes one float per
 //           (channel, tap): into dw directly (one split) or into the workspace partials that
 //           dw_wrw_reduce sums in split order. Deterministic, no atomics.
+// dw_wrw_tile  backward weights of 2-D channels-innermost plain depthwise layers through dy and x
+//           tiles staged in shared memory (at its definition); same partials and reduction.
 #include "miocore_gpu.h"
 
 #ifndef MIO_FZ
@@ -107,6 +111,9 @@
 #endif
 #ifndef MIO_TC
 #define MIO_TC 9
+#endif
+#ifndef MIO_WRW_TILE
+#define MIO_WRW_TILE 0
 #endif
 #define MIO_TAPS (MIO_FZ * MIO_FY * MIO_FX)
 // input columns the MIO_PIX outputs of one dw_nhwc thread read along W
@@ -677,3 +684,109 @@ MIO_KERNEL void dw_wrw_reduce(mio_t* __restrict__ w, const float* __restrict__ p
               sum);
   }
 }
+
+// ---- backward weights through staged tiles (2-D, channels innermost, M == 1) ---------------
+// dw_wrw_tile: block (MIO_CB channels x MIO_FY filter rows); thread (c, fy) keeps the MIO_FX
+// taps of filter row fy of channel c0 + c in registers. Per item (image, tile of MIO_TP x
+// MIO_TQ dy pixels) the block stages the dy tile and the x tile it reaches (halo included,
+// zeros outside the image) in shared memory as floats, then each thread walks its rows: one dy
+// value feeds MIO_FX multiply-adds, and the unrolled column loop reads each staged x value
+// once per thread (the compiler reuses it across taps). Same partials and reduction as dw_wrw.
+#if MIO_WRW_TILE  // compiled only where asked: its staged tiles may not fit other geometries
+#ifndef MIO_CB
+#define MIO_CB 32
+#endif
+#ifndef MIO_TP
+#define MIO_TP 2
+#endif
+#ifndef MIO_TQ
+#define MIO_TQ 32
+#endif
+#define MIO_XTP ((MIO_TP - 1) * MIO_SH + (MIO_FY - 1) * MIO_DH + 1)
+#define MIO_XTQ ((MIO_TQ - 1) * MIO_SW + (MIO_FX - 1) * MIO_DW + 1)
+
+MIO_KERNEL void dw_wrw_tile(const mio_t* __restrict__ a, mio_t* __restrict__ w,
+                            const mio_t* __restrict__ b, float* __restrict__ part,
+                            MioDwParams p) {
+  __shared__ float s_x[MIO_XTP * MIO_XTQ * MIO_CB];
+  __shared__ float s_dy[MIO_TP * MIO_TQ * MIO_CB];
+  constexpr int threads = MIO_CB * MIO_FY;
+  constexpr int cvecs = MIO_CB / MIO_VEC;
+  const int c = (int)threadIdx.x, fy = (int)threadIdx.y;
+  const int tid = fy * MIO_CB + c;
+  const mio_index chans = p.b.len[1];
+  const mio_index c0 = (mio_index)blockIdx.y * MIO_CB;
+  const int bh = (int)p.b.len[3], bw = (int)p.b.len[4];
+  const int ah = (int)p.a.len[3], aw = (int)p.a.len[4];
+  const unsigned int tiles_w = (unsigned int)((bw + MIO_TQ - 1) / MIO_TQ);
+  const unsigned int tiles_h = (unsigned int)((bh + MIO_TP - 1) / MIO_TP);
+  float acc[MIO_FX];
+#pragma unroll
+  for (int s = 0; s < MIO_FX; ++s) acc[s] = 0.0f;
+  for (mio_index it = blockIdx.x; it < p.items; it += p.split) {
+    unsigned int r = (unsigned int)it;  // items < 2^31 (host check)
+    const int ow0 = (int)(r % tiles_w) * MIO_TQ;
+    r /= tiles_w;
+    const int oh0 = (int)(r % tiles_h) * MIO_TP;
+    const mio_index n = r / tiles_h;
+    const int ih0 = oh0 * MIO_SH - (int)p.pad_h, iw0 = ow0 * MIO_SW - (int)p.pad_w;
+    const mio_t* an = a + n * p.a.stride[0] + c0 * p.a.stride[1];
+    const mio_t* bn = b + n * p.b.stride[0] + c0 * p.b.stride[1];
+    __syncthreads();  // the previous item's reads are done
+    for (int e = tid; e < MIO_XTP * MIO_XTQ * cvecs; e += threads) {
+      const int cv = e % cvecs, pix = e / cvecs;
+      const int ih = ih0 + pix / MIO_XTQ, iw = iw0 + pix % MIO_XTQ;
+      float v[MIO_VEC];
+      if (ih >= 0 && ih < ah && iw >= 0 && iw < aw && c0 + cv * MIO_VEC < chans) {
+        mio_loadv(an + (mio_index)cv * MIO_VEC * p.a.stride[1] + ih * p.a.stride[3] +
+                      iw * p.a.stride[4],
+                  v);
+      } else {
+#pragma unroll
+        for (int k = 0; k < MIO_VEC; ++k) v[k] = 0.0f;
+      }
+#pragma unroll
+      for (int k = 0; k < MIO_VEC; ++k) s_x[pix * MIO_CB + cv * MIO_VEC + k] = v[k];
+    }
+    for (int e = tid; e < MIO_TP * MIO_TQ * cvecs; e += threads) {
+      const int cv = e % cvecs, pix = e / cvecs;
+      const int oh = oh0 + pix / MIO_TQ, ow = ow0 + pix % MIO_TQ;
+      float v[MIO_VEC];
+      if (oh < bh && ow < bw && c0 + cv * MIO_VEC < chans) {
+        mio_loadv(bn + (mio_index)cv * MIO_VEC * p.b.stride[1] + oh * p.b.stride[3] +
+                      ow * p.b.stride[4],
+                  v);
+      } else {
+#pragma unroll
+        for (int k = 0; k < MIO_VEC; ++k) v[k] = 0.0f;
+      }
+#pragma unroll
+      for (int k = 0; k < MIO_VEC; ++k) s_dy[pix * MIO_CB + cv * MIO_VEC + k] = v[k];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int py = 0; py < MIO_TP; ++py) {
+      const float* xr = s_x + (py * MIO_SH + fy * MIO_DH) * MIO_XTQ * MIO_CB + c;
+      const float* dr = s_dy + py * MIO_TQ * MIO_CB + c;
+#pragma unroll
+      for (int q = 0; q < MIO_TQ; ++q) {
+        const float d = dr[q * MIO_CB];
+#pragma unroll
+        for (int s = 0; s < MIO_FX; ++s) acc[s] += d * xr[(q * MIO_SW + s * MIO_DW) * MIO_CB];
+      }
+    }
+  }
+  const mio_index o = c0 + c;
+  if (o >= chans) return;
+  const mio_index wcount = chans * MIO_TAPS;
+#pragma unroll
+  for (int s = 0; s < MIO_FX; ++s) {
+    const int f = fy * MIO_FX + s;
+    if (part) {
+      part[(mio_index)blockIdx.x * wcount + o * MIO_TAPS + f] = acc[s];
+    } else {
+      mio_store(w + o * p.w.stride[0] + fy * p.w.stride[3] + s * p.w.stride[4], acc[s]);
+    }
+  }
+}
+#endif  // MIO_WRW_TILE
