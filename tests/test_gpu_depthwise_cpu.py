@@ -170,17 +170,17 @@ def test_large_filters_stage_their_taps_in_shared_memory(dtype: str) -> None:
 
 @pytest.mark.parametrize("f", (3, 5, 7))
 def test_backward_weights_default_takes_tiles_but_on_large_3x3_planes(f: int) -> None:
-    # 3x3 layers on 56x56 planes at stride 1 keep the register lanes of dw_wrw (every tap in
-    # one block, strips of dy); every other 2-D channels-innermost layer takes dw_wrw_tile.
+    # 3x3 layers on 112x112 planes keep the register lanes of dw_wrw (every tap in one block,
+    # strips of dy); every other 2-D channels-innermost layer takes dw_wrw_tile.
     s, ctx = dw.GpuDepthwiseSolver(), _ctx()
-    for hw in (56, 14):
+    for hw in (112, 56, 14):
         p = _problem("backward_weights", n=4, c=96, k=96, in_spatial=(hw, hw),
                      filter_spatial=(f, f), pads=(f // 2, f // 2), groups=96, dtype="float16",
                      layout="NHWC").canonical  # fmt: skip
         cfg = s.default_perf_config(ctx, p)
         assert cfg in s.perf_config_space(ctx, p)
         kernel = s.get_solution(ctx, p, cfg).kernels[0]
-        if f == 3 and hw == 56:
+        if f == 3 and hw == 112:
             assert cfg["vec"] <= 2 and f * f * cfg["vec"] <= dw.MAX_WRW_ACC
             assert (cfg["pix"], cfg["py"], cfg["ct"]) == (2, 1, 8)
             assert int(_options(kernel)["MIO_TC"]) == f * f  # every tap in one block

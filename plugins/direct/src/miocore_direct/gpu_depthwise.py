@@ -408,17 +408,17 @@ class GpuDepthwiseSolver(TunableSolver):
 
     @staticmethod
     def _default_tile(p: ConvProblem) -> PerfConfig | None:
-        """Backward weights through ``dw_wrw_tile`` unless the layer is a 3x3 one on a large
-        plane (112, or 56 at stride 1), where the register lanes of ``dw_wrw`` were faster:
+        """Backward weights through ``dw_wrw_tile`` unless the layer is a 3x3 one on a plane of
+        112 or more, where the register lanes of ``dw_wrw`` were faster:
         tiles of 4 dy rows by 16 columns (8 at stride 2 or on planes of 7 and less), 64
         channels per block for 3x3 filters, 16 for 7x7 ones on planes of 28 and less, else
         32. Fitted on 26 depthwise layers (ConvNeXt-T, EfficientNet-B0, MobileNetV2; H100,
-        fp16, batch 32): 1.01x the best tile's time in geomean, at most 1.12x."""
+        fp16, batch 32): 1.03x the best tile's time in geomean, at most 1.12x."""
         if not wrw_tile_applies(p):
             return None
         s = _geometry(p)
         fx, stride, ow = s["f"][2], max(s["s"][1:]), s["out"][2]
-        if s["f"][1] == fx == 3 and (s["in"][1] >= 112 or (s["in"][1] >= 56 and stride == 1)):
+        if s["f"][1] == fx == 3 and s["in"][1] >= 112:
             return None
         tq = 8 if ow <= 7 or stride > 1 else 16
         cb = 64 if fx <= 3 else 16 if fx >= 7 and ow <= 28 else 32
