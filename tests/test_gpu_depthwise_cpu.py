@@ -188,6 +188,7 @@ def test_backward_weights_default_takes_tiles_but_on_large_3x3_planes(f: int) ->
             assert kernel.kernel_name == "dw_wrw_tile"
             assert (cfg["vec"], cfg["tp"], cfg["tq"]) == (8, 4, 16)
             assert cfg["cb"] == {3: 64, 5: 32, 7: 16 if hw <= 28 else 32}[f]
+            assert cfg.get("pg") == (4 if f == 3 else None)  # 3x3: every tap in a thread
 
 
 def test_backward_weights_tiles_only_where_they_apply() -> None:
@@ -209,7 +210,8 @@ def test_backward_weights_tiles_only_where_they_apply() -> None:
             assert s.is_valid_perf_config(ctx, p, cfg)
             assert dw.wrw_tile_shared_bytes(p, cfg) <= dw.SHARED_LIMIT
             kernel = s.get_solution(ctx, p, cfg).kernels[0]
-            assert kernel.kernel_name == "dw_wrw_tile" and kernel.block == (cfg["cb"], f)
+            rows = cfg.get("pg") or f  # row groups, or a thread per filter row
+            assert kernel.kernel_name == "dw_wrw_tile" and kernel.block == (cfg["cb"], rows)
             assert int(_options(kernel)["MIO_WRW_TILE"]) == 1
     assert not tiles(layout="NCHW", c=8, k=8, groups=8)  # channels outer
     assert not tiles(layout="NHWC", c=8, k=16, groups=8)  # a channel multiplier

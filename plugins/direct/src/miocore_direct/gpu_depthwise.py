@@ -67,6 +67,8 @@ SHARED_LIMIT = 48 * 1024
 MAX_WREG = 128
 #: Accumulators (taps x vec) of one backward-weights thread at most.
 MAX_WRW_ACC = 72
+#: Taps of a filter whose ``dw_wrw_tile`` may keep every tap in one thread (row groups).
+MAX_TILE_GROUP_TAPS = 25
 _GRID_YZ_LIMIT = 65535
 _INT32 = 2**31 - 1
 
@@ -183,12 +185,17 @@ def wrw_tile_applies(p: ConvProblem) -> bool:
     )
 
 
-def wrw_tile_shared_bytes(p: ConvProblem, cfg: PerfConfig) -> int:
-    """Static shared memory of ``dw_wrw_tile``: the x and dy tiles as floats."""
+def _wrw_tile_x_pixels(p: ConvProblem, cfg: PerfConfig) -> int:
+    """Pixels of the x tile ``dw_wrw_tile`` stages: what a tp x tq tile of dy reaches."""
     s = _geometry(p)
     xtp = (cfg["tp"] - 1) * s["s"][1] + (s["f"][1] - 1) * s["d"][1] + 1
     xtq = (cfg["tq"] - 1) * s["s"][2] + (s["f"][2] - 1) * s["d"][2] + 1
-    return 4 * cfg["cb"] * (xtp * xtq + cfg["tp"] * cfg["tq"])
+    return xtp * xtq
+
+
+def wrw_tile_shared_bytes(p: ConvProblem, cfg: PerfConfig) -> int:
+    """Static shared memory of ``dw_wrw_tile``: the x and dy tiles as floats."""
+    return 4 * cfg["cb"] * (_wrw_tile_x_pixels(p, cfg) + cfg["tp"] * cfg["tq"])
 
 
 def _wrw_tile_items(p: ConvProblem, cfg: PerfConfig) -> int:
@@ -309,6 +316,15 @@ class GpuDepthwiseSolver(TunableSolver):
                                 cfg = PerfConfig(vec=vec, cb=cb, tp=tp, tq=tq)
                                 if self._fits(p, cfg):
                                     out.append(cfg)
+                # row groups: every tap in a thread (filters up to 5x5: its registers)
+                for vec in _vecs(p)[:1] if _taps(p) <= MAX_TILE_GROUP_TAPS else ():
+                    for cb in (32, 64):
+                        for tp in (4, 2):
+                            for tq in (16, 8, 32):
+                                for pg in (4, 2):
+                                    cfg = PerfConfig(vec=vec, cb=cb, tp=tp, tq=tq, pg=pg)
+                                    if self._fits(p, cfg):
+                                        out.append(cfg)
             cl = channels_last(p.x)
             for vec in _vecs(p) if cl else [1]:
                 strips = _wrw_tc(p, vec) == _taps(p)  # strips need every tap in one block
@@ -329,12 +345,19 @@ class GpuDepthwiseSolver(TunableSolver):
                 return False
             return self._nchw_tiles(p, cfg)[2] <= _GRID_YZ_LIMIT
         if _is_tile(cfg):
-            vec, cb = cfg["vec"], cfg["cb"]
+            vec, cb, pg = cfg["vec"], cfg["cb"], cfg.get("pg", 0)
+            if pg and not (
+                pg <= cfg["tp"]
+                and cb >= 32  # a warp holds one row group: its rows' branch is uniform
+                and _taps(p) <= MAX_TILE_GROUP_TAPS
+                and pg * _taps(p) <= _wrw_tile_x_pixels(p, cfg)  # the groups' sums fit
+            ):
+                return False
             return (
                 wrw_tile_applies(p)
                 and _vec_ok(p, vec)
                 and cb % vec == 0
-                and cb * s["f"][1] <= 1024
+                and cb * (pg or s["f"][1]) <= 1024
                 and wrw_tile_shared_bytes(p, cfg) <= SHARED_LIMIT
                 and _wrw_tile_items(p, cfg) <= _INT32
                 and -(-s["k"] // cb) <= _GRID_YZ_LIMIT
@@ -412,8 +435,10 @@ class GpuDepthwiseSolver(TunableSolver):
         112 or more, where the register lanes of ``dw_wrw`` were faster:
         tiles of 4 dy rows by 16 columns (8 at stride 2 or on planes of 7 and less), 64
         channels per block for 3x3 filters, 16 for 7x7 ones on planes of 28 and less, else
-        32. Fitted on 26 depthwise layers (ConvNeXt-T, EfficientNet-B0, MobileNetV2; H100,
-        fp16, batch 32): 1.03x the best tile's time in geomean, at most 1.12x."""
+        32; 3x3 filters in row groups of 4. Fitted on 26 depthwise layers (ConvNeXt-T,
+        EfficientNet-B0, MobileNetV2; H100, fp16, batch 32): 1.02x the best config's time in
+        geomean, at most 1.08x; the row groups on the twelve 3x3 layers below 112x112: 1.04x
+        the best, where the filter-row tiles were 1.07x."""
         if not wrw_tile_applies(p):
             return None
         s = _geometry(p)
@@ -422,6 +447,8 @@ class GpuDepthwiseSolver(TunableSolver):
             return None
         tq = 8 if ow <= 7 or stride > 1 else 16
         cb = 64 if fx <= 3 else 16 if fx >= 7 and ow <= 28 else 32
+        if s["f"][1] == fx == 3:  # row groups of 4: every tap of a channel in one thread
+            return PerfConfig(vec=_vecs(p)[0], cb=cb, tp=4, tq=tq, pg=4)
         return PerfConfig(vec=_vecs(p)[0], cb=cb, tp=4, tq=tq)
 
     def is_valid_perf_config(
@@ -435,14 +462,16 @@ class GpuDepthwiseSolver(TunableSolver):
         }
         kind = kernel_kind(problem)
         if kind == "wrw" and "cb" in config:
-            keys["wrw"] = ("vec", "cb", "tp", "tq")
+            keys["wrw"] = (
+                ("vec", "cb", "tp", "tq", "pg") if "pg" in config else ("vec", "cb", "tp", "tq")
+            )
         try:
             values = {k: int(config[k]) for k in keys[kind]}
         except (KeyError, TypeError, ValueError):
             return False
         if any(v < 1 or v > 256 for v in values.values()):
             return False
-        if any(values.get(k, 1) > 8 for k in ("pix", "vec", "py", "tp")):
+        if any(values.get(k, 1) > 8 for k in ("pix", "vec", "py", "tp", "pg")):
             return False
         return self._fits(problem, PerfConfig(**values))
 
@@ -556,10 +585,13 @@ class GpuDepthwiseSolver(TunableSolver):
             split = self._split(ctx, p, cfg)
             fields.update(items=_wrw_tile_items(p, cfg), split=split)
             tile = (f"-DMIO_CB={cb}", f"-DMIO_TP={cfg['tp']}", f"-DMIO_TQ={cfg['tq']}")
+            pg = cfg.get("pg", 0)
+            if pg:
+                tile = (*tile, f"-DMIO_PG={pg}")
             for v in dict.fromkeys((vec, 1)):
                 opts = (*base_opts, "-DMIO_WRW_TILE=1", f"-DMIO_VEC={v}", *tile)
                 grid = (split, -(-b.lengths[1] // cb))
-                kernels.append(_kernel("dw_wrw_tile", opts, grid, (cb, s["f"][1])))
+                kernels.append(_kernel("dw_wrw_tile", opts, grid, (cb, pg or s["f"][1])))
             if split > 1:
                 rgrid = (max(1, min(-(-wcount // 256), 4096)),)
                 kernels.append(_kernel("dw_wrw_reduce", tuple(base_opts), rgrid, (256,)))

@@ -31,7 +31,8 @@
 //   MIO_TW, MIO_BY, MIO_PY   dw_nchw: tile of TW columns x BY*PY rows, block TW x BY threads
 //   MIO_TC        dw_wrw: taps per block (blockIdx.z walks the chunks)
 //   MIO_WRW_TILE  1: compile dw_wrw_tile, whose tile is MIO_CB channels x MIO_TP rows x
-//                 MIO_TQ columns of dy (with the x rows and columns they reach)
+//                 MIO_TQ columns of dy (with the x rows and columns they reach); MIO_PG > 0:
+//                 row groups (a thread holds every tap of its channel for every MIO_PG-th row)
 //
 // dw_nhwc   threads over channel vectors (blockDim.x) x pixel groups (blockDim.y), grid-stride
 //           over the pixel groups; forward-like or gather
@@ -687,7 +688,10 @@ MIO_KERNEL void dw_wrw_reduce(mio_t* __restrict__ w, const float* __restrict__ p
 
 // ---- backward weights through staged tiles (2-D, channels innermost, M == 1) ---------------
 // dw_wrw_tile: block (MIO_CB channels x MIO_FY filter rows); thread (c, fy) keeps the MIO_FX
-// taps of filter row fy of channel c0 + c in registers. Per item (image, tile of MIO_TP x
+// taps of filter row fy of channel c0 + c in registers. With MIO_PG > 0 the block is
+// (MIO_CB channels x MIO_PG row groups) instead: a thread keeps every tap of its channel and
+// takes every MIO_PG-th dy row of the tile (a dy value then feeds all the taps, and each x
+// value the taps of every filter row it meets); the groups' sums meet in shared memory. Per item (image, tile of MIO_TP x
 // MIO_TQ dy pixels) the block stages the dy tile and the x tile it reaches (halo included,
 // zeros outside the image) in shared memory as floats, then each thread walks its rows: one dy
 // value feeds MIO_FX multiply-adds, and the unrolled column loop reads each staged x value
@@ -702,6 +706,16 @@ MIO_KERNEL void dw_wrw_reduce(mio_t* __restrict__ w, const float* __restrict__ p
 #ifndef MIO_TQ
 #define MIO_TQ 32
 #endif
+#ifndef MIO_PG
+#define MIO_PG 0
+#endif
+#if MIO_PG  // row groups: a thread holds every tap and every MIO_PG-th dy row of the tile
+#define MIO_RT MIO_FY
+#define MIO_LANES MIO_PG
+#else  // a thread per filter row, every dy row of the tile
+#define MIO_RT 1
+#define MIO_LANES MIO_FY
+#endif
 #define MIO_XTP ((MIO_TP - 1) * MIO_SH + (MIO_FY - 1) * MIO_DH + 1)
 #define MIO_XTQ ((MIO_TQ - 1) * MIO_SW + (MIO_FX - 1) * MIO_DW + 1)
 
@@ -710,19 +724,21 @@ MIO_KERNEL void dw_wrw_tile(const mio_t* __restrict__ a, mio_t* __restrict__ w,
                             MioDwParams p) {
   __shared__ float s_x[MIO_XTP * MIO_XTQ * MIO_CB];
   __shared__ float s_dy[MIO_TP * MIO_TQ * MIO_CB];
-  constexpr int threads = MIO_CB * MIO_FY;
+  constexpr int threads = MIO_CB * MIO_LANES;
   constexpr int cvecs = MIO_CB / MIO_VEC;
-  const int c = (int)threadIdx.x, fy = (int)threadIdx.y;
-  const int tid = fy * MIO_CB + c;
+  const int c = (int)threadIdx.x, lane = (int)threadIdx.y;
+  const int tid = lane * MIO_CB + c;
   const mio_index chans = p.b.len[1];
   const mio_index c0 = (mio_index)blockIdx.y * MIO_CB;
   const int bh = (int)p.b.len[3], bw = (int)p.b.len[4];
   const int ah = (int)p.a.len[3], aw = (int)p.a.len[4];
   const unsigned int tiles_w = (unsigned int)((bw + MIO_TQ - 1) / MIO_TQ);
   const unsigned int tiles_h = (unsigned int)((bh + MIO_TP - 1) / MIO_TP);
-  float acc[MIO_FX];
+  float acc[MIO_RT][MIO_FX];
 #pragma unroll
-  for (int s = 0; s < MIO_FX; ++s) acc[s] = 0.0f;
+  for (int r = 0; r < MIO_RT; ++r)
+#pragma unroll
+    for (int s = 0; s < MIO_FX; ++s) acc[r][s] = 0.0f;
   for (mio_index it = blockIdx.x; it < p.items; it += p.split) {
     unsigned int r = (unsigned int)it;  // items < 2^31 (host check)
     const int ow0 = (int)(r % tiles_w) * MIO_TQ;
@@ -766,27 +782,59 @@ MIO_KERNEL void dw_wrw_tile(const mio_t* __restrict__ a, mio_t* __restrict__ w,
     __syncthreads();
 #pragma unroll
     for (int py = 0; py < MIO_TP; ++py) {
-      const float* xr = s_x + (py * MIO_SH + fy * MIO_DH) * MIO_XTQ * MIO_CB + c;
+#if MIO_PG
+      if (py % MIO_PG != lane) continue;  // uniform in a warp: blockDim.x >= 32
+#endif
       const float* dr = s_dy + py * MIO_TQ * MIO_CB + c;
 #pragma unroll
       for (int q = 0; q < MIO_TQ; ++q) {
         const float d = dr[q * MIO_CB];
 #pragma unroll
-        for (int s = 0; s < MIO_FX; ++s) acc[s] += d * xr[(q * MIO_SW + s * MIO_DW) * MIO_CB];
+        for (int rt = 0; rt < MIO_RT; ++rt) {
+          const int fr = MIO_PG ? rt : lane;  // the filter row of these taps
+          const float* xr = s_x + (py * MIO_SH + fr * MIO_DH) * MIO_XTQ * MIO_CB + c;
+#pragma unroll
+          for (int s = 0; s < MIO_FX; ++s)
+            acc[rt][s] += d * xr[(q * MIO_SW + s * MIO_DW) * MIO_CB];
+        }
       }
     }
   }
   const mio_index o = c0 + c;
-  if (o >= chans) return;
   const mio_index wcount = chans * MIO_TAPS;
+#if MIO_PG
+  // Sum the row groups' taps in lane order through shared memory (the x tile is free now;
+  // the host checks MIO_PG * MIO_TAPS <= MIO_XTP * MIO_XTQ).
+  __syncthreads();
 #pragma unroll
-  for (int s = 0; s < MIO_FX; ++s) {
-    const int f = fy * MIO_FX + s;
+  for (int rt = 0; rt < MIO_RT; ++rt)
+#pragma unroll
+    for (int s = 0; s < MIO_FX; ++s)
+      s_x[(lane * MIO_TAPS + rt * MIO_FX + s) * MIO_CB + c] = acc[rt][s];
+  __syncthreads();
+  if (o >= chans) return;
+  for (int f = lane; f < MIO_TAPS; f += MIO_PG) {
+    float sum = 0.0f;
+    for (int l = 0; l < MIO_PG; ++l) sum += s_x[(l * MIO_TAPS + f) * MIO_CB + c];
     if (part) {
-      part[(mio_index)blockIdx.x * wcount + o * MIO_TAPS + f] = acc[s];
+      part[(mio_index)blockIdx.x * wcount + o * MIO_TAPS + f] = sum;
     } else {
-      mio_store(w + o * p.w.stride[0] + fy * p.w.stride[3] + s * p.w.stride[4], acc[s]);
+      mio_store(w + o * p.w.stride[0] + (f / MIO_FX) * p.w.stride[3] +
+                    (f % MIO_FX) * p.w.stride[4],
+                sum);
     }
   }
+#else
+  if (o >= chans) return;
+#pragma unroll
+  for (int s = 0; s < MIO_FX; ++s) {
+    const int f = lane * MIO_FX + s;
+    if (part) {
+      part[(mio_index)blockIdx.x * wcount + o * MIO_TAPS + f] = acc[0][s];
+    } else {
+      mio_store(w + o * p.w.stride[0] + lane * p.w.stride[3] + s * p.w.stride[4], acc[0][s]);
+    }
+  }
+#endif
 }
 #endif  // MIO_WRW_TILE
