@@ -394,6 +394,9 @@ class GpuDepthwiseSolver(TunableSolver):
             py = 4 if ho >= 32 else 2 if ho >= 16 else 1
             want = PerfConfig(tw=tw, by=by, py=py)
         elif kind == "nhwc":
+            fitted = self._default_nhwc_fitted(p)
+            if fitted is not None and fitted in space:
+                return fitted
             written = p.x.lengths[1] if p.direction is Direction.BACKWARD_DATA else s["k"]
             vec = next(v for v in _vecs(p) if v <= 4)  # 8-byte fp16 vectors: fewer registers
             gather = _role(p)[5]
@@ -428,6 +431,31 @@ class GpuDepthwiseSolver(TunableSolver):
                 ct = _ct_for(s["k"], vec) if cl else 1
                 want = PerfConfig(vec=vec, ct=ct, py=py, pix=pix)
         return want if want in space else space[0]
+
+    @staticmethod
+    def _default_nhwc_fitted(p: ConvProblem) -> PerfConfig | None:
+        """Forward and backward data of 16-bit 2-D plain depthwise layers with 3x3 or 5x5
+        filters, channels innermost: 8 channel vectors per block; 3x3 on 8-byte vectors in
+        strips of 4 columns x 2 rows (1 column at stride 2), but for the gather and stride-1
+        planes of 56 and more (None: the general rule); 5x5 on 16-byte vectors in strips of 4
+        columns x 1 row (2 columns at stride 2), the gather one pixel a thread. Fitted on 44
+        cases (EfficientNet-B0's and MobileNetV2's depthwise layers, both directions; H100,
+        fp16, batch 32, every config timed), then re-timed on another machine, where the 3x3
+        exceptions were found slower than the general rule (docs/performance-gpu-kernels.md)."""
+        s = _geometry(p)
+        fy, fx = s["f"][1:]
+        if _esize(p) != 2 or p.spatial_dims != 2 or s["mult"] != 1 or fy != fx or fx not in (3, 5):
+            return None
+        widest = _vecs(p)[0]
+        strided = max(s["s"][1:]) > 1
+        if fx == 3:
+            if _role(p)[5] or (not strided and s["out"][1] >= 56):
+                return None  # the general rule was faster (re-timed on another machine)
+            vec = next((v for v in _vecs(p) if v <= 4), widest)
+            return PerfConfig(vec=vec, pix=1 if strided else 4, py=2, ct=8)
+        if _role(p)[5]:  # strided backward data: the gather
+            return PerfConfig(vec=widest, pix=1, py=1, ct=8)
+        return PerfConfig(vec=widest, pix=2 if strided else 4, py=1, ct=8)
 
     @staticmethod
     def _default_tile(p: ConvProblem) -> PerfConfig | None:
