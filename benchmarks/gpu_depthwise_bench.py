@@ -78,7 +78,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     if args.wrw_acc is not None:  # an experiment: which configs a larger budget opens
-        import miocore_direct.gpu_depthwise as dw
+        import miocore_direct.gpu_depthwise_geometry as dw
 
         dw.MAX_WRW_ACC = args.wrw_acc
     torch.backends.cudnn.benchmark = True

@@ -13,6 +13,7 @@ import miocore
 from miocore.testing import cpu_context
 
 dw = pytest.importorskip("miocore_direct.gpu_depthwise")
+geo = pytest.importorskip("miocore_direct.gpu_depthwise_geometry")
 
 
 def _ctx(sms: int = 132) -> miocore.ExecutionContext:
@@ -27,7 +28,7 @@ def _problem(direction: str = "forward", **kw) -> miocore.ConvProblem:
 
 
 def test_param_struct_matches_the_kernel() -> None:
-    source = (dw.KERNEL_DIR / "depthwise.cu").read_text()
+    source = (geo.KERNEL_DIR / "depthwise.cu").read_text()
     body = re.search(r"struct MioDwParams \{(.*?)\};", source, re.S).group(1)
     decls = [line.split("//")[0].strip() for line in body.splitlines()]
     decls = [d for d in decls if d]
@@ -36,14 +37,14 @@ def test_param_struct_matches_the_kernel() -> None:
     for decl in decls[3:]:
         assert decl.startswith("mio_index ") and decl.endswith(";"), decl
         fields += [f.strip() for f in decl[len("mio_index ") : -1].split(",")]
-    assert tuple(fields) == dw.PARAM_FIELDS
+    assert tuple(fields) == geo.PARAM_FIELDS
 
 
 def test_pack_params_order_and_completeness() -> None:
-    values = np.frombuffer(dw.pack_params({f: i for i, f in enumerate(dw.PARAM_FIELDS)}), np.int64)
-    assert list(values) == list(range(len(dw.PARAM_FIELDS)))
+    values = np.frombuffer(geo.pack_params({f: i for i, f in enumerate(geo.PARAM_FIELDS)}), np.int64)
+    assert list(values) == list(range(len(geo.PARAM_FIELDS)))
     with pytest.raises(ValueError):
-        dw.pack_params({"items": 1})
+        geo.pack_params({"items": 1})
 
 
 def test_applicability_and_reasons() -> None:
@@ -160,12 +161,12 @@ def test_large_filters_stage_their_taps_in_shared_memory(dtype: str) -> None:
     assert (vec["MIO_WREG"], vec["MIO_WSH"]) == ("0", "1")
     assert int(vec["MIO_CT"]) == cfg["ct"] == sol.kernels[0].block[0] == 8
     taps, width = 49, int(vec["MIO_CT"]) * int(vec["MIO_VEC"])
-    assert 4 * taps * width <= dw.SHARED_LIMIT
+    assert 4 * taps * width <= geo.SHARED_LIMIT
     # the scalar twin (unaligned buffers) keeps its 49 taps in registers
     assert (scalar["MIO_WREG"], scalar["MIO_WSH"]) == ("1", "0")
     # 3x3 taps stay in registers; a filter too large for shared memory reads global memory
-    assert dw.filter_storage(9, 4, 24) == (1, 0)
-    assert dw.filter_storage(343, 4, 32) == (0, 0)
+    assert geo.filter_storage(9, 4, 24) == (1, 0)
+    assert geo.filter_storage(343, 4, 32) == (0, 0)
 
 
 @pytest.mark.parametrize("f", (3, 5, 7))
@@ -181,7 +182,7 @@ def test_backward_weights_default_takes_tiles_but_on_large_3x3_planes(f: int) ->
         assert cfg in s.perf_config_space(ctx, p)
         kernel = s.get_solution(ctx, p, cfg).kernels[0]
         if f == 3 and hw == 112:
-            assert cfg["vec"] <= 2 and f * f * cfg["vec"] <= dw.MAX_WRW_ACC
+            assert cfg["vec"] <= 2 and f * f * cfg["vec"] <= geo.MAX_WRW_ACC
             assert (cfg["pix"], cfg["py"], cfg["ct"]) == (2, 1, 8)
             assert int(_options(kernel)["MIO_TC"]) == f * f  # every tap in one block
         else:
@@ -208,7 +209,7 @@ def test_backward_weights_tiles_only_where_they_apply() -> None:
         assert configs
         for cfg in configs:
             assert s.is_valid_perf_config(ctx, p, cfg)
-            assert dw.wrw_tile_shared_bytes(p, cfg) <= dw.SHARED_LIMIT
+            assert geo.wrw_tile_shared_bytes(p, cfg) <= geo.SHARED_LIMIT
             kernel = s.get_solution(ctx, p, cfg).kernels[0]
             rows = cfg.get("pg") or f  # row groups, or a thread per filter row
             assert kernel.kernel_name == "dw_wrw_tile" and kernel.block == (cfg["cb"], rows)

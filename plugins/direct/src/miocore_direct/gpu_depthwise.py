@@ -32,7 +32,6 @@ and config); sizes and padding are kernel arguments.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 from miocore import (
@@ -56,198 +55,35 @@ from miocore.backends.gpu_kernels import (
     channels_last,
     tensor5_bytes,
 )
-
-KERNEL_DIR = Path(__file__).parent / "kernels"
-SOURCE = "direct/depthwise.cu"
-#: Scalar fields of ``MioDwParams`` after its three tensors, in struct order.
-PARAM_FIELDS = ("pad_d", "pad_h", "pad_w", "groups_w", "items", "tiles_w", "tiles", "split")
-#: Static shared memory a block may use without an opt-in (both vendors).
-SHARED_LIMIT = 48 * 1024
-#: Filter values one ``dw_nhwc`` thread keeps in registers at most (else it reads them from L1).
-MAX_WREG = 128
-#: Accumulators (taps x vec) of one backward-weights thread at most.
-MAX_WRW_ACC = 72
-#: Taps of a filter whose ``dw_wrw_tile`` may keep every tap in one thread (row groups).
-MAX_TILE_GROUP_TAPS = 25
-_GRID_YZ_LIMIT = 65535
-_INT32 = 2**31 - 1
-
-
-def pack_params(values: dict[str, int]) -> bytes:
-    """The scalar tail of ``MioDwParams``: every field an int64, in :data:`PARAM_FIELDS` order."""
-    import numpy as np
-
-    if set(values) != set(PARAM_FIELDS):
-        raise ValueError(f"parameter fields differ: {sorted(set(values) ^ set(PARAM_FIELDS))}")
-    return np.array([values[f] for f in PARAM_FIELDS], dtype=np.int64).tobytes()
-
-
-def _dims3(values: tuple[int, ...]) -> tuple[int, int, int]:
-    """(d, h, w) of a 2-D or 3-D spatial tuple (d = 1 / 0 for 2-D)."""
-    return tuple(values) if len(values) == 3 else (1, *values)  # type: ignore[return-value]
-
-
-def _geometry(p: ConvProblem) -> dict[str, Any]:
-    """Sizes of the canonical problem, spatial tuples as (d, h, w)."""
-    pads = p.conv.pads if p.spatial_dims == 3 else (0, *p.conv.pads)
-    return {
-        "c": p.x.lengths[1],
-        "k": p.y.lengths[1],
-        "mult": p.y.lengths[1] // max(1, p.x.lengths[1]),
-        "f": _dims3(tuple(p.w.lengths[2:])),
-        "s": _dims3(p.conv.strides),
-        "d": _dims3(p.conv.dilations),
-        "pad": tuple(pads),
-        "in": _dims3(tuple(p.x.lengths[2:])),
-        "out": _dims3(tuple(p.y.lengths[2:])),
-    }
-
-
-def _role(p: ConvProblem) -> tuple[Any, Any, int, int, bool, bool]:
-    """(read tensor a, tensor b, R, M, flip, gather) of the direction (see the kernel header)."""
-    s = _geometry(p)
-    if p.direction is Direction.FORWARD:
-        return p.x, p.y, 1, s["mult"], False, False
-    if p.direction is Direction.BACKWARD_DATA:
-        gather = any(v > 1 for v in s["s"])
-        return p.y, p.x, s["mult"], 1, not gather, gather
-    return p.x, p.y, 1, s["mult"], False, False
-
-
-def _kernel_pads(p: ConvProblem) -> tuple[int, int, int]:
-    """Padding the kernel applies: backward data at stride 1 pads by (F-1)*d - p."""
-    s = _geometry(p)
-    _, _, _, _, flip, _ = _role(p)
-    if flip:
-        return tuple((f - 1) * d - q for f, d, q in zip(s["f"], s["d"], s["pad"], strict=True))
-    return s["pad"]
-
-
-def kernel_kind(p: ConvProblem) -> str:
-    """``"wrw"``, ``"nhwc"`` (channels innermost) or ``"nchw"``: which kernel runs."""
-    if p.direction is Direction.BACKWARD_WEIGHTS:
-        return "wrw"
-    return "nhwc" if channels_last(p.x) else "nchw"
-
-
-def _esize(p: ConvProblem) -> int:
-    return p.dtype.itemsize
-
-
-def _vec_ok(p: ConvProblem, vec: int) -> bool:
-    """Whether ``vec`` channels can move in one access: channels innermost in both activation
-    tensors, whole vectors (channel counts and pixel strides multiples of vec), no multiplier."""
-    if vec == 1:
-        return True
-    if vec * _esize(p) > 16 or _geometry(p)["mult"] != 1:
-        return False
-    for t in (p.x, p.y):
-        if t.strides[1] != 1 or t.lengths[1] % vec:
-            return False
-        if any(st % vec for i, st in enumerate(t.strides) if i != 1):
-            return False
-    return True
-
-
-def _vecs(p: ConvProblem) -> list[int]:
-    """Channel vector widths that apply, widest (16 bytes) first."""
-    return [v for v in (16 // _esize(p), 8 // _esize(p), 4 // _esize(p), 1) if v and _vec_ok(p, v)]
-
-
-def _taps(p: ConvProblem) -> int:
-    return math.prod(_geometry(p)["f"])
-
-
-def _wrw_tc(p: ConvProblem, vec: int) -> int:
-    """Taps per backward-weights block: all of them if the accumulators fit, else even chunks."""
-    taps = _taps(p)
-    chunks = -(-taps * vec // MAX_WRW_ACC)
-    return -(-taps // chunks)
-
-
-def _wrw_items(p: ConvProblem, cfg: PerfConfig) -> tuple[int, int]:
-    """(items, strips along W) of backward weights: dy strips of py rows x pix columns."""
-    bd, bh, bw = _dims3(tuple(p.y.lengths[2:]))
-    groups_w = -(-bw // cfg["pix"])
-    return p.y.lengths[0] * bd * -(-bh // cfg["py"]) * groups_w, groups_w
-
-
-def wrw_tile_applies(p: ConvProblem) -> bool:
-    """Whether ``dw_wrw_tile`` can take this backward-weights problem: 2-D, plain depthwise
-    (no multiplier), channels innermost in x and dy."""
-    s = _geometry(p)
-    return (
-        p.direction is Direction.BACKWARD_WEIGHTS
-        and p.spatial_dims == 2
-        and s["mult"] == 1
-        and channels_last(p.x)
-        and channels_last(p.y)
-    )
-
-
-def _wrw_tile_x_pixels(p: ConvProblem, cfg: PerfConfig) -> int:
-    """Pixels of the x tile ``dw_wrw_tile`` stages: what a tp x tq tile of dy reaches."""
-    s = _geometry(p)
-    xtp = (cfg["tp"] - 1) * s["s"][1] + (s["f"][1] - 1) * s["d"][1] + 1
-    xtq = (cfg["tq"] - 1) * s["s"][2] + (s["f"][2] - 1) * s["d"][2] + 1
-    return xtp * xtq
-
-
-def wrw_tile_shared_bytes(p: ConvProblem, cfg: PerfConfig) -> int:
-    """Static shared memory of ``dw_wrw_tile``: the x and dy tiles as floats."""
-    return 4 * cfg["cb"] * (_wrw_tile_x_pixels(p, cfg) + cfg["tp"] * cfg["tq"])
-
-
-def _wrw_tile_items(p: ConvProblem, cfg: PerfConfig) -> int:
-    """Items of ``dw_wrw_tile``: dy tiles of tp x tq pixels of every image."""
-    _, bh, bw = _dims3(tuple(p.y.lengths[2:]))
-    return p.y.lengths[0] * -(-bh // cfg["tp"]) * -(-bw // cfg["tq"])
-
-
-def _is_tile(cfg: PerfConfig) -> bool:
-    return "cb" in cfg
-
-
-def _extent(p: ConvProblem, tile: int, axis: int) -> int:
-    """Rows (axis 1) or columns (axis 2) of the tile ``dw_nchw`` stages for ``tile`` outputs."""
-    s = _geometry(p)
-    f, st, dl = s["f"][axis], s["s"][axis], s["d"][axis]
-    if _role(p)[5]:  # gather: the dy window a dx tile's taps reach
-        return (tile - 2 + (f - 1) * dl + st) // st + 1
-    return (tile - 1) * st + (f - 1) * dl + 1
-
-
-def nchw_shared_bytes(p: ConvProblem, cfg: PerfConfig) -> int:
-    """Static shared memory of ``dw_nchw`` for ``cfg``: staged tile plus the filter."""
-    r = _role(p)[2]
-    th = cfg["by"] * cfg["py"]
-    return 4 * (_extent(p, th, 1) * _extent(p, cfg["tw"], 2) + r * _taps(p))
-
-
-def filter_storage(taps: int, vec: int, ct: int) -> tuple[int, int]:
-    """(in registers, staged in shared memory) for ``dw_nhwc``'s filter: registers while a
-    thread's taps fit :data:`MAX_WREG`, else the block's taps as floats in shared memory
-    while they fit :data:`SHARED_LIMIT` (a tap read per use from global memory costs as many
-    loads as multiply-adds: 7x7 filters ran 6x slower that way), else global memory."""
-    if taps * vec <= MAX_WREG:
-        return 1, 0
-    return 0, int(4 * taps * vec * ct <= SHARED_LIMIT)
-
-
-def _kernel(name: str, options: tuple[str, ...], grid: tuple, block: tuple) -> KernelInfo:
-    return KernelInfo(
-        source=SOURCE, kernel_name=name, options=tuple(options), grid=grid, block=block
-    )
-
-
-def _pow2_at_least(v: int) -> int:
-    return 1 << max(0, (v - 1).bit_length())
-
-
-def _ct_for(channels: int, vec: int) -> int:
-    """Channel vectors per block: all of a small channel count, else 32."""
-    nv = -(-channels // vec)
-    return nv if nv <= 64 else 32
+from miocore_direct.gpu_depthwise_geometry import (
+    GRID_YZ_LIMIT,
+    INT32_MAX,
+    MAX_TILE_GROUP_TAPS,
+    PARAM_FIELDS,
+    SHARED_LIMIT,
+    ct_for,
+    dims3,
+    esize,
+    filter_storage,
+    is_tile,
+    kernel_info,
+    kernel_kind,
+    kernel_pads,
+    nchw_shared_bytes,
+    pack_params,
+    pow2_at_least,
+    problem_sizes,
+    role,
+    tap_count,
+    vec_ok,
+    vecs,
+    wrw_items,
+    wrw_taps_per_block,
+    wrw_tile_applies,
+    wrw_tile_items,
+    wrw_tile_shared_bytes,
+    wrw_tile_x_pixels,
+)
 
 
 class GpuDepthwiseSolver(TunableSolver):
@@ -275,7 +111,7 @@ class GpuDepthwiseSolver(TunableSolver):
         for name in ("x", "y"):
             t = getattr(p, name)
             pixels = math.prod(t.lengths) // max(1, t.lengths[1])
-            if pixels > _INT32 or max(t.lengths) > _INT32:
+            if pixels > INT32_MAX or max(t.lengths) > INT32_MAX:
                 return not_applicable(
                     f"{name} has {pixels} pixels (N x spatial): beyond 32-bit indices"
                 )
@@ -288,15 +124,15 @@ class GpuDepthwiseSolver(TunableSolver):
         backward weights ``vec`` x ``ct``. Best guesses first."""
         p = problem
         kind = kernel_kind(p)
-        s = _geometry(p)
+        s = problem_sizes(p)
         out: list[PerfConfig] = []
         if kind == "nhwc":
             written = p.x.lengths[1] if p.direction is Direction.BACKWARD_DATA else s["k"]
-            gather = _role(p)[5]
-            for vec in _vecs(p):
+            gather = role(p)[5]
+            for vec in vecs(p):
                 for pix in (1,) if gather else (2, 1, 4):
                     for py in (1,) if gather else (4, 2, 1):
-                        for ct in dict.fromkeys((_ct_for(written, vec), 8, 16, 32)):
+                        for ct in dict.fromkeys((ct_for(written, vec), 8, 16, 32)):
                             cfg = PerfConfig(vec=vec, pix=pix, py=py, ct=ct)
                             if self._fits(p, cfg):
                                 out.append(cfg)
@@ -309,7 +145,7 @@ class GpuDepthwiseSolver(TunableSolver):
                             out.append(cfg)
         else:
             if wrw_tile_applies(p):
-                for vec in _vecs(p)[:1]:  # the widest (a scalar twin is always built)
+                for vec in vecs(p)[:1]:  # the widest (a scalar twin is always built)
                     for cb in (32, 64, 16):
                         for tp in (2, 1, 4):
                             for tq in (32, 16, 8):
@@ -317,7 +153,7 @@ class GpuDepthwiseSolver(TunableSolver):
                                 if self._fits(p, cfg):
                                     out.append(cfg)
                 # row groups: every tap in a thread (filters up to 5x5: its registers)
-                for vec in _vecs(p)[:1] if _taps(p) <= MAX_TILE_GROUP_TAPS else ():
+                for vec in vecs(p)[:1] if tap_count(p) <= MAX_TILE_GROUP_TAPS else ():
                     for cb in (32, 64):
                         for tp in (4, 2):
                             for tq in (16, 8, 32):
@@ -326,9 +162,11 @@ class GpuDepthwiseSolver(TunableSolver):
                                     if self._fits(p, cfg):
                                         out.append(cfg)
             cl = channels_last(p.x)
-            for vec in _vecs(p) if cl else [1]:
-                strips = _wrw_tc(p, vec) == _taps(p)  # strips need every tap in one block
-                cts = dict.fromkeys((_ct_for(s["k"], vec), 8, 16, 32) if cl else (1,))
+            for vec in vecs(p) if cl else [1]:
+                strips = wrw_taps_per_block(p, vec) == tap_count(
+                    p
+                )  # strips need every tap in one block
+                cts = dict.fromkeys((ct_for(s["k"], vec), 8, 16, 32) if cl else (1,))
                 for pix in (2, 1) if strips else (1,):
                     for py in (4, 2, 1) if strips else (1,):
                         for ct in cts:
@@ -339,40 +177,40 @@ class GpuDepthwiseSolver(TunableSolver):
 
     def _fits(self, p: ConvProblem, cfg: PerfConfig) -> bool:
         kind = kernel_kind(p)
-        s = _geometry(p)
+        s = problem_sizes(p)
         if kind == "nchw":
             if cfg["tw"] * cfg["by"] > 256 or nchw_shared_bytes(p, cfg) > SHARED_LIMIT:
                 return False
-            return self._nchw_tiles(p, cfg)[2] <= _GRID_YZ_LIMIT
-        if _is_tile(cfg):
+            return self._nchw_tiles(p, cfg)[2] <= GRID_YZ_LIMIT
+        if is_tile(cfg):
             vec, cb, pg = cfg["vec"], cfg["cb"], cfg.get("pg", 0)
             if pg and not (
                 pg <= cfg["tp"]
                 and cb >= 32  # a warp holds one row group: its rows' branch is uniform
-                and _taps(p) <= MAX_TILE_GROUP_TAPS
-                and pg * _taps(p) <= _wrw_tile_x_pixels(p, cfg)  # the groups' sums fit
+                and tap_count(p) <= MAX_TILE_GROUP_TAPS
+                and pg * tap_count(p) <= wrw_tile_x_pixels(p, cfg)  # the groups' sums fit
             ):
                 return False
             return (
                 wrw_tile_applies(p)
-                and _vec_ok(p, vec)
+                and vec_ok(p, vec)
                 and cb % vec == 0
                 and cb * (pg or s["f"][1]) <= 1024
                 and wrw_tile_shared_bytes(p, cfg) <= SHARED_LIMIT
-                and _wrw_tile_items(p, cfg) <= _INT32
-                and -(-s["k"] // cb) <= _GRID_YZ_LIMIT
+                and wrw_tile_items(p, cfg) <= INT32_MAX
+                and -(-s["k"] // cb) <= GRID_YZ_LIMIT
             )
         vec, ct = cfg["vec"], cfg["ct"]
-        if not _vec_ok(p, vec) or not 1 <= ct <= 256:
+        if not vec_ok(p, vec) or not 1 <= ct <= 256:
             return False
         written = p.x.lengths[1] if p.direction is Direction.BACKWARD_DATA else s["k"]
-        if -(-written // (vec * ct)) > _GRID_YZ_LIMIT:
+        if -(-written // (vec * ct)) > GRID_YZ_LIMIT:
             return False
         if kind == "nhwc":
-            return (cfg["pix"] == 1 and cfg["py"] == 1) or not _role(p)[5]
-        if (cfg["py"] > 1 or cfg["pix"] > 1) and _wrw_tc(p, vec) != _taps(p):
+            return (cfg["pix"] == 1 and cfg["py"] == 1) or not role(p)[5]
+        if (cfg["py"] > 1 or cfg["pix"] > 1) and wrw_taps_per_block(p, vec) != tap_count(p):
             return False
-        return -(-_taps(p) // _wrw_tc(p, vec)) <= _GRID_YZ_LIMIT
+        return -(-tap_count(p) // wrw_taps_per_block(p, vec)) <= GRID_YZ_LIMIT
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
         """nhwc: vectors of at most 4 channels (16-byte fp32, 8-byte fp16: the filter and
@@ -386,11 +224,11 @@ class GpuDepthwiseSolver(TunableSolver):
         if not space:
             return PerfConfig(vec=1, pix=1, ct=32)
         kind = kernel_kind(p)
-        s = _geometry(p)
+        s = problem_sizes(p)
         if kind == "nchw":
             wo, ho = (s["in"] if p.direction is Direction.BACKWARD_DATA else s["out"])[1:]
             tw = 32 if wo >= 24 else 16 if wo >= 12 else 8
-            by = min(256 // tw, _pow2_at_least(ho))
+            by = min(256 // tw, pow2_at_least(ho))
             py = 4 if ho >= 32 else 2 if ho >= 16 else 1
             want = PerfConfig(tw=tw, by=by, py=py)
         elif kind == "nhwc":
@@ -398,13 +236,13 @@ class GpuDepthwiseSolver(TunableSolver):
             if fitted is not None and fitted in space:
                 return fitted
             written = p.x.lengths[1] if p.direction is Direction.BACKWARD_DATA else s["k"]
-            vec = next(v for v in _vecs(p) if v <= 4)  # 8-byte fp16 vectors: fewer registers
-            gather = _role(p)[5]
+            vec = next(v for v in vecs(p) if v <= 4)  # 8-byte fp16 vectors: fewer registers
+            gather = role(p)[5]
             pix = 2 if s["s"][2] == 1 and not gather else 1
             ho = s["out"][1]
             py = 1 if gather else 4 if ho >= 12 else 2 if ho >= 4 else 1
-            ct = _ct_for(written, vec)
-            if not filter_storage(_role(p)[2] * _taps(p), vec, ct)[0]:
+            ct = ct_for(written, vec)
+            if not filter_storage(role(p)[2] * tap_count(p), vec, ct)[0]:
                 # Taps staged in shared memory: 8 channel vectors by 32 pixel lanes was the
                 # fastest block on every ConvNeXt-T 7x7 layer (H200, fp16, 1.2-1.6x over all
                 # channels in one block row; docs/performance.md).
@@ -416,7 +254,11 @@ class GpuDepthwiseSolver(TunableSolver):
                 return tile
             cl = channels_last(p.x)
             ho = s["out"][1]
-            whole = [v for v in _vecs(p) if v <= 2 and _wrw_tc(p, v) == _taps(p)] if cl else []
+            whole = (
+                [v for v in vecs(p) if v <= 2 and wrw_taps_per_block(p, v) == tap_count(p)]
+                if cl
+                else []
+            )
             if whole:
                 # Vectors of at most 2 channels that keep every tap in one block, strips of
                 # 1 row x 2 columns, 8 channel vectors per block on large planes, else 16: the
@@ -425,10 +267,10 @@ class GpuDepthwiseSolver(TunableSolver):
                 # at most 1.72x, where the earlier rule was 1.95x and 3.3x).
                 want = PerfConfig(vec=whole[0], ct=8 if ho >= 28 else 16, py=1, pix=2)
             else:
-                vec = next(v for v in _vecs(p) if v <= 4) if cl else 1
+                vec = next(v for v in vecs(p) if v <= 4) if cl else 1
                 py = 4 if ho >= 12 else 2 if ho >= 4 else 1
                 pix = 2 if s["s"][2] == 1 else 1
-                ct = _ct_for(s["k"], vec) if cl else 1
+                ct = ct_for(s["k"], vec) if cl else 1
                 want = PerfConfig(vec=vec, ct=ct, py=py, pix=pix)
         return want if want in space else space[0]
 
@@ -442,18 +284,18 @@ class GpuDepthwiseSolver(TunableSolver):
         cases (EfficientNet-B0's and MobileNetV2's depthwise layers, both directions; H100,
         fp16, batch 32, every config timed), then re-timed on another machine, where the 3x3
         exceptions were found slower than the general rule (docs/performance-gpu-kernels.md)."""
-        s = _geometry(p)
+        s = problem_sizes(p)
         fy, fx = s["f"][1:]
-        if _esize(p) != 2 or p.spatial_dims != 2 or s["mult"] != 1 or fy != fx or fx not in (3, 5):
+        if esize(p) != 2 or p.spatial_dims != 2 or s["mult"] != 1 or fy != fx or fx not in (3, 5):
             return None
-        widest = _vecs(p)[0]
+        widest = vecs(p)[0]
         strided = max(s["s"][1:]) > 1
         if fx == 3:
-            if _role(p)[5] or (not strided and s["out"][1] >= 56):
+            if role(p)[5] or (not strided and s["out"][1] >= 56):
                 return None  # the general rule was faster (re-timed on another machine)
-            vec = next((v for v in _vecs(p) if v <= 4), widest)
+            vec = next((v for v in vecs(p) if v <= 4), widest)
             return PerfConfig(vec=vec, pix=1 if strided else 4, py=2, ct=8)
-        if _role(p)[5]:  # strided backward data: the gather
+        if role(p)[5]:  # strided backward data: the gather
             return PerfConfig(vec=widest, pix=1, py=1, ct=8)
         return PerfConfig(vec=widest, pix=2 if strided else 4, py=1, ct=8)
 
@@ -469,15 +311,15 @@ class GpuDepthwiseSolver(TunableSolver):
         the best, where the filter-row tiles were 1.07x."""
         if not wrw_tile_applies(p):
             return None
-        s = _geometry(p)
+        s = problem_sizes(p)
         fx, stride, ow = s["f"][2], max(s["s"][1:]), s["out"][2]
         if s["f"][1] == fx == 3 and s["in"][1] >= 112:
             return None
         tq = 8 if ow <= 7 or stride > 1 else 16
         cb = 64 if fx <= 3 else 16 if fx >= 7 and ow <= 28 else 32
         if s["f"][1] == fx == 3:  # row groups of 4: every tap of a channel in one thread
-            return PerfConfig(vec=_vecs(p)[0], cb=cb, tp=4, tq=tq, pg=4)
-        return PerfConfig(vec=_vecs(p)[0], cb=cb, tp=4, tq=tq)
+            return PerfConfig(vec=vecs(p)[0], cb=cb, tp=4, tq=tq, pg=4)
+        return PerfConfig(vec=vecs(p)[0], cb=cb, tp=4, tq=tq)
 
     def is_valid_perf_config(
         self, ctx: ExecutionContext, problem: ConvProblem, config: PerfConfig
@@ -508,15 +350,15 @@ class GpuDepthwiseSolver(TunableSolver):
     def _split(self, ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> int:
         """Backward-weights blocks along the reduction: about 4 blocks per compute unit, at
         least 16 pixels per thread."""
-        if _is_tile(cfg):
+        if is_tile(cfg):
             # about 4 blocks per compute unit, each at least 2 tiles
             blocks = -(-p.y.lengths[1] // cfg["cb"])
             wanted = -(-4 * max(1, ctx.device.compute_units) // blocks)
-            return int(max(1, min(wanted, _wrw_tile_items(p, cfg) // 2, 4096)))
+            return int(max(1, min(wanted, wrw_tile_items(p, cfg) // 2, 4096)))
         vec, ct = cfg["vec"], cfg["ct"]
         pt = 256 // ct
-        items = _wrw_items(p, cfg)[0]
-        base = -(-p.y.lengths[1] // (vec * ct)) * -(-_taps(p) // _wrw_tc(p, vec))
+        items = wrw_items(p, cfg)[0]
+        base = -(-p.y.lengths[1] // (vec * ct)) * -(-tap_count(p) // wrw_taps_per_block(p, vec))
         wanted = -(-4 * max(1, ctx.device.compute_units) // base)
         return int(max(1, min(wanted, items // (16 * pt), 4096)))
 
@@ -536,7 +378,7 @@ class GpuDepthwiseSolver(TunableSolver):
         weights, whose input is reread per tap from cache)."""
         p = problem
         eff = 0.35 if p.direction is Direction.BACKWARD_WEIGHTS else 0.6
-        if _role(p)[5]:
+        if role(p)[5]:
             eff *= 0.7
         predicted = ctx.roofline_ms(p.flops, p.bytes_moved / eff, p.dtype, 0.25)
         return ctx.wti(p, predicted)
@@ -552,7 +394,7 @@ class GpuDepthwiseSolver(TunableSolver):
 
     def _nchw_tiles(self, p: ConvProblem, cfg: PerfConfig) -> tuple[int, int, int]:
         """(tiles along W, tiles along H, tiles per plane) of the written tensor."""
-        b = _role(p)[1]
+        b = role(p)[1]
         h, w = b.lengths[-2], b.lengths[-1]
         tw_n = -(-w // cfg["tw"])
         th_n = -(-h // (cfg["by"] * cfg["py"]))
@@ -565,8 +407,8 @@ class GpuDepthwiseSolver(TunableSolver):
         p = problem
         cfg = self._config(ctx, p, perf_config)
         kind = kernel_kind(p)
-        s = _geometry(p)
-        a, b, r, m, flip, gather = _role(p)
+        s = problem_sizes(p)
+        a, b, r, m, flip, gather = role(p)
         base_opts = [DTYPE_OPTIONS[p.dtype]]
         for name, value in zip(("FZ", "FY", "FX"), s["f"], strict=True):
             base_opts.append(f"-DMIO_{name}={value}")
@@ -576,10 +418,10 @@ class GpuDepthwiseSolver(TunableSolver):
             base_opts.append(f"-DMIO_{name}={value}")
         base_opts += [f"-DMIO_R={r}", f"-DMIO_M={m}", f"-DMIO_FLIP={int(flip)}"]
         base_opts.append(f"-DMIO_GATHER={int(gather)}")
-        pads = _kernel_pads(p)
+        pads = kernel_pads(p)
         fields = dict.fromkeys(PARAM_FIELDS, 0)
         fields.update(pad_d=pads[0], pad_h=pads[1], pad_w=pads[2], split=1)
-        taps = _taps(p)
+        taps = tap_count(p)
         wcount = p.w.element_count
         split = 1
         kernels: list[KernelInfo] = []
@@ -588,30 +430,30 @@ class GpuDepthwiseSolver(TunableSolver):
             tw, by, py = cfg["tw"], cfg["by"], cfg["py"]
             tw_n, _, tiles = self._nchw_tiles(p, cfg)
             fields.update(tiles_w=tw_n, tiles=tiles)
-            planes = b.lengths[0] * b.lengths[1] * _dims3(tuple(b.lengths[2:]))[0]
+            planes = b.lengths[0] * b.lengths[1] * dims3(tuple(b.lengths[2:]))[0]
             opts = (*base_opts, f"-DMIO_TW={tw}", f"-DMIO_BY={by}", f"-DMIO_PY={py}")
-            kernels.append(_kernel("dw_nchw", opts, (planes, tiles), (tw, by)))
+            kernels.append(kernel_info("dw_nchw", opts, (planes, tiles), (tw, by)))
         elif kind == "nhwc":
             vec, pix, py, ct = cfg["vec"], cfg["pix"], cfg["py"], cfg["ct"]
             pt = max(1, 256 // ct)
-            bd, bh, bw = _dims3(tuple(b.lengths[2:]))
+            bd, bh, bw = dims3(tuple(b.lengths[2:]))
             groups_w = -(-bw // pix)
             items = b.lengths[0] * bd * -(-bh // py) * groups_w
             fields.update(groups_w=groups_w, items=items)
             gy = -(-b.lengths[1] // (vec * ct))
             target = 8 * max(1, ctx.device.compute_units)
-            gx = max(1, min(-(-items // pt), -(-target // gy), _INT32))
+            gx = max(1, min(-(-items // pt), -(-target // gy), INT32_MAX))
             for v in dict.fromkeys((vec, 1)):  # vec > 1: a scalar twin for unaligned buffers
                 ctv = ct if v == vec else min(256, ct * vec)
                 wreg, wsh = filter_storage(r * taps, v, ctv)
                 opts = (*base_opts, f"-DMIO_VEC={v}", f"-DMIO_PIX={pix}", f"-DMIO_PY={py}")
                 opts = (*opts, f"-DMIO_WREG={wreg}", f"-DMIO_WSH={wsh}", f"-DMIO_CT={ctv}")
                 gyv = -(-b.lengths[1] // (v * ctv))
-                kernels.append(_kernel("dw_nhwc", opts, (gx, gyv), (ctv, max(1, 256 // ctv))))
-        elif _is_tile(cfg):
+                kernels.append(kernel_info("dw_nhwc", opts, (gx, gyv), (ctv, max(1, 256 // ctv))))
+        elif is_tile(cfg):
             vec, cb = cfg["vec"], cfg["cb"]
             split = self._split(ctx, p, cfg)
-            fields.update(items=_wrw_tile_items(p, cfg), split=split)
+            fields.update(items=wrw_tile_items(p, cfg), split=split)
             tile = (f"-DMIO_CB={cb}", f"-DMIO_TP={cfg['tp']}", f"-DMIO_TQ={cfg['tq']}")
             pg = cfg.get("pg", 0)
             if pg:
@@ -619,30 +461,30 @@ class GpuDepthwiseSolver(TunableSolver):
             for v in dict.fromkeys((vec, 1)):
                 opts = (*base_opts, "-DMIO_WRW_TILE=1", f"-DMIO_VEC={v}", *tile)
                 grid = (split, -(-b.lengths[1] // cb))
-                kernels.append(_kernel("dw_wrw_tile", opts, grid, (cb, pg or s["f"][1])))
+                kernels.append(kernel_info("dw_wrw_tile", opts, grid, (cb, pg or s["f"][1])))
             if split > 1:
                 rgrid = (max(1, min(-(-wcount // 256), 4096)),)
-                kernels.append(_kernel("dw_wrw_reduce", tuple(base_opts), rgrid, (256,)))
+                kernels.append(kernel_info("dw_wrw_reduce", tuple(base_opts), rgrid, (256,)))
         else:
             vec, ct = cfg["vec"], cfg["ct"]
             split = self._split(ctx, p, cfg)
-            items, groups_w = _wrw_items(p, cfg)
+            items, groups_w = wrw_items(p, cfg)
             fields.update(items=items, groups_w=groups_w, split=split)
             for v in dict.fromkeys((vec, 1)):
-                tc = _wrw_tc(p, v)
+                tc = wrw_taps_per_block(p, v)
                 ctv = ct if v == vec else min(256, ct * vec)
                 gy = -(-b.lengths[1] // (v * ctv))
                 opts = (*base_opts, f"-DMIO_VEC={v}", f"-DMIO_TC={tc}")
                 opts = (*opts, f"-DMIO_PY={cfg['py']}", f"-DMIO_PIX={cfg['pix']}")
                 grid = (split, gy, -(-taps // tc))
-                kernels.append(_kernel("dw_wrw", opts, grid, (ctv, max(1, 256 // ctv))))
+                kernels.append(kernel_info("dw_wrw", opts, grid, (ctv, max(1, 256 // ctv))))
             if split > 1:
                 rgrid = (max(1, min(-(-wcount // 256), 4096)),)
-                kernels.append(_kernel("dw_wrw_reduce", tuple(base_opts), rgrid, (256,)))
+                kernels.append(kernel_info("dw_wrw_reduce", tuple(base_opts), rgrid, (256,)))
         params = tensor5_bytes(a) + tensor5_bytes(b) + tensor5_bytes(p.w) + pack_params(fields)
         workspace = 0 if split == 1 else split * wcount * 4
         vec = cfg.get("vec", 1)
-        align = vec * _esize(p)
+        align = vec * esize(p)
         direction = p.direction
 
         def factory(compiled: Any) -> Any:

@@ -1,0 +1,208 @@
+"""Index algebra and resource limits of ``direct.gpu_depthwise``'s kernels.
+
+What the solver's configs and solutions share: the canonical problem's sizes as (d, h, w)
+tuples, which tensor each direction reads and writes, channel-vector widths, the tiles each
+kernel stages and whether they fit in shared memory, and the kernel parameters' byte layout.
+See ``kernels/depthwise.cu`` for the kernels themselves.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from miocore import ConvProblem, Direction, KernelInfo, PerfConfig
+from miocore.backends.gpu_kernels import channels_last
+
+KERNEL_DIR = Path(__file__).parent / "kernels"
+SOURCE = "direct/depthwise.cu"
+#: Scalar fields of ``MioDwParams`` after its three tensors, in struct order.
+PARAM_FIELDS = ("pad_d", "pad_h", "pad_w", "groups_w", "items", "tiles_w", "tiles", "split")
+#: Static shared memory a block may use without an opt-in (both vendors).
+SHARED_LIMIT = 48 * 1024
+#: Filter values one ``dw_nhwc`` thread keeps in registers at most (else it reads them from L1).
+MAX_WREG = 128
+#: Accumulators (taps x vec) of one backward-weights thread at most.
+MAX_WRW_ACC = 72
+#: Taps of a filter whose ``dw_wrw_tile`` may keep every tap in one thread (row groups).
+MAX_TILE_GROUP_TAPS = 25
+GRID_YZ_LIMIT = 65535
+INT32_MAX = 2**31 - 1
+
+
+def pack_params(values: dict[str, int]) -> bytes:
+    """The scalar tail of ``MioDwParams``: every field an int64, in :data:`PARAM_FIELDS` order."""
+    import numpy as np
+
+    if set(values) != set(PARAM_FIELDS):
+        raise ValueError(f"parameter fields differ: {sorted(set(values) ^ set(PARAM_FIELDS))}")
+    return np.array([values[f] for f in PARAM_FIELDS], dtype=np.int64).tobytes()
+
+
+def dims3(values: tuple[int, ...]) -> tuple[int, int, int]:
+    """(d, h, w) of a 2-D or 3-D spatial tuple (d = 1 / 0 for 2-D)."""
+    return tuple(values) if len(values) == 3 else (1, *values)  # type: ignore[return-value]
+
+
+def problem_sizes(p: ConvProblem) -> dict[str, Any]:
+    """Sizes of the canonical problem, spatial tuples as (d, h, w)."""
+    pads = p.conv.pads if p.spatial_dims == 3 else (0, *p.conv.pads)
+    return {
+        "c": p.x.lengths[1],
+        "k": p.y.lengths[1],
+        "mult": p.y.lengths[1] // max(1, p.x.lengths[1]),
+        "f": dims3(tuple(p.w.lengths[2:])),
+        "s": dims3(p.conv.strides),
+        "d": dims3(p.conv.dilations),
+        "pad": tuple(pads),
+        "in": dims3(tuple(p.x.lengths[2:])),
+        "out": dims3(tuple(p.y.lengths[2:])),
+    }
+
+
+def role(p: ConvProblem) -> tuple[Any, Any, int, int, bool, bool]:
+    """(read tensor a, tensor b, R, M, flip, gather) of the direction (see the kernel header)."""
+    s = problem_sizes(p)
+    if p.direction is Direction.FORWARD:
+        return p.x, p.y, 1, s["mult"], False, False
+    if p.direction is Direction.BACKWARD_DATA:
+        gather = any(v > 1 for v in s["s"])
+        return p.y, p.x, s["mult"], 1, not gather, gather
+    return p.x, p.y, 1, s["mult"], False, False
+
+
+def kernel_pads(p: ConvProblem) -> tuple[int, int, int]:
+    """Padding the kernel applies: backward data at stride 1 pads by (F-1)*d - p."""
+    s = problem_sizes(p)
+    _, _, _, _, flip, _ = role(p)
+    if flip:
+        return tuple((f - 1) * d - q for f, d, q in zip(s["f"], s["d"], s["pad"], strict=True))
+    return s["pad"]
+
+
+def kernel_kind(p: ConvProblem) -> str:
+    """``"wrw"``, ``"nhwc"`` (channels innermost) or ``"nchw"``: which kernel runs."""
+    if p.direction is Direction.BACKWARD_WEIGHTS:
+        return "wrw"
+    return "nhwc" if channels_last(p.x) else "nchw"
+
+
+def esize(p: ConvProblem) -> int:
+    return p.dtype.itemsize
+
+
+def vec_ok(p: ConvProblem, vec: int) -> bool:
+    """Whether ``vec`` channels can move in one access: channels innermost in both activation
+    tensors, whole vectors (channel counts and pixel strides multiples of vec), no multiplier."""
+    if vec == 1:
+        return True
+    if vec * esize(p) > 16 or problem_sizes(p)["mult"] != 1:
+        return False
+    for t in (p.x, p.y):
+        if t.strides[1] != 1 or t.lengths[1] % vec:
+            return False
+        if any(st % vec for i, st in enumerate(t.strides) if i != 1):
+            return False
+    return True
+
+
+def vecs(p: ConvProblem) -> list[int]:
+    """Channel vector widths that apply, widest (16 bytes) first."""
+    return [v for v in (16 // esize(p), 8 // esize(p), 4 // esize(p), 1) if v and vec_ok(p, v)]
+
+
+def tap_count(p: ConvProblem) -> int:
+    return math.prod(problem_sizes(p)["f"])
+
+
+def wrw_taps_per_block(p: ConvProblem, vec: int) -> int:
+    """Taps per backward-weights block: all of them if the accumulators fit, else even chunks."""
+    taps = tap_count(p)
+    chunks = -(-taps * vec // MAX_WRW_ACC)
+    return -(-taps // chunks)
+
+
+def wrw_items(p: ConvProblem, cfg: PerfConfig) -> tuple[int, int]:
+    """(items, strips along W) of backward weights: dy strips of py rows x pix columns."""
+    bd, bh, bw = dims3(tuple(p.y.lengths[2:]))
+    groups_w = -(-bw // cfg["pix"])
+    return p.y.lengths[0] * bd * -(-bh // cfg["py"]) * groups_w, groups_w
+
+
+def wrw_tile_applies(p: ConvProblem) -> bool:
+    """Whether ``dw_wrw_tile`` can take this backward-weights problem: 2-D, plain depthwise
+    (no multiplier), channels innermost in x and dy."""
+    s = problem_sizes(p)
+    return (
+        p.direction is Direction.BACKWARD_WEIGHTS
+        and p.spatial_dims == 2
+        and s["mult"] == 1
+        and channels_last(p.x)
+        and channels_last(p.y)
+    )
+
+
+def wrw_tile_x_pixels(p: ConvProblem, cfg: PerfConfig) -> int:
+    """Pixels of the x tile ``dw_wrw_tile`` stages: what a tp x tq tile of dy reaches."""
+    s = problem_sizes(p)
+    xtp = (cfg["tp"] - 1) * s["s"][1] + (s["f"][1] - 1) * s["d"][1] + 1
+    xtq = (cfg["tq"] - 1) * s["s"][2] + (s["f"][2] - 1) * s["d"][2] + 1
+    return xtp * xtq
+
+
+def wrw_tile_shared_bytes(p: ConvProblem, cfg: PerfConfig) -> int:
+    """Static shared memory of ``dw_wrw_tile``: the x and dy tiles as floats."""
+    return 4 * cfg["cb"] * (wrw_tile_x_pixels(p, cfg) + cfg["tp"] * cfg["tq"])
+
+
+def wrw_tile_items(p: ConvProblem, cfg: PerfConfig) -> int:
+    """Items of ``dw_wrw_tile``: dy tiles of tp x tq pixels of every image."""
+    _, bh, bw = dims3(tuple(p.y.lengths[2:]))
+    return p.y.lengths[0] * -(-bh // cfg["tp"]) * -(-bw // cfg["tq"])
+
+
+def is_tile(cfg: PerfConfig) -> bool:
+    return "cb" in cfg
+
+
+def extent(p: ConvProblem, tile: int, axis: int) -> int:
+    """Rows (axis 1) or columns (axis 2) of the tile ``dw_nchw`` stages for ``tile`` outputs."""
+    s = problem_sizes(p)
+    f, st, dl = s["f"][axis], s["s"][axis], s["d"][axis]
+    if role(p)[5]:  # gather: the dy window a dx tile's taps reach
+        return (tile - 2 + (f - 1) * dl + st) // st + 1
+    return (tile - 1) * st + (f - 1) * dl + 1
+
+
+def nchw_shared_bytes(p: ConvProblem, cfg: PerfConfig) -> int:
+    """Static shared memory of ``dw_nchw`` for ``cfg``: staged tile plus the filter."""
+    r = role(p)[2]
+    th = cfg["by"] * cfg["py"]
+    return 4 * (extent(p, th, 1) * extent(p, cfg["tw"], 2) + r * tap_count(p))
+
+
+def filter_storage(taps: int, vec: int, ct: int) -> tuple[int, int]:
+    """(in registers, staged in shared memory) for ``dw_nhwc``'s filter: registers while a
+    thread's taps fit :data:`MAX_WREG`, else the block's taps as floats in shared memory
+    while they fit :data:`SHARED_LIMIT` (a tap read per use from global memory costs as many
+    loads as multiply-adds: 7x7 filters ran 6x slower that way), else global memory."""
+    if taps * vec <= MAX_WREG:
+        return 1, 0
+    return 0, int(4 * taps * vec * ct <= SHARED_LIMIT)
+
+
+def kernel_info(name: str, options: tuple[str, ...], grid: tuple, block: tuple) -> KernelInfo:
+    return KernelInfo(
+        source=SOURCE, kernel_name=name, options=tuple(options), grid=grid, block=block
+    )
+
+
+def pow2_at_least(v: int) -> int:
+    return 1 << max(0, (v - 1).bit_length())
+
+
+def ct_for(channels: int, vec: int) -> int:
+    """Channel vectors per block: all of a small channel count, else 32."""
+    nv = -(-channels // vec)
+    return nv if nv <= 64 else 32
