@@ -257,6 +257,9 @@ def test_plane_backward_weights_matches_reference(filt, pads, dils, size, dtype:
         ((7, 5), (1, 1), (2, 1), (1, 1), (5, 30), "float32"),
         ((5, 7), (1, 2), (4, 3), (1, 1), (12, 35), "bfloat16"),
         ((8, 6), (2, 2), (1, 5), (1, 1), (16, 27), "float32"),
+        ((7, 7), (1, 1), (3, 3), (1, 1), (9, 6), "float32"),
+        ((5, 5), (1, 1), (2, 2), (1, 1), (7, 5), "float32"),
+        ((3, 7), (1, 1), (1, 5), (1, 1), (8, 12), "float32"),
     ],
 )
 def test_tile_kernel_matches_reference(
@@ -266,7 +269,11 @@ def test_tile_kernel_matches_reference(
     and 2, backward data at stride 1 (strided backward data takes the phase kernels); full
     tiles and an overlapping last tile, rows in the vertical padding (a 5-row image under a
     7-row filter: no row has every filter row), edge columns, dilation, pads beyond the
-    filter's reach, column stride alone, float16/bfloat16 staged in float32."""
+    filter's reach, column stride alone, float16/bfloat16 staged in float32. At column stride
+    1 the edge columns are tiles generated for the padding (full rows and border rows, the
+    padding wider than half the filter); an image no wider than the filter's reach (6
+    columns under 7x7) keeps the pixel loop, a 5-column one has edge tiles and no interior
+    tile."""
     from miocore_direct.depthwise import _Plan, _tiles_apply
 
     problem = _twenty_channels(direction, 2, filt, pads, strides, dils, size, dtype, "NHWC")

@@ -167,9 +167,15 @@ class _Plan:
             return self.phase_plan().specs()
         if self.blocked:
             if _tiles_apply(self.mult, self.filt, sw, dw):
-                from miocore_direct.depthwise_tiles import tile_spec
+                from miocore_direct import depthwise_tiles as tiles
 
-                return [tile_spec(fh, fw, sw, dw, self.k)]
+                pw = self.pads[1]  # backward data: (F - 1) * d - p, a forward pass of dy
+                width, out_w = self.ins[1], self.outs[1]
+                if self.direction is Direction.BACKWARD_DATA:
+                    width, out_w = out_w, width
+                tile = tiles.tile_for(width, out_w, fw, sw, dw, pw)
+                edge = tiles.edge_pad_for(fw, sw, dw, pw)
+                return [tiles.tile_spec(fh, fw, sw, dw, self.k, tile=tile, edge_pad=edge)]
             from miocore_direct.depthwise_blocked import forward_spec
 
             return [forward_spec(fw, sw, dw, fh)]
