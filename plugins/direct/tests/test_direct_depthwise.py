@@ -403,6 +403,8 @@ def test_compiles_for_tells_whether_a_generated_kernel_is_cached(
     ("direction", "filt", "strides", "layout"),
     [
         ("forward", (3, 3), (1, 1), "NHWC"),
+        ("forward", (5, 5), (1, 1), "NHWC"),
+        ("forward", (5, 5), (2, 2), "NHWC"),
         ("backward_data", (5, 5), (2, 2), "NHWC"),
         ("forward", (5, 5), (2, 2), "NCHW"),
         ("backward_weights", (3, 3), (1, 1), "NCHW"),

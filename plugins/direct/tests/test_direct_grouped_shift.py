@@ -126,3 +126,35 @@ def test_multipliers_and_wide_groups_keep_the_group_loop(
     p = _problem(direction, layout, "float32", cg, kg, GEOMETRIES["3x3"])
     assert not shift_applies(p)
     _check(direction, layout, "float32", cg, kg, "3x3", seed=cg + kg)
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_weights"])
+def test_compiles_for_follows_the_shift_kernels_cache(
+    direction: str, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """compiles_for is True while the shifted path's generated kernel is neither loaded nor in
+    numba's disk cache (an empty cache folder), False once its cache index is there, and
+    False for the group-innermost path (compiled once per machine); after a run in this
+    process the kernel it loaded is the one compiles_for names."""
+    import sys
+
+    from miocore_direct.depthwise_blocked import _folder, _module_name
+    from miocore_direct.grouped import _ShiftPlan
+
+    from miocore.testing import cpu_context
+
+    ctx, solver = cpu_context(), GroupedDirectSolver()
+    p = _problem(direction, "NHWC", "float32", 4, 4, GEOMETRIES["3x3s2"])
+    (name,) = [_module_name(*spec) for spec in _ShiftPlan(p).generated()]
+    _check(direction, "NHWC", "float32", 4, 4, "3x3s2", seed=1)  # loads it in this process
+    assert name in sys.modules and not solver.compiles_for(ctx, p)
+    monkeypatch.setenv("MIOCORE_KERNEL_CACHE_PATH", str(tmp_path / "kernels"))
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.delitem(sys.modules, name)
+    assert solver.compiles_for(ctx, p)
+    cache = _folder() / "__pycache__"
+    cache.mkdir(parents=True)
+    (cache / f"{name}.kernel-9.py311.nbi").touch()
+    assert not solver.compiles_for(ctx, p)
+    wide = _problem(direction, "NHWC", "float32", 16, 16, GEOMETRIES["3x3"])
+    assert not shift_applies(wide) and not solver.compiles_for(ctx, wide)

@@ -221,6 +221,15 @@ class _ShiftPlan:
         self.macs = useful * self.shifts // self.width
         self.staged_bytes = 8 * (math.prod(self.shapes[1]) + math.prod(self.shapes[2]))
 
+    def generated(self) -> list[tuple[str, str]]:
+        """The generated kernel (name prefix, source) the invoker loads."""
+        from miocore_direct import grouped_shift as kernels
+
+        if self.direction is Direction.BACKWARD_WEIGHTS:
+            return [kernels.weights_spec(self.sw, self.dw, self.shifts)]
+        sw = 1 if self.direction is Direction.BACKWARD_DATA else self.sw  # zero-inserted dy
+        return [kernels.forward_spec(self.filt[1], sw, self.dw, self.shifts)]
+
     def predicted_ms(self, threads: int) -> float:
         """Measured multiply-add rate (wasted lanes included) plus staging and the call."""
         compute = self.macs / (_SHIFT_MACS_PER_NS * 1e6 * max(1, threads))
@@ -326,6 +335,18 @@ class GroupedDirectSolver(Solver):
                 f"groups of {width} channels are wider than {MAX_GROUP_WIDTH} (BLAS solvers)"
             )
         return APPLICABLE
+
+    def compiles_for(self, ctx: ExecutionContext, problem: ConvProblem) -> bool:
+        """Whether the shifted-diagonal path's generated kernel for this geometry (9-45 s to
+        compile) is neither loaded nor in numba's disk cache (the group-innermost kernels
+        compile once per machine for every problem); see ``direct.depthwise``."""
+        from miocore_direct.depthwise_blocked import generated_ready
+
+        if not self.is_applicable(ctx, problem):
+            return False
+        plan = _plan(problem)
+        specs = plan.generated() if isinstance(plan, _ShiftPlan) else []
+        return not all(generated_ready(*spec) for spec in specs)
 
     def workspace_size(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None

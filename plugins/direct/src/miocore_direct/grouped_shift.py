@@ -134,13 +134,22 @@ def weights_source(sw: int, dw: int, shifts: int, tile: int = WEIGHT_TILE) -> st
     return _HEADER + "\n".join(lines) + "\n"
 
 
+def forward_spec(fw: int, sw: int, dw: int, shifts: int) -> tuple[str, str]:
+    """The name prefix and source of :func:`forward_kernel`."""
+    return f"miocore_gs_fwd_{fw}_{sw}_{dw}_{shifts}", forward_source(fw, sw, dw, shifts)
+
+
+def weights_spec(sw: int, dw: int, shifts: int) -> tuple[str, str]:
+    """The name prefix and source of :func:`weights_kernel`."""
+    return f"miocore_gs_wrw_{sw}_{dw}_{shifts}", weights_source(sw, dw, shifts)
+
+
 @functools.cache
 def forward_kernel(fw: int, sw: int, dw: int, shifts: int) -> Any:
     """The compiled forward (and backward-data) kernel of one geometry."""
     from miocore_direct.depthwise_blocked import load_generated
 
-    text = forward_source(fw, sw, dw, shifts)
-    return load_generated(f"miocore_gs_fwd_{fw}_{sw}_{dw}_{shifts}", text)
+    return load_generated(*forward_spec(fw, sw, dw, shifts))
 
 
 @functools.cache
@@ -148,5 +157,4 @@ def weights_kernel(sw: int, dw: int, shifts: int) -> Any:
     """The compiled backward-weights kernel of one geometry."""
     from miocore_direct.depthwise_blocked import load_generated
 
-    text = weights_source(sw, dw, shifts)
-    return load_generated(f"miocore_gs_wrw_{sw}_{dw}_{shifts}", text)
+    return load_generated(*weights_spec(sw, dw, shifts))
