@@ -26,7 +26,12 @@ from miocore.find.blame import record_failure
 from miocore.find.candidates import Candidate, settle
 from miocore.find.dynamic import dynamic_only
 from miocore.find.invoker_cache import CachedInvoker
-from miocore.find.ranker import ImmediateRanker, wti_score
+from miocore.find.ranker import (
+    SETTINGS_GENERATION,
+    ImmediateRanker,
+    settings_generation,
+    wti_score,
+)
 from miocore.find.runner import Runner
 from miocore.find.settings import alternatives_factor, prune_factor, should_tune
 from miocore.find.state import FindState
@@ -452,6 +457,10 @@ class FindEngine:
         entries = []
         for s in solutions:
             reg = state.registry.get(s.solver)
+            generation = settings_generation(reg)
+            # every entry runs today's settings (a stale one was given the default): they are
+            # recorded as of this generation
+            current = {SETTINGS_GENERATION: str(generation)} if generation else {}
             entries.append(
                 FindDbEntry(
                     solver=s.solver,
@@ -467,6 +476,7 @@ class FindEngine:
                         plugin_version=reg.version,
                         find_mode=mode.name,
                         **self.accuracy_provenance.get(s.solver, {}),
+                        **current,
                     ),
                 )
             )

@@ -7,9 +7,11 @@ is not imported). This is what makes a hit in a new process cheap.
 
 A hit found only in the shipped system layer cannot speak for a plugin installed after that
 database was built: :func:`newcomers` names the installed solvers of families the system
-layer never measured. The modes that measure on a miss (HYBRID, DYNAMIC_HYBRID) then measure
-those that apply beside the recorded ones, under their own rules, and write the user record;
-FAST returns the hit as it is.
+layer never measured. Nor can an entry recorded before its solver's settings changed
+(``TunableSolver.settings_generation``): the ranker gives such an entry today's default and
+names it in ``FindReport.stale_settings``. The modes that measure on a miss (HYBRID,
+DYNAMIC_HYBRID) then measure both kinds beside the recorded ones, under their own rules, and
+write the user record; FAST returns the hit as it is (stale entries running the default).
 """
 
 from __future__ import annotations
@@ -84,11 +86,15 @@ def find_start(
     the newcomers are measured beside, or empty)."""
     among = None
     hit: list[Solution] = []
+    fresh: frozenset[str] | None = None
     if mode is not FindMode.NORMAL:
         hit = recorded_hit(handle, problem, report, limit, accuracy, deterministic)
         if hit:
-            # a system-layer hit measures the newcomers it cannot know beside itself
-            fresh = newcomers(handle, problem, hit) if mode is not FindMode.FAST else None
+            # a system-layer hit measures the newcomers it cannot know beside itself, and any
+            # hit the solvers whose recorded settings are older than the installed ones'
+            fresh = None
+            if mode is not FindMode.FAST:
+                fresh = newcomers(handle, problem, hit) | frozenset(report.stale_settings)
             if not fresh:
                 return hit, None
             among = fresh | {s.solver for s in hit}
@@ -101,6 +107,6 @@ def find_start(
         deterministic=deterministic,
         among=among,
     )
-    if hit and not {c.reg.name for c in candidates} - {s.solver for s in hit}:
-        return hit, None  # no newcomer applies
+    if hit and not {c.reg.name for c in candidates} & (fresh or frozenset()):
+        return hit, None  # no newcomer applies, no stale setting is measurable
     return hit, candidates

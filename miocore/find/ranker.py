@@ -54,7 +54,13 @@ class ImmediateRanker:
                 cand = usable.get(entry.solver)
                 if cand is None or not settle(cand, report):
                     continue
-                config, workspace = self._recorded_config(cand, entry.perf_config, problem)
+                stale = settings_are_stale(cand.reg, entry.provenance)
+                if stale:  # settings of an older version of the solver: today's default runs
+                    config, workspace = cand.perf_config, cand.workspace_size
+                    if report is not None and cand.reg.name not in report.stale_settings:
+                        report.stale_settings.append(cand.reg.name)
+                else:
+                    config, workspace = self._recorded_config(cand, entry.perf_config, problem)
                 timing = None
                 if entry.count:
                     timing = Timing(
@@ -76,7 +82,8 @@ class ImmediateRanker:
                         is_estimate=False,
                         timing=timing,
                         perf_config=config,
-                        note=f"recorded {entry.provenance.get('written_at', 'earlier')}",
+                        note=f"recorded {entry.provenance.get('written_at', 'earlier')}"
+                        + (" with older settings; today's default runs" if stale else ""),
                     )
                 )
             if out:
@@ -289,3 +296,25 @@ def wti_score(state: FindState, reg: RegisteredSolver, canon: ConvProblem) -> fl
         log.warning("solver %s wti raised %s; ranked last", reg.name, exc)
         return -1.0
     return score if math.isfinite(score) and score > 0 else -1.0
+
+
+#: The provenance field of a FindDb entry holding its solver's settings generation.
+SETTINGS_GENERATION = "settings_generation"
+
+
+def settings_generation(reg: RegisteredSolver) -> int:
+    """The installed solver's settings generation (0 for solvers without settings)."""
+    return int(getattr(reg.solver, "settings_generation", 0) or 0)
+
+
+def settings_are_stale(reg: RegisteredSolver, provenance: Any) -> bool:
+    """Whether an entry of ``reg`` was recorded under an older settings generation than the
+    installed solver's (an entry without one is of generation 0)."""
+    current = settings_generation(reg)
+    if current <= 0:
+        return False
+    try:
+        recorded = int(provenance.get(SETTINGS_GENERATION, 0))
+    except (TypeError, ValueError, AttributeError):
+        recorded = 0
+    return recorded < current

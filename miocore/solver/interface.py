@@ -387,7 +387,16 @@ class Solver(ABC):
 
 
 class TunableSolver(Solver):
-    """A solver with a performance-config space that exhaustive find searches."""
+    """A solver with a performance-config space that exhaustive find searches.
+
+    ``settings_generation``: raise it when the solver's default settings or kernels change
+    so that a setting recorded earlier no longer says what it would run now. A FindDb entry
+    written under an older generation then runs today's default (its time kept as recorded),
+    and the modes that measure on a miss measure the solver again (``miocore.find.hit``).
+    """
+
+    #: The generation of this solver's settings (see the class docstring); 0 for the first.
+    settings_generation: int = 0
 
     @abstractmethod
     def perf_config_space(
