@@ -41,7 +41,8 @@ def test_param_struct_matches_the_kernel() -> None:
 
 
 def test_pack_params_order_and_completeness() -> None:
-    values = np.frombuffer(geo.pack_params({f: i for i, f in enumerate(geo.PARAM_FIELDS)}), np.int64)
+    packed = geo.pack_params({f: i for i, f in enumerate(geo.PARAM_FIELDS)})
+    values = np.frombuffer(packed, np.int64)
     assert list(values) == list(range(len(geo.PARAM_FIELDS)))
     with pytest.raises(ValueError):
         geo.pack_params({"items": 1})

@@ -27,9 +27,9 @@ from miocore.find.candidates import Candidate, settle
 from miocore.find.dynamic import dynamic_only
 from miocore.find.invoker_cache import CachedInvoker
 from miocore.find.ranker import (
-    SETTINGS_GENERATION,
+    SOLVER_REVISION,
     ImmediateRanker,
-    settings_generation,
+    solver_revision,
     wti_score,
 )
 from miocore.find.runner import Runner
@@ -457,10 +457,10 @@ class FindEngine:
         entries = []
         for s in solutions:
             reg = state.registry.get(s.solver)
-            generation = settings_generation(reg)
-            # every entry runs today's settings (a stale one was given the default): they are
-            # recorded as of this generation
-            current = {SETTINGS_GENERATION: str(generation)} if generation else {}
+            revision = solver_revision(reg)
+            # every entry runs today's settings (a stale one was given the default): each is
+            # recorded as of the installed revision
+            current = {SOLVER_REVISION: str(revision)} if revision else {}
             entries.append(
                 FindDbEntry(
                     solver=s.solver,

@@ -7,9 +7,9 @@ is not imported). This is what makes a hit in a new process cheap.
 
 A hit found only in the shipped system layer cannot speak for a plugin installed after that
 database was built: :func:`newcomers` names the installed solvers of families the system
-layer never measured. Nor can an entry recorded before its solver's settings changed
-(``TunableSolver.settings_generation``): the ranker gives such an entry today's default and
-names it in ``FindReport.stale_settings``. The modes that measure on a miss (HYBRID,
+layer never measured. Nor can an entry recorded before its solver's kernels or defaults
+changed (``Solver.revision``): the ranker gives such an entry today's default setting and
+names the solver in ``FindReport.stale_records``. The modes that measure on a miss (HYBRID,
 DYNAMIC_HYBRID) then measure both kinds beside the recorded ones, under their own rules, and
 write the user record; FAST returns the hit as it is (stale entries running the default).
 """
@@ -91,10 +91,10 @@ def find_start(
         hit = recorded_hit(handle, problem, report, limit, accuracy, deterministic)
         if hit:
             # a system-layer hit measures the newcomers it cannot know beside itself, and any
-            # hit the solvers whose recorded settings are older than the installed ones'
+            # hit the solvers it recorded with an older revision than the installed one
             fresh = None
             if mode is not FindMode.FAST:
-                fresh = newcomers(handle, problem, hit) | frozenset(report.stale_settings)
+                fresh = newcomers(handle, problem, hit) | frozenset(report.stale_records)
             if not fresh:
                 return hit, None
             among = fresh | {s.solver for s in hit}
@@ -108,5 +108,5 @@ def find_start(
         among=among,
     )
     if hit and not {c.reg.name for c in candidates} & (fresh or frozenset()):
-        return hit, None  # no newcomer applies, no stale setting is measurable
+        return hit, None  # no newcomer applies, no stale entry is measurable
     return hit, candidates

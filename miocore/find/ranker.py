@@ -54,11 +54,11 @@ class ImmediateRanker:
                 cand = usable.get(entry.solver)
                 if cand is None or not settle(cand, report):
                     continue
-                stale = settings_are_stale(cand.reg, entry.provenance)
-                if stale:  # settings of an older version of the solver: today's default runs
+                stale = recorded_before_revision(cand.reg, entry.provenance)
+                if stale:  # recorded by an older revision of the solver: today's default runs
                     config, workspace = cand.perf_config, cand.workspace_size
-                    if report is not None and cand.reg.name not in report.stale_settings:
-                        report.stale_settings.append(cand.reg.name)
+                    if report is not None and cand.reg.name not in report.stale_records:
+                        report.stale_records.append(cand.reg.name)
                 else:
                     config, workspace = self._recorded_config(cand, entry.perf_config, problem)
                 timing = None
@@ -82,8 +82,7 @@ class ImmediateRanker:
                         is_estimate=False,
                         timing=timing,
                         perf_config=config,
-                        note=f"recorded {entry.provenance.get('written_at', 'earlier')}"
-                        + (" with older settings; today's default runs" if stale else ""),
+                        note=_recorded_note(entry.provenance, stale),
                     )
                 )
             if out:
@@ -298,23 +297,28 @@ def wti_score(state: FindState, reg: RegisteredSolver, canon: ConvProblem) -> fl
     return score if math.isfinite(score) and score > 0 else -1.0
 
 
-#: The provenance field of a FindDb entry holding its solver's settings generation.
-SETTINGS_GENERATION = "settings_generation"
+def _recorded_note(provenance: Any, stale: bool) -> str:
+    note = f"recorded {provenance.get('written_at', 'earlier')}"
+    return note + ("; by an older revision of the solver, its default runs" if stale else "")
 
 
-def settings_generation(reg: RegisteredSolver) -> int:
-    """The installed solver's settings generation (0 for solvers without settings)."""
-    return int(getattr(reg.solver, "settings_generation", 0) or 0)
+#: The provenance field of a FindDb entry holding the revision of the solver that wrote it.
+SOLVER_REVISION = "solver_revision"
 
 
-def settings_are_stale(reg: RegisteredSolver, provenance: Any) -> bool:
-    """Whether an entry of ``reg`` was recorded under an older settings generation than the
-    installed solver's (an entry without one is of generation 0)."""
-    current = settings_generation(reg)
+def solver_revision(reg: RegisteredSolver) -> int:
+    """The installed solver's revision (``Solver.revision``)."""
+    return int(getattr(reg.solver, "revision", 0) or 0)
+
+
+def recorded_before_revision(reg: RegisteredSolver, provenance: Any) -> bool:
+    """Whether an entry of ``reg`` was recorded by an older revision of the solver than the
+    installed one (an entry that names none is of revision 0)."""
+    current = solver_revision(reg)
     if current <= 0:
         return False
     try:
-        recorded = int(provenance.get(SETTINGS_GENERATION, 0))
+        recorded = int(provenance.get(SOLVER_REVISION, 0))
     except (TypeError, ValueError, AttributeError):
         recorded = 0
     return recorded < current

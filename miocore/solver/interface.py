@@ -325,7 +325,11 @@ class Solver(ABC):
     :data:`miocore.solver.numerics.KNOWN_NOTES`, such as ``"winograd"`` or ``"tf32"``) and
     ``deferred_setup`` (True when ``is_applicable`` is cheap but the default config and the
     workspace cost a build, as a vendor library's plans do: find then asks for them only for
-    the candidates it measures, and a refusal at that point counts as not applicable).
+    the candidates it measures, and a refusal at that point counts as not applicable) and
+    ``revision`` (0 at first; raise it when the solver's kernels or default settings change,
+    so that FindDb entries recorded earlier no longer say what it does now: such an entry
+    runs today's default setting, and the modes that measure on a miss measure the solver
+    again; ``miocore.find.hit``).
     """
 
     name: ClassVar[str]
@@ -334,6 +338,7 @@ class Solver(ABC):
     deferred_setup: ClassVar[bool] = False
     backends: ClassVar[frozenset[str]] = frozenset({"cpu"})
     numerical_notes: ClassVar[frozenset[str]] = frozenset()
+    revision: ClassVar[int] = 0
 
     @abstractmethod
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability | bool:
@@ -387,16 +392,7 @@ class Solver(ABC):
 
 
 class TunableSolver(Solver):
-    """A solver with a performance-config space that exhaustive find searches.
-
-    ``settings_generation``: raise it when the solver's default settings or kernels change
-    so that a setting recorded earlier no longer says what it would run now. A FindDb entry
-    written under an older generation then runs today's default (its time kept as recorded),
-    and the modes that measure on a miss measure the solver again (``miocore.find.hit``).
-    """
-
-    #: The generation of this solver's settings (see the class docstring); 0 for the first.
-    settings_generation: int = 0
+    """A solver with a performance-config space that exhaustive find searches."""
 
     @abstractmethod
     def perf_config_space(

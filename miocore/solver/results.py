@@ -125,9 +125,9 @@ class FindReport:
     #: Databases whose user layer degraded to memory (``find_db``/``perf_db`` -> the status
     #: line); a storage fault is reported here, never as a solver's failure.
     storage: dict[str, str] = attrs.Factory(dict)
-    #: Solvers of a hit whose recorded settings are of an older settings generation than the
-    #: installed solver's (``TunableSolver.settings_generation``): they run today's default.
-    stale_settings: list[str] = attrs.Factory(list)
+    #: Solvers of a hit whose entries an older revision of the solver recorded
+    #: (``Solver.revision``): they run today's default setting.
+    stale_records: list[str] = attrs.Factory(list)
 
     def lines(self) -> list[str]:
         """Human-readable summary, one fact a line."""
@@ -148,10 +148,10 @@ class FindReport:
             out.append("wrote the user FindDb record" + (" (in memory)" if self.storage else ""))
         for name, line in self.storage.items():
             out.append(f"storage: {name} {line}")
-        if self.stale_settings:
+        if self.stale_records:
             out.append(
-                "recorded settings older than the installed solver's, its default runs: "
-                + ", ".join(self.stale_settings)
+                "recorded by an older revision of the solver, its default runs: "
+                + ", ".join(self.stale_records)
             )
         return out
 

@@ -92,8 +92,8 @@ class GpuDepthwiseSolver(TunableSolver):
     name = "direct.gpu_depthwise"
     numerical_notes = frozenset()
     #: 1: backward weights through staged tiles and the 16-bit forward/backward-data defaults
-    #: refitted (2026-11-26): settings recorded before run today's defaults instead.
-    settings_generation = 1
+    #: refitted (2026-11-26): entries recorded before run today's defaults instead.
+    revision = 1
     algorithm = Algorithm.DIRECT
     backends = GPU_BACKENDS
 
