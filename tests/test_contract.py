@@ -145,6 +145,10 @@ class BadName(GoodSolver):
     name = "Not A Dotted Name"
 
 
+class BadRevision(GoodSolver):
+    revision = "2"  # type: ignore[assignment]  # a revision is a whole number
+
+
 class ImpureApplicability(GoodSolver):
     def __init__(self) -> None:
         self.calls = 0
@@ -259,6 +263,7 @@ def _wti(value: float) -> type[GoodSolver]:
     ("solver", "check", "rule", "words"),
     [
         (BadName(), "check_registration", "registration", "dotted identifier"),
+        (BadRevision(), "check_registration", "registration", "not a whole number"),
         (ImpureApplicability(), "check_is_applicable", "is_applicable", "must be pure"),
         (SlowApplicability(), "check_is_applicable", "is_applicable", "budget"),
         (SilentDecline(), "check_is_applicable", "is_applicable", "must say why"),

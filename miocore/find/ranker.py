@@ -307,8 +307,10 @@ SOLVER_REVISION = "solver_revision"
 
 
 def solver_revision(reg: RegisteredSolver) -> int:
-    """The installed solver's revision (``Solver.revision``)."""
-    return int(getattr(reg.solver, "revision", 0) or 0)
+    """The installed solver's revision (``Solver.revision``; one that is not a whole number,
+    which the contract suite refuses, counts as 0 rather than break a hit)."""
+    revision = getattr(reg.solver, "revision", 0)
+    return revision if isinstance(revision, int) and revision > 0 else 0
 
 
 def recorded_before_revision(reg: RegisteredSolver, provenance: Any) -> bool:

@@ -372,6 +372,9 @@ class Contract:
             self.fail("registration", f"unknown backends {sorted(unknown)}; known: {KNOWN}")
         if not isinstance(self.solver.is_dynamic, bool):
             self.fail("registration", f"is_dynamic is {self.solver.is_dynamic!r}, not a bool")
+        revision = getattr(self.solver, "revision", 0)
+        if isinstance(revision, bool) or not isinstance(revision, int) or revision < 0:
+            self.fail("registration", f"revision is {revision!r}, not a whole number >= 0")
         notes = getattr(self.solver, "numerical_notes", frozenset())
         if isinstance(notes, str) or not isinstance(notes, (set, frozenset, tuple, list)):
             self.fail("registration", f"numerical_notes is {notes!r}, not a set of note names")
