@@ -260,6 +260,8 @@ def test_plane_backward_weights_matches_reference(filt, pads, dils, size, dtype:
         ((7, 7), (1, 1), (3, 3), (1, 1), (9, 6), "float32"),
         ((5, 5), (1, 1), (2, 2), (1, 1), (7, 5), "float32"),
         ((3, 7), (1, 1), (1, 5), (1, 1), (8, 12), "float32"),
+        ((5, 5), (1, 1), (2, 2), (1, 1), (9, 7), "float32"),
+        ((7, 7), (1, 1), (3, 3), (1, 1), (7, 7), "float32"),
     ],
 )
 def test_tile_kernel_matches_reference(
@@ -272,8 +274,8 @@ def test_tile_kernel_matches_reference(
     filter's reach, column stride alone, float16/bfloat16 staged in float32. At column stride
     1 the edge columns are tiles generated for the padding (full rows and border rows, the
     padding wider than half the filter); an image no wider than the filter's reach (6
-    columns under 7x7) keeps the pixel loop, a 5-column one has edge tiles and no interior
-    tile."""
+    columns under 7x7) keeps the pixel loop; 5- and 7-column images have edge tiles and an
+    all-taps tile as wide as their 1-3 interior columns."""
     from miocore_direct.depthwise import _Plan, _tiles_apply
 
     problem = _twenty_channels(direction, 2, filt, pads, strides, dils, size, dtype, "NHWC")
