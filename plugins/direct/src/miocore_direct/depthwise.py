@@ -435,6 +435,10 @@ class DepthwiseDirectSolver(Solver):
     numerical_notes = frozenset()
     algorithm = Algorithm.DIRECT
     is_dynamic = True
+    # 1 (2026-11-26): all-taps and edge tiles, strided backward data by phases, NCHW stride-2
+    # planes; the shipped CPU FindDb timed the register-blocked kernels of 2026-11-25, so the
+    # hybrid modes measure this solver again where it was recorded (miocore.find.hit).
+    revision = 1
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
         """2-D CPU problems whose groups equal the input channels, x and y in one layout."""
