@@ -136,6 +136,8 @@ def test_runs_look_the_invoker_up_again_once_the_cache_changes() -> None:
         run()
         assert len(h.invoker_cache) == 1
         _check(PROBLEM, arrays)
+    with pytest.raises(UnknownSolverError):  # a solver that names nothing: still refused
+        h.immediate(PROBLEM, ["test.a"], **arrays)  # type: ignore[arg-type]
 
 
 def test_solution_runs_in_another_handle_and_process(tmp_path: Path) -> None:

@@ -214,13 +214,9 @@ class Handle:
         self, solution: Solution, *, x: Any, w: Any, y: Any, workspace: Any = None
     ) -> None:
         """Run a solution (from any find, in any process) on the caller's buffers."""
-        looked_up = self._looked_up.get(id(solution))
-        if (
-            looked_up is not None
-            and looked_up[0] is solution
-            and looked_up[1] == self.state.invoker_cache.generation
-        ):
-            self.runner.run(solution.problem, looked_up[2], x=x, w=w, y=y, workspace=workspace)
+        known = self._known_lookup(id(solution), solution)
+        if known is not None:
+            self.runner.run(solution.problem, known, x=x, w=w, y=y, workspace=workspace)
             return
         if not isinstance(solution, Solution):
             raise InvalidArgumentError(
@@ -229,6 +225,17 @@ class Handle:
         entry = self._invoker(solution.problem, solution.solver, solution.perf_config)
         self._remember_lookup(id(solution), solution, entry)
         self.runner.run(solution.problem, entry, x=x, w=w, y=y, workspace=workspace)
+
+    def _known_lookup(self, key: Any, source: Any) -> CachedInvoker | None:
+        """What ``source`` looked up last, if the invoker cache has not changed since."""
+        looked_up = self._looked_up.get(key)
+        if (
+            looked_up is not None
+            and looked_up[0] is source
+            and looked_up[1] == self.state.invoker_cache.generation
+        ):
+            return looked_up[2]
+        return None
 
     def _remember_lookup(self, key: Any, source: Any, entry: CachedInvoker) -> None:
         """Keep ``entry`` as what ``source`` (a solution, or a problem and solver) looks up
@@ -347,14 +354,10 @@ class Handle:
         workspace: Any = None,
     ) -> None:
         """Run ``solver`` on ``problem`` without find (compiling on first use)."""
-        key = (id(problem), solver)
-        looked_up = self._looked_up.get(key)
-        if (
-            looked_up is not None
-            and looked_up[0] is problem
-            and looked_up[1] == self.state.invoker_cache.generation
-        ):
-            self.runner.run(problem, looked_up[2], x=x, w=w, y=y, workspace=workspace)
+        key = (id(problem), solver) if isinstance(solver, (str, int)) else None
+        known = self._known_lookup(key, problem) if key is not None else None
+        if known is not None:
+            self.runner.run(problem, known, x=x, w=w, y=y, workspace=workspace)
             return
         problem = _check_problem(problem)
         network_config = problem.network_config
@@ -366,7 +369,8 @@ class Handle:
             reg = self.candidates.applicable(problem, solver)
             config = self.candidates.perf_config(reg, problem.canonical, use_perf_db=True)[0]
             entry = self._invoker(problem, reg.name, config)
-        self._remember_lookup(key, problem, entry)
+        if key is not None:
+            self._remember_lookup(key, problem, entry)
         self.runner.run(problem, entry, x=x, w=w, y=y, workspace=workspace)
 
     # -- Find 1.0 --------------------------------------------------------------------------
