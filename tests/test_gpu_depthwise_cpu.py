@@ -221,3 +221,41 @@ def test_backward_weights_tiles_only_where_they_apply() -> None:
                      filter_spatial=(3, 3, 3), pads=(1, 1, 1))  # fmt: skip
     forward = _problem("forward", layout="NHWC", c=8, k=8, groups=8).canonical
     assert not any("cb" in c for c in s.perf_config_space(ctx, forward))
+
+
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16", "float32"))
+def test_forward_and_backward_data_defaults_of_16_bit_layers(dtype: str) -> None:
+    # 16-bit 2-D 3x3/5x5 layers take the rule fitted on the full sweep (8 channel vectors per
+    # block; 5x5 on 16-byte vectors in 4 x 1 strips, 2 x 1 at stride 2, the gather one pixel;
+    # 3x3 on 8-byte vectors in 4 x 2 strips, 1 x 2 at stride 2); the 3x3 gather, stride-1
+    # 3x3 planes of 56 and more, and fp32 keep the general rule (all channels of a small
+    # layer in one block row).
+    s, ctx = dw.GpuDepthwiseSolver(), _ctx()
+
+    def default(direction: str, f: int, stride: int, hw: int) -> miocore.PerfConfig:
+        p = _problem(direction, n=8, c=96, k=96, groups=96, in_spatial=(hw, hw),
+                     filter_spatial=(f, f), pads=(f // 2, f // 2), strides=(stride, stride),
+                     dtype=dtype, layout="NHWC").canonical  # fmt: skip
+        cfg = s.default_perf_config(ctx, p)
+        assert cfg in s.perf_config_space(ctx, p)
+        return cfg
+
+    fitted = dtype != "float32"
+    wide, narrow = (8, 4) if fitted else (4, 4)
+    for direction in ("forward", "backward_data"):
+        cfg = default(direction, 5, 1, 28)
+        assert (cfg["vec"], cfg["pix"], cfg["py"], cfg["ct"] == 8) == (
+            (wide, 4, 1, True) if fitted else (4, 2, 4, False)
+        )
+        cfg = default(direction, 3, 1, 28)
+        assert (cfg["vec"], cfg["pix"], cfg["py"], cfg["ct"] == 8) == (
+            (narrow, 4, 2, True) if fitted else (4, 2, 4, False)
+        )
+        # stride-1 3x3 planes of 56 keep the general rule
+        assert default(direction, 3, 1, 56)["ct"] != 8
+    assert default("forward", 5, 2, 56)["pix"] == (2 if fitted else 1)
+    assert default("forward", 3, 2, 56)["ct"] == (8 if fitted else 24)
+    gather5 = default("backward_data", 5, 2, 56)
+    assert (gather5["vec"], gather5["pix"], gather5["py"]) == (wide, 1, 1)
+    assert (gather5["ct"] == 8) is fitted
+    assert default("backward_data", 3, 2, 56)["ct"] != 8  # the 3x3 gather: the general rule
