@@ -187,36 +187,46 @@ def source(
             for j in range(tiles):
                 add(f"{ind}a{j} += xf[{row} + {_u((j * sw + fx * dw) * c)} + k] * w")
 
-    def all_taps(ind: str, ow: str, tiles: int) -> None:
-        """Every tap in one body: rows whose filter rows are all in bounds."""
-        bases(ind, ow)
+    def every_row(ind: str, count: int, row_taps: Any) -> None:
+        """``count`` outputs from every filter row in one body (all rows in bounds);
+        ``row_taps(ind, row, weights, fy)`` writes one filter row's multiply-adds."""
         for fy in range(fh):
             add(f"{ind}r{fy} = xb + {_u(fy)} * pitch")
         add(f"{ind}for k in range({_u(c)}):")
-        add(f"{ind}    " + " = ".join(f"a{j}" for j in range(tiles)) + " = ZERO")
+        add(f"{ind}    " + " = ".join(f"a{j}" for j in range(count)) + " = ZERO")
         for fy in range(fh):
-            taps(ind + "    ", tiles, f"r{fy}", "", fy)
-        for j in range(tiles):
+            row_taps(ind + "    ", f"r{fy}", "", fy)
+        for j in range(count):
             add(f"{ind}    yf[yb + {_u(j * step * c)} + k] = a{j}")
 
-    def row_loop(ind: str, ow: str, tiles: int) -> None:
-        """A filter-row loop over the in-bounds rows (rows in the vertical padding)."""
-        bases(ind, ow)
+    def each_row(ind: str, count: int, row_taps: Any) -> None:
+        """``count`` outputs by a loop over the in-bounds filter rows, the sums kept in the
+        output between rows (rows in the vertical padding)."""
         add(f"{ind}wb = np.uint64(fy_lo * {fw * c})")
         add(f"{ind}for k in range({_u(c)}):")
-        add(f"{ind}    " + " = ".join(f"a{j}" for j in range(tiles)) + " = ZERO")
-        taps(ind + "    ", tiles, "xb", "wb", None)
-        for j in range(tiles):
+        add(f"{ind}    " + " = ".join(f"a{j}" for j in range(count)) + " = ZERO")
+        row_taps(ind + "    ", "xb", "wb", None)
+        for j in range(count):
             add(f"{ind}    yf[yb + {_u(j * step * c)} + k] = a{j}")
         add(f"{ind}for fy in range(fy_lo + 1, fy_hi):")
         add(f"{ind}    xb += pitch")
         add(f"{ind}    wb += {_u(fw * c)}")
         add(f"{ind}    for k in range({_u(c)}):")
-        for j in range(tiles):
+        for j in range(count):
             add(f"{ind}        a{j} = yf[yb + {_u(j * step * c)} + k]")
-        taps(ind + "        ", tiles, "xb", "wb", None)
-        for j in range(tiles):
+        row_taps(ind + "        ", "xb", "wb", None)
+        for j in range(count):
             add(f"{ind}        yf[yb + {_u(j * step * c)} + k] = a{j}")
+
+    def all_taps(ind: str, ow: str, tiles: int) -> None:
+        """Every tap in one body: rows whose filter rows are all in bounds."""
+        bases(ind, ow)
+        every_row(ind, tiles, lambda i, row, wts, fy: taps(i, tiles, row, wts, fy))
+
+    def row_loop(ind: str, ow: str, tiles: int) -> None:
+        """A filter-row loop over the in-bounds rows (rows in the vertical padding)."""
+        bases(ind, ow)
+        each_row(ind, tiles, lambda i, row, wts, fy: taps(i, tiles, row, wts, fy))
 
     def pixel(ind: str, ow: str) -> None:
         """One output pixel, a select per tap (columns in the horizontal padding)."""
@@ -261,32 +271,14 @@ def source(
         first = f"np.uint64(hi - {edge})" if right else "np.uint64(0)"
         add(f"{ind}xb = (xrow + {first}) * {_u(c)}")
         out_base(ind, "hi" if right else "0")
-        zero = " = ".join(f"a{j}" for j in range(edge)) + " = ZERO"
+
+        def row_taps(i: str, row: str, wts: str, fy: int | None) -> None:
+            edge_taps(i, right, row, wts, fy)
+
         add(f"{ind}if (fy_lo == 0) & (fy_hi == {fh}):")
-        for fy in range(fh):
-            add(f"{ind}    r{fy} = xb + {_u(fy)} * pitch")
-        add(f"{ind}    for k in range({_u(c)}):")
-        add(f"{ind}        {zero}")
-        for fy in range(fh):
-            edge_taps(ind + "        ", right, f"r{fy}", "", fy)
-        for j in range(edge):
-            add(f"{ind}        yf[yb + {_u(j * step * c)} + k] = a{j}")
+        every_row(ind + "    ", edge, row_taps)
         add(f"{ind}else:")
-        add(f"{ind}    wb = np.uint64(fy_lo * {fw * c})")
-        add(f"{ind}    for k in range({_u(c)}):")
-        add(f"{ind}        {zero}")
-        edge_taps(ind + "        ", right, "xb", "wb", None)
-        for j in range(edge):
-            add(f"{ind}        yf[yb + {_u(j * step * c)} + k] = a{j}")
-        add(f"{ind}    for fy in range(fy_lo + 1, fy_hi):")
-        add(f"{ind}        xb += pitch")
-        add(f"{ind}        wb += {_u(fw * c)}")
-        add(f"{ind}        for k in range({_u(c)}):")
-        for j in range(edge):
-            add(f"{ind}            a{j} = yf[yb + {_u(j * step * c)} + k]")
-        edge_taps(ind + "            ", right, "xb", "wb", None)
-        for j in range(edge):
-            add(f"{ind}            yf[yb + {_u(j * step * c)} + k] = a{j}")
+        each_row(ind + "    ", edge, row_taps)
 
     def sides(right: bool) -> None:
         """One side's edge columns: the edge tile where its geometry holds, else pixels."""
