@@ -719,13 +719,35 @@ MIO_KERNEL void dw_wrw_reduce(mio_t* __restrict__ w, const float* __restrict__ p
 #define MIO_XTP ((MIO_TP - 1) * MIO_SH + (MIO_FY - 1) * MIO_DH + 1)
 #define MIO_XTQ ((MIO_TQ - 1) * MIO_SW + (MIO_FX - 1) * MIO_DW + 1)
 
+// Stages ROWS x COLS pixels of MIO_CB channels of one image, from row h0 and column w0 of
+// ``src`` (the image's first channel of the block), into s[pixel * MIO_CB + channel] as
+// floats; zeros outside the image's rows and columns and past the last channel.
+template <int ROWS, int COLS>
+MIO_DEVICE void dw_stage_tile(float* s, const mio_t* src, const MioTensor5& t, int h0, int w0,
+                              int rows, int cols, mio_index chans_left, int tid, int threads) {
+  constexpr int cvecs = MIO_CB / MIO_VEC;
+  for (int e = tid; e < ROWS * COLS * cvecs; e += threads) {
+    const int cv = e % cvecs, pix = e / cvecs;
+    const int h = h0 + pix / COLS, x = w0 + pix % COLS;
+    float v[MIO_VEC];
+    if (h >= 0 && h < rows && x >= 0 && x < cols && cv * MIO_VEC < chans_left) {
+      mio_loadv(src + (mio_index)cv * MIO_VEC * t.stride[1] + h * t.stride[3] + x * t.stride[4],
+                v);
+    } else {
+#pragma unroll
+      for (int k = 0; k < MIO_VEC; ++k) v[k] = 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < MIO_VEC; ++k) s[pix * MIO_CB + cv * MIO_VEC + k] = v[k];
+  }
+}
+
 MIO_KERNEL void dw_wrw_tile(const mio_t* __restrict__ a, mio_t* __restrict__ w,
                             const mio_t* __restrict__ b, float* __restrict__ part,
                             MioDwParams p) {
   __shared__ float s_x[MIO_XTP * MIO_XTQ * MIO_CB];
   __shared__ float s_dy[MIO_TP * MIO_TQ * MIO_CB];
   constexpr int threads = MIO_CB * MIO_LANES;
-  constexpr int cvecs = MIO_CB / MIO_VEC;
   const int c = (int)threadIdx.x, lane = (int)threadIdx.y;
   const int tid = lane * MIO_CB + c;
   const mio_index chans = p.b.len[1];
@@ -749,36 +771,8 @@ MIO_KERNEL void dw_wrw_tile(const mio_t* __restrict__ a, mio_t* __restrict__ w,
     const mio_t* an = a + n * p.a.stride[0] + c0 * p.a.stride[1];
     const mio_t* bn = b + n * p.b.stride[0] + c0 * p.b.stride[1];
     __syncthreads();  // the previous item's reads are done
-    for (int e = tid; e < MIO_XTP * MIO_XTQ * cvecs; e += threads) {
-      const int cv = e % cvecs, pix = e / cvecs;
-      const int ih = ih0 + pix / MIO_XTQ, iw = iw0 + pix % MIO_XTQ;
-      float v[MIO_VEC];
-      if (ih >= 0 && ih < ah && iw >= 0 && iw < aw && c0 + cv * MIO_VEC < chans) {
-        mio_loadv(an + (mio_index)cv * MIO_VEC * p.a.stride[1] + ih * p.a.stride[3] +
-                      iw * p.a.stride[4],
-                  v);
-      } else {
-#pragma unroll
-        for (int k = 0; k < MIO_VEC; ++k) v[k] = 0.0f;
-      }
-#pragma unroll
-      for (int k = 0; k < MIO_VEC; ++k) s_x[pix * MIO_CB + cv * MIO_VEC + k] = v[k];
-    }
-    for (int e = tid; e < MIO_TP * MIO_TQ * cvecs; e += threads) {
-      const int cv = e % cvecs, pix = e / cvecs;
-      const int oh = oh0 + pix / MIO_TQ, ow = ow0 + pix % MIO_TQ;
-      float v[MIO_VEC];
-      if (oh < bh && ow < bw && c0 + cv * MIO_VEC < chans) {
-        mio_loadv(bn + (mio_index)cv * MIO_VEC * p.b.stride[1] + oh * p.b.stride[3] +
-                      ow * p.b.stride[4],
-                  v);
-      } else {
-#pragma unroll
-        for (int k = 0; k < MIO_VEC; ++k) v[k] = 0.0f;
-      }
-#pragma unroll
-      for (int k = 0; k < MIO_VEC; ++k) s_dy[pix * MIO_CB + cv * MIO_VEC + k] = v[k];
-    }
+    dw_stage_tile<MIO_XTP, MIO_XTQ>(s_x, an, p.a, ih0, iw0, ah, aw, chans - c0, tid, threads);
+    dw_stage_tile<MIO_TP, MIO_TQ>(s_dy, bn, p.b, oh0, ow0, bh, bw, chans - c0, tid, threads);
     __syncthreads();
 #pragma unroll
     for (int py = 0; py < MIO_TP; ++py) {
