@@ -262,6 +262,9 @@ def test_plane_backward_weights_matches_reference(filt, pads, dils, size, dtype:
         ((3, 7), (1, 1), (1, 5), (1, 1), (8, 12), "float32"),
         ((5, 5), (1, 1), (2, 2), (1, 1), (9, 7), "float32"),
         ((7, 7), (1, 1), (3, 3), (1, 1), (7, 7), "float32"),
+        ((5, 5), (1, 1), (2, 2), (1, 1), (14, 14), "float32"),
+        ((7, 7), (1, 1), (3, 3), (1, 1), (13, 17), "float32"),
+        ((5, 5), (2, 2), (2, 2), (1, 1), (14, 14), "float32"),
     ],
 )
 def test_tile_kernel_matches_reference(
@@ -275,7 +278,9 @@ def test_tile_kernel_matches_reference(
     1 the edge columns are tiles generated for the padding (full rows and border rows, the
     padding wider than half the filter); an image no wider than the filter's reach (6
     columns under 7x7) keeps the pixel loop; 5- and 7-column images have edge tiles and an
-    all-taps tile as wide as their 1-3 interior columns."""
+    all-taps tile as wide as their 1-3 interior columns. Interior columns split evenly: 10
+    into 2 tiles of 5 (14x14 5x5), 11 into 2 of 6 overlapping by one (17 columns under 7x7),
+    5 into one of 5 at stride 2 (14x14 5x5/2)."""
     from miocore_direct.depthwise import _Plan, _tiles_apply
 
     problem = _twenty_channels(direction, 2, filt, pads, strides, dils, size, dtype, "NHWC")

@@ -438,7 +438,9 @@ class DepthwiseDirectSolver(Solver):
     # 1 (2026-11-26): all-taps and edge tiles, strided backward data by phases, NCHW stride-2
     # planes; the shipped CPU FindDb timed the register-blocked kernels of 2026-11-25, so the
     # hybrid modes measure this solver again where it was recorded (miocore.find.hit).
-    revision = 1
+    # 2 (2026-11-26, session 12): interior columns split into even tiles (no overlapping
+    # last tile), up to 8 pixels at stride 2 too: 1.1-1.3x on 14x14 5x5 layers.
+    revision = 2
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
         """2-D CPU problems whose groups equal the input channels, x and y in one layout."""
