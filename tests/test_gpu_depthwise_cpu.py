@@ -223,39 +223,55 @@ def test_backward_weights_tiles_only_where_they_apply() -> None:
     assert not any("cb" in c for c in s.perf_config_space(ctx, forward))
 
 
-@pytest.mark.parametrize("dtype", ("float16", "bfloat16", "float32"))
+def _nhwc_default(direction: str, f: int, stride: int, hw: int, dtype: str) -> miocore.PerfConfig:
+    """``direct.gpu_depthwise``'s default for a 96-channel NHWC depthwise layer."""
+    s, ctx = dw.GpuDepthwiseSolver(), _ctx()
+    p = _problem(direction, n=8, c=96, k=96, groups=96, in_spatial=(hw, hw),
+                 filter_spatial=(f, f), pads=(f // 2, f // 2), strides=(stride, stride),
+                 dtype=dtype, layout="NHWC").canonical  # fmt: skip
+    cfg = s.default_perf_config(ctx, p)
+    assert cfg in s.perf_config_space(ctx, p)
+    return cfg
+
+
+def _strip(cfg: miocore.PerfConfig) -> tuple[int, int, int, int]:
+    return cfg["vec"], cfg["pix"], cfg["py"], cfg["ct"]
+
+
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
 def test_forward_and_backward_data_defaults_of_16_bit_layers(dtype: str) -> None:
     # 16-bit 2-D 3x3/5x5 layers take the rule fitted on the full sweep (8 channel vectors per
     # block; 5x5 on 16-byte vectors in 4 x 1 strips, 2 x 1 at stride 2, the gather one pixel;
-    # 3x3 on 8-byte vectors in 4 x 2 strips, 1 x 2 at stride 2); the 3x3 gather, stride-1
-    # 3x3 planes of 56 and more, and fp32 keep the general rule (all channels of a small
-    # layer in one block row).
-    s, ctx = dw.GpuDepthwiseSolver(), _ctx()
-
+    # 3x3 on 8-byte vectors in 4 x 2 strips, 1 x 2 at stride 2); the 3x3 gather and stride-1
+    # 3x3 planes of 56 and more keep the general rule (all channels of a small layer in one
+    # block row).
     def default(direction: str, f: int, stride: int, hw: int) -> miocore.PerfConfig:
-        p = _problem(direction, n=8, c=96, k=96, groups=96, in_spatial=(hw, hw),
-                     filter_spatial=(f, f), pads=(f // 2, f // 2), strides=(stride, stride),
-                     dtype=dtype, layout="NHWC").canonical  # fmt: skip
-        cfg = s.default_perf_config(ctx, p)
-        assert cfg in s.perf_config_space(ctx, p)
-        return cfg
+        return _nhwc_default(direction, f, stride, hw, dtype)
 
-    fitted = dtype != "float32"
-    wide, narrow = (8, 4) if fitted else (4, 4)
     for direction in ("forward", "backward_data"):
-        cfg = default(direction, 5, 1, 28)
-        assert (cfg["vec"], cfg["pix"], cfg["py"], cfg["ct"] == 8) == (
-            (wide, 4, 1, True) if fitted else (4, 2, 4, False)
-        )
-        cfg = default(direction, 3, 1, 28)
-        assert (cfg["vec"], cfg["pix"], cfg["py"], cfg["ct"] == 8) == (
-            (narrow, 4, 2, True) if fitted else (4, 2, 4, False)
-        )
-        # stride-1 3x3 planes of 56 keep the general rule
-        assert default(direction, 3, 1, 56)["ct"] != 8
-    assert default("forward", 5, 2, 56)["pix"] == (2 if fitted else 1)
-    assert default("forward", 3, 2, 56)["ct"] == (8 if fitted else 24)
-    gather5 = default("backward_data", 5, 2, 56)
-    assert (gather5["vec"], gather5["pix"], gather5["py"]) == (wide, 1, 1)
-    assert (gather5["ct"] == 8) is fitted
+        assert _strip(default(direction, 5, 1, 28)) == (8, 4, 1, 8)
+        assert _strip(default(direction, 3, 1, 28)) == (4, 4, 2, 8)
+        assert default(direction, 3, 1, 56)["ct"] != 8  # stride-1 3x3 planes of 56: general
+    assert default("forward", 5, 2, 56)["pix"] == 2
+    assert _strip(default("forward", 3, 2, 56)) == (4, 1, 2, 8)
+    assert _strip(default("backward_data", 5, 2, 56)) == (8, 1, 1, 8)  # the gather
     assert default("backward_data", 3, 2, 56)["ct"] != 8  # the 3x3 gather: the general rule
+
+
+def test_forward_and_backward_data_defaults_of_fp32_layers() -> None:
+    # fp32 2-D 3x3/5x5 layers: their own fitted rule (3x3 on 16-byte vectors in 4 x 2 strips,
+    # 4 x 1 at stride 2; 5x5 on 8-byte vectors in 4 x 4 strips, 16 channel vectors a block;
+    # the gather one pixel on 16-byte vectors, 8 channel vectors), whatever the plane size.
+    def default(direction: str, f: int, stride: int, hw: int) -> miocore.PerfConfig:
+        return _nhwc_default(direction, f, stride, hw, "float32")
+
+    for direction in ("forward", "backward_data"):
+        for hw in (14, 56, 112):
+            assert _strip(default(direction, 3, 1, hw)) == (4, 4, 2, 8)
+            assert _strip(default(direction, 5, 1, hw)) == (2, 4, 4, 16)
+    assert _strip(default("forward", 3, 2, 56)) == (4, 4, 1, 8)
+    assert _strip(default("forward", 5, 2, 56)) == (2, 4, 4, 16)
+    for f in (3, 5):
+        assert _strip(default("backward_data", f, 2, 56)) == (4, 1, 1, 8)
+    # other filters keep the general rule
+    assert default("forward", 7, 1, 28)["ct"] != 16

@@ -92,8 +92,9 @@ class GpuDepthwiseSolver(TunableSolver):
     name = "direct.gpu_depthwise"
     numerical_notes = frozenset()
     #: 1: backward weights through staged tiles and the 16-bit forward/backward-data defaults
-    #: refitted (2026-11-26): entries recorded before run today's defaults instead.
-    revision = 1
+    #: refitted (2026-11-26); 2: the fp32 ones refitted (2026-11-26): entries recorded before
+    #: run today's defaults instead.
+    revision = 2
     algorithm = Algorithm.DIRECT
     backends = GPU_BACKENDS
 
@@ -279,26 +280,44 @@ class GpuDepthwiseSolver(TunableSolver):
 
     @staticmethod
     def _default_nhwc_fitted(p: ConvProblem) -> PerfConfig | None:
-        """Forward and backward data of 16-bit 2-D plain depthwise layers with 3x3 or 5x5
-        filters, channels innermost: 8 channel vectors per block; 3x3 on 8-byte vectors in
-        strips of 4 columns x 2 rows (1 column at stride 2), but for the gather and stride-1
-        planes of 56 and more (None: the general rule); 5x5 on 16-byte vectors in strips of 4
-        columns x 1 row (2 columns at stride 2), the gather one pixel a thread. Fitted on 44
-        cases (EfficientNet-B0's and MobileNetV2's depthwise layers, both directions; H100,
-        fp16, batch 32, every config timed), then re-timed on another machine, where the 3x3
-        exceptions were found slower than the general rule (docs/performance-gpu-kernels.md)."""
+        """Forward and backward data of 2-D plain depthwise layers with 3x3 or 5x5 filters,
+        channels innermost, in 8 channel vectors per block, by rules fitted on every config of
+        EfficientNet-B0's and MobileNetV2's depthwise layers (H100, batch 32, both directions;
+        docs/performance-gpu-kernels.md).
+
+        16-bit (44 cases, re-timed on another machine, where the 3x3 exceptions were found
+        slower than the general rule): 3x3 on 8-byte vectors in strips of 4 columns x 2 rows
+        (1 column at stride 2), but for the gather and stride-1 planes of 56 and more (None:
+        the general rule); 5x5 on 16-byte vectors in strips of 4 columns x 1 row (2 columns at
+        stride 2), the gather one pixel a thread.
+
+        fp32 (44 cases: 1.00-1.11x the best config's time, where the general rule was up to
+        2.6x): 3x3 on 16-byte vectors in strips of 4 columns x 2 rows (1 row at stride 2);
+        5x5 on 8-byte vectors in strips of 4 x 4 and 16 channel vectors per block; the
+        gather one pixel a thread on 16-byte vectors."""
         s = problem_sizes(p)
         fy, fx = s["f"][1:]
-        if esize(p) != 2 or p.spatial_dims != 2 or s["mult"] != 1 or fy != fx or fx not in (3, 5):
+        if p.spatial_dims != 2 or s["mult"] != 1 or fy != fx or fx not in (3, 5):
             return None
         widest = vecs(p)[0]
         strided = max(s["s"][1:]) > 1
+        gather = role(p)[5]  # strided backward data
+        if esize(p) == 4:
+            vec = next((v for v in vecs(p) if v <= 4), widest)
+            if gather:
+                return PerfConfig(vec=vec, pix=1, py=1, ct=8)
+            if fx == 5:
+                narrow = next((v for v in vecs(p) if v <= 2), widest)
+                return PerfConfig(vec=narrow, pix=4, py=4, ct=16)
+            return PerfConfig(vec=vec, pix=4, py=1 if strided else 2, ct=8)
+        if esize(p) != 2:
+            return None
         if fx == 3:
-            if role(p)[5] or (not strided and s["out"][1] >= 56):
+            if gather or (not strided and s["out"][1] >= 56):
                 return None  # the general rule was faster (re-timed on another machine)
             vec = next((v for v in vecs(p) if v <= 4), widest)
             return PerfConfig(vec=vec, pix=1 if strided else 4, py=2, ct=8)
-        if role(p)[5]:  # strided backward data: the gather
+        if gather:
             return PerfConfig(vec=widest, pix=1, py=1, ct=8)
         return PerfConfig(vec=widest, pix=2 if strided else 4, py=1, ct=8)
 
