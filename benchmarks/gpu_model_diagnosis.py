@@ -80,12 +80,15 @@ def profiled(
     return prof, host
 
 
-def top_kernels(fn: Any, model: nn.Module) -> list[tuple[str, str, float, int]]:
-    """Where one training call of ``fn`` spends device time, by PyTorch operator and input
+def top_kernels(
+    fn: Any, model: nn.Module, *, train: bool = True
+) -> list[tuple[str, str, float, int]]:
+    """Where one call of ``fn`` (training, or inference without ``train``) spends device
+    time, by PyTorch operator and input
     shapes: (operator, shapes cut to 120 characters, ms, calls) for every operator whose
     kernels take over 10 µs, and a last row for the kernels no operator launched (those a
     library launched through the driver: miocore's solvers)."""
-    prof, _ = profiled(fn, model, train=True, host_ops=True, shapes=True)
+    prof, _ = profiled(fn, model, train=train, host_ops=True, shapes=True)
     events = prof.key_averages(group_by_input_shape=True)
     kernels = sum(e.self_device_time_total for e in events if e.device_type.name == "CUDA")
     ops = [

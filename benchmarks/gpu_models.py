@@ -347,6 +347,8 @@ def run_one(name: str, dtype_name: str, modes: list[str], iters: int) -> list[di
                 r[f"{side}_infer_ms"] = device_ms(fn, 3, iters)
                 if mode == "compile" and os.environ.get("MODELS_TOP_KERNELS"):
                     r[f"{side}_infer_profile"] = profile_call(fn, m, train=False)
+                if mode == "eager" and os.environ.get("MODELS_TOP_KERNELS"):
+                    r[f"{side}_infer_top_kernels"] = top_kernels(fn, m, train=False)
             m.train()
             opt = torch.optim.SGD(m.parameters(), lr=1e-6)
             step_model = m
