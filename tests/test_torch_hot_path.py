@@ -101,6 +101,36 @@ def test_outputs_with_length_one_dimensions_are_written_where_torch_reads() -> N
         _close(y, _reference(layer, x), "1x1 output")
 
 
+def test_inputs_with_torchs_strides_on_length_one_dimensions_are_planned() -> None:
+    # torch keeps (C, 1, 1, 1) for a channels-last 1x1 filter made contiguous, and a pooled
+    # (N, C, 1, 1) map has such strides too (a squeeze-and-excitation block's 1x1 layers):
+    # the same memory as the packed layout, so each direction is planned once and its calls
+    # stay right through the plan.
+    layer = _layer(in_channels=8, out_channels=6, kernel_size=1, bias=True)
+    layer = layer.to(memory_format=torch.channels_last)
+    plain = torch.empty_strided((6, 8, 1, 1), (8, 1, 1, 1))
+    layer.weight.data = plain.copy_(layer.weight.detach())
+    assert layer.weight.stride() == (8, 1, 1, 1)
+    for shape in ((2, 8, 5, 5), (3, 8, 1, 1)):
+        for step in range(3):
+            x = torch.randn(shape).contiguous(memory_format=torch.channels_last)
+            xg = x.clone().requires_grad_()
+            y = layer(xg)
+            _close(y, _reference(layer, x), f"{shape} call {step}")
+            g = torch.randn_like(y)
+            dx, dw = torch.autograd.grad(y, [xg, layer.weight], g)
+            xr = x.double().requires_grad_()
+            wr = layer.weight.detach().double().requires_grad_()
+            ref = F.conv2d(xr, wr, layer.bias.detach().double())
+            rdx, rdw = torch.autograd.grad(ref, [xr, wr], g.double())
+            _close(dx, rdx, f"{shape} input gradient {step}")
+            _close(dw, rdw, f"{shape} weight gradient {step}")
+    # two shapes, three directions each: planned on first sight, reused after
+    assert len(ops._plans) == 6
+    restrided = {plan.key[0] for plan in ops._plans.values() if plan.inputs is not None}
+    assert {"forward", "backward_data"} <= restrided  # the filter's view
+
+
 def test_changing_a_modules_arguments_is_seen() -> None:
     layer = _layer(in_channels=4, out_channels=4, kernel_size=3, padding=1, bias=False)
     x = torch.randn(2, 4, 8, 8)

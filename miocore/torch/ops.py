@@ -77,21 +77,26 @@ def _run(
     """Pack the inputs in the lead's layout, allocate the output, run the direction.
 
     ``signature`` identifies the call (direction, arguments, the inputs' shapes, strides,
-    dtypes and device): when the inputs needed no packing, what was worked out here is kept
-    under it as a :class:`_Plan`, and a later call alike runs through the plan alone.
+    dtypes and device): when the inputs needed no copy, what was worked out here is kept
+    under it as a :class:`_Plan`, and a later call alike runs through the plan alone. An input
+    whose strides differ from the packed ones only on dimensions of length 1 (torch keeps
+    ``(C, 1, 1, 1)`` for a channels-last 1x1 filter, or a pooled ``(N, C, 1, 1)`` map) is the
+    same memory: its packed strides are kept in the plan too.
     """
     dtype = check_dtype(lead, "x" if direction != "backward_data" else "dy")
     channels_last = is_channels_last(lead)
     layout = layout_name(lead.dim(), channels_last)
     already_packed = True
+    restrides: list[tuple[int, ...] | None] = []
     for name, t in tensors.items():
         if t.dtype != lead.dtype:
             check_dtype(t, name)
             raise InvalidArgumentError(
                 f"must match the input's {lead.dtype}", field=f"{name}.dtype", value=str(t.dtype)
             )
-        tensors[name] = packed(t, layout)
-        already_packed = already_packed and tensors[name] is t
+        view = tensors[name] = packed(t, layout)
+        already_packed = already_packed and view.data_ptr() == t.data_ptr()  # no copy made
+        restrides.append(None if view is t else view.stride())
     if min(output_shape_) < 1:
         raise InvalidArgumentError(
             f"the {direction} result would have shape {tuple(output_shape_)}: the filter (with"
@@ -119,6 +124,7 @@ def _run(
             key,
             problem,
             lead.device,
+            tuple(restrides) if any(restrides) else None,
         )
     runtime.run(lead.device, key, problem, x=x, w=w, y=y)
     return result
@@ -126,10 +132,11 @@ def _run(
 
 class _Plan:
     """One call signature's work done once: the output's shape, memory format and strides, the
-    strides miocore's descriptor wants where torch's differ (on length-1 dimensions), the
-    problem and the device (so a call alike reads none of them from its tensors again)."""
+    strides miocore's descriptor wants where torch's differ (on length-1 dimensions) for the
+    output and the two inputs, the problem and the device (so a call alike reads none of them
+    from its tensors again)."""
 
-    __slots__ = ("device", "format", "key", "problem", "restride", "shape", "strides")
+    __slots__ = ("device", "format", "inputs", "key", "problem", "restride", "shape", "strides")
 
     def __init__(
         self,
@@ -140,10 +147,19 @@ class _Plan:
         key: Any,
         problem: ConvProblem,
         device: torch.device,
+        inputs: tuple[tuple[int, ...] | None, ...] | None = None,
     ) -> None:
         self.shape, self.format, self.strides = shape, format, strides
         self.restride, self.key, self.problem = restride, key, problem
-        self.device = device
+        self.device, self.inputs = device, inputs
+
+    def restrided(self, lead: torch.Tensor, other: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The two inputs (lead first) with the packed strides where torch's differ."""
+        a, b = self.inputs or (None, None)
+        return (
+            lead if a is None else lead.as_strided(lead.shape, a),
+            other if b is None else other.as_strided(other.shape, b),
+        )
 
     def output(self, lead: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A new output tensor, and the view of it miocore writes."""
@@ -216,6 +232,8 @@ def forward(x: torch.Tensor, w: torch.Tensor, params: Params) -> torch.Tensor:
     plan = _plans.get(signature)
     if plan is not None:
         result, y = plan.output(x)
+        if plan.inputs is not None:
+            x, w = plan.restrided(x, w)
         runtime.run(plan.device, plan.key, plan.problem, x=x, w=w, y=y)
         return result
     shape = output_shape(x.shape, w.shape, *params)
@@ -231,6 +249,8 @@ def backward_data(
     plan = _plans.get(signature)
     if plan is not None:
         result, x = plan.output(dy)
+        if plan.inputs is not None:
+            dy, w = plan.restrided(dy, w)
         runtime.run(plan.device, plan.key, plan.problem, x=x, w=w, y=dy)
         return result
     return _run("backward_data", dy, {"y": dy, "w": w}, "x", x_shape, params, signature)
@@ -245,6 +265,8 @@ def backward_weights(
     plan = _plans.get(signature)
     if plan is not None:
         result, w = plan.output(x)
+        if plan.inputs is not None:
+            x, dy = plan.restrided(x, dy)
         runtime.run(plan.device, plan.key, plan.problem, x=x, w=w, y=dy)
         return result
     return _run("backward_weights", x, {"x": x, "y": dy}, "w", w_shape, params, signature)
