@@ -265,6 +265,13 @@ def test_plane_backward_weights_matches_reference(filt, pads, dils, size, dtype:
         ((5, 5), (1, 1), (2, 2), (1, 1), (14, 14), "float32"),
         ((7, 7), (1, 1), (3, 3), (1, 1), (13, 17), "float32"),
         ((5, 5), (2, 2), (2, 2), (1, 1), (14, 14), "float32"),
+        ((5, 5), (1, 1), (3, 3), (1, 1), (11, 12), "float32"),
+        ((5, 5), (2, 1), (4, 2), (2, 2), (19, 20), "float32"),
+        ((7, 7), (2, 2), (3, 3), (1, 1), (15, 15), "float32"),
+        ((7, 7), (2, 2), (3, 3), (1, 1), (14, 14), "float32"),
+        ((5, 5), (2, 2), (1, 1), (1, 1), (13, 12), "float32"),
+        ((5, 5), (2, 2), (4, 4), (2, 2), (20, 21), "float32"),
+        ((5, 5), (2, 2), (3, 5), (1, 1), (9, 10), "float32"),
     ],
 )
 def test_tile_kernel_matches_reference(
@@ -280,7 +287,14 @@ def test_tile_kernel_matches_reference(
     columns under 7x7) keeps the pixel loop; 5- and 7-column images have edge tiles and an
     all-taps tile as wide as their 1-3 interior columns. Interior columns split evenly: 10
     into 2 tiles of 5 (14x14 5x5), 11 into 2 of 6 overlapping by one (17 columns under 7x7),
-    5 into one of 5 at stride 2 (14x14 5x5/2)."""
+    5 into one of 5 at stride 2 (14x14 5x5/2). Where the row stride equals the row dilation
+    and the filter has at most 5 rows, the full rows go in pairs: even counts (14 rows under
+    5x5), odd ones (11 rows padded 3 under 5x5: the last row alone), row stride and dilation
+    2, a 5x7 filter at column stride 2. At column stride 2 the edge columns are tiles too,
+    their right side fixed by the width's parity: odd and even widths (14 and 15 columns
+    under 7x7/2, 14 and 31 under 5x5/2), padding 1 (no right edge pixel on 12 columns),
+    dilation 2, and a padding beyond the filter's reach (10 columns padded 5 under 5x5/2:
+    the pixel loop)."""
     from miocore_direct.depthwise import _Plan, _tiles_apply
 
     problem = _twenty_channels(direction, 2, filt, pads, strides, dils, size, dtype, "NHWC")
@@ -288,6 +302,9 @@ def test_tile_kernel_matches_reference(
     tiles = direction == "forward" or strides == (1, 1)
     assert plan.blocked == tiles and not plan.plane
     assert _tiles_apply(plan.mult, plan.filt, strides[1], dils[1])
+    if tiles:
+        paired = strides[0] == dils[0] and filt[0] <= 5
+        assert ("_p1" in plan.generated()[0][0]) == paired
     check_solver(DepthwiseDirectSolver(), problem, seed=13, tolerance=TOLERANCES[problem.dtype])
 
 

@@ -151,7 +151,7 @@ class _Plan:
         """The generated kernels (name prefix, source) the invoker loads: what a first run
         may compile. The generic kernels of depthwise_kernels.py are compiled once per machine
         for every problem and are not listed."""
-        _, sh, sw, _, _, _, dw = self.geometry
+        _, sh, sw, _, _, dh, dw = self.geometry
         fh, fw = self.filt[0], self.filt[1]
         if self.plane:
             from miocore_direct import depthwise_plane as plane
@@ -175,7 +175,10 @@ class _Plan:
                     width, out_w = out_w, width
                 tile = tiles.tile_for(width, out_w, fw, sw, dw, pw)
                 edge = tiles.edge_pad_for(fw, sw, dw, pw)
-                return [tiles.tile_spec(fh, fw, sw, dw, self.k, tile=tile, edge_pad=edge)]
+                pair = tiles.pair_for(fh, sh, dh)
+                phase = tiles.edge_phase_for(width, fw, sw, dw, pw)
+                kwargs = {"tile": tile, "edge_pad": edge, "pair": pair, "edge_phase": phase}
+                return [tiles.tile_spec(fh, fw, sw, dw, self.k, **kwargs)]
             from miocore_direct.depthwise_blocked import forward_spec
 
             return [forward_spec(fw, sw, dw, fh)]
@@ -439,7 +442,8 @@ class DepthwiseDirectSolver(Solver):
     # planes; the shipped CPU FindDb timed the register-blocked kernels of 2026-11-25, so the
     # hybrid modes measure this solver again where it was recorded (miocore.find.hit).
     # 2 (2026-11-26, session 12): interior columns split into even tiles (no overlapping
-    # last tile), up to 8 pixels at stride 2 too: 1.1-1.3x on 14x14 5x5 layers.
+    # last tile), up to 8 pixels at stride 2 too; rows in pairs under 5-row filters; edge
+    # tiles at column stride 2: 1.1-1.5x on the 14x14 5x5 layers.
     revision = 2
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:

@@ -4,7 +4,9 @@ generated per (filter size, column stride, column dilation, channel count).
 The filter-row kernels of :mod:`miocore_direct.depthwise_blocked` load and store each output
 once per filter row; on 5x5 and 7x7 filters that reload, and the spills of their all-taps body,
 held them at 0.3-0.7 of oneDNN. Here output rows whose filter rows are all in bounds are
-computed in tiles of :data:`TILE` output pixels by one channel vector: the channel loop is the
+computed in tiles of up to :data:`TILE` output pixels by one channel vector (the interior
+split evenly, :func:`tile_for`), where the row stride equals the row dilation two output rows
+at a time (:func:`pair_for`: each loaded input feeds both rows): the channel loop is the
 tile's only loop and its body holds all ``FH * FW * TILE`` multiply-adds, so the tile's
 outputs stay in registers over every tap and are stored once; inputs and weights are loaded
 as the taps need them. Three things make LLVM keep that body in registers:
@@ -18,10 +20,11 @@ as the taps need them. Three things make LLVM keep that body in registers:
 
 Rows reaching into the vertical padding take a filter-row loop over their in-bounds rows on
 the same flat indices. The ``ceil(pw / sw)`` columns at each side reaching into the horizontal
-padding are, at column stride 1, one tile per side generated for that padding (each column's
-in-bounds taps known at generation: no selects, each weight loaded once for every column of
-the tile; 384x14x14 7x7 0.141 → 0.089 ms), and otherwise one pixel at a time with a select
-per tap.
+padding are one tile per side generated for that padding (each column's in-bounds taps known
+at generation: no selects, each weight loaded once for every column of the tile; 384x14x14
+7x7 0.141 → 0.089 ms; at column stride 2 the right side's taps depend on the width's parity,
+:func:`edge_phase_for`), and where the call's geometry does not fit one pixel at a time with
+a select per tap.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ TILE = 8
 ROW_TILE = 8
 #: Filters of more taps than this take these kernels (3x3 keeps the blocked kernel's body).
 MIN_TAPS = 10
+#: Filters of at most this many rows compute rows two at a time (:func:`pair_for`).
+MAX_PAIR_ROWS = 5
 #: Most edge columns per side taken as one tile (their accumulators live in registers).
 MAX_EDGE = 8
 
@@ -75,8 +80,27 @@ def tile_for(width: int, out_w: int, fw: int, sw: int, dw: int, pw: int) -> int:
 
 def edge_pad_for(fw: int, sw: int, dw: int, pw: int) -> int:
     """The ``edge_pad`` a kernel for column padding ``pw`` is generated with (0: the edge
-    columns stay a pixel loop): column stride 1 and at most :data:`MAX_EDGE` columns."""
-    return pw if sw == 1 and 0 < pw <= min(MAX_EDGE, (fw - 1) * dw) else 0
+    columns stay a pixel loop): a padding within the filter's reach, at most
+    :data:`MAX_EDGE` columns (column stride 1, and 2 since session 12)."""
+    return pw if 0 < pw <= min(MAX_EDGE, (fw - 1) * dw) else 0
+
+
+def edge_phase_for(width: int, fw: int, sw: int, dw: int, pw: int) -> int:
+    """The ``edge_phase`` of a kernel for input ``width``: ``(width - 1 - (fw - 1)*dw + pw)
+    % sw``, on which the right edge's taps depend at column stride 2 (0 at stride 1)."""
+    return (width - 1 - (fw - 1) * dw + pw) % sw
+
+
+def pair_for(fh: int, sh: int, dh: int) -> int:
+    """The ``pair`` a kernel for ``fh`` filter rows, row stride ``sh`` and row dilation ``dh``
+    is generated with: 1 where the stride equals the dilation (the next output row reads the
+    same input rows shifted by one filter row) and the filter has at most
+    :data:`MAX_PAIR_ROWS` rows, else 0 (session 12, kernel alone, one thread: 5x5 on 14x14
+    1.07-1.24x, 28x28 1.01x; 7x7 on 14x14 0.98-1.13x but 56x56 0.86-0.93x at batch 1, and a
+    7x7 kernel then took 126-142 s to compile instead of about 60). Row stride 2 under
+    dilation 1 (a shift of 2 filter rows, 3 of 5 rows shared) measured no faster (672x14x14
+    5x5/2: 0.267 against 0.263 ms)."""
+    return 1 if sh == dh and fh <= MAX_PAIR_ROWS else 0
 
 
 def _u(value: int) -> str:
@@ -93,6 +117,8 @@ def source(
     tile: int = TILE,
     out_step: int = 0,
     edge_pad: int = 0,
+    pair: int = 0,
+    edge_phase: int = 0,
 ) -> str:
     """The kernel module for an ``fh x fw`` filter, column stride ``sw``, column dilation
     ``dw`` and ``chans`` channels.
@@ -106,12 +132,24 @@ def source(
     xf, wf, yf, sh, ph, dh, pw, out_h, out_w, yoff, yimg, ypitch)`` writes output ``(n, oh,
     ow)`` to pixel ``yoff + n*yimg + oh*ypitch + ow*out_step`` of ``yf``.
 
-    With ``edge_pad`` (column stride 1 only), a call whose column padding is that value takes
-    the ``edge_pad`` columns at each side as one tile each, every tap that is in bounds for
-    that column written out (known at generation), instead of one pixel at a time with a
-    select per tap; other paddings keep the pixel loop."""
+    With ``edge_pad``, a call whose column padding is that value (and, at column stride 2,
+    whose width gives :func:`edge_phase_for` ``edge_phase``) takes the ``ceil(edge_pad / sw)``
+    columns at the left and the columns past the interior at the right as one tile each,
+    every tap that is in bounds for that column written out (known at generation), instead
+    of one pixel at a time with a select per tap; other calls keep the pixel loop.
+
+    With ``pair`` (``out_step == 0`` only), a call whose row stride is ``pair`` times its row
+    dilation computes the rows with every filter row in bounds two at a time, from the first
+    such row on (an odd last one alone): one body holds both rows' tiles, so each input
+    loaded feeds both and each weight is loaded once for the two."""
     c = chans
-    edge = edge_pad if sw == 1 and 0 < edge_pad <= min(MAX_EDGE, (fw - 1) * dw) else 0
+    edge = edge_pad if 0 < edge_pad <= min(MAX_EDGE, (fw - 1) * dw) else 0
+    # pixels and reach of each side: left pixel j reads columns j*sw - edge + fx*dw (those
+    # >= 0); right pixel j columns j*sw + fx*dw from the first right tap column hi*sw - pw,
+    # those <= reach (= width - 1 - (hi*sw - pw), which is fixed by edge_phase)
+    reach = (fw - 1) * dw - sw + edge_phase % sw
+    counts = (-(-edge // sw), max(0, (edge - sw + edge_phase % sw) // sw + 1))
+    edge = edge if max(counts) <= MAX_EDGE else 0
     step = max(1, out_step)
     if out_step:
         head = [
@@ -130,11 +168,26 @@ def source(
         f"    hi = max(lo, min(out_w, (width - 1 - {(fw - 1) * dw} + pw) // {sw} + 1))",
         f"    pitch = np.uint64(dh) * np.uint64(width * {c})",
     ]
-    if edge:  # the edge tiles' geometry holds: lo and out_w - hi are the padding, and the
-        # right tile's first input column is width - (fw - 1) * dw
+    pair = pair if not out_step else 0
+    if pair:  # rows [r_lo, r_hi) have every filter row in bounds; pairs of them from r_lo
+        lines += [
+            "    r_lo = min(out_h, -((-ph) // sh))",
+            f"    r_hi = max(r_lo, min(out_h, (height - 1 - {fh - 1} * dh + ph) // sh + 1))",
+            f"    pairs = (sh == {pair} * dh) & (hi - lo >= {tile})",
+            f"    ynext = np.uint64(out_w * {c})",
+        ]
+    if edge and sw == 1:  # the edge tiles' geometry holds: lo and out_w - hi are the
+        # padding, and the right tile's first input column is width - (fw - 1) * dw
         lines.append(
             f"    edges = (pw == {edge}) & (lo == {edge}) & (out_w - hi == {edge})"
             f" & (width > {(fw - 1) * dw}) & (hi == width - {(fw - 1) * dw} + {edge})"
+        )
+    elif edge:  # the same at column stride 2: side counts, the right reach, all columns read
+        # by the left pixels < width and by the right ones >= 0
+        lines.append(
+            f"    edges = (pw == {edge}) & (lo == {counts[0]}) & (out_w - hi == {counts[1]})"
+            f" & (width - 1 - (hi * {sw} - pw) == {reach}) & (hi * {sw} >= pw)"
+            f" & (width > {(counts[0] - 1) * sw + (fw - 1) * dw - edge})"
         )
     lines += [
         "    for row in prange(n_img * out_h):",
@@ -249,14 +302,17 @@ def source(
         add(f"{ind}    wb += {_u(fw * c)}")
 
     def edge_taps(ind: str, right: bool, row: str, weights: str, fy: int | None) -> None:
-        """The in-bounds multiply-adds of one filter row for the ``edge`` pixels of a side:
-        left pixel ``j`` reads column ``j - edge + fx*dw`` (from column 0), right pixel ``j``
-        column ``j + fx*dw`` from the tile's first column ``width - (fw - 1)*dw``."""
+        """The in-bounds multiply-adds of one filter row for the pixels of a side: left
+        pixel ``j`` reads column ``j*sw - edge + fx*dw`` (from column 0), right pixel ``j``
+        column ``j*sw + fx*dw`` from the tile's first column ``hi*sw - pw`` (at stride 1
+        ``width - (fw - 1)*dw``)."""
         for fx in range(fw):
             if right:
-                pixels = [(j, j + fx * dw) for j in range(edge) if j + fx * dw < (fw - 1) * dw]
+                pixels = [(j, j * sw + fx * dw) for j in range(counts[1])]
+                pixels = [(j, col) for j, col in pixels if col <= reach]
             else:
-                pixels = [(j, j - edge + fx * dw) for j in range(edge) if j + fx * dw >= edge]
+                pixels = [(j, j * sw - edge + fx * dw) for j in range(counts[0])]
+                pixels = [(j, col) for j, col in pixels if col >= 0]
             if not pixels:
                 continue
             tap = _u((fy * fw + fx) * c) if fy is not None else f"{weights} + {_u(fx * c)}"
@@ -265,9 +321,11 @@ def source(
                 add(f"{ind}a{j} += xf[{row} + {_u(col * c)} + k] * w")
 
     def edge_tile(ind: str, right: bool) -> None:
-        """The ``edge`` columns of one side as one tile: every filter row in one body for
-        rows with all filter rows in bounds, else a filter-row loop."""
+        """The edge columns of one side as one tile: every filter row in one body for rows
+        with all filter rows in bounds, else a filter-row loop."""
         first = f"np.uint64(hi - {edge})" if right else "np.uint64(0)"
+        if right and sw > 1:
+            first = f"np.uint64(hi * {sw} - {edge})"
         add(f"{ind}xb = (xrow + {first}) * {_u(c)}")
         out_base(ind, "hi" if right else "0")
 
@@ -275,9 +333,9 @@ def source(
             edge_taps(i, right, row, wts, fy)
 
         add(f"{ind}if (fy_lo == 0) & (fy_hi == {fh}):")
-        every_row(ind + "    ", edge, row_taps)
+        every_row(ind + "    ", counts[right], row_taps)
         add(f"{ind}else:")
-        each_row(ind + "    ", edge, row_taps)
+        each_row(ind + "    ", counts[right], row_taps)
 
     def sides(right: bool) -> None:
         """One side's edge columns: the edge tile where its geometry holds, else pixels."""
@@ -286,6 +344,8 @@ def source(
         if not edge:
             add(f"        for ow in {columns}:")
             pixel(ind, "ow")
+            return
+        if not counts[right]:  # no pixels on this side (a narrow padding at stride 2)
             return
         add("        if edges:")
         edge_tile(ind, right)
@@ -306,9 +366,41 @@ def source(
         add(f"{ind}    for ow in range(lo, hi):")
         pixel(ind + "        ", "ow")
 
+    def pair_taps(ind: str, ow: str, tiles: int) -> None:
+        """Output rows ``oh`` and ``oh + 1`` in one body: the second row's filter row ``fy``
+        reads the first's input row ``fy + pair``, each loaded input serves both rows."""
+        bases(ind, ow)
+        for i in range(fh + pair):
+            add(f"{ind}r{i} = xb + {_u(i)} * pitch")
+        add(f"{ind}for k in range({_u(c)}):")
+        names = [f"a{j}" for j in range(tiles)] + [f"b{j}" for j in range(tiles)]
+        add(f"{ind}    " + " = ".join(names) + " = ZERO")
+        for fy in range(fh):
+            for fx in range(fw):
+                add(f"{ind}    w = wf[{_u((fy * fw + fx) * c)} + k]")
+                for acc, row in (("a", fy), ("b", fy + pair)):
+                    for j in range(tiles):
+                        off = _u((j * sw + fx * dw) * c)
+                        add(f"{ind}    {acc}{j} += xf[r{row} + {off} + k] * w")
+        for j in range(tiles):
+            add(f"{ind}    yf[yb + {_u(j * c)} + k] = a{j}")
+            add(f"{ind}    yf[yb + ynext + {_u(j * c)} + k] = b{j}")
+
     sides(right=False)
     add(f"        if (fy_lo == 0) & (fy_hi == {fh}):")
-    sweep(" " * 12, all_taps, tile)
+    if pair:  # an odd row of a pair was done by the row before; the last odd one alone
+        add("            if pairs & ((oh - r_lo) % 2 == 1):")
+        add("                pass")
+        add("            elif pairs & (oh + 1 < r_hi):")
+        add("                ow = lo")
+        add("                while ow < hi:")
+        add(f"                    ow = min(ow, hi - {tile})")
+        pair_taps(" " * 20, "ow", tile)
+        add(f"                    ow += {tile}")
+        add("            else:")
+        sweep(" " * 16, all_taps, tile)
+    else:
+        sweep(" " * 12, all_taps, tile)
     add("        else:")
     sweep(" " * 12, row_loop, min(ROW_TILE, tile))
     sides(right=True)
@@ -324,12 +416,16 @@ def tile_spec(
     out_step: int = 0,
     tile: int = TILE,
     edge_pad: int = 0,
+    pair: int = 0,
+    edge_phase: int = 0,
 ) -> tuple[str, str]:
     """The name prefix and source of :func:`tile_kernel`."""
-    text = source(fh, fw, sw, dw, chans, tile=tile, out_step=out_step, edge_pad=edge_pad)
+    text = source(fh, fw, sw, dw, chans, tile, out_step, edge_pad, pair, edge_phase)
     suffix = f"_out{out_step}" if out_step else ""
     suffix += f"_t{tile}" if tile != TILE else ""
     suffix += f"_e{edge_pad}" if edge_pad else ""
+    suffix += f"_p{pair}" if pair else ""
+    suffix += f"_r{edge_phase}" if edge_phase else ""
     return f"miocore_dw_tiles_{fh}x{fw}_{sw}_{dw}_{chans}{suffix}", text
 
 
@@ -343,10 +439,13 @@ def tile_kernel(
     out_step: int = 0,
     tile: int = TILE,
     edge_pad: int = 0,
+    pair: int = 0,
+    edge_phase: int = 0,
 ) -> Any:
     """The compiled kernel of :func:`source` (numba's disk cache, see
     :func:`miocore_direct.depthwise_blocked.load_generated`)."""
-    return load_generated(*tile_spec(fh, fw, sw, dw, chans, out_step, tile, edge_pad))
+    spec = tile_spec(fh, fw, sw, dw, chans, out_step, tile, edge_pad, pair, edge_phase)
+    return load_generated(*spec)
 
 
 def run(x: Any, wt: Any, y: Any, sh: int, ph: int, dh: int, pw: int, sw: int, dw: int) -> None:
@@ -356,5 +455,8 @@ def run(x: Any, wt: Any, y: Any, sh: int, ph: int, dh: int, pw: int, sw: int, dw
             raise ValueError("tile kernel arrays must be C-contiguous")
     fh, fw, chans = wt.shape
     tile = tile_for(x.shape[2], y.shape[2], fw, sw, dw, pw)
-    kernel = tile_kernel(fh, fw, sw, dw, chans, tile=tile, edge_pad=edge_pad_for(fw, sw, dw, pw))
+    edge, phase = edge_pad_for(fw, sw, dw, pw), edge_phase_for(x.shape[2], fw, sw, dw, pw)
+    kernel = tile_kernel(
+        fh, fw, sw, dw, chans, tile=tile, edge_pad=edge, pair=pair_for(fh, sh, dh), edge_phase=phase
+    )
     kernel(x, wt, y, x.reshape(-1), wt.reshape(-1), y.reshape(-1), sh, ph, dh, pw)
