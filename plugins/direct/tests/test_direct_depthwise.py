@@ -303,9 +303,42 @@ def test_tile_kernel_matches_reference(
     assert plan.blocked == tiles and not plan.plane
     assert _tiles_apply(plan.mult, plan.filt, strides[1], dils[1])
     if tiles:
-        paired = strides[0] == dils[0] and filt[0] <= 5
-        assert ("_p1" in plan.generated()[0][0]) == paired
+        from miocore_direct.depthwise_tile_shapes import MAX_FULL, edge_pad_for
+
+        name = plan.generated()[0][0]
+        # backward data: a forward pass of dy (its width) padded (F - 1) * d - p
+        fwd = direction == "forward"
+        width, out_w = (size[1], plan.outs[1]) if fwd else (plan.outs[1], size[1])
+        pw = pads[1] if fwd else (filt[1] - 1) * dils[1] - pads[1]
+        full = out_w <= MAX_FULL and edge_pad_for(filt[1], strides[1], dils[1], pw) > 0
+        assert (f"_w{width}_" in name + "_") == full
+        assert ("_p1" in name) == (strides[0] == dils[0] and filt[0] <= 5 and not full)
     check_solver(DepthwiseDirectSolver(), problem, seed=13, tolerance=TOLERANCES[problem.dtype])
+
+
+@pytest.mark.parametrize(("width", "stride"), [(7, 1), (11, 1), (14, 2), (13, 2)])
+def test_full_row_kernel_matches_reference_and_falls_back_on_other_widths(
+    width: int, stride: int
+) -> None:
+    """A kernel generated for whole-row tiles of 7 (stride 1) or 14 (stride 2) input columns,
+    padding 2 under 5x5, against a float64 reference: on its own width through the row
+    tiles, on another width (11, 13) through the pixel loop it keeps for other calls."""
+    from miocore_direct.depthwise_tiles import tile_kernel
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 6, width, 16), dtype=np.float32)
+    wt = rng.standard_normal((5, 5, 16), dtype=np.float32)
+    out_w = (width + 4 - 5) // stride + 1
+    y = np.empty((2, 6, out_w, 16), np.float32)
+    kernel = tile_kernel(5, 5, stride, 1, 16, edge_pad=2, full_width=7 * stride)
+    kernel(x, wt, y, x.reshape(-1), wt.reshape(-1), y.reshape(-1), 1, 2, 1, 2)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (2, 2), (2, 2), (0, 0)))
+    ref = np.zeros(y.shape)
+    for fy in range(5):
+        for fx in range(5):
+            cols = xp[:, fy : fy + 6, fx : fx + stride * (out_w - 1) + 1 : stride]
+            ref += cols * wt[fy, fx].astype(np.float64)
+    assert np.abs(y - ref).max() <= 2e-5 * np.abs(ref).max()
 
 
 def test_tile_kernel_refuses_strided_arrays() -> None:

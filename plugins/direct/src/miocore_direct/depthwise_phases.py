@@ -99,7 +99,7 @@ def _kernel_key(pr: Phase1D, pc: Phase1D, chans: int, sw: int) -> tuple[int, ...
     where it runs no kernel (no dx pixels, or no taps: zero-filled)."""
     if pr.count == 0 or pc.count == 0 or not pr.taps or not pc.taps:
         return None
-    from miocore_direct.depthwise_tiles import edge_pad_for
+    from miocore_direct.depthwise_tile_shapes import edge_pad_for
 
     tile = PHASE_TILE if pc.count >= 2 * PHASE_TILE else NARROW_TILE
     edge = edge_pad_for(len(pc.taps), 1, 1, pc.pad)

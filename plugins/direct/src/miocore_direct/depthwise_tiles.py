@@ -5,8 +5,8 @@ The filter-row kernels of :mod:`miocore_direct.depthwise_blocked` load and store
 once per filter row; on 5x5 and 7x7 filters that reload, and the spills of their all-taps body,
 held them at 0.3-0.7 of oneDNN. Here output rows whose filter rows are all in bounds are
 computed in tiles of up to :data:`TILE` output pixels by one channel vector (the interior
-split evenly, :func:`tile_for`), where the row stride equals the row dilation two output rows
-at a time (:func:`pair_for`: each loaded input feeds both rows): the channel loop is the
+split evenly), where the row stride equals the row dilation under a filter of up to 5 rows
+two output rows at a time (each loaded input feeds both rows): the channel loop is the
 tile's only loop and its body holds all ``FH * FW * TILE`` multiply-adds, so the tile's
 outputs stay in registers over every tap and are stored once; inputs and weights are loaded
 as the taps need them. Three things make LLVM keep that body in registers:
@@ -23,8 +23,17 @@ the same flat indices. The ``ceil(pw / sw)`` columns at each side reaching into 
 padding are one tile per side generated for that padding (each column's in-bounds taps known
 at generation: no selects, each weight loaded once for every column of the tile; 384x14x14
 7x7 0.141 → 0.089 ms; at column stride 2 the right side's taps depend on the width's parity,
-:func:`edge_phase_for`), and where the call's geometry does not fit one pixel at a time with
-a select per tap.
+:func:`~miocore_direct.depthwise_tile_shapes.edge_phase_for`), and where the call's geometry
+does not fit one pixel at a time with a select per tap.
+
+Images whose output rows have at most 16 columns (14x14 and 7x7 layers) take none of that:
+each output row is one tile of every column (``full_width``), each column's in-bounds taps
+written out, all filter rows in one body where they are in bounds. Every input and weight
+of a filter row is then loaded once for the whole row, the accumulators are one per column
+(up to 16 independent chains) and no column goes through an edge tile or the pixel loop:
+kernel alone at batch 8, 1.3-1.4x on 14x14 and 1.4-2.0x on 7x7 images (session 12,
+``docs/performance-cpu-depthwise.md``). Which kernel a call gets is chosen by
+:mod:`miocore_direct.depthwise_tile_shapes`.
 """
 
 from __future__ import annotations
@@ -32,75 +41,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from miocore_direct.depthwise_blocked import _HEADER, MAX_STEP, MAX_WIDTH, load_generated
-
-#: Most output pixels per all-taps tile (rows with every filter row in bounds).
-TILE = 8
-#: Output pixels per tile of the filter-row loop (rows reaching into the vertical padding).
-ROW_TILE = 8
-#: Filters of more taps than this take these kernels (3x3 keeps the blocked kernel's body).
-MIN_TAPS = 10
-#: Filters of at most this many rows compute rows two at a time (:func:`pair_for`).
-MAX_PAIR_ROWS = 5
-#: Most edge columns per side taken as one tile (their accumulators live in registers).
-MAX_EDGE = 8
-
-
-def applies(mult: int, filter_hw: tuple[int, int], stride_w: int, dilation_w: int) -> bool:
-    """Whether a tile kernel exists for this geometry (5x5 to 8x8-sized filters)."""
-    fh, fw = filter_hw
-    return (
-        mult == 1
-        and fw <= MAX_WIDTH
-        and fh <= MAX_WIDTH
-        and fh * fw >= MIN_TAPS
-        and stride_w <= MAX_STEP
-        and dilation_w <= MAX_STEP
-    )
-
-
-def tile_for(width: int, out_w: int, fw: int, sw: int, dw: int, pw: int) -> int:
-    """Output pixels per all-taps tile: the interior columns (those whose taps are all in
-    bounds) split into the fewest tiles of at most :data:`TILE` pixels, as even as they go.
-
-    The last tile of a row overlaps the one before, so a fixed 8-pixel tile computed 16
-    columns for the 10 interior ones of a 14x14 5x5 layer; 2 tiles of 5 compute 10 (batch 8,
-    kernel alone: 672x14x14 0.744 → 0.613 ms). At stride 2 this replaces a fixed 4-pixel
-    tile (a 7-column output's 5 interior columns: one tile of 5, 0.359 → 0.269 ms at
-    672x14x14 5x5/2; the 26 of a 56x56 5x5/2 layer: 4 tiles of 7, as fast as 7 of 4 within
-    the noise). Fewer than 2 interior columns keep the pixel loop (a 1-pixel tile measured
-    no better)."""
-    lo = min(out_w, max(0, -((-pw) // sw)))
-    hi = max(lo, min(out_w, (width - 1 - (fw - 1) * dw + pw) // sw + 1))
-    if hi - lo < 2:
-        return TILE
-    tiles = -(-(hi - lo) // TILE)
-    return -(-(hi - lo) // tiles)
-
-
-def edge_pad_for(fw: int, sw: int, dw: int, pw: int) -> int:
-    """The ``edge_pad`` a kernel for column padding ``pw`` is generated with (0: the edge
-    columns stay a pixel loop): a padding within the filter's reach, at most
-    :data:`MAX_EDGE` columns (column stride 1, and 2 since session 12)."""
-    return pw if 0 < pw <= min(MAX_EDGE, (fw - 1) * dw) else 0
-
-
-def edge_phase_for(width: int, fw: int, sw: int, dw: int, pw: int) -> int:
-    """The ``edge_phase`` of a kernel for input ``width``: ``(width - 1 - (fw - 1)*dw + pw)
-    % sw``, on which the right edge's taps depend at column stride 2 (0 at stride 1)."""
-    return (width - 1 - (fw - 1) * dw + pw) % sw
-
-
-def pair_for(fh: int, sh: int, dh: int) -> int:
-    """The ``pair`` a kernel for ``fh`` filter rows, row stride ``sh`` and row dilation ``dh``
-    is generated with: 1 where the stride equals the dilation (the next output row reads the
-    same input rows shifted by one filter row) and the filter has at most
-    :data:`MAX_PAIR_ROWS` rows, else 0 (session 12, kernel alone, one thread: 5x5 on 14x14
-    1.07-1.24x, 28x28 1.01x; 7x7 on 14x14 0.98-1.13x but 56x56 0.86-0.93x at batch 1, and a
-    7x7 kernel then took 126-142 s to compile instead of about 60). Row stride 2 under
-    dilation 1 (a shift of 2 filter rows, 3 of 5 rows shared) measured no faster (672x14x14
-    5x5/2: 0.267 against 0.263 ms)."""
-    return 1 if sh == dh and fh <= MAX_PAIR_ROWS else 0
+from miocore_direct.depthwise_blocked import _HEADER, load_generated
+from miocore_direct.depthwise_tile_shapes import MAX_EDGE, ROW_TILE, TILE, choose
 
 
 def _u(value: int) -> str:
@@ -119,6 +61,7 @@ def source(
     edge_pad: int = 0,
     pair: int = 0,
     edge_phase: int = 0,
+    full_width: int = 0,
 ) -> str:
     """The kernel module for an ``fh x fw`` filter, column stride ``sw``, column dilation
     ``dw`` and ``chans`` channels.
@@ -133,17 +76,24 @@ def source(
     ow)`` to pixel ``yoff + n*yimg + oh*ypitch + ow*out_step`` of ``yf``.
 
     With ``edge_pad``, a call whose column padding is that value (and, at column stride 2,
-    whose width gives :func:`edge_phase_for` ``edge_phase``) takes the ``ceil(edge_pad / sw)``
-    columns at the left and the columns past the interior at the right as one tile each,
-    every tap that is in bounds for that column written out (known at generation), instead
-    of one pixel at a time with a select per tap; other calls keep the pixel loop.
+    whose width gives ``edge_phase``: ``depthwise_tile_shapes.edge_phase_for``) takes the
+    ``ceil(edge_pad / sw)`` columns at the left and the columns past the interior at the
+    right as one tile each, every tap that is in bounds for that column written out (known
+    at generation), instead of one pixel at a time with a select per tap; other calls keep
+    the pixel loop.
 
     With ``pair`` (``out_step == 0`` only), a call whose row stride is ``pair`` times its row
     dilation computes the rows with every filter row in bounds two at a time, from the first
     such row on (an odd last one alone): one body holds both rows' tiles, so each input
-    loaded feeds both and each weight is loaded once for the two."""
+    loaded feeds both and each weight is loaded once for the two.
+
+    With ``full_width`` (and ``edge_pad``, ``out_step == 0``), a call whose width is that
+    value and whose column padding is ``edge_pad`` computes each output row as one tile of
+    all its columns; the kernel then holds only that and a pixel loop for other calls."""
     c = chans
-    edge = edge_pad if 0 < edge_pad <= min(MAX_EDGE, (fw - 1) * dw) else 0
+    full = full_width if not out_step else 0
+    full_out = (full_width + 2 * edge_pad - (fw - 1) * dw - 1) // sw + 1
+    edge = edge_pad if 0 < edge_pad <= min(MAX_EDGE, (fw - 1) * dw) and not full else 0
     # pixels and reach of each side: left pixel j reads columns j*sw - edge + fx*dw (those
     # >= 0); right pixel j columns j*sw + fx*dw from the first right tap column hi*sw - pw,
     # those <= reach (= width - 1 - (hi*sw - pw), which is fixed by edge_phase)
@@ -168,7 +118,7 @@ def source(
         f"    hi = max(lo, min(out_w, (width - 1 - {(fw - 1) * dw} + pw) // {sw} + 1))",
         f"    pitch = np.uint64(dh) * np.uint64(width * {c})",
     ]
-    pair = pair if not out_step else 0
+    pair = pair if not out_step and not full else 0
     if pair:  # rows [r_lo, r_hi) have every filter row in bounds; pairs of them from r_lo
         lines += [
             "    r_lo = min(out_h, -((-ph) // sh))",
@@ -189,6 +139,8 @@ def source(
             f" & (width - 1 - (hi * {sw} - pw) == {reach}) & (hi * {sw} >= pw)"
             f" & (width > {(counts[0] - 1) * sw + (fw - 1) * dw - edge})"
         )
+    if full:
+        lines.append(f"    full = (width == {full}) & (pw == {edge_pad}) & (out_w == {full_out})")
     lines += [
         "    for row in prange(n_img * out_h):",
         "        n = row // out_h",
@@ -386,6 +338,31 @@ def source(
             add(f"{ind}    yf[yb + {_u(j * c)} + k] = a{j}")
             add(f"{ind}    yf[yb + ynext + {_u(j * c)} + k] = b{j}")
 
+    def full_taps(ind: str, row: str, weights: str, fy: int | None) -> None:
+        """One filter row's multiply-adds for every pixel of a ``full``-column row: pixel
+        ``j`` reads column ``j*sw - edge_pad + fx*dw`` where that is in the image."""
+        for fx in range(fw):
+            pixels = [(j, j * sw - edge_pad + fx * dw) for j in range(full_out)]
+            pixels = [(j, col) for j, col in pixels if 0 <= col < full]
+            if not pixels:
+                continue
+            tap = _u((fy * fw + fx) * c) if fy is not None else f"{weights} + {_u(fx * c)}"
+            add(f"{ind}w = wf[{tap} + k]")
+            for j, col in pixels:
+                add(f"{ind}a{j} += xf[{row} + {_u(col * c)} + k] * w")
+
+    if full:  # the whole row as one tile: no edge tiles, no pixel loop
+        add("        if full:")
+        add(f"            xb = xrow * {_u(c)}")
+        out_base(" " * 12, "0")
+        add(f"            if (fy_lo == 0) & (fy_hi == {fh}):")
+        every_row(" " * 16, full_out, full_taps)
+        add("            else:")
+        each_row(" " * 16, full_out, full_taps)
+        add("            continue")
+        add("        for ow in range(out_w):")  # another width or padding: pixels
+        pixel(" " * 12, "ow")
+        return _HEADER + "\n".join(lines) + "\n"
     sides(right=False)
     add(f"        if (fy_lo == 0) & (fy_hi == {fh}):")
     if pair:  # an odd row of a pair was done by the row before; the last odd one alone
@@ -418,14 +395,16 @@ def tile_spec(
     edge_pad: int = 0,
     pair: int = 0,
     edge_phase: int = 0,
+    full_width: int = 0,
 ) -> tuple[str, str]:
     """The name prefix and source of :func:`tile_kernel`."""
-    text = source(fh, fw, sw, dw, chans, tile, out_step, edge_pad, pair, edge_phase)
+    text = source(fh, fw, sw, dw, chans, tile, out_step, edge_pad, pair, edge_phase, full_width)
     suffix = f"_out{out_step}" if out_step else ""
     suffix += f"_t{tile}" if tile != TILE else ""
     suffix += f"_e{edge_pad}" if edge_pad else ""
     suffix += f"_p{pair}" if pair else ""
     suffix += f"_r{edge_phase}" if edge_phase else ""
+    suffix += f"_w{full_width}" if full_width else ""
     return f"miocore_dw_tiles_{fh}x{fw}_{sw}_{dw}_{chans}{suffix}", text
 
 
@@ -441,10 +420,11 @@ def tile_kernel(
     edge_pad: int = 0,
     pair: int = 0,
     edge_phase: int = 0,
+    full_width: int = 0,
 ) -> Any:
     """The compiled kernel of :func:`source` (numba's disk cache, see
     :func:`miocore_direct.depthwise_blocked.load_generated`)."""
-    spec = tile_spec(fh, fw, sw, dw, chans, out_step, tile, edge_pad, pair, edge_phase)
+    spec = tile_spec(fh, fw, sw, dw, chans, out_step, tile, edge_pad, pair, edge_phase, full_width)
     return load_generated(*spec)
 
 
@@ -454,9 +434,6 @@ def run(x: Any, wt: Any, y: Any, sh: int, ph: int, dh: int, pw: int, sw: int, dw
         if not array.flags.c_contiguous:  # flat indexing needs packed arrays
             raise ValueError("tile kernel arrays must be C-contiguous")
     fh, fw, chans = wt.shape
-    tile = tile_for(x.shape[2], y.shape[2], fw, sw, dw, pw)
-    edge, phase = edge_pad_for(fw, sw, dw, pw), edge_phase_for(x.shape[2], fw, sw, dw, pw)
-    kernel = tile_kernel(
-        fh, fw, sw, dw, chans, tile=tile, edge_pad=edge, pair=pair_for(fh, sh, dh), edge_phase=phase
-    )
+    kwargs = choose(fh, fw, (sh, sw), (dh, dw), pw, x.shape[2], y.shape[2])
+    kernel = tile_kernel(fh, fw, sw, dw, chans, **kwargs)
     kernel(x, wt, y, x.reshape(-1), wt.reshape(-1), y.reshape(-1), sh, ph, dh, pw)
