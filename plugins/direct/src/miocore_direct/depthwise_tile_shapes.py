@@ -1,5 +1,5 @@
 """Which all-taps tile kernel a channels-last depthwise geometry gets
-(:mod:`miocore_direct.depthwise_tiles`): tile width, edge tiles, row pairs and full-row tiles,
+(:mod:`miocore_direct.depthwise_tiles`): tile width, edge tiles and full-row tiles,
 chosen per call from the layer's sizes (each choice is a parameter of the generated source).
 """
 
@@ -13,8 +13,6 @@ TILE = 8
 ROW_TILE = 8
 #: Filters of more taps than this take these kernels (3x3 keeps the blocked kernel's body).
 MIN_TAPS = 10
-#: Filters of at most this many rows compute rows two at a time (:func:`pair_for`).
-MAX_PAIR_ROWS = 5
 #: Widest output row computed as one tile (:func:`full_width_for`; its accumulators live in
 #: registers: 16 of the 32 vector registers).
 MAX_FULL = 16
@@ -67,18 +65,6 @@ def edge_phase_for(width: int, fw: int, sw: int, dw: int, pw: int) -> int:
     return (width - 1 - (fw - 1) * dw + pw) % sw
 
 
-def pair_for(fh: int, sh: int, dh: int) -> int:
-    """The ``pair`` a kernel for ``fh`` filter rows, row stride ``sh`` and row dilation ``dh``
-    is generated with: 1 where the stride equals the dilation (the next output row reads the
-    same input rows shifted by one filter row) and the filter has at most
-    :data:`MAX_PAIR_ROWS` rows, else 0 (session 12, kernel alone, one thread: 5x5 on 14x14
-    1.07-1.24x, 28x28 1.01x; 7x7 on 14x14 0.98-1.13x but 56x56 0.86-0.93x at batch 1, and a
-    7x7 kernel then took 126-142 s to compile instead of about 60). Row stride 2 under
-    dilation 1 (a shift of 2 filter rows, 3 of 5 rows shared) measured no faster (672x14x14
-    5x5/2: 0.267 against 0.263 ms)."""
-    return 1 if sh == dh and fh <= MAX_PAIR_ROWS else 0
-
-
 def full_width_for(width: int, out_w: int, edge_pad: int) -> int:
     """The ``full_width`` of a kernel for input ``width``: the width itself where the output
     has at most :data:`MAX_FULL` columns and the padding is within the filter's reach
@@ -86,21 +72,16 @@ def full_width_for(width: int, out_w: int, edge_pad: int) -> int:
     return width if edge_pad and out_w <= MAX_FULL else 0
 
 
-def choose(
-    fh: int, fw: int, strides: tuple[int, int], dils: tuple[int, int], pw: int, width: int,
-    out_w: int,
-) -> dict[str, int]:  # fmt: skip
+def choose(fw: int, sw: int, dw: int, pw: int, width: int, out_w: int) -> dict[str, int]:
     """The keyword arguments of :func:`miocore_direct.depthwise_tiles.tile_kernel` (after
-    its geometry and channel count) for a call: ``fh x fw`` filter, row and column strides
-    and dilations, column padding ``pw``, input and output widths."""
-    (sh, sw), (dh, dw) = strides, dils
+    its geometry and channel count) for a call: filter width ``fw``, column stride and
+    dilation, column padding ``pw``, input and output widths."""
     edge = edge_pad_for(fw, sw, dw, pw)
     full = full_width_for(width, out_w, edge)
-    if full:  # the row is one tile: tile width, pairs and edge tiles do not apply
+    if full:  # the row is one tile: tile width and edge tiles do not apply
         return {"edge_pad": edge, "full_width": full}
     return {
         "tile": tile_for(width, out_w, fw, sw, dw, pw),
         "edge_pad": edge,
-        "pair": pair_for(fh, sh, dh),
         "edge_phase": edge_phase_for(width, fw, sw, dw, pw),
     }

@@ -5,8 +5,7 @@ The filter-row kernels of :mod:`miocore_direct.depthwise_blocked` load and store
 once per filter row; on 5x5 and 7x7 filters that reload, and the spills of their all-taps body,
 held them at 0.3-0.7 of oneDNN. Here output rows whose filter rows are all in bounds are
 computed in tiles of up to :data:`TILE` output pixels by one channel vector (the interior
-split evenly), where the row stride equals the row dilation under a filter of up to 5 rows
-two output rows at a time (each loaded input feeds both rows): the channel loop is the
+split evenly): the channel loop is the
 tile's only loop and its body holds all ``FH * FW * TILE`` multiply-adds, so the tile's
 outputs stay in registers over every tap and are stored once; inputs and weights are loaded
 as the taps need them. Three things make LLVM keep that body in registers:
@@ -59,7 +58,6 @@ def source(
     tile: int = TILE,
     out_step: int = 0,
     edge_pad: int = 0,
-    pair: int = 0,
     edge_phase: int = 0,
     full_width: int = 0,
 ) -> str:
@@ -81,11 +79,6 @@ def source(
     right as one tile each, every tap that is in bounds for that column written out (known
     at generation), instead of one pixel at a time with a select per tap; other calls keep
     the pixel loop.
-
-    With ``pair`` (``out_step == 0`` only), a call whose row stride is ``pair`` times its row
-    dilation computes the rows with every filter row in bounds two at a time, from the first
-    such row on (an odd last one alone): one body holds both rows' tiles, so each input
-    loaded feeds both and each weight is loaded once for the two.
 
     With ``full_width`` (and ``edge_pad``, ``out_step == 0``), a call whose width is that
     value and whose column padding is ``edge_pad`` computes each output row as one tile of
@@ -118,14 +111,6 @@ def source(
         f"    hi = max(lo, min(out_w, (width - 1 - {(fw - 1) * dw} + pw) // {sw} + 1))",
         f"    pitch = np.uint64(dh) * np.uint64(width * {c})",
     ]
-    pair = pair if not out_step and not full else 0
-    if pair:  # rows [r_lo, r_hi) have every filter row in bounds; pairs of them from r_lo
-        lines += [
-            "    r_lo = min(out_h, -((-ph) // sh))",
-            f"    r_hi = max(r_lo, min(out_h, (height - 1 - {fh - 1} * dh + ph) // sh + 1))",
-            f"    pairs = (sh == {pair} * dh) & (hi - lo >= {tile})",
-            f"    ynext = np.uint64(out_w * {c})",
-        ]
     if edge and sw == 1:  # the edge tiles' geometry holds: lo and out_w - hi are the
         # padding, and the right tile's first input column is width - (fw - 1) * dw
         lines.append(
@@ -318,26 +303,6 @@ def source(
         add(f"{ind}    for ow in range(lo, hi):")
         pixel(ind + "        ", "ow")
 
-    def pair_taps(ind: str, ow: str, tiles: int) -> None:
-        """Output rows ``oh`` and ``oh + 1`` in one body: the second row's filter row ``fy``
-        reads the first's input row ``fy + pair``, each loaded input serves both rows."""
-        bases(ind, ow)
-        for i in range(fh + pair):
-            add(f"{ind}r{i} = xb + {_u(i)} * pitch")
-        add(f"{ind}for k in range({_u(c)}):")
-        names = [f"a{j}" for j in range(tiles)] + [f"b{j}" for j in range(tiles)]
-        add(f"{ind}    " + " = ".join(names) + " = ZERO")
-        for fy in range(fh):
-            for fx in range(fw):
-                add(f"{ind}    w = wf[{_u((fy * fw + fx) * c)} + k]")
-                for acc, row in (("a", fy), ("b", fy + pair)):
-                    for j in range(tiles):
-                        off = _u((j * sw + fx * dw) * c)
-                        add(f"{ind}    {acc}{j} += xf[r{row} + {off} + k] * w")
-        for j in range(tiles):
-            add(f"{ind}    yf[yb + {_u(j * c)} + k] = a{j}")
-            add(f"{ind}    yf[yb + ynext + {_u(j * c)} + k] = b{j}")
-
     def full_taps(ind: str, row: str, weights: str, fy: int | None) -> None:
         """One filter row's multiply-adds for every pixel of a ``full``-column row: pixel
         ``j`` reads column ``j*sw - edge_pad + fx*dw`` where that is in the image."""
@@ -365,19 +330,7 @@ def source(
         return _HEADER + "\n".join(lines) + "\n"
     sides(right=False)
     add(f"        if (fy_lo == 0) & (fy_hi == {fh}):")
-    if pair:  # an odd row of a pair was done by the row before; the last odd one alone
-        add("            if pairs & ((oh - r_lo) % 2 == 1):")
-        add("                pass")
-        add("            elif pairs & (oh + 1 < r_hi):")
-        add("                ow = lo")
-        add("                while ow < hi:")
-        add(f"                    ow = min(ow, hi - {tile})")
-        pair_taps(" " * 20, "ow", tile)
-        add(f"                    ow += {tile}")
-        add("            else:")
-        sweep(" " * 16, all_taps, tile)
-    else:
-        sweep(" " * 12, all_taps, tile)
+    sweep(" " * 12, all_taps, tile)
     add("        else:")
     sweep(" " * 12, row_loop, min(ROW_TILE, tile))
     sides(right=True)
@@ -393,16 +346,14 @@ def tile_spec(
     out_step: int = 0,
     tile: int = TILE,
     edge_pad: int = 0,
-    pair: int = 0,
     edge_phase: int = 0,
     full_width: int = 0,
 ) -> tuple[str, str]:
     """The name prefix and source of :func:`tile_kernel`."""
-    text = source(fh, fw, sw, dw, chans, tile, out_step, edge_pad, pair, edge_phase, full_width)
+    text = source(fh, fw, sw, dw, chans, tile, out_step, edge_pad, edge_phase, full_width)
     suffix = f"_out{out_step}" if out_step else ""
     suffix += f"_t{tile}" if tile != TILE else ""
     suffix += f"_e{edge_pad}" if edge_pad else ""
-    suffix += f"_p{pair}" if pair else ""
     suffix += f"_r{edge_phase}" if edge_phase else ""
     suffix += f"_w{full_width}" if full_width else ""
     return f"miocore_dw_tiles_{fh}x{fw}_{sw}_{dw}_{chans}{suffix}", text
@@ -418,13 +369,12 @@ def tile_kernel(
     out_step: int = 0,
     tile: int = TILE,
     edge_pad: int = 0,
-    pair: int = 0,
     edge_phase: int = 0,
     full_width: int = 0,
 ) -> Any:
     """The compiled kernel of :func:`source` (numba's disk cache, see
     :func:`miocore_direct.depthwise_blocked.load_generated`)."""
-    spec = tile_spec(fh, fw, sw, dw, chans, out_step, tile, edge_pad, pair, edge_phase, full_width)
+    spec = tile_spec(fh, fw, sw, dw, chans, out_step, tile, edge_pad, edge_phase, full_width)
     return load_generated(*spec)
 
 
@@ -434,6 +384,6 @@ def run(x: Any, wt: Any, y: Any, sh: int, ph: int, dh: int, pw: int, sw: int, dw
         if not array.flags.c_contiguous:  # flat indexing needs packed arrays
             raise ValueError("tile kernel arrays must be C-contiguous")
     fh, fw, chans = wt.shape
-    kwargs = choose(fh, fw, (sh, sw), (dh, dw), pw, x.shape[2], y.shape[2])
+    kwargs = choose(fw, sw, dw, pw, x.shape[2], y.shape[2])
     kernel = tile_kernel(fh, fw, sw, dw, chans, **kwargs)
     kernel(x, wt, y, x.reshape(-1), wt.reshape(-1), y.reshape(-1), sh, ph, dh, pw)
