@@ -1,23 +1,24 @@
 """Real networks through miocore on a GPU against the same networks on cuDNN.
 
 For each model (torchvision ResNet-50, EfficientNet-B0, ConvNeXt-T, MobileNetV3-Large, and a
-small 4-level UNet of 3x3 convolutions with transposed-convolution upsampling), precision
-(fp16, bf16, fp32 with TF32 as PyTorch's defaults do) and mode (eager, ``torch.compile``, a
-captured CUDA graph): the model converted with ``miocore.torch.convert`` against a copy left on
-``torch.nn`` with ``torch.backends.cudnn.benchmark = True``, both channels-last, timed with CUDA
-events (median of ``--iters`` after warm-up) for inference and for one training step (forward,
-cross-entropy or mean-square loss, backward, SGD step). Also: the first-find time of
-``miocore.torch.prepare`` (forward and backward problems), and correctness of the outputs and
-of the convolution weight gradients against the cuDNN copy (relative error of the whole
-tensor, per precision), the conv-only device time of one inference (each convolution of the
-model timed alone on its own input behind a queued sleep, so host time is not counted, summed
-over the model's layers; the five forward layers miocore loses most on, with their solvers),
-the summed kernel time of one inference and one training step (torch.profiler: what the step
-would cost were the host never late) and which solvers the finds chose. In graph mode the
-training step is ``torch.cuda.make_graphed_callables`` of the model (forward and backward
-captured). One JSON line per (model, precision, mode) as it goes. Run it once as is (every
-plugin, cuDNN's engines included) and once with ``MIOCORE_DISABLE_PLUGINS=cudnn`` (miocore's
-own kernels); ``--db`` keeps the finds for a later call (``--modes compile graph``).
+small 4-level UNet of 3x3 convolutions with transposed-convolution upsampling), precision (fp16,
+bf16, fp32 with TF32 as PyTorch's defaults do) and mode (eager, ``torch.compile``,
+``torch.compile(mode="reduce-overhead")`` as ``compile_ro``, a captured CUDA graph): the model
+converted with ``miocore.torch.convert`` against a copy left on ``torch.nn`` with
+``torch.backends.cudnn.benchmark = True``, both channels-last, timed with CUDA events (median of
+``--iters`` after warm-up) for inference and for one training step (forward, cross-entropy or
+mean-square loss, backward, SGD step). Also: the first-find time of ``miocore.torch.prepare``
+(forward and backward problems), and correctness of the outputs and of the convolution weight
+gradients against the cuDNN copy (relative error of the whole tensor, per precision), the
+conv-only device time of one inference (each convolution of the model timed alone on its own
+input behind a queued sleep, so host time is not counted, summed over the model's layers; the
+five forward layers miocore loses most on, with their solvers), the summed kernel time of one
+inference and one training step (torch.profiler: what the step would cost were the host never
+late) and which solvers the finds chose. In graph mode the training step is
+``torch.cuda.make_graphed_callables`` of the model (forward and backward captured). One JSON
+line per (model, precision, mode) as it goes. Run it once as is (every plugin, cuDNN's engines
+included) and once with ``MIOCORE_DISABLE_PLUGINS=cudnn`` (miocore's own kernels); ``--db``
+keeps the finds for a later call (``--modes compile graph``).
 
     python benchmarks/gpu_models.py --models resnet50 unet --dtypes float16 --out models.json
 """
@@ -338,8 +339,8 @@ def run_one(name: str, dtype_name: str, modes: list[str], iters: int) -> list[di
         for side, m in (("cudnn", ref), ("miocore", mio)):
             m.eval()
             infer = m
-            if mode == "compile":
-                infer = torch.compile(m)
+            if mode in COMPILE_MODES:
+                infer = torch.compile(m, mode=COMPILE_MODES[mode])
             with torch.no_grad():
                 fn = lambda f=infer: f(x)  # noqa: E731
                 if mode == "graph":
@@ -352,8 +353,8 @@ def run_one(name: str, dtype_name: str, modes: list[str], iters: int) -> list[di
             m.train()
             opt = torch.optim.SGD(m.parameters(), lr=1e-6)
             step_model = m
-            if mode == "compile":
-                step_model = torch.compile(m)
+            if mode in COMPILE_MODES:
+                step_model = torch.compile(m, mode=COMPILE_MODES[mode])
             elif mode == "graph":  # forward and backward captured, as PyTorch's own recipe does
                 step_model = torch.cuda.make_graphed_callables(m, (x,))
             r[f"{side}_train_ms"] = device_ms(
@@ -374,6 +375,11 @@ def run_one(name: str, dtype_name: str, modes: list[str], iters: int) -> list[di
         out.append(r)
         print(json.dumps(r), flush=True)
     return out
+
+
+#: ``--modes`` that run the model through ``torch.compile``, with its mode: "compile_ro" is
+#: ``mode="reduce-overhead"`` (Inductor's code replayed as CUDA graphs).
+COMPILE_MODES = {"compile": None, "compile_ro": "reduce-overhead"}
 
 
 def main() -> None:

@@ -286,3 +286,30 @@ def test_torch_compile_reduce_overhead_training_step() -> None:
         _close(x.grad, x_ref.grad, "float32", f"step {step} input gradient")
         model.zero_grad(set_to_none=True)
         reference.zero_grad(set_to_none=True)
+
+
+def test_reduce_overhead_warm_up_may_grow_the_workspace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shared workspace grown during torch.compile(mode="reduce-overhead")'s warm-up lives
+    in a pool of its own, not in the CUDA-graph pool (where a live allocation that is not an
+    output is refused): a solver that needs a workspace, found first inside the compiled run."""
+    monkeypatch.setenv("MIOCORE_FIND_MODE", "NORMAL")
+    monkeypatch.setenv("MIOCORE_FIND_ONLY_SOLVER", "gemm.gpu_im2col")  # needs a workspace
+    mt.reset()
+    mt.set_math_mode("exact")
+    torch._dynamo.reset()
+    torch.manual_seed(7)
+    reference = torch.nn.Sequential(
+        torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.Conv2d(32, 16, 3, padding=1)
+    )
+    reference = reference.cuda().eval()
+    model = mt.convert(copy.deepcopy(reference)).eval()
+    compiled = torch.compile(model, mode="reduce-overhead")
+    reference = reference.double()
+    with torch.no_grad():
+        for step in range(3):  # warm-up (finds and grows the workspace), record, replay
+            torch.manual_seed(20 + step)
+            x = torch.randn(2, 16, 16, 16, device="cuda")
+            _close(compiled(x).clone(), reference(x.double()), "float32", f"step {step}")
+    states = list(mt.runtime._handles.values())
+    assert any(s.workspace is not None and s.workspace.numel() > 0 for s in states)
+    assert {s.solver for s in mt.runtime._solutions.values()} == {"gemm.gpu_im2col"}

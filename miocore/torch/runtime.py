@@ -4,12 +4,14 @@ One :class:`miocore.Handle` per (device, stream, math mode), made on first use a
 all modules. A problem is found once per device and math mode (on first sight of its shape, or
 ahead of time by :func:`miocore.torch.prepare`); the chosen ``Solution`` runs on any stream's
 handle through a prepared run (``Handle.prepare``) kept per handle. Each handle has one
-workspace, a uint8 tensor from PyTorch's caching allocator, grown to the largest need seen;
-runs on one stream are ordered, so its solutions share it.
+workspace, a uint8 tensor from PyTorch's caching allocator (on a GPU in a pool of its own, so
+that growing it inside a CUDA-graph warm-up leaves nothing in the graph's pool), grown to the
+largest need seen; runs on one stream are ordered, so its solutions share it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
@@ -228,7 +230,8 @@ def _prepare(state: _HandleState, key: Any, problem: ConvProblem) -> Any:
         device = torch.device("cpu") if state.handle.backend.name == "cpu" else None
         if device is None:
             device = torch.device("cuda", state.handle.backend.index)
-        state.workspace = torch.empty(needed, dtype=torch.uint8, device=device)
+        with _workspace_pool(device):
+            state.workspace = torch.empty(needed, dtype=torch.uint8, device=device)
         state.workspace_array = (
             host_view(state.workspace) if device.type == "cpu" else state.workspace
         )
@@ -237,6 +240,28 @@ def _prepare(state: _HandleState, key: Any, problem: ConvProblem) -> Any:
     prepared = state.handle.prepare(chosen, workspace=workspace)
     state.runs[key] = prepared
     return prepared
+
+
+#: One caching-allocator pool per GPU for the shared workspaces (see :func:`_workspace_pool`).
+_pools: dict[int, Any] = {}
+
+
+def _workspace_pool(device: torch.device) -> Any:
+    """A context in which the shared workspace is allocated: on a GPU, a pool of PyTorch's
+    caching allocator kept for miocore's workspaces. A workspace outlives the call that grows
+    it, and that call may be ``torch.compile(mode="reduce-overhead")``'s warm-up, whose
+    allocations go to its CUDA-graph pool, where a live allocation that is not an output is
+    refused ("tensors in the cudagraph pool not tracked as outputs")."""
+    pools = getattr(torch.cuda, "MemPool", None)
+    if device.type != "cuda" or pools is None or torch.cuda.is_current_stream_capturing():
+        # Under a capture, memory comes from the graph's own pool (a new segment of another
+        # pool would mean a cudaMalloc, which invalidates the capture).
+        return contextlib.nullcontext()
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    pool = _pools.get(index)
+    if pool is None:
+        pool = _pools[index] = pools()
+    return torch.cuda.use_mem_pool(pool, device=index)
 
 
 def reset(*, keep_handles: bool = False) -> None:
