@@ -258,9 +258,14 @@ def _workspace_pool(device: torch.device) -> Any:
         # pool would mean a cudaMalloc, which invalidates the capture).
         return contextlib.nullcontext()
     index = device.index if device.index is not None else torch.cuda.current_device()
-    pool = _pools.get(index)
+    if index not in _pools:
+        try:
+            _pools[index] = pools()
+        except (RuntimeError, TypeError):  # a build whose allocator has no pools
+            _pools[index] = None
+    pool = _pools[index]
     if pool is None:
-        pool = _pools[index] = pools()
+        return contextlib.nullcontext()
     return torch.cuda.use_mem_pool(pool, device=index)
 
 
