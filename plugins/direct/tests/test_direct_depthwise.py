@@ -273,6 +273,11 @@ def test_plane_backward_weights_matches_reference(filt, pads, dils, size, dtype:
         ((5, 5), (2, 2), (4, 4), (2, 2), (20, 21), "float32"),
         ((5, 5), (2, 2), (3, 5), (1, 1), (9, 10), "float32"),
         ((5, 5), (2, 2), (1, 1), (1, 1), (9, 40), "float32"),
+        ((7, 7), (1, 1), (3, 3), (1, 1), (6, 45), "float32"),
+        ((5, 5), (2, 2), (2, 2), (1, 1), (5, 70), "float32"),
+        ((5, 5), (2, 2), (2, 2), (1, 1), (5, 71), "bfloat16"),
+        ((5, 5), (2, 2), (1, 1), (1, 1), (5, 72), "float32"),
+        ((5, 5), (1, 1), (4, 4), (2, 2), (6, 40), "float32"),
     ],
 )
 def test_tile_kernel_matches_reference(
@@ -283,13 +288,13 @@ def test_tile_kernel_matches_reference(
     tiles and an overlapping last tile, rows in the vertical padding (a 5-row image under a
     7-row filter: no row has every filter row), edge columns, dilation, pads beyond the
     filter's reach, column stride alone, float16/bfloat16 staged in float32. Outputs of more
-    than 16 columns: interior columns split evenly (11 into 2 tiles of 6 overlapping by one,
-    17 into 3 of 6, 26 into 4 of 7), edge tiles generated for the padding, at column stride 2
-    with the right side fixed by the width's parity (35 and 40 columns; padding 1 on 40
-    columns: no right edge pixel). Outputs of at most 16 columns take whole-row tiles where
-    the padding is within the filter's reach: 5- to 16-column outputs, 5x5 and 7x7, stride 1
-    and 2, dilation 2, padding beyond half the filter; a padding beyond the reach (10
-    columns padded 5 under 5x5/2) keeps the pixel loop."""
+    than 32 columns: interior columns split evenly (39 into 5 tiles of 8, 33-34 at stride 2
+    into 5 of 7), edge tiles generated for the padding, at column stride 2 with the right
+    side fixed by the width's parity (70 and 71 columns; padding 1 on 72: no right edge
+    pixel), dilation 2. Outputs of at most 32 columns take whole-row tiles where the padding
+    is within the filter's reach (in 2 segments above 16 columns: 17 to 28 here): 5x5 and
+    7x7, stride 1 and 2, dilation 2, padding beyond half the filter; a padding beyond the
+    reach (10 columns padded 5 under 5x5/2) keeps the pixel loop."""
     from miocore_direct.depthwise import _Plan, _tiles_apply
 
     problem = _twenty_channels(direction, 2, filt, pads, strides, dils, size, dtype, "NHWC")

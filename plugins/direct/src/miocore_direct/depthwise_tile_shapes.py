@@ -13,9 +13,13 @@ TILE = 8
 ROW_TILE = 8
 #: Filters of more taps than this take these kernels (3x3 keeps the blocked kernel's body).
 MIN_TAPS = 10
-#: Widest output row computed as one tile (:func:`full_width_for`; its accumulators live in
-#: registers: 16 of the 32 vector registers).
-MAX_FULL = 16
+#: Widest output row computed as whole-row tiles (:func:`full_width_for`), in segments of at
+#: most :data:`MAX_SEGMENT` columns: 28x28 layers 1.2-1.3x faster than the sweep, but 100-190 s
+#: to compile instead of 30-60; 56-column rows were not measured.
+MAX_FULL = 32
+#: Most columns of one segment of a whole-row tile (its accumulators live in registers: 16 of
+#: the 32 vector registers).
+MAX_SEGMENT = 16
 #: Most edge columns per side taken as one tile (their accumulators live in registers).
 MAX_EDGE = 8
 

@@ -25,12 +25,13 @@ at generation: no selects, each weight loaded once for every column of the tile;
 :func:`~miocore_direct.depthwise_tile_shapes.edge_phase_for`), and where the call's geometry
 does not fit one pixel at a time with a select per tap.
 
-Images whose output rows have at most 16 columns (14x14 and 7x7 layers) take none of that:
-each output row is one tile of every column (``full_width``), each column's in-bounds taps
-written out, all filter rows in one body where they are in bounds. Every input and weight
-of a filter row is then loaded once for the whole row, the accumulators are one per column
-(up to 16 independent chains) and no column goes through an edge tile or the pixel loop:
-kernel alone at batch 8, 1.3-1.4x on 14x14 and 1.4-2.0x on 7x7 images (session 12,
+Images whose output rows have at most 32 columns (28x28, 14x14 and 7x7 layers) take none of
+that: each output row is one tile of every column, or 2 even segments of at most 16 where it
+is wider (``full_width``), each column's in-bounds taps written out, all filter rows in one
+body where they are in bounds. Every input and weight of a filter row is then loaded once
+for the segment, the accumulators are one per column (up to 16 independent chains) and no
+column goes through an edge tile or the pixel loop: kernel alone at batch 8, 1.3-1.4x on
+14x14, 1.4-2.0x on 7x7 and 1.2-1.3x on 28x28 images (session 12,
 ``docs/performance-cpu-depthwise.md``). Which kernel a call gets is chosen by
 :mod:`miocore_direct.depthwise_tile_shapes`.
 """
@@ -41,7 +42,7 @@ import functools
 from typing import Any
 
 from miocore_direct.depthwise_blocked import _HEADER, load_generated
-from miocore_direct.depthwise_tile_shapes import MAX_EDGE, ROW_TILE, TILE, choose
+from miocore_direct.depthwise_tile_shapes import MAX_EDGE, MAX_SEGMENT, ROW_TILE, TILE, choose
 
 
 def _u(value: int) -> str:
@@ -81,8 +82,9 @@ def source(
     the pixel loop.
 
     With ``full_width`` (and ``edge_pad``, ``out_step == 0``), a call whose width is that
-    value and whose column padding is ``edge_pad`` computes each output row as one tile of
-    all its columns; the kernel then holds only that and a pixel loop for other calls."""
+    value and whose column padding is ``edge_pad`` computes each output row as tiles of all
+    its columns (even segments of at most ``MAX_SEGMENT``); the kernel then holds only that
+    and a pixel loop for other calls."""
     c = chans
     full = full_width if not out_step else 0
     full_out = (full_width + 2 * edge_pad - (fw - 1) * dw - 1) // sw + 1
@@ -303,11 +305,11 @@ def source(
         add(f"{ind}    for ow in range(lo, hi):")
         pixel(ind + "        ", "ow")
 
-    def full_taps(ind: str, row: str, weights: str, fy: int | None) -> None:
-        """One filter row's multiply-adds for every pixel of a ``full``-column row: pixel
-        ``j`` reads column ``j*sw - edge_pad + fx*dw`` where that is in the image."""
+    def full_taps(ind: str, row: str, weights: str, fy: int | None, seg: range) -> None:
+        """One filter row's multiply-adds for the pixels ``seg`` of a ``full``-column row:
+        pixel ``j`` reads column ``j*sw - edge_pad + fx*dw`` where that is in the image."""
         for fx in range(fw):
-            pixels = [(j, j * sw - edge_pad + fx * dw) for j in range(full_out)]
+            pixels = [(j - seg.start, j * sw - edge_pad + fx * dw) for j in seg]
             pixels = [(j, col) for j, col in pixels if 0 <= col < full]
             if not pixels:
                 continue
@@ -318,12 +320,19 @@ def source(
 
     if full:  # the whole row as one tile: no edge tiles, no pixel loop
         add("        if full:")
-        add(f"            xb = xrow * {_u(c)}")
-        out_base(" " * 12, "0")
-        add(f"            if (fy_lo == 0) & (fy_hi == {fh}):")
-        every_row(" " * 16, full_out, full_taps)
-        add("            else:")
-        each_row(" " * 16, full_out, full_taps)
+        segs = -(-full_out // MAX_SEGMENT)
+        size = -(-full_out // segs)
+        for seg in (range(j, min(full_out, j + size)) for j in range(0, full_out, size)):
+
+            def seg_taps(i: str, row: str, wts: str, fy: int | None, seg: range = seg) -> None:
+                full_taps(i, row, wts, fy, seg)
+
+            add(f"            xb = xrow * {_u(c)}")
+            out_base(" " * 12, str(seg.start))
+            add(f"            if (fy_lo == 0) & (fy_hi == {fh}):")
+            every_row(" " * 16, len(seg), seg_taps)
+            add("            else:")
+            each_row(" " * 16, len(seg), seg_taps)
         add("            continue")
         add("        for ow in range(out_w):")  # another width or padding: pixels
         pixel(" " * 12, "ow")
