@@ -169,14 +169,23 @@ def source(
         add(f"{ind}xb = (xrow + np.uint64({ow} * {sw} - pw)) * {_u(c)}")
         out_base(ind, ow)
 
+    def madds(
+        ind: str, row: str, weights: str, fy: int | None, fx: int, pixels: list[tuple[int, int]]
+    ) -> None:
+        """Tap ``(fy, fx)``'s multiply-adds: its weight loaded once (``fy``: the filter row's
+        literal index, or None for the runtime row whose weights start at ``weights``), then
+        ``a{j} += x[col] * w`` for each (output ``j``, input column ``col``) of ``pixels``."""
+        if not pixels:
+            return
+        tap = _u((fy * fw + fx) * c) if fy is not None else f"{weights} + {_u(fx * c)}"
+        add(f"{ind}w = wf[{tap} + k]")
+        for j, col in pixels:
+            add(f"{ind}a{j} += xf[{row} + {_u(col * c)} + k] * w")
+
     def taps(ind: str, tiles: int, row: str, weights: str, fy: int | None) -> None:
-        """The multiply-adds of one filter row (``fy``: its literal index, or None for the
-        runtime row whose weights start at ``weights``)."""
+        """The multiply-adds of one filter row for ``tiles`` outputs, every tap in bounds."""
         for fx in range(fw):
-            tap = _u((fy * fw + fx) * c) if fy is not None else f"{weights} + {_u(fx * c)}"
-            add(f"{ind}w = wf[{tap} + k]")
-            for j in range(tiles):
-                add(f"{ind}a{j} += xf[{row} + {_u((j * sw + fx * dw) * c)} + k] * w")
+            madds(ind, row, weights, fy, fx, [(j, j * sw + fx * dw) for j in range(tiles)])
 
     def every_row(ind: str, count: int, row_taps: Any) -> None:
         """``count`` outputs from every filter row in one body (all rows in bounds);
@@ -252,12 +261,7 @@ def source(
             else:
                 pixels = [(j, j * sw - edge + fx * dw) for j in range(counts[0])]
                 pixels = [(j, col) for j, col in pixels if col >= 0]
-            if not pixels:
-                continue
-            tap = _u((fy * fw + fx) * c) if fy is not None else f"{weights} + {_u(fx * c)}"
-            add(f"{ind}w = wf[{tap} + k]")
-            for j, col in pixels:
-                add(f"{ind}a{j} += xf[{row} + {_u(col * c)} + k] * w")
+            madds(ind, row, weights, fy, fx, pixels)
 
     def edge_tile(ind: str, right: bool) -> None:
         """The edge columns of one side as one tile: every filter row in one body for rows
@@ -311,12 +315,7 @@ def source(
         for fx in range(fw):
             pixels = [(j - seg.start, j * sw - edge_pad + fx * dw) for j in seg]
             pixels = [(j, col) for j, col in pixels if 0 <= col < full]
-            if not pixels:
-                continue
-            tap = _u((fy * fw + fx) * c) if fy is not None else f"{weights} + {_u(fx * c)}"
-            add(f"{ind}w = wf[{tap} + k]")
-            for j, col in pixels:
-                add(f"{ind}a{j} += xf[{row} + {_u(col * c)} + k] * w")
+            madds(ind, row, weights, fy, fx, pixels)
 
     if full:  # the whole row as one tile: no edge tiles, no pixel loop
         add("        if full:")
