@@ -303,6 +303,34 @@ def test_run_at_keeps_at_most_max_graphs_and_gives_up_on_refusals(
     assert refusing.attempts == prepared_module.MAX_GRAPH_FAILURES  # then no more tries
 
 
+def test_run_at_stops_recording_when_addresses_never_settle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """More address triples in turn than a run keeps graphs for: each would be recorded and
+    dropped again before its next call (a recording per call). After ``MAX_EVICTIONS`` graphs
+    dropped the run records no more; the graphs it kept still replay, every result right."""
+    from miocore.find import prepared as prepared_module
+
+    monkeypatch.setattr(prepared_module, "MAX_GRAPHS", 2)
+    monkeypatch.setattr(prepared_module, "MAX_EVICTIONS", 2)
+    fake = _AddressedCpu(monkeypatch)
+    p = small_problem("forward")
+    solver = TimedSolver("test.exact")
+    run = fake.prepared(p, solver)
+    sets = [buffers(p, seed) for seed in range(3)]
+    run(**sets[0])
+    rng = np.random.default_rng(9)
+    for arrays in sets * 8:
+        arrays["x"][...] = rng.uniform(-1, 1, arrays["x"].shape)
+        arrays["y"][...] = np.nan
+        run.run_at(*(fake.address(arrays[n]) for n in "xwy"))
+        np.testing.assert_allclose(arrays["y"], _expected(p, arrays), rtol=1e-5, atol=1e-5)
+    # Recorded at the second sightings of a, b, c (c drops a), then a again (drops b): then no
+    # more. Without the limit, 7 of these 24 calls record (each triple at every other sighting).
+    assert len(fake.graphs) == 4 and len(run._graphs) == 2
+    assert sum(g.replays for g in fake.graphs) > 0
+
+
 def test_run_at_records_nothing_while_the_caller_captures(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

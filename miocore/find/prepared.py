@@ -33,7 +33,13 @@ from miocore.problem.conv import ConvProblem
 from miocore.solver.interface import InvokeParams
 
 #: Graphs kept per prepared run by ``run_at`` (one per address triple; the oldest goes first).
-MAX_GRAPHS = 16
+#: A run is shared by every layer of its problem and sees each layer's triple per allocator
+#: state (inference and training steps hand different addresses): 16 was too few for a network
+#: alternating the two (ResNet-50 on an H100 re-recorded 8 graphs every inference pass).
+MAX_GRAPHS = 64
+#: Graphs a run may drop for new ones before it stops recording: addresses that never settle
+#: would otherwise cost a recording per call; the graphs kept still replay.
+MAX_EVICTIONS = MAX_GRAPHS
 #: Address triples remembered as seen once (cleared when full: addresses that never repeat).
 MAX_SEEN = 64
 #: Recordings refused (a BLAS a capture misses, one launch not worth it) before giving up.
@@ -53,6 +59,7 @@ class PreparedRun:
         "_at",
         "_at_params",
         "_detach",
+        "_evictions",
         "_graph",
         "_graph_failures",
         "_graph_tried",
@@ -99,6 +106,7 @@ class PreparedRun:
         self._graphs: dict[tuple[int, int, int], Any] = {}
         self._seen: set[tuple[int, int, int]] = set()
         self._graph_failures = 0
+        self._evictions = 0
         self._relocatable = runner.state.backend.name != "cpu"  # device addresses only
         self._swapped = problem.is_transposed  # the canonical problem swaps x and y
         self._workspace_ptr = getattr(self.workspace, "ptr", 0) if self.workspace is not None else 0
@@ -171,7 +179,8 @@ class PreparedRun:
 
         A framework hands the same addresses again step after step (its allocator repeats
         itself), so the second time an address triple is seen its launches are recorded as a
-        graph kept under that triple (up to ``MAX_GRAPHS``), and later calls at those
+        graph kept under that triple (up to ``MAX_GRAPHS``; a run that has dropped
+        ``MAX_EVICTIONS`` of them for new ones records no more), and later calls at those
         addresses replay it: one driver call instead of the invoker's host work.
         """
         pointers = (x, w, y)
@@ -228,6 +237,9 @@ class PreparedRun:
         graphs = self._graphs
         if len(graphs) >= MAX_GRAPHS:
             del graphs[next(iter(graphs))]  # the oldest
+            self._evictions += 1
+            if self._evictions >= MAX_EVICTIONS:  # addresses that never settle: stop here
+                self._graph_failures = MAX_GRAPH_FAILURES
         graphs[pointers] = graph
         self._seen.discard(pointers)
         if not graph.replay():

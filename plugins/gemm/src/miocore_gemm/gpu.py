@@ -182,6 +182,10 @@ class GpuIm2colGemmSolver(Solver):
 class _Invoker:
     """Runs one problem: chunks of images, im2col/col2im launches and BLAS calls."""
 
+    #: Each BLAS call costs several µs of host time through its binding: a prepared run keeps
+    #: even a one-launch call (a 1x1 layer's single GEMM) as a graph to replay.
+    replay_pays = True
+
     def __init__(
         self, p: ConvProblem, device: Any, blas: Any, im2col: Any, col2im: Any, cast: Any
     ) -> None:

@@ -181,6 +181,10 @@ class GpuChannelsLastGemmSolver(Solver):
 class _Invoker:
     """Chunks of images: the row kernel, then one group-batched BLAS call per chunk."""
 
+    #: Each BLAS call costs several µs of host time through its binding: a prepared run keeps
+    #: even a one-launch call (a 1x1 layer's single GEMM) as a graph to replay.
+    replay_pays = True
+
     def __init__(
         self, p: ConvProblem, backend: Any, blas: Any, unit: int, tf32: bool, *kernels: Any
     ) -> None:
