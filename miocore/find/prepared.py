@@ -34,8 +34,8 @@ from miocore.solver.interface import InvokeParams
 
 #: Graphs kept per prepared run by ``run_at`` (one per address triple; the oldest goes first).
 #: A run is shared by every layer of its problem and sees each layer's triple per allocator
-#: state (inference and training steps hand different addresses): 16 was too few for a network
-#: alternating the two (ResNet-50 on an H100 re-recorded 8 graphs every inference pass).
+#: state (inference and training steps hand different addresses; ResNet-50's busiest run sees
+#: 6 per mode): room for several states of a program that alternates training and evaluation.
 MAX_GRAPHS = 64
 #: Graphs a run may drop for new ones before it stops recording: addresses that never settle
 #: would otherwise cost a recording per call; the graphs kept still replay.
