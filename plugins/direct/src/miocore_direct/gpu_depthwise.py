@@ -283,7 +283,7 @@ class GpuDepthwiseSolver(TunableSolver):
         """Forward and backward data of 2-D plain depthwise layers with 3x3 or 5x5 filters,
         channels innermost, in 8 channel vectors per block, by rules fitted on every config of
         EfficientNet-B0's and MobileNetV2's depthwise layers (H100, batch 32, both directions;
-        docs/performance-gpu-kernels.md).
+        docs/performance-gpu-depthwise.md).
 
         16-bit (44 cases, re-timed on another machine, where the 3x3 exceptions were found
         slower than the general rule): 3x3 on 8-byte vectors in strips of 4 columns x 2 rows
