@@ -52,13 +52,16 @@ h = miocore.Handle("cpu")
 p = miocore.ConvProblem.from_sizes("forward", **{SIZES!r})
 found = h.find_solutions(p)
 after_find = set(sys.modules)
-listed = h.get_solutions(p)
 heavy = sorted({{m.partition(".")[0] for m in sys.modules}} & set({HEAVY!r}))
+listed = h.get_solutions(p)
+heavy_listing = sorted({{m.partition(".")[0] for m in sys.modules}} & set({HEAVY!r}))
 print(json.dumps({{
     "found": sorted({{s.source for s in found}}),
     "listed": listed[0].source,
+    "listed_sources": sorted({{s.source for s in listed}}),
     "solver": found[0].solver,
     "heavy": heavy,
+    "heavy_listing": heavy_listing,
     "after_find": sorted(after_find),
 }}))
 """
@@ -92,6 +95,12 @@ def test_a_finddb_hit_in_a_new_process_imports_no_heavy_library() -> None:
         f"a FindDb hit imported {hit['heavy']}: import them where a solver runs (see "
         "docs/performance-cpu-host.md, 'Warm start')"
     )
+    # The listing adds the applicable solvers the record lacks, ranked by WTI, which may
+    # calibrate the device (numpy on the CPU): a solver the find measured and then left out
+    # (the accuracy policy skipping Winograd on this data, depending on the CPU's rounding)
+    # is such a solver. A listing answered by the record alone imports nothing either.
+    if hit["listed_sources"] == ["find-db"]:
+        assert hit["heavy_listing"] == [], hit["heavy_listing"]
 
 
 def _gpu_solver_modules() -> set[str]:
