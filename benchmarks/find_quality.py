@@ -105,11 +105,11 @@ def main() -> int:
     os.environ["MIOCORE_FIND_PRUNE_FACTOR"] = "0"
     import miocore
     from miocore.heuristic.plugin import MODEL_SUFFIX, WTI_SUFFIX
-    from miocore.heuristic.train import is_held_out, open_db_file
+    from miocore.heuristic.train import DB_FILE_LAYER, is_held_out, open_db_file
     from miocore.problem.conv import ConvProblem
 
     db = open_db_file(args.db)
-    tuned = list(db.keys("user"))
+    tuned = list(db.keys(DB_FILE_LAYER))
     keys = [k for k in tuned if is_held_out(k, args.holdout)]
     db.close()
     problems = [("held-out", ConvProblem.from_key(k)) for k in keys[: args.limit]]

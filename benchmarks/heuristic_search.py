@@ -16,7 +16,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from miocore.heuristic.evaluate import quality
-from miocore.heuristic.train import Sample, is_held_out, open_db_file, read_samples, train
+from miocore.heuristic.train import (
+    DB_FILE_LAYER,
+    Sample,
+    is_held_out,
+    open_db_file,
+    read_samples,
+    train,
+)
 
 #: (trees, depth, learning rate, min samples, target) of each setting tried; the first is the
 #: shipped one.
@@ -52,7 +59,7 @@ def main() -> None:
     parser.add_argument("--band", type=float, default=0.2, help="validation share beyond it")
     args = parser.parse_args()
     outer = args.held_out + args.band
-    samples = list(read_samples(open_db_file(args.db).items("user")))
+    samples = list(read_samples(open_db_file(args.db).items(DB_FILE_LAYER)))
     band = [
         s for s in samples if is_held_out(s.key, outer) and not is_held_out(s.key, args.held_out)
     ]

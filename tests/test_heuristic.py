@@ -289,3 +289,26 @@ def test_every_shipped_database_passes_sqlites_integrity_check(path: Path) -> No
         assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
     finally:
         conn.close()
+
+
+def test_reading_a_database_file_leaves_it_byte_for_byte(tmp_path: Path) -> None:
+    """The tools that read a FindDb file (train, eval, the benchmarks) open it read-only: a
+    shipped database is in SQLite's rollback mode, and opening it as a writable layer
+    switched it to write-ahead mode (a changed header), which went unnoticed into the
+    repository once."""
+    import shutil
+
+    from miocore.heuristic.train import DB_FILE_LAYER, open_db_file, read_samples
+
+    shipped = SHIPPED / "cpu_x86_64_2.db"
+    copy = tmp_path / shipped.name
+    shutil.copyfile(shipped, copy)
+    before = copy.read_bytes()
+    db = open_db_file(copy)
+    try:
+        samples = list(read_samples(db.items(DB_FILE_LAYER)))
+    finally:
+        db.close()
+    assert len(samples) > 1000  # the records were read
+    assert copy.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [shipped.name]  # no -wal, no user file

@@ -102,7 +102,7 @@ def _context(device: str, backend: str | None, registry: Any) -> tuple[Any, dict
 
 
 def _train(args: argparse.Namespace, registry: Any) -> int:
-    from miocore.heuristic.train import open_db_file, read_samples, train
+    from miocore.heuristic.train import DB_FILE_LAYER, open_db_file, read_samples, train
     from miocore.heuristic.wti import fit_wti
     from miocore.problem.conv import ConvProblem
 
@@ -132,7 +132,7 @@ def _train(args: argparse.Namespace, registry: Any) -> int:
     try:
         samples = [
             (ConvProblem.from_key(s.key), s.times)
-            for s in read_samples(db.items("user"))
+            for s in read_samples(db.items(DB_FILE_LAYER))
             if not is_held_out(s.key, args.holdout)
         ]
     finally:
@@ -147,7 +147,7 @@ def _eval(args: argparse.Namespace, registry: Any) -> int:
     from miocore.heuristic.evaluate import quality
     from miocore.heuristic.model import TreeModel
     from miocore.heuristic.plugin import rank_with
-    from miocore.heuristic.train import is_held_out, open_db_file, read_samples
+    from miocore.heuristic.train import DB_FILE_LAYER, is_held_out, open_db_file, read_samples
     from miocore.heuristic.wti import WtiTable
     from miocore.problem.conv import ConvProblem
 
@@ -159,7 +159,9 @@ def _eval(args: argparse.Namespace, registry: Any) -> int:
     table = WtiTable.load(table_path) if table_path.is_file() else None
     db = open_db_file(db_path)
     try:
-        held = [s for s in read_samples(db.items("user")) if is_held_out(s.key, args.holdout)]
+        held = [
+            s for s in read_samples(db.items(DB_FILE_LAYER)) if is_held_out(s.key, args.holdout)
+        ]
     finally:
         db.close()
     results: dict[str, Any] = {}

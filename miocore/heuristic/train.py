@@ -52,12 +52,19 @@ def is_held_out(key: str, share: float) -> bool:
     return (zlib.crc32(key.encode()) % 10_000) < share * 10_000
 
 
+#: The layer :func:`open_db_file` reads its file as.
+DB_FILE_LAYER = "system"
+
+
 def open_db_file(path: Path | str) -> FindDb:
-    """The FindDb whose user layer is the SQLite file ``path`` (``<folder>/<device>.db``)."""
+    """The FindDb whose read-only layer (:data:`DB_FILE_LAYER`) is the SQLite file ``path``
+    (``<folder>/<device>.db``). Read-only: opened as a user layer, SQLite's write-ahead mode
+    was switched on in the file, which rewrote a shipped database the tools only read."""
     src = Path(path)
     if not src.is_file():
         raise InvalidArgumentError("no such database file", field="db", value=str(src))
-    return FindDb(src.stem, user_dir=src.parent, system_dir=src.parent / "no-system-layer")
+    # The user layer's file would only be made by a write, and nothing here writes.
+    return FindDb(src.stem, user_dir=src.parent / "no-user-layer", system_dir=src.parent)
 
 
 def read_samples(records: Iterable[FindDbRecord]) -> Iterator[Sample]:
@@ -113,7 +120,9 @@ def train(
         ) from exc
     db = open_db_file(db_path)
     try:
-        samples = [s for s in read_samples(db.items("user")) if not is_held_out(s.key, holdout)]
+        samples = [
+            s for s in read_samples(db.items(DB_FILE_LAYER)) if not is_held_out(s.key, holdout)
+        ]
     finally:
         db.close()
     if not samples:
