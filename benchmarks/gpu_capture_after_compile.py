@@ -48,6 +48,7 @@ def attempt(label: str, fn: Any) -> dict[str, Any]:
 def manual_capture(model: torch.nn.Module, x: torch.Tensor, train: bool) -> None:
     """Warm up on a side stream, then capture one call of ``model`` in a CUDA graph and
     replay it twice."""
+    from gpu_models import graphed
 
     def call() -> None:
         if train:
@@ -57,17 +58,9 @@ def manual_capture(model: torch.nn.Module, x: torch.Tensor, train: bool) -> None
             with torch.no_grad():
                 model(x)
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        call()
-    graph.replay()
-    graph.replay()
+    replay = graphed(call)
+    replay()
+    replay()
 
 
 def side_rows(side: str, model: torch.nn.Module, x: torch.Tensor) -> list[dict[str, Any]]:
