@@ -242,7 +242,7 @@ def test_a_recorded_solver_the_rules_exclude_is_no_hit(
 def test_a_denied_recorded_solver_is_no_hit(monkeypatch: pytest.MonkeyPatch) -> None:
     _record_only_fast(monkeypatch)
     h = miocore.Handle("cpu", registry=standard())
-    from miocore.db.denylist import DenyEntry
+    from miocore.db.deny_entries import DenyEntry
     from miocore.find.accuracy import deny_list
 
     deny_list(h.state).add(DenyEntry(solver="lazy.fast", reason="wrong results in this test"))

@@ -11,7 +11,8 @@ import pytest
 
 from miocore import InvalidArgumentError, MiocoreError
 from miocore.cli.deny import add_deny_parser, run_deny_command
-from miocore.db.denylist import DenyEntry, DenyList, check_versions
+from miocore.db.deny_entries import DenyEntry, check_versions
+from miocore.db.denylist import DenyList
 
 KEY = "1-1-5-2x2-1-1-6-1-1x1-1x1-2x1-0-NCHW-FP32-F"
 

@@ -13,7 +13,8 @@ from fake_solvers import TimedSolver, buffers, small_problem
 
 import miocore
 from miocore import NotApplicableError, Registry, reference
-from miocore.db.denylist import DenyEntry, DenyList
+from miocore.db.deny_entries import DenyEntry
+from miocore.db.denylist import DenyList
 from miocore.errors import InvalidArgumentError
 from miocore.find.accuracy import REFERENCE_FLOPS
 from miocore.find.verify import _reduced_selection

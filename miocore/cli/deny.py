@@ -11,7 +11,8 @@ import json
 import sys
 from typing import Any
 
-from miocore.db.denylist import DenyEntry, DenyList
+from miocore.db.deny_entries import DenyEntry
+from miocore.db.denylist import DenyList
 from miocore.errors import MiocoreError
 
 

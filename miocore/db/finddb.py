@@ -12,7 +12,7 @@ import os
 import sqlite3
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from miocore.db._common import (
     LayeredDb,
@@ -26,8 +26,6 @@ from miocore.db.records import (
     _TEXT_SELECT,
     FindDbEntry,
     FindDbRecord,
-    ImportResult,
-    MergeResult,
     _clean,
     _entry_from_row,
     _fastest_first,
@@ -40,14 +38,16 @@ from miocore.db.records import (
     clean_text_rows,
 )
 from miocore.db.sizecap import enforce, max_bytes, touch
-from miocore.db.text import (
-    BadLine,
-    TextFormatError,
-    parse_lines,
-)
 from miocore.errors import DatabaseError, InvalidArgumentError
 
-__all__ = ["FindDb", "FindDbEntry", "FindDbRecord", "ImportResult", "MergeResult"]
+if TYPE_CHECKING:
+    from miocore.db.outcomes import ImportResult, MergeResult
+    from miocore.db.text import BadLine
+
+# The text format and the import and merge results load with an import, an export or a merge
+# (a lookup of measured records, the hit of a new process, needs none of them).
+
+__all__ = ["FindDb", "FindDbEntry", "FindDbRecord"]
 
 
 class FindDb(LayeredDb):
@@ -232,6 +232,8 @@ class FindDb(LayeredDb):
         False.
         """
         from miocore.db.imported import SkipReport, device_from_filename, open_text, stream_import
+        from miocore.db.outcomes import ImportResult
+        from miocore.db.text import TextFormatError
 
         if skip_bad_lines is not None:
             strict = not skip_bad_lines
@@ -330,6 +332,8 @@ class FindDb(LayeredDb):
         is re-sorted fastest first (ties by solver name). From a SQLite source, PerfDb
         entries the user layer lacks are copied too (the user's own tuning is kept).
         """
+        from miocore.db.outcomes import MergeResult
+
         path = Path(source)
         if not path.is_file():
             raise DatabaseError("no such file", field="source", value=str(path))
@@ -400,6 +404,8 @@ class FindDb(LayeredDb):
     def _read_text(
         self, path: Path, skip_bad_lines: bool
     ) -> tuple[dict[str, list[FindDbEntry]], list[BadLine]]:
+        from miocore.db.text import parse_lines
+
         try:
             with open(path, encoding="utf-8") as fh:
                 good, bad = parse_lines(fh, source=str(path), skip_bad_lines=skip_bad_lines)

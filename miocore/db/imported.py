@@ -32,6 +32,7 @@ from miocore.db.text import (
     parse_body,
     parse_line,
 )
+from miocore.values import define, frozen
 
 #: How many example lines a skip report keeps per reason.
 EXAMPLES_PER_REASON = 3
@@ -99,7 +100,7 @@ def skip_reason(error: str) -> str:
     return "malformed entries"
 
 
-@attrs.define
+@define
 class SkipReport:
     """Lines skipped by an import: counts per reason and the first examples of each."""
 
@@ -133,7 +134,7 @@ _UPSERT = (
 )
 
 
-@attrs.frozen
+@frozen
 class StreamResult:
     """What :func:`stream_import` wrote."""
 

@@ -32,11 +32,10 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-import attrs
-
 from miocore import env
 from miocore.errors import InvalidEnvironmentError
 from miocore.paths import user_cache_dir
+from miocore.values import frozen
 
 log = logging.getLogger("miocore.db.kernel_cache")
 
@@ -74,7 +73,7 @@ def default_max_bytes() -> int:
     return value << 20
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class CacheKeyParts:
     """Everything a compiled binary depends on; :attr:`key` hashes it."""
 

@@ -22,9 +22,10 @@ from miocore.db._common import (
 )
 from miocore.db.records import _clean
 from miocore.errors import InvalidArgumentError
+from miocore.values import frozen
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class PerfDbEntry:
     """A tuned configuration: ``perf_config`` is ``PerfConfig.to_string()`` text."""
 

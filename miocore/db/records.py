@@ -1,5 +1,5 @@
-"""FindDb's values and rows: entries, records, import and merge results, and the SQL helpers
-that read and write them (measured rows in ``find_db``, imported text in ``find_db_text``)."""
+"""FindDb's values and rows: entries and records, and the SQL helpers that read and write them
+(measured rows in ``find_db``, imported text in ``find_db_text``)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from miocore.db._common import (
     provenance_json,
 )
 from miocore.db._sqlite import open_readonly
-from miocore.db.text import BadLine, TextEntry, direction_letter, format_line, parse_body
 from miocore.errors import DatabaseError, InvalidArgumentError
+from miocore.values import frozen
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -48,7 +48,7 @@ def _optional_perf_config(value: Any) -> str | None:
     return value
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class FindDbEntry:
     """One solver's measured result for one problem.
 
@@ -72,7 +72,7 @@ class FindDbEntry:
     )
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class FindDbRecord:
     """Every entry of one key in one layer (``"user"`` or ``"system"``), fastest first."""
 
@@ -84,44 +84,6 @@ class FindDbRecord:
     def solvers(self) -> list[str]:
         """Solver names in the record's order."""
         return [e.solver for e in self.entries]
-
-
-@attrs.frozen(kw_only=True)
-class ImportResult:
-    """What :meth:`FindDb.import_text` did: records and entries written, lines skipped.
-
-    ``skip_counts`` counts skipped lines per reason; ``skipped`` holds the first examples of
-    each reason (all of them in strict mode's error). ``lines`` read, ``seconds`` taken.
-    """
-
-    records: int
-    entries: int
-    skipped: tuple[BadLine, ...] = ()
-    skip_counts: Mapping[str, int] = attrs.field(factory=dict)
-    lines: int = 0
-    seconds: float = 0.0
-
-    @property
-    def skipped_total(self) -> int:
-        """How many lines were skipped, all reasons together."""
-        return sum(self.skip_counts.values())
-
-
-@attrs.frozen(kw_only=True)
-class MergeResult:
-    """What :meth:`FindDb.merge_from` did.
-
-    ``added``: entries for solvers the user record lacked; ``replaced``: entries whose faster
-    time won; ``kept``: source entries not faster than the user's; ``keys``: records changed;
-    ``perf_added``: PerfDb entries copied (SQLite sources only); ``skipped``: bad text lines.
-    """
-
-    keys: int
-    added: int
-    replaced: int
-    kept: int
-    perf_added: int = 0
-    skipped: tuple[BadLine, ...] = ()
 
 
 _COLUMNS = "solver, algorithm, time_ms, workspace_size, spread_ms, count, perf_config, provenance"
@@ -195,6 +157,10 @@ def _text_rows(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -
 
 
 def _text_record(key: str, body: str, prov: str, layer: str) -> FindDbRecord:
+    # The text format's module loads with the first imported record (a hit of measured
+    # records never needs it).
+    from miocore.db.text import direction_letter, parse_body
+
     provenance = provenance_from_json(prov)
     entries = tuple(
         FindDbEntry(
@@ -210,6 +176,8 @@ def _text_record(key: str, body: str, prov: str, layer: str) -> FindDbRecord:
 
 
 def _format(record: FindDbRecord) -> str:
+    from miocore.db.text import TextEntry, format_line
+
     return format_line(
         record.key,
         (

@@ -25,6 +25,7 @@ import attrs
 from miocore.db._sqlite import SCHEMA_SQL, SCHEMA_VERSION, DatabaseWarning
 from miocore.db._store import Store
 from miocore.errors import DatabaseError
+from miocore.values import frozen
 
 log = logging.getLogger("miocore.db")
 
@@ -49,7 +50,7 @@ class StorageDegradedWarning(DatabaseWarning):
     """The user database could not be used; results are kept in memory only."""
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class StorageStatus:
     """The state of a user layer: ``state`` is ``"ok"`` or ``"degraded"``.
 

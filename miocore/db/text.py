@@ -16,13 +16,12 @@ import functools
 import math
 from collections.abc import Iterable, Sequence
 
-import attrs
-
 from miocore.db._common import check_key, check_solver, parse_algorithm
 from miocore.errors import DatabaseError, MiocoreError
+from miocore.values import frozen
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class TextEntry:
     """One ``solver:time,workspace,algorithm`` item of a text record."""
 
@@ -32,7 +31,7 @@ class TextEntry:
     algorithm: str  # miocore's Algorithm value
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class BadLine:
     """A line that could not be read: its number (from 1), why, and its text."""
 

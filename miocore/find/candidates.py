@@ -16,8 +16,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import attrs
-
 from miocore import env
 from miocore.errors import (
     InvalidArgumentError,
@@ -34,6 +32,7 @@ from miocore.problem.conv import ConvProblem
 from miocore.solver.interface import Algorithm, PerfConfig, TunableSolver, normalize_applicability
 from miocore.solver.registry import RegisteredSolver
 from miocore.solver.results import FindReport
+from miocore.values import define
 
 log = logging.getLogger("miocore.find")
 
@@ -41,7 +40,7 @@ log = logging.getLogger("miocore.find")
 _LEFT_OUT = ("not_applicable", "skipped")
 
 
-@attrs.define
+@define
 class Candidate:
     """A solver that applies, with the perf config it would use and the workspace it needs.
 

@@ -6,12 +6,11 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-import attrs
-
 from miocore.solver.interface import Algorithm, Invoker, PerfConfig
+from miocore.values import frozen
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class CachedInvoker:
     """An invoker with what it was built from."""
 

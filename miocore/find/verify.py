@@ -11,9 +11,7 @@ import logging
 import math
 from typing import TYPE_CHECKING, Any
 
-import attrs
-
-from miocore.db.denylist import DenyEntry
+from miocore.db.deny_entries import DenyEntry
 from miocore.find.accuracy import MIN_CHANNELS, REFERENCE_FLOPS, deny_list
 from miocore.problem.conv import ConvProblem, Direction
 from miocore.solver.numerics import (
@@ -28,6 +26,7 @@ from miocore.solver.numerics import (
     reduction_length,
 )
 from miocore.solver.registry import RegisteredSolver
+from miocore.values import frozen
 
 if TYPE_CHECKING:
     import numpy as np
@@ -35,7 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("miocore.find")
 
 
-@attrs.frozen
+@frozen
 class Verdict:
     """The measured error of one candidate and what the policy makes of it."""
 

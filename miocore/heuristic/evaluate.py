@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-import attrs
-
 from miocore.heuristic.train import Sample
+from miocore.values import frozen
 
 Ranking = Callable[[Sample], Sequence[str]]
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class Quality:
     """Share of problems with the best pick, with a pick within 10%, and regret statistics."""
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from miocore.errors import DatabaseError, InvalidArgumentError
 from miocore.heuristic.features import FEATURES
+from miocore.values import frozen
 
 FORMAT = "miocore-heuristic"
 VERSION = 1
@@ -41,7 +42,7 @@ class ModelFormatError(DatabaseError):
     """A heuristic model file that is not one, or of another format version."""
 
 
-@attrs.frozen(kw_only=True, eq=False, slots=False)
+@frozen(kw_only=True, eq=False, slots=False)
 class TreeModel:
     """Per-solver tree ensembles predicting ``log(time_ms)`` from :data:`FEATURES`."""
 

@@ -28,13 +28,14 @@ from miocore.errors import InvalidArgumentError, MiocoreError
 from miocore.heuristic.features import problem_features
 from miocore.heuristic.model import TreeModel, pack_forests
 from miocore.problem.conv import ConvProblem
+from miocore.values import frozen
 
 
 class TrainUnavailableError(MiocoreError):
     """Training needs scikit-learn (``pip install miocore[train]``)."""
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class Sample:
     """One problem of a FindDb: its key, features and each recorded solver's time."""
 

@@ -24,11 +24,12 @@ from miocore.errors import InvalidArgumentError
 from miocore.heuristic.model import ModelFormatError
 from miocore.problem.conv import ConvProblem
 from miocore.solver.interface import ExecutionContext
+from miocore.values import frozen
 
 FORMAT = "miocore-wti-corrections"
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class WtiTable:
     """Per-solver (and per solver and direction) log corrections of WTI estimates."""
 

@@ -15,8 +15,6 @@ import operator
 from collections.abc import Sequence
 from typing import Any
 
-import attrs
-
 from miocore.errors import InvalidDescriptorError, InvalidProblemError
 from miocore.problem.descriptors import (
     LAYOUTS,
@@ -25,9 +23,10 @@ from miocore.problem.descriptors import (
     packed_strides,
 )
 from miocore.problem.dtypes import DataType
+from miocore.values import frozen
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class ArrayInfo:
     """What an array says about itself: element type, logical lengths, element strides, and
     the layouts it is packed in (NCHW first; empty when it is packed in none)."""

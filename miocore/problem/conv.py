@@ -15,8 +15,6 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
-import attrs
-
 from miocore.errors import InvalidProblemError
 from miocore.problem.arrays import descriptors_of_arrays
 from miocore.problem.descriptors import (
@@ -26,6 +24,7 @@ from miocore.problem.descriptors import (
     channel_hint,
 )
 from miocore.problem.dtypes import DataType
+from miocore.values import frozen
 
 
 class Direction(StrEnum):
@@ -76,7 +75,7 @@ _TRANSPOSED_DIRECTION = {
 }
 
 
-@attrs.frozen(init=False, eq=False)
+@frozen(init=False, eq=False)
 class ConvProblem:
     """One convolution to find a solution for: ``ConvProblem("forward", x=x, w=w, y=y, conv=conv)``.
 

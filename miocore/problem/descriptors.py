@@ -11,10 +11,9 @@ import operator
 from collections.abc import Sequence
 from typing import Any
 
-import attrs
-
 from miocore.errors import InvalidDescriptorError
 from miocore.problem.dtypes import DataType
+from miocore.values import frozen
 
 #: Memory layouts by spatial rank; each names the dimension order from outermost to innermost.
 LAYOUTS: dict[int, tuple[str, ...]] = {2: ("NCHW", "NHWC"), 3: ("NCDHW", "NDHWC")}
@@ -73,7 +72,7 @@ def layout_from_strides(lengths: Sequence[int], strides: Sequence[int]) -> str:
     )
 
 
-@attrs.frozen(init=False)
+@frozen(init=False)
 class TensorDescriptor:
     """Element type, logical lengths and memory strides of one tensor.
 
@@ -207,7 +206,7 @@ def _spatial_field(value: Any, field: str, minimum: int) -> tuple[int, ...] | No
     return _as_int_tuple(value, field, minimum=minimum)
 
 
-@attrs.frozen(init=False)
+@frozen(init=False)
 class ConvolutionDescriptor:
     """Padding, stride, dilation, groups and mode of a 2-D or 3-D convolution.
 

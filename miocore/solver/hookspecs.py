@@ -22,6 +22,7 @@ import pluggy
 
 from miocore.problem.conv import ConvProblem
 from miocore.solver.interface import Algorithm, ExecutionContext, Solver
+from miocore.values import frozen
 
 PROJECT = "miocore"
 
@@ -34,7 +35,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 SolverFactory = str | Callable[[], Solver]
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class SolverRecord:
     """Registers one solver, in one of two forms.
 
@@ -66,7 +67,7 @@ class SolverRecord:
         return self.solver is None and self.factory is not None
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class BuiltKernel:
     """What a :class:`KernelBuilder` makes of one kernel of a source: ``image``, what the driver
     loads (a cubin, a hsaco), and ``meta``, the launch facts only the compiler knows (JSON-able,
@@ -95,7 +96,7 @@ class KernelBuilder(Protocol):
         ...
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class KernelSourceRecord:
     """Declares where a plugin's kernel sources live, for the GPU backends.
 
@@ -111,7 +112,7 @@ class KernelSourceRecord:
     builder: KernelBuilder | str | None = None
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class HeuristicRecord:
     """A learned model that ranks solvers for immediate mode on a FindDb miss.
 

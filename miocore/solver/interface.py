@@ -22,6 +22,7 @@ import attrs
 from miocore.errors import InvalidArgumentError
 from miocore.problem.conv import ConvProblem, Direction
 from miocore.problem.dtypes import DataType
+from miocore.values import frozen
 
 
 class Algorithm(StrEnum):
@@ -60,7 +61,7 @@ class Algorithm(StrEnum):
         )
 
 
-@attrs.frozen
+@frozen
 class Applicability:
     """Answer of :meth:`Solver.is_applicable`: truthy when the solver applies, else the reason."""
 
@@ -79,7 +80,7 @@ def not_applicable(reason: str) -> Applicability:
     return Applicability(False, reason)
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class Ceilings:
     """The rates a roofline needs: dense multiply-add GFLOP/s per data type, memory GB/s."""
 
@@ -87,7 +88,7 @@ class Ceilings:
     gbps: float
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class DeviceInfo:
     """What solvers may know of the device: identity and the ceilings a roofline needs.
 
@@ -140,7 +141,7 @@ def _check_math_mode(_instance: Any, _attribute: Any, value: Any) -> None:
         )
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class ExecutionContext:
     """Where a solver will run, and under which math mode. Passed to every solver method.
 
@@ -244,7 +245,7 @@ class PerfConfig(Mapping[str, Any]):
         return cls(data)
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class KernelInfo:
     """One kernel to compile for a GPU backend.
 
@@ -259,7 +260,7 @@ class KernelInfo:
     block: tuple[int, ...] = (1,)
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class InvokeParams:
     """Buffers of one run. On the CPU these are numpy arrays in logical order (any strides).
 
@@ -299,7 +300,7 @@ class Invoker(Protocol):
 InvokerFactory = Callable[[Sequence[Any]], Invoker]
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class ConvSolution:
     """What a solver returns for one problem: kernels, workspace and how to invoke them."""
 

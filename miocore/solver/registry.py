@@ -30,6 +30,7 @@ from miocore.solver.hookspecs import (
     SolverRecord,
 )
 from miocore.solver.interface import Algorithm, Solver
+from miocore.values import frozen
 
 log = logging.getLogger("miocore.plugins")
 
@@ -47,7 +48,7 @@ def solver_id(name: str) -> int:
     return int.from_bytes(digest, "big") & 0x7FFFFFFF
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class PluginInfo:
     """One plugin as the registry saw it: where it came from and how loading went."""
 
@@ -162,7 +163,7 @@ class RegisteredSolver:
         )
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class _Plugin:
     name: str
     module: Any

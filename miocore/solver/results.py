@@ -9,12 +9,13 @@ import attrs
 
 from miocore.problem.conv import ConvProblem
 from miocore.solver.interface import Algorithm, PerfConfig
+from miocore.values import define, frozen
 
 #: Where a solution's time came from.
 SOURCES = ("measured", "find-db", "system-db", "heuristic", "wti", "fallback")
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class Timing:
     """Statistics of timed runs: median, spread (inter-quartile range), min, max and count."""
 
@@ -44,7 +45,7 @@ class Timing:
         )
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class Solution:
     """One way to solve a problem, with its time and where that time came from.
 
@@ -96,7 +97,7 @@ class Solution:
         )
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class AlgorithmPerf:
     """A Find 1.0 result: the best solver of one algorithm family."""
 
@@ -108,7 +109,7 @@ class AlgorithmPerf:
     is_estimate: bool
 
 
-@attrs.define
+@define
 class FindReport:
     """What a find or immediate call did: mode, hit or miss, and every solver left out and why."""
 

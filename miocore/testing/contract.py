@@ -76,6 +76,7 @@ from miocore.testing.problems import (
 )
 from miocore.testing.records import solver_under_test, subject_name
 from miocore.testing.spy import spy_on
+from miocore.values import define
 
 #: Relative error bounds (max abs error / max abs reference) by data type, as
 #: :data:`miocore.testing.TOLERANCES` (kept here so this module does not import it).
@@ -151,7 +152,7 @@ def _garbage_workspace(nbytes: int) -> np.ndarray | None:
 # -- the contract ---------------------------------------------------------------------------------
 
 
-@attrs.define
+@define
 class ContractReport:
     """What a full run checked: counts per rule, for a summary line."""
 

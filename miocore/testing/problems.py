@@ -9,8 +9,6 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import attrs
-
 from miocore.backends.cpu import cpu_device_info
 from miocore.errors import (
     MiocoreError,
@@ -23,6 +21,7 @@ from miocore.solver.interface import (
     TunableSolver,
     normalize_applicability,
 )
+from miocore.values import frozen
 
 DIRECTIONS: tuple[Direction, ...] = (
     Direction.FORWARD,
@@ -106,7 +105,7 @@ def corpus_problems(
     return out
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class ProblemSet:
     """The problems a contract run uses, split by the solver's own answers.
 

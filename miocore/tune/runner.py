@@ -13,8 +13,6 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import attrs
-
 from miocore.db._common import miocore_version
 from miocore.db._sqlite import utc_now_iso
 from miocore.errors import InvalidArgumentError, MiocoreError
@@ -23,13 +21,14 @@ from miocore.solver.interface import MATH_MODES
 from miocore.solver.registry import default_registry
 from miocore.tune.shards import done_tasks, merge_shards, versions_signature
 from miocore.tune.worker import VISIBLE_DEVICES, run_task
+from miocore.values import frozen
 
 
 class TuneUnavailableError(MiocoreError):
     """``miocore tune`` needs Dask distributed (``pip install miocore[tune]``)."""
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class TuneProgress:
     """Where a run stands: counts of this run's tasks, elapsed seconds and the ETA."""
 
@@ -51,7 +50,7 @@ class TuneProgress:
         )
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class TuneResult:
     """What a run did: tasks tuned now, failed (with their errors in the shard logs),
     skipped because an earlier run finished them, the merged database and the wall time."""

@@ -23,7 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from miocore.db.finddb import FindDb, MergeResult
+from miocore.db.finddb import FindDb
+from miocore.db.outcomes import MergeResult
 from miocore.solver.registry import Registry
 
 SHARDS = "shards"

@@ -61,6 +61,7 @@ from miocore.backends.gpu_kernels import (
     grid_for,
     tensor5_bytes,
 )
+from miocore.values import frozen
 
 # FftBindingError is re-exported: it was defined here before the bindings moved out.
 from miocore_fft.gpu_bindings import FftBindingError as FftBindingError
@@ -124,7 +125,7 @@ def _tile(extent: int) -> int:
     return 1
 
 
-@attrs.frozen
+@frozen
 class MacGeometry:
     """The per-bin reduction ``out[i, j] = sum_r opA(a[i, r]) opB(b[j, r])``: sizes and strides
     (complex elements) in the order of ``MioFftMac`` in ``kernels/fft_conv.cu``."""
@@ -149,7 +150,7 @@ class MacGeometry:
         return np.array(attrs.astuple(self), dtype=np.int64).tobytes()
 
 
-@attrs.frozen
+@frozen
 class FftGpuPlan:
     """Geometry and workspace layout of one problem for ``fft.gpu_rfft``."""
 

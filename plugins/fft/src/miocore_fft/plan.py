@@ -13,9 +13,8 @@ from __future__ import annotations
 import math
 from functools import cached_property
 
-import attrs
-
 from miocore import ConvProblem, Direction
+from miocore.values import frozen
 
 #: Bytes of one real (float32) and one complex (complex64) element: all arithmetic is float32.
 REAL = 4
@@ -76,7 +75,7 @@ def _max_exponent(radix: int, limit: int) -> int:
     return e
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class FftPlan:
     """Sizes of one FFT convolution for a canonical stride-1 problem and an FFT length.
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 import itertools
 import math
 
-import attrs
-
 from miocore import ConvProblem, DataType, Direction
+from miocore.values import frozen
 
 TAP = "tap"
 BLOCK = "block"
@@ -26,7 +25,7 @@ def round_up(nbytes: int) -> int:
     return -(-nbytes // ALIGN) * ALIGN
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class Geometry:
     """Everything the kernels need to know about a canonical problem, in plain integers."""
 
@@ -145,7 +144,7 @@ class Geometry:
 # Plans: which scratch buffers a configuration needs (and which it can alias to the caller's).
 
 
-@attrs.frozen(kw_only=True)
+@frozen(kw_only=True)
 class Plan:
     """Strategy, blocking and the float32 buffers it carves from the workspace, in order."""
 
