@@ -90,6 +90,36 @@ def test_installing_editing_and_removing_a_distribution_is_seen(
     assert _names() == before  # removed
 
 
+def test_a_version_edited_in_place_is_seen_for_either_kind_of_metadata_folder(
+    cache: Path, count: list[int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fingerprint watches each folder's own metadata file: ``METADATA`` in a
+    ``*.dist-info``, ``PKG-INFO`` in a ``*.egg-info`` (whose name may not carry the version)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    info = _distribution(site, "miocore-fake-wheel", "1.0", {"fakewheel": "fake_wheel_mod"})
+    egg = site / "miocore_fake_egg.egg-info"
+    egg.mkdir()
+    (egg / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: miocore-fake-egg\nVersion: 1.0\n")
+    (egg / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\nfakeegg = fake_egg_mod\n")
+
+    def versions() -> dict[str, str]:
+        found = scans.entry_points(ENTRY_POINT_GROUP)
+        return {e.name: e.version for e in found if e.name in ("fakewheel", "fakeegg")}
+
+    assert versions() == {"fakewheel": "1.0", "fakeegg": "1.0"}
+    calls = count[0]
+    assert versions() == {"fakewheel": "1.0", "fakeegg": "1.0"} and count[0] == calls  # cached
+    # (new sizes: two writes within a clock tick may share a modification time)
+    wheel_metadata = "Metadata-Version: 2.1\nName: miocore-fake-wheel\nVersion: 1.10\n"
+    (info / "METADATA").write_text(wheel_metadata)
+    assert versions() == {"fakewheel": "1.10", "fakeegg": "1.0"}
+    (egg / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: miocore-fake-egg\nVersion: 2.01\n")
+    assert versions() == {"fakewheel": "1.10", "fakeegg": "2.01"}
+    assert count[0] == calls + 2  # each edit scanned once
+
+
 def test_a_folder_without_distributions_does_not_change_the_fingerprint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

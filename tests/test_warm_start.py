@@ -45,6 +45,11 @@ print(miocore.Handle("cpu").find_solutions(p, find_mode="NORMAL")[0].solver)
 #: Standard-library modules only some solvers need (Winograd's exact transforms).
 STDLIB_HEAVY = ("fractions", "decimal")
 
+#: miocore's own modules a hit of measured records does not need (their classes cost a new
+#: process ~0.2 ms each to build): MIOpen's text format, the results of an import or a merge,
+#: the entries of a deny list where none exists.
+UNNEEDED = ("miocore.db.text", "miocore.db.outcomes", "miocore.db.deny_entries")
+
 _HIT = f"""
 import json, sys
 import miocore
@@ -115,13 +120,15 @@ def _gpu_solver_modules() -> set[str]:
 
 def test_a_cpu_finddb_hit_imports_no_gpu_solver_nor_unused_solver_modules() -> None:
     """A CPU hit asks only the recorded CPU solvers: no GPU solver module (the compiler and
-    kernel cache with them), no fractions/decimal (Winograd's plans)."""
+    kernel cache with them), no fractions/decimal (Winograd's plans), none of miocore's
+    modules it has no use for."""
     _python(_FIND)
     hit = json.loads(_python(_HIT))
     assert hit["found"] == ["find-db"], hit
     loaded = set(hit["after_find"])
     assert not loaded & _gpu_solver_modules(), sorted(loaded & _gpu_solver_modules())
     assert not loaded & set(STDLIB_HEAVY), sorted(loaded & set(STDLIB_HEAVY))
+    assert not loaded & set(UNNEEDED), sorted(loaded & set(UNNEEDED))
     assert not {m for m in loaded if m.startswith("miocore_cudnn.solvers")}
 
 

@@ -10,7 +10,8 @@ and a later process uses it while a *fingerprint* of what decides it is unchange
 * in ``sys.path`` order, every folder that holds ``*.dist-info`` / ``*.egg-info`` folders, with
   their names (installing, upgrading or removing a distribution, editable ones included, adds,
   renames or removes one) and the ``stat`` (device, inode, size, modification time) of each
-  one's ``entry_points.txt`` and ``METADATA`` / ``PKG-INFO`` (an edit in place is seen too);
+  one's ``entry_points.txt`` and ``METADATA`` (``PKG-INFO`` for an ``*.egg-info``) (an edit in
+  place is seen too);
 * the ``stat`` of every zip file on ``sys.path``.
 
 Computing it costs under a millisecond (one ``listdir`` per ``sys.path`` folder, a few ``stat``
@@ -40,11 +41,16 @@ from miocore.paths import user_cache_dir
 log = logging.getLogger("miocore.plugins")
 
 #: Bumped when the file's layout or the fingerprint's recipe changes.
-FORMAT = 1
+FORMAT = 2
 
-#: The files of a distribution's metadata folder whose change can change the answer: its entry
-#: points, and its name and version (a ``*.egg-info`` folder's name may not carry the version).
-_WATCHED = ("entry_points.txt", "METADATA", "PKG-INFO")
+#: The files of a distribution's metadata folder whose change can change the answer, by the
+#: folder's kind: its entry points, and its name and version (a ``*.egg-info`` folder's name may
+#: not carry the version). Only the kind's own metadata file is looked at: a failed ``stat``
+#: costs more than a good one, and a user's environment may hold hundreds of distributions.
+_WATCHED = {
+    ".dist-info": ("entry_points.txt", "METADATA"),
+    ".egg-info": ("entry_points.txt", "PKG-INFO"),
+}
 
 #: ``module``, ``module:attr.attr`` and an ignored ``[extras]`` part (as importlib.metadata).
 _VALUE_RE = re.compile(r"(?P<module>[\w.]+)\s*(:\s*(?P<attr>[\w.]+)\s*)?((?P<extras>\[.*\])\s*)?$")
@@ -144,9 +150,10 @@ def _fingerprint(group: str) -> str | None:
         except OSError:  # missing or unreadable: it holds no distribution
             continue
         infos = [
-            [child, *(_stat(os.path.join(folder, child, name)) for name in _WATCHED)]
+            [child, *(_stat(os.path.join(folder, child, name)) for name in watched)]
             for child in children
-            if child.lower().endswith((".dist-info", ".egg-info"))
+            for kind, watched in _WATCHED.items()
+            if child.lower().endswith(kind)
         ]
         if infos:
             entries.append([entry, infos])
