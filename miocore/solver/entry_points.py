@@ -149,12 +149,12 @@ def _fingerprint(group: str) -> str | None:
             continue
         except OSError:  # missing or unreadable: it holds no distribution
             continue
-        infos = [
-            [child, *(_stat(os.path.join(folder, child, name)) for name in watched)]
-            for child in children
-            for kind, watched in _WATCHED.items()
-            if child.lower().endswith(kind)
-        ]
+        infos = []
+        for child in children:  # site-packages holds hundreds: one suffix lookup each
+            watched = _WATCHED.get(os.path.splitext(child)[1].lower())
+            if watched is not None:
+                path = os.path.join(folder, child)
+                infos.append([child, *(_stat(os.path.join(path, name)) for name in watched)])
         if infos:
             entries.append([entry, infos])
     recipe = [FORMAT, group, sys.version, sys.executable, entries]
