@@ -130,3 +130,38 @@ def test_the_second_call_alike_is_recorded_and_later_calls_replay_it(
         h.immediate(p, "test.exact", **other)
     np.testing.assert_allclose(other["y"], _expected(p, other), rtol=1e-5, atol=1e-5)
     assert len(graphs) == 2 and graphs[1].replays == 2 and graphs[0].replays == 3
+
+
+def test_torch_tensors_are_told_apart_by_address_layout_and_dtype(
+    checked_fields: list[str],
+) -> None:
+    """Three torch tensors are read into one flat signature: a call differing from the
+    remembered one in any array's memory, shape, strides or dtype, or in its workspace, is
+    checked again (or refused), even through the same tensor objects."""
+    torch = pytest.importorskip("torch")
+    p = small_problem("forward")
+    h = _handle(TimedSolver("test.exact", workspace=64))
+    sol = h.find_solutions(p, find_mode="NORMAL")[0]
+    arrays = {k: torch.from_numpy(v.copy()) for k, v in buffers(p, 8).items()}
+    ws = np.zeros(64, dtype=np.uint8)
+    checked_fields.clear()
+    for _ in range(3):
+        arrays["y"].fill_(float("nan"))
+        h.run_solution(sol, workspace=ws, **arrays)
+        expected = _expected(p, {k: v.numpy() for k, v in arrays.items()})
+        np.testing.assert_allclose(arrays["y"].numpy(), expected, rtol=1e-5, atol=1e-5)
+    assert checked_fields == ["x", "w", "y"]  # the first call only
+    other_ws = np.zeros(64, dtype=np.uint8)
+    h.run_solution(sol, workspace=other_ws, **arrays)  # another workspace: checked again
+    assert checked_fields == ["x", "w", "y"] * 2
+    moved = dict(arrays, w=arrays["w"].clone())  # w elsewhere, the same layout
+    h.run_solution(sol, workspace=other_ws, **moved)
+    assert checked_fields == ["x", "w", "y"] * 3
+    as_ints = dict(moved, y=moved["y"].view(torch.int32))  # same memory and layout, new dtype
+    with pytest.raises(miocore.InvalidArgumentError, match="y"):
+        h.run_solution(sol, workspace=other_ws, **as_ints)
+    x = moved["x"]
+    _, c, hh, ww = x.shape
+    x.as_strided_(x.shape, (c * hh * ww, 1, ww * c, c))  # same object and memory, channels last
+    with pytest.raises(miocore.InvalidArgumentError, match="x"):
+        h.run_solution(sol, workspace=other_ws, **moved)

@@ -130,14 +130,9 @@ class Runner:
     ) -> None:
         """Run ``entry`` on the caller's buffers: ``out = alpha * conv + beta * out``."""
         backend = self.state.backend
-        signature: tuple[Any, ...] = ()
+        signature: tuple[Any, ...] | None = None
         if self._remember and alpha == 1.0 and beta == 0.0:
-            signature = (
-                signature_of(x),
-                signature_of(w),
-                signature_of(y),
-                None if workspace is None else signature_of(workspace),
-            )
+            signature = call_signature(x, w, y, workspace)
             last = self._remembered.get(id(entry), _NOTHING)
             if last[0] is entry and last[1] is problem and last[2] == signature:
                 graph = last[4]
@@ -156,7 +151,7 @@ class Runner:
         canon = problem.canonical
         out_name = canon.direction.output_tensor
         # Remembered only when every array could be told (and the workspace, when given).
-        if signature and None not in signature[:3] and (workspace is None or signature[3]):
+        if signature is not None:
             self._keep(entry, problem, signature, canon, arrays, ws)
         if alpha == 1.0 and beta == 0.0:
             self._call(entry, InvokeParams(problem=canon, workspace=ws, **arrays))
@@ -242,6 +237,43 @@ def _check_solution(reg: RegisteredSolver, solution: Any) -> None:
         )
 
 
+def call_signature(x: Any, w: Any, y: Any, workspace: Any) -> tuple[Any, ...] | None:
+    """What identifies a call's arrays (each one's memory and layout, and the workspace's when
+    given), cheaply; None when one of them cannot be told. Three torch tensors of one type, a
+    remembered call's usual arguments, are read into one flat tuple: no call per array."""
+    kind = type(x)
+    flat = _flat_kinds.get(kind)
+    if flat is None:
+        signature_of(x)  # decides the type's signer
+        flat = _flat_kinds[kind] = _signers.get(kind) is _torch_signature
+    if flat and type(w) is kind and type(y) is kind:
+        head: tuple[Any, ...] = (
+            x.data_ptr(),
+            x.shape,
+            x.stride(),
+            x.dtype,
+            x.device,
+            w.data_ptr(),
+            w.shape,
+            w.stride(),
+            w.dtype,
+            w.device,
+            y.data_ptr(),
+            y.shape,
+            y.stride(),
+            y.dtype,
+            y.device,
+        )
+    else:
+        head = (signature_of(x), signature_of(w), signature_of(y))
+        if None in head:
+            return None
+    if workspace is None:
+        return head
+    tail = signature_of(workspace)
+    return None if tail is None else (*head, tail)
+
+
 def signature_of(array: Any) -> tuple[Any, ...] | None:
     """What identifies ``array``'s memory and layout, cheaply; None when it cannot be told."""
     kind = type(array)
@@ -276,6 +308,8 @@ def _signature(array: Any) -> tuple[Any, ...] | None:
 #: How each array type's signature is read, decided on first sight of the type (a call's
 #: four signatures are a good part of a remembered call's host time).
 _signers: dict[type, Any] = {}
+#: Whether three arrays of a type are read into one flat tuple (torch tensors), per type.
+_flat_kinds: dict[type, bool] = {}
 
 
 def _same(view: Any) -> Any:
