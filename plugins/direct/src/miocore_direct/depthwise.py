@@ -38,6 +38,7 @@ from miocore import (
     not_applicable,
 )
 from miocore_direct.openmp import prefer_passive_wait
+from miocore_direct.pool_choice import PoolChoice
 from miocore_direct.regions import Float32Regions
 
 if TYPE_CHECKING:  # imported where arrays are touched: declaring a solver, asking it
@@ -286,13 +287,17 @@ class _DepthwiseInvoker:
 
     def __init__(self, plan: _Plan) -> None:
         self.plan = plan
+        self.pool = PoolChoice(plan.predicted_ms(1))
 
     def __call__(self, handle: Any, params: InvokeParams) -> None:
+        _apply_threads(handle)
+        self.pool.run(lambda: self._run(params))
+
+    def _run(self, params: InvokeParams) -> None:
         import numpy as np
 
         from miocore_direct import depthwise_kernels as kernels
 
-        _apply_threads(handle)
         plan = self.plan
         w_region, x_region, y_region, partial_region = plan.buffers(params.workspace)
         geometry = plan.geometry
@@ -441,7 +446,9 @@ class DepthwiseDirectSolver(Solver):
     # 2 (2026-11-26, session 12): interior columns split into even tiles (no overlapping
     # last tile), up to 8 pixels at stride 2 too; edge tiles at column stride 2; rows of up
     # to 16 columns as one tile: 1.4-2.2x at batch 8 on the 14x14 and 7x7 5x5/7x7 layers.
-    revision = 2
+    # 3 (2026-11-26, session 14): small calls run on one thread where that is faster
+    # (miocore_direct.pool_choice): waking the pool cost small layers up to 10x their time.
+    revision = 3
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
         """2-D CPU problems whose groups equal the input channels, x and y in one layout."""

@@ -1,0 +1,77 @@
+"""Whether a call runs on numba's whole thread pool or on the calling thread alone.
+
+Waking numba's pool costs a fixed time per parallel region (GNU OpenMP under the passive wait
+policy, :mod:`miocore_direct.openmp`): 38-55 µs a region on the development VM (2 vCPUs),
+where a small depthwise layer took 0.03 ms on one thread and 0.40 ms on two (its staging
+copies and kernel are several regions). So where the work is small, an invoker's first call
+runs it both ways (alternating, one warm-up run each, then :data:`TRIALS` timed runs each)
+and keeps the faster for its later calls. A call's result does not depend on the thread
+count: every kernel of this plugin splits its work the same way for any pool (a fixed number
+of partial sums, one writer per output), and a call overwrites its outputs, so running it
+again is harmless. Work predicted to take more than :data:`TRY_BELOW_MS` on one thread always
+takes the whole pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+#: One-thread predictions (ms) above which the pool is taken without a trial: waking it costs
+#: well under a millisecond per call wherever it was measured.
+TRY_BELOW_MS = 2.0
+
+#: Timed runs of each setting in a trial (after one warm-up run each).
+TRIALS = 3
+
+
+class PoolChoice:
+    """One invoker's choice of threads, kept per pool size (a handle's ``threads`` setting
+    may change the pool between calls). ``single_ms``: the work's predicted one-thread time."""
+
+    def __init__(self, single_ms: float) -> None:
+        self.single_ms = single_ms
+        self.chosen: dict[int, int] = {}
+
+    def run(self, work: Callable[[], None]) -> None:
+        """Run ``work`` (one whole call) on the threads chosen for the current pool."""
+        import numba
+
+        pool = numba.get_num_threads()
+        if pool <= 1 or self.single_ms > TRY_BELOW_MS:
+            work()
+            return
+        threads = self.chosen.get(pool)
+        if threads is None:  # the trial runs the work itself
+            self.chosen[pool] = trial(work, pool)
+            return
+        if threads == pool:
+            work()
+            return
+        numba.set_num_threads(threads)
+        try:
+            work()
+        finally:
+            numba.set_num_threads(pool)
+
+
+def trial(work: Callable[[], None], pool: int) -> int:
+    """The faster thread count for ``work``: ``pool`` or 1, by the median of timed runs of
+    each, alternating (numba's setting is restored to ``pool`` after every run)."""
+    import statistics  # here: it imports fractions and decimal, which a FindDb hit must not
+    import time
+
+    import numba
+
+    times: dict[int, list[float]] = {pool: [], 1: []}
+    for run in range(TRIALS + 1):
+        for threads in (pool, 1):
+            numba.set_num_threads(threads)
+            try:
+                start = time.perf_counter()
+                work()
+                elapsed = time.perf_counter() - start
+            finally:
+                numba.set_num_threads(pool)
+            if run:  # the first run of each setting warms it up
+                times[threads].append(elapsed)
+    return min(times, key=lambda threads: (statistics.median(times[threads]), threads))
