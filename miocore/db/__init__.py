@@ -6,7 +6,7 @@ user cache folder) over a read-only **system** layer shipped in ``miocore/data/d
 tables. See ``docs/databases.md``.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from miocore.db._common import (
     default_system_dir,
@@ -18,6 +18,7 @@ from miocore.db._sqlite import SCHEMA_VERSION, DatabaseWarning
 from miocore.db.finddb import FindDb, FindDbEntry, FindDbRecord
 from miocore.db.perfdb import PerfDb, PerfDbEntry
 from miocore.db.storage import StorageDegradedWarning, StorageStatus
+from miocore.solver.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from miocore.db.outcomes import ImportResult, MergeResult
@@ -25,23 +26,15 @@ if TYPE_CHECKING:
 
 #: Names loaded on first use, with their module: the text format and the results of an import
 #: or a merge (a FindDb hit in a new process needs none of them).
-_LAZY = {
-    "BadLine": "miocore.db.text",
-    "TextFormatError": "miocore.db.text",
-    "ImportResult": "miocore.db.outcomes",
-    "MergeResult": "miocore.db.outcomes",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "BadLine": "miocore.db.text",
+        "TextFormatError": "miocore.db.text",
+        "ImportResult": "miocore.db.outcomes",
+        "MergeResult": "miocore.db.outcomes",
+    },
+)
 
 
 __all__ = [

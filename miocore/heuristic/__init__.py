@@ -10,8 +10,9 @@ Sits beside find: may import db, solver, problem (and backends), never find.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from miocore.solver.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from miocore.heuristic.features import FEATURES, problem_features
@@ -21,21 +22,17 @@ if TYPE_CHECKING:
 #: Each public name and the module that defines it, imported on first use: the plug-in
 #: (``miocore.heuristic.plugin``) loads with every plugin scan, and a scan must not import
 #: numpy for a model that may not exist.
-_HOMES = {
-    "FEATURES": "features",
-    "problem_features": "features",
-    "ModelFormatError": "model",
-    "TreeModel": "model",
-    "WtiTable": "wti",
-    "fit_wti": "wti",
-}
-
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "FEATURES": "miocore.heuristic.features",
+        "problem_features": "miocore.heuristic.features",
+        "ModelFormatError": "miocore.heuristic.model",
+        "TreeModel": "miocore.heuristic.model",
+        "WtiTable": "miocore.heuristic.wti",
+        "fit_wti": "miocore.heuristic.wti",
+    },
+)
 
 
 __all__ = [
