@@ -512,3 +512,33 @@ def test_nchw_stride2_backward_data_planes_match_reference(filt, pads, size, dty
     small = _twenty_channels("backward_data", 2, filt, pads, (2, 2), (1, 1), (14, 14), dtype,
                              "NCHW")  # fmt: skip
     assert not _Plan(small).plane and _Plan(small).phased
+
+
+@pytest.mark.parametrize(
+    "c, hw, f, s, staged",
+    [
+        (672, 14, 5, 2, True),  # 7-wide output rows for a 5-wide filter: staged
+        (192, 10, 7, 1, True),  # 10-wide rows for a 7-wide filter: staged
+        (576, 10, 5, 1, False),  # 10-wide rows for a 5-wide filter: planes
+        (16, 10, 5, 2, False),  # too few channels to fill the tiles' vectors: planes
+        (96, 56, 7, 1, False),  # long rows: planes
+    ],
+)
+def test_forward_nchw_takes_the_planes_or_staging_by_row_length(
+    c: int, hw: int, f: int, s: int, staged: bool
+) -> None:
+    """Short output rows for the filter, and enough channels, stage to channels-last; the
+    result matches the float64 reference either way."""
+    from miocore_direct.depthwise import _Plan
+
+    from miocore import Handle, reference
+
+    p = ConvProblem.from_sizes(
+        "forward", n=1, c=c, k=c, in_spatial=(hw, hw), filter_spatial=(f, f),
+        pads=(f // 2, f // 2), strides=(s, s), groups=c, layout="NCHW",
+    )  # fmt: skip
+    assert _Plan(p.canonical).plane is not staged
+    arrays = reference.random_inputs(p, 5)
+    Handle("cpu").immediate(p, "direct.depthwise", **arrays)
+    expected = reference.convolution(p, x=arrays["x"], w=arrays["w"])
+    np.testing.assert_allclose(arrays["y"], expected, rtol=2e-5, atol=2e-5 * abs(expected).max())

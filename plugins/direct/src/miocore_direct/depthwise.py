@@ -112,6 +112,10 @@ class _Plan:
             p.x.layout == "NCHW"
             and (self.direction is Direction.FORWARD or (sh, sw) == (1, 1))
             and _plane_applies(self.mult, self.filt[1], (sh, sw), self.pads, p.conv.dilations)
+            and not (
+                self.direction is Direction.FORWARD
+                and _staging_beats_planes(self.c, self.filt[1], self.outs[1])
+            )
         )
         # NCHW backward data at stride 2: the phases on planes (depthwise_plane_bwd.py).
         self.plane_bwd2 = (
@@ -411,6 +415,18 @@ def _plane_applies(
     return plane_applies(mult, width, strides, (pads[0], pads[1]), (dilations[0], dilations[1]))
 
 
+def _staging_beats_planes(channels: int, filter_width: int, out_width: int) -> bool:
+    """Whether a forward NCHW layer runs faster staged to channels-last (the tile kernels,
+    vectorised over channels) than on the plane kernels (vectorised along output rows):
+    with 64 channels or more, where rows are short for the filter: 5-wide filters or wider on
+    outputs up to 7 wide, 7-wide or wider up to 14. Measured on 30 layers (real and shrunk,
+    one and two threads, this plugin's development VM): staging 1.2-2.0x faster there, the
+    planes as fast or faster everywhere else (docs/performance-cpu-depthwise.md)."""
+    if channels < 64:
+        return False
+    return (filter_width >= 5 and out_width <= 7) or (filter_width >= 7 and out_width <= 14)
+
+
 def _apply_threads(handle: Any) -> None:
     """Give numba's pool the CPU backend's thread setting (BLAS pools are the backend's job)."""
     threads = getattr(getattr(handle, "backend", None), "threads", None)
@@ -447,7 +463,8 @@ class DepthwiseDirectSolver(Solver):
     # last tile), up to 8 pixels at stride 2 too; edge tiles at column stride 2; rows of up
     # to 16 columns as one tile: 1.4-2.2x at batch 8 on the 14x14 and 7x7 5x5/7x7 layers.
     # 3 (2026-11-26, session 14): small calls run on one thread where that is faster
-    # (miocore_direct.pool_choice): waking the pool cost small layers up to 10x their time.
+    # (miocore_direct.pool_choice): waking the pool cost small layers up to 10x their time;
+    # forward NCHW layers with short rows for their filter staged instead of on planes.
     revision = 3
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
