@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 import torch
-from gpu_timing import LONG_SLEEP_CYCLES
+from gpu_call_cost import tensor
+from gpu_timing import host_ms
 
 import miocore
 from miocore.find import runner as runner_module
@@ -32,20 +31,9 @@ from miocore.find import runner as runner_module
 SOLVERS = ("direct.gpu_naive", "gemm.gpu_nhwc", "igemm.gpu_mma")
 
 
-def per_call_us(fn: Any, calls: int = 200, repeats: int = 5) -> float:
-    """Median over ``repeats`` of the host time per call of ``calls`` calls, the GPU busy."""
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(repeats):
-        torch.cuda._sleep(LONG_SLEEP_CYCLES)
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        out.append((time.perf_counter() - start) / calls)
-        torch.cuda.synchronize()
-    return statistics.median(out) * 1e6
+def per_call_us(fn: Any, calls: int = 200) -> float:
+    """Host time per call, µs, the GPU busy (``gpu_timing.host_ms``: median of 5 loops)."""
+    return host_ms(fn, calls) * 1e3
 
 
 def signature_forms(t: torch.Tensor) -> dict[str, float]:
@@ -93,12 +81,7 @@ def main() -> None:
         layout="NHWC",
     )
     gen = torch.Generator(device="cuda").manual_seed(0)
-    arrays = {}
-    for name in ("x", "w", "y"):
-        desc = getattr(p, name)
-        storage = torch.empty(desc.element_space, dtype=torch.float16, device="cuda")
-        storage.uniform_(-1, 1, generator=gen)
-        arrays[name] = torch.as_strided(storage, desc.lengths, desc.strides)
+    arrays = {name: tensor(getattr(p, name), gen) for name in ("x", "w", "y")}
     result: dict[str, Any] = {"device": torch.cuda.get_device_name(), "problem": p.key}
     result["signature"] = signature_forms(arrays["x"])
     listed = {s.solver: s for s in h.get_solutions(p)}

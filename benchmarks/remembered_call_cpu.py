@@ -15,27 +15,16 @@ To compare two trees, run it under each (``PYTHONPATH=<other tree>``) alternatel
 from __future__ import annotations
 
 import argparse
-import statistics
+import sys
 import tempfile
-import time
-from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
 import miocore
 
-
-def per_call_us(fn: Callable[[], object], calls: int, repeats: int) -> float:
-    """Median over ``repeats`` of the mean time of ``calls`` back-to-back calls, in µs."""
-    for _ in range(1000):
-        fn()
-    means = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        means.append((time.perf_counter() - start) / calls)
-    return statistics.median(means) * 1e6
+sys.path.insert(0, str(Path(__file__).parent))
+from host_overhead import per_call_us
 
 
 def main() -> None:
