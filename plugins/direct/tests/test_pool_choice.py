@@ -39,13 +39,13 @@ def test_the_trial_keeps_the_faster_setting_and_restores_numba(slow_on: int, exp
     numba.set_num_threads(2)
     log: list[int] = []
     choice = PoolChoice(single_ms=0.01)
-    choice.run(_work(slow_on, log))  # the trial: warm-up and TRIALS timed runs of each
+    choice.run(None, _work(slow_on, log))  # the trial: warm-up and TRIALS timed runs of each
     assert log == [2, 1] * (pool_choice.TRIALS + 1)
     assert choice.chosen == {2: expected}
     assert numba.get_num_threads() == 2
     log.clear()
     for _ in range(3):
-        choice.run(_work(slow_on, log))
+        choice.run(None, _work(slow_on, log))
     assert log == [expected] * 3 and numba.get_num_threads() == 2
 
 
@@ -53,11 +53,11 @@ def test_the_trial_keeps_the_faster_setting_and_restores_numba(slow_on: int, exp
 def test_large_work_and_a_one_thread_pool_take_no_trial() -> None:
     log: list[int] = []
     numba.set_num_threads(2)
-    PoolChoice(single_ms=pool_choice.TRY_BELOW_MS * 2).run(_work(2, log))
+    PoolChoice(single_ms=pool_choice.TRY_BELOW_MS * 2).run(None, _work(2, log))
     assert log == [2]
     numba.set_num_threads(1)
     try:
-        PoolChoice(single_ms=0.01).run(_work(1, log))
+        PoolChoice(single_ms=0.01).run(None, _work(1, log))
     finally:
         numba.set_num_threads(2)
     assert log == [2, 1]

@@ -294,8 +294,7 @@ class _DepthwiseInvoker:
         self.pool = PoolChoice(plan.predicted_ms(1))
 
     def __call__(self, handle: Any, params: InvokeParams) -> None:
-        _apply_threads(handle)
-        self.pool.run(lambda: self._run(params))
+        self.pool.run(handle, lambda: self._run(params))
 
     def _run(self, params: InvokeParams) -> None:
         import numpy as np
@@ -425,15 +424,6 @@ def _staging_beats_planes(channels: int, filter_width: int, out_width: int) -> b
     if channels < 64:
         return False
     return (filter_width >= 5 and out_width <= 7) or (filter_width >= 7 and out_width <= 14)
-
-
-def _apply_threads(handle: Any) -> None:
-    """Give numba's pool the CPU backend's thread setting (BLAS pools are the backend's job)."""
-    threads = getattr(getattr(handle, "backend", None), "threads", None)
-    if threads:
-        import numba
-
-        numba.set_num_threads(min(int(threads), numba.config.NUMBA_NUM_THREADS))
 
 
 def _threads_of(ctx: ExecutionContext) -> int:

@@ -130,10 +130,7 @@ class _GroupedInvoker:
         self.pool = PoolChoice(plan.predicted_ms(1))
 
     def __call__(self, handle: Any, params: InvokeParams) -> None:
-        from miocore_direct.depthwise import _apply_threads
-
-        _apply_threads(handle)
-        self.pool.run(lambda: self._run(params))
+        self.pool.run(handle, lambda: self._run(params))
 
     def _run(self, params: InvokeParams) -> None:
         import numpy as np
@@ -255,10 +252,7 @@ class _ShiftInvoker:
         self.pool = PoolChoice(plan.predicted_ms(1))
 
     def __call__(self, handle: Any, params: InvokeParams) -> None:
-        from miocore_direct.depthwise import _apply_threads
-
-        _apply_threads(handle)
-        self.pool.run(lambda: self._run(params))
+        self.pool.run(handle, lambda: self._run(params))
 
     def _run(self, params: InvokeParams) -> None:
         import numpy as np

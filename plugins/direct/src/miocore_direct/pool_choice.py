@@ -15,6 +15,7 @@ takes the whole pool.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 #: One-thread predictions (ms) above which the pool is taken without a trial: waking it costs
 #: well under a millisecond per call wherever it was measured.
@@ -32,10 +33,14 @@ class PoolChoice:
         self.single_ms = single_ms
         self.chosen: dict[int, int] = {}
 
-    def run(self, work: Callable[[], None]) -> None:
-        """Run ``work`` (one whole call) on the threads chosen for the current pool."""
+    def run(self, handle: Any, work: Callable[[], None]) -> None:
+        """Run ``work`` (one whole call) on the threads chosen for the pool, which is sized to
+        the CPU backend's ``threads`` setting first (BLAS pools are the backend's job)."""
         import numba
 
+        setting = getattr(getattr(handle, "backend", None), "threads", None)
+        if setting:
+            numba.set_num_threads(min(int(setting), numba.config.NUMBA_NUM_THREADS))
         pool = numba.get_num_threads()
         if pool <= 1 or self.single_ms > TRY_BELOW_MS:
             work()
