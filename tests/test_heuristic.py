@@ -14,8 +14,8 @@ import pytest
 import miocore
 from miocore.db.finddb import FindDb, FindDbEntry
 from miocore.heuristic.features import FEATURES, problem_features
-from miocore.heuristic.model import ModelFormatError, TreeModel, pack_forests
-from miocore.heuristic.plugin import MODEL_SUFFIX, WTI_SUFFIX
+from miocore.heuristic.model import WITHIN, ModelFormatError, TreeModel, pack_forests
+from miocore.heuristic.plugin import MODEL_SUFFIX, WTI_SUFFIX, rank_with
 from miocore.heuristic.train import is_held_out, train
 from miocore.heuristic.wti import WtiTable, fit_wti
 from miocore.problem.conv import ConvProblem
@@ -169,6 +169,72 @@ def test_the_plugin_ranks_a_miss_and_leaves_unseen_solvers_to_wti(tmp_path: Path
     _stub_model(device, {applicable[-1]: 0.5}).save(user / f"{device}{MODEL_SUFFIX}")
     first = miocore.Handle("cpu").get_solutions(p)[0]
     assert (first.solver, first.source) == (applicable[-1], "heuristic")
+
+
+def test_packed_classifier_forests_give_sklearns_log_odds() -> None:
+    """A model's within-tolerance forests evaluate to the decision function of the boosted
+    classifier they were packed from (random features, labels with structure and noise)."""
+    sklearn = pytest.importorskip("sklearn.ensemble")
+    from miocore.heuristic.train import _classifier
+
+    rng = np.random.default_rng(7)
+    xs = rng.normal(size=(300, len(FEATURES)))
+    labels = (xs[:, 3] + 0.5 * xs[:, 9] + 0.3 * rng.normal(size=300)) > 0.2
+    base, trees = _classifier(xs, labels, trees=40, depth=3, learning_rate=0.1, seed=0)
+    model = TreeModel(
+        device="d", within_weight=1.0, **pack_forests({"s": (0.0, []), "s" + WITHIN: (base, trees)})
+    )
+    assert not model.knows("s" + WITHIN) and model.knows("s")
+    reference = sklearn.GradientBoostingClassifier(
+        n_estimators=40, max_depth=3, learning_rate=0.1, subsample=0.8, random_state=0
+    ).fit(xs, labels)
+    probe = rng.normal(size=(25, len(FEATURES)))
+    for x, expect in zip(probe, reference.decision_function(probe), strict=True):
+        log_ms, score = model.rank_log_ms(x, ["s"])
+        assert log_ms[0] == 0.0
+        assert -score[0] == pytest.approx(expect, rel=1e-6, abs=1e-9)
+
+
+def test_the_plugin_ranks_by_the_score_and_reports_the_predicted_time() -> None:
+    """Where a model's classifier says the slightly slower-looking solver is the safer pick, it
+    ranks first, and each solution still carries its predicted time (not the score)."""
+    forests = {
+        "a": (math.log(1.0), []),
+        "b": (math.log(1.1), []),
+        "a" + WITHIN: (-5.0, []),  # a: rarely near the fastest
+        "b" + WITHIN: (5.0, []),
+    }
+    p = ConvProblem.from_sizes("forward", n=1, c=4, k=4, in_spatial=(6, 6), filter_spatial=(1, 1))
+    ctx = miocore.Handle("cpu").context
+    for weight, first in ((0.0, "a"), (0.05, "b")):
+        model = TreeModel(device="d", within_weight=weight, **pack_forests(forests))
+        ranked = rank_with(model, None, ctx, p, ["a", "b"])
+        assert ranked[0][0] == first
+        assert dict(ranked) == pytest.approx({"a": 1.0, "b": 1.1})
+
+
+def test_a_model_trained_with_the_classifier_reloads_the_same(tmp_path: Path) -> None:
+    pytest.importorskip("sklearn")
+    db_file = _synthetic_db(tmp_path, "cpu_test_1")
+    model = train(db_file, holdout=0.25, trees=20, depth=3, target="relative", within_weight=0.1)
+    assert model.within_weight == 0.1
+    assert [s for s in model.solvers if model.knows(s)] == ["solver.one", "solver.three"]
+    assert {"solver.one" + WITHIN, "solver.three" + WITHIN} <= set(model.solvers)
+    again = TreeModel.load(model.save(tmp_path / "m.npz"))
+    assert again.within_weight == 0.1
+    for p in [p for p in _problems() if is_held_out(p.key, 0.25)]:
+        x = problem_features(p)
+        got, want = (
+            again.rank_log_ms(x, ["solver.one", "solver.three"]),
+            model.rank_log_ms(x, ["solver.one", "solver.three"]),
+        )
+        np.testing.assert_allclose(got[0], want[0])
+        np.testing.assert_allclose(got[1], want[1])
+        expect = "solver.one" if p.w.lengths[2:] == (1, 1) else "solver.three"
+        assert ["solver.one", "solver.three"][int(np.argmin(got[1]))] == expect, p.key
+    with pytest.raises(miocore.MiocoreError) as info:
+        train(db_file, within_weight=-1.0)
+    assert info.value.field == "within_weight"
 
 
 @needs.plugins("direct", "gemm")

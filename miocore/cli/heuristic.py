@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,20 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default="absolute",
         help="what each solver's trees predict: log time (default) or log time over the "
         "problem's fastest",
+    )
+    train.add_argument(
+        "--within-weight",
+        type=float,
+        default=0.0,
+        help="also train per solver the odds of running within --within-tolerance of the "
+        "fastest, and rank by log time less this weight times those log-odds (default 0: "
+        "time alone; the sm90 model uses 0.05)",
+    )
+    train.add_argument(
+        "--within-tolerance",
+        type=float,
+        default=0.10,
+        help="how near the fastest counts as near for --within-weight (default 0.10)",
     )
     train.add_argument(
         "--wti-only",
@@ -117,6 +132,8 @@ def _train(args: argparse.Namespace, registry: Any) -> int:
             learning_rate=args.learning_rate,
             min_samples=args.min_samples,
             target=args.target,
+            within_weight=args.within_weight,
+            within_tolerance=args.within_tolerance,
         )
         path = model.save(out / f"{model.device}.heuristic.npz")
         known = [s for s in model.solvers if model.knows(s)]
@@ -207,8 +224,9 @@ def _model_rank(model: Any, sample: Any) -> list[tuple[str, float]]:
     known = [n for n in sample.times if model.knows(n)]
     if not known:
         return []
-    times = model.predict_ms(sample.features, known)
-    return sorted(zip(known, (float(t) for t in times), strict=True), key=lambda p: (p[1], p[0]))
+    log_ms, score = model.rank_log_ms(sample.features, known)
+    ranked = sorted(zip(score, known, log_ms, strict=True))
+    return [(name, math.exp(t)) for _, name, t in ranked]
 
 
 def _plain_wti(ctx: Any, solvers: dict[str, Any], problem: Any, names: list[str]) -> list[str]:

@@ -35,6 +35,9 @@ from miocore.values import frozen
 
 FORMAT = "miocore-heuristic"
 VERSION = 1
+#: Suffix of a solver's second forest in a model trained with ``within_weight``: the log-odds
+#: that the solver runs within the training tolerance of the problem's fastest.
+WITHIN = " (within)"
 _ARRAYS = ("feature", "threshold", "left", "right", "value", "roots", "tree_solver", "base")
 
 
@@ -61,6 +64,7 @@ class TreeModel:
     features: tuple[str, ...] = FEATURES
     provenance: Mapping[str, Any] = attrs.field(factory=dict)
     metrics: Mapping[str, Any] = attrs.field(factory=dict)
+    within_weight: float = 0.0
 
     def __attrs_post_init__(self) -> None:
         m = len(self.feature)
@@ -100,7 +104,11 @@ class TreeModel:
 
     def knows(self, solver: str) -> bool:
         """Whether the model was trained on ``solver``."""
-        return solver in self._index and solver != self.scale  # type: ignore[attr-defined]
+        return (
+            solver in self._index  # type: ignore[attr-defined]
+            and solver != self.scale
+            and not solver.endswith(WITHIN)
+        )
 
     def predict_log_ms(self, x: np.ndarray, solvers: Sequence[str]) -> np.ndarray:
         """Predicted ``log(time_ms)`` of each of ``solvers`` (all known) on features ``x``.
@@ -113,6 +121,25 @@ class TreeModel:
             out = self._raw(x, [*solvers, self.scale])
             return out[:-1] + out[-1]
         return self._raw(x, solvers)
+
+    def rank_log_ms(self, x: np.ndarray, solvers: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(predicted ``log(time_ms)``, ranking score) of each of ``solvers`` (all known).
+
+        Lower scores rank first. The score is the predicted log time, less ``within_weight``
+        times the log-odds (from the solver's :data:`WITHIN` forest) that the solver runs within
+        the training tolerance of the fastest: a regression on time alone ranks neighbours
+        whose predicted times differ by less than its error at random, and the classifier is
+        trained on exactly the question immediate mode is judged by. A model without those
+        forests scores by time.
+        """
+        log_ms = self.predict_log_ms(x, solvers)
+        if not self.within_weight:
+            return log_ms, log_ms
+        have = np.array([s + WITHIN in self._index for s in solvers])  # type: ignore[attr-defined]
+        odds = np.zeros(len(solvers))
+        if have.any():
+            odds[have] = self._raw(x, [s + WITHIN for s, h in zip(solvers, have, strict=True) if h])
+        return log_ms, log_ms - self.within_weight * odds
 
     def _raw(self, x: np.ndarray, solvers: Sequence[str]) -> np.ndarray:
         idx = [self._index[s] for s in solvers]  # type: ignore[attr-defined]
@@ -148,6 +175,7 @@ class TreeModel:
             "scale": self.scale,
             "provenance": dict(self.provenance),
             "metrics": dict(self.metrics),
+            "within_weight": self.within_weight,
         }
         buf = io.BytesIO()
         np.savez_compressed(
@@ -203,6 +231,7 @@ class TreeModel:
             scale=meta.get("scale"),
             provenance=meta.get("provenance", {}),
             metrics=meta.get("metrics", {}),
+            within_weight=float(meta.get("within_weight", 0.0)),
             **arrays,
         )
 

@@ -3,13 +3,15 @@
 For a device it looks for ``<device>.heuristic.npz`` (the model) and ``<device>.wti.json``
 (fitted WTI corrections) in the user database folder, then in the system one (the shipped
 files). It is applicable when either exists for the device; it ranks the candidates the model
-knows by predicted time and the others by fitted WTI where fitted; solvers neither knows are
+knows by its ranking score (predicted time, or time and the chance to be near the fastest:
+:meth:`TreeModel.rank_log_ms`) and the others by fitted WTI where fitted; solvers neither knows are
 left to the chain's plain WTI ranking. Files are reread when they change.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -105,15 +107,18 @@ def rank_with(
 ) -> list[tuple[str, float]]:
     """Rank ``candidates`` by ``model`` where it knows them, else by ``table``'s fitted WTI
     (solver objects from ``solvers``, default: the installed ones); the rest are left out."""
-    out: list[tuple[str, float]] = []
+    # (ranking score, name, estimated ms): a model may rank by more than the time it predicts
+    # (TreeModel.rank_log_ms); a WTI estimate ranks by its time.
+    out: list[tuple[float, str, float]] = []
     rest = list(candidates)
     if model is not None:
         known = [c for c in candidates if model.knows(c)]
         if known:
             from miocore.heuristic.features import problem_features
 
-            times = model.predict_ms(problem_features(problem), known)
-            out.extend(zip(known, (float(t) for t in times), strict=True))
+            log_ms, score = model.rank_log_ms(problem_features(problem), known)
+            for name, t, s in zip(known, log_ms, score, strict=True):
+                out.append((math.exp(s), name, math.exp(t)))
             rest = [c for c in candidates if not model.knows(c)]
     if table is not None and rest:
         if solvers is None:
@@ -127,9 +132,9 @@ def rank_with(
             except Exception:  # a WTI that raises: left to the chain
                 estimate = None
             if estimate is not None:
-                out.append((name, estimate))
-    out.sort(key=lambda pair: (pair[1], pair[0]))
-    return out
+                out.append((estimate, name, estimate))
+    out.sort()
+    return [(name, ms) for _, name, ms in out]
 
 
 @hookimpl
