@@ -26,7 +26,7 @@ from miocore.db._sqlite import utc_now_iso
 from miocore.db.finddb import FindDb, FindDbRecord
 from miocore.errors import InvalidArgumentError, MiocoreError
 from miocore.heuristic.features import problem_features
-from miocore.heuristic.model import WITHIN, TreeModel, pack_forests
+from miocore.heuristic.model import WITHIN, WITHIN_CLIP, TreeModel, pack_forests
 from miocore.problem.conv import ConvProblem
 from miocore.values import frozen
 
@@ -44,8 +44,8 @@ class Sample:
     times: dict[str, float]
 
 
-#: The log-odds of a classifier that saw one class only (p = 0.993 or 0.007).
-_SURE = 5.0
+#: The log-odds of a classifier that saw one class only: as sure as a model may say.
+_SURE = WITHIN_CLIP
 
 #: The forest of a relative model that predicts the problem's fastest time (not a solver).
 SCALE = "(fastest)"
@@ -112,10 +112,11 @@ def train(
     ``within_weight > 0`` adds a classifier per solver (named ``solver`` + :data:`WITHIN`):
     the log-odds that the solver runs within ``within_tolerance`` of the problem's fastest
     recorded time; :meth:`TreeModel.rank_log_ms` ranks by predicted log time less
-    ``within_weight`` times those log-odds. On the sm90 database (5-fold cross-validation,
-    2,340 problems) a weight of 0.05 took the share within 10% from 88.3% to 90.0% and the
-    mean regret from 6.2% to 5.8%; the classifier alone ranks as often within 10% but with a
-    mean regret over 80% (it cannot tell a near miss from a disaster).
+    ``within_weight`` times those log-odds. 5-fold cross-validation with a weight of 0.1
+    (docs/tuning.md): sm90 (2,340 problems) 88.3% -> 90.1% within 10% of the fastest, mean
+    regret 6.2% -> 6.0%; CPU (3,105 problems) 96.3% -> 97.7%, 1.1% -> 0.7%. The classifier
+    alone ranks about as often within 10% but with a mean regret over 60% (it cannot tell a
+    near miss from a disaster).
     """
     if target not in ("relative", "absolute"):
         raise InvalidArgumentError(
