@@ -69,11 +69,12 @@ def main() -> int:
     kept_out = {p.key for p in driver_problems(args.skip_driver_file)}
     problems = [p for p in problems if p.key not in kept_out]
     if args.skip_db:
-        from miocore.heuristic.train import open_db_file
+        from miocore.heuristic.train import DB_FILE_LAYER, open_db_file
 
         db = open_db_file(args.skip_db)
         try:
-            done = set(db.keys("user"))
+            done = set(db.keys(DB_FILE_LAYER))
+            print(f"{len(done)} problems of {args.skip_db} skipped where asked for")
         finally:
             db.close()
         problems = [p for p in problems if p.key not in done]
