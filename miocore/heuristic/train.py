@@ -93,7 +93,7 @@ def train(
     min_samples: int = 8,
     seed: int = 0,
     target: str = "absolute",
-    within_weight: float = 0.0,
+    within_weight: float = 0.1,
     within_tolerance: float = 0.10,
 ) -> TreeModel:
     """A :class:`TreeModel` for the device of the FindDb file ``db_path``.
@@ -109,9 +109,10 @@ def train(
     trains on ``log(t)`` directly; on the shipped CPU data both pick within 10% of the best on
     85-86% of held-out problems (recorded times).
 
-    ``within_weight > 0`` adds a classifier per solver (named ``solver`` + :data:`WITHIN`):
-    the log-odds that the solver runs within ``within_tolerance`` of the problem's fastest
-    recorded time; :meth:`TreeModel.rank_log_ms` ranks by predicted log time less
+    ``within_weight > 0`` (default 0.1; 0 trains the time forests alone) adds a classifier per
+    solver (named ``solver`` + :data:`WITHIN`): the log-odds that the solver runs within
+    ``within_tolerance`` of the problem's fastest recorded time; :meth:`TreeModel.rank_log_ms`
+    ranks by predicted log time less
     ``within_weight`` times those log-odds. 5-fold cross-validation with a weight of 0.1
     (docs/tuning.md): sm90 (2,340 problems) 88.3% -> 90.1% within 10% of the fastest, mean
     regret 6.2% -> 6.0%; CPU (3,105 problems) 96.3% -> 97.7%, 1.1% -> 0.7%. The classifier
