@@ -153,7 +153,34 @@ def test_each_gpu_worker_sees_only_its_own_device(monkeypatch: pytest.MonkeyPatc
     assert worker_environments(["hip:1"], 1) == [
         {"HIP_VISIBLE_DEVICES": "1", "MIOCORE_TUNE_DEVICE": "hip:0"}
     ]
+    monkeypatch.delenv("MIOCORE_CPU_THREADS", raising=False)
+    assert worker_environments(["cpu"], 1) == [{"MIOCORE_TUNE_DEVICE": "cpu"}]
+    share = str(max(1, (os.cpu_count() or 1) // 2))  # two CPU workers share the cores out
+    assert (
+        worker_environments(["cpu"], 2)
+        == [{"MIOCORE_TUNE_DEVICE": "cpu", "MIOCORE_CPU_THREADS": share}] * 2
+    )
+    monkeypatch.setenv("MIOCORE_CPU_THREADS", "1")  # the caller's own setting is inherited
     assert worker_environments(["cpu"], 2) == [{"MIOCORE_TUNE_DEVICE": "cpu"}] * 2
+
+
+def test_local_cluster_workers_time_in_the_callers_environment() -> None:
+    """Dask's nanny would start workers with glibc's MALLOC_TRIM_THRESHOLD_ and one-thread
+    OpenMP/BLAS caps (and write them into this process's environment): numpy-heavy solvers
+    then timed up to 3.6x slower in a tuning worker than in the user's process."""
+    distributed = pytest.importorskip("distributed")
+    from miocore.tune import local_cluster
+
+    names = ("MALLOC_TRIM_THRESHOLD_", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+    before = {k: os.environ.get(k) for k in names}
+
+    def seen() -> dict[str, str | None]:
+        return {k: os.environ.get(k) for k in names}
+
+    with local_cluster("cpu", 1) as cluster, distributed.Client(cluster) as client:
+        workers = list(client.run(seen).values())
+    assert workers == [before]
+    assert {k: os.environ.get(k) for k in names} == before
 
 
 def test_problems_from_a_torch_model() -> None:

@@ -242,14 +242,21 @@ def worker_environments(devices: Sequence[str], n_workers: int) -> list[dict[str
 
     A GPU worker gets ``CUDA_VISIBLE_DEVICES`` (``HIP_VISIBLE_DEVICES``) naming its one device
     (an entry of the caller's own list when the caller set one) and tunes it as ``cuda:0``.
+    Several CPU workers get ``MIOCORE_CPU_THREADS`` = cores / workers each (unless the caller
+    set it), so their thread pools do not oversubscribe the machine.
     """
     envs = []
+    cpu_workers = sum(devices[i % len(devices)].startswith("cpu") for i in range(n_workers))
     for i in range(n_workers):
         device = devices[i % len(devices)]
         backend, _, index = device.partition(":")
         variable = VISIBLE_DEVICES.get(backend)
         if variable is None or not index:
             envs.append({"MIOCORE_TUNE_DEVICE": device})
+            if backend == "cpu" and cpu_workers > 1 and not os.environ.get("MIOCORE_CPU_THREADS"):
+                # Workers sharing the cores share them out, rather than each timing with all.
+                share = max(1, (os.cpu_count() or 1) // cpu_workers)
+                envs[-1]["MIOCORE_CPU_THREADS"] = str(share)
             continue
         visible = [v.strip() for v in os.environ.get(variable, "").split(",") if v.strip()]
         physical = visible[int(index)] if int(index) < len(visible) else index
@@ -277,6 +284,8 @@ def local_cluster(device: str = "cpu", workers: int | None = None) -> Any:
     import logging
 
     distributed = _distributed()
+    import dask  # installed with distributed
+
     devices = default_devices(device)
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         raise InvalidArgumentError("must be an int >= 1", field="workers", value=workers)
@@ -289,11 +298,19 @@ def local_cluster(device: str = "cpu", workers: int | None = None) -> Any:
         i: {"cls": distributed.Nanny, "options": {**worker, "env": env}}
         for i, env in enumerate(worker_environments(devices, workers or len(devices)))
     }
-    return distributed.SpecCluster(
-        workers=specs,
-        scheduler={"cls": distributed.Scheduler, "options": local},
-        silence_logs=logging.WARNING,
-    )
+    # Dask's nanny starts a worker with its "pre-spawn" environment (glibc's
+    # MALLOC_TRIM_THRESHOLD_=65536 and one thread for OpenMP, MKL and OpenBLAS), written
+    # into this process's os.environ as well. A tuning worker must time solvers as the
+    # caller's process runs them: under that trim threshold numpy-heavy CPU solvers timed
+    # 1.8-3.6x slower (direct.naive 0.49 -> 1.75 ms on a grouped layer; docs/tuning.md), and
+    # the database taught immediate mode that they were. The nannies read it when made,
+    # which SpecCluster does before returning.
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": {}}):
+        return distributed.SpecCluster(
+            workers=specs,
+            scheduler={"cls": distributed.Scheduler, "options": local},
+            silence_logs=logging.WARNING,
+        )
 
 
 def _connect(scheduler: str | None, device: str, n_workers: int) -> tuple[Any, Any]:
