@@ -143,22 +143,21 @@ class TreeModel:
         :data:`WITHIN_CLIP`) that the solver runs within the training tolerance of the
         fastest: a regression on time alone ranks neighbours whose predicted times differ by
         less than its error at random, and the classifier is trained on exactly the question
-        immediate mode is judged by. A model without those
-        forests scores by time.
+        immediate mode is judged by. A model without those forests scores by time.
         """
         if not self.within_weight:
             log_ms = self.predict_log_ms(x, solvers)
             return log_ms, log_ms
-        # One walk over every forest asked for: the solvers', the scale's, the classifiers'.
-        have = [s + WITHIN for s in solvers if s + WITHIN in self._index]  # type: ignore[attr-defined]
+        index = self._index  # type: ignore[attr-defined]
+        has = np.array([s + WITHIN in index for s in solvers], dtype=bool)
         scale = [self.scale] if self.scale is not None else []
-        raw = self._raw(x, [*solvers, *scale, *have])
+        # One walk over every forest asked for: the solvers', the scale's, the classifiers'.
+        within = [s + WITHIN for s, h in zip(solvers, has, strict=True) if h]
+        raw = self._raw(x, [*solvers, *scale, *within])
         n = len(solvers)
         log_ms = raw[:n] + (raw[n] if scale else 0.0)
         odds = np.zeros(n)
-        if have:
-            mask = np.array([s + WITHIN in self._index for s in solvers])  # type: ignore[attr-defined]
-            odds[mask] = np.clip(raw[n + len(scale) :], -WITHIN_CLIP, WITHIN_CLIP)
+        odds[has] = np.clip(raw[n + len(scale) :], -WITHIN_CLIP, WITHIN_CLIP)
         return log_ms, log_ms - self.within_weight * odds
 
     def _raw(self, x: np.ndarray, solvers: Sequence[str]) -> np.ndarray:
