@@ -181,14 +181,19 @@ def test_packed_classifier_forests_give_sklearns_log_odds() -> None:
     rng = np.random.default_rng(7)
     xs = rng.normal(size=(300, len(FEATURES)))
     labels = (xs[:, 3] + 0.5 * xs[:, 9] + 0.3 * rng.normal(size=300)) > 0.2
-    base, trees = _classifier(xs, labels, trees=40, depth=3, learning_rate=0.1, seed=0)
+    settings = {
+        "n_estimators": 40,
+        "max_depth": 3,
+        "learning_rate": 0.1,
+        "subsample": 0.8,
+        "random_state": 0,
+    }
+    base, trees = _classifier(xs, labels, settings)
     model = TreeModel(
         device="d", within_weight=1.0, **pack_forests({"s": (0.0, []), "s" + WITHIN: (base, trees)})
     )
     assert not model.knows("s" + WITHIN) and model.knows("s")
-    reference = sklearn.GradientBoostingClassifier(
-        n_estimators=40, max_depth=3, learning_rate=0.1, subsample=0.8, random_state=0
-    ).fit(xs, labels)
+    reference = sklearn.GradientBoostingClassifier(**settings).fit(xs, labels)
     probe = rng.normal(size=(25, len(FEATURES)))
     decisions = reference.decision_function(probe)
     assert (np.abs(decisions) < WITHIN_CLIP).sum() >= 10  # most probes test the trees, not the clip

@@ -165,17 +165,18 @@ def train(
             ys.append(offset)
     forests: dict[str, tuple[float, list[dict[str, np.ndarray]]]] = {}
     counts: dict[str, int] = {}
+    boosting = {
+        "n_estimators": trees,
+        "max_depth": depth,
+        "learning_rate": learning_rate,
+        "subsample": 0.8,
+        "random_state": seed,
+    }
     for solver, (xs, ys) in sorted(by_solver.items()):
         if len(ys) < min_samples:
             continue
-        gbr = GradientBoostingRegressor(
-            n_estimators=trees,
-            max_depth=depth,
-            learning_rate=learning_rate,
-            subsample=0.8,
-            random_state=seed,
-        )
-        gbr.fit(np.vstack(xs), np.asarray(ys))
+        features = np.vstack(xs)
+        gbr = GradientBoostingRegressor(**boosting).fit(features, np.asarray(ys))
         forests[solver] = (float(gbr.init_.constant_.ravel()[0]), _trees(gbr, learning_rate))
         counts[solver] = len(ys)
         if within_weight and solver in within:
@@ -183,9 +184,7 @@ def train(
             if labels.all() or not labels.any():  # one class: a constant, sure answer
                 forests[solver + WITHIN] = (_SURE if labels.all() else -_SURE, [])
             else:
-                forests[solver + WITHIN] = _classifier(
-                    np.vstack(xs), labels, trees, depth, learning_rate, seed
-                )
+                forests[solver + WITHIN] = _classifier(features, labels, boosting)
     packed = pack_forests(forests)
     return TreeModel(
         device=Path(db_path).stem,
@@ -212,24 +211,19 @@ def train(
 
 
 def _classifier(
-    xs: np.ndarray, labels: np.ndarray, trees: int, depth: int, learning_rate: float, seed: int
+    xs: np.ndarray, labels: np.ndarray, boosting: dict[str, Any]
 ) -> tuple[float, list[dict[str, np.ndarray]]]:
-    """A boosted classifier's (starting log-odds, trees) for ``labels``: its trees add to the
-    log-odds of a True label as a regressor's add to a log time."""
+    """A boosted classifier's (starting log-odds, trees) for ``labels``, with the regressors'
+    ``boosting`` settings: its trees add to the log-odds of a True label as a regressor's add
+    to a log time."""
     from sklearn.ensemble import GradientBoostingClassifier
 
-    gbc = GradientBoostingClassifier(
-        n_estimators=trees,
-        max_depth=depth,
-        learning_rate=learning_rate,
-        subsample=0.8,
-        random_state=seed,
-    )
-    gbc.fit(xs, labels)
+    gbc = GradientBoostingClassifier(**boosting).fit(xs, labels)
+    rate = boosting["learning_rate"]
     # The starting log-odds: the decision on one sample less what the trees add to it.
     first = xs[:1]
-    added = sum(learning_rate * est.predict(first)[0] for est in gbc.estimators_[:, 0])
-    return float(gbc.decision_function(first)[0] - added), _trees(gbc, learning_rate)
+    added = sum(rate * est.predict(first)[0] for est in gbc.estimators_[:, 0])
+    return float(gbc.decision_function(first)[0] - added), _trees(gbc, rate)
 
 
 def _trees(gbr: Any, learning_rate: float) -> list[dict[str, np.ndarray]]:
