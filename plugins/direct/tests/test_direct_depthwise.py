@@ -542,3 +542,22 @@ def test_forward_nchw_takes_the_planes_or_staging_by_row_length(
     Handle("cpu").immediate(p, "direct.depthwise", **arrays)
     expected = reference.convolution(p, x=arrays["x"], w=arrays["w"])
     np.testing.assert_allclose(arrays["y"], expected, rtol=2e-5, atol=2e-5 * abs(expected).max())
+
+
+@pytest.mark.parametrize(
+    "shape", [(2, 1, 3, 5), (1, 5, 7, 7), (2, 8, 1, 1), (3, 12, 4, 6), (1, 17, 7, 3), (2, 64, 5, 5)]
+)
+def test_staging_transposes_move_every_element(shape: tuple[int, int, int, int]) -> None:
+    """NCHW to channels-last and back, in blocks of eight channels and a remainder: equal to
+    numpy's transpose, element for element, for channel counts in, at and past a block."""
+    from miocore_direct.depthwise_kernels import nchw_to_nhwc, nhwc_to_nchw
+
+    rng = np.random.default_rng(sum(shape))
+    src = rng.standard_normal(shape).astype(np.float32)
+    n, c, h, w = shape
+    staged = np.full((n, h, w, c), np.nan, np.float32)
+    nchw_to_nhwc(src, staged)
+    np.testing.assert_array_equal(staged, src.transpose(0, 2, 3, 1))
+    back = np.full(shape, np.nan, np.float32)
+    nhwc_to_nchw(staged, back)
+    np.testing.assert_array_equal(back, src)
