@@ -164,6 +164,30 @@ def test_each_gpu_worker_sees_only_its_own_device(monkeypatch: pytest.MonkeyPatc
     assert worker_environments(["cpu"], 2) == [{"MIOCORE_TUNE_DEVICE": "cpu"}] * 2
 
 
+def test_a_worker_under_dasks_trim_threshold_is_named_in_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On a cluster of the caller's own, started the way Dask starts workers by default, the
+    run still tunes, and says which worker timed under glibc's trim threshold."""
+    distributed = pytest.importorskip("distributed")
+    with (
+        distributed.LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        if not any(client.run(lambda: bool(os.environ.get("MALLOC_TRIM_THRESHOLD_"))).values()):
+            pytest.skip("this Dask does not set MALLOC_TRIM_THRESHOLD_ in its workers")
+        with caplog.at_level("WARNING", logger="miocore.tune"):
+            result = tune(
+                _tiny_problems()[:1], out_dir=tmp_path, scheduler=cluster.scheduler_address
+            )
+    assert result.tuned == 1
+    warned = [r.getMessage() for r in caplog.records if "MALLOC_TRIM_THRESHOLD_" in r.getMessage()]
+    assert len(warned) == 1 and "PRE_SPAWN_ENVIRON" in warned[0]
+    assert all(line.get("malloc_trim_threshold") for line in iter_log(tmp_path))
+
+
 def test_local_cluster_workers_time_in_the_callers_environment() -> None:
     """Dask's nanny would start workers with glibc's MALLOC_TRIM_THRESHOLD_ and one-thread
     OpenMP/BLAS caps (and write them into this process's environment): numpy-heavy solvers

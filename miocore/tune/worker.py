@@ -23,6 +23,12 @@ _handles: dict[tuple[str, str, str], Any] = {}
 VISIBLE_DEVICES = {"cuda": "CUDA_VISIBLE_DEVICES", "hip": "HIP_VISIBLE_DEVICES"}
 
 
+#: glibc's variable that Dask's nanny sets in a worker it starts (65536 by default): numpy's
+#: temporaries then go back to the kernel at each free, and numpy-heavy CPU solvers time
+#: 1.8-3.6x slower than in the caller's process. A task records it (see runner.tune's warning).
+MALLOC_TRIM = "MALLOC_TRIM_THRESHOLD_"
+
+
 class ProblemTimeLimit(MiocoreError):
     """A problem's find ran past the run's per-problem time limit (checked between solvers)."""
 
@@ -97,6 +103,8 @@ def _tune(task: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     for variable in VISIBLE_DEVICES.values():
         if os.environ.get(variable):  # a pinned GPU worker: which physical device it tuned
             line["visible_devices"] = os.environ[variable]
+    if os.environ.get(MALLOC_TRIM):  # Dask's nanny default: timings the caller will not see
+        line["malloc_trim_threshold"] = os.environ[MALLOC_TRIM]
     if not task.get("prune", False):
         os.environ["MIOCORE_FIND_PRUNE_FACTOR"] = "0"  # this worker process only
     start = time.perf_counter()
