@@ -73,6 +73,7 @@ from miocore_direct.gpu_depthwise_geometry import (
     pack_params,
     pow2_at_least,
     problem_sizes,
+    reduce_kernel,
     role,
     tap_count,
     vec_ok,
@@ -92,9 +93,10 @@ class GpuDepthwiseSolver(TunableSolver):
     name = "direct.gpu_depthwise"
     numerical_notes = frozenset()
     #: 1: backward weights through staged tiles and the 16-bit forward/backward-data defaults
-    #: refitted (2026-11-26); 2: the fp32 ones refitted (2026-11-26): entries recorded before
-    #: run today's defaults instead.
-    revision = 2
+    #: refitted (2026-11-26); 2: the fp32 ones refitted (2026-11-26); 3: backward weights'
+    #: partials summed by split lanes, the tiles' loads overlapped with the previous tile's
+    #: arithmetic (2026-11-27): entries recorded before run today's defaults instead.
+    revision = 3
     algorithm = Algorithm.DIRECT
     backends = GPU_BACKENDS
 
@@ -485,8 +487,7 @@ class GpuDepthwiseSolver(TunableSolver):
                 grid = (split, -(-b.lengths[1] // cb))
                 kernels.append(kernel_info("dw_wrw_tile", opts, grid, (cb, pg or s["f"][1])))
             if split > 1:
-                rgrid = (max(1, min(-(-wcount // 256), 4096)),)
-                kernels.append(kernel_info("dw_wrw_reduce", tuple(base_opts), rgrid, (256,)))
+                kernels.append(reduce_kernel(base_opts, wcount, split))
         else:
             vec, ct = cfg["vec"], cfg["ct"]
             split = self._split(ctx, p, cfg)
@@ -501,8 +502,7 @@ class GpuDepthwiseSolver(TunableSolver):
                 grid = (split, gy, -(-taps // tc))
                 kernels.append(kernel_info("dw_wrw", opts, grid, (ctv, max(1, 256 // ctv))))
             if split > 1:
-                rgrid = (max(1, min(-(-wcount // 256), 4096)),)
-                kernels.append(kernel_info("dw_wrw_reduce", tuple(base_opts), rgrid, (256,)))
+                kernels.append(reduce_kernel(base_opts, wcount, split))
         params = tensor5_bytes(a) + tensor5_bytes(b) + tensor5_bytes(p.w) + pack_params(fields)
         workspace = 0 if split == 1 else split * wcount * 4
         vec = cfg.get("vec", 1)

@@ -198,6 +198,14 @@ def kernel_info(name: str, options: tuple[str, ...], grid: tuple, block: tuple) 
     )
 
 
+def reduce_kernel(options: list[str] | tuple[str, ...], wcount: int, split: int) -> KernelInfo:
+    """``dw_wrw_reduce`` over ``split`` partials of ``wcount`` filter elements: blocks of 32
+    elements x up to 32 split lanes (each lane sums about four partials)."""
+    lanes = max(1, min(32, -(-split // 4)))
+    grid = (max(1, min(-(-wcount // 32), 4096)),)
+    return kernel_info("dw_wrw_reduce", tuple(options), grid, (32, lanes))
+
+
 def pow2_at_least(v: int) -> int:
     return 1 << max(0, (v - 1).bit_length())
 
