@@ -76,6 +76,12 @@ def main() -> None:
         help="backward weights: accumulators per thread allowed (the solver's MAX_WRW_ACC)",
     )
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--layers", nargs="+", default=None, help="only these layers (names)")
+    parser.add_argument(
+        "--tile-only",
+        action="store_true",
+        help="with --configs 0: the default and the staged-tile backward-weights configs only",
+    )
     args = parser.parse_args()
     if args.wrw_acc is not None:  # an experiment: which configs a larger budget opens
         import miocore_direct.gpu_depthwise_geometry as dw
@@ -87,6 +93,8 @@ def main() -> None:
     handle = miocore.Handle("cuda", stream=torch.cuda.current_stream())
     solver = handle.registry.get(SOLVER).solver
     layers = [lay for lay in SUITES[args.suite] if lay.groups > 1 and lay.groups == lay.c]
+    if args.layers:
+        layers = [lay for lay in layers if lay.name in args.layers]
     copy_rate = copy_gbps()
     print(f"device copy rate: {copy_rate:.0f} GB/s", flush=True)
 
@@ -125,6 +133,8 @@ def main() -> None:
                             picks.append(alt[0])
                     if args.configs == 0:  # the whole space, the default first
                         picks = [default, *(c for c in space if c != default)]
+                        if args.tile_only:
+                            picks = [default, *(c for c in picks[1:] if "cb" in c)]
                     for cfg in picks:
                         kernels.extend(solver.get_solution(handle.context, canon, cfg).kernels)
                     plan.append((dtype, layout, layer, direction, p, picks))

@@ -171,9 +171,10 @@ def test_large_filters_stage_their_taps_in_shared_memory(dtype: str) -> None:
 
 
 @pytest.mark.parametrize("f", (3, 5, 7))
-def test_backward_weights_default_takes_tiles_but_on_large_3x3_planes(f: int) -> None:
-    # 3x3 layers on 112x112 planes keep the register lanes of dw_wrw (every tap in one block,
-    # strips of dy); every other 2-D channels-innermost layer takes dw_wrw_tile.
+def test_backward_weights_default_takes_tiles(f: int) -> None:
+    # Every 2-D channels-innermost plain depthwise layer takes dw_wrw_tile by default, the 3x3
+    # ones on 112x112 planes too (since revision 3); 32 channels a block but for 7x7 filters
+    # on small planes, 3x3 in row groups.
     s, ctx = dw.GpuDepthwiseSolver(), _ctx()
     for hw in (112, 56, 14):
         p = _problem("backward_weights", n=4, c=96, k=96, in_spatial=(hw, hw),
@@ -182,15 +183,23 @@ def test_backward_weights_default_takes_tiles_but_on_large_3x3_planes(f: int) ->
         cfg = s.default_perf_config(ctx, p)
         assert cfg in s.perf_config_space(ctx, p)
         kernel = s.get_solution(ctx, p, cfg).kernels[0]
-        if f == 3 and hw == 112:
-            assert cfg["vec"] <= 2 and f * f * cfg["vec"] <= geo.MAX_WRW_ACC
-            assert (cfg["pix"], cfg["py"], cfg["ct"]) == (2, 1, 8)
-            assert int(_options(kernel)["MIO_TC"]) == f * f  # every tap in one block
-        else:
-            assert kernel.kernel_name == "dw_wrw_tile"
-            assert (cfg["vec"], cfg["tp"], cfg["tq"]) == (8, 4, 16)
-            assert cfg["cb"] == {3: 64, 5: 32, 7: 16 if hw <= 28 else 32}[f]
-            assert cfg.get("pg") == (4 if f == 3 else None)  # 3x3: every tap in a thread
+        assert kernel.kernel_name == "dw_wrw_tile"
+        assert (cfg["vec"], cfg["tp"], cfg["tq"]) == (8, 4, 16)
+        assert cfg["cb"] == (16 if f == 7 and hw <= 28 else 32)
+        assert cfg.get("pg") == (4 if f == 3 else None)  # 3x3: every tap in a thread
+
+
+@pytest.mark.parametrize("split", (2, 7, 130, 400))
+def test_backward_weights_reduce_splits_every_element_over_lanes(split: int) -> None:
+    # dw_wrw_reduce: 32 filter elements a block (one 128-byte row of partials per load), up to
+    # 32 split lanes of about four partials each, every element covered by the grid.
+    wcount = 96 * 9
+    k = geo.reduce_kernel(["-DMIO_DTYPE_FP16"], wcount, split)
+    assert k.kernel_name == "dw_wrw_reduce"
+    lanes = k.block[1]
+    assert k.block[0] == 32 and 1 <= lanes <= 32
+    assert -(-split // lanes) <= max(4, -(-split // 32))  # partials per lane
+    assert k.grid[0] * 32 >= wcount
 
 
 def test_backward_weights_tiles_only_where_they_apply() -> None:

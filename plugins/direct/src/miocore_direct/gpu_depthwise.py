@@ -325,22 +325,21 @@ class GpuDepthwiseSolver(TunableSolver):
 
     @staticmethod
     def _default_tile(p: ConvProblem) -> PerfConfig | None:
-        """Backward weights through ``dw_wrw_tile`` unless the layer is a 3x3 one on a plane of
-        112 or more, where the register lanes of ``dw_wrw`` were faster:
-        tiles of 4 dy rows by 16 columns (8 at stride 2 or on planes of 7 and less), 64
-        channels per block for 3x3 filters, 16 for 7x7 ones on planes of 28 and less, else
-        32; 3x3 filters in row groups of 4. Fitted on 26 depthwise layers (ConvNeXt-T,
-        EfficientNet-B0, MobileNetV2; H100, fp16, batch 32): 1.02x the best config's time in
-        geomean, at most 1.08x; the row groups on the twelve 3x3 layers below 112x112: 1.04x
-        the best, where the filter-row tiles were 1.07x."""
+        """Backward weights through ``dw_wrw_tile``: tiles of 4 dy rows by 16 columns (8 at
+        stride 2 or on planes of 7 and less), 16 channels per block for 7x7 filters on planes
+        of 28 and less, else 32; 3x3 filters in row groups of 4. Refitted after the tiles'
+        loads were overlapped with the arithmetic (revision 3) on the 22 3x3 and 5x5 layers of
+        EfficientNet-B0 and MobileNetV2 (H200, fp16, batch 32, every tile config timed): 1.02x
+        the best tile config's time in geomean, at most 1.06x; the 3x3 layers on planes of
+        112, which went to ``dw_wrw``'s register lanes before, run 1.6-2.0x faster here. 64
+        channels per block (the earlier rule for 3x3) was 1.16x the best: it leaves threads idle
+        on 32, 96 and 144 channels."""
         if not wrw_tile_applies(p):
             return None
         s = problem_sizes(p)
         fx, stride, ow = s["f"][2], max(s["s"][1:]), s["out"][2]
-        if s["f"][1] == fx == 3 and s["in"][1] >= 112:
-            return None
         tq = 8 if ow <= 7 or stride > 1 else 16
-        cb = 64 if fx <= 3 else 16 if fx >= 7 and ow <= 28 else 32
+        cb = 16 if fx >= 7 and ow <= 28 else 32
         if s["f"][1] == fx == 3:  # row groups of 4: every tap of a channel in one thread
             return PerfConfig(vec=vecs(p)[0], cb=cb, tp=4, tq=tq, pg=4)
         return PerfConfig(vec=vecs(p)[0], cb=cb, tp=4, tq=tq)
