@@ -561,3 +561,42 @@ def test_staging_transposes_move_every_element(shape: tuple[int, int, int, int])
     back = np.full(shape, np.nan, np.float32)
     nhwc_to_nchw(staged, back)
     np.testing.assert_array_equal(back, src)
+
+
+@pytest.mark.parametrize(
+    ("filt", "pads", "size"),
+    [
+        ((3, 3), (1, 1), (28, 28)),  # MobileNetV2's stride-2 layers
+        ((5, 5), (2, 2), (14, 16)),  # EfficientNet's: a right column past the image
+        ((3, 3), (0, 0), (9, 10)),  # odd height, no padding
+        ((3, 5), (1, 2), (7, 12)),
+        ((4, 3), (0, 1), (6, 8)),  # taller than wide filter, padding on one axis
+        ((7, 7), (3, 3), (11, 14)),
+        ((3, 3), (3, 4), (5, 6)),  # padding past the filter's reach
+        ((2, 2), (0, 0), (4, 2)),  # one pair of columns
+        ((5, 5), (1, 3), (10, 4)),  # the filter wider than the image
+    ],
+)
+def test_stride2_even_width_kernel_matches_reference(filt, pads, size) -> None:
+    """The stride-2 NCHW kernel for even widths (flat column split, one grid pass per filter
+    row, wrapped taps taken back) against a float64 reference: padding on one or both axes,
+    odd heights, a right-hand column whose taps pass the image, padding beyond the filter."""
+    from miocore_direct.depthwise_plane import stride2_kernel
+
+    rng = np.random.default_rng(11)
+    n, c = 2, 5
+    x = rng.standard_normal((n, c, *size)).astype(np.float32)
+    wt = rng.standard_normal((c, *filt)).astype(np.float32)
+    (ph, pw), (fh, fw) = pads, filt
+    out_h = (size[0] + 2 * ph - fh) // 2 + 1
+    out_w = (size[1] + 2 * pw - fw) // 2 + 1
+    xp = np.zeros((n, c, size[0] + 2 * ph + 2, size[1] + 2 * pw + 2))
+    xp[:, :, ph : ph + size[0], pw : pw + size[1]] = x
+    expected = np.zeros((n, c, out_h, out_w))
+    for fy in range(fh):
+        for fx in range(fw):
+            cols = xp[:, :, fy : fy + 2 * out_h : 2, fx : fx + 2 * out_w : 2][:, :, :out_h, :out_w]
+            expected += cols * wt[None, :, fy, fx, None, None].astype(np.float64)
+    y = np.full((n, c, out_h, out_w), np.nan, np.float32)
+    stride2_kernel(fw, size[1])(x, wt, y, ph, pw)
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())

@@ -167,7 +167,9 @@ class _Plan:
                 from miocore_direct.depthwise_plane_bwd import spec
 
                 return [spec(fw)]
-            return [plane.plane_stride2_spec(fw) if sh == 2 else plane.plane_spec(fw, dw)]
+            if sh == 2:
+                return [plane.stride2_spec(fw, self.ins[1])]
+            return [plane.plane_spec(fw, dw)]
         if self.phased:
             return self.phase_plan().specs()
         if self.blocked:
@@ -266,7 +268,7 @@ class _Plan:
             return
         ph, pw = self.pads
         if sh == 2:
-            generated.plane_kernel_stride2(self.filt[1])(src, wt, dst, ph, pw)
+            generated.stride2_kernel(self.filt[1], src.shape[3])(src, wt, dst, ph, pw)
         else:
             generated.plane_kernel(self.filt[1], dw)(src, wt, dst, ph, dh, pw)
 
@@ -455,7 +457,9 @@ class DepthwiseDirectSolver(Solver):
     # 3 (2026-11-26, session 14): small calls run on one thread where that is faster
     # (miocore_direct.pool_choice): waking the pool cost small layers up to 10x their time;
     # forward NCHW layers with short rows for their filter staged instead of on planes.
-    revision = 3
+    # 4 (2026-11-27, session 16): stride-2 forward NCHW planes of even width without per-row
+    # copies (depthwise_plane.source_plane_stride2_even): 1.3-2x on the suites' layers.
+    revision = 4
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
         """2-D CPU problems whose groups equal the input channels, x and y in one layout."""
