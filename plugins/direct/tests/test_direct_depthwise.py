@@ -598,5 +598,5 @@ def test_stride2_even_width_kernel_matches_reference(filt, pads, size) -> None:
             cols = xp[:, :, fy : fy + 2 * out_h : 2, fx : fx + 2 * out_w : 2][:, :, :out_h, :out_w]
             expected += cols * wt[None, :, fy, fx, None, None].astype(np.float64)
     y = np.full((n, c, out_h, out_w), np.nan, np.float32)
-    stride2_kernel(fw, size[1])(x, wt, y, ph, pw)
+    stride2_kernel(filt, size[1])(x, wt, y, ph, pw)
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())

@@ -231,24 +231,27 @@ def plane_kernel_stride2(fw: int) -> Any:
     return load_generated(*plane_stride2_spec(fw))
 
 
-def source_plane_stride2_even(fw: int) -> str:
+#: Filter rows the even-width stride-2 kernel applies in one pass over its grid.
+STRIDE2_ROWS_PER_PASS = 3
+
+
+def source_plane_stride2_even(fh: int, fw: int) -> str:
     """The stride-2 (both ways, no dilation) kernel for images of even width: no per-row copies.
 
-    ``kernel(x, wt, y, ph, pw)``. Per channel image, one long loop splits the image into its
-    even and odd columns (``ev``, ``od``: consecutive pairs of the flat image, which keeps rows
-    apart when the width is even; LLVM turns it into vector shuffles), placed after ``ph``
-    zero rows; rows of a few columns each copied one by one had cost most of the old kernel's
-    time. The output is computed on a grid of the input's row pitch ``W``: output
-    ``t = oh * W + ow`` reads ``ev/od[t + fy * W/2 + (fx - pw - parity) // 2]`` (plus a
-    constant front margin), so each filter row is one long unit-stride loop over the grid; the
-    grid's columns past ``out_w`` are computed and dropped. Where a tap falls left of column 0
-    or right of the last, the loop read a zero of the margin or a neighbouring row's value: the
-    few outputs of those columns take it back, reading the same elements."""
+    ``kernel(x, wt, y, ph, pw)`` for ``fh x fw`` filters. Per channel image, one long loop
+    splits the image into its even and odd columns (``ev``, ``od``: consecutive pairs of the
+    flat image, which keeps rows apart when the width is even; LLVM turns it into vector
+    shuffles), placed after ``ph`` zero rows; rows of a few columns each copied one by one had
+    cost most of the four-phase kernel's time. The output is computed on a grid of the input's
+    row pitch ``W``: output ``t = oh * W + ow`` reads ``ev/od[t + fy * W/2 + (fx - pw -
+    parity) // 2]`` (plus a front margin), so up to :data:`STRIDE2_ROWS_PER_PASS` filter rows
+    are one long unit-stride loop over the grid; the grid's columns past ``out_w`` are computed
+    and dropped. Where a tap falls left of column 0 or right of the last, the loop read a zero
+    of the margin or a neighbouring row's value: the few outputs of those columns take it
+    back, reading the same elements."""
 
-    def terms(pw_parity: int) -> str:
-        return " + ".join(
-            f"{'ev' if (fx - pw_parity) % 2 == 0 else 'od'}[j + b{fx}] * w{fx}" for fx in range(fw)
-        )
+    def source(fx: int, pw_parity: int) -> str:
+        return "ev" if (fx - pw_parity) % 2 == 0 else "od"
 
     def shift(fx: int) -> str:
         return f"front + ({fx} - pw - ({fx} - pw) % 2) // 2"
@@ -256,11 +259,10 @@ def source_plane_stride2_even(fw: int) -> str:
     lines = [
         "def kernel(x, wt, y, ph, pw):",
         "    n_img, chans, height, width = x.shape",
-        "    fy_n = wt.shape[1]",
         "    _, _, out_h, out_w = y.shape",
         "    half = width // 2",
         "    front = (pw + 1) // 2 + 1",
-        "    pad_bot = max(0, 2 * (out_h - 1) - ph + fy_n - height)",
+        f"    pad_bot = max(0, 2 * (out_h - 1) - ph + {fh} - height)",
         f"    size = front + (ph + height + pad_bot) * half + pw + {2 * fw}",
         "    body = np.uint64(front + ph * half)",
         "    pairs = np.uint64(height * half)",
@@ -268,6 +270,7 @@ def source_plane_stride2_even(fw: int) -> str:
         "    items = n_img * chans",
         "    flat = x.reshape(items, height * width)",
         "    chunks = min(items, 256)",  # enough for any pool; a few buffers each
+        *(f"    s{fx} = np.uint64({shift(fx)})" for fx in range(fw)),
         "    for chunk in prange(chunks):",  # buffers made once per chunk; margins stay zero
         "        ev = np.zeros(size, np.float32)",
         "        od = np.zeros(size, np.float32)",
@@ -278,35 +281,33 @@ def source_plane_stride2_even(fw: int) -> str:
         "            for t in range(pairs):",
         "                ev[body + t] = xf[np.uint64(2) * t]",
         "                od[body + t] = xf[np.uint64(2) * t + np.uint64(1)]",
-        "            for fy in range(fy_n):",
-        *(f"                w{fx} = wt[k, fy, {fx}]" for fx in range(fw)),
-        *(f"                b{fx} = np.uint64(fy * half + {shift(fx)})" for fx in range(fw)),
+        *(f"            w{fy}_{fx} = wt[k, {fy}, {fx}]" for fy in range(fh) for fx in range(fw)),
+        *(f"            r{fy} = np.uint64({fy} * half)" for fy in range(fh)),
     ]
     for parity in (0, 1):
-        lines += [
-            "                if pw % 2 == 0:" if parity == 0 else "                else:",
-            "                    if fy == 0:",
-            "                        for j in range(span):",
-            f"                            grid[j] = {terms(parity)}",
-            "                    else:",
-            "                        for j in range(span):",
-            f"                            grid[j] += {terms(parity)}",
-        ]
+        lines.append("            if pw % 2 == 0:" if parity == 0 else "            else:")
+        for first in range(0, fh, STRIDE2_ROWS_PER_PASS):
+            rows = range(first, min(fh, first + STRIDE2_ROWS_PER_PASS))
+            terms = " + ".join(
+                f"{source(fx, parity)}[j + r{fy} + s{fx}] * w{fy}_{fx}"
+                for fy in rows
+                for fx in range(fw)
+            )
+            lines += [
+                "                for j in range(span):",
+                f"                    grid[j] {'=' if first == 0 else '+='} {terms}",
+            ]
     for fx in range(fw):
+        wrong = " + ".join(f"w{fy}_{fx} * src[g + r{fy}]" for fy in range(fh))
         lines += [
             f"            src = ev if ({fx} - pw) % 2 == 0 else od",
-            f"            off = {shift(fx)}",
             f"            left = min(out_w, max(0, (pw - {fx} + 1) // 2))",
             f"            right = max(left, min(out_w, (width + pw - {fx} + 1) // 2))",
             "            for e in range(left + out_w - right):",
             "                ow = e if e < left else right + (e - left)",
             "                for oh in range(out_h):",
-            "                    g = oh * width + ow",
-            "                    wrong = ZERO",
-            "                    for fy in range(fy_n):",
-            "                        read = np.uint64(g + off + fy * half)",
-            f"                        wrong += wt[k, fy, {fx}] * src[read]",
-            "                    grid[g] -= wrong",
+            f"                    g = np.uint64(oh * width + ow) + s{fx}",
+            f"                    grid[g - s{fx}] -= {wrong}",
         ]
     lines += [
         "            out = y[item // chans, k]",
@@ -318,26 +319,31 @@ def source_plane_stride2_even(fw: int) -> str:
     return _HEADER + "\n".join(lines) + "\n"
 
 
-def plane_stride2_even_spec(fw: int) -> tuple[str, str]:
+def plane_stride2_even_spec(fh: int, fw: int) -> tuple[str, str]:
     """The name prefix and source of :func:`plane_kernel_stride2_even`."""
-    return f"miocore_dw_plane2e_{fw}", source_plane_stride2_even(fw)
+    return f"miocore_dw_plane2e_{fh}x{fw}", source_plane_stride2_even(fh, fw)
 
 
 @functools.cache
-def plane_kernel_stride2_even(fw: int) -> Any:
-    """The compiled stride-2 NCHW kernel for images of even width, filter width ``fw``."""
-    return load_generated(*plane_stride2_even_spec(fw))
+def plane_kernel_stride2_even(fh: int, fw: int) -> Any:
+    """The compiled stride-2 NCHW kernel for images of even width, ``fh x fw`` filters."""
+    return load_generated(*plane_stride2_even_spec(fh, fw))
 
 
-def stride2_spec(fw: int, width: int) -> tuple[str, str]:
-    """The stride-2 forward kernel's spec for an input of ``width`` columns: the flat kernel
-    where the width is even, the four-phase kernel elsewhere."""
-    return plane_stride2_even_spec(fw) if width % 2 == 0 else plane_stride2_spec(fw)
+def stride2_spec(filt: tuple[int, int], width: int) -> tuple[str, str]:
+    """The stride-2 forward kernel's spec for ``filt`` (rows, columns) on an input of
+    ``width`` columns: the flat kernel where the width is even, the four-phase kernel
+    elsewhere."""
+    if width % 2 == 0:
+        return plane_stride2_even_spec(*filt)
+    return plane_stride2_spec(filt[1])
 
 
-def stride2_kernel(fw: int, width: int) -> Any:
+def stride2_kernel(filt: tuple[int, int], width: int) -> Any:
     """The compiled kernel of :func:`stride2_spec`."""
-    return plane_kernel_stride2_even(fw) if width % 2 == 0 else plane_kernel_stride2(fw)
+    if width % 2 == 0:
+        return plane_kernel_stride2_even(*filt)
+    return plane_kernel_stride2(filt[1])
 
 
 def plane_applies(mult: int, filter_width: int, strides: tuple[int, int], pads: tuple[int, int],
