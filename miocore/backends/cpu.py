@@ -234,6 +234,17 @@ def _check_threads(threads: Any, field: str) -> int:
     return threads
 
 
+_blas_checked = False
+
+
+def _check_blas() -> None:
+    global _blas_checked
+    _blas_checked = True
+    from miocore.backends.cpu_blas import warn_once
+
+    warn_once()
+
+
 class CpuBackend:
     """The numpy backend: arrays are numpy arrays or torch CPU tensors (viewed, never copied),
     timing is wall-clock, nothing is compiled.
@@ -329,7 +340,11 @@ class CpuBackend:
         return ()
 
     def time_ms(self, run: Any) -> float:
-        """Wall-clock milliseconds of one call of ``run`` (under :attr:`threads`)."""
+        """Wall-clock milliseconds of one call of ``run`` (under :attr:`threads`). The first
+        timing of the process checks that numpy's BLAS runs the CPU's widest kernels
+        (:mod:`miocore.backends.cpu_blas`: a warning where it does not)."""
+        if not _blas_checked:
+            _check_blas()
         self.apply_threads()
         start = time.perf_counter()
         run()
