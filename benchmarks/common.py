@@ -40,12 +40,21 @@ def geomean(values: list[float]) -> float:
 
 
 def machine() -> str:
-    """A one-line description of this machine."""
+    """A one-line description of this machine, with the kernels numpy's OpenBLAS runs (a VM
+    hiding an AVX-512 CPU's model gets its Haswell ones: miocore.backends.cpu_blas)."""
     import os
 
+    from threadpoolctl import threadpool_info
+
+    blas = [
+        f"{lib['internal_api']} {lib.get('version', '')} {lib.get('architecture', '')}".strip()
+        for lib in threadpool_info()
+        if lib.get("user_api") == "blas"
+    ]
     return (
         f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, "
         f"Python {platform.python_version()}, numpy {np.__version__}"
+        + (f" ({', '.join(blas)})" if blas else "")
     ).replace("  ", " ")
 
 
