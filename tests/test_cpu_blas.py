@@ -42,15 +42,20 @@ def test_cpu_flags_reads_the_flags_line(tmp_path: Path) -> None:
     assert cpu_blas.cpu_flags(str(tmp_path / "missing")) == frozenset()
 
 
-def test_warns_once_per_process(monkeypatch, caplog) -> None:
+def test_a_cpu_find_warns_once_per_process(monkeypatch, caplog) -> None:
+    # The CPU backend's first timing in the process checks; later timings do not.
     import threadpoolctl
 
-    monkeypatch.setattr(cpu_blas, "_checked", False)
+    from miocore.backends import cpu
+
+    monkeypatch.setattr(cpu, "_blas_checked", False)
     monkeypatch.setattr(cpu_blas, "cpu_flags", lambda: frozenset({"avx512f"}))
     monkeypatch.setattr(
         threadpoolctl, "threadpool_info", lambda: [{**OPENBLAS, "architecture": "Haswell"}]
     )
+    backend = cpu.CpuBackend()
     with caplog.at_level(logging.WARNING, logger="miocore.backends.cpu_blas"):
-        assert cpu_blas.warn_once() is not None
-        assert cpu_blas.warn_once() is None
+        backend.time_ms(lambda: None)
+        backend.time_ms(lambda: None)
     assert [r.levelno for r in caplog.records] == [logging.WARNING]
+    assert "OPENBLAS_CORETYPE=SkylakeX" in caplog.text

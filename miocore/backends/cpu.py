@@ -238,11 +238,12 @@ _blas_checked = False
 
 
 def _check_blas() -> None:
+    """:func:`miocore.backends.cpu_blas.warn_if_narrow`, once per process."""
     global _blas_checked
     _blas_checked = True
-    from miocore.backends.cpu_blas import warn_once
+    from miocore.backends.cpu_blas import warn_if_narrow
 
-    warn_once()
+    warn_if_narrow()
 
 
 class CpuBackend:

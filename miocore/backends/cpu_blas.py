@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["AVX512_CORETYPES", "blas_mismatch", "warn_once"]
+__all__ = ["AVX512_CORETYPES", "blas_mismatch", "cpu_flags", "warn_if_narrow"]
 
 _log = logging.getLogger(__name__)
 
 #: OpenBLAS core types whose kernels use AVX-512 (lower case, as threadpoolctl reports them).
 AVX512_CORETYPES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
-
-_checked = False
 
 
 def cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
@@ -53,12 +51,9 @@ def blas_mismatch(flags: frozenset[str], libraries: list[dict]) -> str | None:
     return None
 
 
-def warn_once() -> str | None:
-    """Log :func:`blas_mismatch` for this process once (a warning); the sentence, or None."""
-    global _checked
-    if _checked:
-        return None
-    _checked = True
+def warn_if_narrow() -> str | None:
+    """Log :func:`blas_mismatch` for the libraries this process has loaded (a warning); the
+    sentence, or None. The CPU backend calls it once per process."""
     from threadpoolctl import threadpool_info
 
     found = blas_mismatch(cpu_flags(), threadpool_info())
