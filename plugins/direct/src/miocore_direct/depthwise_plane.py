@@ -231,8 +231,10 @@ def plane_kernel_stride2(fw: int) -> Any:
     return load_generated(*plane_stride2_spec(fw))
 
 
-#: Filter rows the even-width stride-2 kernel applies in one pass over its grid.
-STRIDE2_ROWS_PER_PASS = 3
+#: Most taps the even-width stride-2 kernel applies in one pass over its grid: whole filter
+#: rows, at least one. One pass of 9 taps for 3x3; 5x5 and 7x7 a row a pass (one thread, 5x5
+#: at 8x144x56x56: 1.9 ms a row a pass, 2.2 three rows; 7x7 at 8x96x56x56: 1.6 against 2.2).
+STRIDE2_TAPS_PER_PASS = 9
 
 
 def source_plane_stride2_even(fh: int, fw: int) -> str:
@@ -244,11 +246,11 @@ def source_plane_stride2_even(fh: int, fw: int) -> str:
     shuffles), placed after ``ph`` zero rows; rows of a few columns each copied one by one had
     cost most of the four-phase kernel's time. The output is computed on a grid of the input's
     row pitch ``W``: output ``t = oh * W + ow`` reads ``ev/od[t + fy * W/2 + (fx - pw -
-    parity) // 2]`` (plus a front margin), so up to :data:`STRIDE2_ROWS_PER_PASS` filter rows
-    are one long unit-stride loop over the grid; the grid's columns past ``out_w`` are computed
-    and dropped. Where a tap falls left of column 0 or right of the last, the loop read a zero
-    of the margin or a neighbouring row's value: the few outputs of those columns take it
-    back, reading the same elements."""
+    parity) // 2]`` (plus a front margin), so the filter rows of up to
+    :data:`STRIDE2_TAPS_PER_PASS` taps are one long unit-stride loop over the grid; the grid's
+    columns past ``out_w`` are computed and dropped. Where a tap falls left of column 0 or
+    right of the last, the loop read a zero of the margin or a neighbouring row's value: the
+    few outputs of those columns take it back, reading the same elements."""
 
     def source(fx: int, pw_parity: int) -> str:
         return "ev" if (fx - pw_parity) % 2 == 0 else "od"
@@ -286,8 +288,9 @@ def source_plane_stride2_even(fh: int, fw: int) -> str:
     ]
     for parity in (0, 1):
         lines.append("            if pw % 2 == 0:" if parity == 0 else "            else:")
-        for first in range(0, fh, STRIDE2_ROWS_PER_PASS):
-            rows = range(first, min(fh, first + STRIDE2_ROWS_PER_PASS))
+        per_pass = max(1, STRIDE2_TAPS_PER_PASS // fw)
+        for first in range(0, fh, per_pass):
+            rows = range(first, min(fh, first + per_pass))
             terms = " + ".join(
                 f"{source(fx, parity)}[j + r{fy} + s{fx}] * w{fy}_{fx}"
                 for fy in rows
