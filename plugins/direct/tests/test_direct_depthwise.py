@@ -575,13 +575,16 @@ def test_staging_transposes_move_every_element(shape: tuple[int, int, int, int])
         ((3, 3), (3, 4), (5, 6)),  # padding past the filter's reach
         ((2, 2), (0, 0), (4, 2)),  # one pair of columns
         ((5, 5), (1, 3), (10, 4)),  # the filter wider than the image
+        ((1, 2), (0, 2), (3, 2)),  # output wider than the grid allows: the phase kernel
+        ((3, 3), (1, 3), (6, 8)),  # padding past half the filter: the phase kernel
     ],
 )
 def test_stride2_even_width_kernel_matches_reference(filt, pads, size) -> None:
     """The stride-2 NCHW kernel for even widths (flat column split, one grid pass per filter
     row, wrapped taps taken back) against a float64 reference: padding on one or both axes,
-    odd heights, a right-hand column whose taps pass the image, padding beyond the filter."""
-    from miocore_direct.depthwise_plane import stride2_kernel
+    odd heights, a right-hand column whose taps pass the image, padding beyond the filter;
+    outputs wider than its grid allows take the four-phase kernel (hypothesis found one)."""
+    from miocore_direct.depthwise_plane import stride2_even_applies, stride2_kernel
 
     rng = np.random.default_rng(11)
     n, c = 2, 5
@@ -597,6 +600,7 @@ def test_stride2_even_width_kernel_matches_reference(filt, pads, size) -> None:
         for fx in range(fw):
             cols = xp[:, :, fy : fy + 2 * out_h : 2, fx : fx + 2 * out_w : 2][:, :, :out_h, :out_w]
             expected += cols * wt[None, :, fy, fx, None, None].astype(np.float64)
+    assert stride2_even_applies(size[1], out_w) == (size[1] % 2 == 0 and 2 * pw <= fw + 1)
     y = np.full((n, c, out_h, out_w), np.nan, np.float32)
-    stride2_kernel(filt, size[1])(x, wt, y, ph, pw)
+    stride2_kernel(filt, size[1], out_w)(x, wt, y, ph, pw)
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())

@@ -168,7 +168,7 @@ class _Plan:
 
                 return [spec(fw)]
             if sh == 2:
-                return [plane.stride2_spec((fh, fw), self.ins[1])]
+                return [plane.stride2_spec((fh, fw), self.ins[1], self.outs[1])]
             return [plane.plane_spec(fw, dw)]
         if self.phased:
             return self.phase_plan().specs()
@@ -268,7 +268,7 @@ class _Plan:
             return
         ph, pw = self.pads
         if sh == 2:
-            generated.stride2_kernel(self.filt, src.shape[3])(src, wt, dst, ph, pw)
+            generated.stride2_kernel(self.filt, src.shape[3], dst.shape[3])(src, wt, dst, ph, pw)
         else:
             generated.plane_kernel(self.filt[1], dw)(src, wt, dst, ph, dh, pw)
 

@@ -333,18 +333,26 @@ def plane_kernel_stride2_even(fh: int, fw: int) -> Any:
     return load_generated(*plane_stride2_even_spec(fh, fw))
 
 
-def stride2_spec(filt: tuple[int, int], width: int) -> tuple[str, str]:
+def stride2_even_applies(width: int, out_w: int) -> bool:
+    """Whether :func:`source_plane_stride2_even` takes an input of ``width`` columns giving
+    ``out_w``: an even width, and output rows that fit the grid's pitch with the reads of the
+    last row inside the buffer's end margin (``out_w <= width / 2 + 1``: padding up to about
+    half the filter; more padding takes the four-phase kernel)."""
+    return width % 2 == 0 and out_w <= width // 2 + 1
+
+
+def stride2_spec(filt: tuple[int, int], width: int, out_w: int) -> tuple[str, str]:
     """The stride-2 forward kernel's spec for ``filt`` (rows, columns) on an input of
-    ``width`` columns: the flat kernel where the width is even, the four-phase kernel
-    elsewhere."""
-    if width % 2 == 0:
+    ``width`` columns giving ``out_w``: the flat kernel where :func:`stride2_even_applies`,
+    the four-phase kernel elsewhere."""
+    if stride2_even_applies(width, out_w):
         return plane_stride2_even_spec(*filt)
     return plane_stride2_spec(filt[1])
 
 
-def stride2_kernel(filt: tuple[int, int], width: int) -> Any:
+def stride2_kernel(filt: tuple[int, int], width: int, out_w: int) -> Any:
     """The compiled kernel of :func:`stride2_spec`."""
-    if width % 2 == 0:
+    if stride2_even_applies(width, out_w):
         return plane_kernel_stride2_even(*filt)
     return plane_kernel_stride2(filt[1])
 
