@@ -10,11 +10,11 @@ weights): each input rounded to 10 mantissa bits, products exact in fp32, fp32 a
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import attrs
 import numpy as np
 import pytest
 from test_gpu_solvers import DEVICE, _handle
@@ -55,7 +55,7 @@ def handle_for(solver: str, tf32: str) -> miocore.Handle:
 
 def with_options(kernels: Sequence[Any], options: tuple[str, ...]) -> tuple:
     """The kernels with extra compile options (``-DMIO_MFMA_EMULATE``: the MFMA path)."""
-    return tuple(attrs.evolve(k, options=(*k.options, *options)) for k in kernels)
+    return tuple(dataclasses.replace(k, options=(*k.options, *options)) for k in kernels)
 
 
 def written(problem: miocore.ConvProblem) -> str:

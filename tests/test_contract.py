@@ -183,10 +183,10 @@ class UnderstatedWorkspace(GoodSolver):
 
 class DisagreeingWorkspace(GoodSolver):
     def get_solution(self, ctx: Any, problem: ConvProblem, perf_config: Any = None) -> Any:
-        import attrs
+        import dataclasses
 
         solution = super().get_solution(ctx, problem, perf_config)
-        return attrs.evolve(solution, workspace_size=solution.workspace_size + 8)
+        return dataclasses.replace(solution, workspace_size=solution.workspace_size + 8)
 
 
 class SilentShortWorkspace(GoodSolver):
@@ -240,9 +240,11 @@ class ForgetsAnElement(GoodSolver):
 
 class MisnamedSolution(GoodSolver):
     def get_solution(self, ctx: Any, problem: ConvProblem, perf_config: Any = None) -> Any:
-        import attrs
+        import dataclasses
 
-        return attrs.evolve(super().get_solution(ctx, problem, perf_config), solver="other.name")
+        return dataclasses.replace(
+            super().get_solution(ctx, problem, perf_config), solver="other.name"
+        )
 
 
 class UnknownNote(GoodSolver):

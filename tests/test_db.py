@@ -4,6 +4,7 @@ merge and clean. Every test uses its own folders; none touches the real user cac
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -11,7 +12,6 @@ import os
 import sqlite3
 from pathlib import Path
 
-import attrs
 import pytest
 
 from miocore.db import (
@@ -683,8 +683,8 @@ def test_entries_are_frozen_values() -> None:
     e = entry("a.one", 1.0, provenance={"x": "1"})
     assert e == entry("a.one", 1.0, provenance={"x": "1"})
     assert hash(e) == hash(entry("a.one", 1.0, provenance={"x": "1"}))
-    assert attrs.evolve(e, time_ms=2.0).time_ms == 2.0
-    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+    assert dataclasses.replace(e, time_ms=2.0).time_ms == 2.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
         e.time_ms = 3.0  # type: ignore[misc]
 
 

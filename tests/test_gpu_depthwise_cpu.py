@@ -3,9 +3,9 @@ reasons, configs, workspace sizes, the launch geometry. No device is needed."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
-import attrs
 import numpy as np
 import pytest
 
@@ -17,7 +17,7 @@ geo = pytest.importorskip("miocore_direct.gpu_depthwise_geometry")
 
 
 def _ctx(sms: int = 132) -> miocore.ExecutionContext:
-    device = attrs.evolve(cpu_context().device, backend="cuda", compute_units=sms)
+    device = dataclasses.replace(cpu_context().device, backend="cuda", compute_units=sms)
     return miocore.ExecutionContext(device=device)
 
 

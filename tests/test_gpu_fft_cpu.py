@@ -10,10 +10,10 @@ sign mistake shows as an error of order 1 while rounding stays near 1e-14).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
-import attrs
 import numpy as np
 import pytest
 
@@ -30,7 +30,7 @@ EMULATION_TOL = 1e-9
 
 
 def _ctx(backend: str = "cuda") -> miocore.ExecutionContext:
-    device = attrs.evolve(cpu_context().device, backend=backend, compute_units=132)
+    device = dataclasses.replace(cpu_context().device, backend=backend, compute_units=132)
     return miocore.ExecutionContext(device=device)
 
 
@@ -78,7 +78,7 @@ def test_mac_struct_matches_the_kernel() -> None:
         if decl:
             assert decl.startswith("mio_index ") and decl.endswith(";"), decl
             fields += [f.strip() for f in decl[len("mio_index ") : -1].split(",")]
-    assert tuple(fields) == tuple(f.name for f in attrs.fields(gpu.MacGeometry))
+    assert tuple(fields) == tuple(f.name for f in dataclasses.fields(gpu.MacGeometry))
     geom = re.search(r"struct MioFftGeom \{(.*?)\};", source, re.S).group(1)
     assert "mio_index len[3];" in geom and "mio_index off[3];" in geom
     plan = gpu.FftGpuPlan(_problem().canonical)

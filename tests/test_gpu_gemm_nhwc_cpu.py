@@ -9,10 +9,10 @@ wrong leading dimension, stride, offset or chunk in the invoker fails here, on t
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
-import attrs
 import numpy as np
 import pytest
 
@@ -69,7 +69,7 @@ def _params(args: object) -> tuple[int, int, dict]:
     return int(words[0]), int(words[1]), out
 
 
-@attrs.define
+@dataclasses.dataclass
 class FakeKernel:
     """A numpy stand-in for one compiled kernel."""
 
@@ -173,7 +173,7 @@ class FakeKernel:
             row[:cols] = source[r * src_ld : r * src_ld + cols].astype(self.dtype)
 
 
-@attrs.define
+@dataclasses.dataclass
 class FakeBlas:
     """Column-major strided-batched GEMM on the emulated memory (float64 arithmetic)."""
 
@@ -206,7 +206,7 @@ class FakeBlas:
         )
 
 
-@attrs.define
+@dataclasses.dataclass
 class FakeDriver:
     """The driver primitive the invoker may call directly: memset."""
 
@@ -216,7 +216,7 @@ class FakeDriver:
         self.mem.raw[dst : dst + nbytes] = 0
 
 
-@attrs.define
+@dataclasses.dataclass
 class FakeBackend:
     """What the invoker reads from its backend."""
 
@@ -228,7 +228,7 @@ class FakeBackend:
 
 def _ctx(tf32: bool = False) -> miocore.ExecutionContext:
     return miocore.ExecutionContext(
-        device=attrs.evolve(cpu_context().device, backend="cuda"),
+        device=dataclasses.replace(cpu_context().device, backend="cuda"),
         math_mode="tf32" if tf32 else "exact",
     )
 

@@ -5,9 +5,9 @@ No device is needed: these run in every CI job where ``miocore-igemm`` is import
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
-import attrs
 import numpy as np
 import pytest
 
@@ -18,7 +18,7 @@ gpu = pytest.importorskip("miocore_igemm.gpu")
 
 
 def _ctx(mode: str = "exact", sms: int = 132, arch: str = "sm90") -> miocore.ExecutionContext:
-    device = attrs.evolve(cpu_context().device, backend="cuda", compute_units=sms, arch=arch)
+    device = dataclasses.replace(cpu_context().device, backend="cuda", compute_units=sms, arch=arch)
     return miocore.ExecutionContext(device=device, math_mode=mode)
 
 
@@ -167,7 +167,9 @@ def test_big_tiles_need_the_opt_in_limits() -> None:
     assert big(_ctx())
     assert not big(_ctx(arch="sm75"))
     hip = miocore.ExecutionContext(
-        device=attrs.evolve(cpu_context().device, backend="hip", compute_units=104, arch="gfx90a")
+        device=dataclasses.replace(
+            cpu_context().device, backend="hip", compute_units=104, arch="gfx90a"
+        )
     )
     assert all(gpu.shared_bytes(canon, c) <= 64 * 1024 for c in mma.perf_config_space(hip, canon))
 

@@ -5,9 +5,9 @@ config space, workspace and wti. No device is needed: these run in every CI job 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
-import attrs
 import numpy as np
 import pytest
 
@@ -20,7 +20,7 @@ DIRECTIONS = ("forward", "backward_data", "backward_weights")
 
 
 def _ctx(sms: int = 132, backend: str = "cuda") -> miocore.ExecutionContext:
-    device = attrs.evolve(cpu_context().device, backend=backend, compute_units=sms)
+    device = dataclasses.replace(cpu_context().device, backend=backend, compute_units=sms)
     return miocore.ExecutionContext(device=device)
 
 

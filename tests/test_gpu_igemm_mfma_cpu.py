@@ -8,13 +8,13 @@ llvm-objdump) or NVRTC is missing.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
-import attrs
 import pytest
 
 import miocore
@@ -27,7 +27,9 @@ HEADER = Path(__file__).resolve().parents[1] / "kernels" / "miocore_gpu.h"
 
 
 def _ctx(backend: str, arch: str, mode: str = "exact") -> miocore.ExecutionContext:
-    device = attrs.evolve(cpu_context().device, backend=backend, compute_units=104, arch=arch)
+    device = dataclasses.replace(
+        cpu_context().device, backend=backend, compute_units=104, arch=arch
+    )
     return miocore.ExecutionContext(device=device, math_mode=mode)
 
 

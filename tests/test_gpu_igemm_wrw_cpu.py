@@ -6,9 +6,9 @@ No device is needed: these run in every CI job where ``miocore-igemm`` is import
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
-import attrs
 import numpy as np
 import pytest
 
@@ -19,7 +19,7 @@ wrw = pytest.importorskip("miocore_igemm.gpu_wrw")
 
 
 def _ctx(mode: str = "exact", sms: int = 132, arch: str = "sm90") -> miocore.ExecutionContext:
-    device = attrs.evolve(cpu_context().device, backend="cuda", compute_units=sms, arch=arch)
+    device = dataclasses.replace(cpu_context().device, backend="cuda", compute_units=sms, arch=arch)
     return miocore.ExecutionContext(device=device, math_mode=mode)
 
 
@@ -134,7 +134,7 @@ def test_shared_limit_follows_the_architecture() -> None:
     assert wrw.shared_limit(_ctx(arch="sm80")) == 163 * 1024
     assert wrw.shared_limit(_ctx(arch="sm70")) == wrw.SHARED_LIMIT
     hip = miocore.ExecutionContext(
-        device=attrs.evolve(cpu_context().device, backend="hip", arch="gfx90a")
+        device=dataclasses.replace(cpu_context().device, backend="hip", arch="gfx90a")
     )
     assert wrw.shared_limit(hip) == wrw.SHARED_LIMIT
     canon = _problem(c=256, k=256).canonical

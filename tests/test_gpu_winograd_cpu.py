@@ -11,10 +11,10 @@ float64 reference under ``max(TOLERANCES[dtype], expected_error)``.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
-import attrs
 import ml_dtypes
 import numpy as np
 import pytest
@@ -34,7 +34,7 @@ _NP = {
 
 
 def _ctx() -> miocore.ExecutionContext:
-    device = attrs.evolve(cpu_context().device, backend="cuda", compute_units=132)
+    device = dataclasses.replace(cpu_context().device, backend="cuda", compute_units=132)
     return miocore.ExecutionContext(device=device)
 
 

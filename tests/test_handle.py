@@ -374,3 +374,17 @@ def test_core_environment_without_plugins_says_so() -> None:
     assert miocore.solvers() == []
     with pytest.raises(NoApplicableSolverError, match="no solver plugin is installed"):
         Handle("cpu").find_solutions(PROBLEM)
+
+
+def test_cpu_identity_is_the_machine_platform_names() -> None:
+    """The CPU's identity (database file names) reads the machine without importing
+    ``platform``; it must name what ``platform.machine()`` names."""
+    import os
+    import platform
+
+    from miocore.backends.cpu import cpu_device_info
+
+    info = cpu_device_info()
+    machine = platform.machine() or "unknown"
+    assert info.arch == machine
+    assert info.identity == f"cpu_{machine}_{os.cpu_count() or 1}".replace("-", "_").lower()

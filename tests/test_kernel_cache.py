@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
-import attrs
 import pytest
 
 from miocore.db.kernel_cache import (
@@ -42,14 +42,14 @@ PARTS = CacheKeyParts(
     ],
 )
 def test_every_input_changes_the_key(change: dict) -> None:
-    assert attrs.evolve(PARTS, **change).key != PARTS.key
+    assert dataclasses.replace(PARTS, **change).key != PARTS.key
 
 
 def test_key_is_stable_and_ignores_header_order() -> None:
     two = (("a/x.h", b"1"), ("a/y.h", b"2"))
-    a = attrs.evolve(PARTS, headers=two)
-    b = attrs.evolve(PARTS, headers=tuple(reversed(two)))
-    assert a.key == b.key == attrs.evolve(PARTS, headers=two).key
+    a = dataclasses.replace(PARTS, headers=two)
+    b = dataclasses.replace(PARTS, headers=tuple(reversed(two)))
+    assert a.key == b.key == dataclasses.replace(PARTS, headers=two).key
     assert len(PARTS.key) == 64
 
 
@@ -57,7 +57,7 @@ def test_round_trip_and_manifest(tmp_path: Path) -> None:
     cache = KernelCache(tmp_path)
     assert cache.get(PARTS) is None and not cache.contains(PARTS)
     cache.put(PARTS, b"\x7fELF binary", kind="cubin")
-    assert cache.contains(PARTS) and not cache.contains(attrs.evolve(PARTS, arch="sm_80"))
+    assert cache.contains(PARTS) and not cache.contains(dataclasses.replace(PARTS, arch="sm_80"))
     assert cache.get(PARTS) == b"\x7fELF binary"
     manifest = json.loads((tmp_path / f"{PARTS.key}.json").read_text())
     assert manifest["kind"] == "cubin" and manifest["arch"] == "sm_90"
@@ -95,7 +95,7 @@ def test_damaged_entries_are_rejected_and_removed(
 
 def test_size_bound_evicts_least_recently_used(tmp_path: Path) -> None:
     cache = KernelCache(tmp_path, max_bytes=3000)
-    parts = [attrs.evolve(PARTS, options=(f"-DN={i}",)) for i in range(5)]
+    parts = [dataclasses.replace(PARTS, options=(f"-DN={i}",)) for i in range(5)]
     for i, p in enumerate(parts):
         cache.put(p, bytes(700), kind="cubin")
         # Make the order of use unambiguous on file systems with coarse timestamps.

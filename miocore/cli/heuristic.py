@@ -14,9 +14,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-import attrs
-
 from miocore.errors import InvalidArgumentError
+from miocore.values import asdict
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -209,7 +208,7 @@ def _eval(args: argparse.Namespace, registry: Any) -> int:
     if args.json:
         print(
             json.dumps(
-                {k: attrs.asdict(v) for k, v in results.items()},
+                {k: asdict(v) for k, v in results.items()},
                 indent=2,
             )
         )

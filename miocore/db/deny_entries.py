@@ -10,11 +10,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-import attrs
-
 from miocore.db._common import check_solver
 from miocore.errors import InvalidArgumentError
-from miocore.values import frozen
+from miocore.values import field, frozen
 
 HEADER = "# miocore deny list: solver | versions | key pattern | reason | when\n"
 _COMPARISON = re.compile(r"^(==|!=|<=|>=|<|>)\s*(\d+(?:\.\d+)*)\S*$")
@@ -91,11 +89,11 @@ def now_utc() -> str:
 class DenyEntry:
     """One line of a deny list: this solver, in these versions, on these keys, is denied."""
 
-    solver: str = attrs.field(converter=check_solver)
-    reason: str = attrs.field(converter=lambda v: _text_field(v, "reason"))
-    versions: str = attrs.field(default="*", converter=check_versions)
-    key_pattern: str = attrs.field(default="*", converter=lambda v: _text_field(v, "key_pattern"))
-    when: str = attrs.field(factory=now_utc, converter=check_when)
+    solver: str = field(converter=check_solver)
+    reason: str = field(converter=lambda v: _text_field(v, "reason"))
+    versions: str = field(default="*", converter=check_versions)
+    key_pattern: str = field(default="*", converter=lambda v: _text_field(v, "key_pattern"))
+    when: str = field(factory=now_utc, converter=check_when)
 
     def matches_version(self, version: str | None) -> bool:
         """Whether ``version`` is in range; an unknown version is (deny in doubt)."""

@@ -21,8 +21,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-import attrs
-
 from miocore.db.keycheck import key_is_valid
 from miocore.db.text import (
     BadLine,
@@ -32,7 +30,7 @@ from miocore.db.text import (
     parse_body,
     parse_line,
 )
-from miocore.values import define, frozen
+from miocore.values import define, field, frozen
 
 #: How many example lines a skip report keeps per reason.
 EXAMPLES_PER_REASON = 3
@@ -104,8 +102,8 @@ def skip_reason(error: str) -> str:
 class SkipReport:
     """Lines skipped by an import: counts per reason and the first examples of each."""
 
-    counts: Counter[str] = attrs.Factory(Counter)
-    examples: list[BadLine] = attrs.Factory(list)
+    counts: Counter[str] = field(factory=Counter)
+    examples: list[BadLine] = field(factory=list)
 
     def add(self, line: int, error: str, text: str) -> None:
         reason = skip_reason(error)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import attrs
-
 from miocore.db.text import BadLine
-from miocore.values import frozen
+from miocore.values import field, frozen
 
 __all__ = ["ImportResult", "MergeResult"]
 
@@ -23,7 +21,7 @@ class ImportResult:
     records: int
     entries: int
     skipped: tuple[BadLine, ...] = ()
-    skip_counts: Mapping[str, int] = attrs.field(factory=dict)
+    skip_counts: Mapping[str, int] = field(factory=dict)
     lines: int = 0
     seconds: float = 0.0
 

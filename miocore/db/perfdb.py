@@ -9,8 +9,6 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Collection, Iterator, Mapping
 
-import attrs
-
 from miocore.db._common import (
     LayeredDb,
     check_key,
@@ -22,7 +20,7 @@ from miocore.db._common import (
 )
 from miocore.db.records import _clean
 from miocore.errors import InvalidArgumentError
-from miocore.values import frozen
+from miocore.values import field, frozen
 
 
 @frozen(kw_only=True)
@@ -32,7 +30,7 @@ class PerfDbEntry:
     key: str
     solver: str
     perf_config: str
-    provenance: Mapping[str, str] = attrs.field(converter=freeze_provenance, hash=False)
+    provenance: Mapping[str, str] = field(converter=freeze_provenance, hash=False)
     layer: str
 
 

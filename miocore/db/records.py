@@ -8,8 +8,6 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import attrs
-
 from miocore.db._common import (
     check_key,
     check_nonneg_float,
@@ -23,7 +21,7 @@ from miocore.db._common import (
 )
 from miocore.db._sqlite import open_readonly
 from miocore.errors import DatabaseError, InvalidArgumentError
-from miocore.values import frozen
+from miocore.values import field, frozen
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -60,16 +58,14 @@ class FindDbEntry:
     turned into text.
     """
 
-    solver: str = attrs.field(converter=check_solver)
-    algorithm: str = attrs.field(converter=_algorithm)
-    time_ms: float = attrs.field(converter=lambda v: check_nonneg_float(v, "time_ms"))
-    workspace_size: int = attrs.field(converter=lambda v: check_nonneg_int(v, "workspace_size"))
-    spread_ms: float | None = attrs.field(default=None, converter=_optional_spread)
-    count: int = attrs.field(default=0, converter=lambda v: check_nonneg_int(v, "count"))
-    perf_config: str | None = attrs.field(default=None, converter=_optional_perf_config)
-    provenance: Mapping[str, str] = attrs.field(
-        factory=dict, converter=freeze_provenance, hash=False
-    )
+    solver: str = field(converter=check_solver)
+    algorithm: str = field(converter=_algorithm)
+    time_ms: float = field(converter=lambda v: check_nonneg_float(v, "time_ms"))
+    workspace_size: int = field(converter=lambda v: check_nonneg_int(v, "workspace_size"))
+    spread_ms: float | None = field(default=None, converter=_optional_spread)
+    count: int = field(default=0, converter=lambda v: check_nonneg_int(v, "count"))
+    perf_config: str | None = field(default=None, converter=_optional_perf_config)
+    provenance: Mapping[str, str] = field(factory=dict, converter=freeze_provenance, hash=False)
 
 
 @frozen(kw_only=True)

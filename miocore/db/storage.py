@@ -20,12 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-import attrs
-
 from miocore.db._sqlite import SCHEMA_SQL, SCHEMA_VERSION, DatabaseWarning
 from miocore.db._store import Store
 from miocore.errors import DatabaseError
-from miocore.values import frozen
+from miocore.values import asdict, frozen
 
 log = logging.getLogger("miocore.db")
 
@@ -73,7 +71,7 @@ class StorageStatus:
 
     def as_dict(self) -> dict[str, object]:
         """Plain data for JSON output and find reports."""
-        return attrs.asdict(self)
+        return asdict(self)
 
     def line(self) -> str:
         """One line for humans."""

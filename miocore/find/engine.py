@@ -15,8 +15,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import attrs
-
 from miocore import env
 from miocore.env import FindEnforce, FindMode
 from miocore.errors import InvalidArgumentError, NoApplicableSolverError
@@ -39,6 +37,7 @@ from miocore.problem.conv import ConvProblem
 from miocore.solver.interface import InvokeParams, PerfConfig, TunableSolver
 from miocore.solver.numerics import AccuracyPolicy
 from miocore.solver.results import FindReport, Solution, Timing, order_with_ties, tie_margin
+from miocore.values import evolve
 
 log = logging.getLogger("miocore.find")
 
@@ -296,7 +295,7 @@ class FindEngine:
                 if verdict is not None:
                     check.keep(cand.reg, verdict, policy, notes)
                     note = "; ".join(filter(None, (verdict.note(), note)))
-                solution = attrs.evolve(
+                solution = evolve(
                     solution,
                     time_ms=timing.median_ms,
                     timing=timing,

@@ -26,12 +26,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import attrs
 import numpy as np
 
 from miocore.errors import DatabaseError, InvalidArgumentError
 from miocore.heuristic.features import FEATURES
-from miocore.values import frozen
+from miocore.values import field, frozen
 
 FORMAT = "miocore-heuristic"
 VERSION = 1
@@ -69,11 +68,11 @@ class TreeModel:
     depth: int
     scale: str | None = None
     features: tuple[str, ...] = FEATURES
-    provenance: Mapping[str, Any] = attrs.field(factory=dict)
-    metrics: Mapping[str, Any] = attrs.field(factory=dict)
+    provenance: Mapping[str, Any] = field(factory=dict)
+    metrics: Mapping[str, Any] = field(factory=dict)
     within_weight: float = 0.0
 
-    def __attrs_post_init__(self) -> None:
+    def __post_init__(self) -> None:
         m = len(self.feature)
         for name in ("threshold", "left", "right", "value"):
             if len(getattr(self, name)) != m:

@@ -18,7 +18,6 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import attrs
 import numpy as np
 
 from miocore.db._common import miocore_version
@@ -28,7 +27,7 @@ from miocore.errors import InvalidArgumentError, MiocoreError
 from miocore.heuristic.features import problem_features
 from miocore.heuristic.model import WITHIN, WITHIN_CLIP, TreeModel, pack_forests
 from miocore.problem.conv import ConvProblem
-from miocore.values import frozen
+from miocore.values import field, frozen
 
 
 class TrainUnavailableError(MiocoreError):
@@ -40,7 +39,7 @@ class Sample:
     """One problem of a FindDb: its key, features and each recorded solver's time."""
 
     key: str
-    features: np.ndarray = attrs.field(eq=False)
+    features: np.ndarray = field(eq=False)
     times: dict[str, float]
 
 

@@ -16,15 +16,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import attrs
-
 from miocore.db._common import miocore_version
 from miocore.db._sqlite import utc_now_iso
 from miocore.errors import InvalidArgumentError
 from miocore.heuristic.model import ModelFormatError
 from miocore.problem.conv import ConvProblem
 from miocore.solver.interface import ExecutionContext
-from miocore.values import frozen
+from miocore.values import field, frozen
 
 FORMAT = "miocore-wti-corrections"
 
@@ -36,7 +34,7 @@ class WtiTable:
     device: str
     by_solver: Mapping[str, float]
     by_direction: Mapping[str, Mapping[str, float]]
-    provenance: Mapping[str, Any] = attrs.field(factory=dict)
+    provenance: Mapping[str, Any] = field(factory=dict)
 
     def correction(self, solver: str, direction: str) -> float | None:
         """The log correction of ``solver`` in ``direction``; None when it was not fitted."""

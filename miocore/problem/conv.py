@@ -24,7 +24,7 @@ from miocore.problem.descriptors import (
     channel_hint,
 )
 from miocore.problem.dtypes import DataType
-from miocore.values import frozen
+from miocore.values import frozen, init_fields
 
 
 class Direction(StrEnum):
@@ -117,7 +117,7 @@ class ConvProblem:
             raise InvalidProblemError(
                 "expected a miocore.ConvolutionDescriptor", field="conv", value=conv
             )
-        self.__attrs_init__(direction=d, x=x, w=w, y=y, conv=conv)
+        init_fields(self, direction=d, x=x, w=w, y=y, conv=conv)
         _validate(self)
 
     # -- forward-term sizes of the canonical convolution (what solvers use) -----------------

@@ -13,7 +13,7 @@ from typing import Any
 
 from miocore.errors import InvalidDescriptorError
 from miocore.problem.dtypes import DataType
-from miocore.values import frozen
+from miocore.values import frozen, init_fields
 
 #: Memory layouts by spatial rank; each names the dimension order from outermost to innermost.
 LAYOUTS: dict[int, tuple[str, ...]] = {2: ("NCHW", "NHWC"), 3: ("NCDHW", "NDHWC")}
@@ -127,7 +127,7 @@ class TensorDescriptor:
                     value=layout,
                 )
             layout = derived
-        self.__attrs_init__(dtype=dt, lengths=lens, layout=layout, strides=strd)
+        init_fields(self, dtype=dt, lengths=lens, layout=layout, strides=strd)
 
     @property
     def spatial_dims(self) -> int:
@@ -268,7 +268,8 @@ class ConvolutionDescriptor:
                     field="output_pads",
                     value=out_pads,
                 )
-        self.__attrs_init__(
+        init_fields(
+            self,
             pads=given["pads"] or (0,) * rank,
             strides=strd,
             dilations=dils,

@@ -17,12 +17,11 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-import attrs
 import pluggy
 
 from miocore.problem.conv import ConvProblem
 from miocore.solver.interface import Algorithm, ExecutionContext, Solver
-from miocore.values import frozen
+from miocore.values import field, frozen
 
 PROJECT = "miocore"
 
@@ -75,7 +74,7 @@ class BuiltKernel:
     them from ``CompiledKernel.meta``). The binary cache stores both."""
 
     image: bytes
-    meta: dict[str, Any] = attrs.field(factory=dict)
+    meta: dict[str, Any] = field(factory=dict)
 
 
 class KernelBuilder(Protocol):

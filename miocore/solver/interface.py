@@ -17,12 +17,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from enum import StrEnum
 from typing import Any, ClassVar, Protocol
 
-import attrs
-
 from miocore.errors import InvalidArgumentError
 from miocore.problem.conv import ConvProblem, Direction
 from miocore.problem.dtypes import DataType
-from miocore.values import frozen
+from miocore.values import field, frozen
 
 
 class Algorithm(StrEnum):
@@ -102,7 +100,7 @@ class DeviceInfo:
     arch: str
     compute_units: int
     identity: str
-    measure_ceilings: Callable[[], Ceilings] = attrs.field(eq=False, repr=False)
+    measure_ceilings: Callable[[], Ceilings] = field(eq=False, repr=False)
 
     @property
     def ceilings(self) -> Ceilings:
@@ -152,7 +150,7 @@ class ExecutionContext:
     """
 
     device: DeviceInfo
-    math_mode: str = attrs.field(default="exact", validator=_check_math_mode)
+    math_mode: str = field(default="exact", validator=_check_math_mode)
 
     @property
     def backend(self) -> str:
@@ -305,7 +303,7 @@ class ConvSolution:
     """What a solver returns for one problem: kernels, workspace and how to invoke them."""
 
     solver: str
-    workspace_size: int = attrs.field(validator=lambda _s, _a, v: _check_workspace(v))
+    workspace_size: int = field(validator=lambda _s, _a, v: _check_workspace(v))
     invoker_factory: InvokerFactory
     kernels: tuple[KernelInfo, ...] = ()
     perf_config: PerfConfig | None = None

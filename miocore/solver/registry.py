@@ -14,7 +14,6 @@ import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import attrs
 import pluggy
 
 from miocore import env
@@ -30,7 +29,7 @@ from miocore.solver.hookspecs import (
     SolverRecord,
 )
 from miocore.solver.interface import Algorithm, Solver
-from miocore.values import frozen
+from miocore.values import evolve, frozen
 
 log = logging.getLogger("miocore.plugins")
 
@@ -237,7 +236,7 @@ class Registry:
         registered = _register(records, info, providers)
         _refuse_duplicates(providers)
         names = tuple(r.name for r in registered)
-        return cls(registered, [attrs.evolve(info, solvers=names)])
+        return cls(registered, [evolve(info, solvers=names)])
 
     @classmethod
     def from_plugins(
@@ -322,14 +321,14 @@ def _build(plugins: list[_Plugin], infos: list[PluginInfo], disabled: frozenset[
             status="active",
         )
         if _is_disabled(plugin.name, plugin.distribution, disabled):
-            infos.append(attrs.evolve(info, status="disabled", error="disabled by the caller"))
+            infos.append(evolve(info, status="disabled", error="disabled by the caller"))
             continue
         try:
             pm.register(plugin.module, name=plugin.name)
         except Exception as exc:  # pluggy validates hook signatures here
             message = f"{type(exc).__name__}: {exc}"
             _warn(f"plugin {info.label} is malformed and is skipped: {message}")
-            infos.append(attrs.evolve(info, status="failed", error=message))
+            infos.append(evolve(info, status="failed", error=message))
             continue
         try:
             solver_records = _collect(pm, plugin.name, "miocore_solvers")
@@ -338,7 +337,7 @@ def _build(plugins: list[_Plugin], infos: list[PluginInfo], disabled: frozenset[
         except Exception as exc:
             message = f"{type(exc).__name__}: {exc}"
             _warn(f"plugin {info.label} raised while registering and is skipped: {message}")
-            infos.append(attrs.evolve(info, status="failed", error=message))
+            infos.append(evolve(info, status="failed", error=message))
             pm.unregister(name=plugin.name)
             continue
         registered = _register(solver_records, info, providers)
@@ -359,7 +358,7 @@ def _build(plugins: list[_Plugin], infos: list[PluginInfo], disabled: frozenset[
                     "expected a HeuristicRecord; ignored"
                 )
         solvers.extend(registered)
-        infos.append(attrs.evolve(info, solvers=tuple(r.name for r in registered)))
+        infos.append(evolve(info, solvers=tuple(r.name for r in registered)))
     _refuse_duplicates(providers)
     return Registry(solvers, infos, kernel_sources, heuristics)
 

@@ -5,11 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-import attrs
-
 from miocore.problem.conv import ConvProblem
 from miocore.solver.interface import Algorithm, PerfConfig
-from miocore.values import define, frozen
+from miocore.values import define, field, frozen
 
 #: Where a solution's time came from.
 SOURCES = ("measured", "find-db", "system-db", "heuristic", "wti", "fallback")
@@ -117,18 +115,18 @@ class FindReport:
     mode: str
     enforce: str
     db_hit: str | None = None
-    benchmarked: list[str] = attrs.Factory(list)
-    not_applicable: dict[str, str] = attrs.Factory(dict)
-    failed: dict[str, str] = attrs.Factory(dict)
-    skipped: dict[str, str] = attrs.Factory(dict)
-    tuned: dict[str, str] = attrs.Factory(dict)
+    benchmarked: list[str] = field(factory=list)
+    not_applicable: dict[str, str] = field(factory=dict)
+    failed: dict[str, str] = field(factory=dict)
+    skipped: dict[str, str] = field(factory=dict)
+    tuned: dict[str, str] = field(factory=dict)
     wrote_db: bool = False
     #: Databases whose user layer degraded to memory (``find_db``/``perf_db`` -> the status
     #: line); a storage fault is reported here, never as a solver's failure.
-    storage: dict[str, str] = attrs.Factory(dict)
+    storage: dict[str, str] = field(factory=dict)
     #: Solvers of a hit whose entries an older revision of the solver recorded
     #: (``Solver.revision``): they run today's default setting.
-    stale_records: list[str] = attrs.Factory(list)
+    stale_records: list[str] = field(factory=list)
 
     def lines(self) -> list[str]:
         """Human-readable summary, one fact a line."""

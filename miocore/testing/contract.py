@@ -43,7 +43,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import attrs
 import numpy as np
 
 from miocore import reference
@@ -76,7 +75,7 @@ from miocore.testing.problems import (
 )
 from miocore.testing.records import solver_under_test, subject_name
 from miocore.testing.spy import spy_on
-from miocore.values import define
+from miocore.values import define, evolve
 
 #: Relative error bounds (max abs error / max abs reference) by data type, as
 #: :data:`miocore.testing.TOLERANCES` (kept here so this module does not import it).
@@ -420,7 +419,7 @@ class Contract:
         # Equal problems built anew, asked in reverse order: answers must not depend on object
         # identity, on earlier calls or on hidden state.
         for p, before in reversed(list(zip(problems, first, strict=True))):
-            twin = attrs.evolve(p.canonical)
+            twin = evolve(p.canonical)
             after = normalize_applicability(self.solver.is_applicable(self.ctx, twin))
             if (after.ok, after.reason) != (before.ok, before.reason):
                 self.fail(

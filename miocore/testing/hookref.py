@@ -11,9 +11,8 @@ import inspect
 import re
 import sys
 
-import attrs
-
 from miocore.solver import hookspecs
+from miocore.values import fields
 
 #: The records the hooks yield, in the order the reference lists them.
 RECORDS: tuple[type, ...] = (
@@ -57,7 +56,7 @@ def undocumented() -> list[str]:
     missing = [f"hook {name}" for name, _, doc in hooks() if not doc.strip()]
     for record in RECORDS:
         doc = inspect.getdoc(record) or ""
-        for field in attrs.fields(record):
+        for field in fields(record):
             if not _documented(field.name, doc):
                 missing.append(f"{record.__name__}.{field.name}")
     return missing
@@ -79,7 +78,7 @@ def render() -> str:
         doc = inspect.getdoc(record) or ""
         parts.append(f"### `miocore.{record.__name__}`\n\n{doc}\n")
         parts.append("| field | type |\n|---|---|")
-        for field in attrs.fields(record):
+        for field in fields(record):
             parts.append(f"| `{field.name}` | `{_type_name(field.type)}` |")
         parts.append("")
     return "\n".join(parts).rstrip() + "\n"

@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import attrs
-
 from miocore.problem.conv import ConvProblem
 from miocore.solver.interface import (
     ConvSolution,
@@ -17,6 +15,7 @@ from miocore.solver.interface import (
     Solver,
     TunableSolver,
 )
+from miocore.values import evolve
 
 
 class _SpyMixin:
@@ -61,7 +60,7 @@ class _SpyMixin:
 
             return run
 
-        return attrs.evolve(solution, invoker_factory=spying_factory)
+        return evolve(solution, invoker_factory=spying_factory)
 
     def perf_config_space(self, ctx: ExecutionContext, problem: ConvProblem) -> Any:
         return self.inner.perf_config_space(ctx, problem)  # type: ignore[attr-defined]

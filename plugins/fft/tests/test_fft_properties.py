@@ -74,12 +74,12 @@ def test_fft_applicable_means_correct(problem: ConvProblem, tile: int) -> None:
 
 def test_fft_refuses_other_backends() -> None:
     """The solver names the backend it refuses."""
-    import attrs
+    import dataclasses
 
     problem = ConvProblem.from_sizes(
         "forward", n=1, c=1, k=1, in_spatial=(5, 5), filter_spatial=(3, 3)
     )
-    gpu = attrs.evolve(CTX, device=attrs.evolve(CTX.device, backend="cuda"))
+    gpu = dataclasses.replace(CTX, device=dataclasses.replace(CTX.device, backend="cuda"))
     answer = SOLVER.is_applicable(gpu, problem)
     assert not answer and "'cuda'" in answer.reason
     assert isinstance(MiocoreError("x"), Exception)

@@ -3,7 +3,8 @@ gives a reason and refuses to build a solution (so nothing runs)."""
 
 from __future__ import annotations
 
-import attrs
+import dataclasses
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -81,7 +82,7 @@ def test_applicable_means_correct_else_reason(problem: ConvProblem, seed: int) -
 
 def test_other_backends_refused_with_reason() -> None:
     cpu = cpu_context()
-    gpu = ExecutionContext(device=attrs.evolve(cpu.device, backend="cuda"))
+    gpu = ExecutionContext(device=dataclasses.replace(cpu.device, backend="cuda"))
     problem = ConvProblem.from_sizes(
         "forward", n=1, c=2, k=2, in_spatial=(4, 4), filter_spatial=(3, 3)
     )

@@ -18,7 +18,7 @@ pytest.importorskip("triton")
 
 SCRIPT = r"""
 import json, sys
-import attrs
+import dataclasses
 import miocore
 from miocore.testing import cpu_context
 from miocore_triton import SOLVERS
@@ -30,7 +30,9 @@ for backend, arch, target, mode in (
     ("cuda", "sm90", "sm_90", "tf32"),
     ("hip", "gfx942", "gfx942:sramecc+:xnack-", "exact"),
 ):
-    device = attrs.evolve(cpu_context().device, backend=backend, compute_units=132, arch=arch)
+    device = dataclasses.replace(
+        cpu_context().device, backend=backend, compute_units=132, arch=arch
+    )
     ctx = miocore.ExecutionContext(device=device, math_mode=mode)
     cases = [(dtype, "NHWC", (14, 14), (3, 3), (1, 1), (1, 1))
              for dtype in ("float16", "bfloat16", "float32")]

@@ -3,6 +3,7 @@ CPU, and the kernel sources loaded in Triton's interpreter."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import sys
@@ -10,7 +11,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import attrs
 import numpy as np
 import pytest
 
@@ -24,7 +24,9 @@ def gpu_ctx(
     mode: str = "exact", sms: int = 132, arch: str = "sm90", backend: str = "cuda"
 ) -> miocore.ExecutionContext:
     """A context that plans for an H100-class device (nothing runs on it)."""
-    device = attrs.evolve(cpu_context().device, backend=backend, compute_units=sms, arch=arch)
+    device = dataclasses.replace(
+        cpu_context().device, backend=backend, compute_units=sms, arch=arch
+    )
     return miocore.ExecutionContext(device=device, math_mode=mode)
 
 

@@ -1,6 +1,7 @@
 """A plugin whose solvers return malformed solutions."""
 
-import attrs
+import dataclasses
+
 from _fake_common import FakeSolver
 
 import miocore
@@ -17,7 +18,9 @@ class WrongName(FakeSolver):
     name = "fakebad.wrong_name"
 
     def get_solution(self, ctx, problem, perf_config=None):
-        return attrs.evolve(super().get_solution(ctx, problem, perf_config), solver="someone.else")
+        return dataclasses.replace(
+            super().get_solution(ctx, problem, perf_config), solver="someone.else"
+        )
 
 
 class NoFactory(FakeSolver):
@@ -32,7 +35,7 @@ class BadKernels(FakeSolver):
 
     def get_solution(self, ctx, problem, perf_config=None):
         solution = super().get_solution(ctx, problem, perf_config)
-        return attrs.evolve(solution, kernels=["kernel.cu"])
+        return dataclasses.replace(solution, kernels=["kernel.cu"])
 
 
 @miocore.hookimpl

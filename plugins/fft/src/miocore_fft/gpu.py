@@ -28,13 +28,12 @@ The FFT library bindings (cuFFT through CuPy, hipFFT through hip-python) are in
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-import attrs
 
 from miocore import (
     APPLICABLE,
@@ -147,7 +146,7 @@ class MacGeometry:
         """The struct as the kernel reads it (12 int64)."""
         import numpy as np
 
-        return np.array(attrs.astuple(self), dtype=np.int64).tobytes()
+        return np.array(dataclasses.astuple(self), dtype=np.int64).tobytes()
 
 
 @frozen

@@ -18,7 +18,6 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import attrs
 import numpy as np
 
 from miocore import (
@@ -28,6 +27,7 @@ from miocore import (
     TensorDescriptor,
     WorkspaceError,
 )
+from miocore.values import evolve
 from miocore_gemm._plan import F32, GemmPlan, merged_stride
 
 _as_strided = np.lib.stride_tricks.as_strided
@@ -316,7 +316,7 @@ class PlanInvoker:
         problem = params.problem
         arrays = {name: getattr(params, name) for name in ("x", "w", "y")}
         conformed = {name: conform(getattr(problem, name), array) for name, array in arrays.items()}
-        run_plan(self.plan, attrs.evolve(params, **conformed))
+        run_plan(self.plan, evolve(params, **conformed))
         out = problem.direction.output_tensor
         if conformed[out] is not arrays[out]:
             np.copyto(arrays[out], conformed[out])
