@@ -74,7 +74,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", required=True, help="the tuned database (not modified)")
     parser.add_argument("--families", default="depthwise,grouped", help=", ".join(FAMILIES))
+    parser.add_argument(
+        "--directions",
+        default="forward,backward_data,backward_weights",
+        help="the directions re-tuned (comma-separated)",
+    )
     parser.add_argument("--passes", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=1, help="tune workers (GPU: 4 pay)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per problem")
     parser.add_argument("--out", required=True)
@@ -84,15 +90,20 @@ def main() -> int:
         parser.error(f"--families: one of {', '.join(FAMILIES)}")
     base, out = Path(args.base), Path(args.out)
     problems = [ConvProblem.from_key(k) for k in db_keys(base)]
-    problems = [p for p in problems if family(p) in wanted]
-    print(f"{len(problems)} problems of {base} ({', '.join(sorted(wanted))})", flush=True)
+    directions = set(args.directions.split(","))
+    problems = [p for p in problems if family(p) in wanted and str(p.direction) in directions]
+    print(
+        f"{len(problems)} problems of {base} ({', '.join(sorted(wanted))}; "
+        f"{', '.join(sorted(directions))})",
+        flush=True,
+    )
     device_id = None
     for i in range(args.passes):
         result = tune(
             problems,
             out_dir=out / f"pass{i}",
             device=args.device,
-            workers=1,
+            workers=args.workers,
             time_limit_s=args.time_limit,
             merge_every=25,
             progress=lambda p: print(p.line(), flush=True) if p.done % 100 == 0 else None,
