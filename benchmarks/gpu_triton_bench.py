@@ -34,7 +34,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import attrs
+import dataclasses
+
 import torch
 from common import geomean
 from gpu_vs_cudnn import (
@@ -179,7 +180,7 @@ def measure(case: dict[str, Any], args: argparse.Namespace, rate: float) -> dict
         times = {}
         for cfg in case["space"]:
             size = solver.workspace_size(case["ctx"], p, cfg)
-            sol = attrs.evolve(base, perf_config=cfg, workspace_size=size)
+            sol = dataclasses.replace(base, perf_config=cfg, workspace_size=size)
             try:
                 times[cfg.to_string()] = timed(h, sol, tensors, args)
             except Exception as exc:

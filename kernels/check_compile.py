@@ -21,6 +21,7 @@ and exits 0, unless ``MIOCORE_REQUIRE_HIPCC=1`` (set by ``.ci/run``, so CI fails
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -30,8 +31,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-
-import attrs
 
 import miocore
 from miocore.backends._gpu.compiler import CORE_NAMESPACE, DTYPE_OPTIONS, core_kernel_dir
@@ -109,7 +108,7 @@ def _source_tree_registry() -> Registry | None:
     return Registry.from_plugins(plugins) if plugins else None
 
 
-@attrs.frozen
+@dataclasses.dataclass(frozen=True)
 class SolverKernel:
     """One kernel a solver would compile for one sample problem in one math mode."""
 
@@ -144,7 +143,7 @@ def solver_kernels(
         if vendor in r.solver.backends and (not only or r.solver.name in only)
     ]
     # Both math modes: the TF32 solvers only apply (and only generate kernels) in "tf32".
-    contexts = (ctx, attrs.evolve(ctx, math_mode="tf32"))
+    contexts = (ctx, dataclasses.replace(ctx, math_mode="tf32"))
     made = []
     for problem in problems:
         canon = problem.canonical

@@ -21,7 +21,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import attrs  # noqa: E402
+import dataclasses  # noqa: E402
+
 import torch  # noqa: E402  (imported at module import time, see gpu_common)
 from gpu_igemm_bench import _cudnn  # noqa: E402
 from gpu_vs_cudnn import device_ms, geomean  # noqa: E402
@@ -40,7 +41,7 @@ def runner(handle: Any, p: Any, source: str | None, x: Any, w: Any, y: Any) -> A
     sol = solver.get_solution(handle.context, canon, None)
     kernels = sol.kernels
     if source:
-        kernels = tuple(attrs.evolve(k, source=source) for k in kernels)
+        kernels = tuple(dataclasses.replace(k, source=source) for k in kernels)
     invoker = sol.invoker_factory(handle.backend.compile(kernels))
     ws = handle.backend.allocate_workspace(sol.workspace_size)
     views = {
