@@ -10,6 +10,7 @@ from fake_solvers import TimedSolver, small_problem
 
 from miocore import Handle, KernelInfo, Registry
 from miocore.backends.cpu import CpuBackend
+from miocore.find.dynamic import COMPILE_MARGIN
 from miocore.problem import ConvProblem
 from miocore.solver import Algorithm, ConvSolution, ExecutionContext, PerfConfig
 
@@ -160,18 +161,18 @@ def test_the_learned_estimate_decides_for_a_library_compiling_per_problem() -> N
     sols = h.find_solutions(PROBLEM, find_mode="DYNAMIC_HYBRID")
     assert foreseen.runs > 0 and sols[0].solver == "test.foreseen"
     # Its WTI says it wins, the model says it loses by more than the margin: left out.
-    from miocore.find.dynamic import LIBRARY_COMPILE_MARGIN
+    from miocore.find.dynamic import COMPILE_MARGIN
 
     ready = TimedSolver("test.ready", delay_s=0.003, dynamic=True, wti=0.5)
     doubted = LibraryCompiled("test.doubted", delay_s=0.001, dynamic=True, wti=0.9)
-    estimate = LIBRARY_COMPILE_MARGIN * 1.1
+    estimate = COMPILE_MARGIN * 1.1
     h = _with_heuristic({"test.ready": 1.0, "test.doubted": estimate}, ready, doubted)
     sols = h.find_solutions(small_problem("backward_data"), find_mode="DYNAMIC_HYBRID")
     assert doubted.runs == 0 and "needs a compile" in sols.report.skipped["test.doubted"]
     # The model says it loses, but within the margin of its error: measured (and it wins).
     ready = TimedSolver("test.ready", delay_s=0.003, dynamic=True, wti=0.5)
     close = LibraryCompiled("test.close", delay_s=0.001, dynamic=True, wti=0.01)
-    estimate = (1 + LIBRARY_COMPILE_MARGIN) / 2
+    estimate = (1 + COMPILE_MARGIN) / 2
     h = _with_heuristic({"test.ready": 1.0, "test.close": estimate}, ready, close)
     sols = h.find_solutions(small_problem(layout="NHWC"), find_mode="DYNAMIC_HYBRID")
     assert close.runs > 0 and sols[0].solver == "test.close"
@@ -181,6 +182,29 @@ def test_the_learned_estimate_decides_for_a_library_compiling_per_problem() -> N
     h = _with_heuristic({"test.ready": 1.0}, ready, unknown)
     sols = h.find_solutions(small_problem("backward_weights"), find_mode="DYNAMIC_HYBRID")
     assert unknown.runs > 0
+
+
+def test_the_learned_estimate_decides_for_an_own_kernel_needing_a_compile(
+    built: set[str],
+) -> None:
+    """The same rule as for a library: a ready solver whose WTI flatters it (a TF32 GEMM on a
+    depthwise layer) does not keep out a kernel the model foresees winning."""
+    flattered = TimedSolver("test.flattered", delay_s=0.003, dynamic=True, wti=0.9)
+    unseen = TimedSolver("test.unseen", delay_s=0.004, dynamic=True, wti=0.8)  # model: unknown
+    kernel = KernelSolver("test.kernel", delay_s=0.001, wti=0.05)
+    estimates = {"test.flattered": 1.0, "test.kernel": 0.1}
+    h = _with_heuristic(estimates, flattered, unseen, kernel)
+    sols = h.find_solutions(PROBLEM, find_mode="DYNAMIC_HYBRID")
+    assert kernel.runs > 0 and "test.kernel.cu" in built
+    assert sols[0].solver == "test.kernel" and unseen.runs > 0  # ready ones still measured
+    # The model puts it beyond the margin: left out, never compiled, whatever its WTI says.
+    flattered = TimedSolver("test.flattered", delay_s=0.003, dynamic=True, wti=0.1)
+    doubted = KernelSolver("test.doubted", delay_s=0.001, wti=0.9)
+    estimates = {"test.flattered": 1.0, "test.doubted": 1.1 * COMPILE_MARGIN}
+    h = _with_heuristic(estimates, flattered, doubted)
+    sols = h.find_solutions(small_problem("backward_data"), find_mode="DYNAMIC_HYBRID")
+    assert doubted.runs == 0 and "test.doubted.cu" not in built
+    assert "needs a compile" in sols.report.skipped["test.doubted"]
 
 
 def test_compile_ahead_builds_what_the_finds_would_compile_at_once(

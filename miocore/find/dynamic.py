@@ -2,10 +2,10 @@
 
 Ready candidates (dynamic solvers, and solvers whose kernels for the problem are already in
 the binary cache) are measured; a candidate that needs a compile for this problem is measured
-only where it is predicted to beat every ready one (design guide §4, docs/find-modes.md). A
-dynamic solver whose library still compiles for the problem (``Solver.compiles_for``) counts
-as needing a compile, and the learned heuristic's estimate, where it knows the candidates,
-decides for it.
+only where it is predicted to beat every ready one (design guide §4, docs/find-modes.md): by
+the learned heuristic's estimate where it knows the candidates, else by WTI. A dynamic solver
+whose library still compiles for the problem (``Solver.compiles_for``) counts as needing a
+compile.
 """
 
 from __future__ import annotations
@@ -22,13 +22,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("miocore.find")
 
-#: A library-compiled candidate is measured where the learned estimate puts it within this
-#: factor of the best ready candidate's estimate, not only below it: the estimates err by tens
-#: of percent, and a run-time compiled engine missed costs its layer up to 2-5x (cuDNN's
-#: depthwise engines). Replayed on recorded times (docs/performance-gpu-first-find.md), 1.0
-#: kept 108 of 115 EfficientNet-B0 and 123 of 129 MobileNetV3-L choices within 5% of the best,
-#: 1.5 kept 114 and 127 (all, with a model trained on more fp16 depthwise layers).
-LIBRARY_COMPILE_MARGIN = 1.5
+#: A candidate that needs a compile (its own kernel, or a library's run-time compiled engine)
+#: is measured where the learned estimate puts it within this factor of the best ready
+#: candidate's estimate, not only below it: the estimates err by tens of percent, and a
+#: compile missed costs its layer up to 2-5x (cuDNN's depthwise engines; miocore's own
+#: depthwise kernels against the one-thread-per-output fallback, ~10x). Replayed on recorded
+#: times (docs/performance-gpu-first-find.md), 1.0 kept 108 of 115 EfficientNet-B0 and 123 of
+#: 129 MobileNetV3-L choices within 5% of the best, 1.5 kept 114 and 127 (all, with a model
+#: trained on more fp16 depthwise layers).
+COMPILE_MARGIN = 1.5
+
+#: The name this margin had while it decided for library-compiled candidates only.
+LIBRARY_COMPILE_MARGIN = COMPILE_MARGIN
 
 
 def dynamic_only(
@@ -39,9 +44,9 @@ def dynamic_only(
 
     Ready are the dynamic solvers and those whose kernels for this problem are already
     built (in memory or in the binary cache: kernels compiled for a filter geometry serve
-    every layer of that geometry). A solver that would need a compile is measured too when
-    its WTI predicts it faster than every ready one (a library-compiled one: see
-    :func:`_library_worth`); the rest are left out, with the reason in the report.
+    every layer of that geometry). A solver that would need a compile (its own kernel or
+    its library's) is measured too when it is predicted to beat every ready one (see
+    :func:`_worth_compiling`); the rest are left out, with the reason in the report.
     """
     state = engine.state
     canon = problem.canonical
@@ -67,10 +72,8 @@ def dynamic_only(
         log.info("no dynamic solver applies to %s; benchmarking all", problem.key)
         return candidates
     ideal = state.context.ideal_ms(canon)
-    best_ready = min((engine.predicted(ideal, c, canon) for c in ready), default=float("inf"))
-    worth = [c for c in to_compile if engine.predicted(ideal, c, canon) < best_ready]
-    worth += _library_worth(engine, canon, ready, library, ideal, best_ready)
     to_compile += library
+    worth = _worth_compiling(engine, canon, ready, to_compile, ideal)
     for cand in left_out:
         report.skipped[cand.reg.name] = (
             "DYNAMIC_HYBRID find benchmarks only dynamic solvers on a miss"
@@ -86,30 +89,36 @@ def dynamic_only(
     return chosen
 
 
-def _library_worth(
+def _worth_compiling(
     engine: FindEngine,
     canon: ConvProblem,
     ready: list[Candidate],
-    library: list[Candidate],
+    to_compile: list[Candidate],
     ideal: float,
-    best_ready: float,
 ) -> list[Candidate]:
-    """The library-compiled candidates predicted to beat every ready one: by the first
-    applicable heuristic's estimates where it knows the candidate and a ready one (a
-    learned model foresees where a library's run-time compiled engine wins; the WTI of
-    an engine's rank in its library's list does not), within :data:`LIBRARY_COMPILE_MARGIN`
-    of the best ready estimate; else by WTI."""
-    if not library:
+    """The candidates needing a compile that are predicted to beat every ready one: by the
+    first applicable heuristic's estimates where it knows the candidate and a ready one
+    (within :data:`COMPILE_MARGIN` of the best ready estimate it knows); else by WTI (below
+    the best ready WTI prediction).
+
+    One rule for a solver's own kernels and a library's run-time compiled engines: raw WTI
+    is blind where a learned model is not (a TF32 GEMM's WTI rated it above the depthwise
+    kernels on depthwise layers it ran 50x slower; the WTI of an engine's rank in its
+    library's list says nothing of where it wins).
+    """
+    if not to_compile:
         return []
-    _, order = engine.ranker.heuristic_order(canon, [c.reg.name for c in ready + library])
+    best_ready = min((engine.predicted(ideal, c, canon) for c in ready), default=float("inf"))
+    _, order = engine.ranker.heuristic_order(canon, [c.reg.name for c in ready + to_compile])
     estimates = dict(order)
-    ready_known = [estimates[c.reg.name] for c in ready if c.reg.name in estimates]
-    best_known = min(ready_known, default=None)
+    best_known = min(
+        (estimates[c.reg.name] for c in ready if c.reg.name in estimates), default=None
+    )
     worth = []
-    for cand in library:
+    for cand in to_compile:
         guess = estimates.get(cand.reg.name)
         if guess is not None and best_known is not None:
-            if guess < LIBRARY_COMPILE_MARGIN * best_known:
+            if guess < COMPILE_MARGIN * best_known:
                 worth.append(cand)
         elif engine.predicted(ideal, cand, canon) < best_ready:
             worth.append(cand)
