@@ -40,6 +40,7 @@ from miocore.backends.gpu_kernels import (
     DTYPE_OPTIONS,
     GPU_BACKENDS,
     KernelArgs,
+    gemm_fill,
     grid_for,
     tensor5_bytes,
 )
@@ -146,9 +147,11 @@ class GpuIm2colGemmSolver(Solver):
         return _col_bytes(problem) + _accumulator_bytes(problem)
 
     def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
-        """BLAS reaches much of the peak, minus the column buffer's extra traffic."""
+        """BLAS reaches much of the peak where each group's GEMM is wide enough
+        (``gemm_fill``), minus the column buffer's extra traffic."""
         _, _, _, f, _, _ = _sizes(problem)
-        return 0.5 if _is_pointwise(problem) else max(0.1, 0.4 / math.sqrt(f))
+        base = 0.5 if _is_pointwise(problem) else max(0.1, 0.4 / math.sqrt(f))
+        return base * gemm_fill(problem)
 
     def get_solution(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None

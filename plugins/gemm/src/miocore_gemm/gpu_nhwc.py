@@ -52,7 +52,13 @@ from miocore import (
     Solver,
     not_applicable,
 )
-from miocore.backends.gpu_kernels import DTYPE_OPTIONS, GPU_BACKENDS, KernelArgs, grid_for
+from miocore.backends.gpu_kernels import (
+    DTYPE_OPTIONS,
+    GPU_BACKENDS,
+    KernelArgs,
+    gemm_fill,
+    grid_for,
+)
 from miocore_gemm.gpu_nhwc_geometry import (
     BLOCK,
     accumulator_bytes,
@@ -130,9 +136,11 @@ class GpuChannelsLastGemmSolver(Solver):
         return rows_buffer_bytes(forward_twin(p)) + weights_bytes(p) + accumulator_bytes(p)
 
     def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
-        """The BLAS runs near its peak; the row buffer costs traffic that grows with the taps."""
+        """The BLAS runs near its peak where each group's GEMM is wide enough
+        (``gemm_fill``); the row buffer costs traffic that grows with the taps."""
         _, _, _, f, _ = dims(problem)
-        return 0.6 if is_pointwise(problem) else max(0.1, 0.45 / math.sqrt(f))
+        base = 0.6 if is_pointwise(problem) else max(0.1, 0.45 / math.sqrt(f))
+        return base * gemm_fill(problem)
 
     def get_solution(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None

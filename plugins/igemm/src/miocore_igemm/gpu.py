@@ -54,7 +54,7 @@ from miocore import (
     PerfConfig,
     not_applicable,
 )
-from miocore.backends.gpu_kernels import DTYPE_OPTIONS
+from miocore.backends.gpu_kernels import DTYPE_OPTIONS, gemm_fill
 from miocore_igemm.gpu_common import KERNEL_DIR as KERNEL_DIR
 from miocore_igemm.gpu_common import (
     MAX_SPLIT_WORKSPACE,
@@ -295,6 +295,7 @@ class _GpuIgemmBase(MmaSolverBase):
             ceiling = DataType.FLOAT32 if p.dtype is DataType.FLOAT32 else DataType.FLOAT16
         elif p.dtype is DataType.FLOAT32:
             eff /= 2  # TF32 runs at half the fp16 tensor rate
+        eff *= gemm_fill(p)  # a narrow group's GEMM leaves the tiles mostly empty
         ms = ctx.roofline_ms(flops, p.bytes_moved + 2 * transposed_filter_bytes(p), ceiling, eff)
         # launch, pipeline fill and epilogue: the small ResNet-50 layers (under 1 GFLOP) took
         # 15-20 us more than their roofline on the H200

@@ -35,7 +35,7 @@ from miocore import (
     PerfConfig,
     not_applicable,
 )
-from miocore.backends.gpu_kernels import DTYPE_OPTIONS
+from miocore.backends.gpu_kernels import DTYPE_OPTIONS, gemm_fill
 from miocore_igemm.gpu_common import KERNEL_DIR as KERNEL_DIR
 from miocore_igemm.gpu_common import (
     MAX_SPLIT_WORKSPACE,
@@ -314,8 +314,9 @@ class GpuFmaIgemmSolver(MmaSolverBase):
         cfg = self.default_perf_config(ctx, p)
         blocks = _blocks(p, cfg["bm"], cfg["bn"]) * cfg["split"]
         eff *= min(1.0, blocks / max(1, ctx.device.compute_units))
+        eff *= gemm_fill(p)  # a narrow group's GEMM leaves the tiles mostly empty
         nbytes = p.bytes_moved + 2 * _split_workspace(p, cfg["split"])
-        return ctx.wti(p, ctx.roofline_ms(p.flops, nbytes, p.dtype, max(eff, 1e-3)))
+        return ctx.wti(p, ctx.roofline_ms(p.flops, nbytes, p.dtype, max(eff, 1e-6)))
 
     # -- solution ------------------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ from miocore import (
     PerfConfig,
     not_applicable,
 )
-from miocore.backends.gpu_kernels import DTYPE_OPTIONS
+from miocore.backends.gpu_kernels import DTYPE_OPTIONS, gemm_fill
 from miocore_igemm.gpu_common import KERNEL_DIR as KERNEL_DIR
 from miocore_igemm.gpu_common import (
     MAX_SPLIT_WORKSPACE,
@@ -324,6 +324,7 @@ class _GpuWrwBase(MmaSolverBase):
         efficiency = 0.15 if veca > 1 and vecb > 1 else 0.02
         if mfma:
             efficiency /= 2
+        efficiency *= gemm_fill(p)  # a narrow group's GEMM leaves the tiles mostly empty
         predicted = ctx.roofline_ms(p.flops, p.bytes_moved, p.dtype, efficiency) + 0.018
         return ctx.wti(p, predicted)
 
