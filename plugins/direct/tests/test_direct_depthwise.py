@@ -278,12 +278,19 @@ def test_plane_backward_weights_matches_reference(filt, pads, dils, size, dtype:
         ((5, 5), (2, 2), (2, 2), (1, 1), (5, 71), "bfloat16"),
         ((5, 5), (2, 2), (1, 1), (1, 1), (5, 72), "float32"),
         ((5, 5), (1, 1), (4, 4), (2, 2), (6, 40), "float32"),
+        ((3, 3), (1, 1), (1, 1), (1, 1), (9, 40), "float32"),
+        ((3, 3), (2, 2), (1, 1), (1, 1), (12, 71), "float32"),
+        ((3, 3), (1, 1), (1, 1), (1, 1), (14, 14), "float32"),
+        ((3, 3), (2, 2), (1, 1), (1, 1), (28, 28), "bfloat16"),
+        ((3, 3), (1, 1), (2, 2), (2, 2), (10, 37), "float32"),
+        ((3, 3), (1, 1), (0, 0), (1, 1), (5, 33), "float16"),
+        ((3, 3), (2, 2), (0, 0), (1, 1), (7, 7), "float32"),
     ],
 )
 def test_tile_kernel_matches_reference(
     direction: str, filt, strides, pads, dils, size, dtype: str
 ) -> None:
-    """The all-taps tile kernels (depthwise_tiles.py, 5x5 to 8x8, NHWC): forward at stride 1
+    """The all-taps tile kernels (depthwise_tiles.py, 3x3 to 8x8, NHWC): forward at stride 1
     and 2, backward data at stride 1 (strided backward data takes the phase kernels); full
     tiles and an overlapping last tile, rows in the vertical padding (a 5-row image under a
     7-row filter: no row has every filter row), edge columns, dilation, pads beyond the

@@ -280,7 +280,7 @@ class _Plan:
         _, sh, sw, ph, pw, dh, dw = self.geometry
         if self.direction is Direction.BACKWARD_DATA:
             ph, pw = (self.filt[0] - 1) * dh - ph, (self.filt[1] - 1) * dw - pw
-        if _tiles_apply(self.mult, self.filt, sw, dw):  # 5x5 to 8x8: all-taps tiles
+        if _tiles_apply(self.mult, self.filt, sw, dw):  # 3x3 to 8x8: all-taps tiles
             from miocore_direct.depthwise_tiles import run
 
             run(src, wt, dst, sh, ph, dh, pw, sw, dw)
@@ -459,7 +459,9 @@ class DepthwiseDirectSolver(Solver):
     # forward NCHW layers with short rows for their filter staged instead of on planes.
     # 4 (2026-11-27, session 16): stride-2 forward NCHW planes of even width without per-row
     # copies (depthwise_plane.source_plane_stride2_even): 1.3-2x on the suites' layers.
-    revision = 4
+    # 5 (2026-11-27, session 17): channels-last 3x3 forward and stride-1 backward data on the
+    # all-taps tiles (depthwise_tile_shapes.MIN_TAPS 9): 1.3-2x on MobileNetV2's layers.
+    revision = 5
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
         """2-D CPU problems whose groups equal the input channels, x and y in one layout."""

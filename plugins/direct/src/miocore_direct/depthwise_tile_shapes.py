@@ -11,8 +11,11 @@ from miocore_direct.depthwise_blocked import MAX_STEP, MAX_WIDTH
 TILE = 8
 #: Output pixels per tile of the filter-row loop (rows reaching into the vertical padding).
 ROW_TILE = 8
-#: Filters of more taps than this take these kernels (3x3 keeps the blocked kernel's body).
-MIN_TAPS = 10
+#: Filters of at least this many taps take these kernels: 3x3 and up. (3x3 kept the blocked
+#: kernel's body until 2026-11-27; measured then, one thread, MobileNetV2's ten depthwise
+#: layers NHWC, alternating: forward 0.84 / 0.63 -> 1.12 / 1.07 of oneDNN at batch 1 / 8,
+#: backward data 0.84 / 0.95 -> 1.10 / 1.49.)
+MIN_TAPS = 9
 #: Widest output row computed as whole-row tiles (:func:`full_width_for`), in segments of at
 #: most :data:`MAX_SEGMENT` columns: 28x28 layers 1.2-1.3x faster than the sweep, but 100-190 s
 #: to compile instead of 30-60; 56-column rows were not measured.
@@ -25,7 +28,7 @@ MAX_EDGE = 8
 
 
 def applies(mult: int, filter_hw: tuple[int, int], stride_w: int, dilation_w: int) -> bool:
-    """Whether a tile kernel exists for this geometry (5x5 to 8x8-sized filters)."""
+    """Whether a tile kernel exists for this geometry (3x3 to 8x8-sized filters)."""
     fh, fw = filter_hw
     return (
         mult == 1

@@ -1,4 +1,4 @@
-"""All-taps register tiles for channels-last depthwise filters of 5x5 to 8x8 (multiplier 1),
+"""All-taps register tiles for channels-last depthwise filters of 3x3 to 8x8 (multiplier 1),
 generated per (filter size, column stride, column dilation, channel count).
 
 The filter-row kernels of :mod:`miocore_direct.depthwise_blocked` load and store each output
