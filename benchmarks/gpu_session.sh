@@ -9,7 +9,7 @@
 # corpus copied into .gpu/tree/.gpu) so edits in progress do not travel; then, per call:
 #   cd .gpu/tree && bash benchmarks/gpu_session.sh STAGE
 # Stages:
-#   suite       every GPU test file, 8 processes (about 3 minutes)
+#   suite       every GPU test file, 12 processes (100 s with the kernels cached, 6-7 min cold)
 #   models      benchmarks/gpu_models.py, every plugin (cuDNN's engines included), eager;
 #               MODELS / DTYPES narrow it, MODES widens it (eager graph compile); finds are
 #               kept in /tmp/mdb-models for later stages
@@ -71,7 +71,7 @@ MODELS="${MODELS:-resnet50 efficientnet_b0 mobilenet_v3_large convnext_tiny unet
 DTYPES="${DTYPES:-float16 bfloat16 float32}"
 case "$STAGE" in
   suite)
-    timeout 420 python3 -m pytest -q -n 8 --dist loadfile -p no:cacheprovider -rfE \
+    timeout 560 python3 -m pytest -q -n 12 --dist loadfile -p no:cacheprovider -rfE -p no:benchmark \
       --junitxml="$OUT/junit.xml" tests/test_gpu_*.py tests/test_torch_gpu.py \
       tests/test_numerics_gpu.py plugins/cudnn/tests/test_cudnn_gpu.py \
       plugins/triton/tests/test_triton_gpu.py 2>&1 |
