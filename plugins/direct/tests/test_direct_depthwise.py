@@ -458,7 +458,10 @@ def test_compiles_for_tells_whether_a_generated_kernel_is_cached(
     cache.mkdir(parents=True)
     (cache / f"{names[0]}.kernel-9.py311.nbi").touch()
     assert not solver.compiles_for(ctx, tiles)
-    generic = _depthwise("backward_weights", "NHWC", "float32")
+    generic = ConvProblem.from_sizes(  # a channel multiplier of 2: the generic kernel
+        "backward_weights", n=1, c=6, k=12, in_spatial=(9, 9), filter_spatial=(3, 3),
+        pads=(1, 1), groups=6, layout="NHWC",
+    )  # fmt: skip
     assert _Plan(generic).generated() == [] and not solver.compiles_for(ctx, generic)
 
 
@@ -611,3 +614,54 @@ def test_stride2_even_width_kernel_matches_reference(filt, pads, size) -> None:
     y = np.full((n, c, out_h, out_w), np.nan, np.float32)
     stride2_kernel(filt, size[1], out_w)(x, wt, y, ph, pw)
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize(
+    ("filt", "strides", "pads", "dils", "size", "dtype"),
+    [
+        ((3, 3), (1, 1), (1, 1), (1, 1), (9, 40), "float32"),
+        ((3, 3), (2, 2), (1, 1), (1, 1), (12, 71), "float32"),
+        ((3, 3), (1, 1), (1, 1), (1, 1), (7, 7), "bfloat16"),
+        ((3, 3), (1, 1), (0, 0), (1, 1), (5, 33), "float16"),
+        ((3, 3), (1, 1), (2, 2), (2, 2), (10, 37), "float32"),
+        ((5, 5), (2, 2), (2, 2), (1, 1), (29, 31), "float32"),
+        ((7, 7), (1, 1), (3, 3), (1, 1), (6, 45), "float32"),
+        ((7, 7), (1, 1), (3, 3), (1, 1), (9, 5), "float32"),
+        ((3, 3), (1, 1), (4, 4), (1, 1), (8, 21), "float32"),
+    ],
+)
+def test_wrw_tile_kernel_matches_reference(filt, strides, pads, dils, size, dtype: str) -> None:
+    """Channels-last backward weights on the register tiles (depthwise_wrw_tiles.py): tiles
+    of 8 columns and a remainder tile (40 columns less the edges: 4 tiles and 6), column
+    stride 2 on an odd width, an image narrower than one tile (7x7: the remainder alone), no
+    padding (no edge columns), dilation 2, 5x5 and 7x7, a width below the 7x7 filter's reach
+    (5 columns: every column an edge), padding beyond the filter's reach (edges wider than
+    the taps: the per-pixel loop); float16/bfloat16 staged in float32."""
+    from miocore_direct.depthwise import _Plan
+
+    problem = _twenty_channels(
+        "backward_weights", 3, filt, pads, strides, dils, size, dtype, "NHWC"
+    )
+    plan = _Plan(problem)
+    assert plan.wrw_tiles and not plan.plane
+    assert plan.generated()[0][0].startswith("dw_wrw_tiles_")
+    check_solver(DepthwiseDirectSolver(), problem, seed=17, tolerance=TOLERANCES[problem.dtype])
+
+
+def test_wrw_tiles_leave_a_channel_multiplier_to_the_generic_kernel() -> None:
+    from miocore_direct.depthwise import _Plan
+
+    problem = ConvProblem.from_sizes(
+        "backward_weights",
+        n=2,
+        c=8,
+        k=16,
+        in_spatial=(9, 12),
+        filter_spatial=(3, 3),
+        pads=(1, 1),
+        groups=8,
+        layout="NHWC",
+    )
+    plan = _Plan(problem)
+    assert not plan.wrw_tiles and plan.generated() == []
+    check_solver(DepthwiseDirectSolver(), problem, seed=19, tolerance=TOLERANCES[problem.dtype])

@@ -137,8 +137,11 @@ class _Plan:
         x_elems = 0 if self.x_direct else self.n * self.c * math.prod(self.ins)
         y_elems = 0 if self.y_direct else self.n * self.k * math.prod(self.outs)
         self.parts = 0
+        # Channels-last backward weights: register tiles (depthwise_wrw_tiles.py) where generated.
+        self.wrw_tiles = False
         if self.direction is Direction.BACKWARD_WEIGHTS and not self.plane:
             self.parts = max(1, min(WEIGHT_PARTS, self.n * self.outs[0]))
+            self.wrw_tiles = _wrw_tiles_apply(self.mult, self.filt[1], sw, p.conv.dilations[1])
         partial = self.parts * weights
         self.sizes = (weights, x_elems, y_elems, partial)
         self.regions = Float32Regions([(size,) for size in self.sizes])
@@ -147,7 +150,7 @@ class _Plan:
 
     def predicted_ms(self, threads: int) -> float:
         """The kernels' measured multiply-add rate plus the float32 staging copies."""
-        fast = self.blocked or self.plane or self.phased
+        fast = self.blocked or self.plane or self.phased or self.wrw_tiles
         rate = (_BLOCKED_MACS_PER_NS if fast else _MACS_PER_NS) * 1e6 * max(1, threads)
         staged = sum(self.sizes[1:3]) * 8 / (_STAGE_GBPS * 1e6)  # bytes read + written
         return self.macs / rate + staged + _CALL_MS
@@ -186,6 +189,10 @@ class _Plan:
             from miocore_direct.depthwise_blocked import forward_spec
 
             return [forward_spec(fw, sw, dw, fh)]
+        if self.wrw_tiles:
+            from miocore_direct.depthwise_wrw_tiles import wrw_spec
+
+            return [wrw_spec(fw, sw, dw, self.k, self.ins[1], self.pads[1], self.outs[1])]
         return []
 
     def phase_plan(self) -> Any:
@@ -360,7 +367,13 @@ class _DepthwiseInvoker:
             x = plan.tensor(params.x, plan.x_direct, x_region, load=True)
             dy = plan.tensor(params.y, plan.y_direct, y_region, load=True)
             partial = partial_region.reshape(plan.parts, *plan.filt, plan.k)
-            kernels.backward_weights_nhwc(x, dy, partial, *geometry)
+            if plan.wrw_tiles:
+                from miocore_direct.depthwise_wrw_tiles import run as run_wrw_tiles
+
+                _, sh, sw, ph, pw, dh, dw = geometry
+                run_wrw_tiles(x, dy, partial, sh, ph, dh, pw, sw, dw)
+            else:
+                kernels.backward_weights_nhwc(x, dy, partial, *geometry)
             total = np.sum(partial, axis=0, out=w_region.reshape(*plan.filt, plan.k))
             np.copyto(params.w.reshape(plan.k, *plan.filt), total.transpose(2, 0, 1), "unsafe")
 
@@ -369,6 +382,13 @@ def _blocked_applies(mult: int, width: int, stride_w: int, dilation_w: int) -> b
     """:func:`miocore_direct.depthwise_blocked.applies` (that module is numba-free to import,
     but this keeps planning free of it until a kernel runs)."""
     from miocore_direct.depthwise_blocked import applies
+
+    return applies(mult, width, stride_w, dilation_w)
+
+
+def _wrw_tiles_apply(mult: int, width: int, stride_w: int, dilation_w: int) -> bool:
+    """:func:`miocore_direct.depthwise_wrw_tiles.applies`, imported when asked."""
+    from miocore_direct.depthwise_wrw_tiles import applies
 
     return applies(mult, width, stride_w, dilation_w)
 
@@ -460,7 +480,8 @@ class DepthwiseDirectSolver(Solver):
     # 4 (2026-11-27, session 16): stride-2 forward NCHW planes of even width without per-row
     # copies (depthwise_plane.source_plane_stride2_even): 1.3-2x on the suites' layers.
     # 5 (2026-11-27, session 17): channels-last 3x3 forward and stride-1 backward data on the
-    # all-taps tiles (depthwise_tile_shapes.MIN_TAPS 9): 1.3-2x on MobileNetV2's layers.
+    # all-taps tiles (depthwise_tile_shapes.MIN_TAPS 9): 1.3-2x on MobileNetV2's layers;
+    # channels-last backward weights on register tiles (depthwise_wrw_tiles.py): 1.3-3x.
     revision = 5
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
