@@ -137,7 +137,8 @@ def _build(cls: type, frozen: bool, options: dict[str, Any]) -> Any:
         options.setdefault("weakref_slot", True)
     steps = _has_steps(cls)
     if steps:
-        own = vars(cls).get("__post_init__")
+        # the class's own __post_init__, else the one a base with steps ran after its own
+        own = vars(cls).get("__post_init__") or getattr(cls, "__value_post_init__", None)
         cls.__post_init__ = _run_steps  # type: ignore[attr-defined]
     built: Any = dataclasses.dataclass(cls, frozen=frozen, repr=False, **options)
     if steps:

@@ -154,3 +154,21 @@ def test_import_miocore_loads_no_attrs() -> None:
     code = "import sys, miocore; print('attr' in sys.modules or 'attrs' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_subclass_keeps_its_bases_converters_and_post_init() -> None:
+    seen: list[int] = []
+
+    @frozen(kw_only=True)
+    class Base:
+        n: int = field(converter=int)
+
+        def __post_init__(self) -> None:
+            seen.append(self.n)
+
+    @frozen(kw_only=True)
+    class Child(Base):
+        m: int = field(default=0, converter=abs)
+
+    c = Child(n="3", m=-2)  # type: ignore[arg-type]
+    assert (c.n, c.m, seen) == (3, 2, [3])
