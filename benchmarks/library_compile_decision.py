@@ -47,7 +47,7 @@ def evaluate(
 ) -> dict[str, Any]:
     """The decision replayed per problem with the model's estimates and without any: each
     run-time compiled engine is measured where its estimate is under ``margin`` times the
-    best ready estimate (``miocore.find.dynamic.LIBRARY_COMPILE_MARGIN``); one the model
+    best ready estimate (``miocore.find.dynamic.COMPILE_MARGIN``); one the model
     does not know counts as measured (find would ask WTI, which has no recorded stand-in)."""
     rows = []
     for key, by_solver in times.items():

@@ -32,9 +32,6 @@ log = logging.getLogger("miocore.find")
 #: trained on more fp16 depthwise layers).
 COMPILE_MARGIN = 1.5
 
-#: The name this margin had while it decided for library-compiled candidates only.
-LIBRARY_COMPILE_MARGIN = COMPILE_MARGIN
-
 
 def dynamic_only(
     engine: FindEngine, problem: ConvProblem, candidates: list[Candidate], report: FindReport
