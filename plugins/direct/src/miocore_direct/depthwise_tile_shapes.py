@@ -40,6 +40,13 @@ def applies(mult: int, filter_hw: tuple[int, int], stride_w: int, dilation_w: in
     )
 
 
+def interior_columns(width: int, out_w: int, fw: int, sw: int, dw: int, pw: int) -> tuple[int, int]:
+    """``(lo, hi)``: the output columns ``lo <= ow < hi`` whose taps are all in bounds (the
+    generated kernels compute the same two numbers in their source)."""
+    lo = min(out_w, max(0, -((-pw) // sw)))
+    return lo, max(lo, min(out_w, (width - 1 - (fw - 1) * dw + pw) // sw + 1))
+
+
 def tile_for(width: int, out_w: int, fw: int, sw: int, dw: int, pw: int) -> int:
     """Output pixels per all-taps tile: the interior columns (those whose taps are all in
     bounds) split into the fewest tiles of at most :data:`TILE` pixels, as even as they go.
@@ -51,8 +58,7 @@ def tile_for(width: int, out_w: int, fw: int, sw: int, dw: int, pw: int) -> int:
     672x14x14 5x5/2; the 26 of a 56x56 5x5/2 layer: 4 tiles of 7, as fast as 7 of 4 within
     the noise). Fewer than 2 interior columns keep the pixel loop (a 1-pixel tile measured
     no better)."""
-    lo = min(out_w, max(0, -((-pw) // sw)))
-    hi = max(lo, min(out_w, (width - 1 - (fw - 1) * dw + pw) // sw + 1))
+    lo, hi = interior_columns(width, out_w, fw, sw, dw, pw)
     if hi - lo < 2:
         return TILE
     tiles = -(-(hi - lo) // TILE)

@@ -26,6 +26,8 @@ import functools
 from typing import Any
 
 from miocore_direct.depthwise_blocked import _HEADER, load_generated
+from miocore_direct.depthwise_tile_shapes import interior_columns
+from miocore_direct.depthwise_tiles import _u
 
 #: Output columns per tile.
 TILE = 8
@@ -39,10 +41,6 @@ def applies(mult: int, filter_width: int, stride_w: int, dilation_w: int) -> boo
     return (
         mult == 1 and filter_width <= MAX_WIDTH and stride_w <= MAX_STEP and dilation_w <= MAX_STEP
     )
-
-
-def _u(value: int) -> str:
-    return f"np.uint64({value})"
 
 
 def source(
@@ -152,8 +150,7 @@ def _edge_sides(fw: int, sw: int, dw: int, width: int, pw: int) -> tuple | None:
     as ``(ow, in-bounds taps)``; None where some edge tap would read past the other side of
     the image (a width too small for the filter) or a side is wider than a tile."""
     out_w = (width + 2 * pw - (fw - 1) * dw - 1) // sw + 1
-    lo = min(out_w, max(0, -((-pw) // sw)))
-    hi = max(lo, min(out_w, (width - 1 - (fw - 1) * dw + pw) // sw + 1))
+    lo, hi = interior_columns(width, out_w, fw, sw, dw, pw)
     if out_w <= 0 or lo > TILE or out_w - hi > TILE:
         return None
     left, right = [], []
@@ -184,8 +181,7 @@ def _edge_body(
 
 def rest_for(fw: int, sw: int, dw: int, pw: int, width: int, out_w: int) -> int:
     """The columns left after the full tiles of a call's in-bounds columns (0: none)."""
-    lo = min(out_w, max(0, -((-pw) // sw)))
-    hi = max(lo, min(out_w, (width - 1 - (fw - 1) * dw + pw) // sw + 1))
+    lo, hi = interior_columns(width, out_w, fw, sw, dw, pw)
     return (hi - lo) % TILE
 
 
