@@ -26,6 +26,21 @@ class _Deadline(Exception):
     """``--seconds`` ran out (raised from the progress callback; the run resumes later)."""
 
 
+def _keys_of(path: str, dtype: str | None) -> list[ConvProblem]:
+    """The problems of a FindDb file's keys (of ``dtype`` only, when given)."""
+    from miocore.db.mathkeys import split_record_key
+    from miocore.heuristic.train import DB_FILE_LAYER, open_db_file
+
+    db = open_db_file(path)
+    try:
+        # MIOpen keys only: a record of the tf32 math mode names its problem's key again
+        keys = [k for k in db.keys(DB_FILE_LAYER) if split_record_key(k)[1] == "exact"]
+        problems = [ConvProblem.from_key(k) for k in keys]
+    finally:
+        db.close()
+    return [p for p in problems if dtype in (None, p.dtype.value)]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
@@ -48,16 +63,25 @@ def main() -> int:
         default=[],
         help="MIOpenDriver lines kept out (the untuned layers find_quality.py measures on)",
     )
+    parser.add_argument(
+        "--keys-of",
+        help="tune the problems of this FindDb file instead of a corpus sample (e.g. the "
+        "shipped database's fp32 keys again with --math-modes tf32)",
+    )
+    parser.add_argument("--keys-dtype", help="with --keys-of: only problems of this data type")
     parser.add_argument("--seconds", type=float, help="stop after this long (the run resumes)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    problems = problems_from_corpus(
-        args.per_direction,
-        shrink=not args.no_shrink,
-        max_channels_per_group=args.max_channels,
-        max_spatial=args.max_spatial,
-        max_gflop=args.max_gflop,
-    )
+    if args.keys_of:
+        problems = _keys_of(args.keys_of, args.keys_dtype)
+    else:
+        problems = problems_from_corpus(
+            args.per_direction,
+            shrink=not args.no_shrink,
+            max_channels_per_group=args.max_channels,
+            max_spatial=args.max_spatial,
+            max_gflop=args.max_gflop,
+        )
     if args.dtypes:
         problems = expand(problems, dtypes=args.dtypes.split(","))
 

@@ -17,6 +17,7 @@ find times it: device time on a GPU), and regret is
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -97,6 +98,10 @@ def main() -> int:
     )
     parser.add_argument("--reps", type=int, default=9)
     parser.add_argument(
+        "--math-mode", default="exact", help="every handle's math mode (exact, tf32)"
+    )
+    parser.add_argument("--dtype", help="only problems of this data type (e.g. float32)")
+    parser.add_argument(
         "--seconds", type=float, help="stop measuring after this long and report what was done"
     )
     parser.add_argument("--json", help="write the per-problem results here")
@@ -104,15 +109,20 @@ def main() -> int:
 
     os.environ["MIOCORE_FIND_PRUNE_FACTOR"] = "0"
     import miocore
+    from miocore.db.mathkeys import split_record_key
     from miocore.heuristic.plugin import MODEL_SUFFIX, WTI_SUFFIX
     from miocore.heuristic.train import DB_FILE_LAYER, is_held_out, open_db_file
     from miocore.problem.conv import ConvProblem
 
     db = open_db_file(args.db)
-    tuned = list(db.keys(DB_FILE_LAYER))
+    # MIOpen keys: a problem's records of both math modes count once (miocore.db.mathkeys)
+    tuned = list(dict.fromkeys(split_record_key(k)[0] for k in db.keys(DB_FILE_LAYER)))
     keys = [k for k in tuned if is_held_out(k, args.holdout)]
     db.close()
-    problems = [("held-out", ConvProblem.from_key(k)) for k in keys[: args.limit]]
+    held_out = (ConvProblem.from_key(k) for k in keys)
+    if args.dtype:
+        held_out = (p for p in held_out if p.dtype.value == args.dtype)
+    problems = [("held-out", p) for p in itertools.islice(held_out, args.limit)]
     if args.driver_file:
         from miocore.cli.tune import problems_from_driver_file
         from miocore.tune.sources import cap_work
@@ -122,7 +132,7 @@ def main() -> int:
             for p in problems_from_driver_file(f):
                 p = _shrunk(p) if args.shrink else p
                 p = cap_work(p, args.max_gflop) if args.max_gflop else p
-                if p.key not in seen:
+                if p.key not in seen and args.dtype in (None, p.dtype.value):
                     seen.add(p.key)
                     problems.append(("untuned", p))
 
@@ -133,7 +143,8 @@ def main() -> int:
         problems += held[len(new) :] + new[len(held) :]
 
     tmp = Path(tempfile.mkdtemp(prefix="find-quality-"))
-    device_id = miocore.Handle(args.device).device.identity
+    mode = args.math_mode
+    device_id = miocore.Handle(args.device, math_mode=mode).device.identity
     learned = tmp / "learned"
     learned.mkdir()
     for suffix in (MODEL_SUFFIX, WTI_SUFFIX):
@@ -144,11 +155,13 @@ def main() -> int:
     empty.mkdir()
     os.environ["MIOCORE_USER_DB_PATH"] = str(tmp / "user")
     handles = {
-        "heuristic": miocore.Handle(args.device, system_db_path=learned),
-        "plain WTI": miocore.Handle(args.device, system_db_path=empty),
+        "heuristic": miocore.Handle(args.device, system_db_path=learned, math_mode=mode),
+        "plain WTI": miocore.Handle(args.device, system_db_path=empty, math_mode=mode),
     }
     os.environ["MIOCORE_SYSTEM_DB_PATH"] = str(learned)  # the plug-in reads the env's folder
-    finder = miocore.Handle(args.device, user_db_path=tmp / "finder", system_db_path=empty)
+    finder = miocore.Handle(
+        args.device, user_db_path=tmp / "finder", system_db_path=empty, math_mode=mode
+    )
     rows = []
     started = time.perf_counter()
     for i, (kind, problem) in enumerate(problems):
@@ -195,6 +208,7 @@ def main() -> int:
         "host": platform.node(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "problems": len(rows),
+        "math_mode": mode,
     }
     for kind in sorted({r["kind"] for r in rows}):
         subset = [r for r in rows if r["kind"] == kind]

@@ -51,15 +51,18 @@
 #               .gpu/perf_models_tune (batch cut to MAX_GFLOP) less the problems
 #               of BASE_DB (the shipped one), for TUNE_SECONDS; then merged with it, the model
 #               trained and the WTI table fitted here; all in $OUT/sm90.tgz and /tmp/sm90
+#   tf32db      issue 14: the shipped sm90 database's fp32 problems tuned in the tf32 math mode
+#               for TUNE_SECONDS (4 workers per GPU); the run's database in $OUT/tf32.db
 #   triton      issue 13: the miocore-triton tests on the GPU, then gpu_triton_bench.py (Triton's
 #               default and best configurations, own-kernel find, cuDNN) on TRITON_SUITES
 #               (resnet50) in TRITON_DTYPES (float16); TRITON_ARGS passes more options
 #   quality     issue 14 on the GPU: the shipped sm90 database's WTI table fitted on the device
 #               (heuristic train --wti-only), then immediate mode against NORMAL find on
 #               LIMIT held-out problems and the layers of the MIOpenDriver files carried in
-#               .gpu/perf_models (find_quality.py, batch cut to MAX_GFLOP)
+#               .gpu/perf_models (find_quality.py, batch cut to MAX_GFLOP); MATH_MODE,
+#               QDTYPE (one data type), MODEL_DIR (another model) and QTAG (output names)
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|triton|quality}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|triton|quality}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -281,6 +284,24 @@ PY
     cp /tmp/gpudb/manifest.json "$sm/"
     tar czf "$OUT/sm90.tgz" -C "$sm" .
     ;;
+  tf32db)
+    # The shipped database's fp32 problems found again in the tf32 math mode (4 workers per
+    # GPU, for TUNE_SECONDS, shuffled so that a cut run is a fair sample; Triton kept out as
+    # for the rest of the file): the run's own database comes back as $OUT/tf32.db, to merge
+    # into the shipped one and train on (docs/tuning.md).
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site3 \
+      .gpu/whl_dask/*.whl || exit 3
+    export PYTHONPATH="/tmp/site3:$PYTHONPATH"
+    gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+    MIOCORE_DISABLE_PLUGINS=triton timeout "${TUNE_TIMEOUT:-450}" python3 \
+      benchmarks/build_system_db.py --device cuda --keys-of miocore/data/db/sm90_132.db \
+      --keys-dtype float32 --math-modes tf32 --workers $((gpus * ${WORKERS:-4})) \
+      --seconds "${TUNE_SECONDS:-360}" --out /tmp/tf32db 2>&1 | grep -v "distributed\." |
+      tee "$OUT/tf32db.log" | tail -8
+    cp /tmp/tf32db/sm90_132.db "$OUT/tf32.db"
+    cat /tmp/tf32db/shards/*/log.jsonl > "$OUT/tf32_tune_log.jsonl"
+    cp /tmp/tf32db/manifest.json "$OUT/tf32_manifest.json"
+    ;;
   triton)
     timeout "${TRITON_TEST_TIMEOUT:-200}" python3 -m pytest -q -n 8 -p no:cacheprovider -rfE \
       plugins/triton/tests/test_triton_gpu.py 2>&1 | tee "$OUT/triton_tests.log" | tail -25
@@ -294,16 +315,19 @@ PY
     sm=/tmp/sm90  # from `gpudb` on this machine, else the shipped files
     if [[ ! -f "$sm/sm90_132.heuristic.npz" ]]; then
       mkdir -p "$sm" && cp miocore/data/db/sm90_* "$sm/"
+      [[ "${QUALITY_REFIT:-1}" == 0 ]] ||
       python3 -m miocore heuristic train --db "$sm/sm90_132.db" --out "$sm" --wti-only \
         --backend cuda 2>&1 | tee "$OUT/wti.log" | tail -5
+      cp "$sm/sm90_132.wti.json" "$OUT/"  # the table fitted here, to ship
     fi
     db="$sm/sm90_132.db"
     driver_args=()
     for f in .gpu/perf_models/*.txt; do driver_args+=(--driver-file "$f"); done
     timeout 560 python3 benchmarks/find_quality.py --db "$db" --seconds "${QUALITY_SECONDS:-480}" \
-      --model-dir "$sm" --device cuda --limit "${LIMIT:-100}" --max-gflop "${MAX_GFLOP:-20}" \
-      "${driver_args[@]}" --json "$OUT/quality.json" 2>&1 | grep -v Warning |
-      tee "$OUT/quality.log" | tail -40
+      --model-dir "${MODEL_DIR:-$sm}" --device cuda --limit "${LIMIT:-100}" --max-gflop "${MAX_GFLOP:-20}" \
+      --math-mode "${MATH_MODE:-exact}" ${QDTYPE:+--dtype "$QDTYPE"} \
+      "${driver_args[@]}" --json "$OUT/quality${QTAG:-}.json" 2>&1 | grep -v Warning |
+      tee "$OUT/quality${QTAG:-}.log" | tail -40
     ;;
   *)
     echo "unknown stage $STAGE" >&2

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from miocore.db.finddb import FindDb
+from miocore.db.mathkeys import TF32_SUFFIX
 from miocore.problem.conv import ConvProblem
 from miocore.tune import tune
 
@@ -41,7 +42,9 @@ def family(problem: ConvProblem) -> str:
 
 def db_keys(path: Path) -> list[str]:
     with sqlite3.connect(f"file:{path}?immutable=1", uri=True) as conn:
-        return sorted({row[0] for row in conn.execute("SELECT key FROM find_db")})
+        keys = {row[0] for row in conn.execute("SELECT key FROM find_db")}
+    # MIOpen keys only (records of the tf32 math mode, "<key>_tf32", are not re-tuned here)
+    return sorted(k for k in keys if not k.endswith(TF32_SUFFIX))
 
 
 def replace_records(base: Path, tuned: Path, out: Path) -> tuple[int, int, int]:

@@ -13,6 +13,7 @@ import pytest
 
 import miocore
 from miocore.db.finddb import FindDb, FindDbEntry
+from miocore.db.mathkeys import split_record_key
 from miocore.heuristic.features import FEATURES, problem_features
 from miocore.heuristic.model import WITHIN, WITHIN_CLIP, ModelFormatError, TreeModel, pack_forests
 from miocore.heuristic.plugin import MODEL_SUFFIX, WTI_SUFFIX, rank_with
@@ -331,7 +332,9 @@ def test_the_shipped_sm90_model_ranks_a_depthwise_layer_away_from_the_generic_ke
     try:
         keys = db.keys("system")
         assert len(keys) > 1000
-        assert all(ConvProblem.from_key(k) is not None for k in keys[:50])
+        modes = [split_record_key(k) for k in keys]
+        assert all(ConvProblem.from_key(base) is not None for base, _ in modes[:50])
+        assert sum(mode == "tf32" for _, mode in modes) > 1000  # fp32 found in TF32 mode too
     finally:
         db.close()
     problem = ConvProblem.from_sizes(
@@ -350,6 +353,16 @@ def test_the_shipped_sm90_model_ranks_a_depthwise_layer_away_from_the_generic_ke
     times = model.predict_ms(problem_features(problem), candidates)
     ranked = sorted(zip(candidates, times, strict=True), key=lambda p: p[1])
     assert ranked[0][0] == "direct.gpu_depthwise", ranked
+    # In the tf32 math mode it knows the TF32 twins, and puts each ahead of its exact one on a
+    # dense fp32 layer (tensor cores against FMA: measured 2-4x on such layers).
+    dense = ConvProblem.from_sizes(
+        "forward", n=32, c=256, k=256, in_spatial=(14, 14), filter_spatial=(3, 3), pads=(1, 1),
+        dtype="float32", layout="NHWC",
+    )  # fmt: skip
+    pairs = [("gemm.gpu_nhwc_tf32", "gemm.gpu_nhwc"), ("igemm.gpu_tf32", "igemm.gpu_fma")]
+    for twin, exact in pairs:
+        t_twin, t_exact = model.predict_ms(problem_features(dense, "tf32"), [twin, exact])
+        assert t_twin < t_exact, (twin, t_twin, exact, t_exact)
 
 
 @pytest.mark.parametrize("path", sorted(SHIPPED.glob("*.db")), ids=lambda p: p.name)

@@ -142,14 +142,16 @@ def _train(args: argparse.Namespace, registry: Any) -> int:
         print(f"WTI table: skipped (this machine is not {device}); fit it on the device")
         return 1 if args.wti_only else 0
     ctx, solvers = found
+    from miocore.db.mathkeys import split_record_key
     from miocore.heuristic.train import is_held_out
 
     db = open_db_file(args.db)
     try:
         samples = [
-            (ConvProblem.from_key(s.key), s.times)
+            (ConvProblem.from_key(base), s.times, math_mode)
             for s in read_samples(db.items(DB_FILE_LAYER))
             if not is_held_out(s.key, args.holdout)
+            for base, math_mode in [split_record_key(s.key)]
         ]
     finally:
         db.close()
@@ -160,12 +162,14 @@ def _train(args: argparse.Namespace, registry: Any) -> int:
 
 
 def _eval(args: argparse.Namespace, registry: Any) -> int:
+    from miocore.db.mathkeys import split_record_key
     from miocore.heuristic.evaluate import quality
     from miocore.heuristic.model import TreeModel
     from miocore.heuristic.plugin import rank_with
     from miocore.heuristic.train import DB_FILE_LAYER, is_held_out, open_db_file, read_samples
     from miocore.heuristic.wti import WtiTable
     from miocore.problem.conv import ConvProblem
+    from miocore.values import evolve
 
     db_path = Path(args.db)
     device = db_path.stem
@@ -185,11 +189,14 @@ def _eval(args: argparse.Namespace, registry: Any) -> int:
         results["model"] = quality(held, lambda s: [n for n, _ in _model_rank(model, s)])
     found = _context(device, args.backend, registry)
     if found is not None:
-        ctx, solvers = found
+        exact, solvers = found
+        contexts = {"exact": exact, "tf32": evolve(exact, math_mode="tf32")}
 
         def by(table_used: WtiTable | None, use_model: bool) -> Any:
             def ranking(s: Any) -> list[str]:
-                problem = ConvProblem.from_key(s.key).canonical
+                base, math_mode = split_record_key(s.key)
+                ctx = contexts[math_mode]
+                problem = ConvProblem.from_key(base).canonical
                 ranked = rank_with(
                     model if use_model else None, table_used, ctx, problem, list(s.times), solvers
                 )

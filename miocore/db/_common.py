@@ -77,16 +77,27 @@ def check_solver(name: Any, field: str = "solver") -> str:
 
 
 def check_key(key: Any, field: str = "key") -> str:
-    """Validate a FindDb key: it must parse as a problem and be in MIOpen's canonical form."""
+    """Validate a FindDb key: it must parse as a problem and be in MIOpen's canonical form
+    (an fp32 problem's key may carry the tf32 math mode's suffix, :mod:`miocore.db.mathkeys`)."""
+    from miocore.db.mathkeys import split_record_key
     from miocore.problem.conv import ConvProblem  # deferred: keeps `import miocore.db` light
+    from miocore.problem.dtypes import DataType
 
     if not isinstance(key, str):
         raise InvalidArgumentError("a FindDb key is a string", field=field, value=key)
-    canonical = ConvProblem.from_key(key).key
-    if canonical != key:
+    base, mode = split_record_key(key)
+    problem = ConvProblem.from_key(base)
+    if mode != "exact" and problem.dtype is not DataType.FLOAT32:
+        raise InvalidArgumentError(
+            f"the {mode} math mode's suffix belongs to fp32 problems only", field=field, value=key
+        )
+    canonical = problem.key
+    if canonical != base:
         # A non-canonical key could never be hit: every lookup uses ConvProblem.key.
         raise InvalidArgumentError(
-            f"not in canonical form; the problem's key is {canonical!r}", field=field, value=key
+            f"not in canonical form; the problem's key is {canonical + key[len(base) :]!r}",
+            field=field,
+            value=key,
         )
     return key
 

@@ -20,6 +20,7 @@ from miocore.db._common import (
     make_provenance,
     provenance_json,
 )
+from miocore.db.mathkeys import TF32_SUFFIX
 from miocore.db.records import (
     _COLUMNS,
     _SQLITE_MAGIC,
@@ -277,8 +278,9 @@ class FindDb(LayeredDb):
         """Write one layer as MIOpen's text FindDb, by key; returns the number of records.
 
         Imported records are written exactly as they were read; measured ones with MIOpen's
-        algorithm names for the key's direction. A path is written atomically (a temporary
-        file renamed over it); a text stream is written as is.
+        algorithm names for the key's direction. Records of the tf32 math mode are left out
+        (MIOpen has no such mode, :mod:`miocore.db.mathkeys`). A path is written atomically (a
+        temporary file renamed over it); a text stream is written as is.
         """
         if hasattr(dest, "write"):  # an open text stream
             return self._write_lines(dest, layer)  # type: ignore[arg-type]
@@ -299,7 +301,7 @@ class FindDb(LayeredDb):
         def read(conn: sqlite3.Connection) -> int:
             # Two cursors in key order, merged as they stream: memory stays bounded.
             rows = conn.execute(f"SELECT key, {_COLUMNS} FROM find_db ORDER BY key, rank, solver")
-            measured = ((r.key, _format(r)) for r in _group(rows, layer))
+            measured = ((r.key, _format(r)) for r in _group(rows, layer) if _miopen_key(r.key))
             try:
                 texts = conn.execute(
                     "SELECT key, key || '=' || body FROM find_db_text ORDER BY key"
@@ -317,7 +319,7 @@ class FindDb(LayeredDb):
             return count
 
         if layer == "user" and self._user.degraded:
-            lines = [_format(r) for r in self.items(layer)]
+            lines = [_format(r) for r in self.items(layer) if _miopen_key(r.key)]
             for line in lines:
                 out.write(line + "\n")
             return len(lines)
@@ -432,3 +434,8 @@ class FindDb(LayeredDb):
                 entries = _fastest_first(merged.values())
             records[key] = entries
         return records, bad
+
+
+def _miopen_key(key: str) -> bool:
+    """Whether a record's key is one MIOpen can read (not a tf32 math mode's)."""
+    return not key.endswith(TF32_SUFFIX)

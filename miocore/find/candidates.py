@@ -267,7 +267,7 @@ class Candidates:
         if not isinstance(solver, TunableSolver):
             return None, False
         if use_perf_db:
-            entry = self.state.perf_db.get(canon.key, reg.name)
+            entry = self.state.perf_db.get(self.state.record_key(canon), reg.name)
             if entry is not None:
                 try:
                     config = PerfConfig.from_string(entry.perf_config)

@@ -427,7 +427,7 @@ class FindEngine:
             report.tuned[cand.reg.name] = "no valid config ran; using the default"
             return solver.default_perf_config(state.context, canon)
         state.perf_db.put(
-            canon.key,
+            state.record_key(canon),
             cand.reg.name,
             best[1].to_string(),
             make_provenance(
@@ -438,7 +438,7 @@ class FindEngine:
                 configs_tried=str(tried),
             ),
         )
-        state.forget(canon.key)
+        state.forget(state.record_key(canon))
         report.tuned[cand.reg.name] = (
             f"{best[1].to_string()} ({best[0]:.4g} ms, {tried} configs tried)"
         )
@@ -479,6 +479,7 @@ class FindEngine:
                     ),
                 )
             )
-        state.find_db.write(problem.key, entries)
-        state.forget(problem.key)
+        key = state.record_key(problem)
+        state.find_db.write(key, entries)
+        state.forget(key)
         log.debug("%s: wrote the user FindDb record (%d entries)", problem.key, len(entries))

@@ -167,9 +167,10 @@ class Handle:
         report = FindReport(key=problem.key, mode=mode.name, enforce=enforce.name)
         self.last_report = report
         if enforce is FindEnforce.DB_CLEAN:
-            self.find_db.delete(problem.key)
-            self.perf_db.delete(problem.key)
-            self.state.forget(problem.key)
+            key = self.state.record_key(problem)
+            self.find_db.delete(key)
+            self.perf_db.delete(key)
+            self.state.forget(key)
         use_perf_db = enforce is not FindEnforce.DB_CLEAN
         hit, candidates = find_start(
             self, problem, report, mode, limit, use_perf_db, accuracy, deterministic

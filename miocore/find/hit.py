@@ -42,7 +42,7 @@ def recorded_hit(
     and adds the others'.
     """
     ranker = handle.ranker
-    records = ranker.records(problem.key)
+    records = ranker.records(handle.state.record_key(problem))
     if not records:
         return []
     named = frozenset(e.solver for r in records for e in r.entries)

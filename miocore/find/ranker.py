@@ -48,7 +48,9 @@ class ImmediateRanker:
         """The first FindDb record of ``problem`` naming a candidate, as solutions (a hit), or
         an empty list (a miss); ``records``: those of ``problem`` if the caller read them."""
         usable = {c.reg.name: c for c in candidates}
-        for record in self.records(problem.key) if records is None else records:
+        if records is None:
+            records = self.records(self.state.record_key(problem))
+        for record in records:
             out = []
             for entry in record.entries:
                 cand = usable.get(entry.solver)

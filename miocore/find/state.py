@@ -66,6 +66,13 @@ class FindState:
             self._perf_db = PerfDb.sharing(self.find_db)
         return self._perf_db
 
+    def record_key(self, problem: Any) -> str:
+        """The key of ``problem``'s FindDb and PerfDb records in this handle's math mode
+        (:func:`miocore.db.mathkeys.record_key`)."""
+        from miocore.db.mathkeys import record_key
+
+        return record_key(problem, self.context.math_mode)
+
     def forget(self, key: str) -> None:
         """A record of ``key`` changed: drop what any step memoized about it."""
         for hook in self.forget_hooks:

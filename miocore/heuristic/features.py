@@ -3,7 +3,8 @@
 Features are computed from the canonical problem (a transposed convolution is its opposite
 direction), in forward terms, mostly as log2 so that trees split sizes evenly across scales.
 The list is versioned with the model format: a model records the names it was trained on and
-refuses a different list.
+is refused unless they begin this list. New features go at the end, so that a model trained
+before them (it never reads their columns) keeps working.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ FEATURES: tuple[str, ...] = (
     "log2_flops",
     "log2_bytes",
     "log2_flops_per_byte",
+    # fp32 found in the tf32 math mode (its records' keys say so: miocore.db.mathkeys)
+    "math_tf32",
 )
 
 
@@ -50,8 +53,8 @@ def _log2(value: float) -> float:
     return math.log2(value) if value > 0 else -1.0
 
 
-def problem_features(problem: ConvProblem) -> np.ndarray:
-    """The :data:`FEATURES` of ``problem`` as a float64 vector."""
+def problem_features(problem: ConvProblem, math_mode: str = "exact") -> np.ndarray:
+    """The :data:`FEATURES` of ``problem`` found in ``math_mode`` as a float64 vector."""
     p = problem.canonical
     x, w, y, conv = p.x, p.w, p.y, p.conv
     n, c = x.lengths[0], x.lengths[1]
@@ -95,6 +98,7 @@ def problem_features(problem: ConvProblem) -> np.ndarray:
             _log2(flops),
             _log2(nbytes),
             _log2(flops / nbytes) if nbytes else 0.0,
+            math_mode == "tf32" and "float32" in dtype,
         ],
         dtype=np.float64,
     )

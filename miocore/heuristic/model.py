@@ -251,7 +251,8 @@ class TreeModel:
                 field="model",
                 value=str(src),
             )
-        if tuple(meta["features"]) != FEATURES:
+        features = tuple(meta["features"])
+        if FEATURES[: len(features)] != features:  # a model trained before newer features: ok
             raise ModelFormatError(
                 "was trained on another feature list; retrain it with this miocore",
                 field="model",
@@ -259,6 +260,7 @@ class TreeModel:
             )
         return cls(
             device=str(meta["device"]),
+            features=features,
             solvers=tuple(meta["solvers"]),
             depth=int(meta["depth"]),
             scale=meta.get("scale"),

@@ -116,7 +116,8 @@ def rank_with(
         if known:
             from miocore.heuristic.features import problem_features
 
-            log_ms, score = model.rank_log_ms(problem_features(problem), known)
+            features = problem_features(problem, ctx.math_mode)
+            log_ms, score = model.rank_log_ms(features, known)
             for name, t, s in zip(known, log_ms, score, strict=True):
                 out.append((math.exp(s), name, math.exp(t)))
             rest = [c for c in candidates if not model.knows(c)]

@@ -23,6 +23,7 @@ import numpy as np
 from miocore.db._common import miocore_version
 from miocore.db._sqlite import utc_now_iso
 from miocore.db.finddb import FindDb, FindDbRecord
+from miocore.db.mathkeys import split_record_key
 from miocore.errors import InvalidArgumentError, MiocoreError
 from miocore.heuristic.features import problem_features
 from miocore.heuristic.model import WITHIN, WITHIN_CLIP, TreeModel, pack_forests
@@ -51,8 +52,10 @@ SCALE = "(fastest)"
 
 
 def is_held_out(key: str, share: float) -> bool:
-    """Whether ``key`` is in the held-out ``share`` (0..1) of problems: a stable hash split."""
-    return (zlib.crc32(key.encode()) % 10_000) < share * 10_000
+    """Whether ``key`` is in the held-out ``share`` (0..1) of problems: a stable hash split
+    of the MIOpen key (a problem's records of both math modes fall on the same side)."""
+    base = split_record_key(key)[0]
+    return (zlib.crc32(base.encode()) % 10_000) < share * 10_000
 
 
 #: The layer :func:`open_db_file` reads its file as.
@@ -73,13 +76,15 @@ def open_db_file(path: Path | str) -> FindDb:
 def read_samples(records: Iterable[FindDbRecord]) -> Iterator[Sample]:
     """A :class:`Sample` per record whose key parses and that has a positive time."""
     for record in records:
+        base, math_mode = split_record_key(record.key)
         try:
-            problem = ConvProblem.from_key(record.key)
+            problem = ConvProblem.from_key(base)
         except MiocoreError:
             continue
         times = {e.solver: e.time_ms for e in record.entries if e.time_ms > 0}
         if times:
-            yield Sample(key=record.key, features=problem_features(problem), times=times)
+            features = problem_features(problem, math_mode)
+            yield Sample(key=record.key, features=features, times=times)
 
 
 def train(

@@ -22,7 +22,7 @@ from miocore.errors import InvalidArgumentError
 from miocore.heuristic.model import ModelFormatError
 from miocore.problem.conv import ConvProblem
 from miocore.solver.interface import ExecutionContext
-from miocore.values import field, frozen
+from miocore.values import evolve, field, frozen
 
 FORMAT = "miocore-wti-corrections"
 
@@ -95,7 +95,9 @@ class WtiTable:
 
 
 def fit_wti(
-    samples: Iterable[tuple[ConvProblem, Mapping[str, float]]],
+    samples: Iterable[
+        tuple[ConvProblem, Mapping[str, float]] | tuple[ConvProblem, Mapping[str, float], str]
+    ],
     ctx: ExecutionContext,
     solvers: Mapping[str, Any],
     *,
@@ -103,17 +105,24 @@ def fit_wti(
     min_samples: int = 5,
 ) -> WtiTable:
     """Fit the table from ``(problem, {solver: measured ms})`` pairs on the device ``ctx``
-    describes; ``solvers`` maps names to solver objects (unknown names are skipped)."""
+    describes; ``solvers`` maps names to solver objects (unknown names are skipped). A sample
+    may name the math mode its times were measured in (a third item, default ``ctx``'s): its
+    solvers' WTI are asked in that mode."""
     ratios: dict[tuple[str, str], list[float]] = {}
-    for problem, times in samples:
+    contexts = {ctx.math_mode: ctx}
+    for problem, times, *mode in samples:
+        math_mode = mode[0] if mode else ctx.math_mode
+        here = contexts.get(math_mode)
+        if here is None:
+            here = contexts[math_mode] = evolve(ctx, math_mode=math_mode)
         canon = problem.canonical
-        ideal = ctx.ideal_ms(canon)
+        ideal = here.ideal_ms(canon)
         for name, ms in times.items():
             solver = solvers.get(name)
             if solver is None or ms <= 0:
                 continue
             try:
-                score = float(solver.wti(ctx, canon))
+                score = float(solver.wti(here, canon))
             except Exception:  # a solver whose WTI raises is simply not fitted
                 continue
             if math.isfinite(score) and score > 0:
