@@ -23,6 +23,7 @@ from miocore import (
     not_applicable,
 )
 from miocore.db import FindDbEntry
+from miocore.db.mathkeys import record_key
 from miocore.testing import cpu_context
 
 PROBLEM = small_problem()
@@ -75,20 +76,25 @@ def test_tf32_solver_applies_in_tf32_mode() -> None:
     assert sols[0].solver == "test.tf32"  # no delay: the faster one
 
 
-def test_find_db_hit_of_a_tf32_solver_is_not_returned_to_an_exact_caller() -> None:
+def test_a_tf32_find_record_is_not_returned_to_an_exact_caller() -> None:
     tf32, exact = _solvers()
     registry = Registry.from_solvers([tf32, exact])
     writer = Handle("cpu", registry=registry, math_mode="tf32")
     writer.find_solutions(PROBLEM, find_mode="NORMAL")
-    [record] = writer.find_db.records(PROBLEM.key)
-    assert record.entries[0].solver == "test.tf32"  # the shared FindDb holds the TF32 winner
+    # The TF32 find's record has the mode's own key (miocore.db.mathkeys): never a hit for an
+    # exact caller, whose times it does not describe.
+    assert writer.find_db.records(PROBLEM.key) == []
+    [record] = writer.find_db.records(record_key(PROBLEM, "tf32"))
+    assert record.entries[0].solver == "test.tf32"
 
     reader = Handle("cpu", registry=registry)  # exact, same database
     for mode in (FindMode.FAST, FindMode.HYBRID):
         sols = reader.find_solutions(PROBLEM, find_mode=mode.name)
         assert [s.solver for s in sols] == ["test.exact"], mode
-        assert reader.last_report.db_hit
     assert [s.solver for s in reader.get_solutions(PROBLEM)] == ["test.exact"]
+    assert reader.last_report.db_hit  # its own record, written by the HYBRID find above
+    [own] = reader.find_db.records(PROBLEM.key)
+    assert [e.solver for e in own.entries] == ["test.exact"]
 
 
 def test_a_record_holding_only_tf32_falls_back_to_find_for_an_exact_caller() -> None:
