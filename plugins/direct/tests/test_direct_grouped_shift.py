@@ -111,6 +111,18 @@ def test_shift_path_float32(direction: str, layout: str, width: int, geo: str) -
 
 @pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_weights"])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_shift_path_width_three(direction: str, layout: str) -> None:
+    """Widths 4 and 8 above now take the vector kernels (test_direct_grouped_simd.py); width 3
+    keeps this path (the kernels test_compiles_for_follows_the_shift_kernels_cache loads)."""
+    from miocore_direct.grouped_vector import vector_applies
+
+    p = _problem(direction, layout, "float32", 3, 3, GEOMETRIES["3x3s2"])
+    assert shift_applies(p) and not vector_applies(p)
+    _check(direction, layout, "float32", 3, 3, "3x3s2", seed=5)
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_weights"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_shift_path_half_dtypes(direction: str, layout: str, dtype: str) -> None:
     _check(direction, layout, dtype, 4, 4, "3x3s2", seed=3)
@@ -119,12 +131,14 @@ def test_shift_path_half_dtypes(direction: str, layout: str, dtype: str) -> None
 
 @pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_weights"])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-@pytest.mark.parametrize(("cg", "kg"), [(4, 8), (8, 4), (16, 16)])
+@pytest.mark.parametrize(("cg", "kg"), [(4, 8), (8, 4), (12, 12)])
 def test_multipliers_and_wide_groups_keep_the_group_loop(
     direction: str, layout: str, cg: int, kg: int
 ) -> None:
+    from miocore_direct.grouped_vector import vector_applies
+
     p = _problem(direction, layout, "float32", cg, kg, GEOMETRIES["3x3"])
-    assert not shift_applies(p)
+    assert not shift_applies(p) and not vector_applies(p)
     _check(direction, layout, "float32", cg, kg, "3x3", seed=cg + kg)
 
 
@@ -144,9 +158,10 @@ def test_compiles_for_follows_the_shift_kernels_cache(
     from miocore.testing import cpu_context
 
     ctx, solver = cpu_context(), GroupedDirectSolver()
-    p = _problem(direction, "NHWC", "float32", 4, 4, GEOMETRIES["3x3s2"])
+    # width 3: widths 2, 4, 8 and 16 take the vector kernels (test_direct_grouped_simd.py)
+    p = _problem(direction, "NHWC", "float32", 3, 3, GEOMETRIES["3x3s2"])
     (name,) = [_module_name(*spec) for spec in _ShiftPlan(p).generated()]
-    _check(direction, "NHWC", "float32", 4, 4, "3x3s2", seed=1)  # loads it in this process
+    _check(direction, "NHWC", "float32", 3, 3, "3x3s2", seed=1)  # loads it in this process
     assert name in sys.modules and not solver.compiles_for(ctx, p)
     monkeypatch.setenv("MIOCORE_KERNEL_CACHE_PATH", str(tmp_path / "kernels"))
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
@@ -156,5 +171,5 @@ def test_compiles_for_follows_the_shift_kernels_cache(
     cache.mkdir(parents=True)
     (cache / f"{name}.kernel-9.py311.nbi").touch()
     assert not solver.compiles_for(ctx, p)
-    wide = _problem(direction, "NHWC", "float32", 16, 16, GEOMETRIES["3x3"])
+    wide = _problem(direction, "NHWC", "float32", 4, 8, GEOMETRIES["3x3"])
     assert not shift_applies(wide) and not solver.compiles_for(ctx, wide)

@@ -1,0 +1,362 @@
+"""The explicit-vector path of ``direct.grouped`` (:mod:`miocore_direct.grouped_simd`): plan
+and invoker for groups as wide in as out of 2, 4, 8 or 16 channels.
+
+Channels are padded to a multiple of the kernels' vector width (whole zero groups, with zero
+weights), so any group count runs; where that padding is empty and the caller's tensor is
+packed float32 NHWC, the kernels write it directly. The input (x, or dy for backward data) is
+staged zero-padded (:mod:`miocore_direct.grouped_stage`, or for packed float32 NCHW the blocked
+transposes of :mod:`miocore_direct.grouped_transpose`), the weights rearranged per block of
+``V`` output lanes. A strided backward-data pass runs one kernel call per stride phase (the
+dx pixels ``(r + a*sh, c + b*sw)`` of one ``(r, c)``) with that phase's taps only, instead of
+the zero-inserted dy of the shifted-diagonal path (``sh*sw`` times the multiply-adds).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from miocore import ConvProblem, DataType, Direction, InvokeParams
+from miocore_direct.pool_choice import PoolChoice
+from miocore_direct.regions import Float32Regions
+
+if TYPE_CHECKING:
+    import numpy as np
+
+#: Group widths (in == out) the vector kernels take: those that divide or fill a vector.
+WIDTHS = (2, 4, 8, 16)
+#: Bytes of input and dy rows per backward-weights call: each (tap, lane block) reads a chunk
+#: again, so it should stay in cache (batch 8, one thread: 128x56x56 9.3 ms in one call, 3.6-3.9
+#: ms in chunks of 3-12 rows; 512x14x14 2.0 ms in one call, 1.3 ms in chunks of 12 rows, 1.6
+#: in chunks of 3).
+CHUNK_BYTES = 1536 * 1024
+# Measured 2026-11-27 on the kernels alone, one thread (AMD EPYC dev VM, AVX-512): 75-104
+# multiply-adds per ns forward, 80-90 backward weights (a register-only loop of broadcast
+# multiply-adds: 133); staging copies as the shifted-diagonal path's.
+_MACS_PER_NS = 70.0
+#: Float32 lanes between pixels of the staged input beyond its channels: one cache line, so
+#: that a pixel stride of a power of two (512 channels: 2 KiB) does not map a tile's pixels
+#: onto the same L1 sets (512x14x14 batch 8: 1.48 against 1.80 ms).
+PITCH_EXTRA = 16
+_STAGE_GBPS = 12.0
+_CALL_MS = 0.03
+
+
+def vector_applies(p: ConvProblem) -> bool:
+    """Whether ``p`` (already a ``direct.grouped`` problem) takes the explicit-vector path."""
+    width = p.c // p.groups
+    return width == p.k // p.groups and width in WIDTHS
+
+
+def _direct_nhwc(desc: Any, channels: int, padded: int) -> bool:
+    """Whether a caller tensor can be the kernels' float32 channels-last array itself."""
+    return (
+        channels == padded
+        and desc.dtype is DataType.FLOAT32
+        and desc.is_packed
+        and desc.layout == "NHWC"
+    )
+
+
+class VectorPlan:
+    """Geometry and workspace: weights ``(Kp / V, taps, W, V)``, the padded input (x, or dy
+    for backward data) of ``Kp`` channels plus :data:`PITCH_EXTRA` zero lanes per pixel,
+    unless the caller's tensor is used directly the other tensor (y, dx or dy) with ``Kp``
+    channels, and for a strided backward-data pass the weights of every phase."""
+
+    def __init__(self, p: ConvProblem) -> None:
+        from miocore_direct.grouped_simd import lanes_for
+
+        self.direction = p.direction
+        self.width = p.c // p.groups
+        self.chans = p.c
+        self.padded = -(-p.c // lanes_for(self.width)) * lanes_for(self.width)
+        self.filt = fy, fx = p.filter_spatial
+        (sh, sw), (ph, pw), (dh, dw) = p.conv.strides, p.conv.pads, p.conv.dilations
+        (h, w), (oh, ow) = p.in_spatial, p.out_spatial
+        self.phases: list[Phase] = []
+        if self.direction is Direction.BACKWARD_DATA:  # one pass per phase, dy not zero-inserted
+            row_phases = [_phase(h, fy, sh, ph, dh, r) for r in range(min(sh, h))]
+            col_phases = [_phase(w, fx, sw, pw, dw, r) for r in range(min(sw, w))]
+            top, rows = _margins(row_phases, oh)
+            left, cols = _margins(col_phases, ow)
+            self.offsets = (top, left, 0)
+            out, other_desc = (h, w), p.x
+            strides = (1, 1)
+        else:
+            rows, cols = (oh - 1) * sh + (fy - 1) * dh + 1, (ow - 1) * sw + (fx - 1) * dw + 1
+            self.offsets = (ph, pw, 0)
+            out, other_desc = (oh, ow), p.y
+            strides = (sh, sw)
+        self.direct = _direct_nhwc(other_desc, self.chans, self.padded)
+        other = (p.n, *out, self.padded)
+        pitch = self.padded + PITCH_EXTRA
+        self.dims = (p.n, rows, cols, pitch, *out, self.padded, fy, fx, *strides, dh, dw)
+        self.place = (0, 0, math.prod(out) * self.padded, out[1] * self.padded, self.padded)
+        self.lanes = lanes_for(self.width)
+        #: Whether the passes need their own weights (else one pass of every tap: stride 1).
+        self.split = False
+        if self.direction is Direction.BACKWARD_DATA:
+            self.phases = _phases(self, (row_phases, col_phases), (top, left), w, (sh, sw))
+            every_tap = [(len(ph.rows), len(ph.cols)) for ph in self.phases] == [(fy, fx)]
+            self.split = not every_tap
+        self.shapes = (  # weights per lane block: a block's taps in one run, not 2 KiB apart
+            (self.padded // self.lanes, fy * fx, self.width, self.lanes),
+            (p.n, rows, cols, pitch),
+            other if not self.direct else (0,),
+            (fy * fx * self.width * self.padded if self.split else 0,),
+        )
+        self.other = other
+        row_bytes = 4 * (pitch * cols * dh * fy + self.padded * out[1])
+        self.chunk_rows = max(1, CHUNK_BYTES // row_bytes)
+        self.regions = Float32Regions(self.shapes)
+        self.workspace_bytes = self.regions.nbytes
+        self.macs = p.n * self.padded * math.prod(p.out_spatial) * fy * fx * self.width
+        self.staged_bytes = 8 * (math.prod(self.shapes[1]) + math.prod(self.shapes[2]))
+
+    def generated(self) -> list[tuple[str, str]]:
+        """The generated kernel (name prefix, source) the invoker loads."""
+        from miocore_direct import grouped_simd as kernels
+
+        if self.direction is Direction.BACKWARD_WEIGHTS:
+            return [kernels.weights_spec(self.width)]
+        return [kernels.forward_spec(self.width)]
+
+    def predicted_ms(self, threads: int) -> float:
+        """Measured multiply-add rate plus the staging copies and the call."""
+        compute = self.macs / (_MACS_PER_NS * 1e6 * max(1, threads))
+        return compute + self.staged_bytes / (_STAGE_GBPS * 1e6) + _CALL_MS
+
+
+class Phase(NamedTuple):
+    """One pass of a backward-data plan: the output pixels ``(r + a*sh, c + b*sw)``, from the
+    taps ``rows x cols`` (filter indices, in the order the kernel reads them), at flat weight
+    offset ``weights`` of the phase weights."""
+
+    rows: tuple[int, ...]
+    cols: tuple[int, ...]
+    weights: int
+    dims: tuple[int, ...]
+    place: tuple[int, int, int, int, int]
+
+
+def _phase(
+    size: int, filt: int, stride: int, pad: int, dil: int, r: int
+) -> tuple[tuple[int, ...], int, int, int]:
+    """Along one axis, dx positions ``r + a*stride`` (``a < count``) gather ``dy[a + c0 +
+    t*step] * w[taps[t]]``: the answer ``(taps, c0, step, count)``. A tap ``f`` reaches
+    ``r`` when ``(r + pad - f*dil) / stride`` is a whole dy offset; taps in falling order of
+    ``f`` have offsets rising by one ``step``."""
+    taps = tuple(f for f in range(filt - 1, -1, -1) if (r + pad - f * dil) % stride == 0)
+    count = -(-(size - r) // stride)
+    if not taps:
+        return taps, 0, 1, count
+    first = (r + pad - taps[0] * dil) // stride
+    step = (r + pad - taps[1] * dil) // stride - first if len(taps) > 1 else 1
+    return taps, first, step, count
+
+
+def _margins(phases: list[tuple[tuple[int, ...], int, int, int]], out: int) -> tuple[int, int]:
+    """The dy margin before the first row (column) and the padded extent that every phase's
+    reads fit in."""
+    reads = [(c0, c0 + (count - 1) + (len(taps) - 1) * step) for taps, c0, step, count in phases]
+    before = max([0] + [-lo for lo, _ in reads])
+    return before, before + max([out] + [hi + 1 for _, hi in reads])
+
+
+def _phases(
+    plan: VectorPlan,
+    axes: tuple[list[tuple[tuple[int, ...], int, int, int]], ...],
+    margins: tuple[int, int],
+    w: int,
+    strides: tuple[int, int],
+) -> list[Phase]:
+    """Every (row, column) phase of a backward-data plan of ``w`` columns (``plan.dims`` and
+    ``place`` already those of a stride-1 pass: the kernel's own strides are 1)."""
+    n, hp, wp, pitch, _, _, kout = plan.dims[:7]
+    (top, left), (row_phases, col_phases), (stride_h, stride_w) = margins, axes, strides
+    phases, weights = [], 0
+    for r, (rtaps, r0, rstep, rcount) in enumerate(row_phases):
+        for c, (ctaps, c0, cstep, ccount) in enumerate(col_phases):
+            dims = (n, hp, wp, pitch, rcount, ccount, kout, len(rtaps), len(ctaps), 1, 1)
+            dims += (rstep, cstep)
+            x0 = ((top + r0) * wp + left + c0) * pitch
+            place = (x0, (r * w + c) * kout, plan.place[2], stride_h * w * kout, stride_w * kout)
+            phases.append(Phase(rtaps, ctaps, weights, dims, place))
+            weights += len(rtaps) * len(ctaps) * plan.width * kout
+    return phases
+
+
+def _arranged_weights(w: np.ndarray, width: int, dst: np.ndarray, transpose: bool) -> None:
+    """``dst[kb, tap, i, l]`` for channel ``k = kb*V + l`` (zero for padding channels ``k >=
+    K``): forward ``w[k, i, fy, fx]``; ``transpose`` (backward data, ``k = g*W + i`` an input
+    channel and ``i`` standing for an output lane ``j`` of its group) ``w[g*W + j, k % W,
+    FY-1-fy, FX-1-fx]``."""
+    import numpy as np
+
+    k, _, fy, fx = w.shape
+    blocks, taps, _, lanes = dst.shape
+    if k == blocks * lanes:  # one strided copy (2-3x faster than through a padded array)
+        per_block = lanes // width
+        w6 = w.reshape(blocks, per_block, width, width, fy, fx)
+        if transpose:
+            picked = w6[..., ::-1, ::-1].transpose(0, 4, 5, 2, 1, 3)
+        else:
+            picked = w6.transpose(0, 4, 5, 3, 1, 2)
+        np.copyto(dst.reshape(blocks, fy, fx, width, per_block, width), picked, casting="unsafe")
+        return
+    if transpose:
+        split = w.reshape(k // width, width, width, fy, fx)[:, :, :, ::-1, ::-1]
+        src = split.transpose(3, 4, 1, 0, 2).reshape(taps, width, k)
+    else:
+        src = w.transpose(2, 3, 1, 0).reshape(taps, width, k)
+    full = np.zeros((taps, width, blocks * lanes), np.float32)
+    np.copyto(full[:, :, :k], src, casting="unsafe")
+    np.copyto(dst, full.reshape(taps, width, blocks, lanes).transpose(2, 0, 1, 3))
+
+
+def _fast_nchw(array: np.ndarray) -> bool:
+    """Whether :mod:`miocore_direct.grouped_transpose` copies this caller tensor: packed
+    float32 NCHW with channels in whole blocks."""
+    import numpy as np
+
+    return array.dtype == np.float32 and array.flags.c_contiguous and array.shape[1] % 16 == 0
+
+
+def _pad(
+    array: np.ndarray,
+    dst: np.ndarray,
+    offsets: tuple[int, int, int],
+    steps: tuple[int, int] = (1, 1),
+) -> None:
+    """:func:`miocore_direct.grouped_stage.pad` (channel offset 0), through
+    :mod:`miocore_direct.grouped_transpose` where the caller's tensor is packed float32 (NCHW
+    or NHWC) with channels in whole blocks and lies whole inside ``dst``."""
+    import numpy as np
+
+    from miocore_direct import grouped_stage as stage
+
+    _, c, h, w = array.shape
+    top, left, _ = offsets
+    inside = top >= 0 and top + h <= dst.shape[1] and left >= 0 and left + w <= dst.shape[2]
+    nhwc = array.transpose(0, 2, 3, 1)
+    fast_nhwc = array.dtype == np.float32 and nhwc.flags.c_contiguous and c % 16 == 0
+    if not (steps == (1, 1) and inside and (fast_nhwc or _fast_nchw(array))):
+        stage.pad(array, dst, offsets, steps)
+        return
+    from miocore_direct.grouped_transpose import nchw_into_padded, nhwc_into_padded
+
+    dst[:, :top] = 0.0  # the margins; the copy below writes the rest
+    dst[:, top + h :] = 0.0
+    band = dst[:, top : top + h]
+    band[:, :, :left] = 0.0
+    band[:, :, left + w :] = 0.0
+    band[:, :, left : left + w, c:] = 0.0
+    if fast_nhwc:
+        nhwc_into_padded(nhwc, dst, top, left)
+    else:
+        nchw_into_padded(array, dst, top, left)
+
+
+class VectorInvoker:
+    """Stages, runs the generated vector kernel and writes the result back."""
+
+    def __init__(self, plan: VectorPlan) -> None:
+        self.plan = plan
+        self.pool = PoolChoice(plan.predicted_ms(1))
+
+    def __call__(self, handle: Any, params: InvokeParams) -> None:
+        self.pool.run(handle, lambda: self._run(params))
+
+    def _run(self, params: InvokeParams) -> None:
+        from miocore_direct import grouped_simd as kernels
+
+        plan = self.plan
+        wa, padded, region, phase_w = plan.regions.views(params.workspace)
+        if plan.direction is Direction.BACKWARD_WEIGHTS:
+            _pad(params.x, padded, plan.offsets)
+            dy = self._other(params.y, region, load=True)
+            kernel = kernels.weights_kernel(plan.width)
+            rows = plan.other[0] * plan.other[1]
+            flat_x, flat_dy, flat_w = padded.reshape(-1), dy.reshape(-1), wa.reshape(-1)
+            for r0 in range(0, rows, plan.chunk_rows):  # chunks that stay in cache
+                r1 = min(rows, r0 + plan.chunk_rows)
+                kernel(flat_x, flat_dy, flat_w, plan.dims, r0, r1, r0 > 0)
+            self._unarrange(wa, params.w)
+            return
+        backward = plan.direction is Direction.BACKWARD_DATA
+        src, dst = (params.y, params.x) if backward else (params.x, params.y)
+        _arranged_weights(params.w, plan.width, wa, backward)
+        _pad(src, padded, plan.offsets)
+        out = self._other(dst, region, load=False)
+        kernel = kernels.forward_kernel(plan.width)
+        if plan.split:
+            self._phases(kernel, wa, padded, out, phase_w)
+        else:  # forward, or backward data in one pass of every tap (stride 1)
+            dims, place = plan.phases[0][3:] if plan.phases else (plan.dims, plan.place)
+            kernel(padded.reshape(-1), wa.reshape(-1), out.reshape(-1), dims, place)
+        if out is not region:
+            return
+        self._store(out, dst)
+
+    def _phases(
+        self, kernel: Any, wa: np.ndarray, dy: np.ndarray, out: np.ndarray, phase_w: np.ndarray
+    ) -> None:
+        """A strided backward-data pass: each phase's taps picked from the flipped
+        arrangement ``wa`` into its own run of ``phase_w``, then its kernel call."""
+        import numpy as np
+
+        plan = self.plan
+        (fy, fx), (blocks, _, width, lanes) = plan.filt, wa.shape
+        full = wa.reshape(blocks, fy, fx, width, lanes)
+        for phase in plan.phases:
+            rows = [fy - 1 - f for f in phase.rows]  # wa's taps are flipped
+            cols = [fx - 1 - f for f in phase.cols]
+            size = blocks * len(rows) * len(cols) * width * lanes
+            taps = phase_w[phase.weights : phase.weights + size]
+            np.copyto(
+                taps.reshape(blocks, len(rows), len(cols), width, lanes), full[:, rows][:, :, cols]
+            )
+            kernel(dy.reshape(-1), taps, out.reshape(-1), phase.dims, phase.place)
+
+    def _store(self, out: np.ndarray, dst: np.ndarray) -> None:
+        """The first ``C`` channels of ``out`` into the caller's ``(N, C, H, W)`` tensor."""
+        import numpy as np
+
+        chans = self.plan.chans
+        if dst.dtype == np.float32 and dst.flags.c_contiguous and chans % 16 == 0:
+            from miocore_direct.grouped_transpose import nhwc_into_nchw
+
+            nhwc_into_nchw(out, dst)
+        else:
+            np.copyto(dst.transpose(0, 2, 3, 1), out[..., :chans], casting="unsafe")
+
+    def _unarrange(self, dwa: np.ndarray, w: np.ndarray) -> None:
+        """``w[k, i, fy, fx] = dwa[k // V, fy*FX + fx, i, k % V]`` into the caller's weights."""
+        import numpy as np
+
+        k, width, fy, fx = w.shape
+        blocks, taps, _, lanes = dwa.shape
+        picked = dwa.transpose(1, 2, 0, 3).reshape(taps, width, blocks * lanes)[:, :, :k]
+        picked = picked.reshape(fy, fx, width, k).transpose(3, 2, 0, 1)
+        np.copyto(w, picked, casting="unsafe")
+
+    def _other(self, array: np.ndarray, region: np.ndarray, load: bool) -> np.ndarray:
+        """The caller's (N, C, H, W) tensor as a float32 (N, H, W, Kp) array: itself when
+        packed float32 NHWC without padding channels, else the workspace region (filled from it,
+        padding channels zero, when ``load``)."""
+        import numpy as np
+
+        view = array.transpose(0, 2, 3, 1)
+        if self.plan.direct:
+            return view
+        if load:
+            chans = self.plan.chans
+            if _fast_nchw(array) and chans == region.shape[3]:
+                from miocore_direct.grouped_transpose import nchw_into_padded
+
+                nchw_into_padded(array, region, 0, 0)
+            else:
+                np.copyto(region[..., :chans], view, casting="unsafe")
+                region[..., chans:] = 0.0
+        return region

@@ -1,0 +1,190 @@
+"""direct.grouped's explicit-vector path (groups as wide in as out of 2, 4, 8 and 16 channels)
+against miocore's float64 reference (``miocore.reference``, explicit loops over groups) on
+random non-zero data: every direction, NCHW and NHWC, channel counts that fill the vectors
+(the kernels write the caller's NHWC tensor) and that need padding channels, strides,
+padding, dilation and rows long enough for the full pixel tiles.
+
+One forward and one backward-weights kernel per width are compiled (sizes are runtime
+arguments), so the many geometries here cost no extra compiles.
+"""
+
+from __future__ import annotations
+
+import pytest
+from miocore_direct import GroupedDirectSolver, grouped_vector
+from miocore_direct.grouped import _plan, shift_applies
+from miocore_direct.grouped_vector import VectorPlan, vector_applies
+
+from miocore import ConvProblem
+from miocore.testing import check_solver, cpu_context
+
+DIRECTIONS = ("forward", "backward_data", "backward_weights")
+# float32 accumulation everywhere (as test_direct_grouped_shift.py); float16/bfloat16 results
+# are rounded once at the end, so they take miocore.testing's tolerances.
+TOL_F32 = 3e-6
+
+GEOMETRIES = {  # (in_spatial, filter, pads, strides, dilations)
+    "3x3": ((7, 9), (3, 3), (1, 1), (1, 1), (1, 1)),
+    "3x3s2": ((9, 8), (3, 3), (1, 1), (2, 2), (1, 1)),
+    "odd": ((8, 10), (2, 3), (0, 2), (1, 2), (2, 1)),
+    "1x5": ((6, 11), (1, 5), (0, 1), (2, 1), (1, 2)),
+    "long": ((4, 31), (3, 3), (1, 1), (1, 1), (1, 1)),  # 31 columns: full 7- and 14-pixel tiles
+    "bigpad": ((5, 6), (3, 3), (3, 2), (1, 1), (1, 2)),  # pads past the filter's reach
+    "s3": ((8, 10), (2, 3), (1, 0), (3, 3), (1, 2)),  # backward-data phases without taps
+    "tiny": ((2, 5), (1, 1), (0, 0), (3, 2), (1, 1)),  # fewer rows than the stride
+    "one": ((1, 1), (3, 3), (1, 1), (2, 2), (1, 1)),  # one backward-data phase, one tap
+}
+
+
+def _problem(direction: str, layout: str, dtype: str, width: int, groups: int, geo: str):
+    (h, w), filt, pads, strides, dils = GEOMETRIES[geo]
+    return ConvProblem.from_sizes(
+        direction,
+        n=2,
+        c=groups * width,
+        k=groups * width,
+        in_spatial=(h, w),
+        filter_spatial=filt,
+        pads=pads,
+        strides=strides,
+        dilations=dils,
+        groups=groups,
+        dtype=dtype,
+        layout=layout,
+    )
+
+
+def _check(p: ConvProblem, seed: int, tolerance: float | None = None) -> None:
+    assert isinstance(_plan(p), VectorPlan)
+    check_solver(GroupedDirectSolver(), p, seed=seed, tolerance=tolerance)
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("width", [4, 8, 16])
+@pytest.mark.parametrize("groups", [3, 4])  # padding channels or not (16-lane vectors)
+@pytest.mark.parametrize("geo", sorted(GEOMETRIES))
+def test_vector_path_float32(
+    direction: str, layout: str, width: int, groups: int, geo: str
+) -> None:
+    p = _problem(direction, layout, "float32", width, groups, geo)
+    _check(p, seed=width + groups, tolerance=TOL_F32)
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_vector_path_half_dtypes(direction: str, layout: str, dtype: str) -> None:
+    _check(_problem(direction, layout, dtype, 4, 3, "3x3s2"), seed=3)
+    _check(_problem(direction, layout, dtype, 16, 2, "odd"), seed=4)
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_width_two(direction: str) -> None:
+    _check(_problem(direction, "NHWC", "float32", 2, 5, "long"), seed=2, tolerance=TOL_F32)
+
+
+@pytest.mark.parametrize("width", [4, 16])
+def test_backward_weights_in_row_chunks(width: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks of one output row each: every chunk after the first adds to the sums."""
+    monkeypatch.setattr(grouped_vector, "CHUNK_BYTES", 1)
+    p = _problem("backward_weights", "NHWC", "float32", width, 4, "3x3s2")
+    assert _plan(p).chunk_rows == 1
+    _check(p, seed=7, tolerance=TOL_F32)
+
+
+@pytest.mark.parametrize(
+    ("cg", "kg", "takes"),
+    [(4, 4, True), (16, 16, True), (2, 2, True), (3, 3, False), (4, 8, False)],
+)
+def test_which_widths_take_the_vector_path(cg: int, kg: int, takes: bool) -> None:
+    p = ConvProblem.from_sizes(
+        "forward", n=1, c=4 * cg, k=4 * kg, in_spatial=(5, 5), filter_spatial=(3, 3), groups=4
+    )
+    assert vector_applies(p) is takes
+    assert isinstance(_plan(p), VectorPlan) is takes
+    if not takes and cg == kg:
+        assert shift_applies(p)  # width 3 keeps the shifted-diagonal kernels
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_compiles_for_follows_the_vector_kernels_cache(
+    direction: str, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """compiles_for is True while the vector path's generated kernel is neither loaded nor in
+    numba's disk cache (an empty cache folder), False once its cache index is there."""
+    import sys
+
+    from miocore_direct.depthwise_blocked import _folder, _module_name
+
+    ctx, solver = cpu_context(), GroupedDirectSolver()
+    p = _problem(direction, "NHWC", "float32", 8, 3, "3x3")
+    (name,) = [_module_name(*spec) for spec in VectorPlan(p).generated()]
+    _check(p, seed=1, tolerance=TOL_F32)  # loads it in this process
+    assert name in sys.modules and not solver.compiles_for(ctx, p)
+    monkeypatch.setenv("MIOCORE_KERNEL_CACHE_PATH", str(tmp_path / "kernels"))
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.delitem(sys.modules, name)
+    assert solver.compiles_for(ctx, p)
+    cache = _folder() / "__pycache__"
+    cache.mkdir(parents=True)
+    (cache / f"{name}.kernel-9.py311.nbi").touch()
+    assert not solver.compiles_for(ctx, p)
+
+
+@pytest.mark.parametrize(
+    ("chans", "height", "width", "offsets"),
+    [
+        (32, 3, 37, (1, 2, 0)),  # rows of whole blocks and an overlapping last block
+        (16, 5, 16, (0, 0, 0)),
+        (16, 4, 9, (1, 1, 0)),  # narrow rows: the image as one run
+        (16, 2, 5, (0, 1, 0)),  # under one block: pixel by pixel
+        (12, 3, 20, (1, 1, 0)),  # channels not in whole blocks: numpy's copy
+    ],
+)
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_blocked_staging_matches_numpy(
+    chans: int, height: int, width: int, offsets: tuple[int, int, int], layout: str
+) -> None:
+    """The blocked copies (whole channel blocks) and the numpy copy they stand in for stage
+    the same padded buffer, over a buffer full of NaN; the way back to NCHW restores the
+    tensor."""
+    import numpy as np
+    from miocore_direct import grouped_stage
+    from miocore_direct.grouped_transpose import nhwc_into_nchw
+    from miocore_direct.grouped_vector import _pad
+
+    rng = np.random.default_rng(chans + width)
+    x = rng.uniform(0.5, 1.5, (2, chans, height, width)).astype(np.float32)
+    if layout == "NHWC":  # the same logical tensor, channels-last in memory
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    shape = (2, height + 2 * offsets[0] + 1, width + 2 * offsets[1], chans + 16)
+    got, expected = np.full(shape, np.nan, np.float32), np.full(shape, np.nan, np.float32)
+    _pad(x, got, offsets, (1, 1))
+    grouped_stage.pad(x, expected, offsets)
+    np.testing.assert_array_equal(got, expected)
+    if chans % 16 == 0 and layout == "NCHW":
+        back = np.full_like(x, np.nan)
+        top, left, _ = offsets
+        nhwc_into_nchw(np.ascontiguousarray(got[:, top : top + height, left : left + width]), back)
+        np.testing.assert_array_equal(back, x)
+
+
+def test_strided_backward_data_runs_in_phases() -> None:
+    """No zero-inserted dy: one pass per stride phase, each with only its own taps."""
+    plan = VectorPlan(_problem("backward_data", "NHWC", "float32", 8, 2, "3x3s2"))
+    assert [(len(ph.rows), len(ph.cols)) for ph in plan.phases] == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    assert plan.shapes[1][1:3] == (5, 5)  # dy (5x4) and a zero column after it
+    plan = VectorPlan(_problem("backward_data", "NHWC", "float32", 4, 3, "s3"))
+    assert any(not ph.rows for ph in plan.phases)
+
+
+def test_cached_kernels_follow_the_intrinsics_revision() -> None:
+    """numba's disk cache keys a kernel on its own module: the generated kernels name the
+    intrinsics' revision in their source, and the transposes' module records it (a bump of
+    one without the other would leave stale machine code in the cache)."""
+    from miocore_direct import grouped_simd, grouped_transpose, simd
+
+    assert grouped_transpose.SIMD_REVISION == simd.REVISION
+    _, text = grouped_simd.forward_spec(8)
+    assert f"simd revision {simd.REVISION}" in text
