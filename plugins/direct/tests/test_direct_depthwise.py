@@ -302,7 +302,8 @@ def test_tile_kernel_matches_reference(
     is within the filter's reach (in 2 segments above 16 columns: 17 to 28 here): 5x5 and
     7x7, stride 1 and 2, dilation 2, padding beyond half the filter; a padding beyond the
     reach (10 columns padded 5 under 5x5/2) keeps the pixel loop."""
-    from miocore_direct.depthwise import _Plan, _tiles_apply
+    from miocore_direct.depthwise import _Plan
+    from miocore_direct.depthwise_choice import tiles_apply as _tiles_apply
 
     problem = _twenty_channels(direction, 2, filt, pads, strides, dils, size, dtype, "NHWC")
     plan = _Plan(problem)
@@ -665,3 +666,36 @@ def test_wrw_tiles_leave_a_channel_multiplier_to_the_generic_kernel() -> None:
     plan = _Plan(problem)
     assert not plan.wrw_tiles and plan.generated() == []
     check_solver(DepthwiseDirectSolver(), problem, seed=19, tolerance=TOLERANCES[problem.dtype])
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("channels", [32, 24])
+def test_nchw_staged_through_the_block_transposes(direction: str, channels: int) -> None:
+    """Packed float32 NCHW layers staged to channels-last: through the 16x16 register-block
+    transposes when the channels come in whole blocks (32), the scalar pass otherwise (24);
+    stride 2 keeps backward weights and data off the plane kernels, and a 7-column output
+    leaves a block of pixels that overlaps the one before."""
+    from miocore_direct.depthwise import _Plan
+
+    problem = ConvProblem.from_sizes(
+        direction, n=2, c=channels, k=channels, in_spatial=(13, 14), filter_spatial=(3, 3),
+        pads=(1, 1), strides=(2, 2), groups=channels, dtype="float32", layout="NCHW",
+    )  # fmt: skip
+    plan = _Plan(problem.canonical)
+    assert not plan.plane or direction == "forward"
+    check_solver(DepthwiseDirectSolver(), problem, seed=channels, tolerance=TOLERANCES["float32"])
+
+
+def test_nchw_backward_weights_on_small_images_is_staged() -> None:
+    """7-wide outputs with channels in blocks of 16 take the staged tiles, wider ones or other
+    channel counts the planes; both against the float64 reference."""
+    from miocore_direct.depthwise import _Plan
+
+    for channels, size, staged in ((32, 7, True), (24, 7, False), (32, 9, False)):
+        problem = ConvProblem.from_sizes(
+            "backward_weights", n=2, c=channels, k=channels, in_spatial=(size, size),
+            filter_spatial=(3, 3), pads=(1, 1), groups=channels, dtype="float32", layout="NCHW",
+        )  # fmt: skip
+        plan = _Plan(problem.canonical)
+        assert plan.plane is not staged and plan.wrw_tiles is staged, (channels, size)
+        check_solver(DepthwiseDirectSolver(), problem, seed=size, tolerance=TOLERANCES["float32"])

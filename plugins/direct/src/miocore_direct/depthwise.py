@@ -28,7 +28,6 @@ from miocore import (
     Applicability,
     ConvProblem,
     ConvSolution,
-    DataType,
     Direction,
     ExecutionContext,
     InvalidArgumentError,
@@ -36,6 +35,23 @@ from miocore import (
     PerfConfig,
     Solver,
     not_applicable,
+)
+from miocore_direct.depthwise_choice import (
+    blocked_applies,
+    phases_apply,
+    plane_applies,
+    plane_bwd2_applies,
+    staging_beats_planes,
+    staging_beats_planes_wrw,
+    tiles_apply,
+    wrw_tiles_apply,
+)
+from miocore_direct.depthwise_staging import (
+    channels_last,
+    channels_last_to_nchw,
+    in_place,
+    nchw_to_channels_last,
+    packed_float32_nchw,
 )
 from miocore_direct.openmp import prefer_passive_wait
 from miocore_direct.pool_choice import PoolChoice
@@ -58,22 +74,6 @@ _STAGE_GBPS = 4.0
 _CALL_MS = 0.02
 
 
-def _channels_last(array: np.ndarray) -> np.ndarray:
-    """The logical (N, C, H, W) array as an (N, H, W, C) view."""
-    return array.transpose(0, 2, 3, 1)
-
-
-def _in_place(desc: Any, layout: str) -> bool:
-    """Whether arrays of ``desc`` can be handed to kernels reading ``layout`` without a copy."""
-    return desc.dtype is DataType.FLOAT32 and desc.is_packed and desc.layout == layout
-
-
-def _packed_float32_nchw(array: np.ndarray) -> bool:
-    import numpy as np
-
-    return array.dtype == np.float32 and array.flags.c_contiguous
-
-
 class _Plan:
     """Geometry, kernel choice and workspace layout of one depthwise problem."""
 
@@ -91,7 +91,7 @@ class _Plan:
         # Register-blocked kernel: forward, and backward data at stride 1 (a forward pass of dy
         # with the flipped filter and padding (F - 1) * d - p), multiplier 1.
         sh, sw = p.conv.strides
-        self.blocked = self.direction is not Direction.BACKWARD_WEIGHTS and _blocked_applies(
+        self.blocked = self.direction is not Direction.BACKWARD_WEIGHTS and blocked_applies(
             self.mult, self.filt[1], sw, p.conv.dilations[1]
         )
         # Strided backward data: one stride-1 tile pass per phase of dx (depthwise_phases.py).
@@ -99,7 +99,7 @@ class _Plan:
         self._phases: Any = None
         if self.direction is Direction.BACKWARD_DATA and (sh, sw) != (1, 1):
             self.blocked = False
-            self.phased = _phases_apply(self.mult, self.filt, (sh, sw), tuple(p.conv.dilations))
+            self.phased = phases_apply(self.mult, self.filt, (sh, sw), tuple(p.conv.dilations))
         # NCHW plane kernels (forward at stride 1 or 2, backward data and weights at stride
         # 1): read and write NCHW rows in place, where the other kernels need transposes.
         self.pads = tuple(p.conv.pads)
@@ -111,17 +111,21 @@ class _Plan:
         self.plane = (
             p.x.layout == "NCHW"
             and (self.direction is Direction.FORWARD or (sh, sw) == (1, 1))
-            and _plane_applies(self.mult, self.filt[1], (sh, sw), self.pads, p.conv.dilations)
+            and plane_applies(self.mult, self.filt[1], (sh, sw), self.pads, p.conv.dilations)
             and not (
                 self.direction is Direction.FORWARD
-                and _staging_beats_planes(self.c, self.filt[1], self.outs[1])
+                and staging_beats_planes(self.c, self.filt[1], self.outs[1])
+            )
+            and not (
+                self.direction is Direction.BACKWARD_WEIGHTS
+                and staging_beats_planes_wrw(self.c, self.outs[1])
             )
         )
         # NCHW backward data at stride 2: the phases on planes (depthwise_plane_bwd.py).
         self.plane_bwd2 = (
             p.x.layout == "NCHW"
             and self.direction is Direction.BACKWARD_DATA
-            and _plane_bwd2_applies(
+            and plane_bwd2_applies(
                 self.mult, self.filt, (sh, sw), tuple(p.conv.dilations), self.ins
             )
         )
@@ -129,8 +133,8 @@ class _Plan:
         if self.plane:
             self.blocked = self.phased = False
         layout = "NCHW" if self.plane else "NHWC"
-        self.x_direct = _in_place(p.x, layout)
-        self.y_direct = _in_place(p.y, layout)
+        self.x_direct = in_place(p.x, layout)
+        self.y_direct = in_place(p.y, layout)
         # Workspace regions in float32 elements: weights, x copy, y copy, partial sums.
         taps = math.prod(self.filt)
         weights = self.k * taps
@@ -141,7 +145,7 @@ class _Plan:
         self.wrw_tiles = False
         if self.direction is Direction.BACKWARD_WEIGHTS and not self.plane:
             self.parts = max(1, min(WEIGHT_PARTS, self.n * self.outs[0]))
-            self.wrw_tiles = _wrw_tiles_apply(self.mult, self.filt[1], sw, p.conv.dilations[1])
+            self.wrw_tiles = wrw_tiles_apply(self.mult, self.filt[1], sw, p.conv.dilations[1])
         partial = self.parts * weights
         self.sizes = (weights, x_elems, y_elems, partial)
         self.regions = Float32Regions([(size,) for size in self.sizes])
@@ -176,7 +180,7 @@ class _Plan:
         if self.phased:
             return self.phase_plan().specs()
         if self.blocked:
-            if _tiles_apply(self.mult, self.filt, sw, dw):
+            if tiles_apply(self.mult, self.filt, sw, dw):
                 from miocore_direct import depthwise_tile_shapes as shapes
                 from miocore_direct.depthwise_tiles import tile_spec
 
@@ -215,17 +219,15 @@ class _Plan:
         else a workspace region in memory order (filled from ``array`` when ``load``)."""
         import numpy as np
 
-        view = array if self.plane else _channels_last(array)
+        view = array if self.plane else channels_last(array)
         if direct:
             return view
         staged = region.reshape(view.shape)
         if load:
             if self.plane:
                 np.copyto(staged, array, casting="unsafe")
-            elif _packed_float32_nchw(array):
-                from miocore_direct.depthwise_kernels import nchw_to_nhwc
-
-                nchw_to_nhwc(array, staged)
+            elif packed_float32_nchw(array):
+                nchw_to_channels_last(array, staged)
             else:
                 np.copyto(staged, view, casting="unsafe")
         return staged
@@ -237,12 +239,10 @@ class _Plan:
 
         if self.plane:
             np.copyto(array, staged, casting="unsafe")
-        elif _packed_float32_nchw(array):
-            from miocore_direct.depthwise_kernels import nhwc_to_nchw
-
-            nhwc_to_nchw(staged, array)
+        elif packed_float32_nchw(array):
+            channels_last_to_nchw(staged, array)
         else:
-            np.copyto(_channels_last(array), staged, casting="unsafe")
+            np.copyto(channels_last(array), staged, casting="unsafe")
 
     def staged_weights(self, w: np.ndarray, region: np.ndarray, flip: bool = False) -> np.ndarray:
         """w (K, 1, FY, FX) as float32 (FY, FX, K), both taps reversed when ``flip``."""
@@ -287,7 +287,7 @@ class _Plan:
         _, sh, sw, ph, pw, dh, dw = self.geometry
         if self.direction is Direction.BACKWARD_DATA:
             ph, pw = (self.filt[0] - 1) * dh - ph, (self.filt[1] - 1) * dw - pw
-        if _tiles_apply(self.mult, self.filt, sw, dw):  # 3x3 to 8x8: all-taps tiles
+        if tiles_apply(self.mult, self.filt, sw, dw):  # 3x3 to 8x8: all-taps tiles
             from miocore_direct.depthwise_tiles import run
 
             run(src, wt, dst, sh, ph, dh, pw, sw, dw)
@@ -378,76 +378,6 @@ class _DepthwiseInvoker:
             np.copyto(params.w.reshape(plan.k, *plan.filt), total.transpose(2, 0, 1), "unsafe")
 
 
-def _blocked_applies(mult: int, width: int, stride_w: int, dilation_w: int) -> bool:
-    """:func:`miocore_direct.depthwise_blocked.applies` (that module is numba-free to import,
-    but this keeps planning free of it until a kernel runs)."""
-    from miocore_direct.depthwise_blocked import applies
-
-    return applies(mult, width, stride_w, dilation_w)
-
-
-def _wrw_tiles_apply(mult: int, width: int, stride_w: int, dilation_w: int) -> bool:
-    """:func:`miocore_direct.depthwise_wrw_tiles.applies`, imported when asked."""
-    from miocore_direct.depthwise_wrw_tiles import applies
-
-    return applies(mult, width, stride_w, dilation_w)
-
-
-def _tiles_apply(mult: int, filt: tuple[int, ...], stride_w: int, dilation_w: int) -> bool:
-    """:func:`miocore_direct.depthwise_tile_shapes.applies`, imported when asked."""
-    from miocore_direct.depthwise_tile_shapes import applies
-
-    return applies(mult, (filt[0], filt[1]), stride_w, dilation_w)
-
-
-def _phases_apply(
-    mult: int, filt: tuple[int, ...], strides: tuple[int, int], dilations: tuple[int, ...]
-) -> bool:
-    """:func:`miocore_direct.depthwise_phases.applies`, imported when asked."""
-    from miocore_direct.depthwise_phases import applies
-
-    return applies(mult, (filt[0], filt[1]), strides, (dilations[0], dilations[1]))
-
-
-def _plane_bwd2_applies(
-    mult: int,
-    filt: tuple[int, ...],
-    strides: tuple[int, int],
-    dilations: tuple[int, ...],
-    size: tuple[int, ...],
-) -> bool:
-    """:func:`miocore_direct.depthwise_plane_bwd.applies`, imported when asked."""
-    from miocore_direct.depthwise_plane_bwd import applies
-
-    dils = (dilations[0], dilations[1])
-    return applies(mult, (filt[0], filt[1]), strides, dils, (size[0], size[1]))
-
-
-def _plane_applies(
-    mult: int,
-    width: int,
-    strides: tuple[int, int],
-    pads: tuple[int, ...],
-    dilations: tuple[int, ...],
-) -> bool:
-    """:func:`miocore_direct.depthwise_plane.plane_applies`, imported when asked."""
-    from miocore_direct.depthwise_plane import plane_applies
-
-    return plane_applies(mult, width, strides, (pads[0], pads[1]), (dilations[0], dilations[1]))
-
-
-def _staging_beats_planes(channels: int, filter_width: int, out_width: int) -> bool:
-    """Whether a forward NCHW layer runs faster staged to channels-last (the tile kernels,
-    vectorised over channels) than on the plane kernels (vectorised along output rows):
-    with 64 channels or more, where rows are short for the filter: 5-wide filters or wider on
-    outputs up to 7 wide, 7-wide or wider up to 14. Measured on 30 layers (real and shrunk,
-    one and two threads, this plugin's development VM): staging 1.2-2.0x faster there, the
-    planes as fast or faster everywhere else (docs/performance-cpu-depthwise.md)."""
-    if channels < 64:
-        return False
-    return (filter_width >= 5 and out_width <= 7) or (filter_width >= 7 and out_width <= 14)
-
-
 def _threads_of(ctx: ExecutionContext) -> int:
     """Threads the kernels will get: numba's setting once it is loaded, else every core (wti
     must not pay numba's import, seconds on a loaded machine, for immediate mode's ranking)."""
@@ -482,7 +412,9 @@ class DepthwiseDirectSolver(Solver):
     # 5 (2026-11-27, session 17): channels-last 3x3 forward and stride-1 backward data on the
     # all-taps tiles (depthwise_tile_shapes.MIN_TAPS 9): 1.3-2x on MobileNetV2's layers;
     # channels-last backward weights on register tiles (depthwise_wrw_tiles.py): 1.3-3x.
-    revision = 5
+    # 6 (2026-11-27, session 18): NCHW staging through 16x16 block transposes (channels in
+    # blocks of 16), and NCHW backward weights on 7-wide outputs staged to the tiles.
+    revision = 6
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
         """2-D CPU problems whose groups equal the input channels, x and y in one layout."""
