@@ -530,7 +530,8 @@ def test_nchw_stride2_backward_data_planes_match_reference(filt, pads, size, dty
     [
         (672, 14, 5, 2, True),  # 7-wide output rows for a 5-wide filter: staged
         (192, 10, 7, 1, True),  # 10-wide rows for a 7-wide filter: staged
-        (576, 10, 5, 1, False),  # 10-wide rows for a 5-wide filter: planes
+        (576, 10, 5, 1, True),  # 10-wide rows for a 5-wide filter: staged
+        (64, 20, 5, 1, False),  # 20-wide rows for a 5-wide filter: planes
         (16, 10, 5, 2, False),  # too few channels to fill the tiles' vectors: planes
         (96, 56, 7, 1, False),  # long rows: planes
     ],
@@ -699,3 +700,18 @@ def test_nchw_backward_weights_on_small_images_is_staged() -> None:
         plan = _Plan(problem.canonical)
         assert plan.plane is not staged and plan.wrw_tiles is staged, (channels, size)
         check_solver(DepthwiseDirectSolver(), problem, seed=size, tolerance=TOLERANCES["float32"])
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward_data"])
+def test_nchw_short_rows_for_the_filter_are_staged(direction: str) -> None:
+    """A 7x7 NCHW layer of 64 channels on a 10-wide image runs staged (the channels-last
+    tiles), a 3x3 one on the planes; both against the float64 reference."""
+    from miocore_direct.depthwise import _Plan
+
+    for fw, staged in ((7, True), (3, False)):
+        problem = ConvProblem.from_sizes(
+            direction, n=2, c=64, k=64, in_spatial=(10, 10), filter_spatial=(fw, fw),
+            pads=(fw // 2, fw // 2), groups=64, dtype="float32", layout="NCHW",
+        )  # fmt: skip
+        assert _Plan(problem.canonical).plane is not staged, fw
+        check_solver(DepthwiseDirectSolver(), problem, seed=fw, tolerance=TOLERANCES["float32"])

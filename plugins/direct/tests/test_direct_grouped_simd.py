@@ -33,6 +33,10 @@ GEOMETRIES = {  # (in_spatial, filter, pads, strides, dilations)
     "s3": ((8, 10), (2, 3), (1, 0), (3, 3), (1, 2)),  # backward-data phases without taps
     "tiny": ((2, 5), (1, 1), (0, 0), (3, 2), (1, 1)),  # fewer rows than the stride
     "one": ((1, 1), (3, 3), (1, 1), (2, 2), (1, 1)),  # one backward-data phase, one tap
+    # width 16, rows of 14 pixels or more: the sliding-window kernels (grouped_slide), whose
+    # last tile of a row overlaps the one before (31 columns at stride 1, "long", above; 20
+    # at stride 2: the forward (3, 2, 1) kernel, backward-data phases of 2 and 1 column taps)
+    "wide_s2": ((3, 40), (3, 3), (1, 1), (2, 2), (1, 1)),
 }
 
 
@@ -84,11 +88,14 @@ def test_width_two(direction: str) -> None:
     _check(_problem(direction, "NHWC", "float32", 2, 5, "long"), seed=2, tolerance=TOL_F32)
 
 
-@pytest.mark.parametrize("width", [4, 16])
-def test_backward_weights_in_row_chunks(width: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Chunks of one output row each: every chunk after the first adds to the sums."""
+@pytest.mark.parametrize(("width", "geo"), [(4, "3x3s2"), (16, "3x3s2"), (16, "wide_s2")])
+def test_backward_weights_in_row_chunks(
+    width: int, geo: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks of one output row each: every chunk after the first adds to the sums (the
+    plain kernel, and the sliding-window one at "wide_s2")."""
     monkeypatch.setattr(grouped_vector, "CHUNK_BYTES", 1)
-    p = _problem("backward_weights", "NHWC", "float32", width, 4, "3x3s2")
+    p = _problem("backward_weights", "NHWC", "float32", width, 4, geo)
     assert _plan(p).chunk_rows == 1
     _check(p, seed=7, tolerance=TOL_F32)
 
@@ -188,3 +195,16 @@ def test_cached_kernels_follow_the_intrinsics_revision() -> None:
     assert grouped_transpose.SIMD_REVISION == simd.REVISION
     _, text = grouped_simd.forward_spec(8)
     assert f"simd revision {simd.REVISION}" in text
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_sliding_kernel_narrow_rows(direction: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows narrower than the sliding-window tile (which the plan gives the plain kernel)
+    take the sliding kernel's one-pixel loop when it is chosen anyway."""
+    from miocore_direct import grouped_slide
+
+    monkeypatch.setattr(grouped_slide, "TILE", 1)
+    p = _problem(direction, "NCHW", "float32", 16, 2, "3x3")
+    plan = _plan(p)
+    assert (plan.phases[0].shape if plan.phases else plan.shape) == (3, 1, 1)
+    _check(p, seed=5, tolerance=TOL_F32)

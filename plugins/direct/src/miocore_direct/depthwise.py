@@ -113,7 +113,7 @@ class _Plan:
             and (self.direction is Direction.FORWARD or (sh, sw) == (1, 1))
             and plane_applies(self.mult, self.filt[1], (sh, sw), self.pads, p.conv.dilations)
             and not (
-                self.direction is Direction.FORWARD
+                self.direction is not Direction.BACKWARD_WEIGHTS
                 and staging_beats_planes(self.c, self.filt[1], self.outs[1])
             )
             and not (
@@ -413,7 +413,9 @@ class DepthwiseDirectSolver(Solver):
     # all-taps tiles (depthwise_tile_shapes.MIN_TAPS 9): 1.3-2x on MobileNetV2's layers;
     # channels-last backward weights on register tiles (depthwise_wrw_tiles.py): 1.3-3x.
     # 6 (2026-11-27, session 18): NCHW staging through 16x16 block transposes (channels in
-    # blocks of 16), and NCHW backward weights on 7-wide outputs staged to the tiles.
+    # blocks of 16); NCHW backward weights on 7-wide outputs, and forward and stride-1
+    # backward data with short rows for the filter (5-wide up to 14, 7-wide up to 28),
+    # staged to the tiles.
     revision = 6
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:

@@ -64,15 +64,19 @@ def plane_applies(
 
 
 def staging_beats_planes(channels: int, filter_width: int, out_width: int) -> bool:
-    """Whether a forward NCHW layer runs faster staged to channels-last (the tile kernels,
-    vectorised over channels) than on the plane kernels (vectorised along output rows):
-    with 64 channels or more, where rows are short for the filter: 5-wide filters or wider on
-    outputs up to 7 wide, 7-wide or wider up to 14. Measured on 30 layers (real and shrunk,
-    one and two threads, this plugin's development VM): staging 1.2-2.0x faster there, the
-    planes as fast or faster everywhere else (docs/performance-cpu-depthwise.md)."""
+    """Whether a forward or stride-1 backward-data NCHW layer runs faster staged to
+    channels-last (the tile kernels, vectorised over channels) than on the plane kernels
+    (vectorised along output rows): with 64 channels or more, where rows are short for the
+    filter: 5-wide filters or wider on outputs up to 14 wide, 7-wide or wider up to 28.
+    Measured on ConvNeXt-T's and EfficientNet-B0's layers (one thread, batch 1 and 8, two
+    alternating rounds, 2026-11-27, after the staging copies became 16x16 block transposes):
+    ConvNeXt-T NCHW forward 0.89 / 0.73 -> 0.91 / 0.87 of oneDNN's speed (batch 1 / 8),
+    backward data 0.82 / 0.72 -> 1.09 / 1.15; EfficientNet-B0's 5x5 layers on 14x14 1.2-1.6x
+    faster; the planes as fast or faster elsewhere (docs/performance-cpu-depthwise.md). Before
+    the block transposes (forward only): 5-wide up to 7, 7-wide up to 14."""
     if channels < 64:
         return False
-    return (filter_width >= 5 and out_width <= 7) or (filter_width >= 7 and out_width <= 14)
+    return (filter_width >= 5 and out_width <= 14) or (filter_width >= 7 and out_width <= 28)
 
 
 def staging_beats_planes_wrw(channels: int, out_width: int) -> bool:

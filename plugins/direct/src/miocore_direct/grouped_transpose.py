@@ -123,3 +123,52 @@ def nhwc_into_padded(src, dst, off_h, off_w):
         for w in range(width):
             for c in range(0, chans, 16):
                 _store(fd, d + w * pitch + c, _load(fs, s + w * chans + c))
+
+
+_plain_jit = numba.njit(cache=True, nogil=True)  # weights: too small to wake the pool for
+
+
+@_plain_jit
+def _row_of(c, taps, kyxc):
+    """The ``(t, i)`` offset in a block of ``dst`` of source column ``c``: ``c = i*T + t``, or
+    ``t*16 + i`` for channels-last (``(K, FY, FX, 16)``) weights."""
+    if kyxc:
+        return c
+    return (c % taps) * 16 + c // taps
+
+
+@_plain_jit
+def rows_into_lanes(src, dst, kyxc):
+    """``dst[kb, t, i, l] = src[kb*16 + l, i*T + t]`` (``t*16 + i`` where ``kyxc``) for a
+    C-contiguous ``src`` ``(K, 16*T)`` (the weights of 16-wide groups, ``T = FY*FX``) and
+    ``dst`` ``(K/16, T, 16, 16)``: 16x16 blocks transposed into a scratch block, whose rows
+    (one source column each) are stored where their ``(t, i)`` puts them (numpy's strided
+    copy: 0.022 against 0.008 ms for 512 channels, 3x3)."""
+    k, cols = src.shape
+    taps = cols // 16
+    fs = src.reshape(-1)
+    fd = dst.reshape(-1)
+    scratch = np.empty(256, np.float32)
+    for kb in range(k // 16):
+        for cb in range(taps):
+            _transpose(fs, (kb * 16) * cols + cb * 16, cols, scratch, 0, 16)
+            for q in range(16):
+                row = _row_of(cb * 16 + q, taps, kyxc)
+                _store(fd, (kb * taps * 16 + row) * 16, _load(scratch, q * 16))
+
+
+@_plain_jit
+def lanes_into_rows(src, dst, kyxc):
+    """The inverse of :func:`rows_into_lanes`: ``dst[kb*16 + l, i*T + t] = src[kb, t, i, l]``
+    (backward weights into the caller's layout; numpy's copies: 0.11 against 0.01 ms)."""
+    k, cols = dst.shape
+    taps = cols // 16
+    fs = src.reshape(-1)
+    fd = dst.reshape(-1)
+    scratch = np.empty(256, np.float32)
+    for kb in range(k // 16):
+        for cb in range(taps):
+            for q in range(16):
+                row = _row_of(cb * 16 + q, taps, kyxc)
+                _store(scratch, q * 16, _load(fs, (kb * taps * 16 + row) * 16))
+            _transpose(scratch, 0, 16, fd, (kb * 16) * cols + cb * 16, cols)

@@ -8,7 +8,9 @@ staged zero-padded (:mod:`miocore_direct.grouped_stage`, or for packed float32 N
 transposes of :mod:`miocore_direct.grouped_transpose`), the weights rearranged per block of
 ``V`` output lanes. A strided backward-data pass runs one kernel call per stride phase (the
 dx pixels ``(r + a*sh, c + b*sw)`` of one ``(r, c)``) with that phase's taps only, instead of
-the zero-inserted dy of the shifted-diagonal path (``sh*sw`` times the multiply-adds).
+the zero-inserted dy of the shifted-diagonal path (``sh*sw`` times the multiply-adds). A pass
+of 16-wide groups whose column taps, stride and dilation have a sliding-window kernel
+(:mod:`miocore_direct.grouped_slide`) runs that one.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import math
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from miocore import ConvProblem, DataType, Direction, InvokeParams
+from miocore_direct.grouped_slide import shape_for
 from miocore_direct.pool_choice import PoolChoice
 from miocore_direct.regions import Float32Regions
 
@@ -94,6 +97,11 @@ class VectorPlan:
         self.dims = (p.n, rows, cols, pitch, *out, self.padded, fy, fx, *strides, dh, dw)
         self.place = (0, 0, math.prod(out) * self.padded, out[1] * self.padded, self.padded)
         self.lanes = lanes_for(self.width)
+        #: The sliding-window kernels' shape (forward, backward weights), None for the plain
+        #: kernels.
+        self.shape = None
+        if self.direction is not Direction.BACKWARD_DATA:  # its phases have their own
+            self.shape = shape_for(self.width, fx, sw, dw, ow)
         #: Whether the passes need their own weights (else one pass of every tap: stride 1).
         self.split = False
         if self.direction is Direction.BACKWARD_DATA:
@@ -117,10 +125,14 @@ class VectorPlan:
     def generated(self) -> list[tuple[str, str]]:
         """The generated kernel (name prefix, source) the invoker loads."""
         from miocore_direct import grouped_simd as kernels
+        from miocore_direct import grouped_slide
 
         if self.direction is Direction.BACKWARD_WEIGHTS:
+            if self.shape:
+                return [grouped_slide.weights_spec(self.shape)]
             return [kernels.weights_spec(self.width)]
-        return [kernels.forward_spec(self.width)]
+        shapes = [ph.shape for ph in self.phases] if self.phases else [self.shape]
+        return [_spec(self.width, shape, self.split) for shape in dict.fromkeys(shapes)]
 
     def predicted_ms(self, threads: int) -> float:
         """Measured multiply-add rate plus the staging copies and the call."""
@@ -138,6 +150,26 @@ class Phase(NamedTuple):
     weights: int
     dims: tuple[int, ...]
     place: tuple[int, int, int, int, int]
+    shape: tuple[int, int, int] | None  # of its sliding-window kernel, None for the plain one
+
+
+def _spec(width: int, shape: tuple[int, int, int] | None, phase: bool) -> tuple[str, str]:
+    """The generated forward kernel (name prefix, source) of a pass (``phase``: one of a
+    strided backward-data pass's phases)."""
+    from miocore_direct import grouped_simd, grouped_slide
+
+    if shape:
+        return grouped_slide.slide_spec(shape, rows_outer=phase)
+    return grouped_simd.forward_spec(width)
+
+
+def _kernel(width: int, shape: tuple[int, int, int] | None, phase: bool) -> Any:
+    """The compiled forward kernel of a pass (sliding-window where ``shape``)."""
+    from miocore_direct import grouped_simd, grouped_slide
+
+    if shape:
+        return grouped_slide.slide_kernel(shape, rows_outer=phase)
+    return grouped_simd.forward_kernel(width)
 
 
 def _phase(
@@ -182,7 +214,8 @@ def _phases(
             dims += (rstep, cstep)
             x0 = ((top + r0) * wp + left + c0) * pitch
             place = (x0, (r * w + c) * kout, plan.place[2], stride_h * w * kout, stride_w * kout)
-            phases.append(Phase(rtaps, ctaps, weights, dims, place))
+            shape = shape_for(plan.width, len(ctaps), 1, cstep, ccount)
+            phases.append(Phase(rtaps, ctaps, weights, dims, place, shape))
             weights += len(rtaps) * len(ctaps) * plan.width * kout
     return phases
 
@@ -196,6 +229,12 @@ def _arranged_weights(w: np.ndarray, width: int, dst: np.ndarray, transpose: boo
 
     k, _, fy, fx = w.shape
     blocks, taps, _, lanes = dst.shape
+    rows = _weight_rows(w, width, k == blocks * lanes) if not transpose else None
+    if rows is not None:
+        from miocore_direct.grouped_transpose import rows_into_lanes
+
+        rows_into_lanes(rows, dst, not w.flags.c_contiguous)
+        return
     if k == blocks * lanes:  # one strided copy (2-3x faster than through a padded array)
         per_block = lanes // width
         w6 = w.reshape(blocks, per_block, width, width, fy, fx)
@@ -213,6 +252,21 @@ def _arranged_weights(w: np.ndarray, width: int, dst: np.ndarray, transpose: boo
     full = np.zeros((taps, width, blocks * lanes), np.float32)
     np.copyto(full[:, :, :k], src, casting="unsafe")
     np.copyto(dst, full.reshape(taps, width, blocks, lanes).transpose(2, 0, 1, 3))
+
+
+def _weight_rows(w: np.ndarray, width: int, filled: bool) -> np.ndarray | None:
+    """The caller's ``(K, 16, FY, FX)`` weights as the ``(K, 16*FY*FX)`` rows that
+    :mod:`miocore_direct.grouped_transpose` rearranges (a view of packed float32 KCYX or KYXC
+    weights of 16-wide groups filling every lane block, ``filled``), else None."""
+    import numpy as np
+
+    if not (filled and width == 16 and w.dtype == np.float32):
+        return None
+    for order in ((0, 1, 2, 3), (0, 2, 3, 1)):
+        view = w.transpose(order)
+        if view.flags.c_contiguous:
+            return view.reshape(w.shape[0], -1)
+    return None
 
 
 def _fast_nchw(array: np.ndarray) -> bool:
@@ -270,13 +324,17 @@ class VectorInvoker:
 
     def _run(self, params: InvokeParams) -> None:
         from miocore_direct import grouped_simd as kernels
+        from miocore_direct import grouped_slide
 
         plan = self.plan
         wa, padded, region, phase_w = plan.regions.views(params.workspace)
         if plan.direction is Direction.BACKWARD_WEIGHTS:
             _pad(params.x, padded, plan.offsets)
             dy = self._other(params.y, region, load=True)
-            kernel = kernels.weights_kernel(plan.width)
+            if plan.shape:
+                kernel = grouped_slide.weights_kernel(plan.shape)
+            else:
+                kernel = kernels.weights_kernel(plan.width)
             rows = plan.other[0] * plan.other[1]
             flat_x, flat_dy, flat_w = padded.reshape(-1), dy.reshape(-1), wa.reshape(-1)
             for r0 in range(0, rows, plan.chunk_rows):  # chunks that stay in cache
@@ -289,19 +347,18 @@ class VectorInvoker:
         _arranged_weights(params.w, plan.width, wa, backward)
         _pad(src, padded, plan.offsets)
         out = self._other(dst, region, load=False)
-        kernel = kernels.forward_kernel(plan.width)
         if plan.split:
-            self._phases(kernel, wa, padded, out, phase_w)
+            self._phases(wa, padded, out, phase_w)
         else:  # forward, or backward data in one pass of every tap (stride 1)
-            dims, place = plan.phases[0][3:] if plan.phases else (plan.dims, plan.place)
+            one = plan.phases[0] if plan.phases else None
+            dims, place, shape = one[3:] if one else (plan.dims, plan.place, plan.shape)
+            kernel = _kernel(plan.width, shape, False)
             kernel(padded.reshape(-1), wa.reshape(-1), out.reshape(-1), dims, place)
         if out is not region:
             return
         self._store(out, dst)
 
-    def _phases(
-        self, kernel: Any, wa: np.ndarray, dy: np.ndarray, out: np.ndarray, phase_w: np.ndarray
-    ) -> None:
+    def _phases(self, wa: np.ndarray, dy: np.ndarray, out: np.ndarray, phase_w: np.ndarray) -> None:
         """A strided backward-data pass: each phase's taps picked from the flipped
         arrangement ``wa`` into its own run of ``phase_w``, then its kernel call."""
         import numpy as np
@@ -317,6 +374,7 @@ class VectorInvoker:
             np.copyto(
                 taps.reshape(blocks, len(rows), len(cols), width, lanes), full[:, rows][:, :, cols]
             )
+            kernel = _kernel(plan.width, phase.shape, True)
             kernel(dy.reshape(-1), taps, out.reshape(-1), phase.dims, phase.place)
 
     def _store(self, out: np.ndarray, dst: np.ndarray) -> None:
@@ -337,6 +395,12 @@ class VectorInvoker:
 
         k, width, fy, fx = w.shape
         blocks, taps, _, lanes = dwa.shape
+        rows = _weight_rows(w, width, k == blocks * lanes)
+        if rows is not None:
+            from miocore_direct.grouped_transpose import lanes_into_rows
+
+            lanes_into_rows(dwa, rows, not w.flags.c_contiguous)
+            return
         picked = dwa.transpose(1, 2, 0, 3).reshape(taps, width, blocks * lanes)[:, :, :k]
         picked = picked.reshape(fy, fx, width, k).transpose(3, 2, 0, 1)
         np.copyto(w, picked, casting="unsafe")

@@ -74,6 +74,9 @@ def ops(lanes: int) -> SimpleNamespace:
     - ``load(a, i)``: ``a[i : i + lanes]``; ``store(a, i, v)``: ``a[i : i + lanes] = v``;
     - ``add(u, v)``: ``u + v``;
     - ``fma_bcast(acc, a, i, w)``: ``acc + a[i] * w`` (``a[i]`` in every lane);
+    - ``splat(a, i)``: ``a[i]`` in every lane, as a value that several multiply-adds can share
+      (one broadcast load, kept in a register where it has more than one use);
+    - ``fma(u, v, acc)``: ``u * v + acc`` fused, lane by lane;
     - ``fma_lane(width, part)`` (a factory): ``f(acc, a, i, w) = acc + s * w`` where lane ``l``
       of ``s`` is ``a[i + (l // width) * width + part]``: the ``part``-th channel of each lane's
       group of ``width`` channels, from one vector load and a constant shuffle.
@@ -121,6 +124,21 @@ def ops(lanes: int) -> SimpleNamespace:
 
         return vec(vec, a, types.intp, vec), codegen
 
+    @intrinsic
+    def splat(typingctx: Any, a: Any, i: Any) -> Any:
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            scalar = builder.load(_pointer(context, builder, sig.args[0], *args))
+            return _splat(builder, vt, scalar)
+
+        return vec(a, types.intp), codegen
+
+    @intrinsic
+    def fma(typingctx: Any, u: Any, v: Any, acc: Any) -> Any:
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            return _fma(builder, vt, *args)
+
+        return vec(vec, vec, vec), codegen
+
     return SimpleNamespace(
         vec=vec,
         zero=zero,
@@ -128,6 +146,8 @@ def ops(lanes: int) -> SimpleNamespace:
         store=store,
         add=add,
         fma_bcast=fma_bcast,
+        splat=splat,
+        fma=fma,
         fma_lane=functools.cache(functools.partial(_fma_lane, lanes)),
     )
 
