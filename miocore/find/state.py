@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from miocore.db.mathkeys import record_key
 from miocore.find.invoker_cache import InvokerCache
 from miocore.solver.interface import ExecutionContext
 from miocore.solver.registry import Registry, default_registry
@@ -69,8 +70,6 @@ class FindState:
     def record_key(self, problem: Any) -> str:
         """The key of ``problem``'s FindDb and PerfDb records in this handle's math mode
         (:func:`miocore.db.mathkeys.record_key`)."""
-        from miocore.db.mathkeys import record_key
-
         return record_key(problem, self.context.math_mode)
 
     def forget(self, key: str) -> None:
