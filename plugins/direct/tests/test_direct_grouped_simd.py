@@ -37,6 +37,11 @@ GEOMETRIES = {  # (in_spatial, filter, pads, strides, dilations)
     # last tile of a row overlaps the one before (31 columns at stride 1, "long", above; 20
     # at stride 2: the forward (3, 2, 1) kernel, backward-data phases of 2 and 1 column taps)
     "wide_s2": ((3, 40), (3, 3), (1, 1), (2, 2), (1, 1)),
+    # NCHW at width 16: the self-staging kernels (grouped_fused), rows of 31 and 40 pixels
+    # above (overlapping 16-pixel blocks), narrower ones here (a run of 16 pixels past each
+    # row; the tensor's last row pixel by pixel), and an output plane under 16 pixels
+    "narrow": ((5, 14), (3, 3), (1, 1), (1, 1), (1, 1)),
+    "row": ((1, 15), (3, 3), (1, 1), (1, 1), (1, 1)),
 }
 
 
@@ -88,13 +93,14 @@ def test_width_two(direction: str) -> None:
     _check(_problem(direction, "NHWC", "float32", 2, 5, "long"), seed=2, tolerance=TOL_F32)
 
 
-@pytest.mark.parametrize(("width", "geo"), [(4, "3x3s2"), (16, "3x3s2"), (16, "wide_s2")])
+@pytest.mark.parametrize(("width", "geo"), [(4, "3x3s2"), (16, "3x3s2"), (16, "long")])
 def test_backward_weights_in_row_chunks(
     width: int, geo: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Chunks of one output row each: every chunk after the first adds to the sums (the
-    plain kernel, and the sliding-window one at "wide_s2")."""
+    plain kernel, and the sliding-window one at "long")."""
     monkeypatch.setattr(grouped_vector, "CHUNK_BYTES", 1)
+    monkeypatch.setattr(grouped_vector, "SLIDE_CHUNK_BYTES", 1)
     p = _problem("backward_weights", "NHWC", "float32", width, 4, geo)
     assert _plan(p).chunk_rows == 1
     _check(p, seed=7, tolerance=TOL_F32)

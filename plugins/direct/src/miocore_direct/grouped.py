@@ -327,7 +327,9 @@ class GroupedDirectSolver(Solver):
     # 1 (2026-11-26, session 14): small calls run on one thread where that is faster
     # (miocore_direct.pool_choice); entries recorded before are measured again.
     # 2 (2026-11-27): widths 2, 4, 8 and 16 run the explicit-vector kernels.
-    revision = 2
+    # 3 (2026-11-27): width 16 runs sliding-window kernels (3x3 rows), self-staged for NCHW
+    # and strided passes; width-16 weights rearranged by 16x16 transposes.
+    revision = 3
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
         """2-D CPU problems with 1 < groups < C and groups at most 16 channels wide."""
@@ -350,7 +352,7 @@ class GroupedDirectSolver(Solver):
         return APPLICABLE
 
     def compiles_for(self, ctx: ExecutionContext, problem: ConvProblem) -> bool:
-        """Whether the vector or shifted-diagonal path's generated kernel (2-5 s / 9-45 s to
+        """Whether the vector or shifted-diagonal path's generated kernel (2-12 s / 9-45 s to
         compile) is neither loaded nor in numba's disk cache (the group-innermost kernels
         compile once per machine for every problem); see ``direct.depthwise``."""
         from miocore_direct.depthwise_blocked import generated_ready

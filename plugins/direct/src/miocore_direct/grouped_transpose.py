@@ -172,3 +172,31 @@ def lanes_into_rows(src, dst, kyxc):
                 row = _row_of(cb * 16 + q, taps, kyxc)
                 _store(scratch, q * 16, _load(fs, (kb * taps * 16 + row) * 16))
             _transpose(scratch, 0, 16, fd, (kb * 16) * cols + cb * 16, cols)
+
+
+@_plain_jit
+def flipped_into_lanes(src, dst, kyxc):
+    """``dst[kb, T-1-t, i, l] = src[kb*16 + i, l*T + t]`` (``t*16 + l`` where ``kyxc``): the
+    backward-data arrangement (:func:`miocore_direct.grouped_vector._arranged_weights`) of the
+    ``(K, 16*T)`` rows of :func:`rows_into_lanes`, ``T <= 16``. Channels-last rows hold each
+    vector whole; a KCYX row is copied into a scratch run, whose ``16 x T`` matrix one
+    transpose of a 16x16 block (its rows ``T`` apart, overlapping) turns into ``T`` vectors."""
+    k, cols = src.shape
+    taps = cols // 16
+    fs = src.reshape(-1)
+    fd = dst.reshape(-1)
+    run = np.zeros(cols + 16, np.float32)  # the last block row reads past the matrix
+    block = np.empty(256, np.float32)
+    for row in range(k):
+        kb = row // 16
+        i = row % 16
+        if kyxc:
+            for t in range(taps):
+                d = ((kb * taps + taps - 1 - t) * 16 + i) * 16
+                _store(fd, d, _load(fs, row * cols + t * 16))
+            continue
+        for v in range(taps):
+            _store(run, v * 16, _load(fs, row * cols + v * 16))
+        _transpose(run, 0, taps, block, 0, 16)  # block[t*16 + l] = run[l*T + t]
+        for t in range(taps):
+            _store(fd, ((kb * taps + taps - 1 - t) * 16 + i) * 16, _load(block, t * 16))

@@ -8,17 +8,31 @@ staged zero-padded (:mod:`miocore_direct.grouped_stage`, or for packed float32 N
 transposes of :mod:`miocore_direct.grouped_transpose`), the weights rearranged per block of
 ``V`` output lanes. A strided backward-data pass runs one kernel call per stride phase (the
 dx pixels ``(r + a*sh, c + b*sw)`` of one ``(r, c)``) with that phase's taps only, instead of
-the zero-inserted dy of the shifted-diagonal path (``sh*sw`` times the multiply-adds). A pass
-of 16-wide groups whose column taps, stride and dilation have a sliding-window kernel
-(:mod:`miocore_direct.grouped_slide`) runs that one.
+the zero-inserted dy of the shifted-diagonal path (``sh*sw`` times the multiply-adds).
+
+16-wide groups whose column taps, stride and dilation have a sliding-window kernel
+(:mod:`miocore_direct.grouped_slide`) run that one; with packed float32 NCHW tensors (or
+NHWC at a stride, forward and backward weights) its self-staging form
+(:mod:`miocore_direct.grouped_fused`), which stages each group's block itself instead of the
+passes over the whole tensors above, and for NCHW strided backward data every phase in one
+self-staging kernel (:mod:`miocore_direct.grouped_phases`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from miocore import ConvProblem, DataType, Direction, InvokeParams
+from miocore_direct.grouped_fused import (
+    SLACK,
+    FusedPass,
+    fused_generated,
+    fused_pass,
+    run_forward,
+    run_weights,
+)
+from miocore_direct.grouped_phases import Phase, _margins, _phase, _phases, _progression
 from miocore_direct.grouped_slide import shape_for
 from miocore_direct.pool_choice import PoolChoice
 from miocore_direct.regions import Float32Regions
@@ -33,6 +47,10 @@ WIDTHS = (2, 4, 8, 16)
 #: ms in chunks of 3-12 rows; 512x14x14 2.0 ms in one call, 1.3 ms in chunks of 12 rows, 1.6
 #: in chunks of 3).
 CHUNK_BYTES = 1536 * 1024
+#: The same for the sliding-window backward-weights kernel, of one group's 16 channels: its
+#: jobs of a group run in turn, each call costs ~20 µs (512x28x28 stride 2, batch 8: 1.8 ms
+#: in chunks of 14 rows, 2.1 in 7, 4.4 in 1; 2.6 in 28; 512x14x14: 0.97 ms in 28, 1.04 in 3).
+SLIDE_CHUNK_BYTES = 64 * 1024
 # Measured 2026-11-27 on the kernels alone, one thread (AMD EPYC dev VM, AVX-512): 75-104
 # multiply-adds per ns forward, 80-90 backward weights (a register-only loop of broadcast
 # multiply-adds: 133); staging copies as the shifted-diagonal path's.
@@ -108,15 +126,40 @@ class VectorPlan:
             self.phases = _phases(self, (row_phases, col_phases), (top, left), w, (sh, sw))
             every_tap = [(len(ph.rows), len(ph.cols)) for ph in self.phases] == [(fy, fx)]
             self.split = not every_tap
+        #: The self-staging kernels' pass (:mod:`miocore_direct.grouped_fused`), or None.
+        self.fused: FusedPass | None = None
+        if self.direction is not Direction.BACKWARD_DATA:
+            self.fused = fused_pass(p, self.shape, (h, w), (rows, cols), (ph, pw), (oh, ow))
+        elif self.direction is Direction.BACKWARD_DATA and not self.split:
+            (r0, c0), one = (row_phases[0][1], col_phases[0][1]), self.phases[0]
+            extents = ((h - 1) + (fy - 1) * one.dims[11] + 1, (w - 1) + (fx - 1) * one.dims[12] + 1)
+            self.fused = fused_pass(p, one.shape, (oh, ow), extents, (-r0, -c0), (h, w))
+        #: The self-staging kernel's table of phases (:mod:`miocore_direct.grouped_phases`)
+        #: of a strided backward-data pass, or None.
+        self.table = None
+        if self.split and _phased(p):
+            from miocore_direct.grouped_phases import phase_table
+
+            self.table = phase_table(self.phases, pitch, cols, w, self.padded)
+            self.phase_dims = (p.n, oh, ow, p.k, h, w, p.c, sh, sw, rows, cols, top, left)
+        if not self.fused and self.shape and self.shape[1] > 1:
+            self.shape = None  # strided ones run self-staged only: fewer kernels to compile
         self.shapes = (  # weights per lane block: a block's taps in one run, not 2 KiB apart
             (self.padded // self.lanes, fy * fx, self.width, self.lanes),
             (p.n, rows, cols, pitch),
             other if not self.direct else (0,),
             (fy * fx * self.width * self.padded if self.split else 0,),
         )
+        if self.fused:  # a block per thread instead of the staged tensors
+            self.shapes = (self.shapes[0], (_threads(), self.fused.block), (0,), (0,))
+        if self.table is not None:  # blocks of dy and of dx per thread
+            block = (rows * cols + h * w) * self.lanes + 2 * SLACK
+            self.shapes = (self.shapes[0], (_threads(), block), (0,), self.shapes[3])
         self.other = other
         row_bytes = 4 * (pitch * cols * dh * fy + self.padded * out[1])
-        self.chunk_rows = max(1, CHUNK_BYTES // row_bytes)
+        if self.shape:  # a group's jobs run in turn: its rows of x and dy should stay in cache
+            row_bytes = 4 * self.lanes * (cols * sh + out[1])
+        self.chunk_rows = max(1, (SLIDE_CHUNK_BYTES if self.shape else CHUNK_BYTES) // row_bytes)
         self.regions = Float32Regions(self.shapes)
         self.workspace_bytes = self.regions.nbytes
         self.macs = p.n * self.padded * math.prod(p.out_spatial) * fy * fx * self.width
@@ -127,6 +170,12 @@ class VectorPlan:
         from miocore_direct import grouped_simd as kernels
         from miocore_direct import grouped_slide
 
+        if self.fused:
+            return [fused_generated(self.fused, self.direction)]
+        if self.table is not None:
+            from miocore_direct.grouped_phases import phases_spec
+
+            return [phases_spec()]
         if self.direction is Direction.BACKWARD_WEIGHTS:
             if self.shape:
                 return [grouped_slide.weights_spec(self.shape)]
@@ -140,17 +189,21 @@ class VectorPlan:
         return compute + self.staged_bytes / (_STAGE_GBPS * 1e6) + _CALL_MS
 
 
-class Phase(NamedTuple):
-    """One pass of a backward-data plan: the output pixels ``(r + a*sh, c + b*sw)``, from the
-    taps ``rows x cols`` (filter indices, in the order the kernel reads them), at flat weight
-    offset ``weights`` of the phase weights."""
+def _phased(p: ConvProblem) -> bool:
+    """Whether a strided backward-data pass runs the self-staging phase kernel
+    (:mod:`miocore_direct.grouped_phases`): 16-wide groups, packed float32 NCHW tensors (with
+    NHWC ones it ran slower than the passes of :meth:`VectorInvoker._phases`: 512x28x28
+    stride 2, 0.34 against 0.22 ms at batch 1, 2.9 against 1.4 ms at batch 8)."""
+    descs = (p.x, p.y)
+    nchw = all(d.dtype is DataType.FLOAT32 and d.is_packed and d.layout == "NCHW" for d in descs)
+    return nchw and p.c // p.groups == 16 and p.c % 16 == 0
 
-    rows: tuple[int, ...]
-    cols: tuple[int, ...]
-    weights: int
-    dims: tuple[int, ...]
-    place: tuple[int, int, int, int, int]
-    shape: tuple[int, int, int] | None  # of its sliding-window kernel, None for the plain one
+
+def _threads() -> int:
+    """Rows of per-thread blocks: numba's whole pool (a call may take any part of it)."""
+    import numba
+
+    return int(numba.config.NUMBA_NUM_THREADS)
 
 
 def _spec(width: int, shape: tuple[int, int, int] | None, phase: bool) -> tuple[str, str]:
@@ -172,54 +225,6 @@ def _kernel(width: int, shape: tuple[int, int, int] | None, phase: bool) -> Any:
     return grouped_simd.forward_kernel(width)
 
 
-def _phase(
-    size: int, filt: int, stride: int, pad: int, dil: int, r: int
-) -> tuple[tuple[int, ...], int, int, int]:
-    """Along one axis, dx positions ``r + a*stride`` (``a < count``) gather ``dy[a + c0 +
-    t*step] * w[taps[t]]``: the answer ``(taps, c0, step, count)``. A tap ``f`` reaches
-    ``r`` when ``(r + pad - f*dil) / stride`` is a whole dy offset; taps in falling order of
-    ``f`` have offsets rising by one ``step``."""
-    taps = tuple(f for f in range(filt - 1, -1, -1) if (r + pad - f * dil) % stride == 0)
-    count = -(-(size - r) // stride)
-    if not taps:
-        return taps, 0, 1, count
-    first = (r + pad - taps[0] * dil) // stride
-    step = (r + pad - taps[1] * dil) // stride - first if len(taps) > 1 else 1
-    return taps, first, step, count
-
-
-def _margins(phases: list[tuple[tuple[int, ...], int, int, int]], out: int) -> tuple[int, int]:
-    """The dy margin before the first row (column) and the padded extent that every phase's
-    reads fit in."""
-    reads = [(c0, c0 + (count - 1) + (len(taps) - 1) * step) for taps, c0, step, count in phases]
-    before = max([0] + [-lo for lo, _ in reads])
-    return before, before + max([out] + [hi + 1 for _, hi in reads])
-
-
-def _phases(
-    plan: VectorPlan,
-    axes: tuple[list[tuple[tuple[int, ...], int, int, int]], ...],
-    margins: tuple[int, int],
-    w: int,
-    strides: tuple[int, int],
-) -> list[Phase]:
-    """Every (row, column) phase of a backward-data plan of ``w`` columns (``plan.dims`` and
-    ``place`` already those of a stride-1 pass: the kernel's own strides are 1)."""
-    n, hp, wp, pitch, _, _, kout = plan.dims[:7]
-    (top, left), (row_phases, col_phases), (stride_h, stride_w) = margins, axes, strides
-    phases, weights = [], 0
-    for r, (rtaps, r0, rstep, rcount) in enumerate(row_phases):
-        for c, (ctaps, c0, cstep, ccount) in enumerate(col_phases):
-            dims = (n, hp, wp, pitch, rcount, ccount, kout, len(rtaps), len(ctaps), 1, 1)
-            dims += (rstep, cstep)
-            x0 = ((top + r0) * wp + left + c0) * pitch
-            place = (x0, (r * w + c) * kout, plan.place[2], stride_h * w * kout, stride_w * kout)
-            shape = shape_for(plan.width, len(ctaps), 1, cstep, ccount)
-            phases.append(Phase(rtaps, ctaps, weights, dims, place, shape))
-            weights += len(rtaps) * len(ctaps) * plan.width * kout
-    return phases
-
-
 def _arranged_weights(w: np.ndarray, width: int, dst: np.ndarray, transpose: bool) -> None:
     """``dst[kb, tap, i, l]`` for channel ``k = kb*V + l`` (zero for padding channels ``k >=
     K``): forward ``w[k, i, fy, fx]``; ``transpose`` (backward data, ``k = g*W + i`` an input
@@ -229,11 +234,11 @@ def _arranged_weights(w: np.ndarray, width: int, dst: np.ndarray, transpose: boo
 
     k, _, fy, fx = w.shape
     blocks, taps, _, lanes = dst.shape
-    rows = _weight_rows(w, width, k == blocks * lanes) if not transpose else None
+    rows = _weight_rows(w, width, k == blocks * lanes and (fy * fx <= 16 or not transpose))
     if rows is not None:
-        from miocore_direct.grouped_transpose import rows_into_lanes
+        from miocore_direct.grouped_transpose import flipped_into_lanes, rows_into_lanes
 
-        rows_into_lanes(rows, dst, not w.flags.c_contiguous)
+        (flipped_into_lanes if transpose else rows_into_lanes)(rows, dst, not w.flags.c_contiguous)
         return
     if k == blocks * lanes:  # one strided copy (2-3x faster than through a padded array)
         per_block = lanes // width
@@ -328,6 +333,10 @@ class VectorInvoker:
 
         plan = self.plan
         wa, padded, region, phase_w = plan.regions.views(params.workspace)
+        if plan.direction is Direction.BACKWARD_WEIGHTS and plan.fused:
+            run_weights(plan.fused, wa, padded, params.x, params.y)
+            self._unarrange(wa, params.w)
+            return
         if plan.direction is Direction.BACKWARD_WEIGHTS:
             _pad(params.x, padded, plan.offsets)
             dy = self._other(params.y, region, load=True)
@@ -345,6 +354,12 @@ class VectorInvoker:
         backward = plan.direction is Direction.BACKWARD_DATA
         src, dst = (params.y, params.x) if backward else (params.x, params.y)
         _arranged_weights(params.w, plan.width, wa, backward)
+        if plan.fused:
+            run_forward(plan.fused, wa, padded, src, dst)
+            return
+        if plan.table is not None:
+            self._phased(wa, phase_w, padded, src, dst)
+            return
         _pad(src, padded, plan.offsets)
         out = self._other(dst, region, load=False)
         if plan.split:
@@ -358,24 +373,51 @@ class VectorInvoker:
             return
         self._store(out, dst)
 
+    def _phased(
+        self, wa: np.ndarray, phase_w: np.ndarray, bufs: np.ndarray, dy: np.ndarray, dx: np.ndarray
+    ) -> None:
+        """A strided backward-data pass in the self-staging phase kernel, from the caller's
+        NCHW ``dy`` into its ``dx`` (through packed float32 copies where they are not)."""
+        import numpy as np
+
+        from miocore_direct.grouped_fused import _packed
+        from miocore_direct.grouped_phases import phases_kernel
+
+        plan = self.plan
+        self._phase_weights(wa, phase_w)
+        out = dx if _fast_nchw(dx) else np.empty(dx.shape, np.float32)
+        flat_dy, flat_dx = _packed(dy, True), out.reshape(-1)
+        phases_kernel()(flat_dy, phase_w, flat_dx, plan.phase_dims, plan.table, bufs, True)
+        if out is not dx:
+            np.copyto(dx, out, casting="unsafe")
+
     def _phases(self, wa: np.ndarray, dy: np.ndarray, out: np.ndarray, phase_w: np.ndarray) -> None:
-        """A strided backward-data pass: each phase's taps picked from the flipped
-        arrangement ``wa`` into its own run of ``phase_w``, then its kernel call."""
+        """A strided backward-data pass: each phase's weights (:meth:`_phase_weights`), then
+        its kernel call."""
+        self._phase_weights(wa, phase_w)
+        for phase in self.plan.phases:
+            kernel = _kernel(self.plan.width, phase.shape, True)
+            kernel(
+                dy.reshape(-1), phase_w[phase.weights :], out.reshape(-1), phase.dims, phase.place
+            )
+
+    def _phase_weights(self, wa: np.ndarray, phase_w: np.ndarray) -> None:
+        """Each phase's taps picked from the flipped arrangement ``wa`` into its own run of
+        ``phase_w``."""
         import numpy as np
 
         plan = self.plan
         (fy, fx), (blocks, _, width, lanes) = plan.filt, wa.shape
         full = wa.reshape(blocks, fy, fx, width, lanes)
         for phase in plan.phases:
-            rows = [fy - 1 - f for f in phase.rows]  # wa's taps are flipped
-            cols = [fx - 1 - f for f in phase.cols]
-            size = blocks * len(rows) * len(cols) * width * lanes
+            rows = _progression([fy - 1 - f for f in phase.rows])  # wa's taps are flipped
+            cols = _progression([fx - 1 - f for f in phase.cols])
+            size = blocks * len(phase.rows) * len(phase.cols) * width * lanes
             taps = phase_w[phase.weights : phase.weights + size]
             np.copyto(
-                taps.reshape(blocks, len(rows), len(cols), width, lanes), full[:, rows][:, :, cols]
+                taps.reshape(blocks, len(phase.rows), len(phase.cols), width, lanes),
+                full[:, rows][:, :, cols],
             )
-            kernel = _kernel(plan.width, phase.shape, True)
-            kernel(dy.reshape(-1), taps, out.reshape(-1), phase.dims, phase.place)
 
     def _store(self, out: np.ndarray, dst: np.ndarray) -> None:
         """The first ``C`` channels of ``out`` into the caller's ``(N, C, H, W)`` tensor."""
