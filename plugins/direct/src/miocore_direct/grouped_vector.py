@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 
 #: Group widths (in == out) the vector kernels take: those that divide or fill a vector.
 WIDTHS = (2, 4, 8, 16)
+#: Wider groups the forward / backward-data kernel takes (16 output lanes a vector, the
+#: group's W input channels broadcast in turn): ResNeXt-50's 1024-channel layers.
+WIDE_WIDTHS = (32,)
 #: Bytes of input and dy rows per backward-weights call: each (tap, lane block) reads a chunk
 #: again, so it should stay in cache (batch 8, one thread: 128x56x56 9.3 ms in one call, 3.6-3.9
 #: ms in chunks of 3-12 rows; 512x14x14 2.0 ms in one call, 1.3 ms in chunks of 12 rows, 1.6
@@ -66,7 +69,11 @@ _CALL_MS = 0.03
 def vector_applies(p: ConvProblem) -> bool:
     """Whether ``p`` (already a ``direct.grouped`` problem) takes the explicit-vector path."""
     width = p.c // p.groups
-    return width == p.k // p.groups and width in WIDTHS
+    if width != p.k // p.groups:
+        return False
+    if width in WIDE_WIDTHS:  # backward weights would hold 2W vector sums: more than registers
+        return p.direction is not Direction.BACKWARD_WEIGHTS
+    return width in WIDTHS
 
 
 def _direct_nhwc(desc: Any, channels: int, padded: int) -> bool:
@@ -239,6 +246,15 @@ def _arranged_weights(w: np.ndarray, width: int, dst: np.ndarray, transpose: boo
         from miocore_direct.grouped_transpose import flipped_into_lanes, rows_into_lanes
 
         (flipped_into_lanes if transpose else rows_into_lanes)(rows, dst, not w.flags.c_contiguous)
+        return
+    if k == blocks * lanes and width > lanes:  # a group of several lane blocks: one copy
+        parts = width // lanes  # lane blocks per group
+        if transpose:  # w[g*W + j, mb*V + l] of input channel (g*W + mb*V + l), lane j
+            w6 = w.reshape(k // width, width, parts, lanes, fy, fx)[..., ::-1, ::-1]
+            picked = w6.transpose(0, 2, 4, 5, 1, 3)
+        else:
+            picked = w.reshape(blocks, lanes, width, fy, fx).transpose(0, 3, 4, 2, 1)
+        np.copyto(dst.reshape(picked.shape), picked, casting="unsafe")
         return
     if k == blocks * lanes:  # one strided copy (2-3x faster than through a padded array)
         per_block = lanes // width
