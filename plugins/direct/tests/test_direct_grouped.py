@@ -108,7 +108,7 @@ def test_random_grouped_problems_match_reference(problem: ConvProblem, seed: int
 
 @pytest.mark.parametrize(
     ("c", "k", "groups", "reason"),
-    [(8, 8, 8, "not between"), (8, 8, 1, "not between"), (64, 64, 2, "wider than 16")],
+    [(8, 8, 8, "not between"), (8, 8, 1, "not between"), (96, 96, 2, "wider than 16")],
 )
 def test_declines_with_a_reason(c: int, k: int, groups: int, reason: str) -> None:
     ctx, solver = cpu_context(), GroupedDirectSolver()
