@@ -54,7 +54,7 @@ from miocore_direct.depthwise_staging import (
     packed_float32_nchw,
 )
 from miocore_direct.openmp import prefer_passive_wait
-from miocore_direct.pool_choice import PoolChoice
+from miocore_direct.pool_choice import PooledInvoker
 from miocore_direct.regions import Float32Regions
 
 if TYPE_CHECKING:  # imported where arrays are touched: declaring a solver, asking it
@@ -295,15 +295,10 @@ class _Plan:
         forward_kernel(self.filt[1], sw, dw, self.filt[0])(src, wt, dst, sh, ph, dh, pw)
 
 
-class _DepthwiseInvoker:
+class _DepthwiseInvoker(PooledInvoker):
     """Runs one problem's plan on the caller's arrays and workspace."""
 
-    def __init__(self, plan: _Plan) -> None:
-        self.plan = plan
-        self.pool = PoolChoice(plan.predicted_ms(1))
-
-    def __call__(self, handle: Any, params: InvokeParams) -> None:
-        self.pool.run(handle, lambda: self._run(params))
+    plan: _Plan
 
     def _run(self, params: InvokeParams) -> None:
         import numpy as np

@@ -38,7 +38,7 @@ from miocore import (
     not_applicable,
 )
 from miocore_direct.grouped_vector import VectorInvoker, VectorPlan, vector_applies
-from miocore_direct.pool_choice import PoolChoice
+from miocore_direct.pool_choice import PooledInvoker
 from miocore_direct.regions import Float32Regions
 
 if TYPE_CHECKING:  # imported where arrays are touched: declaring a solver, asking it
@@ -126,15 +126,10 @@ class _Plan:
         return self.regions.views(workspace)
 
 
-class _GroupedInvoker:
+class _GroupedInvoker(PooledInvoker):
     """Stages, runs the kernel of the plan's direction and writes the result back."""
 
-    def __init__(self, plan: _Plan) -> None:
-        self.plan = plan
-        self.pool = PoolChoice(plan.predicted_ms(1))
-
-    def __call__(self, handle: Any, params: InvokeParams) -> None:
-        self.pool.run(handle, lambda: self._run(params))
+    plan: _Plan
 
     def _run(self, params: InvokeParams) -> None:
         import numpy as np
@@ -247,16 +242,14 @@ class _ShiftPlan:
         return self.regions.views(workspace)
 
 
-class _ShiftInvoker:
+class _ShiftInvoker(PooledInvoker):
     """Stages, runs the generated shifted-diagonal kernel and writes the result back."""
 
-    def __init__(self, plan: _ShiftPlan) -> None:
-        self.plan = plan
-        self.gather: np.ndarray | None = None
-        self.pool = PoolChoice(plan.predicted_ms(1))
+    plan: _ShiftPlan
 
-    def __call__(self, handle: Any, params: InvokeParams) -> None:
-        self.pool.run(handle, lambda: self._run(params))
+    def __init__(self, plan: _ShiftPlan) -> None:
+        super().__init__(plan)
+        self.gather: np.ndarray | None = None
 
     def _run(self, params: InvokeParams) -> None:
         import numpy as np

@@ -34,7 +34,7 @@ from miocore_direct.grouped_fused import (
 )
 from miocore_direct.grouped_phases import Phase, _margins, _phase, _phases, _progression
 from miocore_direct.grouped_slide import shape_for
-from miocore_direct.pool_choice import PoolChoice
+from miocore_direct.pool_choice import PooledInvoker
 from miocore_direct.regions import Float32Regions
 
 if TYPE_CHECKING:
@@ -333,15 +333,10 @@ def _pad(
         nchw_into_padded(array, dst, top, left)
 
 
-class VectorInvoker:
+class VectorInvoker(PooledInvoker):
     """Stages, runs the generated vector kernel and writes the result back."""
 
-    def __init__(self, plan: VectorPlan) -> None:
-        self.plan = plan
-        self.pool = PoolChoice(plan.predicted_ms(1))
-
-    def __call__(self, handle: Any, params: InvokeParams) -> None:
-        self.pool.run(handle, lambda: self._run(params))
+    plan: VectorPlan
 
     def _run(self, params: InvokeParams) -> None:
         from miocore_direct import grouped_simd as kernels

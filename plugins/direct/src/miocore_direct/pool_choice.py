@@ -59,6 +59,21 @@ class PoolChoice:
             numba.set_num_threads(pool)
 
 
+class PooledInvoker:
+    """An invoker whose every call runs its subclass's ``_run(params)`` on the threads
+    :class:`PoolChoice` picks for the plan's predicted one-thread time."""
+
+    def __init__(self, plan: Any) -> None:
+        self.plan = plan
+        self.pool = PoolChoice(plan.predicted_ms(1))
+
+    def __call__(self, handle: Any, params: Any) -> None:
+        self.pool.run(handle, lambda: self._run(params))
+
+    def _run(self, params: Any) -> None:
+        raise NotImplementedError
+
+
 def trial(work: Callable[[], None], pool: int) -> int:
     """The faster thread count for ``work``: ``pool`` or 1, by the median of timed runs of
     each, alternating (numba's setting is restored to ``pool`` after every run)."""
