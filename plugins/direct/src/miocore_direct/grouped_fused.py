@@ -16,7 +16,7 @@ import functools
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from miocore import ConvProblem, DataType, Direction
-from miocore_direct.grouped_slide import LANES, TILE
+from miocore_direct.grouped_slide import LANES, TILE, slide_taps
 
 if TYPE_CHECKING:
     import numpy as np
@@ -58,7 +58,6 @@ def fused_source(taps: int, stride: int, dil: int, tile: int = TILE) -> str:
     ``dims = (n, h, w, c, oh, ow, k, fy, fx, sh, sw, dh, dw, hp, wp, top, left)`` (the
     input placed at ``(top, left)`` in blocks of ``hp x wp`` pixels, ``ow >= tile``) and
     ``bufs`` a float32 ``(threads, >= hp*wp*16 + SLACK + oh*ow*16)`` scratch array."""
-    span = (tile - 1) * stride + (taps - 1) * dil + 1
     block = LANES * LANES
     lines = [
         "def kernel(x, wa, y, dims, bufs, nchw_in, nchw_out):",
@@ -84,20 +83,7 @@ def fused_source(taps: int, stride: int, dil: int, tile: int = TILE) -> str:
     add("                for fy in range(fy_n):")
     add(f"                    rb = ((oh * sh + fy * dh) * wp + ow * {stride}) * {LANES}")
     add(f"                    wr = (kb * taps + fy * {taps}) * {block}")
-    add(f"                    for i in range({LANES}):")
-    for f in range(taps):
-        add(f"                        w{f} = load(wa, wr + {f * block} + i * {LANES})")
-    add("                        xb = rb + i")
-    for q in range(span):
-        hits = [
-            (f, (q - f * dil) // stride)
-            for f in range(taps)
-            if (q - f * dil) % stride == 0 and 0 <= (q - f * dil) // stride < tile
-        ]
-        if hits:
-            add(f"                        b = splat(buf, xb + {q * LANES})")
-        for f, p in hits:
-            add(f"                        a{p} = fma(b, w{f}, a{p})")
+    lines += slide_taps(" " * 20, taps, stride, dil, tile, lambda q: f"buf, xb + {q * LANES}")
     add(f"                yb = ob + (oh * out_w + ow) * {LANES}")
     for p in range(tile):
         add(f"                store(buf, yb + {p * LANES}, a{p})")

@@ -20,7 +20,7 @@ import itertools
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from miocore_direct.grouped_fused import SLACK, stage_source_header
-from miocore_direct.grouped_slide import LANES, TILE, shape_for
+from miocore_direct.grouped_slide import LANES, TILE, shape_for, slide_taps
 
 if TYPE_CHECKING:
     import numpy as np
@@ -34,22 +34,14 @@ FIELDS = 11
 
 def _tile(add: Any, taps: int, ind: str) -> None:
     """Emit one tile of ``taps`` column taps one pixel apart at ``ow`` of output row ``a``."""
-    span = TILE + taps - 1
     block = LANES * LANES
     for p in range(TILE):
         add(f"{ind}a{p} = zero()")
     add(f"{ind}for fy in range(nrt):")
     add(f"{ind}    rb = ((brow + a + fy * rstep) * wp + bcol + ow) * {LANES}")
     add(f"{ind}    wr = woff + (kb * nrt * nct + fy * nct) * {block}")
-    add(f"{ind}    for i in range({LANES}):")
-    for f in range(taps):
-        add(f"{ind}        w{f} = load(wa, wr + {f * block} + i * {LANES})")
-    add(f"{ind}        xb = rb + i")
-    for q in range(span):
-        hits = [(f, q - f) for f in range(taps) if 0 <= q - f < TILE]
-        add(f"{ind}        b = splat(buf, xb + {q * LANES})")
-        for f, p in hits:
-            add(f"{ind}        a{p} = fma(b, w{f}, a{p})")
+    for line in slide_taps(ind + "    ", taps, 1, 1, TILE, lambda q: f"buf, xb + {q * LANES}"):
+        add(line)
     for p in range(TILE):
         add(f"{ind}store(buf, yr + (ow + {p}) * sw * {LANES}, a{p})")
 

@@ -22,6 +22,7 @@ plan keeps those on the other kernel).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 #: Output pixels per tile: 14 accumulators, ``F`` weight vectors and one broadcast in the 32
@@ -55,6 +56,31 @@ def shape_for(width: int, fx_n: int, sw: int, dw: int, out_w: int) -> tuple[int,
     return shape if width == LANES and shape in SHAPES and out_w >= TILE else None
 
 
+def slide_taps(
+    ind: str, taps: int, stride: int, dil: int, tile: int, source: Callable[[int], str]
+) -> list[str]:
+    """The inner loop of a sliding-window tile (generated source at indent ``ind``): for each
+    of a group's 16 input channels, the ``taps`` column taps' weight vectors (``wr`` onwards)
+    and each input column's broadcast (``splat(source(q))`` for column ``q`` of the tile's
+    reach, ``xb`` its channel's base), multiply-added into every output pixel ``a0..`` of the
+    tile that one of its taps reaches."""
+    block = LANES * LANES
+    span = (tile - 1) * stride + (taps - 1) * dil + 1
+    lines = [f"{ind}for i in range({LANES}):"]
+    lines += [f"{ind}    w{f} = load(wa, wr + {f * block} + i * {LANES})" for f in range(taps)]
+    lines.append(f"{ind}    xb = rb + i")
+    for q in range(span):
+        hits = [
+            (f, (q - f * dil) // stride)
+            for f in range(taps)
+            if (q - f * dil) % stride == 0 and 0 <= (q - f * dil) // stride < tile
+        ]
+        if hits:
+            lines.append(f"{ind}    b = splat({source(q)})")
+        lines += [f"{ind}    a{p} = fma(b, w{f}, a{p})" for f, p in hits]
+    return lines
+
+
 def slide_source(
     taps: int, stride: int, dil: int, tile: int = TILE, rows_outer: bool = False
 ) -> str:
@@ -64,7 +90,6 @@ def slide_source(
     of every group in turn: a strided backward-data phase writes whole lines of its strided
     output then (512x28x28, stride 2, the phase of one row tap and two column taps, batch 8:
     0.22 against 0.53 ms), where a forward pass at stride 2 ran slower (2.3 against 1.7 ms)."""
-    span = (tile - 1) * stride + (taps - 1) * dil + 1  # input columns a tile reads
     block = LANES * LANES
     lines = [
         "def kernel(xp, wa, y, dims, place):",
@@ -103,20 +128,7 @@ def slide_source(
     add(f"                        rb = x0 + ((n * hp + oh * sh + fy * dh) * wp + ow * {stride})")
     add("                        rb = rb * chans + k0")
     add(f"                        wr = (kb * taps + fy * {taps}) * {block}")
-    add(f"                        for i in range({LANES}):")
-    for f in range(taps):
-        add(f"                            w{f} = load(wa, wr + {f * block} + i * {LANES})")
-    add("                            xb = rb + i")
-    for q in range(span):
-        hits = [
-            (f, (q - f * dil) // stride)
-            for f in range(taps)
-            if (q - f * dil) % stride == 0 and 0 <= (q - f * dil) // stride < tile
-        ]
-        if hits:
-            add(f"                            b = splat(xp, xb + {q} * chans)")
-        for f, p in hits:
-            add(f"                            a{p} = fma(b, w{f}, a{p})")
+    lines += slide_taps(" " * 24, taps, stride, dil, tile, lambda q: f"xp, xb + {q} * chans")
     for p in range(tile):
         add(f"                    store(y, yr + (ow + {p}) * y_px, a{p})")
     add(f"                    ow += {tile}")
