@@ -216,23 +216,15 @@ def test_sliding_kernel_narrow_rows(direction: str, monkeypatch: pytest.MonkeyPa
     _check(p, seed=5, tolerance=TOL_F32)
 
 
-@pytest.mark.parametrize("direction", ["forward", "backward_data"])
+@pytest.mark.parametrize("direction", DIRECTIONS)
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("groups", [3, 4])  # a group over two 16-lane blocks, padding or not
 @pytest.mark.parametrize("geo", ["3x3", "3x3s2", "odd", "s3"])
-def test_width_32_forward_and_backward_data(
-    direction: str, layout: str, groups: int, geo: str
-) -> None:
-    """Groups of 32 (ResNeXt-50's 1024-channel layers) on the forward kernel: each 16-lane
+def test_width_32(direction: str, layout: str, groups: int, geo: str) -> None:
+    """Groups of 32 (ResNeXt-50's 1024-channel layers) on the vector kernels: each 16-lane
     output block broadcasts its group's 32 input channels in turn; backward data the same with
-    the transposed filter, per stride phase."""
+    the transposed filter, per stride phase; backward weights one 16-channel slice of a group
+    a job (its 16 sums in registers)."""
     p = _problem(direction, layout, "float32", 32, groups, geo)
     assert vector_applies(p)
     _check(p, seed=groups, tolerance=TOL_F32)
-
-
-def test_width_32_backward_weights_is_left_to_other_solvers() -> None:
-    """Its kernel would hold 2 x 32 vector sums (more than the registers): not applicable."""
-    p = _problem("backward_weights", "NHWC", "float32", 32, 4, "3x3")
-    assert not vector_applies(p)
-    assert not GroupedDirectSolver().is_applicable(cpu_context(), p)

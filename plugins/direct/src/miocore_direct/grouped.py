@@ -321,13 +321,13 @@ class GroupedDirectSolver(Solver):
     # (miocore_direct.pool_choice); entries recorded before are measured again.
     # 2 (2026-11-27): widths 2, 4, 8 and 16 run the explicit-vector kernels.
     # 3 (2026-11-27): width 16 runs sliding-window kernels (3x3 rows), self-staged for NCHW
-    # and strided passes; width-16 weights rearranged by 16x16 transposes; groups of 32
-    # forward and backward data on the vector kernel (new problems: nothing recorded before).
+    # and strided passes; width-16 weights rearranged by 16x16 transposes; groups of 32 on
+    # the vector kernels (new problems: nothing recorded before).
     revision = 3
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
-        """2-D CPU problems with 1 < groups < C and groups at most 16 channels wide (32 in
-        forward and backward data, :func:`miocore_direct.grouped_vector.vector_applies`)."""
+        """2-D CPU problems with 1 < groups < C and groups at most 16 channels wide, or 32
+        (:func:`miocore_direct.grouped_vector.vector_applies`)."""
         if ctx.backend not in self.backends:
             return not_applicable(f"direct.grouped runs on the CPU only, not on {ctx.backend!r}")
         if problem.is_transposed:

@@ -135,23 +135,33 @@ def weights_source(width: int, lanes: int) -> str:
     output rows ``r0 <= n*OH + oh < r1`` (``dims`` as in :func:`forward_source`). Threads split the
     (tap, lane block) pairs, so each owns its outputs: deterministic for any thread count."""
     streams = 2 if width <= 8 else 1  # enough independent accumulators for the FMA latency
+    # Groups wider than a vector: a job owns one slice of ``lanes`` input channels, so that
+    # its sums (``lanes`` vectors) stay in registers (a 32-wide group's 32 would not).
+    parts = width // lanes if width > lanes else 1
+    sums = width // parts
+    split = ("", "") if parts == 1 else (f" * {parts}", f" // {parts}")
     lines = [
         "def kernel(xp, dy, dwa, dims, r0, r1, accumulate):",
         "    n_img, hp, wp, chans, out_h, out_w, kout, fy_n, fx_n, sh, sw, dh, dw = dims",
         f"    blocks = kout // {lanes}",
         "    step = sw * chans",
-        "    for job in prange(fy_n * fx_n * blocks):",
-        "        tap = job // blocks",
-        "        kb = job % blocks",
+        f"    for job in prange(fy_n * fx_n * blocks{split[0]}):",
+        f"        tap = job{split[1]} // blocks",
+        f"        kb = job{split[1]} % blocks",
         "        fy = tap // fx_n",
         "        fx = tap % fx_n",
         f"        k0 = kb * {lanes}",
         f"        c0 = k0 // {width} * {width}",
         f"        wb = (kb * fy_n * fx_n + tap) * {width * lanes}",
     ]
+    if parts > 1:
+        lines += [
+            f"        c0 += job % {parts} * {lanes}",
+            f"        wb += job % {parts} * {lanes * lanes}",
+        ]
     add = lines.append
     for s in range(streams):
-        for i in range(width):
+        for i in range(sums):
             add(
                 f"        a{s}_{i} = load(dwa, wb + {i * lanes}) if accumulate else zero()"
                 if s == 0
@@ -166,7 +176,7 @@ def weights_source(width: int, lanes: int) -> str:
 
     def body(ind: str, s: int, off: str) -> None:
         add(f"{ind}wv = load(dy, db + {off} * kout)")
-        for i in range(width):
+        for i in range(sums):
             add(ind + _mac(width, lanes, i, f"a{s}_{i}", f"xb + {off} * step"))
 
     add(f"            while ow + {streams} <= out_w:")
@@ -177,7 +187,7 @@ def weights_source(width: int, lanes: int) -> str:
         add("            while ow < out_w:")
         body("                ", 0, "ow")
         add("                ow += 1")
-    for i in range(width):
+    for i in range(sums):
         total = f"a0_{i}" if streams == 1 else f"add(a0_{i}, a1_{i})"
         add(f"        store(dwa, wb + {i * lanes}, {total})")
     return _header(width, lanes) + "\n".join(lines) + "\n"

@@ -42,8 +42,9 @@ if TYPE_CHECKING:
 
 #: Group widths (in == out) the vector kernels take: those that divide or fill a vector.
 WIDTHS = (2, 4, 8, 16)
-#: Wider groups the forward / backward-data kernel takes (16 output lanes a vector, the
-#: group's W input channels broadcast in turn): ResNeXt-50's 1024-channel layers.
+#: Wider groups the vector kernels take (16 output lanes a vector, the group's W input channels
+#: broadcast in turn; backward weights a slice of 16 of them a job): ResNeXt-50's 1024-channel
+#: layers.
 WIDE_WIDTHS = (32,)
 #: Bytes of input and dy rows per backward-weights call: each (tap, lane block) reads a chunk
 #: again, so it should stay in cache (batch 8, one thread: 128x56x56 9.3 ms in one call, 3.6-3.9
@@ -71,9 +72,7 @@ def vector_applies(p: ConvProblem) -> bool:
     width = p.c // p.groups
     if width != p.k // p.groups:
         return False
-    if width in WIDE_WIDTHS:  # backward weights would hold 2W vector sums: more than registers
-        return p.direction is not Direction.BACKWARD_WEIGHTS
-    return width in WIDTHS
+    return width in WIDTHS or width in WIDE_WIDTHS
 
 
 def _direct_nhwc(desc: Any, channels: int, padded: int) -> bool:
