@@ -16,7 +16,7 @@ import functools
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from miocore import ConvProblem, DataType, Direction
-from miocore_direct.grouped_slide import LANES, TILE, slide_taps
+from miocore_direct.grouped_slide import LANES, TILE, column_hits, slide_taps
 
 if TYPE_CHECKING:
     import numpy as np
@@ -132,11 +132,7 @@ def weights_source(taps: int, stride: int, dil: int, tile: int = TILE) -> str:
     add(f"                        db = dr + ow * {LANES}")
     loaded: set[int] = set()
     for q in range(span):
-        hits = [
-            (f, (q - f * dil) // stride)
-            for f in range(taps)
-            if (q - f * dil) % stride == 0 and 0 <= (q - f * dil) // stride < tile
-        ]
+        hits = column_hits(q, taps, stride, dil, tile)
         for _, p in hits:
             if p not in loaded:
                 loaded.add(p)

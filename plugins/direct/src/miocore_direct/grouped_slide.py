@@ -56,6 +56,16 @@ def shape_for(width: int, fx_n: int, sw: int, dw: int, out_w: int) -> tuple[int,
     return shape if width == LANES and shape in SHAPES and out_w >= TILE else None
 
 
+def column_hits(q: int, taps: int, stride: int, dil: int, tile: int) -> list[tuple[int, int]]:
+    """The (column tap, output pixel) pairs of a tile of ``tile`` output pixels that read
+    input column ``q`` of the tile's reach (taps ``dil`` apart, pixels ``stride`` apart)."""
+    return [
+        (f, (q - f * dil) // stride)
+        for f in range(taps)
+        if (q - f * dil) % stride == 0 and 0 <= (q - f * dil) // stride < tile
+    ]
+
+
 def slide_taps(
     ind: str, taps: int, stride: int, dil: int, tile: int, source: Callable[[int], str]
 ) -> list[str]:
@@ -70,11 +80,7 @@ def slide_taps(
     lines += [f"{ind}    w{f} = load(wa, wr + {f * block} + i * {LANES})" for f in range(taps)]
     lines.append(f"{ind}    xb = rb + i")
     for q in range(span):
-        hits = [
-            (f, (q - f * dil) // stride)
-            for f in range(taps)
-            if (q - f * dil) % stride == 0 and 0 <= (q - f * dil) // stride < tile
-        ]
+        hits = column_hits(q, taps, stride, dil, tile)
         if hits:
             lines.append(f"{ind}    b = splat({source(q)})")
         lines += [f"{ind}    a{p} = fma(b, w{f}, a{p})" for f, p in hits]
@@ -191,11 +197,7 @@ def weights_source(taps: int, stride: int, dil: int, tile: int = TILE) -> str:
     add("                db = dr + ow * kout")
     loaded: set[int] = set()
     for q in range(span):
-        hits = [
-            (f, (q - f * dil) // stride)
-            for f in range(taps)
-            if (q - f * dil) % stride == 0 and 0 <= (q - f * dil) // stride < tile
-        ]
+        hits = column_hits(q, taps, stride, dil, tile)
         for _, p in hits:
             if p not in loaded:  # each dy vector once, just before its first use
                 loaded.add(p)
