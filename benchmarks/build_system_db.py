@@ -69,6 +69,11 @@ def main() -> int:
         "shipped database's fp32 keys again with --math-modes tf32)",
     )
     parser.add_argument("--keys-dtype", help="with --keys-of: only problems of this data type")
+    parser.add_argument(
+        "--groups-of-one",
+        action="store_true",
+        help="only problems of one group (solvers that take no grouped layers, tuned alone)",
+    )
     parser.add_argument("--seconds", type=float, help="stop after this long (the run resumes)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
@@ -82,6 +87,8 @@ def main() -> int:
             max_spatial=args.max_spatial,
             max_gflop=args.max_gflop,
         )
+    if args.groups_of_one:
+        problems = [p for p in problems if p.conv.groups == 1]
     if args.dtypes:
         problems = expand(problems, dtypes=args.dtypes.split(","))
 

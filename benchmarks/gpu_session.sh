@@ -53,6 +53,10 @@
 #               trained and the WTI table fitted here; all in $OUT/sm90.tgz and /tmp/sm90
 #   tf32db      issue 14: the shipped sm90 database's fp32 problems tuned in the tf32 math mode
 #               for TUNE_SECONDS (4 workers per GPU); the run's database in $OUT/tf32.db
+#   tritondb    issue 14: the shipped sm90 database's problems (fp32 in the tf32 math mode) found
+#               with miocore-triton's solvers alone for TUNE_SECONDS (WORKERS per GPU, 6), the
+#               run's database merged into a copy of the shipped one and the WTI table refitted
+#               on it; back: $OUT/triton.db (the Triton records alone) and the refitted table
 #   triton      issue 13: the miocore-triton tests on the GPU, then gpu_triton_bench.py (Triton's
 #               default and best configurations, own-kernel find, cuDNN) on TRITON_SUITES
 #               (resnet50) in TRITON_DTYPES (float16); TRITON_ARGS passes more options
@@ -62,7 +66,7 @@
 #               .gpu/perf_models (find_quality.py, batch cut to MAX_GFLOP); MATH_MODE,
 #               QDTYPE (one data type), MODEL_DIR (another model) and QTAG (output names)
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|triton|quality}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|quality}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -301,6 +305,30 @@ PY
     cp /tmp/tf32db/sm90_132.db "$OUT/tf32.db"
     cat /tmp/tf32db/shards/*/log.jsonl > "$OUT/tf32_tune_log.jsonl"
     cp /tmp/tf32db/manifest.json "$OUT/tf32_manifest.json"
+    ;;
+  tritondb)
+    # The system database was tuned with Triton kept out (its compiles): immediate mode and
+    # DYNAMIC_HYBRID then judged Triton's kernels by raw WTI alone. Every other plugin is
+    # disabled here, so each find measures the Triton solver of its direction only; records
+    # merge by solver (FindDb's rule), so the other solvers' entries stay as measured.
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site3 \
+      .gpu/whl_dask/*.whl || exit 3
+    export PYTHONPATH="/tmp/site3:$PYTHONPATH"
+    gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+    MIOCORE_DISABLE_PLUGINS=cudnn,direct,fft,gemm,igemm,winograd timeout "${TUNE_TIMEOUT:-450}" \
+      python3 benchmarks/build_system_db.py --device cuda --keys-of miocore/data/db/sm90_132.db \
+      --groups-of-one --math-modes tf32 --workers $((gpus * ${WORKERS:-6})) --time-limit 20 \
+      --seconds "${TUNE_SECONDS:-300}" --out /tmp/tritondb 2>&1 | grep -v "distributed\." |
+      tee "$OUT/tritondb.log" | tail -8
+    cp /tmp/tritondb/sm90_132.db "$OUT/triton.db"
+    cat /tmp/tritondb/shards/*/log.jsonl > "$OUT/triton_tune_log.jsonl"
+    cp /tmp/tritondb/manifest.json "$OUT/triton_manifest.json"
+    mkdir -p /tmp/merged && cp miocore/data/db/sm90_132.db /tmp/merged/
+    python3 benchmarks/merge_db.py --into /tmp/merged/sm90_132.db /tmp/tritondb/sm90_132.db |
+      tee "$OUT/merge.log"
+    timeout 240 python3 -m miocore heuristic train --db /tmp/merged/sm90_132.db --out /tmp/merged \
+      --wti-only --backend cuda 2>&1 | tee "$OUT/wti.log" | tail -5
+    cp /tmp/merged/sm90_132.wti.json "$OUT/"
     ;;
   triton)
     timeout "${TRITON_TEST_TIMEOUT:-200}" python3 -m pytest -q -n 8 -p no:cacheprovider -rfE \
