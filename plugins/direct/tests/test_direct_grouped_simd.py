@@ -219,12 +219,75 @@ def test_sliding_kernel_narrow_rows(direction: str, monkeypatch: pytest.MonkeyPa
 @pytest.mark.parametrize("direction", DIRECTIONS)
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("groups", [3, 4])  # a group over two 16-lane blocks, padding or not
-@pytest.mark.parametrize("geo", ["3x3", "3x3s2", "odd", "s3"])
+@pytest.mark.parametrize("geo", sorted(GEOMETRIES))
 def test_width_32(direction: str, layout: str, groups: int, geo: str) -> None:
-    """Groups of 32 (ResNeXt-50's 1024-channel layers) on the vector kernels: each 16-lane
-    output block broadcasts its group's 32 input channels in turn; backward data the same with
-    the transposed filter, per stride phase; backward weights one 16-channel slice of a group
-    a job (its 16 sums in registers)."""
+    """Groups of 32 (ResNeXt-50's 1024-channel layers) on the vector kernels: forward and
+    backward data (the transposed filter, per stride phase) on the sliding-window tiles of
+    both 16-lane blocks of a group (:mod:`miocore_direct.grouped_wide`; self-staging on packed
+    float32 tensors, rows of 7 pixels or more in overlapping tiles, narrower ones pixel by
+    pixel, 4 groups a task), the plain
+    kernel for other column taps; backward weights one 16-channel slice of a group a job."""
     p = _problem(direction, layout, "float32", 32, groups, geo)
     assert vector_applies(p)
     _check(p, seed=groups, tolerance=TOL_F32)
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward_data"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("groups", [5, 8])  # a last task of one group; two whole tasks
+def test_width_32_tasks(direction: str, layout: str, groups: int) -> None:
+    """The self-staging 32-wide kernel's tasks of up to 4 groups, a 7-pixel row in one tile
+    (ResNeXt's 7x7 layers), stride 1 and 2."""
+    for geo in ("3x3", "3x3s2"):
+        p = _problem(direction, layout, "float32", 32, groups, geo)
+        plan = _plan(p)
+        assert isinstance(plan, VectorPlan)
+        if direction == "forward" or geo == "3x3":
+            assert plan.fused is not None and plan.fused.wide
+        _check(p, seed=groups, tolerance=TOL_F32)
+
+
+@pytest.mark.parametrize("width", [16, 32])
+def test_strided_backward_data_phase_offsets(width: int) -> None:
+    """NHWC backward data at stride 2 without padding: a phase's sliding-window pass starts
+    reading dy past its first row (a flat offset in floats; the width-16 kernel once took it
+    for pixels)."""
+    p = ConvProblem.from_sizes(
+        "backward_data",
+        n=2,
+        c=2 * width,
+        k=2 * width,
+        in_spatial=(5, 33),
+        filter_spatial=(3, 3),
+        strides=(2, 2),
+        groups=2,
+        layout="NHWC",
+    )
+    plan = _plan(p)
+    assert any(ph.shape and ph.place[0] for ph in plan.phases)
+    _check(p, seed=width, tolerance=TOL_F32)
+
+
+def test_width_32_layers_take_the_sliding_kernels() -> None:
+    """ResNeXt-50's 1024-channel layers: forward and stride-1 backward data self-staged, the
+    stride-2 backward data's phases on the 32-wide sliding tiles."""
+    for layout in ("NCHW", "NHWC"):
+        for size, stride in (((7, 7), 1), ((14, 14), 2)):
+            for direction in ("forward", "backward_data"):
+                p = ConvProblem.from_sizes(
+                    direction,
+                    n=1,
+                    c=1024,
+                    k=1024,
+                    in_spatial=size,
+                    filter_spatial=(3, 3),
+                    pads=(1, 1),
+                    strides=(stride, stride),
+                    groups=32,
+                    layout=layout,
+                )
+                plan = VectorPlan(p)
+                if direction == "forward" or stride == 1:
+                    assert plan.fused is not None and plan.fused.wide
+                else:
+                    assert all(ph.shape for ph in plan.phases)

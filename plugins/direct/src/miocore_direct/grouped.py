@@ -323,7 +323,10 @@ class GroupedDirectSolver(Solver):
     # 3 (2026-11-27): width 16 runs sliding-window kernels (3x3 rows), self-staged for NCHW
     # and strided passes; width-16 weights rearranged by 16x16 transposes; groups of 32 on
     # the vector kernels (new problems: nothing recorded before).
-    revision = 3
+    # 4 (2026-11-27): width 32 runs sliding-window kernels of both lane blocks of a group
+    # (miocore_direct.grouped_wide), self-staged for packed float32 forward and stride-1
+    # backward data; its weights rearranged by transposes.
+    revision = 4
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
         """2-D CPU problems with 1 < groups < C and groups at most 16 channels wide, or 32

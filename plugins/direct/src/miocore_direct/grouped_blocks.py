@@ -26,7 +26,7 @@ def stage(x, buf, at, n, c0, size, place, nchw):
     are transposed in overlapping blocks; narrower ones as one 16-pixel run each, written past
     the row's end into the next rows (rewritten after it) or the margins (zeroed last)."""
     h, w, chans = size
-    hp, wp, top, left = place
+    wp, top, left = place[1:]
     if nchw:
         plane = h * w
         base = (n * chans + c0) * plane
@@ -49,6 +49,13 @@ def stage(x, buf, at, n, c0, size, place, nchw):
             s = (n * h + ih) * w * chans + c0
             for q in range(w):
                 _store(buf, d + q * 16, _load(x, s + q * chans))
+    _margins(buf, at, h, w, place)
+
+
+@_jit
+def _margins(buf, at, h, w, place):
+    """Zero the pixels of a block outside its ``h x w`` image."""
+    hp, wp, top, left = place
     z = _zero()
     for r in range(hp):
         if r < top or r >= top + h:
@@ -59,6 +66,28 @@ def stage(x, buf, at, n, c0, size, place, nchw):
                 _store(buf, at + (r * wp + c) * 16, z)
             for c in range(left + w, wp):
                 _store(buf, at + (r * wp + c) * 16, z)
+
+
+@_jit
+def stage_blocks(x, buf, step, n, c0, blocks, size, place, nchw):
+    """:func:`stage` of the ``blocks`` 16-channel blocks from channel ``c0`` on, into blocks
+    ``step`` floats apart from ``buf[0]`` (``miocore_direct.grouped_wide.REVISION`` follows
+    this function). NHWC pixels are read as one run of all the blocks' channels: at a pixel
+    pitch of 4 KiB one 64-byte block a pixel staged at half the speed."""
+    if nchw:
+        for b in range(blocks):
+            stage(x, buf, b * step, n, c0 + b * 16, size, place, True)
+        return
+    h, w, chans = size
+    wp, top, left = place[1:]
+    for ih in range(h):
+        for q in range(w):
+            s = ((n * h + ih) * w + q) * chans + c0
+            d = ((ih + top) * wp + left + q) * 16
+            for b in range(blocks):
+                _store(buf, d + b * step, _load(x, s + b * 16))
+    for b in range(blocks):
+        _margins(buf, b * step, h, w, place)
 
 
 @_jit

@@ -184,12 +184,14 @@ def fused_kernel(shape: tuple[int, int, int]) -> Any:
 
 class FusedPass(NamedTuple):
     """A pass of the self-staging kernels: the compiled ``shape``, the kernels' ``dims``,
-    whether the caller's tensors are NCHW (else NHWC) and the floats of a thread's block."""
+    whether the caller's tensors are NCHW (else NHWC), the floats of a thread's block and
+    whether the groups are 32 wide (:mod:`miocore_direct.grouped_wide`; else 16)."""
 
     shape: tuple[int, int, int]
     dims: tuple[int, ...]
     nchw: bool
     block: int
+    wide: bool = False
 
 
 def fused_pass(
@@ -199,6 +201,7 @@ def fused_pass(
     extents: tuple[int, int],
     place: tuple[int, int],
     out: tuple[int, int],
+    wide: bool = False,
 ) -> FusedPass | None:
     """The self-staging pass of a one-pass problem whose input (x, or dy of a stride-1
     backward-data pass) of ``size`` pixels lies at ``place`` in blocks of ``extents``, and
@@ -208,17 +211,18 @@ def fused_pass(
     per pixel lie 2 KiB apart: staging them per group ran slower than staging every group at
     once at stride 1, 1.39 against 1.07 ms forward at 512x14x14 batch 8, and faster where the
     input is four times the output, 2.0 against 2.4 ms at 512x28x28 stride 2), and the input
-    fits inside the blocks."""
+    fits inside the blocks. ``wide``: 32-wide groups (:func:`miocore_direct.grouped_wide.
+    fused_source`), at stride 1 in NHWC too and on rows of any width."""
     descs = (p.x, p.y)
     if not all(d.dtype is DataType.FLOAT32 and d.is_packed for d in descs):
         return None
     layouts = {d.layout for d in descs}
     strided = p.conv.strides != (1, 1) and p.direction is not Direction.BACKWARD_DATA
     nchw = layouts == {"NCHW"}
-    if not (shape and (nchw or (layouts == {"NHWC"} and strided))):
+    if not (shape and (nchw or (layouts == {"NHWC"} and (strided or wide)))):
         return None
     (h, w), (hp, wp), (top, left) = size, extents, place
-    if p.c % LANES or out[1] < TILE or not (top >= 0 and left >= 0):
+    if p.c % LANES or (out[1] < TILE and not wide) or not (top >= 0 and left >= 0):
         return None
     if top + h > hp or left + w > wp:
         return None
@@ -227,13 +231,21 @@ def fused_pass(
         sh, sw = 1, 1
     dims = (p.n, h, w, p.c, *out, p.c, fy, fx, sh, sw, dh, dw, hp, wp, top, left)
     block = hp * wp * LANES + out[0] * out[1] * LANES + 2 * SLACK
-    return FusedPass(shape, dims, nchw, block)
+    if wide:
+        from miocore_direct.grouped_wide import fused_floats
+
+        block = fused_floats(hp, wp, *out)
+    return FusedPass(shape, dims, nchw, block, wide)
 
 
 def fused_generated(fp: FusedPass, direction: Direction) -> tuple[str, str]:
     """The generated kernel (name prefix, source) of a pass."""
     if direction is Direction.BACKWARD_WEIGHTS:
         return weights_spec(fp.shape)
+    if fp.wide:
+        from miocore_direct import grouped_wide
+
+        return grouped_wide.fused_spec(fp.shape)
     return fused_spec(fp.shape)
 
 
@@ -257,7 +269,12 @@ def run_forward(
     direct = y.dtype == np.float32 and y.flags.c_contiguous
     out = y if direct else np.empty(y.shape, np.float32)
     x = _packed(src, fp.nchw)
-    fused_kernel(fp.shape)(x, wa.reshape(-1), out.reshape(-1), fp.dims, bufs, fp.nchw, fp.nchw)
+    kernel = fused_kernel(fp.shape)
+    if fp.wide:
+        from miocore_direct import grouped_wide
+
+        kernel = grouped_wide.fused_kernel(fp.shape)
+    kernel(x, wa.reshape(-1), out.reshape(-1), fp.dims, bufs, fp.nchw, fp.nchw)
     if not direct:
         np.copyto(y, out, casting="unsafe")
 

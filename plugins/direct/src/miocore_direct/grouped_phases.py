@@ -20,7 +20,8 @@ import itertools
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from miocore_direct.grouped_fused import SLACK, stage_source_header
-from miocore_direct.grouped_slide import LANES, TILE, shape_for, slide_taps
+from miocore_direct.grouped_slide import LANES, TILE, slide_taps
+from miocore_direct.grouped_wide import pass_shape
 
 if TYPE_CHECKING:
     import numpy as np
@@ -181,7 +182,7 @@ def _phases(
             dims += (rstep, cstep)
             x0 = ((top + r0) * wp + left + c0) * pitch
             place = (x0, (r * w + c) * kout, plan.place[2], stride_h * w * kout, stride_w * kout)
-            shape = shape_for(plan.width, len(ctaps), 1, cstep, ccount)
+            shape = pass_shape(plan.width, len(ctaps), 1, cstep, ccount)
             phases.append(Phase(rtaps, ctaps, weights, dims, place, shape))
             weights += len(rtaps) * len(ctaps) * plan.width * kout
     return phases

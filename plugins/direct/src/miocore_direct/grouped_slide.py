@@ -131,8 +131,8 @@ def slide_source(
     for p in range(tile):
         add(f"                    a{p} = zero()")
     add("                    for fy in range(fy_n):")
-    add(f"                        rb = x0 + ((n * hp + oh * sh + fy * dh) * wp + ow * {stride})")
-    add("                        rb = rb * chans + k0")
+    add(f"                        rb = (n * hp + oh * sh + fy * dh) * wp + ow * {stride}")
+    add("                        rb = x0 + rb * chans + k0")  # x0: floats, not pixels
     add(f"                        wr = (kb * taps + fy * {taps}) * {block}")
     lines += slide_taps(" " * 24, taps, stride, dil, tile, lambda q: f"xp, xb + {q} * chans")
     for p in range(tile):
@@ -142,8 +142,8 @@ def slide_source(
     add("                for ow in range(out_w):")
     add("                    a0 = zero()")
     add("                    for fy in range(fy_n):")
-    add(f"                        rb = x0 + ((n * hp + oh * sh + fy * dh) * wp + ow * {stride})")
-    add("                        rb = rb * chans + k0")
+    add(f"                        rb = (n * hp + oh * sh + fy * dh) * wp + ow * {stride}")
+    add("                        rb = x0 + rb * chans + k0")  # x0: floats, not pixels
     add(f"                        wr = (kb * taps + fy * {taps}) * {block}")
     add(f"                        for fx in range({taps}):")
     add(f"                            xb = rb + fx * {dil} * chans")

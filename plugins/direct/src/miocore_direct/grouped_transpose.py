@@ -129,32 +129,32 @@ _plain_jit = numba.njit(cache=True, nogil=True)  # weights: too small to wake th
 
 
 @_plain_jit
-def _row_of(c, taps, kyxc):
+def _row_of(c, taps, width, kyxc):
     """The ``(t, i)`` offset in a block of ``dst`` of source column ``c``: ``c = i*T + t``, or
-    ``t*16 + i`` for channels-last (``(K, FY, FX, 16)``) weights."""
+    ``t*W + i`` for channels-last (``(K, FY, FX, W)``) weights."""
     if kyxc:
         return c
-    return (c % taps) * 16 + c // taps
+    return (c % taps) * width + c // taps
 
 
 @_plain_jit
 def rows_into_lanes(src, dst, kyxc):
-    """``dst[kb, t, i, l] = src[kb*16 + l, i*T + t]`` (``t*16 + i`` where ``kyxc``) for a
-    C-contiguous ``src`` ``(K, 16*T)`` (the weights of 16-wide groups, ``T = FY*FX``) and
-    ``dst`` ``(K/16, T, 16, 16)``: 16x16 blocks transposed into a scratch block, whose rows
-    (one source column each) are stored where their ``(t, i)`` puts them (numpy's strided
-    copy: 0.022 against 0.008 ms for 512 channels, 3x3)."""
+    """``dst[kb, t, i, l] = src[kb*16 + l, i*T + t]`` (``t*W + i`` where ``kyxc``) for a
+    C-contiguous ``src`` ``(K, W*T)`` (the weights of ``W``-wide groups, ``W`` 16 or 32,
+    ``T = FY*FX``) and ``dst`` ``(K/16, T, W, 16)``: 16x16 blocks transposed into a scratch
+    block, whose rows (one source column each) are stored where their ``(t, i)`` puts them
+    (numpy's strided copy: 0.022 against 0.008 ms for 512 channels, 3x3)."""
     k, cols = src.shape
-    taps = cols // 16
+    taps, width = dst.shape[1], dst.shape[2]
     fs = src.reshape(-1)
     fd = dst.reshape(-1)
     scratch = np.empty(256, np.float32)
     for kb in range(k // 16):
-        for cb in range(taps):
+        for cb in range(cols // 16):
             _transpose(fs, (kb * 16) * cols + cb * 16, cols, scratch, 0, 16)
             for q in range(16):
-                row = _row_of(cb * 16 + q, taps, kyxc)
-                _store(fd, (kb * taps * 16 + row) * 16, _load(scratch, q * 16))
+                row = _row_of(cb * 16 + q, taps, width, kyxc)
+                _store(fd, (kb * taps * width + row) * 16, _load(scratch, q * 16))
 
 
 @_plain_jit
@@ -162,41 +162,44 @@ def lanes_into_rows(src, dst, kyxc):
     """The inverse of :func:`rows_into_lanes`: ``dst[kb*16 + l, i*T + t] = src[kb, t, i, l]``
     (backward weights into the caller's layout; numpy's copies: 0.11 against 0.01 ms)."""
     k, cols = dst.shape
-    taps = cols // 16
+    taps, width = src.shape[1], src.shape[2]
     fs = src.reshape(-1)
     fd = dst.reshape(-1)
     scratch = np.empty(256, np.float32)
     for kb in range(k // 16):
-        for cb in range(taps):
+        for cb in range(cols // 16):
             for q in range(16):
-                row = _row_of(cb * 16 + q, taps, kyxc)
-                _store(scratch, q * 16, _load(fs, (kb * taps * 16 + row) * 16))
+                row = _row_of(cb * 16 + q, taps, width, kyxc)
+                _store(scratch, q * 16, _load(fs, (kb * taps * width + row) * 16))
             _transpose(scratch, 0, 16, fd, (kb * 16) * cols + cb * 16, cols)
 
 
 @_plain_jit
 def flipped_into_lanes(src, dst, kyxc):
-    """``dst[kb, T-1-t, i, l] = src[kb*16 + i, l*T + t]`` (``t*16 + l`` where ``kyxc``): the
-    backward-data arrangement (:func:`miocore_direct.grouped_vector._arranged_weights`) of the
-    ``(K, 16*T)`` rows of :func:`rows_into_lanes`, ``T <= 16``. Channels-last rows hold each
-    vector whole; a KCYX row is copied into a scratch run, whose ``16 x T`` matrix one
+    """``dst[kb, T-1-t, j, l] = src[g*W + j, (h*16 + l)*T + t]`` (``t*W + h*16 + l`` where
+    ``kyxc``) for lane block ``kb = g*W/16 + h``: the backward-data arrangement
+    (:func:`miocore_direct.grouped_vector._arranged_weights`) of the ``(K, W*T)`` rows of
+    :func:`rows_into_lanes`, ``T <= 16``. Channels-last rows hold each vector whole; a KCYX
+    row's ``16 x T`` matrix of one lane block is copied into a scratch run, which one
     transpose of a 16x16 block (its rows ``T`` apart, overlapping) turns into ``T`` vectors."""
     k, cols = src.shape
-    taps = cols // 16
+    taps, width = dst.shape[1], dst.shape[2]
+    parts = width // 16
     fs = src.reshape(-1)
     fd = dst.reshape(-1)
-    run = np.zeros(cols + 16, np.float32)  # the last block row reads past the matrix
+    run = np.zeros(16 * taps + 16, np.float32)  # the last block row reads past the matrix
     block = np.empty(256, np.float32)
     for row in range(k):
-        kb = row // 16
-        i = row % 16
-        if kyxc:
+        j = row % width
+        for h in range(parts):
+            kb = row // width * parts + h
+            if kyxc:
+                for t in range(taps):
+                    d = ((kb * taps + taps - 1 - t) * width + j) * 16
+                    _store(fd, d, _load(fs, row * cols + t * width + h * 16))
+                continue
+            for v in range(taps):
+                _store(run, v * 16, _load(fs, row * cols + (h * taps + v) * 16))
+            _transpose(run, 0, taps, block, 0, 16)  # block[t*16 + l] = run[l*T + t]
             for t in range(taps):
-                d = ((kb * taps + taps - 1 - t) * 16 + i) * 16
-                _store(fd, d, _load(fs, row * cols + t * 16))
-            continue
-        for v in range(taps):
-            _store(run, v * 16, _load(fs, row * cols + v * 16))
-        _transpose(run, 0, taps, block, 0, 16)  # block[t*16 + l] = run[l*T + t]
-        for t in range(taps):
-            _store(fd, ((kb * taps + taps - 1 - t) * 16 + i) * 16, _load(block, t * 16))
+                _store(fd, ((kb * taps + taps - 1 - t) * width + j) * 16, _load(block, t * 16))

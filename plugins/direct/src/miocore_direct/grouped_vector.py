@@ -33,7 +33,8 @@ from miocore_direct.grouped_fused import (
     run_weights,
 )
 from miocore_direct.grouped_phases import Phase, _margins, _phase, _phases, _progression
-from miocore_direct.grouped_slide import shape_for
+from miocore_direct.grouped_wide import WIDTH as WIDE
+from miocore_direct.grouped_wide import pass_shape
 from miocore_direct.pool_choice import PooledInvoker
 from miocore_direct.regions import Float32Regions
 
@@ -124,8 +125,10 @@ class VectorPlan:
         #: The sliding-window kernels' shape (forward, backward weights), None for the plain
         #: kernels.
         self.shape = None
-        if self.direction is not Direction.BACKWARD_DATA:  # its phases have their own
-            self.shape = shape_for(self.width, fx, sw, dw, ow)
+        if self.direction is Direction.FORWARD or (
+            self.direction is Direction.BACKWARD_WEIGHTS and self.width != WIDE
+        ):  # backward data's phases have their own
+            self.shape = pass_shape(self.width, fx, sw, dw, ow)
         #: Whether the passes need their own weights (else one pass of every tap: stride 1).
         self.split = False
         if self.direction is Direction.BACKWARD_DATA:
@@ -134,12 +137,15 @@ class VectorPlan:
             self.split = not every_tap
         #: The self-staging kernels' pass (:mod:`miocore_direct.grouped_fused`), or None.
         self.fused: FusedPass | None = None
-        if self.direction is not Direction.BACKWARD_DATA:
-            self.fused = fused_pass(p, self.shape, (h, w), (rows, cols), (ph, pw), (oh, ow))
+        wide = self.width == WIDE
+        if self.direction is Direction.FORWARD or (
+            self.direction is Direction.BACKWARD_WEIGHTS and not wide
+        ):
+            self.fused = fused_pass(p, self.shape, (h, w), (rows, cols), (ph, pw), (oh, ow), wide)
         elif self.direction is Direction.BACKWARD_DATA and not self.split:
             (r0, c0), one = (row_phases[0][1], col_phases[0][1]), self.phases[0]
             extents = ((h - 1) + (fy - 1) * one.dims[11] + 1, (w - 1) + (fx - 1) * one.dims[12] + 1)
-            self.fused = fused_pass(p, one.shape, (oh, ow), extents, (-r0, -c0), (h, w))
+            self.fused = fused_pass(p, one.shape, (oh, ow), extents, (-r0, -c0), (h, w), wide)
         #: The self-staging kernel's table of phases (:mod:`miocore_direct.grouped_phases`)
         #: of a strided backward-data pass, or None.
         self.table = None
@@ -148,7 +154,7 @@ class VectorPlan:
 
             self.table = phase_table(self.phases, pitch, cols, w, self.padded)
             self.phase_dims = (p.n, oh, ow, p.k, h, w, p.c, sh, sw, rows, cols, top, left)
-        if not self.fused and self.shape and self.shape[1] > 1:
+        if not self.fused and self.shape and self.shape[1] > 1 and self.width != WIDE:
             self.shape = None  # strided ones run self-staged only: fewer kernels to compile
         self.shapes = (  # weights per lane block: a block's taps in one run, not 2 KiB apart
             (self.padded // self.lanes, fy * fx, self.width, self.lanes),
@@ -215,8 +221,10 @@ def _threads() -> int:
 def _spec(width: int, shape: tuple[int, int, int] | None, phase: bool) -> tuple[str, str]:
     """The generated forward kernel (name prefix, source) of a pass (``phase``: one of a
     strided backward-data pass's phases)."""
-    from miocore_direct import grouped_simd, grouped_slide
+    from miocore_direct import grouped_simd, grouped_slide, grouped_wide
 
+    if shape and width == WIDE:
+        return grouped_wide.forward_spec(shape)
     if shape:
         return grouped_slide.slide_spec(shape, rows_outer=phase)
     return grouped_simd.forward_spec(width)
@@ -224,8 +232,10 @@ def _spec(width: int, shape: tuple[int, int, int] | None, phase: bool) -> tuple[
 
 def _kernel(width: int, shape: tuple[int, int, int] | None, phase: bool) -> Any:
     """The compiled forward kernel of a pass (sliding-window where ``shape``)."""
-    from miocore_direct import grouped_simd, grouped_slide
+    from miocore_direct import grouped_simd, grouped_slide, grouped_wide
 
+    if shape and width == WIDE:
+        return grouped_wide.forward_kernel(shape)
     if shape:
         return grouped_slide.slide_kernel(shape, rows_outer=phase)
     return grouped_simd.forward_kernel(width)
@@ -275,12 +285,12 @@ def _arranged_weights(w: np.ndarray, width: int, dst: np.ndarray, transpose: boo
 
 
 def _weight_rows(w: np.ndarray, width: int, filled: bool) -> np.ndarray | None:
-    """The caller's ``(K, 16, FY, FX)`` weights as the ``(K, 16*FY*FX)`` rows that
+    """The caller's ``(K, W, FY, FX)`` weights as the ``(K, W*FY*FX)`` rows that
     :mod:`miocore_direct.grouped_transpose` rearranges (a view of packed float32 KCYX or KYXC
-    weights of 16-wide groups filling every lane block, ``filled``), else None."""
+    weights of 16- or 32-wide groups filling every lane block, ``filled``), else None."""
     import numpy as np
 
-    if not (filled and width == 16 and w.dtype == np.float32):
+    if not (filled and width in (16, WIDE) and w.dtype == np.float32):
         return None
     for order in ((0, 1, 2, 3), (0, 2, 3, 1)):
         view = w.transpose(order)
