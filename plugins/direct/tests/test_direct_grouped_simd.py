@@ -232,17 +232,18 @@ def test_width_32(direction: str, layout: str, groups: int, geo: str) -> None:
     _check(p, seed=groups, tolerance=TOL_F32)
 
 
-@pytest.mark.parametrize("direction", ["forward", "backward_data"])
+@pytest.mark.parametrize("direction", DIRECTIONS)
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("groups", [5, 8])  # a last task of one group; two whole tasks
 def test_width_32_tasks(direction: str, layout: str, groups: int) -> None:
-    """The self-staging 32-wide kernel's tasks of up to 4 groups, a 7-pixel row in one tile
-    (ResNeXt's 7x7 layers), stride 1 and 2."""
+    """The self-staging 32-wide kernels' tasks of up to 4 groups, a 7-pixel row in one tile
+    (ResNeXt's 7x7 layers; backward weights: 9 columns, one tile and two single pixels),
+    stride 1 and 2."""
     for geo in ("3x3", "3x3s2"):
         p = _problem(direction, layout, "float32", 32, groups, geo)
         plan = _plan(p)
         assert isinstance(plan, VectorPlan)
-        if direction == "forward" or geo == "3x3":
+        if direction != "backward_data" or geo == "3x3":
             assert plan.fused is not None and plan.fused.wide
         _check(p, seed=groups, tolerance=TOL_F32)
 
@@ -269,11 +270,11 @@ def test_strided_backward_data_phase_offsets(width: int) -> None:
 
 
 def test_width_32_layers_take_the_sliding_kernels() -> None:
-    """ResNeXt-50's 1024-channel layers: forward and stride-1 backward data self-staged, the
-    stride-2 backward data's phases on the 32-wide sliding tiles."""
+    """ResNeXt-50's 1024-channel layers: forward, backward weights and stride-1 backward data
+    self-staged, the stride-2 backward data's phases on the 32-wide sliding tiles."""
     for layout in ("NCHW", "NHWC"):
         for size, stride in (((7, 7), 1), ((14, 14), 2)):
-            for direction in ("forward", "backward_data"):
+            for direction in DIRECTIONS:
                 p = ConvProblem.from_sizes(
                     direction,
                     n=1,
@@ -287,7 +288,7 @@ def test_width_32_layers_take_the_sliding_kernels() -> None:
                     layout=layout,
                 )
                 plan = VectorPlan(p)
-                if direction == "forward" or stride == 1:
+                if direction != "backward_data" or stride == 1:
                     assert plan.fused is not None and plan.fused.wide
                 else:
                     assert all(ph.shape for ph in plan.phases)

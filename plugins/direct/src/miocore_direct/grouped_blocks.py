@@ -69,25 +69,25 @@ def _margins(buf, at, h, w, place):
 
 
 @_jit
-def stage_blocks(x, buf, step, n, c0, blocks, size, place, nchw):
+def stage_blocks(x, buf, at, step, n, c0, blocks, size, place, nchw):
     """:func:`stage` of the ``blocks`` 16-channel blocks from channel ``c0`` on, into blocks
-    ``step`` floats apart from ``buf[0]`` (``miocore_direct.grouped_wide.REVISION`` follows
+    ``step`` floats apart from ``buf[at]`` (``miocore_direct.grouped_wide.REVISION`` follows
     this function). NHWC pixels are read as one run of all the blocks' channels: at a pixel
     pitch of 4 KiB one 64-byte block a pixel staged at half the speed."""
     if nchw:
         for b in range(blocks):
-            stage(x, buf, b * step, n, c0 + b * 16, size, place, True)
+            stage(x, buf, at + b * step, n, c0 + b * 16, size, place, True)
         return
     h, w, chans = size
     wp, top, left = place[1:]
     for ih in range(h):
         for q in range(w):
             s = ((n * h + ih) * w + q) * chans + c0
-            d = ((ih + top) * wp + left + q) * 16
+            d = at + ((ih + top) * wp + left + q) * 16
             for b in range(blocks):
                 _store(buf, d + b * step, _load(x, s + b * 16))
     for b in range(blocks):
-        _margins(buf, b * step, h, w, place)
+        _margins(buf, at + b * step, h, w, place)
 
 
 @_jit

@@ -240,12 +240,14 @@ def fused_pass(
 
 def fused_generated(fp: FusedPass, direction: Direction) -> tuple[str, str]:
     """The generated kernel (name prefix, source) of a pass."""
-    if direction is Direction.BACKWARD_WEIGHTS:
-        return weights_spec(fp.shape)
     if fp.wide:
         from miocore_direct import grouped_wide
 
+        if direction is Direction.BACKWARD_WEIGHTS:
+            return grouped_wide.weights_spec(fp.shape)
         return grouped_wide.fused_spec(fp.shape)
+    if direction is Direction.BACKWARD_WEIGHTS:
+        return weights_spec(fp.shape)
     return fused_spec(fp.shape)
 
 
@@ -284,4 +286,9 @@ def run_weights(
 ) -> None:
     """The backward-weights sums of the caller's ``x`` and ``dy`` into ``dwa``."""
     flat_x, flat_dy = _packed(x, fp.nchw), _packed(dy, fp.nchw)
-    weights_kernel(fp.shape)(flat_x, flat_dy, dwa.reshape(-1), fp.dims, bufs, fp.nchw)
+    kernel = weights_kernel(fp.shape)
+    if fp.wide:
+        from miocore_direct import grouped_wide
+
+        kernel = grouped_wide.weights_kernel(fp.shape)
+    kernel(flat_x, flat_dy, dwa.reshape(-1), fp.dims, bufs, fp.nchw)

@@ -125,9 +125,7 @@ class VectorPlan:
         #: The sliding-window kernels' shape (forward, backward weights), None for the plain
         #: kernels.
         self.shape = None
-        if self.direction is Direction.FORWARD or (
-            self.direction is Direction.BACKWARD_WEIGHTS and self.width != WIDE
-        ):  # backward data's phases have their own
+        if self.direction is not Direction.BACKWARD_DATA:  # its phases have their own
             self.shape = pass_shape(self.width, fx, sw, dw, ow)
         #: Whether the passes need their own weights (else one pass of every tap: stride 1).
         self.split = False
@@ -138,9 +136,7 @@ class VectorPlan:
         #: The self-staging kernels' pass (:mod:`miocore_direct.grouped_fused`), or None.
         self.fused: FusedPass | None = None
         wide = self.width == WIDE
-        if self.direction is Direction.FORWARD or (
-            self.direction is Direction.BACKWARD_WEIGHTS and not wide
-        ):
+        if self.direction is not Direction.BACKWARD_DATA:
             self.fused = fused_pass(p, self.shape, (h, w), (rows, cols), (ph, pw), (oh, ow), wide)
         elif self.direction is Direction.BACKWARD_DATA and not self.split:
             (r0, c0), one = (row_phases[0][1], col_phases[0][1]), self.phases[0]
@@ -154,8 +150,10 @@ class VectorPlan:
 
             self.table = phase_table(self.phases, pitch, cols, w, self.padded)
             self.phase_dims = (p.n, oh, ow, p.k, h, w, p.c, sh, sw, rows, cols, top, left)
-        if not self.fused and self.shape and self.shape[1] > 1 and self.width != WIDE:
+        if not self.fused and self.shape and self.shape[1] > 1 and not wide:
             self.shape = None  # strided ones run self-staged only: fewer kernels to compile
+        if not self.fused and wide and self.direction is Direction.BACKWARD_WEIGHTS:
+            self.shape = None  # 32-wide sliding backward weights run self-staged only
         self.shapes = (  # weights per lane block: a block's taps in one run, not 2 KiB apart
             (self.padded // self.lanes, fy * fx, self.width, self.lanes),
             (p.n, rows, cols, pitch),

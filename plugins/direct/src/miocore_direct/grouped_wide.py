@@ -193,7 +193,7 @@ def fused_source(taps: int, stride: int, dil: int) -> str:
         "        dst = buf if nchw_out else y",
         "        place = (hp, wp, top, left)",
         f"        cg = g0 * {WIDTH}",
-        "        stage_blocks(x, buf, half, n, cg, 2 * gn, (h, w, chans), place, nchw_in)",
+        "        stage_blocks(x, buf, 0, half, n, cg, 2 * gn, (h, w, chans), place, nchw_in)",
         "        for gi in range(gn):",
         "            g = g0 + gi",
         f"            gc = g * {WIDTH}",
@@ -234,12 +234,106 @@ def fused_source(taps: int, stride: int, dil: int) -> str:
 
 
 def fused_floats(hp: int, wp: int, out_h: int, out_w: int) -> int:
-    """Floats of a thread's block of :func:`fused_source`: the staged input blocks of
-    :data:`CHUNK` groups of ``hp x wp`` pixels (each with the slack a 16-pixel run past a
-    row's end needs) and their output blocks."""
+    """Floats of a thread's block of :func:`fused_source` and :func:`weights_source`: the
+    staged input blocks of :data:`CHUNK` groups of ``hp x wp`` pixels and their output (dy)
+    blocks, each with the slack a 16-pixel run past a row's end needs."""
     from miocore_direct.grouped_fused import SLACK
 
-    return 2 * CHUNK * (hp * wp * LANES + SLACK + out_h * out_w * LANES) + SLACK
+    return 2 * CHUNK * (hp * wp * LANES + out_h * out_w * LANES + 2 * SLACK)
+
+
+def weights_source(taps: int, stride: int, dil: int) -> str:
+    """``kernel(x, dy, dwa, dims, bufs, nchw)`` as
+    :func:`miocore_direct.grouped_fused.weights_source` for group width 32: a task owns up
+    to :data:`CHUNK` groups; per image it stages their x and dy blocks
+    (:func:`miocore_direct.grouped_blocks.stage_blocks`), then its jobs (a group's lane block,
+    filter row and :data:`PART` input channels: ``taps * PART`` sums in registers) add that
+    image to their sums in turn. Each broadcast ``x[q, i]`` is multiply-added with the dy
+    vectors of every output pixel of a :data:`TILE`-pixel tile that one of its column taps
+    reaches; pixels past a row's last whole tile one at a time."""
+    from miocore_direct.grouped_fused import SLACK
+
+    span = (TILE - 1) * stride + (taps - 1) * dil + 1
+    block = WIDTH * LANES
+    parts = WIDTH // PART
+    acc = [(f, i) for f in range(taps) for i in range(PART)]
+    lines = [
+        "def kernel(x, dy, dwa, dims, bufs, nchw):",
+        "    n_img, h, w, chans, out_h, out_w, kout, fy_n, fx_n, sh, sw, dh, dw = dims[:13]",
+        "    hp, wp, top, left = dims[13:]",
+        f"    groups = kout // {WIDTH}",
+        f"    chunks = -(-groups // {CHUNK})",
+        f"    taps = fy_n * {taps}",
+        f"    half = hp * wp * {LANES} + {SLACK}",
+        f"    dstep = out_h * out_w * {LANES} + {SLACK}",
+        f"    ob = {2 * CHUNK} * half",
+        "    for c in prange(chunks):",
+        f"        g0 = c * {CHUNK}",
+        f"        gn = min({CHUNK}, groups - g0)",
+        f"        cg = g0 * {WIDTH}",
+        "        buf = bufs[numba.get_thread_id()]",
+        "        for n in range(n_img):",
+        "            place = (hp, wp, top, left)",
+        "            stage_blocks(x, buf, 0, half, n, cg, 2 * gn, (h, w, chans), place, nchw)",
+        "            dplace = (out_h, out_w, 0, 0)",
+        "            dsize = (out_h, out_w, kout)",
+        "            stage_blocks(dy, buf, ob, dstep, n, cg, 2 * gn, dsize, dplace, nchw)",
+        f"            for job in range(gn * 2 * fy_n * {parts}):",
+        f"                part = job % {parts}",
+        f"                fy = job // {parts} % fy_n",
+        f"                hb = job // ({parts} * fy_n)",  # lane block of the chunk, 0 .. 2*gn
+        "                kb = 2 * g0 + hb",
+        f"                wb = (kb * taps + fy * {taps}) * {block} + part * {PART * LANES}",
+        # x channels of this part: block 2*(hb//2) + part//2 of the staged ones
+        f"                xo = (hb // 2 * 2 + part // 2) * half + part % 2 * {PART}",
+        "                do = ob + hb * dstep",
+    ]
+    add = lines.append
+    for f, i in acc:
+        add(f"                a{f}_{i} = load(dwa, wb + {f * block + i * LANES}) if n else zero()")
+    add("                for oh in range(out_h):")
+    add(f"                    xr = xo + (oh * sh + fy * dh) * wp * {LANES}")
+    add(f"                    dr = do + oh * out_w * {LANES}")
+    add("                    ow = 0")
+    add(f"                    while ow + {TILE} <= out_w:")
+    add(f"                        xb = xr + ow * {stride * LANES}")
+    add(f"                        db = dr + ow * {LANES}")
+    loaded: set[int] = set()
+    for q in range(span):
+        hits = column_hits(q, taps, stride, dil, TILE)
+        for _, p in hits:
+            if p not in loaded:  # each dy vector once, just before its first use
+                loaded.add(p)
+                add(f"                        d{p} = load(buf, db + {p * LANES})")
+        for i in range(PART if hits else 0):
+            add(f"                        b = splat(buf, xb + {q * LANES + i})")
+            for f, p in hits:
+                add(f"                        a{f}_{i} = fma(b, d{p}, a{f}_{i})")
+    add(f"                        ow += {TILE}")
+    add("                    while ow < out_w:")
+    add(f"                        d0 = load(buf, dr + ow * {LANES})")
+    for f in range(taps):
+        add(f"                        xq = xr + (ow * {stride} + {f * dil}) * {LANES}")
+        for i in range(PART):
+            add(f"                        a{f}_{i} = fma(splat(buf, xq + {i}), d0, a{f}_{i})")
+    add("                        ow += 1")
+    for f, i in acc:
+        add(f"                store(dwa, wb + {f * block + i * LANES}, a{f}_{i})")
+    return fused_header() + "\n".join(lines) + "\n"
+
+
+def weights_spec(shape: tuple[int, int, int]) -> tuple[str, str]:
+    """The name prefix and source of :func:`weights_kernel`."""
+    taps, stride, dil = shape
+    return f"miocore_gv_wide_wrw_{taps}_{stride}_{dil}", weights_source(taps, stride, dil)
+
+
+@functools.cache
+def weights_kernel(shape: tuple[int, int, int]) -> Any:
+    """The compiled 32-wide self-staging backward-weights kernel of one shape."""
+    from miocore_direct.depthwise_blocked import load_generated
+
+    return load_generated(*weights_spec(shape))
 
 
 def fused_spec(shape: tuple[int, int, int]) -> tuple[str, str]:
