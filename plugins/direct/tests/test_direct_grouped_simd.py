@@ -272,6 +272,9 @@ def test_strided_backward_data_phase_offsets(width: int) -> None:
 def test_width_32_layers_take_the_sliding_kernels() -> None:
     """ResNeXt-50's 1024-channel layers: forward, backward weights and stride-1 backward data
     self-staged, the stride-2 backward data's phases on the 32-wide sliding tiles."""
+    from miocore_direct.grouped_wide import weight_steps
+
+    assert weight_steps(3, 3, True) == (9216, 256, -96, -32, 288, 16)  # KYXC, 32 wide
     for layout in ("NCHW", "NHWC"):
         for size, stride in (((7, 7), 1), ((14, 14), 2)):
             for direction in DIRECTIONS:
@@ -290,5 +293,8 @@ def test_width_32_layers_take_the_sliding_kernels() -> None:
                 plan = VectorPlan(p)
                 if direction != "backward_data" or stride == 1:
                     assert plan.fused is not None and plan.fused.wide
+                    # backward data reads KYXC weights in place, as the flipped filter
+                    direct = direction == "backward_data" and layout == "NHWC"
+                    assert plan.fused.direct_w is direct
                 else:
                     assert all(ph.shape for ph in plan.phases)

@@ -185,13 +185,15 @@ def fused_kernel(shape: tuple[int, int, int]) -> Any:
 class FusedPass(NamedTuple):
     """A pass of the self-staging kernels: the compiled ``shape``, the kernels' ``dims``,
     whether the caller's tensors are NCHW (else NHWC), the floats of a thread's block and
-    whether the groups are 32 wide (:mod:`miocore_direct.grouped_wide`; else 16)."""
+    whether the groups are 32 wide (:mod:`miocore_direct.grouped_wide`; else 16) and whether
+    its kernel reads the caller's weights in place (32-wide backward data, KYXC weights)."""
 
     shape: tuple[int, int, int]
     dims: tuple[int, ...]
     nchw: bool
     block: int
     wide: bool = False
+    direct_w: bool = False
 
 
 def fused_pass(
@@ -231,11 +233,19 @@ def fused_pass(
         sh, sw = 1, 1
     dims = (p.n, h, w, p.c, *out, p.c, fy, fx, sh, sw, dh, dw, hp, wp, top, left)
     block = hp * wp * LANES + out[0] * out[1] * LANES + 2 * SLACK
+    direct_w = False
     if wide:
-        from miocore_direct.grouped_wide import fused_floats
+        from miocore_direct.grouped_wide import fused_floats, weight_steps
 
         block = fused_floats(hp, wp, *out)
-    return FusedPass(shape, dims, nchw, block, wide)
+        direct_w = p.direction is Direction.BACKWARD_DATA and _kyxc(p.w)
+        dims += weight_steps(fy, fx, direct_w)
+    return FusedPass(shape, dims, nchw, block, wide, direct_w)
+
+
+def _kyxc(desc: Any) -> bool:
+    """Whether a weights descriptor is packed float32 channels-last (KYXC)."""
+    return desc.dtype is DataType.FLOAT32 and desc.is_packed and desc.layout == "NHWC"
 
 
 def fused_generated(fp: FusedPass, direction: Direction) -> tuple[str, str]:

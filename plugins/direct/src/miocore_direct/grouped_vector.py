@@ -282,6 +282,14 @@ def _arranged_weights(w: np.ndarray, width: int, dst: np.ndarray, transpose: boo
     np.copyto(dst, full.reshape(taps, width, blocks, lanes).transpose(2, 0, 1, 3))
 
 
+def _kyxc_weights(w: np.ndarray) -> np.ndarray:
+    """The caller's ``(K, C, FY, FX)`` weights as a flat float32 KYXC array (a view where
+    they are one)."""
+    import numpy as np
+
+    return np.ascontiguousarray(w.transpose(0, 2, 3, 1), np.float32).reshape(-1)
+
+
 def _weight_rows(w: np.ndarray, width: int, filled: bool) -> np.ndarray | None:
     """The caller's ``(K, W, FY, FX)`` weights as the ``(K, W*FY*FX)`` rows that
     :mod:`miocore_direct.grouped_transpose` rearranges (a view of packed float32 KCYX or KYXC
@@ -371,6 +379,9 @@ class VectorInvoker(PooledInvoker):
             return
         backward = plan.direction is Direction.BACKWARD_DATA
         src, dst = (params.y, params.x) if backward else (params.x, params.y)
+        if plan.fused and plan.fused.direct_w:  # the kernel reads the KYXC weights in place
+            run_forward(plan.fused, _kyxc_weights(params.w), padded, src, dst)
+            return
         _arranged_weights(params.w, plan.width, wa, backward)
         if plan.fused:
             run_forward(plan.fused, wa, padded, src, dst)

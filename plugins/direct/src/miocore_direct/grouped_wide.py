@@ -56,13 +56,48 @@ def _channel(src: str) -> str:
     return "i" if src == "xp" else f"i // {LANES} * half + i % {LANES}"
 
 
-def _tile(add: Any, ind: str, shape: tuple[int, int, int], src: str, rows: list[str]) -> None:
+def _weight_offset(f: int | str, steps: bool) -> str:
+    """The offset in ``wa`` of block ``2g``'s weight vector of column tap ``f`` and input
+    channel ``i`` of the filter row at ``wr``."""
+    if steps:
+        return f"wr + {f} * fs + i * ist"
+    if isinstance(f, int):
+        return f"wr + {f * WIDTH * LANES} + i * {LANES}"
+    return f"wr + {f} * {WIDTH * LANES} + i * {LANES}"
+
+
+def weight_steps(fy_n: int, fx_n: int, direct: bool) -> tuple[int, ...]:
+    """The self-staging kernel's weight addressing ``(gs, base, fys, fs, ist, w1)`` for a
+    ``fy_n x fx_n`` filter: group ``g``'s filter row ``fy`` starts at ``g*gs + base +
+    fy*fys``, its column tap ``f`` at ``f*fs`` on, input channel ``i`` at ``i*ist`` on, block
+    ``2g + 1`` at ``w1`` on. The arranged weights
+    (:func:`miocore_direct.grouped_vector._arranged_weights`, ``(K/16, T, 32, 16)``), or
+    ``direct``: the caller's packed float32 KYXC weights read as backward data's flipped
+    filter (lane ``l`` of block ``2g + h``'s vector of tap ``t`` and channel ``i`` is ``w[g*32
+    + i, T-1-t, h*16 + l]``, a vector in place: no rearranging pass)."""
+    taps, block = fy_n * fx_n, WIDTH * LANES
+    if direct:
+        return (
+            WIDTH * taps * WIDTH,
+            (taps - 1) * WIDTH,
+            -fx_n * WIDTH,
+            -WIDTH,
+            taps * WIDTH,
+            LANES,
+        )
+    return (2 * taps * block, 0, fx_n * block, block, LANES, taps * block)
+
+
+def _tile(
+    add: Any, ind: str, shape: tuple[int, int, int], src: str, rows: list[str], steps: bool
+) -> None:
     """Emit one tile's multiply-adds at indent ``ind``: accumulators ``a0..`` (block ``2g``)
     and ``c0..`` (``2g + 1``) over the filter rows; ``rows`` the source lines that set ``rb``
     (the channel-0 offset of input column ``ow * S`` of the tile's row, in array ``src``)
-    and ``wr`` (its filter row's weights), ``pitch`` the floats between input pixels."""
+    and ``wr`` (its filter row's weights), ``pitch`` the floats between input pixels;
+    ``steps``: the weights' steps between column taps and channels are the runtime ``fs``
+    and ``ist`` (:func:`weight_steps`), else those of the arranged weights."""
     taps, stride, dil = shape
-    block = WIDTH * LANES  # floats of one tap's weights of a lane block
     span = (TILE - 1) * stride + (taps - 1) * dil + 1
     for p in range(TILE):
         add(f"{ind}a{p} = zero()")
@@ -72,8 +107,9 @@ def _tile(add: Any, ind: str, shape: tuple[int, int, int], src: str, rows: list[
         add(f"{ind}    {line}")
     add(f"{ind}    for i in range({WIDTH}):")
     for f in range(taps):
-        add(f"{ind}        u{f} = load(wa, wr + {f * block} + i * {LANES})")
-        add(f"{ind}        v{f} = load(wa, wr + w1 + {f * block} + i * {LANES})")
+        off = _weight_offset(f, steps)
+        add(f"{ind}        u{f} = load(wa, {off})")
+        add(f"{ind}        v{f} = load(wa, w1 + {off})")
     add(f"{ind}        xb = rb + {_channel(src)}")
     for q in range(span):
         hits = column_hits(q, taps, stride, dil, TILE)
@@ -84,11 +120,12 @@ def _tile(add: Any, ind: str, shape: tuple[int, int, int], src: str, rows: list[
             add(f"{ind}        c{p} = fma(b, v{f}, c{p})")
 
 
-def _pixel(add: Any, ind: str, shape: tuple[int, int, int], src: str, rows: list[str]) -> None:
+def _pixel(
+    add: Any, ind: str, shape: tuple[int, int, int], src: str, rows: list[str], steps: bool
+) -> None:
     """Emit one output pixel of both blocks (``a0``, ``c0``) at indent ``ind``, for rows
-    narrower than a tile; ``rows`` as in :func:`_tile`."""
+    narrower than a tile; ``rows`` and ``steps`` as in :func:`_tile`."""
     taps, _, dil = shape
-    block = WIDTH * LANES
     add(f"{ind}a0 = zero()")
     add(f"{ind}c0 = zero()")
     add(f"{ind}for fy in range(fy_n):")
@@ -97,8 +134,9 @@ def _pixel(add: Any, ind: str, shape: tuple[int, int, int], src: str, rows: list
     add(f"{ind}    for fx in range({taps}):")
     add(f"{ind}        for i in range({WIDTH}):")
     add(f"{ind}            b = splat({src}, rb + {_channel(src)} + fx * {dil} * pitch)")
-    add(f"{ind}            a0 = fma(b, load(wa, wr + fx * {block} + i * {LANES}), a0)")
-    add(f"{ind}            c0 = fma(b, load(wa, wr + w1 + fx * {block} + i * {LANES}), c0)")
+    off = _weight_offset("fx", steps)
+    add(f"{ind}            a0 = fma(b, load(wa, {off}), a0)")
+    add(f"{ind}            c0 = fma(b, load(wa, w1 + {off}), c0)")
 
 
 def forward_source(taps: int, stride: int, dil: int) -> str:
@@ -132,14 +170,14 @@ def forward_source(taps: int, stride: int, dil: int) -> str:
         f"rb = x0 + ((n * hp + oh * sh + fy * dh) * wp + ow * {stride}) * chans + gc",
         f"wr = wg + fy * {taps * block}",
     ]
-    _tile(add, " " * 20, shape, "xp", rows)
+    _tile(add, " " * 20, shape, "xp", rows, False)
     for p in range(TILE):
         add(f"                    store(y, yr + (ow + {p}) * y_px, a{p})")
         add(f"                    store(y, yr + (ow + {p}) * y_px + {LANES}, c{p})")
     add(f"                    ow += {TILE}")
     add("            else:")
     add("                for ow in range(out_w):")
-    _pixel(add, " " * 20, shape, "xp", rows)
+    _pixel(add, " " * 20, shape, "xp", rows, False)
     add("                    store(y, yr + ow * y_px, a0)")
     add(f"                    store(y, yr + ow * y_px + {LANES}, c0)")
     from miocore_direct.simd import REVISION
@@ -168,14 +206,13 @@ def fused_source(taps: int, stride: int, dil: int) -> str:
     from miocore_direct.grouped_fused import SLACK
 
     shape = (taps, stride, dil)
-    block = WIDTH * LANES
     lines = [
         "def kernel(x, wa, y, dims, bufs, nchw_in, nchw_out):",
         "    n_img, h, w, chans, out_h, out_w, kout, fy_n, fx_n, sh, sw, dh, dw = dims[:13]",
-        "    hp, wp, top, left = dims[13:]",
+        "    hp, wp, top, left = dims[13:17]",
+        "    gs, wbase, fys, fs, ist, w1 = dims[17:23]",  # weight_steps
         f"    groups = kout // {WIDTH}",
         f"    chunks = -(-groups // {CHUNK})",
-        f"    taps = fy_n * {taps}",
         f"    pitch = {LANES}",
         f"    half = hp * wp * {LANES} + {SLACK}",
         f"    ob = {2 * CHUNK} * half",
@@ -184,7 +221,6 @@ def fused_source(taps: int, stride: int, dil: int) -> str:
         # straight into y (a group's second block 16 floats on)
         f"    oh1 = plane if nchw_out else {LANES}",
         f"    px = {LANES} if nchw_out else kout",
-        f"    w1 = taps * {block}",
         "    for task in prange(n_img * chunks):",
         "        g0 = task // n_img * " + str(CHUNK),
         "        n = task % n_img",
@@ -197,7 +233,7 @@ def fused_source(taps: int, stride: int, dil: int) -> str:
         "        for gi in range(gn):",
         "            g = g0 + gi",
         f"            gc = g * {WIDTH}",
-        "            wg = g * 2 * w1",
+        "            wg = g * gs + wbase",
         "            xg = 2 * gi * half",
         "            og = ob + 2 * gi * plane",
         "            for oh in range(out_h):",
@@ -213,17 +249,17 @@ def fused_source(taps: int, stride: int, dil: int) -> str:
     add = lines.append
     rows = [
         f"rb = xg + ((oh * sh + fy * dh) * wp + ow * {stride}) * {LANES}",
-        f"wr = wg + fy * {taps * block}",
+        "wr = wg + fy * fys",
     ]
     ind = " " * 24
-    _tile(add, ind, shape, "buf", rows)
+    _tile(add, ind, shape, "buf", rows, True)
     for p in range(TILE):
         add(f"{ind}store(dst, yr + (ow + {p}) * px, a{p})")
         add(f"{ind}store(dst, yr + oh1 + (ow + {p}) * px, c{p})")
     add(f"{ind}ow += {TILE}")
     add("                else:")
     add("                    for ow in range(out_w):")
-    _pixel(add, ind, shape, "buf", rows)
+    _pixel(add, ind, shape, "buf", rows, True)
     add(f"{ind}store(dst, yr + ow * px, a0)")
     add(f"{ind}store(dst, yr + oh1 + ow * px, c0)")
     add("        if nchw_out:")
@@ -260,7 +296,7 @@ def weights_source(taps: int, stride: int, dil: int) -> str:
     lines = [
         "def kernel(x, dy, dwa, dims, bufs, nchw):",
         "    n_img, h, w, chans, out_h, out_w, kout, fy_n, fx_n, sh, sw, dh, dw = dims[:13]",
-        "    hp, wp, top, left = dims[13:]",
+        "    hp, wp, top, left = dims[13:17]",
         f"    groups = kout // {WIDTH}",
         f"    chunks = -(-groups // {CHUNK})",
         f"    taps = fy_n * {taps}",
