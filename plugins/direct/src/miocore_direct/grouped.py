@@ -324,8 +324,9 @@ class GroupedDirectSolver(Solver):
     # and strided passes; width-16 weights rearranged by 16x16 transposes; groups of 32 on
     # the vector kernels (new problems: nothing recorded before).
     # 4 (2026-11-27): width 32 runs sliding-window kernels of both lane blocks of a group
-    # (miocore_direct.grouped_wide), self-staged for packed float32 forward and stride-1
-    # backward data; its weights rearranged by transposes.
+    # (miocore_direct.grouped_wide), self-staged for packed float32 tensors in forward,
+    # stride-1 backward data (KYXC weights read in place) and backward weights; its weights
+    # rearranged by transposes.
     revision = 4
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
