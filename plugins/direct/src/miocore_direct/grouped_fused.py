@@ -99,7 +99,6 @@ def weights_source(taps: int, stride: int, dil: int, tile: int = TILE) -> str:
     :func:`fused_source`, ``bufs`` with room for ``hp*wp*16 + SLACK + oh*ow*16``). A task
     owns a group: per image, its x and dy blocks are staged once, then its jobs (filter
     row, half of the input channels) add that image to their sums in turn."""
-    span = (tile - 1) * stride + (taps - 1) * dil + 1
     half = LANES // 2
     block = LANES * LANES
     acc = [(f, i) for f in range(taps) for i in range(half)]
@@ -123,9 +122,26 @@ def weights_source(taps: int, stride: int, dil: int, tile: int = TILE) -> str:
     add = lines.append
     for f, i in acc:
         add(f"                a{f}_{i} = load(dwa, wb + {f * block + i * LANES}) if n else zero()")
+    xr = f"(oh * sh + fy * dh) * wp * {LANES} + c0"
+    weights_rows(add, (taps, stride, dil), tile, half, (xr, f"ob + oh * out_w * {LANES}"))
+    for f, i in acc:
+        add(f"                store(dwa, wb + {f * block + i * LANES}, a{f}_{i})")
+    return stage_source_header() + "\n".join(lines) + "\n"
+
+
+def weights_rows(
+    add: Any, shape: tuple[int, int, int], tile: int, sums: int, rows: tuple[str, str]
+) -> None:
+    """Emit a self-staging backward-weights job's loop over the output rows (16-channel
+    blocks of a thread's ``buf``): ``rows`` the expressions of a row's first x (filter row
+    ``fy``) and dy offsets; each broadcast ``x[q, i]`` (``i < sums``) multiply-added with the
+    dy vectors of every output pixel of a ``tile``-pixel tile that one of its column taps
+    reaches (into ``a{f}_{i}``); pixels past a row's last whole tile one at a time."""
+    taps, stride, dil = shape
+    span = (tile - 1) * stride + (taps - 1) * dil + 1
     add("                for oh in range(out_h):")
-    add(f"                    xr = (oh * sh + fy * dh) * wp * {LANES} + c0")
-    add(f"                    dr = ob + oh * out_w * {LANES}")
+    add(f"                    xr = {rows[0]}")
+    add(f"                    dr = {rows[1]}")
     add("                    ow = 0")
     add(f"                    while ow + {tile} <= out_w:")
     add(f"                        xb = xr + ow * {stride * LANES}")
@@ -134,10 +150,10 @@ def weights_source(taps: int, stride: int, dil: int, tile: int = TILE) -> str:
     for q in range(span):
         hits = column_hits(q, taps, stride, dil, tile)
         for _, p in hits:
-            if p not in loaded:
+            if p not in loaded:  # each dy vector once, just before its first use
                 loaded.add(p)
                 add(f"                        d{p} = load(buf, db + {p * LANES})")
-        for i in range(half if hits else 0):
+        for i in range(sums if hits else 0):
             add(f"                        b = splat(buf, xb + {q * LANES + i})")
             for f, p in hits:
                 add(f"                        a{f}_{i} = fma(b, d{p}, a{f}_{i})")
@@ -146,12 +162,9 @@ def weights_source(taps: int, stride: int, dil: int, tile: int = TILE) -> str:
     add(f"                        d0 = load(buf, dr + ow * {LANES})")
     for f in range(taps):
         add(f"                        xq = xr + (ow * {stride} + {f * dil}) * {LANES}")
-        for i in range(half):
+        for i in range(sums):
             add(f"                        a{f}_{i} = fma(splat(buf, xq + {i}), d0, a{f}_{i})")
     add("                        ow += 1")
-    for f, i in acc:
-        add(f"                store(dwa, wb + {f * block + i * LANES}, a{f}_{i})")
-    return stage_source_header() + "\n".join(lines) + "\n"
 
 
 def weights_spec(shape: tuple[int, int, int]) -> tuple[str, str]:
@@ -254,8 +267,8 @@ def fused_generated(fp: FusedPass, direction: Direction) -> tuple[str, str]:
         from miocore_direct import grouped_wide
 
         if direction is Direction.BACKWARD_WEIGHTS:
-            return grouped_wide.weights_spec(fp.shape)
-        return grouped_wide.fused_spec(fp.shape)
+            return grouped_wide.spec("wrw_", fp.shape)
+        return grouped_wide.spec("fused_", fp.shape)
     if direction is Direction.BACKWARD_WEIGHTS:
         return weights_spec(fp.shape)
     return fused_spec(fp.shape)
@@ -285,7 +298,7 @@ def run_forward(
     if fp.wide:
         from miocore_direct import grouped_wide
 
-        kernel = grouped_wide.fused_kernel(fp.shape)
+        kernel = grouped_wide.kernel("fused_", fp.shape)
     kernel(x, wa.reshape(-1), out.reshape(-1), fp.dims, bufs, fp.nchw, fp.nchw)
     if not direct:
         np.copyto(y, out, casting="unsafe")
@@ -300,5 +313,5 @@ def run_weights(
     if fp.wide:
         from miocore_direct import grouped_wide
 
-        kernel = grouped_wide.weights_kernel(fp.shape)
+        kernel = grouped_wide.kernel("wrw_", fp.shape)
     kernel(flat_x, flat_dy, dwa.reshape(-1), fp.dims, bufs, fp.nchw)

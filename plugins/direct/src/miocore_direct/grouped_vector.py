@@ -222,7 +222,7 @@ def _spec(width: int, shape: tuple[int, int, int] | None, phase: bool) -> tuple[
     from miocore_direct import grouped_simd, grouped_slide, grouped_wide
 
     if shape and width == WIDE:
-        return grouped_wide.forward_spec(shape)
+        return grouped_wide.spec("", shape)
     if shape:
         return grouped_slide.slide_spec(shape, rows_outer=phase)
     return grouped_simd.forward_spec(width)
@@ -233,7 +233,7 @@ def _kernel(width: int, shape: tuple[int, int, int] | None, phase: bool) -> Any:
     from miocore_direct import grouped_simd, grouped_slide, grouped_wide
 
     if shape and width == WIDE:
-        return grouped_wide.forward_kernel(shape)
+        return grouped_wide.kernel("", shape)
     if shape:
         return grouped_slide.slide_kernel(shape, rows_outer=phase)
     return grouped_simd.forward_kernel(width)

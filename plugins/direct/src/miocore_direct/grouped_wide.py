@@ -287,9 +287,8 @@ def weights_source(taps: int, stride: int, dil: int) -> str:
     image to their sums in turn. Each broadcast ``x[q, i]`` is multiply-added with the dy
     vectors of every output pixel of a :data:`TILE`-pixel tile that one of its column taps
     reaches; pixels past a row's last whole tile one at a time."""
-    from miocore_direct.grouped_fused import SLACK
+    from miocore_direct.grouped_fused import SLACK, weights_rows
 
-    span = (TILE - 1) * stride + (taps - 1) * dil + 1
     block = WIDTH * LANES
     parts = WIDTH // PART
     acc = [(f, i) for f in range(taps) for i in range(PART)]
@@ -327,77 +326,30 @@ def weights_source(taps: int, stride: int, dil: int) -> str:
     add = lines.append
     for f, i in acc:
         add(f"                a{f}_{i} = load(dwa, wb + {f * block + i * LANES}) if n else zero()")
-    add("                for oh in range(out_h):")
-    add(f"                    xr = xo + (oh * sh + fy * dh) * wp * {LANES}")
-    add(f"                    dr = do + oh * out_w * {LANES}")
-    add("                    ow = 0")
-    add(f"                    while ow + {TILE} <= out_w:")
-    add(f"                        xb = xr + ow * {stride * LANES}")
-    add(f"                        db = dr + ow * {LANES}")
-    loaded: set[int] = set()
-    for q in range(span):
-        hits = column_hits(q, taps, stride, dil, TILE)
-        for _, p in hits:
-            if p not in loaded:  # each dy vector once, just before its first use
-                loaded.add(p)
-                add(f"                        d{p} = load(buf, db + {p * LANES})")
-        for i in range(PART if hits else 0):
-            add(f"                        b = splat(buf, xb + {q * LANES + i})")
-            for f, p in hits:
-                add(f"                        a{f}_{i} = fma(b, d{p}, a{f}_{i})")
-    add(f"                        ow += {TILE}")
-    add("                    while ow < out_w:")
-    add(f"                        d0 = load(buf, dr + ow * {LANES})")
-    for f in range(taps):
-        add(f"                        xq = xr + (ow * {stride} + {f * dil}) * {LANES}")
-        for i in range(PART):
-            add(f"                        a{f}_{i} = fma(splat(buf, xq + {i}), d0, a{f}_{i})")
-    add("                        ow += 1")
+    xr = f"xo + (oh * sh + fy * dh) * wp * {LANES}"
+    weights_rows(add, (taps, stride, dil), TILE, PART, (xr, f"do + oh * out_w * {LANES}"))
     for f, i in acc:
         add(f"                store(dwa, wb + {f * block + i * LANES}, a{f}_{i})")
     return fused_header() + "\n".join(lines) + "\n"
 
 
-def weights_spec(shape: tuple[int, int, int]) -> tuple[str, str]:
-    """The name prefix and source of :func:`weights_kernel`."""
+#: The generated kernels by kind (their names' infix): forward on the staged input, the
+#: self-staging forward, the self-staging backward weights.
+_KINDS = {"": forward_source, "fused_": fused_source, "wrw_": weights_source}
+
+
+def spec(kind: str, shape: tuple[int, int, int]) -> tuple[str, str]:
+    """The name prefix and source of one kind of kernel (:data:`_KINDS`) and shape."""
     taps, stride, dil = shape
-    return f"miocore_gv_wide_wrw_{taps}_{stride}_{dil}", weights_source(taps, stride, dil)
+    return f"miocore_gv_wide_{kind}{taps}_{stride}_{dil}", _KINDS[kind](taps, stride, dil)
 
 
 @functools.cache
-def weights_kernel(shape: tuple[int, int, int]) -> Any:
-    """The compiled 32-wide self-staging backward-weights kernel of one shape."""
+def kernel(kind: str, shape: tuple[int, int, int]) -> Any:
+    """The compiled 32-wide kernel of one kind (:data:`_KINDS`) and shape."""
     from miocore_direct.depthwise_blocked import load_generated
 
-    return load_generated(*weights_spec(shape))
-
-
-def fused_spec(shape: tuple[int, int, int]) -> tuple[str, str]:
-    """The name prefix and source of :func:`fused_kernel`."""
-    taps, stride, dil = shape
-    return f"miocore_gv_wide_fused_{taps}_{stride}_{dil}", fused_source(taps, stride, dil)
-
-
-@functools.cache
-def fused_kernel(shape: tuple[int, int, int]) -> Any:
-    """The compiled 32-wide self-staging kernel of one shape."""
-    from miocore_direct.depthwise_blocked import load_generated
-
-    return load_generated(*fused_spec(shape))
-
-
-def forward_spec(shape: tuple[int, int, int]) -> tuple[str, str]:
-    """The name prefix and source of :func:`forward_kernel`."""
-    taps, stride, dil = shape
-    return f"miocore_gv_wide_{taps}_{stride}_{dil}", forward_source(taps, stride, dil)
-
-
-@functools.cache
-def forward_kernel(shape: tuple[int, int, int]) -> Any:
-    """The compiled 32-wide sliding-window forward (and backward-data) kernel of one shape."""
-    from miocore_direct.depthwise_blocked import load_generated
-
-    return load_generated(*forward_spec(shape))
+    return load_generated(*spec(kind, shape))
 
 
 def pass_shape(width: int, fx_n: int, sw: int, dw: int, out_w: int) -> tuple[int, int, int] | None:
