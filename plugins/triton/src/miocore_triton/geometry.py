@@ -132,11 +132,15 @@ def constants(p: ConvProblem) -> dict[str, int]:
     (d, h, w), (xd, xh, xw) = spatial(p.x)
     (t, r, s), (wt, wr, ws) = spatial(p.w)
     (o, pp, qq), (yd, yh, yw) = spatial(p.y)
-    xs, ws_, ys = p.x.strides, p.w.strides, p.y.strides
     conv = p.conv
     sd, sh, sw = (1, *conv.strides) if len(conv.strides) == 2 else conv.strides
     pd, ph, pw = (0, *conv.pads) if len(conv.pads) == 2 else conv.pads
     dd, dh, dw = (1, *conv.dilations) if len(conv.dilations) == 2 else conv.dilations
+    # A channel dimension of length 1 is read at offset 0 only, so its stride is free: it is
+    # given as 1, as in the packed channels-last tensor. Read through an NCHW stride (the
+    # image's whole plane), the forward kernel of a 1x48x480 grayscale stem wrote wrong
+    # values on an H100 (fp16 and bf16; the interpreter and a 1x9x40 image right).
+    xs, ws_, ys = (_one_channel_packed(desc) for desc in (p.x, p.w, p.y))
     return {
         **{"C": c, "K": k, "H": h, "W": w, "P": pp, "Q": qq, "R": r, "S": s},
         **{"SH": sh, "SW": sw, "PH": ph, "PW": pw, "DH": dh, "DW": dw},
@@ -145,6 +149,12 @@ def constants(p: ConvProblem) -> dict[str, int]:
         **{"WK": ws_[0], "WC": ws_[1], "WR": wr, "WS": ws},
         **{"YN": ys[0], "YC": ys[1], "YH": yh, "YW": yw},
     }
+
+
+def _one_channel_packed(desc: Any) -> tuple[int, ...]:
+    """``desc``'s strides, the channel stride 1 where it has one channel."""
+    strides = tuple(desc.strides)
+    return (strides[0], 1, *strides[2:]) if desc.lengths[1] == 1 else strides
 
 
 def is_phased(p: ConvProblem) -> bool:
