@@ -298,3 +298,13 @@ def test_width_32_layers_take_the_sliding_kernels() -> None:
                     assert plan.fused.direct_w is direct
                 else:
                     assert all(ph.shape for ph in plan.phases)
+
+
+@pytest.mark.parametrize("geo", ["3x3s2", "wide_s2", "s3", "one"])
+def test_width_8_nchw_strided_backward_data_in_one_kernel(geo: str) -> None:
+    """NCHW strided backward data of 8-wide groups (two a 16-channel block) runs every phase
+    in the self-staging phase kernel: 7-pixel tiles of lane-shuffled loads where a phase's
+    row is long enough ("wide_s2": 20 columns), one pixel at a time otherwise."""
+    p = _problem("backward_data", "NCHW", "float32", 8, 4, geo)
+    assert VectorPlan(p).table is not None
+    _check(p, seed=8, tolerance=TOL_F32)

@@ -47,13 +47,54 @@ def _tile(add: Any, taps: int, ind: str) -> None:
         add(f"{ind}store(buf, yr + (ow + {p}) * sw * {LANES}, a{p})")
 
 
-def phases_source() -> str:
+#: Output pixels of a tile of :func:`phases_source` at group widths under 16 (as
+#: :mod:`miocore_direct.grouped_simd`'s forward tiles there).
+LANE_TILE = 7
+
+
+def _lane_tile(add: Any, width: int, ind: str, tile: int) -> None:
+    """Emit one tile (``tile`` pixels at ``ow`` of output row ``a``; one pixel: ``ow``
+    itself) of a phase for groups of ``width < 16`` channels: for each tap and input channel
+    ``i``, the lanes of each group get channel ``i`` of their group's input by one load and a
+    shuffle (:func:`miocore_direct.simd.ops` ``fma_lane``)."""
+    for p in range(tile):
+        add(f"{ind}a{p} = zero()")
+    add(f"{ind}for fy in range(nrt):")
+    add(f"{ind}    for fx in range(nct):")
+    add(f"{ind}        rb = ((brow + a + fy * rstep) * wp + bcol + ow + fx * cstep) * {LANES}")
+    add(f"{ind}        wb = woff + (kb * nrt * nct + fy * nct + fx) * {width * LANES}")
+    for i in range(width):
+        add(f"{ind}        wv = load(wa, wb + {i * LANES})")
+        for p in range(tile):
+            add(f"{ind}        a{p} = lane{i}(a{p}, buf, rb + {p * LANES}, wv)")
+    for p in range(tile):
+        add(f"{ind}store(buf, yr + (ow + {p}) * sw * {LANES}, a{p})")
+
+
+def _lane_phases(add: Any, width: int) -> None:
+    """The phases of one output row of :func:`phases_source` for groups of ``width < 16``:
+    tiles of :data:`LANE_TILE` pixels (the last overlapping the one before), narrower rows one
+    pixel at a time."""
+    add(f"                elif ccount >= {LANE_TILE}:")
+    add("                    ow = 0")
+    add("                    while ow < ccount:")
+    add(f"                        ow = min(ow, ccount - {LANE_TILE})")
+    _lane_tile(add, width, " " * 24, LANE_TILE)
+    add(f"                        ow += {LANE_TILE}")
+    add("                else:")
+    add("                    for ow in range(ccount):")
+    _lane_tile(add, width, " " * 24, 1)
+
+
+def phases_source(width: int = LANES) -> str:
     """``kernel(src, wa, dst, dims, table, bufs, nchw)``: dx (``dst``) of dy (``src``), both
     the caller's flat packed float32 tensors (NCHW where ``nchw``, else NHWC), ``dims = (n,
     oh, ow, k, h, w, c, sh, sw, hp, wp, top, left)`` (dy placed at ``(top, left)`` in blocks
     of ``hp x wp`` pixels), ``table`` the phases' rows of :data:`FIELDS` integers, ``wa``
     their weights one after another (:func:`phase_table`), ``bufs`` a float32 ``(threads, >=
-    hp*wp*16 + h*w*16 + 2*SLACK)`` scratch array."""
+    hp*wp*16 + h*w*16 + 2*SLACK)`` scratch array. Groups of ``width`` channels: 16 (one a
+    16-channel block), or 8 (two a block; each group's input channels reach its lanes by
+    shuffles)."""
     lines = [
         "def kernel(src, wa, dst, dims, table, bufs, nchw):",
         "    n_img, oh, ow_n, kout, h, w, chans, sh, sw, hp, wp, top, left = dims",
@@ -73,13 +114,21 @@ def phases_source() -> str:
         "                if nrt * nct == 0:  # no tap reaches these pixels",
         "                    for b in range(ccount):",
         f"                        store(buf, yr + b * sw * {LANES}, z)",
+    ]
+    add = lines.append
+    if width < LANES:
+        _lane_phases(add, width)
+        add("        unstage(buf, ob, dst, n, k0, h * w, chans, nchw)")
+        lanes = "\n".join(f"lane{i} = _OPS.fma_lane({width}, {i})" for i in range(width))
+        header = stage_source_header().replace("\n\n\n@numba", f"\n{lanes}\n\n\n@numba", 1)
+        return header + "\n".join(lines) + "\n"
+    lines += [
         f"                elif ccount >= {TILE} and (nct == 1 or (nct == 2 and cstep == 1)):",
         "                    ow = 0",
         "                    while ow < ccount:",
         f"                        ow = min(ow, ccount - {TILE})",
         "                        if nct == 2:",
     ]
-    add = lines.append
     _tile(add, 2, "                            ")
     add("                        else:")
     _tile(add, 1, "                            ")
@@ -114,17 +163,19 @@ def phase_table(phases: list[Phase], pitch: int, wp: int, w: int, kout: int) -> 
     return np.array(rows, np.int64).reshape(-1, FIELDS)
 
 
-def phases_spec() -> tuple[str, str]:
+def phases_spec(width: int = LANES) -> tuple[str, str]:
     """The name prefix and source of :func:`phases_kernel`."""
-    return "miocore_gv_phases", phases_source()
+    if width == LANES:
+        return "miocore_gv_phases", phases_source()
+    return f"miocore_gv_phases_{width}", phases_source(width)
 
 
 @functools.cache
-def phases_kernel() -> Any:
-    """The compiled self-staging strided backward-data kernel."""
+def phases_kernel(width: int = LANES) -> Any:
+    """The compiled self-staging strided backward-data kernel of a group width."""
     from miocore_direct.depthwise_blocked import load_generated
 
-    return load_generated(*phases_spec())
+    return load_generated(*phases_spec(width))
 
 
 class Phase(NamedTuple):

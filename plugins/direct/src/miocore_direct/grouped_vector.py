@@ -64,6 +64,8 @@ _MACS_PER_NS = 70.0
 #: that a pixel stride of a power of two (512 channels: 2 KiB) does not map a tile's pixels
 #: onto the same L1 sets (512x14x14 batch 8: 1.48 against 1.80 ms).
 PITCH_EXTRA = 16
+#: Group widths whose NCHW strided backward data runs the self-staging phase kernel.
+PHASED_WIDTHS = (8, 16)
 _STAGE_GBPS = 12.0
 _CALL_MS = 0.03
 
@@ -185,7 +187,7 @@ class VectorPlan:
         if self.table is not None:
             from miocore_direct.grouped_phases import phases_spec
 
-            return [phases_spec()]
+            return [phases_spec(self.width)]
         if self.direction is Direction.BACKWARD_WEIGHTS:
             if self.shape:
                 return [grouped_slide.weights_spec(self.shape)]
@@ -206,7 +208,7 @@ def _phased(p: ConvProblem) -> bool:
     stride 2, 0.34 against 0.22 ms at batch 1, 2.9 against 1.4 ms at batch 8)."""
     descs = (p.x, p.y)
     nchw = all(d.dtype is DataType.FLOAT32 and d.is_packed and d.layout == "NCHW" for d in descs)
-    return nchw and p.c // p.groups == 16 and p.c % 16 == 0
+    return nchw and p.c // p.groups in PHASED_WIDTHS and p.c % 16 == 0
 
 
 def _threads() -> int:
@@ -416,7 +418,8 @@ class VectorInvoker(PooledInvoker):
         self._phase_weights(wa, phase_w)
         out = dx if _fast_nchw(dx) else np.empty(dx.shape, np.float32)
         flat_dy, flat_dx = _packed(dy, True), out.reshape(-1)
-        phases_kernel()(flat_dy, phase_w, flat_dx, plan.phase_dims, plan.table, bufs, True)
+        kernel = phases_kernel(plan.width)
+        kernel(flat_dy, phase_w, flat_dx, plan.phase_dims, plan.table, bufs, True)
         if out is not dx:
             np.copyto(dx, out, casting="unsafe")
 
