@@ -308,3 +308,13 @@ def test_width_8_nchw_strided_backward_data_in_one_kernel(geo: str) -> None:
     p = _problem("backward_data", "NCHW", "float32", 8, 4, geo)
     assert VectorPlan(p).table is not None
     _check(p, seed=8, tolerance=TOL_F32)
+
+
+@pytest.mark.parametrize("geo", ["3x3", "3x3s2", "wide_s2", "narrow"])
+def test_width_8_nchw_backward_weights_self_staged(geo: str) -> None:
+    """NCHW backward weights of 8-wide groups at 3x3, stride 1 or 2, stage each 16-channel
+    block of x and dy themselves (no padded copies of the tensors)."""
+    p = _problem("backward_weights", "NCHW", "float32", 8, 4, geo)
+    plan = VectorPlan(p)
+    assert plan.fused is not None and plan.fused.width == 8
+    _check(p, seed=9, tolerance=TOL_F32)

@@ -66,6 +66,10 @@ _MACS_PER_NS = 70.0
 PITCH_EXTRA = 16
 #: Group widths whose NCHW strided backward data runs the self-staging phase kernel.
 PHASED_WIDTHS = (8, 16)
+#: Group widths (under 16) and (column taps, stride, dilation) whose NCHW backward weights
+#: run self-staged (:func:`miocore_direct.grouped_fused.lane_weights_source`).
+LANE_WRW_WIDTHS = (8,)
+LANE_WRW_SHAPES = {(3, 2, 1), (3, 1, 1)}
 _STAGE_GBPS = 12.0
 _CALL_MS = 0.03
 
@@ -139,11 +143,12 @@ class VectorPlan:
         self.fused: FusedPass | None = None
         wide = self.width == WIDE
         if self.direction is not Direction.BACKWARD_DATA:
-            self.fused = fused_pass(p, self.shape, (h, w), (rows, cols), (ph, pw), (oh, ow), wide)
+            shape = self.shape or _lane_shape(p, self.width)
+            self.fused = fused_pass(p, shape, (h, w), (rows, cols), (ph, pw), (oh, ow), self.width)
         elif self.direction is Direction.BACKWARD_DATA and not self.split:
             (r0, c0), one = (row_phases[0][1], col_phases[0][1]), self.phases[0]
             extents = ((h - 1) + (fy - 1) * one.dims[11] + 1, (w - 1) + (fx - 1) * one.dims[12] + 1)
-            self.fused = fused_pass(p, one.shape, (oh, ow), extents, (-r0, -c0), (h, w), wide)
+            self.fused = fused_pass(p, one.shape, (oh, ow), extents, (-r0, -c0), (h, w), self.width)
         #: The self-staging kernel's table of phases (:mod:`miocore_direct.grouped_phases`)
         #: of a strided backward-data pass, or None.
         self.table = None
@@ -209,6 +214,16 @@ def _phased(p: ConvProblem) -> bool:
     descs = (p.x, p.y)
     nchw = all(d.dtype is DataType.FLOAT32 and d.is_packed and d.layout == "NCHW" for d in descs)
     return nchw and p.c // p.groups in PHASED_WIDTHS and p.c % 16 == 0
+
+
+def _lane_shape(p: ConvProblem, width: int) -> tuple[int, int, int] | None:
+    """The (column taps, stride, dilation) of the self-staging backward-weights kernel of
+    groups under 16 channels (:func:`miocore_direct.grouped_fused.lane_weights_source`):
+    8-wide groups at stride 2 (ResNeXt's 256x56x56 layer), else None."""
+    (_, fx), (_, sw), (_, dw) = p.filter_spatial, p.conv.strides, p.conv.dilations
+    shape = (fx, sw, dw)
+    lanes = width in LANE_WRW_WIDTHS and shape in LANE_WRW_SHAPES
+    return shape if lanes and p.direction is Direction.BACKWARD_WEIGHTS else None
 
 
 def _threads() -> int:
