@@ -318,3 +318,19 @@ def test_width_8_nchw_backward_weights_self_staged(geo: str) -> None:
     plan = VectorPlan(p)
     assert plan.fused is not None and plan.fused.width == 8
     _check(p, seed=9, tolerance=TOL_F32)
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward_data"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("width", [4, 8, 16])
+@pytest.mark.parametrize("geo", ["3x3", "3x3s2", "odd"])
+def test_one_image_at_a_time(
+    direction: str, layout: str, width: int, geo: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Passes whose staged input outgrows the caches stage and run one image at a time
+    (here every staged pass: the threshold at zero), the same results."""
+    monkeypatch.setattr(grouped_vector, "PER_IMAGE_BYTES", 0)
+    p = _problem(direction, layout, "float32", width, 3, geo)
+    plan = VectorPlan(p)
+    assert plan.per_image is (not plan.fused and plan.table is None)
+    _check(p, seed=width, tolerance=TOL_F32)

@@ -64,6 +64,12 @@ _MACS_PER_NS = 70.0
 #: that a pixel stride of a power of two (512 channels: 2 KiB) does not map a tile's pixels
 #: onto the same L1 sets (512x14x14 batch 8: 1.48 against 1.80 ms).
 PITCH_EXTRA = 16
+#: Bytes of staged input (x, or dy for backward data) above which a forward or backward-data
+#: pass stages and runs one image at a time: a whole batch's staged copy leaves the caches
+#: before the kernel reads it (batch 8, NHWC forward, one thread: 256x56x56 stride 2 5.3 ->
+#: 3.5 ms, 256x28x28 3.1-3.6 -> 2.4-2.6, 128x56x56 2.6 -> 2.25; 512x14x14, 4.3 MB staged,
+#: 1.04-1.10 either way).
+PER_IMAGE_BYTES = 6 << 20
 #: Group widths whose NCHW strided backward data runs the self-staging phase kernel.
 PHASED_WIDTHS = (8, 16)
 #: Group widths (under 16) and (column taps, stride, dilation) whose NCHW backward weights
@@ -177,10 +183,22 @@ class VectorPlan:
         if self.shape:  # a group's jobs run in turn: its rows of x and dy should stay in cache
             row_bytes = 4 * self.lanes * (cols * sh + out[1])
         self.chunk_rows = max(1, (SLIDE_CHUNK_BYTES if self.shape else CHUNK_BYTES) // row_bytes)
+        #: Whether a forward or backward-data pass stages and runs one image at a time (its
+        #: staged input then stays in cache for the kernel).
+        self.per_image = (
+            p.n > 1
+            and self.direction is not Direction.BACKWARD_WEIGHTS
+            and not self.fused
+            and self.table is None
+            and 4 * math.prod(self.shapes[1]) > PER_IMAGE_BYTES
+        )
+        if self.per_image:
+            self.shapes = (self.shapes[0], (1, *self.shapes[1][1:]), *self.shapes[2:])
         self.regions = Float32Regions(self.shapes)
         self.workspace_bytes = self.regions.nbytes
         self.macs = p.n * self.padded * math.prod(p.out_spatial) * fy * fx * self.width
-        self.staged_bytes = 8 * (math.prod(self.shapes[1]) + math.prod(self.shapes[2]))
+        staged = math.prod(self.shapes[1]) * (p.n if self.per_image else 1)
+        self.staged_bytes = 8 * (staged + math.prod(self.shapes[2]))
 
     def generated(self) -> list[tuple[str, str]]:
         """The generated kernel (name prefix, source) the invoker loads."""
@@ -406,15 +424,13 @@ class VectorInvoker(PooledInvoker):
         if plan.table is not None:
             self._phased(wa, phase_w, padded, src, dst)
             return
-        _pad(src, padded, plan.offsets)
         out = self._other(dst, region, load=False)
         if plan.split:
-            self._phases(wa, padded, out, phase_w)
-        else:  # forward, or backward data in one pass of every tap (stride 1)
-            one = plan.phases[0] if plan.phases else None
-            dims, place, shape = one[3:] if one else (plan.dims, plan.place, plan.shape)
-            kernel = _kernel(plan.width, shape, False)
-            kernel(padded.reshape(-1), wa.reshape(-1), out.reshape(-1), dims, place)
+            self._phase_weights(wa, phase_w)
+        n = src.shape[0]
+        for part in [slice(i, i + 1) for i in range(n)] if plan.per_image else [slice(0, n)]:
+            _pad(src[part], padded, plan.offsets)
+            self._passes(wa, padded, out[part], phase_w)
         if out is not region:
             return
         self._store(out, dst)
@@ -438,15 +454,22 @@ class VectorInvoker(PooledInvoker):
         if out is not dx:
             np.copyto(dx, out, casting="unsafe")
 
-    def _phases(self, wa: np.ndarray, dy: np.ndarray, out: np.ndarray, phase_w: np.ndarray) -> None:
-        """A strided backward-data pass: each phase's weights (:meth:`_phase_weights`), then
-        its kernel call."""
-        self._phase_weights(wa, phase_w)
-        for phase in self.plan.phases:
-            kernel = _kernel(self.plan.width, phase.shape, True)
-            kernel(
-                dy.reshape(-1), phase_w[phase.weights :], out.reshape(-1), phase.dims, phase.place
-            )
+    def _passes(self, wa: np.ndarray, xp: np.ndarray, out: np.ndarray, phase_w: np.ndarray) -> None:
+        """The kernel calls of a forward or backward-data pass from the staged ``xp`` into
+        ``out`` (its images: the whole batch, or one of :attr:`VectorPlan.per_image`): one
+        pass of every tap, or a strided backward-data pass's phases (weights in ``phase_w``)."""
+        plan, n = self.plan, out.shape[0]
+        flat_x, flat_out = xp.reshape(-1), out.reshape(-1)
+        if not plan.split:  # forward, or backward data in one pass of every tap (stride 1)
+            one = plan.phases[0] if plan.phases else None
+            dims, place, shape = one[3:] if one else (plan.dims, plan.place, plan.shape)
+            kernel = _kernel(plan.width, shape, False)
+            kernel(flat_x, wa.reshape(-1), flat_out, (n, *dims[1:]), place)
+            return
+        for phase in plan.phases:
+            kernel = _kernel(plan.width, phase.shape, True)
+            dims = (n, *phase.dims[1:])
+            kernel(flat_x, phase_w[phase.weights :], flat_out, dims, phase.place)
 
     def _phase_weights(self, wa: np.ndarray, phase_w: np.ndarray) -> None:
         """Each phase's taps picked from the flipped arrangement ``wa`` into its own run of
