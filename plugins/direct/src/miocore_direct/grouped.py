@@ -327,7 +327,10 @@ class GroupedDirectSolver(Solver):
     # (miocore_direct.grouped_wide), self-staged for packed float32 tensors in forward,
     # stride-1 backward data (KYXC weights read in place) and backward weights; its weights
     # rearranged by transposes.
-    revision = 4
+    # 5 (2026-11-27): 8-wide groups' NCHW strided backward data in the self-staging phase
+    # kernel and their NCHW 3x3 backward weights self-staged; staged passes over 6 MiB one
+    # image at a time.
+    revision = 5
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
         """2-D CPU problems with 1 < groups < C and groups at most 16 channels wide, or 32
