@@ -277,3 +277,48 @@ def test_few_channel_images_match_the_reference(c, n, hw, dtype, layout, letter)
     bound = TF32_TOLERANCE if dtype == "float32" else TOLERANCES[p.dtype]
     err = run(h, SOLVERS[letter], p, seed=c + n)
     assert err <= bound, (p.key, err)
+
+
+@pytest.mark.parametrize(
+    ("c", "hw", "layout"),
+    [(1, (48, 480), "NCHW"), (1, (48, 480), "NHWC"), (1, (47, 480), "NCHW"),
+     (1, (48, 256), "NCHW"), (3, (48, 480), "NCHW"), (1, (12, 40), "NCHW")],
+)  # fmt: skip
+def test_every_forward_configuration_of_a_few_channel_image(c, hw, layout) -> None:
+    h = handle_for()
+    p = miocore.ConvProblem.from_sizes(
+        "forward", n=2, c=c, k=16, in_spatial=hw, filter_spatial=(3, 3), pads=(1, 1),
+        dtype="float16", layout=layout,
+    )  # fmt: skip
+    sol = h.registry.get(SOLVERS["F"]).solver
+    default = dict(sol.default_perf_config(h.context, p))
+    results = [
+        (dict(cfg), run(h, SOLVERS["F"], p, seed=3, config=cfg))
+        for cfg in sol.perf_config_space(h.context, p)
+    ]
+    failures = [(cfg, round(err, 3)) for cfg, err in results if not err <= TOLERANCES[p.dtype]]
+    assert not failures, (
+        p.key,
+        "default",
+        default,
+        "passed",
+        len(results) - len(failures),
+        failures,
+    )
+
+
+@pytest.mark.parametrize("c", [1, 3, 16, 24])
+@pytest.mark.parametrize("w", [480, 448, 320, 224, 200, 112, 96])
+@pytest.mark.parametrize("letter", ["F", "B"])
+def test_channels_first_rows_a_multiple_of_32_wide(w, c, letter) -> None:
+    """Image-row tiles with masked channel loads wrote wrong values where the output row was
+    a multiple of 32 pixels wide (1 and 3 channels, every configuration, H100); such layers
+    now take row tiles across images (``geometry.full_channel_blocks``)."""
+    h = handle_for()
+    p = miocore.ConvProblem.from_sizes(
+        {"F": "forward", "B": "backward_data"}[letter],
+        n=2, c=c if letter == "F" else 16, k=16 if letter == "F" else c, in_spatial=(48, w),
+        filter_spatial=(3, 3), pads=(1, 1), dtype="float16", layout="NCHW",
+    )  # fmt: skip
+    err = run(h, SOLVERS[letter], p, seed=3)
+    assert err <= TOLERANCES[p.dtype], (p.key, err)

@@ -198,9 +198,10 @@ def test_a_1x1_nchw_layer_is_read_in_place_in_image_tiles() -> None:
     from miocore_triton.launches import plan
 
     ctx = gpu_ctx()
+    # channels every reduction slice divides (geometry.full_channel_blocks)
     for direction in ("forward", "backward_data"):
         p = miocore.ConvProblem.from_sizes(
-            direction, n=2, c=24, k=40, in_spatial=(9, 9), filter_spatial=(1, 1),
+            direction, n=2, c=32, k=64, in_spatial=(9, 9), filter_spatial=(1, 1),
             dtype="float16", layout="NCHW",
         )  # fmt: skip
         solver = TritonForward() if direction == "forward" else TritonBackwardData()
@@ -211,7 +212,7 @@ def test_a_1x1_nchw_layer_is_read_in_place_in_image_tiles() -> None:
         # each image's 81 pixels in tiles of its own
         cfg = solver.default_perf_config(ctx, p)
         assert main.grid[0] == 2 * -(-81 // cfg["bm"]) * -(
-            -(40 if direction == "forward" else 24) // cfg["bn"]
+            -(64 if direction == "forward" else 32) // cfg["bn"]
         )
     tf32 = miocore.ConvProblem.from_sizes(
         "forward", n=2, c=24, k=40, in_spatial=(9, 9), filter_spatial=(1, 1),
@@ -221,3 +222,25 @@ def test_a_1x1_nchw_layer_is_read_in_place_in_image_tiles() -> None:
         gpu_ctx("tf32"), tf32, TritonForward().default_perf_config(gpu_ctx("tf32"), tf32)
     )
     assert "DIRECT_PIX=False" in steps[-1].kernel.options  # TF32 needs channels innermost
+
+
+def test_image_row_tiles_only_where_no_channel_load_is_masked() -> None:
+    """The GPU found image-row tiles wrong with masked channel loads (test_triton_gpu.py):
+    channels-first layers whose reduction channels some tile's slice does not divide take
+    row tiles across images, and 1x1 ones are not read in place."""
+    from miocore_triton.geometry import direct_pixels, full_channel_blocks, image_tiles
+
+    def layer(c: int, k: int, f: int = 3, direction: str = "forward") -> miocore.ConvProblem:
+        return miocore.ConvProblem.from_sizes(
+            direction, n=2, c=c, k=k, in_spatial=(48, 480), filter_spatial=(f, f),
+            pads=(f // 2, f // 2), dtype="float16", layout="NCHW",
+        )  # fmt: skip
+
+    for c, full in ((1, False), (3, False), (24, False), (96, False), (16, True), (32, True),
+                    (64, True), (192, True)):  # fmt: skip
+        assert full_channel_blocks(layer(c, 16)) is full, c
+        assert image_tiles(layer(c, 16)) is full, c
+        assert direct_pixels(layer(c, 16, f=1)) is full, c
+    # backward data reduces over K
+    assert not image_tiles(layer(16, 3, direction="backward_data"))
+    assert image_tiles(layer(3, 64, direction="backward_data"))

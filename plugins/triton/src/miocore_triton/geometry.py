@@ -132,15 +132,11 @@ def constants(p: ConvProblem) -> dict[str, int]:
     (d, h, w), (xd, xh, xw) = spatial(p.x)
     (t, r, s), (wt, wr, ws) = spatial(p.w)
     (o, pp, qq), (yd, yh, yw) = spatial(p.y)
+    xs, ws_, ys = p.x.strides, p.w.strides, p.y.strides
     conv = p.conv
     sd, sh, sw = (1, *conv.strides) if len(conv.strides) == 2 else conv.strides
     pd, ph, pw = (0, *conv.pads) if len(conv.pads) == 2 else conv.pads
     dd, dh, dw = (1, *conv.dilations) if len(conv.dilations) == 2 else conv.dilations
-    # A channel dimension of length 1 is read at offset 0 only, so its stride is free: it is
-    # given as 1, as in the packed channels-last tensor. Read through an NCHW stride (the
-    # image's whole plane), the forward kernel of a 1x48x480 grayscale stem wrote wrong
-    # values on an H100 (fp16 and bf16; the interpreter and a 1x9x40 image right).
-    xs, ws_, ys = (_one_channel_packed(desc) for desc in (p.x, p.w, p.y))
     return {
         **{"C": c, "K": k, "H": h, "W": w, "P": pp, "Q": qq, "R": r, "S": s},
         **{"SH": sh, "SW": sw, "PH": ph, "PW": pw, "DH": dh, "DW": dw},
@@ -149,12 +145,6 @@ def constants(p: ConvProblem) -> dict[str, int]:
         **{"WK": ws_[0], "WC": ws_[1], "WR": wr, "WS": ws},
         **{"YN": ys[0], "YC": ys[1], "YH": yh, "YW": yw},
     }
-
-
-def _one_channel_packed(desc: Any) -> tuple[int, ...]:
-    """``desc``'s strides, the channel stride 1 where it has one channel."""
-    strides = tuple(desc.strides)
-    return (strides[0], 1, *strides[2:]) if desc.lengths[1] == 1 else strides
 
 
 def is_phased(p: ConvProblem) -> bool:
@@ -248,6 +238,21 @@ def _pixel_rows_packed(desc: Any) -> bool:
     return all(strides[i] == lengths[i + 1] * strides[i + 1] for i in range(len(lengths) - 1))
 
 
+def full_channel_blocks(p: ConvProblem) -> bool:
+    """Whether every fitted tile's reduction slice (16, 32 or 64 channels, never wider than
+    the next power of two of the channels) divides the reduction's channels, so that no
+    channel load is masked. The image-row tiles need it: with masked channels and an output
+    row a multiple of 32 pixels wide, the forward kernel wrote wrong values on an H100 (fp16,
+    every configuration; 1 and 3 channels at widths 96-480, each right with row tiles across
+    images; ``plugins/triton/tests/test_triton_gpu.py``). TF32 is left as it was: its image
+    tiles passed the same checks, and its row tiles across images failed a 3-D channels-first
+    case (1x6x6, dilation 2) that its image tiles pass."""
+    if p.dtype is DataType.FLOAT32:
+        return True
+    depth = reduction_channels(p)
+    return depth % 64 == 0 or (depth >= 16 and depth & (depth - 1) == 0)
+
+
 def direct_pixels(p: ConvProblem) -> bool:
     """1x1, stride 1, no padding, with the GEMM's input channels-first and its pixels packed
     (NCHW): the kernel reads it in place, pixels consecutive along its row tile, as NCHW's own
@@ -256,6 +261,8 @@ def direct_pixels(p: ConvProblem) -> bool:
         return False
     if max(p.w.lengths[2:]) != 1 or max(p.conv.strides) != 1 or max(p.conv.pads) != 0:
         return False
+    if not full_channel_blocks(p):
+        return False
     src = p.y if p.direction is Direction.BACKWARD_DATA else p.x
     return _channels_first(src) and _pixel_rows_packed(src)
 
@@ -263,7 +270,7 @@ def direct_pixels(p: ConvProblem) -> bool:
 def image_tiles(p: ConvProblem) -> bool:
     """Row tiles that stay inside one image: for a channels-first output (its stores run
     along the pixels) and for :func:`direct_pixels`. Not for phased backward data."""
-    if p.direction is Direction.BACKWARD_WEIGHTS or is_phased(p):
+    if p.direction is Direction.BACKWARD_WEIGHTS or is_phased(p) or not full_channel_blocks(p):
         return False
     out = p.x if p.direction is Direction.BACKWARD_DATA else p.y
     return _channels_first(out) or direct_pixels(p)
