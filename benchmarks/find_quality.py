@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import platform
 import statistics
@@ -185,15 +186,20 @@ def main() -> int:
                 start = time.perf_counter()
                 h.get_solutions(problem)
                 calls.append((time.perf_counter() - start) * 1e3)
+            failed = None
             if first.solver == best.solver:
                 regret = 0.0
             else:
-                t_choice, t_best = head_to_head(finder, first, best, args.reps)
-                regret = max(0.0, t_choice / t_best - 1.0)
+                try:
+                    t_choice, t_best = head_to_head(finder, first, best, args.reps)
+                    regret = max(0.0, t_choice / t_best - 1.0)
+                except miocore.MiocoreError as exc:  # a choice find refuses (wrong answers)
+                    failed, regret = str(exc)[:200], math.inf
             row[label] = {
                 "choice": first.solver,
                 "source": first.source,
                 "regret": regret,
+                **({"failed": failed} if failed else {}),
                 "get_solutions_ms": statistics.median(calls),
             }
         rows.append(row)
@@ -213,13 +219,16 @@ def main() -> int:
     for kind in sorted({r["kind"] for r in rows}):
         subset = [r for r in rows if r["kind"] == kind]
         for label in handles:
+            # a choice that could not run counts as a miss; the mean is over those that ran
             regrets = [r[label]["regret"] for r in subset]
+            ran = [x for x in regrets if math.isfinite(x)] or [0.0]
             gs = sorted(r[label]["get_solutions_ms"] for r in subset)
             summary[f"{kind} / {label}"] = {
                 "problems": len(subset),
                 "within_10pct": sum(x <= 0.10 for x in regrets) / len(regrets),
-                "mean_regret": sum(regrets) / len(regrets),
-                "worst_regret": max(regrets),
+                "mean_regret": sum(ran) / len(ran),
+                "worst_regret": max(ran),
+                "failed": len(regrets) - sum(map(math.isfinite, regrets)),
                 "get_solutions_ms_median": gs[len(gs) // 2],
             }
     print(json.dumps(summary, indent=2))

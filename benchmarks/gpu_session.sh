@@ -89,13 +89,13 @@ case "$STAGE" in
     # shellcheck disable=SC2086
     timeout 560 python3 benchmarks/gpu_models.py --models $MODELS --dtypes $DTYPES \
       --modes ${MODES:-eager} --db "/tmp/mdb-$STAGE" --out "$OUT/$STAGE.json" 2>&1 |
-      grep -v Warning | tee "$OUT/$STAGE.log" | tail -40
+      grep -a -v Warning | tee "$OUT/$STAGE.log" | tail -40
     ;;
   modes)
     # shellcheck disable=SC2086
     timeout 560 python3 benchmarks/gpu_models.py --models $MODELS --dtypes $DTYPES \
       --modes compile graph --db /tmp/mdb-models --out "$OUT/modes.json" 2>&1 |
-      grep -v Warning | tee "$OUT/modes.log" | tail -40
+      grep -a -v Warning | tee "$OUT/modes.log" | tail -40
     ;;
   cost)
     # COST_BASE: a folder holding another tree's miocore package, imported instead of this one
@@ -111,13 +111,13 @@ case "$STAGE" in
     ;;
   findreport)
     timeout 560 python3 benchmarks/gpu_find_report.py --switches none rc rp rc+rp \
-      --policies default --out "$OUT/find_report.json" 2>&1 | grep -v Warning |
+      --policies default --out "$OUT/find_report.json" 2>&1 | grep -a -v Warning |
       tee "$OUT/find_report.log" | cut -c1-400
     ;;
   frontend)
     # shellcheck disable=SC2086
     timeout 560 python3 benchmarks/gpu_front_end_cost.py --out "$OUT/front_end.json" \
-      ${FRONTEND_ARGS:-} 2>&1 | grep -v Warning | tee "$OUT/front_end.log" | tail -60
+      ${FRONTEND_ARGS:-} 2>&1 | grep -a -v Warning | tee "$OUT/front_end.log" | tail -60
     ;;
   eager)
     # shellcheck disable=SC2086
@@ -246,7 +246,7 @@ case "$STAGE" in
       --first-workers $((gpus * 4)) \
       --per-direction "${PER_DIRECTION:-140}" --full-size --max-gflop "${MAX_GFLOP:-20}" \
       --time-limit 20 --budget-s "${BUDGET_S:-540}" --out /tmp/scaling \
-      --json "$OUT/scaling.json" --merged "$OUT/db" 2>&1 | grep -v Warning |
+      --json "$OUT/scaling.json" --merged "$OUT/db" 2>&1 | grep -a -v Warning |
       tee "$OUT/scaling.log" | tail -60
     # One archive: the run tool brings back only a few files from $OUT.
     for run in /tmp/scaling/*/; do
@@ -270,7 +270,7 @@ case "$STAGE" in
     timeout 500 python3 benchmarks/build_system_db.py --device cuda "${driver_args[@]}" \
       --workers $((gpus * ${WORKERS:-4})) --per-direction "${PER_DIRECTION:-700}" --no-shrink \
       --max-gflop "${MAX_GFLOP:-20}" --time-limit 20 --skip-db "${BASE_DB:-miocore/data/db/sm90_132.db}" \
-      --seconds "${TUNE_SECONDS:-400}" --out /tmp/gpudb 2>&1 | grep -v "distributed\." |
+      --seconds "${TUNE_SECONDS:-400}" --out /tmp/gpudb 2>&1 | grep -a -v "distributed\." |
       tee "$OUT/gpudb.log" | tail -8
     python3 - <<'PY'
 import os
@@ -300,7 +300,7 @@ PY
     MIOCORE_DISABLE_PLUGINS=triton timeout "${TUNE_TIMEOUT:-450}" python3 \
       benchmarks/build_system_db.py --device cuda --keys-of miocore/data/db/sm90_132.db \
       --keys-dtype float32 --math-modes tf32 --workers $((gpus * ${WORKERS:-4})) \
-      --seconds "${TUNE_SECONDS:-360}" --out /tmp/tf32db 2>&1 | grep -v "distributed\." |
+      --seconds "${TUNE_SECONDS:-360}" --out /tmp/tf32db 2>&1 | grep -a -v "distributed\." |
       tee "$OUT/tf32db.log" | tail -8
     cp /tmp/tf32db/sm90_132.db "$OUT/tf32.db"
     cat /tmp/tf32db/shards/*/log.jsonl > "$OUT/tf32_tune_log.jsonl"
@@ -318,7 +318,7 @@ PY
     MIOCORE_DISABLE_PLUGINS=cudnn,direct,fft,gemm,igemm,winograd timeout "${TUNE_TIMEOUT:-450}" \
       python3 benchmarks/build_system_db.py --device cuda --keys-of miocore/data/db/sm90_132.db \
       --groups-of-one --math-modes tf32 --workers $((gpus * ${WORKERS:-6})) --time-limit 20 \
-      --seconds "${TUNE_SECONDS:-300}" --out /tmp/tritondb 2>&1 | grep -v "distributed\." |
+      --seconds "${TUNE_SECONDS:-300}" --out /tmp/tritondb 2>&1 | grep -a -v "distributed\." |
       tee "$OUT/tritondb.log" | tail -8
     cp /tmp/tritondb/sm90_132.db "$OUT/triton.db"
     cat /tmp/tritondb/shards/*/log.jsonl > "$OUT/triton_tune_log.jsonl"
@@ -337,7 +337,7 @@ PY
     MIOCORE_DISABLE_PLUGINS=cudnn timeout "${TRITON_TIMEOUT:-380}" python3 \
       benchmarks/gpu_triton_bench.py --suites ${TRITON_SUITES:-resnet50} \
       --dtypes ${TRITON_DTYPES:-float16} ${TRITON_ARGS:-} --out "$OUT/triton.json" 2>&1 |
-      grep -v Warning | tee "$OUT/triton.log" | tail -80
+      grep -a -v Warning | tee "$OUT/triton.log" | tail -80
     ;;
   quality)
     sm=/tmp/sm90  # from `gpudb` on this machine, else the shipped files
@@ -354,7 +354,7 @@ PY
     timeout 560 python3 benchmarks/find_quality.py --db "$db" --seconds "${QUALITY_SECONDS:-480}" \
       --model-dir "${MODEL_DIR:-$sm}" --device cuda --limit "${LIMIT:-100}" --max-gflop "${MAX_GFLOP:-20}" \
       --math-mode "${MATH_MODE:-exact}" ${QDTYPE:+--dtype "$QDTYPE"} \
-      "${driver_args[@]}" --json "$OUT/quality${QTAG:-}.json" 2>&1 | grep -v Warning |
+      "${driver_args[@]}" --json "$OUT/quality${QTAG:-}.json" 2>&1 | grep -a -v Warning |
       tee "$OUT/quality${QTAG:-}.log" | tail -40
     ;;
   *)
