@@ -86,6 +86,8 @@ def test_vector_path_float32(
 def test_vector_path_half_dtypes(direction: str, layout: str, dtype: str) -> None:
     _check(_problem(direction, layout, dtype, 4, 3, "3x3s2"), seed=3)
     _check(_problem(direction, layout, dtype, 16, 2, "odd"), seed=4)
+    # 32 wide: the staged-input kernels (the self-staging ones take packed float32 only)
+    _check(_problem(direction, layout, dtype, 32, 2, "3x3"), seed=5)
 
 
 @pytest.mark.parametrize("direction", DIRECTIONS)
