@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 #: numba's disk cache of a generated kernel keys on its own module only, so its source names
 #: this revision.
 REVISION = 1
+#: 16-wide groups a self-staging backward-weights task stages at once: an NHWC pixel's
+#: groups are one run (512x28x28 stride 2, batch 8, NHWC: 1.9 ms a group at a time).
+WRW_CHUNK = 8
 #: Floats past a block: a 16-pixel run written past a row's end stays inside.
 SLACK = LANES * LANES
 
@@ -96,9 +99,11 @@ def weights_source(taps: int, stride: int, dil: int, tile: int = TILE) -> str:
     """``kernel(x, dy, dwa, dims, bufs, nchw)``: ``dwa`` as
     :func:`miocore_direct.grouped_slide.weights_source` from the caller's ``x`` and ``dy``
     (flat packed float32, NCHW where ``nchw``, else NHWC; ``dims`` as in
-    :func:`fused_source`, ``bufs`` with room for ``hp*wp*16 + SLACK + oh*ow*16``). A task
-    owns a group: per image, its x and dy blocks are staged once, then its jobs (filter
-    row, half of the input channels) add that image to their sums in turn."""
+    :func:`fused_source`, ``bufs`` with room for :data:`WRW_CHUNK` times ``hp*wp*16 +
+    oh*ow*16 + 2*SLACK``). A task owns up to :data:`WRW_CHUNK` groups: per image, their x
+    and dy blocks are staged once (an NHWC pixel's groups as one run,
+    :func:`miocore_direct.grouped_blocks.stage_blocks`), then each group's jobs (filter row,
+    half of the input channels) add that image to their sums in turn."""
     half = LANES // 2
     block = LANES * LANES
     acc = [(f, i) for f in range(taps) for i in range(half)]
@@ -107,26 +112,38 @@ def weights_source(taps: int, stride: int, dil: int, tile: int = TILE) -> str:
         "    n_img, h, w, chans, out_h, out_w, kout, fy_n, fx_n, sh, sw, dh, dw = dims[:13]",
         "    hp, wp, top, left = dims[13:]",
         f"    blocks = kout // {LANES}",
-        f"    ob = hp * wp * {LANES} + {SLACK}",
-        "    for kb in prange(blocks):",
-        f"        k0 = kb * {LANES}",
+        f"    chunk = 1 if nchw else {WRW_CHUNK}",  # NCHW blocks are staged one by one anyway
+        "    chunks = -(-blocks // chunk)",
+        f"    xs = hp * wp * {LANES} + {SLACK}",
+        f"    ds = out_h * out_w * {LANES} + {SLACK}",
+        "    ob = chunk * xs",
+        "    for c in prange(chunks):",
+        "        kb0 = c * chunk",
+        "        bn = min(chunk, blocks - kb0)",
+        f"        k0 = kb0 * {LANES}",
         "        buf = bufs[numba.get_thread_id()]",
         "        for n in range(n_img):",
-        "            stage(x, buf, 0, n, k0, (h, w, chans), (hp, wp, top, left), nchw)",
-        "            stage(dy, buf, ob, n, k0, (out_h, out_w, kout), (out_h, out_w, 0, 0), nchw)",
-        "            for job in range(fy_n * 2):",
-        "                fy = job // 2",
+        "            place, dplace = (hp, wp, top, left), (out_h, out_w, 0, 0)",
+        "            stage_blocks(x, buf, 0, xs, n, k0, bn, (h, w, chans), place, nchw)",
+        "            stage_blocks(dy, buf, ob, ds, n, k0, bn, (out_h, out_w, kout), dplace, nchw)",
+        "            for job in range(bn * fy_n * 2):",
+        "                b = job // (fy_n * 2)",
+        "                kb = kb0 + b",
+        "                fy = job // 2 % fy_n",
         f"                wb = (kb * fy_n + fy) * {taps * block} + job % 2 * {half * LANES}",
-        f"                c0 = job % 2 * {half}",
+        f"                c0 = b * xs + job % 2 * {half}",
+        "                do = ob + b * ds",
     ]
     add = lines.append
     for f, i in acc:
         add(f"                a{f}_{i} = load(dwa, wb + {f * block + i * LANES}) if n else zero()")
     xr = f"(oh * sh + fy * dh) * wp * {LANES} + c0"
-    weights_rows(add, (taps, stride, dil), tile, half, (xr, f"ob + oh * out_w * {LANES}"))
+    weights_rows(add, (taps, stride, dil), tile, half, (xr, f"do + oh * out_w * {LANES}"))
     for f, i in acc:
         add(f"                store(dwa, wb + {f * block + i * LANES}, a{f}_{i})")
-    return stage_source_header() + "\n".join(lines) + "\n"
+    from miocore_direct.grouped_wide import fused_header
+
+    return fused_header() + "\n".join(lines) + "\n"
 
 
 def weights_rows(
@@ -316,6 +333,8 @@ def fused_pass(
         sh, sw = 1, 1
     dims = (p.n, h, w, p.c, *out, p.c, fy, fx, sh, sw, dh, dw, hp, wp, top, left)
     block = hp * wp * LANES + out[0] * out[1] * LANES + 2 * SLACK
+    if width == LANES and p.direction is Direction.BACKWARD_WEIGHTS:
+        block *= WRW_CHUNK  # the blocks of a task's groups
     direct_w = False
     if wide:
         from miocore_direct.grouped_wide import fused_floats, weight_steps
