@@ -449,3 +449,21 @@ def test_the_tune_command_runs_a_text_finddb_and_resumes(
     args = parser.parse_args(argv)
     assert args.handler(args) == 0
     assert "tuned 0, failed 0, resumed 2" in capsys.readouterr().out
+
+
+def test_each_record_is_tuned_once_across_math_modes(tmp_path: Path) -> None:
+    """Two math modes find an fp32 problem twice (its tf32 record has a key of its own) and
+    a problem of another type once: its records are the same in both modes."""
+    pytest.importorskip("distributed")
+    fp32, fp16 = (
+        ConvProblem.from_sizes(
+            "forward", n=1, c=2, k=2, in_spatial=(5, 5), filter_spatial=(3, 3), pads=(1, 1),
+            dtype=dtype,
+        )
+        for dtype in ("float32", "float16")
+    )  # fmt: skip
+    result = tune([fp32, fp16], out_dir=tmp_path, workers=1, math_modes=["exact", "tf32"])
+    assert result.tuned == 3
+    assert set(_records(result.database)) == {fp32.key, fp32.key + "_tf32", fp16.key}
+    modes = Counter((line["key"], line["math_mode"]) for line in iter_log(tmp_path))
+    assert modes == {(fp32.key, "exact"): 1, (fp32.key, "tf32"): 1, (fp16.key, "exact"): 1}

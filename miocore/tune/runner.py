@@ -16,6 +16,7 @@ from typing import Any
 
 from miocore.db._common import miocore_version
 from miocore.db._sqlite import utc_now_iso
+from miocore.db.mathkeys import record_key
 from miocore.errors import InvalidArgumentError, MiocoreError
 from miocore.problem.conv import ConvProblem
 from miocore.solver.interface import MATH_MODES
@@ -150,7 +151,14 @@ def tune(
     tasks = []
     skipped = 0
     for p in problems:
+        # One task per record: a math mode changes only fp32 problems' keys and results
+        # (miocore.db.mathkeys), so a problem of another type is found in the first mode only.
+        keys: set[str] = set()
         for mode in math_modes:
+            record = record_key(p, mode)
+            if record in keys:
+                continue
+            keys.add(record)
             if (p.key, mode) in finished:
                 skipped += 1
                 continue
