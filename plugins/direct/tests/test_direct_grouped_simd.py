@@ -336,3 +336,14 @@ def test_one_image_at_a_time(
     plan = VectorPlan(p)
     assert plan.per_image is (not plan.fused and plan.table is None)
     _check(p, seed=width, tolerance=TOL_F32)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_width_16_backward_weights_tasks(layout: str) -> None:
+    """The self-staging width-16 backward weights: NHWC tasks of up to 8 groups (10 groups:
+    a task of 8 and one of 2), NCHW a group a task."""
+    from miocore_direct.grouped_fused import WRW_CHUNK
+
+    p = _problem("backward_weights", layout, "float32", 16, WRW_CHUNK + 2, "wide_s2")
+    assert VectorPlan(p).fused is not None
+    _check(p, seed=10, tolerance=TOL_F32)

@@ -25,8 +25,10 @@ if TYPE_CHECKING:
 #: numba's disk cache of a generated kernel keys on its own module only, so its source names
 #: this revision.
 REVISION = 1
-#: 16-wide groups a self-staging backward-weights task stages at once: an NHWC pixel's
-#: groups are one run (512x28x28 stride 2, batch 8, NHWC: 1.9 ms a group at a time).
+#: 16-wide groups a self-staging backward-weights task stages at once from NHWC tensors: a
+#: pixel's groups are one run (512x28x28 stride 2, batch 8: 1.9-2.1 ms a group at a time,
+#: 1.7-2.0 in runs of 4, 1.45-1.65 in runs of 8, 1.7-1.9 in runs of 16); NCHW blocks are
+#: staged one by one anyway (through transposes), so a task there takes one group.
 WRW_CHUNK = 8
 #: Floats past a block: a 16-pixel run written past a row's end stays inside.
 SLACK = LANES * LANES
