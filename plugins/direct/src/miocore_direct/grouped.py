@@ -330,7 +330,8 @@ class GroupedDirectSolver(Solver):
     # 5 (2026-11-27): 8-wide groups' NCHW strided backward data in the self-staging phase
     # kernel and their NCHW 3x3 backward weights self-staged; staged passes over 6 MiB one
     # image at a time.
-    revision = 5
+    # 6 (2026-11-27): width-16 self-staging backward weights stage 8 groups a task from NHWC.
+    revision = 6
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
         """2-D CPU problems with 1 < groups < C and groups at most 16 channels wide, or 32
