@@ -166,8 +166,8 @@ def test_blocked_staging_matches_numpy(
     tensor."""
     import numpy as np
     from miocore_direct import grouped_stage
+    from miocore_direct.grouped_arrange import pad
     from miocore_direct.grouped_transpose import nhwc_into_nchw
-    from miocore_direct.grouped_vector import _pad
 
     rng = np.random.default_rng(chans + width)
     x = rng.uniform(0.5, 1.5, (2, chans, height, width)).astype(np.float32)
@@ -175,7 +175,7 @@ def test_blocked_staging_matches_numpy(
         x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
     shape = (2, height + 2 * offsets[0] + 1, width + 2 * offsets[1], chans + 16)
     got, expected = np.full(shape, np.nan, np.float32), np.full(shape, np.nan, np.float32)
-    _pad(x, got, offsets, (1, 1))
+    pad(x, got, offsets, (1, 1))
     grouped_stage.pad(x, expected, offsets)
     np.testing.assert_array_equal(got, expected)
     if chans % 16 == 0 and layout == "NCHW":

@@ -178,7 +178,7 @@ def lanes_into_rows(src, dst, kyxc):
 def flipped_into_lanes(src, dst, kyxc):
     """``dst[kb, T-1-t, j, l] = src[g*W + j, (h*16 + l)*T + t]`` (``t*W + h*16 + l`` where
     ``kyxc``) for lane block ``kb = g*W/16 + h``: the backward-data arrangement
-    (:func:`miocore_direct.grouped_vector._arranged_weights`) of the ``(K, W*T)`` rows of
+    (:func:`miocore_direct.grouped_arrange.arranged_weights`) of the ``(K, W*T)`` rows of
     :func:`rows_into_lanes`, ``T <= 16``. Channels-last rows hold each vector whole; a KCYX
     row's ``16 x T`` matrix of one lane block is copied into a scratch run, which one
     transpose of a 16x16 block (its rows ``T`` apart, overlapping) turns into ``T`` vectors."""

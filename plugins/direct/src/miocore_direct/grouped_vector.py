@@ -1,21 +1,23 @@
 """The explicit-vector path of ``direct.grouped`` (:mod:`miocore_direct.grouped_simd`): plan
-and invoker for groups as wide in as out of 2, 4, 8 or 16 channels.
+and invoker for groups as wide in as out of 2, 4, 8, 16 or 32 channels.
 
 Channels are padded to a multiple of the kernels' vector width (whole zero groups, with zero
 weights), so any group count runs; where that padding is empty and the caller's tensor is
 packed float32 NHWC, the kernels write it directly. The input (x, or dy for backward data) is
-staged zero-padded (:mod:`miocore_direct.grouped_stage`, or for packed float32 NCHW the blocked
-transposes of :mod:`miocore_direct.grouped_transpose`), the weights rearranged per block of
-``V`` output lanes. A strided backward-data pass runs one kernel call per stride phase (the
-dx pixels ``(r + a*sh, c + b*sw)`` of one ``(r, c)``) with that phase's taps only, instead of
-the zero-inserted dy of the shifted-diagonal path (``sh*sw`` times the multiply-adds).
+staged zero-padded (:mod:`miocore_direct.grouped_arrange`; one image at a time where a whole
+batch would leave the caches), the weights rearranged per block of ``V`` output lanes. A
+strided backward-data pass runs one kernel call per stride phase (the dx pixels ``(r + a*sh,
+c + b*sw)`` of one ``(r, c)``) with that phase's taps only, instead of the zero-inserted dy of
+the shifted-diagonal path (``sh*sw`` times the multiply-adds).
 
 16-wide groups whose column taps, stride and dilation have a sliding-window kernel
 (:mod:`miocore_direct.grouped_slide`) run that one; with packed float32 NCHW tensors (or
 NHWC at a stride, forward and backward weights) its self-staging form
 (:mod:`miocore_direct.grouped_fused`), which stages each group's block itself instead of the
 passes over the whole tensors above, and for NCHW strided backward data every phase in one
-self-staging kernel (:mod:`miocore_direct.grouped_phases`).
+self-staging kernel (:mod:`miocore_direct.grouped_phases`; 8-wide groups too, and their NCHW
+backward weights self-staged). 32-wide groups run the sliding-window kernels of
+:mod:`miocore_direct.grouped_wide`, self-staged for packed float32 tensors.
 """
 
 from __future__ import annotations
@@ -24,6 +26,13 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from miocore import ConvProblem, DataType, Direction, InvokeParams
+from miocore_direct.grouped_arrange import (
+    arranged_weights,
+    fast_nchw,
+    kyxc_weights,
+    pad,
+    weight_rows,
+)
 from miocore_direct.grouped_fused import (
     SLACK,
     FusedPass,
@@ -274,115 +283,6 @@ def _kernel(width: int, shape: tuple[int, int, int] | None, phase: bool) -> Any:
     return grouped_simd.forward_kernel(width)
 
 
-def _arranged_weights(w: np.ndarray, width: int, dst: np.ndarray, transpose: bool) -> None:
-    """``dst[kb, tap, i, l]`` for channel ``k = kb*V + l`` (zero for padding channels ``k >=
-    K``): forward ``w[k, i, fy, fx]``; ``transpose`` (backward data, ``k = g*W + i`` an input
-    channel and ``i`` standing for an output lane ``j`` of its group) ``w[g*W + j, k % W,
-    FY-1-fy, FX-1-fx]``."""
-    import numpy as np
-
-    k, _, fy, fx = w.shape
-    blocks, taps, _, lanes = dst.shape
-    rows = _weight_rows(w, width, k == blocks * lanes and (fy * fx <= 16 or not transpose))
-    if rows is not None:
-        from miocore_direct.grouped_transpose import flipped_into_lanes, rows_into_lanes
-
-        (flipped_into_lanes if transpose else rows_into_lanes)(rows, dst, not w.flags.c_contiguous)
-        return
-    if k == blocks * lanes and width > lanes:  # a group of several lane blocks: one copy
-        parts = width // lanes  # lane blocks per group
-        if transpose:  # w[g*W + j, mb*V + l] of input channel (g*W + mb*V + l), lane j
-            w6 = w.reshape(k // width, width, parts, lanes, fy, fx)[..., ::-1, ::-1]
-            picked = w6.transpose(0, 2, 4, 5, 1, 3)
-        else:
-            picked = w.reshape(blocks, lanes, width, fy, fx).transpose(0, 3, 4, 2, 1)
-        np.copyto(dst.reshape(picked.shape), picked, casting="unsafe")
-        return
-    if k == blocks * lanes:  # one strided copy (2-3x faster than through a padded array)
-        per_block = lanes // width
-        w6 = w.reshape(blocks, per_block, width, width, fy, fx)
-        if transpose:
-            picked = w6[..., ::-1, ::-1].transpose(0, 4, 5, 2, 1, 3)
-        else:
-            picked = w6.transpose(0, 4, 5, 3, 1, 2)
-        np.copyto(dst.reshape(blocks, fy, fx, width, per_block, width), picked, casting="unsafe")
-        return
-    if transpose:
-        split = w.reshape(k // width, width, width, fy, fx)[:, :, :, ::-1, ::-1]
-        src = split.transpose(3, 4, 1, 0, 2).reshape(taps, width, k)
-    else:
-        src = w.transpose(2, 3, 1, 0).reshape(taps, width, k)
-    full = np.zeros((taps, width, blocks * lanes), np.float32)
-    np.copyto(full[:, :, :k], src, casting="unsafe")
-    np.copyto(dst, full.reshape(taps, width, blocks, lanes).transpose(2, 0, 1, 3))
-
-
-def _kyxc_weights(w: np.ndarray) -> np.ndarray:
-    """The caller's ``(K, C, FY, FX)`` weights as a flat float32 KYXC array (a view where
-    they are one)."""
-    import numpy as np
-
-    return np.ascontiguousarray(w.transpose(0, 2, 3, 1), np.float32).reshape(-1)
-
-
-def _weight_rows(w: np.ndarray, width: int, filled: bool) -> np.ndarray | None:
-    """The caller's ``(K, W, FY, FX)`` weights as the ``(K, W*FY*FX)`` rows that
-    :mod:`miocore_direct.grouped_transpose` rearranges (a view of packed float32 KCYX or KYXC
-    weights of 16- or 32-wide groups filling every lane block, ``filled``), else None."""
-    import numpy as np
-
-    if not (filled and width in (16, WIDE) and w.dtype == np.float32):
-        return None
-    for order in ((0, 1, 2, 3), (0, 2, 3, 1)):
-        view = w.transpose(order)
-        if view.flags.c_contiguous:
-            return view.reshape(w.shape[0], -1)
-    return None
-
-
-def _fast_nchw(array: np.ndarray) -> bool:
-    """Whether :mod:`miocore_direct.grouped_transpose` copies this caller tensor: packed
-    float32 NCHW with channels in whole blocks."""
-    import numpy as np
-
-    return array.dtype == np.float32 and array.flags.c_contiguous and array.shape[1] % 16 == 0
-
-
-def _pad(
-    array: np.ndarray,
-    dst: np.ndarray,
-    offsets: tuple[int, int, int],
-    steps: tuple[int, int] = (1, 1),
-) -> None:
-    """:func:`miocore_direct.grouped_stage.pad` (channel offset 0), through
-    :mod:`miocore_direct.grouped_transpose` where the caller's tensor is packed float32 (NCHW
-    or NHWC) with channels in whole blocks and lies whole inside ``dst``."""
-    import numpy as np
-
-    from miocore_direct import grouped_stage as stage
-
-    _, c, h, w = array.shape
-    top, left, _ = offsets
-    inside = top >= 0 and top + h <= dst.shape[1] and left >= 0 and left + w <= dst.shape[2]
-    nhwc = array.transpose(0, 2, 3, 1)
-    fast_nhwc = array.dtype == np.float32 and nhwc.flags.c_contiguous and c % 16 == 0
-    if not (steps == (1, 1) and inside and (fast_nhwc or _fast_nchw(array))):
-        stage.pad(array, dst, offsets, steps)
-        return
-    from miocore_direct.grouped_transpose import nchw_into_padded, nhwc_into_padded
-
-    dst[:, :top] = 0.0  # the margins; the copy below writes the rest
-    dst[:, top + h :] = 0.0
-    band = dst[:, top : top + h]
-    band[:, :, :left] = 0.0
-    band[:, :, left + w :] = 0.0
-    band[:, :, left : left + w, c:] = 0.0
-    if fast_nhwc:
-        nhwc_into_padded(nhwc, dst, top, left)
-    else:
-        nchw_into_padded(array, dst, top, left)
-
-
 class VectorInvoker(PooledInvoker):
     """Stages, runs the generated vector kernel and writes the result back."""
 
@@ -399,7 +299,7 @@ class VectorInvoker(PooledInvoker):
             self._unarrange(wa, params.w)
             return
         if plan.direction is Direction.BACKWARD_WEIGHTS:
-            _pad(params.x, padded, plan.offsets)
+            pad(params.x, padded, plan.offsets)
             dy = self._other(params.y, region, load=True)
             if plan.shape:
                 kernel = grouped_slide.weights_kernel(plan.shape)
@@ -415,9 +315,9 @@ class VectorInvoker(PooledInvoker):
         backward = plan.direction is Direction.BACKWARD_DATA
         src, dst = (params.y, params.x) if backward else (params.x, params.y)
         if plan.fused and plan.fused.direct_w:  # the kernel reads the KYXC weights in place
-            run_forward(plan.fused, _kyxc_weights(params.w), padded, src, dst)
+            run_forward(plan.fused, kyxc_weights(params.w), padded, src, dst)
             return
-        _arranged_weights(params.w, plan.width, wa, backward)
+        arranged_weights(params.w, plan.width, wa, backward)
         if plan.fused:
             run_forward(plan.fused, wa, padded, src, dst)
             return
@@ -429,7 +329,7 @@ class VectorInvoker(PooledInvoker):
             self._phase_weights(wa, phase_w)
         n = src.shape[0]
         for part in [slice(i, i + 1) for i in range(n)] if plan.per_image else [slice(0, n)]:
-            _pad(src[part], padded, plan.offsets)
+            pad(src[part], padded, plan.offsets)
             self._passes(wa, padded, out[part], phase_w)
         if out is not region:
             return
@@ -447,7 +347,7 @@ class VectorInvoker(PooledInvoker):
 
         plan = self.plan
         self._phase_weights(wa, phase_w)
-        out = dx if _fast_nchw(dx) else np.empty(dx.shape, np.float32)
+        out = dx if fast_nchw(dx) else np.empty(dx.shape, np.float32)
         flat_dy, flat_dx = _packed(dy, True), out.reshape(-1)
         kernel = phases_kernel(plan.width)
         kernel(flat_dy, phase_w, flat_dx, plan.phase_dims, plan.table, bufs, True)
@@ -507,7 +407,7 @@ class VectorInvoker(PooledInvoker):
 
         k, width, fy, fx = w.shape
         blocks, taps, _, lanes = dwa.shape
-        rows = _weight_rows(w, width, k == blocks * lanes)
+        rows = weight_rows(w, width, k == blocks * lanes)
         if rows is not None:
             from miocore_direct.grouped_transpose import lanes_into_rows
 
@@ -528,7 +428,7 @@ class VectorInvoker(PooledInvoker):
             return view
         if load:
             chans = self.plan.chans
-            if _fast_nchw(array) and chans == region.shape[3]:
+            if fast_nchw(array) and chans == region.shape[3]:
                 from miocore_direct.grouped_transpose import nchw_into_padded
 
                 nchw_into_padded(array, region, 0, 0)

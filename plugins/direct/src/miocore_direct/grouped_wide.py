@@ -71,7 +71,7 @@ def weight_steps(fy_n: int, fx_n: int, direct: bool) -> tuple[int, ...]:
     ``fy_n x fx_n`` filter: group ``g``'s filter row ``fy`` starts at ``g*gs + base +
     fy*fys``, its column tap ``f`` at ``f*fs`` on, input channel ``i`` at ``i*ist`` on, block
     ``2g + 1`` at ``w1`` on. The arranged weights
-    (:func:`miocore_direct.grouped_vector._arranged_weights`, ``(K/16, T, 32, 16)``), or
+    (:func:`miocore_direct.grouped_arrange.arranged_weights`, ``(K/16, T, 32, 16)``), or
     ``direct``: the caller's packed float32 KYXC weights read as backward data's flipped
     filter (lane ``l`` of block ``2g + h``'s vector of tap ``t`` and channel ``i`` is ``w[g*32
     + i, T-1-t, h*16 + l]``, a vector in place: no rearranging pass)."""
