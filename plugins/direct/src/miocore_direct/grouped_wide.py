@@ -36,7 +36,8 @@ PART = 8
 #: per 16-channel block; 1024x14x14: 0.12, 0.20, 0.27 ms).
 CHUNK = 4
 #: Bumped with any change to :func:`miocore_direct.grouped_blocks.stage_blocks`, which the
-#: self-staging kernels call (numba's disk cache keys a kernel on its own module only).
+#: self-staging kernels here and :func:`miocore_direct.grouped_fused.weights_source` call
+#: (numba's disk cache keys a kernel on its own module only; their sources name it).
 REVISION = 1
 #: (column taps, stride, dilation) compiled: 3x3 at stride 1 and 2, and the one- and two-tap
 #: column phases of stride-2 backward data.
