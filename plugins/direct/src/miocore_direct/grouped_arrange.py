@@ -11,13 +11,6 @@ from typing import TYPE_CHECKING
 
 from miocore_direct.grouped_wide import WIDTH as WIDE
 
-#: Bytes of a packed float32 NHWC input up to which :func:`pad` copies it on the calling thread:
-#: under OpenMP's passive wait policy (:mod:`miocore_direct.openmp`) a parallel region wakes
-#: the pool, 40-52 µs on the development VM (2 vCPUs), while the whole copy takes 16 µs
-#: (512x14x14) to 27 µs (256x28x28) on one thread, and two threads copied it no faster where
-#: the pool was awake (issue 18, 2026-11-27).
-SERIAL_PAD_BYTES = 1 << 20
-
 if TYPE_CHECKING:
     import numpy as np
 
@@ -117,11 +110,7 @@ def pad(
     if not (steps == (1, 1) and inside and (fast_nhwc or fast_nchw(array))):
         stage.pad(array, dst, offsets, steps)
         return
-    from miocore_direct.grouped_transpose import (
-        nchw_into_padded,
-        nhwc_into_padded,
-        nhwc_into_padded_serial,
-    )
+    from miocore_direct.grouped_transpose import nchw_into_padded, nhwc_into_padded
 
     dst[:, :top] = 0.0  # the margins; the copy below writes the rest
     dst[:, top + h :] = 0.0
@@ -129,9 +118,7 @@ def pad(
     band[:, :, :left] = 0.0
     band[:, :, left + w :] = 0.0
     band[:, :, left : left + w, c:] = 0.0
-    if fast_nhwc and array.nbytes <= SERIAL_PAD_BYTES:
-        nhwc_into_padded_serial(nhwc, dst, top, left)
-    elif fast_nhwc:
+    if fast_nhwc:
         nhwc_into_padded(nhwc, dst, top, left)
     else:
         nchw_into_padded(array, dst, top, left)
