@@ -324,7 +324,8 @@ PY
     cat /tmp/tritondb/shards/*/log.jsonl > "$OUT/triton_tune_log.jsonl"
     cp /tmp/tritondb/manifest.json "$OUT/triton_manifest.json"
     mkdir -p /tmp/merged && cp miocore/data/db/sm90_132.db /tmp/merged/
-    python3 benchmarks/merge_db.py --into /tmp/merged/sm90_132.db /tmp/tritondb/sm90_132.db |
+    python3 benchmarks/merge_db.py --existing-keys-only --into /tmp/merged/sm90_132.db \
+      /tmp/tritondb/sm90_132.db |
       tee "$OUT/merge.log"
     timeout 240 python3 -m miocore heuristic train --db /tmp/merged/sm90_132.db --out /tmp/merged \
       --wti-only --backend cuda 2>&1 | tee "$OUT/wti.log" | tail -5
