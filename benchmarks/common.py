@@ -41,10 +41,15 @@ def geomean(values: list[float]) -> float:
 
 def machine() -> str:
     """A one-line description of this machine, with the kernels numpy's OpenBLAS runs (a VM
-    hiding an AVX-512 CPU's model gets its Haswell ones: miocore.backends.cpu_blas)."""
+    hiding an AVX-512 CPU's model gets its Haswell ones: miocore.backends.cpu_blas) and the
+    BLAS miocore's CPU solvers run their GEMMs on (miocore.backends.cpu_gemm)."""
     import os
 
     from threadpoolctl import threadpool_info
+
+    from miocore.backends.cpu_gemm import own_blas
+
+    own = own_blas()
 
     blas = [
         f"{lib['internal_api']} {lib.get('version', '')} {lib.get('architecture', '')}".strip()
@@ -55,6 +60,11 @@ def machine() -> str:
         f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, "
         f"Python {platform.python_version()}, numpy {np.__version__}"
         + (f" ({', '.join(blas)})" if blas else "")
+        + (
+            f"; miocore's GEMMs: own OpenBLAS {own.corename}"
+            if own
+            else "; miocore's GEMMs: numpy's"
+        )
     ).replace("  ", " ")
 
 

@@ -6,7 +6,8 @@ model (the development VM reports "AMD EPYC" without its family) gets OpenBLAS's
 ``OPENBLAS_CORETYPE=SkylakeX`` set before numpy loads (2026-11-27), while oneDNN, which reads
 the feature flags, runs its AVX-512 code. Every GEMM-based CPU solver then runs at under half
 its speed, and find's choices follow. Checked once, on a find's first CPU timing (never on a
-FindDb hit): threadpoolctl inspects the loaded libraries.
+FindDb hit): threadpoolctl inspects the loaded libraries. Where miocore's own OpenBLAS
+(:mod:`miocore.backends.cpu_gemm`) runs the solvers' GEMMs instead, there is nothing to warn of.
 """
 
 from __future__ import annotations
@@ -46,16 +47,22 @@ def blas_mismatch(flags: frozenset[str], libraries: list[dict]) -> str | None:
                 f"OpenBLAS {lib.get('version', '')} ({lib.get('filepath', '?')}) runs its "
                 f"{arch or 'generic'} kernels on a CPU with AVX-512 (a CPU model it does not "
                 "know, as on some virtual machines): GEMM-based CPU solvers run at under half "
-                "their speed. Set OPENBLAS_CORETYPE=SkylakeX before numpy is imported."
+                "their speed. Install scipy-openblas32 (miocore then runs its GEMMs on an "
+                "OpenBLAS of its own) or set OPENBLAS_CORETYPE=SkylakeX before numpy is imported."
             )
     return None
 
 
 def warn_if_narrow() -> str | None:
-    """Log :func:`blas_mismatch` for the libraries this process has loaded (a warning); the
-    sentence, or None. The CPU backend calls it once per process."""
+    """Log :func:`blas_mismatch` for the libraries this process has loaded (a warning) unless
+    the solvers' GEMMs run on miocore's own OpenBLAS; the sentence, or None. The CPU backend
+    calls it once per process."""
     from threadpoolctl import threadpool_info
 
+    from miocore.backends.cpu_gemm import own_blas
+
+    if own_blas() is not None:
+        return None
     found = blas_mismatch(cpu_flags(), threadpool_info())
     if found:
         _log.warning(found)

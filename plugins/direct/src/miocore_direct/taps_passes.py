@@ -1,5 +1,5 @@
 """The per-tap passes of ``direct.taps`` (forward, backward data, backward weights) and its
-invoker: one sgemm per tap with beta=1 accumulation, or a vectorised multiply-add per tap for
+invoker: one GEMM per tap with beta=1 accumulation, or a vectorised multiply-add per tap for
 depthwise-like groups. The buffers and their index algebra are :mod:`miocore_direct.taps_plan`'s.
 """
 
@@ -11,26 +11,13 @@ from typing import Any
 import numpy as np
 
 from miocore import Direction, InvokeParams
+from miocore.backends.cpu_gemm import gemm
 from miocore_direct.taps_plan import TapsPlan
 
 
-def sgemm(*args: Any, **kwargs: Any) -> Any:
-    """SciPy's BLAS sgemm, imported on first use: importing scipy.linalg costs about half a
-    second, which a process answering from its FindDb never needs to pay."""
-    from scipy.linalg.blas import sgemm as blas_sgemm
-
-    return blas_sgemm(*args, **kwargs)
-
-
 def _gemm_into(c: np.ndarray, a: np.ndarray, b: np.ndarray, beta: float, trans_b: bool) -> None:
-    """``c = a @ op(b) + beta * c`` in place; a, b, c C-contiguous float32 2-D arrays.
-
-    sgemm is Fortran-ordered, so it computes ``c.T = op(b).T @ a.T`` on the transposed views
-    (all Fortran-contiguous, hence passed without copies).
-    """
-    result = sgemm(1.0, b.T, a.T, beta=beta, c=c.T, overwrite_c=1, trans_a=int(trans_b))
-    if result.ctypes.data != c.ctypes.data:  # f2py copied c after all: write the result back
-        c[...] = result.T
+    """``c = a @ op(b) + beta * c`` in place; a, b, c C-contiguous float32 2-D arrays."""
+    gemm(a, b.T if trans_b else b, c, beta)
 
 
 def _forward(plan: TapsPlan, wst: np.ndarray, pbuf: np.ndarray, qbuf: np.ndarray, tmp: Any) -> None:
@@ -91,21 +78,9 @@ def _backward_weights(plan: TapsPlan, dw: np.ndarray, pbuf: np.ndarray, qbuf: np
                         dw[:, t, k, c] = part
                 continue
             for g in range(plan.g):
-                # dW[t] (K/g, C/g) = dY^T (K/g, rows) @ P window (rows, C/g); in sgemm's
-                # Fortran terms dW[t]^T = Pwin^T @ dY.
-                c = dw[g, t]
+                # dW[t] (K/g, C/g) = dY^T (K/g, rows) @ P window (rows, C/g).
                 window = pbuf[g, phase, off + j0 : off + j1]
-                result = sgemm(
-                    1.0,
-                    window.T,
-                    qbuf[g, j0:j1].T,
-                    beta=float(block > 0),
-                    c=c.T,
-                    overwrite_c=1,
-                    trans_b=1,
-                )
-                if result.ctypes.data != c.ctypes.data:
-                    c[...] = result.T
+                gemm(qbuf[g, j0:j1].T, window, dw[g, t], float(block > 0))
 
 
 class TapsInvoker:

@@ -27,6 +27,7 @@ from miocore import (
     TensorDescriptor,
     WorkspaceError,
 )
+from miocore.backends.cpu_gemm import matmul
 from miocore.values import evolve
 from miocore_gemm._plan import F32, GemmPlan, merged_stride
 
@@ -276,23 +277,23 @@ def run_plan(plan: GemmPlan, params: InvokeParams) -> None:
 
 def _gemm_forward(plan: GemmPlan, w: np.ndarray, col: np.ndarray, y: np.ndarray) -> None:
     if plan.channels_last:  # y(G, BP, Kg) = col(G, BP, R) @ w^T(G, R, Kg)
-        np.matmul(col.swapaxes(0, 1), w.swapaxes(1, 2), out=y.swapaxes(0, 1))
+        matmul(col.swapaxes(0, 1), w.swapaxes(1, 2), y.swapaxes(0, 1))
     else:  # y(B, G, Kg, P) = w(G, Kg, R) @ col(B, G, R, P)
-        np.matmul(w, col, out=y)
+        matmul(w, col, y)
 
 
 def _gemm_backward_data(plan: GemmPlan, w: np.ndarray, dy: np.ndarray, dcol: np.ndarray) -> None:
     if plan.channels_last:  # dcol(G, BP, R) = dy(G, BP, Kg) @ w(G, Kg, R)
-        np.matmul(dy.swapaxes(0, 1), w, out=dcol.swapaxes(0, 1))
+        matmul(dy.swapaxes(0, 1), w, dcol.swapaxes(0, 1))
     else:  # dcol(B, G, R, P) = w^T(G, R, Kg) @ dy(B, G, Kg, P)
-        np.matmul(w.swapaxes(1, 2), dy, out=dcol)
+        matmul(w.swapaxes(1, 2), dy, dcol)
 
 
 def _gemm_backward_weights(plan: GemmPlan, dy: np.ndarray, col: np.ndarray, dw: np.ndarray) -> None:
     if plan.channels_last:  # dw(G, Kg, R) = dy^T(G, Kg, BP) @ col(G, BP, R)
-        np.matmul(dy.transpose(1, 2, 0), col.swapaxes(0, 1), out=dw)
+        matmul(dy.transpose(1, 2, 0), col.swapaxes(0, 1), dw)
     else:  # dw(G, Kg, R) = dy(G, Kg, BP) @ col^T(G, BP, R)
-        np.matmul(dy, col.swapaxes(1, 2), out=dw)
+        matmul(dy, col.swapaxes(1, 2), dw)
 
 
 def _gemm_backward_weights_t(
@@ -301,9 +302,9 @@ def _gemm_backward_weights_t(
     """dW^T (G, R, Kg), C-contiguous: with a long (b, pixel) reduction OpenBLAS runs this 2 to
     10 times faster than dW = dy @ col^T (interleaved measurements, ResNet-50 shapes)."""
     if plan.channels_last:  # dwt(G, R, Kg) = col^T(G, R, BP) @ dy(G, BP, Kg)
-        np.matmul(col.transpose(1, 2, 0), dy.swapaxes(0, 1), out=dwt)
+        matmul(col.transpose(1, 2, 0), dy.swapaxes(0, 1), dwt)
     else:  # dwt(G, R, Kg) = col(G, R, BP) @ dy^T(G, BP, Kg)
-        np.matmul(col, dy.swapaxes(1, 2), out=dwt)
+        matmul(col, dy.swapaxes(1, 2), dwt)
 
 
 class PlanInvoker:

@@ -28,6 +28,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from miocore import Direction, WorkspaceError
+from miocore.backends.cpu_gemm import gemm, matmul
 from miocore_igemm.plans import (
     TAP,
     Geometry,
@@ -42,14 +43,6 @@ _F32 = np.dtype(np.float32)
 
 # ---------------------------------------------------------------------------------------------
 # Small helpers.
-
-
-def sgemm(*args: Any, **kwargs: Any) -> Any:
-    """SciPy's BLAS sgemm, imported on first use: importing scipy.linalg costs about half a
-    second, which a process answering from its FindDb never needs to pay."""
-    from scipy.linalg.blas import sgemm as blas_sgemm
-
-    return blas_sgemm(*args, **kwargs)
 
 
 def _carve(workspace: Any, plan: Plan) -> dict[str, np.ndarray]:
@@ -93,31 +86,6 @@ def _view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 def _copy(dst: np.ndarray, src: np.ndarray) -> None:
     # float32 <-> float16/bfloat16 conversions are the point of staging, so cast freely.
     np.copyto(dst, src, casting="unsafe")
-
-
-def _fortran(m: np.ndarray) -> tuple[np.ndarray, int]:
-    """``(array, trans)`` with ``op(array) == m.T`` and ``array`` Fortran-contiguous."""
-    if m.flags.c_contiguous:
-        return m.T, 0
-    if m.flags.f_contiguous:
-        return m, 1
-    raise AssertionError("GEMM operand must be contiguous or a transposed contiguous array")
-
-
-def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, beta: float) -> None:
-    """``c = a @ b + beta * c`` in place through BLAS sgemm (2-D float32 arrays).
-
-    Row-major ``c = a @ b`` is column-major ``c.T = b.T @ a.T``, so the C-contiguous arrays
-    are handed to the Fortran routine as their (Fortran-contiguous) transposes.
-    """
-    bf, tb = _fortran(b)
-    af, ta = _fortran(a)
-    ct = c.T
-    if not (c.flags.c_contiguous and c.dtype == _F32):
-        raise AssertionError("GEMM output must be a C-contiguous float32 array")
-    got = sgemm(1.0, bf, af, beta=beta, c=ct, trans_a=tb, trans_b=ta, overwrite_c=1)
-    if got.ctypes.data != c.ctypes.data:  # f2py copied instead of writing in place
-        raise AssertionError("sgemm did not write its output in place")
 
 
 def _mem(a: np.ndarray, channels_last: bool) -> np.ndarray:
@@ -428,14 +396,14 @@ def run_block(plan: Plan, geo: Geometry, x: np.ndarray, w: np.ndarray, y: np.nda
             col = _gather(bufs["col"], view, geo, blk)
             if alias["y"]:
                 yb = _block_matrix(yblk, geo)
-                np.matmul(col, wmat.mT, out=yb) if cl else np.matmul(wmat, col, out=yb)
+                matmul(col, wmat.mT, yb) if cl else matmul(wmat, col, yb)
                 continue
             shape = (g, b, kg) if cl else (g, kg, b)
             out = _view(bufs["out"][: g * b * kg], shape)
             if cl:
-                np.matmul(col, wmat.mT, out=out)
+                matmul(col, wmat.mT, out)
             else:
-                np.matmul(wmat, col, out=out)
+                matmul(wmat, col, out)
             _copy(yblk, _view(out, yblk.shape))
             continue
         # the output gradient of this block as a float32 matrix
@@ -456,10 +424,10 @@ def run_block(plan: Plan, geo: Geometry, x: np.ndarray, w: np.ndarray, y: np.nda
             else:
                 gemm(dyb[0], col[0].T, wmat[0], beta)
         elif i == 0:
-            np.matmul(dyb.mT, col, out=wmat) if cl else np.matmul(dyb, col.mT, out=wmat)
+            matmul(dyb.mT, col, wmat) if cl else matmul(dyb, col.mT, wmat)
         else:
             tmp = bufs["tmp"]
-            np.matmul(dyb.mT, col, out=tmp) if cl else np.matmul(dyb, col.mT, out=tmp)
+            matmul(dyb.mT, col, tmp) if cl else matmul(dyb, col.mT, tmp)
             np.add(wmat, tmp, out=wmat)
     if d is Direction.BACKWARD_DATA and "xp" in bufs:
         _copy(xm, _interior(bufs["xp"], geo, 1 if cl else 2))
@@ -477,7 +445,7 @@ def _scatter(colbuf, dyb, wmat, view, geo: Geometry, blk, b: int) -> None:
     tail = geo.out_sp[1:]
     if geo.channels_last:
         cgrad = _view(colbuf[:size], (g, b, t * cg))
-        np.matmul(dyb, wmat, out=cgrad)
+        matmul(dyb, wmat, cgrad)
         parts = _view(cgrad, (g, nb, r, *tail, *geo.filt, cg))
         target = view[n0:n1, r0:r1]  # (nb, R, *O1, *F, G, Cg)
         for tap in itertools.product(*(range(f) for f in geo.filt)):
@@ -487,7 +455,7 @@ def _scatter(colbuf, dyb, wmat, view, geo: Geometry, blk, b: int) -> None:
             np.add(dst, src, out=dst)
         return
     cgrad = _view(colbuf[:size], (g, cg * t, b))
-    np.matmul(wmat.mT, dyb, out=cgrad)
+    matmul(wmat.mT, dyb, cgrad)
     parts = _view(cgrad, (g, cg, *geo.filt, nb, r, *tail))
     for tap in itertools.product(*(range(f) for f in geo.filt)):
         sel = view[n0:n1][(slice(None), slice(None), slice(None), *tap, slice(r0, r1))]

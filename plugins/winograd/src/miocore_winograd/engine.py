@@ -32,6 +32,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from miocore import Direction, WorkspaceError
+from miocore.backends.cpu_gemm import matmul
 from miocore_winograd.plans import (
     TRANSFORM_COLUMNS,
     AxisRun,
@@ -159,8 +160,8 @@ def _separable(
     contraction of ``alpha`` each cost about a third of the flops of the Kronecker form.
     """
     ni = src.shape[0]
-    np.matmul(left_x, src, out=tmp)
-    np.matmul(left_y, tmp.reshape(ni, -1), out=out.reshape(left_y.shape[0], -1))
+    matmul(left_x, src, tmp)
+    matmul(left_y, tmp.reshape(ni, -1), out.reshape(left_y.shape[0], -1))
 
 
 def _run_correlation(
@@ -180,7 +181,7 @@ def _run_correlation(
     pieces = lay.view(ws, "pieces", (y.r, x.r, g, kout, v, cin))
     _filter_pieces(pieces, weights, run)
     u = lay.view(ws, "u", (a2, g, kout, vc))
-    np.matmul(g_mat, pieces.reshape(r2, -1), out=u.reshape(a2, -1))
+    matmul(g_mat, pieces.reshape(r2, -1), u.reshape(a2, -1))
     for chunk in chunks(plan.n, y.tiles, x.tiles, plan.block):
         pc = chunk.nb * chunk.tyb * x.tiles
         rest_c, rest_k = g * pc * vc, g * pc * kout
@@ -196,7 +197,7 @@ def _run_correlation(
         vt = lay.view(ws, "a", (ay, ax, rest_c))  # B^T d B, in place of d after the x stage
         _separable(bt_y, bt_x, d, lay.view(ws, "b", (ay, ax, rest_c)), vt)
         mm = lay.view(ws, "b", (a2, g, pc, kout))
-        np.matmul(vt.reshape(a2, g, pc, vc), u.transpose(0, 1, 3, 2), out=mm)
+        matmul(vt.reshape(a2, g, pc, vc), u.transpose(0, 1, 3, 2), mm)
         yt = lay.view(ws, "b", (y.m, x.m, rest_k))
         _separable(at_y, at_x, mm.reshape(ay, ax, rest_k), lay.view(ws, "a", (ay, x.m, rest_k)), yt)
         _scatter(out, yt.reshape(y.m, x.m, g, chunk.nb, chunk.tyb, x.tiles, kout), run, chunk)
@@ -217,7 +218,7 @@ def _filter_transform(g_mat: np.ndarray, pieces: np.ndarray, u: np.ndarray) -> N
     cols = pieces.shape[1]
     for c0 in range(0, cols, FILTER_COLUMNS):
         c1 = min(cols, c0 + FILTER_COLUMNS)
-        np.matmul(g_mat, pieces[:, c0:c1], out=u[:, c0:c1])
+        matmul(g_mat, pieces[:, c0:c1], u[:, c0:c1])
 
 
 def _tap_slice(taps: tuple[int, ...]) -> slice | None:
@@ -302,16 +303,16 @@ def _run_channel_major(
             c1 = min(cin, c0 + cs)
             d = lay.view(ws, "t", (ay, ax, c1 - c0, nb, tyb, tx))
             np.copyto(d, tiles[:, :, c0:c1])
-            np.matmul(b_mat, d.reshape(a2, -1), out=vt[:, c0:c1].reshape(a2, -1))
+            matmul(b_mat, d.reshape(a2, -1), vt[:, c0:c1].reshape(a2, -1))
         mm = lay.view(ws, "a", (a2, kout, pc))
         if kb == kout:
-            np.matmul(u, vt, out=mm)
+            matmul(u, vt, mm)
         else:
             for k0 in range(0, kout, kb):
                 k1 = min(kout, k0 + kb)
                 ub = lay.view(ws, "u", (a2, k1 - k0, cin))
                 _filter_transform(g_mat, flat[:, k0 * cin : k1 * cin], ub.reshape(a2, -1))
-                np.matmul(ub, vt, out=mm[:, k0:k1])
+                matmul(ub, vt, mm[:, k0:k1])
         ks = _sub_block(pc, kout)
         for k0 in range(0, kout, ks):  # output transform + scatter per channel block
             k1 = min(kout, k0 + ks)
@@ -319,9 +320,9 @@ def _run_channel_major(
             # x stage transposed, (ay, cols, ax) @ A_x -> (ay, cols, mx), so that the y stage
             # leaves (my, K, n, ty, tx, mx): (tx, mx) is a contiguous output row.
             t1 = lay.view(ws, "t", (ay, cols, x.m))
-            np.matmul(mm[:, k0:k1].reshape(ay, ax, cols).transpose(0, 2, 1), at_x.T, out=t1)
+            matmul(mm[:, k0:k1].reshape(ay, ax, cols).transpose(0, 2, 1), at_x.T, t1)
             yt = lay.view(ws, "t2", (y.m, k1 - k0, nb, tyb, tx * x.m))
-            np.matmul(at_y, t1.reshape(ay, -1), out=yt.reshape(y.m, -1))
+            matmul(at_y, t1.reshape(ay, -1), yt.reshape(y.m, -1))
             for i in range(y.m):
                 first = y.m * chunk.ty0 + i
                 cy = max(0, min(tyb, -(-(y.count - first) // y.m)))
@@ -383,14 +384,14 @@ def _run_weights(
         vdy = lay.view(ws, "vdy", (a2, g, pc, kout))
         _separable(g_y, g_x, dyt, lay.view(ws, "b", (y.m, ax, rest_k)), vdy)
         if first:
-            np.matmul(vx.transpose(0, 1, 3, 2), vdy, out=macc)
+            matmul(vx.transpose(0, 1, 3, 2), vdy, macc)
             first = False
         else:
             tmp = lay.view(ws, "mtmp", (a2, g, vc, kout))
-            np.matmul(vx.transpose(0, 1, 3, 2), vdy, out=tmp)
+            matmul(vx.transpose(0, 1, 3, 2), vdy, tmp)
             np.add(macc, tmp, out=macc)
     taps = lay.view(ws, "taps", (y.r, x.r, g, v, cin, kout))
-    np.matmul(a_t, macc.reshape(a2, -1), out=taps.reshape(r2, -1))
+    matmul(a_t, macc.reshape(a2, -1), taps.reshape(r2, -1))
     vi = 0
     for ty in y.terms:
         for tx in x.terms:

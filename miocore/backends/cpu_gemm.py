@@ -1,0 +1,341 @@
+"""The CPU solvers' single-precision GEMM: numpy's BLAS, or an OpenBLAS of miocore's own.
+
+numpy's OpenBLAS picks its kernels from the CPU model. Where it cannot read one (virtual
+machines that report "AMD EPYC" or a generic model), it runs its Haswell (AVX2) kernels on
+CPUs with AVX-512, at about half the speed oneDNN reaches on the same cores
+(:mod:`miocore.backends.cpu_blas` detects this). OpenBLAS reads ``OPENBLAS_CORETYPE`` only when
+it loads, long before miocore runs, so miocore loads a second OpenBLAS (the ``scipy-openblas32``
+wheel, symbols prefixed ``scipy_``, so it never clashes with numpy's) with the core type the
+CPU's feature flags call for, and the CPU solvers' float32 GEMMs go through it. Everywhere else
+(numpy's OpenBLAS already right, another BLAS, the wheel absent, other dtypes) the GEMMs are
+numpy's own ``matmul``.
+
+``MIOCORE_CPU_BLAS`` chooses: ``auto`` (the default: the own OpenBLAS only where numpy's runs
+narrower kernels than the CPU has), ``numpy``, ``openblas`` (the own OpenBLAS whenever it
+loads, with the core type the flags call for).
+
+The own library's threads follow threadpoolctl like every other pool (it finds the library by
+its ``libscipy_openblas`` prefix); on loading it takes the thread count numpy's BLAS has then,
+so a cap applied before it loaded holds for it too.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import logging
+import os
+import threading
+
+import numpy as np
+
+from miocore import env
+from miocore.errors import InvalidEnvironmentError
+
+__all__ = ["OwnOpenBlas", "coretype_for", "gemm", "matmul", "own_blas"]
+
+_log = logging.getLogger(__name__)
+
+_F32 = np.dtype(np.float32)
+_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+_INT_MAX = 2**31 - 1  # scipy-openblas32's blasint is 32-bit
+_CHOICES = ("auto", "numpy", "openblas")
+
+
+def coretype_for(flags: frozenset[str]) -> str | None:
+    """The OpenBLAS core type whose kernels a CPU with these feature flags runs best, where
+    that is an AVX-512 one (None otherwise: OpenBLAS's own choice is then right)."""
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
+        return "SkylakeX"
+    return None
+
+
+class OwnOpenBlas:
+    """``scipy-openblas32`` loaded with a chosen core type: ``sgemm`` and its strided batch."""
+
+    def __init__(self, path: str, coretype: str) -> None:
+        saved = os.environ.get("OPENBLAS_CORETYPE")
+        os.environ["OPENBLAS_CORETYPE"] = coretype  # read once, by the library's constructor
+        try:
+            lib = ctypes.CDLL(path)
+        finally:
+            if saved is None:
+                del os.environ["OPENBLAS_CORETYPE"]
+            else:
+                os.environ["OPENBLAS_CORETYPE"] = saved
+        lib.scipy_openblas_get_corename.restype = ctypes.c_char_p
+        self.path = path
+        self.corename = lib.scipy_openblas_get_corename().decode("ascii", "replace")
+        i, f, p = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
+        self._sgemm = lib.scipy_cblas_sgemm
+        self._sgemm.argtypes = [i, i, i, i, i, i, f, p, i, p, i, f, p, i]
+        self._sgemm.restype = None
+        self._batch = lib.scipy_cblas_sgemm_batch_strided
+        self._batch.argtypes = [i, i, i, i, i, i, f, p, i, i, p, i, i, f, p, i, i, i]
+        self._batch.restype = None
+        self._set_threads = lib.scipy_openblas_set_num_threads
+        self._set_threads.argtypes = [i]
+
+    def set_threads(self, threads: int) -> None:
+        """Size the library's thread pool."""
+        self._set_threads(max(1, int(threads)))
+
+    def sgemm(
+        self, a: _Operand, b: _Operand, c: _Operand, m: int, n: int, k: int, beta: float
+    ) -> None:
+        """Row-major ``c = a @ b + beta * c`` for one matrix each."""
+        self._sgemm(
+            _ROW_MAJOR, a.trans, b.trans, m, n, k, 1.0, a.ptr, a.ld, b.ptr, b.ld, beta, c.ptr, c.ld
+        )
+
+    def sgemm_batch(
+        self, a: _Operand, b: _Operand, c: _Operand, m: int, n: int, k: int, beta: float, count: int
+    ) -> None:
+        """Row-major ``c[i] = a[i] @ b[i] + beta * c[i]`` for ``count`` evenly strided matrices."""
+        self._batch(
+            _ROW_MAJOR, a.trans, b.trans, m, n, k, 1.0,
+            a.ptr, a.ld, a.step, b.ptr, b.ld, b.step, beta, c.ptr, c.ld, c.step, count,
+        )  # fmt: skip
+
+
+class _Operand:
+    """One matrix operand in BLAS terms: pointer, transpose flag, leading dimension, batch step
+    (all in float32 elements)."""
+
+    __slots__ = ("ld", "ptr", "step", "trans")
+
+    def __init__(self, ptr: int, trans: int, ld: int, step: int) -> None:
+        self.ptr, self.trans, self.ld, self.step = ptr, trans, ld, step
+
+
+_lock = threading.Lock()
+_chosen: tuple[str, OwnOpenBlas | None] | None = None
+
+
+def _choice() -> str:
+    value = env.get("MIOCORE_CPU_BLAS", "auto").strip().lower()
+    if value not in _CHOICES:
+        raise InvalidEnvironmentError(
+            f"expected one of {', '.join(_CHOICES)}", field="MIOCORE_CPU_BLAS", value=value
+        )
+    return value
+
+
+def _load(choice: str) -> OwnOpenBlas | None:
+    from miocore.backends.cpu_blas import AVX512_CORETYPES, blas_mismatch, cpu_flags
+
+    if choice == "numpy":
+        return None
+    flags = cpu_flags()
+    coretype = coretype_for(flags)
+    if coretype is None:
+        return None
+    from threadpoolctl import threadpool_info
+
+    numpy_pools = threadpool_info()
+    if choice == "auto" and blas_mismatch(flags, numpy_pools) is None:
+        return None
+    path = _wheel_library()
+    if path is None:
+        _log.info("scipy-openblas32 is not installed: the CPU solvers' GEMMs stay on numpy's BLAS")
+        return None
+    try:
+        own = OwnOpenBlas(path, coretype)
+    except (OSError, AttributeError) as exc:
+        _log.warning("could not load %s (%s): GEMMs stay on numpy's BLAS", path, exc)
+        return None
+    if own.corename.lower() not in AVX512_CORETYPES:
+        # Someone loaded the wheel's library before (importing scipy_openblas32 does): it kept
+        # the core type it chose then, and gains nothing over numpy's.
+        _log.info(
+            "%s was loaded before with %s kernels: GEMMs stay on numpy's BLAS", path, own.corename
+        )
+        return None
+    blas = [p for p in numpy_pools if p.get("user_api") == "blas"]
+    if blas:
+        own.set_threads(int(blas[0].get("num_threads") or 1))
+    _log.info("CPU GEMMs through %s (%s kernels)", own.path, own.corename)
+    return own
+
+
+def _wheel_library() -> str | None:
+    """The shared library of the ``scipy-openblas32`` wheel, found without importing the
+    package (its ``__init__`` loads the library, before a core type could be set)."""
+    spec = importlib.util.find_spec("scipy_openblas32")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    libdir = os.path.join(next(iter(spec.submodule_search_locations)), "lib")
+    try:
+        names = sorted(n for n in os.listdir(libdir) if n.startswith("libscipy_openblas"))
+    except OSError:
+        return None
+    return os.path.join(libdir, names[0]) if names else None
+
+
+def own_blas() -> OwnOpenBlas | None:
+    """The own OpenBLAS the CPU solvers' GEMMs run on, or None where they use numpy's. Chosen
+    once per process and per ``MIOCORE_CPU_BLAS`` value."""
+    global _chosen
+    choice = _choice()
+    current = _chosen
+    if current is not None and current[0] == choice:
+        return current[1]
+    with _lock:
+        if _chosen is None or _chosen[0] != choice:
+            _chosen = (choice, _load(choice))
+        return _chosen[1]
+
+
+def _matrix(arr: np.ndarray, output: bool) -> tuple[int, int] | None:
+    """``(trans, ld)`` of a 2-D view in row-major BLAS terms, or None where BLAS cannot take it
+    (no unit stride; an output must have its columns contiguous)."""
+    rows, cols = arr.shape[-2:]
+    rs, cs = (s // 4 for s in arr.strides[-2:])
+    if any(s % 4 for s in arr.strides[-2:]):
+        return None
+    if cs == 1 or cols == 1:
+        ld = rs if rows > 1 else cols
+        return (_NO_TRANS, ld) if ld >= max(cols, 1) else None
+    if output:
+        return None
+    if rs == 1 or rows == 1:
+        ld = cs if cols > 1 else rows
+        return (_TRANS, ld) if ld >= max(rows, 1) else None
+    return None
+
+
+def _operand(arr: np.ndarray, step: int, output: bool = False) -> _Operand | None:
+    found = _matrix(arr, output)
+    if found is None or not arr.flags.aligned:
+        return None
+    return _Operand(arr.ctypes.data, found[0], found[1], step)
+
+
+def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, beta: float = 0.0) -> None:
+    """``c = a @ b + beta * c`` in place, for 2-D float32 arrays; ``c`` must not overlap ``a``
+    or ``b``. Any unit-stride layout of ``a`` and ``b`` (row-major or a transposed view)."""
+    lib = own_blas()
+    if lib is not None and _fits(a, b, c):
+        m, k = a.shape
+        n = b.shape[1]
+        oa, ob, oc = _operand(a, 0), _operand(b, 0), _operand(c, 0, output=True)
+        if oa is not None and ob is not None and oc is not None:
+            lib.sgemm(oa, ob, oc, m, n, k, float(beta))
+            return
+    if not _scipy_gemm(a, b, c, beta):
+        if beta == 0.0:
+            np.matmul(a, b, out=c)
+        else:
+            if beta != 1.0:
+                c *= beta
+            c += a @ b
+
+
+def _fortran(m: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """``(array, trans)`` with ``op(array) == m.T`` and ``array`` Fortran-contiguous."""
+    if m.flags.c_contiguous:
+        return m.T, 0
+    if m.flags.f_contiguous:
+        return m, 1
+    return None
+
+
+def _scipy_gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, beta: float) -> bool:
+    """``c = a @ b + beta * c`` through SciPy's sgemm, in place (no temporary for ``beta``),
+    where SciPy is installed and the arrays are contiguous float32 (or transposed views)."""
+    fa, fb = _fortran(a), _fortran(b)
+    if fa is None or fb is None or not c.flags.c_contiguous or not _fits(a, b, c):
+        return False
+    try:
+        from scipy.linalg.blas import sgemm  # imported on first use: about half a second
+    except ImportError:
+        return False
+    # Row-major c = a @ b is column-major c.T = b.T @ a.T: the transposes are Fortran arrays.
+    got = sgemm(1.0, fb[0], fa[0], beta=beta, c=c.T, trans_a=fb[1], trans_b=fa[1], overwrite_c=1)
+    if got.ctypes.data != c.ctypes.data:  # f2py copied c after all: write the result back
+        c[...] = got.T
+    return True
+
+
+def _fits(*arrays: np.ndarray) -> bool:
+    return all(
+        x.dtype == _F32
+        and x.size > 0
+        and x.size <= _INT_MAX
+        and max(x.strides, default=0) // 4 <= _INT_MAX
+        for x in arrays
+    )
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``np.matmul(a, b, out=out)`` (batch dimensions broadcast as numpy does) for float32
+    arrays through :func:`own_blas` where it is in use; numpy's own ``matmul`` otherwise.
+    ``out`` must not overlap ``a`` or ``b``."""
+    lib = own_blas()
+    if (
+        lib is None
+        or a.ndim < 2
+        or b.ndim < 2
+        or not _fits(a, b, out)
+        or not _batched(lib, a, b, out)
+    ):
+        np.matmul(a, b, out=out)
+    return out
+
+
+def _batched(lib: OwnOpenBlas, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
+    """Run a (batched) matmul as strided-batch sgemm calls; False where the layout does not
+    allow it (the caller then uses numpy)."""
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    batch = out.shape[:-2]
+    if b.shape[-2] != k or out.shape[-2:] != (m, n) or len(batch) < max(a.ndim, b.ndim) - 2:
+        return False
+    try:
+        a_b = np.broadcast_to(a, (*batch, m, k))
+        b_b = np.broadcast_to(b, (*batch, k, n))
+    except ValueError:
+        return False
+    dims = _merged(batch, [x.strides[:-2] for x in (a_b, b_b, out)])
+    if dims is None:
+        return False
+    *outer, (count, steps) = dims if dims else [(1, (0, 0, 0))]
+    first = (_operand(a_b[(0,) * len(batch)], steps[0]), _operand(b_b[(0,) * len(batch)], steps[1]))
+    oc = _operand(out[(0,) * len(batch)], steps[2], output=True)
+    if first[0] is None or first[1] is None or oc is None:
+        return False
+    base = [a_b.ctypes.data, b_b.ctypes.data, out.ctypes.data]
+    for index in np.ndindex(*(size for size, _ in outer)):
+        shift = [
+            4 * sum(i * st[j] for i, (_, st) in zip(index, outer, strict=True)) for j in range(3)
+        ]
+        oa = _Operand(base[0] + shift[0], first[0].trans, first[0].ld, steps[0])
+        ob = _Operand(base[1] + shift[1], first[1].trans, first[1].ld, steps[1])
+        ocs = _Operand(base[2] + shift[2], oc.trans, oc.ld, steps[2])
+        if count == 1:
+            lib.sgemm(oa, ob, ocs, m, n, k, 0.0)
+        else:
+            lib.sgemm_batch(oa, ob, ocs, m, n, k, 0.0, count)
+    return True
+
+
+def _merged(
+    shape: tuple[int, ...], strides: list[tuple[int, ...]]
+) -> list[tuple[int, tuple[int, ...]]] | None:
+    """Batch dimensions as ``(size, (step_a, step_b, step_out))`` in elements, neighbours merged
+    where every operand steps evenly across them; the last one becomes the strided batch."""
+    dims: list[tuple[int, tuple[int, ...]]] = []
+    for axis, size in enumerate(shape):
+        if size == 1:
+            continue
+        steps = tuple(s[axis] for s in strides)
+        if any(st % 4 or st < 0 for st in steps):
+            return None
+        steps = tuple(st // 4 for st in steps)
+        if dims:
+            prev_size, prev = dims[-1]
+            if all(p == st * size for p, st in zip(prev, steps, strict=True)):
+                dims[-1] = (prev_size * size, steps)
+                continue
+        dims.append((size, steps))
+    return dims
