@@ -173,6 +173,13 @@ def test_a_candidate_that_cannot_win_stops_after_the_minimum_runs() -> None:
     # Within the factor of the best: measured as before (steady after STEADY_RUNS).
     timing, note, calls = _time([1.1] * 20, best_ms=1.0)
     assert note == "" and calls == 1 + engine.STEADY_RUNS
+    # A warm-up over 10x the best: one more run decides; slow again, it stops there.
+    timing, note, calls = _time([50.0] + [20.0] * 20, best_ms=1.0)
+    assert calls == 2 and timing.count == 1 and "over 10x" in note
+    # A warm-up that only loaded the kernel (the next run is fast) is measured in full, that
+    # run included: a cached numba kernel's first call costs milliseconds.
+    timing, note, calls = _time([50.0, 0.9] + [0.5] * 20, best_ms=1.0)
+    assert note == "" and calls > 3 and timing.median_ms == 0.5 and timing.max_ms == 0.9
     # The first candidate (no best yet) is never stopped early.
     timing, note, calls = _time([1.5] * 20, best_ms=float("inf"))
     assert note == "" and calls == 1 + engine.STEADY_RUNS
