@@ -192,8 +192,8 @@ def same_input_weight_grads(
                 list(m.stride),
                 list(m.padding),
                 list(m.dilation),
-                False,
-                [0] * (a.dim() - 2),
+                m.transposed,  # a ConvTranspose layer's dy and x swap roles
+                list(m.output_padding) if m.transposed else [0] * (a.dim() - 2),
                 m.groups,
                 [False, True, False],
             )[1]
