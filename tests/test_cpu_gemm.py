@@ -29,6 +29,7 @@ def blas(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
     if request.param == "openblas" and not _own_loads():
         pytest.skip("no AVX-512 CPU or scipy-openblas32 here")
     monkeypatch.setenv("MIOCORE_CPU_BLAS", request.param)
+    monkeypatch.setattr(cpu_gemm, "MIN_MACS", 0)  # the small test products go through it too
     assert (cpu_gemm.own_blas() is not None) == (request.param == "openblas")
     return request.param
 
@@ -94,9 +95,15 @@ def test_the_own_library_runs_the_calls(monkeypatch: pytest.MonkeyPatch) -> None
     calls: list[str] = []
     monkeypatch.setattr(lib, "sgemm", lambda *a: calls.append("one"))
     monkeypatch.setattr(lib, "sgemm_batch", lambda *a: calls.append("batch"))
-    cpu_gemm.gemm(_r(4, 5), _r(5, 6), np.empty((4, 6), np.float32))
-    cpu_gemm.matmul(_r(3, 4, 5), _r(3, 5, 6), np.empty((3, 4, 6), np.float32))
+    cpu_gemm.gemm(_r(128, 96), _r(96, 128), np.empty((128, 128), np.float32))
+    cpu_gemm.matmul(_r(3, 128, 96), _r(3, 96, 128), np.empty((3, 128, 128), np.float32))
     assert calls == ["one", "batch"]
+    # Products under MIN_MACS stay on numpy's call, which costs less than the library's.
+    calls.clear()
+    small = np.empty((16, 8), np.float32)
+    cpu_gemm.gemm(_r(16, 32), _r(32, 8), small)
+    cpu_gemm.matmul(_r(4, 16, 32), _r(4, 32, 8), np.empty((4, 16, 8), np.float32))
+    assert calls == [] and 16 * 8 * 32 * 4 < cpu_gemm.MIN_MACS
 
 
 def test_layouts_blas_cannot_take_fall_back_to_numpy(blas: str) -> None:

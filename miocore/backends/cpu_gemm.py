@@ -32,13 +32,17 @@ import numpy as np
 from miocore import env
 from miocore.errors import InvalidEnvironmentError
 
-__all__ = ["OwnOpenBlas", "coretype_for", "gemm", "matmul", "own_blas"]
+__all__ = ["MIN_MACS", "OwnOpenBlas", "coretype_for", "gemm", "matmul", "own_blas"]
 
 _log = logging.getLogger(__name__)
 
 _F32 = np.dtype(np.float32)
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _INT_MAX = 2**31 - 1  # scipy-openblas32's blasint is 32-bit
+#: Multiply-adds under which a product stays on numpy's BLAS: a call through ctypes costs a
+#: few microseconds more than numpy's matmul, which the wider kernels win back only on about a
+#: million multiply-adds (at 60 against 110 GMAC/s a core, 7.6 ps saved per multiply-add).
+MIN_MACS = 1 << 20
 _CHOICES = ("auto", "numpy", "openblas")
 
 
@@ -109,7 +113,7 @@ class _Operand:
 
 
 _lock = threading.Lock()
-_chosen: tuple[str, OwnOpenBlas | None] | None = None
+_chosen: tuple[str, OwnOpenBlas | None] | None = None  # (raw MIOCORE_CPU_BLAS, library)
 
 
 def _choice() -> str:
@@ -174,15 +178,15 @@ def _wheel_library() -> str | None:
 
 def own_blas() -> OwnOpenBlas | None:
     """The own OpenBLAS the CPU solvers' GEMMs run on, or None where they use numpy's. Chosen
-    once per process and per ``MIOCORE_CPU_BLAS`` value."""
+    once per process and per ``MIOCORE_CPU_BLAS`` value (one dictionary lookup a call)."""
     global _chosen
-    choice = _choice()
+    raw = os.environ.get("MIOCORE_CPU_BLAS", "")
     current = _chosen
-    if current is not None and current[0] == choice:
+    if current is not None and current[0] == raw:
         return current[1]
     with _lock:
-        if _chosen is None or _chosen[0] != choice:
-            _chosen = (choice, _load(choice))
+        if _chosen is None or _chosen[0] != raw:
+            _chosen = (raw, _load(_choice()))
         return _chosen[1]
 
 
@@ -213,9 +217,11 @@ def _operand(arr: np.ndarray, step: int, output: bool = False) -> _Operand | Non
 
 def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, beta: float = 0.0) -> None:
     """``c = a @ b + beta * c`` in place, for 2-D float32 arrays; ``c`` must not overlap ``a``
-    or ``b``. Any unit-stride layout of ``a`` and ``b`` (row-major or a transposed view)."""
+    or ``b``. Any unit-stride layout of ``a`` and ``b`` (row-major or a transposed view).
+    Products of :data:`MIN_MACS` or more run on :func:`own_blas` where it is in use, the rest
+    (and everything elsewhere) on SciPy's sgemm, in place, or numpy."""
     lib = own_blas()
-    if lib is not None and _fits(a, b, c):
+    if lib is not None and c.size * a.shape[1] >= MIN_MACS and _fits(a, b, c):
         m, k = a.shape
         n = b.shape[1]
         oa, ob, oc = _operand(a, 0), _operand(b, 0), _operand(c, 0, output=True)
@@ -269,17 +275,20 @@ def _fits(*arrays: np.ndarray) -> bool:
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
     """``np.matmul(a, b, out=out)`` (batch dimensions broadcast as numpy does) for float32
-    arrays through :func:`own_blas` where it is in use; numpy's own ``matmul`` otherwise.
-    ``out`` must not overlap ``a`` or ``b``."""
+    arrays through :func:`own_blas` where it is in use and the product has :data:`MIN_MACS`
+    multiply-adds or more; numpy's own ``matmul`` otherwise. ``out`` must not overlap ``a`` or
+    ``b``."""
     lib = own_blas()
     if (
-        lib is None
-        or a.ndim < 2
-        or b.ndim < 2
-        or not _fits(a, b, out)
-        or not _batched(lib, a, b, out)
+        lib is not None
+        and a.ndim >= 2
+        and b.ndim >= 2
+        and out.size * a.shape[-1] >= MIN_MACS  # smaller: numpy's call costs less
+        and _fits(a, b, out)
+        and _batched(lib, a, b, out)
     ):
-        np.matmul(a, b, out=out)
+        return out
+    np.matmul(a, b, out=out)
     return out
 
 
