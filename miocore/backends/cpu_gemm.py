@@ -6,9 +6,10 @@ CPUs with AVX-512, at about half the speed oneDNN reaches on the same cores
 (:mod:`miocore.backends.cpu_blas` detects this). OpenBLAS reads ``OPENBLAS_CORETYPE`` only when
 it loads, long before miocore runs, so miocore loads a second OpenBLAS (the ``scipy-openblas32``
 wheel, symbols prefixed ``scipy_``, so it never clashes with numpy's) with the core type the
-CPU's feature flags call for, and the CPU solvers' float32 GEMMs go through it. Everywhere else
-(numpy's OpenBLAS already right, another BLAS, the wheel absent, other dtypes) the GEMMs are
-numpy's own ``matmul``.
+CPU's feature flags call for, and the CPU solvers' float32 GEMMs of :data:`MIN_MACS` or more go
+through it. Everywhere else (numpy's OpenBLAS already right, another BLAS, the wheel absent,
+other dtypes, small products) they are numpy's own ``matmul``, or SciPy's sgemm where a
+product accumulates into its output.
 
 ``MIOCORE_CPU_BLAS`` chooses: ``auto`` (the default: the own OpenBLAS only where numpy's runs
 narrower kernels than the CPU has), ``numpy``, ``openblas`` (the own OpenBLAS whenever it
