@@ -249,12 +249,15 @@ _blas_checked = False
 
 
 def _check_blas() -> None:
-    """:func:`miocore.backends.cpu_blas.warn_if_narrow`, once per process."""
+    """:func:`miocore.backends.cpu_blas.warn_if_narrow`, once per process, unless the solvers'
+    GEMMs run on miocore's own OpenBLAS (:mod:`miocore.backends.cpu_gemm`): nothing to warn of."""
     global _blas_checked
     _blas_checked = True
     from miocore.backends.cpu_blas import warn_if_narrow
+    from miocore.backends.cpu_gemm import own_blas
 
-    warn_if_narrow()
+    if own_blas() is None:
+        warn_if_narrow()
 
 
 class CpuBackend:

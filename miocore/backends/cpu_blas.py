@@ -54,15 +54,11 @@ def blas_mismatch(flags: frozenset[str], libraries: list[dict]) -> str | None:
 
 
 def warn_if_narrow() -> str | None:
-    """Log :func:`blas_mismatch` for the libraries this process has loaded (a warning) unless
-    the solvers' GEMMs run on miocore's own OpenBLAS; the sentence, or None. The CPU backend
-    calls it once per process."""
+    """Log :func:`blas_mismatch` for the libraries this process has loaded (a warning); the
+    sentence, or None. The CPU backend calls it once per process, where the solvers' GEMMs do
+    not run on miocore's own OpenBLAS."""
     from threadpoolctl import threadpool_info
 
-    from miocore.backends.cpu_gemm import own_blas
-
-    if own_blas() is not None:
-        return None
     found = blas_mismatch(cpu_flags(), threadpool_info())
     if found:
         _log.warning(found)
