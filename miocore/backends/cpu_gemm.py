@@ -55,6 +55,10 @@ def coretype_for(flags: frozenset[str]) -> str | None:
     return None
 
 
+#: One matrix operand in BLAS terms: (address, transpose flag, leading dimension in elements).
+_Matrix = tuple[int, int, int]
+
+
 class OwnOpenBlas:
     """``scipy-openblas32`` loaded with a chosen core type: ``sgemm`` and its strided batch."""
 
@@ -86,31 +90,20 @@ class OwnOpenBlas:
         self._set_threads(max(1, int(threads)))
 
     def sgemm(
-        self, a: _Operand, b: _Operand, c: _Operand, m: int, n: int, k: int, beta: float
+        self, a: _Matrix, b: _Matrix, c: _Matrix, m: int, n: int, k: int, beta: float
     ) -> None:
-        """Row-major ``c = a @ b + beta * c`` for one matrix each."""
-        self._sgemm(
-            _ROW_MAJOR, a.trans, b.trans, m, n, k, 1.0, a.ptr, a.ld, b.ptr, b.ld, beta, c.ptr, c.ld
-        )
+        """Row-major ``c = a @ b + beta * c`` for one matrix each: ``(pointer, trans, ld)``."""
+        self._sgemm(_ROW_MAJOR, a[1], b[1], m, n, k, 1.0, a[0], a[2], b[0], b[2], beta, c[0], c[2])
 
     def sgemm_batch(
-        self, a: _Operand, b: _Operand, c: _Operand, m: int, n: int, k: int, beta: float, count: int
-    ) -> None:
-        """Row-major ``c[i] = a[i] @ b[i] + beta * c[i]`` for ``count`` evenly strided matrices."""
+        self, a: _Matrix, b: _Matrix, c: _Matrix, m: int, n: int, k: int, steps: tuple[int, ...],
+        count: int,
+    ) -> None:  # fmt: skip
+        """Row-major ``c[i] = a[i] @ b[i]`` for ``count`` matrices ``steps`` elements apart."""
         self._batch(
-            _ROW_MAJOR, a.trans, b.trans, m, n, k, 1.0,
-            a.ptr, a.ld, a.step, b.ptr, b.ld, b.step, beta, c.ptr, c.ld, c.step, count,
+            _ROW_MAJOR, a[1], b[1], m, n, k, 1.0, a[0], a[2], steps[0], b[0], b[2], steps[1],
+            0.0, c[0], c[2], steps[2], count,
         )  # fmt: skip
-
-
-class _Operand:
-    """One matrix operand in BLAS terms: pointer, transpose flag, leading dimension, batch step
-    (all in float32 elements)."""
-
-    __slots__ = ("ld", "ptr", "step", "trans")
-
-    def __init__(self, ptr: int, trans: int, ld: int, step: int) -> None:
-        self.ptr, self.trans, self.ld, self.step = ptr, trans, ld, step
 
 
 _lock = threading.Lock()
@@ -191,29 +184,20 @@ def own_blas() -> OwnOpenBlas | None:
         return _chosen[1]
 
 
-def _matrix(arr: np.ndarray, output: bool) -> tuple[int, int] | None:
-    """``(trans, ld)`` of a 2-D view in row-major BLAS terms, or None where BLAS cannot take it
-    (no unit stride; an output must have its columns contiguous)."""
-    rows, cols = arr.shape[-2:]
-    rs, cs = (s // 4 for s in arr.strides[-2:])
-    if any(s % 4 for s in arr.strides[-2:]):
-        return None
-    if cs == 1 or cols == 1:
-        ld = rs if rows > 1 else cols
-        return (_NO_TRANS, ld) if ld >= max(cols, 1) else None
-    if output:
-        return None
-    if rs == 1 or rows == 1:
-        ld = cs if cols > 1 else rows
-        return (_TRANS, ld) if ld >= max(rows, 1) else None
-    return None
-
-
-def _operand(arr: np.ndarray, step: int, output: bool = False) -> _Operand | None:
-    found = _matrix(arr, output)
-    if found is None or not arr.flags.aligned:
-        return None
-    return _Operand(arr.ctypes.data, found[0], found[1], step)
+def _layout(shape: tuple[int, ...], strides: tuple[int, ...], output: bool) -> tuple[int, int]:
+    """``(trans, ld)`` of the last two axes in row-major BLAS terms; ``ld`` 0 where BLAS cannot
+    take them (no unit stride; an output must have its columns contiguous)."""
+    rows, cols = shape[-2], shape[-1]
+    rs, cs = strides[-2], strides[-1]
+    if rs & 3 or cs & 3:
+        return _NO_TRANS, 0
+    if cs == 4 or cols == 1:
+        ld = rs >> 2 if rows > 1 else cols
+        return _NO_TRANS, (ld if ld >= cols else 0)
+    if not output and (rs == 4 or rows == 1):
+        ld = cs >> 2 if cols > 1 else rows
+        return _TRANS, (ld if ld >= rows else 0)
+    return _NO_TRANS, 0
 
 
 def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, beta: float = 0.0) -> None:
@@ -223,11 +207,13 @@ def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, beta: float = 0.0) -> None
     (and everything elsewhere) on SciPy's sgemm, in place, or numpy."""
     lib = own_blas()
     if lib is not None and c.size * a.shape[1] >= MIN_MACS and _fits(a, b, c):
-        m, k = a.shape
-        n = b.shape[1]
-        oa, ob, oc = _operand(a, 0), _operand(b, 0), _operand(c, 0, output=True)
-        if oa is not None and ob is not None and oc is not None:
-            lib.sgemm(oa, ob, oc, m, n, k, float(beta))
+        ta, lda = _layout(a.shape, a.strides, False)
+        tb, ldb = _layout(b.shape, b.strides, False)
+        _, ldc = _layout(c.shape, c.strides, True)
+        if lda and ldb and ldc:
+            pa, pb, pc = a.ctypes.data, b.ctypes.data, c.ctypes.data
+            m, k = a.shape
+            lib.sgemm((pa, ta, lda), (pb, tb, ldb), (pc, 0, ldc), m, b.shape[1], k, float(beta))
             return
     if not _scipy_gemm(a, b, c, beta):
         if beta == 0.0:
@@ -264,14 +250,14 @@ def _scipy_gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, beta: float) -> boo
     return True
 
 
-def _fits(*arrays: np.ndarray) -> bool:
-    return all(
-        x.dtype == _F32
-        and x.size > 0
-        and x.size <= _INT_MAX
-        and max(x.strides, default=0) // 4 <= _INT_MAX
-        for x in arrays
-    )
+def _fits(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> bool:
+    """float32, not empty, and every size and stride within the library's 32-bit integers."""
+    for x in (a, b, c):
+        if x.dtype != _F32 or not 0 < x.size <= _INT_MAX or not x.flags.aligned:
+            return False
+        if x.ndim and max(x.strides) > 4 * _INT_MAX:
+            return False
+    return True
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -294,43 +280,46 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 
 def _batched(lib: OwnOpenBlas, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
-    """Run a (batched) matmul as strided-batch sgemm calls; False where the layout does not
-    allow it (the caller then uses numpy)."""
+    """Run a (batched) matmul as sgemm / strided-batch sgemm calls; False where the layout does
+    not allow it (the caller then uses numpy)."""
     m, k = a.shape[-2:]
     n = b.shape[-1]
     batch = out.shape[:-2]
     if b.shape[-2] != k or out.shape[-2:] != (m, n) or len(batch) < max(a.ndim, b.ndim) - 2:
         return False
-    try:
-        a_b = np.broadcast_to(a, (*batch, m, k))
-        b_b = np.broadcast_to(b, (*batch, k, n))
-    except ValueError:
+    if a.shape[:-2] != batch or b.shape[:-2] != batch:  # broadcast batch dimensions
+        try:
+            a = np.broadcast_to(a, (*batch, m, k))
+            b = np.broadcast_to(b, (*batch, k, n))
+        except ValueError:
+            return False
+    ta, lda = _layout(a.shape, a.strides, False)
+    tb, ldb = _layout(b.shape, b.strides, False)
+    _, ldc = _layout(out.shape, out.strides, True)
+    if not (lda and ldb and ldc):
         return False
-    dims = _merged(batch, [x.strides[:-2] for x in (a_b, b_b, out)])
+    pa, pb, pc = a.ctypes.data, b.ctypes.data, out.ctypes.data
+    if not batch:
+        lib.sgemm((pa, ta, lda), (pb, tb, ldb), (pc, 0, ldc), m, n, k, 0.0)
+        return True
+    dims = _merged(batch, (a.strides, b.strides, out.strides))
     if dims is None:
         return False
-    *outer, (count, steps) = dims if dims else [(1, (0, 0, 0))]
-    first = (_operand(a_b[(0,) * len(batch)], steps[0]), _operand(b_b[(0,) * len(batch)], steps[1]))
-    oc = _operand(out[(0,) * len(batch)], steps[2], output=True)
-    if first[0] is None or first[1] is None or oc is None:
-        return False
-    base = [a_b.ctypes.data, b_b.ctypes.data, out.ctypes.data]
+    *outer, (count, steps) = dims or [(1, (0, 0, 0))]
     for index in np.ndindex(*(size for size, _ in outer)):
-        shift = [
-            4 * sum(i * st[j] for i, (_, st) in zip(index, outer, strict=True)) for j in range(3)
-        ]
-        oa = _Operand(base[0] + shift[0], first[0].trans, first[0].ld, steps[0])
-        ob = _Operand(base[1] + shift[1], first[1].trans, first[1].ld, steps[1])
-        ocs = _Operand(base[2] + shift[2], oc.trans, oc.ld, steps[2])
+        sa = sb = sc = 0
+        for i, (_, st) in zip(index, outer, strict=True):
+            sa, sb, sc = sa + 4 * i * st[0], sb + 4 * i * st[1], sc + 4 * i * st[2]
+        mats = (pa + sa, ta, lda), (pb + sb, tb, ldb), (pc + sc, 0, ldc)
         if count == 1:
-            lib.sgemm(oa, ob, ocs, m, n, k, 0.0)
+            lib.sgemm(*mats, m, n, k, 0.0)
         else:
-            lib.sgemm_batch(oa, ob, ocs, m, n, k, 0.0, count)
+            lib.sgemm_batch(*mats, m, n, k, steps, count)
     return True
 
 
 def _merged(
-    shape: tuple[int, ...], strides: list[tuple[int, ...]]
+    shape: tuple[int, ...], strides: tuple[tuple[int, ...], ...]
 ) -> list[tuple[int, tuple[int, ...]]] | None:
     """Batch dimensions as ``(size, (step_a, step_b, step_out))`` in elements, neighbours merged
     where every operand steps evenly across them; the last one becomes the strided batch."""
