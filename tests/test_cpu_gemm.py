@@ -4,6 +4,7 @@ narrower kernels than the CPU has, numpy's BLAS otherwise; both against a float6
 from __future__ import annotations
 
 import itertools
+import os
 import subprocess
 import sys
 
@@ -174,3 +175,34 @@ def test_the_narrow_blas_warning_is_silent_when_the_own_library_runs(
     with caplog.at_level(logging.WARNING, logger="miocore.backends.cpu_blas"):
         cpu.CpuBackend().time_ms(lambda: None)
     assert not caplog.records
+
+
+def test_the_library_loads_with_its_core_type_and_a_short_spin(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """OPENBLAS_CORETYPE and OPENBLAS_THREAD_TIMEOUT are set while the library loads (its
+    constructor reads them) and restored after; a caller's own timeout is kept."""
+    seen: list[dict[str, str | None]] = []
+
+    def fake_cdll(path: str) -> None:
+        seen.append(
+            {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_THREAD_TIMEOUT")}
+        )
+        raise OSError("stop here")
+
+    monkeypatch.setattr(cpu_gemm.ctypes, "CDLL", fake_cdll)
+    monkeypatch.delenv("OPENBLAS_CORETYPE", raising=False)
+    monkeypatch.delenv("OPENBLAS_THREAD_TIMEOUT", raising=False)
+    with pytest.raises(OSError):
+        cpu_gemm.OwnOpenBlas("/nowhere/libscipy_openblas.so", "SkylakeX")
+    assert seen[-1] == {
+        "OPENBLAS_CORETYPE": "SkylakeX",
+        "OPENBLAS_THREAD_TIMEOUT": str(cpu_gemm.THREAD_TIMEOUT),
+    }
+    assert "OPENBLAS_CORETYPE" not in os.environ and "OPENBLAS_THREAD_TIMEOUT" not in os.environ
+    monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", "20")
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    with pytest.raises(OSError):
+        cpu_gemm.OwnOpenBlas("/nowhere/libscipy_openblas.so", "SkylakeX")
+    assert seen[-1] == {"OPENBLAS_CORETYPE": "SkylakeX", "OPENBLAS_THREAD_TIMEOUT": "20"}
+    assert os.environ["OPENBLAS_CORETYPE"] == "Haswell"

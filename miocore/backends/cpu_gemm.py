@@ -33,17 +33,32 @@ import numpy as np
 from miocore import env
 from miocore.errors import InvalidEnvironmentError
 
-__all__ = ["MIN_MACS", "OwnOpenBlas", "coretype_for", "gemm", "matmul", "own_blas"]
+__all__ = [
+    "MIN_MACS",
+    "THREAD_TIMEOUT",
+    "OwnOpenBlas",
+    "coretype_for",
+    "gemm",
+    "matmul",
+    "own_blas",
+]
 
 _log = logging.getLogger(__name__)
 
 _F32 = np.dtype(np.float32)
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _INT_MAX = 2**31 - 1  # scipy-openblas32's blasint is 32-bit
-#: Multiply-adds under which a product stays on numpy's BLAS: a call through ctypes costs a
-#: few microseconds more than numpy's matmul, which the wider kernels win back only on about a
-#: million multiply-adds (at 60 against 110 GMAC/s a core, 7.6 ps saved per multiply-add).
-MIN_MACS = 1 << 20
+#: Multiply-adds under which a product stays on numpy's call (4 us cheaper than the library's
+#: through ctypes): numpy's OpenBLAS runs products up to 65536 x 4 multiply-adds on the calling
+#: thread (its GEMM_MULTITHREAD_THRESHOLD), so its own pool never wakes, and never spins (below).
+MIN_MACS = (1 << 18) + 1
+#: ``OPENBLAS_THREAD_TIMEOUT`` of the own library: its idle workers spin 2**14 cycles (a few
+#: microseconds) before they sleep, not OpenBLAS's default 2**28 (about 0.1 s). On a machine
+#: whose cores are all busy with one call's threads, a worker still spinning after a GEMM holds
+#: a core that the next numba kernel's OpenMP region waits for: a 0.05 ms region took 4-8 ms
+#: right after a two-thread GEMM (development VM, 2026-11-27); with 2**14, 0.057 ms, for 2-15%
+#: on back-to-back GEMMs.
+THREAD_TIMEOUT = 14
 _CHOICES = ("auto", "numpy", "openblas")
 
 
@@ -63,15 +78,20 @@ class OwnOpenBlas:
     """``scipy-openblas32`` loaded with a chosen core type: ``sgemm`` and its strided batch."""
 
     def __init__(self, path: str, coretype: str) -> None:
-        saved = os.environ.get("OPENBLAS_CORETYPE")
-        os.environ["OPENBLAS_CORETYPE"] = coretype  # read once, by the library's constructor
+        # Both are read once, by the library's constructor; a caller's own timeout is kept.
+        settings = {"OPENBLAS_CORETYPE": coretype}
+        if not os.environ.get("OPENBLAS_THREAD_TIMEOUT"):
+            settings["OPENBLAS_THREAD_TIMEOUT"] = str(THREAD_TIMEOUT)
+        saved = {name: os.environ.get(name) for name in settings}
+        os.environ.update(settings)
         try:
             lib = ctypes.CDLL(path)
         finally:
-            if saved is None:
-                del os.environ["OPENBLAS_CORETYPE"]
-            else:
-                os.environ["OPENBLAS_CORETYPE"] = saved
+            for name, value in saved.items():
+                if value is None:
+                    del os.environ[name]
+                else:
+                    os.environ[name] = value
         lib.scipy_openblas_get_corename.restype = ctypes.c_char_p
         self.path = path
         self.corename = lib.scipy_openblas_get_corename().decode("ascii", "replace")
