@@ -49,6 +49,40 @@ def test_the_trial_keeps_the_faster_setting_and_restores_numba(slow_on: int, exp
     assert log == [expected] * 3 and numba.get_num_threads() == 2
 
 
+def _timed_work(ms_on: dict[int, list[float]]) -> object:
+    """A call that sleeps the next of ``ms_on[threads]`` milliseconds (the last one repeats)."""
+    calls = {threads: 0 for threads in ms_on}
+
+    def work() -> None:
+        threads = numba.get_num_threads()
+        plan = ms_on[threads]
+        time.sleep(plan[min(calls[threads], len(plan) - 1)] / 1e3)
+        calls[threads] += 1
+
+    return work
+
+
+@needs_two
+def test_runs_slowed_by_the_scheduler_do_not_move_the_work_to_one_thread() -> None:
+    # The pool's warm-up and three of its five timed runs stalled (a parked thread); its
+    # fastest runs still beat one thread by 2x, so the pool is kept (a median would not).
+    numba.set_num_threads(2)
+    choice = PoolChoice(single_ms=0.01)
+    choice.run(None, _timed_work({2: [8.0, 8.0, 8.0, 8.0, 2.0], 1: [4.0]}))
+    assert choice.chosen == {2: 2}
+
+
+@needs_two
+def test_a_near_tie_goes_to_the_pool() -> None:
+    numba.set_num_threads(2)
+    choice = PoolChoice(single_ms=0.01)
+    choice.run(None, _timed_work({2: [4.0], 1: [3.8]}))
+    assert choice.chosen == {2: 2}
+    clear = PoolChoice(single_ms=0.01)
+    clear.run(None, _timed_work({2: [4.0], 1: [1.0]}))
+    assert clear.chosen == {2: 1}
+
+
 @needs_two
 def test_large_work_and_a_one_thread_pool_take_no_trial() -> None:
     log: list[int] = []

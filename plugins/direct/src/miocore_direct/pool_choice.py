@@ -5,7 +5,12 @@ policy, :mod:`miocore_direct.openmp`): 38-55 µs a region on the development VM 
 where a small depthwise layer took 0.03 ms on one thread and 0.40 ms on two (its staging
 copies and kernel are several regions). So where the work is small, an invoker's first call
 runs it both ways (alternating, one warm-up run each, then :data:`TRIALS` timed runs each)
-and keeps the faster for its later calls. A call's result does not depend on the thread
+and keeps the faster for its later calls, judged by each setting's fastest run: a run is only
+ever slowed (a region whose thread the scheduler parked for a slice, a page fault), so the
+minimum is what the setting can do, and one thread is kept only where it is clearly faster
+(:data:`ONE_THREAD_MARGIN`). Judged by the median of three, a disturbed trial kept one thread
+for up to a third of the grouped layers of a process (2 threads measured 1.6x faster there:
+docs/performance-cpu-grouped.md). A call's result does not depend on the thread
 count: every kernel of this plugin splits its work the same way for any pool (a fixed number
 of partial sums, one writer per output), and a call overwrites its outputs, so running it
 again is harmless. Work predicted to take more than :data:`TRY_BELOW_MS` on one thread always
@@ -22,7 +27,11 @@ from typing import Any
 TRY_BELOW_MS = 2.0
 
 #: Timed runs of each setting in a trial (after one warm-up run each).
-TRIALS = 3
+TRIALS = 5
+#: One thread is kept only where its fastest run beats the pool's by this factor: where the
+#: pool's fixed cost matters (small work) one thread wins by 2x or more, so a near tie goes to
+#: the pool, which scales with the work.
+ONE_THREAD_MARGIN = 0.9
 
 
 class PoolChoice:
@@ -75,14 +84,14 @@ class PooledInvoker:
 
 
 def trial(work: Callable[[], None], pool: int) -> int:
-    """The faster thread count for ``work``: ``pool`` or 1, by the median of timed runs of
-    each, alternating (numba's setting is restored to ``pool`` after every run)."""
-    import statistics  # here: it imports fractions and decimal, which a FindDb hit must not
+    """The thread count for ``work``: 1 where its fastest timed run beats the fastest on
+    ``pool`` threads by :data:`ONE_THREAD_MARGIN`, else ``pool``; the settings alternate, and
+    numba's setting is restored to ``pool`` after every run."""
     import time
 
     import numba
 
-    times: dict[int, list[float]] = {pool: [], 1: []}
+    best = {pool: float("inf"), 1: float("inf")}
     for run in range(TRIALS + 1):
         for threads in (pool, 1):
             numba.set_num_threads(threads)
@@ -93,5 +102,5 @@ def trial(work: Callable[[], None], pool: int) -> int:
             finally:
                 numba.set_num_threads(pool)
             if run:  # the first run of each setting warms it up
-                times[threads].append(elapsed)
-    return min(times, key=lambda threads: (statistics.median(times[threads]), threads))
+                best[threads] = min(best[threads], elapsed)
+    return 1 if best[1] < ONE_THREAD_MARGIN * best[pool] else pool
