@@ -442,7 +442,9 @@ def test_compiles_for_tells_whether_a_generated_kernel_is_cached(
     import sys
 
     from miocore_direct.depthwise import _Plan
-    from miocore_direct.depthwise_blocked import _folder, _module_name
+
+    from miocore.backends.cpu_generated import generated_folder as _folder
+    from miocore.backends.cpu_generated import module_name as _module_name
 
     monkeypatch.setenv("MIOCORE_KERNEL_CACHE_PATH", str(tmp_path / "kernels"))
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
@@ -483,7 +485,8 @@ def test_generated_lists_what_the_invoker_loads(direction, filt, strides, layout
     import sys
 
     from miocore_direct.depthwise import _Plan
-    from miocore_direct.depthwise_blocked import _module_name
+
+    from miocore.backends.cpu_generated import module_name as _module_name
 
     pads = (filt[0] // 2, filt[1] // 2)
     problem = _twenty_channels(direction, 1, filt, pads, strides, (1, 1), (12, 13), "float32",

@@ -152,9 +152,10 @@ def test_compiles_for_follows_the_shift_kernels_cache(
     process the kernel it loaded is the one compiles_for names."""
     import sys
 
-    from miocore_direct.depthwise_blocked import _folder, _module_name
     from miocore_direct.grouped import _ShiftPlan
 
+    from miocore.backends.cpu_generated import generated_folder as _folder
+    from miocore.backends.cpu_generated import module_name as _module_name
     from miocore.testing import cpu_context
 
     ctx, solver = cpu_context(), GroupedDirectSolver()

@@ -130,7 +130,8 @@ def test_compiles_for_follows_the_vector_kernels_cache(
     numba's disk cache (an empty cache folder), False once its cache index is there."""
     import sys
 
-    from miocore_direct.depthwise_blocked import _folder, _module_name
+    from miocore.backends.cpu_generated import generated_folder as _folder
+    from miocore.backends.cpu_generated import module_name as _module_name
 
     ctx, solver = cpu_context(), GroupedDirectSolver()
     p = _problem(direction, "NHWC", "float32", 8, 3, "3x3")

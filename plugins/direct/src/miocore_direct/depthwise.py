@@ -437,7 +437,7 @@ class DepthwiseDirectSolver(Solver):
         this process nor numba's disk cache holds yet. DYNAMIC_HYBRID then measures this
         solver only where it is predicted to beat the ready ones (docs/find-modes.md).
         Builds nothing: generates the sources and looks for their cache files."""
-        from miocore_direct.depthwise_blocked import generated_ready
+        from miocore.backends.cpu_generated import generated_ready
 
         if not self.is_applicable(ctx, problem):
             return False

@@ -14,9 +14,8 @@ Fully unrolled kernels (every tap of the filter in one body) were measured too: 
 (0.16 against 0.25 ms), but slower on 7x7 and 30-150 s to compile per geometry.
 
 The body is generated as Python source, written once to a file in the miocore cache folder
-(``<kernel cache>_numba``, see :func:`_folder`) and compiled there with ``cache=True`` so a
-process pays numba's compile (5-12 s per width) once per machine; when that folder cannot be
-written, the source is compiled in memory instead. No view is taken inside the parallel loop:
+and compiled there with ``cache=True`` (:mod:`miocore.backends.cpu_generated`), so a process
+pays numba's compile (5-12 s per width) once per machine. No view is taken inside the parallel loop:
 numba then marks the arrays ``noalias`` and LLVM vectorises without runtime overlap checks
 (with views the checks exceed LLVM's limit and the loop stays scalar).
 """
@@ -24,12 +23,9 @@ numba then marks the arrays ``noalias`` and LLVM vectorises without runtime over
 from __future__ import annotations
 
 import functools
-import hashlib
-import importlib.util
-import os
-import sys
-from pathlib import Path
 from typing import Any
+
+from miocore.backends.cpu_generated import load_generated
 
 #: Output pixels per register tile.
 TILE = 4
@@ -141,15 +137,6 @@ def source(fw: int, sw: int, dw: int, tile: int = TILE, fh: int = 0) -> str:
     return _HEADER + "\n".join(lines) + "\n"
 
 
-def _folder() -> Path:
-    """Where generated modules (and numba's cache of them) live: next to miocore's kernel
-    cache (``$MIOCORE_KERNEL_CACHE_PATH`` or the per-user cache folder's ``kernels``)."""
-    from miocore.db.kernel_cache import default_cache_dir
-
-    kernels = default_cache_dir()
-    return kernels.with_name(kernels.name + "_numba")
-
-
 #: Filters of at most this many taps get the all-taps body for interior rows (:func:`source`);
 #: 5x5 gained 5-8% for twice the compile time, 7x7 ran slower (spills).
 FULL_MAX_TAPS = 9
@@ -166,53 +153,3 @@ def forward_kernel(fw: int, sw: int, dw: int, fh: int = 0) -> Any:
     """The compiled kernel for (filter width, column stride, column dilation), with the
     all-taps body for a filter of height ``fh`` where it has at most :data:`FULL_MAX_TAPS`."""
     return load_generated(*forward_spec(fw, sw, dw, fh))
-
-
-def _module_name(prefix: str, text: str) -> str:
-    """The generated module's name: the prefix and a digest of its source."""
-    return f"{prefix}_{hashlib.sha256(text.encode()).hexdigest()[:16]}"
-
-
-def generated_ready(prefix: str, text: str) -> bool:
-    """Whether :func:`load_generated` of this source runs without a compile: the module is
-    loaded in this process, or numba's disk cache holds an index for it (next to the module,
-    or under ``NUMBA_CACHE_DIR``). Looks at file names only; imports no numba."""
-    name = _module_name(prefix, text)
-    if name in sys.modules:
-        return True
-    pattern = f"{name}.*.nbi"
-    try:
-        if any((_folder() / "__pycache__").glob(pattern)):
-            return True
-        cache_dir = os.environ.get("NUMBA_CACHE_DIR")
-        return bool(cache_dir) and any(Path(cache_dir).glob(f"*/{pattern}"))
-    except OSError:
-        return False
-
-
-def load_generated(prefix: str, text: str, entry: str = "kernel") -> Any:
-    """Compile generated kernel source ``text`` and return its function ``entry``: from a file
-    named ``<prefix>_<hash>.py`` in :func:`_folder` with numba's disk cache, or in memory,
-    uncached, when that folder cannot be written."""
-    name = _module_name(prefix, text)
-    try:
-        folder = _folder()
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{name}.py"
-        if not path.exists() or path.read_text() != text:
-            tmp = folder / f".{name}.{os.getpid()}.tmp"
-            tmp.write_text(text)
-            os.replace(tmp, path)
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        # registered before numba sees it: a cached kernel's environment is rebuilt by
-        # importing its module by name (an unregistered one is saved as '<dynamic>')
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        return getattr(module, entry)
-    except OSError:  # read-only or missing cache folder: compile in memory, uncached
-        namespace: dict[str, Any] = {}
-        code = text.replace("cache=True", "cache=False")  # numba caches file-backed code only
-        exec(compile(code, f"<{name}>", "exec"), namespace)  # the source generated above
-        return namespace[entry]

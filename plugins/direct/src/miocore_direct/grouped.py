@@ -358,7 +358,7 @@ class GroupedDirectSolver(Solver):
         """Whether the vector or shifted-diagonal path's generated kernel (2-12 s / 9-45 s to
         compile) is neither loaded nor in numba's disk cache (the group-innermost kernels
         compile once per machine for every problem); see ``direct.depthwise``."""
-        from miocore_direct.depthwise_blocked import generated_ready
+        from miocore.backends.cpu_generated import generated_ready
 
         if not self.is_applicable(ctx, problem):
             return False
