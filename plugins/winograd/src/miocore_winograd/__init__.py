@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from miocore import lazy_exports
 
 if TYPE_CHECKING:
+    from miocore_winograd.fused import WinogradFused
     from miocore_winograd.solver import BLOCKS, TILES, WinogradRxS
     from miocore_winograd.transforms import POINTS, kron_transforms, toom_cook
 
@@ -18,12 +19,21 @@ _EXPORTS = {
     "BLOCKS": "miocore_winograd.solver",
     "TILES": "miocore_winograd.solver",
     "WinogradRxS": "miocore_winograd.solver",
+    "WinogradFused": "miocore_winograd.fused",
     "POINTS": "miocore_winograd.transforms",
     "kron_transforms": "miocore_winograd.transforms",
     "toom_cook": "miocore_winograd.transforms",
 }
 
-__all__ = ["BLOCKS", "POINTS", "TILES", "WinogradRxS", "kron_transforms", "toom_cook"]
+__all__ = [
+    "BLOCKS",
+    "POINTS",
+    "TILES",
+    "WinogradFused",
+    "WinogradRxS",
+    "kron_transforms",
+    "toom_cook",
+]
 
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)

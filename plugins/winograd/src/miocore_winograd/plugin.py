@@ -20,9 +20,11 @@ _GPU = ("cuda", "hip")
 
 @miocore.hookimpl
 def miocore_solvers() -> Iterator[miocore.SolverRecord]:
-    """CPU: ``winograd.rxs``; GPU: ``winograd.gpu_f2x3`` and ``winograd.gpu_f4x3``."""
+    """CPU: ``winograd.rxs`` and ``winograd.fused``; GPU: ``winograd.gpu_f2x3`` and
+    ``winograd.gpu_f4x3``."""
     for factory, name, backends in (
         ("miocore_winograd.solver:WinogradRxS", "winograd.rxs", ("cpu",)),
+        ("miocore_winograd.fused:WinogradFused", "winograd.fused", ("cpu",)),
         ("miocore_winograd.gpu:WinogradGpuF2x3", "winograd.gpu_f2x3", _GPU),
         ("miocore_winograd.gpu:WinogradGpuF4x3", "winograd.gpu_f4x3", _GPU),
     ):
