@@ -144,9 +144,9 @@ def _filter_matrix(tile: int, flipped: bool) -> np.ndarray:
     """``G (x) G`` of ``F(tile, 3)`` (``alpha^2 x 9``), its taps reversed for backward data."""
     import numpy as np
 
-    from miocore_winograd.transforms import to_array, toom_cook
+    from miocore_winograd.transforms import BALANCED_POINTS, to_array, toom_cook
 
-    g = to_array(toom_cook(tile, 3)[1])
+    g = to_array(toom_cook(tile, 3, BALANCED_POINTS)[1])
     gg = np.kron(g, g).astype(np.float32)
     out = np.ascontiguousarray(gg[:, ::-1] if flipped else gg)
     out.flags.writeable = False
