@@ -184,17 +184,8 @@ class _FusedInvoker:
         plan = self.plan
         ws = workspace_view(params.workspace, plan.workspace_bytes)
         src_arr, dst_arr = (params.y, params.x) if plan.backward else (params.x, params.y)
-        # filter: u = gg @ w (alpha^2, K * C); forward multiplies by its (C, K) transpose
-        w = params.w
-        if w.dtype == np.float32 and w.flags.c_contiguous:
-            flat_w = w.reshape(-1, 9)
-        else:
-            flat_w = plan.view(ws, "w").reshape(-1, 9)
-            np.copyto(flat_w.reshape(w.shape), w, casting="unsafe")
-        u = plan.view(ws, "u")
+        weights = self._weights(params.w, ws)
         a2 = plan.alpha * plan.alpha
-        matmul(self.gg, flat_w.T, u.reshape(a2, -1))
-        weights = u if plan.backward else u.transpose(0, 2, 1)
         src = src_arr.transpose(0, 2, 3, 1)
         if not (src.dtype == np.float32 and src.flags.c_contiguous):
             staged = plan.view(ws, "src")
@@ -215,6 +206,34 @@ class _FusedInvoker:
             self.from_tiles(mm, out, (th, tw, t0, count))
         if not direct:
             np.copyto(dst, out, casting="unsafe")
+
+    def _weights(self, w: np.ndarray, ws: np.ndarray) -> np.ndarray:
+        """The transformed filter as the GEMM's ``(alpha^2, cin, kout)`` operand (a view).
+
+        Filters stored KRSC (channels-last) are transformed per output channel into
+        ``(K, alpha^2, C)``, KCRS ones in one product into ``(alpha^2, K, C)``; other strides
+        and types are copied to KCRS float32 first. Either way the GEMM reads the result in
+        place, transposed where the direction needs it.
+        """
+        import numpy as np
+
+        from miocore.backends.cpu_gemm import matmul
+
+        plan = self.plan
+        a2 = plan.alpha * plan.alpha
+        k, c = w.shape[:2]
+        u = plan.view(ws, "u")
+        krsc = w.transpose(0, 2, 3, 1)
+        if w.dtype == np.float32 and krsc.flags.c_contiguous:
+            per_k = u.reshape(k, a2, c)
+            matmul(self.gg, krsc.reshape(k, 9, c), per_k)
+            return per_k.transpose(1, 0, 2) if plan.backward else per_k.transpose(1, 2, 0)
+        if not (w.dtype == np.float32 and w.flags.c_contiguous):
+            staged = plan.view(ws, "w").reshape(w.shape)
+            np.copyto(staged, w, casting="unsafe")
+            w = staged
+        matmul(self.gg, w.reshape(k * c, 9).T, u.reshape(a2, k * c))
+        return u if plan.backward else u.transpose(0, 2, 1)
 
 
 class WinogradFused(TunableSolver):
