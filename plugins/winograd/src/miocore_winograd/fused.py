@@ -173,14 +173,25 @@ class _FusedInvoker:
 
     def __call__(self, handle: Any, params: InvokeParams) -> None:
         import numba
+
+        # The transforms run on the calling thread, the GEMM on the BLAS pool: an OpenMP
+        # worker still spinning after a two-thread transform held the core the BLAS worker
+        # needed, for a scheduler tick per chunk (ResNet-50's l3 3x3 layer, batch 8: 8-11 ms
+        # against 3.7 with one-thread transforms, where PyTorch's libgomp, which numba then
+        # shares, spins; docs/performance-cpu-winograd.md).
+        threads = numba.get_num_threads()
+        numba.set_num_threads(1)
+        try:
+            self._run(params)
+        finally:
+            numba.set_num_threads(threads)
+
+    def _run(self, params: InvokeParams) -> None:
         import numpy as np
 
         from miocore.backends.cpu import workspace_view
         from miocore.backends.cpu_gemm import matmul
 
-        setting = getattr(getattr(handle, "backend", None), "threads", None)
-        if setting:  # numba's pool follows the handle's threads setting, as BLAS does
-            numba.set_num_threads(min(int(setting), numba.config.NUMBA_NUM_THREADS))
         plan = self.plan
         ws = workspace_view(params.workspace, plan.workspace_bytes)
         src_arr, dst_arr = (params.y, params.x) if plan.backward else (params.x, params.y)
