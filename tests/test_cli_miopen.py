@@ -181,8 +181,9 @@ def test_printconv_zero_drops_the_problem_line(capsys) -> None:
         ("ConvDirectNaiveConvFwd", "direct.naive", "-F 1"),
         ("85", "direct.naive", "-F 1"),
         ("ConvDirectNaiveConvWrw", "direct.naive", "-F 4"),
-        ("ConvBinWinogradRxSf2x3", "winograd.rxs", "-F 1"),
-        ("53", "winograd.rxs", "-F 1"),
+        ("ConvBinWinogradRxSf2x3", "winograd.fused", "-F 1"),
+        ("53", "winograd.fused", "-F 1"),
+        ("53", "winograd.rxs", "-F 4"),  # backward weights: the next of the list
         ("GemmFwdRest", "gemm.im2col", "-F 1"),
         ("direct.naive", "direct.naive", "-F 1"),
     ],

@@ -23,7 +23,7 @@ _DIRECT = (
     "direct.gpu_naive",
 )
 _NAIVE = ("direct.naive", "direct.gpu_naive")
-_WINOGRAD = ("winograd.rxs", "winograd.gpu_f2x3", "winograd.gpu_f4x3")
+_WINOGRAD = ("winograd.fused", "winograd.rxs", "winograd.gpu_f2x3", "winograd.gpu_f4x3")
 _WINOGRAD_F4 = ("winograd.rxs", "winograd.gpu_f4x3", "winograd.gpu_f2x3")
 _FFT = ("fft.overlap_save", "fft.gpu_rfft")
 _GEMM_1X1 = ("gemm.1x1", "gemm.gpu_nhwc")
