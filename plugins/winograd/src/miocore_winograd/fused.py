@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from miocore import (
@@ -37,6 +36,7 @@ from miocore import (
     TunableSolver,
     not_applicable,
 )
+from miocore_winograd.configs import TileBlockConfigs
 
 if TYPE_CHECKING:
     import numpy as np
@@ -247,7 +247,7 @@ class _FusedInvoker:
         return u if plan.backward else u.transpose(0, 2, 1)
 
 
-class WinogradFused(TunableSolver):
+class WinogradFused(TileBlockConfigs, TunableSolver):
     """Winograd ``F(m x m, 3 x 3)``, ``m`` 2 or 4, for 2-D 3x3 stride-1 undilated
     convolutions of one group in float32, forward and backward data, on the CPU: compiled
     transforms (numba) around one strided-batch GEMM per chunk of tiles.
@@ -259,6 +259,8 @@ class WinogradFused(TunableSolver):
     numerical_notes = frozenset({"winograd"})
     algorithm = Algorithm.WINOGRAD
     is_dynamic = True
+    tiles = TILES
+    blocks = BLOCKS
     backends = ("cpu",)
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
@@ -302,41 +304,6 @@ class WinogradFused(TunableSolver):
         """:data:`DEFAULT_TILE`, chunks of :data:`CHUNK_BYTES`."""
         return PerfConfig(tile=DEFAULT_TILE, block=-1)
 
-    def perf_config_space(
-        self, ctx: ExecutionContext, problem: ConvProblem
-    ) -> Iterable[PerfConfig]:
-        """The default first, then every ``tile`` x ``block``."""
-        default = self.default_perf_config(ctx, problem)
-        yield default
-        for tile in TILES:
-            for block in BLOCKS:
-                config = PerfConfig(tile=tile, block=block)
-                if config != default:
-                    yield config
-
-    def is_valid_perf_config(
-        self, ctx: ExecutionContext, problem: ConvProblem, config: PerfConfig
-    ) -> bool:
-        """``tile`` in :data:`TILES`, ``block`` in :data:`BLOCKS`."""
-        return (
-            set(config) == {"tile", "block"}
-            and config["tile"] in TILES
-            and (config["block"] in BLOCKS)
-        )
-
-    def _config(
-        self, ctx: ExecutionContext, problem: ConvProblem, config: PerfConfig | None
-    ) -> tuple[int, int]:
-        if config is None:
-            config = self.default_perf_config(ctx, problem)
-        if not self.is_valid_perf_config(ctx, problem, config):
-            raise InvalidArgumentError(
-                f"expected {{'tile': one of {TILES}, 'block': one of {BLOCKS}}}",
-                field="perf_config",
-                value=dict(config),
-            )
-        return int(config["tile"]), int(config["block"])
-
     def expected_error(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
     ) -> float | None:
@@ -375,12 +342,6 @@ class WinogradFused(TunableSolver):
         """The default config's cost model (:meth:`_Plan.predicted_ms`)."""
         tile, block = self._config(ctx, problem, None)
         return _plan(problem, tile, block).predicted_ms(ctx, problem.dtype)
-
-    def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
-        """Ideal time over :meth:`predicted_ms`."""
-        if not self.is_applicable(ctx, problem):
-            return -1.0
-        return ctx.wti(problem, self.predicted_ms(ctx, problem))
 
 
 __all__ = ["WinogradFused"]

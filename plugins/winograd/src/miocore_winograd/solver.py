@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from miocore import (
@@ -15,12 +15,12 @@ from miocore import (
     ConvSolution,
     DataType,
     ExecutionContext,
-    InvalidArgumentError,
     InvokeParams,
     PerfConfig,
     TunableSolver,
     not_applicable,
 )
+from miocore_winograd.configs import TileBlockConfigs
 from miocore_winograd.plans import Plan, forward_axis, make_plan
 
 #: Float32 error (max abs error / max abs reference) per output tile size at a reduction of 16
@@ -72,7 +72,7 @@ def _axis_pieces(problem: ConvProblem) -> list[int]:
     return out
 
 
-class WinogradRxS(TunableSolver):
+class WinogradRxS(TileBlockConfigs, TunableSolver):
     """Winograd ``F(m x m, r x r)`` for every direction, any filter size (split into pieces of
     at most 3x3), strides up to 4 (split into phases), groups and depthwise, any padding.
 
@@ -84,6 +84,8 @@ class WinogradRxS(TunableSolver):
     numerical_notes = frozenset({"winograd"})
     algorithm = Algorithm.WINOGRAD
     is_dynamic = True
+    tiles = TILES
+    blocks = BLOCKS
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
         """2-D, dilation 1, stride <= 4, not a 1x1 (or phase-wise 1x1) filter, CPU."""
@@ -109,18 +111,6 @@ class WinogradRxS(TunableSolver):
 
     # -- perf configs -----------------------------------------------------------------------
 
-    def perf_config_space(
-        self, ctx: ExecutionContext, problem: ConvProblem
-    ) -> Iterable[PerfConfig]:
-        """Every ``tile`` x ``block``, the default first."""
-        default = self.default_perf_config(ctx, problem)
-        yield default
-        for tile in TILES:
-            for block in BLOCKS:
-                config = PerfConfig(tile=tile, block=block)
-                if config != default:
-                    yield config
-
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
         """F(4,3) unless the problem has fewer than :data:`SMALL_TILES` 4x4 output tiles (then
         F(2,3): the filter transform, 36/9 times the filter for F(4,3) and 16/9 for F(2,3),
@@ -143,25 +133,6 @@ class WinogradRxS(TunableSolver):
         pieces = max(1, math.prod(problem.filter_spatial) // 9)
         reduction = (problem.c // problem.groups) * pieces
         return FP32_ERROR_BY_TILE[config["tile"]] * max(1.0, math.sqrt(reduction / 16))
-
-    def is_valid_perf_config(
-        self, ctx: ExecutionContext, problem: ConvProblem, config: PerfConfig
-    ) -> bool:
-        """``tile`` in :data:`TILES` and ``block`` in :data:`BLOCKS`."""
-        return config.get("tile") in TILES and config.get("block") in BLOCKS and len(config) == 2
-
-    def _config(
-        self, ctx: ExecutionContext, problem: ConvProblem, config: PerfConfig | None
-    ) -> tuple[int, int]:
-        if config is None:
-            config = self.default_perf_config(ctx, problem)
-        if not self.is_valid_perf_config(ctx, problem, config):
-            raise InvalidArgumentError(
-                f"expected {{'tile': one of {TILES}, 'block': one of {BLOCKS}}}",
-                field="perf_config",
-                value=dict(config),
-            )
-        return int(config["tile"]), int(config["block"])
 
     # -- solution ---------------------------------------------------------------------------
 
@@ -215,12 +186,6 @@ class WinogradRxS(TunableSolver):
         )
         overhead = RUN_OVERHEAD_MS * len(plan.runs) + CHUNK_OVERHEAD_MS * n_chunks
         return gemm + filt + tiles + overhead
-
-    def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
-        """Ideal time over :meth:`predicted_ms`."""
-        if not self.is_applicable(ctx, problem):
-            return -1.0
-        return ctx.wti(problem, self.predicted_ms(ctx, problem))
 
 
 __all__ = ["BLOCKS", "TILES", "WinogradRxS"]
