@@ -6,7 +6,7 @@ ResNet-50's 3x3 layers, so on two threads it lost to oneDNN's direct convolution
 (0.55-0.69). This solver takes the common case only (3x3, stride 1, dilation 1, one group,
 float32, forward and backward data) and runs it as three steps per chunk of tiles: the input
 transform straight from the caller's NHWC tensor into the GEMM operand
-(:mod:`miocore_winograd.fused_kernels`, parallel over tiles, vectorised over channels), one
+(:mod:`miocore_winograd.fused_kernels`, vectorised over channels, on the calling thread), one
 strided-batch GEMM of ``alpha^2`` products through :func:`miocore.backends.cpu_gemm.matmul`, and
 the output transform straight into the caller's NHWC output. NCHW tensors are staged through
 an NHWC copy in the workspace. Backward data is the forward correlation of ``dy`` (padded by
@@ -60,8 +60,8 @@ DEFAULT_TILE = 2
 #: growing with the square root of the reduction (as ``winograd.rxs``'s bound).
 FP32_ERROR_BY_TILE = {2: 2e-6, 4: 3e-5}
 #: Cost model: the batched GEMM at this fraction of the CPU's peak, the transforms streaming
-#: the tensors and the transformed tiles at memory speed, and a fixed cost per chunk (three
-#: parallel regions) and per call.
+#: the tensors and the transformed tiles at memory speed, and a fixed cost per chunk (two
+#: compiled passes and a GEMM call) and per call.
 GEMM_EFFICIENCY = 0.6
 CHUNK_OVERHEAD_MS = 0.03
 CALL_OVERHEAD_MS = 0.02
@@ -72,7 +72,6 @@ class _Plan:
 
     def __init__(self, problem: ConvProblem, tile: int, block: int) -> None:
         p = problem
-        self.direction = p.direction
         self.backward = p.direction is Direction.BACKWARD_DATA
         self.m = tile
         self.alpha = tile + 2
@@ -95,8 +94,6 @@ class _Plan:
         per_tile = 4 * a2 * (self.cin + self.kout)
         chunk = block if block > 0 else self.tiles if block == 0 else CHUNK_BYTES // per_tile
         self.block = max(1, min(self.tiles, max(64, chunk) if block < 0 else chunk))
-        self.src_layout_nhwc = (p.y if self.backward else p.x).layout == "NHWC"
-        self.dst_layout_nhwc = (p.x if self.backward else p.y).layout == "NHWC"
         n, (sh, sw), (dh, dw) = self.n, self.src_hw, self.dst_hw
         self.shapes = {
             "u": (a2, p.k, p.c),
