@@ -68,9 +68,7 @@ def main(argv: list[str] | None = None) -> None:
                 arrays = miocore.reference.random_inputs(p, 0)
                 best = handle.find_solutions(p, find_mode="NORMAL")[0]
                 ws = handle.backend.allocate_workspace(best.workspace_size)
-                ours.append(
-                    lambda b=best, a=arrays, w=ws: handle.run_solution(b, **a, workspace=w)
-                )
+                ours.append(lambda b=best, a=arrays, w=ws: handle.run_solution(b, **a, workspace=w))
                 theirs.append(torch_runner(p, arrays))
                 names.append(f"{layer.name}:{best.solver}")
 
