@@ -5,7 +5,9 @@ shares PyTorch's libgomp, as in ``cpu_vs_onednn.py`` and ``miocore.torch``).
 
     python benchmarks/cpu_gemm_on_openmp_probe.py
 
-Not a solver: the numbers behind the last section of docs/performance-cpu-winograd.md.
+Not a solver: the numbers behind the last section of docs/performance-cpu-winograd.md. The
+kernel calls OpenBLAS through an address given at run time, so numba caches it on disk (a
+second process loads it: 0.34 s to the first result, numba's import included).
 """
 
 from __future__ import annotations
@@ -21,20 +23,48 @@ os.environ["OMP_NUM_THREADS"] = "2"
 import numba
 import numpy as np
 import torch
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
 
 from miocore.backends import cpu_gemm
 
 _LIB = cpu_gemm.own_blas()
 assert _LIB is not None, "miocore's own OpenBLAS is not in use on this machine"
-_SGEMM = ctypes.CDLL(_LIB.path).scipy_cblas_sgemm
-_INT, _PTR, _FLT = ctypes.c_int, ctypes.c_size_t, ctypes.c_float  # pointers as integers
-_SGEMM.argtypes = [_INT] * 6 + [_FLT, _PTR, _INT, _PTR, _INT, _FLT, _PTR, _INT]
-_SGEMM.restype = None
+#: The address of the library's ``cblas_sgemm``, passed to the kernel at run time: a ctypes
+#: function used as a global would tie the compiled kernel to this process (no disk cache).
+_SGEMM = ctypes.cast(ctypes.CDLL(_LIB.path).scipy_cblas_sgemm, ctypes.c_void_p).value
 
 
-@njit(parallel=True, nogil=True)
-def omp_gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, parts: int) -> None:
+@intrinsic
+def _sgemm_at(typingctx, fn, m, n, k, a, lda, b, ldb, c, ldc):  # type: ignore[no-untyped-def]
+    """``cblas_sgemm(RowMajor, NoTrans, NoTrans, m, n, k, 1, a, lda, b, ldb, 0, c, ldc)``
+    through the function address ``fn``; every argument an int64 (pointers as integers)."""
+    signature = types.void(*([types.int64] * 10))
+
+    def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+        i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
+        fnty = ir.FunctionType(ir.VoidType(), [i32] * 6 + [f32, i64, i32, i64, i32, f32, i64, i32])
+        ptr = builder.inttoptr(args[0], fnty.as_pointer())
+        m_, n_, k_, a_, lda_, b_, ldb_, c_, ldc_ = args[1:]
+
+        def narrow(v):  # type: ignore[no-untyped-def]
+            return builder.trunc(v, i32)
+
+        flags = [ir.Constant(i32, 101), ir.Constant(i32, 111), ir.Constant(i32, 111)]
+        one, zero = ir.Constant(f32, 1.0), ir.Constant(f32, 0.0)
+        builder.call(
+            ptr,
+            [*flags, narrow(m_), narrow(n_), narrow(k_), one, a_, narrow(lda_), b_,
+             narrow(ldb_), zero, c_, narrow(ldc_)],
+        )  # fmt: skip
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def omp_gemm(fn: int, a: np.ndarray, b: np.ndarray, c: np.ndarray, parts: int) -> None:
     """``c = a @ b`` (row-major float32), one row block per OpenMP thread."""
     m, k = a.shape
     n = b.shape[1]
@@ -45,8 +75,7 @@ def omp_gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, parts: int) -> None:
         if r1 > r0:
             a0 = a.ctypes.data + r0 * k * 4
             c0 = c.ctypes.data + r0 * n * 4
-            one, zero = np.float32(1.0), np.float32(0.0)
-            _SGEMM(101, 111, 111, r1 - r0, n, k, one, a0, k, b.ctypes.data, n, zero, c0, n)
+            _sgemm_at(fn, r1 - r0, n, k, a0, k, b.ctypes.data, n, c0, n)
 
 
 def median_ms(call: Callable[[], object], n: int = 40) -> float:
@@ -77,7 +106,7 @@ def main() -> None:
             cpu_gemm.gemm(a, b, c)
 
         def on_omp(a: np.ndarray = a, b: np.ndarray = b, c: np.ndarray = mine) -> None:
-            omp_gemm(a, b, c, 2)
+            omp_gemm(_SGEMM, a, b, c, 2)
 
         _LIB.set_threads(2)
         t_pool = median_ms(on_pool)
