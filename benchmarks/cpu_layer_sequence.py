@@ -17,30 +17,21 @@ from __future__ import annotations
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from thread_env import threads_from_argv
 
-def _threads_from_argv(default: int = 1) -> int:
-    """``--threads N`` read before numpy or torch load, so every BLAS pool gets the same size."""
-    if "--threads" in sys.argv:
-        return int(sys.argv[sys.argv.index("--threads") + 1])
-    return default
-
-
-THREADS = _threads_from_argv()
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_var] = str(THREADS)
+THREADS = threads_from_argv()
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
 
-import miocore  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).parent))
 from common import machine  # noqa: E402
 from cpu_vs_onednn import torch_runner  # noqa: E402
 from shapes import SUITES, problem  # noqa: E402
+
+import miocore  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
