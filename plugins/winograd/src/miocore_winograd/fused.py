@@ -37,6 +37,7 @@ from miocore import (
     not_applicable,
 )
 from miocore_winograd.configs import TileBlockConfigs
+from miocore_winograd.plans import Layout
 
 if TYPE_CHECKING:
     import numpy as np
@@ -103,12 +104,10 @@ class _Plan:
             "src": (n, sh, sw, self.cin),
             "dst": (n, dh, dw, self.kout),
         }
-        self.offsets: dict[str, int] = {}
-        total = 0
+        self.layout = Layout()
         for name, shape in self.shapes.items():
-            self.offsets[name] = total
-            total += -(-4 * math.prod(shape) // 64) * 64
-        self.workspace_bytes = total
+            self.layout.add(name, math.prod(shape))
+        self.workspace_bytes = self.layout.total
         self.gemm_flops = 2 * a2 * self.tiles * self.cin * self.kout
         self.filter_flops = 2 * a2 * 9 * p.k * p.c
         self.chunks = -(-self.tiles // self.block)
@@ -121,11 +120,7 @@ class _Plan:
 
     def view(self, workspace: np.ndarray, name: str) -> np.ndarray:
         """The float32 region ``name`` of the workspace, shaped."""
-        import numpy as np
-
-        shape = self.shapes[name]
-        start = self.offsets[name]
-        return workspace[start : start + 4 * math.prod(shape)].view(np.float32).reshape(shape)
+        return self.layout.view(workspace, name, self.shapes[name])
 
     def predicted_ms(self, ctx: ExecutionContext, dtype: DataType) -> float:
         """GEMM at :data:`GEMM_EFFICIENCY` of the peak, the streamed bytes, fixed costs."""
