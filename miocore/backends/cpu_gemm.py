@@ -31,6 +31,7 @@ import threading
 import numpy as np
 
 from miocore import env
+from miocore.backends.cpu_gemm_openmp import LOCK, OpenMpJobs
 from miocore.errors import InvalidEnvironmentError
 
 __all__ = [
@@ -60,6 +61,7 @@ MIN_MACS = (1 << 18) + 1
 #: on back-to-back GEMMs.
 THREAD_TIMEOUT = 14
 _CHOICES = ("auto", "numpy", "openblas")
+_POOLS = ("auto", "openmp", "openblas")
 
 
 def coretype_for(flags: frozenset[str]) -> str | None:
@@ -104,6 +106,19 @@ class OwnOpenBlas:
         self._batch.restype = None
         self._set_threads = lib.scipy_openblas_set_num_threads
         self._set_threads.argtypes = [i]
+        #: Set where the library runs its threads on numba's OpenMP pool (:meth:`use_openmp`).
+        self.openmp: OpenMpJobs | None = None
+
+    def use_openmp(self, enable: bool) -> bool:
+        """Run the library's parallel work on numba's OpenMP threads (enable) or on its own
+        pool (:mod:`miocore.backends.cpu_gemm_openmp`); whether it now runs on OpenMP's."""
+        from miocore.backends.cpu_gemm_openmp import install, uninstall
+
+        with LOCK:
+            self.openmp = install(self.path) if enable else None
+            if self.openmp is None:
+                uninstall(self.path)
+        return self.openmp is not None
 
     def set_threads(self, threads: int) -> None:
         """Size the library's thread pool."""
@@ -113,21 +128,32 @@ class OwnOpenBlas:
         self, a: _Matrix, b: _Matrix, c: _Matrix, m: int, n: int, k: int, beta: float
     ) -> None:
         """Row-major ``c = a @ b + beta * c`` for one matrix each: ``(pointer, trans, ld)``."""
-        self._sgemm(_ROW_MAJOR, a[1], b[1], m, n, k, 1.0, a[0], a[2], b[0], b[2], beta, c[0], c[2])
+        args = (_ROW_MAJOR, a[1], b[1], m, n, k, 1.0, a[0], a[2], b[0], b[2], beta, c[0], c[2])
+        if self.openmp is None:
+            self._sgemm(*args)
+            return
+        with LOCK:
+            self._sgemm(*args)
 
     def sgemm_batch(
         self, a: _Matrix, b: _Matrix, c: _Matrix, m: int, n: int, k: int, steps: tuple[int, ...],
         count: int,
     ) -> None:  # fmt: skip
         """Row-major ``c[i] = a[i] @ b[i]`` for ``count`` matrices ``steps`` elements apart."""
-        self._batch(
+        args = (
             _ROW_MAJOR, a[1], b[1], m, n, k, 1.0, a[0], a[2], steps[0], b[0], b[2], steps[1],
             0.0, c[0], c[2], steps[2], count,
         )  # fmt: skip
+        if self.openmp is None:
+            self._batch(*args)
+            return
+        with LOCK:
+            self._batch(*args)
 
 
 _lock = threading.Lock()
-_chosen: tuple[str, OwnOpenBlas | None] | None = None  # (raw MIOCORE_CPU_BLAS, library)
+#: (the raw settings, the library) of the last choice
+_chosen: tuple[str, OwnOpenBlas | None] | None = None
 
 
 def _choice() -> str:
@@ -135,6 +161,15 @@ def _choice() -> str:
     if value not in _CHOICES:
         raise InvalidEnvironmentError(
             f"expected one of {', '.join(_CHOICES)}", field="MIOCORE_CPU_BLAS", value=value
+        )
+    return value
+
+
+def _pool_choice() -> str:
+    value = env.get("MIOCORE_CPU_BLAS_THREADS", "auto").strip().lower()
+    if value not in _POOLS:
+        raise InvalidEnvironmentError(
+            f"expected one of {', '.join(_POOLS)}", field="MIOCORE_CPU_BLAS_THREADS", value=value
         )
     return value
 
@@ -172,7 +207,8 @@ def _load(choice: str) -> OwnOpenBlas | None:
     blas = [p for p in numpy_pools if p.get("user_api") == "blas"]
     if blas:
         own.set_threads(int(blas[0].get("num_threads") or 1))
-    _log.info("CPU GEMMs through %s (%s kernels)", own.path, own.corename)
+    pool = "OpenMP" if own.use_openmp(_pool_choice() != "openblas") else "its own"
+    _log.info("CPU GEMMs through %s (%s kernels, threads: %s)", own.path, own.corename, pool)
     return own
 
 
@@ -192,9 +228,11 @@ def _wheel_library() -> str | None:
 
 def own_blas() -> OwnOpenBlas | None:
     """The own OpenBLAS the CPU solvers' GEMMs run on, or None where they use numpy's. Chosen
-    once per process and per ``MIOCORE_CPU_BLAS`` value (one dictionary lookup a call)."""
+    once per process and per value of ``MIOCORE_CPU_BLAS`` and ``MIOCORE_CPU_BLAS_THREADS``
+    (two dictionary lookups a call)."""
     global _chosen
-    raw = os.environ.get("MIOCORE_CPU_BLAS", "")
+    environ = os.environ
+    raw = environ.get("MIOCORE_CPU_BLAS", "") + "/" + environ.get("MIOCORE_CPU_BLAS_THREADS", "")
     current = _chosen
     if current is not None and current[0] == raw:
         return current[1]

@@ -53,7 +53,7 @@ from miocore_direct.depthwise_staging import (
     nchw_to_channels_last,
     packed_float32_nchw,
 )
-from miocore_direct.openmp import prefer_passive_wait
+from miocore_direct.openmp import choose_wait_policy
 from miocore_direct.pool_choice import PooledInvoker
 from miocore_direct.regions import Float32Regions
 
@@ -456,7 +456,7 @@ class DepthwiseDirectSolver(Solver):
         answer = self.is_applicable(ctx, problem)
         if not answer:
             raise InvalidArgumentError(answer.reason, field="problem", value=problem.key)
-        prefer_passive_wait()  # before numba starts its OpenMP threads
+        choose_wait_policy()  # before numba starts its OpenMP threads
         plan = _Plan(problem)
         invoker = _DepthwiseInvoker(plan)
         return ConvSolution(

@@ -20,9 +20,9 @@ from __future__ import annotations
 import numba
 from numba import prange
 
-from miocore_direct.openmp import prefer_passive_wait
+from miocore_direct.openmp import choose_wait_policy
 
-prefer_passive_wait()  # OpenMP reads it when the first kernel starts its threads
+choose_wait_policy()  # OpenMP reads it when the first kernel starts its threads
 
 # Reassociation lets LLVM vectorise the reductions; no flag that changes NaN/Inf semantics.
 _FLAGS = {"reassoc", "contract"}

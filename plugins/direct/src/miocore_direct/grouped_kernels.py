@@ -13,9 +13,9 @@ from __future__ import annotations
 import numba
 from numba import prange
 
-from miocore_direct.openmp import prefer_passive_wait
+from miocore_direct.openmp import choose_wait_policy
 
-prefer_passive_wait()  # OpenMP reads it when the first kernel starts its threads
+choose_wait_policy()  # OpenMP reads it when the first kernel starts its threads
 
 _FLAGS = {"reassoc", "contract"}
 _jit = numba.njit(parallel=True, cache=True, fastmath=_FLAGS, nogil=True)

@@ -27,9 +27,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from miocore_direct.openmp import prefer_passive_wait
+from miocore_direct.openmp import choose_wait_policy
 
-prefer_passive_wait()  # OpenMP reads it when the first kernel starts its threads
+choose_wait_policy()  # OpenMP reads it when the first kernel starts its threads
 
 #: Output pixels per register tile (forward / backward data, backward weights).
 TILE = 4

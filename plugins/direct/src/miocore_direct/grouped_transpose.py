@@ -16,14 +16,14 @@ import numba
 import numpy as np
 from numba import prange
 
-from miocore_direct.openmp import prefer_passive_wait
+from miocore_direct.openmp import choose_wait_policy
 from miocore_direct.simd import ops, transpose_block
 
 #: The :data:`miocore_direct.simd.REVISION` these cached kernels were compiled with: edit
 #: this file when that changes, so that numba compiles them again.
 SIMD_REVISION = 1
 
-prefer_passive_wait()  # OpenMP reads it when the first kernel starts its threads
+choose_wait_policy()  # OpenMP reads it when the first kernel starts its threads
 
 #: The block: channels per block and pixels per block.
 BLOCK = 16

@@ -1,7 +1,8 @@
 """Whether a call runs on numba's whole thread pool or on the calling thread alone.
 
-Waking numba's pool costs a fixed time per parallel region (GNU OpenMP under the passive wait
-policy, :mod:`miocore_direct.openmp`): 38-55 µs a region on the development VM (2 vCPUs),
+Waking numba's pool costs a fixed time per parallel region where its threads sleep at once (GNU
+OpenMP's passive wait policy, which :mod:`miocore_direct.openmp` chooses where the GEMMs run on
+another pool): 38-55 µs a region on the development VM (2 vCPUs),
 where a small depthwise layer took 0.03 ms on one thread and 0.40 ms on two (its staging
 copies and kernel are several regions). So where the work is small, an invoker's first call
 runs it both ways (alternating, one warm-up run each, then :data:`TRIALS` timed runs each)

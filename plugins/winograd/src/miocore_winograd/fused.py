@@ -153,9 +153,9 @@ class _FusedInvoker:
     input transform, the batched GEMM and the output transform."""
 
     def __init__(self, plan: _Plan) -> None:
-        from miocore.backends.cpu_generated import prefer_passive_wait
+        from miocore.backends.cpu_generated import choose_wait_policy
 
-        prefer_passive_wait()  # before numba starts its OpenMP threads
+        choose_wait_policy()  # before numba starts its OpenMP threads
         from miocore_winograd.fused_kernels import input_kernel, output_kernel
 
         self.plan = plan
