@@ -61,17 +61,27 @@ _compiled: OpenMpJobs | None = None
 
 
 def _gomp() -> ctypes.CDLL | None:
-    """numba's OpenMP pool extension, through which ``dlsym`` finds the GNU OpenMP runtime numba
-    binds to (PyTorch's, where PyTorch loaded it first); None where numba has none."""
+    """The GNU OpenMP runtime numba's kernels start their teams on, as a library handle.
+
+    numba's OpenMP pool extension needs ``libgomp``; the dynamic linker binds its calls to the
+    first runtime in the process's global scope (PyTorch's own copy, where PyTorch was imported
+    first: it loads it globally) and only then to the one the extension itself depends on. The
+    callback must start its teams on the same runtime, or each GEMM after a kernel waits for
+    the other runtime's spinning thread (8 ms a call, measured). A runtime loaded globally after
+    numba's first kernel ran would not be seen by numba; that order is not handled. None where
+    numba has no OpenMP pool.
+    """
     import importlib.util
 
     spec = importlib.util.find_spec("numba.np.ufunc.omppool")
     if spec is None or not spec.origin:
         return None
     try:
-        return ctypes.CDLL(spec.origin)
+        pool = ctypes.CDLL(spec.origin)  # loads its libgomp where nothing provided one yet
     except OSError:
         return None
+    program = ctypes.CDLL(None)  # the global scope
+    return program if hasattr(program, "GOMP_parallel") else pool
 
 
 def install(library_path: str) -> OpenMpJobs | None:

@@ -166,11 +166,17 @@ class _FusedInvoker:
     def __call__(self, handle: Any, params: InvokeParams) -> None:
         import numba
 
-        # The transforms run on the calling thread, the GEMM on the BLAS pool: an OpenMP
-        # worker still spinning after a two-thread transform held the core the BLAS worker
-        # needed, for a scheduler tick per chunk (ResNet-50's l3 3x3 layer, batch 8: 8-11 ms
-        # against 3.7 with one-thread transforms, where PyTorch's libgomp, which numba then
-        # shares, spins; docs/performance-cpu-winograd.md).
+        from miocore.backends.cpu_gemm import own_blas
+
+        lib = own_blas()
+        if lib is not None and lib.openmp is not None:  # the GEMMs run on the same threads
+            self._run(params)
+            return
+        # The GEMMs run on OpenBLAS's pool: the transforms stay on the calling thread. An
+        # OpenMP worker still spinning after a two-thread transform held the core the BLAS
+        # worker needed, for a scheduler tick per chunk (ResNet-50's l3 3x3 layer, batch 8:
+        # 8-11 ms against 3.7 with one-thread transforms, where PyTorch's libgomp, which numba
+        # then shares, spins; docs/performance-cpu-winograd.md).
         threads = numba.get_num_threads()
         numba.set_num_threads(1)
         try:
