@@ -17,7 +17,9 @@ loads, with the core type the flags call for).
 
 The own library's threads follow threadpoolctl like every other pool (it finds the library by
 its ``libscipy_openblas`` prefix); on loading it takes the thread count numpy's BLAS has then,
-so a cap applied before it loaded holds for it too.
+so a cap applied before it loaded holds for it too. Its parallel work runs on OpenMP teams, the
+threads numba's kernels (and PyTorch) run on, where numba is installed
+(:mod:`miocore.backends.cpu_gemm_openmp`; ``MIOCORE_CPU_BLAS_THREADS=auto|openmp|openblas``).
 """
 
 from __future__ import annotations

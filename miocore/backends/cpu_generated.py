@@ -42,8 +42,8 @@ def choose_wait_policy() -> None:
     at once and cost a wake-up (40-50 µs) per region instead. Where every parallel piece of a
     call runs on the one OpenMP pool, a spinning thread is the next region's, not a rival's:
     miocore alone on two threads, find then 50 calls of the winner of 63 grouped, depthwise and
-    ResNet-50 problems per run, per call 1.15-1.38x faster than passive, no find/run mismatch
-    in 315 (development VM, 2026-11-27). OpenMP reads the setting when it loads, so every plugin
+    ResNet-50 problems per run, per call 1.15-1.46x faster than passive, no find/run mismatch
+    in 504 (development VM, 2026-11-27). OpenMP reads the setting when it loads, so every plugin
     with generated kernels calls this before its first kernel runs; a policy the caller chose
     (even ``active``) is kept.
     """
