@@ -158,20 +158,12 @@ _lock = threading.Lock()
 _chosen: tuple[str, OwnOpenBlas | None] | None = None
 
 
-def _choice() -> str:
-    value = env.get("MIOCORE_CPU_BLAS", "auto").strip().lower()
-    if value not in _CHOICES:
+def _setting(name: str, choices: tuple[str, ...]) -> str:
+    """The variable's value, one of ``choices`` (the first is the default)."""
+    value = env.get(name, choices[0]).strip().lower()
+    if value not in choices:
         raise InvalidEnvironmentError(
-            f"expected one of {', '.join(_CHOICES)}", field="MIOCORE_CPU_BLAS", value=value
-        )
-    return value
-
-
-def _pool_choice() -> str:
-    value = env.get("MIOCORE_CPU_BLAS_THREADS", "auto").strip().lower()
-    if value not in _POOLS:
-        raise InvalidEnvironmentError(
-            f"expected one of {', '.join(_POOLS)}", field="MIOCORE_CPU_BLAS_THREADS", value=value
+            f"expected one of {', '.join(choices)}", field=name, value=value
         )
     return value
 
@@ -209,7 +201,8 @@ def _load(choice: str) -> OwnOpenBlas | None:
     blas = [p for p in numpy_pools if p.get("user_api") == "blas"]
     if blas:
         own.set_threads(int(blas[0].get("num_threads") or 1))
-    pool = "OpenMP" if own.use_openmp(_pool_choice() != "openblas") else "its own"
+    teams = _setting("MIOCORE_CPU_BLAS_THREADS", _POOLS) != "openblas"
+    pool = "OpenMP" if own.use_openmp(teams) else "its own"
     _log.info("CPU GEMMs through %s (%s kernels, threads: %s)", own.path, own.corename, pool)
     return own
 
@@ -240,7 +233,7 @@ def own_blas() -> OwnOpenBlas | None:
         return current[1]
     with _lock:
         if _chosen is None or _chosen[0] != raw:
-            _chosen = (raw, _load(_choice()))
+            _chosen = (raw, _load(_setting("MIOCORE_CPU_BLAS", _CHOICES)))
         return _chosen[1]
 
 
