@@ -63,13 +63,13 @@ _compiled: OpenMpJobs | None = None
 def _gomp() -> ctypes.CDLL | None:
     """The GNU OpenMP runtime numba's kernels start their teams on, as a library handle.
 
-    numba's OpenMP pool extension needs ``libgomp``; the dynamic linker binds its calls to the
-    first runtime in the process's global scope (PyTorch's own copy, where PyTorch was imported
-    first: it loads it globally) and only then to the one the extension itself depends on. The
+    numba's OpenMP pool extension needs ``libgomp``; the dynamic linker binds each of its calls
+    on first use to the first runtime in the process's global scope (PyTorch's own copy, where
+    PyTorch was imported: it loads it globally), else to the one the extension depends on. The
     callback must start its teams on the same runtime, or each GEMM after a kernel waits for
-    the other runtime's spinning thread (8 ms a call, measured). A runtime loaded globally after
-    numba's first kernel ran would not be seen by numba; that order is not handled. None where
-    numba has no OpenMP pool.
+    the other runtime's spinning thread (8 ms a call, measured), so :func:`install` first runs
+    one region of numba's own, which binds numba's calls, and then resolves the same way. None
+    where numba has no OpenMP pool.
     """
     import importlib.util
 
@@ -77,7 +77,7 @@ def _gomp() -> ctypes.CDLL | None:
     if spec is None or not spec.origin:
         return None
     try:
-        pool = ctypes.CDLL(spec.origin)  # loads its libgomp where nothing provided one yet
+        pool = ctypes.CDLL(spec.origin)
     except OSError:
         return None
     program = ctypes.CDLL(None)  # the global scope
@@ -100,12 +100,20 @@ def install(library_path: str) -> OpenMpJobs | None:
         return None
     lib = ctypes.CDLL(library_path)
     hook = getattr(lib, "scipy_openblas_set_threads_callback_function", None)
-    gomp = _gomp()
-    if hook is None or gomp is None or lib.scipy_openblas_get_parallel() != 1:
+    if hook is None or lib.scipy_openblas_get_parallel() != 1:
         return None  # the callback exists in pthreads builds only (parallel == 1)
     global _compiled
     if _compiled is None:
+        import numpy as np
+
         from miocore.backends import cpu_gemm_openmp_kernels as kernels
+
+        kernels.bind_runtime(np.empty(2, np.int64))
+        if numba.threading_layer() != "omp":  # no GNU OpenMP pool to share
+            return None
+        gomp = _gomp()
+        if gomp is None:
+            return None
 
         start, thread_number = kernels.SYMBOLS[0], kernels.SYMBOLS[1]
         binding.add_symbol(start, ctypes.cast(gomp.GOMP_parallel, ctypes.c_void_p).value)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from llvmlite import ir
-from numba import types
+from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -96,6 +97,14 @@ def _parallel(typingctx: Any, record: Any, count: Any) -> Any:
         return context.get_dummy_value()
 
     return types.void(types.int64, types.int64), codegen
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def bind_runtime(out: np.ndarray) -> None:
+    """One small parallel region of numba's own: its calls into OpenMP bind to a runtime now
+    (the dynamic linker binds each on its first call), before the teams' runtime is chosen."""
+    for i in prange(out.size):
+        out[i] = i
 
 
 def team_member(record: int) -> None:
