@@ -20,8 +20,8 @@ per-thread buffers by job number, so only one product may run through the callba
 (:data:`LOCK`).
 
 The callback is compiled by numba (a ``cfunc``, :mod:`miocore.backends.cpu_gemm_openmp_kernels`)
-and cached on disk: the first process compiles it once (about 0.3 s), later ones load it in
-milliseconds.
+and cached on disk: the first process compiles it once; later ones load it, with numba's own
+start, in about half a second at their first large product.
 """
 
 from __future__ import annotations
