@@ -42,6 +42,7 @@ __all__ = [
     "OwnOpenBlas",
     "coretype_for",
     "gemm",
+    "gemms_on_openmp",
     "matmul",
     "own_blas",
 ]
@@ -235,6 +236,13 @@ def own_blas() -> OwnOpenBlas | None:
         if _chosen is None or _chosen[0] != raw:
             _chosen = (raw, _load(_setting("MIOCORE_CPU_BLAS", _CHOICES)))
         return _chosen[1]
+
+
+def gemms_on_openmp() -> bool:
+    """Whether the CPU solvers' GEMMs run their parallel work on OpenMP teams, the threads
+    numba's kernels use (:mod:`miocore.backends.cpu_gemm_openmp`)."""
+    lib = own_blas()
+    return lib is not None and lib.openmp is not None
 
 
 def _layout(shape: tuple[int, ...], strides: tuple[int, ...], output: bool) -> tuple[int, int]:

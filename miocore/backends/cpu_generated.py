@@ -49,10 +49,9 @@ def choose_wait_policy() -> None:
     """
     if WAIT_POLICY_ENV in os.environ:
         return
-    from miocore.backends.cpu_gemm import own_blas
+    from miocore.backends.cpu_gemm import gemms_on_openmp
 
-    lib = own_blas()
-    if lib is None or lib.openmp is None:
+    if not gemms_on_openmp():
         os.environ[WAIT_POLICY_ENV] = "PASSIVE"
 
 

@@ -166,10 +166,9 @@ class _FusedInvoker:
     def __call__(self, handle: Any, params: InvokeParams) -> None:
         import numba
 
-        from miocore.backends.cpu_gemm import own_blas
+        from miocore.backends.cpu_gemm import gemms_on_openmp
 
-        lib = own_blas()
-        if lib is not None and lib.openmp is not None:  # the GEMMs run on the same threads
+        if gemms_on_openmp():  # the GEMMs run on the same threads
             self._run(params)
             return
         # The GEMMs run on OpenBLAS's pool: the transforms stay on the calling thread. An
