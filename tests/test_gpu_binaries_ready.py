@@ -93,3 +93,28 @@ def test_without_a_disk_cache_only_this_process_counts(
     backend.compile([kernel])
     assert backend.binaries_ready([kernel])
     assert not _backend().binaries_ready([kernel])
+
+
+def test_a_binary_seen_on_disk_is_not_looked_up_again(
+    cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every find asks, for each candidate's kernels: once a key is seen in the disk cache the
+    answer is remembered, and the key itself is hashed once per kernel."""
+    from miocore.db.kernel_cache import KernelCache
+
+    kernel = _kernel("-DMIO_A=4")
+    _backend().compile([kernel])  # another process built it
+    backend = _backend()
+    looked: list[str] = []
+    contains = KernelCache.contains
+
+    def counting(self: KernelCache, parts: Any) -> bool:
+        looked.append(parts.key)
+        return contains(self, parts)
+
+    monkeypatch.setattr(KernelCache, "contains", counting)
+    assert all(backend.binaries_ready([kernel]) for _ in range(5))
+    assert len(looked) == 1
+    parts = backend._parts(kernel)[0]
+    assert parts.key is parts.key  # hashed once, kept with the parts
+    assert backend.driver.compiles == 0

@@ -5,6 +5,7 @@ keeps its state_dict, and refuses what miocore cannot run, naming the layer."""
 from __future__ import annotations
 
 import copy
+import os
 import re
 import subprocess
 import sys
@@ -173,3 +174,20 @@ def test_prepare_backward_leaves_in_place_activations_alone() -> None:
     directions = sorted(s.problem.direction.value for s in mt.runtime._solutions.values())
     # The second layer's input needs a gradient, the first's does not.
     assert directions == ["backward_data"] + ["backward_weights"] * 2 + ["forward"] * 2
+
+
+def test_prepare_backward_loads_no_symbolic_shapes(tmp_path: Path) -> None:
+    """prepare's backward pass enters its random output gradients through a scalar, as a
+    training loop's ``loss.backward()`` does: handed to ``autograd.grad`` as grad_outputs they
+    make PyTorch import sympy (0.5-3.5 s per process), which plain training never loads."""
+    code = (
+        "import sys, torch, miocore.torch as mt\n"
+        "m = mt.convert(torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(),"
+        " torch.nn.Conv2d(4, 2, 1)))\n"
+        "mt.prepare(m, torch.randn(1, 3, 6, 6), backward=True, progress=False)\n"
+        "found = {s.problem.direction.value for s in mt.runtime._solutions.values()}\n"
+        "assert found == {'forward', 'backward_data', 'backward_weights'}, found\n"
+        "assert 'sympy' not in sys.modules, 'prepare imported sympy'\n"
+    )
+    env = {**os.environ, "MIOCORE_USER_DB_PATH": str(tmp_path)}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=300)

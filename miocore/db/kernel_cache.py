@@ -22,6 +22,7 @@ used entries (by manifest modification time; a hit touches it) are evicted.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -85,9 +86,10 @@ class CacheKeyParts:
     arch: str
     compiler: str
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
-        """Hex SHA-256 of every part, each length-prefixed so no two inputs collide."""
+        """Hex SHA-256 of every part, each length-prefixed so no two inputs collide (hashed
+        once: the compiler keeps one instance per kernel, and every find asks for it)."""
         digest = hashlib.sha256()
 
         def feed(item: bytes) -> None:

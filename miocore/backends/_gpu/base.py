@@ -120,6 +120,7 @@ class GpuBackend(KernelCompiler, DeviceTensors):
         self._failures: dict[str, CompileError] = {}
         self._binaries: dict[str, bytes] = {}
         self._parts_memo: dict[tuple[Any, ...], Any] = {}
+        self._on_disk: set[str] = set()
         self._cache: KernelCache | None = None
         self._blas: Any = None
         self._capture_stream: Any = None

@@ -87,6 +87,9 @@ class KernelCompiler:
     _binaries: dict[str, bytes]
     _cache: KernelCache | None
     _parts_memo: dict[tuple[Any, ...], tuple[Any, ...]]
+    #: Keys seen in the binary cache (binaries_ready asks at every find; an entry evicted
+    #: since only costs that find a compile).
+    _on_disk: set[str]
     stats: dict[str, int]
 
     # -- registry binding: where kernel sources live ----------------------------------------------
@@ -283,11 +286,14 @@ class KernelCompiler:
         cache = self.kernel_cache
         for info in kernels:
             parts = self._parts(info)[0]
+            key = parts.key
             with self._lock:
-                if parts.key in self._binaries:
+                if key in self._binaries or key in self._on_disk:
                     continue
             if cache is None or not cache.contains(parts):
                 return False
+            with self._lock:
+                self._on_disk.add(key)
         return True
 
     def compile(self, kernels: Sequence[KernelInfo]) -> tuple[CompiledKernel, ...]:
