@@ -56,7 +56,8 @@ def evaluate(
         if not library or not ready:
             continue
         known = [s for s in by_solver if model.knows(s)]
-        features = problem_features(ConvProblem.from_key(key))
+        plain, _, mode = key.partition("_")  # records of the tf32 math mode end in _tf32
+        features = problem_features(ConvProblem.from_key(plain), mode or "exact")
         estimate = dict(zip(known, model.predict_ms(features, known), strict=True))
         best_ready = min((estimate[s] for s in ready if s in estimate), default=None)
         measured = [
