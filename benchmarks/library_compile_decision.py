@@ -25,6 +25,7 @@ from typing import Any
 
 from miocore.heuristic.features import problem_features
 from miocore.heuristic.model import TreeModel
+from miocore.heuristic.train import is_held_out
 from miocore.problem.conv import ConvProblem
 
 #: cuDNN engines whose plans compile per problem on sm90 with cuDNN 9.19 (their behaviour
@@ -43,7 +44,10 @@ def recorded_times(db: Path) -> dict[str, dict[str, float]]:
 
 
 def evaluate(
-    times: dict[str, dict[str, float]], model: TreeModel, margin: float = 1.0
+    times: dict[str, dict[str, float]],
+    model: TreeModel,
+    margin: float = 1.0,
+    held_out: float | None = None,
 ) -> dict[str, Any]:
     """The decision replayed per problem with the model's estimates and without any: each
     run-time compiled engine is measured where its estimate is under ``margin`` times the
@@ -51,6 +55,8 @@ def evaluate(
     does not know counts as measured (find would ask WTI, which has no recorded stand-in)."""
     rows = []
     for key, by_solver in times.items():
+        if held_out is not None and not is_held_out(key, held_out):
+            continue  # a problem the model trained on
         library = [s for s in by_solver if s in RUNTIME_COMPILED]
         ready = [s for s in by_solver if s not in RUNTIME_COMPILED]
         if not library or not ready:
@@ -74,6 +80,7 @@ def evaluate(
                 "library_wins": min(by_solver[s] for s in library) < ready_best,
                 "measured": bool(measured),
                 "builds": len(measured),
+                "library": len(library),
                 "regret_model": picked / best,
                 "regret_none": ready_best / best,
             }
@@ -93,7 +100,7 @@ def evaluate(
         "library_wins": sum(r["library_wins"] for r in rows),
         "measured_by_model": sum(r["measured"] for r in rows),
         "builds_by_model": sum(r["builds"] for r in rows),
-        "builds_all": sum(1 for t in times.values() for s in t if s in RUNTIME_COMPILED),
+        "builds_all": sum(r["library"] for r in rows),
         "wins_the_model_measures": sum(r["library_wins"] and r["measured"] for r in rows),
         "model": summary("regret_model"),
         "none": summary("regret_none"),
@@ -105,12 +112,21 @@ def main() -> None:
     parser.add_argument("--db", type=Path, nargs="+", required=True, help="FindDb folders")
     parser.add_argument("--model", type=Path, required=True, help="a heuristic .npz")
     parser.add_argument("--margin", type=float, nargs="+", default=[1.0, 1.5])
+    parser.add_argument(
+        "--held-out",
+        type=float,
+        default=None,
+        metavar="SHARE",
+        help="only the problems a model trained with this holdout share did not see",
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     model = TreeModel.load(args.model)
     results = {}
     for db, margin in ((db, m) for db in args.db for m in args.margin):
-        results[f"{db} x{margin:g}"] = result = evaluate(recorded_times(db), model, margin)
+        results[f"{db} x{margin:g}"] = result = evaluate(
+            recorded_times(db), model, margin, args.held_out
+        )
         print(
             f"{db}, margin {margin:g}: {result['problems']} problems, run-time compiled "
             f"engines win {result['library_wins']}; the model measures them on "
