@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sqlite3
 import statistics
 from collections import defaultdict
@@ -48,11 +49,14 @@ def evaluate(
     model: TreeModel,
     margin: float = 1.0,
     held_out: float | None = None,
+    margins: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """The decision replayed per problem with the model's estimates and without any: each
     run-time compiled engine is measured where its estimate is under ``margin`` times the
     best ready estimate (``miocore.find.dynamic.COMPILE_MARGIN``); one the model
-    does not know counts as measured (find would ask WTI, which has no recorded stand-in)."""
+    does not know counts as measured (find would ask WTI, which has no recorded stand-in).
+    ``margins`` gives some engines their own margin instead."""
+    margins = margins or {}
     rows = []
     for key, by_solver in times.items():
         if held_out is not None and not is_held_out(key, held_out):
@@ -69,7 +73,9 @@ def evaluate(
         measured = [
             s
             for s in library
-            if best_ready is None or s not in estimate or estimate[s] < margin * best_ready
+            if best_ready is None
+            or s not in estimate
+            or estimate[s] < margins.get(s, margin) * best_ready
         ]
         best = min(by_solver.values())
         ready_best = min(by_solver[s] for s in ready)
@@ -107,6 +113,26 @@ def evaluate(
     }
 
 
+def residual_spread(
+    times: dict[str, dict[str, float]], model: TreeModel, held_out: float
+) -> dict[str, float]:
+    """Per solver, the standard deviation of log(recorded / estimated) time over the problems
+    the model trained on (those not held out), for solvers with at least 20 of them."""
+    logs: dict[str, list[float]] = defaultdict(list)
+    for key, by_solver in times.items():
+        if is_held_out(key, held_out):
+            continue
+        known = [s for s in by_solver if model.knows(s)]
+        if not known:
+            continue
+        plain, _, mode = key.partition("_")
+        features = problem_features(ConvProblem.from_key(plain), mode or "exact")
+        for s, guess in zip(known, model.predict_ms(features, known), strict=True):
+            if guess > 0:
+                logs[s].append(math.log(by_solver[s] / guess))
+    return {s: statistics.pstdev(v) for s, v in logs.items() if len(v) >= 20}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, nargs="+", required=True, help="FindDb folders")
@@ -119,26 +145,51 @@ def main() -> None:
         metavar="SHARE",
         help="only the problems a model trained with this holdout share did not see",
     )
+    parser.add_argument(
+        "--spread-k",
+        type=float,
+        nargs="*",
+        default=[],
+        help="also replay per-engine margins exp(K x the model's residual spread for the "
+        "engine on its training problems) (needs --held-out)",
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    if args.spread_k and args.held_out is None:
+        parser.error("--spread-k needs --held-out")
     model = TreeModel.load(args.model)
     results = {}
-    for db, margin in ((db, m) for db in args.db for m in args.margin):
-        results[f"{db} x{margin:g}"] = result = evaluate(
-            recorded_times(db), model, margin, args.held_out
-        )
-        print(
-            f"{db}, margin {margin:g}: {result['problems']} problems, run-time compiled "
-            f"engines win {result['library_wins']}; the model measures them on "
-            f"{result['measured_by_model']} ({result['wins_the_model_measures']} of the wins), "
-            f"{result['builds_by_model']} of {result['builds_all']} engine builds"
-        )
-        for name in ("model", "none"):
-            s = result[name]
+    for db in args.db:
+        times = recorded_times(db)
+        runs: list[tuple[str, float, dict[str, float] | None]] = [
+            (f"margin {m:g}", m, None) for m in args.margin
+        ]
+        if args.spread_k:
+            spread = residual_spread(times, model, args.held_out)
+            print(f"{db}: residual spread " + ", ".join(
+                f"{s.removeprefix('cudnn.')} {spread[s]:.2f}" for s in sorted(RUNTIME_COMPILED)
+                if s in spread
+            ))  # fmt: skip
+            typical = statistics.median(spread.values())
+            for k in args.spread_k:
+                margins = {s: math.exp(k * spread.get(s, typical)) for s in RUNTIME_COMPILED}
+                runs.append((f"spread x{k:g}", 1.0, margins))
+        for label, margin, margins in runs:
+            result = evaluate(times, model, margin, args.held_out, margins)
+            results[f"{db} {label}"] = result
             print(
-                f"  {name:5s}: picked / best recorded, geomean {s['geomean']:.4f}, "
-                f"within 5% {s['within_5pct']}/{result['problems']}, worst {s['worst']:.3g}"
+                f"{db}, {label}: {result['problems']} problems, run-time compiled "
+                f"engines win {result['library_wins']}; the model measures them on "
+                f"{result['measured_by_model']} ({result['wins_the_model_measures']} of the "
+                f"wins), {result['builds_by_model']} of {result['builds_all']} engine builds"
             )
+            for name in ("model", "none"):
+                summary = result[name]
+                print(
+                    f"  {name:5s}: picked / best recorded, geomean {summary['geomean']:.4f}, "
+                    f"within 5% {summary['within_5pct']}/{result['problems']}, "
+                    f"worst {summary['worst']:.3g}"
+                )
     if args.out:
         args.out.write_text(json.dumps(results, indent=1))
 
