@@ -116,11 +116,12 @@ def _forward_backward(model: torch.nn.Module, args: tuple[Any, ...]) -> None:
         outputs = [t for t in _tensors(out) if t.requires_grad]
         if not outputs or not params:
             return
-        # Random output gradients, entered as the weights of a scalar: handing them to
-        # autograd.grad as grad_outputs makes PyTorch import its symbolic-shape machinery
-        # (sympy: 0.5-3.5 s, once per process) that a plain ``loss.backward()`` never loads.
-        loss = sum((t * torch.randn_like(t)).float().sum() for t in outputs)
-        torch.autograd.grad(loss, params, allow_unused=True)
+        # Random output gradients, entered as the weights of one scalar per output (each on
+        # its output's device): handing them to autograd.grad as grad_outputs makes PyTorch
+        # import its symbolic-shape machinery (sympy: 0.5-3.5 s, once per process) that a
+        # plain ``loss.backward()`` never loads.
+        losses = [(t * torch.randn_like(t)).float().sum() for t in outputs]
+        torch.autograd.grad(losses, params, allow_unused=True)
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
