@@ -19,6 +19,23 @@ import triton.language as tl
 
 
 @triton.jit
+def _tile_origin(tile, N, P, Q, K, BH: tl.constexpr, BW: tl.constexpr, BN: tl.constexpr,
+                 GROUP_M: tl.constexpr):  # fmt: skip
+    """Image, first output row and column, and first channel of output tile ``tile``
+    (GROUP_M row tiles share their column tiles in L2)."""
+    tiles_w = tl.cdiv(Q, BW)
+    tiles_img = tl.cdiv(P, BH) * tiles_w
+    tiles_m = N * tiles_img
+    group = GROUP_M * tl.cdiv(K, BN)
+    first = (tile // group) * GROUP_M
+    rows = tl.minimum(tiles_m - first, GROUP_M)
+    pid_m = first + (tile % group) % rows
+    img = pid_m // tiles_img
+    rem = pid_m - img * tiles_img
+    return img, (rem // tiles_w) * BH, (rem % tiles_w) * BW, ((tile % group) // rows) * BN
+
+
+@triton.jit
 def conv_fwd_tma(
     x_desc,
     w_desc,
@@ -46,21 +63,7 @@ def conv_fwd_tma(
     """y[n, p, q, k] = sum over (r, s, c) of x[n, p + r*DH - PH, q + s*DW - PW, c] *
     w[k, (r*S + s)*C + c]."""
     BM: tl.constexpr = BH * BW
-    tiles_w = tl.cdiv(Q, BW)
-    tiles_img = tl.cdiv(P, BH) * tiles_w
-    tiles_m = N * tiles_img
-    tiles_n = tl.cdiv(K, BN)
-    pid = tl.program_id(0)
-    group = GROUP_M * tiles_n
-    first = (pid // group) * GROUP_M
-    rows = tl.minimum(tiles_m - first, GROUP_M)
-    pid_m = first + (pid % group) % rows
-    pid_n = (pid % group) // rows
-    img = pid_m // tiles_img
-    rem = pid_m - img * tiles_img
-    oh0 = (rem // tiles_w) * BH
-    ow0 = (rem % tiles_w) * BW
-    k0 = pid_n * BN
+    img, oh0, ow0, k0 = _tile_origin(tl.program_id(0), N, P, Q, K, BH, BW, BN, GROUP_M)
     c_blocks = tl.cdiv(C, BK)
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for it in tl.range(0, R * S * c_blocks, num_stages=STAGES, warp_specialize=WARP_SPECIALIZE):
@@ -107,29 +110,13 @@ def conv_fwd_tma_persistent(
     """:func:`conv_fwd_tma` with PROGRAMS programs walking the tiles (persistent): a tile's
     stores overlap the next tile's loads."""
     BM: tl.constexpr = BH * BW
-    tiles_w = tl.cdiv(Q, BW)
-    tiles_img = tl.cdiv(P, BH) * tiles_w
-    tiles_m = N * tiles_img
-    tiles_n = tl.cdiv(K, BN)
+    tiles = N * tl.cdiv(P, BH) * tl.cdiv(Q, BW) * tl.cdiv(K, BN)
     c_blocks = tl.cdiv(C, BK)
     steps = R * S * c_blocks
-    group = GROUP_M * tiles_n
     for tile in tl.range(
-        tl.program_id(0),
-        tiles_m * tiles_n,
-        PROGRAMS,
-        flatten=FLATTEN,
-        warp_specialize=WARP_SPECIALIZE,
+        tl.program_id(0), tiles, PROGRAMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE
     ):
-        first = (tile // group) * GROUP_M
-        rows = tl.minimum(tiles_m - first, GROUP_M)
-        pid_m = first + (tile % group) % rows
-        pid_n = (tile % group) // rows
-        img = pid_m // tiles_img
-        rem = pid_m - img * tiles_img
-        oh0 = (rem // tiles_w) * BH
-        ow0 = (rem % tiles_w) * BW
-        k0 = pid_n * BN
+        img, oh0, ow0, k0 = _tile_origin(tile, N, P, Q, K, BH, BW, BN, GROUP_M)
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         for it in range(steps):
             tap = it // c_blocks
