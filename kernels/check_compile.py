@@ -54,7 +54,22 @@ def _context(vendor: str, arch: str) -> ExecutionContext:
 def sample_problems(count: int) -> list[miocore.ConvProblem]:
     from miocore.corpus import find_corpus, sample_rows, shrink_row
 
-    out = []
+    # Channel-hungry kernels (TMA rows of 64 channels, tiles 64 to 256 channels wide) decline
+    # the shrunk problems below: two channels-last layers at full width, in both 16-bit types.
+    out = [
+        miocore.ConvProblem.from_sizes(
+            "forward",
+            n=n,
+            c=64,
+            k=k,
+            in_spatial=(hw, hw),
+            filter_spatial=(3, 3),
+            pads=(1, 1),
+            dtype=dtype,
+            layout="NHWC",
+        )
+        for n, k, hw, dtype in ((2, 64, 9, "float16"), (32, 256, 56, "bfloat16"))
+    ]
     if find_corpus() is not None:
         for row in sample_rows(count):
             # Each row also in its channels-last twin: NHWC-only solvers see every shape too.

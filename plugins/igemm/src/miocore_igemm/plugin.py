@@ -29,6 +29,8 @@ _SOLVERS = (
     # backward weights on tensor cores
     ("miocore_igemm.gpu_wrw:GpuMmaWrwSolver", "igemm.gpu_mma_wrw", _GPU),
     ("miocore_igemm.gpu_wrw:GpuTf32WrwSolver", "igemm.gpu_tf32_wrw", _GPU),
+    # forward on Hopper's warpgroup tensor cores, fed by TMA (sm_90 only)
+    ("miocore_igemm.gpu_wgmma:GpuWgmmaForwardSolver", "igemm.gpu_wgmma", ("cuda",)),
 )
 
 
@@ -36,7 +38,8 @@ _SOLVERS = (
 def miocore_solvers() -> Iterator[miocore.SolverRecord]:
     """CPU: ``igemm.fwd``, ``igemm.bwd``, ``igemm.wrw``; GPU: ``igemm.gpu_mma`` (fp16/bf16
     tensor cores) and ``igemm.gpu_tf32`` (fp32 through TF32, only in the ``tf32`` math mode),
-    ``igemm.gpu_fma``, ``igemm.gpu_mma_wrw`` and ``igemm.gpu_tf32_wrw``."""
+    ``igemm.gpu_fma``, ``igemm.gpu_mma_wrw``, ``igemm.gpu_tf32_wrw`` and ``igemm.gpu_wgmma``
+    (forward, fp16/bf16, sm_90)."""
     for factory, name, backends in _SOLVERS:
         yield miocore.SolverRecord(
             factory=factory, name=name, algorithm="implicit_gemm", backends=backends

@@ -1,0 +1,178 @@
+"""``igemm.gpu_wgmma`` (forward, wgmma + TMA, sm_90) against cuDNN on ResNet-50's and VGG-16's
+layers, channels-last, fp16 and bf16.
+
+Per layer: cuDNN through PyTorch (``cudnn.benchmark`` on), the solver's default config and the
+best of up to ``--configs`` more of its space, each checked against cuDNN's output (relative
+error of the max). Device time: launches queued behind ``torch.cuda._sleep``, events around each
+of ``--runs`` runs after ``--warmup``, median. Each time is also given as the fraction of the
+dense matmul rate of the dtype measured in the same run (``torch.matmul`` 8192^3). Layers with
+fewer than 8 input channels (the stems) are outside the kernel's reach and skipped.
+
+    python benchmarks/gpu_wgmma_bench.py --suites resnet50 vgg16 --dtypes float16 --out r.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import torch
+from common import config_runner
+from gpu_igemm_bench import matmul_tflops
+from gpu_vs_cudnn import device_ms, geomean
+from shapes import RESNET50, VGG16, problem
+
+import miocore
+
+SOLVER = "igemm.gpu_wgmma"
+SUITES = {"resnet50": (RESNET50, 32), "vgg16": (VGG16, 16)}
+
+
+def _picks(solver: Any, ctx: Any, canon: Any, count: int) -> list[Any]:
+    """The default first; it with one tile per block; each tile shape's first config (best
+    box, deepest pipeline, persistent); then the rest of the space spread evenly."""
+    default = solver.default_perf_config(ctx, canon)
+    space = list(solver.perf_config_space(ctx, canon))
+    picks = [default, {**default, "persist": 1 - default["persist"]}]
+    seen = set()
+    for c in space:
+        if (c["bm"], c["bn"]) not in seen:
+            seen.add((c["bm"], c["bn"]))
+            picks.append(c)
+    rest = [c for c in space if c not in picks]
+    picks += rest[:: max(1, len(rest) // max(1, count))][:count]
+    out = []
+    for c in picks:
+        if c not in out:
+            out.append(c)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--suites", nargs="+", default=list(SUITES))
+    parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
+    parser.add_argument("--layers", nargs="*", default=[])
+    parser.add_argument("--configs", type=int, default=8, help="configs tried besides default")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+
+    torch.backends.cudnn.benchmark = True
+    handle = miocore.Handle("cuda", stream=torch.cuda.current_stream())
+    solver = handle.registry.get(SOLVER).solver
+    ctx = handle.context
+    started = time.time()
+    rows: list[dict[str, Any]] = []
+    cl = torch.channels_last
+    for dtype in args.dtypes:
+        tdtype = getattr(torch, dtype)
+        peak = matmul_tflops(tdtype)
+        print(f"{torch.cuda.get_device_name()}: matmul {dtype} {peak:.0f} TFLOP/s", flush=True)
+        plans = []
+        for suite in args.suites:
+            layers, batch = SUITES[suite]
+            for layer in layers:
+                if layer.c < 8 or (args.layers and layer.name not in args.layers):
+                    continue
+                p = problem(layer, batch, "forward", dtype=dtype, layout="NHWC")
+                if not solver.is_applicable(ctx, p.canonical):
+                    continue
+                plans.append((suite, layer, p, _picks(solver, ctx, p.canonical, args.configs)))
+        kernels = [
+            k
+            for *_, p, picks in plans
+            for c in picks
+            for k in solver.get_solution(ctx, p.canonical, c).kernels
+        ]
+        t0 = time.time()
+        failures = handle.backend.precompile(kernels)
+        print(
+            f"compiled {len({k.options for k in kernels})} option sets in {time.time() - t0:.1f} s"
+        )
+        for failure in list(failures.values())[:2]:
+            print(failure[-3000:])
+        for suite, layer, p, picks in plans:
+            x = torch.randn(p.x.lengths, device="cuda", dtype=tdtype).to(memory_format=cl)
+            w = (torch.randn(p.w.lengths, device="cuda", dtype=tdtype) * 0.05).to(memory_format=cl)
+            y = torch.empty(p.y.lengths, device="cuda", dtype=tdtype).to(memory_format=cl)
+
+            def cudnn(x=x, w=w, layer=layer) -> Any:
+                return torch.nn.functional.conv2d(x, w, stride=layer.stride, padding=layer.pad)
+
+            row: dict[str, Any] = {"suite": suite, "layer": layer.name, "dtype": dtype}
+            row["cudnn_ms"] = device_ms(cudnn, args.warmup, args.runs)
+            expected = cudnn().float()
+            scale = float(expected.abs().max())
+            timings = []
+            for cfg in picks:
+                try:
+                    run = config_runner(handle, SOLVER, p, cfg, x, w, y)
+                    y.fill_(float("nan"))
+                    run()
+                    err = float((y.float() - expected).abs().max()) / scale
+                    ms = device_ms(run, args.warmup, args.runs)
+                    timings.append({"config": dict(cfg), "ms": ms, "rel_err": err})
+                except Exception as exc:
+                    timings.append(
+                        {"config": dict(cfg), "error": f"{type(exc).__name__}: {exc}"[:400]}
+                    )
+            row["configs"] = timings
+            ok = [t for t in timings if "ms" in t and t["rel_err"] < 1e-2]
+            bad = [t for t in timings if t not in ok]
+            if bad:
+                print(f"  {len(bad)} configs failed, e.g. {bad[0]}", flush=True)
+            tflop = p.flops / 1e12
+            row["frac_cudnn"] = tflop / (row["cudnn_ms"] * 1e-3) / peak
+            if timings and timings[0] in ok:
+                row["default_ms"] = timings[0]["ms"]
+                row["ratio_default"] = row["cudnn_ms"] / row["default_ms"]
+            if ok:
+                best = min(ok, key=lambda t: t["ms"])
+                row["best_ms"], row["best_config"] = best["ms"], best["config"]
+                row["ratio_best"] = row["cudnn_ms"] / best["ms"]
+                row["frac_best"] = tflop / (best["ms"] * 1e-3) / peak
+            rows.append(row)
+            nan = float("nan")
+            print(
+                f"{dtype[:5]} {suite:8s} {layer.name:9s} cudnn {row['cudnn_ms']:.4f} ms "
+                f"({row['frac_cudnn']:.2f})  default {row.get('default_ms', nan):.4f} "
+                f"({row.get('ratio_default', nan):.2f})  best {row.get('best_ms', nan):.4f} "
+                f"({row.get('ratio_best', nan):.2f}, {row.get('frac_best', nan):.2f} of matmul) "
+                f"{tuple(row.get('best_config', {}).values())}",
+                flush=True,
+            )
+        for suite in args.suites:
+            done = [r for r in rows if r["suite"] == suite and r["dtype"] == dtype]
+            done = [r for r in done if "ratio_best" in r]
+            if done:
+                dflt = [r["ratio_default"] for r in done if "ratio_default" in r]
+                best = geomean([r["ratio_best"] for r in done])
+                print(
+                    f"{dtype} {suite}: cudnn/wgmma geomean best {best:.3f}, "
+                    f"default {geomean(dflt):.3f} over {len(done)} layers; faster than cuDNN "
+                    f"{sum(r['ratio_best'] > 1 for r in done)}; matmul fraction wgmma "
+                    f"{geomean([r['frac_best'] for r in done]):.3f}, cudnn "
+                    f"{geomean([r['frac_cudnn'] for r in done]):.3f}",
+                    flush=True,
+                )
+    summary = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "cudnn": torch.backends.cudnn.version(),
+        "seconds": time.time() - started,
+        "rows": rows,
+    }
+    if args.out:
+        args.out.write_text(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()

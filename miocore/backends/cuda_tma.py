@@ -1,0 +1,71 @@
+"""Tensor maps for the tensor memory accelerator (TMA) of NVIDIA sm_90 and later.
+
+A kernel that loads tiles with ``cp.async.bulk.tensor`` takes a ``CUtensorMap`` (128 opaque
+bytes) by value: the global tensor's address, sizes and strides and the box it copies, made on
+the host by ``cuTensorMapEncodeTiled``. The bytes go into the kernel's argument block like any
+struct (:class:`~miocore.backends.gpu_kernels.KernelArgs`, kind ``"bytes"``). Encoding needs no
+context or device, only the driver library.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+
+from miocore.errors import InvalidArgumentError
+from miocore.problem.dtypes import DataType
+
+__all__ = ["TENSOR_MAP_BYTES", "tiled_tensor_map"]
+
+#: Size of a ``CUtensorMap``.
+TENSOR_MAP_BYTES = 128
+
+_DTYPES = {
+    DataType.FLOAT16: "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
+    DataType.BFLOAT16: "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
+    DataType.FLOAT32: "CU_TENSOR_MAP_DATA_TYPE_FLOAT32",
+}
+
+
+def tiled_tensor_map(
+    dtype: DataType,
+    address: int,
+    dims: Sequence[int],
+    strides: Sequence[int],
+    box: Sequence[int],
+    element_strides: Sequence[int],
+) -> bytes:
+    """A tiled ``CUtensorMap`` of the tensor at ``address``: ``dims`` innermost first (the
+    innermost contiguous), ``strides`` in bytes for every dimension but the innermost, a
+    ``box`` of elements traversed per copy, taking every ``element_strides[i]``-th along
+    dimension ``i`` (so ``box[i] / element_strides[i]`` land in shared memory). 128-byte
+    swizzle, zeros for elements outside the tensor (negative coordinates included)."""
+    from cuda.bindings import driver as cu
+
+    from miocore.backends.cuda import _check
+
+    rank = len(dims)
+    if not (len(strides) == rank - 1 and len(box) == rank == len(element_strides)):
+        raise InvalidArgumentError(
+            "a tensor map takes one size, box and element stride per dimension and one byte "
+            "stride per outer dimension",
+            field="strides",
+            value=(tuple(dims), tuple(strides), tuple(box), tuple(element_strides)),
+        )
+    made = _check(
+        cu.cuTensorMapEncodeTiled(
+            getattr(cu.CUtensorMapDataType, _DTYPES[dtype]),
+            rank,
+            address,
+            [cu.cuuint64_t(int(v)) for v in dims],
+            [cu.cuuint64_t(int(v)) for v in strides],
+            [cu.cuuint32_t(int(v)) for v in box],
+            [cu.cuuint32_t(int(v)) for v in element_strides],
+            cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+            cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        ),
+        f"cuTensorMapEncodeTiled(dims={list(dims)}, box={list(box)})",
+    )
+    return ctypes.string_at(made.getPtr(), TENSOR_MAP_BYTES)

@@ -1,0 +1,293 @@
+// igemm.gpu_wgmma: forward convolution as an implicit GEMM on Hopper's warpgroup tensor cores
+// (sm_90a: wgmma fed by the tensor memory accelerator), channels-last fp16/bf16, fp32
+// accumulators.
+//
+//   O[m, k] = sum_(fy, fx, c) X[n, oh*sh - ph + fy*dh, ow*sw - pw + fx*dw, c] * W[k, fy, fx, c]
+//
+// A block owns a tile of BM = 128 output pixels by MIO_BN output channels. Its pixels are a box
+// of tn images x th rows x tw columns (at most 128; the rest of the 128 rows are
+// computed and never stored), so that for one tap (fy, fx) and one block of 64 channels the A
+// operand is a single rectangular box of the input: one TMA load, with the box's origin
+// shifted by the tap and the strides done by the tensor map's element strides. The hardware
+// writes zeros where the box leaves the tensor (padding, channel tails, the last images), so
+// the main loop has no masks. The B operand, the filter's (k, tap, 64 channels) slice, is a
+// second TMA load. Both land in shared memory in the 128-byte swizzled K-major layout that
+// wgmma reads directly.
+//
+// Three warpgroups: one producer (one thread issues every TMA load into a MIO_STAGES-deep ring
+// of shared buffers, each guarded by a "full" and an "empty" mbarrier) and two consumers, each
+// multiplying 64 of the tile's rows by all its columns (m64nBNk16, four per 64-channel slice)
+// with one group of wgmma in flight while the next slice's wait runs. The producer gives its
+// registers to the consumers (setmaxnreg): a 128 x 256 tile holds 128 fp32 accumulators per
+// consumer thread. The epilogue converts pairs of accumulators and stores them as 32-bit
+// words straight from registers (rows outside the image or the tile's box are skipped).
+//
+// Compile-time: MIO_BN (64, 128, 256), MIO_STAGES, MIO_DTYPE_FP16 or MIO_DTYPE_BF16. Every
+// size, and the pixel box, is a run-time argument: one binary per tile width, depth and element
+// type serves every problem.
+#include "igemm_wgmma_ops.h"
+
+#ifndef MIO_BN
+#define MIO_BN 256
+#endif
+#ifndef MIO_STAGES
+#define MIO_STAGES 4
+#endif
+
+#ifndef MIO_BM
+#define MIO_BM 128
+#endif
+#define MIO_MT (MIO_BM / 128)  // m64 sub-tiles per consumer warpgroup
+#define MIO_BK 64              // channels per slice: 128 bytes, one swizzle row
+#define MIO_A_BYTES (MIO_BM * MIO_BK * 2)
+#define MIO_B_BYTES (MIO_BN * MIO_BK * 2)
+#define MIO_STAGE_BYTES (MIO_A_BYTES + MIO_B_BYTES)
+#define MIO_ACC (MIO_BN / 2)
+
+#if MIO_BM != 128 && MIO_BM != 256
+#error "MIO_BM is 128 or 256"
+#endif
+#if MIO_MT * MIO_ACC > 128
+#error "more than 128 accumulators per thread"
+#endif
+
+#if defined(MIO_DTYPE_BF16)
+#define MIO_WGMMA_(n) mio_wgmma_n##n##_bf16
+#else
+#define MIO_WGMMA_(n) mio_wgmma_n##n##_f16
+#endif
+#define MIO_WGMMA(n) MIO_WGMMA_(n)
+
+// A CUtensorMap: 128 opaque bytes made by cuTensorMapEncodeTiled on the host.
+struct alignas(64) MioTensorMap {
+  unsigned long long opaque[16];
+};
+
+// Everything but the tile configuration, per problem (passed by value).
+struct MioWgmmaGeom {
+  int n, p, q, k;      // images, output rows, columns and channels
+  int r, s, cblocks;   // filter rows, columns, 64-channel slices of C
+  int sh, sw, ph, pw, dh, dw;
+  int tw, th, tn;                  // the pixel box: columns x rows x images, at most 128
+  int tiles_q, tiles_p;            // pixel boxes along a row and down an image
+  long long y_sn, y_sh, y_sw;      // output strides (elements); channels contiguous
+};
+
+// Where tile number ``t`` lies: output channels innermost (the blocks that share a pixel box
+// run together and read it from L2 once), then columns, rows and images of pixel boxes.
+struct MioTile {
+  int k0, q0, p0, n0;
+};
+
+__device__ __forceinline__ MioTile tile_at(const MioWgmmaGeom& g, int t, int tiles_n) {
+  MioTile at;
+  at.k0 = (t % tiles_n) * MIO_BN;
+  t /= tiles_n;
+  at.q0 = (t % g.tiles_q) * g.tw;
+  t /= g.tiles_q;
+  at.p0 = (t % g.tiles_p) * g.th;
+  at.n0 = (t / g.tiles_p) * g.tn;
+  return at;
+}
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void bar_init(unsigned long long* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
+}
+
+__device__ __forceinline__ void bar_expect(unsigned long long* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void bar_arrive(unsigned long long* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+__device__ __forceinline__ void bar_wait(unsigned long long* bar, unsigned parity) {
+  unsigned done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+__device__ __forceinline__ void tma_load_4d(void* dst, const MioTensorMap* map,
+                                            unsigned long long* bar, int c0, int c1, int c2,
+                                            int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5, %6}], [%2];" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1),
+      "r"(c2), "r"(c3)
+      : "memory");
+}
+
+__device__ __forceinline__ void tma_load_3d(void* dst, const MioTensorMap* map,
+                                            unsigned long long* bar, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1),
+      "r"(c2)
+      : "memory");
+}
+
+// A shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1024 bytes apart.
+__device__ __forceinline__ unsigned long long smem_desc(const void* p) {
+  unsigned long long addr = smem_addr(p);
+  return ((addr & 0x3FFFFull) >> 4) | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void keep(float* d) {
+#pragma unroll
+  for (int i = 0; i < MIO_ACC; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+  unsigned out;
+#if defined(MIO_DTYPE_BF16)
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(out) : "f"(hi), "f"(lo));
+#else
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(out) : "f"(hi), "f"(lo));
+#endif
+  return out;
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+    igemm_wgmma_fwd(const __grid_constant__ MioTensorMap x_map,
+                    const __grid_constant__ MioTensorMap w_map, unsigned short* __restrict__ y,
+                    const MioWgmmaGeom g) {
+  extern __shared__ __align__(1024) unsigned char dyn[];
+  __shared__ unsigned long long full[MIO_STAGES], empty[MIO_STAGES];
+  // the swizzle pattern repeats every 1024 bytes: the ring starts on such a boundary
+  unsigned char* ring = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<unsigned long long>(dyn) + 1023) & ~1023ull);
+
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  const int box_rows = g.tw * g.th * g.tn;
+  const int steps = g.r * g.s * g.cblocks;
+  const int tiles_n = (g.k + MIO_BN - 1) / MIO_BN;
+  const int tiles = g.tiles_q * g.tiles_p * ((g.n + g.tn - 1) / g.tn) * tiles_n;
+
+  if (tid == 0) {
+    for (int i = 0; i < MIO_STAGES; ++i) {
+      bar_init(&full[i], 1);
+      bar_init(&empty[i], 2);  // one arrival per consumer warpgroup
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    if (tid == 0) {
+      asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(&x_map))
+                   : "memory");
+      asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(&w_map))
+                   : "memory");
+      int it = 0;  // slices loaded over all this block's tiles: the ring's position
+      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const MioTile at = tile_at(g, tile, tiles_n);
+        const int hbase = at.p0 * g.sh - g.ph, wbase = at.q0 * g.sw - g.pw;
+        int fy = 0, fx = 0, cb = 0;
+        for (int step = 0; step < steps; ++step, ++it) {
+          const int slot = it % MIO_STAGES;
+          if (it >= MIO_STAGES) bar_wait(&empty[slot], ((it / MIO_STAGES) - 1) & 1);
+          unsigned char* a = ring + slot * MIO_STAGE_BYTES;
+          bar_expect(&full[slot], box_rows * (MIO_BK * 2) + MIO_B_BYTES);
+          tma_load_4d(a, &x_map, &full[slot], cb * MIO_BK, wbase + fx * g.dw,
+                      hbase + fy * g.dh, at.n0);
+          tma_load_3d(a + MIO_A_BYTES, &w_map, &full[slot], cb * MIO_BK, fy * g.s + fx, at.k0);
+          if (++cb == g.cblocks) {
+            cb = 0;
+            if (++fx == g.s) {
+              fx = 0;
+              ++fy;
+            }
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  const int cw = wg - 1;  // rows MIO_BM/2 * cw .. of the tile, MIO_MT sub-tiles of 64
+  const int lane = tid % 32, warp = (tid % 128) / 32;
+  float d[MIO_MT][MIO_ACC];
+  int it = 0;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+#pragma unroll
+    for (int m = 0; m < MIO_MT; ++m) {
+#pragma unroll
+      for (int i = 0; i < MIO_ACC; ++i) d[m][i] = 0.f;
+    }
+    for (int step = 0; step < steps; ++step, ++it) {
+      const int slot = it % MIO_STAGES;
+      bar_wait(&full[slot], (it / MIO_STAGES) & 1);
+      const unsigned char* a =
+          ring + slot * MIO_STAGE_BYTES + cw * (MIO_MT * 64 * MIO_BK * 2);
+      const unsigned char* b = ring + slot * MIO_STAGE_BYTES + MIO_A_BYTES;
+#pragma unroll
+      for (int m = 0; m < MIO_MT; ++m) keep(d[m]);
+      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+      for (int kk = 0; kk < MIO_BK / 16; ++kk) {
+#pragma unroll
+        for (int m = 0; m < MIO_MT; ++m) {
+          MIO_WGMMA(MIO_BN)(d[m], smem_desc(a + m * (64 * MIO_BK * 2) + kk * 32),
+                            smem_desc(b + kk * 32));
+        }
+      }
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#pragma unroll
+      for (int m = 0; m < MIO_MT; ++m) keep(d[m]);
+      asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+#pragma unroll
+      for (int m = 0; m < MIO_MT; ++m) keep(d[m]);
+      // the previous slice's multiplies are done: its buffers go back to the producer
+      if (step > 0 && tid % 128 == 0) bar_arrive(&empty[(it - 1) % MIO_STAGES]);
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#pragma unroll
+    for (int m = 0; m < MIO_MT; ++m) keep(d[m]);
+    // the tile's last slice: the producer is already filling the ring for the next tile
+    if (tid % 128 == 0) bar_arrive(&empty[(it - 1) % MIO_STAGES]);
+
+    // Epilogue: this thread's rows are lane/4 and lane/4 + 8 of its warp's 16 per sub-tile.
+    const MioTile at = tile_at(g, tile, tiles_n);
+    const int col0 = at.k0 + 2 * (lane % 4);
+#pragma unroll
+    for (int m = 0; m < MIO_MT; ++m) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = cw * (MIO_BM / 2) + m * 64 + warp * 16 + lane / 4 + 8 * half;
+        if (row >= box_rows) continue;
+        const int qq = at.q0 + row % g.tw;
+        const int pp = at.p0 + (row / g.tw) % g.th;
+        const int nn = at.n0 + row / (g.tw * g.th);
+        if (qq >= g.q || pp >= g.p || nn >= g.n) continue;
+        unsigned short* out = y + nn * g.y_sn + pp * g.y_sh + qq * g.y_sw;
+#pragma unroll
+        for (int j = 0; j < MIO_BN / 8; ++j) {
+          const int col = col0 + 8 * j;
+          if (col < g.k) {
+            *reinterpret_cast<unsigned*>(out + col) =
+                pack2(d[m][4 * j + 2 * half], d[m][4 * j + 2 * half + 1]);
+          }
+        }
+      }
+    }
+  }
+}

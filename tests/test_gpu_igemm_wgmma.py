@@ -1,0 +1,122 @@
+"""``igemm.gpu_wgmma`` (forward on Hopper's warpgroup tensor cores, TMA-fed) against the float64
+reference, on an sm_90 device (marked ``gpu``; skipped elsewhere).
+
+Corpus-derived problems: one-group 2-D rows of the corpus (filters, pads, strides, dilations
+kept) as forward fp16 and bf16 in NHWC, shrunk to 8 to 136 channels so that single slices,
+channel tails inside a 64-channel slice and several slices all run; the output is poisoned
+with NaN first; tolerance ``miocore.testing.TOLERANCES``. Then every configuration of the
+search space (tile widths, depths, the pixel boxes) on shapes chosen for their edges: boxes
+spanning images, K not a multiple of the tile, strides and dilations, a 1x1 filter.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import pytest
+from gpu_igemm_fixtures import check, need_exact, precompile, run, run_configs
+
+import miocore
+from miocore.corpus import find_corpus, sample_rows, shrink_row
+
+pytestmark = pytest.mark.gpu
+
+SOLVER = "igemm.gpu_wgmma"
+PER_DTYPE = int(os.environ.get("MIOCORE_GPU_TEST_PROBLEMS", "200")) // 2
+
+
+def _handle() -> miocore.Handle:
+    h = need_exact(SOLVER)
+    if h.context.device.arch.replace("_", "") != "sm90":
+        pytest.skip(f"{SOLVER} needs sm_90, this device is {h.context.device.arch}")
+    return h
+
+
+@functools.cache
+def _rows() -> list[dict]:
+    if find_corpus() is None:
+        return []
+    return [r for r in sample_rows(8 * PER_DTYPE, seed=13) if len(r["x"]) == 2]
+
+
+@pytest.mark.parametrize("dtype", ("FP16", "BF16"))
+def test_wgmma_matches_reference_on_corpus(dtype: str) -> None:
+    h = _handle()
+    solver = h.registry.get(SOLVER).solver
+    problems = []
+    for i, row in enumerate(_rows()):
+        if row.get("groups", 1) != 1:
+            continue
+        p = shrink_row(
+            {**row, "dtype": dtype, "layout": "NHWC"},
+            max_channels_per_group=(8, 16, 72, 136)[i % 4],
+            direction="forward",
+        )
+        if solver.is_applicable(h.context, p.canonical):
+            problems.append(p)
+        if len(problems) >= PER_DTYPE:
+            break
+    if not problems:
+        pytest.skip("the corpus is not available (set MIOCORE_CORPUS)")
+    precompile(h, SOLVER, problems)
+    failures = []
+    for i, p in enumerate(problems):
+        got, inputs = run(h, SOLVER, p, seed=i)
+        why = check(p, got, inputs, tf32=False)
+        if why:
+            failures.append(f"{p.key}: {why}")
+    assert not failures, f"{len(failures)}/{len(problems)} failed:\n" + "\n".join(failures[:20])
+    assert len(problems) >= min(50, PER_DTYPE)
+
+
+_SHAPES = (
+    # n, c, k, hw, filter, pads, strides, dilations
+    (2, 64, 96, (13, 19), (3, 3), (1, 1), (1, 1), (1, 1)),
+    (3, 72, 40, (17, 11), (5, 3), (2, 0), (2, 3), (1, 2)),
+    (2, 128, 256, (7, 7), (1, 1), (0, 0), (1, 1), (1, 1)),
+    (5, 64, 130, (6, 6), (3, 3), (1, 1), (1, 1), (1, 1)),  # K tails; boxes span images
+    (2, 136, 64, (9, 9), (1, 1), (0, 0), (2, 2), (1, 1)),  # strided 1x1, a channel tail
+    (1, 8, 8, (3, 3), (3, 3), (1, 1), (1, 1), (1, 1)),  # one box, mostly empty rows
+)
+
+
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
+@pytest.mark.parametrize("shape", range(len(_SHAPES)))
+def test_wgmma_every_config(dtype: str, shape: int) -> None:
+    h = _handle()
+    n, c, k, hw, f, pads, strides, dils = _SHAPES[shape]
+    problem = miocore.ConvProblem.from_sizes(
+        "forward",
+        n=n,
+        c=c,
+        k=k,
+        in_spatial=hw,
+        filter_spatial=f,
+        pads=pads,
+        strides=strides,
+        dilations=dils,
+        dtype=dtype,
+        layout="NHWC",
+    )
+    solver = h.registry.get(SOLVER).solver
+    configs = list(solver.perf_config_space(h.context, problem.canonical))
+    assert configs
+    run_configs(h, SOLVER, problem, configs, (), False, lambda _p, _c: 0)
+
+
+def test_normal_find_measures_it() -> None:
+    h = _handle()
+    problem = miocore.ConvProblem.from_sizes(
+        "forward",
+        n=8,
+        c=128,
+        k=128,
+        in_spatial=(28, 28),
+        filter_spatial=(3, 3),
+        pads=(1, 1),
+        dtype="float16",
+        layout="NHWC",
+    )
+    found = {s.solver: s for s in h.find_solutions(problem, find_mode="NORMAL")}
+    assert SOLVER in found and found[SOLVER].time_ms > 0

@@ -1,0 +1,153 @@
+"""CPU checks of ``igemm.gpu_wgmma``: where it applies, its pixel boxes and configs, and the
+geometry struct it hands the kernel. No device is needed (the kernel itself is compiled by the
+``cuda-compile`` environment and run by ``tests/test_gpu_igemm_wgmma.py``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+import pytest
+
+import miocore
+from miocore.testing import cpu_context
+
+wgmma = pytest.importorskip("miocore_igemm.gpu_wgmma")
+
+
+def _ctx(arch: str = "sm90", backend: str = "cuda", sms: int = 132) -> miocore.ExecutionContext:
+    device = dataclasses.replace(
+        cpu_context().device, backend=backend, compute_units=sms, arch=arch
+    )
+    return miocore.ExecutionContext(device=device)
+
+
+def _problem(**kw) -> miocore.ConvProblem:
+    args = dict(
+        n=2, c=64, k=64, in_spatial=(9, 11), filter_spatial=(3, 3), pads=(1, 1),
+        dtype="float16", layout="NHWC",
+    )  # fmt: skip
+    direction = kw.pop("direction", "forward")
+    args.update(kw)
+    return miocore.ConvProblem.from_sizes(direction, **args)
+
+
+SOLVER = wgmma.GpuWgmmaForwardSolver()
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"arch": "sm80"}, "sm_90"),
+        ({"arch": "sm100"}, "sm_90"),
+        ({"backend": "hip", "arch": "gfx942"}, "sm_90"),
+        ({"dtype": "float32"}, "fp16 and bf16"),
+        ({"direction": "backward_data"}, "forward only"),
+        ({"layout": "NCHW"}, "channels are not innermost"),
+        ({"c": 12}, "C = 12"),
+        ({"k": 63}, "K = 63"),
+        ({"groups": 2}, "2 groups"),
+        ({"strides": (9, 1)}, "stride"),
+    ],
+)
+def test_declines_with_the_reason(change: dict, reason: str) -> None:
+    ctx_args = {k: change.pop(k) for k in ("arch", "backend") if k in change}
+    answer = SOLVER.is_applicable(_ctx(**ctx_args), _problem(**change))
+    assert not answer
+    assert reason in answer.reason
+
+
+@pytest.mark.parametrize("arch", ["sm90", "sm_90"])
+def test_applies_on_sm90_channels_last(arch: str) -> None:
+    for dtype in ("float16", "bfloat16"):
+        assert SOLVER.is_applicable(_ctx(arch), _problem(dtype=dtype))
+    # strided, dilated, a 1x1 filter, channels not a multiple of the 64-channel slice
+    assert SOLVER.is_applicable(_ctx(), _problem(c=40, strides=(2, 2), dilations=(2, 1)))
+    assert SOLVER.is_applicable(_ctx(), _problem(filter_spatial=(1, 1), pads=(0, 0)))
+
+
+@pytest.mark.parametrize(
+    ("n", "hw"), [(32, 56), (32, 28), (32, 14), (32, 7), (16, 224), (3, 13), (1, 1)]
+)
+def test_pixel_boxes_cover_the_output_in_few_tiles(n: int, hw: int) -> None:
+    p = _problem(n=n, in_spatial=(hw, hw)).canonical
+    boxes = wgmma.pixel_boxes(p)
+    assert boxes
+    oh, ow = p.out_spatial
+    lower = math.ceil(n * oh * ow / wgmma.ROWS)
+    for tw, th, tn in boxes:
+        assert 1 <= tw * th * tn <= wgmma.ROWS
+        assert tw <= ow and th <= oh and tn <= n
+        assert wgmma._tiles(p, (tw, th, tn)) >= lower
+    best = wgmma._tiles(p, boxes[0])
+    assert [wgmma._tiles(p, b) for b in boxes] == sorted(wgmma._tiles(p, b) for b in boxes)
+    # the rectangles a layer of ResNet-50 or VGG-16 needs waste at most an eighth of a tile's rows
+    if hw in (56, 28, 224):
+        assert best * wgmma.ROWS <= lower * wgmma.ROWS * 8 / 7
+
+
+def test_configs_are_valid_and_the_default_is_among_them() -> None:
+    ctx = _ctx()
+    for p in (_problem(k=512, n=32, in_spatial=(28, 28)), _problem(k=64), _problem(k=200)):
+        canon = p.canonical
+        space = SOLVER.perf_config_space(ctx, canon)
+        assert space
+        assert all(SOLVER.is_valid_perf_config(ctx, canon, c) for c in space)
+        assert SOLVER.default_perf_config(ctx, canon) in space
+        assert max(c["bn"] for c in space) <= max(64, 1 << (canon.k - 1).bit_length())
+    bad = dict(SOLVER.default_perf_config(ctx, _problem().canonical))
+    for key, value in (("bn", 96), ("stages", 7), ("tw", 0), ("tw", 200)):
+        assert not SOLVER.is_valid_perf_config(ctx, _problem().canonical, {**bad, key: value})
+
+
+def test_narrow_layers_take_narrower_tiles_to_fill_the_device() -> None:
+    ctx = _ctx()
+    small = _problem(n=8, c=512, k=512, in_spatial=(7, 7)).canonical  # 4 boxes of pixels
+    large = _problem(n=32, c=256, k=256, in_spatial=(56, 56)).canonical
+    assert SOLVER.default_perf_config(ctx, small)["bn"] < 256
+    assert SOLVER.default_perf_config(ctx, large)["bn"] == 256
+
+
+def test_geometry_struct_matches_the_kernel() -> None:
+    source = (wgmma.KERNEL_DIR / "igemm_wgmma.cu").read_text()
+    body = re.search(r"struct MioWgmmaGeom \{(.*?)\};", source, re.S).group(1)
+    ints = longs = 0
+    for line in body.splitlines():
+        decl = line.split("//")[0].strip()
+        if not decl:
+            continue
+        kind, names = decl.split(" ", 1) if not decl.startswith("long long") else ("ll", decl[10:])
+        count = len(names.rstrip(";").split(","))
+        if kind == "int":
+            assert not longs, "ints after the 64-bit fields would change the padding"
+            ints += count
+        else:
+            assert kind == "ll", decl
+            longs += count
+    assert wgmma._GEOMETRY.format == f"<{ints}i{longs}q"
+
+
+def test_solution_kernel_and_launch_shape() -> None:
+    ctx = _ctx()
+    p = _problem(n=32, c=256, k=256, in_spatial=(56, 56)).canonical
+    cfg = SOLVER.default_perf_config(ctx, p)
+    sol = SOLVER.get_solution(ctx, p, cfg)
+    (kernel,) = sol.kernels
+    assert kernel.block == (wgmma.THREADS,)
+    assert "--gpu-architecture=sm_90a" in kernel.options
+    assert f"-DMIO_BN={cfg['bn']}" in kernel.options
+    tiles = wgmma._tiles(p, (cfg["tw"], cfg["th"], cfg["tn"])) * math.ceil(256 / cfg["bn"])
+    assert tiles > 132 and cfg["persist"] == 1
+    assert kernel.grid == (132,)  # persistent: one block per SM walks the tiles
+    one_each = SOLVER.get_solution(ctx, p, {**cfg, "persist": 0}).kernels[0]
+    assert one_each.grid == (tiles,)
+    assert sol.workspace_size == 0
+    assert SOLVER.is_dynamic  # sizes are arguments: the default find measures it
+
+
+def test_every_tile_fits_registers_and_shared_memory() -> None:
+    for (bm, bn), depths in wgmma.STAGES.items():
+        assert bm // 2 * bn // 128 <= 128  # fp32 accumulators per consumer thread
+        for stages in depths:
+            assert stages * (bm + bn) * wgmma.BK * 2 + 1024 <= 227 * 1024
