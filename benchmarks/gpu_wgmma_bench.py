@@ -35,11 +35,16 @@ SUITES = {"resnet50": (RESNET50, 32), "vgg16": (VGG16, 16)}
 
 
 def _picks(solver: Any, ctx: Any, canon: Any, count: int) -> list[Any]:
-    """The default first; it with one tile per block; each tile shape's first config (best
-    box, deepest pipeline, persistent); then the rest of the space spread evenly."""
+    """The default first; it with one tile per block, and with the other cluster size; each
+    tile shape's first config (best box, deepest pipeline, persistent, pairs); then the rest
+    of the space spread evenly."""
     default = solver.default_perf_config(ctx, canon)
     space = list(solver.perf_config_space(ctx, canon))
-    picks = [default, {**default, "persist": 1 - default["persist"]}]
+    picks = [
+        default,
+        {**default, "persist": 1 - default["persist"]},
+        {**default, "cluster": 3 - default["cluster"]},
+    ]
     seen = set()
     for c in space:
         if (c["bm"], c["bn"]) not in seen:

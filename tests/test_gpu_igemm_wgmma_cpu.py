@@ -97,7 +97,7 @@ def test_configs_are_valid_and_the_default_is_among_them() -> None:
         assert SOLVER.default_perf_config(ctx, canon) in space
         assert max(c["bn"] for c in space) <= max(64, 1 << (canon.k - 1).bit_length())
     bad = dict(SOLVER.default_perf_config(ctx, _problem().canonical))
-    for key, value in (("bn", 96), ("stages", 7), ("tw", 0), ("tw", 200)):
+    for key, value in (("bn", 96), ("stages", 7), ("tw", 0), ("tw", 200), ("cluster", 4)):
         assert not SOLVER.is_valid_perf_config(ctx, _problem().canonical, {**bad, key: value})
 
 
@@ -140,8 +140,15 @@ def test_solution_kernel_and_launch_shape() -> None:
     tiles = wgmma._tiles(p, (cfg["tw"], cfg["th"], cfg["tn"])) * math.ceil(256 / cfg["bn"])
     assert tiles > 132 and cfg["persist"] == 1
     assert kernel.grid == (132,)  # persistent: one block per SM walks the tiles
-    one_each = SOLVER.get_solution(ctx, p, {**cfg, "persist": 0}).kernels[0]
-    assert one_each.grid == (tiles,)
+    assert f"-DMIO_CLUSTER={cfg['cluster']}" in kernel.options
+    for cluster in (1, 2):
+        one_each = SOLVER.get_solution(ctx, p, {**cfg, "persist": 0, "cluster": cluster})
+        assert one_each.kernels[0].grid == (tiles,)  # an even number of tiles: no idle block
+    odd = _problem(n=1, c=64, k=64, in_spatial=(8, 24)).canonical  # three boxes of 8 x 8
+    cfg = {**SOLVER.default_perf_config(ctx, odd), "tw": 8, "th": 8, "tn": 1, "persist": 0}
+    for cluster, blocks in ((1, 3), (2, 4)):  # a cluster's second block of the last pair idles
+        grid = SOLVER.get_solution(ctx, odd, {**cfg, "cluster": cluster}).kernels[0].grid
+        assert grid == (blocks,)
     assert sol.workspace_size == 0
     assert SOLVER.is_dynamic  # sizes are arguments: the default find measures it
 

@@ -18,6 +18,7 @@ the invoker encodes them once per (x, w) address pair and keeps them.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from typing import Any
 
@@ -60,7 +61,7 @@ _FIXED_MS = 0.008
 #: Box extents the TMA allows: 256 elements per dimension, element strides up to 8.
 _MAX_BOX = 256
 _MAX_ELEMENT_STRIDE = 8
-_KEYS = ("bm", "bn", "stages", "tw", "th", "tn", "persist")
+_KEYS = ("bm", "bn", "stages", "tw", "th", "tn", "persist", "cluster")
 _GEOMETRY = struct.Struct("<18i3q")
 _MAPS_KEPT = 64
 
@@ -146,19 +147,19 @@ class GpuWgmmaForwardSolver(TunableSolver):
             if bn > widest:
                 continue
             for box in pixel_boxes(p, 3, bm):
-                for stages in depths:
-                    for persist in (1, 0):
-                        out.append(
-                            PerfConfig(
-                                bm=bm,
-                                bn=bn,
-                                stages=stages,
-                                tw=box[0],
-                                th=box[1],
-                                tn=box[2],
-                                persist=persist,
-                            )
+                for stages, persist, cluster in itertools.product(depths, (1, 0), (2, 1)):
+                    out.append(
+                        PerfConfig(
+                            bm=bm,
+                            bn=bn,
+                            stages=stages,
+                            tw=box[0],
+                            th=box[1],
+                            tn=box[2],
+                            persist=persist,
+                            cluster=cluster,
                         )
+                    )
         return out
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
@@ -180,7 +181,14 @@ class GpuWgmmaForwardSolver(TunableSolver):
         assert best is not None
         _, bm, bn, box = best
         return PerfConfig(
-            bm=bm, bn=bn, stages=STAGES[(bm, bn)][0], tw=box[0], th=box[1], tn=box[2], persist=1
+            bm=bm,
+            bn=bn,
+            stages=STAGES[(bm, bn)][0],
+            tw=box[0],
+            th=box[1],
+            tn=box[2],
+            persist=1,
+            cluster=1,
         )
 
     def is_valid_perf_config(
@@ -189,11 +197,13 @@ class GpuWgmmaForwardSolver(TunableSolver):
         """The seven keys; a tile with one of its depths; a box of at most bm pixels within
         the TMA's limits."""
         try:
-            bm, bn, stages, tw, th, tn, persist = (int(config[k]) for k in _KEYS)
+            bm, bn, stages, tw, th, tn, persist, cluster = (int(config[k]) for k in _KEYS)
         except (KeyError, TypeError, ValueError):
             return False
         p = problem
-        if p.spatial_dims != 2 or stages not in STAGES.get((bm, bn), ()) or persist not in (0, 1):
+        if p.spatial_dims != 2 or stages not in STAGES.get((bm, bn), ()):
+            return False
+        if persist not in (0, 1) or cluster not in (1, 2):
             return False
         sh, sw = p.conv.strides
         return (
@@ -233,7 +243,7 @@ class GpuWgmmaForwardSolver(TunableSolver):
         x and w made per address pair at the first call."""
         p = problem
         cfg = self._config(ctx, p, perf_config)
-        bm, bn, stages, tw, th, tn, persist = (int(cfg[k]) for k in _KEYS)
+        bm, bn, stages, tw, th, tn, persist, cluster = (int(cfg[k]) for k in _KEYS)
         oh, ow = p.out_spatial
         ih, iw = p.in_spatial
         r, s = p.filter_spatial
@@ -246,14 +256,17 @@ class GpuWgmmaForwardSolver(TunableSolver):
             p.n, oh, ow, p.k, r, s, _cdiv(p.c, BK), sh, sw, ph, pw, dh, dw,
             tw, th, tn, tiles_q, tiles_p, ys[0], ys[2], ys[3],
         )  # fmt: skip
-        tiles = tiles_q * tiles_p * _cdiv(p.n, tn) * _cdiv(p.k, bn)
-        # persistent: one block per SM walks the tiles (shared memory allows one per SM)
-        grid = (min(tiles, max(1, ctx.device.compute_units)) if persist else tiles,)
+        # A work unit: one tile per block of a cluster (consecutive pixel boxes, the same
+        # channels). Persistent: one block per SM walks the units (shared memory allows one).
+        units = _cdiv(tiles_q * tiles_p * _cdiv(p.n, tn), cluster) * _cdiv(p.k, bn)
+        sms = max(1, ctx.device.compute_units)
+        grid = (cluster * (min(units, sms // cluster) if persist else units),)
         options = (
             DTYPE_OPTIONS[p.dtype],
             f"-DMIO_BM={bm}",
             f"-DMIO_BN={bn}",
             f"-DMIO_STAGES={stages}",
+            f"-DMIO_CLUSTER={cluster}",
             "--gpu-architecture=sm_90a",  # wgmma and setmaxnreg: the arch-specific target
         )
         shared = stages * (bm + bn) * BK * 2 + 1024  # + alignment of the ring to 1 KiB
@@ -278,7 +291,8 @@ class GpuWgmmaForwardSolver(TunableSolver):
                 if len(kept) >= _MAPS_KEPT:
                     kept.clear()
                 x_map = tiled_tensor_map(dtype, x_ptr, x_dims, x_strides, x_box, x_steps)
-                w_map = tiled_tensor_map(dtype, w_ptr, w_dims, w_strides, (BK, 1, bn), (1, 1, 1))
+                w_box = (BK, 1, bn // cluster)  # each block of a cluster loads its share
+                w_map = tiled_tensor_map(dtype, w_ptr, w_dims, w_strides, w_box, (1, 1, 1))
                 args = KernelArgs(
                     [("bytes", x_map), ("bytes", w_map), ("ptr", 0), ("bytes", geometry)]
                 )

@@ -37,6 +37,9 @@
 #ifndef MIO_BM
 #define MIO_BM 128
 #endif
+#ifndef MIO_CLUSTER
+#define MIO_CLUSTER 1  // blocks of a cluster: 2 share each filter slice by TMA multicast
+#endif
 #define MIO_MT (MIO_BM / 128)  // m64 sub-tiles per consumer warpgroup
 #define MIO_BK 64              // channels per slice: 128 bytes, one swizzle row
 #define MIO_A_BYTES (MIO_BM * MIO_BK * 2)
@@ -73,20 +76,24 @@ struct MioWgmmaGeom {
   long long y_sn, y_sh, y_sw;      // output strides (elements); channels contiguous
 };
 
-// Where tile number ``t`` lies: output channels innermost (the blocks that share a pixel box
-// run together and read it from L2 once), then columns, rows and images of pixel boxes.
+// Where a block's work unit ``u`` lies. Output channels vary fastest (the blocks that share a
+// pixel box run together and read it from L2 once), then columns, rows and images of pixel
+// boxes. A cluster's blocks take consecutive pixel boxes of the same channels (they share the
+// filter slices); a box past the last (odd count) lies past the images: loaded as zeros, never
+// stored.
 struct MioTile {
   int k0, q0, p0, n0;
 };
 
-__device__ __forceinline__ MioTile tile_at(const MioWgmmaGeom& g, int t, int tiles_n) {
+__device__ __forceinline__ MioTile tile_at(const MioWgmmaGeom& g, int u, int tiles_n,
+                                           int rank) {
   MioTile at;
-  at.k0 = (t % tiles_n) * MIO_BN;
-  t /= tiles_n;
-  at.q0 = (t % g.tiles_q) * g.tw;
-  t /= g.tiles_q;
-  at.p0 = (t % g.tiles_p) * g.th;
-  at.n0 = (t / g.tiles_p) * g.tn;
+  at.k0 = (u % tiles_n) * MIO_BN;
+  int m = (u / tiles_n) * MIO_CLUSTER + rank;
+  at.q0 = (m % g.tiles_q) * g.tw;
+  m /= g.tiles_q;
+  at.p0 = (m % g.tiles_p) * g.th;
+  at.n0 = (m / g.tiles_p) * g.tn;
   return at;
 }
 
@@ -106,6 +113,28 @@ __device__ __forceinline__ void bar_expect(unsigned long long* bar, unsigned byt
 
 __device__ __forceinline__ void bar_arrive(unsigned long long* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// Arrive on the barrier at the same place in the shared memory of cluster block ``rank``.
+__device__ __forceinline__ void bar_arrive_at(unsigned long long* bar, unsigned rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(
+          smem_addr(bar)),
+      "r"(rank)
+      : "memory");
+}
+
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::
+                   : "memory");
+}
+
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  return rank;
 }
 
 __device__ __forceinline__ void bar_wait(unsigned long long* bar, unsigned parity) {
@@ -132,6 +161,18 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const MioTensorMap* map,
       : "memory");
 }
 
+// The box lands at the same place in every cluster block of ``mask``, each barrier told.
+__device__ __forceinline__ void tma_load_3d_multicast(void* dst, const MioTensorMap* map,
+                                                      unsigned long long* bar, int c0, int c1,
+                                                      int c2, unsigned short mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%3, %4, %5}], [%2], %6;" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1),
+      "r"(c2), "h"(mask)
+      : "memory");
+}
+
 __device__ __forceinline__ void tma_load_3d(void* dst, const MioTensorMap* map,
                                             unsigned long long* bar, int c0, int c1, int c2) {
   asm volatile(
@@ -153,6 +194,15 @@ __device__ __forceinline__ void keep(float* d) {
   for (int i = 0; i < MIO_ACC; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// A consumed slice goes back to the producers of every block that wrote into it.
+__device__ __forceinline__ void release(unsigned long long* empty_slot, unsigned rank) {
+  bar_arrive(empty_slot);
+#if MIO_CLUSTER > 1
+#pragma unroll
+  for (unsigned r = 1; r < MIO_CLUSTER; ++r) bar_arrive_at(empty_slot, (rank + r) % MIO_CLUSTER);
+#endif
+}
+
 __device__ __forceinline__ unsigned pack2(float lo, float hi) {
   unsigned out;
 #if defined(MIO_DTYPE_BF16)
@@ -163,71 +213,18 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
   return out;
 }
 
-extern "C" __global__ void __launch_bounds__(384, 1)
-    igemm_wgmma_fwd(const __grid_constant__ MioTensorMap x_map,
-                    const __grid_constant__ MioTensorMap w_map, unsigned short* __restrict__ y,
-                    const MioWgmmaGeom g) {
-  extern __shared__ __align__(1024) unsigned char dyn[];
-  __shared__ unsigned long long full[MIO_STAGES], empty[MIO_STAGES];
-  // the swizzle pattern repeats every 1024 bytes: the ring starts on such a boundary
-  unsigned char* ring = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<unsigned long long>(dyn) + 1023) & ~1023ull);
-
-  const int tid = threadIdx.x;
-  const int wg = tid / 128;
-  const int box_rows = g.tw * g.th * g.tn;
-  const int steps = g.r * g.s * g.cblocks;
-  const int tiles_n = (g.k + MIO_BN - 1) / MIO_BN;
-  const int tiles = g.tiles_q * g.tiles_p * ((g.n + g.tn - 1) / g.tn) * tiles_n;
-
-  if (tid == 0) {
-    for (int i = 0; i < MIO_STAGES; ++i) {
-      bar_init(&full[i], 1);
-      bar_init(&empty[i], 2);  // one arrival per consumer warpgroup
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-
-  if (wg == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-    if (tid == 0) {
-      asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(&x_map))
-                   : "memory");
-      asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(&w_map))
-                   : "memory");
-      int it = 0;  // slices loaded over all this block's tiles: the ring's position
-      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const MioTile at = tile_at(g, tile, tiles_n);
-        const int hbase = at.p0 * g.sh - g.ph, wbase = at.q0 * g.sw - g.pw;
-        int fy = 0, fx = 0, cb = 0;
-        for (int step = 0; step < steps; ++step, ++it) {
-          const int slot = it % MIO_STAGES;
-          if (it >= MIO_STAGES) bar_wait(&empty[slot], ((it / MIO_STAGES) - 1) & 1);
-          unsigned char* a = ring + slot * MIO_STAGE_BYTES;
-          bar_expect(&full[slot], box_rows * (MIO_BK * 2) + MIO_B_BYTES);
-          tma_load_4d(a, &x_map, &full[slot], cb * MIO_BK, wbase + fx * g.dw,
-                      hbase + fy * g.dh, at.n0);
-          tma_load_3d(a + MIO_A_BYTES, &w_map, &full[slot], cb * MIO_BK, fy * g.s + fx, at.k0);
-          if (++cb == g.cblocks) {
-            cb = 0;
-            if (++fx == g.s) {
-              fx = 0;
-              ++fy;
-            }
-          }
-        }
-      }
-    }
-    return;
-  }
-
+// The consumer warpgroups: multiply every slice of each tile, then store the tile.
+__device__ __forceinline__ void consume(const MioWgmmaGeom& g, unsigned short* __restrict__ y,
+                                        unsigned char* ring, unsigned long long* full,
+                                        unsigned long long* empty, int cw, int tid, int first,
+                                        int stride, int units, int tiles_n, unsigned rank,
+                                        int box_rows, int steps) {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-  const int cw = wg - 1;  // rows MIO_BM/2 * cw .. of the tile, MIO_MT sub-tiles of 64
+  // this warpgroup's rows of a tile: MIO_BM/2 * cw onwards, MIO_MT sub-tiles of 64
   const int lane = tid % 32, warp = (tid % 128) / 32;
   float d[MIO_MT][MIO_ACC];
   int it = 0;
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+  for (int u = first; u < units; u += stride) {
 #pragma unroll
     for (int m = 0; m < MIO_MT; ++m) {
 #pragma unroll
@@ -257,16 +254,16 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #pragma unroll
       for (int m = 0; m < MIO_MT; ++m) keep(d[m]);
       // the previous slice's multiplies are done: its buffers go back to the producer
-      if (step > 0 && tid % 128 == 0) bar_arrive(&empty[(it - 1) % MIO_STAGES]);
+      if (step > 0 && tid % 128 == 0) release(&empty[(it - 1) % MIO_STAGES], rank);
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 #pragma unroll
     for (int m = 0; m < MIO_MT; ++m) keep(d[m]);
     // the tile's last slice: the producer is already filling the ring for the next tile
-    if (tid % 128 == 0) bar_arrive(&empty[(it - 1) % MIO_STAGES]);
+    if (tid % 128 == 0) release(&empty[(it - 1) % MIO_STAGES], rank);
 
     // Epilogue: this thread's rows are lane/4 and lane/4 + 8 of its warp's 16 per sub-tile.
-    const MioTile at = tile_at(g, tile, tiles_n);
+    const MioTile at = tile_at(g, u, tiles_n, rank);
     const int col0 = at.k0 + 2 * (lane % 4);
 #pragma unroll
     for (int m = 0; m < MIO_MT; ++m) {
@@ -290,4 +287,84 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       }
     }
   }
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(MIO_CLUSTER, 1, 1)
+    igemm_wgmma_fwd(const __grid_constant__ MioTensorMap x_map,
+                    const __grid_constant__ MioTensorMap w_map, unsigned short* __restrict__ y,
+                    const MioWgmmaGeom g) {
+  extern __shared__ __align__(1024) unsigned char dyn[];
+  __shared__ unsigned long long full[MIO_STAGES], empty[MIO_STAGES];
+  // the swizzle pattern repeats every 1024 bytes: the ring starts on such a boundary
+  unsigned char* ring = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<unsigned long long>(dyn) + 1023) & ~1023ull);
+
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  const int box_rows = g.tw * g.th * g.tn;
+  const int steps = g.r * g.s * g.cblocks;
+  const int tiles_n = (g.k + MIO_BN - 1) / MIO_BN;
+  const int tiles_m = g.tiles_q * g.tiles_p * ((g.n + g.tn - 1) / g.tn);
+  const int units = tiles_n * ((tiles_m + MIO_CLUSTER - 1) / MIO_CLUSTER);
+  const int first = blockIdx.x / MIO_CLUSTER, stride = gridDim.x / MIO_CLUSTER;
+  const unsigned rank = MIO_CLUSTER > 1 ? cluster_rank() : 0;
+
+  if (tid == 0) {
+    for (int i = 0; i < MIO_STAGES; ++i) {
+      bar_init(&full[i], 1);
+      bar_init(&empty[i], 2 * MIO_CLUSTER);  // each consumer warpgroup of the cluster
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+#if MIO_CLUSTER > 1
+  cluster_sync();  // every block's barriers exist before any multicast or remote arrival
+#else
+  __syncthreads();
+#endif
+
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    if (tid == 0) {
+      asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(&x_map))
+                   : "memory");
+      asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(&w_map))
+                   : "memory");
+      int it = 0;  // slices loaded over all this block's tiles: the ring's position
+      for (int u = first; u < units; u += stride) {
+        const MioTile at = tile_at(g, u, tiles_n, rank);
+        const int hbase = at.p0 * g.sh - g.ph, wbase = at.q0 * g.sw - g.pw;
+        int fy = 0, fx = 0, cb = 0;
+        for (int step = 0; step < steps; ++step, ++it) {
+          const int slot = it % MIO_STAGES;
+          if (it >= MIO_STAGES) bar_wait(&empty[slot], ((it / MIO_STAGES) - 1) & 1);
+          unsigned char* a = ring + slot * MIO_STAGE_BYTES;
+          bar_expect(&full[slot], box_rows * (MIO_BK * 2) + MIO_B_BYTES);
+          tma_load_4d(a, &x_map, &full[slot], cb * MIO_BK, wbase + fx * g.dw,
+                      hbase + fy * g.dh, at.n0);
+#if MIO_CLUSTER > 1
+          // this block's part of the filter slice, into every block of the cluster
+          tma_load_3d_multicast(a + MIO_A_BYTES + rank * (MIO_B_BYTES / MIO_CLUSTER), &w_map,
+                                &full[slot], cb * MIO_BK, fy * g.s + fx,
+                                at.k0 + rank * (MIO_BN / MIO_CLUSTER),
+                                (unsigned short)((1u << MIO_CLUSTER) - 1));
+#else
+          tma_load_3d(a + MIO_A_BYTES, &w_map, &full[slot], cb * MIO_BK, fy * g.s + fx, at.k0);
+#endif
+          if (++cb == g.cblocks) {
+            cb = 0;
+            if (++fx == g.s) {
+              fx = 0;
+              ++fy;
+            }
+          }
+        }
+      }
+    }
+  } else {
+    consume(g, y, ring, full, empty, wg - 1, tid, first, stride, units, tiles_n, rank,
+            box_rows, steps);
+  }
+#if MIO_CLUSTER > 1
+  cluster_sync();  // no block leaves while a peer may still arrive on its barriers
+#endif
 }
