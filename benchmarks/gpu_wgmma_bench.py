@@ -1,7 +1,8 @@
-"""``igemm.gpu_wgmma`` (forward, wgmma + TMA, sm_90) against cuDNN on ResNet-50's and VGG-16's
-layers, channels-last, fp16 and bf16.
+"""``igemm.gpu_wgmma`` (wgmma + TMA, sm_90) against cuDNN on ResNet-50's and VGG-16's layers,
+channels-last, fp16 and bf16, forward and (stride-1 layers) backward data.
 
-Per layer: cuDNN through PyTorch (``cudnn.benchmark`` on), the solver's default config and the
+Per layer: cuDNN through PyTorch (``cudnn.benchmark`` on; backward data through
+``aten.convolution_backward``), the solver's default config and the
 best of up to ``--configs`` more of its space, each checked against cuDNN's output (relative
 error of the max). Device time: launches queued behind ``torch.cuda._sleep``, events around each
 of ``--runs`` runs after ``--warmup``, median. Each time is also given as the fraction of the
@@ -14,6 +15,7 @@ fewer than 8 input channels (the stems) are outside the kernel's reach and skipp
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
@@ -59,10 +61,21 @@ def _picks(solver: Any, ctx: Any, canon: Any, count: int) -> list[Any]:
     return out
 
 
+def _cudnn(direction: str, x: Any, w: Any, y: Any, layer: Any) -> Any:
+    """cuDNN's call for the direction (the written tensor as its result)."""
+    if direction == "forward":
+        return lambda: torch.nn.functional.conv2d(x, w, stride=layer.stride, padding=layer.pad)
+    aten = torch.ops.aten.convolution_backward
+    stride, pad = [layer.stride] * 2, [layer.pad] * 2
+    mask = [True, False, False]
+    return lambda: aten(y, x, w, None, stride, pad, [1, 1], False, [0, 0], 1, mask)[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suites", nargs="+", default=list(SUITES))
     parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
+    parser.add_argument("--directions", nargs="+", default=["forward", "backward_data"])
     parser.add_argument("--layers", nargs="*", default=[])
     parser.add_argument("--configs", type=int, default=8, help="configs tried besides default")
     parser.add_argument("--warmup", type=int, default=3)
@@ -82,12 +95,12 @@ def main() -> None:
         peak = matmul_tflops(tdtype)
         print(f"{torch.cuda.get_device_name()}: matmul {dtype} {peak:.0f} TFLOP/s", flush=True)
         plans = []
-        for suite in args.suites:
+        for suite, direction in itertools.product(args.suites, args.directions):
             layers, batch = SUITES[suite]
             for layer in layers:
                 if layer.c < 8 or (args.layers and layer.name not in args.layers):
                     continue
-                p = problem(layer, batch, "forward", dtype=dtype, layout="NHWC")
+                p = problem(layer, batch, direction, dtype=dtype, layout="NHWC")
                 if not solver.is_applicable(ctx, p.canonical):
                     continue
                 plans.append((suite, layer, p, _picks(solver, ctx, p.canonical, args.configs)))
@@ -107,12 +120,13 @@ def main() -> None:
         for suite, layer, p, picks in plans:
             x = torch.randn(p.x.lengths, device="cuda", dtype=tdtype).to(memory_format=cl)
             w = (torch.randn(p.w.lengths, device="cuda", dtype=tdtype) * 0.05).to(memory_format=cl)
-            y = torch.empty(p.y.lengths, device="cuda", dtype=tdtype).to(memory_format=cl)
-
-            def cudnn(x=x, w=w, layer=layer) -> Any:
-                return torch.nn.functional.conv2d(x, w, stride=layer.stride, padding=layer.pad)
-
-            row: dict[str, Any] = {"suite": suite, "layer": layer.name, "dtype": dtype}
+            y = torch.randn(p.y.lengths, device="cuda", dtype=tdtype).to(memory_format=cl)
+            direction = p.direction.value
+            out = x if direction == "backward_data" else y
+            cudnn = _cudnn(direction, x, w, y, layer)
+            row: dict[str, Any] = {
+                "suite": suite, "layer": layer.name, "dtype": dtype, "direction": direction
+            }  # fmt: skip
             row["cudnn_ms"] = device_ms(cudnn, args.warmup, args.runs)
             expected = cudnn().float()
             scale = float(expected.abs().max())
@@ -120,9 +134,9 @@ def main() -> None:
             for cfg in picks:
                 try:
                     run = config_runner(handle, SOLVER, p, cfg, x, w, y)
-                    y.fill_(float("nan"))
+                    out.fill_(float("nan"))
                     run()
-                    err = float((y.float() - expected).abs().max()) / scale
+                    err = float((out.float() - expected).abs().max()) / scale
                     ms = device_ms(run, args.warmup, args.runs)
                     timings.append({"config": dict(cfg), "ms": ms, "rel_err": err})
                 except Exception as exc:
@@ -147,21 +161,22 @@ def main() -> None:
             rows.append(row)
             nan = float("nan")
             print(
-                f"{dtype[:5]} {suite:8s} {layer.name:9s} cudnn {row['cudnn_ms']:.4f} ms "
+                f"{dtype[:5]} {direction[:8]:8s} {suite:8s} {layer.name:9s} "
+                f"cudnn {row['cudnn_ms']:.4f} ms "
                 f"({row['frac_cudnn']:.2f})  default {row.get('default_ms', nan):.4f} "
                 f"({row.get('ratio_default', nan):.2f})  best {row.get('best_ms', nan):.4f} "
                 f"({row.get('ratio_best', nan):.2f}, {row.get('frac_best', nan):.2f} of matmul) "
                 f"{tuple(row.get('best_config', {}).values())}",
                 flush=True,
             )
-        for suite in args.suites:
+        for suite, direction in itertools.product(args.suites, args.directions):
             done = [r for r in rows if r["suite"] == suite and r["dtype"] == dtype]
-            done = [r for r in done if "ratio_best" in r]
+            done = [r for r in done if "ratio_best" in r and r["direction"] == direction]
             if done:
                 dflt = [r["ratio_default"] for r in done if "ratio_default" in r]
                 best = geomean([r["ratio_best"] for r in done])
                 print(
-                    f"{dtype} {suite}: cudnn/wgmma geomean best {best:.3f}, "
+                    f"{dtype} {direction} {suite}: cudnn/wgmma geomean best {best:.3f}, "
                     f"default {geomean(dflt):.3f} over {len(done)} layers; faster than cuDNN "
                     f"{sum(r['ratio_best'] > 1 for r in done)}; matmul fraction wgmma "
                     f"{geomean([r['frac_best'] for r in done]):.3f}, cudnn "

@@ -1,12 +1,13 @@
-"""``igemm.gpu_wgmma`` (forward on Hopper's warpgroup tensor cores, TMA-fed) against the float64
-reference, on an sm_90 device (marked ``gpu``; skipped elsewhere).
+"""``igemm.gpu_wgmma`` (forward and stride-1 backward data on Hopper's warpgroup tensor cores,
+TMA-fed) against the float64 reference, on an sm_90 device (marked ``gpu``; skipped elsewhere).
 
 Corpus-derived problems: one-group 2-D rows of the corpus (filters, pads, strides, dilations
-kept) as forward fp16 and bf16 in NHWC, shrunk to 8 to 136 channels so that single slices,
-channel tails inside a 64-channel slice and several slices all run; the output is poisoned
-with NaN first; tolerance ``miocore.testing.TOLERANCES``. Then every configuration of the
-search space (tile widths, depths, the pixel boxes) on shapes chosen for their edges: boxes
-spanning images, K not a multiple of the tile, strides and dilations, a 1x1 filter.
+kept) as forward and backward data, fp16 and bf16, in NHWC, shrunk to 8 to 136 channels so
+that single slices, channel tails inside a 64-channel slice and several slices all run; the
+written tensor is poisoned with NaN first; tolerance ``miocore.testing.TOLERANCES``. Then
+every configuration of the search space (tiles, depths, pixel boxes, persistence, clusters) on
+shapes chosen for their edges: boxes spanning images, K not a multiple of the tile, strides
+and dilations, a 1x1 filter, pads past the taps (backward data's padding goes negative).
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ def _rows() -> list[dict]:
     return [r for r in sample_rows(8 * PER_DTYPE, seed=13) if len(r["x"]) == 2]
 
 
+@pytest.mark.parametrize("direction", ("forward", "backward_data"))
 @pytest.mark.parametrize("dtype", ("FP16", "BF16"))
-def test_wgmma_matches_reference_on_corpus(dtype: str) -> None:
+def test_wgmma_matches_reference_on_corpus(dtype: str, direction: str) -> None:
     h = _handle()
     solver = h.registry.get(SOLVER).solver
     problems = []
@@ -51,7 +53,7 @@ def test_wgmma_matches_reference_on_corpus(dtype: str) -> None:
         p = shrink_row(
             {**row, "dtype": dtype, "layout": "NHWC"},
             max_channels_per_group=(8, 16, 72, 136)[i % 4],
-            direction="forward",
+            direction=direction,
         )
         if solver.is_applicable(h.context, p.canonical):
             problems.append(p)
@@ -67,7 +69,7 @@ def test_wgmma_matches_reference_on_corpus(dtype: str) -> None:
         if why:
             failures.append(f"{p.key}: {why}")
     assert not failures, f"{len(failures)}/{len(problems)} failed:\n" + "\n".join(failures[:20])
-    assert len(problems) >= min(50, PER_DTYPE)
+    assert len(problems) >= min(30 if direction == "backward_data" else 50, PER_DTYPE)
 
 
 _SHAPES = (
@@ -78,16 +80,20 @@ _SHAPES = (
     (5, 64, 130, (6, 6), (3, 3), (1, 1), (1, 1), (1, 1)),  # K tails; boxes span images
     (2, 136, 64, (9, 9), (1, 1), (0, 0), (2, 2), (1, 1)),  # strided 1x1, a channel tail
     (1, 8, 8, (3, 3), (3, 3), (1, 1), (1, 1), (1, 1)),  # one box, mostly empty rows
+    (2, 64, 72, (10, 12), (3, 3), (3, 0), (1, 1), (1, 1)),  # pads past the taps: negative
 )
 
 
+@pytest.mark.parametrize("direction", ("forward", "backward_data"))
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
 @pytest.mark.parametrize("shape", range(len(_SHAPES)))
-def test_wgmma_every_config(dtype: str, shape: int) -> None:
+def test_wgmma_every_config(dtype: str, shape: int, direction: str) -> None:
     h = _handle()
     n, c, k, hw, f, pads, strides, dils = _SHAPES[shape]
+    if direction == "backward_data":
+        strides = (1, 1)  # strided backward data is not this solver's
     problem = miocore.ConvProblem.from_sizes(
-        "forward",
+        direction,
         n=n,
         c=c,
         k=k,
@@ -100,6 +106,10 @@ def test_wgmma_every_config(dtype: str, shape: int) -> None:
         layout="NHWC",
     )
     solver = h.registry.get(SOLVER).solver
+    applies = solver.is_applicable(h.context, problem.canonical)
+    if direction == "backward_data" and not applies:
+        pytest.skip(f"not this solver's: {applies.reason}")  # dy's channels not a multiple of 8
+    assert applies, applies.reason
     configs = list(solver.perf_config_space(h.context, problem.canonical))
     assert configs
     run_configs(h, SOLVER, problem, configs, (), False, lambda _p, _c: 0)

@@ -33,7 +33,7 @@ def _problem(**kw) -> miocore.ConvProblem:
     return miocore.ConvProblem.from_sizes(direction, **args)
 
 
-SOLVER = wgmma.GpuWgmmaForwardSolver()
+SOLVER = wgmma.GpuWgmmaSolver()
 
 
 @pytest.mark.parametrize(
@@ -43,10 +43,12 @@ SOLVER = wgmma.GpuWgmmaForwardSolver()
         ({"arch": "sm100"}, "sm_90"),
         ({"backend": "hip", "arch": "gfx942"}, "sm_90"),
         ({"dtype": "float32"}, "fp16 and bf16"),
-        ({"direction": "backward_data"}, "forward only"),
+        ({"direction": "backward_weights"}, "forward and backward data"),
+        ({"direction": "backward_data", "strides": (2, 2)}, "stride 1 only"),
+        ({"direction": "backward_data", "k": 12}, "12 channels of dy"),
         ({"layout": "NCHW"}, "channels are not innermost"),
-        ({"c": 12}, "C = 12"),
-        ({"k": 63}, "K = 63"),
+        ({"c": 12}, "12 channels of x"),
+        ({"k": 63}, "63 channels of y"),
         ({"groups": 2}, "2 groups"),
         ({"strides": (9, 1)}, "stride"),
     ],
@@ -65,6 +67,26 @@ def test_applies_on_sm90_channels_last(arch: str) -> None:
     # strided, dilated, a 1x1 filter, channels not a multiple of the 64-channel slice
     assert SOLVER.is_applicable(_ctx(), _problem(c=40, strides=(2, 2), dilations=(2, 1)))
     assert SOLVER.is_applicable(_ctx(), _problem(filter_spatial=(1, 1), pads=(0, 0)))
+    # backward data at stride 1, dilated, with a filter of any layout (it is flipped first)
+    bwd = _problem(direction="backward_data", dilations=(2, 1), layout="NHWC")
+    assert SOLVER.is_applicable(_ctx(), bwd)
+
+
+def test_backward_data_is_the_forward_convolution_of_dy_with_the_flipped_filter() -> None:
+    p = _problem(
+        direction="backward_data", n=3, c=24, k=40, in_spatial=(9, 11), filter_spatial=(3, 5),
+        pads=(0, 1), dilations=(2, 1),
+    ).canonical  # fmt: skip
+    v = wgmma.gemm_view(p)
+    assert (v.c, v.k) == (40, 24) and (v.oh, v.ow) == (9, 11) and (v.ih, v.iw) == p.out_spatial
+    assert (v.sh, v.sw) == (1, 1) and (v.ph, v.pw) == (2 * 2 - 0, 1 * 4 - 1) and v.flip
+    # the equivalent forward convolution gives back dx's size
+    assert v.ih + 2 * v.ph - v.dh * (v.r - 1) == v.oh and v.iw + 2 * v.pw - v.dw * (v.s - 1) == v.ow
+    ctx = _ctx()
+    sol = SOLVER.get_solution(ctx, p)
+    assert [k.kernel_name for k in sol.kernels] == [wgmma.FLIP_KERNEL, wgmma.KERNEL]
+    assert sol.workspace_size == 40 * 24 * 3 * 5 * 2 == SOLVER.workspace_size(ctx, p)
+    assert SOLVER.workspace_size(ctx, _problem().canonical) == 0
 
 
 @pytest.mark.parametrize(
@@ -72,16 +94,17 @@ def test_applies_on_sm90_channels_last(arch: str) -> None:
 )
 def test_pixel_boxes_cover_the_output_in_few_tiles(n: int, hw: int) -> None:
     p = _problem(n=n, in_spatial=(hw, hw)).canonical
-    boxes = wgmma.pixel_boxes(p)
+    v = wgmma.gemm_view(p)
+    boxes = wgmma.pixel_boxes(v)
     assert boxes
     oh, ow = p.out_spatial
     lower = math.ceil(n * oh * ow / wgmma.ROWS)
     for tw, th, tn in boxes:
         assert 1 <= tw * th * tn <= wgmma.ROWS
         assert tw <= ow and th <= oh and tn <= n
-        assert wgmma._tiles(p, (tw, th, tn)) >= lower
-    best = wgmma._tiles(p, boxes[0])
-    assert [wgmma._tiles(p, b) for b in boxes] == sorted(wgmma._tiles(p, b) for b in boxes)
+        assert wgmma._tiles(v, (tw, th, tn)) >= lower
+    best = wgmma._tiles(v, boxes[0])
+    assert [wgmma._tiles(v, b) for b in boxes] == sorted(wgmma._tiles(v, b) for b in boxes)
     # the rectangles a layer of ResNet-50 or VGG-16 needs waste at most an eighth of a tile's rows
     if hw in (56, 28, 224):
         assert best * wgmma.ROWS <= lower * wgmma.ROWS * 8 / 7
@@ -137,7 +160,8 @@ def test_solution_kernel_and_launch_shape() -> None:
     assert kernel.block == (wgmma.THREADS,)
     assert "--gpu-architecture=sm_90a" in kernel.options
     assert f"-DMIO_BN={cfg['bn']}" in kernel.options
-    tiles = wgmma._tiles(p, (cfg["tw"], cfg["th"], cfg["tn"])) * math.ceil(256 / cfg["bn"])
+    box = (cfg["tw"], cfg["th"], cfg["tn"])
+    tiles = wgmma._tiles(wgmma.gemm_view(p), box) * math.ceil(256 / cfg["bn"])
     assert tiles > 132 and cfg["persist"] == 1
     assert kernel.grid == (132,)  # persistent: one block per SM walks the tiles
     assert f"-DMIO_CLUSTER={cfg['cluster']}" in kernel.options

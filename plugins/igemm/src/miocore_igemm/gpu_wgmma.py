@@ -1,26 +1,31 @@
-"""``igemm.gpu_wgmma``: forward convolution on Hopper's warpgroup tensor cores (sm_90), fed by
-the tensor memory accelerator; fp16/bf16, channels-last, fp32 accumulation.
+"""``igemm.gpu_wgmma``: convolution on Hopper's warpgroup tensor cores (sm_90), fed by the
+tensor memory accelerator; forward and stride-1 backward data, fp16/bf16, channels-last, fp32
+accumulation.
 
-``kernels/igemm_wgmma.cu`` computes a tile of 128 output pixels by ``bn`` output channels per
-block. The pixels are a box of ``tn`` images x ``th`` rows x ``tw`` columns, so that for each
-filter tap and 64-channel slice the input it needs is one rectangular box of x, copied by one
-TMA load whose origin moves with the tap (the tensor map's element strides take the
-convolution's stride, and the hardware writes zeros where the box leaves the tensor: padding
-and channel tails need no masks). The filter slice is a second TMA load. A producer warpgroup
-issues the loads into a ``stages``-deep ring; two consumer warpgroups multiply with
-``wgmma`` (m64 x ``bn`` x k16).
+``kernels/igemm_wgmma.cu`` computes a tile of ``bm`` output pixels by ``bn`` output channels
+per block. The pixels are a box of ``tn`` images x ``th`` rows x ``tw`` columns, so that for
+each filter tap and 64-channel slice the input it needs is one rectangular box of the
+activation it reads, copied by one TMA load whose origin moves with the tap (the tensor map's
+element strides take the convolution's stride, and the hardware writes zeros where the box
+leaves the tensor: padding and channel tails need no masks). The filter slice is a second TMA
+load. A producer warpgroup issues the loads into a ``stages``-deep ring; two consumer
+warpgroups multiply with ``wgmma`` (m64 x ``bn`` x k16).
 
-Every size, and the pixel box, is a run-time argument; only ``bn``, ``stages`` and the element
-type are compiled in, so one binary serves every problem (the solver is dynamic: the default
-find measures it without compiling per problem). The tensor maps hold the tensors' addresses:
-the invoker encodes them once per (x, w) address pair and keeps them.
+Backward data of a stride-1 layer is the same kernel on a forward problem: dx = conv(dy, w')
+with w'[c, r, s, k] = w[k, R-1-r, S-1-s, c] (written into the workspace by a small kernel
+first), padding ``dilation x (R - 1) - pad`` and the layer's dilation.
+
+Every size, and the pixel box, is a run-time argument; only the tile, depth, cluster size and
+element type are compiled in, so one binary serves every problem (the solver is dynamic: the
+default find measures it without compiling per problem). The tensor maps hold the tensors'
+addresses: the invoker encodes them once per address pair and keeps them.
 """
 
 from __future__ import annotations
 
 import itertools
 import struct
-from typing import Any
+from typing import Any, NamedTuple
 
 from miocore import (
     APPLICABLE,
@@ -43,6 +48,7 @@ from miocore_igemm.gpu_common import check_alignment
 
 SOURCE = "igemm/igemm_wgmma.cu"
 KERNEL = "igemm_wgmma_fwd"
+FLIP_KERNEL = "igemm_wgmma_wflip"
 THREADS = 384  # one producer and two consumer warpgroups
 ROWS = 128  # output pixels of the smaller tile
 BK = 64  # channels per pipeline slice: 128 bytes of fp16/bf16, the swizzle width
@@ -63,6 +69,7 @@ _MAX_BOX = 256
 _MAX_ELEMENT_STRIDE = 8
 _KEYS = ("bm", "bn", "stages", "tw", "th", "tn", "persist", "cluster")
 _GEOMETRY = struct.Struct("<18i3q")
+_FLIP = struct.Struct("<4i4q")  # the flip kernel's MioFlipGeom
 _MAPS_KEPT = 64
 
 
@@ -74,33 +81,72 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def pixel_boxes(p: ConvProblem, count: int = 4, rows: int = ROWS) -> list[tuple[int, int, int]]:
+class GemmView(NamedTuple):
+    """A problem as the forward convolution the kernel computes: the activation it reads
+    (``src``, ``ih`` x ``iw``, ``c`` channels), the one it writes (``dst``, ``oh`` x ``ow``,
+    ``k`` channels), the geometry; strides in (n, c, h, w) order, elements."""
+
+    n: int
+    ih: int
+    iw: int
+    oh: int
+    ow: int
+    c: int
+    k: int
+    r: int
+    s: int
+    sh: int
+    sw: int
+    ph: int
+    pw: int
+    dh: int
+    dw: int
+    src: tuple[int, ...]
+    dst: tuple[int, ...]
+    flip: bool  # backward data: the filter is flipped and transposed first
+
+
+def gemm_view(p: ConvProblem) -> GemmView:
+    """Forward as it is; backward data (stride 1) as the forward convolution of dy with the
+    flipped, transposed filter."""
+    r, s = p.filter_spatial
+    (ih, iw), (oh, ow) = p.in_spatial, p.out_spatial
+    (sh, sw), (ph, pw), (dh, dw) = p.conv.strides, p.conv.pads, p.conv.dilations
+    if p.direction is Direction.BACKWARD_DATA:
+        return GemmView(
+            p.n, oh, ow, ih, iw, p.k, p.c, r, s, 1, 1, dh * (r - 1) - ph, dw * (s - 1) - pw,
+            dh, dw, p.y.strides, p.x.strides, True,
+        )  # fmt: skip
+    return GemmView(
+        p.n, ih, iw, oh, ow, p.c, p.k, r, s, sh, sw, ph, pw, dh, dw, p.x.strides, p.y.strides,
+        False,
+    )  # fmt: skip
+
+
+def pixel_boxes(v: GemmView, count: int = 4, rows: int = ROWS) -> list[tuple[int, int, int]]:
     """The ``count`` boxes ``(tw, th, tn)`` of at most ``rows`` output pixels that cover the
     output in the fewest tiles (wider boxes first among equals: longer runs of stores)."""
-    n, (oh, ow) = p.n, p.out_spatial
-    sh, sw = p.conv.strides
     scored = []
-    for tw in range(1, min(ow, rows) + 1):
-        if tw * sw > _MAX_BOX:
+    for tw in range(1, min(v.ow, rows) + 1):
+        if tw * v.sw > _MAX_BOX:
             break
-        for th in range(1, min(oh, rows // tw) + 1):
-            if th * sh > _MAX_BOX:
+        for th in range(1, min(v.oh, rows // tw) + 1):
+            if th * v.sh > _MAX_BOX:
                 break
-            tn = min(n, rows // (tw * th), _MAX_BOX)
-            tiles = _cdiv(n, tn) * _cdiv(oh, th) * _cdiv(ow, tw)
-            scored.append((tiles, -tw, -th, (tw, th, tn)))
+            tn = min(v.n, rows // (tw * th), _MAX_BOX)
+            scored.append((_tiles(v, (tw, th, tn)), -tw, -th, (tw, th, tn)))
     scored.sort()
     return [box for *_, box in scored[:count]]
 
 
-def _tiles(p: ConvProblem, box: tuple[int, int, int]) -> int:
+def _tiles(v: GemmView, box: tuple[int, int, int]) -> int:
     tw, th, tn = box
-    oh, ow = p.out_spatial
-    return _cdiv(p.n, tn) * _cdiv(oh, th) * _cdiv(ow, tw)
+    return _cdiv(v.n, tn) * _cdiv(v.oh, th) * _cdiv(v.ow, tw)
 
 
-class GpuWgmmaForwardSolver(TunableSolver):
-    """Forward convolution with ``wgmma`` and TMA on sm_90 (H100/H200), fp16/bf16, NHWC."""
+class GpuWgmmaSolver(TunableSolver):
+    """Forward and stride-1 backward-data convolution with ``wgmma`` and TMA on sm_90
+    (H100/H200), fp16/bf16, channels-last."""
 
     name = "igemm.gpu_wgmma"
     algorithm = Algorithm.IMPLICIT_GEMM
@@ -111,15 +157,20 @@ class GpuWgmmaForwardSolver(TunableSolver):
     # -- applicability -----------------------------------------------------------------------
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
-        """2-D forward, one group, fp16/bf16, channels innermost in x, w and y with 16-byte
-        strides (C a multiple of 8), an even K, sm_90."""
+        """2-D forward or stride-1 backward data, one group, fp16/bf16, channels innermost in
+        the activations (and forward, the filter) with 16-byte strides (the read activation's
+        channels a multiple of 8), an even number of written channels, sm_90."""
         p = problem
         if not _is_sm90(ctx):
             return not_applicable(f"{ctx.device.arch}: wgmma and this kernel's TMA need sm_90")
         if p.dtype not in self.dtypes:
             return not_applicable(f"{p.dtype.value}: this kernel computes fp16 and bf16")
-        if p.direction is not Direction.FORWARD:
-            return not_applicable(f"{p.direction.value}: this kernel computes forward only")
+        if p.direction not in (Direction.FORWARD, Direction.BACKWARD_DATA):
+            return not_applicable(
+                f"{p.direction.value}: this kernel computes forward and backward data"
+            )
+        if p.direction is Direction.BACKWARD_DATA and p.conv.strides != (1, 1):
+            return not_applicable(f"backward data with stride {p.conv.strides}: stride 1 only")
         if p.spatial_dims != 2:
             return not_applicable(f"{p.spatial_dims}-D problem: the kernel is 2-D only")
         if p.groups != 1:
@@ -139,14 +190,15 @@ class GpuWgmmaForwardSolver(TunableSolver):
         """Tiles no wider than K needs x their pipeline depths x the three pixel boxes that
         cover the output in the fewest tiles x persistent or one tile per block."""
         p = problem
-        if p.spatial_dims != 2 or p.direction is not Direction.FORWARD:
+        if p.spatial_dims != 2 or p.direction not in (Direction.FORWARD, Direction.BACKWARD_DATA):
             return []
-        widest = max(64, 1 << max(0, (p.k - 1).bit_length()))
+        v = gemm_view(p)
+        widest = max(64, 1 << max(0, (v.k - 1).bit_length()))
         out = []
         for (bm, bn), depths in STAGES.items():
             if bn > widest:
                 continue
-            for box in pixel_boxes(p, 3, bm):
+            for box in pixel_boxes(v, 3, bm):
                 for stages, persist, cluster in itertools.product(depths, (1, 0), (2, 1)):
                     out.append(
                         PerfConfig(
@@ -168,13 +220,18 @@ class GpuWgmmaForwardSolver(TunableSolver):
         persistent blocks (the next tile's loads overlap a tile's stores)."""
         p = problem
         sms = max(1, ctx.device.compute_units)
-        widest = max(64, 1 << max(0, (p.k - 1).bit_length()))
+        if p.spatial_dims != 2:  # declined anyway: any valid config
+            return PerfConfig(
+                bm=128, bn=128, stages=6, tw=16, th=8, tn=1, persist=1, cluster=1
+            )  # fmt: skip
+        v = gemm_view(p)
+        widest = max(64, 1 << max(0, (v.k - 1).bit_length()))
         best: tuple[float, int, int, tuple[int, int, int]] | None = None
         for bm, bn in STAGES:
             if bn > widest:
                 continue
-            box = pixel_boxes(p, 1, bm)[0] if p.spatial_dims == 2 else (16, 8, 1)
-            blocks = _tiles(p, box) * _cdiv(p.k, bn) if p.spatial_dims == 2 else 1
+            box = pixel_boxes(v, 1, bm)[0]
+            blocks = _tiles(v, box) * _cdiv(v.k, bn)
             cost = _cdiv(blocks, sms) * bm * bn / _TILE_EFFICIENCY[(bm, bn)]
             if best is None or cost < best[0]:
                 best = (cost, bm, bn, box)
@@ -205,7 +262,8 @@ class GpuWgmmaForwardSolver(TunableSolver):
             return False
         if persist not in (0, 1) or cluster not in (1, 2):
             return False
-        sh, sw = p.conv.strides
+        v = gemm_view(p)
+        sh, sw = v.sh, v.sw
         return (
             min(tw, th, tn) >= 1
             and tw * th * tn <= bm
@@ -227,38 +285,40 @@ class GpuWgmmaForwardSolver(TunableSolver):
         p = problem
         cfg = self.default_perf_config(ctx, p)
         box = (cfg["tw"], cfg["th"], cfg["tn"])
-        oh, ow = p.out_spatial
-        fill = p.n * oh * ow / (_tiles(p, box) * cfg["bm"])
-        fill *= p.k / (_cdiv(p.k, cfg["bn"]) * cfg["bn"])
-        fill *= p.c / (_cdiv(p.c, BK) * BK)
-        ms = ctx.roofline_ms(float(p.flops), p.bytes_moved, DataType.FLOAT16, _EFFICIENCY * fill)
+        v = gemm_view(p)
+        fill = v.n * v.oh * v.ow / (_tiles(v, box) * cfg["bm"])
+        fill *= v.k / (_cdiv(v.k, cfg["bn"]) * cfg["bn"])
+        fill *= v.c / (_cdiv(v.c, BK) * BK)
+        moved = p.bytes_moved + (2 * flipped_filter_bytes(p) if v.flip else 0)
+        ms = ctx.roofline_ms(float(p.flops), moved, DataType.FLOAT16, _EFFICIENCY * fill)
         return ctx.wti(p, ms + _FIXED_MS)
 
     # -- solution ------------------------------------------------------------------------------
 
+    def workspace_size(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> int:
+        """Backward data: the flipped, transposed filter; forward: none."""
+        return flipped_filter_bytes(problem)
+
     def get_solution(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
     ) -> ConvSolution:
-        """The kernel compiled for the tile width, depth and element type; the tensor maps of
-        x and w made per address pair at the first call."""
+        """The kernel compiled for the tile, depth, cluster and element type (backward data:
+        the filter's flip first); the tensor maps made per address pair at the first call."""
         p = problem
         cfg = self._config(ctx, p, perf_config)
         bm, bn, stages, tw, th, tn, persist, cluster = (int(cfg[k]) for k in _KEYS)
-        oh, ow = p.out_spatial
-        ih, iw = p.in_spatial
-        r, s = p.filter_spatial
-        sh, sw = p.conv.strides
-        ph, pw = p.conv.pads
-        dh, dw = p.conv.dilations
-        xs, ws, ys = p.x.strides, p.w.strides, p.y.strides  # (n, c, h, w) order, elements
-        tiles_q, tiles_p = _cdiv(ow, tw), _cdiv(oh, th)
+        v = gemm_view(p)
+        tiles_q, tiles_p = _cdiv(v.ow, tw), _cdiv(v.oh, th)
+        dst = v.dst
         geometry = _GEOMETRY.pack(
-            p.n, oh, ow, p.k, r, s, _cdiv(p.c, BK), sh, sw, ph, pw, dh, dw,
-            tw, th, tn, tiles_q, tiles_p, ys[0], ys[2], ys[3],
+            v.n, v.oh, v.ow, v.k, v.r, v.s, _cdiv(v.c, BK), v.sh, v.sw, v.ph, v.pw, v.dh, v.dw,
+            tw, th, tn, tiles_q, tiles_p, dst[0], dst[2], dst[3],
         )  # fmt: skip
         # A work unit: one tile per block of a cluster (consecutive pixel boxes, the same
         # channels). Persistent: one block per SM walks the units (shared memory allows one).
-        units = _cdiv(tiles_q * tiles_p * _cdiv(p.n, tn), cluster) * _cdiv(p.k, bn)
+        units = _cdiv(tiles_q * tiles_p * _cdiv(v.n, tn), cluster) * _cdiv(v.k, bn)
         sms = max(1, ctx.device.compute_units)
         grid = (cluster * (min(units, sms // cluster) if persist else units),)
         options = (
@@ -271,73 +331,115 @@ class GpuWgmmaForwardSolver(TunableSolver):
         )
         shared = stages * (bm + bn) * BK * 2 + 1024  # + alignment of the ring to 1 KiB
         item = p.dtype.itemsize
-        x_dims = (p.c, iw, ih, p.n)
-        x_strides = (xs[3] * item, xs[2] * item, xs[0] * item)
-        x_box = (BK, tw * sw, th * sh, tn)
-        x_steps = (1, sw, sh, 1)
-        w_dims = (p.c, r * s, p.k)
-        w_strides = (_tap_stride(p) * item, ws[0] * item)
-        dtype = p.dtype
+        src = v.src
+        x_dims = (v.c, v.iw, v.ih, v.n)
+        x_strides = (src[3] * item, src[2] * item, src[0] * item)
+        x_box = (BK, tw * v.sw, th * v.sh, tn)
+        x_steps = (1, v.sw, v.sh, 1)
+        w_dims = (v.c, v.r * v.s, v.k)
+        if v.flip:  # w' in the workspace: [c][r][s][k], contiguous
+            w_strides = (v.c * item, v.r * v.s * v.c * item)
+        else:
+            w_strides = (_tap_stride(p) * item, p.w.strides[0] * item)
+        w_box = (BK, 1, bn // cluster)  # each block of a cluster loads its share
+        kernels = [
+            KernelInfo(
+                source=SOURCE, kernel_name=KERNEL, options=options, grid=grid, block=(THREADS,)
+            )
+        ]
+        flip_args = b""
+        if v.flip:
+            total = p.k * v.r * v.s * p.c
+            kernels.insert(
+                0,
+                KernelInfo(
+                    source=SOURCE,
+                    kernel_name=FLIP_KERNEL,
+                    options=options,
+                    grid=(max(1, min(_cdiv(total, 256), 8 * sms)),),
+                    block=(256,),
+                ),
+            )
+            ws = p.w.strides  # (k, c, r, s)
+            flip_args = _FLIP.pack(p.k, p.c, v.r, v.s, ws[0], ws[1], ws[2], ws[3])
+        dtype, flip = p.dtype, v.flip
 
         def factory(compiled: Any) -> Any:
             from miocore.backends.cuda_tma import tiled_tensor_map
             from miocore.backends.gpu_kernels import KernelArgs
 
-            kernel = compiled[0]
+            kernel = compiled[-1]
+            flipper = compiled[0] if flip else None
+            flip_launch = KernelArgs([("ptr", 0), ("ptr", 0), ("bytes", flip_args)])
             kept: dict[tuple[int, int], Any] = {}
 
-            def args_for(x_ptr: int, w_ptr: int) -> Any:
-                check_alignment((("x", x_ptr, 16), ("w", w_ptr, 16)), "igemm.gpu_wgmma's TMA")
+            def args_for(src_ptr: int, w_ptr: int) -> Any:
+                check_alignment(
+                    (("activation", src_ptr, 16), ("filter", w_ptr, 16)), "igemm.gpu_wgmma's TMA"
+                )
                 if len(kept) >= _MAPS_KEPT:
                     kept.clear()
-                x_map = tiled_tensor_map(dtype, x_ptr, x_dims, x_strides, x_box, x_steps)
-                w_box = (BK, 1, bn // cluster)  # each block of a cluster loads its share
+                x_map = tiled_tensor_map(dtype, src_ptr, x_dims, x_strides, x_box, x_steps)
                 w_map = tiled_tensor_map(dtype, w_ptr, w_dims, w_strides, w_box, (1, 1, 1))
                 args = KernelArgs(
                     [("bytes", x_map), ("bytes", w_map), ("ptr", 0), ("bytes", geometry)]
                 )
-                kept[(x_ptr, w_ptr)] = args
+                kept[(src_ptr, w_ptr)] = args
                 return args
 
             def invoker(handle: Any, ip: InvokeParams) -> None:
-                args = kept.get((ip.x.ptr, ip.w.ptr)) or args_for(ip.x.ptr, ip.w.ptr)
-                y_ptr = ip.y.ptr
-                if y_ptr % 4:
-                    check_alignment((("y", y_ptr, 4),), "igemm.gpu_wgmma's paired stores")
-                args.set_pointers(y_ptr)
+                if flip:
+                    src_ptr, w_ptr, dst_ptr = ip.y.ptr, ip.workspace.ptr, ip.x.ptr
+                    flip_launch.set_pointers(ip.w.ptr, w_ptr)
+                    flipper.launch(flip_launch)
+                else:
+                    src_ptr, w_ptr, dst_ptr = ip.x.ptr, ip.w.ptr, ip.y.ptr
+                args = kept.get((src_ptr, w_ptr)) or args_for(src_ptr, w_ptr)
+                if dst_ptr % 4:
+                    check_alignment((("output", dst_ptr, 4),), "igemm.gpu_wgmma's paired stores")
+                args.set_pointers(dst_ptr)
                 kernel.launch(args, shared=shared)
 
             return invoker
 
         return ConvSolution(
             solver=self.name,
-            workspace_size=0,
+            workspace_size=flipped_filter_bytes(p),
             invoker_factory=factory,
-            kernels=(
-                KernelInfo(
-                    source=SOURCE, kernel_name=KERNEL, options=options, grid=grid, block=(THREADS,)
-                ),
-            ),
+            kernels=tuple(kernels),
         )
+
+
+def flipped_filter_bytes(p: ConvProblem) -> int:
+    """Workspace of backward data: w flipped and transposed to [c][r][s][k]."""
+    if p.direction is not Direction.BACKWARD_DATA:
+        return 0
+    r, s = p.filter_spatial
+    return p.k * p.c * r * s * p.dtype.itemsize
 
 
 def _layout_reason(p: ConvProblem) -> str | None:
     """Why the tensors' memory does not suit the kernel's TMA loads and paired stores."""
-    xs, ws, ys = p.x.strides, p.w.strides, p.y.strides
-    if xs[1] != 1 or ws[1] != 1 or ys[1] != 1:
+    v = gemm_view(p)
+    read, written = ("dy", "dx") if v.flip else ("x", "y")
+    src, dst, ws = v.src, v.dst, p.w.strides
+    if src[1] != 1 or dst[1] != 1 or (not v.flip and ws[1] != 1):
         return "channels are not innermost (the kernel reads and writes channels-last)"
-    if p.c % 8:
-        return f"C = {p.c}: TMA rows need 16-byte strides (C a multiple of 8)"
-    if p.k % 2:
-        return f"K = {p.k}: the epilogue stores channel pairs (K even)"
+    if v.c % 8:
+        return f"{v.c} channels of {read}: TMA rows need 16-byte strides (a multiple of 8)"
+    if v.k % 2:
+        return f"{v.k} channels of {written}: the epilogue stores channel pairs (an even count)"
     r, s = p.filter_spatial
-    if r > 1 and s > 1 and ws[2] != s * ws[3]:
+    if not v.flip and r > 1 and s > 1 and ws[2] != s * ws[3]:
         return "the filter's taps are not one run (its row stride is not S x its column stride)"
-    for name, strides in (("x", (xs[0], xs[2], xs[3])), ("w", (ws[0], _tap_stride(p)))):
-        if any(v % 8 for v in strides):
+    strided = [(read, (src[0], src[2], src[3]))]
+    if not v.flip:  # backward data reads the filter from the workspace, any layout
+        strided.append(("w", (ws[0], _tap_stride(p))))
+    for name, strides in strided:
+        if any(x % 8 for x in strides):
             return f"{name} strides {strides}: TMA needs multiples of 16 bytes"
-    if any(v % 2 for v in (ys[0], ys[2], ys[3])):
-        return f"y strides {ys}: the epilogue's 4-byte stores need even strides"
+    if any(x % 2 for x in (dst[0], dst[2], dst[3])):
+        return f"{written} strides {dst}: the epilogue's 4-byte stores need even strides"
     return None
 
 
@@ -353,4 +455,4 @@ def _tap_stride(p: ConvProblem) -> int:
     return _cdiv(p.c, 8) * 8
 
 
-GPU_SOLVERS = (GpuWgmmaForwardSolver(),)
+GPU_SOLVERS = (GpuWgmmaSolver(),)

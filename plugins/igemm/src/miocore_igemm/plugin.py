@@ -29,8 +29,8 @@ _SOLVERS = (
     # backward weights on tensor cores
     ("miocore_igemm.gpu_wrw:GpuMmaWrwSolver", "igemm.gpu_mma_wrw", _GPU),
     ("miocore_igemm.gpu_wrw:GpuTf32WrwSolver", "igemm.gpu_tf32_wrw", _GPU),
-    # forward on Hopper's warpgroup tensor cores, fed by TMA (sm_90 only)
-    ("miocore_igemm.gpu_wgmma:GpuWgmmaForwardSolver", "igemm.gpu_wgmma", ("cuda",)),
+    # forward and stride-1 backward data on Hopper's warpgroup tensor cores, TMA-fed (sm_90)
+    ("miocore_igemm.gpu_wgmma:GpuWgmmaSolver", "igemm.gpu_wgmma", ("cuda",)),
 )
 
 
@@ -39,7 +39,7 @@ def miocore_solvers() -> Iterator[miocore.SolverRecord]:
     """CPU: ``igemm.fwd``, ``igemm.bwd``, ``igemm.wrw``; GPU: ``igemm.gpu_mma`` (fp16/bf16
     tensor cores) and ``igemm.gpu_tf32`` (fp32 through TF32, only in the ``tf32`` math mode),
     ``igemm.gpu_fma``, ``igemm.gpu_mma_wrw``, ``igemm.gpu_tf32_wrw`` and ``igemm.gpu_wgmma``
-    (forward, fp16/bf16, sm_90)."""
+    (forward and stride-1 backward data, fp16/bf16, sm_90)."""
     for factory, name, backends in _SOLVERS:
         yield miocore.SolverRecord(
             factory=factory, name=name, algorithm="implicit_gemm", backends=backends

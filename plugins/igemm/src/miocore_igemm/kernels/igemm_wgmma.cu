@@ -1,6 +1,6 @@
 // igemm.gpu_wgmma: forward convolution as an implicit GEMM on Hopper's warpgroup tensor cores
 // (sm_90a: wgmma fed by the tensor memory accelerator), channels-last fp16/bf16, fp32
-// accumulators.
+// accumulators; stride-1 backward data runs through it too (igemm_wgmma_wflip, at the end).
 //
 //   O[m, k] = sum_(fy, fx, c) X[n, oh*sh - ph + fy*dh, ow*sw - pw + fx*dw, c] * W[k, fy, fx, c]
 //
@@ -367,4 +367,29 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(MIO_CLUSTE
 #if MIO_CLUSTER > 1
   cluster_sync();  // no block leaves while a peer may still arrive on its barriers
 #endif
+}
+
+// Backward data runs as the forward convolution of dy with the flipped, transposed filter:
+// w'[c][fy][fx][k] = w[k][R-1-fy][S-1-fx][c], written in w' order (coalesced stores; the
+// filter is read through its strides, (k, c, fy, fx) order, so any layout works).
+struct MioFlipGeom {
+  int k, c, r, s;
+  long long sk, sc, sr, ss;
+};
+
+extern "C" __global__ void igemm_wgmma_wflip(const unsigned short* __restrict__ w,
+                                             unsigned short* __restrict__ out,
+                                             const MioFlipGeom f) {
+  const long long total = (long long)f.k * f.c * f.r * f.s;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+       i += (long long)gridDim.x * blockDim.x) {
+    long long t = i;
+    const long long k = t % f.k;
+    t /= f.k;
+    const long long fx = t % f.s;
+    t /= f.s;
+    const long long fy = t % f.r;
+    const long long c = t / f.r;
+    out[i] = w[k * f.sk + c * f.sc + (f.r - 1 - fy) * f.sr + (f.s - 1 - fx) * f.ss];
+  }
 }
