@@ -38,8 +38,8 @@ SUITES = {"resnet50": (RESNET50, 32), "vgg16": (VGG16, 16)}
 
 def _picks(solver: Any, ctx: Any, canon: Any, count: int) -> list[Any]:
     """The default first; it with one tile per block, and with the other cluster size; each
-    tile shape's first config (best box, deepest pipeline, persistent, pairs); then the rest
-    of the space spread evenly."""
+    tile and split-K at its best box, deepest pipeline, persistent, single blocks; then the
+    rest of the space spread evenly."""
     default = solver.default_perf_config(ctx, canon)
     space = list(solver.perf_config_space(ctx, canon))
     picks = [
@@ -49,14 +49,15 @@ def _picks(solver: Any, ctx: Any, canon: Any, count: int) -> list[Any]:
     ]
     seen = set()
     for c in space:
-        if (c["bm"], c["bn"]) not in seen:
-            seen.add((c["bm"], c["bn"]))
+        key = (c["bm"], c["bn"], c["split"])
+        if c["cluster"] == 1 and c["persist"] == 1 and key not in seen:
+            seen.add(key)
             picks.append(c)
     rest = [c for c in space if c not in picks]
     picks += rest[:: max(1, len(rest) // max(1, count))][:count]
     out = []
     for c in picks:
-        if c not in out:
+        if dict(c) not in [dict(o) for o in out]:
             out.append(c)
     return out
 

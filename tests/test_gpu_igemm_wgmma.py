@@ -7,7 +7,8 @@ that single slices, channel tails inside a 64-channel slice and several slices a
 written tensor is poisoned with NaN first; tolerance ``miocore.testing.TOLERANCES``. Then
 every configuration of the search space (tiles, depths, pixel boxes, persistence, clusters) on
 shapes chosen for their edges: boxes spanning images, K not a multiple of the tile, strides
-and dilations, a 1x1 filter, pads past the taps (backward data's padding goes negative).
+and dilations, a 1x1 filter, pads past the taps (backward data's padding goes negative), a
+small layer with a long reduction (split-K).
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ _SHAPES = (
     (2, 136, 64, (9, 9), (1, 1), (0, 0), (2, 2), (1, 1)),  # strided 1x1, a channel tail
     (1, 8, 8, (3, 3), (3, 3), (1, 1), (1, 1), (1, 1)),  # one box, mostly empty rows
     (2, 64, 72, (10, 12), (3, 3), (3, 0), (1, 1), (1, 1)),  # pads past the taps: negative
+    (2, 192, 136, (7, 7), (3, 3), (1, 1), (1, 1), (1, 1)),  # few tiles, 27 slices: split-K
 )
 
 
@@ -112,6 +114,8 @@ def test_wgmma_every_config(dtype: str, shape: int, direction: str) -> None:
     assert applies, applies.reason
     configs = list(solver.perf_config_space(h.context, problem.canonical))
     assert configs
+    if shape == len(_SHAPES) - 1:
+        assert {c["split"] for c in configs} >= {1, 2}
     run_configs(h, SOLVER, problem, configs, (), False, lambda _p, _c: 0)
 
 

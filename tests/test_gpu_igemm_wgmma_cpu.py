@@ -85,8 +85,24 @@ def test_backward_data_is_the_forward_convolution_of_dy_with_the_flipped_filter(
     ctx = _ctx()
     sol = SOLVER.get_solution(ctx, p)
     assert [k.kernel_name for k in sol.kernels] == [wgmma.FLIP_KERNEL, wgmma.KERNEL]
-    assert sol.workspace_size == 40 * 24 * 3 * 5 * 2 == SOLVER.workspace_size(ctx, p)
+    flipped = 40 * 24 * 3 * 5 * 2
+    assert sol.workspace_size == SOLVER.workspace_size(ctx, p) == -(-flipped // 256) * 256
     assert SOLVER.workspace_size(ctx, _problem().canonical) == 0
+
+
+def test_split_k_where_the_tiles_leave_sms_idle() -> None:
+    ctx = _ctx()
+    small = _problem(n=32, c=512, k=512, in_spatial=(7, 7)).canonical  # ResNet-50's l4.3x3
+    cfg = SOLVER.default_perf_config(ctx, small)
+    assert cfg["split"] > 1
+    sol = SOLVER.get_solution(ctx, small, cfg)
+    assert [k.kernel_name for k in sol.kernels] == [wgmma.KERNEL, wgmma.REDUCE_KERNEL]
+    assert sol.workspace_size == cfg["split"] * 32 * 7 * 7 * 512 * 4
+    units = wgmma._tiles(wgmma.gemm_view(small), (cfg["tw"], cfg["th"], cfg["tn"]))
+    assert units * (512 // cfg["bn"]) * cfg["split"] <= 132
+    big = _problem(n=32, c=256, k=256, in_spatial=(56, 56)).canonical
+    assert SOLVER.default_perf_config(ctx, big)["split"] == 1
+    assert {c["split"] for c in SOLVER.perf_config_space(ctx, big)} == {1}
 
 
 @pytest.mark.parametrize(

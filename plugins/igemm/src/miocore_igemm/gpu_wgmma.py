@@ -49,6 +49,7 @@ from miocore_igemm.gpu_common import check_alignment
 SOURCE = "igemm/igemm_wgmma.cu"
 KERNEL = "igemm_wgmma_fwd"
 FLIP_KERNEL = "igemm_wgmma_wflip"
+REDUCE_KERNEL = "igemm_wgmma_reduce"
 THREADS = 384  # one producer and two consumer warpgroups
 ROWS = 128  # output pixels of the smaller tile
 BK = 64  # channels per pipeline slice: 128 bytes of fp16/bf16, the swizzle width
@@ -58,17 +59,26 @@ BK = 64  # channels per pipeline slice: 128 bytes of fp16/bf16, the swizzle widt
 STAGES = {(128, 256): (4, 3), (128, 128): (6, 4), (128, 64): (8, 4), (256, 128): (4, 3),
           (256, 64): (5, 4)}  # fmt: skip
 #: Relative speed of a tile per unit of work (bigger tiles reuse their operands more).
-_TILE_EFFICIENCY = {(128, 256): 1.0, (256, 128): 1.0, (128, 128): 0.85, (256, 64): 0.8,
-                    (128, 64): 0.65}  # fmt: skip
+_TILE_EFFICIENCY = {(128, 256): 1.0, (256, 128): 1.0, (128, 128): 0.92, (256, 64): 0.85,
+                    (128, 64): 0.7}  # fmt: skip
 #: The fraction of the fp16 tensor-core ceiling the kernel is expected to reach on a large
 #: layer (a first estimate; refitted once measured).
 _EFFICIENCY = 0.55
 _FIXED_MS = 0.008
+#: The default's cost model (seconds): an H100/H200 SM's dense fp16 rate, and the rate of
+#: split-K's partial sums, written and read back mostly within the 50 MiB L2 (fitted on
+#: ResNet-50's 7x7 and 14x14 layers, H200: 4 parts of 128 x 256 beat one part of 128 x 64).
+_SM_FLOPS = 7.0e12
+_PARTIAL_BYTES_PER_S = 9.0e12
 #: Box extents the TMA allows: 256 elements per dimension, element strides up to 8.
 _MAX_BOX = 256
 _MAX_ELEMENT_STRIDE = 8
-_KEYS = ("bm", "bn", "stages", "tw", "th", "tn", "persist", "cluster")
-_GEOMETRY = struct.Struct("<18i3q")
+_KEYS = ("bm", "bn", "stages", "tw", "th", "tn", "persist", "cluster", "split")
+_GEOMETRY = struct.Struct("<20i4q")
+#: Split-K parts: where a layer's tiles leave SMs idle, each part sums a share of the slices.
+SPLITS = (1, 2, 4, 8)
+#: Slices of 64 channels a part should keep at least (fewer: the pipeline never fills).
+_MIN_PART_STEPS = 8
 _FLIP = struct.Struct("<4i4q")  # the flip kernel's MioFlipGeom
 _MAPS_KEPT = 64
 
@@ -199,7 +209,10 @@ class GpuWgmmaSolver(TunableSolver):
             if bn > widest:
                 continue
             for box in pixel_boxes(v, 3, bm):
-                for stages, persist, cluster in itertools.product(depths, (1, 0), (2, 1)):
+                splits = _splits(ctx, v, bn, box)
+                for stages, persist, cluster, split in itertools.product(
+                    depths, (1, 0), (2, 1), splits
+                ):
                     out.append(
                         PerfConfig(
                             bm=bm,
@@ -210,33 +223,39 @@ class GpuWgmmaSolver(TunableSolver):
                             tn=box[2],
                             persist=persist,
                             cluster=cluster,
+                            split=split,
                         )
                     )
         return out
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
-        """The tile and box whose waves of blocks take least time (bigger tiles do more per
-        block and reuse more, smaller ones fill more SMs), the deepest pipeline of that tile,
-        persistent blocks (the next tile's loads overlap a tile's stores)."""
+        """The tile, box and split-K whose waves of blocks take least time (bigger tiles do
+        more per block and reuse more, smaller ones and more parts fill more SMs; each part
+        adds an output-sized fp32 slab written and read back), the deepest pipeline of that
+        tile, persistent blocks (the next tile's loads overlap a tile's stores)."""
         p = problem
         sms = max(1, ctx.device.compute_units)
         if p.spatial_dims != 2:  # declined anyway: any valid config
             return PerfConfig(
-                bm=128, bn=128, stages=6, tw=16, th=8, tn=1, persist=1, cluster=1
+                bm=128, bn=128, stages=6, tw=16, th=8, tn=1, persist=1, cluster=1, split=1
             )  # fmt: skip
         v = gemm_view(p)
         widest = max(64, 1 << max(0, (v.k - 1).bit_length()))
-        best: tuple[float, int, int, tuple[int, int, int]] | None = None
+        steps = v.r * v.s * _cdiv(v.c, BK)
+        best: tuple[float, int, int, tuple[int, int, int], int] | None = None
         for bm, bn in STAGES:
             if bn > widest:
                 continue
             box = pixel_boxes(v, 1, bm)[0]
-            blocks = _tiles(v, box) * _cdiv(v.k, bn)
-            cost = _cdiv(blocks, sms) * bm * bn / _TILE_EFFICIENCY[(bm, bn)]
-            if best is None or cost < best[0]:
-                best = (cost, bm, bn, box)
+            for split in _splits(ctx, v, bn, box):
+                blocks = _tiles(v, box) * _cdiv(v.k, bn) * split
+                flops = 2.0 * bm * bn * BK * _cdiv(steps, split)
+                cost = _cdiv(blocks, sms) * flops / (_SM_FLOPS * _TILE_EFFICIENCY[(bm, bn)])
+                cost += 2 * _partial_bytes(v, split) / _PARTIAL_BYTES_PER_S  # written, read
+                if best is None or cost < best[0]:
+                    best = (cost, bm, bn, box, split)
         assert best is not None
-        _, bm, bn, box = best
+        _, bm, bn, box, split = best
         return PerfConfig(
             bm=bm,
             bn=bn,
@@ -246,6 +265,7 @@ class GpuWgmmaSolver(TunableSolver):
             tn=box[2],
             persist=1,
             cluster=1,
+            split=split,
         )
 
     def is_valid_perf_config(
@@ -254,13 +274,13 @@ class GpuWgmmaSolver(TunableSolver):
         """The seven keys; a tile with one of its depths; a box of at most bm pixels within
         the TMA's limits."""
         try:
-            bm, bn, stages, tw, th, tn, persist, cluster = (int(config[k]) for k in _KEYS)
+            bm, bn, stages, tw, th, tn, persist, cluster, split = (int(config[k]) for k in _KEYS)
         except (KeyError, TypeError, ValueError):
             return False
         p = problem
         if p.spatial_dims != 2 or stages not in STAGES.get((bm, bn), ()):
             return False
-        if persist not in (0, 1) or cluster not in (1, 2):
+        if persist not in (0, 1) or cluster not in (1, 2) or split not in SPLITS:
             return False
         v = gemm_view(p)
         sh, sw = v.sh, v.sw
@@ -298,8 +318,12 @@ class GpuWgmmaSolver(TunableSolver):
     def workspace_size(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
     ) -> int:
-        """Backward data: the flipped, transposed filter; forward: none."""
-        return flipped_filter_bytes(problem)
+        """Backward data: the flipped, transposed filter; split-K: the parts' fp32 sums."""
+        p = problem
+        if p.spatial_dims != 2:
+            return 0
+        cfg = self._config(ctx, p, perf_config)
+        return _flip_room(p) + _partial_bytes(gemm_view(p), int(cfg["split"]))
 
     def get_solution(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
@@ -308,17 +332,20 @@ class GpuWgmmaSolver(TunableSolver):
         the filter's flip first); the tensor maps made per address pair at the first call."""
         p = problem
         cfg = self._config(ctx, p, perf_config)
-        bm, bn, stages, tw, th, tn, persist, cluster = (int(cfg[k]) for k in _KEYS)
+        bm, bn, stages, tw, th, tn, persist, cluster, split = (int(cfg[k]) for k in _KEYS)
         v = gemm_view(p)
         tiles_q, tiles_p = _cdiv(v.ow, tw), _cdiv(v.oh, th)
         dst = v.dst
+        steps = v.r * v.s * _cdiv(v.c, BK)
+        slab = v.n * v.oh * v.ow * v.k
         geometry = _GEOMETRY.pack(
             v.n, v.oh, v.ow, v.k, v.r, v.s, _cdiv(v.c, BK), v.sh, v.sw, v.ph, v.pw, v.dh, v.dw,
-            tw, th, tn, tiles_q, tiles_p, dst[0], dst[2], dst[3],
+            tw, th, tn, tiles_q, tiles_p, split, steps, dst[0], dst[2], dst[3], slab,
         )  # fmt: skip
         # A work unit: one tile per block of a cluster (consecutive pixel boxes, the same
-        # channels). Persistent: one block per SM walks the units (shared memory allows one).
-        units = _cdiv(tiles_q * tiles_p * _cdiv(v.n, tn), cluster) * _cdiv(v.k, bn)
+        # channels), one part of its sum. Persistent: one block per SM walks the units
+        # (shared memory allows one).
+        units = _cdiv(tiles_q * tiles_p * _cdiv(v.n, tn), cluster) * _cdiv(v.k, bn) * split
         sms = max(1, ctx.device.compute_units)
         grid = (cluster * (min(units, sms // cluster) if persist else units),)
         options = (
@@ -349,28 +376,39 @@ class GpuWgmmaSolver(TunableSolver):
         ]
         flip_args = b""
         if v.flip:
-            total = p.k * v.r * v.s * p.c
             kernels.insert(
                 0,
                 KernelInfo(
                     source=SOURCE,
                     kernel_name=FLIP_KERNEL,
                     options=options,
-                    grid=(max(1, min(_cdiv(total, 256), 8 * sms)),),
-                    block=(256,),
+                    grid=(_cdiv(p.c, 32), _cdiv(p.k, 32), v.r * v.s),  # 32 x 32 tiles per tap
+                    block=(32, 8),
                 ),
             )
             ws = p.w.strides  # (k, c, r, s)
             flip_args = _FLIP.pack(p.k, p.c, v.r, v.s, ws[0], ws[1], ws[2], ws[3])
-        dtype, flip = p.dtype, v.flip
+        if split > 1:
+            kernels.append(
+                KernelInfo(
+                    source=SOURCE,
+                    kernel_name=REDUCE_KERNEL,
+                    options=options,
+                    grid=(max(1, min(_cdiv(slab // 2, 256), 8 * sms)),),
+                    block=(256,),
+                )
+            )
+        dtype, flip, part_at = p.dtype, v.flip, _flip_room(p)
 
         def factory(compiled: Any) -> Any:
             from miocore.backends.cuda_tma import tiled_tensor_map
             from miocore.backends.gpu_kernels import KernelArgs
 
-            kernel = compiled[-1]
+            kernel = compiled[1 if flip else 0]
             flipper = compiled[0] if flip else None
+            reducer = compiled[-1] if split > 1 else None
             flip_launch = KernelArgs([("ptr", 0), ("ptr", 0), ("bytes", flip_args)])
+            reduce_launch = KernelArgs([("ptr", 0), ("ptr", 0), ("bytes", geometry)])
             kept: dict[tuple[int, int], Any] = {}
 
             def args_for(src_ptr: int, w_ptr: int) -> Any:
@@ -381,9 +419,8 @@ class GpuWgmmaSolver(TunableSolver):
                     kept.clear()
                 x_map = tiled_tensor_map(dtype, src_ptr, x_dims, x_strides, x_box, x_steps)
                 w_map = tiled_tensor_map(dtype, w_ptr, w_dims, w_strides, w_box, (1, 1, 1))
-                args = KernelArgs(
-                    [("bytes", x_map), ("bytes", w_map), ("ptr", 0), ("bytes", geometry)]
-                )
+                maps = [("bytes", x_map), ("bytes", w_map)]
+                args = KernelArgs([*maps, ("ptr", 0), ("ptr", 0), ("bytes", geometry)])
                 kept[(src_ptr, w_ptr)] = args
                 return args
 
@@ -397,17 +434,43 @@ class GpuWgmmaSolver(TunableSolver):
                 args = kept.get((src_ptr, w_ptr)) or args_for(src_ptr, w_ptr)
                 if dst_ptr % 4:
                     check_alignment((("output", dst_ptr, 4),), "igemm.gpu_wgmma's paired stores")
-                args.set_pointers(dst_ptr)
+                if reducer is None:
+                    args.set_pointers(dst_ptr, 0)
+                    kernel.launch(args, shared=shared)
+                    return
+                part_ptr = ip.workspace.ptr + part_at
+                args.set_pointers(dst_ptr, part_ptr)
                 kernel.launch(args, shared=shared)
+                reduce_launch.set_pointers(part_ptr, dst_ptr)
+                reducer.launch(reduce_launch)
 
             return invoker
 
         return ConvSolution(
             solver=self.name,
-            workspace_size=flipped_filter_bytes(p),
+            workspace_size=part_at + _partial_bytes(v, split),
             invoker_factory=factory,
             kernels=tuple(kernels),
         )
+
+
+def _splits(ctx: ExecutionContext, v: GemmView, bn: int, box: tuple[int, int, int]) -> tuple:
+    """Split-K parts worth trying: 1, and more while the tiles leave SMs idle and each part
+    keeps enough slices to fill its pipeline."""
+    tiles = _tiles(v, box) * _cdiv(v.k, bn)
+    steps = v.r * v.s * _cdiv(v.c, BK)
+    sms = max(1, ctx.device.compute_units)
+    return tuple(s for s in SPLITS if s == 1 or (tiles * s <= sms and steps >= _MIN_PART_STEPS * s))
+
+
+def _flip_room(p: ConvProblem) -> int:
+    """Workspace bytes before the split-K partials: the flipped filter, 256-byte aligned."""
+    return _cdiv(flipped_filter_bytes(p), 256) * 256
+
+
+def _partial_bytes(v: GemmView, split: int) -> int:
+    """Split-K's fp32 partial sums: one output-sized slab per part."""
+    return 0 if split == 1 else split * v.n * v.oh * v.ow * v.k * 4
 
 
 def flipped_filter_bytes(p: ConvProblem) -> int:

@@ -73,7 +73,9 @@ struct MioWgmmaGeom {
   int sh, sw, ph, pw, dh, dw;
   int tw, th, tn;                  // the pixel box: columns x rows x images, at most 128
   int tiles_q, tiles_p;            // pixel boxes along a row and down an image
+  int split, steps;                // reduction parts (split-K) and slices of the whole sum
   long long y_sn, y_sh, y_sw;      // output strides (elements); channels contiguous
+  long long slab;                  // split > 1: fp32 partial sums per part, n*p*q*k
 };
 
 // Where a block's work unit ``u`` lies. Output channels vary fastest (the blocks that share a
@@ -215,22 +217,23 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
 
 // The consumer warpgroups: multiply every slice of each tile, then store the tile.
 __device__ __forceinline__ void consume(const MioWgmmaGeom& g, unsigned short* __restrict__ y,
-                                        unsigned char* ring, unsigned long long* full,
+                                        float* __restrict__ part, unsigned char* ring, unsigned long long* full,
                                         unsigned long long* empty, int cw, int tid, int first,
                                         int stride, int units, int tiles_n, unsigned rank,
-                                        int box_rows, int steps) {
+                                        int box_rows) {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
   // this warpgroup's rows of a tile: MIO_BM/2 * cw onwards, MIO_MT sub-tiles of 64
   const int lane = tid % 32, warp = (tid % 128) / 32;
   float d[MIO_MT][MIO_ACC];
   int it = 0;
   for (int u = first; u < units; u += stride) {
+    const int j = u % g.split, lo = j * g.steps / g.split, hi = (j + 1) * g.steps / g.split;
 #pragma unroll
     for (int m = 0; m < MIO_MT; ++m) {
 #pragma unroll
       for (int i = 0; i < MIO_ACC; ++i) d[m][i] = 0.f;
     }
-    for (int step = 0; step < steps; ++step, ++it) {
+    for (int step = lo; step < hi; ++step, ++it) {
       const int slot = it % MIO_STAGES;
       bar_wait(&full[slot], (it / MIO_STAGES) & 1);
       const unsigned char* a =
@@ -254,7 +257,7 @@ __device__ __forceinline__ void consume(const MioWgmmaGeom& g, unsigned short* _
 #pragma unroll
       for (int m = 0; m < MIO_MT; ++m) keep(d[m]);
       // the previous slice's multiplies are done: its buffers go back to the producer
-      if (step > 0 && tid % 128 == 0) release(&empty[(it - 1) % MIO_STAGES], rank);
+      if (step > lo && tid % 128 == 0) release(&empty[(it - 1) % MIO_STAGES], rank);
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 #pragma unroll
@@ -263,7 +266,7 @@ __device__ __forceinline__ void consume(const MioWgmmaGeom& g, unsigned short* _
     if (tid % 128 == 0) release(&empty[(it - 1) % MIO_STAGES], rank);
 
     // Epilogue: this thread's rows are lane/4 and lane/4 + 8 of its warp's 16 per sub-tile.
-    const MioTile at = tile_at(g, u, tiles_n, rank);
+    const MioTile at = tile_at(g, u / g.split, tiles_n, rank);
     const int col0 = at.k0 + 2 * (lane % 4);
 #pragma unroll
     for (int m = 0; m < MIO_MT; ++m) {
@@ -275,13 +278,25 @@ __device__ __forceinline__ void consume(const MioWgmmaGeom& g, unsigned short* _
         const int pp = at.p0 + (row / g.tw) % g.th;
         const int nn = at.n0 + row / (g.tw * g.th);
         if (qq >= g.q || pp >= g.p || nn >= g.n) continue;
+        if (g.split > 1) {  // this part's sums, fp32, for igemm_wgmma_reduce
+          float* out = part + j * g.slab + ((long long)(nn * g.p + pp) * g.q + qq) * g.k;
+#pragma unroll
+          for (int c = 0; c < MIO_BN / 8; ++c) {
+            const int col = col0 + 8 * c;
+            if (col < g.k) {
+              *reinterpret_cast<float2*>(out + col) =
+                  make_float2(d[m][4 * c + 2 * half], d[m][4 * c + 2 * half + 1]);
+            }
+          }
+          continue;
+        }
         unsigned short* out = y + nn * g.y_sn + pp * g.y_sh + qq * g.y_sw;
 #pragma unroll
-        for (int j = 0; j < MIO_BN / 8; ++j) {
-          const int col = col0 + 8 * j;
+        for (int c = 0; c < MIO_BN / 8; ++c) {
+          const int col = col0 + 8 * c;
           if (col < g.k) {
             *reinterpret_cast<unsigned*>(out + col) =
-                pack2(d[m][4 * j + 2 * half], d[m][4 * j + 2 * half + 1]);
+                pack2(d[m][4 * c + 2 * half], d[m][4 * c + 2 * half + 1]);
           }
         }
       }
@@ -292,7 +307,7 @@ __device__ __forceinline__ void consume(const MioWgmmaGeom& g, unsigned short* _
 extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(MIO_CLUSTER, 1, 1)
     igemm_wgmma_fwd(const __grid_constant__ MioTensorMap x_map,
                     const __grid_constant__ MioTensorMap w_map, unsigned short* __restrict__ y,
-                    const MioWgmmaGeom g) {
+                    float* __restrict__ part, const MioWgmmaGeom g) {
   extern __shared__ __align__(1024) unsigned char dyn[];
   __shared__ unsigned long long full[MIO_STAGES], empty[MIO_STAGES];
   // the swizzle pattern repeats every 1024 bytes: the ring starts on such a boundary
@@ -302,10 +317,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(MIO_CLUSTE
   const int tid = threadIdx.x;
   const int wg = tid / 128;
   const int box_rows = g.tw * g.th * g.tn;
-  const int steps = g.r * g.s * g.cblocks;
   const int tiles_n = (g.k + MIO_BN - 1) / MIO_BN;
   const int tiles_m = g.tiles_q * g.tiles_p * ((g.n + g.tn - 1) / g.tn);
-  const int units = tiles_n * ((tiles_m + MIO_CLUSTER - 1) / MIO_CLUSTER);
+  // a unit: one tile per cluster block, one part of its reduction (split-K innermost)
+  const int units = tiles_n * ((tiles_m + MIO_CLUSTER - 1) / MIO_CLUSTER) * g.split;
   const int first = blockIdx.x / MIO_CLUSTER, stride = gridDim.x / MIO_CLUSTER;
   const unsigned rank = MIO_CLUSTER > 1 ? cluster_rank() : 0;
 
@@ -331,10 +346,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(MIO_CLUSTE
                    : "memory");
       int it = 0;  // slices loaded over all this block's tiles: the ring's position
       for (int u = first; u < units; u += stride) {
-        const MioTile at = tile_at(g, u, tiles_n, rank);
+        const MioTile at = tile_at(g, u / g.split, tiles_n, rank);
         const int hbase = at.p0 * g.sh - g.ph, wbase = at.q0 * g.sw - g.pw;
-        int fy = 0, fx = 0, cb = 0;
-        for (int step = 0; step < steps; ++step, ++it) {
+        const int j = u % g.split, lo = j * g.steps / g.split, hi = (j + 1) * g.steps / g.split;
+        int cb = lo % g.cblocks, fx = (lo / g.cblocks) % g.s, fy = lo / g.cblocks / g.s;
+        for (int step = lo; step < hi; ++step, ++it) {
           const int slot = it % MIO_STAGES;
           if (it >= MIO_STAGES) bar_wait(&empty[slot], ((it / MIO_STAGES) - 1) & 1);
           unsigned char* a = ring + slot * MIO_STAGE_BYTES;
@@ -361,8 +377,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(MIO_CLUSTE
       }
     }
   } else {
-    consume(g, y, ring, full, empty, wg - 1, tid, first, stride, units, tiles_n, rank,
-            box_rows, steps);
+    consume(g, y, part, ring, full, empty, wg - 1, tid, first, stride, units, tiles_n, rank,
+            box_rows);
   }
 #if MIO_CLUSTER > 1
   cluster_sync();  // no block leaves while a peer may still arrive on its barriers
@@ -370,26 +386,55 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(MIO_CLUSTE
 }
 
 // Backward data runs as the forward convolution of dy with the flipped, transposed filter:
-// w'[c][fy][fx][k] = w[k][R-1-fy][S-1-fx][c], written in w' order (coalesced stores; the
-// filter is read through its strides, (k, c, fy, fx) order, so any layout works).
+// w'[c][fy][fx][k] = w[k][R-1-fy][S-1-fx][c]. Per tap, a 32 x 32 tile of (k, c) goes through
+// shared memory, so that both the reads (along c, channels-last filters) and the writes
+// (along k) are coalesced; the filter is read through its strides, so any layout works.
+// Grid: x over 32-wide tiles of c, y over 32-high tiles of k, z over the taps; 32 x 8 threads.
 struct MioFlipGeom {
   int k, c, r, s;
   long long sk, sc, sr, ss;
 };
 
-extern "C" __global__ void igemm_wgmma_wflip(const unsigned short* __restrict__ w,
-                                             unsigned short* __restrict__ out,
-                                             const MioFlipGeom f) {
-  const long long total = (long long)f.k * f.c * f.r * f.s;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+extern "C" __global__ void __launch_bounds__(256)
+    igemm_wgmma_wflip(const unsigned short* __restrict__ w, unsigned short* __restrict__ out,
+                      const MioFlipGeom f) {
+  __shared__ unsigned short tile[32][33];
+  const int tap = blockIdx.z, fy = tap / f.s, fx = tap % f.s;
+  const int c0 = blockIdx.x * 32, k0 = blockIdx.y * 32;
+  const long long from = (long long)(f.r - 1 - fy) * f.sr + (long long)(f.s - 1 - fx) * f.ss;
+  for (int i = threadIdx.y; i < 32; i += 8) {
+    const int k = k0 + i, c = c0 + threadIdx.x;
+    if (k < f.k && c < f.c) tile[i][threadIdx.x] = w[k * f.sk + c * f.sc + from];
+  }
+  __syncthreads();
+  const long long taps = (long long)f.r * f.s;
+  for (int i = threadIdx.y; i < 32; i += 8) {
+    const int c = c0 + i, k = k0 + threadIdx.x;
+    if (k < f.k && c < f.c) out[((long long)c * taps + tap) * f.k + k] = tile[threadIdx.x][i];
+  }
+}
+
+// Split-K: the parts' fp32 sums added in order (deterministic), converted and stored.
+extern "C" __global__ void igemm_wgmma_reduce(const float* __restrict__ part,
+                                              unsigned short* __restrict__ y,
+                                              const MioWgmmaGeom g) {
+  const long long pairs = g.slab / 2;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < pairs;
        i += (long long)gridDim.x * blockDim.x) {
-    long long t = i;
-    const long long k = t % f.k;
-    t /= f.k;
-    const long long fx = t % f.s;
-    t /= f.s;
-    const long long fy = t % f.r;
-    const long long c = t / f.r;
-    out[i] = w[k * f.sk + c * f.sc + (f.r - 1 - fy) * f.sr + (f.s - 1 - fx) * f.ss];
+    float2 sum = reinterpret_cast<const float2*>(part)[i];
+    for (int j = 1; j < g.split; ++j) {
+      const float2 v = reinterpret_cast<const float2*>(part + j * g.slab)[i];
+      sum.x += v.x;
+      sum.y += v.y;
+    }
+    const long long e = 2 * i;
+    const int col = (int)(e % g.k);
+    long long m = e / g.k;
+    const int qq = (int)(m % g.q);
+    m /= g.q;
+    const int pp = (int)(m % g.p);
+    const long long nn = m / g.p;
+    *reinterpret_cast<unsigned*>(y + nn * g.y_sn + pp * g.y_sh + qq * g.y_sw + col) =
+        pack2(sum.x, sum.y);
   }
 }
