@@ -198,3 +198,16 @@ def test_every_tile_fits_registers_and_shared_memory() -> None:
         assert bm // 2 * bn // 128 <= 128  # fp32 accumulators per consumer thread
         for stages in depths:
             assert stages * (bm + bn) * wgmma.BK * 2 + 1024 <= 227 * 1024
+
+
+def test_estimates_only_what_it_computes() -> None:
+    ctx = _ctx()
+    assert SOLVER.wti(ctx, _problem().canonical) > 0
+    assert SOLVER.wti(ctx, _problem(direction="backward_data").canonical) > 0
+    assert SOLVER.wti(ctx, _problem(direction="backward_weights").canonical) == -1.0
+    three_d = miocore.ConvProblem.from_sizes(
+        "forward", n=2, c=64, k=64, in_spatial=(5, 6, 7), filter_spatial=(3, 3, 3),
+        pads=(1, 1, 1), dtype="float16", layout="NDHWC",
+    ).canonical  # fmt: skip
+    assert SOLVER.wti(ctx, three_d) == -1.0 and not SOLVER.is_applicable(ctx, three_d)
+    assert SOLVER.workspace_size(ctx, three_d) == 0

@@ -303,6 +303,8 @@ class GpuWgmmaSolver(TunableSolver):
         """The GEMM's roofline at the fp16 tensor-core ceiling times the kernel's expected
         efficiency and the share of the tiles' rows and columns that are real work."""
         p = problem
+        if p.spatial_dims != 2 or p.direction is Direction.BACKWARD_WEIGHTS:
+            return -1.0  # not this solver's: no estimate
         cfg = self.default_perf_config(ctx, p)
         box = (cfg["tw"], cfg["th"], cfg["tn"])
         v = gemm_view(p)
