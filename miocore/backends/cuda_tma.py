@@ -40,10 +40,6 @@ def tiled_tensor_map(
     ``box`` of elements traversed per copy, taking every ``element_strides[i]``-th along
     dimension ``i`` (so ``box[i] / element_strides[i]`` land in shared memory). 128-byte
     swizzle, zeros for elements outside the tensor (negative coordinates included)."""
-    from cuda.bindings import driver as cu
-
-    from miocore.backends.cuda import _check
-
     rank = len(dims)
     if not (len(strides) == rank - 1 and len(box) == rank == len(element_strides)):
         raise InvalidArgumentError(
@@ -52,6 +48,16 @@ def tiled_tensor_map(
             field="strides",
             value=(tuple(dims), tuple(strides), tuple(box), tuple(element_strides)),
         )
+    if dtype not in _DTYPES:
+        raise InvalidArgumentError(
+            f"tensor maps here hold {', '.join(sorted(d.value for d in _DTYPES))}",
+            field="dtype",
+            value=dtype.value,
+        )
+    from cuda.bindings import driver as cu
+
+    from miocore.backends.cuda import _check
+
     made = _check(
         cu.cuTensorMapEncodeTiled(
             getattr(cu.CUtensorMapDataType, _DTYPES[dtype]),
