@@ -245,3 +245,33 @@ def test_cupys_refusal_during_a_capture_says_what_to_install() -> None:
     assert isinstance(info.value.__cause__, NotImplementedError)
     with pytest.raises(RuntimeError, match="INVALID_VALUE"):
         binding.gemm_strided_batched_ex(1, 2, 3)
+
+
+def test_cuda_launch_opts_in_to_large_shared_memory_once_per_function(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Above 48 KiB of dynamic shared memory a function needs the driver's opt-in; it is asked
+    once per function and larger size, not at every launch (a driver call on the hot path)."""
+    from types import SimpleNamespace
+
+    from miocore.backends import cuda
+
+    calls: list[tuple[int, int]] = []
+
+    def set_attribute(function: int, attribute: str, value: int) -> tuple[int]:
+        calls.append((function, value))
+        return (0,)
+
+    fake = SimpleNamespace(
+        cuFuncSetAttribute=set_attribute,
+        cuLaunchKernel=lambda *args: (0,),
+        CUfunction_attribute=SimpleNamespace(
+            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES="max dynamic shared"
+        ),
+    )
+    monkeypatch.setattr(cuda, "_cu", fake)
+    driver = object.__new__(cuda.CudaDriver)
+    driver._shared_opt_in = {}
+    for function, shared in ((7, 200_000), (7, 200_000), (7, 1024), (8, 100_000), (7, 220_000)):
+        driver.launch(function, (1, 1, 1), (384, 1, 1), shared, None, 0)
+    assert calls == [(7, 200_000), (8, 100_000), (7, 220_000)]
