@@ -121,6 +121,17 @@ class FindDb(LayeredDb):
 
         return self._read(layer, read, frozenset())
 
+    def solvers(self, names: Iterable[str], layer: str = "system") -> frozenset[str]:
+        """Which of the solvers ``names`` one layer's measured records name anywhere: one index
+        seek each."""
+        wanted = sorted(set(names))
+
+        def read(conn: sqlite3.Connection) -> frozenset[str]:
+            query = "SELECT 1 FROM find_db WHERE solver = ? LIMIT 1"
+            return frozenset(n for n in wanted if conn.execute(query, (n,)).fetchone())
+
+        return self._read(layer, read, frozenset())
+
     def items(self, layer: str = "user") -> Iterator[FindDbRecord]:
         """Every record of one layer, by key (read as one consistent snapshot)."""
 

@@ -6,8 +6,10 @@ solvers the record does not name need not be asked anything, nor made (a lazy so
 is not imported). This is what makes a hit in a new process cheap.
 
 A hit found only in the shipped system layer cannot speak for a plugin installed after that
-database was built: :func:`newcomers` names the installed solvers of families the system
-layer never measured. Nor can an entry recorded before its solver's kernels or defaults
+database was built, nor for a solver a plugin added since: :func:`newcomers` names the
+installed solvers of families the system layer never measured, and miocore's own solvers it
+never recorded (a vendor library's engines excepted: the library chooses which it offers).
+Nor can an entry recorded before its solver's kernels or defaults
 changed (``Solver.revision``): the ranker gives such an entry today's default setting and
 names the solver in ``FindReport.stale_records``. The modes that measure on a miss (HYBRID,
 DYNAMIC_HYBRID) then measure both kinds beside the recorded ones, under their own rules, and
@@ -62,7 +64,8 @@ def recorded_hit(
 
 
 def newcomers(handle: Handle, problem: ConvProblem, hit: list[Solution]) -> frozenset[str]:
-    """Installed solvers for this backend whose family the system layer never measured, when
+    """Installed solvers for this backend the system layer cannot speak for (of a family it
+    never measured, or of miocore's own it never recorded: ``Ranker.newcomers``), when
     ``hit`` came from the system layer alone (a user record was measured with them
     installed, or chose without them); names only, nothing is asked or imported."""
     if any(s.source != "system-db" for s in hit):

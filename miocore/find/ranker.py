@@ -142,26 +142,28 @@ class ImmediateRanker:
         return found
 
     def newcomers(self, registry: Any, backend: str) -> frozenset[str]:
-        """Installed solvers for ``backend`` whose family (the part of a name before its
-        first dot) the system layer never measured anywhere; none where it measured none of
-        the installed families (empty or absent). Remembered per registry and backend while
-        the database files stay as they were when :meth:`records` last looked: one index seek
-        per family, once per process."""
+        """Installed solvers for ``backend`` that the system layer cannot speak for: those of a
+        family (the part of a name before its first dot) it never measured anywhere, and
+        miocore's own solvers (not a vendor library's engines, ``SolverRecord.library``) it
+        never recorded anywhere; none where it measured none of the installed families (empty
+        or absent). Remembered per registry and backend while the database files stay as they
+        were when :meth:`records` last looked: one index seek per family and per own solver,
+        once per process."""
         memo_key = (id(registry), backend, self._signature)
         found = self._newcomers.get(memo_key)
         if found is not None:
             return found
-        installed = {
-            reg.name: reg.name.split(".", 1)[0]
-            for reg in registry.solvers
-            if backend in reg.backends
-        }
-        present = self.state.find_db.families(set(installed.values()))
-        found = (
-            frozenset(n for n, f in installed.items() if f not in present)
-            if present
-            else frozenset()
-        )
+        installed = {reg.name: reg for reg in registry.solvers if backend in reg.backends}
+        family = {name: name.split(".", 1)[0] for name in installed}
+        db = self.state.find_db
+        present = db.families(set(family.values()))
+        found = frozenset()
+        if present:
+            own = [n for n, reg in installed.items() if family[n] in present and not reg.library]
+            recorded = db.solvers(own)
+            found = frozenset(n for n in installed if family[n] not in present) | frozenset(
+                n for n in own if n not in recorded
+            )
         if len(self._newcomers) > 16:
             self._newcomers.clear()
         self._newcomers[memo_key] = found

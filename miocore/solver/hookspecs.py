@@ -52,6 +52,12 @@ class SolverRecord:
 
     The ``name`` must be unique across all plugins and must not change between releases
     (databases store it).
+
+    ``library`` marks a vendor library's engine (cuDNN's, MIOpen's): the library decides per
+    problem and per release which of its engines it offers, so a shipped system database that
+    never recorded one says the library did not offer it there, not that the engine is new. A
+    solver of miocore's own that such a database never recorded is a newcomer: a find that
+    hits the database measures it beside the recorded ones (docs/find-modes.md).
     """
 
     solver: Solver | None = None
@@ -59,6 +65,7 @@ class SolverRecord:
     name: str | None = None
     algorithm: Algorithm | str | None = None
     backends: Iterable[str] = ()
+    library: bool = False
 
     @property
     def is_lazy(self) -> bool:

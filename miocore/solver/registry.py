@@ -85,8 +85,11 @@ class RegisteredSolver:
         name: str | None = None,
         algorithm: Algorithm | None = None,
         backends: frozenset[str] | None = None,
+        library: bool = False,
     ) -> None:
         self.id = id
+        #: A vendor library's engine (``SolverRecord.library``).
+        self.library = library
         self.plugin = plugin
         self.distribution = distribution
         self.version = version
@@ -391,6 +394,7 @@ def _register(
                 plugin=info.name,
                 distribution=info.distribution,
                 version=info.version,
+                library=rec.library,
             )
         else:  # lazy: nothing of the solver is imported here
             reg = RegisteredSolver(
@@ -402,6 +406,7 @@ def _register(
                 plugin=info.name,
                 distribution=info.distribution,
                 version=info.version,
+                library=rec.library,
             )
         providers.setdefault(reg.name, []).append(info.label)
         out.append(reg)
@@ -411,6 +416,8 @@ def _register(
 def _record_problem(rec: Any) -> str | None:
     if not isinstance(rec, SolverRecord):
         return f"expected miocore.SolverRecord, got {type(rec).__name__}"
+    if not isinstance(rec.library, bool):
+        return f"library={rec.library!r} must be True or False"
     if rec.solver is None and rec.factory is not None:
         return _lazy_problem(rec)
     if rec.factory is not None or rec.name is not None or rec.algorithm is not None:
