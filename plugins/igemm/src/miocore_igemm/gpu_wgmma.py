@@ -61,9 +61,15 @@ STAGES = {(128, 256): (4, 3), (128, 128): (6, 4), (128, 64): (8, 4), (256, 128):
 #: Relative speed of a tile per unit of work (bigger tiles reuse their operands more).
 _TILE_EFFICIENCY = {(128, 256): 1.0, (256, 128): 1.0, (128, 128): 0.92, (256, 64): 0.85,
                     (128, 64): 0.7}  # fmt: skip
-#: The fraction of the fp16 tensor-core ceiling the kernel is expected to reach on a large
-#: layer (a first estimate; refitted once measured).
-_EFFICIENCY = 0.55
+#: The fraction of the fp16 tensor-core ceiling (the CUDA backend's 16 x FP32 lanes x clock)
+#: the kernel reaches, fitted on ResNet-50's and VGG-16's 3x3 layers (H200, fp16 and bf16, the
+#: default configurations, 2026-11-27): a tile's slices of 64 channels pay a fixed cost each
+#: (the barrier round, the epilogue spread over them), so a part of ``n`` slices reaches
+#: _EFFICIENCY * n / (n + _SLICE_COST): 0.37 at 9 slices (C = 64), 0.63 at 72 (C = 512).
+#: Backward data also flips the filter first.
+_EFFICIENCY = 0.70
+_SLICE_COST = 8.0
+_FLIP_FACTOR = 0.85
 _FIXED_MS = 0.008
 #: The default's cost model (seconds): an H100/H200 SM's dense fp16 rate, and the rate of
 #: split-K's partial sums, written and read back mostly within the 50 MiB L2 (fitted on
@@ -311,8 +317,10 @@ class GpuWgmmaSolver(TunableSolver):
         fill = v.n * v.oh * v.ow / (_tiles(v, box) * cfg["bm"])
         fill *= v.k / (_cdiv(v.k, cfg["bn"]) * cfg["bn"])
         fill *= v.c / (_cdiv(v.c, BK) * BK)
+        slices = v.r * v.s * _cdiv(v.c, BK) / cfg["split"]
+        eff = _EFFICIENCY * slices / (slices + _SLICE_COST) * (_FLIP_FACTOR if v.flip else 1.0)
         moved = p.bytes_moved + (2 * flipped_filter_bytes(p) if v.flip else 0)
-        ms = ctx.roofline_ms(float(p.flops), moved, DataType.FLOAT16, _EFFICIENCY * fill)
+        ms = ctx.roofline_ms(float(p.flops), moved, DataType.FLOAT16, eff * fill)
         return ctx.wti(p, ms + _FIXED_MS)
 
     # -- solution ------------------------------------------------------------------------------
