@@ -60,13 +60,17 @@
 #   triton      issue 13: the miocore-triton tests on the GPU, then gpu_triton_bench.py (Triton's
 #               default and best configurations, own-kernel find, cuDNN) on TRITON_SUITES
 #               (resnet50) in TRITON_DTYPES (float16); TRITON_ARGS passes more options
+#   wgmma       issue 13: igemm.gpu_wgmma's GPU tests, then gpu_wgmma_bench.py (the default and
+#               more configurations against cuDNN, forward and backward data) on WGMMA_SUITES
+#               (resnet50 vgg16) in WGMMA_DTYPES (float16 bfloat16); WGMMA_ARGS
+#               passes more options (--layers, --configs 0 for the defaults alone)
 #   quality     issue 14 on the GPU: the shipped sm90 database's WTI table fitted on the device
 #               (heuristic train --wti-only), then immediate mode against NORMAL find on
 #               LIMIT held-out problems and the layers of the MIOpenDriver files carried in
 #               .gpu/perf_models (find_quality.py, batch cut to MAX_GFLOP); MATH_MODE,
 #               QDTYPE (one data type), MODEL_DIR (another model) and QTAG (output names)
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|quality}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|quality}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -339,6 +343,15 @@ PY
       benchmarks/gpu_triton_bench.py --suites ${TRITON_SUITES:-resnet50} \
       --dtypes ${TRITON_DTYPES:-float16} ${TRITON_ARGS:-} --out "$OUT/triton.json" 2>&1 |
       grep -a -v Warning | tee "$OUT/triton.log" | tail -80
+    ;;
+  wgmma)
+    timeout "${WGMMA_TEST_TIMEOUT:-200}" python3 -m pytest -q -p no:cacheprovider -rfE \
+      tests/test_gpu_igemm_wgmma.py 2>&1 | tee "$OUT/wgmma_tests.log" | tail -25
+    # shellcheck disable=SC2086
+    timeout "${WGMMA_TIMEOUT:-330}" python3 benchmarks/gpu_wgmma_bench.py \
+      --suites ${WGMMA_SUITES:-resnet50 vgg16} --dtypes ${WGMMA_DTYPES:-float16 bfloat16} \
+      ${WGMMA_ARGS:-} \
+      --out "$OUT/wgmma.json" 2>&1 | grep -a -v Warning | tee "$OUT/wgmma.log" | tail -80
     ;;
   quality)
     sm=/tmp/sm90  # from `gpudb` on this machine, else the shipped files
