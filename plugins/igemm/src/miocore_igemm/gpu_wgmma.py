@@ -29,7 +29,6 @@ from typing import Any, NamedTuple
 
 from miocore import (
     APPLICABLE,
-    Algorithm,
     Applicability,
     ConvProblem,
     ConvSolution,
@@ -39,12 +38,11 @@ from miocore import (
     InvokeParams,
     KernelInfo,
     PerfConfig,
-    TunableSolver,
     not_applicable,
 )
 from miocore.backends.gpu_kernels import DTYPE_OPTIONS
 from miocore_igemm.gpu_common import KERNEL_DIR as KERNEL_DIR
-from miocore_igemm.gpu_common import check_alignment
+from miocore_igemm.gpu_common import MmaSolverBase, check_alignment
 
 SOURCE = "igemm/igemm_wgmma.cu"
 KERNEL = "igemm_wgmma_fwd"
@@ -121,6 +119,11 @@ class GemmView(NamedTuple):
     dst: tuple[int, ...]
     flip: bool  # backward data: the filter is flipped and transposed first
 
+    @property
+    def slices(self) -> int:
+        """Pipeline steps of a tile's whole sum: every tap times the 64-channel slices of c."""
+        return self.r * self.s * _cdiv(self.c, BK)
+
 
 def gemm_view(p: ConvProblem) -> GemmView:
     """Forward as it is; backward data (stride 1) as the forward convolution of dy with the
@@ -160,12 +163,11 @@ def _tiles(v: GemmView, box: tuple[int, int, int]) -> int:
     return _cdiv(v.n, tn) * _cdiv(v.oh, th) * _cdiv(v.ow, tw)
 
 
-class GpuWgmmaSolver(TunableSolver):
+class GpuWgmmaSolver(MmaSolverBase):
     """Forward and stride-1 backward-data convolution with ``wgmma`` and TMA on sm_90
     (H100/H200), fp16/bf16, channels-last."""
 
     name = "igemm.gpu_wgmma"
-    algorithm = Algorithm.IMPLICIT_GEMM
     backends = frozenset({"cuda"})
     is_dynamic = True
     dtypes = frozenset({DataType.FLOAT16, DataType.BFLOAT16})
@@ -247,7 +249,7 @@ class GpuWgmmaSolver(TunableSolver):
             )  # fmt: skip
         v = gemm_view(p)
         widest = max(64, 1 << max(0, (v.k - 1).bit_length()))
-        steps = v.r * v.s * _cdiv(v.c, BK)
+        steps = v.slices
         best: tuple[float, int, int, tuple[int, int, int], int] | None = None
         for bm, bn in STAGES:
             if bn > widest:
@@ -298,11 +300,6 @@ class GpuWgmmaSolver(TunableSolver):
             and tn <= _MAX_BOX
         )
 
-    def _config(self, ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig | None) -> PerfConfig:
-        if cfg is not None and self.is_valid_perf_config(ctx, p, cfg):
-            return cfg
-        return self.default_perf_config(ctx, p)
-
     # -- cost ----------------------------------------------------------------------------------
 
     def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
@@ -317,7 +314,7 @@ class GpuWgmmaSolver(TunableSolver):
         fill = v.n * v.oh * v.ow / (_tiles(v, box) * cfg["bm"])
         fill *= v.k / (_cdiv(v.k, cfg["bn"]) * cfg["bn"])
         fill *= v.c / (_cdiv(v.c, BK) * BK)
-        slices = v.r * v.s * _cdiv(v.c, BK) / cfg["split"]
+        slices = v.slices / cfg["split"]
         eff = _EFFICIENCY * slices / (slices + _SLICE_COST) * (_FLIP_FACTOR if v.flip else 1.0)
         moved = p.bytes_moved + (2 * flipped_filter_bytes(p) if v.flip else 0)
         ms = ctx.roofline_ms(float(p.flops), moved, DataType.FLOAT16, eff * fill)
@@ -346,7 +343,7 @@ class GpuWgmmaSolver(TunableSolver):
         v = gemm_view(p)
         tiles_q, tiles_p = _cdiv(v.ow, tw), _cdiv(v.oh, th)
         dst = v.dst
-        steps = v.r * v.s * _cdiv(v.c, BK)
+        steps = v.slices
         slab = v.n * v.oh * v.ow * v.k
         geometry = _GEOMETRY.pack(
             v.n, v.oh, v.ow, v.k, v.r, v.s, _cdiv(v.c, BK), v.sh, v.sw, v.ph, v.pw, v.dh, v.dw,
@@ -468,7 +465,7 @@ def _splits(ctx: ExecutionContext, v: GemmView, bn: int, box: tuple[int, int, in
     """Split-K parts worth trying: 1, and more while the tiles leave SMs idle and each part
     keeps enough slices to fill its pipeline."""
     tiles = _tiles(v, box) * _cdiv(v.k, bn)
-    steps = v.r * v.s * _cdiv(v.c, BK)
+    steps = v.slices
     sms = max(1, ctx.device.compute_units)
     return tuple(s for s in SPLITS if s == 1 or (tiles * s <= sms and steps >= _MIN_PART_STEPS * s))
 
