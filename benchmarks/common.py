@@ -86,3 +86,31 @@ def config_runner(
     }
     params = miocore.InvokeParams(problem=canon, workspace=workspace, **views)
     return lambda: invoker(handle, params)
+
+
+def time_configs(
+    handle: Any,
+    solver: str,
+    problem: Any,
+    configs: Any,
+    tensors: tuple[Any, Any, Any],
+    out: Any,
+    expected: Any,
+    timer: Any,
+) -> list[dict[str, Any]]:
+    """Each of ``configs`` of ``solver`` on the torch ``tensors`` (x, w, y): run once into
+    ``out`` (the written one) poisoned with NaN, its error the largest difference from
+    ``expected`` over ``expected``'s largest magnitude, then timed by ``timer(fn)`` (ms). A
+    config that raises gives its error instead of a time."""
+    scale = float(expected.abs().max())
+    timings: list[dict[str, Any]] = []
+    for cfg in configs:
+        try:
+            run = config_runner(handle, solver, problem, cfg, *tensors)
+            out.fill_(float("nan"))
+            run()
+            err = float((out.float() - expected).abs().max()) / scale
+            timings.append({"config": dict(cfg), "ms": timer(run), "rel_err": err})
+        except Exception as exc:
+            timings.append({"config": dict(cfg), "error": f"{type(exc).__name__}: {exc}"[:300]})
+    return timings

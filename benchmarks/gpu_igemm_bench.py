@@ -25,7 +25,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 import torch  # imported at module import time: a lazy import mid-session failed on the device
-from common import config_runner
+from common import time_configs
 from gpu_vs_cudnn import device_ms, geomean
 from shapes import RESNET50, problem
 
@@ -114,18 +114,10 @@ def main() -> None:
         row["gflop"] = p.flops / 1e9
         row["cudnn_ms"] = device_ms(fn, args.warmup, args.runs)
         expected = fn().float()
-        scale = float(expected.abs().max())
-        timings = []
-        for cfg in picks:
-            try:
-                run = config_runner(handle, SOLVER, p, cfg, x, w, y)
-                out.fill_(float("nan"))
-                run()
-                err = float((out.float() - expected).abs().max()) / scale
-                ms = device_ms(run, args.warmup, args.runs)
-                timings.append({"config": dict(cfg), "ms": ms, "rel_err": err})
-            except Exception as exc:
-                timings.append({"config": dict(cfg), "error": f"{type(exc).__name__}: {exc}"[:300]})
+        timings = time_configs(
+            handle, SOLVER, p, picks, (x, w, y), out, expected,
+            lambda run: device_ms(run, args.warmup, args.runs),
+        )  # fmt: skip
         row["configs"] = timings
         ok = [t for t in timings if "ms" in t and t["rel_err"] < 5e-3]
         bad = [t for t in timings if "ms" not in t or t["rel_err"] >= 5e-3]

@@ -25,7 +25,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 import torch
-from common import config_runner
+from common import time_configs
 from gpu_igemm_bench import matmul_tflops
 from gpu_vs_cudnn import device_ms, geomean
 from shapes import RESNET50, VGG16, problem
@@ -130,20 +130,10 @@ def main() -> None:
             }  # fmt: skip
             row["cudnn_ms"] = device_ms(cudnn, args.warmup, args.runs)
             expected = cudnn().float()
-            scale = float(expected.abs().max())
-            timings = []
-            for cfg in picks:
-                try:
-                    run = config_runner(handle, SOLVER, p, cfg, x, w, y)
-                    out.fill_(float("nan"))
-                    run()
-                    err = float((out.float() - expected).abs().max()) / scale
-                    ms = device_ms(run, args.warmup, args.runs)
-                    timings.append({"config": dict(cfg), "ms": ms, "rel_err": err})
-                except Exception as exc:
-                    timings.append(
-                        {"config": dict(cfg), "error": f"{type(exc).__name__}: {exc}"[:400]}
-                    )
+            timings = time_configs(
+                handle, SOLVER, p, picks, (x, w, y), out, expected,
+                lambda run: device_ms(run, args.warmup, args.runs),
+            )  # fmt: skip
             row["configs"] = timings
             ok = [t for t in timings if "ms" in t and t["rel_err"] < 1e-2]
             bad = [t for t in timings if t not in ok]
