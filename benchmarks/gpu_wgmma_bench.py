@@ -49,7 +49,7 @@ def _picks(solver: Any, ctx: Any, canon: Any, count: int) -> list[Any]:
     ]
     seen = set()
     for c in space:
-        key = (c["bm"], c["bn"], c["split"])
+        key = (c["bm"], c["bn"], c["split"], c["pingpong"])
         if c["cluster"] == 1 and c["persist"] == 1 and key not in seen:
             seen.add(key)
             picks.append(c)

@@ -140,6 +140,35 @@ def test_configs_are_valid_and_the_default_is_among_them() -> None:
         assert not SOLVER.is_valid_perf_config(ctx, _problem().canonical, {**bad, key: value})
 
 
+def test_ping_pong_tiles_take_turns_in_persistent_blocks() -> None:
+    ctx = _ctx()
+    p = _problem(k=512, c=128, n=32, in_spatial=(28, 28)).canonical
+    space = SOLVER.perf_config_space(ctx, p)
+    turns = [c for c in space if c["pingpong"]]
+    assert turns and all(c["persist"] == 1 for c in turns)
+    assert {(c["bm"], c["bn"]) for c in turns} == {
+        (bm, bn) for bm, bn, pingpong in wgmma.STAGES if pingpong
+    }
+    cfg = turns[0]
+    assert not SOLVER.is_valid_perf_config(ctx, p, {**cfg, "persist": 0})
+    assert not SOLVER.is_valid_perf_config(ctx, p, {**cfg, "pingpong": 2})
+    (kernel,) = SOLVER.get_solution(ctx, p, cfg).kernels
+    assert "-DMIO_PINGPONG=1" in kernel.options
+    cooperative = SOLVER.default_perf_config(ctx, p)
+    recorded = {k: v for k, v in cooperative.items() if k != "pingpong"}  # an older record
+    assert SOLVER.is_valid_perf_config(ctx, p, recorded)
+    (kernel,) = SOLVER.get_solution(ctx, p, recorded).kernels
+    assert "-DMIO_PINGPONG=0" in kernel.options
+
+
+def test_split_k_keeps_a_slice_per_part() -> None:
+    ctx = _ctx()
+    p = _problem(c=64, filter_spatial=(1, 1), pads=(0, 0)).canonical  # one slice in all
+    cfg = SOLVER.default_perf_config(ctx, p)
+    assert SOLVER.is_valid_perf_config(ctx, p, cfg)
+    assert not SOLVER.is_valid_perf_config(ctx, p, {**cfg, "split": 2})
+
+
 def test_narrow_layers_take_narrower_tiles_to_fill_the_device() -> None:
     ctx = _ctx()
     small = _problem(n=8, c=512, k=512, in_spatial=(7, 7)).canonical  # 4 boxes of pixels
@@ -194,8 +223,10 @@ def test_solution_kernel_and_launch_shape() -> None:
 
 
 def test_every_tile_fits_registers_and_shared_memory() -> None:
-    for (bm, bn), depths in wgmma.STAGES.items():
-        assert bm // 2 * bn // 128 <= 128  # fp32 accumulators per consumer thread
+    for (bm, bn, pingpong), depths in wgmma.STAGES.items():
+        rows = bm if pingpong else bm // 2  # a ping-pong tile is one consumer's whole
+        assert rows * bn // 128 <= 128  # fp32 accumulators per consumer thread
+        assert rows % 64 == 0  # m64 sub-tiles
         for stages in depths:
             assert stages * (bm + bn) * wgmma.BK * 2 + 1024 <= 227 * 1024
 

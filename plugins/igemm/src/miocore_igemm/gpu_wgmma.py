@@ -51,14 +51,19 @@ REDUCE_KERNEL = "igemm_wgmma_reduce"
 THREADS = 384  # one producer and two consumer warpgroups
 ROWS = 128  # output pixels of the smaller tile
 BK = 64  # channels per pipeline slice: 128 bytes of fp16/bf16, the swizzle width
-#: Pipeline depths per tile (pixels bm x channels bn): each fills 160-200 KiB of the 227 KiB an
-#: sm_90 block may use (a stage is bm x 128 bytes of pixels and bn x 128 bytes of filter); a
-#: consumer holds bm/2 x bn fp32 accumulators in 128 threads (at most 128 each).
-STAGES = {(128, 256): (4, 3), (128, 128): (6, 4), (128, 64): (8, 4), (256, 128): (4, 3),
-          (256, 64): (5, 4)}  # fmt: skip
+#: Pipeline depths per tile (pixels bm x channels bn x ping-pong): each fills 160-200 KiB of
+#: the 227 KiB an sm_90 block may use (a stage is bm x 128 bytes of pixels and bn x 128 bytes
+#: of filter). Cooperative tiles (pingpong 0) are split between the two consumer warpgroups,
+#: bm/2 x bn fp32 accumulators each in 128 threads (at most 128 a thread); ping-pong tiles
+#: belong to one consumer whole (bm x bn), the two consumers taking turns, so that one
+#: multiplies while the other stores.
+STAGES = {(128, 256, 0): (4, 3), (128, 128, 0): (6, 4), (128, 64, 0): (8, 4),
+          (256, 128, 0): (4, 3), (256, 64, 0): (5, 4),
+          (128, 128, 1): (6, 4), (64, 256, 1): (5, 4), (128, 64, 1): (8, 5)}  # fmt: skip
 #: Relative speed of a tile per unit of work (bigger tiles reuse their operands more).
-_TILE_EFFICIENCY = {(128, 256): 1.0, (256, 128): 1.0, (128, 128): 0.92, (256, 64): 0.85,
-                    (128, 64): 0.7}  # fmt: skip
+_TILE_EFFICIENCY = {(128, 256, 0): 1.0, (256, 128, 0): 1.0, (128, 128, 0): 0.92,
+                    (256, 64, 0): 0.85, (128, 64, 0): 0.7,
+                    (128, 128, 1): 0.92, (64, 256, 1): 0.85, (128, 64, 1): 0.7}  # fmt: skip
 #: The fraction of the fp16 tensor-core ceiling (the CUDA backend's 16 x FP32 lanes x clock)
 #: the kernel reaches, fitted on ResNet-50's and VGG-16's 3x3 layers (H200, fp16 and bf16, the
 #: default configurations, 2026-11-27): a tile's slices of 64 channels pay a fixed cost each
@@ -77,7 +82,7 @@ _PARTIAL_BYTES_PER_S = 9.0e12
 #: Box extents the TMA allows: 256 elements per dimension, element strides up to 8.
 _MAX_BOX = 256
 _MAX_ELEMENT_STRIDE = 8
-_KEYS = ("bm", "bn", "stages", "tw", "th", "tn", "persist", "cluster", "split")
+_KEYS = ("bm", "bn", "stages", "tw", "th", "tn", "persist", "cluster", "split", "pingpong")
 _GEOMETRY = struct.Struct("<20i4q")
 #: Split-K parts: where a layer's tiles leave SMs idle, each part sums a share of the slices.
 SPLITS = (1, 2, 4, 8)
@@ -213,13 +218,14 @@ class GpuWgmmaSolver(MmaSolverBase):
         v = gemm_view(p)
         widest = max(64, 1 << max(0, (v.k - 1).bit_length()))
         out = []
-        for (bm, bn), depths in STAGES.items():
+        for (bm, bn, pingpong), depths in STAGES.items():
             if bn > widest:
                 continue
             for box in pixel_boxes(v, 3, bm):
                 splits = _splits(ctx, v, bn, box)
+                # ping-pong tiles take turns within a block: only persistent blocks have turns
                 for stages, persist, cluster, split in itertools.product(
-                    depths, (1, 0), (2, 1), splits
+                    depths, (1,) if pingpong else (1, 0), (2, 1), splits
                 ):
                     out.append(
                         PerfConfig(
@@ -232,6 +238,7 @@ class GpuWgmmaSolver(MmaSolverBase):
                             persist=persist,
                             cluster=cluster,
                             split=split,
+                            pingpong=pingpong,
                         )
                     )
         return out
@@ -245,52 +252,61 @@ class GpuWgmmaSolver(MmaSolverBase):
         sms = max(1, ctx.device.compute_units)
         if p.spatial_dims != 2:  # declined anyway: any valid config
             return PerfConfig(
-                bm=128, bn=128, stages=6, tw=16, th=8, tn=1, persist=1, cluster=1, split=1
+                bm=128, bn=128, stages=6, tw=16, th=8, tn=1, persist=1, cluster=1, split=1,
+                pingpong=0,
             )  # fmt: skip
         v = gemm_view(p)
         widest = max(64, 1 << max(0, (v.k - 1).bit_length()))
         steps = v.slices
-        best: tuple[float, int, int, tuple[int, int, int], int] | None = None
-        for bm, bn in STAGES:
-            if bn > widest:
+        best: tuple[float, tuple[int, int, int], tuple[int, int, int], int] | None = None
+        for tile in STAGES:
+            bm, bn, pingpong = tile
+            if bn > widest or pingpong:
                 continue
             box = pixel_boxes(v, 1, bm)[0]
             for split in _splits(ctx, v, bn, box):
                 blocks = _tiles(v, box) * _cdiv(v.k, bn) * split
                 flops = 2.0 * bm * bn * BK * _cdiv(steps, split)
-                cost = _cdiv(blocks, sms) * flops / (_SM_FLOPS * _TILE_EFFICIENCY[(bm, bn)])
+                cost = _cdiv(blocks, sms) * flops / (_SM_FLOPS * _TILE_EFFICIENCY[tile])
                 cost += 2 * _partial_bytes(v, split) / _PARTIAL_BYTES_PER_S  # written, read
                 if best is None or cost < best[0]:
-                    best = (cost, bm, bn, box, split)
+                    best = (cost, tile, box, split)
         assert best is not None
-        _, bm, bn, box, split = best
+        _, tile, box, split = best
+        bm, bn, pingpong = tile
         return PerfConfig(
             bm=bm,
             bn=bn,
-            stages=STAGES[(bm, bn)][0],
+            stages=STAGES[tile][0],
             tw=box[0],
             th=box[1],
             tn=box[2],
             persist=1,
             cluster=1,
             split=split,
+            pingpong=pingpong,
         )
 
     def is_valid_perf_config(
         self, ctx: ExecutionContext, problem: ConvProblem, config: PerfConfig
     ) -> bool:
-        """The seven keys; a tile with one of its depths; a box of at most bm pixels within
-        the TMA's limits."""
+        """The ten keys (``pingpong`` 0 where absent: configurations recorded before it);
+        a tile with one of its depths; ping-pong with persistent blocks; a box of at most bm
+        pixels within the TMA's limits; at least one slice per split-K part."""
         try:
-            bm, bn, stages, tw, th, tn, persist, cluster, split = (int(config[k]) for k in _KEYS)
+            bm, bn, stages, tw, th, tn, persist, cluster, split, pingpong = _values(config)
         except (KeyError, TypeError, ValueError):
             return False
         p = problem
-        if p.spatial_dims != 2 or stages not in STAGES.get((bm, bn), ()):
+        if p.spatial_dims != 2 or stages not in STAGES.get((bm, bn, pingpong), ()):
             return False
         if persist not in (0, 1) or cluster not in (1, 2) or split not in SPLITS:
             return False
+        if pingpong and not persist:
+            return False
         v = gemm_view(p)
+        if split > v.slices:
+            return False
         sh, sw = v.sh, v.sw
         return (
             min(tw, th, tn) >= 1
@@ -339,7 +355,7 @@ class GpuWgmmaSolver(MmaSolverBase):
         the filter's flip first); the tensor maps made per address pair at the first call."""
         p = problem
         cfg = self._config(ctx, p, perf_config)
-        bm, bn, stages, tw, th, tn, persist, cluster, split = (int(cfg[k]) for k in _KEYS)
+        bm, bn, stages, tw, th, tn, persist, cluster, split, pingpong = _values(cfg)
         v = gemm_view(p)
         tiles_q, tiles_p = _cdiv(v.ow, tw), _cdiv(v.oh, th)
         dst = v.dst
@@ -351,7 +367,7 @@ class GpuWgmmaSolver(MmaSolverBase):
         )  # fmt: skip
         # A work unit: one tile per block of a cluster (consecutive pixel boxes, the same
         # channels), one part of its sum. Persistent: one block per SM walks the units
-        # (shared memory allows one).
+        # (shared memory allows one); ping-pong, its consumers take alternate units.
         units = _cdiv(tiles_q * tiles_p * _cdiv(v.n, tn), cluster) * _cdiv(v.k, bn) * split
         sms = max(1, ctx.device.compute_units)
         grid = (cluster * (min(units, sms // cluster) if persist else units),)
@@ -361,6 +377,7 @@ class GpuWgmmaSolver(MmaSolverBase):
             f"-DMIO_BN={bn}",
             f"-DMIO_STAGES={stages}",
             f"-DMIO_CLUSTER={cluster}",
+            f"-DMIO_PINGPONG={pingpong}",
             "--gpu-architecture=sm_90a",  # wgmma and setmaxnreg: the arch-specific target
         )
         shared = stages * (bm + bn) * BK * 2 + 1024  # + alignment of the ring to 1 KiB
@@ -459,6 +476,11 @@ class GpuWgmmaSolver(MmaSolverBase):
             invoker_factory=factory,
             kernels=tuple(kernels),
         )
+
+
+def _values(config: Any) -> tuple[int, ...]:
+    """A configuration's keys in ``_KEYS`` order as integers; ``pingpong`` 0 where absent."""
+    return tuple(int(config.get(k, 0) if k == "pingpong" else config[k]) for k in _KEYS)
 
 
 def _splits(ctx: ExecutionContext, v: GemmView, bn: int, box: tuple[int, int, int]) -> tuple:

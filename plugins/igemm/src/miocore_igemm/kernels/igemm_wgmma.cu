@@ -40,15 +40,25 @@
 #ifndef MIO_CLUSTER
 #define MIO_CLUSTER 1  // blocks of a cluster: 2 share each filter slice by TMA multicast
 #endif
-#define MIO_MT (MIO_BM / 128)  // m64 sub-tiles per consumer warpgroup
+#ifndef MIO_PINGPONG
+#define MIO_PINGPONG 0  // 1: each consumer warpgroup owns whole tiles, the two alternate
+#endif
+#if MIO_PINGPONG
+#define MIO_CONSUMER_ROWS MIO_BM  // a consumer's rows of its tile
+#define MIO_SHARERS 1             // consumer warpgroups reading each slice
+#else
+#define MIO_CONSUMER_ROWS (MIO_BM / 2)
+#define MIO_SHARERS 2
+#endif
+#define MIO_MT (MIO_CONSUMER_ROWS / 64)  // m64 sub-tiles per consumer warpgroup
 #define MIO_BK 64              // channels per slice: 128 bytes, one swizzle row
 #define MIO_A_BYTES (MIO_BM * MIO_BK * 2)
 #define MIO_B_BYTES (MIO_BN * MIO_BK * 2)
 #define MIO_STAGE_BYTES (MIO_A_BYTES + MIO_B_BYTES)
 #define MIO_ACC (MIO_BN / 2)
 
-#if MIO_BM != 128 && MIO_BM != 256
-#error "MIO_BM is 128 or 256"
+#if MIO_BM != 128 && MIO_BM != 256 && !(MIO_PINGPONG && MIO_BM == 64)
+#error "MIO_BM is 128 or 256 (ping-pong: 64 or 128)"
 #endif
 #if MIO_MT * MIO_ACC > 128
 #error "more than 128 accumulators per thread"
@@ -218,16 +228,31 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
 // The consumer warpgroups: multiply every slice of each tile, then store the tile.
 __device__ __forceinline__ void consume(const MioWgmmaGeom& g, unsigned short* __restrict__ y,
                                         float* __restrict__ part, unsigned char* ring, unsigned long long* full,
-                                        unsigned long long* empty, int cw, int tid, int first,
+                                        unsigned long long* empty, unsigned long long* order,
+                                        int cw, int tid, int first,
                                         int stride, int units, int tiles_n, unsigned rank,
                                         int box_rows) {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-  // this warpgroup's rows of a tile: MIO_BM/2 * cw onwards, MIO_MT sub-tiles of 64
+  // this warpgroup's rows of a tile: MIO_CONSUMER_ROWS * cw onwards (ping-pong: all of its
+  // own tiles), MIO_MT sub-tiles of 64
   const int lane = tid % 32, warp = (tid % 128) / 32;
+  const int row0 = MIO_PINGPONG ? 0 : cw * MIO_CONSUMER_ROWS;
   float d[MIO_MT][MIO_ACC];
-  int it = 0;
-  for (int u = first; u < units; u += stride) {
+  int it = 0;  // the ring's position: slices of every unit before this one in the block
+  int turn = 0;
+  for (int u = first; u < units; u += stride, ++turn) {
     const int j = u % g.split, lo = j * g.steps / g.split, hi = (j + 1) * g.steps / g.split;
+#if MIO_PINGPONG
+    if (turn % 2 != cw) {  // the other consumer's tile: skip its slices
+      it += hi - lo;
+      continue;
+    }
+    // A tile's multiplies start once the tile before it has seen all its slices arrive: the
+    // ring's positions are then filled in order, so a parity wait below cannot be answered by
+    // a phase two rounds old. Consumer 0's n-th tile follows consumer 1's (n-1)-th; consumer
+    // 1's n-th follows consumer 0's n-th.
+    if (turn > 0) bar_wait(&order[cw], (cw ? turn / 2 : turn / 2 - 1) & 1);
+#endif
 #pragma unroll
     for (int m = 0; m < MIO_MT; ++m) {
 #pragma unroll
@@ -236,8 +261,10 @@ __device__ __forceinline__ void consume(const MioWgmmaGeom& g, unsigned short* _
     for (int step = lo; step < hi; ++step, ++it) {
       const int slot = it % MIO_STAGES;
       bar_wait(&full[slot], (it / MIO_STAGES) & 1);
-      const unsigned char* a =
-          ring + slot * MIO_STAGE_BYTES + cw * (MIO_MT * 64 * MIO_BK * 2);
+#if MIO_PINGPONG
+      if (step == hi - 1 && tid % 128 == 0) bar_arrive(&order[cw ^ 1]);  // the other's turn
+#endif
+      const unsigned char* a = ring + slot * MIO_STAGE_BYTES + row0 * (MIO_BK * 2);
       const unsigned char* b = ring + slot * MIO_STAGE_BYTES + MIO_A_BYTES;
 #pragma unroll
       for (int m = 0; m < MIO_MT; ++m) keep(d[m]);
@@ -272,7 +299,7 @@ __device__ __forceinline__ void consume(const MioWgmmaGeom& g, unsigned short* _
     for (int m = 0; m < MIO_MT; ++m) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int row = cw * (MIO_BM / 2) + m * 64 + warp * 16 + lane / 4 + 8 * half;
+        const int row = row0 + m * 64 + warp * 16 + lane / 4 + 8 * half;
         if (row >= box_rows) continue;
         const int qq = at.q0 + row % g.tw;
         const int pp = at.p0 + (row / g.tw) % g.th;
@@ -309,7 +336,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(MIO_CLUSTE
                     const __grid_constant__ MioTensorMap w_map, unsigned short* __restrict__ y,
                     float* __restrict__ part, const MioWgmmaGeom g) {
   extern __shared__ __align__(1024) unsigned char dyn[];
-  __shared__ unsigned long long full[MIO_STAGES], empty[MIO_STAGES];
+  __shared__ unsigned long long full[MIO_STAGES], empty[MIO_STAGES], order[2];
   // the swizzle pattern repeats every 1024 bytes: the ring starts on such a boundary
   unsigned char* ring = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<unsigned long long>(dyn) + 1023) & ~1023ull);
@@ -327,8 +354,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(MIO_CLUSTE
   if (tid == 0) {
     for (int i = 0; i < MIO_STAGES; ++i) {
       bar_init(&full[i], 1);
-      bar_init(&empty[i], 2 * MIO_CLUSTER);  // each consumer warpgroup of the cluster
+      bar_init(&empty[i], MIO_SHARERS * MIO_CLUSTER);  // each reader of the cluster
     }
+    bar_init(&order[0], 1);  // ping-pong: a consumer's turn to multiply
+    bar_init(&order[1], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
 #if MIO_CLUSTER > 1
@@ -377,7 +406,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(MIO_CLUSTE
       }
     }
   } else {
-    consume(g, y, part, ring, full, empty, wg - 1, tid, first, stride, units, tiles_n, rank,
+    consume(g, y, part, ring, full, empty, order, wg - 1, tid, first, stride, units, tiles_n, rank,
             box_rows);
   }
 #if MIO_CLUSTER > 1
