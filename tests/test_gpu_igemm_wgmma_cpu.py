@@ -161,6 +161,19 @@ def test_ping_pong_tiles_take_turns_in_persistent_blocks() -> None:
     assert "-DMIO_PINGPONG=0" in kernel.options
 
 
+def test_a_normal_find_also_measures_the_next_best_tiles() -> None:
+    ctx = _ctx()
+    p = _problem(n=16, c=512, k=512, in_spatial=(28, 28)).canonical  # VGG-16's conv4_2
+    default = SOLVER.default_perf_config(ctx, p)
+    others = SOLVER.find_configs(ctx, p)
+    assert len(others) == wgmma._ALTERNATIVES
+    space = SOLVER.perf_config_space(ctx, p)
+    tiles = {(c["bm"], c["bn"], c["pingpong"]) for c in [default, *others]}
+    assert len(tiles) == 1 + len(others)  # one configuration per tile
+    assert all(c in space for c in others)
+    assert (64, 256, 1) in tiles  # the measured fastest there (H100, fp16)
+
+
 def test_split_k_keeps_a_slice_per_part() -> None:
     ctx = _ctx()
     p = _problem(c=64, filter_spatial=(1, 1), pads=(0, 0)).canonical  # one slice in all
@@ -169,12 +182,16 @@ def test_split_k_keeps_a_slice_per_part() -> None:
     assert not SOLVER.is_valid_perf_config(ctx, p, {**cfg, "split": 2})
 
 
-def test_narrow_layers_take_narrower_tiles_to_fill_the_device() -> None:
+def test_narrow_layers_take_narrower_tiles_or_split_k_to_fill_the_device() -> None:
     ctx = _ctx()
     small = _problem(n=8, c=512, k=512, in_spatial=(7, 7)).canonical  # 4 boxes of pixels
     large = _problem(n=32, c=256, k=256, in_spatial=(56, 56)).canonical
-    assert SOLVER.default_perf_config(ctx, small)["bn"] < 256
-    assert SOLVER.default_perf_config(ctx, large)["bn"] == 256
+    few = SOLVER.default_perf_config(ctx, small)
+    many = SOLVER.default_perf_config(ctx, large)
+    assert few["bn"] < 256 and few["split"] > 1 and many["split"] == 1
+    v = wgmma.gemm_view(small)
+    units = wgmma._tiles(v, (few["tw"], few["th"], few["tn"])) * math.ceil(512 / few["bn"])
+    assert units * few["split"] >= 66  # at least half the SMs busy
 
 
 def test_geometry_struct_matches_the_kernel() -> None:
@@ -211,10 +228,12 @@ def test_solution_kernel_and_launch_shape() -> None:
     assert kernel.grid == (132,)  # persistent: one block per SM walks the tiles
     assert f"-DMIO_CLUSTER={cfg['cluster']}" in kernel.options
     for cluster in (1, 2):
-        one_each = SOLVER.get_solution(ctx, p, {**cfg, "persist": 0, "cluster": cluster})
+        one_each = {**cfg, "persist": 0, "cluster": cluster, "pingpong": 0}
+        one_each = SOLVER.get_solution(ctx, p, one_each)
         assert one_each.kernels[0].grid == (tiles,)  # an even number of tiles: no idle block
     odd = _problem(n=1, c=64, k=64, in_spatial=(8, 24)).canonical  # three boxes of 8 x 8
     cfg = {**SOLVER.default_perf_config(ctx, odd), "tw": 8, "th": 8, "tn": 1, "persist": 0}
+    cfg["pingpong"] = 0
     for cluster, blocks in ((1, 3), (2, 4)):  # a cluster's second block of the last pair idles
         grid = SOLVER.get_solution(ctx, odd, {**cfg, "cluster": cluster}).kernels[0].grid
         assert grid == (blocks,)

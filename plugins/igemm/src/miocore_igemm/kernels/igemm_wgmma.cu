@@ -4,8 +4,8 @@
 //
 //   O[m, k] = sum_(fy, fx, c) X[n, oh*sh - ph + fy*dh, ow*sw - pw + fx*dw, c] * W[k, fy, fx, c]
 //
-// A block owns a tile of BM = 128 output pixels by MIO_BN output channels. Its pixels are a box
-// of tn images x th rows x tw columns (at most 128; the rest of the 128 rows are
+// A work unit is a tile of MIO_BM output pixels by MIO_BN output channels. Its pixels are a box
+// of tn images x th rows x tw columns (at most MIO_BM; the rest of the rows are
 // computed and never stored), so that for one tap (fy, fx) and one block of 64 channels the A
 // operand is a single rectangular box of the input: one TMA load, with the box's origin
 // shifted by the tap and the strides done by the tensor map's element strides. The hardware
@@ -15,14 +15,18 @@
 // wgmma reads directly.
 //
 // Three warpgroups: one producer (one thread issues every TMA load into a MIO_STAGES-deep ring
-// of shared buffers, each guarded by a "full" and an "empty" mbarrier) and two consumers, each
-// multiplying 64 of the tile's rows by all its columns (m64nBNk16, four per 64-channel slice)
-// with one group of wgmma in flight while the next slice's wait runs. The producer gives its
+// of shared buffers, each guarded by a "full" and an "empty" mbarrier) and two consumers. In
+// the cooperative schedule both consumers work on each tile, each multiplying half its rows
+// by all its columns (m64nBNk16, four per 64-channel slice and 64 rows) with one group of
+// wgmma in flight while the next slice's wait runs, and both store it together. In the
+// ping-pong schedule (MIO_PINGPONG) each consumer owns whole tiles and the two take turns:
+// one multiplies while the other stores, so the tensor cores do not wait for the epilogue. The producer gives its
 // registers to the consumers (setmaxnreg): a 128 x 256 tile holds 128 fp32 accumulators per
 // consumer thread. The epilogue converts pairs of accumulators and stores them as 32-bit
 // words straight from registers (rows outside the image or the tile's box are skipped).
 //
-// Compile-time: MIO_BN (64, 128, 256), MIO_STAGES, MIO_DTYPE_FP16 or MIO_DTYPE_BF16. Every
+// Compile-time: MIO_BM, MIO_BN (64, 128, 256), MIO_STAGES, MIO_CLUSTER, MIO_PINGPONG,
+// MIO_DTYPE_FP16 or MIO_DTYPE_BF16. Every
 // size, and the pixel box, is a run-time argument: one binary per tile width, depth and element
 // type serves every problem.
 #include "igemm_wgmma_ops.h"
