@@ -83,10 +83,24 @@ def test_backward_data_is_the_forward_convolution_of_dy_with_the_flipped_filter(
     # the equivalent forward convolution gives back dx's size
     assert v.ih + 2 * v.ph - v.dh * (v.r - 1) == v.oh and v.iw + 2 * v.pw - v.dw * (v.s - 1) == v.ow
     ctx = _ctx()
-    sol = SOLVER.get_solution(ctx, p)
-    assert [k.kernel_name for k in sol.kernels] == [wgmma.FLIP_KERNEL, wgmma.KERNEL]
-    flipped = 40 * 24 * 3 * 5 * 2
-    assert sol.workspace_size == SOLVER.workspace_size(ctx, p) == -(-flipped // 256) * 256
+    # a channels-last filter is read as it is: boxes of 64 c x 64 k, wgmma's transpose-B form
+    cfg = {**SOLVER.default_perf_config(ctx, p), "cluster": 1}
+    sol = SOLVER.get_solution(ctx, p, cfg)
+    assert [k.kernel_name for k in sol.kernels] == [wgmma.KERNEL]
+    assert "-DMIO_B_MN=1" in sol.kernels[0].options
+    assert sol.workspace_size == SOLVER.workspace_size(ctx, p, cfg) == 0
+    # clusters share K-major slices, and 12 channels are no 16-byte filter rows: flipped first
+    odd = _problem(
+        direction="backward_data", n=3, c=12, k=40, in_spatial=(9, 11), filter_spatial=(3, 5),
+        pads=(0, 1), dilations=(2, 1),
+    ).canonical  # fmt: skip
+    for problem, config in ((p, {**cfg, "cluster": 2}), (odd, None)):
+        sol = SOLVER.get_solution(ctx, problem, config)
+        assert [k.kernel_name for k in sol.kernels] == [wgmma.FLIP_KERNEL, wgmma.KERNEL]
+        assert "-DMIO_B_MN=0" in sol.kernels[-1].options
+        flipped = 40 * problem.c * 3 * 5 * 2
+        assert sol.workspace_size == SOLVER.workspace_size(ctx, problem, config)
+        assert sol.workspace_size == -(-flipped // 256) * 256
     assert SOLVER.workspace_size(ctx, _problem().canonical) == 0
 
 

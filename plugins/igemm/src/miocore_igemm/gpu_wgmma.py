@@ -324,8 +324,9 @@ class GpuWgmmaSolver(MmaSolverBase):
         fill *= v.k / (_cdiv(v.k, cfg["bn"]) * cfg["bn"])
         fill *= v.c / (_cdiv(v.c, BK) * BK)
         slices = v.slices / cfg["split"]
-        eff = _EFFICIENCY * slices / (slices + _SLICE_COST) * (_FLIP_FACTOR if v.flip else 1.0)
-        moved = p.bytes_moved + (2 * flipped_filter_bytes(p) if v.flip else 0)
+        flips = flips_filter(p, int(cfg["cluster"]))
+        eff = _EFFICIENCY * slices / (slices + _SLICE_COST) * (_FLIP_FACTOR if flips else 1.0)
+        moved = p.bytes_moved + (2 * flipped_filter_bytes(p) if flips else 0)
         ms = ctx.roofline_ms(float(p.flops), moved, DataType.FLOAT16, eff * fill)
         return ctx.wti(p, ms + _FIXED_MS)
 
@@ -334,22 +335,27 @@ class GpuWgmmaSolver(MmaSolverBase):
     def workspace_size(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
     ) -> int:
-        """Backward data: the flipped, transposed filter; split-K: the parts' fp32 sums."""
+        """Backward data with a flipped copy of the filter (see :func:`flips_filter`): that
+        copy; split-K: the parts' fp32 sums."""
         p = problem
         if p.spatial_dims != 2:
             return 0
         cfg = self._config(ctx, p, perf_config)
-        return _flip_room(p) + _partial_bytes(gemm_view(p), int(cfg["split"]))
+        room = _flip_room(p) if flips_filter(p, int(cfg["cluster"])) else 0
+        return room + _partial_bytes(gemm_view(p), int(cfg["split"]))
 
     def get_solution(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
     ) -> ConvSolution:
         """The kernel compiled for the tile, depth, cluster and element type (backward data:
-        the filter's flip first); the tensor maps made per address pair at the first call."""
+        the filter read as it is, or flipped into the workspace first where it cannot be, see
+        :func:`flips_filter`); the tensor maps made per address pair at the first call."""
         p = problem
         cfg = self._config(ctx, p, perf_config)
         bm, bn, stages, tw, th, tn, persist, cluster, split, pingpong = _values(cfg)
         v = gemm_view(p)
+        flip = flips_filter(p, cluster)
+        mn_filter = v.flip and not flip  # backward data on the filter as it is
         tiles_q, tiles_p = _cdiv(v.ow, tw), _cdiv(v.oh, th)
         dst = v.dst
         steps = v.slices
@@ -371,6 +377,7 @@ class GpuWgmmaSolver(MmaSolverBase):
             f"-DMIO_STAGES={stages}",
             f"-DMIO_CLUSTER={cluster}",
             f"-DMIO_PINGPONG={pingpong}",
+            f"-DMIO_B_MN={int(mn_filter)}",
             "--gpu-architecture=sm_90a",  # wgmma and setmaxnreg: the arch-specific target
         )
         shared = stages * (bm + bn) * BK * 2 + 1024  # + alignment of the ring to 1 KiB
@@ -381,18 +388,20 @@ class GpuWgmmaSolver(MmaSolverBase):
         x_box = (BK, tw * v.sw, th * v.sh, tn)
         x_steps = (1, v.sw, v.sh, 1)
         w_dims = (v.c, v.r * v.s, v.k)
-        if v.flip:  # w' in the workspace: [c][r][s][k], contiguous
-            w_strides = (v.c * item, v.r * v.s * v.c * item)
-        else:
-            w_strides = (_tap_stride(p) * item, p.w.strides[0] * item)
         w_box = (BK, 1, bn // cluster)  # each block of a cluster loads its share
+        if flip:  # w' in the workspace: [c][r][s][k], contiguous
+            w_strides = (v.c * item, v.r * v.s * v.c * item)
+        else:  # w[k][tap][c] as it is (backward data: boxes of 64 c x 64 k)
+            w_strides = (_tap_stride(p) * item, p.w.strides[0] * item)
+        if mn_filter:
+            w_dims, w_box = (p.c, v.r * v.s, p.k), (64, 1, BK)
         kernels = [
             KernelInfo(
                 source=SOURCE, kernel_name=KERNEL, options=options, grid=grid, block=(THREADS,)
             )
         ]
         flip_args = b""
-        if v.flip:
+        if flip:
             kernels.insert(
                 0,
                 KernelInfo(
@@ -415,7 +424,7 @@ class GpuWgmmaSolver(MmaSolverBase):
                     block=(256,),
                 )
             )
-        dtype, flip, part_at = p.dtype, v.flip, _flip_room(p)
+        dtype, part_at = p.dtype, _flip_room(p) if flip else 0
 
         def factory(compiled: Any) -> Any:
             from miocore.backends.cuda_tma import tiled_tensor_map
@@ -446,6 +455,8 @@ class GpuWgmmaSolver(MmaSolverBase):
                     src_ptr, w_ptr, dst_ptr = ip.y.ptr, ip.workspace.ptr, ip.x.ptr
                     flip_launch.set_pointers(ip.w.ptr, w_ptr)
                     flipper.launch(flip_launch)
+                elif mn_filter:
+                    src_ptr, w_ptr, dst_ptr = ip.y.ptr, ip.w.ptr, ip.x.ptr
                 else:
                     src_ptr, w_ptr, dst_ptr = ip.x.ptr, ip.w.ptr, ip.y.ptr
                 args = kept.get((src_ptr, w_ptr)) or args_for(src_ptr, w_ptr)
@@ -517,6 +528,24 @@ def _splits(ctx: ExecutionContext, v: GemmView, bn: int, box: tuple[int, int, in
     steps = v.slices
     sms = max(1, ctx.device.compute_units)
     return tuple(s for s in SPLITS if s == 1 or (tiles * s <= sms and steps >= _MIN_PART_STEPS * s))
+
+
+def flips_filter(p: ConvProblem, cluster: int) -> bool:
+    """Whether backward data first writes the flipped, transposed filter into the workspace:
+    where the filter's memory does not suit TMA boxes of 64 c x 64 k taken as it is
+    (channels innermost, the taps one run, 16-byte strides) or clusters share the slice (each
+    block loads a share of a K-major slice)."""
+    if p.direction is not Direction.BACKWARD_DATA:
+        return False
+    r, s = p.filter_spatial
+    ws = p.w.strides  # (k, c, r, s)
+    return (
+        cluster > 1
+        or ws[1] != 1
+        or (r > 1 and s > 1 and ws[2] != s * ws[3])
+        or _tap_stride(p) % 8 != 0
+        or ws[0] % 8 != 0
+    )
 
 
 def _flip_room(p: ConvProblem) -> int:

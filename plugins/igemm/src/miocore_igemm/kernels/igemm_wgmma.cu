@@ -70,10 +70,31 @@
 
 #if defined(MIO_DTYPE_BF16)
 #define MIO_WGMMA_(n) mio_wgmma_n##n##_bf16
+#define MIO_WGMMA_TB_(n) mio_wgmma_n##n##_bf16_tb
 #else
 #define MIO_WGMMA_(n) mio_wgmma_n##n##_f16
+#define MIO_WGMMA_TB_(n) mio_wgmma_n##n##_f16_tb
 #endif
 #define MIO_WGMMA(n) MIO_WGMMA_(n)
+#define MIO_WGMMA_TB(n) MIO_WGMMA_TB_(n)
+
+#ifndef MIO_B_MN
+#define MIO_B_MN 0  // 1: the filter slice lands output-channels-contiguous (see below)
+#endif
+#if MIO_B_MN && MIO_CLUSTER > 1
+#error "the channels-contiguous filter slice is loaded by single blocks"
+#endif
+// Backward data without a flipped copy of the filter: the slice of w[k][tap][c] for 64 values
+// of k (the reduction) and MIO_BN of c (the outputs) is loaded as MIO_BN / 64 boxes of 64 c x
+// 64 k, each 64 rows of 128 bytes (swizzled), and wgmma reads it MN-major (transpose-B): its
+// 8-row groups of k lie 1024 bytes apart, its 64-channel chunks of c one box (8 KiB) apart.
+#define MIO_MN_CHUNK (64 * MIO_BK * 2)
+#ifndef MIO_MN_LBO
+#define MIO_MN_LBO MIO_MN_CHUNK
+#endif
+#ifndef MIO_MN_SBO
+#define MIO_MN_SBO 1024
+#endif
 
 // A CUtensorMap: 128 opaque bytes made by cuTensorMapEncodeTiled on the host.
 struct alignas(64) MioTensorMap {
@@ -210,6 +231,14 @@ __device__ __forceinline__ void keep(float* d) {
   for (int i = 0; i < MIO_ACC; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// The same for an MN-major operand: leading byte offset = from one 64-element chunk of N to the
+// next (one box), stride byte offset = from one 8-row group of K to the next.
+__device__ __forceinline__ unsigned long long smem_desc_mn(const void* p) {
+  unsigned long long addr = smem_addr(p);
+  return ((addr & 0x3FFFFull) >> 4) | ((unsigned long long)(MIO_MN_LBO >> 4) << 16) |
+         ((unsigned long long)(MIO_MN_SBO >> 4) << 32) | (1ull << 62);
+}
+
 // A consumed slice goes back to the producers of every block that wrote into it.
 __device__ __forceinline__ void release(unsigned long long* empty_slot, unsigned rank) {
   bar_arrive(empty_slot);
@@ -277,8 +306,13 @@ __device__ __forceinline__ void consume(const MioWgmmaGeom& g, unsigned short* _
       for (int kk = 0; kk < MIO_BK / 16; ++kk) {
 #pragma unroll
         for (int m = 0; m < MIO_MT; ++m) {
+#if MIO_B_MN
+          MIO_WGMMA_TB(MIO_BN)(d[m], smem_desc(a + m * (64 * MIO_BK * 2) + kk * 32),
+                               smem_desc_mn(b + kk * (16 * 128)));
+#else
           MIO_WGMMA(MIO_BN)(d[m], smem_desc(a + m * (64 * MIO_BK * 2) + kk * 32),
                             smem_desc(b + kk * 32));
+#endif
         }
       }
       asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
@@ -396,6 +430,12 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(MIO_CLUSTE
                                 &full[slot], cb * MIO_BK, fy * g.s + fx,
                                 at.k0 + rank * (MIO_BN / MIO_CLUSTER),
                                 (unsigned short)((1u << MIO_CLUSTER) - 1));
+#elif MIO_B_MN
+          // w[k][tap][c] as (c, tap, k): the tap flipped, MIO_BN / 64 boxes of 64 c x 64 k
+          for (int chunk = 0; chunk < MIO_BN / 64; ++chunk) {
+            tma_load_3d(a + MIO_A_BYTES + chunk * MIO_MN_CHUNK, &w_map, &full[slot],
+                        at.k0 + chunk * 64, g.r * g.s - 1 - (fy * g.s + fx), cb * MIO_BK);
+          }
 #else
           tma_load_3d(a + MIO_A_BYTES, &w_map, &full[slot], cb * MIO_BK, fy * g.s + fx, at.k0);
 #endif
