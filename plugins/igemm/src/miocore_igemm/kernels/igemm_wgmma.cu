@@ -398,26 +398,17 @@ __device__ __forceinline__ void consume(const MioWgmmaGeom& g, unsigned short* _
             const int nn = at.n0 + row / (g.tw * g.th);
             unsigned short* out = y + nn * g.y_sn + pp * g.y_sh + qq * g.y_sw;
             const float* sums = part + at_pixel * g.k;
-            // the row's columns of one part at a time: MIO_BN / 8 loads in flight, not one
-            float2 sum[MIO_BN / 8];
-#pragma unroll
-            for (int c = 0; c < MIO_BN / 8; ++c) sum[c] = make_float2(0.f, 0.f);
-            for (int other = 0; other < g.split; ++other) {
-              const float* from = sums + other * g.slab;
-#pragma unroll
-              for (int c = 0; c < MIO_BN / 8; ++c) {
-                const int col = col0 + 8 * c;
-                if (col < g.k) {  // L2: other SMs wrote them
-                  const float2 v = __ldcg(reinterpret_cast<const float2*>(from + col));
-                  sum[c].x += v.x;
-                  sum[c].y += v.y;
-                }
-              }
-            }
-#pragma unroll
+#pragma unroll 4
             for (int c = 0; c < MIO_BN / 8; ++c) {
               const int col = col0 + 8 * c;
-              if (col < g.k) *reinterpret_cast<unsigned*>(out + col) = pack2(sum[c].x, sum[c].y);
+              if (col >= g.k) continue;
+              float2 sum = make_float2(0.f, 0.f);
+              for (int other = 0; other < g.split; ++other) {  // L2: other SMs wrote them
+                const float2 v = __ldcg(reinterpret_cast<const float2*>(sums + other * g.slab + col));
+                sum.x += v.x;
+                sum.y += v.y;
+              }
+              *reinterpret_cast<unsigned*>(out + col) = pack2(sum.x, sum.y);
             }
           }
         }
