@@ -547,15 +547,13 @@ def _flip_room(p: ConvProblem) -> int:
 def _split_room(v: GemmView, cfg: Any) -> tuple[int, int]:
     """Split-K's workspace: (bytes in all, offset of the counters): the parts' fp32 slabs,
     then a 32-bit counter per tile of the grid (per pair of pixel boxes and block of a
-    cluster, per block of channels) and consumer that stores it (both of a cooperative
-    tile, each its own rows); nothing without split-K."""
-    _, bn, _, tw, th, tn, _, cluster, split, pingpong = _values(cfg)
+    cluster, per block of channels); nothing without split-K."""
+    _, bn, _, tw, th, tn, _, cluster, split, _ = _values(cfg)
     if split == 1:
         return 0, 0
     slabs = _partial_bytes(v, split)
     boxes = _cdiv(_cdiv(v.ow, tw) * _cdiv(v.oh, th) * _cdiv(v.n, tn), cluster) * cluster
-    storers = 1 if pingpong else 2
-    return slabs + 4 * boxes * _cdiv(v.k, bn) * storers, slabs
+    return slabs + 4 * boxes * _cdiv(v.k, bn), slabs
 
 
 def _partial_bytes(v: GemmView, split: int) -> int:

@@ -272,11 +272,7 @@ __device__ __forceinline__ long long pixel_of(const MioWgmmaGeom& g, const MioTi
 
 // The 128 threads of consumer warpgroup ``cw`` meet (named barrier 1 + cw; 0 is the block's).
 __device__ __forceinline__ void consumer_sync(int cw) {
-  if (cw == 0) {
-    asm volatile("bar.sync 1, 128;" ::: "memory");
-  } else {
-    asm volatile("bar.sync 2, 128;" ::: "memory");
-  }
+  asm volatile("bar.sync %0, 128;" ::"r"(1 + cw) : "memory");
 }
 
 // The consumer warpgroups: multiply every slice of each tile, then store the tile.
@@ -358,15 +354,12 @@ __device__ __forceinline__ void consume(const MioWgmmaGeom& g, unsigned short* _
     if (g.split > 1) {
       // Split-K: every part leaves its sums in its fp32 slab; the part that finishes last
       // adds the slabs in order (deterministic: the same sums whichever part is last) and
-      // stores the tile (its own sums are read back too: the accumulators are free by then).
-      // A counter per tile and consumer half (cooperative tiles: each consumer stores its own
-      // rows), zeroed before the launch.
+      // stores the tile. The counters are zeroed before the launch.
 #pragma unroll
       for (int m = 0; m < MIO_MT; ++m) {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const int row = row0 + m * 64 + warp * 16 + lane / 4 + 8 * half;
-          const long long at_pixel = pixel_of(g, at, row, box_rows);
+          const long long at_pixel = pixel_of(g, at, row0 + m * 64 + warp * 16 + lane / 4 + 8 * half, box_rows);
           if (at_pixel < 0) continue;
           float* out = part + j * g.slab + at_pixel * g.k;
 #pragma unroll
@@ -382,38 +375,36 @@ __device__ __forceinline__ void consume(const MioWgmmaGeom& g, unsigned short* _
       __threadfence();  // this part's sums are visible before its arrival is
       consumer_sync(cw);
       if (tid % 128 == 0) {
-        const int slot = ((u / g.split) * MIO_CLUSTER + rank) * MIO_SHARERS + (MIO_PINGPONG ? 0 : cw);
-        last[cw] = atomicAdd(&counters[slot], 1u) == (unsigned)(g.split - 1);
+        const unsigned done = atomicAdd(&counters[(u / g.split) * MIO_CLUSTER + rank], 1u);
+        last[cw] = done == (unsigned)(g.split - 1);
       }
       consumer_sync(cw);
-      if (last[cw]) {
-        __threadfence();
-        for (int m = 0; m < MIO_MT; ++m) {
-          for (int half = 0; half < 2; ++half) {
-            const int row = row0 + m * 64 + warp * 16 + lane / 4 + 8 * half;
-            const long long at_pixel = pixel_of(g, at, row, box_rows);
-            if (at_pixel < 0) continue;
-            const int qq = at.q0 + row % g.tw;
-            const int pp = at.p0 + (row / g.tw) % g.th;
-            const int nn = at.n0 + row / (g.tw * g.th);
-            unsigned short* out = y + nn * g.y_sn + pp * g.y_sh + qq * g.y_sw;
-            const float* sums = part + at_pixel * g.k;
-#pragma unroll 4
-            for (int c = 0; c < MIO_BN / 8; ++c) {
-              const int col = col0 + 8 * c;
-              if (col >= g.k) continue;
-              float2 sum = make_float2(0.f, 0.f);
-              for (int other = 0; other < g.split; ++other) {  // L2: other SMs wrote them
-                const float2 v = __ldcg(reinterpret_cast<const float2*>(sums + other * g.slab + col));
-                sum.x += v.x;
-                sum.y += v.y;
+      if (!last[cw]) continue;
+      __threadfence();
+#pragma unroll
+      for (int m = 0; m < MIO_MT; ++m) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const long long at_pixel = pixel_of(g, at, row0 + m * 64 + warp * 16 + lane / 4 + 8 * half, box_rows);
+          if (at_pixel < 0) continue;
+#pragma unroll
+          for (int c = 0; c < MIO_BN / 8; ++c) {
+            const int col = col0 + 8 * c;
+            if (col >= g.k) continue;
+            float2 sum = make_float2(0.f, 0.f);
+            for (int other = 0; other < g.split; ++other) {
+              float2 v = make_float2(d[m][4 * c + 2 * half], d[m][4 * c + 2 * half + 1]);
+              if (other != j) {  // L2 only: the slabs were written by other SMs
+                v = __ldcg(reinterpret_cast<const float2*>(part + other * g.slab + at_pixel * g.k + col));
               }
-              *reinterpret_cast<unsigned*>(out + col) = pack2(sum.x, sum.y);
+              sum.x += v.x;
+              sum.y += v.y;
             }
+            d[m][4 * c + 2 * half] = sum.x;
+            d[m][4 * c + 2 * half + 1] = sum.y;
           }
         }
       }
-      continue;
     }
 #pragma unroll
     for (int m = 0; m < MIO_MT; ++m) {
