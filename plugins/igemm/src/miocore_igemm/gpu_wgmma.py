@@ -49,6 +49,7 @@ from miocore_igemm.gpu_common import MmaSolverBase, check_alignment
 SOURCE = "igemm/igemm_wgmma.cu"
 KERNEL = "igemm_wgmma_fwd"
 FLIP_KERNEL = "igemm_wgmma_wflip"
+REDUCE_KERNEL = "igemm_wgmma_reduce"
 THREADS = 384  # one producer and two consumer warpgroups
 ROWS = 128  # output pixels of the smaller tile
 BK = 64  # channels per pipeline slice: 128 bytes of fp16/bf16, the swizzle width
@@ -335,13 +336,13 @@ class GpuWgmmaSolver(MmaSolverBase):
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
     ) -> int:
         """Backward data with a flipped copy of the filter (see :func:`flips_filter`): that
-        copy; split-K: the parts' fp32 sums and a counter per tile."""
+        copy; split-K: the parts' fp32 sums."""
         p = problem
         if p.spatial_dims != 2:
             return 0
         cfg = self._config(ctx, p, perf_config)
         room = _flip_room(p) if flips_filter(p, int(cfg["cluster"])) else 0
-        return room + _split_room(gemm_view(p), cfg)[0]
+        return room + _partial_bytes(gemm_view(p), int(cfg["split"]))
 
     def get_solution(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
@@ -413,10 +414,17 @@ class GpuWgmmaSolver(MmaSolverBase):
             )
             ws = p.w.strides  # (k, c, r, s)
             flip_args = _FLIP.pack(p.k, p.c, v.r, v.s, ws[0], ws[1], ws[2], ws[3])
+        if split > 1:
+            kernels.append(
+                KernelInfo(
+                    source=SOURCE,
+                    kernel_name=REDUCE_KERNEL,
+                    options=options,
+                    grid=(max(1, min(_cdiv(slab // 2, 256), 8 * sms)),),
+                    block=(256,),
+                )
+            )
         dtype, part_at = p.dtype, _flip_room(p) if flip else 0
-        split_room, counters_at = _split_room(v, cfg)
-        counters_at += part_at
-        counter_bytes = part_at + split_room - counters_at
 
         def factory(compiled: Any) -> Any:
             from miocore.backends.cuda_tma import tiled_tensor_map
@@ -424,7 +432,9 @@ class GpuWgmmaSolver(MmaSolverBase):
 
             kernel = compiled[1 if flip else 0]
             flipper = compiled[0] if flip else None
+            reducer = compiled[-1] if split > 1 else None
             flip_launch = KernelArgs([("ptr", 0), ("ptr", 0), ("bytes", flip_args)])
+            reduce_launch = KernelArgs([("ptr", 0), ("ptr", 0), ("bytes", geometry)])
             kept: dict[tuple[int, int], Any] = {}
 
             def args_for(src_ptr: int, w_ptr: int) -> Any:
@@ -436,7 +446,7 @@ class GpuWgmmaSolver(MmaSolverBase):
                 x_map = tiled_tensor_map(dtype, src_ptr, x_dims, x_strides, x_box, x_steps)
                 w_map = tiled_tensor_map(dtype, w_ptr, w_dims, w_strides, w_box, (1, 1, 1))
                 maps = [("bytes", x_map), ("bytes", w_map)]
-                args = KernelArgs([*maps, ("ptr", 0), ("ptr", 0), ("ptr", 0), ("bytes", geometry)])
+                args = KernelArgs([*maps, ("ptr", 0), ("ptr", 0), ("bytes", geometry)])
                 kept[(src_ptr, w_ptr)] = args
                 return args
 
@@ -452,22 +462,21 @@ class GpuWgmmaSolver(MmaSolverBase):
                 args = kept.get((src_ptr, w_ptr)) or args_for(src_ptr, w_ptr)
                 if dst_ptr % 4:
                     check_alignment((("output", dst_ptr, 4),), "igemm.gpu_wgmma's paired stores")
-                if split == 1:
-                    args.set_pointers(dst_ptr, 0, 0)
+                if reducer is None:
+                    args.set_pointers(dst_ptr, 0)
                     kernel.launch(args, shared=shared)
                     return
-                # split-K: each tile's counter of finished parts starts at zero every call
-                ws_ptr = ip.workspace.ptr
-                backend = handle.backend
-                backend.driver.memset(ws_ptr + counters_at, counter_bytes, backend.stream_object)
-                args.set_pointers(dst_ptr, ws_ptr + part_at, ws_ptr + counters_at)
+                part_ptr = ip.workspace.ptr + part_at
+                args.set_pointers(dst_ptr, part_ptr)
                 kernel.launch(args, shared=shared)
+                reduce_launch.set_pointers(part_ptr, dst_ptr)
+                reducer.launch(reduce_launch)
 
             return invoker
 
         return ConvSolution(
             solver=self.name,
-            workspace_size=part_at + split_room,
+            workspace_size=part_at + _partial_bytes(v, split),
             invoker_factory=factory,
             kernels=tuple(kernels),
         )
@@ -542,18 +551,6 @@ def flips_filter(p: ConvProblem, cluster: int) -> bool:
 def _flip_room(p: ConvProblem) -> int:
     """Workspace bytes before the split-K partials: the flipped filter, 256-byte aligned."""
     return _cdiv(flipped_filter_bytes(p), 256) * 256
-
-
-def _split_room(v: GemmView, cfg: Any) -> tuple[int, int]:
-    """Split-K's workspace: (bytes in all, offset of the counters): the parts' fp32 slabs,
-    then a 32-bit counter per tile of the grid (per pair of pixel boxes and block of a
-    cluster, per block of channels); nothing without split-K."""
-    _, bn, _, tw, th, tn, _, cluster, split, _ = _values(cfg)
-    if split == 1:
-        return 0, 0
-    slabs = _partial_bytes(v, split)
-    boxes = _cdiv(_cdiv(v.ow, tw) * _cdiv(v.oh, th) * _cdiv(v.n, tn), cluster) * cluster
-    return slabs + 4 * boxes * _cdiv(v.k, bn), slabs
 
 
 def _partial_bytes(v: GemmView, split: int) -> int:

@@ -258,27 +258,9 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
   return out;
 }
 
-// The output pixel (n, p, q order) of accumulator row ``row`` of the tile at ``at``; -1 where
-// the row lies past the pixel box or the output.
-__device__ __forceinline__ long long pixel_of(const MioWgmmaGeom& g, const MioTile& at, int row,
-                                              int box_rows) {
-  if (row >= box_rows) return -1;
-  const int qq = at.q0 + row % g.tw;
-  const int pp = at.p0 + (row / g.tw) % g.th;
-  const int nn = at.n0 + row / (g.tw * g.th);
-  if (qq >= g.q || pp >= g.p || nn >= g.n) return -1;
-  return (long long)(nn * g.p + pp) * g.q + qq;
-}
-
-// The 128 threads of consumer warpgroup ``cw`` meet (named barrier 1 + cw; 0 is the block's).
-__device__ __forceinline__ void consumer_sync(int cw) {
-  asm volatile("bar.sync %0, 128;" ::"r"(1 + cw) : "memory");
-}
-
 // The consumer warpgroups: multiply every slice of each tile, then store the tile.
 __device__ __forceinline__ void consume(const MioWgmmaGeom& g, unsigned short* __restrict__ y,
-                                        float* __restrict__ part, unsigned* __restrict__ counters,
-                                        int* last, unsigned char* ring, unsigned long long* full,
+                                        float* __restrict__ part, unsigned char* ring, unsigned long long* full,
                                         unsigned long long* empty, unsigned long long* order,
                                         int cw, int tid, int first,
                                         int stride, int units, int tiles_n, unsigned rank,
@@ -351,61 +333,6 @@ __device__ __forceinline__ void consume(const MioWgmmaGeom& g, unsigned short* _
     // Epilogue: this thread's rows are lane/4 and lane/4 + 8 of its warp's 16 per sub-tile.
     const MioTile at = tile_at(g, u / g.split, tiles_n, rank);
     const int col0 = at.k0 + 2 * (lane % 4);
-    if (g.split > 1) {
-      // Split-K: every part leaves its sums in its fp32 slab; the part that finishes last
-      // adds the slabs in order (deterministic: the same sums whichever part is last) and
-      // stores the tile. The counters are zeroed before the launch.
-#pragma unroll
-      for (int m = 0; m < MIO_MT; ++m) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const long long at_pixel = pixel_of(g, at, row0 + m * 64 + warp * 16 + lane / 4 + 8 * half, box_rows);
-          if (at_pixel < 0) continue;
-          float* out = part + j * g.slab + at_pixel * g.k;
-#pragma unroll
-          for (int c = 0; c < MIO_BN / 8; ++c) {
-            const int col = col0 + 8 * c;
-            if (col < g.k) {
-              *reinterpret_cast<float2*>(out + col) =
-                  make_float2(d[m][4 * c + 2 * half], d[m][4 * c + 2 * half + 1]);
-            }
-          }
-        }
-      }
-      __threadfence();  // this part's sums are visible before its arrival is
-      consumer_sync(cw);
-      if (tid % 128 == 0) {
-        const unsigned done = atomicAdd(&counters[(u / g.split) * MIO_CLUSTER + rank], 1u);
-        last[cw] = done == (unsigned)(g.split - 1);
-      }
-      consumer_sync(cw);
-      if (!last[cw]) continue;
-      __threadfence();
-#pragma unroll
-      for (int m = 0; m < MIO_MT; ++m) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const long long at_pixel = pixel_of(g, at, row0 + m * 64 + warp * 16 + lane / 4 + 8 * half, box_rows);
-          if (at_pixel < 0) continue;
-#pragma unroll
-          for (int c = 0; c < MIO_BN / 8; ++c) {
-            const int col = col0 + 8 * c;
-            if (col >= g.k) continue;
-            float2 sum = make_float2(0.f, 0.f);
-            for (int other = 0; other < g.split; ++other) {
-              float2 v = make_float2(d[m][4 * c + 2 * half], d[m][4 * c + 2 * half + 1]);
-              if (other != j) {  // L2 only: the slabs were written by other SMs
-                v = __ldcg(reinterpret_cast<const float2*>(part + other * g.slab + at_pixel * g.k + col));
-              }
-              sum.x += v.x;
-              sum.y += v.y;
-            }
-            d[m][4 * c + 2 * half] = sum.x;
-            d[m][4 * c + 2 * half + 1] = sum.y;
-          }
-        }
-      }
-    }
 #pragma unroll
     for (int m = 0; m < MIO_MT; ++m) {
 #pragma unroll
@@ -416,6 +343,18 @@ __device__ __forceinline__ void consume(const MioWgmmaGeom& g, unsigned short* _
         const int pp = at.p0 + (row / g.tw) % g.th;
         const int nn = at.n0 + row / (g.tw * g.th);
         if (qq >= g.q || pp >= g.p || nn >= g.n) continue;
+        if (g.split > 1) {  // this part's sums, fp32, for igemm_wgmma_reduce
+          float* out = part + j * g.slab + ((long long)(nn * g.p + pp) * g.q + qq) * g.k;
+#pragma unroll
+          for (int c = 0; c < MIO_BN / 8; ++c) {
+            const int col = col0 + 8 * c;
+            if (col < g.k) {
+              *reinterpret_cast<float2*>(out + col) =
+                  make_float2(d[m][4 * c + 2 * half], d[m][4 * c + 2 * half + 1]);
+            }
+          }
+          continue;
+        }
         unsigned short* out = y + nn * g.y_sn + pp * g.y_sh + qq * g.y_sw;
 #pragma unroll
         for (int c = 0; c < MIO_BN / 8; ++c) {
@@ -433,11 +372,9 @@ __device__ __forceinline__ void consume(const MioWgmmaGeom& g, unsigned short* _
 extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(MIO_CLUSTER, 1, 1)
     igemm_wgmma_fwd(const __grid_constant__ MioTensorMap x_map,
                     const __grid_constant__ MioTensorMap w_map, unsigned short* __restrict__ y,
-                    float* __restrict__ part, unsigned* __restrict__ counters,
-                    const MioWgmmaGeom g) {
+                    float* __restrict__ part, const MioWgmmaGeom g) {
   extern __shared__ __align__(1024) unsigned char dyn[];
   __shared__ unsigned long long full[MIO_STAGES], empty[MIO_STAGES], order[2];
-  __shared__ int last[2];  // split-K: whether each consumer's unit was its tile's last part
   // the swizzle pattern repeats every 1024 bytes: the ring starts on such a boundary
   unsigned char* ring = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<unsigned long long>(dyn) + 1023) & ~1023ull);
@@ -513,7 +450,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(MIO_CLUSTE
       }
     }
   } else {
-    consume(g, y, part, counters, last, ring, full, empty, order, wg - 1, tid, first, stride, units, tiles_n, rank,
+    consume(g, y, part, ring, full, empty, order, wg - 1, tid, first, stride, units, tiles_n, rank,
             box_rows);
   }
 #if MIO_CLUSTER > 1
@@ -547,5 +484,30 @@ extern "C" __global__ void __launch_bounds__(256)
   for (int i = threadIdx.y; i < 32; i += 8) {
     const int c = c0 + i, k = k0 + threadIdx.x;
     if (k < f.k && c < f.c) out[((long long)c * taps + tap) * f.k + k] = tile[threadIdx.x][i];
+  }
+}
+
+// Split-K: the parts' fp32 sums added in order (deterministic), converted and stored.
+extern "C" __global__ void igemm_wgmma_reduce(const float* __restrict__ part,
+                                              unsigned short* __restrict__ y,
+                                              const MioWgmmaGeom g) {
+  const long long pairs = g.slab / 2;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < pairs;
+       i += (long long)gridDim.x * blockDim.x) {
+    float2 sum = reinterpret_cast<const float2*>(part)[i];
+    for (int j = 1; j < g.split; ++j) {
+      const float2 v = reinterpret_cast<const float2*>(part + j * g.slab)[i];
+      sum.x += v.x;
+      sum.y += v.y;
+    }
+    const long long e = 2 * i;
+    const int col = (int)(e % g.k);
+    long long m = e / g.k;
+    const int qq = (int)(m % g.q);
+    m /= g.q;
+    const int pp = (int)(m % g.p);
+    const long long nn = m / g.p;
+    *reinterpret_cast<unsigned*>(y + nn * g.y_sn + pp * g.y_sh + qq * g.y_sw + col) =
+        pack2(sum.x, sum.y);
   }
 }
