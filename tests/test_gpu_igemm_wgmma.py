@@ -1,5 +1,7 @@
 """``igemm.gpu_wgmma`` (forward and stride-1 backward data on Hopper's warpgroup tensor cores,
-TMA-fed) against the float64 reference, on an sm_90 device (marked ``gpu``; skipped elsewhere).
+TMA-fed) and ``igemm.gpu_wgmma_tf32`` (the same on fp32 tensors through TF32, in the ``tf32``
+math mode, against the TF32 bound) against the float64 reference, on an sm_90 device (marked
+``gpu``; skipped elsewhere).
 
 Corpus-derived problems: one-group 2-D rows of the corpus (filters, pads, strides, dilations
 kept) as forward and backward data, fp16 and bf16, in NHWC, shrunk to 8 to 136 channels so
@@ -17,7 +19,7 @@ import functools
 import os
 
 import pytest
-from gpu_igemm_fixtures import check, need_exact, precompile, run, run_configs
+from gpu_igemm_fixtures import check, handle_for, precompile, run, run_configs
 
 import miocore
 from miocore.corpus import find_corpus, sample_rows, shrink_row
@@ -25,13 +27,18 @@ from miocore.corpus import find_corpus, sample_rows, shrink_row
 pytestmark = pytest.mark.gpu
 
 SOLVER = "igemm.gpu_wgmma"
+TF32 = "igemm.gpu_wgmma_tf32"
 PER_DTYPE = int(os.environ.get("MIOCORE_GPU_TEST_PROBLEMS", "200")) // 2
 
 
-def _handle() -> miocore.Handle:
-    h = need_exact(SOLVER)
+def _solver(dtype: str) -> str:
+    return TF32 if dtype.lower() in ("tf32", "float32") else SOLVER
+
+
+def _handle(solver: str = SOLVER) -> miocore.Handle:
+    h = handle_for(solver, TF32)
     if h.context.device.arch.replace("_", "") != "sm90":
-        pytest.skip(f"{SOLVER} needs sm_90, this device is {h.context.device.arch}")
+        pytest.skip(f"{solver} needs sm_90, this device is {h.context.device.arch}")
     return h
 
 
@@ -43,16 +50,17 @@ def _rows() -> list[dict]:
 
 
 @pytest.mark.parametrize("direction", ("forward", "backward_data"))
-@pytest.mark.parametrize("dtype", ("FP16", "BF16"))
+@pytest.mark.parametrize("dtype", ("FP16", "BF16", "TF32"))
 def test_wgmma_matches_reference_on_corpus(dtype: str, direction: str) -> None:
-    h = _handle()
-    solver = h.registry.get(SOLVER).solver
+    name = _solver(dtype)
+    h = _handle(name)
+    solver = h.registry.get(name).solver
     problems = []
     for i, row in enumerate(_rows()):
         if row.get("groups", 1) != 1:
             continue
         p = shrink_row(
-            {**row, "dtype": dtype, "layout": "NHWC"},
+            {**row, "dtype": "FP32" if dtype == "TF32" else dtype, "layout": "NHWC"},
             max_channels_per_group=(8, 16, 72, 136)[i % 4],
             direction=direction,
         )
@@ -62,11 +70,11 @@ def test_wgmma_matches_reference_on_corpus(dtype: str, direction: str) -> None:
             break
     if not problems:
         pytest.skip("the corpus is not available (set MIOCORE_CORPUS)")
-    precompile(h, SOLVER, problems)
+    precompile(h, name, problems)
     failures = []
     for i, p in enumerate(problems):
-        got, inputs = run(h, SOLVER, p, seed=i)
-        why = check(p, got, inputs, tf32=False)
+        got, inputs = run(h, name, p, seed=i)
+        why = check(p, got, inputs, tf32=name == TF32)
         if why:
             failures.append(f"{p.key}: {why}")
     assert not failures, f"{len(failures)}/{len(problems)} failed:\n" + "\n".join(failures[:20])
@@ -87,10 +95,11 @@ _SHAPES = (
 
 
 @pytest.mark.parametrize("direction", ("forward", "backward_data"))
-@pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16", "float32"))
 @pytest.mark.parametrize("shape", range(len(_SHAPES)))
 def test_wgmma_every_config(dtype: str, shape: int, direction: str) -> None:
-    h = _handle()
+    name = _solver(dtype)
+    h = _handle(name)
     n, c, k, hw, f, pads, strides, dils = _SHAPES[shape]
     if direction == "backward_data":
         strides = (1, 1)  # strided backward data is not this solver's
@@ -107,7 +116,7 @@ def test_wgmma_every_config(dtype: str, shape: int, direction: str) -> None:
         dtype=dtype,
         layout="NHWC",
     )
-    solver = h.registry.get(SOLVER).solver
+    solver = h.registry.get(name).solver
     applies = solver.is_applicable(h.context, problem.canonical)
     if direction == "backward_data" and not applies:
         pytest.skip(f"not this solver's: {applies.reason}")  # dy's channels not a multiple of 8
@@ -116,7 +125,7 @@ def test_wgmma_every_config(dtype: str, shape: int, direction: str) -> None:
     assert configs
     if shape == len(_SHAPES) - 1:
         assert {c["split"] for c in configs} >= {1, 2}
-    run_configs(h, SOLVER, problem, configs, (), False, lambda _p, _c: 0)
+    run_configs(h, name, problem, configs, (), name == TF32, lambda _p, _c: 0)
 
 
 def test_normal_find_measures_it() -> None:

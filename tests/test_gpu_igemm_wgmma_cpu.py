@@ -16,11 +16,13 @@ from miocore.testing import cpu_context
 wgmma = pytest.importorskip("miocore_igemm.gpu_wgmma")
 
 
-def _ctx(arch: str = "sm90", backend: str = "cuda", sms: int = 132) -> miocore.ExecutionContext:
+def _ctx(
+    arch: str = "sm90", backend: str = "cuda", sms: int = 132, math_mode: str = "exact"
+) -> miocore.ExecutionContext:
     device = dataclasses.replace(
         cpu_context().device, backend=backend, compute_units=sms, arch=arch
     )
-    return miocore.ExecutionContext(device=device)
+    return miocore.ExecutionContext(device=device, math_mode=math_mode)
 
 
 def _problem(**kw) -> miocore.ConvProblem:
@@ -42,7 +44,7 @@ SOLVER = wgmma.GpuWgmmaSolver()
         ({"arch": "sm80"}, "sm_90"),
         ({"arch": "sm100"}, "sm_90"),
         ({"backend": "hip", "arch": "gfx942"}, "sm_90"),
-        ({"dtype": "float32"}, "fp16 and bf16"),
+        ({"dtype": "float32"}, "bfloat16 and float16"),
         ({"direction": "backward_weights"}, "forward and backward data"),
         ({"direction": "backward_data", "strides": (2, 2)}, "stride 1 only"),
         ({"direction": "backward_data", "k": 12}, "12 channels of dy"),
@@ -275,3 +277,49 @@ def test_estimates_only_what_it_computes() -> None:
     ).canonical  # fmt: skip
     assert SOLVER.wti(ctx, three_d) == -1.0 and not SOLVER.is_applicable(ctx, three_d)
     assert SOLVER.workspace_size(ctx, three_d) == 0
+
+
+TF32 = wgmma.GpuWgmmaTf32Solver()
+
+
+def test_tf32_applies_to_fp32_in_the_tf32_math_mode_only() -> None:
+    fp32 = _problem(dtype="float32", c=36, k=20).canonical  # 144-byte rows: TMA's 16 bytes
+    assert TF32.is_applicable(_ctx(math_mode="tf32"), fp32)
+    exact = TF32.is_applicable(_ctx(), fp32)
+    assert not exact and "math mode is 'exact'" in exact.reason
+    half = TF32.is_applicable(_ctx(math_mode="tf32"), _problem().canonical)
+    assert not half and "float16: this solver computes float32" in half.reason
+    odd = TF32.is_applicable(_ctx(math_mode="tf32"), _problem(dtype="float32", c=6).canonical)
+    assert not odd and "a multiple of 4" in odd.reason  # 24-byte rows
+    assert not SOLVER.is_applicable(_ctx(math_mode="tf32"), fp32)  # fp16/bf16 only
+    assert "tf32" in TF32.numerical_notes
+
+
+def test_tf32_slices_are_32_channels_of_128_bytes() -> None:
+    ctx = _ctx(math_mode="tf32")
+    p = _problem(dtype="float32", n=8, c=96, k=128, in_spatial=(14, 14)).canonical
+    v = wgmma.gemm_view(p)
+    assert v.bk == 32 and v.slices == 9 * 3
+    cfg = TF32.default_perf_config(ctx, p)
+    kernel = TF32.get_solution(ctx, p, cfg).kernels[0]
+    assert kernel.kernel_name == wgmma.KERNEL
+    assert "-DMIO_DTYPE_TF32" in kernel.options and "-DMIO_B_MN=0" in kernel.options
+    half = wgmma.gemm_view(_problem(n=8, c=96, k=128, in_spatial=(14, 14)).canonical)
+    assert half.bk == 64 and half.slices == 9 * 2
+    # backward data always through the flipped filter: TF32 operands are K-major only
+    bwd = _problem(dtype="float32", direction="backward_data", c=32, k=64).canonical
+    cfg = {**TF32.default_perf_config(ctx, bwd), "split": 1}
+    names = [k.kernel_name for k in TF32.get_solution(ctx, bwd, cfg).kernels]
+    assert names == [wgmma.FLIP_KERNEL, wgmma.KERNEL]
+    assert TF32.workspace_size(ctx, bwd, cfg) == wgmma._flip_room(bwd) > 0
+
+
+def test_tf32_estimates_half_the_fp16_rate() -> None:
+    ctx = _ctx(math_mode="tf32")
+    big = {"n": 32, "c": 256, "k": 256, "in_spatial": (28, 28)}
+    fp32 = _problem(dtype="float32", **big).canonical
+    fp16 = _problem(**big).canonical
+    ideal32, ideal16 = ctx.ideal_ms(fp32), _ctx().ideal_ms(fp16)
+    ms32 = ideal32 / TF32.wti(ctx, fp32)
+    ms16 = ideal16 / SOLVER.wti(_ctx(), fp16)
+    assert 1.5 < ms32 / ms16 < 2.5  # compute-bound: about twice the time

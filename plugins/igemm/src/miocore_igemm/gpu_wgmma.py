@@ -44,7 +44,7 @@ from miocore import (
 )
 from miocore.backends.gpu_kernels import DTYPE_OPTIONS
 from miocore_igemm.gpu_common import KERNEL_DIR as KERNEL_DIR
-from miocore_igemm.gpu_common import MmaSolverBase, check_alignment
+from miocore_igemm.gpu_common import MmaSolverBase, Tf32Only, check_alignment
 
 SOURCE = "igemm/igemm_wgmma.cu"
 KERNEL = "igemm_wgmma_fwd"
@@ -52,7 +52,8 @@ FLIP_KERNEL = "igemm_wgmma_wflip"
 REDUCE_KERNEL = "igemm_wgmma_reduce"
 THREADS = 384  # one producer and two consumer warpgroups
 ROWS = 128  # output pixels of the smaller tile
-BK = 64  # channels per pipeline slice: 128 bytes of fp16/bf16, the swizzle width
+ROW_BYTES = 128  # a pipeline slice's row: the swizzle width (64 fp16/bf16 or 32 fp32 channels)
+BK = 64  # channels per slice of fp16/bf16 (GemmView.bk per type)
 #: Pipeline depths per tile (pixels bm x channels bn x ping-pong): each fills 160-200 KiB of
 #: the 227 KiB an sm_90 block may use (a stage is bm x 128 bytes of pixels and bn x 128 bytes
 #: of filter). Cooperative tiles (pingpong 0) are split between the two consumer warpgroups,
@@ -103,6 +104,19 @@ _FLIP = struct.Struct("<4i4q")  # the flip kernel's MioFlipGeom
 _MAPS_KEPT = 64
 
 
+#: The kernel's element type: fp32 tensors go through the tensor cores as TF32.
+_DTYPE_OPTIONS = {
+    DataType.FLOAT16: DTYPE_OPTIONS[DataType.FLOAT16],
+    DataType.BFLOAT16: DTYPE_OPTIONS[DataType.BFLOAT16],
+    DataType.FLOAT32: "-DMIO_DTYPE_TF32",
+}
+
+
+def _rate_factor(dtype: DataType) -> float:
+    """The tensor cores' rate for ``dtype`` against fp16's: TF32 runs at half."""
+    return 0.5 if dtype is DataType.FLOAT32 else 1.0
+
+
 def _is_sm90(ctx: ExecutionContext) -> bool:
     return ctx.backend == "cuda" and ctx.device.arch.replace("_", "") == "sm90"
 
@@ -134,11 +148,13 @@ class GemmView(NamedTuple):
     src: tuple[int, ...]
     dst: tuple[int, ...]
     flip: bool  # backward data: the filter is flipped and transposed first
+    bk: int = BK  # channels per slice: 128 bytes of the element type
 
     @property
     def slices(self) -> int:
-        """Pipeline steps of a tile's whole sum: every tap times the 64-channel slices of c."""
-        return self.r * self.s * _cdiv(self.c, BK)
+        """Pipeline steps of a tile's whole sum: every tap times the slices of ``bk``
+        channels of c."""
+        return self.r * self.s * _cdiv(self.c, self.bk)
 
 
 def gemm_view(p: ConvProblem) -> GemmView:
@@ -147,14 +163,15 @@ def gemm_view(p: ConvProblem) -> GemmView:
     r, s = p.filter_spatial
     (ih, iw), (oh, ow) = p.in_spatial, p.out_spatial
     (sh, sw), (ph, pw), (dh, dw) = p.conv.strides, p.conv.pads, p.conv.dilations
+    bk = ROW_BYTES // p.dtype.itemsize
     if p.direction is Direction.BACKWARD_DATA:
         return GemmView(
             p.n, oh, ow, ih, iw, p.k, p.c, r, s, 1, 1, dh * (r - 1) - ph, dw * (s - 1) - pw,
-            dh, dw, p.y.strides, p.x.strides, True,
+            dh, dw, p.y.strides, p.x.strides, True, bk,
         )  # fmt: skip
     return GemmView(
         p.n, ih, iw, oh, ow, p.c, p.k, r, s, sh, sw, ph, pw, dh, dw, p.x.strides, p.y.strides,
-        False,
+        False, bk,
     )  # fmt: skip
 
 
@@ -198,7 +215,11 @@ class GpuWgmmaSolver(MmaSolverBase):
         if not _is_sm90(ctx):
             return not_applicable(f"{ctx.device.arch}: wgmma and this kernel's TMA need sm_90")
         if p.dtype not in self.dtypes:
-            return not_applicable(f"{p.dtype.value}: this kernel computes fp16 and bf16")
+            kinds = " and ".join(sorted(d.value for d in self.dtypes))
+            return not_applicable(f"{p.dtype.value}: this solver computes {kinds}")
+        reason = self._math_reason(ctx)
+        if reason:
+            return not_applicable(reason)
         if p.direction not in (Direction.FORWARD, Direction.BACKWARD_DATA):
             return not_applicable(
                 f"{p.direction.value}: this kernel computes forward and backward data"
@@ -322,11 +343,12 @@ class GpuWgmmaSolver(MmaSolverBase):
         v = gemm_view(p)
         fill = v.n * v.oh * v.ow / (_tiles(v, box) * cfg["bm"])
         fill *= v.k / (_cdiv(v.k, cfg["bn"]) * cfg["bn"])
-        fill *= v.c / (_cdiv(v.c, BK) * BK)
+        fill *= v.c / (_cdiv(v.c, v.bk) * v.bk)
         slices = v.slices / cfg["split"]
         flips = flips_filter(p, int(cfg["cluster"]))
         eff = _EFFICIENCY * slices / (slices + _SLICE_COST) * (_FLIP_FACTOR if flips else 1.0)
         moved = p.bytes_moved + (2 * flipped_filter_bytes(p) if flips else 0)
+        eff *= _rate_factor(p.dtype)  # of the fp16 tensor-core ceiling
         ms = ctx.roofline_ms(float(p.flops), moved, DataType.FLOAT16, eff * fill)
         return ctx.wti(p, ms + _FIXED_MS)
 
@@ -361,7 +383,7 @@ class GpuWgmmaSolver(MmaSolverBase):
         steps = v.slices
         slab = v.n * v.oh * v.ow * v.k
         geometry = _GEOMETRY.pack(
-            v.n, v.oh, v.ow, v.k, v.r, v.s, _cdiv(v.c, BK), v.sh, v.sw, v.ph, v.pw, v.dh, v.dw,
+            v.n, v.oh, v.ow, v.k, v.r, v.s, _cdiv(v.c, v.bk), v.sh, v.sw, v.ph, v.pw, v.dh, v.dw,
             tw, th, tn, tiles_q, tiles_p, split, steps, dst[0], dst[2], dst[3], slab,
         )  # fmt: skip
         # A work unit: one tile per block of a cluster (consecutive pixel boxes, the same
@@ -371,7 +393,7 @@ class GpuWgmmaSolver(MmaSolverBase):
         sms = max(1, ctx.device.compute_units)
         grid = (cluster * (min(units, sms // cluster) if persist else units),)
         options = (
-            DTYPE_OPTIONS[p.dtype],
+            _DTYPE_OPTIONS[p.dtype],
             f"-DMIO_BM={bm}",
             f"-DMIO_BN={bn}",
             f"-DMIO_STAGES={stages}",
@@ -380,21 +402,21 @@ class GpuWgmmaSolver(MmaSolverBase):
             f"-DMIO_B_MN={int(mn_filter)}",
             "--gpu-architecture=sm_90a",  # wgmma and setmaxnreg: the arch-specific target
         )
-        shared = stages * (bm + bn) * BK * 2 + 1024  # + alignment of the ring to 1 KiB
+        shared = stages * (bm + bn) * ROW_BYTES + 1024  # + alignment of the ring to 1 KiB
         item = p.dtype.itemsize
         src = v.src
         x_dims = (v.c, v.iw, v.ih, v.n)
         x_strides = (src[3] * item, src[2] * item, src[0] * item)
-        x_box = (BK, tw * v.sw, th * v.sh, tn)
+        x_box = (v.bk, tw * v.sw, th * v.sh, tn)
         x_steps = (1, v.sw, v.sh, 1)
         w_dims = (v.c, v.r * v.s, v.k)
-        w_box = (BK, 1, bn // cluster)  # each block of a cluster loads its share
+        w_box = (v.bk, 1, bn // cluster)  # each block of a cluster loads its share
         if flip:  # w' in the workspace: [c][r][s][k], contiguous
             w_strides = (v.c * item, v.r * v.s * v.c * item)
         else:  # w[k][tap][c] as it is (backward data: boxes of 64 c x 64 k)
             w_strides = (_tap_stride(p) * item, p.w.strides[0] * item)
         if mn_filter:
-            w_dims, w_box = (p.c, v.r * v.s, p.k), (64, 1, BK)
+            w_dims, w_box = (p.c, v.r * v.s, p.k), (64, 1, v.bk)
         kernels = [
             KernelInfo(
                 source=SOURCE, kernel_name=KERNEL, options=options, grid=grid, block=(THREADS,)
@@ -425,6 +447,7 @@ class GpuWgmmaSolver(MmaSolverBase):
                 )
             )
         dtype, part_at = p.dtype, _flip_room(p) if flip else 0
+        pair = 2 * p.dtype.itemsize  # bytes of the epilogue's stores
 
         def factory(compiled: Any) -> Any:
             from miocore.backends.cuda_tma import tiled_tensor_map
@@ -460,8 +483,8 @@ class GpuWgmmaSolver(MmaSolverBase):
                 else:
                     src_ptr, w_ptr, dst_ptr = ip.x.ptr, ip.w.ptr, ip.y.ptr
                 args = kept.get((src_ptr, w_ptr)) or args_for(src_ptr, w_ptr)
-                if dst_ptr % 4:
-                    check_alignment((("output", dst_ptr, 4),), "igemm.gpu_wgmma's paired stores")
+                if dst_ptr % pair:
+                    check_alignment((("output", dst_ptr, pair),), "igemm.gpu_wgmma's paired stores")
                 if reducer is None:
                     args.set_pointers(dst_ptr, 0)
                     kernel.launch(args, shared=shared)
@@ -492,6 +515,7 @@ def ranked(ctx: ExecutionContext, p: ConvProblem) -> list[PerfConfig]:
     sms = max(1, ctx.device.compute_units)
     v = gemm_view(p)
     widest = max(64, 1 << max(0, (v.k - 1).bit_length()))
+    rate = _SM_FLOPS * _rate_factor(p.dtype)
     scored = []
     for tile, depths in STAGES.items():
         bm, bn, pingpong = tile
@@ -500,7 +524,7 @@ def ranked(ctx: ExecutionContext, p: ConvProblem) -> list[PerfConfig]:
         box = pixel_boxes(v, 1, bm)[0]
         for split in _splits(ctx, v, bn, box):
             waves = _cdiv(_tiles(v, box) * _cdiv(v.k, bn) * split, sms)
-            per_slice = 2.0 * bm * bn * BK / (_SM_FLOPS * _TILE_EFFICIENCY[tile])
+            per_slice = 2.0 * bm * bn * v.bk / (rate * _TILE_EFFICIENCY[tile])
             slices = _cdiv(v.slices, split)
             if pingpong:
                 cost = (waves * slices + _PINGPONG_FIXED) * per_slice
@@ -534,9 +558,12 @@ def flips_filter(p: ConvProblem, cluster: int) -> bool:
     """Whether backward data first writes the flipped, transposed filter into the workspace:
     where the filter's memory does not suit TMA boxes of 64 c x 64 k taken as it is
     (channels innermost, the taps one run, 16-byte strides) or clusters share the slice (each
-    block loads a share of a K-major slice)."""
+    block loads a share of a K-major slice), and always in TF32 (wgmma reads TF32 operands
+    K-major only)."""
     if p.direction is not Direction.BACKWARD_DATA:
         return False
+    if p.dtype is DataType.FLOAT32:
+        return True
     r, s = p.filter_spatial
     ws = p.w.strides  # (k, c, r, s)
     return (
@@ -573,8 +600,11 @@ def _layout_reason(p: ConvProblem) -> str | None:
     src, dst, ws = v.src, v.dst, p.w.strides
     if src[1] != 1 or dst[1] != 1 or (not v.flip and ws[1] != 1):
         return "channels are not innermost (the kernel reads and writes channels-last)"
-    if v.c % 8:
-        return f"{v.c} channels of {read}: TMA rows need 16-byte strides (a multiple of 8)"
+    item = p.dtype.itemsize
+    if v.c * item % 16:
+        return (
+            f"{v.c} channels of {read}: TMA rows need 16-byte strides (a multiple of {16 // item})"
+        )
     if v.k % 2:
         return f"{v.k} channels of {written}: the epilogue stores channel pairs (an even count)"
     r, s = p.filter_spatial
@@ -584,10 +614,10 @@ def _layout_reason(p: ConvProblem) -> str | None:
     if not v.flip:  # backward data reads the filter from the workspace, any layout
         strided.append(("w", (ws[0], _tap_stride(p))))
     for name, strides in strided:
-        if any(x % 8 for x in strides):
+        if any(x * item % 16 for x in strides):
             return f"{name} strides {strides}: TMA needs multiples of 16 bytes"
     if any(x % 2 for x in (dst[0], dst[2], dst[3])):
-        return f"{written} strides {dst}: the epilogue's 4-byte stores need even strides"
+        return f"{written} strides {dst}: the epilogue's paired stores need even strides"
     return None
 
 
@@ -603,4 +633,13 @@ def _tap_stride(p: ConvProblem) -> int:
     return _cdiv(p.c, 8) * 8
 
 
-GPU_SOLVERS = (GpuWgmmaSolver(),)
+class GpuWgmmaTf32Solver(Tf32Only, GpuWgmmaSolver):
+    """fp32 forward and stride-1 backward data through TF32 ``wgmma`` (k8, 32-channel slices
+    of 128 bytes, the tensor cores reading the fp32 bits as TF32), only in the ``"tf32"`` math
+    mode; backward data always through the flipped filter (TF32 operands are K-major only)."""
+
+    name = "igemm.gpu_wgmma_tf32"
+    numerical_notes = frozenset({"tf32"})
+
+
+GPU_SOLVERS = (GpuWgmmaSolver(), GpuWgmmaTf32Solver())

@@ -31,6 +31,7 @@ _SOLVERS = (
     ("miocore_igemm.gpu_wrw:GpuTf32WrwSolver", "igemm.gpu_tf32_wrw", _GPU),
     # forward and stride-1 backward data on Hopper's warpgroup tensor cores, TMA-fed (sm_90)
     ("miocore_igemm.gpu_wgmma:GpuWgmmaSolver", "igemm.gpu_wgmma", ("cuda",)),
+    ("miocore_igemm.gpu_wgmma:GpuWgmmaTf32Solver", "igemm.gpu_wgmma_tf32", ("cuda",)),
 )
 
 
@@ -38,8 +39,9 @@ _SOLVERS = (
 def miocore_solvers() -> Iterator[miocore.SolverRecord]:
     """CPU: ``igemm.fwd``, ``igemm.bwd``, ``igemm.wrw``; GPU: ``igemm.gpu_mma`` (fp16/bf16
     tensor cores) and ``igemm.gpu_tf32`` (fp32 through TF32, only in the ``tf32`` math mode),
-    ``igemm.gpu_fma``, ``igemm.gpu_mma_wrw``, ``igemm.gpu_tf32_wrw`` and ``igemm.gpu_wgmma``
-    (forward and stride-1 backward data, fp16/bf16, sm_90)."""
+    ``igemm.gpu_fma``, ``igemm.gpu_mma_wrw``, ``igemm.gpu_tf32_wrw``, ``igemm.gpu_wgmma``
+    (forward and stride-1 backward data, fp16/bf16, sm_90) and ``igemm.gpu_wgmma_tf32`` (the
+    same for fp32 through TF32, only in the ``tf32`` math mode)."""
     for factory, name, backends in _SOLVERS:
         yield miocore.SolverRecord(
             factory=factory, name=name, algorithm="implicit_gemm", backends=backends

@@ -26,7 +26,7 @@
 // words straight from registers (rows outside the image or the tile's box are skipped).
 //
 // Compile-time: MIO_BM, MIO_BN (64, 128, 256), MIO_STAGES, MIO_CLUSTER, MIO_PINGPONG,
-// MIO_DTYPE_FP16 or MIO_DTYPE_BF16. Every
+// MIO_DTYPE_FP16, MIO_DTYPE_BF16 or MIO_DTYPE_TF32 (fp32 tensors through TF32). Every
 // size, and the pixel box, is a run-time argument: one binary per tile width, depth and element
 // type serves every problem.
 #include "igemm_wgmma_ops.h"
@@ -55,9 +55,19 @@
 #define MIO_SHARERS 2
 #endif
 #define MIO_MT (MIO_CONSUMER_ROWS / 64)  // m64 sub-tiles per consumer warpgroup
-#define MIO_BK 64              // channels per slice: 128 bytes, one swizzle row
-#define MIO_A_BYTES (MIO_BM * MIO_BK * 2)
-#define MIO_B_BYTES (MIO_BN * MIO_BK * 2)
+// The element in memory: fp16/bf16 bits, or fp32 (MIO_DTYPE_TF32: the tensor cores read it as
+// TF32, the low 13 mantissa bits ignored).
+#if defined(MIO_DTYPE_TF32)
+typedef float mio_elem;
+#define MIO_ELEM_BYTES 4
+#else
+typedef unsigned short mio_elem;
+#define MIO_ELEM_BYTES 2
+#endif
+#define MIO_ROW 128                         // bytes of a slice's row: one swizzle row
+#define MIO_BK (MIO_ROW / MIO_ELEM_BYTES)   // channels per slice: 64 (fp16/bf16) or 32 (TF32)
+#define MIO_A_BYTES (MIO_BM * MIO_ROW)
+#define MIO_B_BYTES (MIO_BN * MIO_ROW)
 #define MIO_STAGE_BYTES (MIO_A_BYTES + MIO_B_BYTES)
 #define MIO_ACC (MIO_BN / 2)
 
@@ -68,7 +78,10 @@
 #error "more than 128 accumulators per thread"
 #endif
 
-#if defined(MIO_DTYPE_BF16)
+#if defined(MIO_DTYPE_TF32)
+#define MIO_WGMMA_(n) mio_wgmma_n##n##_tf32  // k8: four per 128-byte row, as k16 for 16 bits
+#define MIO_WGMMA_TB_(n) mio_wgmma_n##n##_tf32_has_no_transpose
+#elif defined(MIO_DTYPE_BF16)
 #define MIO_WGMMA_(n) mio_wgmma_n##n##_bf16
 #define MIO_WGMMA_TB_(n) mio_wgmma_n##n##_bf16_tb
 #else
@@ -84,11 +97,14 @@
 #if MIO_B_MN && MIO_CLUSTER > 1
 #error "the channels-contiguous filter slice is loaded by single blocks"
 #endif
+#if MIO_B_MN && MIO_ELEM_BYTES != 2
+#error "wgmma reads TF32 operands K-major only"
+#endif
 // Backward data without a flipped copy of the filter: the slice of w[k][tap][c] for 64 values
 // of k (the reduction) and MIO_BN of c (the outputs) is loaded as MIO_BN / 64 boxes of 64 c x
 // 64 k, each 64 rows of 128 bytes (swizzled), and wgmma reads it MN-major (transpose-B): its
 // 8-row groups of k lie 1024 bytes apart, its 64-channel chunks of c one box (8 KiB) apart.
-#define MIO_MN_CHUNK (64 * MIO_BK * 2)
+#define MIO_MN_CHUNK (64 * MIO_ROW)
 #ifndef MIO_MN_LBO
 #define MIO_MN_LBO MIO_MN_CHUNK
 #endif
@@ -248,18 +264,24 @@ __device__ __forceinline__ void release(unsigned long long* empty_slot, unsigned
 #endif
 }
 
-__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+// Two adjacent output channels, converted to the element type: one 4-byte store (fp16/bf16)
+// or one 8-byte store (fp32).
+__device__ __forceinline__ void store_pair(mio_elem* at, float lo, float hi) {
+#if defined(MIO_DTYPE_TF32)
+  *reinterpret_cast<float2*>(at) = make_float2(lo, hi);
+#else
   unsigned out;
 #if defined(MIO_DTYPE_BF16)
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(out) : "f"(hi), "f"(lo));
 #else
   asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(out) : "f"(hi), "f"(lo));
 #endif
-  return out;
+  *reinterpret_cast<unsigned*>(at) = out;
+#endif
 }
 
 // The consumer warpgroups: multiply every slice of each tile, then store the tile.
-__device__ __forceinline__ void consume(const MioWgmmaGeom& g, unsigned short* __restrict__ y,
+__device__ __forceinline__ void consume(const MioWgmmaGeom& g, mio_elem* __restrict__ y,
                                         float* __restrict__ part, unsigned char* ring, unsigned long long* full,
                                         unsigned long long* empty, unsigned long long* order,
                                         int cw, int tid, int first,
@@ -297,20 +319,20 @@ __device__ __forceinline__ void consume(const MioWgmmaGeom& g, unsigned short* _
 #if MIO_PINGPONG
       if (step == hi - 1 && tid % 128 == 0) bar_arrive(&order[cw ^ 1]);  // the other's turn
 #endif
-      const unsigned char* a = ring + slot * MIO_STAGE_BYTES + row0 * (MIO_BK * 2);
+      const unsigned char* a = ring + slot * MIO_STAGE_BYTES + row0 * MIO_ROW;
       const unsigned char* b = ring + slot * MIO_STAGE_BYTES + MIO_A_BYTES;
 #pragma unroll
       for (int m = 0; m < MIO_MT; ++m) keep(d[m]);
       asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-      for (int kk = 0; kk < MIO_BK / 16; ++kk) {
+      for (int kk = 0; kk < MIO_ROW / 32; ++kk) {  // 32 bytes of k per instruction
 #pragma unroll
         for (int m = 0; m < MIO_MT; ++m) {
 #if MIO_B_MN
-          MIO_WGMMA_TB(MIO_BN)(d[m], smem_desc(a + m * (64 * MIO_BK * 2) + kk * 32),
+          MIO_WGMMA_TB(MIO_BN)(d[m], smem_desc(a + m * (64 * MIO_ROW) + kk * 32),
                                smem_desc_mn(b + kk * (16 * 128)));
 #else
-          MIO_WGMMA(MIO_BN)(d[m], smem_desc(a + m * (64 * MIO_BK * 2) + kk * 32),
+          MIO_WGMMA(MIO_BN)(d[m], smem_desc(a + m * (64 * MIO_ROW) + kk * 32),
                             smem_desc(b + kk * 32));
 #endif
         }
@@ -355,13 +377,12 @@ __device__ __forceinline__ void consume(const MioWgmmaGeom& g, unsigned short* _
           }
           continue;
         }
-        unsigned short* out = y + nn * g.y_sn + pp * g.y_sh + qq * g.y_sw;
+        mio_elem* out = y + nn * g.y_sn + pp * g.y_sh + qq * g.y_sw;
 #pragma unroll
         for (int c = 0; c < MIO_BN / 8; ++c) {
           const int col = col0 + 8 * c;
           if (col < g.k) {
-            *reinterpret_cast<unsigned*>(out + col) =
-                pack2(d[m][4 * c + 2 * half], d[m][4 * c + 2 * half + 1]);
+            store_pair(out + col, d[m][4 * c + 2 * half], d[m][4 * c + 2 * half + 1]);
           }
         }
       }
@@ -371,7 +392,7 @@ __device__ __forceinline__ void consume(const MioWgmmaGeom& g, unsigned short* _
 
 extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(MIO_CLUSTER, 1, 1)
     igemm_wgmma_fwd(const __grid_constant__ MioTensorMap x_map,
-                    const __grid_constant__ MioTensorMap w_map, unsigned short* __restrict__ y,
+                    const __grid_constant__ MioTensorMap w_map, mio_elem* __restrict__ y,
                     float* __restrict__ part, const MioWgmmaGeom g) {
   extern __shared__ __align__(1024) unsigned char dyn[];
   __shared__ unsigned long long full[MIO_STAGES], empty[MIO_STAGES], order[2];
@@ -421,7 +442,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(MIO_CLUSTE
           const int slot = it % MIO_STAGES;
           if (it >= MIO_STAGES) bar_wait(&empty[slot], ((it / MIO_STAGES) - 1) & 1);
           unsigned char* a = ring + slot * MIO_STAGE_BYTES;
-          bar_expect(&full[slot], box_rows * (MIO_BK * 2) + MIO_B_BYTES);
+          bar_expect(&full[slot], box_rows * MIO_ROW + MIO_B_BYTES);
           tma_load_4d(a, &x_map, &full[slot], cb * MIO_BK, wbase + fx * g.dw,
                       hbase + fy * g.dh, at.n0);
 #if MIO_CLUSTER > 1
@@ -469,9 +490,9 @@ struct MioFlipGeom {
 };
 
 extern "C" __global__ void __launch_bounds__(256)
-    igemm_wgmma_wflip(const unsigned short* __restrict__ w, unsigned short* __restrict__ out,
+    igemm_wgmma_wflip(const mio_elem* __restrict__ w, mio_elem* __restrict__ out,
                       const MioFlipGeom f) {
-  __shared__ unsigned short tile[32][33];
+  __shared__ mio_elem tile[32][33];
   const int tap = blockIdx.z, fy = tap / f.s, fx = tap % f.s;
   const int c0 = blockIdx.x * 32, k0 = blockIdx.y * 32;
   const long long from = (long long)(f.r - 1 - fy) * f.sr + (long long)(f.s - 1 - fx) * f.ss;
@@ -489,7 +510,7 @@ extern "C" __global__ void __launch_bounds__(256)
 
 // Split-K: the parts' fp32 sums added in order (deterministic), converted and stored.
 extern "C" __global__ void igemm_wgmma_reduce(const float* __restrict__ part,
-                                              unsigned short* __restrict__ y,
+                                              mio_elem* __restrict__ y,
                                               const MioWgmmaGeom g) {
   const long long pairs = g.slab / 2;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < pairs;
@@ -507,7 +528,6 @@ extern "C" __global__ void igemm_wgmma_reduce(const float* __restrict__ part,
     m /= g.q;
     const int pp = (int)(m % g.p);
     const long long nn = m / g.p;
-    *reinterpret_cast<unsigned*>(y + nn * g.y_sn + pp * g.y_sh + qq * g.y_sw + col) =
-        pack2(sum.x, sum.y);
+    store_pair(y + nn * g.y_sn + pp * g.y_sh + qq * g.y_sw + col, sum.x, sum.y);
   }
 }
