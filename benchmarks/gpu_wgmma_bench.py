@@ -1,5 +1,6 @@
 """``igemm.gpu_wgmma`` (wgmma + TMA, sm_90) against cuDNN on ResNet-50's and VGG-16's layers,
-channels-last, fp16 and bf16, forward and (stride-1 layers) backward data.
+channels-last, fp16 and bf16 (and float32: ``igemm.gpu_wgmma_tf32`` against cuDNN, both in
+TF32), forward and (stride-1 layers) backward data.
 
 Per layer: cuDNN through PyTorch (``cudnn.benchmark`` on; backward data through
 ``aten.convolution_backward``), the solver's default config and the
@@ -33,6 +34,7 @@ from shapes import RESNET50, VGG16, problem
 import miocore
 
 SOLVER = "igemm.gpu_wgmma"
+TF32_SOLVER = "igemm.gpu_wgmma_tf32"  # float32: the same kernel through TF32
 SUITES = {"resnet50": (RESNET50, 32), "vgg16": (VGG16, 16)}
 
 
@@ -86,13 +88,19 @@ def main() -> None:
     args = parser.parse_args()
 
     torch.backends.cudnn.benchmark = True
-    handle = miocore.Handle("cuda", stream=torch.cuda.current_stream())
-    solver = handle.registry.get(SOLVER).solver
-    ctx = handle.context
+    torch.backends.cuda.matmul.allow_tf32 = True  # float32: TF32 on both sides (PyTorch's
+    torch.backends.cudnn.allow_tf32 = True  # default for convolutions)
     started = time.time()
     rows: list[dict[str, Any]] = []
     cl = torch.channels_last
     for dtype in args.dtypes:
+        tf32 = dtype == "float32"
+        name = TF32_SOLVER if tf32 else SOLVER
+        handle = miocore.Handle(
+            "cuda", stream=torch.cuda.current_stream(), math_mode="tf32" if tf32 else "exact"
+        )
+        solver = handle.registry.get(name).solver
+        ctx = handle.context
         tdtype = getattr(torch, dtype)
         peak = matmul_tflops(tdtype)
         print(f"{torch.cuda.get_device_name()}: matmul {dtype} {peak:.0f} TFLOP/s", flush=True)
@@ -134,7 +142,7 @@ def main() -> None:
             row["cudnn_ms"] = device_ms(cudnn, args.warmup, args.runs)
             expected = cudnn().float()
             timings = time_configs(
-                handle, SOLVER, p, picks, (x, w, y), out, expected,
+                handle, name, p, picks, (x, w, y), out, expected,
                 lambda run: device_ms(run, args.warmup, args.runs),
             )  # fmt: skip
             row["configs"] = timings
