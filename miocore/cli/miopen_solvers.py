@@ -28,8 +28,15 @@ _WINOGRAD_F4 = ("winograd.rxs", "winograd.gpu_f4x3", "winograd.gpu_f2x3")
 _FFT = ("fft.overlap_save", "fft.gpu_rfft")
 _GEMM_1X1 = ("gemm.1x1", "gemm.gpu_nhwc")
 _GEMM = ("gemm.im2col", "gemm.gpu_nhwc", "gemm.gpu_im2col")
-_IGEMM_FWD = ("igemm.fwd", "igemm.gpu_mma", "igemm.gpu_fma", "igemm.gpu_tf32")
-_IGEMM_BWD = ("igemm.bwd", "igemm.gpu_mma", "igemm.gpu_fma")
+_IGEMM_FWD = (
+    "igemm.fwd",
+    "igemm.gpu_wgmma",
+    "igemm.gpu_mma",
+    "igemm.gpu_fma",
+    "igemm.gpu_wgmma_tf32",
+    "igemm.gpu_tf32",
+)
+_IGEMM_BWD = ("igemm.bwd", "igemm.gpu_wgmma", "igemm.gpu_mma", "igemm.gpu_fma")
 _IGEMM_WRW = ("igemm.wrw", "igemm.gpu_mma_wrw", "igemm.gpu_tf32_wrw")
 
 #: MIOpen's convolution solvers: (numeric id, name, miocore solvers in order of preference).
