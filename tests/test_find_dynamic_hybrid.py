@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from fake_solvers import TimedSolver, small_problem
+from fake_solvers import TimedSolver, TunableTimedSolver, small_problem
 
 from miocore import Handle, KernelInfo, Registry
 from miocore.backends.cpu import CpuBackend
@@ -237,3 +237,51 @@ def test_compile_ahead_builds_what_the_finds_would_compile_at_once(
     batches.clear()
     h.compile_ahead([PROBLEM])
     assert batches == []
+
+
+class ListingKernelSolver(TunableTimedSolver):
+    """A dynamic tunable solver with one kernel per setting, listing settings for a normal
+    find to measure beside its default (``find_configs``)."""
+
+    name = "test.listing"
+    is_dynamic = True
+
+    def get_solution(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> ConvSolution:
+        plain = super().get_solution(ctx, problem, perf_config)
+        level = (perf_config or self.default_perf_config(ctx, problem))["level"]
+        kernel = KernelInfo(
+            source=f"{self.name}.cu",
+            kernel_name="conv",
+            options=(f"-DLEVEL={level}",),
+            grid=(1, 1, 1),
+            block=(64, 1, 1),
+        )
+        return ConvSolution(
+            solver=self.name,
+            workspace_size=plain.workspace_size,
+            invoker_factory=plain.invoker_factory,
+            kernels=(kernel,),
+        )
+
+
+def test_compile_ahead_builds_a_dynamic_solvers_listed_settings_too(
+    built: set[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A normal find may also measure a dynamic solver's find_configs: their kernels are built
+    # in the same parallel pass instead of one by one inside the find.
+    batches: list[list[str]] = []
+
+    def precompile(self: CpuBackend, kernels: Any) -> dict[str, str]:
+        batches.append(sorted(k.options[0] for k in kernels))
+        return {}
+
+    monkeypatch.setattr(CpuBackend, "precompile", precompile, raising=False)
+    h = _handle(ListingKernelSolver(listed=(3, 4)))
+    assert h.compile_ahead([PROBLEM]) == {}
+    assert batches == [["-DLEVEL=1", "-DLEVEL=3", "-DLEVEL=4"]]
+    monkeypatch.setenv("MIOCORE_FIND_ALTERNATIVES", "0")  # none measured: none built
+    batches.clear()
+    h.compile_ahead([PROBLEM])
+    assert batches == [["-DLEVEL=1"]]

@@ -14,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from miocore.find.candidates import Candidate, settle
+from miocore.find.settings import alternatives_factor
 from miocore.problem.conv import ConvProblem
 from miocore.solver.results import FindReport
 
@@ -135,15 +136,40 @@ def _compiles(engine: FindEngine, cand: Candidate, canon: ConvProblem) -> bool:
 def candidate_kernels(
     engine: FindEngine, problem: ConvProblem, candidates: list[Candidate]
 ) -> list[Any]:
-    """The kernels of every candidate's solution of ``problem`` (its setting), those that
-    cannot say left out."""
+    """The kernels of every candidate's solution of ``problem`` (its setting), and of a
+    dynamic solver's ``find_configs`` too (a normal find may measure them, and their
+    binaries serve every problem: built in the same parallel pass, not one by one inside
+    the find); those that cannot say left out."""
     canon = problem.canonical
-    return [k for cand in candidates if settle(cand, None) for k in _kernels(engine, canon, cand)]
+    out: list[Any] = []
+    alternatives = alternatives_factor() > 0
+    for cand in candidates:
+        if not settle(cand, None):
+            continue
+        out += _kernels(engine, canon, cand)
+        if alternatives and getattr(cand.reg.solver, "is_dynamic", False):
+            for config in _listed(engine, canon, cand):
+                out += _kernels(engine, canon, cand, config)
+    return out
 
 
-def _kernels(engine: FindEngine, canon: ConvProblem, cand: Candidate) -> tuple[Any, ...]:
+def _listed(engine: FindEngine, canon: ConvProblem, cand: Candidate) -> list[Any]:
+    """A tunable candidate's ``find_configs`` (none where it has none or cannot say)."""
+    listed = getattr(cand.reg.solver, "find_configs", None)
+    if listed is None:
+        return []
     try:
-        solution = cand.reg.solver.get_solution(engine.state.context, canon, cand.perf_config)
+        return [c for c in listed(engine.state.context, canon) if c != cand.perf_config]
+    except Exception:  # reported when the find measures them
+        return []
+
+
+def _kernels(
+    engine: FindEngine, canon: ConvProblem, cand: Candidate, config: Any = None
+) -> tuple[Any, ...]:
+    try:
+        setting = cand.perf_config if config is None else config
+        solution = cand.reg.solver.get_solution(engine.state.context, canon, setting)
         return tuple(solution.kernels)
     except Exception:  # reported by the build when it is measured
         return ()
