@@ -276,7 +276,7 @@ def test_a_lossy_candidate_over_twice_the_plain_paths_error_is_left_out() -> Non
     level = bound / 2  # inside the bound, far over a plain fp32 path's ~1e-7
     lossy = Blurred("test.lossy", level, frozenset({"winograd"}), delay_s=0.0)
     plain_coarse = Blurred("test.plain_coarse", level, frozenset(), delay_s=0.001)
-    good = TimedSolver("test.good", delay_s=0.002)
+    good = TimedSolver("test.good", delay_s=0.01)  # far behind: a pause cannot swap them
     h = _handle(lossy, plain_coarse, good)
     sols = h.find_solutions(p, find_mode="NORMAL")
     assert [s.solver for s in sols] == ["test.plain_coarse", "test.good"]
