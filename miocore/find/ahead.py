@@ -32,6 +32,9 @@ def compile_ahead(
     deterministic: bool = False,
 ) -> dict[str, str]:
     """See :meth:`miocore.Handle.compile_ahead` (``problems`` already checked)."""
+    precompile = getattr(handle.backend, "precompile", None)
+    if precompile is None:  # a backend that builds nothing ahead (the CPU)
+        return {}
     mode = env.find_mode()
     kernels: list[Any] = []
     for problem in problems:
@@ -44,7 +47,6 @@ def compile_ahead(
         if mode is FindMode.DYNAMIC_HYBRID:
             candidates = dynamic_only(handle.engine, problem, candidates, report)
         kernels += candidate_kernels(handle.engine, problem, candidates)
-    precompile = getattr(handle.backend, "precompile", None)
-    if precompile is None or not kernels:
+    if not kernels:
         return {}
     return dict(precompile(kernels))
