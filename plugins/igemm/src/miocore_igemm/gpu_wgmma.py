@@ -25,6 +25,7 @@ addresses: the invoker encodes them once per address pair and keeps them.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import struct
 from typing import Any, NamedTuple
@@ -148,7 +149,7 @@ class GemmView(NamedTuple):
     src: tuple[int, ...]
     dst: tuple[int, ...]
     flip: bool  # backward data: the filter is flipped and transposed first
-    bk: int = BK  # channels per slice: 128 bytes of the element type
+    bk: int  # channels per slice: 128 bytes of the element type (BK for fp16/bf16)
 
     @property
     def slices(self) -> int:
@@ -254,7 +255,7 @@ class GpuWgmmaSolver(MmaSolverBase):
             if bn > widest:
                 continue
             for box in pixel_boxes(v, 3, bm):
-                splits = _splits(ctx, v, bn, box)
+                splits = _splits(_sms(ctx), v, bn, box)
                 # ping-pong tiles take turns within a block: only persistent blocks have turns
                 for stages, persist, cluster, split in itertools.product(
                     depths, (1,) if pingpong else (1, 0), (2, 1), splits
@@ -512,7 +513,18 @@ def ranked(ctx: ExecutionContext, p: ConvProblem) -> list[PerfConfig]:
     and pipeline fill (cooperative tiles pay it every unit: both consumers store together;
     ping-pong tiles about once a block: a consumer stores while the other multiplies), plus
     split-K's partial sums written and read back."""
-    sms = max(1, ctx.device.compute_units)
+    return list(_ranked(p, _sms(ctx)))
+
+
+def _sms(ctx: ExecutionContext) -> int:
+    return max(1, ctx.device.compute_units)
+
+
+@functools.lru_cache(maxsize=256)
+def _ranked(p: ConvProblem, sms: int) -> tuple[PerfConfig, ...]:
+    """:func:`ranked`, kept per problem and SM count: a find asks for it several times (the
+    default, its workspace and estimate, the listed alternatives, compile-ahead), and the
+    pixel boxes of every tile take milliseconds in Python."""
     v = gemm_view(p)
     widest = max(64, 1 << max(0, (v.k - 1).bit_length()))
     rate = _SM_FLOPS * _rate_factor(p.dtype)
@@ -522,7 +534,7 @@ def ranked(ctx: ExecutionContext, p: ConvProblem) -> list[PerfConfig]:
         if bn > widest:
             continue
         box = pixel_boxes(v, 1, bm)[0]
-        for split in _splits(ctx, v, bn, box):
+        for split in _splits(sms, v, bn, box):
             waves = _cdiv(_tiles(v, box) * _cdiv(v.k, bn) * split, sms)
             per_slice = 2.0 * bm * bn * v.bk / (rate * _TILE_EFFICIENCY[tile])
             slices = _cdiv(v.slices, split)
@@ -537,7 +549,7 @@ def ranked(ctx: ExecutionContext, p: ConvProblem) -> list[PerfConfig]:
             )  # fmt: skip
             scored.append((cost, len(scored), config))
     scored.sort(key=lambda t: t[:2])
-    return [config for *_, config in scored]
+    return tuple(config for *_, config in scored)
 
 
 def _values(config: Any) -> tuple[int, ...]:
@@ -545,12 +557,11 @@ def _values(config: Any) -> tuple[int, ...]:
     return tuple(int(config.get(k, 0) if k == "pingpong" else config[k]) for k in _KEYS)
 
 
-def _splits(ctx: ExecutionContext, v: GemmView, bn: int, box: tuple[int, int, int]) -> tuple:
-    """Split-K parts worth trying: 1, and more while the tiles leave SMs idle and each part
-    keeps enough slices to fill its pipeline."""
+def _splits(sms: int, v: GemmView, bn: int, box: tuple[int, int, int]) -> tuple:
+    """Split-K parts worth trying: 1, and more while the tiles leave ``sms`` SMs idle and each
+    part keeps enough slices to fill its pipeline."""
     tiles = _tiles(v, box) * _cdiv(v.k, bn)
     steps = v.slices
-    sms = max(1, ctx.device.compute_units)
     return tuple(s for s in SPLITS if s == 1 or (tiles * s <= sms and steps >= _MIN_PART_STEPS * s))
 
 
@@ -562,17 +573,9 @@ def flips_filter(p: ConvProblem, cluster: int) -> bool:
     K-major only)."""
     if p.direction is not Direction.BACKWARD_DATA:
         return False
-    if p.dtype is DataType.FLOAT32:
+    if p.dtype is DataType.FLOAT32 or cluster > 1:
         return True
-    r, s = p.filter_spatial
-    ws = p.w.strides  # (k, c, r, s)
-    return (
-        cluster > 1
-        or ws[1] != 1
-        or (r > 1 and s > 1 and ws[2] != s * ws[3])
-        or _tap_stride(p) % 8 != 0
-        or ws[0] % 8 != 0
-    )
+    return p.w.strides[1] != 1 or _filter_reason(p) is not None
 
 
 def _flip_room(p: ConvProblem) -> int:
@@ -607,17 +610,29 @@ def _layout_reason(p: ConvProblem) -> str | None:
         )
     if v.k % 2:
         return f"{v.k} channels of {written}: the epilogue stores channel pairs (an even count)"
-    r, s = p.filter_spatial
-    if not v.flip and r > 1 and s > 1 and ws[2] != s * ws[3]:
-        return "the filter's taps are not one run (its row stride is not S x its column stride)"
-    strided = [(read, (src[0], src[2], src[3]))]
-    if not v.flip:  # backward data reads the filter from the workspace, any layout
-        strided.append(("w", (ws[0], _tap_stride(p))))
-    for name, strides in strided:
-        if any(x * item % 16 for x in strides):
-            return f"{name} strides {strides}: TMA needs multiples of 16 bytes"
+    if not v.flip:  # backward data reads the filter as it is or flipped: any layout
+        reason = _filter_reason(p)
+        if reason:
+            return reason
+    strides = (src[0], src[2], src[3])
+    if any(x * item % 16 for x in strides):
+        return f"{read} strides {strides}: TMA needs multiples of 16 bytes"
     if any(x % 2 for x in (dst[0], dst[2], dst[3])):
         return f"{written} strides {dst}: the epilogue's paired stores need even strides"
+    return None
+
+
+def _filter_reason(p: ConvProblem) -> str | None:
+    """Why a channels-innermost filter does not suit TMA boxes taken as it is (forward's
+    slices, backward data's transposed ones): its taps not one run, or strides not multiples
+    of 16 bytes."""
+    r, s = p.filter_spatial
+    ws = p.w.strides  # (k, c, r, s)
+    if r > 1 and s > 1 and ws[2] != s * ws[3]:
+        return "the filter's taps are not one run (its row stride is not S x its column stride)"
+    strides = (ws[0], _tap_stride(p))
+    if any(x * p.dtype.itemsize % 16 for x in strides):
+        return f"w strides {strides}: TMA needs multiples of 16 bytes"
     return None
 
 
