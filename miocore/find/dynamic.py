@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from miocore.find.candidates import Candidate, settle
 from miocore.find.settings import alternatives_factor
 from miocore.problem.conv import ConvProblem
+from miocore.solver.interface import TunableSolver
 from miocore.solver.results import FindReport
 
 if TYPE_CHECKING:
@@ -147,19 +148,20 @@ def candidate_kernels(
         if not settle(cand, None):
             continue
         out += _kernels(engine, canon, cand)
-        if alternatives and getattr(cand.reg.solver, "is_dynamic", False):
+        if alternatives and cand.reg.solver.is_dynamic:
             for config in _listed(engine, canon, cand):
                 out += _kernels(engine, canon, cand, config)
     return out
 
 
 def _listed(engine: FindEngine, canon: ConvProblem, cand: Candidate) -> list[Any]:
-    """A tunable candidate's ``find_configs`` (none where it has none or cannot say)."""
-    listed = getattr(cand.reg.solver, "find_configs", None)
-    if listed is None:
+    """A tunable candidate's ``find_configs`` (none where it is not tunable or cannot say)."""
+    solver = cand.reg.solver
+    if not isinstance(solver, TunableSolver):
         return []
     try:
-        return [c for c in listed(engine.state.context, canon) if c != cand.perf_config]
+        listed = solver.find_configs(engine.state.context, canon)
+        return [c for c in listed if c != cand.perf_config]
     except Exception:  # reported when the find measures them
         return []
 
