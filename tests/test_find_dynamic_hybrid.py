@@ -24,19 +24,24 @@ class KernelSolver(TimedSolver):
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
     ) -> ConvSolution:
         plain = super().get_solution(ctx, problem, perf_config)
-        kernel = KernelInfo(
-            source=f"{self.name}.cu",
-            kernel_name="conv",
-            options=(f"-DFILTER={problem.filter_spatial}",),
-            grid=(1, 1, 1),
-            block=(64, 1, 1),
-        )
-        return ConvSolution(
-            solver=self.name,
-            workspace_size=plain.workspace_size,
-            invoker_factory=plain.invoker_factory,
-            kernels=(kernel,),
-        )
+        return _with_kernel(plain, f"-DFILTER={problem.filter_spatial}")
+
+
+def _with_kernel(plain: ConvSolution, option: str) -> ConvSolution:
+    """``plain`` with one device kernel of its solver's source, built with ``option``."""
+    kernel = KernelInfo(
+        source=f"{plain.solver}.cu",
+        kernel_name="conv",
+        options=(option,),
+        grid=(1, 1, 1),
+        block=(64, 1, 1),
+    )
+    return ConvSolution(
+        solver=plain.solver,
+        workspace_size=plain.workspace_size,
+        invoker_factory=plain.invoker_factory,
+        kernels=(kernel,),
+    )
 
 
 @pytest.fixture
@@ -251,19 +256,7 @@ class ListingKernelSolver(TunableTimedSolver):
     ) -> ConvSolution:
         plain = super().get_solution(ctx, problem, perf_config)
         level = (perf_config or self.default_perf_config(ctx, problem))["level"]
-        kernel = KernelInfo(
-            source=f"{self.name}.cu",
-            kernel_name="conv",
-            options=(f"-DLEVEL={level}",),
-            grid=(1, 1, 1),
-            block=(64, 1, 1),
-        )
-        return ConvSolution(
-            solver=self.name,
-            workspace_size=plain.workspace_size,
-            invoker_factory=plain.invoker_factory,
-            kernels=(kernel,),
-        )
+        return _with_kernel(plain, f"-DLEVEL={level}")
 
 
 def test_compile_ahead_builds_a_dynamic_solvers_listed_settings_too(
