@@ -74,7 +74,7 @@ def test_wgmma_matches_reference_on_corpus(dtype: str, direction: str) -> None:
     failures = []
     for i, p in enumerate(problems):
         got, inputs = run(h, name, p, seed=i)
-        why = check(p, got, inputs, tf32=name == TF32)
+        why = check(p, got, inputs, tf32=name == TF32, truncated=name == TF32)
         if why:
             failures.append(f"{p.key}: {why}")
     assert not failures, f"{len(failures)}/{len(problems)} failed:\n" + "\n".join(failures[:20])
@@ -125,7 +125,9 @@ def test_wgmma_every_config(dtype: str, shape: int, direction: str) -> None:
     assert configs
     if shape == len(_SHAPES) - 1:
         assert {c["split"] for c in configs} >= {1, 2}
-    run_configs(h, name, problem, configs, (), name == TF32, lambda _p, _c: 0)
+    run_configs(
+        h, name, problem, configs, (), name == TF32, lambda _p, _c: 0, truncated=name == TF32
+    )
 
 
 def test_normal_find_measures_it() -> None:
