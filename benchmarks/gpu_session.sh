@@ -62,8 +62,10 @@
 #               (resnet50) in TRITON_DTYPES (float16); TRITON_ARGS passes more options
 #   wgmma       issue 13: igemm.gpu_wgmma's GPU tests, then gpu_wgmma_bench.py (the default and
 #               more configurations against cuDNN, forward and backward data) on WGMMA_SUITES
-#               (resnet50 vgg16) in WGMMA_DTYPES (float16 bfloat16); WGMMA_ARGS
-#               passes more options (--layers, --configs 0 for the defaults alone)
+#               (resnet50 vgg16) in WGMMA_DTYPES (float16 bfloat16) and WGMMA_DIRECTIONS
+#               (forward backward_data; backward_weights: igemm.gpu_wgmma_wrw); WGMMA_TESTS
+#               names the test files; WGMMA_ARGS passes more options (--layers, --configs 0
+#               for the defaults alone)
 #   quality     issue 14 on the GPU: the shipped sm90 database's WTI table fitted on the device
 #               (heuristic train --wti-only), then immediate mode against NORMAL find on
 #               LIMIT held-out problems and the layers of the MIOpenDriver files carried in
@@ -346,10 +348,11 @@ PY
     ;;
   wgmma)
     timeout "${WGMMA_TEST_TIMEOUT:-200}" python3 -m pytest -q -p no:cacheprovider -rfE \
-      tests/test_gpu_igemm_wgmma.py 2>&1 | tee "$OUT/wgmma_tests.log" | tail -25
+      ${WGMMA_TESTS:-tests/test_gpu_igemm_wgmma.py} 2>&1 | tee "$OUT/wgmma_tests.log" | tail -25
     # shellcheck disable=SC2086
     timeout "${WGMMA_TIMEOUT:-330}" python3 benchmarks/gpu_wgmma_bench.py \
       --suites ${WGMMA_SUITES:-resnet50 vgg16} --dtypes ${WGMMA_DTYPES:-float16 bfloat16} \
+      --directions ${WGMMA_DIRECTIONS:-forward backward_data} \
       ${WGMMA_ARGS:-} \
       --out "$OUT/wgmma.json" 2>&1 | grep -a -v Warning | tee "$OUT/wgmma.log" | tail -80
     ;;

@@ -1,6 +1,7 @@
 """``igemm.gpu_wgmma`` (wgmma + TMA, sm_90) against cuDNN on ResNet-50's and VGG-16's layers,
 channels-last, fp16 and bf16 (and float32: ``igemm.gpu_wgmma_tf32`` against cuDNN, both in
-TF32), forward and (stride-1 layers) backward data.
+TF32), forward, (stride-1 layers) backward data and (fp16/bf16: ``igemm.gpu_wgmma_wrw``)
+backward weights (``--directions``).
 
 Per layer: cuDNN through PyTorch (``cudnn.benchmark`` on; backward data through
 ``aten.convolution_backward``), the solver's default config and the
@@ -35,6 +36,7 @@ import miocore
 
 SOLVER = "igemm.gpu_wgmma"
 TF32_SOLVER = "igemm.gpu_wgmma_tf32"  # float32: the same kernel through TF32
+WRW_SOLVER = "igemm.gpu_wgmma_wrw"  # backward weights, fp16/bf16
 SUITES = {"resnet50": (RESNET50, 32), "vgg16": (VGG16, 16)}
 
 
@@ -45,15 +47,13 @@ def _picks(solver: Any, ctx: Any, canon: Any, count: int) -> list[Any]:
     evenly."""
     default = solver.default_perf_config(ctx, canon)
     space = list(solver.perf_config_space(ctx, canon))
-    picks = [
-        default,
-        *solver.find_configs(ctx, canon),
-        {**default, "cluster": 3 - default["cluster"]},
-    ]
+    picks = [default, *solver.find_configs(ctx, canon)]
+    if "cluster" in default:  # backward weights' kernel has no clusters
+        picks.append({**default, "cluster": 3 - default["cluster"]})
     seen = set()
     for c in space:
-        key = (c["bm"], c["bn"], c["split"], c["pingpong"])
-        if c["cluster"] == 1 and c["persist"] == 1 and key not in seen:
+        key = (c["bm"], c["bn"], c["split"], c.get("pingpong", 0))
+        if c.get("cluster", 1) == 1 and c.get("persist", 1) == 1 and key not in seen:
             seen.add(key)
             picks.append(c)
     rest = [c for c in space if c not in picks]
@@ -65,12 +65,25 @@ def _picks(solver: Any, ctx: Any, canon: Any, count: int) -> list[Any]:
     return out
 
 
+_SHORT = {"forward": "fwd", "backward_data": "bwd", "backward_weights": "wrw"}
+
+
+def _solver_name(dtype: str, direction: str) -> str | None:
+    """The wgmma solver of the dtype and direction (None: TF32 backward weights has none)."""
+    if direction == "backward_weights":
+        return None if dtype == "float32" else WRW_SOLVER
+    return TF32_SOLVER if dtype == "float32" else SOLVER
+
+
 def _cudnn(direction: str, x: Any, w: Any, y: Any, layer: Any) -> Any:
     """cuDNN's call for the direction (the written tensor as its result)."""
     if direction == "forward":
         return lambda: torch.nn.functional.conv2d(x, w, stride=layer.stride, padding=layer.pad)
     aten = torch.ops.aten.convolution_backward
     stride, pad = [layer.stride] * 2, [layer.pad] * 2
+    if direction == "backward_weights":
+        mask = [False, True, False]
+        return lambda: aten(y, x, w, None, stride, pad, [1, 1], False, [0, 0], 1, mask)[1]
     mask = [True, False, False]
     return lambda: aten(y, x, w, None, stride, pad, [1, 1], False, [0, 0], 1, mask)[0]
 
@@ -95,11 +108,9 @@ def main() -> None:
     cl = torch.channels_last
     for dtype in args.dtypes:
         tf32 = dtype == "float32"
-        name = TF32_SOLVER if tf32 else SOLVER
         handle = miocore.Handle(
             "cuda", stream=torch.cuda.current_stream(), math_mode="tf32" if tf32 else "exact"
         )
-        solver = handle.registry.get(name).solver
         ctx = handle.context
         tdtype = getattr(torch, dtype)
         peak = matmul_tflops(tdtype)
@@ -111,16 +122,20 @@ def main() -> None:
                 if layer.c < 8 or (args.layers and layer.name not in args.layers):
                     continue
                 p = problem(layer, batch, direction, dtype=dtype, layout="NHWC")
+                name = _solver_name(dtype, direction)
+                if name is None:
+                    continue
+                solver = handle.registry.get(name).solver
                 if not solver.is_applicable(ctx, p.canonical):
                     continue
                 picks = _picks(solver, ctx, p.canonical, args.configs)
                 found = 1 + len(solver.find_configs(ctx, p.canonical))
-                plans.append((suite, layer, p, picks, found))
+                plans.append((suite, layer, p, picks, found, name))
         kernels = [
             k
-            for *_, p, picks, _ in plans
+            for *_, p, picks, _, name in plans
             for c in picks
-            for k in solver.get_solution(ctx, p.canonical, c).kernels
+            for k in handle.registry.get(name).solver.get_solution(ctx, p.canonical, c).kernels
         ]
         t0 = time.time()
         failures = handle.backend.precompile(kernels)
@@ -129,12 +144,12 @@ def main() -> None:
         )
         for failure in list(failures.values())[:2]:
             print(failure[-3000:])
-        for suite, layer, p, picks, found in plans:
+        for suite, layer, p, picks, found, name in plans:
             x = torch.randn(p.x.lengths, device="cuda", dtype=tdtype).to(memory_format=cl)
             w = (torch.randn(p.w.lengths, device="cuda", dtype=tdtype) * 0.05).to(memory_format=cl)
             y = torch.randn(p.y.lengths, device="cuda", dtype=tdtype).to(memory_format=cl)
             direction = p.direction.value
-            out = x if direction == "backward_data" else y
+            out = {"backward_data": x, "backward_weights": w}.get(direction, y)
             cudnn = _cudnn(direction, x, w, y, layer)
             row: dict[str, Any] = {
                 "suite": suite, "layer": layer.name, "dtype": dtype, "direction": direction
@@ -167,7 +182,7 @@ def main() -> None:
             rows.append(row)
             nan = float("nan")
             print(
-                f"{dtype[:5]} {direction[:8]:8s} {suite:8s} {layer.name:9s} "
+                f"{dtype[:5]} {_SHORT[direction]} {suite:8s} {layer.name:9s} "
                 f"cudnn {row['cudnn_ms']:.4f} ms "
                 f"({row['frac_cudnn']:.2f})  default {row.get('default_ms', nan):.4f} "
                 f"({row.get('ratio_default', nan):.2f})  find ({row.get('ratio_find', nan):.2f})"

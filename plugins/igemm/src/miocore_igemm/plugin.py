@@ -32,6 +32,8 @@ _SOLVERS = (
     # forward and stride-1 backward data on Hopper's warpgroup tensor cores, TMA-fed (sm_90)
     ("miocore_igemm.gpu_wgmma:GpuWgmmaSolver", "igemm.gpu_wgmma", ("cuda",)),
     ("miocore_igemm.gpu_wgmma:GpuWgmmaTf32Solver", "igemm.gpu_wgmma_tf32", ("cuda",)),
+    # backward weights on the same tensor cores, fp16/bf16 (sm_90)
+    ("miocore_igemm.gpu_wgmma_wrw:GpuWgmmaWrwSolver", "igemm.gpu_wgmma_wrw", ("cuda",)),
 )
 
 
@@ -40,8 +42,9 @@ def miocore_solvers() -> Iterator[miocore.SolverRecord]:
     """CPU: ``igemm.fwd``, ``igemm.bwd``, ``igemm.wrw``; GPU: ``igemm.gpu_mma`` (fp16/bf16
     tensor cores) and ``igemm.gpu_tf32`` (fp32 through TF32, only in the ``tf32`` math mode),
     ``igemm.gpu_fma``, ``igemm.gpu_mma_wrw``, ``igemm.gpu_tf32_wrw``, ``igemm.gpu_wgmma``
-    (forward and stride-1 backward data, fp16/bf16, sm_90) and ``igemm.gpu_wgmma_tf32`` (the
-    same for fp32 through TF32, only in the ``tf32`` math mode)."""
+    (forward and stride-1 backward data, fp16/bf16, sm_90), ``igemm.gpu_wgmma_tf32`` (the
+    same for fp32 through TF32, only in the ``tf32`` math mode) and ``igemm.gpu_wgmma_wrw``
+    (backward weights, fp16/bf16, sm_90)."""
     for factory, name, backends in _SOLVERS:
         yield miocore.SolverRecord(
             factory=factory, name=name, algorithm="implicit_gemm", backends=backends

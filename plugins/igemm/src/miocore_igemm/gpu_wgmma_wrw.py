@@ -1,0 +1,429 @@
+"""``igemm.gpu_wgmma_wrw``: backward weights on Hopper's warpgroup tensor cores (sm_90), fed
+by the tensor memory accelerator; fp16/bf16, channels-last activations, fp32 sums.
+
+``kernels/igemm_wgmma_wrw.cu`` computes a tile of ``bm`` output channels (k) by ``bn`` input
+channels (c) of one filter tap per work unit, summing over boxes of exactly 64 output pixels
+(``tn`` images x ``th`` rows x ``tw`` columns): per box, one TMA load of dy and one of x at the
+box's origin moved by the tap (the tensor map's element strides take the convolution's
+stride; zeros where a box leaves its tensor, so pixels outside the output add nothing). Both
+slices land pixel-major and ``wgmma`` reads both operands MN-major. Layers have few tiles (k x
+c x taps) and long sums, so the sum over pixels is split into ``split`` parts; the parts'
+fp32 sums go to the workspace and a second kernel adds them in order (deterministic) and
+writes the filter through its strides (any filter layout). One part on a filter with c
+contiguous stores straight from the registers.
+
+Every size and the pixel box are run-time arguments; the tile and depth are compiled in, so
+one binary per tile serves every problem (the solver is dynamic). The tensor maps hold the
+tensors' addresses: the invoker encodes them once per address pair and keeps them.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import struct
+from typing import Any
+
+from miocore import (
+    APPLICABLE,
+    Applicability,
+    ConvProblem,
+    ConvSolution,
+    DataType,
+    Direction,
+    ExecutionContext,
+    InvokeParams,
+    KernelInfo,
+    PerfConfig,
+    not_applicable,
+)
+from miocore_igemm.gpu_common import MmaSolverBase, check_alignment
+from miocore_igemm.gpu_wgmma import (
+    _DTYPE_OPTIONS,
+    _MAPS_KEPT,
+    _MAX_BOX,
+    _MAX_ELEMENT_STRIDE,
+    _SM_FLOPS,
+    _cdiv,
+    _is_sm90,
+    _sms,
+)
+
+SOURCE = "igemm/igemm_wgmma_wrw.cu"
+KERNEL = "igemm_wgmma_wrw"
+REDUCE_KERNEL = "igemm_wgmma_wrw_reduce"
+THREADS = 384  # one producer and two consumer warpgroups
+PIXELS = 64  # output pixels per slice of the sum: one pixel box
+CHUNK = 64  # channels per TMA box row (128 bytes of fp16/bf16)
+#: Tiles (k x c) and their pipeline depth: a stage is (bm + bn) x 128 bytes (64 pixels of each
+#: operand), the ring 192-200 KiB of the 227 KiB a block may use. With bm 64 both consumers
+#: share the k rows and take half the columns each; a 64 x 64 tile (layers of 64 channels)
+#: is multiplied whole by each consumer on alternate stages (an even depth), each summing
+#: into its own slab.
+STAGES = {(128, 256): 4, (128, 128): 6, (128, 64): 8, (64, 256): 5, (64, 128): 8, (64, 64): 12}
+HALVES = (64, 64)
+#: Relative speed of a tile per unit of work (bigger tiles reuse their operands more) and a
+#: unit's fixed cost (pipeline fill, epilogue) in slices' time: first estimates, by analogy
+#: with the forward kernel's fitted table; a normal find measures the alternatives as well.
+_TILE_EFFICIENCY = {(128, 256): 1.0, (128, 128): 0.92, (64, 256): 0.85, (128, 64): 0.75,
+                    (64, 128): 0.75, (64, 64): 0.6}  # fmt: skip
+_UNIT_FIXED = 6.0
+#: The rate of the parts' fp32 sums, written and read back mostly within the L2.
+_PARTIAL_BYTES_PER_S = 9.0e12
+#: Split-K parts the configuration space offers.
+SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+#: Slices a part should keep at least (fewer: the pipeline never fills).
+_MIN_PART_STEPS = 8
+_ALTERNATIVES = 3
+_EFFICIENCY = 0.6  # of the fp16 tensor-core ceiling, for WTI
+_FIXED_MS = 0.008
+_KEYS = ("bm", "bn", "stages", "tw", "th", "tn", "split")
+_GEOMETRY = struct.Struct("<22i5q")
+
+
+def pixel_boxes(p: ConvProblem, count: int = 3) -> list[tuple[int, int, int]]:
+    """The ``count`` boxes ``(tw, th, tn)`` of exactly 64 output pixels (powers of two) that
+    cover the output in the fewest boxes, wider first among equals; within the TMA's box
+    extents (the input box spans ``tw`` x stride columns)."""
+    (oh, ow), (sh, sw) = p.out_spatial, p.conv.strides
+    scored = []
+    for a, b in itertools.product(range(7), repeat=2):
+        tw, th = 1 << a, 1 << b
+        if tw * th > PIXELS:
+            continue
+        tn = PIXELS // (tw * th)
+        if tw * sw > _MAX_BOX or th * sh > _MAX_BOX:
+            continue
+        boxes = _cdiv(ow, tw) * _cdiv(oh, th) * _cdiv(p.n, tn)
+        scored.append((boxes, -tw, -th, (tw, th, tn)))
+    scored.sort()
+    return [box for *_, box in scored[:count]]
+
+
+def _boxes(p: ConvProblem, box: tuple[int, int, int]) -> int:
+    (oh, ow), (tw, th, tn) = p.out_spatial, box
+    return _cdiv(ow, tw) * _cdiv(oh, th) * _cdiv(p.n, tn)
+
+
+def _taps(p: ConvProblem) -> int:
+    r, s = p.filter_spatial
+    return r * s
+
+
+def _direct(p: ConvProblem, tile: tuple[int, int], split: int) -> bool:
+    """Whether the sums go straight into the filter: one part summed by one consumer, c
+    contiguous, even strides (the epilogue's paired stores)."""
+    ws = p.w.strides  # (k, c, r, s)
+    if split != 1 or tile == HALVES:
+        return False
+    return ws[1] == 1 and not any(x % 2 for x in (ws[0], ws[2], ws[3]))
+
+
+def _slabs(tile: tuple[int, int], split: int) -> int:
+    """fp32 slabs of sums in the workspace: one per part, one per consumer for 64 x 64."""
+    return 2 * split if tile == HALVES else split
+
+
+def _slab(p: ConvProblem) -> int:
+    return p.k * _taps(p) * p.c
+
+
+def _partial_bytes(p: ConvProblem, tile: tuple[int, int], split: int) -> int:
+    """The parts' fp32 sums in the workspace (none when stored straight into the filter)."""
+    return 0 if _direct(p, tile, split) else _slabs(tile, split) * _slab(p) * 4
+
+
+class GpuWgmmaWrwSolver(MmaSolverBase):
+    """Backward-weights convolution with ``wgmma`` and TMA on sm_90 (H100/H200), fp16/bf16,
+    channels-last activations, any filter layout."""
+
+    name = "igemm.gpu_wgmma_wrw"
+    backends = frozenset({"cuda"})
+    is_dynamic = True
+    dtypes = frozenset({DataType.FLOAT16, DataType.BFLOAT16})
+
+    # -- applicability -----------------------------------------------------------------------
+
+    def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
+        """2-D backward weights, one group, fp16/bf16, x and dy with channels innermost and
+        16-byte strides (their channels multiples of 8), strides up to 8, sm_90."""
+        p = problem
+        if not _is_sm90(ctx):
+            return not_applicable(f"{ctx.device.arch}: wgmma and this kernel's TMA need sm_90")
+        if p.dtype not in self.dtypes:
+            kinds = " and ".join(sorted(d.value for d in self.dtypes))
+            return not_applicable(f"{p.dtype.value}: this solver computes {kinds}")
+        if p.direction is not Direction.BACKWARD_WEIGHTS:
+            return not_applicable(f"{p.direction.value}: this kernel computes backward weights")
+        if p.spatial_dims != 2:
+            return not_applicable(f"{p.spatial_dims}-D problem: the kernel is 2-D only")
+        if p.groups != 1:
+            return not_applicable(f"{p.groups} groups: the kernel computes one")
+        reason = _layout_reason(p)
+        if reason:
+            return not_applicable(reason)
+        if max(p.conv.strides) > _MAX_ELEMENT_STRIDE:
+            return not_applicable(f"stride {p.conv.strides}: the TMA steps at most 8 elements")
+        if max(p.in_spatial + p.out_spatial) + max(p.conv.pads) >= 1 << 28:
+            return not_applicable("spatial extent beyond the kernel's 32-bit coordinates")
+        if _slab(p) >= 1 << 31 or p.n >= 1 << 28:
+            return not_applicable("filter or batch beyond the kernel's 32-bit indices")
+        return APPLICABLE
+
+    # -- configs -------------------------------------------------------------------------------
+
+    def perf_config_space(self, ctx: ExecutionContext, problem: ConvProblem) -> list[PerfConfig]:
+        """Every tile no wider than k and c need x the three pixel boxes that cover the output
+        in the fewest boxes x the split-K parts that keep each part's pipeline full."""
+        p = problem
+        if p.spatial_dims != 2 or p.direction is not Direction.BACKWARD_WEIGHTS:
+            return []
+        out = []
+        for (bm, bn), stages in STAGES.items():
+            if not _fits(p, bm, bn):
+                continue
+            for box in pixel_boxes(p):
+                for split in _splits(p, box):
+                    out.append(_config(bm, bn, stages, box, split))
+        return out
+
+    def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
+        """The tile, box and split the cost model expects fastest (see :func:`ranked`)."""
+        if problem.spatial_dims != 2 or problem.direction is not Direction.BACKWARD_WEIGHTS:
+            return _config(128, 128, STAGES[128, 128], (8, 8, 1), 1)  # declined anyway
+        return ranked(ctx, problem)[0]
+
+    def find_configs(self, ctx: ExecutionContext, problem: ConvProblem) -> list[PerfConfig]:
+        """The cost model's next best tiles (its best split each): a normal find measures
+        them beside the default; the binaries are the default's kind, compiled once per
+        machine."""
+        if problem.spatial_dims != 2 or problem.direction is not Direction.BACKWARD_WEIGHTS:
+            return []
+        out: list[PerfConfig] = []
+        tiles = set()
+        for cfg in ranked(ctx, problem):
+            tile = (cfg["bm"], cfg["bn"])
+            if tile not in tiles:
+                tiles.add(tile)
+                out.append(cfg)
+        return out[1 : 1 + _ALTERNATIVES]
+
+    def is_valid_perf_config(
+        self, ctx: ExecutionContext, problem: ConvProblem, config: PerfConfig
+    ) -> bool:
+        """The seven keys; a tile with its depth; a box of exactly 64 pixels within the TMA's
+        limits; at least one box per split-K part."""
+        try:
+            bm, bn, stages, tw, th, tn, split = (int(config[k]) for k in _KEYS)
+        except (KeyError, TypeError, ValueError):
+            return False
+        p = problem
+        if p.spatial_dims != 2 or STAGES.get((bm, bn)) != stages or split not in SPLITS:
+            return False
+        (sh, sw) = p.conv.strides
+        if min(tw, th, tn) < 1 or tw * th * tn != PIXELS:
+            return False
+        if tw * sw > _MAX_BOX or th * sh > _MAX_BOX:
+            return False
+        return split <= _boxes(p, (tw, th, tn))
+
+    # -- cost ----------------------------------------------------------------------------------
+
+    def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
+        """The GEMM's roofline at the fp16 tensor-core ceiling times the kernel's expected
+        efficiency and the share of the tiles and pixel boxes that are real work."""
+        p = problem
+        if p.spatial_dims != 2 or p.direction is not Direction.BACKWARD_WEIGHTS:
+            return -1.0  # not this solver's: no estimate
+        cfg = self.default_perf_config(ctx, p)
+        bm, bn, box = cfg["bm"], cfg["bn"], (cfg["tw"], cfg["th"], cfg["tn"])
+        (oh, ow) = p.out_spatial
+        fill = p.n * oh * ow / (_boxes(p, box) * PIXELS)
+        fill *= p.k / (_cdiv(p.k, bm) * bm) * p.c / (_cdiv(p.c, bn) * bn)
+        steps = _boxes(p, box) / cfg["split"]
+        eff = _EFFICIENCY * steps / (steps + _UNIT_FIXED)
+        moved = p.bytes_moved + 2 * _partial_bytes(p, (bm, bn), int(cfg["split"]))
+        ms = ctx.roofline_ms(float(p.flops), moved, DataType.FLOAT16, eff * fill)
+        return ctx.wti(p, ms + _FIXED_MS)
+
+    # -- solution ------------------------------------------------------------------------------
+
+    def workspace_size(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> int:
+        """The parts' fp32 sums, unless one part stores straight into the filter."""
+        p = problem
+        if p.spatial_dims != 2 or p.direction is not Direction.BACKWARD_WEIGHTS:
+            return 0
+        cfg = self._config(ctx, p, perf_config)
+        return _partial_bytes(p, (int(cfg["bm"]), int(cfg["bn"])), int(cfg["split"]))
+
+    def get_solution(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> ConvSolution:
+        """The kernel compiled for the tile, depth and element type, and the reduce kernel
+        where the parts' sums go through the workspace; the tensor maps made per address
+        pair at the first call."""
+        p = problem
+        cfg = self._config(ctx, p, perf_config)
+        bm, bn, stages, tw, th, tn, split = (int(cfg[k]) for k in _KEYS)
+        r, s = p.filter_spatial
+        (ih, iw), (oh, ow) = p.in_spatial, p.out_spatial
+        (sh, sw), (ph, pw), (dh, dw) = p.conv.strides, p.conv.pads, p.conv.dilations
+        box = (tw, th, tn)
+        direct = _direct(p, (bm, bn), split)
+        slab = _slab(p)
+        ws = p.w.strides  # (k, c, r, s)
+        geometry = _GEOMETRY.pack(
+            p.n, oh, ow, p.k, p.c, r, s, sh, sw, ph, pw, dh, dw, tw, th, tn,
+            _cdiv(ow, tw), _cdiv(oh, th), _boxes(p, box), split, int(direct),
+            _slabs((bm, bn), split),
+            ws[0], ws[2], ws[3], ws[1], slab,
+        )  # fmt: skip
+        units = _cdiv(p.k, bm) * _cdiv(p.c, bn) * r * s * split
+        sms = _sms(ctx)
+        options = (
+            _DTYPE_OPTIONS[p.dtype],
+            f"-DMIO_BM={bm}",
+            f"-DMIO_BN={bn}",
+            f"-DMIO_STAGES={stages}",
+            "--gpu-architecture=sm_90a",  # wgmma and setmaxnreg: the arch-specific target
+        )
+        kernels = [
+            KernelInfo(
+                source=SOURCE,
+                kernel_name=KERNEL,
+                options=options,
+                grid=(min(units, sms),),  # persistent: one block per SM walks the units
+                block=(THREADS,),
+            )
+        ]
+        if not direct:
+            kernels.append(
+                KernelInfo(
+                    source=SOURCE,
+                    kernel_name=REDUCE_KERNEL,
+                    options=options,
+                    grid=(max(1, min(_cdiv(slab // 2, 256), 8 * sms)),),
+                    block=(256,),
+                )
+            )
+        shared = stages * (bm + bn) * 128 + 1024  # + alignment of the ring to 1 KiB
+        item = p.dtype.itemsize
+        xs, ys = p.x.strides, p.y.strides  # (n, c, h, w)
+        x_dims, dy_dims = (p.c, iw, ih, p.n), (p.k, ow, oh, p.n)
+        x_strides = (xs[3] * item, xs[2] * item, xs[0] * item)
+        dy_strides = (ys[3] * item, ys[2] * item, ys[0] * item)
+        x_box, x_steps = (CHUNK, tw * sw, th * sh, tn), (1, sw, sh, 1)
+        dy_box = (CHUNK, tw, th, tn)
+        paired = ws[1] == 1 and not any(x % 2 for x in (ws[0], ws[2], ws[3]))
+        dtype = p.dtype
+
+        def factory(compiled: Any) -> Any:
+            from miocore.backends.cuda_tma import tiled_tensor_map
+            from miocore.backends.gpu_kernels import KernelArgs
+
+            kernel = compiled[0]
+            reducer = None if direct else compiled[1]
+            reduce_launch = KernelArgs([("ptr", 0), ("ptr", 0), ("bytes", geometry)])
+            kept: dict[tuple[int, int], Any] = {}
+
+            def args_for(x_ptr: int, dy_ptr: int) -> Any:
+                check_alignment((("x", x_ptr, 16), ("dy", dy_ptr, 16)), "igemm.gpu_wgmma_wrw's TMA")
+                if len(kept) >= _MAPS_KEPT:
+                    kept.clear()
+                x_map = tiled_tensor_map(dtype, x_ptr, x_dims, x_strides, x_box, x_steps)
+                dy_map = tiled_tensor_map(dtype, dy_ptr, dy_dims, dy_strides, dy_box, (1,) * 4)
+                maps = [("bytes", x_map), ("bytes", dy_map)]
+                args = KernelArgs([*maps, ("ptr", 0), ("ptr", 0), ("bytes", geometry)])
+                kept[(x_ptr, dy_ptr)] = args
+                return args
+
+            def invoker(handle: Any, ip: InvokeParams) -> None:
+                x_ptr, dy_ptr, w_ptr = ip.x.ptr, ip.y.ptr, ip.w.ptr
+                args = kept.get((x_ptr, dy_ptr)) or args_for(x_ptr, dy_ptr)
+                if paired and w_ptr % (2 * item):
+                    check_alignment(
+                        (("dw", w_ptr, 2 * item),), "igemm.gpu_wgmma_wrw's paired stores"
+                    )
+                if reducer is None:
+                    args.set_pointers(w_ptr, 0)
+                    kernel.launch(args, shared=shared)
+                    return
+                part_ptr = ip.workspace.ptr
+                args.set_pointers(w_ptr, part_ptr)
+                kernel.launch(args, shared=shared)
+                reduce_launch.set_pointers(part_ptr, w_ptr)
+                reducer.launch(reduce_launch)
+
+            return invoker
+
+        return ConvSolution(
+            solver=self.name,
+            workspace_size=_partial_bytes(p, (bm, bn), split),
+            invoker_factory=factory,
+            kernels=tuple(kernels),
+        )
+
+
+def ranked(ctx: ExecutionContext, p: ConvProblem) -> list[PerfConfig]:
+    """Every tile and split-K at the best pixel box, fastest first by the cost model: waves
+    of work units over the SMs, a unit's slices at the tile's relative speed plus a fixed
+    cost per unit, and the parts' fp32 sums written and read back."""
+    return list(_ranked(p, _sms(ctx)))
+
+
+@functools.lru_cache(maxsize=256)
+def _ranked(p: ConvProblem, sms: int) -> tuple[PerfConfig, ...]:
+    box = pixel_boxes(p, 1)[0]
+    boxes = _boxes(p, box)
+    scored = []
+    for (bm, bn), stages in STAGES.items():
+        if not _fits(p, bm, bn):
+            continue
+        tiles = _cdiv(p.k, bm) * _cdiv(p.c, bn) * _taps(p)
+        per_slice = 2.0 * bm * bn * PIXELS / (_SM_FLOPS * _TILE_EFFICIENCY[bm, bn])
+        for split in _splits(p, box):
+            waves = _cdiv(tiles * split, sms)
+            cost = waves * (_cdiv(boxes, split) + _UNIT_FIXED) * per_slice
+            cost += 2 * _partial_bytes(p, (bm, bn), split) / _PARTIAL_BYTES_PER_S
+            scored.append((cost, len(scored), _config(bm, bn, stages, box, split)))
+    scored.sort(key=lambda t: t[:2])
+    return tuple(config for *_, config in scored)
+
+
+def _fits(p: ConvProblem, bm: int, bn: int) -> bool:
+    """Tiles no wider than k and c need (64 x 64 always fits)."""
+    widest_k = max(64, 1 << max(0, (p.k - 1).bit_length()))
+    widest_c = max(64, 1 << max(0, (p.c - 1).bit_length()))
+    return bm <= widest_k and bn <= widest_c
+
+
+def _splits(p: ConvProblem, box: tuple[int, int, int]) -> tuple[int, ...]:
+    """Split-K parts worth trying: 1, and more while each part keeps enough slices."""
+    boxes = _boxes(p, box)
+    return tuple(s for s in SPLITS if s == 1 or boxes >= _MIN_PART_STEPS * s)
+
+
+def _config(bm: int, bn: int, stages: int, box: tuple[int, int, int], split: int) -> PerfConfig:
+    return PerfConfig(bm=bm, bn=bn, stages=stages, tw=box[0], th=box[1], tn=box[2], split=split)
+
+
+def _layout_reason(p: ConvProblem) -> str | None:
+    """Why x's and dy's memory does not suit the kernel's TMA loads."""
+    item = p.dtype.itemsize
+    for name, t, channels in (("x", p.x, p.c), ("dy", p.y, p.k)):
+        if t.strides[1] != 1:
+            return "channels are not innermost (the kernel reads x and dy channels-last)"
+        if channels * item % 16:
+            return (
+                f"{channels} channels of {name}: TMA rows need 16-byte strides "
+                f"(a multiple of {16 // item})"
+            )
+        strides = (t.strides[0], t.strides[2], t.strides[3])
+        if any(x * item % 16 for x in strides):
+            return f"{name} strides {strides}: TMA needs multiples of 16 bytes"
+    return None
+
+
+GPU_SOLVERS = (GpuWgmmaWrwSolver(),)

@@ -1,0 +1,286 @@
+// igemm.gpu_wgmma_wrw: backward weights as an implicit GEMM on Hopper's warpgroup tensor cores
+// (sm_90a: wgmma fed by the tensor memory accelerator), channels-last fp16/bf16, fp32 sums.
+//
+//   dW[k, fy, fx, c] = sum_(n, oh, ow) dY[n, oh, ow, k] * X[n, oh*sh - ph + fy*dh, ow*sw - pw + fx*dw, c]
+//
+// A work unit is a tile of MIO_BM output channels (k) by MIO_BN input channels (c) of one
+// filter tap, and one part of its sum over the output pixels (split-K). The sum runs over
+// boxes of exactly 64 output pixels, tn images x th rows x tw columns: for a box, the slice
+// of dY is one TMA box (64 pixels x 64 k, per 64 channels of the tile) and the slice of X is
+// one TMA box at the box's origin moved by the tap, the convolution's stride done by the
+// tensor map's element strides. The hardware writes zeros where a box leaves its tensor (the
+// padding, pixels past the image or the batch), so a pixel outside the output adds nothing and
+// the loop has no masks. Both slices land pixel-major (k or c contiguous in 128-byte swizzled
+// rows), so wgmma reads both operands MN-major (its transpose-A and transpose-B forms).
+//
+// One producer warpgroup (one thread issues every load into a MIO_STAGES-deep ring, each
+// stage guarded by a "full" and an "empty" mbarrier) and two consumer warpgroups. With
+// MIO_BM 128 each consumer multiplies 64 of the tile's k by all its c; with MIO_BM 64 and
+// MIO_BN 128 or 256 both take the same 64 k and half the c each; with a 64 x 64 tile
+// (MIO_HALVES) each takes the whole tile and every other stage of the ring (a slot always
+// goes to the same consumer: the depth is even), and each stores its own sums. Blocks are
+// persistent: one per SM walks the units. A unit's sums go straight to the filter (one part, a
+// filter with c contiguous) or, as fp32, to the part's slab of the workspace (64 x 64: one
+// slab per consumer), which igemm_wgmma_wrw_reduce adds up in order (deterministic) and
+// writes through the filter's strides.
+//
+// Compile-time: MIO_BM (64, 128), MIO_BN (64, 128, 256), MIO_STAGES, MIO_DTYPE_FP16 or
+// MIO_DTYPE_BF16. Every size and the pixel box are run-time arguments: one binary per tile
+// and depth serves every problem.
+#include "igemm_wgmma_ops.h"
+#include "igemm_wgmma_sync.h"
+
+#ifndef MIO_BM
+#define MIO_BM 128
+#endif
+#ifndef MIO_BN
+#define MIO_BN 128
+#endif
+#ifndef MIO_STAGES
+#define MIO_STAGES 6
+#endif
+#if defined(MIO_DTYPE_TF32)
+#error "wgmma reads TF32 operands K-major only: backward weights needs both MN-major"
+#endif
+#if MIO_BM != 128 && MIO_BM != 64
+#error "MIO_BM is 64 or 128"
+#endif
+#define MIO_HALVES (MIO_BM == 64 && MIO_BN == 64)  // the consumers take alternate stages
+#if MIO_HALVES && MIO_STAGES % 2
+#error "alternate stages need an even depth: each slot keeps its consumer"
+#endif
+
+#define MIO_ROW 128                 // bytes of a slice's row: 64 channels of one pixel
+#define MIO_PIXELS 64               // pixels of a slice: the reduction step
+#define MIO_CHUNK (MIO_PIXELS * MIO_ROW)  // one TMA box: 64 pixels x 64 channels, 8 KiB
+#define MIO_A_BYTES (MIO_BM / 64 * MIO_CHUNK)
+#define MIO_B_BYTES (MIO_BN / 64 * MIO_CHUNK)
+#define MIO_STAGE_BYTES (MIO_A_BYTES + MIO_B_BYTES)
+// a consumer's columns (c): a literal, pasted into the wgmma wrapper's name
+#if MIO_BM == 128 || MIO_HALVES
+#define MIO_CN MIO_BN
+#elif MIO_BN == 256
+#define MIO_CN 128
+#else
+#define MIO_CN 64
+#endif
+#define MIO_ACC (MIO_CN / 2)
+
+#if defined(MIO_DTYPE_BF16)
+#define MIO_WGMMA_TAB_(n) mio_wgmma_n##n##_bf16_tab
+#else
+#define MIO_WGMMA_TAB_(n) mio_wgmma_n##n##_f16_tab
+#endif
+#define MIO_WGMMA_TAB(n) MIO_WGMMA_TAB_(n)
+
+// Everything but the tile configuration, per problem (passed by value).
+struct MioWrwGeom {
+  int n, p, q, k, c;          // images, output rows, columns, output and input channels
+  int r, s;                   // filter rows and columns
+  int sh, sw, ph, pw, dh, dw;
+  int tw, th, tn;             // the pixel box: tw * th * tn == 64
+  int tiles_q, tiles_p, boxes;  // boxes along a row, down an image, in all
+  int split;                  // parts of the pixel sum
+  int direct;                 // 1: sums stored straight into the filter (split 1, c contiguous)
+  int slabs;                  // fp32 slabs the reduce adds: split, twice that for 64 x 64
+  long long w_sk, w_sr, w_ss, w_sc;  // the filter's strides (elements)
+  long long slab;             // fp32 sums per part: k * r * s * c
+};
+
+__device__ __forceinline__ void keep(float* d) {
+#pragma unroll
+  for (int i = 0; i < MIO_ACC; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// Where unit ``u`` lies: k tiles vary fastest (the blocks that read the same X slices run
+// together), then c tiles, taps and parts.
+struct MioWrwUnit {
+  int k0, c0, fy, fx, lo, hi, part;
+};
+
+__device__ __forceinline__ MioWrwUnit unit_at(const MioWrwGeom& g, int u, int tiles_k,
+                                              int tiles_c) {
+  MioWrwUnit at;
+  at.k0 = (u % tiles_k) * MIO_BM;
+  u /= tiles_k;
+  at.c0 = (u % tiles_c) * MIO_BN;
+  u /= tiles_c;
+  const int tap = u % (g.r * g.s);
+  at.part = u / (g.r * g.s);
+  at.fy = tap / g.s;
+  at.fx = tap % g.s;
+  at.lo = (int)((long long)at.part * g.boxes / g.split);
+  at.hi = (int)((long long)(at.part + 1) * g.boxes / g.split);
+  return at;
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+    igemm_wgmma_wrw(const __grid_constant__ MioTensorMap x_map,
+                    const __grid_constant__ MioTensorMap dy_map, mio_elem* __restrict__ w,
+                    float* __restrict__ part, const MioWrwGeom g) {
+  extern __shared__ __align__(1024) unsigned char dyn[];
+  __shared__ unsigned long long full[MIO_STAGES], empty[MIO_STAGES];
+  // the swizzle pattern repeats every 1024 bytes: the ring starts on such a boundary
+  unsigned char* ring = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<unsigned long long>(dyn) + 1023) & ~1023ull);
+
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  const int tiles_k = (g.k + MIO_BM - 1) / MIO_BM;
+  const int tiles_c = (g.c + MIO_BN - 1) / MIO_BN;
+  const int units = tiles_k * tiles_c * g.r * g.s * g.split;
+
+  if (tid == 0) {
+    for (int i = 0; i < MIO_STAGES; ++i) {
+      bar_init(&full[i], 1);
+      bar_init(&empty[i], MIO_HALVES ? 1 : 2);  // the consumers that read the stage
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    if (tid == 0) {
+      asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(&x_map))
+                   : "memory");
+      asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(&dy_map))
+                   : "memory");
+      int it = 0;  // slices loaded over all this block's units: the ring's position
+      for (int u = blockIdx.x; u < units; u += gridDim.x) {
+        const MioWrwUnit at = unit_at(g, u, tiles_k, tiles_c);
+        const int hoff = at.fy * g.dh - g.ph, woff = at.fx * g.dw - g.pw;
+        int bq = at.lo % g.tiles_q, bp = (at.lo / g.tiles_q) % g.tiles_p;
+        int bn = at.lo / g.tiles_q / g.tiles_p;
+        for (int box = at.lo; box < at.hi; ++box, ++it) {
+          const int slot = it % MIO_STAGES;
+          if (it >= MIO_STAGES) bar_wait(&empty[slot], ((it / MIO_STAGES) - 1) & 1);
+          unsigned char* a = ring + slot * MIO_STAGE_BYTES;
+          bar_expect(&full[slot], MIO_STAGE_BYTES);
+          const int q0 = bq * g.tw, p0 = bp * g.th, n0 = bn * g.tn;
+#pragma unroll
+          for (int chunk = 0; chunk < MIO_BM / 64; ++chunk) {
+            tma_load_4d(a + chunk * MIO_CHUNK, &dy_map, &full[slot], at.k0 + chunk * 64, q0, p0,
+                        n0);
+          }
+#pragma unroll
+          for (int chunk = 0; chunk < MIO_BN / 64; ++chunk) {
+            tma_load_4d(a + MIO_A_BYTES + chunk * MIO_CHUNK, &x_map, &full[slot],
+                        at.c0 + chunk * 64, q0 * g.sw + woff, p0 * g.sh + hoff, n0);
+          }
+          if (++bq == g.tiles_q) {
+            bq = 0;
+            if (++bp == g.tiles_p) {
+              bp = 0;
+              ++bn;
+            }
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  // The consumers.
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  const int cw = wg - 1;
+  const int lane = tid % 32, warp = (tid % 128) / 32;
+  // this consumer's k rows and c columns of a tile, and where its operands lie in a stage
+  const int row0 = MIO_BM == 128 ? cw * 64 : 0;
+  const int col_off = MIO_BM == 128 || MIO_HALVES ? 0 : cw * MIO_CN;
+  const int a_off = MIO_BM == 128 ? cw * MIO_CHUNK : 0;
+  const int b_off =
+      MIO_A_BYTES + (MIO_BM == 128 || MIO_HALVES ? 0 : cw * (MIO_CN / 64) * MIO_CHUNK);
+  float d[MIO_ACC];
+  int it = 0;
+  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    const MioWrwUnit at = unit_at(g, u, tiles_k, tiles_c);
+#pragma unroll
+    for (int i = 0; i < MIO_ACC; ++i) d[i] = 0.f;
+    int prev = -1;  // the ring position this consumer multiplied last in this unit
+    for (int box = at.lo; box < at.hi; ++box, ++it) {
+      if (MIO_HALVES && it % 2 != cw) continue;  // the other consumer's stage
+      const int slot = it % MIO_STAGES;
+      bar_wait(&full[slot], (it / MIO_STAGES) & 1);
+      const unsigned char* a = ring + slot * MIO_STAGE_BYTES + a_off;
+      const unsigned char* b = ring + slot * MIO_STAGE_BYTES + b_off;
+      keep(d);
+      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+      for (int kk = 0; kk < MIO_PIXELS / 16; ++kk) {  // 16 pixels (rows) per instruction
+        MIO_WGMMA_TAB(MIO_CN)(d, smem_desc_mn_at(a + kk * (16 * MIO_ROW), MIO_CHUNK, 1024),
+                              smem_desc_mn_at(b + kk * (16 * MIO_ROW), MIO_CHUNK, 1024));
+      }
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+      keep(d);
+      asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+      keep(d);
+      // the previous slice's multiplies are done: its stage goes back to the producer
+      if (prev >= 0 && tid % 128 == 0) bar_arrive(&empty[prev % MIO_STAGES]);
+      prev = it;
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    keep(d);
+    if (prev >= 0 && tid % 128 == 0) bar_arrive(&empty[prev % MIO_STAGES]);
+
+    // Epilogue: this thread's rows (k) are lane/4 and lane/4 + 8 of its warp's 16.
+    const long long taps = (long long)g.r * g.s;
+    const int tap = at.fy * g.s + at.fx;
+    const int col0 = at.c0 + col_off + 2 * (lane % 4);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int k = at.k0 + row0 + warp * 16 + lane / 4 + 8 * half;
+      if (k >= g.k) continue;
+      if (g.direct) {
+        mio_elem* out = w + k * g.w_sk + at.fy * g.w_sr + at.fx * g.w_ss;
+#pragma unroll
+        for (int j = 0; j < MIO_CN / 8; ++j) {
+          const int c = col0 + 8 * j;
+          if (c < g.c) store_pair(out + c, d[4 * j + 2 * half], d[4 * j + 2 * half + 1]);
+        }
+      } else {
+        const int slab = MIO_HALVES ? 2 * at.part + cw : at.part;
+        float* out = part + slab * g.slab + ((long long)k * taps + tap) * g.c;
+#pragma unroll
+        for (int j = 0; j < MIO_CN / 8; ++j) {
+          const int c = col0 + 8 * j;
+          if (c < g.c) {
+            *reinterpret_cast<float2*>(out + c) =
+                make_float2(d[4 * j + 2 * half], d[4 * j + 2 * half + 1]);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The parts' fp32 sums added in order (deterministic), converted and stored through the
+// filter's strides (any layout).
+extern "C" __global__ void igemm_wgmma_wrw_reduce(const float* __restrict__ part,
+                                                  mio_elem* __restrict__ w, const MioWrwGeom g) {
+  const long long pairs = g.slab / 2;
+  const long long taps = (long long)g.r * g.s;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < pairs;
+       i += (long long)gridDim.x * blockDim.x) {
+    float2 sum = reinterpret_cast<const float2*>(part)[i];
+    for (int j = 1; j < g.slabs; ++j) {
+      const float2 v = reinterpret_cast<const float2*>(part + j * g.slab)[i];
+      sum.x += v.x;
+      sum.y += v.y;
+    }
+    const long long e = 2 * i;
+    const int c = (int)(e % g.c);
+    const long long m = e / g.c;
+    const int tap = (int)(m % taps);
+    const long long k = m / taps;
+    mio_elem* at = w + k * g.w_sk + (tap / g.s) * g.w_sr + (tap % g.s) * g.w_ss;
+    if (g.w_sc == 1 && ((g.w_sk | g.w_sr | g.w_ss) & 1) == 0) {  // aligned pairs
+      store_pair(at + c, sum.x, sum.y);
+    } else {
+      alignas(4) mio_elem pair[2];
+      store_pair(pair, sum.x, sum.y);  // converted as the paired stores round
+      at[c * g.w_sc] = pair[0];
+      at[(c + 1) * g.w_sc] = pair[1];
+    }
+  }
+}

@@ -1,0 +1,143 @@
+"""``igemm.gpu_wgmma_wrw`` (backward weights on Hopper's warpgroup tensor cores, TMA-fed,
+fp16/bf16) against the float64 reference, on an sm_90 device (marked ``gpu``; skipped
+elsewhere).
+
+Corpus-derived problems: one-group 2-D rows of the corpus (filters, pads, strides, dilations
+kept) as backward weights in NHWC, shrunk to 8 to 136 channels so that channel tails inside a
+64-channel box, one and several tiles all run; the filter is poisoned with NaN first;
+tolerance ``miocore.testing.TOLERANCES``. Then every configuration of the search space (tiles,
+pixel boxes, split-K parts) on shapes chosen for their edges, and a filter in another layout
+than the activations (the reduce kernel's strided stores).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import pytest
+from gpu_igemm_fixtures import check, handle_for, precompile, run, run_configs
+
+import miocore
+from miocore.corpus import find_corpus, sample_rows, shrink_row
+
+pytestmark = pytest.mark.gpu
+
+SOLVER = "igemm.gpu_wgmma_wrw"
+PER_DTYPE = int(os.environ.get("MIOCORE_GPU_TEST_PROBLEMS", "200")) // 2
+
+
+def _handle() -> miocore.Handle:
+    h = handle_for(SOLVER, "")
+    if h.context.device.arch.replace("_", "") != "sm90":
+        pytest.skip(f"{SOLVER} needs sm_90, this device is {h.context.device.arch}")
+    return h
+
+
+@functools.cache
+def _rows() -> list[dict]:
+    if find_corpus() is None:
+        return []
+    return [r for r in sample_rows(8 * PER_DTYPE, seed=17) if len(r["x"]) == 2]
+
+
+@pytest.mark.parametrize("dtype", ("FP16", "BF16"))
+def test_wgmma_wrw_matches_reference_on_corpus(dtype: str) -> None:
+    h = _handle()
+    solver = h.registry.get(SOLVER).solver
+    problems = []
+    for i, row in enumerate(_rows()):
+        if row.get("groups", 1) != 1:
+            continue
+        p = shrink_row(
+            {**row, "dtype": dtype, "layout": "NHWC"},
+            max_channels_per_group=(8, 16, 72, 136)[i % 4],
+            direction="backward_weights",
+        )
+        if solver.is_applicable(h.context, p.canonical):
+            problems.append(p)
+        if len(problems) >= PER_DTYPE:
+            break
+    if not problems:
+        pytest.skip("the corpus is not available (set MIOCORE_CORPUS)")
+    precompile(h, SOLVER, problems)
+    failures = []
+    for i, p in enumerate(problems):
+        got, inputs = run(h, SOLVER, p, seed=i)
+        why = check(p, got, inputs, tf32=False)
+        if why:
+            failures.append(f"{p.key}: {why}")
+    assert not failures, f"{len(failures)}/{len(problems)} failed:\n" + "\n".join(failures[:20])
+    assert len(problems) >= min(50, PER_DTYPE)
+
+
+_SHAPES = (
+    # n, c, k, hw, filter, pads, strides, dilations
+    (2, 64, 96, (13, 19), (3, 3), (1, 1), (1, 1), (1, 1)),
+    (3, 72, 40, (17, 11), (5, 3), (2, 0), (2, 3), (1, 2)),
+    (2, 128, 256, (7, 7), (1, 1), (0, 0), (1, 1), (1, 1)),
+    (5, 136, 72, (6, 6), (3, 3), (1, 1), (1, 1), (1, 1)),  # c and k tails; boxes span images
+    (2, 8, 8, (3, 3), (3, 3), (1, 1), (1, 1), (1, 1)),  # one box, mostly empty
+    (2, 64, 72, (10, 12), (3, 3), (3, 0), (1, 1), (1, 1)),  # pads past the taps
+    (16, 256, 64, (40, 40), (3, 3), (1, 1), (2, 2), (1, 1)),  # strided, many boxes: split-K
+)
+
+
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
+@pytest.mark.parametrize("shape", range(len(_SHAPES)))
+def test_wgmma_wrw_every_config(dtype: str, shape: int) -> None:
+    h = _handle()
+    n, c, k, hw, f, pads, strides, dils = _SHAPES[shape]
+    problem = miocore.ConvProblem.from_sizes(
+        "backward_weights",
+        n=n,
+        c=c,
+        k=k,
+        in_spatial=hw,
+        filter_spatial=f,
+        pads=pads,
+        strides=strides,
+        dilations=dils,
+        dtype=dtype,
+        layout="NHWC",
+    )
+    solver = h.registry.get(SOLVER).solver
+    applies = solver.is_applicable(h.context, problem.canonical)
+    assert applies, applies.reason
+    configs = list(solver.perf_config_space(h.context, problem.canonical))
+    assert configs
+    if shape == len(_SHAPES) - 1:
+        assert len({c["split"] for c in configs}) >= 3
+    run_configs(h, SOLVER, problem, configs, (), False, lambda _p, _c: 0)
+
+
+@pytest.mark.parametrize("filter_strides", ("NCHW", (72 * 9 + 1, 1, 3 * 72, 72)))
+def test_wgmma_wrw_filter_in_another_layout(filter_strides: object) -> None:
+    """Channels-last activations, the filter channels-first or with an odd k stride: every
+    split through the reduce kernel's element-wise stores."""
+    h = _handle()
+    base = miocore.ConvProblem.from_sizes(
+        "backward_weights", n=8, c=72, k=136, in_spatial=(20, 18), filter_spatial=(3, 3),
+        pads=(1, 1), dtype="float16", layout="NHWC",
+    )  # fmt: skip
+    if isinstance(filter_strides, str):
+        w = miocore.TensorDescriptor("float16", base.w.lengths, layout=filter_strides)
+    else:
+        w = miocore.TensorDescriptor("float16", base.w.lengths, strides=filter_strides)
+    problem = miocore.ConvProblem(base.direction, x=base.x, w=w, y=base.y, conv=base.conv)
+    solver = h.registry.get(SOLVER).solver
+    assert solver.is_applicable(h.context, problem.canonical)
+    configs = [c for c in solver.perf_config_space(h.context, problem.canonical) if c["bn"] == 64]
+    assert {c["split"] for c in configs} >= {1, 2}
+    assert all(solver.workspace_size(h.context, problem.canonical, c) > 0 for c in configs)
+    run_configs(h, SOLVER, problem, configs, (), False, lambda _p, _c: 0)
+
+
+def test_normal_find_measures_it() -> None:
+    h = _handle()
+    problem = miocore.ConvProblem.from_sizes(
+        "backward_weights", n=8, c=128, k=128, in_spatial=(28, 28), filter_spatial=(3, 3),
+        pads=(1, 1), dtype="float16", layout="NHWC",
+    )  # fmt: skip
+    found = {s.solver: s for s in h.find_solutions(problem, find_mode="NORMAL")}
+    assert SOLVER in found and found[SOLVER].time_ms > 0
