@@ -37,7 +37,7 @@ _IGEMM_FWD = (
     "igemm.gpu_tf32",
 )
 _IGEMM_BWD = ("igemm.bwd", "igemm.gpu_wgmma", "igemm.gpu_mma", "igemm.gpu_fma")
-_IGEMM_WRW = ("igemm.wrw", "igemm.gpu_mma_wrw", "igemm.gpu_tf32_wrw")
+_IGEMM_WRW = ("igemm.wrw", "igemm.gpu_wgmma_wrw", "igemm.gpu_mma_wrw", "igemm.gpu_tf32_wrw")
 
 #: MIOpen's convolution solvers: (numeric id, name, miocore solvers in order of preference).
 #: Ids are MIOpen's registry order (src/solver.cpp); removed and non-convolution ids are absent.

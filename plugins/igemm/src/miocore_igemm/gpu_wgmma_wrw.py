@@ -269,17 +269,11 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
         bm, bn, stages, tw, th, tn, split = (int(cfg[k]) for k in _KEYS)
         r, s = p.filter_spatial
         (ih, iw), (oh, ow) = p.in_spatial, p.out_spatial
-        (sh, sw), (ph, pw), (dh, dw) = p.conv.strides, p.conv.pads, p.conv.dilations
-        box = (tw, th, tn)
+        (sh, sw) = p.conv.strides
         direct = _direct(p, (bm, bn), split)
         slab = _slab(p)
         ws = p.w.strides  # (k, c, r, s)
-        geometry = _GEOMETRY.pack(
-            p.n, oh, ow, p.k, p.c, r, s, sh, sw, ph, pw, dh, dw, tw, th, tn,
-            _cdiv(ow, tw), _cdiv(oh, th), _boxes(p, box), split, int(direct),
-            _slabs((bm, bn), split),
-            ws[0], ws[2], ws[3], ws[1], slab,
-        )  # fmt: skip
+        geometry = pack_geometry(p, cfg)
         units = _cdiv(p.k, bm) * _cdiv(p.c, bn) * r * s * split
         sms = _sms(ctx)
         options = (
@@ -364,6 +358,23 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
             invoker_factory=factory,
             kernels=tuple(kernels),
         )
+
+
+def pack_geometry(p: ConvProblem, config: PerfConfig) -> bytes:
+    """The kernels' ``MioWrwGeom`` for ``p`` and a valid ``config``: sizes, geometry, the
+    pixel box and its counts, the split, whether the sums go straight into the filter, the
+    slabs the reduce adds, the filter's strides and one slab's length."""
+    bm, bn, _, tw, th, tn, split = (int(config[k]) for k in _KEYS)
+    r, s = p.filter_spatial
+    oh, ow = p.out_spatial
+    (sh, sw), (ph, pw), (dh, dw) = p.conv.strides, p.conv.pads, p.conv.dilations
+    ws = p.w.strides  # (k, c, r, s)
+    return _GEOMETRY.pack(
+        p.n, oh, ow, p.k, p.c, r, s, sh, sw, ph, pw, dh, dw, tw, th, tn,
+        _cdiv(ow, tw), _cdiv(oh, th), _boxes(p, (tw, th, tn)), split,
+        int(_direct(p, (bm, bn), split)), _slabs((bm, bn), split),
+        ws[0], ws[2], ws[3], ws[1], _slab(p),
+    )  # fmt: skip
 
 
 def ranked(ctx: ExecutionContext, p: ConvProblem) -> list[PerfConfig]:

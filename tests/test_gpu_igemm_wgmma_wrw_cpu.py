@@ -1,0 +1,164 @@
+"""CPU checks of ``igemm.gpu_wgmma_wrw``: where it applies, its pixel boxes, configurations,
+workspace and the geometry it hands the kernel. No device is needed (the kernel is compiled by
+the ``cuda-compile`` environment and run by ``tests/test_gpu_igemm_wgmma_wrw.py``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+import miocore
+from miocore.testing import cpu_context
+
+wrw = pytest.importorskip("miocore_igemm.gpu_wgmma_wrw")
+
+SOLVER = wrw.GpuWgmmaWrwSolver()
+
+
+def _ctx(arch: str = "sm90", backend: str = "cuda", sms: int = 132) -> miocore.ExecutionContext:
+    device = dataclasses.replace(
+        cpu_context().device, backend=backend, compute_units=sms, arch=arch
+    )
+    return miocore.ExecutionContext(device=device)
+
+
+def _problem(**kw) -> miocore.ConvProblem:
+    args = dict(
+        n=2, c=64, k=64, in_spatial=(9, 11), filter_spatial=(3, 3), pads=(1, 1),
+        dtype="float16", layout="NHWC",
+    )  # fmt: skip
+    direction = kw.pop("direction", "backward_weights")
+    args.update(kw)
+    return miocore.ConvProblem.from_sizes(direction, **args)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"arch": "sm80"}, "sm_90"),
+        ({"backend": "hip", "arch": "gfx942"}, "sm_90"),
+        ({"dtype": "float32"}, "bfloat16 and float16"),
+        ({"direction": "forward"}, "computes backward weights"),
+        ({"direction": "backward_data"}, "computes backward weights"),
+        ({"layout": "NCHW"}, "channels are not innermost"),
+        ({"c": 12}, "12 channels of x"),
+        ({"k": 20}, "20 channels of dy"),
+        ({"groups": 2}, "2 groups"),
+        ({"strides": (9, 1)}, "stride"),
+        ({"in_spatial": (4, 5, 6), "filter_spatial": (1, 1, 1), "pads": (0, 0, 0),
+          "layout": "NDHWC"}, "3-D"),
+    ],
+)  # fmt: skip
+def test_declines_with_the_reason(change: dict, reason: str) -> None:
+    ctx_args = {k: change.pop(k) for k in ("arch", "backend") if k in change}
+    answer = SOLVER.is_applicable(_ctx(**ctx_args), _problem(**change))
+    assert not answer
+    assert reason in answer.reason
+
+
+def test_applies_with_a_filter_of_any_layout() -> None:
+    for dtype in ("float16", "bfloat16"):
+        assert SOLVER.is_applicable(_ctx("sm_90"), _problem(dtype=dtype).canonical)
+    assert SOLVER.is_applicable(_ctx(), _problem(c=40, strides=(2, 2), dilations=(2, 1)))
+    base = _problem(c=72, k=136)
+    w = miocore.TensorDescriptor("float16", base.w.lengths, layout="NCHW")
+    mixed = miocore.ConvProblem(base.direction, x=base.x, w=w, y=base.y, conv=base.conv)
+    assert SOLVER.is_applicable(_ctx(), mixed.canonical)
+
+
+@pytest.mark.parametrize(("n", "hw"), [(32, 56), (32, 7), (32, 14), (16, 224), (3, 13), (1, 1)])
+def test_pixel_boxes_hold_64_pixels_and_cover_the_output(n: int, hw: int) -> None:
+    p = _problem(n=n, in_spatial=(hw, hw)).canonical
+    boxes = wrw.pixel_boxes(p)
+    assert boxes
+    oh, ow = p.out_spatial
+    lower = math.ceil(n * oh * ow / wrw.PIXELS)
+    counts = [wrw._boxes(p, b) for b in boxes]
+    assert counts == sorted(counts) and counts[0] >= lower
+    for tw, th, tn in boxes:
+        assert tw * th * tn == wrw.PIXELS
+    if hw in (56, 224):  # powers of two divide the layer: no box wasted
+        assert counts[0] == lower
+    if (n, hw) == (32, 7):  # 7 x 7 images: rows of 8 columns, at most an eighth empty
+        assert counts[0] * wrw.PIXELS <= lower * wrw.PIXELS * 8 / 7 + wrw.PIXELS
+
+
+def test_configs_are_valid_and_the_default_is_among_them() -> None:
+    ctx = _ctx()
+    for p in (
+        _problem(n=32, c=64, k=64, in_spatial=(56, 56)),
+        _problem(n=32, c=512, k=512, in_spatial=(7, 7)),
+        _problem(n=16, c=256, k=64, in_spatial=(40, 40), strides=(2, 2)),
+        _problem(c=136, k=72),
+    ):
+        canon = p.canonical
+        space = SOLVER.perf_config_space(ctx, canon)
+        assert space and all(SOLVER.is_valid_perf_config(ctx, canon, c) for c in space)
+        assert SOLVER.default_perf_config(ctx, canon) in space
+        assert all(c in space for c in SOLVER.find_configs(ctx, canon))
+        assert max(c["bm"] for c in space) <= max(64, 1 << (canon.k - 1).bit_length())
+    canon = _problem().canonical
+    good = dict(SOLVER.default_perf_config(ctx, canon))
+    for key, value in (("bn", 96), ("stages", 7), ("tw", 3), ("tn", 0), ("split", 5)):
+        assert not SOLVER.is_valid_perf_config(ctx, canon, {**good, key: value})
+    assert not SOLVER.is_valid_perf_config(ctx, canon, {**good, "split": 64})  # 2 boxes here
+
+
+def test_64_channel_layers_take_the_64_x_64_tile_and_split_the_pixels() -> None:
+    ctx = _ctx()
+    p = _problem(n=32, c=64, k=64, in_spatial=(56, 56)).canonical  # ResNet-50's l1.3x3
+    space = SOLVER.perf_config_space(ctx, p)
+    assert {(c["bm"], c["bn"]) for c in space} == {(64, 64)}
+    cfg = SOLVER.default_perf_config(ctx, p)
+    assert cfg["split"] > 1  # 9 tiles for 132 SMs
+    sol = SOLVER.get_solution(ctx, p, cfg)
+    assert [k.kernel_name for k in sol.kernels] == [wrw.KERNEL, wrw.REDUCE_KERNEL]
+    # each consumer of a 64 x 64 tile sums every other stage into its own slab
+    assert sol.workspace_size == 2 * cfg["split"] * 64 * 9 * 64 * 4
+    assert sol.workspace_size == SOLVER.workspace_size(ctx, p, cfg)
+    assert "-DMIO_BM=64" in sol.kernels[0].options and "-DMIO_BN=64" in sol.kernels[0].options
+    fields = wrw._GEOMETRY.unpack(wrw.pack_geometry(p, cfg))
+    assert fields[19:22] == (cfg["split"], 0, 2 * cfg["split"])  # split, direct, slabs
+    assert wrw.STAGES[64, 64] % 2 == 0  # a slot keeps its consumer
+
+
+def test_one_part_on_a_channels_last_filter_stores_straight_into_it() -> None:
+    ctx = _ctx()
+    p = _problem(n=32, c=512, k=512, in_spatial=(7, 7)).canonical  # ResNet-50's l4.3x3
+    cfg = {**SOLVER.default_perf_config(ctx, p), "bm": 128, "bn": 128, "stages": 6, "split": 1}
+    sol = SOLVER.get_solution(ctx, p, cfg)
+    assert [k.kernel_name for k in sol.kernels] == [wrw.KERNEL]
+    assert sol.workspace_size == 0
+    grid = sol.kernels[0].grid[0]
+    assert grid == min(132, 4 * 4 * 9)  # persistent blocks over k x c tiles x taps
+    # the same in a channels-first filter goes through the reduce's strided stores
+    w = miocore.TensorDescriptor("float16", p.w.lengths, layout="NCHW")
+    nchw = miocore.ConvProblem(p.direction, x=p.x, w=w, y=p.y, conv=p.conv).canonical
+    sol = SOLVER.get_solution(ctx, nchw, cfg)
+    assert [k.kernel_name for k in sol.kernels] == [wrw.KERNEL, wrw.REDUCE_KERNEL]
+    assert sol.workspace_size == 512 * 9 * 512 * 4
+    fields = wrw._GEOMETRY.unpack(wrw.pack_geometry(nchw, cfg))
+    assert fields[22:26] == (512 * 9, 3, 1, 9)  # the filter's k, r, s and c strides
+
+
+def test_geometry_matches_the_kernel_struct() -> None:
+    ctx = _ctx()
+    p = _problem(n=3, c=72, k=136, in_spatial=(17, 11), filter_spatial=(5, 3), pads=(2, 0),
+                 strides=(2, 3), dilations=(1, 2)).canonical  # fmt: skip
+    cfg = SOLVER.default_perf_config(ctx, p)
+    fields = wrw._GEOMETRY.unpack(wrw.pack_geometry(p, cfg))
+    assert wrw._GEOMETRY.size == 22 * 4 + 5 * 8  # 22 ints, then 8-byte aligned int64s
+    oh, ow = p.out_spatial
+    assert fields[:13] == (3, oh, ow, 136, 72, 5, 3, 2, 3, 2, 0, 1, 2)
+    tw, th, tn = fields[13:16]
+    assert (tw, th, tn) == (cfg["tw"], cfg["th"], cfg["tn"])
+    assert fields[16:19] == (-(-ow // tw), -(-oh // th), wrw._boxes(p, (tw, th, tn)))
+    assert fields[26] == 136 * 15 * 72  # one slab: k x taps x c
+
+
+def test_wti_ranks_it_only_for_backward_weights() -> None:
+    ctx = _ctx()
+    assert 0 < SOLVER.wti(ctx, _problem(n=32, c=256, k=256, in_spatial=(28, 28)).canonical) <= 1
+    assert SOLVER.wti(ctx, _problem(direction="forward").canonical) == -1.0
