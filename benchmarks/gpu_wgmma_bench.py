@@ -68,14 +68,14 @@ def _picks(solver: Any, ctx: Any, canon: Any, count: int) -> list[Any]:
 _SHORT = {"forward": "fwd", "backward_data": "bwd", "backward_weights": "wrw"}
 
 
-def _solver_name(dtype: str, direction: str) -> str | None:
+def solver_name(dtype: str, direction: str) -> str | None:
     """The wgmma solver of the dtype and direction (None: TF32 backward weights has none)."""
     if direction == "backward_weights":
         return None if dtype == "float32" else WRW_SOLVER
     return TF32_SOLVER if dtype == "float32" else SOLVER
 
 
-def _cudnn(direction: str, x: Any, w: Any, y: Any, layer: Any) -> Any:
+def cudnn_call(direction: str, x: Any, w: Any, y: Any, layer: Any) -> Any:
     """cuDNN's call for the direction (the written tensor as its result)."""
     if direction == "forward":
         return lambda: torch.nn.functional.conv2d(x, w, stride=layer.stride, padding=layer.pad)
@@ -122,7 +122,7 @@ def main() -> None:
                 if layer.c < 8 or (args.layers and layer.name not in args.layers):
                     continue
                 p = problem(layer, batch, direction, dtype=dtype, layout="NHWC")
-                name = _solver_name(dtype, direction)
+                name = solver_name(dtype, direction)
                 if name is None:
                     continue
                 solver = handle.registry.get(name).solver
@@ -150,7 +150,7 @@ def main() -> None:
             y = torch.randn(p.y.lengths, device="cuda", dtype=tdtype).to(memory_format=cl)
             direction = p.direction.value
             out = {"backward_data": x, "backward_weights": w}.get(direction, y)
-            cudnn = _cudnn(direction, x, w, y, layer)
+            cudnn = cudnn_call(direction, x, w, y, layer)
             row: dict[str, Any] = {
                 "suite": suite, "layer": layer.name, "dtype": dtype, "direction": direction
             }  # fmt: skip

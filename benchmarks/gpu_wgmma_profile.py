@@ -1,7 +1,8 @@
-"""One layer through ``igemm.gpu_wgmma`` (its default configuration) and through cuDNN, each
-run ``--runs`` times after a warm-up, for a profiler to attach to (Nsight Compute):
+"""One layer through its wgmma solver (``igemm.gpu_wgmma``, backward weights
+``igemm.gpu_wgmma_wrw``; the default configuration) and through cuDNN, each run ``--runs``
+times after a warm-up, for a profiler to attach to (Nsight Compute):
 
-    ncu --kernel-name regex:'igemm_wgmma_fwd|sm90|conv' --launch-skip 2 --launch-count 4 \\
+    ncu --kernel-name regex:'igemm_wgmma|sm90|conv' --launch-skip 2 --launch-count 4 \\
         --section SpeedOfLight --section WarpStateStats \\
         python benchmarks/gpu_wgmma_profile.py --layer conv4_2
 
@@ -19,11 +20,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import torch
 from common import config_runner
+from gpu_wgmma_bench import cudnn_call, solver_name
 from shapes import RESNET50, VGG16, problem
 
 import miocore
-
-SOLVER = "igemm.gpu_wgmma"
 
 
 def _timed(fn, runs: int) -> float:
@@ -50,16 +50,15 @@ def main() -> None:
     layer, batch = layers[args.layer]
     p = problem(layer, batch, args.direction, dtype=args.dtype, layout="NHWC")
     handle = miocore.Handle("cuda", stream=torch.cuda.current_stream())
-    cfg = handle.registry.get(SOLVER).solver.default_perf_config(handle.context, p.canonical)
+    solver = solver_name(args.dtype, args.direction)
+    cfg = handle.registry.get(solver).solver.default_perf_config(handle.context, p.canonical)
     tdtype = getattr(torch, args.dtype)
     cl = torch.channels_last
     x = torch.randn(p.x.lengths, device="cuda", dtype=tdtype).to(memory_format=cl)
     w = (torch.randn(p.w.lengths, device="cuda", dtype=tdtype) * 0.05).to(memory_format=cl)
-    y = torch.empty(p.y.lengths, device="cuda", dtype=tdtype).to(memory_format=cl)
-    ours = config_runner(handle, SOLVER, p, cfg, x, w, y)
-
-    def cudnn() -> None:
-        torch.nn.functional.conv2d(x, w, stride=layer.stride, padding=layer.pad)
+    y = torch.randn(p.y.lengths, device="cuda", dtype=tdtype).to(memory_format=cl)
+    ours = config_runner(handle, solver, p, cfg, x, w, y)
+    cudnn = cudnn_call(args.direction, x, w, y, layer)
 
     ours()
     cudnn()

@@ -298,8 +298,9 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
                     source=SOURCE,
                     kernel_name=REDUCE_KERNEL,
                     options=options,
-                    grid=(max(1, min(_cdiv(slab // 2, 256), 8 * sms)),),
-                    block=(256,),
+                    # two channels a thread, small blocks: a small filter still spreads
+                    grid=(max(1, min(_cdiv(slab // 2, 128), 16 * sms)),),
+                    block=(128,),
                 )
             )
         shared = stages * (bm + bn) * 128 + 1024  # + alignment of the ring to 1 KiB

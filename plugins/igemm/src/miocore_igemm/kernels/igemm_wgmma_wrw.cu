@@ -255,14 +255,17 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 }
 
 // The parts' fp32 sums added in order (deterministic), converted and stored through the
-// filter's strides (any layout).
+// filter's strides (any layout). Two channels a thread, the slabs' loads unrolled so that
+// eight are in flight: with many parts of a small filter the sum is bound by their latency.
 extern "C" __global__ void igemm_wgmma_wrw_reduce(const float* __restrict__ part,
                                                   mio_elem* __restrict__ w, const MioWrwGeom g) {
   const long long pairs = g.slab / 2;
   const long long taps = (long long)g.r * g.s;
+  const bool paired = g.w_sc == 1 && ((g.w_sk | g.w_sr | g.w_ss) & 1) == 0;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < pairs;
        i += (long long)gridDim.x * blockDim.x) {
     float2 sum = reinterpret_cast<const float2*>(part)[i];
+#pragma unroll 8
     for (int j = 1; j < g.slabs; ++j) {
       const float2 v = reinterpret_cast<const float2*>(part + j * g.slab)[i];
       sum.x += v.x;
@@ -274,7 +277,7 @@ extern "C" __global__ void igemm_wgmma_wrw_reduce(const float* __restrict__ part
     const int tap = (int)(m % taps);
     const long long k = m / taps;
     mio_elem* at = w + k * g.w_sk + (tap / g.s) * g.w_sr + (tap % g.s) * g.w_ss;
-    if (g.w_sc == 1 && ((g.w_sk | g.w_sr | g.w_ss) & 1) == 0) {  // aligned pairs
+    if (paired) {
       store_pair(at + c, sum.x, sum.y);
     } else {
       alignas(4) mio_elem pair[2];
