@@ -14,6 +14,7 @@ import miocore
 from miocore.testing import cpu_context
 
 wgmma = pytest.importorskip("miocore_igemm.gpu_wgmma")
+plan = pytest.importorskip("miocore_igemm.gpu_wgmma_plan")
 
 
 def _ctx(
@@ -79,7 +80,7 @@ def test_backward_data_is_the_forward_convolution_of_dy_with_the_flipped_filter(
         direction="backward_data", n=3, c=24, k=40, in_spatial=(9, 11), filter_spatial=(3, 5),
         pads=(0, 1), dilations=(2, 1),
     ).canonical  # fmt: skip
-    v = wgmma.gemm_view(p)
+    v = plan.gemm_view(p)
     assert (v.c, v.k) == (40, 24) and (v.oh, v.ow) == (9, 11) and (v.ih, v.iw) == p.out_spatial
     assert (v.sh, v.sw) == (1, 1) and (v.ph, v.pw) == (2 * 2 - 0, 1 * 4 - 1) and v.flip
     # the equivalent forward convolution gives back dx's size
@@ -114,7 +115,7 @@ def test_split_k_where_the_tiles_leave_sms_idle() -> None:
     sol = SOLVER.get_solution(ctx, small, cfg)
     assert [k.kernel_name for k in sol.kernels] == [wgmma.KERNEL, wgmma.REDUCE_KERNEL]
     assert sol.workspace_size == cfg["split"] * 32 * 7 * 7 * 512 * 4
-    units = wgmma._tiles(wgmma.gemm_view(small), (cfg["tw"], cfg["th"], cfg["tn"]))
+    units = plan._tiles(plan.gemm_view(small), (cfg["tw"], cfg["th"], cfg["tn"]))
     assert units * (512 // cfg["bn"]) * cfg["split"] <= 132
     big = _problem(n=32, c=256, k=256, in_spatial=(56, 56)).canonical
     assert SOLVER.default_perf_config(ctx, big)["split"] == 1
@@ -126,20 +127,20 @@ def test_split_k_where_the_tiles_leave_sms_idle() -> None:
 )
 def test_pixel_boxes_cover_the_output_in_few_tiles(n: int, hw: int) -> None:
     p = _problem(n=n, in_spatial=(hw, hw)).canonical
-    v = wgmma.gemm_view(p)
-    boxes = wgmma.pixel_boxes(v)
+    v = plan.gemm_view(p)
+    boxes = plan.pixel_boxes(v)
     assert boxes
     oh, ow = p.out_spatial
-    lower = math.ceil(n * oh * ow / wgmma.ROWS)
+    lower = math.ceil(n * oh * ow / plan.ROWS)
     for tw, th, tn in boxes:
-        assert 1 <= tw * th * tn <= wgmma.ROWS
+        assert 1 <= tw * th * tn <= plan.ROWS
         assert tw <= ow and th <= oh and tn <= n
-        assert wgmma._tiles(v, (tw, th, tn)) >= lower
-    best = wgmma._tiles(v, boxes[0])
-    assert [wgmma._tiles(v, b) for b in boxes] == sorted(wgmma._tiles(v, b) for b in boxes)
+        assert plan._tiles(v, (tw, th, tn)) >= lower
+    best = plan._tiles(v, boxes[0])
+    assert [plan._tiles(v, b) for b in boxes] == sorted(plan._tiles(v, b) for b in boxes)
     # the rectangles a layer of ResNet-50 or VGG-16 needs waste at most an eighth of a tile's rows
     if hw in (56, 28, 224):
-        assert best * wgmma.ROWS <= lower * wgmma.ROWS * 8 / 7
+        assert best * plan.ROWS <= lower * plan.ROWS * 8 / 7
 
 
 def test_configs_are_valid_and_the_default_is_among_them() -> None:
@@ -163,7 +164,7 @@ def test_ping_pong_tiles_take_turns_in_persistent_blocks() -> None:
     turns = [c for c in space if c["pingpong"]]
     assert turns and all(c["persist"] == 1 for c in turns)
     assert {(c["bm"], c["bn"]) for c in turns} == {
-        (bm, bn) for bm, bn, pingpong in wgmma.STAGES if pingpong
+        (bm, bn) for bm, bn, pingpong in plan.STAGES if pingpong
     }
     cfg = turns[0]
     assert not SOLVER.is_valid_perf_config(ctx, p, {**cfg, "persist": 0})
@@ -205,8 +206,8 @@ def test_narrow_layers_take_narrower_tiles_or_split_k_to_fill_the_device() -> No
     few = SOLVER.default_perf_config(ctx, small)
     many = SOLVER.default_perf_config(ctx, large)
     assert few["bn"] < 256 and few["split"] > 1 and many["split"] == 1
-    v = wgmma.gemm_view(small)
-    units = wgmma._tiles(v, (few["tw"], few["th"], few["tn"])) * math.ceil(512 / few["bn"])
+    v = plan.gemm_view(small)
+    units = plan._tiles(v, (few["tw"], few["th"], few["tn"])) * math.ceil(512 / few["bn"])
     assert units * few["split"] >= 66  # at least half the SMs busy
 
 
@@ -239,7 +240,7 @@ def test_solution_kernel_and_launch_shape() -> None:
     assert "--gpu-architecture=sm_90a" in kernel.options
     assert f"-DMIO_BN={cfg['bn']}" in kernel.options
     box = (cfg["tw"], cfg["th"], cfg["tn"])
-    tiles = wgmma._tiles(wgmma.gemm_view(p), box) * math.ceil(256 / cfg["bn"])
+    tiles = plan._tiles(plan.gemm_view(p), box) * math.ceil(256 / cfg["bn"])
     assert tiles > 132 and cfg["persist"] == 1
     assert kernel.grid == (132,)  # persistent: one block per SM walks the tiles
     assert f"-DMIO_CLUSTER={cfg['cluster']}" in kernel.options
@@ -258,12 +259,12 @@ def test_solution_kernel_and_launch_shape() -> None:
 
 
 def test_every_tile_fits_registers_and_shared_memory() -> None:
-    for (bm, bn, pingpong), depths in wgmma.STAGES.items():
+    for (bm, bn, pingpong), depths in plan.STAGES.items():
         rows = bm if pingpong else bm // 2  # a ping-pong tile is one consumer's whole
         assert rows * bn // 128 <= 128  # fp32 accumulators per consumer thread
         assert rows % 64 == 0  # m64 sub-tiles
         for stages in depths:
-            assert stages * (bm + bn) * wgmma.BK * 2 + 1024 <= 227 * 1024
+            assert stages * (bm + bn) * plan.BK * 2 + 1024 <= 227 * 1024
 
 
 def test_estimates_only_what_it_computes() -> None:
@@ -298,13 +299,13 @@ def test_tf32_applies_to_fp32_in_the_tf32_math_mode_only() -> None:
 def test_tf32_slices_are_32_channels_of_128_bytes() -> None:
     ctx = _ctx(math_mode="tf32")
     p = _problem(dtype="float32", n=8, c=96, k=128, in_spatial=(14, 14)).canonical
-    v = wgmma.gemm_view(p)
+    v = plan.gemm_view(p)
     assert v.bk == 32 and v.slices == 9 * 3
     cfg = TF32.default_perf_config(ctx, p)
     kernel = TF32.get_solution(ctx, p, cfg).kernels[0]
     assert kernel.kernel_name == wgmma.KERNEL
     assert "-DMIO_DTYPE_TF32" in kernel.options and "-DMIO_B_MN=0" in kernel.options
-    half = wgmma.gemm_view(_problem(n=8, c=96, k=128, in_spatial=(14, 14)).canonical)
+    half = plan.gemm_view(_problem(n=8, c=96, k=128, in_spatial=(14, 14)).canonical)
     assert half.bk == 64 and half.slices == 9 * 2
     # backward data always through the flipped filter: TF32 operands are K-major only
     bwd = _problem(dtype="float32", direction="backward_data", c=32, k=64).canonical

@@ -25,10 +25,9 @@ addresses: the invoker encodes them once per address pair and keeps them.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import struct
-from typing import Any, NamedTuple
+from typing import Any
 
 from miocore import (
     APPLICABLE,
@@ -46,35 +45,29 @@ from miocore import (
 from miocore.backends.gpu_kernels import DTYPE_OPTIONS
 from miocore_igemm.gpu_common import KERNEL_DIR as KERNEL_DIR
 from miocore_igemm.gpu_common import MmaSolverBase, Tf32Only, check_alignment
+from miocore_igemm.gpu_wgmma_plan import (
+    _MAX_BOX,
+    _MAX_ELEMENT_STRIDE,
+    ROW_BYTES,
+    SPLITS,
+    STAGES,
+    _cdiv,
+    _is_sm90,
+    _partial_bytes,
+    _rate_factor,
+    _sms,
+    _splits,
+    _tiles,
+    gemm_view,
+    pixel_boxes,
+    ranked,
+)
 
 SOURCE = "igemm/igemm_wgmma.cu"
 KERNEL = "igemm_wgmma_fwd"
 FLIP_KERNEL = "igemm_wgmma_wflip"
 REDUCE_KERNEL = "igemm_wgmma_reduce"
 THREADS = 384  # one producer and two consumer warpgroups
-ROWS = 128  # output pixels of the smaller tile
-ROW_BYTES = 128  # a pipeline slice's row: the swizzle width (64 fp16/bf16 or 32 fp32 channels)
-BK = 64  # channels per slice of fp16/bf16 (GemmView.bk per type)
-#: Pipeline depths per tile (pixels bm x channels bn x ping-pong): each fills 160-200 KiB of
-#: the 227 KiB an sm_90 block may use (a stage is bm x 128 bytes of pixels and bn x 128 bytes
-#: of filter). Cooperative tiles (pingpong 0) are split between the two consumer warpgroups,
-#: bm/2 x bn fp32 accumulators each in 128 threads (at most 128 a thread); ping-pong tiles
-#: belong to one consumer whole (bm x bn), the two consumers taking turns, so that one
-#: multiplies while the other stores.
-STAGES = {(128, 256, 0): (4, 3), (128, 128, 0): (6, 4), (128, 64, 0): (8, 4),
-          (256, 128, 0): (4, 3), (256, 64, 0): (5, 4),
-          (128, 128, 1): (6, 4), (64, 256, 1): (5, 4), (128, 64, 1): (8, 5)}  # fmt: skip
-#: Relative speed of a tile per unit of work (bigger tiles reuse their operands more), and
-#: the fixed cost of a work unit in slices' time: cooperative tiles every unit, ping-pong
-#: tiles once a block. Fitted with the default's choice among each tile's best box and split
-#: (ResNet-50 and VGG-16, forward and backward data, fp16, H100, 2026-11-28: the picked
-#: configuration 1.05x the fastest measured, geometric mean; with the alternatives below
-#: measured too, 1.005x).
-_TILE_EFFICIENCY = {(128, 256, 0): 1.0, (256, 128, 0): 1.0, (128, 128, 0): 0.92,
-                    (256, 64, 0): 0.85, (128, 64, 0): 0.7,
-                    (128, 128, 1): 0.95, (64, 256, 1): 0.9, (128, 64, 1): 0.7}  # fmt: skip
-_COOPERATIVE_FIXED = 4.0
-_PINGPONG_FIXED = 1.0
 #: Other tiles a normal find measures besides the default (see find_configs).
 _ALTERNATIVES = 3
 #: The fraction of the fp16 tensor-core ceiling (the CUDA backend's 16 x FP32 lanes x clock)
@@ -87,20 +80,8 @@ _EFFICIENCY = 0.70
 _SLICE_COST = 8.0
 _FLIP_FACTOR = 0.85
 _FIXED_MS = 0.008
-#: The default's cost model (seconds): an H100/H200 SM's dense fp16 rate, and the rate of
-#: split-K's partial sums, written and read back mostly within the 50 MiB L2 (fitted on
-#: ResNet-50's 7x7 and 14x14 layers, H200: 4 parts of 128 x 256 beat one part of 128 x 64).
-_SM_FLOPS = 7.0e12
-_PARTIAL_BYTES_PER_S = 9.0e12
-#: Box extents the TMA allows: 256 elements per dimension, element strides up to 8.
-_MAX_BOX = 256
-_MAX_ELEMENT_STRIDE = 8
 _KEYS = ("bm", "bn", "stages", "tw", "th", "tn", "persist", "cluster", "split", "pingpong")
 _GEOMETRY = struct.Struct("<20i4q")
-#: Split-K parts: where a layer's tiles leave SMs idle, each part sums a share of the slices.
-SPLITS = (1, 2, 4, 8)
-#: Slices of 64 channels a part should keep at least (fewer: the pipeline never fills).
-_MIN_PART_STEPS = 8
 _FLIP = struct.Struct("<4i4q")  # the flip kernel's MioFlipGeom
 _MAPS_KEPT = 64
 
@@ -111,90 +92,6 @@ _DTYPE_OPTIONS = {
     DataType.BFLOAT16: DTYPE_OPTIONS[DataType.BFLOAT16],
     DataType.FLOAT32: "-DMIO_DTYPE_TF32",
 }
-
-
-def _rate_factor(dtype: DataType) -> float:
-    """The tensor cores' rate for ``dtype`` against fp16's: TF32 runs at half."""
-    return 0.5 if dtype is DataType.FLOAT32 else 1.0
-
-
-def _is_sm90(ctx: ExecutionContext) -> bool:
-    return ctx.backend == "cuda" and ctx.device.arch.replace("_", "") == "sm90"
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-class GemmView(NamedTuple):
-    """A problem as the forward convolution the kernel computes: the activation it reads
-    (``src``, ``ih`` x ``iw``, ``c`` channels), the one it writes (``dst``, ``oh`` x ``ow``,
-    ``k`` channels), the geometry; strides in (n, c, h, w) order, elements."""
-
-    n: int
-    ih: int
-    iw: int
-    oh: int
-    ow: int
-    c: int
-    k: int
-    r: int
-    s: int
-    sh: int
-    sw: int
-    ph: int
-    pw: int
-    dh: int
-    dw: int
-    src: tuple[int, ...]
-    dst: tuple[int, ...]
-    flip: bool  # backward data: the filter is flipped and transposed first
-    bk: int  # channels per slice: 128 bytes of the element type (BK for fp16/bf16)
-
-    @property
-    def slices(self) -> int:
-        """Pipeline steps of a tile's whole sum: every tap times the slices of ``bk``
-        channels of c."""
-        return self.r * self.s * _cdiv(self.c, self.bk)
-
-
-def gemm_view(p: ConvProblem) -> GemmView:
-    """Forward as it is; backward data (stride 1) as the forward convolution of dy with the
-    flipped, transposed filter."""
-    r, s = p.filter_spatial
-    (ih, iw), (oh, ow) = p.in_spatial, p.out_spatial
-    (sh, sw), (ph, pw), (dh, dw) = p.conv.strides, p.conv.pads, p.conv.dilations
-    bk = ROW_BYTES // p.dtype.itemsize
-    if p.direction is Direction.BACKWARD_DATA:
-        return GemmView(
-            p.n, oh, ow, ih, iw, p.k, p.c, r, s, 1, 1, dh * (r - 1) - ph, dw * (s - 1) - pw,
-            dh, dw, p.y.strides, p.x.strides, True, bk,
-        )  # fmt: skip
-    return GemmView(
-        p.n, ih, iw, oh, ow, p.c, p.k, r, s, sh, sw, ph, pw, dh, dw, p.x.strides, p.y.strides,
-        False, bk,
-    )  # fmt: skip
-
-
-def pixel_boxes(v: GemmView, count: int = 4, rows: int = ROWS) -> list[tuple[int, int, int]]:
-    """The ``count`` boxes ``(tw, th, tn)`` of at most ``rows`` output pixels that cover the
-    output in the fewest tiles (wider boxes first among equals: longer runs of stores)."""
-    scored = []
-    for tw in range(1, min(v.ow, rows) + 1):
-        if tw * v.sw > _MAX_BOX:
-            break
-        for th in range(1, min(v.oh, rows // tw) + 1):
-            if th * v.sh > _MAX_BOX:
-                break
-            tn = min(v.n, rows // (tw * th), _MAX_BOX)
-            scored.append((_tiles(v, (tw, th, tn)), -tw, -th, (tw, th, tn)))
-    scored.sort()
-    return [box for *_, box in scored[:count]]
-
-
-def _tiles(v: GemmView, box: tuple[int, int, int]) -> int:
-    tw, th, tn = box
-    return _cdiv(v.n, tn) * _cdiv(v.oh, th) * _cdiv(v.ow, tw)
 
 
 class GpuWgmmaSolver(MmaSolverBase):
@@ -506,63 +403,9 @@ class GpuWgmmaSolver(MmaSolverBase):
         )
 
 
-def ranked(ctx: ExecutionContext, p: ConvProblem) -> list[PerfConfig]:
-    """Every tile and split-K at the tile's best pixel box, deepest pipeline and persistent
-    single blocks, fastest first by the cost model: waves of work units over the SMs, a
-    unit's slices at the tile's relative speed, and a fixed cost per unit for its epilogue
-    and pipeline fill (cooperative tiles pay it every unit: both consumers store together;
-    ping-pong tiles about once a block: a consumer stores while the other multiplies), plus
-    split-K's partial sums written and read back."""
-    return list(_ranked(p, _sms(ctx)))
-
-
-def _sms(ctx: ExecutionContext) -> int:
-    return max(1, ctx.device.compute_units)
-
-
-@functools.lru_cache(maxsize=256)
-def _ranked(p: ConvProblem, sms: int) -> tuple[PerfConfig, ...]:
-    """:func:`ranked`, kept per problem and SM count: a find asks for it several times (the
-    default, its workspace and estimate, the listed alternatives, compile-ahead), and the
-    pixel boxes of every tile take milliseconds in Python."""
-    v = gemm_view(p)
-    widest = max(64, 1 << max(0, (v.k - 1).bit_length()))
-    rate = _SM_FLOPS * _rate_factor(p.dtype)
-    scored = []
-    for tile, depths in STAGES.items():
-        bm, bn, pingpong = tile
-        if bn > widest:
-            continue
-        box = pixel_boxes(v, 1, bm)[0]
-        for split in _splits(sms, v, bn, box):
-            waves = _cdiv(_tiles(v, box) * _cdiv(v.k, bn) * split, sms)
-            per_slice = 2.0 * bm * bn * v.bk / (rate * _TILE_EFFICIENCY[tile])
-            slices = _cdiv(v.slices, split)
-            if pingpong:
-                cost = (waves * slices + _PINGPONG_FIXED) * per_slice
-            else:
-                cost = waves * (slices + _COOPERATIVE_FIXED) * per_slice
-            cost += 2 * _partial_bytes(v, split) / _PARTIAL_BYTES_PER_S  # written, read
-            config = PerfConfig(
-                bm=bm, bn=bn, stages=depths[0], tw=box[0], th=box[1], tn=box[2], persist=1,
-                cluster=1, split=split, pingpong=pingpong,
-            )  # fmt: skip
-            scored.append((cost, len(scored), config))
-    scored.sort(key=lambda t: t[:2])
-    return tuple(config for *_, config in scored)
-
-
 def _values(config: Any) -> tuple[int, ...]:
     """A configuration's keys in ``_KEYS`` order as integers; ``pingpong`` 0 where absent."""
     return tuple(int(config.get(k, 0) if k == "pingpong" else config[k]) for k in _KEYS)
-
-
-def _splits(sms: int, v: GemmView, bn: int, box: tuple[int, int, int]) -> tuple:
-    """Split-K parts worth trying: 1, and more while the tiles leave ``sms`` SMs idle and each
-    part keeps enough slices to fill its pipeline."""
-    tiles = _tiles(v, box) * _cdiv(v.k, bn)
-    steps = v.slices
-    return tuple(s for s in SPLITS if s == 1 or (tiles * s <= sms and steps >= _MIN_PART_STEPS * s))
 
 
 def flips_filter(p: ConvProblem, cluster: int) -> bool:
@@ -581,11 +424,6 @@ def flips_filter(p: ConvProblem, cluster: int) -> bool:
 def _flip_room(p: ConvProblem) -> int:
     """Workspace bytes before the split-K partials: the flipped filter, 256-byte aligned."""
     return _cdiv(flipped_filter_bytes(p), 256) * 256
-
-
-def _partial_bytes(v: GemmView, split: int) -> int:
-    """Split-K's fp32 partial sums: one output-sized slab per part."""
-    return 0 if split == 1 else split * v.n * v.oh * v.ow * v.k * 4
 
 
 def flipped_filter_bytes(p: ConvProblem) -> int:

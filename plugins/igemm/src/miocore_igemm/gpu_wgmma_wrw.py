@@ -38,9 +38,8 @@ from miocore import (
     not_applicable,
 )
 from miocore_igemm.gpu_common import MmaSolverBase, check_alignment
-from miocore_igemm.gpu_wgmma import (
-    _DTYPE_OPTIONS,
-    _MAPS_KEPT,
+from miocore_igemm.gpu_wgmma import _DTYPE_OPTIONS, _MAPS_KEPT
+from miocore_igemm.gpu_wgmma_plan import (
     _MAX_BOX,
     _MAX_ELEMENT_STRIDE,
     _SM_FLOPS,
