@@ -24,6 +24,7 @@ from test_gpu_solvers import DEVICE, _handle
 
 import miocore
 from miocore import reference
+from miocore.corpus import find_corpus, sample_rows, shrink_row
 from miocore.errors import BackendUnavailableError
 from miocore.testing import TOLERANCES
 
@@ -54,6 +55,45 @@ def need_exact(solver: str) -> miocore.Handle:
 def handle_for(solver: str, tf32: str) -> miocore.Handle:
     """The tf32 handle for the solver named ``tf32``, the exact one for any other."""
     return need(tf32_handle() if solver == tf32 else _handle(), solver)
+
+
+def sm90_handle(solver: str, tf32: str = "") -> miocore.Handle:
+    """:func:`handle_for`, skipping unless the device is sm_90 (the wgmma solvers' target)."""
+    h = handle_for(solver, tf32)
+    if h.context.device.arch.replace("_", "") != "sm90":
+        pytest.skip(f"{solver} needs sm_90, this device is {h.context.device.arch}")
+    return h
+
+
+@functools.cache
+def _rows_2d(count: int, seed: int) -> tuple[dict, ...]:
+    return tuple(r for r in sample_rows(count, seed=seed) if len(r["x"]) == 2)
+
+
+def corpus_problems(
+    h: miocore.Handle, solver: str, dtype: str, direction: str, count: int, seed: int
+) -> list[miocore.ConvProblem]:
+    """Up to ``count`` one-group 2-D corpus rows (of ``8 x count`` sampled with ``seed``) as
+    ``direction`` in ``dtype`` and NHWC, shrunk to 8, 16, 72 or 136 channels in turn (single
+    64-channel slices, tails inside one, several), those ``solver`` takes; skips without the
+    corpus."""
+    if find_corpus() is None:
+        pytest.skip("the corpus is not available (set MIOCORE_CORPUS)")
+    reg = h.registry.get(solver).solver
+    problems = []
+    for i, row in enumerate(_rows_2d(8 * count, seed)):
+        if row.get("groups", 1) != 1:
+            continue
+        p = shrink_row(
+            {**row, "dtype": dtype, "layout": "NHWC"},
+            max_channels_per_group=(8, 16, 72, 136)[i % 4],
+            direction=direction,
+        )
+        if reg.is_applicable(h.context, p.canonical):
+            problems.append(p)
+        if len(problems) >= count:
+            break
+    return problems
 
 
 def with_options(kernels: Sequence[Any], options: tuple[str, ...]) -> tuple:

@@ -15,14 +15,12 @@ small layer with a long reduction (split-K).
 
 from __future__ import annotations
 
-import functools
 import os
 
 import pytest
-from gpu_igemm_fixtures import check, handle_for, precompile, run, run_configs
+from gpu_igemm_fixtures import check, corpus_problems, precompile, run, run_configs, sm90_handle
 
 import miocore
-from miocore.corpus import find_corpus, sample_rows, shrink_row
 
 pytestmark = pytest.mark.gpu
 
@@ -36,17 +34,7 @@ def _solver(dtype: str) -> str:
 
 
 def _handle(solver: str = SOLVER) -> miocore.Handle:
-    h = handle_for(solver, TF32)
-    if h.context.device.arch.replace("_", "") != "sm90":
-        pytest.skip(f"{solver} needs sm_90, this device is {h.context.device.arch}")
-    return h
-
-
-@functools.cache
-def _rows() -> list[dict]:
-    if find_corpus() is None:
-        return []
-    return [r for r in sample_rows(8 * PER_DTYPE, seed=13) if len(r["x"]) == 2]
+    return sm90_handle(solver, TF32)
 
 
 @pytest.mark.parametrize("direction", ("forward", "backward_data"))
@@ -54,22 +42,9 @@ def _rows() -> list[dict]:
 def test_wgmma_matches_reference_on_corpus(dtype: str, direction: str) -> None:
     name = _solver(dtype)
     h = _handle(name)
-    solver = h.registry.get(name).solver
-    problems = []
-    for i, row in enumerate(_rows()):
-        if row.get("groups", 1) != 1:
-            continue
-        p = shrink_row(
-            {**row, "dtype": "FP32" if dtype == "TF32" else dtype, "layout": "NHWC"},
-            max_channels_per_group=(8, 16, 72, 136)[i % 4],
-            direction=direction,
-        )
-        if solver.is_applicable(h.context, p.canonical):
-            problems.append(p)
-        if len(problems) >= PER_DTYPE:
-            break
-    if not problems:
-        pytest.skip("the corpus is not available (set MIOCORE_CORPUS)")
+    stored = "FP32" if dtype == "TF32" else dtype
+    problems = corpus_problems(h, name, stored, direction, PER_DTYPE, seed=13)
+    assert problems
     precompile(h, name, problems)
     failures = []
     for i, p in enumerate(problems):

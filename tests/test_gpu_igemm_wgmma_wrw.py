@@ -12,14 +12,12 @@ than the activations (the reduce kernel's strided stores).
 
 from __future__ import annotations
 
-import functools
 import os
 
 import pytest
-from gpu_igemm_fixtures import check, handle_for, precompile, run, run_configs
+from gpu_igemm_fixtures import check, corpus_problems, precompile, run, run_configs, sm90_handle
 
 import miocore
-from miocore.corpus import find_corpus, sample_rows, shrink_row
 
 pytestmark = pytest.mark.gpu
 
@@ -28,38 +26,14 @@ PER_DTYPE = int(os.environ.get("MIOCORE_GPU_TEST_PROBLEMS", "200")) // 2
 
 
 def _handle() -> miocore.Handle:
-    h = handle_for(SOLVER, "")
-    if h.context.device.arch.replace("_", "") != "sm90":
-        pytest.skip(f"{SOLVER} needs sm_90, this device is {h.context.device.arch}")
-    return h
-
-
-@functools.cache
-def _rows() -> list[dict]:
-    if find_corpus() is None:
-        return []
-    return [r for r in sample_rows(8 * PER_DTYPE, seed=17) if len(r["x"]) == 2]
+    return sm90_handle(SOLVER)
 
 
 @pytest.mark.parametrize("dtype", ("FP16", "BF16"))
 def test_wgmma_wrw_matches_reference_on_corpus(dtype: str) -> None:
     h = _handle()
-    solver = h.registry.get(SOLVER).solver
-    problems = []
-    for i, row in enumerate(_rows()):
-        if row.get("groups", 1) != 1:
-            continue
-        p = shrink_row(
-            {**row, "dtype": dtype, "layout": "NHWC"},
-            max_channels_per_group=(8, 16, 72, 136)[i % 4],
-            direction="backward_weights",
-        )
-        if solver.is_applicable(h.context, p.canonical):
-            problems.append(p)
-        if len(problems) >= PER_DTYPE:
-            break
-    if not problems:
-        pytest.skip("the corpus is not available (set MIOCORE_CORPUS)")
+    problems = corpus_problems(h, SOLVER, dtype, "backward_weights", PER_DTYPE, seed=17)
+    assert problems
     precompile(h, SOLVER, problems)
     failures = []
     for i, p in enumerate(problems):
