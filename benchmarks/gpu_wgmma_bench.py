@@ -1,7 +1,8 @@
 """``igemm.gpu_wgmma`` (wgmma + TMA, sm_90) against cuDNN on ResNet-50's and VGG-16's layers,
-channels-last, fp16 and bf16 (and float32: ``igemm.gpu_wgmma_tf32`` against cuDNN, both in
-TF32), forward, (stride-1 layers) backward data and (fp16/bf16: ``igemm.gpu_wgmma_wrw``)
-backward weights (``--directions``).
+channels-last (``--layout NCHW``: both sides on PyTorch's default layout, which miocore
+copies to channels-last inside the solution), fp16 and bf16 (and float32:
+``igemm.gpu_wgmma_tf32`` against cuDNN, both in TF32), forward, (stride-1 layers) backward
+data and (fp16/bf16: ``igemm.gpu_wgmma_wrw``) backward weights (``--directions``).
 
 Per layer: cuDNN through PyTorch (``cudnn.benchmark`` on; backward data through
 ``aten.convolution_backward``), the solver's default config and the
@@ -97,6 +98,9 @@ def main() -> None:
     parser.add_argument("--configs", type=int, default=8, help="configs tried besides default")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument(
+        "--layout", choices=("NHWC", "NCHW"), default="NHWC", help="both sides' tensors"
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
@@ -105,7 +109,8 @@ def main() -> None:
     torch.backends.cudnn.allow_tf32 = True  # default for convolutions)
     started = time.time()
     rows: list[dict[str, Any]] = []
-    cl = torch.channels_last
+    # NCHW: PyTorch's default contiguous tensors (miocore copies them to channels-last)
+    cl = torch.channels_last if args.layout == "NHWC" else torch.contiguous_format
     for dtype in args.dtypes:
         tf32 = dtype == "float32"
         handle = miocore.Handle(
@@ -121,7 +126,7 @@ def main() -> None:
             for layer in layers:
                 if layer.c < 8 or (args.layers and layer.name not in args.layers):
                     continue
-                p = problem(layer, batch, direction, dtype=dtype, layout="NHWC")
+                p = problem(layer, batch, direction, dtype=dtype, layout=args.layout)
                 name = solver_name(dtype, direction)
                 if name is None:
                     continue
@@ -152,7 +157,8 @@ def main() -> None:
             out = {"backward_data": x, "backward_weights": w}.get(direction, y)
             cudnn = cudnn_call(direction, x, w, y, layer)
             row: dict[str, Any] = {
-                "suite": suite, "layer": layer.name, "dtype": dtype, "direction": direction
+                "suite": suite, "layer": layer.name, "dtype": dtype, "direction": direction,
+                "layout": args.layout,
             }  # fmt: skip
             row["cudnn_ms"] = device_ms(cudnn, args.warmup, args.runs)
             expected = cudnn().float()

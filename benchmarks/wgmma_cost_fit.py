@@ -63,7 +63,8 @@ def load(paths: list[Path]) -> list[tuple[Any, Any, dict, float, str]]:
         for r in json.loads(path.read_text())["rows"]:
             layers, batch = SUITES[r["suite"]]
             layer = next(lay for lay in layers if lay.name == r["layer"])
-            p = problem(layer, batch, r["direction"], dtype=r["dtype"], layout="NHWC").canonical
+            layout = r.get("layout", "NHWC")
+            p = problem(layer, batch, r["direction"], dtype=r["dtype"], layout=layout).canonical
             times = {
                 _key(c["config"]): c["ms"]
                 for c in r["configs"]

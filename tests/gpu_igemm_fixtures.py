@@ -71,10 +71,16 @@ def _rows_2d(count: int, seed: int) -> tuple[dict, ...]:
 
 
 def corpus_problems(
-    h: miocore.Handle, solver: str, dtype: str, direction: str, count: int, seed: int
+    h: miocore.Handle,
+    solver: str,
+    dtype: str,
+    direction: str,
+    count: int,
+    seed: int,
+    layout: str = "NHWC",
 ) -> list[miocore.ConvProblem]:
     """Up to ``count`` one-group 2-D corpus rows (of ``8 x count`` sampled with ``seed``) as
-    ``direction`` in ``dtype`` and NHWC, shrunk to 8, 16, 72 or 136 channels in turn (single
+    ``direction`` in ``dtype`` and ``layout``, shrunk to 8, 16, 72 or 136 channels in turn (single
     64-channel slices, tails inside one, several), those ``solver`` takes; skips without the
     corpus."""
     if find_corpus() is None:
@@ -85,7 +91,7 @@ def corpus_problems(
         if row.get("groups", 1) != 1:
             continue
         p = shrink_row(
-            {**row, "dtype": dtype, "layout": "NHWC"},
+            {**row, "dtype": dtype, "layout": layout},
             max_channels_per_group=(8, 16, 72, 136)[i % 4],
             direction=direction,
         )

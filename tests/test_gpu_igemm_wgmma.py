@@ -24,6 +24,8 @@ import miocore
 
 pytestmark = pytest.mark.gpu
 
+wgmma = pytest.importorskip("miocore_igemm.gpu_wgmma")
+
 SOLVER = "igemm.gpu_wgmma"
 TF32 = "igemm.gpu_wgmma_tf32"
 PER_DTYPE = int(os.environ.get("MIOCORE_GPU_TEST_PROBLEMS", "200")) // 2
@@ -54,6 +56,26 @@ def test_wgmma_matches_reference_on_corpus(dtype: str, direction: str) -> None:
             failures.append(f"{p.key}: {why}")
     assert not failures, f"{len(failures)}/{len(problems)} failed:\n" + "\n".join(failures[:20])
     assert len(problems) >= min(30 if direction == "backward_data" else 50, PER_DTYPE)
+
+
+@pytest.mark.parametrize("direction", ("forward", "backward_data"))
+@pytest.mark.parametrize("dtype", ("FP16", "BF16", "TF32"))
+def test_wgmma_channels_first_through_packed_copies(dtype: str, direction: str) -> None:
+    """NCHW tensors (PyTorch's default) copied to channels-last in the workspace and the
+    result copied back: corpus-derived problems and the default configuration."""
+    name = _solver(dtype)
+    h = _handle(name)
+    stored = "FP32" if dtype == "TF32" else dtype
+    problems = corpus_problems(h, name, stored, direction, PER_DTYPE // 4, seed=29, layout="NCHW")
+    assert problems and all(wgmma.staged(p.canonical) for p in problems)
+    precompile(h, name, problems)
+    failures = []
+    for i, p in enumerate(problems):
+        got, inputs = run(h, name, p, seed=i)
+        why = check(p, got, inputs, tf32=name == TF32, truncated=name == TF32)
+        if why:
+            failures.append(f"{p.key}: {why}")
+    assert not failures, f"{len(failures)}/{len(problems)} failed:\n" + "\n".join(failures[:20])
 
 
 _SHAPES = (

@@ -5,6 +5,7 @@ geometry struct it hands the kernel. No device is needed (the kernel itself is c
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import re
 
@@ -15,6 +16,7 @@ from miocore.testing import cpu_context
 
 wgmma = pytest.importorskip("miocore_igemm.gpu_wgmma")
 plan = pytest.importorskip("miocore_igemm.gpu_wgmma_plan")
+layout = pytest.importorskip("miocore_igemm.gpu_wgmma_layout")
 
 
 def _ctx(
@@ -49,7 +51,6 @@ SOLVER = wgmma.GpuWgmmaSolver()
         ({"direction": "backward_weights"}, "forward and backward data"),
         ({"direction": "backward_data", "strides": (2, 2)}, "stride 1 only"),
         ({"direction": "backward_data", "k": 12}, "12 channels of dy"),
-        ({"layout": "NCHW"}, "channels are not innermost"),
         ({"c": 12}, "12 channels of x"),
         ({"k": 63}, "63 channels of y"),
         ({"groups": 2}, "2 groups"),
@@ -324,3 +325,45 @@ def test_tf32_estimates_half_the_fp16_rate() -> None:
     ms32 = ideal32 / TF32.wti(ctx, fp32)
     ms16 = ideal16 / SOLVER.wti(_ctx(), fp16)
     assert 1.5 < ms32 / ms16 < 2.5  # compute-bound: about twice the time
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward_data"])
+def test_channels_first_tensors_go_through_packed_copies(direction: str) -> None:
+    ctx = _ctx()
+    p = _problem(direction=direction, n=4, c=72, k=40, layout="NCHW").canonical
+    assert SOLVER.is_applicable(ctx, p)
+    names = wgmma.staged(p)
+    read, written = ("y", "x") if direction == "backward_data" else ("x", "y")
+    # forward also copies its filter (channels not innermost); backward data flips it
+    assert names == ((read, "w", written) if direction == "forward" else (read, written))
+    cfg = SOLVER.default_perf_config(ctx, p)
+    sol = SOLVER.get_solution(ctx, p, cfg)
+    copies = [k for k in sol.kernels if k.kernel_name == layout.KERNEL]
+    assert len(copies) == len(names)
+    assert all(k.source == layout.SOURCE and k.block == (32, 8) for k in copies)
+    # each copy is a whole packed tensor in the workspace, 256-byte aligned, in order
+    staged, part_at, size = wgmma._workspace(p, cfg["cluster"], cfg["split"])
+    assert [s.name for s in staged] == list(names)
+    for s in staged:
+        t = getattr(p, s.name)
+        assert s.nbytes == t.element_count * 2 and s.offset % 256 == 0
+        assert s.to_nhwc == (s.name != written)
+    assert all(a.offset + a.nbytes <= b.offset for a, b in itertools.pairwise(staged))
+    assert part_at >= staged[-1].offset + staged[-1].nbytes
+    assert sol.workspace_size == size == SOLVER.workspace_size(ctx, p, cfg)
+    # the kernels see packed channels-last tensors: the same geometry as an NHWC problem
+    nhwc = _problem(direction=direction, n=4, c=72, k=40, layout="NHWC").canonical
+    assert wgmma.gemm_view(layout.with_packed(p, names))._replace(flip=False) == (
+        wgmma.gemm_view(nhwc)._replace(flip=False)
+    )
+    # and the estimate pays for the copies
+    assert SOLVER.wti(ctx, p) < SOLVER.wti(ctx, nhwc)
+
+
+def test_a_filter_whose_taps_are_not_one_run_is_copied_for_forward() -> None:
+    base = _problem(n=2, c=64, k=64)
+    w = miocore.TensorDescriptor("float16", base.w.lengths, strides=(600, 1, 200, 64))
+    p = miocore.ConvProblem(base.direction, x=base.x, w=w, y=base.y, conv=base.conv).canonical
+    assert wgmma.staged(p) == ("w",)
+    assert SOLVER.is_applicable(_ctx(), p)
+    assert wgmma.staged(base.canonical) == ()

@@ -45,6 +45,25 @@ def test_wgmma_wrw_matches_reference_on_corpus(dtype: str) -> None:
     assert len(problems) >= min(50, PER_DTYPE)
 
 
+@pytest.mark.parametrize("dtype", ("FP16", "BF16"))
+def test_wgmma_wrw_channels_first_through_packed_copies(dtype: str) -> None:
+    """NCHW x and dy copied to channels-last in the workspace first (the filter written
+    through its strides): corpus-derived problems and the default configuration."""
+    h = _handle()
+    problems = corpus_problems(
+        h, SOLVER, dtype, "backward_weights", PER_DTYPE // 4, seed=31, layout="NCHW"
+    )
+    assert problems
+    precompile(h, SOLVER, problems)
+    failures = []
+    for i, p in enumerate(problems):
+        got, inputs = run(h, SOLVER, p, seed=i)
+        why = check(p, got, inputs, tf32=False)
+        if why:
+            failures.append(f"{p.key}: {why}")
+    assert not failures, f"{len(failures)}/{len(problems)} failed:\n" + "\n".join(failures[:20])
+
+
 _SHAPES = (
     # n, c, k, hw, filter, pads, strides, dilations
     (2, 64, 96, (13, 19), (3, 3), (1, 1), (1, 1), (1, 1)),

@@ -13,6 +13,7 @@ import miocore
 from miocore.testing import cpu_context
 
 wrw = pytest.importorskip("miocore_igemm.gpu_wgmma_wrw")
+layout = pytest.importorskip("miocore_igemm.gpu_wgmma_layout")
 
 SOLVER = wrw.GpuWgmmaWrwSolver()
 
@@ -42,7 +43,6 @@ def _problem(**kw) -> miocore.ConvProblem:
         ({"dtype": "float32"}, "bfloat16 and float16"),
         ({"direction": "forward"}, "computes backward weights"),
         ({"direction": "backward_data"}, "computes backward weights"),
-        ({"layout": "NCHW"}, "channels are not innermost"),
         ({"c": 12}, "12 channels of x"),
         ({"k": 20}, "20 channels of dy"),
         ({"groups": 2}, "2 groups"),
@@ -162,3 +162,23 @@ def test_wti_ranks_it_only_for_backward_weights() -> None:
     ctx = _ctx()
     assert 0 < SOLVER.wti(ctx, _problem(n=32, c=256, k=256, in_spatial=(28, 28)).canonical) <= 1
     assert SOLVER.wti(ctx, _problem(direction="forward").canonical) == -1.0
+
+
+def test_channels_first_activations_go_through_packed_copies() -> None:
+    ctx = _ctx()
+    p = _problem(n=4, c=72, k=40, layout="NCHW").canonical
+    assert SOLVER.is_applicable(ctx, p)
+    assert wrw.staged(p) == ("x", "y")  # the filter is written through its strides
+    cfg = SOLVER.default_perf_config(ctx, p)
+    sol = SOLVER.get_solution(ctx, p, cfg)
+    names = [k.kernel_name for k in sol.kernels]
+    assert names[:2] == [layout.KERNEL, layout.KERNEL] and names[2] == wrw.KERNEL
+    staged, part_at, size = wrw._workspace(p, (cfg["bm"], cfg["bn"]), cfg["split"])
+    assert [s.name for s in staged] == ["x", "y"] and all(s.to_nhwc for s in staged)
+    assert staged[1].offset >= staged[0].offset + staged[0].nbytes
+    assert part_at >= staged[1].offset + staged[1].nbytes and part_at % 256 == 0
+    assert sol.workspace_size == size == SOLVER.workspace_size(ctx, p, cfg)
+    assert size >= part_at + wrw._partial_bytes(p, (cfg["bm"], cfg["bn"]), cfg["split"])
+    nhwc = _problem(n=4, c=72, k=40, layout="NHWC").canonical
+    assert wrw.staged(nhwc) == ()
+    assert SOLVER.wti(ctx, p) < SOLVER.wti(ctx, nhwc)

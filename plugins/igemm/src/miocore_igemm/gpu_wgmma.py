@@ -45,6 +45,16 @@ from miocore import (
 from miocore.backends.gpu_kernels import DTYPE_OPTIONS
 from miocore_igemm.gpu_common import KERNEL_DIR as KERNEL_DIR
 from miocore_igemm.gpu_common import MmaSolverBase, Tf32Only, check_alignment
+from miocore_igemm.gpu_wgmma_layout import (
+    Copies,
+    copies_ms,
+    copy_reason,
+    end_of,
+    reads_as_is,
+    staged_copies,
+    with_packed,
+    writes_as_is,
+)
 from miocore_igemm.gpu_wgmma_plan import (
     _MAX_BOX,
     _MAX_ELEMENT_STRIDE,
@@ -106,9 +116,10 @@ class GpuWgmmaSolver(MmaSolverBase):
     # -- applicability -----------------------------------------------------------------------
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
-        """2-D forward or stride-1 backward data, one group, fp16/bf16, channels innermost in
-        the activations (and forward, the filter) with 16-byte strides (the read activation's
-        channels a multiple of 8), an even number of written channels, sm_90."""
+        """2-D forward or stride-1 backward data, one group, fp16/bf16, the read activation's
+        channels a multiple of 8 and the written one's even, sm_90. Tensors in any layout:
+        those the kernel cannot take as they lie (channels not innermost, strides not
+        multiples of 16 bytes) are copied through the workspace (:func:`staged`)."""
         p = problem
         if not _is_sm90(ctx):
             return not_applicable(f"{ctx.device.arch}: wgmma and this kernel's TMA need sm_90")
@@ -128,7 +139,10 @@ class GpuWgmmaSolver(MmaSolverBase):
             return not_applicable(f"{p.spatial_dims}-D problem: the kernel is 2-D only")
         if p.groups != 1:
             return not_applicable(f"{p.groups} groups: the kernel computes one")
-        reason = _layout_reason(p)
+        names = staged(p)
+        reason = _layout_reason(with_packed(p, names))
+        for name in names:
+            reason = reason or copy_reason(getattr(p, name), name)
         if reason:
             return not_applicable(reason)
         if max(p.conv.strides) > _MAX_ELEMENT_STRIDE:
@@ -232,7 +246,8 @@ class GpuWgmmaSolver(MmaSolverBase):
 
     def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
         """The GEMM's roofline at the fp16 tensor-core ceiling times the kernel's expected
-        efficiency and the share of the tiles' rows and columns that are real work."""
+        efficiency and the share of the tiles' rows and columns that are real work, plus the
+        layout copies (each tensor read and written once, and a launch)."""
         p = problem
         if p.spatial_dims != 2 or p.direction is Direction.BACKWARD_WEIGHTS:
             return -1.0  # not this solver's: no estimate
@@ -248,7 +263,7 @@ class GpuWgmmaSolver(MmaSolverBase):
         moved = p.bytes_moved + (2 * flipped_filter_bytes(p) if flips else 0)
         eff *= _rate_factor(p.dtype)  # of the fp16 tensor-core ceiling
         ms = ctx.roofline_ms(float(p.flops), moved, DataType.FLOAT16, eff * fill)
-        return ctx.wti(p, ms + _FIXED_MS)
+        return ctx.wti(p, ms + _FIXED_MS + copies_ms(ctx, p, staged(p)))
 
     # -- solution ------------------------------------------------------------------------------
 
@@ -256,13 +271,13 @@ class GpuWgmmaSolver(MmaSolverBase):
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
     ) -> int:
         """Backward data with a flipped copy of the filter (see :func:`flips_filter`): that
-        copy; split-K: the parts' fp32 sums."""
+        copy; tensors copied to channels-last (:func:`staged`): their copies; split-K: the
+        parts' fp32 sums."""
         p = problem
         if p.spatial_dims != 2:
             return 0
         cfg = self._config(ctx, p, perf_config)
-        room = _flip_room(p) if flips_filter(p, int(cfg["cluster"])) else 0
-        return room + _partial_bytes(gemm_view(p), int(cfg["split"]))
+        return _workspace(p, int(cfg["cluster"]), int(cfg["split"]))[2]
 
     def get_solution(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
@@ -270,9 +285,11 @@ class GpuWgmmaSolver(MmaSolverBase):
         """The kernel compiled for the tile, depth, cluster and element type (backward data:
         the filter read as it is, or flipped into the workspace first where it cannot be, see
         :func:`flips_filter`); the tensor maps made per address pair at the first call."""
-        p = problem
-        cfg = self._config(ctx, p, perf_config)
+        caller = problem
+        cfg = self._config(ctx, caller, perf_config)
         bm, bn, stages, tw, th, tn, persist, cluster, split, pingpong = _values(cfg)
+        copies, part_at, _ = _workspace(caller, cluster, split)
+        p = with_packed(caller, tuple(c.name for c in copies))  # what the kernels see
         v = gemm_view(p)
         flip = flips_filter(p, cluster)
         mn_filter = v.flip and not flip  # backward data on the filter as it is
@@ -344,13 +361,16 @@ class GpuWgmmaSolver(MmaSolverBase):
                     block=(256,),
                 )
             )
-        dtype, part_at = p.dtype, _flip_room(p) if flip else 0
+        kernels = [c.kernel for c in copies] + kernels
+        dtype = p.dtype
         pair = 2 * p.dtype.itemsize  # bytes of the epilogue's stores
 
         def factory(compiled: Any) -> Any:
             from miocore.backends.cuda_tma import tiled_tensor_map
             from miocore.backends.gpu_kernels import KernelArgs
 
+            staging = Copies(copies, compiled[: len(copies)])
+            compiled = compiled[len(copies) :]
             kernel = compiled[1 if flip else 0]
             flipper = compiled[0] if flip else None
             reducer = compiled[-1] if split > 1 else None
@@ -372,26 +392,38 @@ class GpuWgmmaSolver(MmaSolverBase):
                 return args
 
             def invoker(handle: Any, ip: InvokeParams) -> None:
-                if flip:
-                    src_ptr, w_ptr, dst_ptr = ip.y.ptr, ip.workspace.ptr, ip.x.ptr
-                    flip_launch.set_pointers(ip.w.ptr, w_ptr)
-                    flipper.launch(flip_launch)
-                elif mn_filter:
-                    src_ptr, w_ptr, dst_ptr = ip.y.ptr, ip.w.ptr, ip.x.ptr
+                ws_ptr = ip.workspace.ptr if ip.workspace is not None else 0
+                if copies:  # the tensors the kernels cannot take as they lie
+                    tensors = {"x": ip.x.ptr, "w": ip.w.ptr, "y": ip.y.ptr}
+                    staging.before(tensors, ws_ptr)
+                    x_ptr = staging.pointer("x", ip.x.ptr, ws_ptr)
+                    w_ptr = staging.pointer("w", ip.w.ptr, ws_ptr)
+                    y_ptr = staging.pointer("y", ip.y.ptr, ws_ptr)
                 else:
-                    src_ptr, w_ptr, dst_ptr = ip.x.ptr, ip.w.ptr, ip.y.ptr
+                    x_ptr, w_ptr, y_ptr = ip.x.ptr, ip.w.ptr, ip.y.ptr
+                if flip:
+                    src_ptr, dst_ptr = y_ptr, x_ptr
+                    flip_launch.set_pointers(w_ptr, ws_ptr)
+                    flipper.launch(flip_launch)
+                    w_ptr = ws_ptr
+                elif mn_filter:
+                    src_ptr, dst_ptr = y_ptr, x_ptr
+                else:
+                    src_ptr, dst_ptr = x_ptr, y_ptr
                 args = kept.get((src_ptr, w_ptr)) or args_for(src_ptr, w_ptr)
                 if dst_ptr % pair:
                     check_alignment((("output", dst_ptr, pair),), "igemm.gpu_wgmma's paired stores")
                 if reducer is None:
                     args.set_pointers(dst_ptr, 0)
                     kernel.launch(args, shared=shared)
-                    return
-                part_ptr = ip.workspace.ptr + part_at
-                args.set_pointers(dst_ptr, part_ptr)
-                kernel.launch(args, shared=shared)
-                reduce_launch.set_pointers(part_ptr, dst_ptr)
-                reducer.launch(reduce_launch)
+                else:
+                    part_ptr = ws_ptr + part_at
+                    args.set_pointers(dst_ptr, part_ptr)
+                    kernel.launch(args, shared=shared)
+                    reduce_launch.set_pointers(part_ptr, dst_ptr)
+                    reducer.launch(reduce_launch)
+                if copies:
+                    staging.after(tensors, ws_ptr)
 
             return invoker
 
@@ -406,6 +438,35 @@ class GpuWgmmaSolver(MmaSolverBase):
 def _values(config: Any) -> tuple[int, ...]:
     """A configuration's keys in ``_KEYS`` order as integers; ``pingpong`` 0 where absent."""
     return tuple(int(config.get(k, 0) if k == "pingpong" else config[k]) for k in _KEYS)
+
+
+def staged(p: ConvProblem) -> tuple[str, ...]:
+    """The tensors of ``p`` copied through the workspace as packed channels-last copies:
+    the read activation where TMA cannot read it as it lies, the written one where the
+    paired stores cannot write it, and forward's filter where its taps and channels do not
+    make TMA boxes (backward data's filter is read as it is or flipped: any layout)."""
+    read, written = ("y", "x") if p.direction is Direction.BACKWARD_DATA else ("x", "y")
+    names = []
+    if not reads_as_is(getattr(p, read)):
+        names.append(read)
+    if p.direction is Direction.FORWARD and (p.w.strides[1] != 1 or _filter_reason(p)):
+        names.append("w")
+    if not writes_as_is(getattr(p, written)):
+        names.append(written)
+    return tuple(names)
+
+
+def _workspace(p: ConvProblem, cluster: int, split: int) -> tuple[list, int, int]:
+    """The workspace of ``p``'s solution: (the staged copies, where split-K's partial sums
+    start, the size). In order: the flipped filter (backward data, see :func:`flips_filter`),
+    the packed copies of the tensors :func:`staged` names, the partial sums."""
+    names = staged(p)
+    q = with_packed(p, names)
+    start = _flip_room(q) if flips_filter(q, cluster) else 0
+    written = "x" if p.direction is Direction.BACKWARD_DATA else "y"
+    copies = staged_copies(p, names, written, start, _DTYPE_OPTIONS[p.dtype]) if names else []
+    part_at = end_of(copies, start)
+    return copies, part_at, part_at + _partial_bytes(gemm_view(q), split)
 
 
 def flips_filter(p: ConvProblem, cluster: int) -> bool:

@@ -39,6 +39,15 @@ from miocore import (
 )
 from miocore_igemm.gpu_common import MmaSolverBase, check_alignment
 from miocore_igemm.gpu_wgmma import _DTYPE_OPTIONS, _MAPS_KEPT
+from miocore_igemm.gpu_wgmma_layout import (
+    Copies,
+    copies_ms,
+    copy_reason,
+    end_of,
+    reads_as_is,
+    staged_copies,
+    with_packed,
+)
 from miocore_igemm.gpu_wgmma_plan import (
     _MAX_BOX,
     _MAX_ELEMENT_STRIDE,
@@ -158,7 +167,10 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
             return not_applicable(f"{p.spatial_dims}-D problem: the kernel is 2-D only")
         if p.groups != 1:
             return not_applicable(f"{p.groups} groups: the kernel computes one")
-        reason = _layout_reason(p)
+        names = staged(p)
+        reason = _layout_reason(with_packed(p, names))
+        for name in names:
+            reason = reason or copy_reason(getattr(p, name), name)
         if reason:
             return not_applicable(reason)
         if max(p.conv.strides) > _MAX_ELEMENT_STRIDE:
@@ -243,19 +255,21 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
         eff = _EFFICIENCY * steps / (steps + _UNIT_FIXED)
         moved = p.bytes_moved + 2 * _partial_bytes(p, (bm, bn), int(cfg["split"]))
         ms = ctx.roofline_ms(float(p.flops), moved, DataType.FLOAT16, eff * fill)
-        return ctx.wti(p, ms + _FIXED_MS)
+        return ctx.wti(p, ms + _FIXED_MS + copies_ms(ctx, p, staged(p)))
 
     # -- solution ------------------------------------------------------------------------------
 
     def workspace_size(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
     ) -> int:
-        """The parts' fp32 sums, unless one part stores straight into the filter."""
+        """x and dy copied to channels-last where TMA cannot read them as they lie
+        (:func:`staged`), and the parts' fp32 sums, unless one part stores straight into
+        the filter."""
         p = problem
         if p.spatial_dims != 2 or p.direction is not Direction.BACKWARD_WEIGHTS:
             return 0
         cfg = self._config(ctx, p, perf_config)
-        return _partial_bytes(p, (int(cfg["bm"]), int(cfg["bn"])), int(cfg["split"]))
+        return _workspace(p, (int(cfg["bm"]), int(cfg["bn"])), int(cfg["split"]))[2]
 
     def get_solution(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
@@ -263,9 +277,11 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
         """The kernel compiled for the tile, depth and element type, and the reduce kernel
         where the parts' sums go through the workspace; the tensor maps made per address
         pair at the first call."""
-        p = problem
-        cfg = self._config(ctx, p, perf_config)
+        caller = problem
+        cfg = self._config(ctx, caller, perf_config)
         bm, bn, stages, tw, th, tn, split = (int(cfg[k]) for k in _KEYS)
+        copies, part_at, workspace = _workspace(caller, (bm, bn), split)
+        p = with_packed(caller, tuple(c.name for c in copies))  # what the kernel reads
         r, s = p.filter_spatial
         (ih, iw), (oh, ow) = p.in_spatial, p.out_spatial
         (sh, sw) = p.conv.strides
@@ -282,7 +298,7 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
             f"-DMIO_STAGES={stages}",
             "--gpu-architecture=sm_90a",  # wgmma and setmaxnreg: the arch-specific target
         )
-        kernels = [
+        kernels = [c.kernel for c in copies] + [
             KernelInfo(
                 source=SOURCE,
                 kernel_name=KERNEL,
@@ -317,8 +333,9 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
             from miocore.backends.cuda_tma import tiled_tensor_map
             from miocore.backends.gpu_kernels import KernelArgs
 
-            kernel = compiled[0]
-            reducer = None if direct else compiled[1]
+            staging = Copies(copies, compiled[: len(copies)])
+            kernel = compiled[len(copies)]
+            reducer = None if direct else compiled[len(copies) + 1]
             reduce_launch = KernelArgs([("ptr", 0), ("ptr", 0), ("bytes", geometry)])
             kept: dict[tuple[int, int], Any] = {}
 
@@ -335,6 +352,11 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
 
             def invoker(handle: Any, ip: InvokeParams) -> None:
                 x_ptr, dy_ptr, w_ptr = ip.x.ptr, ip.y.ptr, ip.w.ptr
+                ws_ptr = ip.workspace.ptr if ip.workspace is not None else 0
+                if copies:  # x or dy in a layout TMA cannot read
+                    staging.before({"x": x_ptr, "y": dy_ptr}, ws_ptr)
+                    x_ptr = staging.pointer("x", x_ptr, ws_ptr)
+                    dy_ptr = staging.pointer("y", dy_ptr, ws_ptr)
                 args = kept.get((x_ptr, dy_ptr)) or args_for(x_ptr, dy_ptr)
                 if paired and w_ptr % (2 * item):
                     check_alignment(
@@ -344,7 +366,7 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
                     args.set_pointers(w_ptr, 0)
                     kernel.launch(args, shared=shared)
                     return
-                part_ptr = ip.workspace.ptr
+                part_ptr = ws_ptr + part_at
                 args.set_pointers(w_ptr, part_ptr)
                 kernel.launch(args, shared=shared)
                 reduce_launch.set_pointers(part_ptr, w_ptr)
@@ -354,7 +376,7 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
 
         return ConvSolution(
             solver=self.name,
-            workspace_size=_partial_bytes(p, (bm, bn), split),
+            workspace_size=workspace,
             invoker_factory=factory,
             kernels=tuple(kernels),
         )
@@ -418,6 +440,21 @@ def _splits(p: ConvProblem, box: tuple[int, int, int]) -> tuple[int, ...]:
 
 def _config(bm: int, bn: int, stages: int, box: tuple[int, int, int], split: int) -> PerfConfig:
     return PerfConfig(bm=bm, bn=bn, stages=stages, tw=box[0], th=box[1], tn=box[2], split=split)
+
+
+def staged(p: ConvProblem) -> tuple[str, ...]:
+    """x and dy where TMA cannot read them as they lie: copied into the workspace as packed
+    channels-last copies first (the filter is written through its strides: any layout)."""
+    return tuple(name for name in ("x", "y") if not reads_as_is(getattr(p, name)))
+
+
+def _workspace(p: ConvProblem, tile: tuple[int, int], split: int) -> tuple[list, int, int]:
+    """The workspace of ``p``'s solution: (the staged copies, where the partial sums
+    start, the size): the packed copies of x and dy (:func:`staged`), then the sums."""
+    names = staged(p)
+    copies = staged_copies(p, names, "w", 0, _DTYPE_OPTIONS[p.dtype]) if names else []
+    part_at = end_of(copies, 0)
+    return copies, part_at, part_at + _partial_bytes(p, tile, split)
 
 
 def _layout_reason(p: ConvProblem) -> str | None:
