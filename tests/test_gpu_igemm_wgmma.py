@@ -24,7 +24,7 @@ import miocore
 
 pytestmark = pytest.mark.gpu
 
-wgmma = pytest.importorskip("miocore_igemm.gpu_wgmma")
+operands = pytest.importorskip("miocore_igemm.gpu_wgmma_operands")
 
 SOLVER = "igemm.gpu_wgmma"
 TF32 = "igemm.gpu_wgmma_tf32"
@@ -67,7 +67,7 @@ def test_wgmma_channels_first_through_packed_copies(dtype: str, direction: str) 
     h = _handle(name)
     stored = "FP32" if dtype == "TF32" else dtype
     problems = corpus_problems(h, name, stored, direction, PER_DTYPE // 4, seed=29, layout="NCHW")
-    assert problems and all(wgmma.staged(p.canonical) for p in problems)
+    assert problems and all(operands.staged(p.canonical) for p in problems)
     precompile(h, name, problems)
     failures = []
     for i, p in enumerate(problems):

@@ -17,6 +17,7 @@ from miocore.testing import cpu_context
 wgmma = pytest.importorskip("miocore_igemm.gpu_wgmma")
 plan = pytest.importorskip("miocore_igemm.gpu_wgmma_plan")
 layout = pytest.importorskip("miocore_igemm.gpu_wgmma_layout")
+operands = pytest.importorskip("miocore_igemm.gpu_wgmma_operands")
 
 
 def _ctx(
@@ -313,7 +314,7 @@ def test_tf32_slices_are_32_channels_of_128_bytes() -> None:
     cfg = {**TF32.default_perf_config(ctx, bwd), "split": 1}
     names = [k.kernel_name for k in TF32.get_solution(ctx, bwd, cfg).kernels]
     assert names == [wgmma.FLIP_KERNEL, wgmma.KERNEL]
-    assert TF32.workspace_size(ctx, bwd, cfg) == wgmma._flip_room(bwd) > 0
+    assert TF32.workspace_size(ctx, bwd, cfg) == operands.flip_room(bwd) > 0
 
 
 def test_tf32_estimates_half_the_fp16_rate() -> None:
@@ -332,7 +333,7 @@ def test_channels_first_tensors_go_through_packed_copies(direction: str) -> None
     ctx = _ctx()
     p = _problem(direction=direction, n=4, c=72, k=40, layout="NCHW").canonical
     assert SOLVER.is_applicable(ctx, p)
-    names = wgmma.staged(p)
+    names = operands.staged(p)
     read, written = ("y", "x") if direction == "backward_data" else ("x", "y")
     # forward also copies its filter (channels not innermost); backward data flips it
     assert names == ((read, "w", written) if direction == "forward" else (read, written))
@@ -342,7 +343,7 @@ def test_channels_first_tensors_go_through_packed_copies(direction: str) -> None
     assert len(copies) == len(names)
     assert all(k.source == layout.SOURCE and k.block == (32, 8) for k in copies)
     # each copy is a whole packed tensor in the workspace, 256-byte aligned, in order
-    staged, part_at, size = wgmma._workspace(p, cfg["cluster"], cfg["split"])
+    staged, part_at, size = operands.workspace(p, cfg["cluster"], cfg["split"])
     assert [s.name for s in staged] == list(names)
     for s in staged:
         t = getattr(p, s.name)
@@ -364,6 +365,6 @@ def test_a_filter_whose_taps_are_not_one_run_is_copied_for_forward() -> None:
     base = _problem(n=2, c=64, k=64)
     w = miocore.TensorDescriptor("float16", base.w.lengths, strides=(600, 1, 200, 64))
     p = miocore.ConvProblem(base.direction, x=base.x, w=w, y=base.y, conv=base.conv).canonical
-    assert wgmma.staged(p) == ("w",)
+    assert operands.staged(p) == ("w",)
     assert SOLVER.is_applicable(_ctx(), p)
-    assert wgmma.staged(base.canonical) == ()
+    assert operands.staged(base.canonical) == ()

@@ -42,20 +42,24 @@ from miocore import (
     PerfConfig,
     not_applicable,
 )
-from miocore.backends.gpu_kernels import DTYPE_OPTIONS
 from miocore_igemm.gpu_common import KERNEL_DIR as KERNEL_DIR
 from miocore_igemm.gpu_common import MmaSolverBase, Tf32Only, check_alignment
 from miocore_igemm.gpu_wgmma_layout import (
     Copies,
     copies_ms,
     copy_reason,
-    end_of,
-    reads_as_is,
-    staged_copies,
     with_packed,
-    writes_as_is,
+)
+from miocore_igemm.gpu_wgmma_operands import (
+    flipped_filter_bytes,
+    flips_filter,
+    layout_reason,
+    staged,
+    tap_stride,
+    workspace,
 )
 from miocore_igemm.gpu_wgmma_plan import (
+    _DTYPE_OPTIONS,
     _MAX_BOX,
     _MAX_ELEMENT_STRIDE,
     ROW_BYTES,
@@ -96,14 +100,6 @@ _FLIP = struct.Struct("<4i4q")  # the flip kernel's MioFlipGeom
 _MAPS_KEPT = 64
 
 
-#: The kernel's element type: fp32 tensors go through the tensor cores as TF32.
-_DTYPE_OPTIONS = {
-    DataType.FLOAT16: DTYPE_OPTIONS[DataType.FLOAT16],
-    DataType.BFLOAT16: DTYPE_OPTIONS[DataType.BFLOAT16],
-    DataType.FLOAT32: "-DMIO_DTYPE_TF32",
-}
-
-
 class GpuWgmmaSolver(MmaSolverBase):
     """Forward and stride-1 backward-data convolution with ``wgmma`` and TMA on sm_90
     (H100/H200), fp16/bf16, channels-last."""
@@ -140,7 +136,7 @@ class GpuWgmmaSolver(MmaSolverBase):
         if p.groups != 1:
             return not_applicable(f"{p.groups} groups: the kernel computes one")
         names = staged(p)
-        reason = _layout_reason(with_packed(p, names))
+        reason = layout_reason(with_packed(p, names))
         for name in names:
             reason = reason or copy_reason(getattr(p, name), name)
         if reason:
@@ -277,7 +273,7 @@ class GpuWgmmaSolver(MmaSolverBase):
         if p.spatial_dims != 2:
             return 0
         cfg = self._config(ctx, p, perf_config)
-        return _workspace(p, int(cfg["cluster"]), int(cfg["split"]))[2]
+        return workspace(p, int(cfg["cluster"]), int(cfg["split"]))[2]
 
     def get_solution(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
@@ -288,7 +284,7 @@ class GpuWgmmaSolver(MmaSolverBase):
         caller = problem
         cfg = self._config(ctx, caller, perf_config)
         bm, bn, stages, tw, th, tn, persist, cluster, split, pingpong = _values(cfg)
-        copies, part_at, _ = _workspace(caller, cluster, split)
+        copies, part_at, _ = workspace(caller, cluster, split)
         p = with_packed(caller, tuple(c.name for c in copies))  # what the kernels see
         v = gemm_view(p)
         flip = flips_filter(p, cluster)
@@ -329,7 +325,7 @@ class GpuWgmmaSolver(MmaSolverBase):
         if flip:  # w' in the workspace: [c][r][s][k], contiguous
             w_strides = (v.c * item, v.r * v.s * v.c * item)
         else:  # w[k][tap][c] as it is (backward data: boxes of 64 c x 64 k)
-            w_strides = (_tap_stride(p) * item, p.w.strides[0] * item)
+            w_strides = (tap_stride(p) * item, p.w.strides[0] * item)
         if mn_filter:
             w_dims, w_box = (p.c, v.r * v.s, p.k), (64, 1, v.bk)
         kernels = [
@@ -438,113 +434,6 @@ class GpuWgmmaSolver(MmaSolverBase):
 def _values(config: Any) -> tuple[int, ...]:
     """A configuration's keys in ``_KEYS`` order as integers; ``pingpong`` 0 where absent."""
     return tuple(int(config.get(k, 0) if k == "pingpong" else config[k]) for k in _KEYS)
-
-
-def staged(p: ConvProblem) -> tuple[str, ...]:
-    """The tensors of ``p`` copied through the workspace as packed channels-last copies:
-    the read activation where TMA cannot read it as it lies, the written one where the
-    paired stores cannot write it, and forward's filter where its taps and channels do not
-    make TMA boxes (backward data's filter is read as it is or flipped: any layout)."""
-    read, written = ("y", "x") if p.direction is Direction.BACKWARD_DATA else ("x", "y")
-    names = []
-    if not reads_as_is(getattr(p, read)):
-        names.append(read)
-    if p.direction is Direction.FORWARD and (p.w.strides[1] != 1 or _filter_reason(p)):
-        names.append("w")
-    if not writes_as_is(getattr(p, written)):
-        names.append(written)
-    return tuple(names)
-
-
-def _workspace(p: ConvProblem, cluster: int, split: int) -> tuple[list, int, int]:
-    """The workspace of ``p``'s solution: (the staged copies, where split-K's partial sums
-    start, the size). In order: the flipped filter (backward data, see :func:`flips_filter`),
-    the packed copies of the tensors :func:`staged` names, the partial sums."""
-    names = staged(p)
-    q = with_packed(p, names)
-    start = _flip_room(q) if flips_filter(q, cluster) else 0
-    written = "x" if p.direction is Direction.BACKWARD_DATA else "y"
-    copies = staged_copies(p, names, written, start, _DTYPE_OPTIONS[p.dtype]) if names else []
-    part_at = end_of(copies, start)
-    return copies, part_at, part_at + _partial_bytes(gemm_view(q), split)
-
-
-def flips_filter(p: ConvProblem, cluster: int) -> bool:
-    """Whether backward data first writes the flipped, transposed filter into the workspace:
-    where the filter's memory does not suit TMA boxes of 64 c x 64 k taken as it is
-    (channels innermost, the taps one run, 16-byte strides) or clusters share the slice (each
-    block loads a share of a K-major slice), and always in TF32 (wgmma reads TF32 operands
-    K-major only)."""
-    if p.direction is not Direction.BACKWARD_DATA:
-        return False
-    if p.dtype is DataType.FLOAT32 or cluster > 1:
-        return True
-    return p.w.strides[1] != 1 or _filter_reason(p) is not None
-
-
-def _flip_room(p: ConvProblem) -> int:
-    """Workspace bytes before the split-K partials: the flipped filter, 256-byte aligned."""
-    return _cdiv(flipped_filter_bytes(p), 256) * 256
-
-
-def flipped_filter_bytes(p: ConvProblem) -> int:
-    """Workspace of backward data: w flipped and transposed to [c][r][s][k]."""
-    if p.direction is not Direction.BACKWARD_DATA:
-        return 0
-    r, s = p.filter_spatial
-    return p.k * p.c * r * s * p.dtype.itemsize
-
-
-def _layout_reason(p: ConvProblem) -> str | None:
-    """Why the tensors' memory does not suit the kernel's TMA loads and paired stores."""
-    v = gemm_view(p)
-    read, written = ("dy", "dx") if v.flip else ("x", "y")
-    src, dst, ws = v.src, v.dst, p.w.strides
-    if src[1] != 1 or dst[1] != 1 or (not v.flip and ws[1] != 1):
-        return "channels are not innermost (the kernel reads and writes channels-last)"
-    item = p.dtype.itemsize
-    if v.c * item % 16:
-        return (
-            f"{v.c} channels of {read}: TMA rows need 16-byte strides (a multiple of {16 // item})"
-        )
-    if v.k % 2:
-        return f"{v.k} channels of {written}: the epilogue stores channel pairs (an even count)"
-    if not v.flip:  # backward data reads the filter as it is or flipped: any layout
-        reason = _filter_reason(p)
-        if reason:
-            return reason
-    strides = (src[0], src[2], src[3])
-    if any(x * item % 16 for x in strides):
-        return f"{read} strides {strides}: TMA needs multiples of 16 bytes"
-    if any(x % 2 for x in (dst[0], dst[2], dst[3])):
-        return f"{written} strides {dst}: the epilogue's paired stores need even strides"
-    return None
-
-
-def _filter_reason(p: ConvProblem) -> str | None:
-    """Why a channels-innermost filter does not suit TMA boxes taken as it is (forward's
-    slices, backward data's transposed ones): its taps not one run, or strides not multiples
-    of 16 bytes."""
-    r, s = p.filter_spatial
-    ws = p.w.strides  # (k, c, r, s)
-    if r > 1 and s > 1 and ws[2] != s * ws[3]:
-        return "the filter's taps are not one run (its row stride is not S x its column stride)"
-    strides = (ws[0], _tap_stride(p))
-    if any(x * p.dtype.itemsize % 16 for x in strides):
-        return f"w strides {strides}: TMA needs multiples of 16 bytes"
-    return None
-
-
-def _tap_stride(p: ConvProblem) -> int:
-    """Elements from one filter tap to the next (taps are one run in (fy, fx) order); a 1x1
-    filter's is any multiple of 16 bytes."""
-    r, s = p.filter_spatial
-    ws = p.w.strides
-    if s > 1:
-        return ws[3]
-    if r > 1:
-        return ws[2]
-    return _cdiv(p.c, 8) * 8
 
 
 class GpuWgmmaTf32Solver(Tf32Only, GpuWgmmaSolver):

@@ -14,6 +14,7 @@ import functools
 from typing import NamedTuple
 
 from miocore import ConvProblem, DataType, Direction, ExecutionContext, PerfConfig
+from miocore.backends.gpu_kernels import DTYPE_OPTIONS
 
 ROWS = 128  # output pixels of the smaller tile
 ROW_BYTES = 128  # a pipeline slice's row: the swizzle width (64 fp16/bf16 or 32 fp32 channels)
@@ -52,6 +53,14 @@ _MAX_ELEMENT_STRIDE = 8
 SPLITS = (1, 2, 4, 8)
 #: Slices of 64 channels a part should keep at least (fewer: the pipeline never fills).
 _MIN_PART_STEPS = 8
+
+
+#: The kernel's element type: fp32 tensors go through the tensor cores as TF32.
+_DTYPE_OPTIONS = {
+    DataType.FLOAT16: DTYPE_OPTIONS[DataType.FLOAT16],
+    DataType.BFLOAT16: DTYPE_OPTIONS[DataType.BFLOAT16],
+    DataType.FLOAT32: "-DMIO_DTYPE_TF32",
+}
 
 
 def _rate_factor(dtype: DataType) -> float:

@@ -38,7 +38,7 @@ from miocore import (
     not_applicable,
 )
 from miocore_igemm.gpu_common import MmaSolverBase, check_alignment
-from miocore_igemm.gpu_wgmma import _DTYPE_OPTIONS, _MAPS_KEPT
+from miocore_igemm.gpu_wgmma import _MAPS_KEPT
 from miocore_igemm.gpu_wgmma_layout import (
     Copies,
     copies_ms,
@@ -49,6 +49,7 @@ from miocore_igemm.gpu_wgmma_layout import (
     with_packed,
 )
 from miocore_igemm.gpu_wgmma_plan import (
+    _DTYPE_OPTIONS,
     _MAX_BOX,
     _MAX_ELEMENT_STRIDE,
     _SM_FLOPS,
