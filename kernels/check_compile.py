@@ -55,10 +55,11 @@ def sample_problems(count: int) -> list[miocore.ConvProblem]:
     from miocore.corpus import find_corpus, sample_rows, shrink_row
 
     # Channel-hungry kernels (TMA rows of 64 channels, tiles 64 to 256 channels wide) decline
-    # the shrunk problems below: two channels-last layers at full width, in both 16-bit types.
+    # the shrunk problems below: two layers at full width, in both 16-bit types, forward and
+    # backward weights, channels-last and (their layout copies) channels-first.
     out = [
         miocore.ConvProblem.from_sizes(
-            "forward",
+            direction,
             n=n,
             c=64,
             k=k,
@@ -66,9 +67,11 @@ def sample_problems(count: int) -> list[miocore.ConvProblem]:
             filter_spatial=(3, 3),
             pads=(1, 1),
             dtype=dtype,
-            layout="NHWC",
+            layout=layout,
         )
         for n, k, hw, dtype in ((2, 64, 9, "float16"), (32, 256, 56, "bfloat16"))
+        for direction in ("forward", "backward_weights")
+        for layout in ("NHWC", "NCHW")
     ]
     if find_corpus() is not None:
         for row in sample_rows(count):
