@@ -135,9 +135,8 @@ class GpuWgmmaSolver(MmaSolverBase):
             return not_applicable(f"{p.spatial_dims}-D problem: the kernel is 2-D only")
         if p.groups != 1:
             return not_applicable(f"{p.groups} groups: the kernel computes one")
-        names = staged(p)
-        reason = layout_reason(with_packed(p, names))
-        for name in names:
+        reason = layout_reason(p)
+        for name in staged(p):
             reason = reason or copy_reason(getattr(p, name), name)
         if reason:
             return not_applicable(reason)

@@ -1,7 +1,7 @@
 """How ``igemm.gpu_wgmma`` takes its operands: which tensors its TMA loads and paired stores
 take as they lie, which are copied through packed channels-last buffers (:func:`staged`),
 when backward data flips the filter into the workspace (:func:`flips_filter`), why a
-problem's memory does not suit the kernel (:func:`layout_reason`), and the workspace all of
+problem's channels do not suit the kernel (:func:`layout_reason`), and the workspace all of
 that takes (:func:`workspace`).
 """
 
@@ -12,7 +12,6 @@ from miocore_igemm.gpu_wgmma_layout import (
     end_of,
     reads_as_is,
     staged_copies,
-    with_packed,
     writes_as_is,
 )
 from miocore_igemm.gpu_wgmma_plan import _DTYPE_OPTIONS, _cdiv, _partial_bytes, gemm_view
@@ -39,12 +38,12 @@ def workspace(p: ConvProblem, cluster: int, split: int) -> tuple[list, int, int]
     start, the size). In order: the flipped filter (backward data, see :func:`flips_filter`),
     the packed copies of the tensors :func:`staged` names, the partial sums."""
     names = staged(p)
-    q = with_packed(p, names)
-    start = flip_room(q) if flips_filter(q, cluster) else 0
+    # backward data's filter is never copied: the flip reads it as the caller gave it
+    start = flip_room(p) if flips_filter(p, cluster) else 0
     written = "x" if p.direction is Direction.BACKWARD_DATA else "y"
     copies = staged_copies(p, names, written, start, _DTYPE_OPTIONS[p.dtype]) if names else []
     part_at = end_of(copies, start)
-    return copies, part_at, part_at + _partial_bytes(gemm_view(q), split)
+    return copies, part_at, part_at + _partial_bytes(gemm_view(p), split)
 
 
 def flips_filter(p: ConvProblem, cluster: int) -> bool:
@@ -74,12 +73,11 @@ def flipped_filter_bytes(p: ConvProblem) -> int:
 
 
 def layout_reason(p: ConvProblem) -> str | None:
-    """Why the tensors' memory does not suit the kernel's TMA loads and paired stores."""
+    """Why ``p``'s channel counts do not suit the kernel: TMA rows of the read activation
+    (16 bytes: channels a multiple of 8), the epilogue's channel pairs of the written one.
+    Its memory always does: what the kernel cannot take as it lies is copied (:func:`staged`)."""
     v = gemm_view(p)
     read, written = ("dy", "dx") if v.flip else ("x", "y")
-    src, dst, ws = v.src, v.dst, p.w.strides
-    if src[1] != 1 or dst[1] != 1 or (not v.flip and ws[1] != 1):
-        return "channels are not innermost (the kernel reads and writes channels-last)"
     item = p.dtype.itemsize
     if v.c * item % 16:
         return (
@@ -87,15 +85,6 @@ def layout_reason(p: ConvProblem) -> str | None:
         )
     if v.k % 2:
         return f"{v.k} channels of {written}: the epilogue stores channel pairs (an even count)"
-    if not v.flip:  # backward data reads the filter as it is or flipped: any layout
-        reason = filter_reason(p)
-        if reason:
-            return reason
-    strides = (src[0], src[2], src[3])
-    if any(x * item % 16 for x in strides):
-        return f"{read} strides {strides}: TMA needs multiples of 16 bytes"
-    if any(x % 2 for x in (dst[0], dst[2], dst[3])):
-        return f"{written} strides {dst}: the epilogue's paired stores need even strides"
     return None
 
 
