@@ -368,3 +368,19 @@ def test_a_filter_whose_taps_are_not_one_run_is_copied_for_forward() -> None:
     assert operands.staged(p) == ("w",)
     assert SOLVER.is_applicable(_ctx(), p)
     assert operands.staged(base.canonical) == ()
+
+
+def test_channels_last_tensors_with_strides_tma_cannot_take_are_copied_too() -> None:
+    base = _problem(n=2, c=72, k=40)
+    h, w = base.x.lengths[2:]
+    # channels innermost, but each pixel 76 channels apart: 152 bytes, no multiple of 16
+    x = miocore.TensorDescriptor("float16", base.x.lengths, strides=(h * w * 76, 1, w * 76, 76))
+    oh, ow = base.y.lengths[2:]
+    y = miocore.TensorDescriptor("float16", base.y.lengths, strides=(oh * ow * 41, 1, ow * 41, 41))
+    p = miocore.ConvProblem(base.direction, x=x, w=base.w, y=base.y, conv=base.conv).canonical
+    assert operands.staged(p) == ("x",)
+    odd = miocore.ConvProblem(base.direction, x=base.x, w=base.w, y=y, conv=base.conv).canonical
+    assert operands.staged(odd) == ("y",)  # odd strides: no paired stores as it lies
+    for problem in (p, odd):
+        assert SOLVER.is_applicable(_ctx(), problem)
+        assert SOLVER.workspace_size(_ctx(), problem) > 0
