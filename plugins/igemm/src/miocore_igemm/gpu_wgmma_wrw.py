@@ -1,5 +1,6 @@
 """``igemm.gpu_wgmma_wrw``: backward weights on Hopper's warpgroup tensor cores (sm_90), fed
-by the tensor memory accelerator; fp16/bf16, channels-last activations, fp32 sums.
+by the tensor memory accelerator; fp16/bf16, fp32 sums. x and dy are read channels-last:
+in another layout (NCHW) they are copied to it in the workspace first (``gpu_wgmma_layout``).
 
 ``kernels/igemm_wgmma_wrw.cu`` computes a tile of ``bm`` output channels (k) by ``bn`` input
 channels (c) of one filter tap per work unit, summing over boxes of exactly 64 output pixels
@@ -73,7 +74,9 @@ STAGES = {(128, 256): 4, (128, 128): 6, (128, 64): 8, (64, 256): 5, (64, 128): 8
 HALVES = (64, 64)
 #: Relative speed of a tile per unit of work (bigger tiles reuse their operands more) and a
 #: unit's fixed cost (pipeline fill, epilogue) in slices' time: first estimates, by analogy
-#: with the forward kernel's fitted table; a normal find measures the alternatives as well.
+#: with the forward kernel's table; replayed on a sweep of every tile and split (ResNet-50 and
+#: VGG-16, fp16, H200, 2026-11-28: ``benchmarks/wgmma_cost_fit.py``), the default is 1.017x
+#: the fastest measured and 1.005x with the alternatives a normal find measures too.
 _TILE_EFFICIENCY = {(128, 256): 1.0, (128, 128): 0.92, (64, 256): 0.85, (128, 64): 0.75,
                     (64, 128): 0.75, (64, 64): 0.6}  # fmt: skip
 _UNIT_FIXED = 6.0
