@@ -65,6 +65,27 @@ def sm90_handle(solver: str, tf32: str = "") -> miocore.Handle:
     return h
 
 
+def shape_problem(
+    direction: str, shape: tuple, dtype: str, unit_strides: bool = False
+) -> miocore.ConvProblem:
+    """A channels-last problem from an edge-shape row ``(n, c, k, hw, filter, pads, strides,
+    dilations)``; ``unit_strides`` drops the row's strides (stride-1-only directions)."""
+    n, c, k, hw, f, pads, strides, dils = shape
+    return miocore.ConvProblem.from_sizes(
+        direction,
+        n=n,
+        c=c,
+        k=k,
+        in_spatial=hw,
+        filter_spatial=f,
+        pads=pads,
+        strides=(1,) * len(hw) if unit_strides else strides,
+        dilations=dils,
+        dtype=dtype,
+        layout="NHWC",
+    )
+
+
 @functools.cache
 def _rows_2d(count: int, seed: int) -> tuple[dict, ...]:
     return tuple(r for r in sample_rows(count, seed=seed) if len(r["x"]) == 2)

@@ -18,7 +18,15 @@ from __future__ import annotations
 import os
 
 import pytest
-from gpu_igemm_fixtures import check, corpus_problems, precompile, run, run_configs, sm90_handle
+from gpu_igemm_fixtures import (
+    check,
+    corpus_problems,
+    precompile,
+    run,
+    run_configs,
+    shape_problem,
+    sm90_handle,
+)
 
 import miocore
 
@@ -97,21 +105,9 @@ _SHAPES = (
 def test_wgmma_every_config(dtype: str, shape: int, direction: str) -> None:
     name = _solver(dtype)
     h = _handle(name)
-    n, c, k, hw, f, pads, strides, dils = _SHAPES[shape]
-    if direction == "backward_data":
-        strides = (1, 1)  # strided backward data is not this solver's
-    problem = miocore.ConvProblem.from_sizes(
-        direction,
-        n=n,
-        c=c,
-        k=k,
-        in_spatial=hw,
-        filter_spatial=f,
-        pads=pads,
-        strides=strides,
-        dilations=dils,
-        dtype=dtype,
-        layout="NHWC",
+    # strided backward data is not this solver's
+    problem = shape_problem(
+        direction, _SHAPES[shape], dtype, unit_strides=direction == "backward_data"
     )
     solver = h.registry.get(name).solver
     applies = solver.is_applicable(h.context, problem.canonical)

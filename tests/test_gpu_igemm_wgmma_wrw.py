@@ -15,7 +15,15 @@ from __future__ import annotations
 import os
 
 import pytest
-from gpu_igemm_fixtures import check, corpus_problems, precompile, run, run_configs, sm90_handle
+from gpu_igemm_fixtures import (
+    check,
+    corpus_problems,
+    precompile,
+    run,
+    run_configs,
+    shape_problem,
+    sm90_handle,
+)
 
 import miocore
 
@@ -80,20 +88,7 @@ _SHAPES = (
 @pytest.mark.parametrize("shape", range(len(_SHAPES)))
 def test_wgmma_wrw_every_config(dtype: str, shape: int) -> None:
     h = _handle()
-    n, c, k, hw, f, pads, strides, dils = _SHAPES[shape]
-    problem = miocore.ConvProblem.from_sizes(
-        "backward_weights",
-        n=n,
-        c=c,
-        k=k,
-        in_spatial=hw,
-        filter_spatial=f,
-        pads=pads,
-        strides=strides,
-        dilations=dils,
-        dtype=dtype,
-        layout="NHWC",
-    )
+    problem = shape_problem("backward_weights", _SHAPES[shape], dtype)
     solver = h.registry.get(SOLVER).solver
     applies = solver.is_applicable(h.context, problem.canonical)
     assert applies, applies.reason
