@@ -104,24 +104,25 @@ def score(rows: list, module: Any, solvers: dict) -> dict[str, float]:
     }
 
 
-def fit(rows: list, module: Any, solvers: dict) -> dict[str, Any]:
-    """Coordinate search over the module's constants for the lowest default geomean."""
+def fit(rows: list, module: Any, solvers: dict, prefix: str = "") -> dict[str, Any]:
+    """Coordinate search over the module's constants for the lowest default geomean: the
+    tile table and scalars named with ``prefix`` (``"_TF32"``: TF32's own)."""
     grid = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0)
+    table = getattr(module, f"{prefix}_TILE_EFFICIENCY")
+    scalars = [prefix + name for name in _SCALARS if hasattr(module, prefix + name)]
     best = score(rows, module, solvers)["default"]
     for _ in range(3):
-        for tile in list(module._TILE_EFFICIENCY):
+        for tile in list(table):
             for value in grid:
-                old = module._TILE_EFFICIENCY[tile]
-                module._TILE_EFFICIENCY[tile] = value
+                old = table[tile]
+                table[tile] = value
                 got = score(rows, module, solvers)["default"]
                 if got < best - 1e-6:
                     best = got
                 else:
-                    module._TILE_EFFICIENCY[tile] = old
-        for name, values in _SCALARS.items():
-            if not hasattr(module, name):
-                continue
-            for value in values:
+                    table[tile] = old
+        for name in scalars:
+            for value in _SCALARS[name.removeprefix(prefix)]:
                 old = getattr(module, name)
                 setattr(module, name, value)
                 got = score(rows, module, solvers)["default"]
@@ -129,8 +130,7 @@ def fit(rows: list, module: Any, solvers: dict) -> dict[str, Any]:
                     best = got
                 else:
                     setattr(module, name, old)
-    scalars = {name: getattr(module, name) for name in _SCALARS if hasattr(module, name)}
-    return {"_TILE_EFFICIENCY": dict(module._TILE_EFFICIENCY), **scalars}
+    return {f"{prefix}_TILE_EFFICIENCY": dict(table), **{n: getattr(module, n) for n in scalars}}
 
 
 def main() -> None:
@@ -148,7 +148,10 @@ def main() -> None:
     }
     print("shipped", score(rows, module, solvers))
     if args.fit:
-        constants = fit(rows, module, solvers)
+        # fp32 sweeps fit TF32's own constants where the cost model has them
+        tf32 = all(p.dtype.value == "float32" for p, *_ in rows)
+        prefix = "_TF32" if tf32 and hasattr(module, "_TF32_TILE_EFFICIENCY") else ""
+        constants = fit(rows, module, solvers, prefix)
         print("fitted ", score(rows, module, solvers))
         print(constants)
 
