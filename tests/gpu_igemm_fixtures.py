@@ -86,6 +86,21 @@ def shape_problem(
     )
 
 
+def assert_all_match(
+    h: miocore.Handle, solver: str, problems: list, tf32: bool = False, truncated: bool = False
+) -> None:
+    """Build ``solver``'s kernels for every problem at once, run each (its default
+    configuration) on random data and assert every result matches the reference."""
+    precompile(h, solver, problems)
+    failures = []
+    for i, p in enumerate(problems):
+        got, inputs = run(h, solver, p, seed=i)
+        why = check(p, got, inputs, tf32=tf32, truncated=truncated)
+        if why:
+            failures.append(f"{p.key}: {why}")
+    assert not failures, f"{len(failures)}/{len(problems)} failed:\n" + "\n".join(failures[:20])
+
+
 @functools.cache
 def _rows_2d(count: int, seed: int) -> tuple[dict, ...]:
     return tuple(r for r in sample_rows(count, seed=seed) if len(r["x"]) == 2)

@@ -19,10 +19,8 @@ import os
 
 import pytest
 from gpu_igemm_fixtures import (
-    check,
+    assert_all_match,
     corpus_problems,
-    precompile,
-    run,
     run_configs,
     shape_problem,
     sm90_handle,
@@ -55,14 +53,7 @@ def test_wgmma_matches_reference_on_corpus(dtype: str, direction: str) -> None:
     stored = "FP32" if dtype == "TF32" else dtype
     problems = corpus_problems(h, name, stored, direction, PER_DTYPE, seed=13)
     assert problems
-    precompile(h, name, problems)
-    failures = []
-    for i, p in enumerate(problems):
-        got, inputs = run(h, name, p, seed=i)
-        why = check(p, got, inputs, tf32=name == TF32, truncated=name == TF32)
-        if why:
-            failures.append(f"{p.key}: {why}")
-    assert not failures, f"{len(failures)}/{len(problems)} failed:\n" + "\n".join(failures[:20])
+    assert_all_match(h, name, problems, tf32=name == TF32, truncated=name == TF32)
     assert len(problems) >= min(30 if direction == "backward_data" else 50, PER_DTYPE)
 
 
@@ -76,14 +67,7 @@ def test_wgmma_channels_first_through_packed_copies(dtype: str, direction: str) 
     stored = "FP32" if dtype == "TF32" else dtype
     problems = corpus_problems(h, name, stored, direction, PER_DTYPE // 4, seed=29, layout="NCHW")
     assert problems and all(operands.staged(p.canonical) for p in problems)
-    precompile(h, name, problems)
-    failures = []
-    for i, p in enumerate(problems):
-        got, inputs = run(h, name, p, seed=i)
-        why = check(p, got, inputs, tf32=name == TF32, truncated=name == TF32)
-        if why:
-            failures.append(f"{p.key}: {why}")
-    assert not failures, f"{len(failures)}/{len(problems)} failed:\n" + "\n".join(failures[:20])
+    assert_all_match(h, name, problems, tf32=name == TF32, truncated=name == TF32)
 
 
 _SHAPES = (

@@ -16,10 +16,8 @@ import os
 
 import pytest
 from gpu_igemm_fixtures import (
-    check,
+    assert_all_match,
     corpus_problems,
-    precompile,
-    run,
     run_configs,
     shape_problem,
     sm90_handle,
@@ -42,14 +40,7 @@ def test_wgmma_wrw_matches_reference_on_corpus(dtype: str) -> None:
     h = _handle()
     problems = corpus_problems(h, SOLVER, dtype, "backward_weights", PER_DTYPE, seed=17)
     assert problems
-    precompile(h, SOLVER, problems)
-    failures = []
-    for i, p in enumerate(problems):
-        got, inputs = run(h, SOLVER, p, seed=i)
-        why = check(p, got, inputs, tf32=False)
-        if why:
-            failures.append(f"{p.key}: {why}")
-    assert not failures, f"{len(failures)}/{len(problems)} failed:\n" + "\n".join(failures[:20])
+    assert_all_match(h, SOLVER, problems, tf32=False)
     assert len(problems) >= min(50, PER_DTYPE)
 
 
@@ -62,14 +53,7 @@ def test_wgmma_wrw_channels_first_through_packed_copies(dtype: str) -> None:
         h, SOLVER, dtype, "backward_weights", PER_DTYPE // 4, seed=31, layout="NCHW"
     )
     assert problems
-    precompile(h, SOLVER, problems)
-    failures = []
-    for i, p in enumerate(problems):
-        got, inputs = run(h, SOLVER, p, seed=i)
-        why = check(p, got, inputs, tf32=False)
-        if why:
-            failures.append(f"{p.key}: {why}")
-    assert not failures, f"{len(failures)}/{len(problems)} failed:\n" + "\n".join(failures[:20])
+    assert_all_match(h, SOLVER, problems, tf32=False)
 
 
 _SHAPES = (
