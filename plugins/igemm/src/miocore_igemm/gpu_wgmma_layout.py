@@ -3,7 +3,7 @@
 ``igemm.gpu_wgmma`` and ``igemm.gpu_wgmma_wrw`` read their activations by TMA boxes, which
 need channels innermost and 16-byte strides. A tensor in another layout (NCHW, PyTorch's
 default) is copied into a packed channels-last buffer in the workspace first
-(``kernels/igemm_layout.cu``, a 32 x 32 shared-memory transpose per block), and a written
+(``kernels/igemm_layout.cu``, a 64 x 64 shared-memory transpose per block), and a written
 tensor in another layout is written packed into the workspace and copied out after: the
 copies are part of the solution, so their cost is in the solver's measured time. A filter
 that forward cannot read as it is (taps not one run, channels not innermost) is the same copy
@@ -24,6 +24,7 @@ _GEOMETRY = struct.Struct("<5i4x4q")  # MioLayoutGeom
 _ALIGN = 256  # bytes: each staged buffer starts on such a boundary
 _MAX_GRID_Z = 65535  # blocks along z (the images, or a filter's k)
 _COPY_FIXED_MS = 0.004  # a copy's launch and tail
+_TILE = 64  # channels and pixels of one block's tile
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -61,7 +62,9 @@ def with_packed(p: ConvProblem, names: tuple[str, ...]) -> ConvProblem:
 
 def copy_reason(t: TensorDescriptor, name: str) -> str | None:
     """Why ``t`` cannot be copied by the layout kernel (None: it can)."""
-    n, _, h, w = t.lengths
+    n, c, h, w = t.lengths
+    if c * t.dtype.itemsize % 4:
+        return f"{name} has {c} channels: the layout copy moves 32-bit words of channels"
     if n > _MAX_GRID_Z:
         return f"{name} has {n} images (or filters): the layout copy takes at most {_MAX_GRID_Z}"
     if max(t.strides) * t.dtype.itemsize >= 1 << 62 or h * w >= 1 << 31:
@@ -100,7 +103,7 @@ def stage(t: TensorDescriptor, name: str, to_nhwc: bool, offset: int, dtype_opti
         source=SOURCE,
         kernel_name=KERNEL,
         options=(dtype_option,),
-        grid=(_cdiv(h * w, 32), _cdiv(c, 32), n),
+        grid=(_cdiv(h * w, _TILE), _cdiv(c, _TILE), n),
         block=(32, 8),
     )
     nbytes = n * c * h * w * t.dtype.itemsize
