@@ -82,16 +82,21 @@ MIO_DEVICE unsigned short mio_float_to_bf16(float f) {
   return (unsigned short)(u >> 16);
 }
 
+// MIO_MAX_FINITE: the element type's largest finite value (a correctly rounded result
+// beyond it is an infinity).
 #if defined(MIO_DTYPE_FP16)
 typedef unsigned short mio_t;
+#define MIO_MAX_FINITE 65504.0
 MIO_DEVICE float mio_load(const mio_t* p) { return mio_half_to_float(*p); }
 MIO_DEVICE void mio_store(mio_t* p, float v) { *p = mio_float_to_half(v); }
 #elif defined(MIO_DTYPE_BF16)
 typedef unsigned short mio_t;
+#define MIO_MAX_FINITE 3.3895313892515355e38
 MIO_DEVICE float mio_load(const mio_t* p) { return mio_bf16_to_float(*p); }
 MIO_DEVICE void mio_store(mio_t* p, float v) { *p = mio_float_to_bf16(v); }
 #else
 typedef float mio_t;
+#define MIO_MAX_FINITE 3.4028234663852886e38
 MIO_DEVICE float mio_load(const mio_t* p) { return *p; }
 MIO_DEVICE void mio_store(mio_t* p, float v) { *p = v; }
 #endif

@@ -103,3 +103,39 @@ def test_device_reference_matches_numpy_and_compares_like_the_host(
     # Poisoned with NaN (a candidate that wrote nothing): flagged.
     backend.fill(arrays[out_name], getattr(p, out_name), float("nan"))
     assert dev.compare()[2] is True
+
+
+def test_device_compare_accepts_an_infinity_only_where_the_exact_value_overflows(
+    handle: miocore.Handle,
+) -> None:
+    """fp16 backward weights over positive data: one output channel's exact values pass
+    65504, so the right fp16 answer there is infinity; the device check must accept it (it
+    once flagged every right kernel as a wrong answer) and still flag a wrong infinity."""
+    p = miocore.ConvProblem.from_sizes(
+        "backward_weights", n=2, c=3, k=2, in_spatial=(48, 48), filter_spatial=(3, 3),
+        pads=(1, 1), dtype="float16",
+    ).canonical  # fmt: skip
+    backend = handle.backend
+    rng = np.random.default_rng(5)
+    x = rng.uniform(4.0, 6.0, size=p.x.lengths)
+    y = rng.standard_normal(p.y.lengths)
+    y[:, 0] = rng.uniform(4.0, 6.0, size=y[:, 0].shape)
+    arrays = {
+        "x": backend.from_host(p.x, x.astype(np.float16)),
+        "y": backend.from_host(p.y, y.astype(np.float16)),
+        "w": backend.from_host(p.w, np.zeros(p.w.lengths, np.float16)),
+    }
+    host = {n: backend.to_host(a).astype(np.float64) for n, a in arrays.items()}
+    exact = reference.convolution(p, x=host["x"], y=host["y"])
+    assert np.abs(exact[0]).min() > 65504 and np.abs(exact[1]).max() < 65504
+    n, ch = _reduced_selection(p)
+    dev = backend.device_reference(p, arrays, n, ch)
+    rounded = exact.astype(np.float16)  # infinity in channel 0
+    backend.copy_from_host(arrays["w"], rounded)
+    diff, scale, bad, ref_nan = dev.compare()
+    assert not bad and not ref_nan
+    assert diff / scale <= 2.0**-11 * 1.01
+    wrong = rounded.copy()
+    wrong[1, 0, 0, 0] = np.inf  # an infinity where the exact value is small
+    backend.copy_from_host(arrays["w"], wrong)
+    assert dev.compare()[2] is True

@@ -19,6 +19,7 @@ from miocore.solver.numerics import (
     accuracy_from_env,
     error_bound,
     is_wrong,
+    overflowed,
     parse_notes,
     reduction_length,
     trusted_error,
@@ -106,6 +107,40 @@ def test_bound_holds_for_a_plain_fp32_gemm_on_random_data(dtype: str) -> None:
 def test_is_wrong() -> None:
     assert is_wrong(1.0) and is_wrong(math.nan) and not is_wrong(1e-3)
     assert not is_wrong(math.nan, reference_has_nan=True)
+
+
+def test_overflowed_accepts_only_the_rounding_of_a_value_beyond_the_range() -> None:
+    exact = np.array([70000.0, -70000.0, 65000.0, 100.0, 70000.0])
+    got = np.array([np.inf, -np.inf, np.inf, np.inf, -np.inf])
+    # beyond fp16's range (or within 1/64 of it) with the same sign: right; a small value or
+    # the wrong sign: not
+    assert overflowed(exact, got, miocore.DataType.FLOAT16).tolist() == [
+        True, True, True, False, False
+    ]  # fmt: skip
+    assert not overflowed(exact, got, miocore.DataType.BFLOAT16).any()
+
+
+def test_a_find_whose_exact_answer_overflows_fp16_denies_no_solver() -> None:
+    """Backward weights over correlated data: one output channel's exact values exceed fp16's
+    range, so every right kernel writes infinity there. A find must keep them all (it used
+    to call each a wrong answer and put every solver on the deny list)."""
+    p = ConvProblem.from_sizes(
+        "backward_weights", n=2, c=3, k=2, in_spatial=(48, 48), filter_spatial=(3, 3),
+        pads=(1, 1), dtype="float16",
+    )  # fmt: skip
+    rng = np.random.default_rng(5)
+    x = rng.uniform(4.0, 6.0, size=p.x.lengths).astype(np.float16)
+    y = rng.standard_normal(p.y.lengths).astype(np.float16)
+    y[:, 0] = rng.uniform(4.0, 6.0, size=y[:, 0].shape)  # k = 0: ~4,400 products of ~25
+    w = np.zeros(p.w.lengths, np.float16)
+    exact = reference.convolution(p, x=x, y=y)
+    assert np.abs(exact[0]).min() > 65504 and np.abs(exact[1]).max() < 65504
+    h = miocore.Handle("cpu")
+    found = h.find_solutions(p, x=x, w=w, y=y, find_mode="NORMAL")
+    assert found and not h.last_report.failed, h.last_report.failed
+    assert np.isinf(w[0]).all() and np.isfinite(w[1]).all()
+    err = reference.relative_error(w[1].astype(np.float64), exact[1])
+    assert err <= error_bound(p.dtype, reduction_length(p)) * 4
 
 
 class _Noted(Solver):

@@ -24,12 +24,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from miocore import env
 from miocore.errors import InvalidArgumentError, InvalidEnvironmentError
 from miocore.problem.conv import ConvProblem, Direction
 from miocore.problem.dtypes import DataType
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class NumericalNote(StrEnum):
@@ -119,6 +122,17 @@ UNIT_ROUNDOFF: dict[DataType, float] = {
     DataType.BFLOAT16: 2.0**-8,
 }
 
+#: Each type's largest finite value: a correctly rounded result beyond it is an infinity.
+MAX_FINITE: dict[DataType, float] = {
+    DataType.FLOAT32: 3.4028234663852886e38,
+    DataType.FLOAT16: 65504.0,
+    DataType.BFLOAT16: 3.3895313892515355e38,
+}
+
+#: An infinity is a right answer where the exact value reaches this share of the largest
+#: finite value (an accumulation within its error bound may round up from just below it).
+OVERFLOW_SHARE = 63.0 / 64.0
+
 #: How much worse than the trusted path a candidate may be in the ``default`` policy.
 BOUND_FACTOR = 4.0
 
@@ -167,6 +181,17 @@ def error_bound(dtype: DataType | str, length: int, *, tf32: bool = False) -> fl
     """The largest relative error the ``default`` policy accepts: :data:`BOUND_FACTOR` times
     :func:`trusted_error` for the data type, reduction length and math mode."""
     return BOUND_FACTOR * trusted_error(dtype, length, tf32=tf32)
+
+
+def overflowed(expected: np.ndarray, got: np.ndarray, dtype: DataType) -> np.ndarray:
+    """Where ``got`` holds the infinity that rounding ``expected`` (exact) to ``dtype`` gives:
+    the same sign, and ``expected`` beyond the type's range (:data:`OVERFLOW_SHARE`). A
+    backward weights reduction over a batch of correlated data can exceed fp16's range; every
+    correct kernel writes infinity there, and is not wrong for it."""
+    import numpy as np
+
+    limit = MAX_FINITE[dtype] * OVERFLOW_SHARE
+    return np.isinf(got) & (np.sign(got) == np.sign(expected)) & (np.abs(expected) >= limit)
 
 
 def is_wrong(error: float, reference_has_nan: bool = False) -> bool:
