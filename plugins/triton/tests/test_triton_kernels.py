@@ -160,6 +160,31 @@ def test_backward_weights_split_equals_unsplit() -> None:
         assert run_interpreted(p, cfg) <= TOLERANCES[p.dtype], cfg
 
 
+@pytest.mark.parametrize(
+    ("case", "in_place"),
+    [
+        ({"filter_spatial": (1, 1), "pads": (0, 0)}, ("x", "y")),  # 1x1: both in place
+        ({}, ("y",)),  # 3x3: dy in place, x staged channels-last
+    ],
+)
+def test_nchw_backward_weights_reads_in_place_and_splits_right(
+    case: dict[str, Any], in_place: tuple[str, ...]
+) -> None:
+    """NCHW backward weights reads dy (and a 1x1 layer's x) where they lie, its reduction
+    slices inside one image: 9 x 13 pixels are two slices of 64, the second masked, and
+    every split of three images must add up the same."""
+    from miocore_triton.launches import staged
+
+    p = _problem("backward_weights", layout="NCHW", n=3, in_spatial=(9, 13), **case)
+    assert not set(staged(p)) & set(in_place), staged(p)
+    space = _solver("backward_weights").perf_config_space(gpu_ctx(), p)
+    splits = sorted({c["split"] for c in space})
+    assert splits[0] == 1 and len(splits) > 1, splits
+    for split in (splits[0], splits[-1]):
+        cfg = next(c for c in space if c["split"] == split)
+        assert run_interpreted(p, cfg) <= TOLERANCES[p.dtype], cfg
+
+
 def test_every_tile_of_a_forward_space_runs_right() -> None:
     p = _problem("forward", c=64, k=64, in_spatial=(8, 8))
     ctx = gpu_ctx()

@@ -45,7 +45,9 @@ from miocore_triton.geometry import (
     transposed_filter_bytes,
     transposed_filter_strides,
     transposes_filter,
+    wrw_image_slices,
     wrw_tiles,
+    wrw_x_direct,
 )
 
 SOURCE = "triton/conv_igemm.py"
@@ -81,13 +83,17 @@ def channels_last(desc: TensorDescriptor) -> bool:
 
 def staged(p: ConvProblem) -> tuple[str, ...]:
     """The inputs copied to channels-last first (TF32 backward data's filter is transposed
-    by ``conv_wtrans`` instead; a 1x1 NCHW input is read in place, ``direct_pixels``)."""
+    by ``conv_wtrans`` instead; a 1x1 NCHW input is read in place, ``direct_pixels``; backward
+    weights reads an NCHW dy in place, and a 1x1 NCHW x, ``wrw_image_slices``)."""
     out = []
     direct = direct_pixels(p)
+    in_place = {"y"} if wrw_image_slices(p) else set()
+    if wrw_x_direct(p):
+        in_place.add("x")
     for name in INPUTS[p.direction]:
         if name == "w" and transposes_filter(p):
             continue
-        if direct and name != "w":  # read in place
+        if (direct and name != "w") or name in in_place:  # read in place
             continue
         if not channels_last(getattr(p, name)):
             out.append(name)
@@ -180,6 +186,7 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
     main_pointers = (pointer["x"], pointer["w"], pointer["y"])
     if p.direction is Direction.BACKWARD_WEIGHTS:
         options += ["sig.part_ptr=*fp32", f"SPLITS={split}"]
+        options += [f"IMAGE_SLICES={wrw_image_slices(p)}", f"X_DIRECT={wrw_x_direct(p)}"]
         grid: tuple[int, ...] = (wrw_tiles(p, t.bm, t.bn), split)
         main_pointers += (offset if split > 1 else "none",)
     elif p.direction is Direction.BACKWARD_DATA:

@@ -411,11 +411,15 @@ def conv_wrw(
     STAGES: tl.constexpr,
     PRECISION: tl.constexpr,
     SPLITS: tl.constexpr,
+    IMAGE_SLICES: tl.constexpr,
+    X_DIRECT: tl.constexpr,
 ):
     """dw[k, c, t, r, s] = sum over (n, od, p, q) of dy[n, k, od, p, q] * x[n, c, id, ih, iw];
-    program axis 1 takes one of SPLITS shares of the (n, od, p, q) blocks. Split, each share
+    program axis 1 takes one of SPLITS shares of the (n, od, p, q) slices. Split, each share
     writes fp32 partials ``part[split][k][t][r][s][c]``; unsplit, dw itself. D = O = T = 1 in
-    2-D."""
+    2-D. IMAGE_SLICES: each reduction slice stays inside one image (the last one of an image
+    masked), so that a channels-first dy with packed pixels (NCHW) is read in place along its
+    pixels; X_DIRECT (1x1, stride 1, no padding, x channels-first and packed): x too."""
     DEPTH: tl.constexpr = D * O * T > 1
     C_TILES: tl.constexpr = (C + BLOCK_N - 1) // BLOCK_N
     K_TILES: tl.constexpr = (K + BLOCK_M - 1) // BLOCK_M
@@ -435,27 +439,45 @@ def conv_wrw(
     ks = offs_k % K if K % BLOCK_M != 0 else offs_k
     offs_c = tile_c * BLOCK_N + tl.arange(0, BLOCK_N)
     cs = offs_c % C if C % BLOCK_N != 0 else offs_c
+    PIXELS: tl.constexpr = O * P * Q
+    if IMAGE_SLICES:
+        PER_IMAGE: tl.constexpr = (PIXELS + BLOCK_K - 1) // BLOCK_K
+        slices = (M // PIXELS) * PER_IMAGE
+    else:
+        slices = tl.cdiv(M, BLOCK_K)
     # the same trip count in every share (the last one's surplus slices are masked off)
-    share = tl.cdiv(tl.cdiv(M, BLOCK_K), SPLITS)
-    first = split * share * BLOCK_K
+    share = tl.cdiv(slices, SPLITS)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for i in tl.range(0, share, num_stages=STAGES):
-        offs = first + i * BLOCK_K + tl.arange(0, BLOCK_K)
-        m_ok = offs < M
-        q = offs % Q
-        p = (offs // Q) % P
-        n = offs // (O * P * Q)
+        slice_id = split * share + i
+        if IMAGE_SLICES:
+            n = slice_id // PER_IMAGE
+            pix = (slice_id % PER_IMAGE) * BLOCK_K + tl.arange(0, BLOCK_K)
+            m_ok = pix < tl.where(slice_id < slices, PIXELS, 0)  # a surplus slice: none
+        else:
+            offs = slice_id * BLOCK_K + tl.arange(0, BLOCK_K)
+            m_ok = offs < M
+            pix = offs % PIXELS
+            n = offs // PIXELS
+        q = pix % Q
+        p = (pix // Q) % P
         ih = p * SH - PH + r * DH
         iw = q * SW - PW + s * DW
         x_ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-        y_rows = n * YN + p * YH + q * YW
-        x_rows = n * XN + ih * XH + iw * XW
-        if DEPTH:
-            od = (offs // (P * Q)) % O
-            i_d = od * SD - PD + t * DD
-            x_ok = x_ok & (i_d >= 0) & (i_d < D)
-            y_rows += od * YD
-            x_rows += i_d * XD
+        if IMAGE_SLICES and YH == Q * YW and (not DEPTH or YD == P * YH):
+            y_rows = n * YN + pix * YW  # dy's pixels are one run: consecutive along the slice
+        else:
+            y_rows = n * YN + p * YH + q * YW
+            if DEPTH:
+                y_rows += (pix // (P * Q)) * YD
+        if X_DIRECT:
+            x_rows = n * XN + pix * XW  # 1x1, stride 1, no padding: x's pixels are dy's
+        else:
+            x_rows = n * XN + ih * XH + iw * XW
+            if DEPTH:
+                i_d = (pix // (P * Q)) * SD - PD + t * DD
+                x_ok = x_ok & (i_d >= 0) & (i_d < D)
+                x_rows += i_d * XD
         a = tl.load(y_ptr + (ks * YC)[:, None] + y_rows[None, :], mask=m_ok[None, :], other=0.0)
         b = tl.load(x_ptr + x_rows[:, None] + (cs * XC)[None, :], mask=x_ok[:, None], other=0.0)
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
