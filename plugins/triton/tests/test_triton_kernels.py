@@ -185,6 +185,33 @@ def test_nchw_backward_weights_reads_in_place_and_splits_right(
         assert run_interpreted(p, cfg) <= TOLERANCES[p.dtype], cfg
 
 
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_stem_backward_weights_takes_taps_as_columns_split_or_not(layout: str) -> None:
+    """A stem (3 channels, 7x7, stride 2): the columns are the 147 (tap, channel) pairs,
+    gathered from x per column; every split adds up the same."""
+    from miocore_triton.geometry import wrw_columns, wrw_tap_columns
+
+    p = _problem(
+        "backward_weights", layout=layout, n=4, c=3, k=8, in_spatial=(29, 27),
+        filter_spatial=(7, 7), pads=(3, 3), strides=(2, 2),
+    )  # fmt: skip
+    assert wrw_tap_columns(p) and wrw_columns(p) == 147
+    space = _solver("backward_weights").perf_config_space(gpu_ctx(), p)
+    splits = sorted({c["split"] for c in space})
+    assert splits[0] == 1 and len(splits) > 1, splits
+    for split in (splits[0], splits[-1]):
+        cfg = next(c for c in space if c["split"] == split)
+        assert run_interpreted(p, cfg) <= TOLERANCES[p.dtype], cfg
+
+
+def test_stem_backward_weights_in_tf32() -> None:
+    p = _problem(
+        "backward_weights", dtype="float32", n=2, c=3, k=8, in_spatial=(13, 11),
+        filter_spatial=(7, 7), pads=(3, 3), strides=(2, 2),
+    )  # fmt: skip
+    assert run_interpreted(p, mode="tf32") <= 5e-3
+
+
 def test_every_tile_of_a_forward_space_runs_right() -> None:
     p = _problem("forward", c=64, k=64, in_spatial=(8, 8))
     ctx = gpu_ctx()

@@ -305,9 +305,31 @@ def gemm_tiles(p: ConvProblem, bm: int, bn: int) -> int:
     return -(-gemm_rows(p) // bm) * -(-gemm_columns(p) // bn)
 
 
+#: Backward weights on fewer channels than this takes (tap, c) as its columns: a channel
+#: tile is 16 wide at least, so a stem's 3 channels would fill 3/16 of each product.
+TAP_COLUMN_CHANNELS = 16
+
+
+def wrw_tap_columns(p: ConvProblem) -> bool:
+    """Backward weights whose columns are the (tap, channel) pairs together (an im2col
+    gathered in the kernel): fewer than :data:`TAP_COLUMN_CHANNELS` channels, several taps."""
+    if p.direction is not Direction.BACKWARD_WEIGHTS:
+        return False
+    return p.w.lengths[1] < TAP_COLUMN_CHANNELS and _volume(p.w.lengths[2:]) > 1
+
+
+def wrw_columns(p: ConvProblem) -> int:
+    """Columns of one backward-weights GEMM: c, or taps x c (:func:`wrw_tap_columns`)."""
+    c = p.w.lengths[1]
+    return _volume(p.w.lengths[2:]) * c if wrw_tap_columns(p) else c
+
+
 def wrw_tiles(p: ConvProblem, bm: int, bn: int) -> int:
-    """Programs per split of a backward-weights launch: k tiles x taps x c tiles."""
+    """Programs per split of a backward-weights launch: k tiles x taps x c tiles (k tiles x
+    (tap, c) tiles with :func:`wrw_tap_columns`)."""
     k, c = p.w.lengths[:2]
+    if wrw_tap_columns(p):
+        return -(-k // bm) * -(-wrw_columns(p) // bn)
     return -(-k // bm) * _volume(p.w.lengths[2:]) * -(-c // bn)
 
 

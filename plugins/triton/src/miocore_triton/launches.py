@@ -46,6 +46,7 @@ from miocore_triton.geometry import (
     transposed_filter_strides,
     transposes_filter,
     wrw_image_slices,
+    wrw_tap_columns,
     wrw_tiles,
     wrw_x_direct,
 )
@@ -187,6 +188,7 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
     if p.direction is Direction.BACKWARD_WEIGHTS:
         options += ["sig.part_ptr=*fp32", f"SPLITS={split}"]
         options += [f"IMAGE_SLICES={wrw_image_slices(p)}", f"X_DIRECT={wrw_x_direct(p)}"]
+        options += [f"TAP_COLUMNS={wrw_tap_columns(p)}"]
         grid: tuple[int, ...] = (wrw_tiles(p, t.bm, t.bn), split)
         main_pointers += (offset if split > 1 else "none",)
     elif p.direction is Direction.BACKWARD_DATA:

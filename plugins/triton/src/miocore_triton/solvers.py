@@ -61,6 +61,7 @@ from miocore_triton.geometry import (
     reduction_channels,
     shared_estimate,
     tile_of,
+    wrw_columns,
     wrw_tiles,
 )
 from miocore_triton.launches import invoker_factory, plan, staged, tensor_bytes
@@ -157,8 +158,7 @@ class TritonConvSolver(TunableSolver):
         shape), within shared memory; duplicates dropped."""
         limit = _SHARED_LIMIT.get(ctx.backend, 48 * 1024)
         if self.direction is Direction.BACKWARD_WEIGHTS:
-            k, c = p.w.lengths[0], p.w.lengths[1]
-            rows, cols, depth = k, c, gemm_rows(p)
+            rows, cols, depth = p.w.lengths[0], wrw_columns(p), gemm_rows(p)
         else:
             rows, cols, depth = gemm_rows(p), gemm_columns(p), reduction_channels(p)
         out: list[Tile] = []
@@ -231,7 +231,7 @@ class TritonConvSolver(TunableSolver):
                 if gemm_tiles(p, t.bm, t.bn) >= BIG_TILE_WAVES * sms:
                     return config(t)
             return space[0]
-        k, c = p.w.lengths[:2]
+        k, c = p.w.lengths[0], wrw_columns(p)
         first = next((t for t in larger if t.bm <= k and t.bn <= c), first)
         same_tile = [cfg for cfg in space if tile_of(cfg) == first]
         blocks = -(-gemm_rows(p) // first.bk)

@@ -413,13 +413,17 @@ def conv_wrw(
     SPLITS: tl.constexpr,
     IMAGE_SLICES: tl.constexpr,
     X_DIRECT: tl.constexpr,
+    TAP_COLUMNS: tl.constexpr,
 ):
     """dw[k, c, t, r, s] = sum over (n, od, p, q) of dy[n, k, od, p, q] * x[n, c, id, ih, iw];
     program axis 1 takes one of SPLITS shares of the (n, od, p, q) slices. Split, each share
     writes fp32 partials ``part[split][k][t][r][s][c]``; unsplit, dw itself. D = O = T = 1 in
     2-D. IMAGE_SLICES: each reduction slice stays inside one image (the last one of an image
     masked), so that a channels-first dy with packed pixels (NCHW) is read in place along its
-    pixels; X_DIRECT (1x1, stride 1, no padding, x channels-first and packed): x too."""
+    pixels; X_DIRECT (1x1, stride 1, no padding, x channels-first and packed): x too.
+    TAP_COLUMNS (few channels: a stem's 3): the columns are (tap, c) together, an im2col
+    gathered on the fly, instead of one program per tap whose column tile would be mostly
+    empty."""
     DEPTH: tl.constexpr = D * O * T > 1
     C_TILES: tl.constexpr = (C + BLOCK_N - 1) // BLOCK_N
     K_TILES: tl.constexpr = (K + BLOCK_M - 1) // BLOCK_M
@@ -427,18 +431,26 @@ def conv_wrw(
     split = tl.program_id(1)
     # k tiles vary fastest: neighbours read the same x columns
     tile_k = pid % K_TILES
-    tile_c = (pid // K_TILES) % C_TILES
-    tap = pid // (K_TILES * C_TILES)
+    offs_k = tile_k * BLOCK_M + tl.arange(0, BLOCK_M)
+    ks = offs_k % K if K % BLOCK_M != 0 else offs_k
+    COLUMNS: tl.constexpr = T * R * S * C
+    if TAP_COLUMNS:
+        # column j = (t, r, s, c), the order of the partials; per column vectors
+        offs_c = (pid // K_TILES) * BLOCK_N + tl.arange(0, BLOCK_N)
+        js = offs_c % COLUMNS if COLUMNS % BLOCK_N != 0 else offs_c
+        cs = js % C
+        tap = js // C
+    else:
+        tile_c = (pid // K_TILES) % C_TILES
+        tap = pid // (K_TILES * C_TILES)
+        offs_c = tile_c * BLOCK_N + tl.arange(0, BLOCK_N)
+        cs = offs_c % C if C % BLOCK_N != 0 else offs_c
     if DEPTH:
         t = tap // (R * S)
         r = (tap // S) % R
     else:
         r = tap // S
     s = tap % S
-    offs_k = tile_k * BLOCK_M + tl.arange(0, BLOCK_M)
-    ks = offs_k % K if K % BLOCK_M != 0 else offs_k
-    offs_c = tile_c * BLOCK_N + tl.arange(0, BLOCK_N)
-    cs = offs_c % C if C % BLOCK_N != 0 else offs_c
     PIXELS: tl.constexpr = O * P * Q
     if IMAGE_SLICES:
         PER_IMAGE: tl.constexpr = (PIXELS + BLOCK_K - 1) // BLOCK_K
@@ -461,33 +473,55 @@ def conv_wrw(
             n = offs // PIXELS
         q = pix % Q
         p = (pix // Q) % P
-        ih = p * SH - PH + r * DH
-        iw = q * SW - PW + s * DW
-        x_ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+        if TAP_COLUMNS:  # [pixels, columns]: each column its own tap
+            ih = (p * SH - PH)[:, None] + (r * DH)[None, :]
+            iw = (q * SW - PW)[:, None] + (s * DW)[None, :]
+            x_ok = m_ok[:, None] & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+        else:
+            ih = p * SH - PH + r * DH
+            iw = q * SW - PW + s * DW
+            x_ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
         if IMAGE_SLICES and YH == Q * YW and (not DEPTH or YD == P * YH):
             y_rows = n * YN + pix * YW  # dy's pixels are one run: consecutive along the slice
         else:
             y_rows = n * YN + p * YH + q * YW
             if DEPTH:
                 y_rows += (pix // (P * Q)) * YD
-        if X_DIRECT:
-            x_rows = n * XN + pix * XW  # 1x1, stride 1, no padding: x's pixels are dy's
-        else:
-            x_rows = n * XN + ih * XH + iw * XW
+        if TAP_COLUMNS:
+            image = n * XN + pix * 0  # one image per pixel, as a vector in either slicing
+            x_at = image[:, None] + ih * XH + iw * XW + (cs * XC)[None, :]
             if DEPTH:
-                i_d = (pix // (P * Q)) * SD - PD + t * DD
+                i_d = ((pix // (P * Q)) * SD - PD)[:, None] + (t * DD)[None, :]
                 x_ok = x_ok & (i_d >= 0) & (i_d < D)
-                x_rows += i_d * XD
+                x_at += i_d * XD
+            x_mask = x_ok
+        else:
+            if X_DIRECT:
+                x_rows = n * XN + pix * XW  # 1x1, stride 1, no padding: x's pixels are dy's
+            else:
+                x_rows = n * XN + ih * XH + iw * XW
+                if DEPTH:
+                    i_d = (pix // (P * Q)) * SD - PD + t * DD
+                    x_ok = x_ok & (i_d >= 0) & (i_d < D)
+                    x_rows += i_d * XD
+            x_at = x_rows[:, None] + (cs * XC)[None, :]
+            x_mask = x_ok[:, None]
         a = tl.load(y_ptr + (ks * YC)[:, None] + y_rows[None, :], mask=m_ok[None, :], other=0.0)
-        b = tl.load(x_ptr + x_rows[:, None] + (cs * XC)[None, :], mask=x_ok[:, None], other=0.0)
+        b = tl.load(x_ptr + x_at, mask=x_mask, other=0.0)
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
-    out_ok = (offs_k < K)[:, None] & (offs_c < C)[None, :]
+    if TAP_COLUMNS:
+        out_ok = (offs_k < K)[:, None] & (offs_c < COLUMNS)[None, :]
+        column = offs_c  # (tap, c) already
+    else:
+        out_ok = (offs_k < K)[:, None] & (offs_c < C)[None, :]
+        column = tap * C + offs_c
     if SPLITS > 1:
-        part = part_ptr + split * (K * T * R * S * C)
-        part_ptrs = part + (offs_k * (T * R * S * C))[:, None] + (tap * C + offs_c)[None, :]
+        part = part_ptr + split * (K * COLUMNS)
+        part_ptrs = part + (offs_k * COLUMNS)[:, None] + column[None, :]
         tl.store(part_ptrs, acc, out_ok)
     else:
-        w_ptrs = w_ptr + (offs_k * WK)[:, None] + (offs_c * WC + r * WR + s * WS)[None, :]
+        w_at = cs * WC + r * WR + s * WS
         if DEPTH:
-            w_ptrs += t * WT
+            w_at += t * WT
+        w_ptrs = w_ptr + (offs_k * WK)[:, None] + w_at[None, :]
         tl.store(w_ptrs, acc.to(w_ptr.dtype.element_ty), mask=out_ok)
