@@ -34,16 +34,19 @@ for backend, arch, target, mode in (
         cpu_context().device, backend=backend, compute_units=132, arch=arch
     )
     ctx = miocore.ExecutionContext(device=device, math_mode=mode)
-    cases = [(dtype, "NHWC", (14, 14), (3, 3), (1, 1), (1, 1))
+    cases = [(dtype, "NHWC", (14, 14), (3, 3), (1, 1), (1, 1), 64)
              for dtype in ("float16", "bfloat16", "float32")]
     # 3-D: the depth branches compile too (channels-last 3x3x3; channels-first strided 2x2x2,
     # staged and phased)
-    cases += [("float16", "NDHWC", (6, 6, 6), (3, 3, 3), (1, 1, 1), (1, 1, 1)),
-              ("float16", "NCDHW", (6, 6, 6), (2, 2, 2), (0, 0, 0), (2, 2, 2))]
+    cases += [("float16", "NDHWC", (6, 6, 6), (3, 3, 3), (1, 1, 1), (1, 1, 1), 64),
+              ("float16", "NCDHW", (6, 6, 6), (2, 2, 2), (0, 0, 0), (2, 2, 2), 64)]
+    # NCHW 1x1 (inputs read in place) and a 3-channel stem (backward weights' tap columns)
+    cases += [("float16", "NCHW", (14, 14), (1, 1), (0, 0), (1, 1), 64),
+              ("float16", "NCHW", (15, 15), (7, 7), (3, 3), (2, 2), 3)]
     for solver in SOLVERS:
-        for dtype, layout, size, fil, pads, strides in cases:
+        for dtype, layout, size, fil, pads, strides, c in cases:
             p = miocore.ConvProblem.from_sizes(
-                solver.direction, n=4, c=64, k=96, in_spatial=size, filter_spatial=fil,
+                solver.direction, n=4, c=c, k=96, in_spatial=size, filter_spatial=fil,
                 pads=pads, strides=strides, dtype=dtype, layout=layout,
             )
             if not solver.is_applicable(ctx, p):
@@ -59,7 +62,8 @@ for backend, arch, target, mode in (
                 text = compiled.asm["ptx" if backend == "cuda" else "amdgcn"]
                 out.append({
                     "solver": solver.name, "backend": backend, "dtype": dtype,
-                    "layout": layout, "kernel": k.kernel_name, "elf": built.image[:4] == b"\x7fELF",
+                    "layout": layout, "c": c, "kernel": k.kernel_name,
+                    "elf": built.image[:4] == b"\x7fELF",
                     "meta": built.meta, "block": list(k.block),
                     "wgmma": "wgmma" in text, "mfma": "v_mfma" in text,
                 })
@@ -91,12 +95,13 @@ def test_every_direction_builds_for_sm90_with_wgmma(builds: list[dict]) -> None:
         assert b["meta"]["threads"] == b["block"][0] and b["meta"]["shared"] > 0, b
         assert not b["meta"]["global_scratch_size"], b
     # 3-D in both layouts, every direction
-    assert {(b["solver"], b["layout"]) for b in mains if b["layout"] != "NHWC"} == {
+    assert {(b["solver"], b["layout"]) for b in mains if b["layout"] in ("NDHWC", "NCDHW")} == {
         (s, layout)
         for s in ("triton.igemm_fwd", "triton.igemm_bwd", "triton.igemm_wrw")
         for layout in ("NDHWC", "NCDHW")
     }
     assert any(b.get("kernel") == "to_channels_last" and b["layout"] == "NCDHW" for b in cuda)
+    _builds_nchw_modes(cuda)
     # the split backward-weights run has its reduction kernel, TF32 backward data its
     # filter transposition
     assert any(b.get("kernel") == "conv_wrw_reduce" for b in cuda)
@@ -114,6 +119,17 @@ def test_every_direction_builds_for_gfx942_with_mfma(builds: list[dict]) -> None
     for b in mains:
         assert b["elf"] and b["mfma"], b
         assert b["meta"]["threads"] == b["block"][0], b
+    _builds_nchw_modes(hip)
     # fp32 is TF32, which AMD's kernels do not offer: declined with the reason
     declined = [b for b in hip if "declined" in b]
     assert declined and all("NVIDIA" in b["declined"] for b in declined)
+
+
+def _builds_nchw_modes(builds: list[dict]) -> None:
+    """Backward weights' NCHW modes built: the 1x1 layer reading dy and x in place (no staging
+    copy) and the stem's tap columns (3 channels)."""
+    wrw = [b for b in builds if b.get("kernel") == "conv_wrw" and b["layout"] == "NCHW"]
+    assert {b["c"] for b in wrw} == {64, 3}, wrw
+    staged = {b["c"] for b in builds if b.get("kernel") == "to_channels_last"
+              and b["layout"] == "NCHW" and b["solver"] == "triton.igemm_wrw"}  # fmt: skip
+    assert 64 not in staged, staged
