@@ -191,7 +191,9 @@ def overflowed(expected: np.ndarray, got: np.ndarray, dtype: DataType) -> np.nda
     import numpy as np
 
     limit = MAX_FINITE[dtype] * OVERFLOW_SHARE
-    return np.isinf(got) & (np.sign(got) == np.sign(expected)) & (np.abs(expected) >= limit)
+    same_sign = np.sign(got) == np.sign(expected)
+    mask: np.ndarray = np.isinf(got) & same_sign & (np.abs(expected) >= limit)
+    return mask
 
 
 def is_wrong(error: float, reference_has_nan: bool = False) -> bool:

@@ -148,16 +148,19 @@ def test_tf32_in_the_tf32_math_mode(direction: str) -> None:
     assert run_interpreted(p, mode="tf32") <= 5e-3
 
 
-def test_backward_weights_split_equals_unsplit() -> None:
-    p = _problem("backward_weights", n=3, in_spatial=(12, 12))
-    ctx = gpu_ctx()
-    solver = _solver("backward_weights")
-    space = solver.perf_config_space(ctx, p)
+def assert_splits_agree(p: miocore.ConvProblem) -> None:
+    """Backward weights' unsplit and most split configurations both match the reference."""
+    space = _solver("backward_weights").perf_config_space(gpu_ctx(), p)
     splits = sorted({c["split"] for c in space})
     assert splits[0] == 1 and len(splits) > 1, splits
     for split in (splits[0], splits[-1]):
         cfg = next(c for c in space if c["split"] == split)
         assert run_interpreted(p, cfg) <= TOLERANCES[p.dtype], cfg
+
+
+def test_backward_weights_split_equals_unsplit() -> None:
+    p = _problem("backward_weights", n=3, in_spatial=(12, 12))
+    assert_splits_agree(p)
 
 
 @pytest.mark.parametrize(
@@ -177,12 +180,7 @@ def test_nchw_backward_weights_reads_in_place_and_splits_right(
 
     p = _problem("backward_weights", layout="NCHW", n=3, in_spatial=(9, 13), **case)
     assert not set(staged(p)) & set(in_place), staged(p)
-    space = _solver("backward_weights").perf_config_space(gpu_ctx(), p)
-    splits = sorted({c["split"] for c in space})
-    assert splits[0] == 1 and len(splits) > 1, splits
-    for split in (splits[0], splits[-1]):
-        cfg = next(c for c in space if c["split"] == split)
-        assert run_interpreted(p, cfg) <= TOLERANCES[p.dtype], cfg
+    assert_splits_agree(p)
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
@@ -196,12 +194,7 @@ def test_stem_backward_weights_takes_taps_as_columns_split_or_not(layout: str) -
         filter_spatial=(7, 7), pads=(3, 3), strides=(2, 2),
     )  # fmt: skip
     assert wrw_tap_columns(p) and wrw_columns(p) == 147
-    space = _solver("backward_weights").perf_config_space(gpu_ctx(), p)
-    splits = sorted({c["split"] for c in space})
-    assert splits[0] == 1 and len(splits) > 1, splits
-    for split in (splits[0], splits[-1]):
-        cfg = next(c for c in space if c["split"] == split)
-        assert run_interpreted(p, cfg) <= TOLERANCES[p.dtype], cfg
+    assert_splits_agree(p)
 
 
 def test_stem_backward_weights_in_tf32() -> None:
@@ -273,9 +266,4 @@ def test_3d_tf32_in_the_tf32_math_mode(direction: str) -> None:
 
 def test_3d_backward_weights_split_equals_unsplit() -> None:
     p = _problem3d("backward_weights", n=3, in_spatial=(6, 8, 8))
-    space = _solver("backward_weights").perf_config_space(gpu_ctx(), p)
-    splits = sorted({c["split"] for c in space})
-    assert splits[0] == 1 and len(splits) > 1, splits
-    for split in (splits[0], splits[-1]):
-        cfg = next(c for c in space if c["split"] == split)
-        assert run_interpreted(p, cfg) <= TOLERANCES[p.dtype], cfg
+    assert_splits_agree(p)
