@@ -336,6 +336,8 @@ class TritonBackwardWeights(TritonConvSolver):
 
     name = "triton.igemm_wrw"
     direction = Direction.BACKWARD_WEIGHTS
+    #: 1: NCHW dy (and a 1x1 layer's x) read in place, (tap, c) columns below 16 channels.
+    revision = 1
 
 
 SOLVERS = (TritonForward(), TritonBackwardData(), TritonBackwardWeights())
