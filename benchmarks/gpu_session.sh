@@ -66,13 +66,16 @@
 #               (forward backward_data; backward_weights: igemm.gpu_wgmma_wrw); WGMMA_TESTS
 #               names the test files; WGMMA_ARGS passes more options (--layers, --configs 0
 #               for the defaults alone)
+#   vscudnn     issue 13's table: gpu_vs_cudnn.py, own kernels (MIOCORE_DISABLE_PLUGINS=cudnn),
+#               VS_SUITES (resnet50) x VS_DTYPES (float16) x VS_DIRECTIONS (all three) in
+#               VS_LAYOUT (NCHW); VS_ARGS passes more options (--layers)
 #   quality     issue 14 on the GPU: the shipped sm90 database's WTI table fitted on the device
 #               (heuristic train --wti-only), then immediate mode against NORMAL find on
 #               LIMIT held-out problems and the layers of the MIOpenDriver files carried in
 #               .gpu/perf_models (find_quality.py, batch cut to MAX_GFLOP); MATH_MODE,
 #               QDTYPE (one data type), MODEL_DIR (another model) and QTAG (output names)
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|quality}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|vscudnn|quality}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -355,6 +358,15 @@ PY
       --directions ${WGMMA_DIRECTIONS:-forward backward_data} \
       ${WGMMA_ARGS:-} \
       --out "$OUT/wgmma.json" 2>&1 | grep -a -v Warning | tee "$OUT/wgmma.log" | tail -80
+    ;;
+  vscudnn)
+    # shellcheck disable=SC2086
+    MIOCORE_DISABLE_PLUGINS=cudnn timeout "${VS_TIMEOUT:-560}" python3 benchmarks/gpu_vs_cudnn.py \
+      --suites ${VS_SUITES:-resnet50} --dtypes ${VS_DTYPES:-float16} \
+      --directions ${VS_DIRECTIONS:-forward backward_data backward_weights} \
+      --layout "${VS_LAYOUT:-NCHW}" --skip-extras ${VS_ARGS:-} --out "$OUT/vs_cudnn.json" 2>&1 |
+      grep -a -v Warning > "$OUT/vs_cudnn.log"
+    grep -a "cuDNN/miocore" "$OUT/vs_cudnn.log"
     ;;
   quality)
     sm=/tmp/sm90  # from `gpudb` on this machine, else the shipped files
