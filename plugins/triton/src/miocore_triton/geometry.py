@@ -1,4 +1,5 @@
-"""The GEMM view of a 2-D or 3-D convolution for ``kernels/conv_igemm.py``: the kernels'
+"""The GEMM view of a 2-D or 3-D convolution for ``kernels/conv_igemm.py`` and
+``kernels/conv_wrw.py``: the kernels'
 compile-time constants, the rows that carry the batch, the tile configurations and the launch
 grids.
 
@@ -15,11 +16,17 @@ from miocore import ConvProblem, DataType, Direction, PerfConfig
 
 #: Triton's name of each element type (a kernel argument's ``*fp16``).
 TRITON_TYPES = {DataType.FLOAT16: "fp16", DataType.BFLOAT16: "bf16", DataType.FLOAT32: "fp32"}
-#: The kernel of each direction in ``conv_igemm.py``.
+#: The kernel of each direction (``conv_igemm.py``: forward and backward data;
+#: ``conv_wrw.py``: backward weights) and its source.
 KERNELS = {
     Direction.FORWARD: "conv_fwd",
     Direction.BACKWARD_DATA: "conv_bwd",
     Direction.BACKWARD_WEIGHTS: "conv_wrw",
+}
+SOURCES = {
+    Direction.FORWARD: "triton/conv_igemm.py",
+    Direction.BACKWARD_DATA: "triton/conv_igemm.py",
+    Direction.BACKWARD_WEIGHTS: "triton/conv_wrw.py",
 }
 #: Offsets are 32-bit in the kernels.
 MAX_REACH = 1 << 31

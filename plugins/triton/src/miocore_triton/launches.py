@@ -31,6 +31,7 @@ from miocore import (
 from miocore_triton.geometry import (
     KERNELS,
     REDUCE_BLOCK,
+    SOURCES,
     TRITON_TYPES,
     constants,
     direct_pixels,
@@ -51,7 +52,6 @@ from miocore_triton.geometry import (
     wrw_x_direct,
 )
 
-SOURCE = "triton/conv_igemm.py"
 #: The copies around the GEMMs: staging, filter transposition, the split sum.
 COPIES = "triton/copies.py"
 #: Workspace pieces start on this boundary (the kernels assume 16 bytes; 256 keeps lines whole).
@@ -200,7 +200,7 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
         options += [f"IMAGE_TILES={image_tiles(p)}", f"DIRECT_PIX={direct_pixels(p)}"]
         grid = (gemm_tiles(p, t.bm, t.bn),)
     kernel = KernelInfo(
-        source=SOURCE,
+        source=SOURCES[p.direction],
         kernel_name=KERNELS[p.direction],
         options=tuple(sorted(options)),
         grid=grid,

@@ -36,8 +36,8 @@ def miocore_solvers() -> Iterator[miocore.SolverRecord]:
 
 @miocore.hookimpl
 def miocore_kernel_sources() -> Iterator[miocore.KernelSourceRecord]:
-    """The Triton sources (``triton/conv_igemm.py``, ``triton/copies.py``), built by Triton,
-    not NVRTC."""
+    """The Triton sources (``triton/conv_igemm.py``, ``triton/conv_wrw.py``,
+    ``triton/copies.py``), built by Triton, not NVRTC."""
     yield miocore.KernelSourceRecord(
         name="triton", path=KERNEL_DIR, builder="miocore_triton.builder:BUILDER"
     )

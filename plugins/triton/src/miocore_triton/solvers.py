@@ -3,13 +3,14 @@
 TF32 (only in the ``"tf32"`` math mode), 2-D and 3-D, on NVIDIA (sm_80 and later; ``wgmma``
 on sm_90) and AMD (fp16/bf16) GPUs.
 
-The kernels (``kernels/conv_igemm.py``, with the copies around them in ``kernels/copies.py``)
-are compiled per layer (every size but the batch is a compile-time constant) and tile
-configuration by :mod:`miocore_triton.builder`, cached in miocore's binary cache and launched
-through miocore's backend (the launches of a solution: :mod:`miocore_triton.launches`). The
-default configuration is each direction's first tile fitted to the problem, measured on
-ResNet-50 and VGG-16 (:mod:`miocore_triton.geometry`), or a larger one where the launch fills
-it (measured on the 3-D U-Net); exhaustive find and ``miocore tune`` search the rest.
+The kernels (``kernels/conv_igemm.py`` and ``kernels/conv_wrw.py``, with the copies around
+them in ``kernels/copies.py``) are compiled per layer (every size but the batch is a
+compile-time constant) and tile configuration by :mod:`miocore_triton.builder`, cached in
+miocore's binary cache and launched through miocore's backend (the launches of a solution:
+:mod:`miocore_triton.launches`). The default configuration is each direction's first tile
+fitted to the problem, measured on ResNet-50 and VGG-16 (:mod:`miocore_triton.geometry`), or
+a larger one where the launch fills it (measured on the 3-D U-Net); exhaustive find and
+``miocore tune`` search the rest.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The element-wise kernels around the implicit GEMMs of ``conv_igemm.py``.
+"""The element-wise kernels around the implicit GEMMs of ``conv_igemm.py`` and ``conv_wrw.py``.
 
 * ``to_channels_last``: an input that is not channels-last (NCHW, NCDHW, KCRS) copied into the
   workspace in that order first, so every GEMM reads 16-byte vectors; the cost is the
