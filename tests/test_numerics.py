@@ -120,29 +120,6 @@ def test_overflowed_accepts_only_the_rounding_of_a_value_beyond_the_range() -> N
     assert not overflowed(exact, got, miocore.DataType.BFLOAT16).any()
 
 
-def test_a_find_whose_exact_answer_overflows_fp16_denies_no_solver() -> None:
-    """Backward weights over correlated data: one output channel's exact values exceed fp16's
-    range, so every right kernel writes infinity there. A find must keep them all (it used
-    to call each a wrong answer and put every solver on the deny list)."""
-    p = ConvProblem.from_sizes(
-        "backward_weights", n=2, c=3, k=2, in_spatial=(48, 48), filter_spatial=(3, 3),
-        pads=(1, 1), dtype="float16",
-    )  # fmt: skip
-    rng = np.random.default_rng(5)
-    x = rng.uniform(4.0, 6.0, size=p.x.lengths).astype(np.float16)
-    y = rng.standard_normal(p.y.lengths).astype(np.float16)
-    y[:, 0] = rng.uniform(4.0, 6.0, size=y[:, 0].shape)  # k = 0: ~4,400 products of ~25
-    w = np.zeros(p.w.lengths, np.float16)
-    exact = reference.convolution(p, x=x, y=y)
-    assert np.abs(exact[0]).min() > 65504 and np.abs(exact[1]).max() < 65504
-    h = miocore.Handle("cpu")
-    found = h.find_solutions(p, x=x, w=w, y=y, find_mode="NORMAL")
-    assert found and not h.last_report.failed, h.last_report.failed
-    assert np.isinf(w[0]).all() and np.isfinite(w[1]).all()
-    err = reference.relative_error(w[1].astype(np.float64), exact[1])
-    assert err <= error_bound(p.dtype, reduction_length(p)) * 4
-
-
 class _Noted(Solver):
     name = "test.noted"
     algorithm = Algorithm.DIRECT

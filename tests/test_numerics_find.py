@@ -112,6 +112,56 @@ def test_planted_wrong_solver_never_recorded(kind: str, mode: str, direction: st
     assert planted.name not in [s.solver for s in h.get_solutions(p)]
 
 
+def _overflowing_backward_weights() -> tuple[miocore.ConvProblem, dict[str, np.ndarray]]:
+    """fp16 backward weights whose exact dW passes 65,504 in output channel 0 (positive,
+    correlated data: ~4,400 products of ~25 each) and stays small in channel 1."""
+    p = miocore.ConvProblem.from_sizes(
+        "backward_weights", n=2, c=3, k=2, in_spatial=(48, 48), filter_spatial=(3, 3),
+        pads=(1, 1), dtype="float16",
+    )  # fmt: skip
+    rng = np.random.default_rng(5)
+    x = rng.uniform(4.0, 6.0, size=p.x.lengths).astype(np.float16)
+    y = rng.standard_normal(p.y.lengths).astype(np.float16)
+    y[:, 0] = rng.uniform(4.0, 6.0, size=y[:, 0].shape)
+    exact = reference.convolution(p, x=x, y=y)
+    assert np.abs(exact[0]).min() > 65504 and np.abs(exact[1]).max() < 65504
+    return p, {"x": x, "w": np.zeros(p.w.lengths, np.float16), "y": y}
+
+
+class Infinite(TimedSolver):
+    """Right, but for one infinity where the exact value is a small number."""
+
+    def get_solution(self, ctx: Any, problem: Any, perf_config: Any = None) -> ConvSolution:
+        exact = super().get_solution(ctx, problem, perf_config)
+
+        def factory(kernels: Any) -> Any:
+            run = exact.invoker_factory(kernels)
+
+            def invoker(handle: Any, params: InvokeParams) -> None:
+                run(handle, params)
+                params.w[1, 0, 0, 0] = np.inf
+
+            return invoker
+
+        return ConvSolution(solver=self.name, workspace_size=0, invoker_factory=factory)
+
+
+def test_an_infinity_where_the_exact_value_overflows_is_the_right_answer() -> None:
+    """Every right fp16 kernel writes infinity where dW overflows; find keeps them (it used to
+    call each a wrong answer and deny them all), and still denies an infinity elsewhere."""
+    p, arrays = _overflowing_backward_weights()
+    good = TimedSolver("test.good", delay_s=0.002, dynamic=True)
+    wrong = Infinite("test.infinite", dynamic=True)
+    h = _handle(good, wrong)
+    sols = h.find_solutions(p, find_mode="NORMAL", **arrays)
+    assert [s.solver for s in sols] == ["test.good"]
+    assert list(sols.report.failed) == ["test.infinite"]
+    assert "NaN where the reference has none" in sols.report.failed["test.infinite"]
+    h.run_solution(sols[0], **arrays)
+    w = arrays["w"]  # fp16's answer: infinity in channel 0, numbers in channel 1
+    assert np.isposinf(w[0]).all() and np.isfinite(w[1]).all()
+
+
 def test_planted_wrong_solvers_under_strict_too() -> None:
     h = _handle(Planted("zeros"), TimedSolver("test.good", delay_s=0.002))
     sols = h.find_solutions(small_problem(), find_mode="NORMAL", accuracy="strict")
