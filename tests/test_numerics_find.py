@@ -55,10 +55,11 @@ class Planted(TimedSolver):
         return ConvSolution(solver=self.name, workspace_size=0, invoker_factory=factory)
 
 
-class Coarse(TimedSolver):
-    """Right to 1e-3 only: over the fp32 bound, far from wrong."""
+class Spoiled(TimedSolver):
+    """The exact answer, then :meth:`spoil` applied to the output in place."""
 
-    numerical_notes = frozenset({"winograd"})
+    def spoil(self, out: np.ndarray) -> None:
+        raise NotImplementedError
 
     def get_solution(self, ctx: Any, problem: Any, perf_config: Any = None) -> ConvSolution:
         exact = super().get_solution(ctx, problem, perf_config)
@@ -68,12 +69,20 @@ class Coarse(TimedSolver):
 
             def invoker(handle: Any, params: InvokeParams) -> None:
                 run(handle, params)
-                out = getattr(params, params.problem.direction.output_tensor)
-                out[...] = out * (1 + 1e-3)
+                self.spoil(getattr(params, params.problem.direction.output_tensor))
 
             return invoker
 
         return ConvSolution(solver=self.name, workspace_size=0, invoker_factory=factory)
+
+
+class Coarse(Spoiled):
+    """Right to 1e-3 only: over the fp32 bound, far from wrong."""
+
+    numerical_notes = frozenset({"winograd"})
+
+    def spoil(self, out: np.ndarray) -> None:
+        out[...] = out * (1 + 1e-3)
 
 
 class Atomic(TimedSolver):
@@ -128,22 +137,11 @@ def _overflowing_backward_weights() -> tuple[miocore.ConvProblem, dict[str, np.n
     return p, {"x": x, "w": np.zeros(p.w.lengths, np.float16), "y": y}
 
 
-class Infinite(TimedSolver):
+class Infinite(Spoiled):
     """Right, but for one infinity where the exact value is a small number."""
 
-    def get_solution(self, ctx: Any, problem: Any, perf_config: Any = None) -> ConvSolution:
-        exact = super().get_solution(ctx, problem, perf_config)
-
-        def factory(kernels: Any) -> Any:
-            run = exact.invoker_factory(kernels)
-
-            def invoker(handle: Any, params: InvokeParams) -> None:
-                run(handle, params)
-                params.w[1, 0, 0, 0] = np.inf
-
-            return invoker
-
-        return ConvSolution(solver=self.name, workspace_size=0, invoker_factory=factory)
+    def spoil(self, out: np.ndarray) -> None:
+        out[1, 0, 0, 0] = np.inf
 
 
 def test_an_infinity_where_the_exact_value_overflows_is_the_right_answer() -> None:
