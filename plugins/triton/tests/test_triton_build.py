@@ -34,19 +34,21 @@ for backend, arch, target, mode in (
         cpu_context().device, backend=backend, compute_units=132, arch=arch
     )
     ctx = miocore.ExecutionContext(device=device, math_mode=mode)
-    cases = [(dtype, "NHWC", (14, 14), (3, 3), (1, 1), (1, 1), 64)
+    cases = [(dtype, "NHWC", (14, 14), (3, 3), (1, 1), (1, 1), 64, 96)
              for dtype in ("float16", "bfloat16", "float32")]
     # 3-D: the depth branches compile too (channels-last 3x3x3; channels-first strided 2x2x2,
     # staged and phased)
-    cases += [("float16", "NDHWC", (6, 6, 6), (3, 3, 3), (1, 1, 1), (1, 1, 1), 64),
-              ("float16", "NCDHW", (6, 6, 6), (2, 2, 2), (0, 0, 0), (2, 2, 2), 64)]
-    # NCHW 1x1 (inputs read in place) and a 3-channel stem (backward weights' tap columns)
-    cases += [("float16", "NCHW", (14, 14), (1, 1), (0, 0), (1, 1), 64),
-              ("float16", "NCHW", (15, 15), (7, 7), (3, 3), (2, 2), 3)]
+    cases += [("float16", "NDHWC", (6, 6, 6), (3, 3, 3), (1, 1, 1), (1, 1, 1), 64, 96),
+              ("float16", "NCDHW", (6, 6, 6), (2, 2, 2), (0, 0, 0), (2, 2, 2), 64, 96)]
+    # NCHW 1x1 (inputs read in place), a 3-channel stem (backward weights' tap columns) and
+    # a stride-2 1x1 shortcut (backward data's spread)
+    cases += [("float16", "NCHW", (14, 14), (1, 1), (0, 0), (1, 1), 64, 96),
+              ("float16", "NCHW", (15, 15), (7, 7), (3, 3), (2, 2), 3, 96),
+              ("bfloat16", "NCHW", (14, 14), (1, 1), (0, 0), (2, 2), 32, 128)]
     for solver in SOLVERS:
-        for dtype, layout, size, fil, pads, strides, c in cases:
+        for dtype, layout, size, fil, pads, strides, c, k in cases:
             p = miocore.ConvProblem.from_sizes(
-                solver.direction, n=4, c=c, k=96, in_spatial=size, filter_spatial=fil,
+                solver.direction, n=4, c=c, k=k, in_spatial=size, filter_spatial=fil,
                 pads=pads, strides=strides, dtype=dtype, layout=layout,
             )
             if not solver.is_applicable(ctx, p):
@@ -127,9 +129,11 @@ def test_every_direction_builds_for_gfx942_with_mfma(builds: list[dict]) -> None
 
 def _builds_nchw_modes(builds: list[dict]) -> None:
     """Backward weights' NCHW modes built: the 1x1 layer reading dy and x in place (no staging
-    copy) and the stem's tap columns (3 channels)."""
+    copy) and the stem's tap columns (3 channels); backward data's spread on tensor cores."""
+    spread = [b for b in builds if b.get("kernel") == "conv_bwd_spread"]
+    assert spread and all(b["elf"] and (b["wgmma"] or b["mfma"]) for b in spread), spread
     wrw = [b for b in builds if b.get("kernel") == "conv_wrw" and b["layout"] == "NCHW"]
-    assert {b["c"] for b in wrw} == {64, 3}, wrw
+    assert {b["c"] for b in wrw} == {64, 3, 32}, wrw
     staged = {b["c"] for b in builds if b.get("kernel") == "to_channels_last"
               and b["layout"] == "NCHW" and b["solver"] == "triton.igemm_wrw"}  # fmt: skip
     assert 64 not in staged, staged

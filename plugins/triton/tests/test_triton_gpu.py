@@ -194,6 +194,33 @@ def test_every_configuration_runs_right(letter: str) -> None:
     assert not failures, failures
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize(
+    ("hw", "strides"),
+    [((28, 28), (2, 2)), ((15, 13), (2, 2)), ((11, 16), (3, 4)), ((9, 10), (2, 1))],
+)
+def test_every_spread_configuration_runs_right(
+    dtype: str, hw: tuple[int, int], strides: tuple[int, int]
+) -> None:
+    """Backward data of strided 1x1 layers into NCHW (``conv_bwd_spread``): results and their
+    zeros, odd edges, every tile of the space."""
+    from miocore_triton.geometry import spreads
+
+    h = handle_for()
+    p = miocore.ConvProblem.from_sizes(
+        "backward_data", n=3, c=96, k=128, in_spatial=hw, filter_spatial=(1, 1),
+        pads=(0, 0), strides=strides, dtype=dtype, layout="NCHW",
+    )  # fmt: skip
+    assert spreads(p)
+    space = h.registry.get(SOLVERS["B"]).solver.perf_config_space(h.context, p)
+    failures = [
+        (dict(cfg), err)
+        for cfg in space
+        if not (err := run(h, SOLVERS["B"], p, seed=5, config=cfg)) <= TOLERANCES[p.dtype]
+    ]
+    assert not failures, failures
+
+
 def test_find_measures_them_and_the_record_round_trips(tmp_path) -> None:
     h0 = handle_for()
     p = miocore.ConvProblem.from_sizes(

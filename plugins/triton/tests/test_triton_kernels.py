@@ -214,6 +214,42 @@ def test_every_tile_of_a_forward_space_runs_right() -> None:
         assert run_interpreted(p, cfg) <= TOLERANCES[p.dtype], cfg
 
 
+@pytest.mark.parametrize(
+    ("strides", "in_spatial"),
+    [
+        ((2, 2), (9, 8)),  # an odd height: the last block's zero row falls outside
+        ((3, 2), (11, 10)),  # two zero rows under each result
+        ((2, 4), (8, 13)),  # three zeros after each result, the last block cut at the edge
+        ((2, 1), (7, 9)),  # no zeros along the rows
+    ],
+)
+def test_nchw_strided_1x1_backward_data_spreads_results_and_zeros(
+    strides: tuple[int, int], in_spatial: tuple[int, int]
+) -> None:
+    """dy read in place, every dx element written once by the spread epilogue (dx is
+    poisoned with NaN first, so a missed zero fails)."""
+    from miocore_triton.geometry import spreads
+    from miocore_triton.launches import staged
+
+    p = _problem(
+        "backward_data", layout="NCHW", n=3, c=24, k=32, filter_spatial=(1, 1), pads=(0, 0),
+        strides=strides, in_spatial=in_spatial,
+    )  # fmt: skip
+    assert spreads(p) and staged(p) == ()
+    assert run_interpreted(p) <= TOLERANCES[p.dtype]
+
+
+def test_every_tile_of_a_spread_space_runs_right() -> None:
+    p = _problem(
+        "backward_data", layout="NCHW", n=2, c=40, k=64, filter_spatial=(1, 1), pads=(0, 0),
+        strides=(2, 2), in_spatial=(14, 18),
+    )  # fmt: skip
+    space = _solver("backward_data").perf_config_space(gpu_ctx(), p)
+    assert len(space) >= 3
+    for cfg in space:
+        assert run_interpreted(p, cfg) <= TOLERANCES[p.dtype], cfg
+
+
 def test_nchw_tf32_backward_data_stages_dy_and_transposes_w() -> None:
     p = _problem("backward_data", dtype="float32", layout="NCHW", strides=(2, 2))
     assert run_interpreted(p, mode="tf32") <= 5e-3

@@ -224,6 +224,35 @@ def test_a_1x1_nchw_layer_is_read_in_place_in_image_tiles() -> None:
     assert "DIRECT_PIX=False" in steps[-1].kernel.options  # TF32 needs channels innermost
 
 
+def test_strided_1x1_backward_data_into_nchw_spreads_in_one_launch() -> None:
+    """ResNet's stride-2 shortcut, NCHW: one GEMM over dy's pixels, read in place, each image's
+    in tiles of its own; the spread is only for the layers its epilogue serves."""
+    from miocore_triton.geometry import spreads
+    from miocore_triton.launches import plan
+
+    ctx = gpu_ctx()
+
+    def down(dtype: str = "float16", layout: str = "NCHW", **kw) -> miocore.ConvProblem:
+        sizes = {"n": 4, "c": 256, "k": 512, "in_spatial": (56, 56), "filter_spatial": (1, 1)}
+        sizes.update({"strides": (2, 2), "pads": (0, 0), **kw})
+        return miocore.ConvProblem.from_sizes("backward_data", dtype=dtype, layout=layout, **sizes)
+
+    p = down()
+    assert spreads(p)
+    cfg = TritonBackwardData().default_perf_config(ctx, p)
+    steps, size = plan(ctx, p, cfg)
+    (main,) = [s.kernel for s in steps]
+    assert main.kernel_name == "conv_bwd_spread" and size == 0
+    assert main.grid == (4 * -(-28 * 28 // cfg["bm"]) * -(-256 // cfg["bn"]),)
+    assert steps[0].rows == 4 * 28 * 28
+    assert not spreads(down(layout="NHWC"))  # a channels-last dx is written in whole pixels
+    assert not spreads(down(dtype="float32"))  # TF32 needs the reduction innermost
+    assert not spreads(down(k=40))  # a masked channel slice (full_channel_blocks)
+    assert not spreads(down(pads=(1, 1)))
+    assert not spreads(down(strides=(2, 3)))  # the epilogue interleaves in powers of two
+    assert spreads(down(strides=(3, 4)))
+
+
 def test_image_row_tiles_only_where_no_channel_load_is_masked() -> None:
     """The GPU found image-row tiles wrong with masked channel loads (test_triton_gpu.py):
     channels-first layers whose reduction channels some tile's slice does not divide take

@@ -154,13 +154,36 @@ def constants(p: ConvProblem) -> dict[str, int]:
     }
 
 
+def spreads(p: ConvProblem) -> bool:
+    """Backward data of a strided 2-D 1x1 layer without padding into a channels-first dx
+    (ResNet's stride-2 shortcuts in NCHW): ``conv_bwd_spread``, one GEMM over dy's pixels
+    (read in place) whose epilogue writes each result with its zeros. The width stride is 1,
+    2 or 4 (the epilogue interleaves in powers of two); fp16 and bf16 with whole channel
+    blocks (TF32 needs the reduction innermost, which NCHW's dy is not)."""
+    if p.direction is not Direction.BACKWARD_DATA or p.dtype is DataType.FLOAT32:
+        return False
+    if p.spatial_dims != 2 or max(p.w.lengths[2:]) != 1 or max(p.conv.pads) != 0:
+        return False
+    sh, sw = p.conv.strides
+    if max(sh, sw) == 1 or sw not in (1, 2, 4):
+        return False
+    return _channels_first(p.x) and full_channel_blocks(p)
+
+
 def is_phased(p: ConvProblem) -> bool:
-    """Backward data with a stride above 1 and no dilation runs one GEMM per stride phase."""
+    """Backward data with a stride above 1 and no dilation runs one GEMM per stride phase
+    (except where it :func:`spreads`)."""
     return (
         p.direction is Direction.BACKWARD_DATA
         and max(p.conv.strides) > 1
         and max(p.conv.dilations) == 1
+        and not spreads(p)
     )
+
+
+def kernel_name(p: ConvProblem) -> str:
+    """The ``@triton.jit`` function of a problem's GEMM (in ``SOURCES[p.direction]``)."""
+    return "conv_bwd_spread" if spreads(p) else KERNELS[p.direction]
 
 
 def phases(p: ConvProblem) -> int:
@@ -171,8 +194,10 @@ def phases(p: ConvProblem) -> int:
 def gemm_rows(p: ConvProblem) -> int:
     """M, the GEMM rows (the kernels' one run-time size): output pixels forward and for the
     weights' reduction, input pixels backward data (one stride phase's, rounded up, when
-    phased)."""
+    phased; dy's when it :func:`spreads`)."""
     n = p.x.lengths[0]
+    if spreads(p):
+        return n * _volume(p.y.lengths[2:])
     if p.direction is Direction.BACKWARD_DATA:
         if is_phased(p):
             pixels = zip(p.x.lengths[2:], p.conv.strides, strict=True)
@@ -305,6 +330,8 @@ def image_tiles(p: ConvProblem) -> bool:
 
 def gemm_tiles(p: ConvProblem, bm: int, bn: int) -> int:
     """Programs of a forward or backward-data launch (per stride phase)."""
+    if spreads(p):  # row tiles inside each image of dy
+        return p.y.lengths[0] * -(-_volume(p.y.lengths[2:]) // bm) * -(-gemm_columns(p) // bn)
     if image_tiles(p):
         out = p.x if p.direction is Direction.BACKWARD_DATA else p.y
         pixels = _volume(out.lengths[2:])

@@ -29,7 +29,6 @@ from miocore import (
     TensorDescriptor,
 )
 from miocore_triton.geometry import (
-    KERNELS,
     REDUCE_BLOCK,
     SOURCES,
     TRITON_TYPES,
@@ -39,9 +38,11 @@ from miocore_triton.geometry import (
     gemm_tiles,
     image_tiles,
     is_phased,
+    kernel_name,
     partial_bytes,
     phases,
     spatial,
+    spreads,
     tile_of,
     transposed_filter_bytes,
     transposed_filter_strides,
@@ -84,10 +85,11 @@ def channels_last(desc: TensorDescriptor) -> bool:
 
 def staged(p: ConvProblem) -> tuple[str, ...]:
     """The inputs copied to channels-last first (TF32 backward data's filter is transposed
-    by ``conv_wtrans`` instead; a 1x1 NCHW input is read in place, ``direct_pixels``; backward
+    by ``conv_wtrans`` instead; a 1x1 NCHW input is read in place, ``direct_pixels``, and so is
+    the dy of a strided 1x1 layer, ``spreads``; backward
     weights reads an NCHW dy in place, and a 1x1 NCHW x, ``wrw_image_slices``)."""
     out = []
-    direct = direct_pixels(p)
+    direct = direct_pixels(p) or spreads(p)
     in_place = {"y"} if wrw_image_slices(p) else set()
     if wrw_x_direct(p):
         in_place.add("x")
@@ -191,6 +193,9 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
         options += [f"TAP_COLUMNS={wrw_tap_columns(p)}"]
         grid: tuple[int, ...] = (wrw_tiles(p, t.bm, t.bn), split)
         main_pointers += (offset if split > 1 else "none",)
+    elif spreads(p):
+        options += ["GROUP_M=8"]
+        grid = (gemm_tiles(p, t.bm, t.bn),)
     elif p.direction is Direction.BACKWARD_DATA:
         options += ["GROUP_M=8", f"PHASED={is_phased(p)}"]
         options += [f"IMAGE_TILES={image_tiles(p)}", f"DIRECT_PIX={direct_pixels(p)}"]
@@ -201,7 +206,7 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
         grid = (gemm_tiles(p, t.bm, t.bn),)
     kernel = KernelInfo(
         source=SOURCES[p.direction],
-        kernel_name=KERNELS[p.direction],
+        kernel_name=kernel_name(p),
         options=tuple(sorted(options)),
         grid=grid,
         block=(t.warps * warp,),

@@ -61,6 +61,7 @@ from miocore_triton.geometry import (
     reach,
     reduction_channels,
     shared_estimate,
+    spreads,
     tile_of,
     wrw_columns,
     wrw_tiles,
@@ -287,7 +288,7 @@ class TritonConvSolver(TunableSolver):
         if p.dtype is DataType.FLOAT32:
             eff /= 2
         flops = float(p.flops)
-        if self.direction is Direction.BACKWARD_DATA and not is_phased(p):
+        if self.direction is Direction.BACKWARD_DATA and not (is_phased(p) or spreads(p)):
             flops *= p.conv.strides[0] * p.conv.strides[1]  # masked taps cost their dots
         ms = ctx.roofline_ms(flops, p.bytes_moved, DataType.FLOAT16, eff)
         # inputs staged channels-last: read and written once more
@@ -330,6 +331,8 @@ class TritonBackwardData(TritonConvSolver):
 
     name = "triton.igemm_bwd"
     direction = Direction.BACKWARD_DATA
+    #: 1: strided 1x1 layers into a channels-first dx spread their results (``spreads``).
+    revision = 1
 
 
 class TritonBackwardWeights(TritonConvSolver):

@@ -16,6 +16,8 @@ Triton's software pipeliner overlaps the loads of later iterations with the curr
   ``h + ph - r*dh`` is a multiple of the stride and in range. Strided undilated problems run
   one GEMM per stride phase (grid axis 1) over only the taps that phase reaches; strided
   dilated ones mask the other taps (they only cost time).
+* ``conv_bwd_spread``: backward data of a strided 1x1 layer without padding, one GEMM over
+  dy's pixels whose epilogue spreads each result over dx with its zeros (below).
 * backward weights is in ``conv_wrw.py``.
 
 The copies around them (staging channels-last, TF32's transposed filter, the split sum) are in
@@ -360,3 +362,114 @@ def conv_bwd(
         if DEPTH:
             x_ptrs += (di * XD)[:, None]
     tl.store(x_ptrs, acc.to(x_ptr.dtype.element_ty), mask=row_ok[:, None] & (offs_n < C)[None, :])
+
+
+@triton.jit
+def _spread_row(values, SW: tl.constexpr):
+    """A [BLOCK_N, BLOCK_M] tile with SW - 1 zeros after each element along its last axis."""
+    if SW == 1:
+        return values
+    row = tl.interleave(values, tl.zeros_like(values))
+    if SW == 4:
+        row = tl.interleave(row, tl.zeros_like(row))
+    return row
+
+
+@triton.jit
+def conv_bwd_spread(
+    x_ptr,
+    w_ptr,
+    y_ptr,
+    M,
+    C: tl.constexpr,
+    K: tl.constexpr,
+    H: tl.constexpr,
+    W: tl.constexpr,
+    P: tl.constexpr,
+    Q: tl.constexpr,
+    R: tl.constexpr,
+    S: tl.constexpr,
+    SH: tl.constexpr,
+    SW: tl.constexpr,
+    PH: tl.constexpr,
+    PW: tl.constexpr,
+    DH: tl.constexpr,
+    DW: tl.constexpr,
+    D: tl.constexpr,
+    O: tl.constexpr,  # noqa: E741 (output depth: NKOPQ, as cuDNN names it)
+    T: tl.constexpr,
+    SD: tl.constexpr,
+    PD: tl.constexpr,
+    DD: tl.constexpr,
+    XD: tl.constexpr,
+    YD: tl.constexpr,
+    WT: tl.constexpr,
+    XN: tl.constexpr,
+    XC: tl.constexpr,
+    XH: tl.constexpr,
+    XW: tl.constexpr,
+    WK: tl.constexpr,
+    WC: tl.constexpr,
+    WR: tl.constexpr,
+    WS: tl.constexpr,
+    YN: tl.constexpr,
+    YC: tl.constexpr,
+    YH: tl.constexpr,
+    YW: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    STAGES: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """dx[n, c, p*SH, q*SW] = sum over k of dy[n, k, p, q] * w[k, c, 0, 0]; every other dx
+    element is 0 (no tap reaches it). 2-D, 1x1, no padding.
+
+    The phased ``conv_bwd`` runs one GEMM per stride phase, each writing every SW-th element
+    of a channels-first dx row, and the phases no tap reaches write only zeros. Here rows are
+    dy's pixels (p, q) of one image (M = N * P * Q; dy read in place, consecutive along the
+    tile in NCHW), columns c, reduction k; the epilogue writes the SH x SW block of dx each
+    result heads: along a dx row the results interleaved with SW - 1 zeros (SW is 1, 2 or 4),
+    and SH - 1 rows of zeros below, so every dx element is written once, in runs along its
+    rows. The constexprs are ``conv_bwd``'s; those a 1x1 unpadded layer does not need are
+    unused."""
+    ROW_TILES: tl.constexpr = (P * Q + BLOCK_M - 1) // BLOCK_M
+    K_BLOCKS: tl.constexpr = (K + BLOCK_K - 1) // BLOCK_K
+    tiles_m = (M // (P * Q)) * ROW_TILES
+    pid_m, pid_n = _tile(tl.program_id(0), tiles_m, tl.cdiv(C, BLOCK_N), GROUP_M)
+    n = pid_m // ROW_TILES
+    first = (pid_m % ROW_TILES) * BLOCK_M
+    pix = first + tl.arange(0, BLOCK_M)
+    pix = tl.max_contiguous(tl.multiple_of(pix, BLOCK_M), BLOCK_M)
+    row_ok = pix < P * Q
+    # dy's pixels packed (NCHW): one offset per pixel, consecutive along the tile
+    dy_pixels = pix * YW if YH == Q * YW else (pix // Q) * YH + (pix % Q) * YW
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    # columns past C wrap around to stay in bounds; the stores mask them out
+    cols = offs_n % C if C % BLOCK_N != 0 else offs_n
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for it in tl.range(0, K_BLOCKS, num_stages=STAGES):
+        ks = tl.max_contiguous(tl.multiple_of(it * BLOCK_K + offs_k, BLOCK_K), BLOCK_K)
+        a_ptrs = y_ptr + n * YN + dy_pixels[:, None] + (ks * YC)[None, :]
+        b_ptrs = w_ptr + (ks * WK)[:, None] + (cols * WC)[None, :]
+        a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)
+        b = tl.load(b_ptrs)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    # dx rows: element j of a spread row belongs to dy pixel first + j // SW, column j % SW
+    # of its block
+    row = _spread_row(tl.trans(acc.to(x_ptr.dtype.element_ty)), SW)
+    j = tl.arange(0, BLOCK_M * SW)
+    src = first + j // SW
+    h = (src // Q) * SH
+    w = (src % Q) * SW + j % SW
+    ok = (src < P * Q) & (w < W)
+    chan_ok = offs_n < C
+    base = x_ptr + n * XN + (offs_n * XC)[:, None]
+    mask = chan_ok[:, None] & (ok & (h < H))[None, :]
+    tl.store(base + (h * XH + w * XW)[None, :], row, mask=mask)
+    zeros = tl.zeros_like(row)
+    for i in tl.static_range(1, SH):
+        mask = chan_ok[:, None] & (ok & (h + i < H))[None, :]
+        tl.store(base + ((h + i) * XH + w * XW)[None, :], zeros, mask=mask)
