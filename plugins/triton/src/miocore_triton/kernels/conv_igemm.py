@@ -367,9 +367,9 @@ def conv_bwd(
 @triton.jit
 def _spread_row(values, SW: tl.constexpr):
     """A [BLOCK_N, BLOCK_M] tile with SW - 1 zeros after each element along its last axis."""
-    if SW == 1:
-        return values
-    row = tl.interleave(values, tl.zeros_like(values))
+    row = values
+    if SW >= 2:  # (compile-time branches: Triton compiles no return inside an if)
+        row = tl.interleave(row, tl.zeros_like(row))
     if SW == 4:
         row = tl.interleave(row, tl.zeros_like(row))
     return row
