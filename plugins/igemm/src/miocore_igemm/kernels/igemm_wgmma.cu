@@ -194,7 +194,11 @@ __device__ __forceinline__ void consume(const MioWgmmaGeom& g, mio_elem* __restr
       const int slot = it % MIO_STAGES;
       bar_wait(&full[slot], (it / MIO_STAGES) & 1);
 #if MIO_PINGPONG
-      if (step == hi - 1 && tid % 128 == 0) bar_arrive(&order[cw ^ 1]);  // the other's turn
+      // the other's turn, once every thread of this one has passed its own order wait: one
+      // thread's arrival (the first version) let the other consumer complete two phases
+      // while a lagging warp of this one was still to wait, whose parity wait then asked
+      // for a phase that never came (an intermittent hang, H200)
+      if (step == hi - 1) bar_arrive(&order[cw ^ 1]);
 #endif
       const unsigned char* a = ring + slot * MIO_STAGE_BYTES + row0 * MIO_ROW;
       const unsigned char* b = ring + slot * MIO_STAGE_BYTES + MIO_A_BYTES;
@@ -292,8 +296,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(MIO_CLUSTE
       bar_init(&full[i], 1);
       bar_init(&empty[i], MIO_SHARERS * MIO_CLUSTER);  // each reader of the cluster
     }
-    bar_init(&order[0], 1);  // ping-pong: a consumer's turn to multiply
-    bar_init(&order[1], 1);
+    bar_init(&order[0], 128);  // ping-pong: a consumer's turn to multiply (all its threads)
+    bar_init(&order[1], 128);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
 #if MIO_CLUSTER > 1
