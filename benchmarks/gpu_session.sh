@@ -66,6 +66,8 @@
 #               (forward backward_data; backward_weights: igemm.gpu_wgmma_wrw); WGMMA_TESTS
 #               names the test files; WGMMA_ARGS passes more options (--layers, --configs 0
 #               for the defaults alone)
+#   wgmmarace   igemm.gpu_wgmma's ping-pong order barriers under a provoked race, as they are
+#               and with the first protocol (gpu_wgmma_order_race.py), then the wgmma tests
 #   vscudnn     issue 13's table: gpu_vs_cudnn.py, own kernels (MIOCORE_DISABLE_PLUGINS=cudnn),
 #               VS_SUITES (resnet50) x VS_DTYPES (float16) x VS_DIRECTIONS (all three) in
 #               VS_LAYOUT (NCHW); VS_ARGS passes more options (--layers)
@@ -75,7 +77,7 @@
 #               .gpu/perf_models (find_quality.py, batch cut to MAX_GFLOP); MATH_MODE,
 #               QDTYPE (one data type), MODEL_DIR (another model) and QTAG (output names)
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|vscudnn|quality}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -358,6 +360,11 @@ PY
       --directions ${WGMMA_DIRECTIONS:-forward backward_data} \
       ${WGMMA_ARGS:-} \
       --out "$OUT/wgmma.json" 2>&1 | grep -a -v Warning | tee "$OUT/wgmma.log" | tail -80
+    ;;
+  wgmmarace)
+    timeout 300 python3 benchmarks/gpu_wgmma_order_race.py 2>&1 | tee "$OUT/wgmma_race.log"
+    timeout 240 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_gpu_igemm_wgmma.py \
+      2>&1 | tee "$OUT/wgmma_tests.log" | tail -5
     ;;
   vscudnn)
     # shellcheck disable=SC2086
