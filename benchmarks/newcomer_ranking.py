@@ -6,20 +6,24 @@ shipped database: for each of the most frequent winners, the model and the WTI t
 trained without that solver's times, then the held-out problems (whose records keep its
 times) are ranked three ways:
 
-* ``last``: as ``ImmediateRanker.fallback`` did up to the twenty-eighth session: the
-  heuristic's solvers first, then every solver it does not know by raw WTI;
+* ``last``: as ``ImmediateRanker.fallback`` does: the heuristic's solvers first, then every
+  solver it does not know by raw WTI;
 * ``merged``: the newcomer's WTI estimate placed among the heuristic's ranking by estimated
-  time (``miocore.find.ranker.merge_by_time``);
+  time (:func:`merge_by_time`);
 * ``merged, corrected``: the same with the newcomer's estimate scaled by the WTI table's
   median correction over all fitted solvers;
-* ``merged xF``: the newcomer placed as if F times slower than its WTI estimate (the ranker
-  now uses F = ``NEWCOMER_DOUBT``, 1.5);
+* ``merged xF``: the newcomer placed as if F times slower than its WTI estimate;
 
 and, as the ceiling, the shipped settings trained with every solver. Recorded times (no
 re-timing): within 10% of the recorded best, mean regret; and how often the newcomer is the
 best recorded solver of a held-out problem.
 
-    python benchmarks/newcomer_ranking.py --db miocore/data/db/cpu_x86_64_2.db --solvers 6
+    python benchmarks/newcomer_ranking.py --db miocore/data/db/cpu_x86_64_2.db --solvers 8
+    python benchmarks/newcomer_ranking.py --db miocore/data/db/sm90_132.db \
+        --only triton.igemm_fwd triton.igemm_bwd gemm.gpu_im2col direct.gpu_depthwise
+
+A database of another device is ranked with a context described from its attributes
+(``DESCRIBED``; WTI needs only the device's rates), so the sm90 one runs on any machine.
 """
 
 from __future__ import annotations
@@ -36,7 +40,6 @@ from typing import Any, NamedTuple
 import miocore.heuristic.train as train_mod
 from miocore.cli.heuristic import _context, _plain_wti
 from miocore.db.mathkeys import split_record_key
-from miocore.find.ranker import merge_by_time
 from miocore.heuristic.evaluate import quality
 from miocore.heuristic.plugin import rank_with
 from miocore.heuristic.train import DB_FILE_LAYER, is_held_out, open_db_file, read_samples, train
@@ -49,10 +52,55 @@ POLICIES = ("last", "merged", "merged, corrected", "merged x1.5", "merged x2", "
 
 
 class Estimate(NamedTuple):
-    """What :func:`merge_by_time` reads of a solution."""
+    """A solver and its estimated time."""
 
     solver: str
     time_ms: float
+
+
+def merge_by_time(ranked: list[Estimate], others: list[Estimate], doubt: float) -> list[Estimate]:
+    """``ranked`` (a heuristic's order, kept as it is) with ``others`` placed by their
+    estimated times times ``doubt``: each goes before the first of ``ranked`` from which on
+    the heuristic expects something slower (the running maximum of its estimates, since a
+    heuristic may rank by more than its time), after it on a tie."""
+    keyed: list[tuple[float, int, int, Estimate]] = []
+    slowest = -math.inf
+    for i, est in enumerate(ranked):
+        slowest = max(slowest, est.time_ms)
+        keyed.append((slowest, 0, i, est))
+    for i, est in enumerate(sorted(others, key=lambda e: (e.time_ms, e.solver))):
+        keyed.append((est.time_ms * doubt, 1, i, est))
+    keyed.sort(key=lambda item: item[:3])
+    return [est for *_, est in keyed]
+
+
+#: Devices described here so that their solvers' WTI can be asked on another machine: the
+#: attributes an H100 SXM reports (132 SMs at 1.98 GHz, 5120-bit memory at 2.619 GHz), turned
+#: into ceilings as ``miocore.backends.cuda`` does (the H200 shares the identity).
+DESCRIBED = {"sm90_132": ("cuda", "sm90", 132, 1.98e9, 2 * 2.619e9 * 5120 / 8 / 1e9)}
+
+
+def _described(device: str) -> tuple[Any, dict[str, Any]] | None:
+    """A context for a described device (nothing runs on it) and every installed solver."""
+    if device not in DESCRIBED:
+        return None
+    import miocore
+    from miocore.problem.dtypes import DataType
+    from miocore.solver.interface import Ceilings, DeviceInfo
+    from miocore.solver.registry import default_registry
+
+    backend, arch, sms, clock, gbps = DESCRIBED[device]
+    fp32 = sms * 128 * 2 * clock / 1e9
+    ceilings = Ceilings(
+        gflops={DataType.FLOAT32: fp32, DataType.FLOAT16: 16 * fp32, DataType.BFLOAT16: 16 * fp32},
+        gbps=gbps,
+    )
+    info = DeviceInfo(
+        backend=backend, name=device, arch=arch, compute_units=sms, identity=device,
+        measure_ceilings=lambda: ceilings,
+    )  # fmt: skip
+    ctx = miocore.ExecutionContext(device=info)
+    return ctx, {r.name: r.solver for r in default_registry().solvers if backend in r.backends}
 
 
 def _samples(db_path: Path) -> list[Any]:
@@ -91,10 +139,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--db", type=Path, default=Path("miocore/data/db/cpu_x86_64_2.db"))
     parser.add_argument("--solvers", type=int, default=6, help="most frequent winners tried")
+    parser.add_argument("--only", nargs="*", default=[], help="these solvers instead")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     device = args.db.stem
-    found = _context(device, None, None)
+    found = _context(device, None, None) or _described(device)
     if found is None:
         sys.exit(f"this machine is not {device}: WTI needs the database's device")
     exact, solvers = found
@@ -124,15 +173,16 @@ def main() -> None:
                 Estimate(n, ms) for n, ms in rank_with(model, table, ctx, problem, known, solvers)
             ]
             others = []
+            doubt = 1.0
             if newcomer in s.times and policy != "last":
                 ms = wti_ms(ctx, newcomer, problem)
                 if policy == "merged, corrected":
                     ms *= math.exp(typical)
                 elif policy.startswith("merged x"):
-                    ms *= float(policy.removeprefix("merged x"))
+                    doubt = float(policy.removeprefix("merged x"))
                 if math.isfinite(ms):
                     others.append(Estimate(newcomer, ms))
-            first = [e.solver for e in merge_by_time(ranked, others, doubt=1.0)]
+            first = [e.solver for e in merge_by_time(ranked, others, doubt)]
             return first + _plain_wti(ctx, solvers, problem, [n for n in names if n not in first])
 
         return rank
@@ -145,7 +195,8 @@ def main() -> None:
     rows = []
     ceiling = quality(held, ranking(full_model, full_table, None, "last"))
     print(f"{len(held)} held-out problems; every solver known: {ceiling.line()}", flush=True)
-    for newcomer, count in wins.most_common(args.solvers):
+    chosen = [(n, wins[n]) for n in args.only] or wins.most_common(args.solvers)
+    for newcomer, count in chosen:
         model = _train_without(args.db, newcomer)
         table = fit_wti(
             [(problems[s.key], s.times, split_record_key(s.key)[1])
