@@ -54,7 +54,8 @@
 #   tf32db      issue 14: the shipped sm90 database's fp32 problems tuned in the tf32 math mode
 #               for TUNE_SECONDS (4 workers per GPU); the run's database in $OUT/tf32.db
 #   tritondb    issue 14: the shipped sm90 database's problems (fp32 in the tf32 math mode) found
-#               with miocore-triton's solvers alone for TUNE_SECONDS (WORKERS per GPU, 6), the
+#               with one plugin's solvers alone (ONLY_PLUGIN, triton; igemm brings the wgmma
+#               solvers' times) for TUNE_SECONDS (WORKERS per GPU, 6), the
 #               run's database merged into a copy of the shipped one and the WTI table refitted
 #               on it; back: $OUT/triton.db (the Triton records alone) and the refitted table
 #   triton      issue 13: the miocore-triton tests on the GPU, then gpu_triton_bench.py (Triton's
@@ -326,7 +327,11 @@ PY
       .gpu/whl_dask/*.whl || exit 3
     export PYTHONPATH="/tmp/site3:$PYTHONPATH"
     gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
-    MIOCORE_DISABLE_PLUGINS=cudnn,direct,fft,gemm,igemm,winograd timeout "${TUNE_TIMEOUT:-450}" \
+    # ONLY_PLUGIN (triton): the plugin measured; igemm adds the wgmma solvers' times
+    only="${ONLY_PLUGIN:-triton}"
+    disabled=$(echo cudnn direct fft gemm igemm triton winograd | tr ' ' '\n' | grep -v "^$only$" |
+      paste -sd,)
+    MIOCORE_DISABLE_PLUGINS="$disabled" timeout "${TUNE_TIMEOUT:-450}" \
       python3 benchmarks/build_system_db.py --device cuda --keys-of miocore/data/db/sm90_132.db \
       --groups-of-one --math-modes tf32 --workers $((gpus * ${WORKERS:-6})) --time-limit 20 \
       --seconds "${TUNE_SECONDS:-300}" --out /tmp/tritondb 2>&1 | grep -a -v "distributed\." |
