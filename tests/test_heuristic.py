@@ -301,36 +301,6 @@ def test_fitted_wti_moves_estimates_towards_measured_times(tmp_path: Path) -> No
         WtiTable.load(tmp_path / "x.json")
 
 
-def test_a_fixed_time_is_fitted_where_small_problems_need_one(tmp_path: Path) -> None:
-    """Measured = 2x the estimate + 0.05 ms (a launch the roofline does not see), over
-    estimates from 0.1 µs to 10 ms: the fit with a fixed time follows the small problems,
-    the correction alone cannot; a table without the fixed term (an older file) loads with
-    none."""
-    from miocore.heuristic.wti import fit_pairs
-
-    rng = np.random.default_rng(3)
-    estimates = 10.0 ** rng.uniform(-4, 1, 200)
-    pairs = [(e, 2.0 * e + 0.05) for e in estimates]
-
-    def error(corr: float, fixed: float) -> float:
-        return float(np.median([abs(math.log(t / (math.exp(corr) * e + fixed))) for e, t in pairs]))
-
-    corr, fixed = fit_pairs(pairs)
-    assert fixed > 0 and error(corr, fixed) < 0.1
-    only_scale = float(np.median([math.log(t / e) for e, t in pairs]))
-    assert error(only_scale, 0.0) > 3 * error(corr, fixed)
-    table = WtiTable(
-        device="d", by_solver={"s": corr}, by_direction={}, fixed_ms={"s": {"": fixed}}
-    )
-    assert table.fixed("s", "forward") == fixed
-    again = WtiTable.load(table.save(tmp_path / "f.wti.json"))
-    assert again == table
-    old = json.loads((tmp_path / "f.wti.json").read_text())
-    del old["fixed_ms"]
-    (tmp_path / "old.wti.json").write_text(json.dumps(old))
-    assert WtiTable.load(tmp_path / "old.wti.json").fixed("s", "forward") == 0.0
-
-
 @pytest.mark.skipif(
     not (SHIPPED / "cpu_x86_64_2.heuristic.npz").is_file(), reason="no shipped CPU model"
 )

@@ -2,14 +2,9 @@
 
 A solver's WTI says what fraction of the roofline it reaches; the estimate it implies is
 ``ideal_ms / wti``. On a tuned FindDb the measured time differs from that estimate by a factor
-that is fairly stable per solver and direction, plus a fixed cost that a roofline does not
-see (launches, a library's setup, a pass over a workspace) and that dominates small problems.
-The table stores, per (solver, direction) and per solver, a log correction ``c`` and a fixed
-time ``f`` in ms, as JSON beside the model (``<device>.wti.json``); the corrected estimate is
-``ideal_ms / wti * exp(c) + f``. ``f`` is the value, among a few candidates taken from the
-solver's fastest measured times, that leaves the smallest median log error; ``c`` is then the
-median of ``log((measured - f) / estimate)``. Tables written before the fixed term load with
-``f = 0``.
+that is fairly stable per solver and direction; the table stores the median of
+``log(measured / estimate)`` per (solver, direction) and per solver, as JSON beside the model
+(``<device>.wti.json``). The corrected estimate is ``ideal_ms / wti * exp(correction)``.
 """
 
 from __future__ import annotations
@@ -34,13 +29,11 @@ FORMAT = "miocore-wti-corrections"
 
 @frozen(kw_only=True)
 class WtiTable:
-    """Per-solver (and per solver and direction) log corrections of WTI estimates and fixed
-    times: ``fixed_ms[solver][direction]``, ``fixed_ms[solver][""]`` for the pooled fit."""
+    """Per-solver (and per solver and direction) log corrections of WTI estimates."""
 
     device: str
     by_solver: Mapping[str, float]
     by_direction: Mapping[str, Mapping[str, float]]
-    fixed_ms: Mapping[str, Mapping[str, float]] = field(factory=dict)
     provenance: Mapping[str, Any] = field(factory=dict)
 
     def correction(self, solver: str, direction: str) -> float | None:
@@ -50,22 +43,15 @@ class WtiTable:
             return per_dir[direction]
         return self.by_solver.get(solver)
 
-    def fixed(self, solver: str, direction: str) -> float:
-        """The fixed time (ms) fitted with :meth:`correction`'s value (0 where none was)."""
-        fixed = self.fixed_ms.get(solver, {})
-        key = direction if direction in self.by_direction.get(solver, {}) else ""
-        return fixed.get(key, 0.0)
-
     def estimate_ms(self, ctx: ExecutionContext, solver: Any, problem: ConvProblem) -> float | None:
         """``solver``'s fitted estimate for the canonical ``problem``, or None."""
-        direction = problem.direction.value
-        corr = self.correction(solver.name, direction)
+        corr = self.correction(solver.name, problem.direction.value)
         if corr is None:
             return None
         score = float(solver.wti(ctx, problem))
         if not math.isfinite(score) or score <= 0:
             return None
-        return ctx.ideal_ms(problem) / score * math.exp(corr) + self.fixed(solver.name, direction)
+        return ctx.ideal_ms(problem) / score * math.exp(corr)
 
     def save(self, path: Path | str) -> Path:
         """Write the table as JSON, atomically."""
@@ -77,7 +63,6 @@ class WtiTable:
             "by_direction": {
                 k: dict(sorted(v.items())) for k, v in sorted(self.by_direction.items())
             },
-            "fixed_ms": {k: dict(sorted(v.items())) for k, v in sorted(self.fixed_ms.items())},
             "provenance": dict(self.provenance),
         }
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -105,10 +90,6 @@ class WtiTable:
                 str(s): {str(d): float(v) for d, v in per.items()}
                 for s, per in data["by_direction"].items()
             },
-            fixed_ms={
-                str(s): {str(d): float(v) for d, v in per.items()}
-                for s, per in data.get("fixed_ms", {}).items()
-            },
             provenance=data.get("provenance", {}),
         )
 
@@ -127,7 +108,7 @@ def fit_wti(
     describes; ``solvers`` maps names to solver objects (unknown names are skipped). A sample
     may name the math mode its times were measured in (a third item, default ``ctx``'s): its
     solvers' WTI are asked in that mode."""
-    pairs: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    ratios: dict[tuple[str, str], list[float]] = {}
     contexts = {ctx.math_mode: ctx}
     for problem, times, *mode in samples:
         math_mode = mode[0] if mode else ctx.math_mode
@@ -145,59 +126,23 @@ def fit_wti(
             except Exception:  # a solver whose WTI raises is simply not fitted
                 continue
             if math.isfinite(score) and score > 0:
-                pairs.setdefault((name, canon.direction.value), []).append((ideal / score, ms))
+                ratios.setdefault((name, canon.direction.value), []).append(
+                    math.log(ms) - math.log(ideal / score)
+                )
     by_direction: dict[str, dict[str, float]] = {}
-    fixed_ms: dict[str, dict[str, float]] = {}
-    pooled: dict[str, list[tuple[float, float]]] = {}
-    for (name, direction), values in pairs.items():
+    pooled: dict[str, list[float]] = {}
+    for (name, direction), values in ratios.items():
         pooled.setdefault(name, []).extend(values)
         if len(values) >= min_samples:
-            corr, fixed = fit_pairs(values)
-            by_direction.setdefault(name, {})[direction] = corr
-            fixed_ms.setdefault(name, {})[direction] = fixed
-    by_solver = {}
-    for name, values in pooled.items():
-        if len(values) >= min_samples:
-            by_solver[name], fixed_ms.setdefault(name, {})[""] = fit_pairs(values)
+            by_direction.setdefault(name, {})[direction] = statistics.median(values)
+    by_solver = {n: statistics.median(v) for n, v in pooled.items() if len(v) >= min_samples}
     return WtiTable(
         device=device,
         by_solver=by_solver,
         by_direction=by_direction,
-        fixed_ms=fixed_ms,
         provenance={
             "fitted_at": utc_now_iso(),
             "miocore": miocore_version(),
             "samples": sum(len(v) for v in pooled.values()),
         },
     )
-
-
-#: The fixed-time candidates: 0 and these shares of the solver's fastest measured time (a
-#: fixed cost cannot exceed the fastest run). Candidates from higher quantiles too (up to the
-#: 25th percentile) fitted large fixed times and slopes that collapsed on the problems the
-#: WTI misjudges most (a depthwise layer's backward weights on `igemm.wrw`: 0.11 ms estimated,
-#: 4.6 measured). On the shipped CPU database, held-out problems ranked by the fitted table
-#: alone: 73-75% within 10% of the best, mean regret 19-23%, against 32-34% and 189-211% fitted
-#: without a fixed time on the same day (docs/tuning.md).
-FIXED_QUANTILES = (0.0,)
-FIXED_SHARES = (0.25, 0.5, 0.9)
-
-
-def fit_pairs(pairs: list[tuple[float, float]]) -> tuple[float, float]:
-    """(log correction, fixed ms) of ``(estimate, measured)`` pairs: the candidate fixed time
-    (see :data:`FIXED_QUANTILES`) whose fit leaves the smallest median ``|log error|``, the
-    correction the median of ``log((measured - fixed) / estimate)`` (the difference floored
-    at a thousandth of the measured time)."""
-    times = sorted(t for _, t in pairs)
-    candidates = {0.0} | {
-        times[int(q * (len(times) - 1))] * share for q in FIXED_QUANTILES for share in FIXED_SHARES
-    }
-    best: tuple[float, float, float] | None = None
-    for fixed in sorted(candidates):
-        corr = statistics.median(math.log(max(t - fixed, 1e-3 * t) / e) for e, t in pairs)
-        scale = math.exp(corr)
-        error = statistics.median(abs(math.log(t) - math.log(scale * e + fixed)) for e, t in pairs)
-        if best is None or error < best[0]:
-            best = (error, corr, fixed)
-    assert best is not None
-    return best[1], best[2]
