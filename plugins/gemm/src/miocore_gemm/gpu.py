@@ -116,6 +116,29 @@ def _im2col_params(p: ConvProblem, n0: int, nb: int) -> bytes:
     return tensor5_bytes(p.x) + tail.tobytes()
 
 
+#: Device time of the launches beyond their work (ms): the call's first, each BLAS call,
+#: each im2col / col2im launch. Chosen on the sm90 database's times of this solver (H100,
+#: held-out records): the median |log(measured / estimate)| went 1.06 -> 0.87 and the worst
+#: from 8.9 (an estimate 7,500x too fast, a tiny backward weights of 256 images, one GEMM
+#: each) to 4.5 (docs/tuning.md).
+FIRST_LAUNCH_MS = 0.003
+GEMM_CALL_MS = 0.001
+KERNEL_LAUNCH_MS = 0.002
+
+
+def launch_ms(p: ConvProblem) -> float:
+    """The launches' time of :class:`_Invoker`'s run of ``p``: per chunk of images an
+    im2col (col2im) launch unless pointwise and one BLAS call per group; backward weights
+    one BLAS call per image and group, and a cast."""
+    chunks = -(-p.n // _chunk(p))
+    kernels = 0 if _is_pointwise(p) else chunks
+    if p.direction is Direction.BACKWARD_WEIGHTS:
+        gemms, kernels = p.n * p.groups, kernels + 1
+    else:
+        gemms = chunks * p.groups
+    return FIRST_LAUNCH_MS + GEMM_CALL_MS * gemms + KERNEL_LAUNCH_MS * kernels
+
+
 class GpuIm2colGemmSolver(Solver):
     """im2col / col2im + vendor BLAS, every direction, groups, dilation, strides, 2-D and 3-D."""
 
@@ -148,10 +171,12 @@ class GpuIm2colGemmSolver(Solver):
 
     def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
         """BLAS reaches much of the peak where each group's GEMM is wide enough
-        (``gemm_fill``), minus the column buffer's extra traffic."""
+        (``gemm_fill``), minus the column buffer's extra traffic; plus the launches' own time
+        (:func:`launch_ms`), which is all of a small problem's."""
         _, _, _, f, _, _ = _sizes(problem)
         base = 0.5 if _is_pointwise(problem) else max(0.1, 0.4 / math.sqrt(f))
-        return base * gemm_fill(problem)
+        fraction = base * gemm_fill(problem)
+        return ctx.wti(problem, ctx.ideal_ms(problem) / fraction + launch_ms(problem))
 
     def get_solution(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
