@@ -6,13 +6,14 @@ shipped database: for each of the most frequent winners, the model and the WTI t
 trained without that solver's times, then the held-out problems (whose records keep its
 times) are ranked three ways:
 
-* ``last``: as ``ImmediateRanker.fallback`` does: the heuristic's solvers first, then every
-  solver it does not know by raw WTI;
+* ``last``: as ``ImmediateRanker.fallback`` did up to the twenty-eighth session: the
+  heuristic's solvers first, then every solver it does not know by raw WTI;
 * ``merged``: the newcomer's WTI estimate placed among the heuristic's ranking by estimated
-  time (:func:`merge_by_time`);
+  time (``miocore.find.ranker.merge_by_time``);
 * ``merged, corrected``: the same with the newcomer's estimate scaled by the WTI table's
   median correction over all fitted solvers;
-* ``merged xF``: the newcomer placed as if F times slower than its WTI estimate;
+* ``merged xF``: the newcomer placed as if F times slower than its WTI estimate (the ranker
+  uses F = ``NEWCOMER_DOUBT``, 3);
 
 and, as the ceiling, the shipped settings trained with every solver. Recorded times (no
 re-timing): within 10% of the recorded best, mean regret; and how often the newcomer is the
@@ -40,6 +41,7 @@ from typing import Any, NamedTuple
 import miocore.heuristic.train as train_mod
 from miocore.cli.heuristic import _context, _plain_wti
 from miocore.db.mathkeys import split_record_key
+from miocore.find.ranker import merge_by_time
 from miocore.heuristic.evaluate import quality
 from miocore.heuristic.plugin import rank_with
 from miocore.heuristic.train import DB_FILE_LAYER, is_held_out, open_db_file, read_samples, train
@@ -52,26 +54,10 @@ POLICIES = ("last", "merged", "merged, corrected", "merged x1.5", "merged x2", "
 
 
 class Estimate(NamedTuple):
-    """A solver and its estimated time."""
+    """What :func:`~miocore.find.ranker.merge_by_time` reads of a solution."""
 
     solver: str
     time_ms: float
-
-
-def merge_by_time(ranked: list[Estimate], others: list[Estimate], doubt: float) -> list[Estimate]:
-    """``ranked`` (a heuristic's order, kept as it is) with ``others`` placed by their
-    estimated times times ``doubt``: each goes before the first of ``ranked`` from which on
-    the heuristic expects something slower (the running maximum of its estimates, since a
-    heuristic may rank by more than its time), after it on a tie."""
-    keyed: list[tuple[float, int, int, Estimate]] = []
-    slowest = -math.inf
-    for i, est in enumerate(ranked):
-        slowest = max(slowest, est.time_ms)
-        keyed.append((slowest, 0, i, est))
-    for i, est in enumerate(sorted(others, key=lambda e: (e.time_ms, e.solver))):
-        keyed.append((est.time_ms * doubt, 1, i, est))
-    keyed.sort(key=lambda item: item[:3])
-    return [est for *_, est in keyed]
 
 
 #: Devices described here so that their solvers' WTI can be asked on another machine: the

@@ -60,12 +60,21 @@ def test_immediate_fallback_ranks_by_wti_with_gemm_last() -> None:
     assert sols[0].time_ms < sols[1].time_ms  # estimates follow the WTI
 
 
-def test_heuristic_plugin_ranks_before_wti() -> None:
+@pytest.mark.parametrize(("times_a", "first"), [(4.0, "test.a"), (2.0, "test.b")])
+def test_a_solver_the_heuristic_does_not_know_goes_by_its_doubted_estimate(
+    times_a: float, first: str
+) -> None:
+    """The heuristic ranks what it knows (test.b); test.a, which it does not know, is placed
+    among that ranking as if NEWCOMER_DOUBT times slower than its WTI estimate: ahead of a
+    heuristic estimate four times its own, behind one twice it. Each keeps its own time."""
+    from miocore.find.ranker import NEWCOMER_DOUBT
+
+    assert 2.0 < NEWCOMER_DOUBT < 4.0
     seen = []
 
     def rank(ctx, problem, names):  # type: ignore[no-untyped-def]
         seen.append(sorted(names))
-        return [("test.b", 0.5)]
+        return [("test.b", times_a * ctx.ideal_ms(problem) / 0.9)]
 
     @hookimpl
     def miocore_heuristics():  # type: ignore[no-untyped-def]
@@ -80,9 +89,37 @@ def test_heuristic_plugin_ranks_before_wti() -> None:
         miocore_heuristics=miocore_heuristics, miocore_solvers=miocore_solvers
     )
     reg = Registry.from_plugins([("h", plugin, "miocore-h", "1")])
-    sols = Handle("cpu", registry=reg).get_solutions(PROBLEM)
-    assert [(s.solver, s.source) for s in sols] == [("test.b", "heuristic"), ("test.a", "wti")]
-    assert sols[0].time_ms == 0.5 and seen == [["test.a", "test.b"]]
+    h = Handle("cpu", registry=reg)
+    sols = h.get_solutions(PROBLEM)
+    assert sols[0].solver == first and seen == [["test.a", "test.b"]]
+    by_name = {s.solver: s for s in sols}
+    assert (by_name["test.a"].source, by_name["test.b"].source) == ("wti", "heuristic")
+    a_ms = h.context.ideal_ms(PROBLEM.canonical) / 0.9
+    assert by_name["test.a"].time_ms == pytest.approx(a_ms)
+    assert by_name["test.b"].time_ms == pytest.approx(times_a * a_ms)
+
+
+def test_merging_keeps_the_heuristic_order_and_places_others_by_time() -> None:
+    """A heuristic may rank by more than its time (b before a, though a's estimate is
+    lower): its order stays, and an unknown solver goes before the first entry from which on
+    the heuristic expects something slower than it."""
+    from miocore.find.ranker import merge_by_time
+
+    def sol(name: str, ms: float) -> miocore.Solution:
+        return miocore.Solution(
+            problem=PROBLEM, solver=name, solver_id=0, algorithm=miocore.Algorithm.DIRECT,
+            time_ms=ms, workspace_size=0, source="heuristic", is_estimate=True,
+        )  # fmt: skip
+
+    ranked = [sol("b", 2.0), sol("a", 1.0), sol("c", 5.0)]
+    order = lambda others: [s.solver for s in merge_by_time(ranked, others, doubt=1.0)]  # noqa: E731
+    assert order([sol("x", 1.5)]) == ["x", "b", "a", "c"]
+    assert order([sol("x", 3.0)]) == ["b", "a", "x", "c"]
+    assert order([sol("x", 2.0)]) == ["b", "a", "x", "c"]  # a tie: the heuristic's first
+    assert order([sol("y", 9.0), sol("x", 0.5)]) == ["x", "b", "a", "c", "y"]
+    assert [s.solver for s in merge_by_time(ranked, [sol("x", 1.5)], doubt=2.0)] == [
+        "b", "a", "x", "c"
+    ]  # fmt: skip
 
 
 def test_immediate_mode_uses_recorded_solutions_first() -> None:

@@ -165,9 +165,10 @@ def test_the_plugin_ranks_a_miss_and_leaves_unseen_solvers_to_wti(tmp_path: Path
     assert all(s.is_estimate for s in sols)
     unseen = applicable[-1]
     assert [s.source for s in sols if s.solver == unseen] in (["wti"], ["fallback"])
-    # A user-folder model wins over the shipped one.
+    # A user-folder model wins over the shipped one (its one solver faster than any WTI
+    # estimate, which now places the solvers it does not know among its ranking)
     user = Path(tmp_path / "user-db")
-    _stub_model(device, {applicable[-1]: 0.5}).save(user / f"{device}{MODEL_SUFFIX}")
+    _stub_model(device, {applicable[-1]: 1e-9}).save(user / f"{device}{MODEL_SUFFIX}")
     first = miocore.Handle("cpu").get_solutions(p)[0]
     assert (first.solver, first.source) == (applicable[-1], "heuristic")
 
