@@ -169,7 +169,8 @@ def main() -> None:
                 if math.isfinite(ms):
                     others.append(Estimate(newcomer, ms))
             first = [e.solver for e in merge_by_time(ranked, others, doubt)]
-            return first + _plain_wti(ctx, solvers, problem, [n for n in names if n not in first])
+            rest = _plain_wti(ctx, solvers, problem, [n for n in names if n not in first])
+            return first + [n for n, _ in rest]
 
         return rank
 

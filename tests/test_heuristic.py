@@ -379,6 +379,39 @@ def test_every_shipped_database_passes_sqlites_integrity_check(path: Path) -> No
         conn.close()
 
 
+def test_eval_places_solvers_the_model_does_not_know_as_immediate_mode_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``heuristic eval``'s model ranking places a solver the model does not know by its
+    doubted WTI, as ImmediateRanker.fallback does: here solver.one's WTI estimate, taken
+    NEWCOMER_DOUBT times slower, beats the model's constant estimate of solver.three exactly
+    on the 1x1 problems, where it is the faster one (_synthetic_db), so every pick is right;
+    placed after the known solver, half would be."""
+    from fake_solvers import TimedSolver
+
+    from miocore.cli import main
+    from miocore.find.ranker import NEWCOMER_DOUBT
+
+    device = _device()
+    db_file = _synthetic_db(tmp_path, device)
+    model_ms = 1.0
+
+    class Newcomer(TimedSolver):
+        def wti(self, ctx: miocore.ExecutionContext, problem: ConvProblem) -> float:
+            pointwise = problem.w.lengths[2:] == (1, 1)
+            target = model_ms / NEWCOMER_DOUBT * (0.5 if pointwise else 2.0)
+            return ctx.ideal_ms(problem) / target
+
+    _stub_model(device, {"solver.three": model_ms}).save(
+        db_file.with_name(f"{device}{MODEL_SUFFIX}")
+    )
+    reg = miocore.Registry.from_solvers([Newcomer("solver.one"), TimedSolver("solver.three")])
+    assert main(["heuristic", "eval", "--db", str(db_file), "--json"], registry=reg) == 0
+    results = json.loads(capsys.readouterr().out)
+    assert results["model"]["top1"] == pytest.approx(0.5, abs=0.15)  # knows one solver
+    assert results["model + fitted WTI"]["top1"] == 1.0
+
+
 def test_reading_a_database_file_leaves_it_byte_for_byte(tmp_path: Path) -> None:
     """The tools that read a FindDb file (train, eval, the benchmarks) open it read-only: a
     shipped database is in SQLite's rollback mode, and opening it as a writable layer

@@ -12,7 +12,7 @@ import argparse
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from miocore.errors import InvalidArgumentError
 from miocore.values import asdict
@@ -163,6 +163,7 @@ def _train(args: argparse.Namespace, registry: Any) -> int:
 
 def _eval(args: argparse.Namespace, registry: Any) -> int:
     from miocore.db.mathkeys import split_record_key
+    from miocore.find.ranker import merge_by_time
     from miocore.heuristic.evaluate import quality
     from miocore.heuristic.model import TreeModel
     from miocore.heuristic.plugin import rank_with
@@ -200,10 +201,14 @@ def _eval(args: argparse.Namespace, registry: Any) -> int:
                 ranked = rank_with(
                     model if use_model else None, table_used, ctx, problem, list(s.times), solvers
                 )
-                names = [n for n, _ in ranked]
-                return names + _plain_wti(
-                    ctx, solvers, problem, [n for n in s.times if n not in names]
-                )
+                # the rest as immediate mode places them (ImmediateRanker.fallback)
+                names = {n for n, _ in ranked}
+                rest = _plain_wti(ctx, solvers, problem, [n for n in s.times if n not in names])
+                estimated = [
+                    _Estimate(n, ctx.ideal_ms(problem) / score) for n, score in rest if score > 0
+                ]
+                merged = merge_by_time([_Estimate(n, ms) for n, ms in ranked], estimated)
+                return [e.solver for e in merged] + [n for n, score in rest if score <= 0]
 
             return ranking
 
@@ -235,12 +240,24 @@ def _model_rank(model: Any, sample: Any) -> list[tuple[str, float]]:
     return [(name, math.exp(t)) for _, name, t in ranked]
 
 
-def _plain_wti(ctx: Any, solvers: dict[str, Any], problem: Any, names: list[str]) -> list[str]:
+class _Estimate(NamedTuple):
+    """What :func:`~miocore.find.ranker.merge_by_time` reads of a solution."""
+
+    solver: str
+    time_ms: float
+
+
+def _plain_wti(
+    ctx: Any, solvers: dict[str, Any], problem: Any, names: list[str]
+) -> list[tuple[str, float]]:
+    """``names`` with their plain WTI (-1 where a solver has none), highest first."""
     scored = []
     for name in names:
         try:
             score = float(solvers[name].wti(ctx, problem)) if name in solvers else -1.0
         except Exception:
             score = -1.0
+        if not math.isfinite(score):
+            score = -1.0
         scored.append((-score, name))
-    return [n for _, n in sorted(scored)]
+    return [(n, -neg) for neg, n in sorted(scored)]
