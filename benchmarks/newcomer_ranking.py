@@ -36,10 +36,11 @@ import statistics
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import miocore.heuristic.train as train_mod
 from miocore.cli.heuristic import _context, _plain_wti
+from miocore.cli.heuristic import _Estimate as Estimate
 from miocore.db.mathkeys import split_record_key
 from miocore.find.ranker import merge_by_time
 from miocore.heuristic.evaluate import quality
@@ -51,13 +52,6 @@ from miocore.values import evolve
 
 HOLDOUT = 0.2
 POLICIES = ("last", "merged", "merged, corrected", "merged x1.5", "merged x2", "merged x3")
-
-
-class Estimate(NamedTuple):
-    """What :func:`~miocore.find.ranker.merge_by_time` reads of a solution."""
-
-    solver: str
-    time_ms: float
 
 
 #: Devices described here so that their solvers' WTI can be asked on another machine: the
@@ -141,11 +135,8 @@ def main() -> None:
     problems = {s.key: ConvProblem.from_key(split_record_key(s.key)[0]).canonical for s in samples}
 
     def wti_ms(ctx: Any, name: str, problem: Any) -> float:
-        try:
-            score = float(solvers[name].wti(ctx, problem))
-        except Exception:
-            return math.inf
-        return ctx.ideal_ms(problem) / score if math.isfinite(score) and score > 0 else math.inf
+        ((_, score),) = _plain_wti(ctx, solvers, problem, [name])
+        return ctx.ideal_ms(problem) / score if score > 0 else math.inf
 
     def ranking(model: Any, table: Any, newcomer: str | None, policy: str) -> Any:
         typical = statistics.median(table.by_solver.values()) if table.by_solver else 0.0
