@@ -9,7 +9,8 @@ the dense-matmul rate measured in the same run that each side reaches.
 
 Precisions never mix: ``float32`` is exact fp32 on both sides (miocore's default math mode,
 ``torch.backends.cudnn.allow_tf32 = False``); ``tf32`` is miocore's ``math_mode="tf32"``
-against cuDNN with TF32 allowed; ``float16`` is fp16 with fp32 accumulation on both.
+against cuDNN with TF32 allowed; ``float16`` and ``bfloat16`` are those types with fp32
+accumulation on both.
 
 Timing: CUDA events around each of ``--runs`` runs after ``--warmup``, median, with a long
 ``torch.cuda._sleep`` queued first so that every launch is enqueued before the GPU reaches it:
@@ -74,10 +75,15 @@ def set_precision(mode: str) -> None:
     torch.backends.cuda.matmul.allow_tf32 = tf32
 
 
+def element_type(mode: str) -> str:
+    """The tensors' element type of a precision mode (``tf32`` computes on float32 tensors)."""
+    return "float32" if mode == "tf32" else mode
+
+
 def matmul_tflops(mode: str, size: int = 8192) -> float:
     """The dense matmul rate of this precision mode (torch.matmul, size^3, median of 10)."""
     set_precision(mode)
-    dtype = torch.float16 if mode == "float16" else torch.float32
+    dtype = getattr(torch, element_type(mode))
     a = torch.randn(size, size, device="cuda", dtype=dtype)
     b = torch.randn(size, size, device="cuda", dtype=dtype)
     ms = device_ms(lambda: torch.matmul(a, b), 3, 10)
@@ -115,7 +121,7 @@ def bench_suite(
     """Every layer of ``suite`` in ``mode`` and every direction: one row each."""
     set_precision(mode)
     torch.backends.cudnn.benchmark = True
-    dtype = "float16" if mode == "float16" else "float32"
+    dtype = element_type(mode)
     tdtype = getattr(torch, dtype)
     rows = []
     layers = [layer for layer in SUITES[suite] if not args.layers or layer.name in args.layers]
@@ -262,7 +268,12 @@ def bench_host_overhead(torch: Any, calls: int = 2000) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suites", nargs="+", default=list(BATCH), choices=list(BATCH))
-    parser.add_argument("--dtypes", nargs="+", default=["float32", "float16", "tf32"])
+    parser.add_argument(
+        "--dtypes",
+        nargs="+",
+        default=["float32", "float16", "tf32"],
+        choices=("float32", "tf32", "float16", "bfloat16"),
+    )
     parser.add_argument("--directions", nargs="+", default=list(DIRECTIONS))
     parser.add_argument("--layers", nargs="*", default=[])
     parser.add_argument("--layout", default="NHWC", choices=("NHWC", "NCHW"))

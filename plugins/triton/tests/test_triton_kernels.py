@@ -183,6 +183,24 @@ def test_nchw_backward_weights_reads_in_place_and_splits_right(
     assert_splits_agree(p)
 
 
+@pytest.mark.parametrize(
+    "case", ["3x3", "strided", "dilated", "asymmetric", "odd_channels", "strided_dilated"]
+)
+def test_tf32_nchw_backward_weights_reads_both_inputs_in_place(case: str) -> None:
+    """TF32 backward weights on NCHW reads dy and x where they lie (both operands with the
+    pixels, the reduction, innermost, the order TF32 instructions read), x through its own
+    strides with every tap's border masked; unsplit and split match the reference."""
+    from miocore_triton.launches import staged
+
+    p = _problem("backward_weights", dtype="float32", layout="NCHW", n=3, **CASES[case])
+    assert staged(p) == ()
+    space = _solver("backward_weights").perf_config_space(gpu_ctx("tf32"), p)
+    splits = sorted({c["split"] for c in space})
+    for split in (splits[0], splits[-1]):
+        cfg = next(c for c in space if c["split"] == split)
+        assert run_interpreted(p, cfg, mode="tf32") <= 5e-3, cfg
+
+
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_stem_backward_weights_takes_taps_as_columns_split_or_not(layout: str) -> None:
     """A stem (3 channels, 7x7, stride 2): the columns are the 147 (tap, channel) pairs,

@@ -303,10 +303,21 @@ def wrw_image_slices(p: ConvProblem) -> bool:
     """Backward weights with dy channels-first and its pixels packed (NCHW, NCDHW): the
     reduction's slices stay inside one image, so dy is read in place, its pixels consecutive
     along each slice, instead of being staged channels-last (a whole copy of dy: two thirds
-    of the time of ResNet-50's NCHW 1x1 layers). Not TF32 (left as measured)."""
-    if p.direction is not Direction.BACKWARD_WEIGHTS or p.dtype is DataType.FLOAT32:
+    of the time of ResNet-50's NCHW 1x1 layers)."""
+    if p.direction is not Direction.BACKWARD_WEIGHTS:
         return False
     return _channels_first(p.y) and _pixel_rows_packed(p.y)
+
+
+def wrw_x_in_place(p: ConvProblem) -> bool:
+    """TF32 :func:`wrw_image_slices` with a channels-first x read in place through its own
+    strides, whatever the filter: TF32 instructions read both operands with the reduction
+    innermost, and backward weights reduces over the pixels, which NCHW holds innermost and
+    a channels-last copy outermost (fp16/bf16 instructions read either order, and keep the
+    copy's vector loads along the channels)."""
+    if p.dtype is not DataType.FLOAT32 or not wrw_image_slices(p):
+        return False
+    return _channels_first(p.x)
 
 
 def wrw_x_direct(p: ConvProblem) -> bool:

@@ -51,6 +51,7 @@ from miocore_triton.geometry import (
     wrw_tap_columns,
     wrw_tiles,
     wrw_x_direct,
+    wrw_x_in_place,
 )
 
 #: The copies around the GEMMs: staging, filter transposition, the split sum.
@@ -87,11 +88,12 @@ def staged(p: ConvProblem) -> tuple[str, ...]:
     """The inputs copied to channels-last first (TF32 backward data's filter is transposed
     by ``conv_wtrans`` instead; a 1x1 NCHW input is read in place, ``direct_pixels``, and so is
     the dy of a strided 1x1 layer, ``spreads``; backward
-    weights reads an NCHW dy in place, and a 1x1 NCHW x, ``wrw_image_slices``)."""
+    weights reads an NCHW dy in place, and a 1x1 NCHW x, ``wrw_image_slices``, and in TF32
+    any NCHW x, ``wrw_x_in_place``)."""
     out = []
     direct = direct_pixels(p) or spreads(p)
     in_place = {"y"} if wrw_image_slices(p) else set()
-    if wrw_x_direct(p):
+    if wrw_x_direct(p) or wrw_x_in_place(p):
         in_place.add("x")
     for name in INPUTS[p.direction]:
         if name == "w" and transposes_filter(p):
