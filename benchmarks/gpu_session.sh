@@ -58,7 +58,7 @@
 #               solvers' times) for TUNE_SECONDS (WORKERS per GPU, 6), the
 #               run's database merged into a copy of the shipped one and the WTI table refitted
 #               on it; back: $OUT/triton.db (the Triton records alone) and the refitted table
-#   triton      issue 13: the miocore-triton tests on the GPU, then gpu_triton_bench.py (Triton's
+#   triton      issue 13: the miocore-triton tests on the GPU (TRITON_TEST_ARGS narrows them), then
 #               default and best configurations, own-kernel find, cuDNN) on TRITON_SUITES
 #               (resnet50) in TRITON_DTYPES (float16); TRITON_ARGS passes more options
 #   wgmma       issue 13: igemm.gpu_wgmma's GPU tests, then gpu_wgmma_bench.py (the default and
@@ -349,7 +349,7 @@ PY
     ;;
   triton)
     timeout "${TRITON_TEST_TIMEOUT:-200}" python3 -m pytest -q -n 8 -p no:cacheprovider -rfE \
-      plugins/triton/tests/test_triton_gpu.py 2>&1 | tee "$OUT/triton_tests.log" | tail -25
+      plugins/triton/tests/test_triton_gpu.py ${TRITON_TEST_ARGS:-} 2>&1 | tee "$OUT/triton_tests.log" | tail -25
     # shellcheck disable=SC2086
     MIOCORE_DISABLE_PLUGINS=cudnn timeout "${TRITON_TIMEOUT:-380}" python3 \
       benchmarks/gpu_triton_bench.py --suites ${TRITON_SUITES:-resnet50} \
