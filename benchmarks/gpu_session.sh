@@ -59,7 +59,7 @@
 #               run's database merged into a copy of the shipped one and the WTI table refitted
 #               on it; back: $OUT/triton.db (the Triton records alone) and the refitted table
 #   triton      issue 13: the miocore-triton tests on the GPU (TRITON_TEST_ARGS narrows them), then
-#               default and best configurations, own-kernel find, cuDNN) on TRITON_SUITES
+#               gpu_triton_bench.py (Triton's default and best configurations, own-kernel find, cuDNN) on TRITON_SUITES
 #               (resnet50) in TRITON_DTYPES (float16); TRITON_ARGS passes more options
 #   wgmma       issue 13: igemm.gpu_wgmma's GPU tests, then gpu_wgmma_bench.py (the default and
 #               more configurations against cuDNN, forward and backward data) on WGMMA_SUITES
