@@ -288,7 +288,8 @@ def full_channel_blocks(p: ConvProblem) -> bool:
 def direct_pixels(p: ConvProblem) -> bool:
     """1x1, stride 1, no padding, with the GEMM's input channels-first and its pixels packed
     (NCHW): the kernel reads it in place, pixels consecutive along its row tile, as NCHW's own
-    GEMM would. Not TF32: TF32 instructions need the reduction (channels) innermost."""
+    GEMM would. Not TF32: TF32 instructions need the reduction (channels) innermost (read in
+    place anyway, ResNet-50's 1x1 layers ran 0.7x as fast as with the copy, H200)."""
     if p.direction is Direction.BACKWARD_WEIGHTS or p.dtype is DataType.FLOAT32:
         return False
     if max(p.w.lengths[2:]) != 1 or max(p.conv.strides) != 1 or max(p.conv.pads) != 0:

@@ -5,7 +5,8 @@ together), reduction over the output pixels (n, [od,] p, q), split over grid axi
 SPLITS fp32 partials that ``copies.conv_wrw_reduce`` sums (one split writes dw directly).
 Compiled and launched as the kernels of ``conv_igemm.py`` are (every size and stride a
 compile-time constant but ``M``, the pixel count, which carries the batch); any strides, and
-a channels-first dy with packed pixels is read in place (``IMAGE_SLICES``).
+a channels-first dy with packed pixels is read in place (``IMAGE_SLICES``), and in TF32 a
+channels-first x through its own strides (both operands then hold the reduction innermost).
 
 Offsets are 32-bit: the solvers refuse tensors of 2**31 elements or more.
 """
