@@ -29,7 +29,7 @@
 #               cuda-bindings and ctypes (gpu_launch_cost.py)
 #   depthwise   direct.gpu_depthwise's whole config space against cuDNN on ConvNeXt-T's,
 #               EfficientNet-B0's and MobileNetV2's depthwise layers (gpu_depthwise_bench.py;
-#               DW_DIRECTIONS, DTYPES narrow it)
+#               DW_DIRECTIONS, DTYPES narrow it; DW_LAYOUTS, NHWC by default)
 #   firstfind   the first find of MODELS twice in one machine session: with a cold binary
 #               cache, then with an empty database and the binary cache kept
 #   findprofile where a first find's time goes, per phase and solver family, with a cold
@@ -148,7 +148,7 @@ case "$STAGE" in
     for suite in convnext_t_dw efficientnet_b0_dw mobilenetv2; do
       # shellcheck disable=SC2086
       timeout 170 python3 benchmarks/gpu_depthwise_bench.py --suite "$suite" --batch 32 \
-        --dtypes ${DTYPES} --layouts NHWC --configs 0 --runs 10 \
+        --dtypes ${DTYPES} --layouts ${DW_LAYOUTS:-NHWC} --configs 0 --runs 10 \
         --directions ${DW_DIRECTIONS:-forward backward_data backward_weights} \
         --out "$OUT/depthwise_$suite.json" 2>&1 | grep -a -v '^{' | tail -8
     done

@@ -240,6 +240,52 @@ def test_backward_weights_tiles_every_config(handle: miocore.Handle, dtype: str)
     assert not bad, f"{len(bad)}/{tried} failed:\n" + "\n".join(bad[:20])
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_nchw_several_planes_per_block_every_config(handle: miocore.Handle, dtype: str) -> None:
+    # dw_nchw with MIO_PP planes per block: every such config of the space, forward and
+    # backward data (stride 1: the flipped filter; stride 2: the gather), a channel multiplier
+    # (backward data reads several dy planes per dx plane), channel counts that leave the last
+    # block short (5, 7, 23 written channels), dilation, 3-D, 5x5 and 7x7 filters.
+    solver = handle.registry.get(SOLVER).solver
+    cases = [  # direction, c, mult, spatial, filter, pads, strides, dilations
+        ("forward", 23, 1, (14, 14), (3, 3), (1, 1), (1, 1), (1, 1)),
+        ("forward", 7, 1, (7, 7), (5, 5), (2, 2), (1, 1), (1, 1)),
+        ("forward", 5, 2, (9, 11), (3, 3), (2, 1), (2, 1), (2, 1)),
+        ("forward", 6, 1, (4, 6, 5), (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1)),
+        ("backward_data", 23, 1, (14, 14), (3, 3), (1, 1), (1, 1), (1, 1)),
+        ("backward_data", 7, 1, (13, 13), (3, 3), (1, 1), (2, 2), (1, 1)),
+        ("backward_data", 5, 3, (8, 9), (3, 3), (1, 1), (1, 1), (1, 1)),
+        ("backward_data", 9, 1, (12, 12), (7, 7), (3, 3), (1, 1), (1, 1)),
+    ]
+    tol = TOLERANCES[miocore.DataType.parse(dtype)]
+    bad, tried = [], 0
+    for direction, c, mult, spatial, f, pads, strides, dils in cases:
+        layout = "NCHW" if len(spatial) == 2 else "NCDHW"
+        problem = miocore.ConvProblem.from_sizes(
+            direction, n=2, c=c, k=c * mult, in_spatial=spatial, filter_spatial=f, pads=pads,
+            strides=strides, dilations=dils, groups=c, dtype=dtype, layout=layout,
+        )  # fmt: skip
+        canon = problem.canonical
+        configs = [g for g in solver.perf_config_space(handle.context, canon) if "pp" in g]
+        assert configs, problem.key  # every written plane here fits one tile
+        kernels = [
+            k for cfg in configs for k in solver.get_solution(handle.context, canon, cfg).kernels
+        ]
+        assert not handle.backend.precompile(kernels)
+        inputs = reference.random_inputs(problem, 5)
+        out_name = problem.direction.output_tensor
+        expected = reference.convolution(
+            problem, **{name: v for name, v in inputs.items() if name != out_name}
+        )
+        for cfg in configs:
+            tried += 1
+            err = reference.relative_error(_run(handle, problem, cfg, inputs), expected)
+            if not np.isfinite(err) or err > tol:
+                bad.append(f"{problem.key} {dict(cfg)}: {err:.3g}")
+    print(f"{SOLVER}: {tried} several-plane configs checked")
+    assert not bad, f"{len(bad)}/{tried} failed:\n" + "\n".join(bad[:20])
+
+
 @pytest.mark.parametrize("layout", ("NCHW", "NHWC"))
 def test_backward_weights_is_deterministic(handle: miocore.Handle, layout: str) -> None:
     problem = miocore.ConvProblem.from_sizes(

@@ -14,6 +14,7 @@ from miocore.testing import cpu_context
 
 dw = pytest.importorskip("miocore_direct.gpu_depthwise")
 geo = pytest.importorskip("miocore_direct.gpu_depthwise_geometry")
+configs = pytest.importorskip("miocore_direct.gpu_depthwise_configs")
 
 
 def _ctx(sms: int = 132) -> miocore.ExecutionContext:
@@ -91,6 +92,29 @@ def test_configs_fit_and_default_is_in_the_space() -> None:
                         assert all(g <= 65535 for g in k.grid[1:])
                         assert np.prod(k.block) <= 256
     assert not s.is_valid_perf_config(ctx, _problem().canonical, miocore.PerfConfig(vec=4))
+
+
+def test_nchw_planes_per_block_only_where_one_tile_covers_the_plane() -> None:
+    s = dw.GpuDepthwiseSolver()
+    ctx = _ctx()
+    small = _problem(layout="NCHW", dtype="float16", in_spatial=(14, 14), c=40, k=40, groups=40)
+    space = s.perf_config_space(ctx, small.canonical)
+    several = [c for c in space if "pp" in c]
+    assert {c["pp"] for c in several} == set(geo.NCHW_PLANES)
+    assert all(c["py"] * c["pp"] <= geo.MAX_NCHW_OUTPUTS for c in several)
+    assert all(configs.nchw_tiles(small.canonical, c)[2] == 1 for c in several)
+    assert "pp" not in s.default_perf_config(ctx, small.canonical)  # not yet measured
+    for cfg in several:
+        assert s.is_valid_perf_config(ctx, small.canonical, cfg)
+        (kernel,) = s.get_solution(ctx, small.canonical, cfg).kernels
+        assert f"-DMIO_PP={cfg['pp']}" in kernel.options
+        assert kernel.grid[0] == 2 * -(-40 // cfg["pp"])  # images x groups of pp channels
+    one = s.get_solution(ctx, small.canonical, space[0]).kernels[0]
+    assert not any(o.startswith("-DMIO_PP") for o in one.options)  # built as before
+    bad = miocore.PerfConfig(**{**dict(several[0]), "pp": 3})
+    assert not s.is_valid_perf_config(ctx, small.canonical, bad)
+    large = _problem(layout="NCHW", in_spatial=(112, 112)).canonical
+    assert not any("pp" in c for c in s.perf_config_space(ctx, large))
 
 
 def test_vector_width_rules() -> None:

@@ -27,6 +27,12 @@ MAX_WREG = 128
 MAX_WRW_ACC = 72
 #: Taps of a filter whose ``dw_wrw_tile`` may keep every tap in one thread (row groups).
 MAX_TILE_GROUP_TAPS = 25
+#: ``dw_nchw``'s planes per block beyond one, for tiles that cover a whole written plane: a
+#: 14x14 plane alone gives a block of 256 threads one 2-byte load each, too little in flight
+#: to keep the memory busy (MobileNetV2's 14x14 fp16 layers ran at 0.3 of cuDNN that way).
+NCHW_PLANES = (2, 4, 8, 16)
+#: Accumulators of one ``dw_nchw`` thread at most (rows per thread x planes per block).
+MAX_NCHW_OUTPUTS = 16
 GRID_YZ_LIMIT = 65535
 INT32_MAX = 2**31 - 1
 
@@ -176,10 +182,12 @@ def extent(p: ConvProblem, tile: int, axis: int) -> int:
 
 
 def nchw_shared_bytes(p: ConvProblem, cfg: PerfConfig) -> int:
-    """Static shared memory of ``dw_nchw`` for ``cfg``: staged tile plus the filter."""
+    """Static shared memory of ``dw_nchw`` for ``cfg``: staged tile plus the filter, for each
+    of the block's ``pp`` planes."""
     r = role(p)[2]
     th = cfg["by"] * cfg["py"]
-    return 4 * (extent(p, th, 1) * extent(p, cfg["tw"], 2) + r * tap_count(p))
+    per_plane = extent(p, th, 1) * extent(p, cfg["tw"], 2) + r * tap_count(p)
+    return 4 * cfg.get("pp", 1) * per_plane
 
 
 def filter_storage(taps: int, vec: int, ct: int) -> tuple[int, int]:

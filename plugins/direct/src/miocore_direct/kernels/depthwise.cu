@@ -29,6 +29,9 @@
 //   MIO_PY        dw_nhwc (not gather): consecutive output rows per thread, each input row
 //                 read once for all of them; dw_nchw: output rows per thread (BY apart)
 //   MIO_TW, MIO_BY, MIO_PY   dw_nchw: tile of TW columns x BY*PY rows, block TW x BY threads
+//   MIO_PP        dw_nchw: planes per block (consecutive written channels of one image), each
+//                 staged beside the others before any is computed: a small plane alone keeps
+//                 too few loads in flight per block to cover the memory's latency
 //   MIO_TC        dw_wrw: taps per block (blockIdx.z walks the chunks)
 //   MIO_WRW_TILE  1: compile dw_wrw_tile, whose tile is MIO_CB channels x MIO_TP rows x
 //                 MIO_TQ columns of dy (with the x rows and columns they reach); MIO_PG > 0:
@@ -36,8 +39,8 @@
 //
 // dw_nhwc   threads over channel vectors (blockDim.x) x pixel groups (blockDim.y), grid-stride
 //           over the pixel groups; forward-like or gather
-// dw_nchw   one block per (image, written channel, depth) plane tile: the read tile with its
-//           halo staged in shared memory, the channel's filter in shared memory
+// dw_nchw   one block per (image, MIO_PP written channels, depth) plane tile: the read tiles
+//           with their halos staged in shared memory, the channels' filters in shared memory
 // dw_wrw    backward weights: blockDim.x channel vectors x blockDim.y pixel lanes; a block
 //           (split s, channel block, tap chunk) reduces its share of N*Do*Ho*Wo in registers,
 //           then across its pixel lanes in shared memory (fixed order) and writes one float per
@@ -109,6 +112,9 @@
 #endif
 #ifndef MIO_PY
 #define MIO_PY 1
+#endif
+#ifndef MIO_PP
+#define MIO_PP 1
 #endif
 #ifndef MIO_TC
 #define MIO_TC 9
@@ -429,24 +435,35 @@ MIO_KERNEL void dw_nhwc(const mio_t* __restrict__ a, const mio_t* __restrict__ w
 
 MIO_KERNEL void dw_nchw(const mio_t* __restrict__ a, const mio_t* __restrict__ w,
                         mio_t* __restrict__ b, MioDwParams p) {
-  __shared__ float s_in[MIO_EH * MIO_EW];
-  __shared__ float s_w[MIO_R * MIO_TAPS];
+#define MIO_PLANE (MIO_EH * MIO_EW)
+#define MIO_WPLANE (MIO_R * MIO_TAPS)
+  __shared__ float s_in[MIO_PP * MIO_PLANE];
+  __shared__ float s_w[MIO_PP * MIO_WPLANE];
   const int tx = (int)threadIdx.x, ty = (int)threadIdx.y;
   const int tid = ty * MIO_TW + tx;
   const int threads = MIO_TW * MIO_BY;
   const int bd = (int)p.b.len[2], bh = (int)p.b.len[3], bw = (int)p.b.len[4];
   const int ad = (int)p.a.len[2], ah = (int)p.a.len[3], aw = (int)p.a.len[4];
+  const mio_index groups = (p.b.len[1] + MIO_PP - 1) / MIO_PP;
   mio_index plane = blockIdx.x;
   const int od = (int)(plane % bd);
   plane /= bd;
-  const mio_index o = plane % p.b.len[1];
-  const mio_index n = plane / p.b.len[1];
+  const mio_index o0 = (plane % groups) * MIO_PP;  // the block's first written channel
+  const mio_index n = plane / groups;
+  // planes of this block (the last group may hold fewer); uniform over the block
+#if MIO_PP > 1
+  const int planes = (int)(p.b.len[1] - o0 < MIO_PP ? p.b.len[1] - o0 : MIO_PP);
+#else
+  const int planes = 1;
+#endif
   const int tile = (int)blockIdx.y;
   const int h0 = (tile / (int)p.tiles_w) * MIO_TH, w0 = (tile % (int)p.tiles_w) * MIO_TW;
-  for (int i = tid; i < MIO_R * MIO_TAPS; i += threads) {
-    const int j = i / MIO_TAPS, f = i % MIO_TAPS;
-    s_w[i] = mio_wtap(w, p.w, o * MIO_R + j, f / (MIO_FY * MIO_FX), (f / MIO_FX) % MIO_FY,
-                      f % MIO_FX);
+  for (int i = tid; i < planes * MIO_WPLANE; i += threads) {
+    const int k = MIO_PP > 1 ? i % MIO_WPLANE : i;
+    const int j = k / MIO_TAPS, f = k % MIO_TAPS;
+    const int pl = MIO_PP > 1 ? i / MIO_WPLANE : 0;
+    s_w[i] = mio_wtap(w, p.w, (o0 + pl) * MIO_R + j, f / (MIO_FY * MIO_FX),
+                      (f / MIO_FX) % MIO_FY, f % MIO_FX);
   }
 #if MIO_GATHER
   // first row / column of the read tensor any tap of this tile reaches (may be negative)
@@ -456,11 +473,14 @@ MIO_KERNEL void dw_nchw(const mio_t* __restrict__ a, const mio_t* __restrict__ w
   const int rh0 = h0 * MIO_SH - (int)p.pad_h;
   const int rw0 = w0 * MIO_SW - (int)p.pad_w;
 #endif
-  float acc[MIO_PY];
+  float acc[MIO_PP][MIO_PY];
 #pragma unroll
-  for (int q = 0; q < MIO_PY; ++q) acc[q] = 0.0f;
+  for (int pp = 0; pp < MIO_PP; ++pp) {
+#pragma unroll
+    for (int q = 0; q < MIO_PY; ++q) acc[pp][q] = 0.0f;
+  }
   for (int j = 0; j < MIO_R; ++j) {
-    const mio_index ci = (o * MIO_R + j) / MIO_M;
+    const mio_index ci = (o0 * MIO_R + j) / MIO_M;  // the first plane's read channel
     const mio_t* an = a + n * p.a.stride[0] + ci * p.a.stride[1];
     for (int fz = 0; fz < MIO_FZ; ++fz) {
 #if MIO_GATHER
@@ -473,52 +493,79 @@ MIO_KERNEL void dw_nchw(const mio_t* __restrict__ a, const mio_t* __restrict__ w
       if (id < 0 || id >= ad) continue;
       const mio_t* plane_in = an + id * p.a.stride[2];
       __syncthreads();  // the previous step is done with s_in
-      for (int i = tid; i < MIO_EH * MIO_EW; i += threads) {
-        const int r = i / MIO_EW, c = i % MIO_EW;
+      // every plane's tile loaded before any is used: the loads of all planes in flight
+#if MIO_PP > 1
+#pragma unroll 4
+#endif
+      for (int i = tid; i < planes * MIO_PLANE; i += threads) {
+        const int e = MIO_PP > 1 ? i % MIO_PLANE : i;
+        const int r = e / MIO_EW, c = e % MIO_EW;
         const int ih = rh0 + r, iw = rw0 + c;
+#if MIO_PP > 1
+        // this plane's read channel, counted from the first plane's
+        const mio_index cd = ((o0 + i / MIO_PLANE) * MIO_R + j) / MIO_M - ci;
+        const mio_t* src = plane_in + cd * p.a.stride[1];
+#else
+        const mio_t* src = plane_in;
+#endif
         float v = 0.0f;
         if (ih >= 0 && ih < ah && iw >= 0 && iw < aw) {
-          v = mio_load(plane_in + ih * p.a.stride[3] + iw * p.a.stride[4]);
+          v = mio_load(src + ih * p.a.stride[3] + iw * p.a.stride[4]);
         }
         s_in[i] = v;
       }
       __syncthreads();
-      const float* sw = s_w + (j * MIO_FZ + fz) * MIO_FY * MIO_FX;
 #pragma unroll
-      for (int q = 0; q < MIO_PY; ++q) {
-        const int row = ty + q * MIO_BY;
+      for (int pp = 0; pp < MIO_PP; ++pp) {
+        if (pp >= planes) break;  // uniform over the block
+        const float* s_plane = s_in + pp * MIO_PLANE;
+        const float* sw = s_w + pp * MIO_WPLANE + (j * MIO_FZ + fz) * MIO_FY * MIO_FX;
+#pragma unroll
+        for (int q = 0; q < MIO_PY; ++q) {
+          const int row = ty + q * MIO_BY;
 #if MIO_GATHER
-        const int th = h0 + row + (int)p.pad_h - rh0 * MIO_SH;  // >= (FY-1)*DH
-        const int tw = w0 + tx + (int)p.pad_w - rw0 * MIO_SW;
+          const int th = h0 + row + (int)p.pad_h - rh0 * MIO_SH;  // >= (FY-1)*DH
+          const int tw = w0 + tx + (int)p.pad_w - rw0 * MIO_SW;
 #pragma unroll
-        for (int fy = 0; fy < MIO_FY; ++fy) {
-          const int t = th - fy * MIO_DH;
-          if (t % MIO_SH) continue;
-          const float* srow = s_in + (t / MIO_SH) * MIO_EW;
+          for (int fy = 0; fy < MIO_FY; ++fy) {
+            const int t = th - fy * MIO_DH;
+            if (t % MIO_SH) continue;
+            const float* srow = s_plane + (t / MIO_SH) * MIO_EW;
 #pragma unroll
-          for (int fx = 0; fx < MIO_FX; ++fx) {
-            const int u = tw - fx * MIO_DW;
-            if (u % MIO_SW) continue;
-            acc[q] += srow[u / MIO_SW] * sw[fy * MIO_FX + fx];
+            for (int fx = 0; fx < MIO_FX; ++fx) {
+              const int u = tw - fx * MIO_DW;
+              if (u % MIO_SW) continue;
+              acc[pp][q] += srow[u / MIO_SW] * sw[fy * MIO_FX + fx];
+            }
           }
-        }
 #else
 #pragma unroll
-        for (int fy = 0; fy < MIO_FY; ++fy) {
-          const float* srow = s_in + (row * MIO_SH + fy * MIO_DH) * MIO_EW + tx * MIO_SW;
+          for (int fy = 0; fy < MIO_FY; ++fy) {
+            const float* srow = s_plane + (row * MIO_SH + fy * MIO_DH) * MIO_EW + tx * MIO_SW;
 #pragma unroll
-          for (int fx = 0; fx < MIO_FX; ++fx) acc[q] += srow[fx * MIO_DW] * sw[fy * MIO_FX + fx];
-        }
+            for (int fx = 0; fx < MIO_FX; ++fx) {
+              acc[pp][q] += srow[fx * MIO_DW] * sw[fy * MIO_FX + fx];
+            }
+          }
 #endif
+        }
       }
     }
   }
-  mio_t* out = b + n * p.b.stride[0] + o * p.b.stride[1] + od * p.b.stride[2];
 #pragma unroll
-  for (int q = 0; q < MIO_PY; ++q) {
-    const int hh = h0 + ty + q * MIO_BY, ww = w0 + tx;
-    if (hh < bh && ww < bw) mio_store(out + hh * p.b.stride[3] + ww * p.b.stride[4], acc[q]);
+  for (int pp = 0; pp < MIO_PP; ++pp) {
+    if (pp >= planes) break;
+    mio_t* out = b + n * p.b.stride[0] + (o0 + pp) * p.b.stride[1] + od * p.b.stride[2];
+#pragma unroll
+    for (int q = 0; q < MIO_PY; ++q) {
+      const int hh = h0 + ty + q * MIO_BY, ww = w0 + tx;
+      if (hh < bh && ww < bw) {
+        mio_store(out + hh * p.b.stride[3] + ww * p.b.stride[4], acc[pp][q]);
+      }
+    }
   }
+#undef MIO_PLANE
+#undef MIO_WPLANE
 }
 
 // ---- backward weights -------------------------------------------------------------------------

@@ -1,0 +1,310 @@
+"""``direct.gpu_depthwise``'s tuning configurations: the space of each kernel, whether a
+config fits a problem, and the default rules fitted on measured layers.
+
+A config names one kernel's tile: ``dw_nhwc`` (channels innermost) ``vec`` x ``pix`` x ``py``
+x ``ct``; ``dw_nchw`` (channels outer) ``tw`` x ``by`` x ``py`` and optionally ``pp`` planes per
+block; backward weights ``vec`` x ``ct`` x ``py`` x ``pix`` (``dw_wrw``) or the staged tiles
+``vec`` x ``cb`` x ``tp`` x ``tq`` [x ``pg``] (``dw_wrw_tile``). None of it needs a device:
+the rules read only the problem.
+"""
+
+from __future__ import annotations
+
+from miocore import ConvProblem, Direction, PerfConfig
+from miocore.backends.gpu_kernels import channels_last
+from miocore_direct.gpu_depthwise_geometry import (
+    GRID_YZ_LIMIT,
+    INT32_MAX,
+    MAX_NCHW_OUTPUTS,
+    MAX_TILE_GROUP_TAPS,
+    NCHW_PLANES,
+    SHARED_LIMIT,
+    ct_for,
+    esize,
+    filter_storage,
+    is_tile,
+    kernel_kind,
+    nchw_shared_bytes,
+    pow2_at_least,
+    problem_sizes,
+    role,
+    tap_count,
+    vec_ok,
+    vecs,
+    wrw_taps_per_block,
+    wrw_tile_applies,
+    wrw_tile_items,
+    wrw_tile_shared_bytes,
+    wrw_tile_x_pixels,
+)
+
+
+def config_space(problem: ConvProblem) -> list[PerfConfig]:
+    """Per kernel: nhwc ``vec`` x ``pix`` x ``ct``; nchw ``tw`` x ``by`` x ``py`` tiles, then
+    the narrowest whole-plane tiles with ``pp`` planes per block;
+    backward weights ``vec`` x ``ct``. Best guesses first."""
+    p = problem
+    kind = kernel_kind(p)
+    s = problem_sizes(p)
+    out: list[PerfConfig] = []
+    if kind == "nhwc":
+        written = p.x.lengths[1] if p.direction is Direction.BACKWARD_DATA else s["k"]
+        gather = role(p)[5]
+        for vec in vecs(p):
+            for pix in (1,) if gather else (2, 1, 4):
+                for py in (1,) if gather else (4, 2, 1):
+                    for ct in dict.fromkeys((ct_for(written, vec), 8, 16, 32)):
+                        cfg = PerfConfig(vec=vec, pix=pix, py=py, ct=ct)
+                        if fits(p, cfg):
+                            out.append(cfg)
+    elif kind == "nchw":
+        # the narrowest tiles that cover the written plane: candidates for several planes
+        ho, wo = (s["in"] if p.direction is Direction.BACKWARD_DATA else s["out"])[1:]
+        whole = []
+        for tw in (32, 16, 8):
+            for by in (8, 4, 16, 2):
+                for py in (1, 2, 4):
+                    cfg = PerfConfig(tw=tw, by=by, py=py)
+                    if fits(p, cfg):
+                        out.append(cfg)
+                        narrow = tw == max(8, pow2_at_least(wo))
+                        if narrow and by * py == max(2, pow2_at_least(ho)):
+                            whole.append(cfg)
+        for pp in NCHW_PLANES:
+            for cfg in whole:
+                many = PerfConfig(tw=cfg["tw"], by=cfg["by"], py=cfg["py"], pp=pp)
+                if cfg["py"] * pp <= MAX_NCHW_OUTPUTS and fits(p, many):
+                    out.append(many)
+    else:
+        if wrw_tile_applies(p):
+            for vec in vecs(p)[:1]:  # the widest (a scalar twin is always built)
+                for cb in (32, 64, 16):
+                    for tp in (2, 1, 4):
+                        for tq in (32, 16, 8):
+                            cfg = PerfConfig(vec=vec, cb=cb, tp=tp, tq=tq)
+                            if fits(p, cfg):
+                                out.append(cfg)
+            # row groups: every tap in a thread (filters up to 5x5: its registers)
+            for vec in vecs(p)[:1] if tap_count(p) <= MAX_TILE_GROUP_TAPS else ():
+                for cb in (32, 64):
+                    for tp in (4, 2):
+                        for tq in (16, 8, 32):
+                            for pg in (4, 2):
+                                cfg = PerfConfig(vec=vec, cb=cb, tp=tp, tq=tq, pg=pg)
+                                if fits(p, cfg):
+                                    out.append(cfg)
+        cl = channels_last(p.x)
+        for vec in vecs(p) if cl else [1]:
+            strips = wrw_taps_per_block(p, vec) == tap_count(
+                p
+            )  # strips need every tap in one block
+            cts = dict.fromkeys((ct_for(s["k"], vec), 8, 16, 32) if cl else (1,))
+            for pix in (2, 1) if strips else (1,):
+                for py in (4, 2, 1) if strips else (1,):
+                    for ct in cts:
+                        cfg = PerfConfig(vec=vec, ct=ct, py=py, pix=pix)
+                        if fits(p, cfg):
+                            out.append(cfg)
+    return out
+
+
+def fits(p: ConvProblem, cfg: PerfConfig) -> bool:
+    """Whether ``cfg`` fits ``p``: threads, shared memory, grid limits of its kernel."""
+    kind = kernel_kind(p)
+    s = problem_sizes(p)
+    if kind == "nchw":
+        if cfg["tw"] * cfg["by"] > 256 or nchw_shared_bytes(p, cfg) > SHARED_LIMIT:
+            return False
+        if cfg.get("pp", 1) > 1 and cfg["py"] * cfg["pp"] > MAX_NCHW_OUTPUTS:
+            return False
+        return nchw_tiles(p, cfg)[2] <= GRID_YZ_LIMIT
+    if is_tile(cfg):
+        vec, cb, pg = cfg["vec"], cfg["cb"], cfg.get("pg", 0)
+        if pg and not (
+            pg <= cfg["tp"]
+            and cb >= 32  # a warp holds one row group: its rows' branch is uniform
+            and tap_count(p) <= MAX_TILE_GROUP_TAPS
+            and pg * tap_count(p) <= wrw_tile_x_pixels(p, cfg)  # the groups' sums fit
+        ):
+            return False
+        return (
+            wrw_tile_applies(p)
+            and vec_ok(p, vec)
+            and cb % vec == 0
+            and cb * (pg or s["f"][1]) <= 1024
+            and wrw_tile_shared_bytes(p, cfg) <= SHARED_LIMIT
+            and wrw_tile_items(p, cfg) <= INT32_MAX
+            and -(-s["k"] // cb) <= GRID_YZ_LIMIT
+        )
+    vec, ct = cfg["vec"], cfg["ct"]
+    if not vec_ok(p, vec) or not 1 <= ct <= 256:
+        return False
+    written = p.x.lengths[1] if p.direction is Direction.BACKWARD_DATA else s["k"]
+    if -(-written // (vec * ct)) > GRID_YZ_LIMIT:
+        return False
+    if kind == "nhwc":
+        return (cfg["pix"] == 1 and cfg["py"] == 1) or not role(p)[5]
+    if (cfg["py"] > 1 or cfg["pix"] > 1) and wrw_taps_per_block(p, vec) != tap_count(p):
+        return False
+    return -(-tap_count(p) // wrw_taps_per_block(p, vec)) <= GRID_YZ_LIMIT
+
+
+def default_config(problem: ConvProblem) -> PerfConfig:
+    """nhwc: vectors of at most 4 channels (16-byte fp32, 8-byte fp16: the filter and
+    accumulators stay in registers), 4 rows x 2 columns per thread at stride 1, all channels
+    of a small layer in one block row (8 channel vectors where the taps go to shared
+    memory); nchw: tile width by the output width (32/16/8), 256 threads, 4 rows per
+    thread on tall planes; backward weights (channels innermost): vectors of at most 2
+    channels that keep every tap in one block, 1 x 2 strips, 8 or 16 channel vectors."""
+    p = problem
+    space = config_space(p)
+    if not space:
+        return PerfConfig(vec=1, pix=1, ct=32)
+    kind = kernel_kind(p)
+    s = problem_sizes(p)
+    if kind == "nchw":
+        wo, ho = (s["in"] if p.direction is Direction.BACKWARD_DATA else s["out"])[1:]
+        tw = 32 if wo >= 24 else 16 if wo >= 12 else 8
+        by = min(256 // tw, pow2_at_least(ho))
+        py = 4 if ho >= 32 else 2 if ho >= 16 else 1
+        want = PerfConfig(tw=tw, by=by, py=py)
+    elif kind == "nhwc":
+        fitted = default_nhwc_fitted(p)
+        if fitted is not None and fitted in space:
+            return fitted
+        written = p.x.lengths[1] if p.direction is Direction.BACKWARD_DATA else s["k"]
+        vec = next(v for v in vecs(p) if v <= 4)  # 8-byte fp16 vectors: fewer registers
+        gather = role(p)[5]
+        pix = 2 if s["s"][2] == 1 and not gather else 1
+        ho = s["out"][1]
+        py = 1 if gather else 4 if ho >= 12 else 2 if ho >= 4 else 1
+        ct = ct_for(written, vec)
+        if not filter_storage(role(p)[2] * tap_count(p), vec, ct)[0]:
+            # Taps staged in shared memory: 8 channel vectors by 32 pixel lanes was the
+            # fastest block on every ConvNeXt-T 7x7 layer (H200, fp16, 1.2-1.6x over all
+            # channels in one block row; docs/performance.md).
+            ct = min(ct, 8)
+        want = PerfConfig(vec=vec, pix=pix, py=py, ct=ct)
+    else:
+        tile = default_tile(p)
+        if tile is not None and tile in space:
+            return tile
+        cl = channels_last(p.x)
+        ho = s["out"][1]
+        whole = (
+            [v for v in vecs(p) if v <= 2 and wrw_taps_per_block(p, v) == tap_count(p)]
+            if cl
+            else []
+        )
+        if whole:
+            # Vectors of at most 2 channels that keep every tap in one block, strips of
+            # 1 row x 2 columns, 8 channel vectors per block on large planes, else 16: the
+            # rule closest to each layer's best over 26 depthwise layers (MobileNetV2,
+            # EfficientNet-B0, ConvNeXt-T; H200 fp16: 1.12x the best's time in geomean,
+            # at most 1.72x, where the earlier rule was 1.95x and 3.3x).
+            want = PerfConfig(vec=whole[0], ct=8 if ho >= 28 else 16, py=1, pix=2)
+        else:
+            vec = next(v for v in vecs(p) if v <= 4) if cl else 1
+            py = 4 if ho >= 12 else 2 if ho >= 4 else 1
+            pix = 2 if s["s"][2] == 1 else 1
+            ct = ct_for(s["k"], vec) if cl else 1
+            want = PerfConfig(vec=vec, ct=ct, py=py, pix=pix)
+    return want if want in space else space[0]
+
+
+def default_nhwc_fitted(p: ConvProblem) -> PerfConfig | None:
+    """Forward and backward data of 2-D plain depthwise layers with 3x3 or 5x5 filters,
+    channels innermost, in 8 channel vectors per block, by rules fitted on every config of
+    EfficientNet-B0's and MobileNetV2's depthwise layers (H100, batch 32, both directions;
+    docs/performance-gpu-depthwise.md).
+
+    16-bit (44 cases, re-timed on another machine, where the 3x3 exceptions were found
+    slower than the general rule): 3x3 on 8-byte vectors in strips of 4 columns x 2 rows
+    (1 column at stride 2), but for the gather and stride-1 planes of 56 and more (None:
+    the general rule); 5x5 on 16-byte vectors in strips of 4 columns x 1 row (2 columns at
+    stride 2), the gather one pixel a thread.
+
+    fp32 (44 cases: 1.00-1.11x the best config's time, where the general rule was up to
+    2.6x): 3x3 on 16-byte vectors in strips of 4 columns x 2 rows (1 row at stride 2);
+    5x5 on 8-byte vectors in strips of 4 x 4 and 16 channel vectors per block; the
+    gather one pixel a thread on 16-byte vectors."""
+    s = problem_sizes(p)
+    fy, fx = s["f"][1:]
+    if p.spatial_dims != 2 or s["mult"] != 1 or fy != fx or fx not in (3, 5):
+        return None
+    widest = vecs(p)[0]
+    strided = max(s["s"][1:]) > 1
+    gather = role(p)[5]  # strided backward data
+    if esize(p) == 4:
+        vec = next((v for v in vecs(p) if v <= 4), widest)
+        if gather:
+            return PerfConfig(vec=vec, pix=1, py=1, ct=8)
+        if fx == 5:
+            narrow = next((v for v in vecs(p) if v <= 2), widest)
+            return PerfConfig(vec=narrow, pix=4, py=4, ct=16)
+        return PerfConfig(vec=vec, pix=4, py=1 if strided else 2, ct=8)
+    if esize(p) != 2:
+        return None
+    if fx == 3:
+        if gather or (not strided and s["out"][1] >= 56):
+            return None  # the general rule was faster (re-timed on another machine)
+        vec = next((v for v in vecs(p) if v <= 4), widest)
+        return PerfConfig(vec=vec, pix=1 if strided else 4, py=2, ct=8)
+    if gather:
+        return PerfConfig(vec=widest, pix=1, py=1, ct=8)
+    return PerfConfig(vec=widest, pix=2 if strided else 4, py=1, ct=8)
+
+
+def default_tile(p: ConvProblem) -> PerfConfig | None:
+    """Backward weights through ``dw_wrw_tile``: tiles of 4 dy rows by 16 columns (8 at
+    stride 2 or on planes of 7 and less), 16 channels per block for 7x7 filters on planes
+    of 28 and less, else 32; 3x3 filters in row groups of 4. Refitted after the tiles'
+    loads were overlapped with the arithmetic (revision 3) on the 22 3x3 and 5x5 layers of
+    EfficientNet-B0 and MobileNetV2 (H200, fp16, batch 32, every tile config timed): 1.02x
+    the best tile config's time in geomean, at most 1.06x; the 3x3 layers on planes of
+    112, which went to ``dw_wrw``'s register lanes before, run 1.6-2.0x faster here. 64
+    channels per block (the earlier rule for 3x3) was 1.16x the best: it leaves threads idle
+    on 32, 96 and 144 channels."""
+    if not wrw_tile_applies(p):
+        return None
+    s = problem_sizes(p)
+    fx, stride, ow = s["f"][2], max(s["s"][1:]), s["out"][2]
+    tq = 8 if ow <= 7 or stride > 1 else 16
+    cb = 16 if fx >= 7 and ow <= 28 else 32
+    if s["f"][1] == fx == 3:  # row groups of 4: every tap of a channel in one thread
+        return PerfConfig(vec=vecs(p)[0], cb=cb, tp=4, tq=tq, pg=4)
+    return PerfConfig(vec=vecs(p)[0], cb=cb, tp=4, tq=tq)
+
+
+def valid_config(problem: ConvProblem, config: PerfConfig) -> bool:
+    """A config with this kernel's keys, sane values, that fits the problem."""
+    keys = {
+        "nhwc": ("vec", "pix", "py", "ct"),
+        "nchw": ("tw", "by", "py", "pp") if "pp" in config else ("tw", "by", "py"),
+        "wrw": ("vec", "ct", "py", "pix"),
+    }
+    kind = kernel_kind(problem)
+    if kind == "wrw" and "cb" in config:
+        keys["wrw"] = (
+            ("vec", "cb", "tp", "tq", "pg") if "pg" in config else ("vec", "cb", "tp", "tq")
+        )
+    try:
+        values = {k: int(config[k]) for k in keys[kind]}
+    except (KeyError, TypeError, ValueError):
+        return False
+    if any(v < 1 or v > 256 for v in values.values()):
+        return False
+    if any(values.get(k, 1) > 8 for k in ("pix", "vec", "py", "tp", "pg")):
+        return False
+    if values.get("pp", 1) not in (1, *NCHW_PLANES):
+        return False
+    return fits(problem, PerfConfig(**values))
+
+
+def nchw_tiles(p: ConvProblem, cfg: PerfConfig) -> tuple[int, int, int]:
+    """(tiles along W, tiles along H, tiles per plane) of the written tensor."""
+    b = role(p)[1]
+    h, w = b.lengths[-2], b.lengths[-1]
+    tw_n = -(-w // cfg["tw"])
+    th_n = -(-h // (cfg["by"] * cfg["py"]))
+    return tw_n, th_n, tw_n * th_n
