@@ -171,6 +171,28 @@ def _run(h: miocore.Handle, problem: miocore.ConvProblem, cfg, inputs, offset: i
     return h.backend.to_host(dev[out_name])
 
 
+def _bad_configs(
+    h: miocore.Handle, problem: miocore.ConvProblem, configs: list, seed: int, tol: float
+) -> list[str]:
+    """Every config of ``configs`` compiled at once, then run on the same random inputs
+    against the float64 reference: the ones beyond ``tol`` (or not finite), described."""
+    solver = h.registry.get(SOLVER).solver
+    canon = problem.canonical
+    kernels = [k for cfg in configs for k in solver.get_solution(h.context, canon, cfg).kernels]
+    assert not h.backend.precompile(kernels)
+    inputs = reference.random_inputs(problem, seed)
+    out_name = problem.direction.output_tensor
+    expected = reference.convolution(
+        problem, **{name: v for name, v in inputs.items() if name != out_name}
+    )
+    bad = []
+    for cfg in configs:
+        err = reference.relative_error(_run(h, problem, cfg, inputs), expected)
+        if not np.isfinite(err) or err > tol:
+            bad.append(f"{problem.key} {dict(cfg)}: {err:.3g}")
+    return bad
+
+
 @pytest.mark.parametrize("layout", ("NCHW", "NHWC"))
 @pytest.mark.parametrize("direction", ("forward", "backward_data", "backward_weights"))
 def test_depthwise_configs(handle: miocore.Handle, direction: str, layout: str) -> None:
@@ -181,21 +203,8 @@ def test_depthwise_configs(handle: miocore.Handle, direction: str, layout: str) 
         space = solver.perf_config_space(handle.context, canon)
         assert space
         configs = space[:: max(1, len(space) // 6)]
-        kernels = [
-            k for cfg in configs for k in solver.get_solution(handle.context, canon, cfg).kernels
-        ]
-        assert not handle.backend.precompile(kernels)
-        inputs = reference.random_inputs(problem, 3)
-        out_name = problem.direction.output_tensor
-        expected = reference.convolution(
-            problem, **{name: v for name, v in inputs.items() if name != out_name}
-        )
-        bad = []
-        for cfg in configs:
-            err = reference.relative_error(_run(handle, problem, cfg, inputs), expected)
-            if not np.isfinite(err) or err > TOLERANCES[miocore.DataType.FLOAT16]:
-                bad.append(f"case {case} {dict(cfg)}: {err:.3g}")
-        assert not bad, "\n".join(bad)
+        bad = _bad_configs(handle, problem, configs, 3, TOLERANCES[miocore.DataType.FLOAT16])
+        assert not bad, f"case {case}:\n" + "\n".join(bad)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -225,17 +234,8 @@ def test_backward_weights_tiles_every_config(handle: miocore.Handle, dtype: str)
         canon = problem.canonical
         configs = [c for c in solver.perf_config_space(handle.context, canon) if "cb" in c]
         assert configs, problem.key  # the tile kernel applies to every one of these
-        kernels = [
-            k for cfg in configs for k in solver.get_solution(handle.context, canon, cfg).kernels
-        ]
-        assert not handle.backend.precompile(kernels)
-        inputs = reference.random_inputs(problem, 4)
-        expected = reference.convolution(problem, x=inputs["x"], y=inputs["y"])
-        for cfg in configs:
-            tried += 1
-            err = reference.relative_error(_run(handle, problem, cfg, inputs), expected)
-            if not np.isfinite(err) or err > tol:
-                bad.append(f"{problem.key} {dict(cfg)}: {err:.3g}")
+        tried += len(configs)
+        bad += _bad_configs(handle, problem, configs, 4, tol)
     print(f"{SOLVER}: {tried} tile configs checked")
     assert not bad, f"{len(bad)}/{tried} failed:\n" + "\n".join(bad[:20])
 
@@ -268,20 +268,8 @@ def test_nchw_several_planes_per_block_every_config(handle: miocore.Handle, dtyp
         canon = problem.canonical
         configs = [g for g in solver.perf_config_space(handle.context, canon) if "pp" in g]
         assert configs, problem.key  # every written plane here fits one tile
-        kernels = [
-            k for cfg in configs for k in solver.get_solution(handle.context, canon, cfg).kernels
-        ]
-        assert not handle.backend.precompile(kernels)
-        inputs = reference.random_inputs(problem, 5)
-        out_name = problem.direction.output_tensor
-        expected = reference.convolution(
-            problem, **{name: v for name, v in inputs.items() if name != out_name}
-        )
-        for cfg in configs:
-            tried += 1
-            err = reference.relative_error(_run(handle, problem, cfg, inputs), expected)
-            if not np.isfinite(err) or err > tol:
-                bad.append(f"{problem.key} {dict(cfg)}: {err:.3g}")
+        tried += len(configs)
+        bad += _bad_configs(handle, problem, configs, 5, tol)
     print(f"{SOLVER}: {tried} several-plane configs checked")
     assert not bad, f"{len(bad)}/{tried} failed:\n" + "\n".join(bad[:20])
 
