@@ -143,11 +143,13 @@ def solver_kernels(
     problems: list[miocore.ConvProblem],
     only: tuple[str, ...] = (),
     configs: int = 0,
+    last: bool = False,
 ) -> tuple[dict[str, Path], list[Any], list[SolverKernel]]:
     """The kernel source folders, the GPU solvers of ``vendor`` (``only`` these names when
     given) and every kernel they produce for ``problems`` in both math modes: with the default
     performance config, and for tunable solvers also with up to ``configs`` more of the
-    problem's search space (evenly spaced through it)."""
+    problem's search space (evenly spaced through it) and, with ``last``, its last config (the
+    spaces list their best guesses first: the last builds a macro set no default does)."""
     ctx = _context(vendor, arch)
     registry = default_registry()
     if not any(vendor in r.solver.backends for r in registry.solvers):
@@ -175,6 +177,8 @@ def solver_kernels(
                     space = solver.perf_config_space(context, canon)
                     step = max(1, len(space) // configs)
                     chosen += space[::step][:configs]
+                if last and hasattr(solver, "perf_config_space"):
+                    chosen += solver.perf_config_space(context, canon)[-1:]
                 for config in chosen:
                     solution = (
                         solver.get_solution(context, canon)
@@ -287,7 +291,7 @@ def main() -> int:
         print(f"{label}: {compiler}", file=sys.stderr)
         return 1
     folders, gpu_solvers, kernels = solver_kernels(
-        args.vendor, arch, sample_problems(args.problems), tuple(args.solver)
+        args.vendor, arch, sample_problems(args.problems), tuple(args.solver), last=True
     )
     jobs: dict[tuple[str, tuple[str, ...]], None] = {}
     for dtype_option in DTYPE_OPTIONS.values():
