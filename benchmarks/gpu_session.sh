@@ -30,6 +30,9 @@
 #   depthwise   direct.gpu_depthwise's whole config space against cuDNN on ConvNeXt-T's,
 #               EfficientNet-B0's and MobileNetV2's depthwise layers (gpu_depthwise_bench.py;
 #               DW_DIRECTIONS, DTYPES narrow it; DW_LAYOUTS, NHWC by default)
+#   dwnchw      issue 13: direct.gpu_depthwise's NCHW tests (the several-plane configs among
+#               them), then its whole NCHW space against cuDNN, fp16 and bf16, forward and
+#               backward data, on the three networks' depthwise layers (the pp default's data)
 #   firstfind   the first find of MODELS twice in one machine session: with a cold binary
 #               cache, then with an empty database and the binary cache kept
 #   findprofile where a first find's time goes, per phase and solver family, with a cold
@@ -78,7 +81,7 @@
 #               .gpu/perf_models (find_quality.py, batch cut to MAX_GFLOP); MATH_MODE,
 #               QDTYPE (one data type), MODEL_DIR (another model) and QTAG (output names)
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -151,6 +154,16 @@ case "$STAGE" in
         --dtypes ${DTYPES} --layouts ${DW_LAYOUTS:-NHWC} --configs 0 --runs 10 \
         --directions ${DW_DIRECTIONS:-forward backward_data backward_weights} \
         --out "$OUT/depthwise_$suite.json" 2>&1 | grep -a -v '^{' | tail -8
+    done
+    ;;
+  dwnchw)
+    timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_gpu_depthwise.py \
+      -k "several or nchw" 2>&1 | tee "$OUT/dw_nchw_tests.log" | tail -5
+    for suite in mobilenetv2 efficientnet_b0_dw convnext_t_dw; do
+      timeout 120 python3 benchmarks/gpu_depthwise_bench.py --suite "$suite" --batch 64 \
+        --dtypes float16 bfloat16 --layouts NCHW --configs 0 --runs 10 \
+        --directions forward backward_data --out "$OUT/dw_nchw_$suite.json" 2>&1 |
+        grep -a -v '^{' | tail -6
     done
     ;;
   firstfind)
