@@ -41,13 +41,16 @@ from common import geomean
 from gpu_vs_cudnn import (
     BATCH,
     DIRECTIONS,
+    MODEL_BATCH,
     _tensor,
     device_ms,
     matmul_tflops,
     set_precision,
+    suite_batch,
+    suite_layers,
     torch_call,
 )
-from shapes import SUITES, problem
+from shapes import problem
 
 import miocore
 
@@ -87,7 +90,7 @@ def precompile(cases: list[dict[str, Any]], procs: int) -> tuple[float, int, dic
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--suites", nargs="+", default=["resnet50"], choices=list(BATCH))
+    parser.add_argument("--suites", nargs="+", default=["resnet50"], choices=[*BATCH, *MODEL_BATCH])
     parser.add_argument("--dtypes", nargs="+", default=["float16"])
     parser.add_argument("--directions", nargs="+", default=list(DIRECTIONS))
     parser.add_argument("--layers", nargs="*", default=[])
@@ -105,7 +108,7 @@ def main() -> None:
     }
     cases = []
     for suite in args.suites:
-        for layer in SUITES[suite]:
+        for layer in suite_layers(suite):
             if layer.groups != 1 or (args.layers and layer.name not in args.layers):
                 continue
             for mode in args.dtypes:
@@ -118,7 +121,8 @@ def main() -> None:
                 )
                 h = handles["tf32" if mode == "tf32" else "exact"]
                 for direction in args.directions:
-                    p = problem(layer, BATCH[suite], direction, dtype=dtype, layout=args.layout)
+                    batch = suite_batch(suite)
+                    p = problem(layer, batch, direction, dtype=dtype, layout=args.layout)
                     solver = h.registry.get(SOLVER[direction]).solver
                     applicable = solver.is_applicable(h.context, p)
                     cases.append({

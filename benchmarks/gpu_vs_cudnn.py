@@ -1,7 +1,9 @@
 """miocore on a GPU against cuDNN through PyTorch, on the layers real networks run.
 
 Suites (``--suites``): ResNet-50 at batch 32, VGG-16's 3x3 layers at batch 16, MobileNetV2's
-depthwise and pointwise layers at batch 64, the 3-D U-Net's 3x3x3 layers at batch 2. For every
+depthwise and pointwise layers at batch 64, the 3-D U-Net's 3x3x3 layers at batch 2; and, named
+by torchvision, every distinct convolution of EfficientNet-B0, ConvNeXt-T and MobileNetV3-Large
+at batch 32 (read from one inference on the meta device). For every
 layer, precision (``--dtypes``) and direction: miocore's Find-best solution (find mode NORMAL:
 every applicable solver, default perf configs), then both sides timed the same way and the
 ratio cuDNN time / miocore time (> 1: miocore faster), the winning family, and the fraction of
@@ -47,9 +49,62 @@ import miocore
 
 #: Batch of each suite (the issue's measurement plan).
 BATCH = {"resnet50": 32, "vgg16": 16, "mobilenetv2": 64, "unet3d": 2}
+#: torchvision models whose distinct convolutions form a suite (the real-networks issue's
+#: models, batch 32 as there); their layers are read from one inference (``model_layers``).
+MODEL_BATCH = {"efficientnet_b0": 32, "convnext_tiny": 32, "mobilenet_v3_large": 32}
 #: Cycles of the queue-filling sleep (~10 ms at H100/H200 clocks).
 SLEEP_CYCLES = 20_000_000
 DIRECTIONS = ("forward", "backward_data", "backward_weights")
+
+
+def model_layers(model: Any, shape: tuple[int, ...]) -> list[Layer]:
+    """Every distinct 2-D convolution of one inference of ``model`` on an input of ``shape``
+    (run on the meta device: shapes only), named after its first module; square sizes only."""
+    import torch.nn as nn
+
+    names = {m: name for name, m in model.named_modules()}
+    found: dict[tuple[int, ...], Layer] = {}
+
+    def record(mod: Any, args: Any, _out: Any) -> None:
+        x = args[0]
+        sizes = {
+            "hw": set(x.shape[2:]),
+            "f": set(mod.kernel_size),
+            "stride": set(mod.stride),
+            "pad": set(mod.padding) if not isinstance(mod.padding, str) else {mod.padding},
+            "dilation": set(mod.dilation),
+        }
+        if any(len(v) != 1 for v in sizes.values()) or sizes["dilation"] != {1}:
+            raise ValueError(f"{names[mod]}: not square or dilated: {sizes}")
+        (hw,), (f,), (stride,), (pad,) = (sizes[k] for k in ("hw", "f", "stride", "pad"))
+        layer = Layer(names[mod], mod.in_channels, mod.out_channels, hw, f, stride, pad,
+                      mod.groups)  # fmt: skip
+        found.setdefault(layer[1:], layer)
+
+    convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+    hooks = [m.register_forward_hook(record) for m in convs]
+    try:
+        with torch.no_grad():
+            model.to("meta")(torch.empty(shape, device="meta"))
+    finally:
+        for h in hooks:
+            h.remove()
+    return list(found.values())
+
+
+def suite_batch(suite: str) -> int:
+    """The batch a suite is measured at."""
+    return {**BATCH, **MODEL_BATCH}[suite]
+
+
+def suite_layers(suite: str) -> list[Layer]:
+    """The layers of a shape suite (``shapes.SUITES``) or of a torchvision model."""
+    if suite in MODEL_BATCH:
+        import torchvision
+
+        model = getattr(torchvision.models, suite)()
+        return model_layers(model.eval(), (1, 3, 224, 224))
+    return SUITES[suite]
 
 
 def device_ms(fn: Any, warmup: int, runs: int) -> float:
@@ -124,9 +179,9 @@ def bench_suite(
     dtype = element_type(mode)
     tdtype = getattr(torch, dtype)
     rows = []
-    layers = [layer for layer in SUITES[suite] if not args.layers or layer.name in args.layers]
+    layers = [lay for lay in suite_layers(suite) if not args.layers or lay.name in args.layers]
     for layer in layers:
-        p0 = problem(layer, BATCH[suite], dtype=dtype, layout=args.layout)
+        p0 = problem(layer, suite_batch(suite), dtype=dtype, layout=args.layout)
         x = _tensor(p0.x.lengths, tdtype, args.layout)
         w = _tensor(p0.w.lengths, tdtype, args.layout, 0.05)
         y = _tensor(p0.y.lengths, tdtype, args.layout)
@@ -267,7 +322,7 @@ def bench_host_overhead(torch: Any, calls: int = 2000) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--suites", nargs="+", default=list(BATCH), choices=list(BATCH))
+    parser.add_argument("--suites", nargs="+", default=list(BATCH), choices=[*BATCH, *MODEL_BATCH])
     parser.add_argument(
         "--dtypes",
         nargs="+",
