@@ -67,11 +67,13 @@ def model_layers(model: Any, shape: tuple[int, ...]) -> list[Layer]:
 
     def record(mod: Any, args: Any, _out: Any) -> None:
         x = args[0]
+        if isinstance(mod.padding, str):
+            raise ValueError(f"{names[mod]}: padding {mod.padding!r} (numbers only here)")
         sizes = {
             "hw": set(x.shape[2:]),
             "f": set(mod.kernel_size),
             "stride": set(mod.stride),
-            "pad": set(mod.padding) if not isinstance(mod.padding, str) else {mod.padding},
+            "pad": set(mod.padding),
             "dilation": set(mod.dilation),
         }
         if any(len(v) != 1 for v in sizes.values()) or sizes["dilation"] != {1}:
