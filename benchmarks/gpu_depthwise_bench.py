@@ -5,7 +5,8 @@ default, ``--suite`` picks another of ``shapes.SUITES``: ``efficientnet_b0_dw``,
 For every dw layer, layout (NHWC, NCHW), dtype (fp32 with TF32 off, fp16) and direction: the
 solver's default config and the best of a few configs from its space (``--configs N``
 neighbours of the default, or ``--configs 0`` for the whole space) (each checked against
-cuDNN's result), and cuDNN through PyTorch (``F.conv2d(groups=C)``;
+cuDNN's result: a config beyond ``WRONG`` times the dtype's tolerance is an error, never the
+best), and cuDNN through PyTorch (``F.conv2d(groups=C)``;
 ``aten.convolution_backward`` for one gradient; ``cudnn.benchmark`` on), same layout on both
 sides. Timing: ``torch.cuda._sleep`` first so the launches queue behind it (device time, not
 Python launch time), events around each of ``--runs`` runs after ``--warmup``, median. Also
@@ -33,8 +34,13 @@ from gpu_vs_cudnn import device_ms
 from shapes import SUITES, problem
 
 import miocore
+from miocore.testing import TOLERANCES
 
 SOLVER = "direct.gpu_depthwise"
+#: A config whose output is further from cuDNN's than this many times the dtype's tolerance
+#: against the float64 reference (cuDNN's own rounding sits between) is wrong: reported as an
+#: error and never the best.
+WRONG = 4
 
 
 def copy_gbps() -> float:
@@ -190,6 +196,8 @@ def main() -> None:
                 fn()
                 torch.cuda.synchronize()
                 err = float((target.float() - expected).abs().max() / expected.abs().max())
+                if not err <= WRONG * TOLERANCES[p.dtype]:  # NaN (unwritten) included
+                    raise ValueError(f"wrong result: {err:.3g} of cuDNN's largest magnitude")
                 ms = device_ms(fn, args.warmup, args.runs)
                 timings.append({"config": dict(cfg), "ms": ms, "rel_err": err})
             except Exception as exc:  # a failing config is reported, the sweep goes on
