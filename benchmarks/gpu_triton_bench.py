@@ -44,6 +44,7 @@ from gpu_vs_cudnn import (
     MODEL_BATCH,
     _tensor,
     device_ms,
+    element_type,
     matmul_tflops,
     set_precision,
     suite_batch,
@@ -108,20 +109,14 @@ def main() -> None:
     }
     cases = []
     for suite in args.suites:
+        batch = suite_batch(suite)
         for layer in suite_layers(suite):
             if layer.groups != 1 or (args.layers and layer.name not in args.layers):
                 continue
             for mode in args.dtypes:
-                dtype = (
-                    "float16"
-                    if mode == "float16"
-                    else "bfloat16"
-                    if mode == "bfloat16"
-                    else "float32"
-                )
+                dtype = element_type(mode)
                 h = handles["tf32" if mode == "tf32" else "exact"]
                 for direction in args.directions:
-                    batch = suite_batch(suite)
                     p = problem(layer, batch, direction, dtype=dtype, layout=args.layout)
                     solver = h.registry.get(SOLVER[direction]).solver
                     applicable = solver.is_applicable(h.context, p)

@@ -173,12 +173,13 @@ def solver_kernels(
                 if not solver.is_applicable(context, canon):
                     continue
                 chosen: list[Any] = [None]
-                if configs and hasattr(solver, "perf_config_space"):
+                if (configs or last) and hasattr(solver, "perf_config_space"):
                     space = solver.perf_config_space(context, canon)
-                    step = max(1, len(space) // configs)
-                    chosen += space[::step][:configs]
-                if last and hasattr(solver, "perf_config_space"):
-                    chosen += solver.perf_config_space(context, canon)[-1:]
+                    if configs:
+                        step = max(1, len(space) // configs)
+                        chosen += space[::step][:configs]
+                    if last:
+                        chosen += space[-1:]
                 for config in chosen:
                     solution = (
                         solver.get_solution(context, canon)
