@@ -81,6 +81,12 @@ def main() -> None:
         default=None,
         help="backward weights: accumulators per thread allowed (the solver's MAX_WRW_ACC)",
     )
+    parser.add_argument(
+        "--nchw-chunk-bytes",
+        type=int,
+        default=None,
+        help="dw_nchw's staging load width (the solver's NCHW_CHUNK_BYTES; 0: element by element)",
+    )
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--layers", nargs="+", default=None, help="only these layers (names)")
     parser.add_argument(
@@ -93,6 +99,10 @@ def main() -> None:
         import miocore_direct.gpu_depthwise_geometry as dw
 
         dw.MAX_WRW_ACC = args.wrw_acc
+    if args.nchw_chunk_bytes is not None:  # an experiment: the staging's load width
+        import miocore_direct.gpu_depthwise_geometry as dw
+
+        dw.NCHW_CHUNK_BYTES = args.nchw_chunk_bytes
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False

@@ -103,7 +103,10 @@ def test_nchw_planes_per_block_only_where_one_tile_covers_the_plane() -> None:
     assert {c["pp"] for c in several} == set(geo.NCHW_PLANES)
     assert all(c["py"] * c["pp"] <= geo.MAX_NCHW_OUTPUTS for c in several)
     assert all(configs.nchw_tiles(small.canonical, c)[2] == 1 for c in several)
-    assert "pp" not in s.default_perf_config(ctx, small.canonical)  # not yet measured
+    # 3x3 on 14x14: 4 planes of 16x16 tiles, 2 rows a thread (the fitted rule)
+    assert s.default_perf_config(ctx, small.canonical) == miocore.PerfConfig(
+        tw=16, by=8, py=2, pp=4
+    )
     for cfg in several:
         assert s.is_valid_perf_config(ctx, small.canonical, cfg)
         (kernel,) = s.get_solution(ctx, small.canonical, cfg).kernels
@@ -115,6 +118,47 @@ def test_nchw_planes_per_block_only_where_one_tile_covers_the_plane() -> None:
     assert not s.is_valid_perf_config(ctx, small.canonical, bad)
     large = _problem(layout="NCHW", in_spatial=(112, 112)).canonical
     assert not any("pp" in c for c in s.perf_config_space(ctx, large))
+
+
+def test_nchw_default_by_written_plane_and_filter() -> None:
+    s = dw.GpuDepthwiseSolver()
+    ctx = _ctx()
+
+    def default(direction: str = "forward", **kw) -> miocore.PerfConfig:
+        p = _problem(direction, layout="NCHW", dtype="float16", **kw).canonical
+        cfg = s.default_perf_config(ctx, p)
+        assert cfg in s.perf_config_space(ctx, p)
+        return cfg
+
+    cfg = miocore.PerfConfig
+    assert default(in_spatial=(7, 7)) == cfg(tw=8, by=8, py=1, pp=8)
+    assert default(in_spatial=(7, 7), filter_spatial=(5, 5), pads=(2, 2)) == cfg(
+        tw=8, by=4, py=2, pp=4
+    )
+    assert default(in_spatial=(14, 14), filter_spatial=(5, 5), pads=(2, 2)) == cfg(
+        tw=16, by=4, py=4
+    )
+    assert default(in_spatial=(56, 56)) == cfg(tw=32, by=8, py=4)
+    assert default(in_spatial=(112, 112)) == cfg(tw=32, by=4, py=4)
+    # the written plane decides: stride 2 forward writes 7x7, backward data writes 14x14
+    assert default(in_spatial=(14, 14), strides=(2, 2))["tw"] == 8
+    assert default("backward_data", in_spatial=(14, 14), strides=(2, 2))["tw"] == 16
+    # a plane of one row: the fitted tile does not cover it; the default still fits
+    flat = default(in_spatial=(1, 300), filter_spatial=(1, 3), pads=(0, 1))
+    assert flat["by"] * flat["py"] <= 2 and "pp" not in flat
+
+
+@pytest.mark.parametrize(("dtype", "chunk"), [("float16", 4), ("bfloat16", 4), ("float32", 2)])
+def test_nchw_stages_rows_in_eight_byte_chunks(
+    dtype: str, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = dw.GpuDepthwiseSolver()
+    p = _problem(layout="NCHW", dtype=dtype).canonical
+    (kernel,) = s.get_solution(_ctx(), p).kernels
+    assert f"-DMIO_NV={chunk}" in kernel.options
+    monkeypatch.setattr(geo, "NCHW_CHUNK_BYTES", 0)  # element by element, as before
+    (kernel,) = s.get_solution(_ctx(), p).kernels
+    assert not any(o.startswith("-DMIO_NV") for o in kernel.options)
 
 
 def test_vector_width_rules() -> None:

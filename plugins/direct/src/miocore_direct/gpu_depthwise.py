@@ -57,6 +57,7 @@ from miocore.backends.gpu_kernels import (
     KernelArgs,
     tensor5_bytes,
 )
+from miocore_direct import gpu_depthwise_geometry as geometry
 from miocore_direct.gpu_depthwise_configs import (
     config_space,
     default_config,
@@ -92,8 +93,10 @@ class GpuDepthwiseSolver(TunableSolver):
     #: 1: backward weights through staged tiles and the 16-bit forward/backward-data defaults
     #: refitted (2026-11-26); 2: the fp32 ones refitted (2026-11-26); 3: backward weights'
     #: partials summed by split lanes, the tiles' loads overlapped with the previous tile's
-    #: arithmetic (2026-11-27): entries recorded before run today's defaults instead.
-    revision = 3
+    #: arithmetic (2026-11-27); 4: ``dw_nchw`` stages rows in 8-byte chunks, several planes
+    #: per block on small planes by default (2026-11-28): entries recorded before run today's
+    #: defaults instead.
+    revision = 4
     algorithm = Algorithm.DIRECT
     backends = GPU_BACKENDS
 
@@ -218,6 +221,9 @@ class GpuDepthwiseSolver(TunableSolver):
             opts = (*base_opts, f"-DMIO_TW={tw}", f"-DMIO_BY={by}", f"-DMIO_PY={py}")
             if pp > 1:  # one plane per block compiles as it always did
                 opts = (*opts, f"-DMIO_PP={pp}")
+            chunk = geometry.NCHW_CHUNK_BYTES // esize(p)
+            if chunk > 1:
+                opts = (*opts, f"-DMIO_NV={chunk}")
             kernels.append(kernel_info("dw_nchw", opts, (planes, tiles), (tw, by)))
         elif kind == "nhwc":
             vec, pix, py, ct = cfg["vec"], cfg["pix"], cfg["py"], cfg["ct"]

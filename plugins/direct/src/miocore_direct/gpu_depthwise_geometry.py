@@ -31,6 +31,10 @@ MAX_TILE_GROUP_TAPS = 25
 #: 14x14 plane alone gives a block of 256 threads one 2-byte load each, too little in flight
 #: to keep the memory busy (MobileNetV2's 14x14 fp16 layers ran at 0.3 of cuDNN that way).
 NCHW_PLANES = (2, 4, 8, 16)
+#: Bytes per load when ``dw_nchw`` stages its tiles' rows (8: four 16-bit or two fp32 elements
+#: a load; 0: element by element): a 2-byte load per staged element spent more issue slots on
+#: index arithmetic than the memory needed (fp16 3x3 on 112x112 planes: 0.47 of cuDNN).
+NCHW_CHUNK_BYTES = 8
 #: Accumulators of one ``dw_nchw`` thread at most (rows per thread x planes per block).
 MAX_NCHW_OUTPUTS = 16
 GRID_YZ_LIMIT = 65535

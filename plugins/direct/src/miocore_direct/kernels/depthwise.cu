@@ -32,6 +32,9 @@
 //   MIO_PP        dw_nchw: planes per block (consecutive written channels of one image), each
 //                 staged beside the others before any is computed: a small plane alone keeps
 //                 too few loads in flight per block to cover the memory's latency
+//   MIO_NV        dw_nchw: elements per 8-byte chunk of a staged row (4 in 16-bit, 2 in fp32;
+//                 1: element by element), used where the read tensor's rows are contiguous
+//                 and every stride and the base are whole chunks (decided in the kernel)
 //   MIO_TC        dw_wrw: taps per block (blockIdx.z walks the chunks)
 //   MIO_WRW_TILE  1: compile dw_wrw_tile, whose tile is MIO_CB channels x MIO_TP rows x
 //                 MIO_TQ columns of dy (with the x rows and columns they reach); MIO_PG > 0:
@@ -433,9 +436,68 @@ MIO_KERNEL void dw_nhwc(const mio_t* __restrict__ a, const mio_t* __restrict__ w
 #define MIO_EW ((MIO_TW - 1) * MIO_SW + (MIO_FX - 1) * MIO_DW + 1)
 #endif
 
+#ifndef MIO_NV
+#define MIO_NV 1
+#endif
+#define MIO_PLANE (MIO_EH * MIO_EW)
+
+#if MIO_NV > 1
+// Whether every chunk of MIO_NV elements the staging reads is one aligned 8-byte load: rows
+// contiguous, every stride and the base whole chunks.
+MIO_DEVICE bool mio_nchw_chunked(const mio_t* a, const MioTensor5& t) {
+  return t.stride[4] == 1 && t.stride[3] % MIO_NV == 0 && t.stride[2] % MIO_NV == 0 &&
+         t.stride[1] % MIO_NV == 0 && t.stride[0] % MIO_NV == 0 &&
+         ((unsigned long long)a) % (MIO_NV * MIO_ESIZE) == 0;
+}
+
+// Stage the block's read tiles (rows rh0.., columns rw0.. of each plane) in aligned chunks of
+// MIO_NV elements: a row of MIO_EW staged columns spans at most MIO_NCH chunks at any
+// alignment. Chunks that cross the plane's border load element by element (zeros outside).
+#define MIO_NCH ((MIO_EW + 2 * MIO_NV - 2) / MIO_NV)
+MIO_DEVICE void mio_nchw_stage_chunks(const mio_t* plane_in, const MioDwParams& p, int planes,
+                                      mio_index o0, int j, mio_index ci, int rh0, int rw0,
+                                      int tid, int threads, float* s_in) {
+  const int ah = (int)p.a.len[3], aw = (int)p.a.len[4];
+  const int cw0 = (int)mio_floordiv(rw0, MIO_NV) * MIO_NV;  // the first chunk's column
+#if MIO_PP > 1
+#pragma unroll 2
+#endif
+  for (int i = tid; i < planes * MIO_EH * MIO_NCH; i += threads) {
+    const int e = MIO_PP > 1 ? i % (MIO_EH * MIO_NCH) : i;
+    const int pl = MIO_PP > 1 ? i / (MIO_EH * MIO_NCH) : 0;
+    const int r = e / MIO_NCH, col = cw0 + (e % MIO_NCH) * MIO_NV;
+    const int ih = rh0 + r;
+    // this plane's read channel, counted from the first plane's
+    const mio_index cd = MIO_PP > 1 ? ((o0 + pl) * MIO_R + j) / MIO_M - ci : 0;
+    const mio_t* src = plane_in + cd * p.a.stride[1] + ih * p.a.stride[3] + col;
+    float v[MIO_NV];
+    const bool row_in = ih >= 0 && ih < ah;
+    if (row_in && col >= 0 && col + MIO_NV <= aw) {
+#if MIO_NV * MIO_ESIZE == 8
+      const uint2 q = *(const uint2*)src;
+      const unsigned int u[2] = {q.x, q.y};
+      mio_unpack(u, 2, v);
+#else
+#error "MIO_NV: 8-byte chunks only"
+#endif
+    } else {
+#pragma unroll
+      for (int t = 0; t < MIO_NV; ++t) {
+        v[t] = row_in && col + t >= 0 && col + t < aw ? mio_load(src + t) : 0.0f;
+      }
+    }
+    float* dst = s_in + pl * MIO_PLANE + r * MIO_EW;
+#pragma unroll
+    for (int t = 0; t < MIO_NV; ++t) {
+      const int c = col + t - rw0;
+      if (c >= 0 && c < MIO_EW) dst[c] = v[t];
+    }
+  }
+}
+#endif
+
 MIO_KERNEL void dw_nchw(const mio_t* __restrict__ a, const mio_t* __restrict__ w,
                         mio_t* __restrict__ b, MioDwParams p) {
-#define MIO_PLANE (MIO_EH * MIO_EW)
 #define MIO_WPLANE (MIO_R * MIO_TAPS)
   __shared__ float s_in[MIO_PP * MIO_PLANE];
   __shared__ float s_w[MIO_PP * MIO_WPLANE];
@@ -473,6 +535,9 @@ MIO_KERNEL void dw_nchw(const mio_t* __restrict__ a, const mio_t* __restrict__ w
   const int rh0 = h0 * MIO_SH - (int)p.pad_h;
   const int rw0 = w0 * MIO_SW - (int)p.pad_w;
 #endif
+#if MIO_NV > 1
+  const bool chunked = mio_nchw_chunked(a, p.a);
+#endif
   float acc[MIO_PP][MIO_PY];
 #pragma unroll
   for (int pp = 0; pp < MIO_PP; ++pp) {
@@ -494,6 +559,11 @@ MIO_KERNEL void dw_nchw(const mio_t* __restrict__ a, const mio_t* __restrict__ w
       const mio_t* plane_in = an + id * p.a.stride[2];
       __syncthreads();  // the previous step is done with s_in
       // every plane's tile loaded before any is used: the loads of all planes in flight
+#if MIO_NV > 1
+      if (chunked) {
+        mio_nchw_stage_chunks(plane_in, p, planes, o0, j, ci, rh0, rw0, tid, threads, s_in);
+      } else
+#endif
 #if MIO_PP > 1
 #pragma unroll 4
 #endif
