@@ -172,10 +172,16 @@ def _run(h: miocore.Handle, problem: miocore.ConvProblem, cfg, inputs, offset: i
 
 
 def _bad_configs(
-    h: miocore.Handle, problem: miocore.ConvProblem, configs: list, seed: int, tol: float
+    h: miocore.Handle,
+    problem: miocore.ConvProblem,
+    configs: list,
+    seed: int,
+    tol: float,
+    offsets: tuple[int, ...] = (0,),
 ) -> list[str]:
-    """Every config of ``configs`` compiled at once, then run on the same random inputs
-    against the float64 reference: the ones beyond ``tol`` (or not finite), described."""
+    """Every config of ``configs`` compiled at once, then run on the same random inputs (at
+    each buffer ``offsets``, see ``_run``) against the float64 reference: the ones beyond
+    ``tol`` (or not finite), described."""
     solver = h.registry.get(SOLVER).solver
     canon = problem.canonical
     kernels = [k for cfg in configs for k in solver.get_solution(h.context, canon, cfg).kernels]
@@ -187,9 +193,10 @@ def _bad_configs(
     )
     bad = []
     for cfg in configs:
-        err = reference.relative_error(_run(h, problem, cfg, inputs), expected)
-        if not np.isfinite(err) or err > tol:
-            bad.append(f"{problem.key} {dict(cfg)}: {err:.3g}")
+        for offset in offsets:
+            err = reference.relative_error(_run(h, problem, cfg, inputs, offset), expected)
+            if not np.isfinite(err) or err > tol:
+                bad.append(f"{problem.key} {dict(cfg)} offset {offset}: {err:.3g}")
     return bad
 
 
@@ -315,3 +322,39 @@ def test_misaligned_buffers_take_the_scalar_kernel(
     got = _run(handle, problem, cfg, inputs, offset=1)
     err = reference.relative_error(got, expected)
     assert np.isfinite(got).all() and err <= TOLERANCES[miocore.DataType.parse(dtype)], err
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_nchw_rows_from_registers_every_config(handle: miocore.Handle, dtype: str) -> None:
+    # dw_nchw_rows: every (ox, oy) config, forward and stride-1 backward data (the flipped
+    # filter), widths that are whole 8-byte chunks (16, 24, 32, 40: the chunked loads and
+    # stores) and widths that are not (14, 23: element by element), rows and runs the last
+    # thread leaves short, asymmetric padding, stride 2, dilation, a channel multiplier (backward
+    # data reads several dy planes per dx plane), 5x5 and 7x7 filters; each also on buffers one
+    # element past an aligned allocation (the element-by-element path on any width).
+    solver = handle.registry.get(SOLVER).solver
+    cases = [  # direction, c, mult, spatial, filter, pads, strides, dilations
+        ("forward", 6, 1, (14, 14), (3, 3), (1, 1), (1, 1), (1, 1)),
+        ("forward", 6, 1, (9, 16), (3, 3), (1, 1), (1, 1), (1, 1)),
+        ("forward", 6, 1, (12, 24), (3, 3), (1, 1), (2, 2), (1, 1)),
+        ("forward", 5, 2, (8, 32), (5, 5), (2, 1), (1, 1), (1, 1)),
+        ("forward", 3, 1, (10, 40), (7, 7), (3, 3), (2, 2), (1, 1)),
+        ("forward", 4, 1, (11, 23), (3, 3), (2, 2), (1, 1), (2, 2)),
+        ("backward_data", 6, 1, (13, 16), (3, 3), (1, 1), (1, 1), (1, 1)),
+        ("backward_data", 5, 3, (8, 24), (3, 3), (1, 1), (1, 1), (1, 1)),
+        ("backward_data", 4, 1, (12, 14), (7, 7), (3, 3), (1, 1), (1, 1)),
+    ]
+    tol = TOLERANCES[miocore.DataType.parse(dtype)]
+    bad, tried = [], 0
+    for direction, c, mult, spatial, f, pads, strides, dils in cases:
+        problem = miocore.ConvProblem.from_sizes(
+            direction, n=2, c=c, k=c * mult, in_spatial=spatial, filter_spatial=f, pads=pads,
+            strides=strides, dilations=dils, groups=c, dtype=dtype, layout="NCHW",
+        )  # fmt: skip
+        space = solver.perf_config_space(handle.context, problem.canonical)
+        configs = [g for g in space if "ox" in g]
+        assert len(configs) == 6, problem.key
+        tried += len(configs)
+        bad += _bad_configs(handle, problem, configs, 7, tol, offsets=(0, 1))
+    print(f"{SOLVER}: {tried} register-row configs checked")
+    assert not bad, f"{len(bad)}/{tried} failed:\n" + "\n".join(bad[:20])

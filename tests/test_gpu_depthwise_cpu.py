@@ -29,7 +29,7 @@ def _problem(direction: str = "forward", **kw) -> miocore.ConvProblem:
 
 
 def test_param_struct_matches_the_kernel() -> None:
-    source = (geo.KERNEL_DIR / "depthwise.cu").read_text()
+    source = (geo.KERNEL_DIR / "depthwise_common.h").read_text()
     body = re.search(r"struct MioDwParams \{(.*?)\};", source, re.S).group(1)
     decls = [line.split("//")[0].strip() for line in body.splitlines()]
     decls = [d for d in decls if d]
@@ -159,6 +159,44 @@ def test_nchw_stages_rows_in_eight_byte_chunks(
     monkeypatch.setattr(geo, "NCHW_CHUNK_BYTES", 0)  # element by element, as before
     (kernel,) = s.get_solution(_ctx(), p).kernels
     assert not any(o.startswith("-DMIO_NV") for o in kernel.options)
+
+
+def test_nchw_rows_from_registers_where_they_apply() -> None:
+    s = dw.GpuDepthwiseSolver()
+    ctx = _ctx()
+
+    def rows(direction: str = "forward", **kw) -> list[miocore.PerfConfig]:
+        p = _problem(direction, **{"layout": "NCHW", "dtype": "float16", **kw}).canonical
+        return [c for c in s.perf_config_space(ctx, p) if "ox" in c]
+
+    every = [miocore.PerfConfig(ox=x, oy=y) for x in geo.ROWS_OX for y in geo.ROWS_OY]
+    assert rows() == every
+    assert rows(strides=(2, 2)) == every  # forward at stride 2
+    assert rows("backward_data") == every  # stride 1: the flipped filter
+    assert rows("backward_data", strides=(2, 2)) == []  # the gather stays in dw_nchw
+    assert rows(layout="NHWC") == []
+    assert (
+        rows(layout="NCDHW", in_spatial=(4, 6, 5), filter_spatial=(3, 3, 3), pads=(1, 1, 1)) == []
+    )
+    # the window and the filter live in registers: 11x11 filters and wide dilations do not fit
+    assert rows(filter_spatial=(11, 11), pads=(5, 5)) == []
+    assert rows(in_spatial=(14, 60), dilations=(1, 25), pads=(1, 25)) == []
+    assert rows(filter_spatial=(7, 7), pads=(3, 3), strides=(2, 2)) == every
+    p = _problem(layout="NCHW", dtype="float16", in_spatial=(14, 20), pads=(1, 3)).canonical
+    assert "ox" not in s.default_perf_config(ctx, p)  # not yet measured
+    cfg = miocore.PerfConfig(ox=8, oy=2)
+    assert s.is_valid_perf_config(ctx, p, cfg)
+    assert not s.is_valid_perf_config(ctx, p, miocore.PerfConfig(ox=6, oy=2))
+    assert not s.is_valid_perf_config(ctx, p, miocore.PerfConfig(ox=8))
+    (kernel,) = s.get_solution(ctx, p, cfg).kernels
+    assert (kernel.kernel_name, kernel.source) == ("dw_nchw_rows", geo.ROWS_SOURCE)
+    # padding 3 along W: the window starts 3 elements before a 4-element chunk boundary
+    for opt in ("-DMIO_OX=8", "-DMIO_OY=2", "-DMIO_NV=4", "-DMIO_PWM=3"):
+        assert opt in kernel.options
+    runs, groups, items = configs.rows_items(p, cfg)
+    assert (runs, groups, items) == (3, 7, 2 * 32 * 3 * 7)  # 20 columns in runs of 8, 14 rows
+    assert kernel.grid == (-(-items // geo.ROWS_THREADS),)
+    assert kernel.block == (geo.ROWS_THREADS,)
 
 
 def test_vector_width_rules() -> None:

@@ -62,14 +62,18 @@ from miocore_direct.gpu_depthwise_configs import (
     config_space,
     default_config,
     nchw_tiles,
+    rows_items,
     valid_config,
 )
 from miocore_direct.gpu_depthwise_geometry import (
     INT32_MAX,
     PARAM_FIELDS,
+    ROWS_SOURCE,
+    ROWS_THREADS,
     dims3,
     esize,
     filter_storage,
+    is_rows,
     is_tile,
     kernel_info,
     kernel_kind,
@@ -212,7 +216,18 @@ class GpuDepthwiseSolver(TunableSolver):
         split = 1
         kernels: list[KernelInfo] = []
         shared = 0
-        if kind == "nchw":
+        if kind == "nchw" and is_rows(cfg):
+            runs, groups, items = rows_items(p, cfg)
+            fields.update(tiles_w=runs, tiles=groups, items=items)
+            chunk = max(1, geometry.NCHW_CHUNK_BYTES // esize(p))
+            opts = (*base_opts, f"-DMIO_OX={cfg['ox']}", f"-DMIO_OY={cfg['oy']}")
+            if chunk > 1:  # the window's start inside its first chunk
+                opts = (*opts, f"-DMIO_NV={chunk}", f"-DMIO_PWM={pads[2] % chunk}")
+            grid = (max(1, min(-(-items // ROWS_THREADS), INT32_MAX)),)
+            kernels.append(
+                kernel_info("dw_nchw_rows", opts, grid, (ROWS_THREADS,), source=ROWS_SOURCE)
+            )
+        elif kind == "nchw":
             tw, by, py, pp = cfg["tw"], cfg["by"], cfg["py"], cfg.get("pp", 1)
             tw_n, _, tiles = nchw_tiles(p, cfg)
             fields.update(tiles_w=tw_n, tiles=tiles)

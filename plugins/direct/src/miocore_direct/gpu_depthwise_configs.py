@@ -18,16 +18,23 @@ from miocore_direct.gpu_depthwise_geometry import (
     MAX_NCHW_OUTPUTS,
     MAX_TILE_GROUP_TAPS,
     NCHW_PLANES,
+    ROWS_MAX_TAPS,
+    ROWS_MAX_WINDOW,
+    ROWS_OX,
+    ROWS_OY,
     SHARED_LIMIT,
     ct_for,
     esize,
     filter_storage,
+    is_rows,
     is_tile,
     kernel_kind,
     nchw_shared_bytes,
     pow2_at_least,
     problem_sizes,
     role,
+    rows_apply,
+    rows_window,
     tap_count,
     vec_ok,
     vecs,
@@ -75,6 +82,12 @@ def config_space(problem: ConvProblem) -> list[PerfConfig]:
                 many = PerfConfig(tw=cfg["tw"], by=cfg["by"], py=cfg["py"], pp=pp)
                 if cfg["py"] * pp <= MAX_NCHW_OUTPUTS and fits(p, many):
                     out.append(many)
+        # dw_nchw_rows: runs of ox outputs x oy rows a thread, from registers
+        for ox in ROWS_OX if rows_apply(p) else ():
+            for oy in ROWS_OY:
+                cfg = PerfConfig(ox=ox, oy=oy)
+                if fits(p, cfg):
+                    out.append(cfg)
     else:
         if wrw_tile_applies(p):
             for vec in vecs(p)[:1]:  # the widest (a scalar twin is always built)
@@ -112,6 +125,12 @@ def fits(p: ConvProblem, cfg: PerfConfig) -> bool:
     """Whether ``cfg`` fits ``p``: threads, shared memory, grid limits of its kernel."""
     kind = kernel_kind(p)
     s = problem_sizes(p)
+    if kind == "nchw" and is_rows(cfg):
+        return (
+            rows_apply(p)
+            and rows_window(p, cfg["ox"]) <= ROWS_MAX_WINDOW
+            and tap_count(p) <= ROWS_MAX_TAPS
+        )
     if kind == "nchw":
         if cfg["tw"] * cfg["by"] > 256 or nchw_shared_bytes(p, cfg) > SHARED_LIMIT:
             return False
@@ -321,6 +340,8 @@ def valid_config(problem: ConvProblem, config: PerfConfig) -> bool:
         "wrw": ("vec", "ct", "py", "pix"),
     }
     kind = kernel_kind(problem)
+    if kind == "nchw" and is_rows(config):
+        keys["nchw"] = ("ox", "oy")
     if kind == "wrw" and "cb" in config:
         keys["wrw"] = (
             ("vec", "cb", "tp", "tq", "pg") if "pg" in config else ("vec", "cb", "tp", "tq")
@@ -335,6 +356,8 @@ def valid_config(problem: ConvProblem, config: PerfConfig) -> bool:
         return False
     if values.get("pp", 1) not in (1, *NCHW_PLANES):
         return False
+    if "ox" in values and (values["ox"] not in ROWS_OX or values["oy"] not in ROWS_OY):
+        return False
     return fits(problem, PerfConfig(**values))
 
 
@@ -345,3 +368,13 @@ def nchw_tiles(p: ConvProblem, cfg: PerfConfig) -> tuple[int, int, int]:
     tw_n = -(-w // cfg["tw"])
     th_n = -(-h // (cfg["by"] * cfg["py"]))
     return tw_n, th_n, tw_n * th_n
+
+
+def rows_items(p: ConvProblem, cfg: PerfConfig) -> tuple[int, int, int]:
+    """``dw_nchw_rows``: (column runs per row, row groups per plane, all runs) of the written
+    tensor."""
+    b = role(p)[1]
+    h, w = b.lengths[-2], b.lengths[-1]
+    runs = -(-w // cfg["ox"])
+    groups = -(-h // cfg["oy"])
+    return runs, groups, b.lengths[0] * b.lengths[1] * runs * groups

@@ -17,6 +17,8 @@ from miocore.backends.gpu_kernels import channels_last
 
 KERNEL_DIR = Path(__file__).parent / "kernels"
 SOURCE = "direct/depthwise.cu"
+#: ``dw_nchw_rows``: NCHW rows from registers (its own program; shares depthwise_common.h).
+ROWS_SOURCE = "direct/depthwise_rows.cu"
 #: Scalar fields of ``MioDwParams`` after its three tensors, in struct order.
 PARAM_FIELDS = ("pad_d", "pad_h", "pad_w", "groups_w", "items", "tiles_w", "tiles", "split")
 #: Static shared memory a block may use without an opt-in (both vendors).
@@ -35,6 +37,15 @@ NCHW_PLANES = (2, 4, 8, 16)
 #: a load; 0: element by element): a 2-byte load per staged element spent more issue slots on
 #: index arithmetic than the memory needed (fp16 3x3 on 112x112 planes: 0.47 of cuDNN).
 NCHW_CHUNK_BYTES = 8
+#: ``dw_nchw_rows``: outputs per thread along a row, and rows per thread.
+ROWS_OX = (8, 4)
+ROWS_OY = (1, 2, 4)
+#: ``dw_nchw_rows``: threads per block (a grid-stride loop over the runs).
+ROWS_THREADS = 128
+#: ``dw_nchw_rows`` holds a row's input window and the filter in registers: at most this many
+#: window columns and taps (7x7 at stride 2 in runs of 8 is 21 and 49).
+ROWS_MAX_WINDOW = 48
+ROWS_MAX_TAPS = 49
 #: Accumulators of one ``dw_nchw`` thread at most (rows per thread x planes per block).
 MAX_NCHW_OUTPUTS = 16
 GRID_YZ_LIMIT = 65535
@@ -204,9 +215,11 @@ def filter_storage(taps: int, vec: int, ct: int) -> tuple[int, int]:
     return 0, int(4 * taps * vec * ct <= SHARED_LIMIT)
 
 
-def kernel_info(name: str, options: tuple[str, ...], grid: tuple, block: tuple) -> KernelInfo:
+def kernel_info(
+    name: str, options: tuple[str, ...], grid: tuple, block: tuple, source: str = SOURCE
+) -> KernelInfo:
     return KernelInfo(
-        source=SOURCE, kernel_name=name, options=tuple(options), grid=grid, block=block
+        source=source, kernel_name=name, options=tuple(options), grid=grid, block=block
     )
 
 
@@ -226,3 +239,19 @@ def ct_for(channels: int, vec: int) -> int:
     """Channel vectors per block: all of a small channel count, else 32."""
     nv = -(-channels // vec)
     return nv if nv <= 64 else 32
+
+
+def rows_apply(p: ConvProblem) -> bool:
+    """Whether ``dw_nchw_rows`` can run ``p``: channels outer, 2-D, forward-like (forward, or
+    backward data at stride 1); strided backward data gathers in ``dw_nchw``."""
+    return kernel_kind(p) == "nchw" and p.spatial_dims == 2 and not role(p)[5]
+
+
+def rows_window(p: ConvProblem, ox: int) -> int:
+    """Input columns one ``dw_nchw_rows`` thread's ``ox`` outputs read."""
+    s = problem_sizes(p)
+    return (ox - 1) * s["s"][2] + (s["f"][2] - 1) * s["d"][2] + 1
+
+
+def is_rows(cfg: PerfConfig) -> bool:
+    return "ox" in cfg

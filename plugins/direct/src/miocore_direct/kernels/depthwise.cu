@@ -3,10 +3,10 @@
 // with fp32 accumulation (-DMIO_DTYPE_*). Any layout and strides (MioTensor5); the solver picks
 // the kernel whose thread mapping suits the layout.
 //
-// Why ~780 lines in one file: it is one program. Its three entry points (dw_nhwc, dw_nchw,
+// Why ~840 lines in one file: it is one program. Its three entry points (dw_nhwc, dw_nchw,
 // backward weights) are compiled together from the same compile-time parameters below, which
-// every section reads, and share the element-vector helpers; a header per section would
-// scatter one macro contract over four files that never compile apart.
+// every section reads; the parameter struct and the element-vector helpers they share live in
+// depthwise_common.h, which depthwise_rows.cu (NCHW rows from registers) includes too.
 //
 // Compile-time: the filter (MIO_FZ, MIO_FY, MIO_FX), strides (MIO_SD/SH/SW) and dilations
 // (MIO_DD/DH/DW), so the tap loops unroll and the stride tests are constant divisions; and
@@ -51,223 +51,7 @@
 //           dw_wrw_reduce sums in split order. Deterministic, no atomics.
 // dw_wrw_tile  backward weights of 2-D channels-innermost plain depthwise layers through dy and x
 //           tiles staged in shared memory (at its definition); same partials and reduction.
-#include "miocore_gpu.h"
-
-#ifndef MIO_FZ
-#define MIO_FZ 1
-#endif
-#ifndef MIO_FY
-#define MIO_FY 3
-#endif
-#ifndef MIO_FX
-#define MIO_FX 3
-#endif
-#ifndef MIO_SD
-#define MIO_SD 1
-#endif
-#ifndef MIO_SH
-#define MIO_SH 1
-#endif
-#ifndef MIO_SW
-#define MIO_SW 1
-#endif
-#ifndef MIO_DD
-#define MIO_DD 1
-#endif
-#ifndef MIO_DH
-#define MIO_DH 1
-#endif
-#ifndef MIO_DW
-#define MIO_DW 1
-#endif
-#ifndef MIO_R
-#define MIO_R 1
-#endif
-#ifndef MIO_M
-#define MIO_M 1
-#endif
-#ifndef MIO_FLIP
-#define MIO_FLIP 0
-#endif
-#ifndef MIO_GATHER
-#define MIO_GATHER 0
-#endif
-#ifndef MIO_VEC
-#define MIO_VEC 1
-#endif
-#ifndef MIO_PIX
-#define MIO_PIX 1
-#endif
-#ifndef MIO_WREG
-#define MIO_WREG 1
-#endif
-#ifndef MIO_WSH
-#define MIO_WSH 0
-#endif
-#ifndef MIO_CT
-#define MIO_CT 32
-#endif
-#ifndef MIO_TW
-#define MIO_TW 32
-#endif
-#ifndef MIO_BY
-#define MIO_BY 8
-#endif
-#ifndef MIO_PY
-#define MIO_PY 1
-#endif
-#ifndef MIO_PP
-#define MIO_PP 1
-#endif
-#ifndef MIO_TC
-#define MIO_TC 9
-#endif
-#ifndef MIO_WRW_TILE
-#define MIO_WRW_TILE 0
-#endif
-#define MIO_TAPS (MIO_FZ * MIO_FY * MIO_FX)
-// input columns the MIO_PIX outputs of one dw_nhwc thread read along W
-#define MIO_WIN ((MIO_PIX - 1) * MIO_SW + (MIO_FX - 1) * MIO_DW + 1)
-// dw_nhwc: output rows per thread (MIO_PY) and the input rows they read
-#define MIO_ROWS ((MIO_PY - 1) * MIO_SH + (MIO_FY - 1) * MIO_DH + 1)
-
-struct MioDwParams {
-  MioTensor5 a;  // read: x (forward, backward weights) or dy (backward data)
-  MioTensor5 b;  // written: y (forward) or dx (backward data); backward weights: dy (read)
-  MioTensor5 w;  // filter (M*C, 1, FZ, FY, FX)
-  mio_index pad_d;
-  mio_index pad_h;
-  mio_index pad_w;
-  mio_index groups_w;  // dw_nhwc: pixel groups along W (ceil(W / PIX))
-  mio_index items;     // dw_nhwc: pixel groups of the written tensor; dw_wrw: dy pixels
-  mio_index tiles_w;   // dw_nchw: tiles along W
-  mio_index tiles;     // dw_nchw: tiles per plane
-  mio_index split;     // dw_wrw: blocks along the reduction
-};
-
-// ---- element vectors: MIO_VEC consecutive elements in one load / store ---------------------
-#if defined(MIO_DTYPE_FP32)
-#define MIO_ESIZE 4
-#else
-#define MIO_ESIZE 2
-#endif
-#define MIO_VBYTES (MIO_VEC * MIO_ESIZE)
-
-MIO_DEVICE float mio_word_lo(unsigned int u) {
-#if defined(MIO_DTYPE_FP32)
-  return __uint_as_float(u);
-#elif defined(MIO_DTYPE_FP16)
-  return mio_half_to_float((unsigned short)(u & 0xffffu));
-#else
-  return mio_bf16_to_float((unsigned short)(u & 0xffffu));
-#endif
-}
-
-MIO_DEVICE float mio_word_hi(unsigned int u) {
-#if defined(MIO_DTYPE_FP16)
-  return mio_half_to_float((unsigned short)(u >> 16));
-#else
-  return mio_bf16_to_float((unsigned short)(u >> 16));
-#endif
-}
-
-MIO_DEVICE void mio_unpack(const unsigned int* u, int words, float* v) {
-#pragma unroll
-  for (int i = 0; i < words; ++i) {
-#if defined(MIO_DTYPE_FP32)
-    v[i] = __uint_as_float(u[i]);
-#else
-    v[2 * i] = mio_word_lo(u[i]);
-    v[2 * i + 1] = mio_word_hi(u[i]);
-#endif
-  }
-}
-
-MIO_DEVICE unsigned int mio_pack_word(const float* v) {
-#if defined(MIO_DTYPE_FP32)
-  return __float_as_uint(v[0]);
-#elif defined(MIO_DTYPE_FP16)
-  return (unsigned int)mio_float_to_half(v[0]) | ((unsigned int)mio_float_to_half(v[1]) << 16);
-#else
-  return (unsigned int)mio_float_to_bf16(v[0]) | ((unsigned int)mio_float_to_bf16(v[1]) << 16);
-#endif
-}
-
-// Load MIO_VEC consecutive elements as float (one 16/8/4-byte access; the host guarantees
-// the alignment whenever MIO_VEC > 1).
-MIO_DEVICE void mio_loadv(const mio_t* p, float* v) {
-#if MIO_VBYTES == 16
-  const uint4 r = *(const uint4*)p;
-  const unsigned int u[4] = {r.x, r.y, r.z, r.w};
-  mio_unpack(u, 4, v);
-#elif MIO_VBYTES == 8
-  const uint2 r = *(const uint2*)p;
-  const unsigned int u[2] = {r.x, r.y};
-  mio_unpack(u, 2, v);
-#elif MIO_VBYTES == 4 && MIO_VEC == 2
-  const unsigned int u[1] = {*(const unsigned int*)p};
-  mio_unpack(u, 1, v);
-#else
-#pragma unroll
-  for (int e = 0; e < MIO_VEC; ++e) v[e] = mio_load(p + e);
-#endif
-}
-
-MIO_DEVICE void mio_storev(mio_t* p, const float* v) {
-#if MIO_VBYTES == 16 || MIO_VBYTES == 8 || (MIO_VBYTES == 4 && MIO_VEC == 2)
-  constexpr int words = MIO_VBYTES / 4;
-  constexpr int per = 4 / MIO_ESIZE;
-  unsigned int u[words];
-#pragma unroll
-  for (int i = 0; i < words; ++i) u[i] = mio_pack_word(v + i * per);
-#if MIO_VBYTES == 16
-  *(uint4*)p = make_uint4(u[0], u[1], u[2], u[3]);
-#elif MIO_VBYTES == 8
-  *(uint2*)p = make_uint2(u[0], u[1]);
-#else
-  *(unsigned int*)p = u[0];
-#endif
-#else
-#pragma unroll
-  for (int e = 0; e < MIO_VEC; ++e) mio_store(p + e, v[e]);
-#endif
-}
-
-// MIO_VEC consecutive floats of shared memory (16-byte aligned when MIO_VEC >= 4) as vectors.
-MIO_DEVICE void mio_shared_vec(const float* s, float* v) {
-#if MIO_VEC % 4 == 0
-#pragma unroll
-  for (int i = 0; i < MIO_VEC; i += 4) {
-    const float4 q = *(const float4*)(s + i);
-    v[i] = q.x;
-    v[i + 1] = q.y;
-    v[i + 2] = q.z;
-    v[i + 3] = q.w;
-  }
-#elif MIO_VEC == 2
-  const float2 q = *(const float2*)s;
-  v[0] = q.x;
-  v[1] = q.y;
-#else
-#pragma unroll
-  for (int i = 0; i < MIO_VEC; ++i) v[i] = s[i];
-#endif
-}
-
-// Filter element (channel kw, tap (fz, fy, fx) as the kernel sees it; flipped when MIO_FLIP).
-MIO_DEVICE float mio_wtap(const mio_t* w, const MioTensor5& t, mio_index kw, int fz, int fy,
-                          int fx) {
-#if MIO_FLIP
-  fz = MIO_FZ - 1 - fz;
-  fy = MIO_FY - 1 - fy;
-  fx = MIO_FX - 1 - fx;
-#endif
-  return mio_load(w + kw * t.stride[0] + fz * t.stride[2] + fy * t.stride[3] + fx * t.stride[4]);
-}
-
-MIO_DEVICE mio_index mio_floordiv(mio_index a, mio_index b) {
-  return a >= 0 ? a / b : -((-a + b - 1) / b);
-}
+#include "depthwise_common.h"
 
 // ---- dw_nhwc: channels innermost -------------------------------------------------------------
 MIO_KERNEL void dw_nhwc(const mio_t* __restrict__ a, const mio_t* __restrict__ w,
@@ -436,20 +220,9 @@ MIO_KERNEL void dw_nhwc(const mio_t* __restrict__ a, const mio_t* __restrict__ w
 #define MIO_EW ((MIO_TW - 1) * MIO_SW + (MIO_FX - 1) * MIO_DW + 1)
 #endif
 
-#ifndef MIO_NV
-#define MIO_NV 1
-#endif
 #define MIO_PLANE (MIO_EH * MIO_EW)
 
 #if MIO_NV > 1
-// Whether every chunk of MIO_NV elements the staging reads is one aligned 8-byte load: rows
-// contiguous, every stride and the base whole chunks.
-MIO_DEVICE bool mio_nchw_chunked(const mio_t* a, const MioTensor5& t) {
-  return t.stride[4] == 1 && t.stride[3] % MIO_NV == 0 && t.stride[2] % MIO_NV == 0 &&
-         t.stride[1] % MIO_NV == 0 && t.stride[0] % MIO_NV == 0 &&
-         ((unsigned long long)a) % (MIO_NV * MIO_ESIZE) == 0;
-}
-
 // Stage the block's read tiles (rows rh0.., columns rw0.. of each plane) in aligned chunks of
 // MIO_NV elements: a row of MIO_EW staged columns spans at most MIO_NCH chunks at any
 // alignment. Chunks that cross the plane's border load element by element (zeros outside).
