@@ -183,8 +183,10 @@ def default_config(problem: ConvProblem) -> PerfConfig:
     s = problem_sizes(p)
     if kind == "nchw":
         fitted = default_nchw_fitted(p)
-        if fitted in space:
-            return fitted
+        single = PerfConfig(tw=fitted["tw"], by=fitted["by"], py=fitted["py"])
+        for want in (fitted, single):  # several planes only where one tile covers the plane
+            if want in space:
+                return want
         ho, wo = (s["in"] if p.direction is Direction.BACKWARD_DATA else s["out"])[1:]
         tw = 32 if wo >= 24 else 16 if wo >= 12 else 8
         by = min(256 // tw, pow2_at_least(ho))
@@ -236,18 +238,21 @@ def default_config(problem: ConvProblem) -> PerfConfig:
 
 def default_nchw_fitted(p: ConvProblem) -> PerfConfig:
     """``dw_nchw``'s tile by the written plane's area, with several planes per block on
-    planes of 16x16 and less, fitted on every config of the depthwise layers of
-    MobileNetV2, EfficientNet-B0 and ConvNeXt-T (H200, batch 64, fp16 and bf16, forward and
-    backward data, 104 cases; docs/performance-gpu-nchw.md): 1.04x the best config's time in
-    geomean, at most 1.13x (fitted on two networks and judged on the third: 1.06-1.09x, at
-    most 1.54x), where the earlier rule was 1.3-1.8x on planes of 32 and less.
+    planes of 32x32 and less, fitted on every config of the depthwise layers of MobileNetV2,
+    EfficientNet-B0 and ConvNeXt-T (H200, batch 64, fp16 and bf16, forward and backward data,
+    104 cases; docs/performance-gpu-nchw.md), then refitted once the staging loaded 8-byte
+    chunks: on that kernel's sweep 1.03x the best config's time in geometric mean, at most
+    1.12x (the first fit: 1.045x, at most 1.30x; fitted on two networks and judged on the
+    third: 1.03-1.11x), where the rule before either was 1.3-1.8x on planes of 32 and less.
 
     - up to 8x8: tiles of 8x8, 3x3 filters 8 planes per block (one row a thread), larger
       filters 4 (two rows a thread: their taps' reads share the staged rows);
     - up to 16x16: tiles of 16x16, 3x3 filters 4 planes of 2 rows a thread, larger one
       plane of 4 rows a thread;
-    - up to 64x64: 32x32 tiles of 4 rows a thread; larger: 32x16 (more blocks in flight);
-    - never more rows than the plane has (planes of one row: 1-D layers).
+    - up to 32x32: 32x32 tiles of 4 rows a thread, 2 planes; up to 64x64: one plane; larger:
+      32x16 (more blocks in flight);
+    - never more rows than the plane has (planes of one row: 1-D layers); several planes only
+      where the tile covers the plane (else the same tile, one plane).
     """
     s = problem_sizes(p)
     ho, wo = (s["in"] if p.direction is Direction.BACKWARD_DATA else s["out"])[1:]
@@ -258,6 +263,8 @@ def default_nchw_fitted(p: ConvProblem) -> PerfConfig:
         by, py, pp = (8, 1, 8) if small_filter else (4, 2, 4)
     elif area <= 256:
         by, py, pp = (8, 2, 4) if small_filter else (4, 4, 1)
+    elif area <= 1024:
+        by, py, pp = 8, 4, 2
     else:
         by, py, pp = (8 if area <= 4096 else 4), 4, 1
     by = min(by, 256 // tw)
