@@ -1,0 +1,85 @@
+// A host stand-in for kernels/miocore_gpu.h: enough of the portability header to build a
+// kernel without barriers or shared memory (dw_nchw_rows) as plain C++ and run its grid in
+// loops on the CPU, so its indexing is checked against the float64 reference without a GPU
+// (tests/test_gpu_depthwise_host.py). fp16 through the compiler's _Float16, bf16 by bits.
+#pragma once
+#include <cstring>
+
+typedef long long mio_index;
+#define MIO_KERNEL
+#define MIO_DEVICE static inline
+
+struct MioDim3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+static MioDim3 threadIdx, blockIdx, blockDim, gridDim;
+
+struct uint2 {
+  unsigned int x, y;
+};
+struct uint4 {
+  unsigned int x, y, z, w;
+};
+struct float2 {
+  float x, y;
+};
+struct float4 {
+  float x, y, z, w;
+};
+static inline uint2 make_uint2(unsigned a, unsigned b) { return uint2{a, b}; }
+static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) {
+  return uint4{a, b, c, d};
+}
+static inline float __uint_as_float(unsigned u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+MIO_DEVICE float mio_half_to_float(unsigned short h) {
+  _Float16 v;
+  memcpy(&v, &h, 2);
+  return (float)v;
+}
+MIO_DEVICE unsigned short mio_float_to_half(float f) {
+  const _Float16 v = (_Float16)f;
+  unsigned short h;
+  memcpy(&h, &v, 2);
+  return h;
+}
+MIO_DEVICE float mio_bf16_to_float(unsigned short b) {
+  return __uint_as_float(((unsigned int)b) << 16);
+}
+MIO_DEVICE unsigned short mio_float_to_bf16(float f) {
+  unsigned int u = __float_as_uint(f);
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even (finite values only here)
+  return (unsigned short)(u >> 16);
+}
+
+#if defined(MIO_DTYPE_FP16)
+typedef unsigned short mio_t;
+MIO_DEVICE float mio_load(const mio_t* p) { return mio_half_to_float(*p); }
+MIO_DEVICE void mio_store(mio_t* p, float v) { *p = mio_float_to_half(v); }
+#elif defined(MIO_DTYPE_BF16)
+typedef unsigned short mio_t;
+MIO_DEVICE float mio_load(const mio_t* p) { return mio_bf16_to_float(*p); }
+MIO_DEVICE void mio_store(mio_t* p, float v) { *p = mio_float_to_bf16(v); }
+#else
+typedef float mio_t;
+MIO_DEVICE float mio_load(const mio_t* p) { return *p; }
+MIO_DEVICE void mio_store(mio_t* p, float v) { *p = v; }
+#endif
+
+struct MioTensor5 {
+  mio_index len[5];
+  mio_index stride[5];
+};
+
+#define MIO_GRID_LOOP(i, total)                                                        \
+  for (mio_index i = (mio_index)blockIdx.x * blockDim.x + threadIdx.x; i < (total);    \
+       i += (mio_index)gridDim.x * blockDim.x)
