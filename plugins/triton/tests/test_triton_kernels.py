@@ -321,3 +321,47 @@ def test_3d_tf32_in_the_tf32_math_mode(direction: str) -> None:
 def test_3d_backward_weights_split_equals_unsplit() -> None:
     p = _problem3d("backward_weights", n=3, in_spatial=(6, 8, 8))
     assert_splits_agree(p)
+
+
+@pytest.mark.parametrize(
+    ("layout", "mode", "kw"),
+    [
+        ("NDHWC", "exact", {}),  # 27 taps x 1 slice: shares of 14 / 7 iterations, the last short
+        ("NCDHW", "exact", {"c": 40, "k": 24}),  # channels-first partials, image row tiles
+        ("NCDHW", "tf32", {"c": 40, "k": 32}),  # TF32's copy of x, its tiles
+    ],
+)
+def test_forward_split_matches_the_reference(layout: str, mode: str, kw: dict) -> None:
+    # a split forward run: each share's fp32 partials in the workspace, summed into y by
+    # conv_fwd_reduce in y's own strides; the unsplit run and the most shares both right
+    dtype = "float32" if mode == "tf32" else "float16"
+    p = _problem3d("forward", dtype=dtype, layout=layout, **kw)
+    ctx = gpu_ctx(mode)
+    space = _solver("forward").perf_config_space(ctx, p)
+    splits = sorted({c["split"] for c in space})
+    assert splits[0] == 1 and len(splits) > 1, splits
+    tol = 5e-3 if mode == "tf32" else TOLERANCES[p.dtype]
+    for split in (splits[0], splits[-1]):
+        cfg = next(c for c in space if c["split"] == split)
+        assert run_interpreted(p, cfg, mode=mode) <= tol, cfg
+
+
+def test_forward_split_only_where_tiles_are_few() -> None:
+    from miocore_triton.geometry import FWD_SPLIT_FILL, gemm_tiles
+
+    solver, ctx = _solver("forward"), gpu_ctx()
+    few = _problem3d("forward", n=1, c=64, k=64, in_spatial=(8, 8, 8))
+    many = _problem("forward", n=32, c=64, k=64, in_spatial=(56, 56))
+    assert {c["split"] for c in solver.perf_config_space(ctx, few)} > {1}
+    assert {c["split"] for c in solver.perf_config_space(ctx, many)} == {1}
+    for p in (few, many):  # not a default until measured on a GPU
+        assert solver.default_perf_config(ctx, p)["split"] == 1
+    for cfg in solver.perf_config_space(ctx, few):
+        programs = gemm_tiles(few, cfg["bm"], cfg["bn"])
+        assert cfg["split"] == 1 or programs <= FWD_SPLIT_FILL * ctx.device.compute_units
+        kernels = solver.get_solution(ctx, few, cfg).kernels
+        names = [k.kernel_name for k in kernels]
+        assert names[-1] == ("conv_fwd_reduce" if cfg["split"] > 1 else "conv_fwd")
+        assert kernels[names.index("conv_fwd")].grid[1:] == (
+            (cfg["split"],) if cfg["split"] > 1 else ()
+        )

@@ -7,7 +7,8 @@ A solution is a list of :class:`Step`\\ s over the caller's three tensors and on
 2. ``conv_wtrans`` for TF32 backward data: the filter with its reduction dimension innermost;
 3. the direction's GEMM kernel, reading staged copies where there are, writing the output
    tensor in its own strides;
-4. ``conv_wrw_reduce`` for a split backward-weights run: the fp32 partials summed into dw.
+4. ``conv_wrw_reduce`` for a split backward-weights run: the fp32 partials summed into dw;
+   ``conv_fwd_reduce`` for a split forward run: into y.
 
 Each step names its pointer arguments: ``"x"``, ``"w"``, ``"y"`` (the caller's tensors) or a
 byte offset into the workspace.
@@ -34,6 +35,7 @@ from miocore_triton.geometry import (
     TRITON_TYPES,
     constants,
     direct_pixels,
+    fwd_partial_strides,
     gemm_rows,
     gemm_tiles,
     image_tiles,
@@ -176,6 +178,11 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
         pointer["w"] = offset
         main_shape.update(transposed_filter_strides(p))
         offset += _aligned(transposed_filter_bytes(p))
+    split_fwd = p.direction is Direction.FORWARD and split > 1
+    y_type = ty
+    if split_fwd:  # the GEMM writes fp32 partials into the workspace, one copy per share
+        main_shape.update(fwd_partial_strides(p))
+        pointer["y"], y_type = offset, "fp32"
     options = [f"{key}={value}" for key, value in main_shape.items()]
     options += [
         f"BLOCK_M={t.bm}",
@@ -185,7 +192,8 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
         f"PRECISION={'tf32' if p.dtype is DataType.FLOAT32 else 'ieee'}",
         f"num_warps={t.warps}",
         f"num_stages={t.stages}",
-        *(f"sig.{name}=*{ty}" for name in ("x_ptr", "w_ptr", "y_ptr")),
+        *(f"sig.{name}=*{ty}" for name in ("x_ptr", "w_ptr")),
+        f"sig.y_ptr=*{y_type}",
         "sig.M=i32",
     ]
     main_pointers = (pointer["x"], pointer["w"], pointer["y"])
@@ -205,7 +213,8 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
     else:
         options += ["GROUP_M=8"]
         options += [f"IMAGE_TILES={image_tiles(p)}", f"DIRECT_PIX={direct_pixels(p)}"]
-        grid = (gemm_tiles(p, t.bm, t.bn),)
+        options += [f"SPLITS={split}"]
+        grid = (gemm_tiles(p, t.bm, t.bn), split) if split_fwd else (gemm_tiles(p, t.bm, t.bn),)
     kernel = KernelInfo(
         source=SOURCES[p.direction],
         kernel_name=kernel_name(p),
@@ -226,7 +235,28 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
         )
         steps.append(Step(kernel, (offset, "w")))
         offset += partial_bytes(p, split)
+    if split_fwd:
+        steps.append(Step(_fwd_reduce(p, shape, split, ty, warp), (offset, "y"), gemm_rows(p)))
+        offset += partial_bytes(p, split)
     return steps, offset
+
+
+def _fwd_reduce(p: ConvProblem, shape: dict[str, int], split: int, ty: str, warp: int):
+    """``conv_fwd_reduce``: a split forward run's partials summed into y (its own strides)."""
+    names = ("K", "O", "P", "Q", "YN", "YC", "YD", "YH", "YW")
+    options = [f"{n}={shape[n]}" for n in names]
+    channels_first = p.y.strides[1] != 1 and p.y.lengths[1] != 1  # as fwd_partial_strides
+    options += [f"SPLITS={split}", f"CHANNELS_FIRST={int(channels_first)}"]
+    options += [f"BLOCK={REDUCE_BLOCK}", "num_warps=4", "num_stages=1"]
+    options += ["sig.part_ptr=*fp32", f"sig.y_ptr=*{ty}", "sig.M=i32"]
+    elements = gemm_rows(p) * shape["K"]
+    return KernelInfo(
+        source=COPIES,
+        kernel_name="conv_fwd_reduce",
+        options=tuple(sorted(options)),
+        grid=(-(-elements // REDUCE_BLOCK),),
+        block=(4 * warp,),
+    )
 
 
 def _filter_options(shape: dict[str, int]) -> list[str]:

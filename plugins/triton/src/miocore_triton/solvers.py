@@ -35,6 +35,9 @@ from miocore import (
 from miocore_triton.geometry import (
     BIG_TILE_WAVES,
     CONFIG_KEYS,
+    FWD_MIN_ITERATIONS,
+    FWD_PROGRAMS_PER_SM,
+    FWD_SPLIT_FILL,
     GEMM_TILES,
     IMAGE_FWD_TILES,
     MAX_PARTIALS,
@@ -50,6 +53,7 @@ from miocore_triton.geometry import (
     WRW_TILES,
     Tile,
     config,
+    fwd_iterations,
     gemm_columns,
     gemm_rows,
     gemm_tiles,
@@ -186,9 +190,11 @@ class TritonConvSolver(TunableSolver):
         if p.spatial_dims not in (2, 3) or p.groups != 1:
             return []
         tiles = self._fitted_tiles(ctx, p)
+        sms = max(1, ctx.device.compute_units)
+        if self.direction is Direction.FORWARD:
+            return [config(t, split) for t in tiles for split in self._fwd_splits(p, t, sms)]
         if self.direction is not Direction.BACKWARD_WEIGHTS:
             return [config(t) for t in tiles]
-        sms = max(1, ctx.device.compute_units)
         out = []
         for t in tiles:
             blocks = -(-gemm_rows(p) // t.bk)
@@ -201,6 +207,27 @@ class TritonConvSolver(TunableSolver):
                     continue
                 out.append(config(t, split))
         return out
+
+    @staticmethod
+    def _fwd_splits(p: ConvProblem, t: Tile, sms: int) -> list[int]:
+        """Forward's reduction splits for tile ``t``: 1, and where the output tiles alone
+        fill at most ``FWD_SPLIT_FILL`` of the SMs, the splits that keep at most
+        ``FWD_PROGRAMS_PER_SM`` programs per SM and ``FWD_MIN_ITERATIONS`` loop iterations
+        per share (partials within ``MAX_PARTIALS``)."""
+        programs = gemm_tiles(p, t.bm, t.bn)
+        if programs > FWD_SPLIT_FILL * sms:
+            return [1]
+        iterations = fwd_iterations(p, t.bk)
+        return [
+            split
+            for split in SPLITS
+            if split == 1
+            or (
+                programs * split <= FWD_PROGRAMS_PER_SM * sms
+                and iterations >= FWD_MIN_ITERATIONS * split
+                and partial_bytes(p, split) <= MAX_PARTIALS
+            )
+        ]
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
         """The direction's first tile fitted to the problem (measured on ResNet-50, see

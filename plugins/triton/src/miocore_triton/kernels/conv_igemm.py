@@ -88,9 +88,15 @@ def conv_fwd(
     PRECISION: tl.constexpr,
     IMAGE_TILES: tl.constexpr,
     DIRECT_PIX: tl.constexpr,
+    SPLITS: tl.constexpr,
 ):
     """y[n, k, od, p, q] = sum over (t, r, s, c) of w[k, c, t, r, s] *
     x[n, c, od*SD - PD + t*DD, p*SH - PH + r*DH, q*SW - PW + s*DW].
+
+    SPLITS > 1 (layers with few output tiles): grid axis 1 splits the reduction loop into
+    SPLITS shares; each writes its fp32 partial sums into its own copy of the output (y_ptr
+    is then the partials, the Y strides theirs, M * K elements a copy), which
+    ``conv_fwd_reduce`` adds up in share order.
 
     2-D problems have D = O = T = 1 (their depth code compiles away). IMAGE_TILES: each row
     tile lies in one image, so its pixels are consecutive: stores into a y whose pixels are
@@ -131,7 +137,17 @@ def conv_fwd(
     cols = offs_n % K if K % BLOCK_N != 0 else offs_n
     offs_k = tl.arange(0, BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for it in tl.range(0, T * R * S * C_BLOCKS, num_stages=STAGES):
+    ITERS: tl.constexpr = T * R * S * C_BLOCKS
+    if SPLITS > 1:  # this program's share of the reduction, into its copy of the partials
+        SHARE: tl.constexpr = (ITERS + SPLITS - 1) // SPLITS
+        share = tl.program_id(1)
+        lo = share * SHARE
+        hi = tl.minimum(lo + SHARE, ITERS)
+        y_ptr += share.to(tl.int64) * M * K
+    else:
+        lo = 0
+        hi = ITERS
+    for it in tl.range(lo, hi, num_stages=STAGES):
         tap = it // C_BLOCKS
         c0 = (it % C_BLOCKS) * BLOCK_K
         if DEPTH:  # noqa: SIM108 (a compile-time branch: 2-D code keeps its one division)

@@ -6,6 +6,7 @@
 * ``conv_wtrans``: w copied with k innermost, for TF32 backward data (whose B operand must
   have its reduction dimension contiguous); ``conv_bwd`` then reads it through its strides.
 * ``conv_wrw_reduce``: the SPLITS fp32 partials of a split ``conv_wrw`` summed into dw.
+* ``conv_fwd_reduce``: the SPLITS fp32 partials of a split ``conv_fwd`` summed into y.
 """
 
 import triton
@@ -44,6 +45,45 @@ def conv_wrw_reduce(
     w_ptrs = w_ptr + k * WK + c * WC + (tap // (R * S)) * WT + ((tap // S) % R) * WR
     w_ptrs += (tap % S) * WS
     tl.store(w_ptrs, acc.to(w_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def conv_fwd_reduce(
+    part_ptr,
+    y_ptr,
+    M,
+    SPLITS: tl.constexpr,
+    K: tl.constexpr,
+    O: tl.constexpr,  # noqa: E741 (output depth: NKOPQ, as cuDNN names it)
+    P: tl.constexpr,
+    Q: tl.constexpr,
+    CHANNELS_FIRST: tl.constexpr,
+    YN: tl.constexpr,
+    YC: tl.constexpr,
+    YD: tl.constexpr,
+    YH: tl.constexpr,
+    YW: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """y = the sum of ``conv_fwd``'s SPLITS fp32 partials, in y's type and strides. Each
+    share's partials are the output packed in y's own order (channels first or last), M * K
+    elements (M: images x output pixels)."""
+    total = M * K
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < total
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for i in tl.static_range(SPLITS):  # every share's load in flight at once
+        acc += tl.load(part_ptr + i * total + offs, mask=ok, other=0.0)
+    if CHANNELS_FIRST:
+        pix = offs % (O * P * Q)
+        k = (offs // (O * P * Q)) % K
+    else:
+        k = offs % K
+        pix = (offs // K) % (O * P * Q)
+    n = offs // (K * O * P * Q)
+    y_ptrs = y_ptr + n * YN + k * YC + (pix // (P * Q)) * YD + ((pix // Q) % P) * YH
+    y_ptrs += (pix % Q) * YW
+    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=ok)
 
 
 @triton.jit
