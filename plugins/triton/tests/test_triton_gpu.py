@@ -4,7 +4,8 @@
   4-24 channels so that odd channel counts and the masked paths run) and built-in ones,
   outputs poisoned with NaN: against the float64 reference within each dtype's tolerance;
 * every configuration of one problem's space per direction (the splits of backward weights
-  and forward too), and every forward split of a 3-D layer with few output tiles;
+  and forward too), and every forward and backward-data split of a 3-D layer with few
+  output tiles;
 * find measures them beside the other solvers, and the FindDb record round-trips with its
   configuration; a prepared run replays them in a CUDA graph;
 * an exact-mode handle never gets them on fp32; a misaligned tensor is refused by name;
@@ -224,21 +225,22 @@ def test_every_spread_configuration_runs_right(
 
 @pytest.mark.parametrize("layout", ["NDHWC", "NCDHW"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
-def test_every_forward_split_runs_right(dtype: str, layout: str) -> None:
-    """Forward split-K (few output tiles: the 3-D U-Net's 8^3 layers, here at batch 1 and odd
-    channel counts): every configuration with a split, TF32 for fp32."""
+@pytest.mark.parametrize("letter", ["F", "B"])
+def test_every_split_runs_right(letter: str, dtype: str, layout: str) -> None:
+    """Forward and backward-data split-K (few output tiles: the 3-D U-Net's 8^3 layers, here
+    at batch 1 and odd channel counts): every configuration with a split, TF32 for fp32."""
     mode = "tf32" if dtype == "float32" else "exact"
     h = handle_for(mode)
     p = miocore.ConvProblem.from_sizes(
-        "forward", n=1, c=72, k=40, in_spatial=(8, 8, 8), filter_spatial=(3, 3, 3),
-        pads=(1, 1, 1), dtype=dtype, layout=layout,
+        {"F": "forward", "B": "backward_data"}[letter], n=1, c=72, k=40, in_spatial=(8, 8, 8),
+        filter_spatial=(3, 3, 3), pads=(1, 1, 1), dtype=dtype, layout=layout,
     )  # fmt: skip
-    space = h.registry.get(SOLVERS["F"]).solver.perf_config_space(h.context, p)
+    space = h.registry.get(SOLVERS[letter]).solver.perf_config_space(h.context, p)
     splits = [cfg for cfg in space if cfg["split"] > 1]
     assert splits, space
     tol = 5e-3 if dtype == "float32" else TOLERANCES[p.dtype]
     failures = [
-        (dict(cfg), err) for cfg in splits if not (err := run(h, SOLVERS["F"], p, 7, cfg)) <= tol
+        (dict(cfg), err) for cfg in splits if not (err := run(h, SOLVERS[letter], p, 7, cfg)) <= tol
     ]
     assert not failures, failures
 

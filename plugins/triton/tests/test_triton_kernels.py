@@ -323,21 +323,23 @@ def test_3d_backward_weights_split_equals_unsplit() -> None:
     assert_splits_agree(p)
 
 
+@pytest.mark.parametrize("direction", ["forward", "backward_data"])
 @pytest.mark.parametrize(
     ("layout", "mode", "kw"),
     [
         ("NDHWC", "exact", {}),  # 27 taps x 1 slice: shares of 14 / 7 iterations, the last short
         ("NCDHW", "exact", {"c": 40, "k": 24}),  # channels-first partials, image row tiles
-        ("NCDHW", "tf32", {"c": 40, "k": 32}),  # TF32's copy of x, its tiles
+        ("NCDHW", "tf32", {"c": 40, "k": 32}),  # TF32's copies and tiles
     ],
 )
-def test_forward_split_matches_the_reference(layout: str, mode: str, kw: dict) -> None:
-    # a split forward run: each share's fp32 partials in the workspace, summed into y by
-    # conv_fwd_reduce in y's own strides; the unsplit run and the most shares both right
+def test_split_matches_the_reference(direction: str, layout: str, mode: str, kw: dict) -> None:
+    # a split forward or backward-data run: each share's fp32 partials in the workspace,
+    # summed into the output by conv_split_reduce in its own strides; the unsplit run and the
+    # most shares both right
     dtype = "float32" if mode == "tf32" else "float16"
-    p = _problem3d("forward", dtype=dtype, layout=layout, **kw)
+    p = _problem3d(direction, dtype=dtype, layout=layout, **kw)
     ctx = gpu_ctx(mode)
-    space = _solver("forward").perf_config_space(ctx, p)
+    space = _solver(direction).perf_config_space(ctx, p)
     splits = sorted({c["split"] for c in space})
     assert splits[0] == 1 and len(splits) > 1, splits
     tol = 5e-3 if mode == "tf32" else TOLERANCES[p.dtype]
@@ -346,22 +348,37 @@ def test_forward_split_matches_the_reference(layout: str, mode: str, kw: dict) -
         assert run_interpreted(p, cfg, mode=mode) <= tol, cfg
 
 
-def test_forward_split_only_where_tiles_are_few() -> None:
-    from miocore_triton.geometry import FWD_SPLIT_FILL, gemm_tiles
+def test_2d_nchw_backward_data_split_at_stride_one_and_dilated() -> None:
+    for kw in ({}, {"dilations": (2, 2), "pads": (2, 2), "strides": (2, 2)}):
+        p = _problem("backward_data", layout="NCHW", n=1, c=48, k=64, **kw)
+        space = _solver("backward_data").perf_config_space(gpu_ctx(), p)
+        cfg = max(space, key=lambda c: c["split"])
+        assert cfg["split"] > 1
+        assert run_interpreted(p, cfg) <= TOLERANCES[p.dtype], (kw, cfg)
 
-    solver, ctx = _solver("forward"), gpu_ctx()
-    few = _problem3d("forward", n=1, c=64, k=64, in_spatial=(8, 8, 8))
-    many = _problem("forward", n=32, c=64, k=64, in_spatial=(56, 56))
-    assert {c["split"] for c in solver.perf_config_space(ctx, few)} > {1}
-    assert {c["split"] for c in solver.perf_config_space(ctx, many)} == {1}
-    for p in (few, many):  # not a default until measured on a GPU
-        assert solver.default_perf_config(ctx, p)["split"] == 1
-    for cfg in solver.perf_config_space(ctx, few):
-        programs = gemm_tiles(few, cfg["bm"], cfg["bn"])
-        assert cfg["split"] == 1 or programs <= FWD_SPLIT_FILL * ctx.device.compute_units
-        kernels = solver.get_solution(ctx, few, cfg).kernels
-        names = [k.kernel_name for k in kernels]
-        assert names[-1] == ("conv_fwd_reduce" if cfg["split"] > 1 else "conv_fwd")
-        assert kernels[names.index("conv_fwd")].grid[1:] == (
-            (cfg["split"],) if cfg["split"] > 1 else ()
-        )
+
+def test_splits_only_where_tiles_are_few_and_never_phased() -> None:
+    from miocore_triton.geometry import GEMM_SPLIT_FILL, gemm_tiles
+
+    ctx = gpu_ctx()
+    for direction, name in (("forward", "conv_fwd"), ("backward_data", "conv_bwd")):
+        solver = _solver(direction)
+        few = _problem3d(direction, n=1, c=64, k=64, in_spatial=(8, 8, 8))
+        many = _problem(direction, n=32, c=64, k=64, in_spatial=(56, 56))
+        assert {c["split"] for c in solver.perf_config_space(ctx, few)} > {1}
+        assert {c["split"] for c in solver.perf_config_space(ctx, many)} == {1}
+        for p in (few, many):  # not a default until measured on a GPU
+            assert solver.default_perf_config(ctx, p)["split"] == 1
+        for cfg in solver.perf_config_space(ctx, few):
+            assert cfg["split"] == 1 or (
+                gemm_tiles(few, cfg["bm"], cfg["bn"]) <= GEMM_SPLIT_FILL * ctx.device.compute_units
+            )
+            kernels = solver.get_solution(ctx, few, cfg).kernels
+            names = [k.kernel_name for k in kernels]
+            assert names[-1] == ("conv_split_reduce" if cfg["split"] > 1 else name)
+            main = kernels[names.index(name)]
+            assert main.grid[1:] == ((cfg["split"],) if cfg["split"] > 1 else main.grid[1:])
+    # stride phases have their own grid axis and loops: never split
+    phased = _problem("backward_data", n=1, c=64, k=64, strides=(2, 2), in_spatial=(8, 8))
+    space = _solver("backward_data").perf_config_space(ctx, phased)
+    assert {c["split"] for c in space} == {1}

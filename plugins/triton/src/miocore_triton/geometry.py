@@ -106,12 +106,13 @@ TF32_MIN_COLUMNS = 32
 #: reduction slices each share keeps.
 WRW_PROGRAMS_PER_SM = 3
 WRW_MIN_SLICES = 8
-#: A split forward run (layers with few output tiles: the 3-D U-Net's 8^3 layers launch 16-32
-#: programs on 132 SMs): its tiles alone fill at most this share of the SMs, its programs
-#: at most FWD_PROGRAMS_PER_SM per SM, each share at least FWD_MIN_ITERATIONS of the loop.
-FWD_SPLIT_FILL = 0.5
-FWD_PROGRAMS_PER_SM = 2
-FWD_MIN_ITERATIONS = 4
+#: A split forward or backward-data run (layers with few output tiles: the 3-D U-Net's 8^3
+#: layers launch 16-32 programs on 132 SMs): its tiles alone fill at most this share of the
+#: SMs, its programs at most GEMM_PROGRAMS_PER_SM per SM, each share at least
+#: GEMM_MIN_ITERATIONS of the loop.
+GEMM_SPLIT_FILL = 0.5
+GEMM_PROGRAMS_PER_SM = 2
+GEMM_MIN_ITERATIONS = 4
 SPLITS = (1, 2, 4, 8, 16, 32, 64)
 CONFIG_KEYS = ("bm", "bn", "bk", "warps", "stages", "split")
 
@@ -235,28 +236,43 @@ def reach(p: ConvProblem) -> int:
 
 def partial_bytes(p: ConvProblem, split: int) -> int:
     """fp32 partial sums of a split run (none for one split): the filter's for backward
-    weights, the output's for forward."""
+    weights, the output's (y, dx) for forward and backward data."""
     if split <= 1:
         return 0
+    if p.direction is Direction.BACKWARD_WEIGHTS:
+        return split * _volume(p.w.lengths) * 4
+    return split * _volume(split_output(p).lengths) * 4
+
+
+def split_output(p: ConvProblem) -> Any:
+    """The tensor a split forward (y) or backward-data (dx) run sums its partials into."""
+    return p.x if p.direction is Direction.BACKWARD_DATA else p.y
+
+
+def split_iterations(p: ConvProblem, bk: int) -> int:
+    """Iterations of a forward or unphased backward-data GEMM's reduction loop: taps x
+    slices of ``bk`` reduction channels (c forward, k backward data)."""
+    depth = p.y.lengths[1] if p.direction is Direction.BACKWARD_DATA else p.x.lengths[1]
+    return _volume(p.w.lengths[2:]) * -(-depth // bk)
+
+
+def splits_gemm(p: ConvProblem) -> bool:
+    """Whether forward or backward data may split its reduction: not phased, not spread
+    (their grids and loops are per stride phase)."""
     if p.direction is Direction.FORWARD:
-        return split * _volume(p.y.lengths) * 4
-    return split * _volume(p.w.lengths) * 4
+        return True
+    return p.direction is Direction.BACKWARD_DATA and not is_phased(p) and not spreads(p)
 
 
-def fwd_iterations(p: ConvProblem, bk: int) -> int:
-    """Iterations of the forward GEMM's reduction loop: taps x channel slices of ``bk``."""
-    return _volume(p.w.lengths[2:]) * -(-p.x.lengths[1] // bk)
-
-
-def fwd_partial_strides(p: ConvProblem) -> dict[str, int]:
-    """The Y strides (N, C, D, H, W) of a split forward run's fp32 partials: the output
-    packed in its own order (channels first or last), one copy per share."""
-    k = p.y.lengths[1]
-    (o, pp, qq), _ = spatial(p.y)
-    pixels = o * pp * qq
-    if _channels_first(p.y):
-        return {"YN": k * pixels, "YC": pixels, "YD": pp * qq, "YH": qq, "YW": 1}
-    return {"YN": pixels * k, "YC": 1, "YD": pp * qq * k, "YH": qq * k, "YW": k}
+def split_partial_strides(p: ConvProblem) -> tuple[int, int, int, int, int]:
+    """(N, C, D, H, W) strides of a split run's fp32 partials: the output packed in its own
+    order (channels first or last), one copy per share."""
+    out = split_output(p)
+    c = out.lengths[1]
+    (d, h, w), _ = spatial(out)
+    if _channels_first(out):
+        return c * d * h * w, d * h * w, h * w, w, 1
+    return d * h * w * c, 1, h * w * c, w * c, c
 
 
 def transposes_filter(p: ConvProblem) -> bool:

@@ -8,7 +8,7 @@ A solution is a list of :class:`Step`\\ s over the caller's three tensors and on
 3. the direction's GEMM kernel, reading staged copies where there are, writing the output
    tensor in its own strides;
 4. ``conv_wrw_reduce`` for a split backward-weights run: the fp32 partials summed into dw;
-   ``conv_fwd_reduce`` for a split forward run: into y.
+   ``conv_split_reduce`` for a split forward or backward-data run: into y or dx.
 
 Each step names its pointer arguments: ``"x"``, ``"w"``, ``"y"`` (the caller's tensors) or a
 byte offset into the workspace.
@@ -35,7 +35,6 @@ from miocore_triton.geometry import (
     TRITON_TYPES,
     constants,
     direct_pixels,
-    fwd_partial_strides,
     gemm_rows,
     gemm_tiles,
     image_tiles,
@@ -44,6 +43,8 @@ from miocore_triton.geometry import (
     partial_bytes,
     phases,
     spatial,
+    split_output,
+    split_partial_strides,
     spreads,
     tile_of,
     transposed_filter_bytes,
@@ -178,11 +179,19 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
         pointer["w"] = offset
         main_shape.update(transposed_filter_strides(p))
         offset += _aligned(transposed_filter_bytes(p))
-    split_fwd = p.direction is Direction.FORWARD and split > 1
-    y_type = ty
-    if split_fwd:  # the GEMM writes fp32 partials into the workspace, one copy per share
-        main_shape.update(fwd_partial_strides(p))
-        pointer["y"], y_type = offset, "fp32"
+    # forward / backward data split: the GEMM writes fp32 partials of its output (y / dx)
+    # into the workspace, one copy per share, which conv_split_reduce sums into the output
+    split_out = (
+        ""
+        if p.direction is Direction.BACKWARD_WEIGHTS or split == 1
+        else ("x" if p.direction is Direction.BACKWARD_DATA else "y")
+    )
+    types = {"x": ty, "w": ty, "y": ty}
+    if split_out:
+        prefix = PREFIX[split_out]
+        strides = split_partial_strides(p)
+        main_shape.update(zip((prefix + a for a in "NCDHW"), strides, strict=True))
+        pointer[split_out], types[split_out] = offset, "fp32"
     options = [f"{key}={value}" for key, value in main_shape.items()]
     options += [
         f"BLOCK_M={t.bm}",
@@ -192,8 +201,7 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
         f"PRECISION={'tf32' if p.dtype is DataType.FLOAT32 else 'ieee'}",
         f"num_warps={t.warps}",
         f"num_stages={t.stages}",
-        *(f"sig.{name}=*{ty}" for name in ("x_ptr", "w_ptr")),
-        f"sig.y_ptr=*{y_type}",
+        *(f"sig.{name}_ptr=*{types[name]}" for name in ("x", "w", "y")),
         "sig.M=i32",
     ]
     main_pointers = (pointer["x"], pointer["w"], pointer["y"])
@@ -207,14 +215,13 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
         options += ["GROUP_M=8"]
         grid = (gemm_tiles(p, t.bm, t.bn),)
     elif p.direction is Direction.BACKWARD_DATA:
-        options += ["GROUP_M=8", f"PHASED={is_phased(p)}"]
+        options += ["GROUP_M=8", f"PHASED={is_phased(p)}", f"SPLITS={split}"]
         options += [f"IMAGE_TILES={image_tiles(p)}", f"DIRECT_PIX={direct_pixels(p)}"]
-        grid = (gemm_tiles(p, t.bm, t.bn), phases(p))
+        grid = (gemm_tiles(p, t.bm, t.bn), phases(p) * split)  # phased runs never split
     else:
-        options += ["GROUP_M=8"]
+        options += ["GROUP_M=8", f"SPLITS={split}"]
         options += [f"IMAGE_TILES={image_tiles(p)}", f"DIRECT_PIX={direct_pixels(p)}"]
-        options += [f"SPLITS={split}"]
-        grid = (gemm_tiles(p, t.bm, t.bn), split) if split_fwd else (gemm_tiles(p, t.bm, t.bn),)
+        grid = (gemm_tiles(p, t.bm, t.bn), split) if split > 1 else (gemm_tiles(p, t.bm, t.bn),)
     kernel = KernelInfo(
         source=SOURCES[p.direction],
         kernel_name=kernel_name(p),
@@ -235,24 +242,29 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
         )
         steps.append(Step(kernel, (offset, "w")))
         offset += partial_bytes(p, split)
-    if split_fwd:
-        steps.append(Step(_fwd_reduce(p, shape, split, ty, warp), (offset, "y"), gemm_rows(p)))
+    if split_out:
+        reduce = _split_reduce(p, split, ty, warp)
+        steps.append(Step(reduce, (offset, split_out), gemm_rows(p)))
         offset += partial_bytes(p, split)
     return steps, offset
 
 
-def _fwd_reduce(p: ConvProblem, shape: dict[str, int], split: int, ty: str, warp: int):
-    """``conv_fwd_reduce``: a split forward run's partials summed into y (its own strides)."""
-    names = ("K", "O", "P", "Q", "YN", "YC", "YD", "YH", "YW")
-    options = [f"{n}={shape[n]}" for n in names]
-    channels_first = p.y.strides[1] != 1 and p.y.lengths[1] != 1  # as fwd_partial_strides
+def _split_reduce(p: ConvProblem, split: int, ty: str, warp: int) -> KernelInfo:
+    """``conv_split_reduce``: a split forward (backward-data) run's partials summed into y
+    (dx) in its own strides."""
+    out = split_output(p)
+    (d, h, w), (sd, sh, sw) = spatial(out)
+    channels_first = split_partial_strides(p)[4] == 1  # the partials' order is the output's
+    options = [f"L_C={out.lengths[1]}", f"L_D={d}", f"L_H={h}", f"L_W={w}"]
+    options += [f"S_N={out.strides[0]}", f"S_C={out.strides[1]}"]
+    options += [f"S_D={sd}", f"S_H={sh}", f"S_W={sw}"]
     options += [f"SPLITS={split}", f"CHANNELS_FIRST={int(channels_first)}"]
     options += [f"BLOCK={REDUCE_BLOCK}", "num_warps=4", "num_stages=1"]
-    options += ["sig.part_ptr=*fp32", f"sig.y_ptr=*{ty}", "sig.M=i32"]
-    elements = gemm_rows(p) * shape["K"]
+    options += ["sig.part_ptr=*fp32", f"sig.out_ptr=*{ty}", "sig.M=i32"]
+    elements = gemm_rows(p) * out.lengths[1]
     return KernelInfo(
         source=COPIES,
-        kernel_name="conv_fwd_reduce",
+        kernel_name="conv_split_reduce",
         options=tuple(sorted(options)),
         grid=(-(-elements // REDUCE_BLOCK),),
         block=(4 * warp,),

@@ -35,9 +35,9 @@ from miocore import (
 from miocore_triton.geometry import (
     BIG_TILE_WAVES,
     CONFIG_KEYS,
-    FWD_MIN_ITERATIONS,
-    FWD_PROGRAMS_PER_SM,
-    FWD_SPLIT_FILL,
+    GEMM_MIN_ITERATIONS,
+    GEMM_PROGRAMS_PER_SM,
+    GEMM_SPLIT_FILL,
     GEMM_TILES,
     IMAGE_FWD_TILES,
     MAX_PARTIALS,
@@ -53,7 +53,6 @@ from miocore_triton.geometry import (
     WRW_TILES,
     Tile,
     config,
-    fwd_iterations,
     gemm_columns,
     gemm_rows,
     gemm_tiles,
@@ -65,6 +64,8 @@ from miocore_triton.geometry import (
     reach,
     reduction_channels,
     shared_estimate,
+    split_iterations,
+    splits_gemm,
     spreads,
     tile_of,
     wrw_columns,
@@ -191,10 +192,8 @@ class TritonConvSolver(TunableSolver):
             return []
         tiles = self._fitted_tiles(ctx, p)
         sms = max(1, ctx.device.compute_units)
-        if self.direction is Direction.FORWARD:
-            return [config(t, split) for t in tiles for split in self._fwd_splits(p, t, sms)]
         if self.direction is not Direction.BACKWARD_WEIGHTS:
-            return [config(t) for t in tiles]
+            return [config(t, split) for t in tiles for split in self._gemm_splits(p, t, sms)]
         out = []
         for t in tiles:
             blocks = -(-gemm_rows(p) // t.bk)
@@ -209,22 +208,23 @@ class TritonConvSolver(TunableSolver):
         return out
 
     @staticmethod
-    def _fwd_splits(p: ConvProblem, t: Tile, sms: int) -> list[int]:
-        """Forward's reduction splits for tile ``t``: 1, and where the output tiles alone
-        fill at most ``FWD_SPLIT_FILL`` of the SMs, the splits that keep at most
-        ``FWD_PROGRAMS_PER_SM`` programs per SM and ``FWD_MIN_ITERATIONS`` loop iterations
-        per share (partials within ``MAX_PARTIALS``)."""
+    def _gemm_splits(p: ConvProblem, t: Tile, sms: int) -> list[int]:
+        """Forward's and unphased backward data's reduction splits for tile ``t``: 1, and
+        where the output tiles alone fill at most ``GEMM_SPLIT_FILL`` of the SMs, the splits
+        that keep at most ``GEMM_PROGRAMS_PER_SM`` programs per SM and
+        ``GEMM_MIN_ITERATIONS`` loop iterations per share (partials within
+        ``MAX_PARTIALS``)."""
         programs = gemm_tiles(p, t.bm, t.bn)
-        if programs > FWD_SPLIT_FILL * sms:
+        if not splits_gemm(p) or programs > GEMM_SPLIT_FILL * sms:
             return [1]
-        iterations = fwd_iterations(p, t.bk)
+        iterations = split_iterations(p, t.bk)
         return [
             split
             for split in SPLITS
             if split == 1
             or (
-                programs * split <= FWD_PROGRAMS_PER_SM * sms
-                and iterations >= FWD_MIN_ITERATIONS * split
+                programs * split <= GEMM_PROGRAMS_PER_SM * sms
+                and iterations >= GEMM_MIN_ITERATIONS * split
                 and partial_bytes(p, split) <= MAX_PARTIALS
             )
         ]

@@ -96,7 +96,7 @@ def conv_fwd(
     SPLITS > 1 (layers with few output tiles): grid axis 1 splits the reduction loop into
     SPLITS shares; each writes its fp32 partial sums into its own copy of the output (y_ptr
     is then the partials, the Y strides theirs, M * K elements a copy), which
-    ``conv_fwd_reduce`` adds up in share order.
+    ``conv_split_reduce`` adds up in share order.
 
     2-D problems have D = O = T = 1 (their depth code compiles away). IMAGE_TILES: each row
     tile lies in one image, so its pixels are consecutive: stores into a y whose pixels are
@@ -238,6 +238,7 @@ def conv_bwd(
     PHASED: tl.constexpr,
     IMAGE_TILES: tl.constexpr,
     DIRECT_PIX: tl.constexpr,
+    SPLITS: tl.constexpr,
 ):
     """dx[n, c, d, h, w] = sum over (t, r, s, k) of dy[n, k, od, p, q] * w[k, c, t, r, s]
     where d = od*SD - PD + t*DD, h = p*SH - PH + r*DH and w = q*SW - PW + s*DW.
@@ -245,8 +246,9 @@ def conv_bwd(
     PHASED (a stride above 1, no dilation): program axis 1 is the stride phase (d mod SD,
     h mod SH, w mod SW); its rows are that phase's pixels and its taps only those whose stride
     divides, so no dot is spent on masked taps. Otherwise every tap runs, masked where the
-    stride does not divide. IMAGE_TILES and DIRECT_PIX (never with PHASED) as in
-    ``conv_fwd``, for dx's rows and dy's pixels; D = O = T = 1 in 2-D."""
+    stride does not divide. IMAGE_TILES, DIRECT_PIX and SPLITS (never with PHASED) as in
+    ``conv_fwd``, for dx's rows and dy's pixels (split: x_ptr and the X strides are the
+    partials', M * C elements a copy); D = O = T = 1 in 2-D."""
     DEPTH: tl.constexpr = D * O * T > 1
     K_BLOCKS: tl.constexpr = (K + BLOCK_K - 1) // BLOCK_K
     if IMAGE_TILES:
@@ -315,7 +317,16 @@ def conv_bwd(
     cols = offs_n % C if C % BLOCK_N != 0 else offs_n
     offs_k = tl.arange(0, BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for it in tl.range(0, taps * K_BLOCKS, num_stages=STAGES):
+    if SPLITS > 1:  # unphased: this program's share of every tap's slices
+        SHARE: tl.constexpr = (T * R * S * K_BLOCKS + SPLITS - 1) // SPLITS
+        share = tl.program_id(1)
+        it_lo = share * SHARE
+        it_hi = tl.minimum(it_lo + SHARE, T * R * S * K_BLOCKS)
+        x_ptr += share.to(tl.int64) * M * C
+    else:
+        it_lo = 0
+        it_hi = taps * K_BLOCKS
+    for it in tl.range(it_lo, it_hi, num_stages=STAGES):
         tap = it // K_BLOCKS
         k0 = (it % K_BLOCKS) * BLOCK_K
         if PHASED:

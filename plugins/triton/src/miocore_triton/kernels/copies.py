@@ -6,7 +6,8 @@
 * ``conv_wtrans``: w copied with k innermost, for TF32 backward data (whose B operand must
   have its reduction dimension contiguous); ``conv_bwd`` then reads it through its strides.
 * ``conv_wrw_reduce``: the SPLITS fp32 partials of a split ``conv_wrw`` summed into dw.
-* ``conv_fwd_reduce``: the SPLITS fp32 partials of a split ``conv_fwd`` summed into y.
+* ``conv_split_reduce``: the SPLITS fp32 partials of a split ``conv_fwd`` or ``conv_bwd``
+  summed into y or dx.
 """
 
 import triton
@@ -48,42 +49,44 @@ def conv_wrw_reduce(
 
 
 @triton.jit
-def conv_fwd_reduce(
+def conv_split_reduce(
     part_ptr,
-    y_ptr,
+    out_ptr,
     M,
     SPLITS: tl.constexpr,
-    K: tl.constexpr,
-    O: tl.constexpr,  # noqa: E741 (output depth: NKOPQ, as cuDNN names it)
-    P: tl.constexpr,
-    Q: tl.constexpr,
+    L_C: tl.constexpr,
+    L_D: tl.constexpr,
+    L_H: tl.constexpr,
+    L_W: tl.constexpr,
     CHANNELS_FIRST: tl.constexpr,
-    YN: tl.constexpr,
-    YC: tl.constexpr,
-    YD: tl.constexpr,
-    YH: tl.constexpr,
-    YW: tl.constexpr,
+    S_N: tl.constexpr,
+    S_C: tl.constexpr,
+    S_D: tl.constexpr,
+    S_H: tl.constexpr,
+    S_W: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    """y = the sum of ``conv_fwd``'s SPLITS fp32 partials, in y's type and strides. Each
-    share's partials are the output packed in y's own order (channels first or last), M * K
-    elements (M: images x output pixels)."""
-    total = M * K
+    """The output of a split ``conv_fwd`` (y) or ``conv_bwd`` (dx) = the sum of its SPLITS
+    fp32 partials, in the output's type and strides (S_*). Each share's partials are the
+    output packed in its own order (channels first or last): M * L_C elements, M the images x
+    pixels (L_D x L_H x L_W)."""
+    total = M * L_C
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < total
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
     for i in tl.static_range(SPLITS):  # every share's load in flight at once
         acc += tl.load(part_ptr + i * total + offs, mask=ok, other=0.0)
+    PIXELS: tl.constexpr = L_D * L_H * L_W
     if CHANNELS_FIRST:
-        pix = offs % (O * P * Q)
-        k = (offs // (O * P * Q)) % K
+        pix = offs % PIXELS
+        c = (offs // PIXELS) % L_C
     else:
-        k = offs % K
-        pix = (offs // K) % (O * P * Q)
-    n = offs // (K * O * P * Q)
-    y_ptrs = y_ptr + n * YN + k * YC + (pix // (P * Q)) * YD + ((pix // Q) % P) * YH
-    y_ptrs += (pix % Q) * YW
-    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=ok)
+        c = offs % L_C
+        pix = (offs // L_C) % PIXELS
+    n = offs // (L_C * PIXELS)
+    out = out_ptr + n * S_N + c * S_C + (pix // (L_H * L_W)) * S_D + ((pix // L_W) % L_H) * S_H
+    out += (pix % L_W) * S_W
+    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=ok)
 
 
 @triton.jit
