@@ -104,9 +104,11 @@ def test_every_direction_builds_for_sm90_with_wgmma(builds: list[dict]) -> None:
     }
     assert any(b.get("kernel") == "to_channels_last" and b["layout"] == "NCDHW" for b in cuda)
     _builds_nchw_modes(cuda)
-    # the split backward-weights run has its reduction kernel, TF32 backward data its
-    # filter transposition
+    # the split backward-weights run has its reduction kernel (split forward and backward
+    # data theirs), TF32 backward data its filter transposition
     assert any(b.get("kernel") == "conv_wrw_reduce" for b in cuda)
+    split = {b["solver"] for b in cuda if b.get("kernel") == "conv_split_reduce" and b["elf"]}
+    assert split == {"triton.igemm_fwd", "triton.igemm_bwd"}, split
     assert any(b.get("kernel") == "conv_wtrans" and b["dtype"] == "float32" for b in cuda)
 
 
@@ -121,6 +123,7 @@ def test_every_direction_builds_for_gfx942_with_mfma(builds: list[dict]) -> None
     for b in mains:
         assert b["elf"] and b["mfma"], b
         assert b["meta"]["threads"] == b["block"][0], b
+    assert any(b.get("kernel") == "conv_split_reduce" and b["elf"] for b in hip)
     _builds_nchw_modes(hip)
     # fp32 is TF32, which AMD's kernels do not offer: declined with the reason
     declined = [b for b in hip if "declined" in b]
