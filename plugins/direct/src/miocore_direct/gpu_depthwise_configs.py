@@ -130,6 +130,7 @@ def fits(p: ConvProblem, cfg: PerfConfig) -> bool:
             rows_apply(p)
             and rows_window(p, cfg["ox"]) <= ROWS_MAX_WINDOW
             and tap_count(p) <= ROWS_MAX_TAPS
+            and rows_items(p, cfg)[2] <= INT32_MAX  # the kernel's 32-bit run index
         )
     if kind == "nchw":
         if cfg["tw"] * cfg["by"] > 256 or nchw_shared_bytes(p, cfg) > SHARED_LIMIT:

@@ -75,14 +75,18 @@ MIO_KERNEL void dw_nchw_rows(const mio_t* __restrict__ a, const mio_t* __restric
 #else
   const bool chunked_in = false;
 #endif
+  // 32-bit index arithmetic (the host keeps the runs below 2**31): a 64-bit division per
+  // item would cost about as many instructions as the item's multiply-adds
+  const unsigned int runs = (unsigned int)p.tiles_w, groups = (unsigned int)p.tiles;
+  const unsigned int kout32 = (unsigned int)kout;
   MIO_GRID_LOOP(item, p.items) {
-    mio_index t = item;
-    const int run = (int)(t % p.tiles_w);
-    t /= p.tiles_w;
-    const int group = (int)(t % p.tiles);
-    t /= p.tiles;
-    const mio_index o = t % kout;  // written channel
-    const mio_index n = t / kout;
+    unsigned int t = (unsigned int)item;
+    const int run = (int)(t % runs);
+    t /= runs;
+    const int group = (int)(t % groups);
+    t /= groups;
+    const mio_index o = t % kout32;  // written channel
+    const mio_index n = t / kout32;
     const int oh0 = group * MIO_OY, ow0 = run * MIO_OX;
     const int ih0 = oh0 * MIO_SH - (int)p.pad_h;
     const int iw0 = ow0 * MIO_SW - (int)p.pad_w;
