@@ -30,9 +30,13 @@
 #   depthwise   direct.gpu_depthwise's whole config space against cuDNN on ConvNeXt-T's,
 #               EfficientNet-B0's and MobileNetV2's depthwise layers (gpu_depthwise_bench.py;
 #               DW_DIRECTIONS, DTYPES narrow it; DW_LAYOUTS, NHWC by default)
-#   dwnchw      issue 13: direct.gpu_depthwise's NCHW tests (the several-plane configs among
-#               them), then its whole NCHW space against cuDNN, fp16 and bf16, forward and
-#               backward data, on the three networks' depthwise layers (the pp default's data)
+#   dwnchw      issue 13: direct.gpu_depthwise's NCHW tests (the several-plane and register-row
+#               configs among them), then its whole NCHW space against cuDNN, fp16 and bf16,
+#               forward and backward data, on the three networks' depthwise layers (the data
+#               its NCHW default is fitted on: benchmarks/depthwise_defaults_report.py)
+#   splits      issue 13: miocore-triton's split-K GPU tests, then every configuration of the
+#               3-D U-Net's forward and backward-data layers in NCHW (SPLIT_DTYPES, fp16 by
+#               default) against cuDNN, no find (benchmarks/triton_split_report.py reads it)
 #   firstfind   the first find of MODELS twice in one machine session: with a cold binary
 #               cache, then with an empty database and the binary cache kept
 #   findprofile where a first find's time goes, per phase and solver family, with a cold
@@ -81,7 +85,7 @@
 #               .gpu/perf_models (find_quality.py, batch cut to MAX_GFLOP); MATH_MODE,
 #               QDTYPE (one data type), MODEL_DIR (another model) and QTAG (output names)
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -165,6 +169,15 @@ case "$STAGE" in
         --directions forward backward_data --out "$OUT/dw_nchw_$suite.json" 2>&1 |
         grep -a -v '^{' | tail -6
     done
+    ;;
+  splits)
+    timeout 200 python3 -m pytest -q -n 8 -p no:cacheprovider -rfE \
+      plugins/triton/tests/test_triton_gpu.py -k split 2>&1 | tee "$OUT/split_tests.log" | tail -8
+    # shellcheck disable=SC2086
+    MIOCORE_DISABLE_PLUGINS=cudnn timeout "${SPLIT_TIMEOUT:-330}" python3 \
+      benchmarks/gpu_triton_bench.py --suites unet3d --dtypes ${SPLIT_DTYPES:-float16} \
+      --directions forward backward_data --layout NCHW --no-find --out "$OUT/splits.json" 2>&1 |
+      grep -a -v Warning | tee "$OUT/splits.log" | tail -20
     ;;
   firstfind)
     for cache in cold warm; do
