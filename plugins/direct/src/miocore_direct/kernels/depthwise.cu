@@ -242,22 +242,12 @@ MIO_DEVICE void mio_nchw_stage_chunks(const mio_t* plane_in, const MioDwParams& 
     const int ih = rh0 + r;
     // this plane's read channel, counted from the first plane's
     const mio_index cd = MIO_PP > 1 ? ((o0 + pl) * MIO_R + j) / MIO_M - ci : 0;
-    const mio_t* src = plane_in + cd * p.a.stride[1] + ih * p.a.stride[3] + col;
     float v[MIO_NV];
-    const bool row_in = ih >= 0 && ih < ah;
-    if (row_in && col >= 0 && col + MIO_NV <= aw) {
-#if MIO_NV * MIO_ESIZE == 8
-      const uint2 q = *(const uint2*)src;
-      const unsigned int u[2] = {q.x, q.y};
-      mio_unpack(u, 2, v);
-#else
-#error "MIO_NV: 8-byte chunks only"
-#endif
+    if (ih >= 0 && ih < ah) {
+      mio_load_chunk(plane_in + cd * p.a.stride[1] + ih * p.a.stride[3], col, aw, v);
     } else {
 #pragma unroll
-      for (int t = 0; t < MIO_NV; ++t) {
-        v[t] = row_in && col + t >= 0 && col + t < aw ? mio_load(src + t) : 0.0f;
-      }
+      for (int t = 0; t < MIO_NV; ++t) v[t] = 0.0f;
     }
     float* dst = s_in + pl * MIO_PLANE + r * MIO_EW;
 #pragma unroll

@@ -233,4 +233,23 @@ MIO_DEVICE bool mio_nchw_chunked(const mio_t* a, const MioTensor5& t) {
          t.stride[1] % MIO_NV == 0 && t.stride[0] % MIO_NV == 0 &&
          ((unsigned long long)a) % (MIO_NV * MIO_ESIZE) == 0;
 }
+
+// Columns col .. col + MIO_NV - 1 of a row of aw elements as floats: one aligned 8-byte load
+// where the chunk lies inside the row, else element by element with zeros outside it.
+MIO_DEVICE void mio_load_chunk(const mio_t* row, int col, int aw, float* v) {
+  if (col >= 0 && col + MIO_NV <= aw) {
+#if MIO_NV * MIO_ESIZE == 8
+    const uint2 q = *(const uint2*)(row + col);
+    const unsigned int u[2] = {q.x, q.y};
+    mio_unpack(u, 2, v);
+#else
+#error "MIO_NV: 8-byte chunks only"
+#endif
+  } else {
+#pragma unroll
+    for (int e = 0; e < MIO_NV; ++e) {
+      v[e] = col + e >= 0 && col + e < aw ? mio_load(row + col + e) : 0.0f;
+    }
+  }
+}
 #endif

@@ -39,19 +39,7 @@ MIO_DEVICE void mio_rows_load(const mio_t* row, const MioTensor5& t, int iw0, in
     const int c0 = iw0 - MIO_OFF;  // a chunk boundary (the host keeps MIO_PWM right)
     float c[MIO_NCHR * MIO_NV];
 #pragma unroll
-    for (int k = 0; k < MIO_NCHR; ++k) {
-      const int col = c0 + k * MIO_NV;
-      if (col >= 0 && col + MIO_NV <= aw) {
-        const uint2 q = *(const uint2*)(row + col);
-        const unsigned int u[2] = {q.x, q.y};
-        mio_unpack(u, 2, c + k * MIO_NV);
-      } else {
-#pragma unroll
-        for (int e = 0; e < MIO_NV; ++e) {
-          c[k * MIO_NV + e] = col + e >= 0 && col + e < aw ? mio_load(row + col + e) : 0.0f;
-        }
-      }
-    }
+    for (int k = 0; k < MIO_NCHR; ++k) mio_load_chunk(row, c0 + k * MIO_NV, aw, c + k * MIO_NV);
 #pragma unroll
     for (int i = 0; i < MIO_IX; ++i) v[i] = c[i + MIO_OFF];
     return;
