@@ -241,19 +241,18 @@ def partial_bytes(p: ConvProblem, split: int) -> int:
         return 0
     if p.direction is Direction.BACKWARD_WEIGHTS:
         return split * _volume(p.w.lengths) * 4
-    return split * _volume(split_output(p).lengths) * 4
+    return split * _volume(gemm_output(p).lengths) * 4
 
 
-def split_output(p: ConvProblem) -> Any:
-    """The tensor a split forward (y) or backward-data (dx) run sums its partials into."""
+def gemm_output(p: ConvProblem) -> Any:
+    """The tensor a forward (y) or backward-data (dx) GEMM writes."""
     return p.x if p.direction is Direction.BACKWARD_DATA else p.y
 
 
 def split_iterations(p: ConvProblem, bk: int) -> int:
     """Iterations of a forward or unphased backward-data GEMM's reduction loop: taps x
     slices of ``bk`` reduction channels (c forward, k backward data)."""
-    depth = p.y.lengths[1] if p.direction is Direction.BACKWARD_DATA else p.x.lengths[1]
-    return _volume(p.w.lengths[2:]) * -(-depth // bk)
+    return _volume(p.w.lengths[2:]) * -(-reduction_channels(p) // bk)
 
 
 def splits_gemm(p: ConvProblem) -> bool:
@@ -267,7 +266,7 @@ def splits_gemm(p: ConvProblem) -> bool:
 def split_partial_strides(p: ConvProblem) -> tuple[int, int, int, int, int]:
     """(N, C, D, H, W) strides of a split run's fp32 partials: the output packed in its own
     order (channels first or last), one copy per share."""
-    out = split_output(p)
+    out = gemm_output(p)
     c = out.lengths[1]
     (d, h, w), _ = spatial(out)
     if _channels_first(out):
@@ -377,7 +376,7 @@ def image_tiles(p: ConvProblem) -> bool:
     along the pixels) and for :func:`direct_pixels`. Not for phased backward data."""
     if p.direction is Direction.BACKWARD_WEIGHTS or is_phased(p) or not full_channel_blocks(p):
         return False
-    out = p.x if p.direction is Direction.BACKWARD_DATA else p.y
+    out = gemm_output(p)
     return _channels_first(out) or direct_pixels(p)
 
 
@@ -386,7 +385,7 @@ def gemm_tiles(p: ConvProblem, bm: int, bn: int) -> int:
     if spreads(p):  # row tiles inside each image of dy
         return p.y.lengths[0] * -(-_volume(p.y.lengths[2:]) // bm) * -(-gemm_columns(p) // bn)
     if image_tiles(p):
-        out = p.x if p.direction is Direction.BACKWARD_DATA else p.y
+        out = gemm_output(p)
         pixels = _volume(out.lengths[2:])
         return out.lengths[0] * -(-pixels // bm) * -(-gemm_columns(p) // bn)
     return -(-gemm_rows(p) // bm) * -(-gemm_columns(p) // bn)

@@ -35,6 +35,7 @@ from miocore_triton.geometry import (
     TRITON_TYPES,
     constants,
     direct_pixels,
+    gemm_output,
     gemm_rows,
     gemm_tiles,
     image_tiles,
@@ -43,7 +44,6 @@ from miocore_triton.geometry import (
     partial_bytes,
     phases,
     spatial,
-    split_output,
     split_partial_strides,
     spreads,
     tile_of,
@@ -252,7 +252,7 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
 def _split_reduce(p: ConvProblem, split: int, ty: str, warp: int) -> KernelInfo:
     """``conv_split_reduce``: a split forward (backward-data) run's partials summed into y
     (dx) in its own strides."""
-    out = split_output(p)
+    out = gemm_output(p)
     (d, h, w), (sd, sh, sw) = spatial(out)
     channels_first = split_partial_strides(p)[4] == 1  # the partials' order is the output's
     options = [f"L_C={out.lengths[1]}", f"L_D={d}", f"L_H={h}", f"L_W={w}"]
