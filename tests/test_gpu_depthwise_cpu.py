@@ -103,8 +103,8 @@ def test_nchw_planes_per_block_only_where_one_tile_covers_the_plane() -> None:
     assert {c["pp"] for c in several} == set(geo.NCHW_PLANES)
     assert all(c["py"] * c["pp"] <= geo.MAX_NCHW_OUTPUTS for c in several)
     assert all(configs.nchw_tiles(small.canonical, c)[2] == 1 for c in several)
-    # 3x3 on 14x14: 4 planes of 16x16 tiles, 2 rows a thread (the fitted rule)
-    assert s.default_perf_config(ctx, small.canonical) == miocore.PerfConfig(
+    # 3x3 on 14x14: 4 planes of 16x16 tiles, 2 rows a thread (dw_nchw's fitted rule)
+    assert configs.default_nchw_fitted(small.canonical) == miocore.PerfConfig(
         tw=16, by=8, py=2, pp=4
     )
     for cfg in several:
@@ -126,8 +126,8 @@ def test_nchw_default_by_written_plane_and_filter() -> None:
 
     def default(direction: str = "forward", **kw) -> miocore.PerfConfig:
         p = _problem(direction, layout="NCHW", dtype="float16", **kw).canonical
-        cfg = s.default_perf_config(ctx, p)
-        assert cfg in s.perf_config_space(ctx, p)
+        cfg = configs.default_nchw_fitted(p)  # dw_nchw's tile (the default where rows don't run)
+        assert cfg in s.perf_config_space(ctx, p) or "pp" in cfg
         return cfg
 
     cfg = miocore.PerfConfig
@@ -145,7 +145,42 @@ def test_nchw_default_by_written_plane_and_filter() -> None:
     assert default("backward_data", in_spatial=(14, 14), strides=(2, 2))["tw"] == 16
     # a plane of one row: the fitted tile does not cover it; the default still fits
     flat = default(in_spatial=(1, 300), filter_spatial=(1, 3), pads=(0, 1))
-    assert flat["by"] * flat["py"] <= 2 and "pp" not in flat
+    assert flat["by"] * flat["py"] <= 2
+    # the strided backward data gathers: dw_nchw is the solver's default there
+    p = _problem("backward_data", layout="NCHW", dtype="float16", strides=(2, 2)).canonical
+    assert "tw" in s.default_perf_config(ctx, p)
+
+
+def test_nchw_default_runs_rows_from_registers() -> None:
+    s = dw.GpuDepthwiseSolver()
+    ctx = _ctx()
+
+    def default(direction: str = "forward", n: int = 64, **kw) -> miocore.PerfConfig:
+        kw = {"c": 256, "k": 256, "groups": 256, **kw}
+        p = _problem(direction, n=n, layout="NCHW", dtype="float16", **kw).canonical
+        cfg = s.default_perf_config(ctx, p)
+        assert cfg in s.perf_config_space(ctx, p)
+        return cfg
+
+    cfg = miocore.PerfConfig
+    k5 = {"filter_spatial": (5, 5), "pads": (2, 2)}
+    assert default(in_spatial=(7, 7)) == cfg(ox=8, oy=1)  # a whole row a thread
+    assert default(in_spatial=(14, 14)) == cfg(ox=4, oy=2)
+    assert default("backward_data", in_spatial=(14, 14), **k5) == cfg(ox=4, oy=4)
+    assert default(in_spatial=(28, 28)) == cfg(ox=4, oy=4)
+    assert default(in_spatial=(112, 112)) == cfg(ox=8, oy=4)
+    # stride 2: the written plane's width decides, and half the rows a thread
+    assert default(in_spatial=(112, 112), strides=(2, 2)) == cfg(ox=4, oy=2)
+    assert default(in_spatial=(28, 28), strides=(2, 2)) == cfg(ox=4, oy=1)
+    assert default(in_spatial=(14, 14), strides=(2, 2), **k5) == cfg(ox=8, oy=1)
+    # a batch of one on a small layer: fewer outputs a thread keep the SMs busy
+    small = default(n=1, in_spatial=(56, 56))
+    assert small == cfg(ox=8, oy=2)  # 50,176 runs; 8x4 would be 25,088
+    assert default(n=1, in_spatial=(14, 14)) == cfg(ox=4, oy=1)  # as few as there are
+    # a plane of one row: one row a thread
+    assert default(in_spatial=(1, 300), filter_spatial=(1, 3), pads=(0, 1)) == cfg(ox=8, oy=1)
+    # where the rows kernel does not fit (11x11 filters), dw_nchw's fitted tile
+    assert "tw" in default(in_spatial=(28, 28), filter_spatial=(11, 11), pads=(5, 5))
 
 
 @pytest.mark.parametrize(("dtype", "chunk"), [("float16", 4), ("bfloat16", 4), ("float32", 2)])
@@ -183,7 +218,6 @@ def test_nchw_rows_from_registers_where_they_apply() -> None:
     assert rows(in_spatial=(14, 60), dilations=(1, 25), pads=(1, 25)) == []
     assert rows(filter_spatial=(7, 7), pads=(3, 3), strides=(2, 2)) == every
     p = _problem(layout="NCHW", dtype="float16", in_spatial=(14, 20), pads=(1, 3)).canonical
-    assert "ox" not in s.default_perf_config(ctx, p)  # not yet measured
     cfg = miocore.PerfConfig(ox=8, oy=2)
     assert s.is_valid_perf_config(ctx, p, cfg)
     assert not s.is_valid_perf_config(ctx, p, miocore.PerfConfig(ox=6, oy=2))

@@ -98,9 +98,10 @@ class GpuDepthwiseSolver(TunableSolver):
     #: refitted (2026-11-26); 2: the fp32 ones refitted (2026-11-26); 3: backward weights'
     #: partials summed by split lanes, the tiles' loads overlapped with the previous tile's
     #: arithmetic (2026-11-27); 4: ``dw_nchw`` stages rows in 8-byte chunks, several planes
-    #: per block on small planes by default (2026-11-28): entries recorded before run today's
-    #: defaults instead.
-    revision = 4
+    #: per block on small planes by default (2026-11-28); 5: channels-outer forward and
+    #: stride-1 backward data run ``dw_nchw_rows`` by default (2026-11-28, later): entries
+    #: recorded before run today's defaults instead.
+    revision = 5
     algorithm = Algorithm.DIRECT
     backends = GPU_BACKENDS
 

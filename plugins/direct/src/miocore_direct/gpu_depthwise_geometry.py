@@ -46,6 +46,8 @@ ROWS_THREADS = 128
 #: window columns and taps (7x7 at stride 2 in runs of 8 is 21 and 49).
 ROWS_MAX_WINDOW = 48
 ROWS_MAX_TAPS = 49
+#: ``dw_nchw_rows``' default keeps at least this many runs in all (256 blocks).
+ROWS_MIN_RUNS = 256 * 128
 #: Accumulators of one ``dw_nchw`` thread at most (rows per thread x planes per block).
 MAX_NCHW_OUTPUTS = 16
 GRID_YZ_LIMIT = 65535
