@@ -367,8 +367,19 @@ def test_splits_only_where_tiles_are_few_and_never_phased() -> None:
         many = _problem(direction, n=32, c=64, k=64, in_spatial=(56, 56))
         assert {c["split"] for c in solver.perf_config_space(ctx, few)} > {1}
         assert {c["split"] for c in solver.perf_config_space(ctx, many)} == {1}
-        for p in (few, many):  # not a default until measured on a GPU
-            assert solver.default_perf_config(ctx, p)["split"] == 1
+        # the default splits the few tiles into at most one program per SM
+        default = solver.default_perf_config(ctx, few)
+        programs = gemm_tiles(few, default["bm"], default["bn"])
+        assert default["split"] > 1
+        assert programs * default["split"] <= ctx.device.compute_units
+        same_tile = [
+            c["split"]
+            for c in solver.perf_config_space(ctx, few)
+            if all(c[k] == default[k] for k in ("bm", "bn", "bk", "warps", "stages"))
+            and programs * c["split"] <= ctx.device.compute_units
+        ]
+        assert default["split"] == max(same_tile)  # the most shares within the budget
+        assert solver.default_perf_config(ctx, many)["split"] == 1
         for cfg in solver.perf_config_space(ctx, few):
             assert cfg["split"] == 1 or (
                 gemm_tiles(few, cfg["bm"], cfg["bn"]) <= GEMM_SPLIT_FILL * ctx.device.compute_units

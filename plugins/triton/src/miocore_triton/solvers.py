@@ -33,12 +33,15 @@ from miocore import (
     not_applicable,
 )
 from miocore_triton.geometry import (
+    BIG_TILE_ROW_FILL,
     BIG_TILE_WAVES,
     CONFIG_KEYS,
     GEMM_MIN_ITERATIONS,
     GEMM_PROGRAMS_PER_SM,
+    GEMM_SPLIT_DEFAULT_PROGRAMS_PER_SM,
     GEMM_SPLIT_FILL,
     GEMM_TILES,
+    IMAGE_BIG_TILE_WAVES,
     IMAGE_FWD_TILES,
     MAX_PARTIALS,
     MAX_REACH,
@@ -63,6 +66,7 @@ from miocore_triton.geometry import (
     pow2_at_least,
     reach,
     reduction_channels,
+    row_fill,
     shared_estimate,
     split_iterations,
     splits_gemm,
@@ -229,17 +233,35 @@ class TritonConvSolver(TunableSolver):
             )
         ]
 
+    @staticmethod
+    def _default_split(p: ConvProblem, space: list[PerfConfig], tile: Tile, sms: int) -> PerfConfig:
+        """Forward's and backward data's configuration of ``tile``: unsplit, or where its
+        programs fill at most ``GEMM_SPLIT_FILL`` of the SMs, the most shares of the space
+        that keep at most ``GEMM_SPLIT_DEFAULT_PROGRAMS_PER_SM`` programs per SM."""
+        same_tile = [cfg for cfg in space if tile_of(cfg) == tile]
+        if not same_tile:
+            return space[0]
+        programs = gemm_tiles(p, tile.bm, tile.bn)
+        if programs > GEMM_SPLIT_FILL * sms:
+            return same_tile[0]
+        budget = GEMM_SPLIT_DEFAULT_PROGRAMS_PER_SM * sms
+        fitting = [cfg for cfg in same_tile if programs * cfg["split"] <= budget]
+        return max(fitting or same_tile[:1], key=lambda cfg: cfg["split"])
+
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
         """The direction's first tile fitted to the problem (measured on ResNet-50, see
         :mod:`miocore_triton.geometry`), or a larger one where the problem has the work for
         it: forward and backward data take the largest tile that still launches
-        ``BIG_TILE_WAVES`` programs per SM, backward weights the largest whose rows and
-        columns K and C fill. Backward weights then splits its reduction into the most shares
-        (up to 64) that keep at most 3 programs per SM and 8 slices per share.
+        ``BIG_TILE_WAVES`` programs per SM (``IMAGE_BIG_TILE_WAVES`` with row tiles inside
+        one image, whose rows it must fill about as well as the first tile), then split their
+        reduction where that tile leaves most SMs idle (:meth:`_default_split`); backward
+        weights the largest whose rows and columns K and C fill, then splits its reduction
+        into the most shares (up to 64) that keep at most 3 programs per SM and 8 slices per
+        share.
 
-        The larger tiles (not for TF32, nor for channels-first outputs, whose first tiles were
-        fitted apart) were measured on the 3-D U-Net's layers (fp16, H100): the first
-        tile ran 20% (forward, backward data) and 26% (backward weights) behind each layer's
+        The larger tiles (TF32 only in image tiles) were measured on the 3-D U-Net's layers
+        (fp16, H100, channels-last; in NCDHW on an H200, see ``IMAGE_BIG_TILE_WAVES``): the
+        first tile ran 20% (forward, backward data) and 26% (backward weights) behind each layer's
         best on average, the larger ones 10% and 11%; on ResNet-50 and VGG-16 they moved
         forward 5.7 → 6.3%, backward data 7.5 → 5.5%, backward weights 6.9 → 5.8%
         (``benchmarks/results/gpu_h100_triton_fp16_unet3d.json``)."""
@@ -251,15 +273,24 @@ class TritonConvSolver(TunableSolver):
         first = tile_of(space[0])
         tiles = sorted({tile_of(c) for c in space}, key=lambda t: (-t.bm * t.bn, -t.bk, t.warps))
         larger = [t for t in tiles if t.bm * t.bn > first.bm * first.bn]
-        if p.dtype is DataType.FLOAT32:
-            larger = []  # measured on fp16 only; TF32 keeps its fitted first tiles
+        if p.dtype is DataType.FLOAT32 and not image_tiles(p):
+            # TF32 channels-last keeps its fitted first tiles (the larger ones' rule took its
+            # ResNet-50 defaults from 1.02x the best's time to 1.05x); in image tiles the
+            # larger ones pay as in fp16 (U-Net NCDHW 1.09x -> 1.04x, ResNet-50's NCHW 1x1
+            # layers 1.14x -> 1.04x; H200)
+            larger = []
         if self.direction is not Direction.BACKWARD_WEIGHTS:
-            if image_tiles(p):
-                larger = []  # channels-first outputs have their own first tile
-            for t in larger:
-                if gemm_tiles(p, t.bm, t.bn) >= BIG_TILE_WAVES * sms:
-                    return config(t)
-            return space[0]
+            waves = IMAGE_BIG_TILE_WAVES if image_tiles(p) else BIG_TILE_WAVES
+            fill = BIG_TILE_ROW_FILL * row_fill(p, first.bm)
+            tile = next(
+                (
+                    t
+                    for t in larger
+                    if gemm_tiles(p, t.bm, t.bn) >= waves * sms and row_fill(p, t.bm) >= fill
+                ),
+                first,
+            )
+            return self._default_split(p, space, tile, sms)
         k, c = p.w.lengths[0], wrw_columns(p)
         first = next((t for t in larger if t.bm <= k and t.bn <= c), first)
         same_tile = [cfg for cfg in space if tile_of(cfg) == first]
@@ -351,6 +382,9 @@ class TritonForward(TritonConvSolver):
 
     name = "triton.igemm_fwd"
     direction = Direction.FORWARD
+    #: 1: larger tiles in channels-first outputs' image tiles, and split reductions where
+    #: the tiles are few, by default (2026-11-28).
+    revision = 1
 
 
 class TritonBackwardData(TritonConvSolver):
@@ -358,8 +392,9 @@ class TritonBackwardData(TritonConvSolver):
 
     name = "triton.igemm_bwd"
     direction = Direction.BACKWARD_DATA
-    #: 1: strided 1x1 layers into a channels-first dx spread their results (``spreads``).
-    revision = 1
+    #: 1: strided 1x1 layers into a channels-first dx spread their results (``spreads``);
+    #: 2: the forward's new defaults (larger image tiles, split reductions; 2026-11-28).
+    revision = 2
 
 
 class TritonBackwardWeights(TritonConvSolver):
