@@ -92,7 +92,9 @@ def _run(make, tmp: Path, problem: miocore.ConvProblem, cfg, inputs, shift: int)
 
 CASES = [  # direction, c, mult, spatial, filter, pads, strides, dilations
     ("forward", 3, 1, (9, 16), (3, 3), (1, 1), (1, 1), (1, 1)),  # whole chunks (16-bit, fp32)
-    ("forward", 3, 1, (7, 14), (3, 3), (1, 1), (1, 1), (1, 1)),  # whole chunks in fp32 only
+    ("forward", 3, 1, (7, 14), (3, 3), (1, 1), (1, 1), (1, 1)),  # 16-bit: 4-byte chunks
+    ("forward", 2, 1, (5, 10), (5, 5), (2, 1), (1, 1), (1, 1)),  # 4-byte, odd padding
+    ("forward", 2, 1, (5, 7), (3, 3), (1, 1), (1, 1), (1, 1)),  # no whole chunks at all
     ("forward", 2, 2, (8, 24), (5, 5), (2, 3), (2, 2), (1, 1)),  # multiplier, odd padding
     ("forward", 2, 1, (11, 20), (3, 3), (2, 2), (1, 1), (2, 2)),  # dilation
     ("backward_data", 2, 3, (8, 12), (3, 3), (1, 1), (1, 1), (1, 1)),  # several dy planes
@@ -125,3 +127,20 @@ def test_rows_kernel_on_the_host_matches_reference(build, tmp_path: Path, dtype:
                 assert np.isfinite(err) and err <= tol, (problem.key, dict(cfg), shift, err)
                 checked += 1
     assert checked == 4 * len(CASES)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "width", "chunk"),
+    [("float16", 16, 4), ("float16", 14, 2), ("bfloat16", 10, 2), ("float16", 7, 4),
+     ("float32", 14, 2), ("float32", 7, 2)],
+)  # fmt: skip
+def test_rows_chunks_are_as_wide_as_the_rows_allow(dtype: str, width: int, chunk: int) -> None:
+    problem = miocore.ConvProblem.from_sizes(
+        "forward", n=2, c=4, k=4, in_spatial=(6, width), filter_spatial=(3, 3), pads=(1, 1),
+        groups=4, dtype=dtype, layout="NCHW",
+    ).canonical  # fmt: skip
+    assert geo.rows_chunk(problem) == chunk
+    (kernel,) = dw.GpuDepthwiseSolver().get_solution(
+        _ctx(), problem, miocore.PerfConfig(ox=4, oy=2)
+    ).kernels
+    assert f"-DMIO_NV={chunk}" in kernel.options and f"-DMIO_PWM={1 % chunk}" in kernel.options

@@ -220,7 +220,7 @@ class GpuDepthwiseSolver(TunableSolver):
         if kind == "nchw" and is_rows(cfg):
             runs, groups, items = rows_items(p, cfg)
             fields.update(tiles_w=runs, tiles=groups, items=items)
-            chunk = max(1, geometry.NCHW_CHUNK_BYTES // esize(p))
+            chunk = geometry.rows_chunk(p)
             opts = (*base_opts, f"-DMIO_OX={cfg['ox']}", f"-DMIO_OY={cfg['oy']}")
             if chunk > 1:  # the window's start inside its first chunk
                 opts = (*opts, f"-DMIO_NV={chunk}", f"-DMIO_PWM={pads[2] % chunk}")

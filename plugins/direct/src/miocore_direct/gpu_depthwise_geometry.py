@@ -255,5 +255,16 @@ def rows_window(p: ConvProblem, ox: int) -> int:
     return (ox - 1) * s["s"][2] + (s["f"][2] - 1) * s["d"][2] + 1
 
 
+def rows_chunk(p: ConvProblem) -> int:
+    """Elements per chunk ``dw_nchw_rows`` loads: ``NCHW_CHUNK_BYTES`` worth, or half that
+    where the read tensor's rows are not a whole number of those but are of half (16-bit
+    rows of 14 elements: 4-byte loads instead of one element at a time); 1: none."""
+    chunk = NCHW_CHUNK_BYTES // esize(p)
+    width = role(p)[0].lengths[-1]
+    if chunk > 2 and width % chunk and width % (chunk // 2) == 0:
+        chunk //= 2
+    return max(1, chunk)
+
+
 def is_rows(cfg: PerfConfig) -> bool:
     return "ox" in cfg

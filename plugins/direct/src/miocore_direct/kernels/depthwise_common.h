@@ -234,16 +234,20 @@ MIO_DEVICE bool mio_nchw_chunked(const mio_t* a, const MioTensor5& t) {
          ((unsigned long long)a) % (MIO_NV * MIO_ESIZE) == 0;
 }
 
-// Columns col .. col + MIO_NV - 1 of a row of aw elements as floats: one aligned 8-byte load
-// where the chunk lies inside the row, else element by element with zeros outside it.
+// Columns col .. col + MIO_NV - 1 of a row of aw elements as floats: one aligned 8-byte (or
+// 4-byte: 16-bit rows of a width that is even but not a multiple of 4) load where the chunk
+// lies inside the row, else element by element with zeros outside it.
 MIO_DEVICE void mio_load_chunk(const mio_t* row, int col, int aw, float* v) {
   if (col >= 0 && col + MIO_NV <= aw) {
 #if MIO_NV * MIO_ESIZE == 8
     const uint2 q = *(const uint2*)(row + col);
     const unsigned int u[2] = {q.x, q.y};
     mio_unpack(u, 2, v);
+#elif MIO_NV * MIO_ESIZE == 4
+    const unsigned int u[1] = {*(const unsigned int*)(row + col)};
+    mio_unpack(u, 1, v);
 #else
-#error "MIO_NV: 8-byte chunks only"
+#error "MIO_NV: 8-byte or 4-byte chunks only"
 #endif
   } else {
 #pragma unroll

@@ -1,7 +1,8 @@
 // direct.gpu_depthwise: NCHW depthwise forward, and backward data at stride 1 (a forward
 // convolution of dy with the flipped filter), from registers. Each thread computes a run of
 // MIO_OX outputs along a row for MIO_OY rows of one plane: it loads the input rows those
-// outputs read straight into registers (aligned 8-byte chunks where the tensor allows), so
+// outputs read straight into registers (aligned 8-byte chunks where the tensor allows, 4-byte
+// ones on 16-bit rows of a width that is even but not a multiple of 4), so
 // there is no shared memory and no barrier, and every load of a thread is independent of its
 // others (many in flight). 2-D only; strided backward data keeps dw_nchw's gather.
 //
@@ -124,12 +125,16 @@ MIO_KERNEL void dw_nchw_rows(const mio_t* __restrict__ a, const mio_t* __restric
       mio_t* row = out + oh * p.b.stride[3];
 #if MIO_NV > 1
       if (chunked_out && ow0 + MIO_OX <= bw) {
-        constexpr int per = 4 / MIO_ESIZE;  // elements per 32-bit word
 #pragma unroll
         for (int k = 0; k < MIO_OX / MIO_NV; ++k) {
           const float* vals = &acc[q][k * MIO_NV];
+#if MIO_NV * MIO_ESIZE == 8
+          constexpr int per = 4 / MIO_ESIZE;  // elements per 32-bit word
           *(uint2*)(row + ow0 + k * MIO_NV) =
               make_uint2(mio_pack_word(vals), mio_pack_word(vals + per));
+#else
+          *(unsigned int*)(row + ow0 + k * MIO_NV) = mio_pack_word(vals);
+#endif
         }
         continue;
       }
