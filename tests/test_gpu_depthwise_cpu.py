@@ -189,10 +189,11 @@ def test_nchw_stages_rows_in_eight_byte_chunks(
 ) -> None:
     s = dw.GpuDepthwiseSolver()
     p = _problem(layout="NCHW", dtype=dtype).canonical
-    (kernel,) = s.get_solution(_ctx(), p).kernels
-    assert f"-DMIO_NV={chunk}" in kernel.options
+    tile = next(c for c in s.perf_config_space(_ctx(), p) if "tw" in c)  # dw_nchw's
+    (kernel,) = s.get_solution(_ctx(), p, tile).kernels
+    assert kernel.kernel_name == "dw_nchw" and f"-DMIO_NV={chunk}" in kernel.options
     monkeypatch.setattr(geo, "NCHW_CHUNK_BYTES", 0)  # element by element, as before
-    (kernel,) = s.get_solution(_ctx(), p).kernels
+    (kernel,) = s.get_solution(_ctx(), p, tile).kernels
     assert not any(o.startswith("-DMIO_NV") for o in kernel.options)
 
 

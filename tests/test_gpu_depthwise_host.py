@@ -140,7 +140,9 @@ def test_rows_chunks_are_as_wide_as_the_rows_allow(dtype: str, width: int, chunk
         groups=4, dtype=dtype, layout="NCHW",
     ).canonical  # fmt: skip
     assert geo.rows_chunk(problem) == chunk
-    (kernel,) = dw.GpuDepthwiseSolver().get_solution(
-        _ctx(), problem, miocore.PerfConfig(ox=4, oy=2)
-    ).kernels
+    (kernel,) = (
+        dw.GpuDepthwiseSolver()
+        .get_solution(_ctx(), problem, miocore.PerfConfig(ox=4, oy=2))
+        .kernels
+    )
     assert f"-DMIO_NV={chunk}" in kernel.options and f"-DMIO_PWM={1 % chunk}" in kernel.options
