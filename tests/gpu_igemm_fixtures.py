@@ -69,7 +69,8 @@ def shape_problem(
     direction: str, shape: tuple, dtype: str, unit_strides: bool = False
 ) -> miocore.ConvProblem:
     """A channels-last problem from an edge-shape row ``(n, c, k, hw, filter, pads, strides,
-    dilations)``; ``unit_strides`` drops the row's strides (stride-1-only directions)."""
+    dilations)`` (2-D or 3-D: ``hw`` of two or three sizes); ``unit_strides`` drops the row's
+    strides (stride-1-only directions)."""
     n, c, k, hw, f, pads, strides, dils = shape
     return miocore.ConvProblem.from_sizes(
         direction,
@@ -82,7 +83,7 @@ def shape_problem(
         strides=(1,) * len(hw) if unit_strides else strides,
         dilations=dils,
         dtype=dtype,
-        layout="NHWC",
+        layout="NDHWC" if len(hw) == 3 else "NHWC",
     )
 
 

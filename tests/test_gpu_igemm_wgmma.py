@@ -10,7 +10,8 @@ written tensor is poisoned with NaN first; tolerance ``miocore.testing.TOLERANCE
 every configuration of the search space (tiles, depths, pixel boxes, persistence, clusters) on
 shapes chosen for their edges: boxes spanning images, K not a multiple of the tile, strides
 and dilations, a 1x1 filter, pads past the taps (backward data's padding goes negative), a
-small layer with a long reduction (split-K).
+small layer with a long reduction (split-K). 3-D problems the same way: every configuration
+on edge shapes, and NCDHW tensors through the folded copies.
 """
 
 from __future__ import annotations
@@ -105,6 +106,64 @@ def test_wgmma_every_config(dtype: str, shape: int, direction: str) -> None:
     run_configs(
         h, name, problem, configs, (), name == TF32, lambda _p, _c: 0, truncated=name == TF32
     )
+
+
+_SHAPES_3D = (
+    # n, c, k, dhw, filter, pads, strides, dilations
+    (2, 64, 96, (5, 6, 7), (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1)),
+    (2, 72, 40, (6, 9, 7), (3, 1, 3), (0, 0, 1), (2, 1, 2), (2, 1, 1)),  # strides, dilation
+    (1, 64, 130, (4, 4, 4), (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1)),  # K tail, deep boxes
+    (3, 128, 64, (4, 5, 3), (1, 1, 1), (0, 0, 0), (1, 1, 1), (1, 1, 1)),  # 1x1x1
+    (2, 256, 136, (4, 4, 4), (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1)),  # split-K
+)
+
+
+@pytest.mark.parametrize("direction", ("forward", "backward_data"))
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16", "float32"))
+@pytest.mark.parametrize("shape", range(len(_SHAPES_3D)))
+def test_wgmma_3d_every_config(
+    dtype: str, shape: int, direction: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """3-D problems (``MIO_3D``: a depth in the pixel box, the tensor map and the taps), every
+    configuration of the space against the float64 reference."""
+    monkeypatch.setenv("MIOCORE_WGMMA_3D", "1")
+    name = _solver(dtype)
+    h = _handle(name)
+    problem = shape_problem(
+        direction, _SHAPES_3D[shape], dtype, unit_strides=direction == "backward_data"
+    )
+    solver = h.registry.get(name).solver
+    applies = solver.is_applicable(h.context, problem.canonical)
+    assert applies, applies.reason
+    configs = list(solver.perf_config_space(h.context, problem.canonical))
+    assert configs and all("td" in c for c in configs)
+    if shape == len(_SHAPES_3D) - 1:
+        assert {c["split"] for c in configs} >= {1, 2}
+    run_configs(
+        h, name, problem, configs, (), name == TF32, lambda _p, _c: 0, truncated=name == TF32
+    )
+
+
+@pytest.mark.parametrize("direction", ("forward", "backward_data"))
+@pytest.mark.parametrize("dtype", ("float16", "float32"))
+def test_wgmma_3d_channels_first_through_folded_copies(
+    dtype: str, direction: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NCDHW tensors copied to channels-last with depth and rows folded, the default
+    configuration, the 3-D U-Net's 3x3x3 shape at small sizes."""
+    monkeypatch.setenv("MIOCORE_WGMMA_3D", "1")
+    name = _solver(dtype)
+    h = _handle(name)
+
+    def layer(n: int, c: int, k: int, dhw: tuple[int, int, int]) -> miocore.ConvProblem:
+        return miocore.ConvProblem.from_sizes(
+            direction, n=n, c=c, k=k, in_spatial=dhw, filter_spatial=(3, 3, 3),
+            pads=(1, 1, 1), dtype=dtype, layout="NCDHW",
+        )  # fmt: skip
+
+    problems = [layer(2, 64, 64, (8, 8, 8)), layer(1, 128, 64, (6, 10, 12))]
+    assert all(operands.staged(p.canonical) for p in problems)
+    assert_all_match(h, name, problems, tf32=name == TF32, truncated=name == TF32)
 
 
 def test_normal_find_measures_it() -> None:

@@ -39,6 +39,16 @@ def _problem(**kw) -> miocore.ConvProblem:
     return miocore.ConvProblem.from_sizes(direction, **args)
 
 
+def _problem3d(**kw) -> miocore.ConvProblem:
+    args = dict(
+        n=2, c=64, k=64, in_spatial=(5, 6, 7), filter_spatial=(3, 3, 3), pads=(1, 1, 1),
+        dtype="float16", layout="NDHWC",
+    )  # fmt: skip
+    direction = kw.pop("direction", "forward")
+    args.update(kw)
+    return miocore.ConvProblem.from_sizes(direction, **args)
+
+
 SOLVER = wgmma.GpuWgmmaSolver()
 
 
@@ -117,7 +127,7 @@ def test_split_k_where_the_tiles_leave_sms_idle() -> None:
     sol = SOLVER.get_solution(ctx, small, cfg)
     assert [k.kernel_name for k in sol.kernels] == [wgmma.KERNEL, wgmma.REDUCE_KERNEL]
     assert sol.workspace_size == cfg["split"] * 32 * 7 * 7 * 512 * 4
-    units = plan._tiles(plan.gemm_view(small), (cfg["tw"], cfg["th"], cfg["tn"]))
+    units = plan._tiles(plan.gemm_view(small), (cfg["tw"], cfg["th"], 1, cfg["tn"]))
     assert units * (512 // cfg["bn"]) * cfg["split"] <= 132
     big = _problem(n=32, c=256, k=256, in_spatial=(56, 56)).canonical
     assert SOLVER.default_perf_config(ctx, big)["split"] == 1
@@ -134,10 +144,11 @@ def test_pixel_boxes_cover_the_output_in_few_tiles(n: int, hw: int) -> None:
     assert boxes
     oh, ow = p.out_spatial
     lower = math.ceil(n * oh * ow / plan.ROWS)
-    for tw, th, tn in boxes:
+    for tw, th, td, tn in boxes:
+        assert td == 1  # 2-D: no depth
         assert 1 <= tw * th * tn <= plan.ROWS
         assert tw <= ow and th <= oh and tn <= n
-        assert plan._tiles(v, (tw, th, tn)) >= lower
+        assert plan._tiles(v, (tw, th, td, tn)) >= lower
     best = plan._tiles(v, boxes[0])
     assert [plan._tiles(v, b) for b in boxes] == sorted(plan._tiles(v, b) for b in boxes)
     # the rectangles a layer of ResNet-50 or VGG-16 needs waste at most an eighth of a tile's rows
@@ -209,13 +220,12 @@ def test_narrow_layers_take_narrower_tiles_or_split_k_to_fill_the_device() -> No
     many = SOLVER.default_perf_config(ctx, large)
     assert few["bn"] < 256 and few["split"] > 1 and many["split"] == 1
     v = plan.gemm_view(small)
-    units = plan._tiles(v, (few["tw"], few["th"], few["tn"])) * math.ceil(512 / few["bn"])
+    units = plan._tiles(v, (few["tw"], few["th"], 1, few["tn"])) * math.ceil(512 / few["bn"])
     assert units * few["split"] >= 66  # at least half the SMs busy
 
 
-def test_geometry_struct_matches_the_kernel() -> None:
-    source = (wgmma.KERNEL_DIR / "igemm_wgmma.cu").read_text()
-    body = re.search(r"struct MioWgmmaGeom \{(.*?)\};", source, re.S).group(1)
+def _struct_format(body: str) -> str:
+    """A C struct body's ints then long longs as a ``struct`` format (ints first: no padding)."""
     ints = longs = 0
     for line in body.splitlines():
         decl = line.split("//")[0].strip()
@@ -229,7 +239,87 @@ def test_geometry_struct_matches_the_kernel() -> None:
         else:
             assert kind == "ll", decl
             longs += count
-    assert wgmma._GEOMETRY.format == f"<{ints}i{longs}q"
+    return f"<{ints}i{longs if longs != 1 else ''}q"
+
+
+@pytest.mark.parametrize(
+    ("name", "flat", "depth"),
+    [("MioWgmmaGeom", "_GEOMETRY", "_GEOMETRY_3D"), ("MioFlipGeom", "_FLIP", "_FLIP_3D")],
+)
+def test_geometry_struct_matches_the_kernel(name: str, flat: str, depth: str) -> None:
+    source = (wgmma.KERNEL_DIR / "igemm_wgmma.cu").read_text()
+    body = re.search(rf"struct {name} \{{(.*?)\}};", source, re.S).group(1)
+    plain, three, rest = re.match(r"(.*?)#if MIO_3D\n(.*?)#endif\n(.*)", body, re.S).groups()
+    assert not rest.strip()  # the depth fields come last: the 2-D layout is unchanged
+    assert getattr(wgmma, flat).format == _struct_format(plain)
+    assert getattr(wgmma, depth).format == _struct_format(three)
+    # the 2-D part ends on an 8-byte boundary: the depth fields start where the host puts them
+    assert getattr(wgmma, flat).size % 8 == 0
+
+
+def test_three_d_waits_for_its_switch() -> None:
+    reason = SOLVER.is_applicable(_ctx(), _problem3d().canonical).reason
+    assert wgmma.THREE_D_SWITCH in reason and "not yet run" in reason
+
+
+def test_three_d_problems_take_a_depth_in_the_box_and_the_taps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(wgmma.THREE_D_SWITCH, "1")
+    ctx = _ctx()
+    for direction in ("forward", "backward_data"):
+        p = _problem3d(direction=direction, n=2, c=64, k=128, in_spatial=(8, 8, 8)).canonical
+        assert SOLVER.is_applicable(ctx, p), SOLVER.is_applicable(ctx, p).reason
+        v = plan.gemm_view(p)
+        assert v.three and v.taps == 27 and v.slices == 27 * (v.c // 64)
+        space = SOLVER.perf_config_space(ctx, p)
+        assert space and all("td" in c for c in space)
+        default = SOLVER.default_perf_config(ctx, p)
+        assert default in space and SOLVER.is_valid_perf_config(ctx, p, default)
+        box = (default["tw"], default["th"], default["td"], default["tn"])
+        assert math.prod(box) <= default["bm"] and default["td"] > 1  # 8x8 planes: boxes deep
+        sol = SOLVER.get_solution(ctx, p, default)
+        main = sol.kernels[-1] if default["split"] == 1 else sol.kernels[-2]
+        assert main.kernel_name == wgmma.KERNEL and "-DMIO_3D=1" in main.options
+        if direction == "backward_data":
+            assert "-DMIO_B_MN=1" in main.options  # a packed KTRSC filter is read as it is
+        # without a depth, a 3-D config is not a 2-D problem's, and the reverse
+        flat = _problem(direction=direction).canonical
+        assert not SOLVER.is_valid_perf_config(ctx, flat, default)
+        assert not SOLVER.is_valid_perf_config(ctx, p, SOLVER.default_perf_config(ctx, flat))
+    # the 2-D kernels are built as before: no MIO_3D
+    (kernel,) = SOLVER.get_solution(ctx, _problem().canonical).kernels
+    assert not any(o.startswith("-DMIO_3D") for o in kernel.options)
+    # strided backward data in any dimension is declined, as in 2-D
+    strided = _problem3d(direction="backward_data", strides=(2, 1, 1)).canonical
+    assert "stride 1 only" in SOLVER.is_applicable(ctx, strided).reason
+
+
+def test_three_d_channels_first_tensors_are_copied_through_folded_planes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(wgmma.THREE_D_SWITCH, "1")
+    ctx = _ctx()
+    p = _problem3d(layout="NCDHW", in_spatial=(4, 6, 10)).canonical
+    assert SOLVER.is_applicable(ctx, p)
+    assert operands.staged(p) == ("x", "w", "y")
+    sol = SOLVER.get_solution(ctx, p)
+    names = [k.kernel_name for k in sol.kernels]
+    assert names.count(layout.KERNEL) == 3
+    copy = layout.stage(p.x, "x", True, 0, "-DMIO_DTYPE_FP16")
+    n, c, pixels, w, to_nhwc, sn, sc, sh, sw = layout._GEOMETRY.unpack(copy.geometry)
+    # depth and rows folded: 4 x 6 rows of 10, the row stride the tensor's
+    assert (n, c, pixels, w, sh, sw) == (2, 64, 4 * 6 * 10, 10, 10, 1) and to_nhwc
+    assert (sn, sc) == (64 * 240, 240)
+    flipped = 64 * 64 * 27 * 2
+    bwd = _problem3d(direction="backward_data", layout="NDHWC", dtype="float32").canonical
+    tf32 = wgmma.GpuWgmmaTf32Solver()
+    tctx = _ctx(math_mode="tf32")
+    assert tf32.is_applicable(tctx, bwd)
+    sol = tf32.get_solution(tctx, bwd)
+    assert sol.kernels[0].kernel_name == wgmma.FLIP_KERNEL
+    assert sol.kernels[0].grid[2] == 27  # one z block per tap
+    assert operands.flipped_filter_bytes(bwd) == flipped * 2
 
 
 def test_solution_kernel_and_launch_shape() -> None:
@@ -241,7 +331,7 @@ def test_solution_kernel_and_launch_shape() -> None:
     assert kernel.block == (wgmma.THREADS,)
     assert "--gpu-architecture=sm_90a" in kernel.options
     assert f"-DMIO_BN={cfg['bn']}" in kernel.options
-    box = (cfg["tw"], cfg["th"], cfg["tn"])
+    box = (cfg["tw"], cfg["th"], 1, cfg["tn"])
     tiles = plan._tiles(plan.gemm_view(p), box) * math.ceil(256 / cfg["bn"])
     assert tiles > 132 and cfg["persist"] == 1
     assert kernel.grid == (132,)  # persistent: one block per SM walks the tiles
@@ -274,12 +364,7 @@ def test_estimates_only_what_it_computes() -> None:
     assert SOLVER.wti(ctx, _problem().canonical) > 0
     assert SOLVER.wti(ctx, _problem(direction="backward_data").canonical) > 0
     assert SOLVER.wti(ctx, _problem(direction="backward_weights").canonical) == -1.0
-    three_d = miocore.ConvProblem.from_sizes(
-        "forward", n=2, c=64, k=64, in_spatial=(5, 6, 7), filter_spatial=(3, 3, 3),
-        pads=(1, 1, 1), dtype="float16", layout="NDHWC",
-    ).canonical  # fmt: skip
-    assert SOLVER.wti(ctx, three_d) == -1.0 and not SOLVER.is_applicable(ctx, three_d)
-    assert SOLVER.workspace_size(ctx, three_d) == 0
+    assert SOLVER.wti(ctx, _problem3d().canonical) > 0  # 3-D: the same kernel, MIO_3D
 
 
 TF32 = wgmma.GpuWgmmaTf32Solver()

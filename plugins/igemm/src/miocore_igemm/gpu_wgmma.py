@@ -1,6 +1,6 @@
 """``igemm.gpu_wgmma``: convolution on Hopper's warpgroup tensor cores (sm_90), fed by the
-tensor memory accelerator; forward and stride-1 backward data, fp16/bf16, channels-last, fp32
-accumulation.
+tensor memory accelerator; forward and stride-1 backward data, 2-D and 3-D, fp16/bf16,
+channels-last, fp32 accumulation.
 
 ``kernels/igemm_wgmma.cu`` computes a tile of ``bm`` output pixels by ``bn`` output channels
 per block. The pixels are a box of ``tn`` images x ``th`` rows x ``tw`` columns, so that for
@@ -16,6 +16,10 @@ stores, which is what the layers with few 64-channel slices per tile lacked).
 Backward data of a stride-1 layer is the same kernel on a forward problem: dx = conv(dy, w')
 with w'[c, r, s, k] = w[k, R-1-r, S-1-s, c] (written into the workspace by a small kernel
 first), padding ``dilation x (R - 1) - pad`` and the layer's dilation.
+
+3-D problems run the same kernel built with ``MIO_3D`` (a depth in the pixel box, a 5-D
+tensor map, taps over depth too), offered only with ``MIOCORE_WGMMA_3D=1`` until its GPU
+tests have run (:data:`THREE_D_SWITCH`).
 
 Every size, and the pixel box, is a run-time argument; only the tile, depth, cluster size and
 element type are compiled in, so one binary serves every problem (the solver is dynamic: the
@@ -40,6 +44,7 @@ from miocore import (
     InvokeParams,
     KernelInfo,
     PerfConfig,
+    env,
     not_applicable,
 )
 from miocore_igemm.gpu_common import KERNEL_DIR as KERNEL_DIR
@@ -72,6 +77,7 @@ from miocore_igemm.gpu_wgmma_plan import (
     _sms,
     _splits,
     _tiles,
+    box_config,
     gemm_view,
     pixel_boxes,
     ranked,
@@ -96,8 +102,13 @@ _FLIP_FACTOR = 0.85
 _FIXED_MS = 0.008
 _KEYS = ("bm", "bn", "stages", "tw", "th", "tn", "persist", "cluster", "split", "pingpong")
 _GEOMETRY = struct.Struct("<20i4q")
+_GEOMETRY_3D = struct.Struct("<8iq")  # MioWgmmaGeom's depth fields, after the 2-D ones
 _FLIP = struct.Struct("<4i4q")  # the flip kernel's MioFlipGeom
+_FLIP_3D = struct.Struct("<2iq")
 _MAPS_KEPT = 64
+#: 3-D problems (``MIO_3D``) are offered only with this switch on until the GPU tests of the
+#: 3-D kernels (tests/test_gpu_igemm_wgmma.py, which set it) have passed on an sm_90 device.
+THREE_D_SWITCH = "MIOCORE_WGMMA_3D"
 
 
 class GpuWgmmaSolver(MmaSolverBase):
@@ -112,7 +123,7 @@ class GpuWgmmaSolver(MmaSolverBase):
     # -- applicability -----------------------------------------------------------------------
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
-        """2-D forward or stride-1 backward data, one group, fp16/bf16, the read activation's
+        """2-D or 3-D forward or stride-1 backward data, one group, fp16/bf16, the read activation's
         channels a multiple of 8 and the written one's even, sm_90. Tensors in any layout:
         those the kernel cannot take as they lie (channels not innermost, strides not
         multiples of 16 bytes) are copied through the workspace (:func:`staged`)."""
@@ -129,10 +140,15 @@ class GpuWgmmaSolver(MmaSolverBase):
             return not_applicable(
                 f"{p.direction.value}: this kernel computes forward and backward data"
             )
-        if p.direction is Direction.BACKWARD_DATA and p.conv.strides != (1, 1):
+        if p.direction is Direction.BACKWARD_DATA and max(p.conv.strides) != 1:
             return not_applicable(f"backward data with stride {p.conv.strides}: stride 1 only")
-        if p.spatial_dims != 2:
-            return not_applicable(f"{p.spatial_dims}-D problem: the kernel is 2-D only")
+        if p.spatial_dims not in (2, 3):
+            return not_applicable(f"{p.spatial_dims}-D problem: the kernel is 2-D and 3-D")
+        if p.spatial_dims == 3 and not env.flag(THREE_D_SWITCH, False):
+            return not_applicable(
+                f"3-D: built and checked without a GPU, not yet run on one; {THREE_D_SWITCH}=1 "
+                "enables it"
+            )
         if p.groups != 1:
             return not_applicable(f"{p.groups} groups: the kernel computes one")
         reason = layout_reason(p)
@@ -152,7 +168,10 @@ class GpuWgmmaSolver(MmaSolverBase):
         """Tiles no wider than K needs x their pipeline depths x the three pixel boxes that
         cover the output in the fewest tiles x persistent or one tile per block."""
         p = problem
-        if p.spatial_dims != 2 or p.direction not in (Direction.FORWARD, Direction.BACKWARD_DATA):
+        if p.spatial_dims not in (2, 3) or p.direction not in (
+            Direction.FORWARD,
+            Direction.BACKWARD_DATA,
+        ):
             return []
         v = gemm_view(p)
         widest = max(64, 1 << max(0, (v.k - 1).bit_length()))
@@ -167,13 +186,12 @@ class GpuWgmmaSolver(MmaSolverBase):
                     depths, (1,) if pingpong else (1, 0), (2, 1), splits
                 ):
                     out.append(
-                        PerfConfig(
+                        box_config(
+                            v,
+                            box,
                             bm=bm,
                             bn=bn,
                             stages=stages,
-                            tw=box[0],
-                            th=box[1],
-                            tn=box[2],
                             persist=persist,
                             cluster=cluster,
                             split=split,
@@ -184,7 +202,7 @@ class GpuWgmmaSolver(MmaSolverBase):
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
         """The tile, box and split-K the cost model expects fastest (see :func:`ranked`)."""
-        if problem.spatial_dims != 2:  # declined anyway: any valid config
+        if problem.spatial_dims not in (2, 3):  # declined anyway: any valid config
             return PerfConfig(
                 bm=128, bn=128, stages=6, tw=16, th=8, tn=1, persist=1, cluster=1, split=1,
                 pingpong=0,
@@ -197,7 +215,7 @@ class GpuWgmmaSolver(MmaSolverBase):
         but not always first (VGG-16's conv4_2: 64 x 256 ping-pong 1.2x faster than the
         128 x 128 it puts first); the binaries are the default's kind, compiled once per
         machine, so each costs the find a few runs of the kernel."""
-        if problem.spatial_dims != 2:
+        if problem.spatial_dims not in (2, 3):
             return []
         out: list[PerfConfig] = []
         tiles = set()
@@ -216,10 +234,13 @@ class GpuWgmmaSolver(MmaSolverBase):
         pixels within the TMA's limits; at least one slice per split-K part."""
         try:
             bm, bn, stages, tw, th, tn, persist, cluster, split, pingpong = _values(config)
+            td = int(config.get("td", 1))
         except (KeyError, TypeError, ValueError):
             return False
         p = problem
-        if p.spatial_dims != 2 or stages not in STAGES.get((bm, bn, pingpong), ()):
+        if p.spatial_dims not in (2, 3) or stages not in STAGES.get((bm, bn, pingpong), ()):
+            return False
+        if ("td" in config) != (p.spatial_dims == 3):  # a depth exactly where there is one
             return False
         if persist not in (0, 1) or cluster not in (1, 2) or split not in SPLITS:
             return False
@@ -228,12 +249,12 @@ class GpuWgmmaSolver(MmaSolverBase):
         v = gemm_view(p)
         if split > v.slices:
             return False
-        sh, sw = v.sh, v.sw
         return (
-            min(tw, th, tn) >= 1
-            and tw * th * tn <= bm
-            and tw * sw <= _MAX_BOX
-            and th * sh <= _MAX_BOX
+            min(tw, th, td, tn) >= 1
+            and tw * th * td * tn <= bm
+            and tw * v.sw <= _MAX_BOX
+            and th * v.sh <= _MAX_BOX
+            and td * v.sd <= _MAX_BOX
             and tn <= _MAX_BOX
         )
 
@@ -244,12 +265,12 @@ class GpuWgmmaSolver(MmaSolverBase):
         efficiency and the share of the tiles' rows and columns that are real work, plus the
         layout copies (each tensor read and written once, and a launch)."""
         p = problem
-        if p.spatial_dims != 2 or p.direction is Direction.BACKWARD_WEIGHTS:
+        if p.spatial_dims not in (2, 3) or p.direction is Direction.BACKWARD_WEIGHTS:
             return -1.0  # not this solver's: no estimate
         cfg = self.default_perf_config(ctx, p)
-        box = (cfg["tw"], cfg["th"], cfg["tn"])
+        box = (cfg["tw"], cfg["th"], cfg.get("td", 1), cfg["tn"])
         v = gemm_view(p)
-        fill = v.n * v.oh * v.ow / (_tiles(v, box) * cfg["bm"])
+        fill = v.n * v.pixels / (_tiles(v, box) * cfg["bm"])
         fill *= v.k / (_cdiv(v.k, cfg["bn"]) * cfg["bn"])
         fill *= v.c / (_cdiv(v.c, v.bk) * v.bk)
         slices = v.slices / cfg["split"]
@@ -269,7 +290,7 @@ class GpuWgmmaSolver(MmaSolverBase):
         copy; tensors copied to channels-last (:func:`staged`): their copies; split-K: the
         parts' fp32 sums."""
         p = problem
-        if p.spatial_dims != 2:
+        if p.spatial_dims not in (2, 3):
             return 0
         cfg = self._config(ctx, p, perf_config)
         return workspace(p, int(cfg["cluster"]), int(cfg["split"]))[2]
@@ -283,23 +304,27 @@ class GpuWgmmaSolver(MmaSolverBase):
         caller = problem
         cfg = self._config(ctx, caller, perf_config)
         bm, bn, stages, tw, th, tn, persist, cluster, split, pingpong = _values(cfg)
+        td = int(cfg.get("td", 1))
         copies, part_at, _ = workspace(caller, cluster, split)
         p = with_packed(caller, tuple(c.name for c in copies))  # what the kernels see
         v = gemm_view(p)
         flip = flips_filter(p, cluster)
         mn_filter = v.flip and not flip  # backward data on the filter as it is
-        tiles_q, tiles_p = _cdiv(v.ow, tw), _cdiv(v.oh, th)
-        dst = v.dst
+        tiles_q, tiles_p, tiles_d = _cdiv(v.ow, tw), _cdiv(v.oh, th), _cdiv(v.od, td)
+        dst = v.dst  # strides (n, c, [d,] h, w)
         steps = v.slices
-        slab = v.n * v.oh * v.ow * v.k
+        slab = v.n * v.pixels * v.k
         geometry = _GEOMETRY.pack(
             v.n, v.oh, v.ow, v.k, v.r, v.s, _cdiv(v.c, v.bk), v.sh, v.sw, v.ph, v.pw, v.dh, v.dw,
-            tw, th, tn, tiles_q, tiles_p, split, steps, dst[0], dst[2], dst[3], slab,
+            tw, th, tn, tiles_q, tiles_p, split, steps, dst[0], dst[-2], dst[-1], slab,
         )  # fmt: skip
+        if v.three:  # MioWgmmaGeom's depth fields (MIO_3D)
+            geometry += _GEOMETRY_3D.pack(v.od, v.t, v.sd, v.pd, v.dd, td, tiles_d, 0, dst[2])
         # A work unit: one tile per block of a cluster (consecutive pixel boxes, the same
         # channels), one part of its sum. Persistent: one block per SM walks the units
         # (shared memory allows one); ping-pong, its consumers take alternate units.
-        units = _cdiv(tiles_q * tiles_p * _cdiv(v.n, tn), cluster) * _cdiv(v.k, bn) * split
+        boxes = tiles_q * tiles_p * tiles_d * _cdiv(v.n, tn)
+        units = _cdiv(boxes, cluster) * _cdiv(v.k, bn) * split
         sms = max(1, ctx.device.compute_units)
         grid = (cluster * (min(units, sms // cluster) if persist else units),)
         options = (
@@ -310,23 +335,30 @@ class GpuWgmmaSolver(MmaSolverBase):
             f"-DMIO_CLUSTER={cluster}",
             f"-DMIO_PINGPONG={pingpong}",
             f"-DMIO_B_MN={int(mn_filter)}",
+            *(("-DMIO_3D=1",) if v.three else ()),
             "--gpu-architecture=sm_90a",  # wgmma and setmaxnreg: the arch-specific target
         )
         shared = stages * (bm + bn) * ROW_BYTES + 1024  # + alignment of the ring to 1 KiB
         item = p.dtype.itemsize
-        src = v.src
-        x_dims = (v.c, v.iw, v.ih, v.n)
-        x_strides = (src[3] * item, src[2] * item, src[0] * item)
-        x_box = (v.bk, tw * v.sw, th * v.sh, tn)
-        x_steps = (1, v.sw, v.sh, 1)
-        w_dims = (v.c, v.r * v.s, v.k)
+        src = v.src  # strides (n, c, [d,] h, w)
+        if v.three:
+            x_dims = (v.c, v.iw, v.ih, v.id, v.n)
+            x_strides = (src[4] * item, src[3] * item, src[2] * item, src[0] * item)
+            x_box = (v.bk, tw * v.sw, th * v.sh, td * v.sd, tn)
+            x_steps = (1, v.sw, v.sh, v.sd, 1)
+        else:
+            x_dims = (v.c, v.iw, v.ih, v.n)
+            x_strides = (src[3] * item, src[2] * item, src[0] * item)
+            x_box = (v.bk, tw * v.sw, th * v.sh, tn)
+            x_steps = (1, v.sw, v.sh, 1)
+        w_dims = (v.c, v.taps, v.k)
         w_box = (v.bk, 1, bn // cluster)  # each block of a cluster loads its share
-        if flip:  # w' in the workspace: [c][r][s][k], contiguous
-            w_strides = (v.c * item, v.r * v.s * v.c * item)
+        if flip:  # w' in the workspace: [c][taps][k], contiguous
+            w_strides = (v.c * item, v.taps * v.c * item)
         else:  # w[k][tap][c] as it is (backward data: boxes of 64 c x 64 k)
             w_strides = (tap_stride(p) * item, p.w.strides[0] * item)
         if mn_filter:
-            w_dims, w_box = (p.c, v.r * v.s, p.k), (64, 1, v.bk)
+            w_dims, w_box = (p.c, v.taps, p.k), (64, 1, v.bk)
         kernels = [
             KernelInfo(
                 source=SOURCE, kernel_name=KERNEL, options=options, grid=grid, block=(THREADS,)
@@ -340,12 +372,14 @@ class GpuWgmmaSolver(MmaSolverBase):
                     source=SOURCE,
                     kernel_name=FLIP_KERNEL,
                     options=options,
-                    grid=(_cdiv(p.c, 32), _cdiv(p.k, 32), v.r * v.s),  # 32 x 32 tiles per tap
+                    grid=(_cdiv(p.c, 32), _cdiv(p.k, 32), v.taps),  # 32 x 32 tiles per tap
                     block=(32, 8),
                 ),
             )
-            ws = p.w.strides  # (k, c, r, s)
-            flip_args = _FLIP.pack(p.k, p.c, v.r, v.s, ws[0], ws[1], ws[2], ws[3])
+            ws = p.w.strides  # (k, c, [t,] r, s)
+            flip_args = _FLIP.pack(p.k, p.c, v.r, v.s, ws[0], ws[1], ws[-2], ws[-1])
+            if v.three:  # MioFlipGeom's depth fields
+                flip_args += _FLIP_3D.pack(v.t, 0, ws[2])
         if split > 1:
             kernels.append(
                 KernelInfo(

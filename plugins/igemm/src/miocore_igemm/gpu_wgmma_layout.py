@@ -36,17 +36,17 @@ def _cdiv(a: int, b: int) -> int:
 
 
 def reads_as_is(t: TensorDescriptor) -> bool:
-    """Whether the kernels' TMA can read (or their stores write) ``t`` as it lies: a 4-D
-    tensor with channels innermost and the other strides multiples of 16 bytes."""
+    """Whether the kernels' TMA can read (or their stores write) ``t`` as it lies: channels
+    innermost and the other strides multiples of 16 bytes."""
     s, item = t.strides, t.dtype.itemsize
-    return s[1] == 1 and not any(x * item % 16 for x in (s[0], s[2], s[3]))
+    return s[1] == 1 and not any(x * item % 16 for x in (s[0], *s[2:]))
 
 
 def writes_as_is(t: TensorDescriptor) -> bool:
     """Whether the kernels' paired stores can write ``t`` as it lies: channels innermost and
     the other strides even."""
     s = t.strides
-    return s[1] == 1 and not any(x % 2 for x in (s[0], s[2], s[3]))
+    return s[1] == 1 and not any(x % 2 for x in (s[0], *s[2:]))
 
 
 def with_packed(p: ConvProblem, names: tuple[str, ...]) -> ConvProblem:
@@ -54,7 +54,8 @@ def with_packed(p: ConvProblem, names: tuple[str, ...]) -> ConvProblem:
     copies (the same lengths); ``p`` itself when there are none."""
     if not names:
         return p
-    packed = {n: TensorDescriptor(p.dtype, getattr(p, n).lengths, layout="NHWC") for n in names}
+    layout = "NDHWC" if p.spatial_dims == 3 else "NHWC"
+    packed = {n: TensorDescriptor(p.dtype, getattr(p, n).lengths, layout=layout) for n in names}
     return ConvProblem(
         p.direction,
         x=packed.get("x", p.x),
@@ -64,9 +65,26 @@ def with_packed(p: ConvProblem, names: tuple[str, ...]) -> ConvProblem:
     )
 
 
+def _planes(t: TensorDescriptor) -> tuple[int, int, int, int, tuple[int, ...]] | None:
+    """``t`` as the layout kernel's (n, c, rows, w) with strides (n, c, row, w): a 3-D
+    tensor's depth and rows folded into one axis where its depth stride is the rows' (None:
+    it is not)."""
+    if len(t.lengths) == 4:
+        n, c, h, w = t.lengths
+        return n, c, h, w, tuple(t.strides)
+    n, c, d, h, w = t.lengths
+    sn, sc, sd, sh, sw = t.strides
+    if d > 1 and h > 1 and sd != h * sh:
+        return None
+    return n, c, d * h, w, (sn, sc, sh if h > 1 else sd, sw)
+
+
 def copy_reason(t: TensorDescriptor, name: str) -> str | None:
     """Why ``t`` cannot be copied by the layout kernel (None: it can)."""
-    n, c, h, w = t.lengths
+    planes = _planes(t)
+    if planes is None:
+        return f"{name}'s depth stride is not its rows' x its height: the layout copy folds them"
+    n, c, h, w, _ = planes
     if c * t.dtype.itemsize % 4:
         return f"{name} has {c} channels: the layout copy moves 32-bit words of channels"
     if n > _MAX_GRID_Z:
@@ -101,8 +119,9 @@ class Staged(NamedTuple):
 def stage(t: TensorDescriptor, name: str, to_nhwc: bool, offset: int, dtype_option: str) -> Staged:
     """The copy of ``t`` (into the workspace at ``offset`` when ``to_nhwc``, out of it
     otherwise), 256-byte aligned."""
-    n, c, h, w = t.lengths
-    sn, sc, sh, sw = t.strides
+    planes = _planes(t)
+    assert planes is not None, "copy_reason declines it"
+    n, c, h, w, (sn, sc, sh, sw) = planes
     geometry = _GEOMETRY.pack(n, c, h * w, w, int(to_nhwc), sn, sc, sh, sw)
     kernel = KernelInfo(
         source=SOURCE,

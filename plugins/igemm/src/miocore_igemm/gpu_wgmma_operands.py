@@ -7,6 +7,8 @@ that takes (:func:`workspace`).
 
 from __future__ import annotations
 
+import math
+
 from miocore import ConvProblem, DataType, Direction
 from miocore_igemm.gpu_wgmma_layout import (
     end_of,
@@ -65,11 +67,10 @@ def flip_room(p: ConvProblem) -> int:
 
 
 def flipped_filter_bytes(p: ConvProblem) -> int:
-    """Workspace of backward data: w flipped and transposed to [c][r][s][k]."""
+    """Workspace of backward data: w flipped and transposed to [c][taps][k]."""
     if p.direction is not Direction.BACKWARD_DATA:
         return 0
-    r, s = p.filter_spatial
-    return p.k * p.c * r * s * p.dtype.itemsize
+    return p.k * p.c * math.prod(p.filter_spatial) * p.dtype.itemsize
 
 
 def layout_reason(p: ConvProblem) -> str | None:
@@ -92,23 +93,24 @@ def filter_reason(p: ConvProblem) -> str | None:
     """Why a channels-innermost filter does not suit TMA boxes taken as it is (forward's
     slices, backward data's transposed ones): its taps not one run, or strides not multiples
     of 16 bytes."""
-    r, s = p.filter_spatial
-    ws = p.w.strides  # (k, c, r, s)
-    if r > 1 and s > 1 and ws[2] != s * ws[3]:
-        return "the filter's taps are not one run (its row stride is not S x its column stride)"
-    strides = (ws[0], tap_stride(p))
+    ws = p.w.strides  # (k, c, [t,] r, s)
+    step = tap_stride(p)
+    run = step
+    for length, stride in zip(reversed(p.filter_spatial), reversed(ws[2:]), strict=True):
+        if length > 1 and stride != run:
+            return "the filter's taps are not one run (a tap stride is not the next's x its length)"
+        run *= length
+    strides = (ws[0], step)
     if any(x * p.dtype.itemsize % 16 for x in strides):
         return f"w strides {strides}: TMA needs multiples of 16 bytes"
     return None
 
 
 def tap_stride(p: ConvProblem) -> int:
-    """Elements from one filter tap to the next (taps are one run in (fy, fx) order); a 1x1
-    filter's is any multiple of 16 bytes."""
-    r, s = p.filter_spatial
-    ws = p.w.strides
-    if s > 1:
-        return ws[3]
-    if r > 1:
-        return ws[2]
+    """Elements from one filter tap to the next (taps are one run in ([fz,] fy, fx) order):
+    the stride of the innermost filter dimension longer than 1; a 1x1 filter's is any
+    multiple of 16 bytes."""
+    for length, stride in zip(reversed(p.filter_spatial), reversed(p.w.strides[2:]), strict=True):
+        if length > 1:
+            return stride
     return _cdiv(p.c, 8) * 8

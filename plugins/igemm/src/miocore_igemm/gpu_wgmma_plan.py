@@ -86,8 +86,10 @@ def _cdiv(a: int, b: int) -> int:
 
 class GemmView(NamedTuple):
     """A problem as the forward convolution the kernel computes: the activation it reads
-    (``src``, ``ih`` x ``iw``, ``c`` channels), the one it writes (``dst``, ``oh`` x ``ow``,
-    ``k`` channels), the geometry; strides in (n, c, h, w) order, elements."""
+    (``src``, [``id`` x] ``ih`` x ``iw``, ``c`` channels), the one it writes (``dst``,
+    [``od`` x] ``oh`` x ``ow``, ``k`` channels), the geometry; strides in (n, c, [d,] h, w)
+    order, elements. 2-D problems have a depth of 1 (filter ``t``, stride ``sd``, padding
+    ``pd``, dilation ``dd``: 1, 1, 0, 1)."""
 
     n: int
     ih: int
@@ -108,35 +110,62 @@ class GemmView(NamedTuple):
     dst: tuple[int, ...]
     flip: bool  # backward data: the filter is flipped and transposed first
     bk: int  # channels per slice: 128 bytes of the element type (BK for fp16/bf16)
+    id: int = 1
+    od: int = 1
+    t: int = 1
+    sd: int = 1
+    pd: int = 0
+    dd: int = 1
+
+    @property
+    def three(self) -> bool:
+        """Whether the problem is 3-D (the kernel built with ``MIO_3D``)."""
+        return len(self.src) == 5
+
+    @property
+    def taps(self) -> int:
+        return self.t * self.r * self.s
 
     @property
     def slices(self) -> int:
         """Pipeline steps of a tile's whole sum: every tap times the slices of ``bk``
         channels of c."""
-        return self.r * self.s * _cdiv(self.c, self.bk)
+        return self.taps * _cdiv(self.c, self.bk)
+
+    @property
+    def pixels(self) -> int:
+        """Output pixels of one image."""
+        return self.od * self.oh * self.ow
 
 
 def gemm_view(p: ConvProblem) -> GemmView:
     """Forward as it is; backward data (stride 1) as the forward convolution of dy with the
-    flipped, transposed filter."""
-    r, s = p.filter_spatial
-    (ih, iw), (oh, ow) = p.in_spatial, p.out_spatial
-    (sh, sw), (ph, pw), (dh, dw) = p.conv.strides, p.conv.pads, p.conv.dilations
+    flipped, transposed filter. 2-D or 3-D (depth first, as the problem gives it)."""
+    depth = p.spatial_dims == 3
+    fs, ins, outs = p.filter_spatial, p.in_spatial, p.out_spatial
+    st, pads, dil = p.conv.strides, p.conv.pads, p.conv.dilations
+    t, r, s = fs if depth else (1, *fs)
+    (id_, ih, iw), (od, oh, ow) = (ins, outs) if depth else ((1, *ins), (1, *outs))
+    (sd, sh, sw), (pd, ph, pw), (dd, dh, dw) = (
+        (st, pads, dil) if depth else ((1, *st), (0, *pads), (1, *dil))
+    )
     bk = ROW_BYTES // p.dtype.itemsize
     if p.direction is Direction.BACKWARD_DATA:
         return GemmView(
             p.n, oh, ow, ih, iw, p.k, p.c, r, s, 1, 1, dh * (r - 1) - ph, dw * (s - 1) - pw,
             dh, dw, p.y.strides, p.x.strides, True, bk,
+            od, id_, t, 1, dd * (t - 1) - pd, dd,
         )  # fmt: skip
     return GemmView(
         p.n, ih, iw, oh, ow, p.c, p.k, r, s, sh, sw, ph, pw, dh, dw, p.x.strides, p.y.strides,
-        False, bk,
+        False, bk, id_, od, t, sd, pd, dd,
     )  # fmt: skip
 
 
-def pixel_boxes(v: GemmView, count: int = 4, rows: int = ROWS) -> list[tuple[int, int, int]]:
-    """The ``count`` boxes ``(tw, th, tn)`` of at most ``rows`` output pixels that cover the
-    output in the fewest tiles (wider boxes first among equals: longer runs of stores)."""
+def pixel_boxes(v: GemmView, count: int = 4, rows: int = ROWS) -> list[tuple[int, int, int, int]]:
+    """The ``count`` boxes ``(tw, th, td, tn)`` of at most ``rows`` output pixels that cover
+    the output in the fewest tiles (wider, then taller boxes first among equals: longer runs
+    of stores); ``td`` is 1 on 2-D problems."""
     scored = []
     for tw in range(1, min(v.ow, rows) + 1):
         if tw * v.sw > _MAX_BOX:
@@ -144,15 +173,19 @@ def pixel_boxes(v: GemmView, count: int = 4, rows: int = ROWS) -> list[tuple[int
         for th in range(1, min(v.oh, rows // tw) + 1):
             if th * v.sh > _MAX_BOX:
                 break
-            tn = min(v.n, rows // (tw * th), _MAX_BOX)
-            scored.append((_tiles(v, (tw, th, tn)), -tw, -th, (tw, th, tn)))
+            for td in range(1, min(v.od, rows // (tw * th)) + 1):
+                if td * v.sd > _MAX_BOX:
+                    break
+                tn = min(v.n, rows // (tw * th * td), _MAX_BOX)
+                box = (tw, th, td, tn)
+                scored.append((_tiles(v, box), -tw, -th, -td, box))
     scored.sort()
     return [box for *_, box in scored[:count]]
 
 
-def _tiles(v: GemmView, box: tuple[int, int, int]) -> int:
-    tw, th, tn = box
-    return _cdiv(v.n, tn) * _cdiv(v.oh, th) * _cdiv(v.ow, tw)
+def _tiles(v: GemmView, box: tuple[int, ...]) -> int:
+    tw, th, td, tn = box
+    return _cdiv(v.n, tn) * _cdiv(v.od, td) * _cdiv(v.oh, th) * _cdiv(v.ow, tw)
 
 
 def ranked(ctx: ExecutionContext, p: ConvProblem) -> list[PerfConfig]:
@@ -195,16 +228,25 @@ def _ranked(p: ConvProblem, sms: int) -> tuple[PerfConfig, ...]:
             else:
                 cost = waves * (slices + _COOPERATIVE_FIXED) * per_slice
             cost += 2 * _partial_bytes(v, split) / _PARTIAL_BYTES_PER_S  # written, read
-            config = PerfConfig(
-                bm=bm, bn=bn, stages=depths[0], tw=box[0], th=box[1], tn=box[2], persist=1,
-                cluster=1, split=split, pingpong=pingpong,
+            config = box_config(
+                v, box, bm=bm, bn=bn, stages=depths[0], persist=1, cluster=1, split=split,
+                pingpong=pingpong,
             )  # fmt: skip
             scored.append((cost, len(scored), config))
     scored.sort(key=lambda t: t[:2])
     return tuple(config for *_, config in scored)
 
 
-def _splits(sms: int, v: GemmView, bn: int, box: tuple[int, int, int]) -> tuple:
+def box_config(v: GemmView, box: tuple[int, int, int, int], **keys: int) -> PerfConfig:
+    """A configuration with pixel box ``box``: ``tw``, ``th``, ``tn``, and ``td`` on 3-D
+    problems only (2-D configurations keep the keys they were recorded with)."""
+    tw, th, td, tn = box
+    if v.three:
+        return PerfConfig(tw=tw, th=th, td=td, tn=tn, **keys)
+    return PerfConfig(tw=tw, th=th, tn=tn, **keys)
+
+
+def _splits(sms: int, v: GemmView, bn: int, box: tuple[int, ...]) -> tuple:
     """Split-K parts worth trying: 1, and more while the tiles leave ``sms`` SMs idle and each
     part keeps enough slices to fill its pipeline."""
     tiles = _tiles(v, box) * _cdiv(v.k, bn)
@@ -214,4 +256,4 @@ def _splits(sms: int, v: GemmView, bn: int, box: tuple[int, int, int]) -> tuple:
 
 def _partial_bytes(v: GemmView, split: int) -> int:
     """Split-K's fp32 partial sums: one output-sized slab per part."""
-    return 0 if split == 1 else split * v.n * v.oh * v.ow * v.k * 4
+    return 0 if split == 1 else split * v.n * v.pixels * v.k * 4

@@ -25,7 +25,10 @@
 // consumer thread. The epilogue converts pairs of accumulators and stores them as 32-bit
 // words straight from registers (rows outside the image or the tile's box are skipped).
 //
-// Compile-time: MIO_BM, MIO_BN (64, 128, 256), MIO_STAGES, MIO_CLUSTER, MIO_PINGPONG,
+// 3-D problems (MIO_3D): the pixel box gains a depth (tn images x td planes x th rows x tw
+// columns), the activation's tensor map a dimension, and the taps run over (fz, fy, fx).
+//
+// Compile-time: MIO_BM, MIO_BN (64, 128, 256), MIO_STAGES, MIO_CLUSTER, MIO_PINGPONG, MIO_3D,
 // MIO_DTYPE_FP16, MIO_DTYPE_BF16 or MIO_DTYPE_TF32 (fp32 tensors through TF32). Every
 // size, and the pixel box, is a run-time argument: one binary per tile width, depth and element
 // type serves every problem.
@@ -47,6 +50,9 @@
 #endif
 #ifndef MIO_PINGPONG
 #define MIO_PINGPONG 0  // 1: each consumer warpgroup owns whole tiles, the two alternate
+#endif
+#ifndef MIO_3D
+#define MIO_3D 0  // 1: 3-D problems (a depth in the pixel box, the taps and the strides)
 #endif
 #if MIO_PINGPONG
 #define MIO_CONSUMER_ROWS MIO_BM  // a consumer's rows of its tile
@@ -113,8 +119,21 @@ struct MioWgmmaGeom {
   int tiles_q, tiles_p;            // pixel boxes along a row and down an image
   int split, steps;                // reduction parts (split-K) and slices of the whole sum
   long long y_sn, y_sh, y_sw;      // output strides (elements); channels contiguous
-  long long slab;                  // split > 1: fp32 partial sums per part, n*p*q*k
+  long long slab;                  // split > 1: fp32 partial sums per part, n*[o*]p*q*k
+#if MIO_3D
+  int o, t, sd, pd, dd;            // output depth, filter depth, depth stride, pad, dilation
+  int td, tiles_d, unused;         // the pixel box's planes, boxes along the depth
+  long long y_sd;                  // output depth stride (elements)
+#endif
 };
+
+#if MIO_3D
+#define MIO_TAPS(g) ((g).t * (g).r * (g).s)
+#define MIO_BOX_ROWS(g) ((g).tw * (g).th * (g).td * (g).tn)
+#else
+#define MIO_TAPS(g) ((g).r * (g).s)
+#define MIO_BOX_ROWS(g) ((g).tw * (g).th * (g).tn)
+#endif
 
 // Where a block's work unit ``u`` lies. Output channels vary fastest (the blocks that share a
 // pixel box run together and read it from L2 once), then columns, rows and images of pixel
@@ -123,6 +142,9 @@ struct MioWgmmaGeom {
 // stored.
 struct MioTile {
   int k0, q0, p0, n0;
+#if MIO_3D
+  int o0;
+#endif
 };
 
 __device__ __forceinline__ MioTile tile_at(const MioWgmmaGeom& g, int u, int tiles_n,
@@ -133,7 +155,13 @@ __device__ __forceinline__ MioTile tile_at(const MioWgmmaGeom& g, int u, int til
   at.q0 = (m % g.tiles_q) * g.tw;
   m /= g.tiles_q;
   at.p0 = (m % g.tiles_p) * g.th;
+#if MIO_3D
+  m /= g.tiles_p;
+  at.o0 = (m % g.tiles_d) * g.td;
+  at.n0 = (m / g.tiles_d) * g.tn;
+#else
   at.n0 = (m / g.tiles_p) * g.tn;
+#endif
   return at;
 }
 
@@ -244,10 +272,21 @@ __device__ __forceinline__ void consume(const MioWgmmaGeom& g, mio_elem* __restr
         if (row >= box_rows) continue;
         const int qq = at.q0 + row % g.tw;
         const int pp = at.p0 + (row / g.tw) % g.th;
+#if MIO_3D
+        const int oo = at.o0 + (row / (g.tw * g.th)) % g.td;
+        const int nn = at.n0 + row / (g.tw * g.th * g.td);
+        if (qq >= g.q || pp >= g.p || oo >= g.o || nn >= g.n) continue;
+// the row's pixel among the output's (split-K's slabs) and its offset in y
+#define MIO_PIX (((long long)(nn * g.o + oo) * g.p + pp) * g.q + qq)
+#define MIO_Y_AT nn * g.y_sn + oo * g.y_sd + pp * g.y_sh + qq * g.y_sw
+#else
         const int nn = at.n0 + row / (g.tw * g.th);
         if (qq >= g.q || pp >= g.p || nn >= g.n) continue;
+#define MIO_PIX ((long long)(nn * g.p + pp) * g.q + qq)
+#define MIO_Y_AT nn * g.y_sn + pp * g.y_sh + qq * g.y_sw
+#endif
         if (g.split > 1) {  // this part's sums, fp32, for igemm_wgmma_reduce
-          float* out = part + j * g.slab + ((long long)(nn * g.p + pp) * g.q + qq) * g.k;
+          float* out = part + j * g.slab + MIO_PIX * g.k;
 #pragma unroll
           for (int c = 0; c < MIO_BN / 8; ++c) {
             const int col = col0 + 8 * c;
@@ -258,7 +297,7 @@ __device__ __forceinline__ void consume(const MioWgmmaGeom& g, mio_elem* __restr
           }
           continue;
         }
-        mio_elem* out = y + nn * g.y_sn + pp * g.y_sh + qq * g.y_sw;
+        mio_elem* out = y + MIO_Y_AT;
 #pragma unroll
         for (int c = 0; c < MIO_BN / 8; ++c) {
           const int col = col0 + 8 * c;
@@ -283,9 +322,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(MIO_CLUSTE
 
   const int tid = threadIdx.x;
   const int wg = tid / 128;
-  const int box_rows = g.tw * g.th * g.tn;
+  const int box_rows = MIO_BOX_ROWS(g);
   const int tiles_n = (g.k + MIO_BN - 1) / MIO_BN;
+#if MIO_3D
+  const int tiles_m = g.tiles_q * g.tiles_p * g.tiles_d * ((g.n + g.tn - 1) / g.tn);
+#else
   const int tiles_m = g.tiles_q * g.tiles_p * ((g.n + g.tn - 1) / g.tn);
+#endif
   // a unit: one tile per cluster block, one part of its reduction (split-K innermost)
   const int units = tiles_n * ((tiles_m + MIO_CLUSTER - 1) / MIO_CLUSTER) * g.split;
   const int first = blockIdx.x / MIO_CLUSTER, stride = gridDim.x / MIO_CLUSTER;
@@ -318,34 +361,53 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(MIO_CLUSTE
         const MioTile at = tile_at(g, u / g.split, tiles_n, rank);
         const int hbase = at.p0 * g.sh - g.ph, wbase = at.q0 * g.sw - g.pw;
         const int j = u % g.split, lo = j * g.steps / g.split, hi = (j + 1) * g.steps / g.split;
+        // the slice's tap (fy, fx [, fz: MIO_3D]) and 64-channel block, channels fastest
         int cb = lo % g.cblocks, fx = (lo / g.cblocks) % g.s, fy = lo / g.cblocks / g.s;
+#if MIO_3D
+        const int dbase = at.o0 * g.sd - g.pd;
+        int fz = fy / g.r;
+        fy %= g.r;
+#endif
         for (int step = lo; step < hi; ++step, ++it) {
           const int slot = it % MIO_STAGES;
           if (it >= MIO_STAGES) bar_wait(&empty[slot], ((it / MIO_STAGES) - 1) & 1);
           unsigned char* a = ring + slot * MIO_STAGE_BYTES;
           bar_expect(&full[slot], box_rows * MIO_ROW + MIO_B_BYTES);
+#if MIO_3D
+#define MIO_TAP ((fz * g.r + fy) * g.s + fx)
+          tma_load_5d(a, &x_map, &full[slot], cb * MIO_BK, wbase + fx * g.dw,
+                      hbase + fy * g.dh, dbase + fz * g.dd, at.n0);
+#else
+#define MIO_TAP (fy * g.s + fx)
           tma_load_4d(a, &x_map, &full[slot], cb * MIO_BK, wbase + fx * g.dw,
                       hbase + fy * g.dh, at.n0);
+#endif
 #if MIO_CLUSTER > 1
           // this block's part of the filter slice, into every block of the cluster
           tma_load_3d_multicast(a + MIO_A_BYTES + rank * (MIO_B_BYTES / MIO_CLUSTER), &w_map,
-                                &full[slot], cb * MIO_BK, fy * g.s + fx,
+                                &full[slot], cb * MIO_BK, MIO_TAP,
                                 at.k0 + rank * (MIO_BN / MIO_CLUSTER),
                                 (unsigned short)((1u << MIO_CLUSTER) - 1));
 #elif MIO_B_MN
           // w[k][tap][c] as (c, tap, k): the tap flipped, MIO_BN / 64 boxes of 64 c x 64 k
           for (int chunk = 0; chunk < MIO_BN / 64; ++chunk) {
             tma_load_3d(a + MIO_A_BYTES + chunk * MIO_MN_CHUNK, &w_map, &full[slot],
-                        at.k0 + chunk * 64, g.r * g.s - 1 - (fy * g.s + fx), cb * MIO_BK);
+                        at.k0 + chunk * 64, MIO_TAPS(g) - 1 - MIO_TAP, cb * MIO_BK);
           }
 #else
-          tma_load_3d(a + MIO_A_BYTES, &w_map, &full[slot], cb * MIO_BK, fy * g.s + fx, at.k0);
+          tma_load_3d(a + MIO_A_BYTES, &w_map, &full[slot], cb * MIO_BK, MIO_TAP, at.k0);
 #endif
           if (++cb == g.cblocks) {
             cb = 0;
             if (++fx == g.s) {
               fx = 0;
               ++fy;
+#if MIO_3D
+              if (fy == g.r) {
+                fy = 0;
+                ++fz;
+              }
+#endif
             }
           }
         }
@@ -368,21 +430,36 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(MIO_CLUSTE
 struct MioFlipGeom {
   int k, c, r, s;
   long long sk, sc, sr, ss;
+#if MIO_3D
+  int t, unused;
+  long long st;
+#endif
 };
 
 extern "C" __global__ void __launch_bounds__(256)
     igemm_wgmma_wflip(const mio_elem* __restrict__ w, mio_elem* __restrict__ out,
                       const MioFlipGeom f) {
   __shared__ mio_elem tile[32][33];
+#if MIO_3D
+  const int tap = blockIdx.z, fx = tap % f.s, fy = (tap / f.s) % f.r, fz = tap / f.s / f.r;
+  const int c0 = blockIdx.x * 32, k0 = blockIdx.y * 32;
+  const long long from = (long long)(f.t - 1 - fz) * f.st + (long long)(f.r - 1 - fy) * f.sr +
+                         (long long)(f.s - 1 - fx) * f.ss;
+#else
   const int tap = blockIdx.z, fy = tap / f.s, fx = tap % f.s;
   const int c0 = blockIdx.x * 32, k0 = blockIdx.y * 32;
   const long long from = (long long)(f.r - 1 - fy) * f.sr + (long long)(f.s - 1 - fx) * f.ss;
+#endif
   for (int i = threadIdx.y; i < 32; i += 8) {
     const int k = k0 + i, c = c0 + threadIdx.x;
     if (k < f.k && c < f.c) tile[i][threadIdx.x] = w[k * f.sk + c * f.sc + from];
   }
   __syncthreads();
+#if MIO_3D
+  const long long taps = (long long)f.t * f.r * f.s;
+#else
   const long long taps = (long long)f.r * f.s;
+#endif
   for (int i = threadIdx.y; i < 32; i += 8) {
     const int c = c0 + i, k = k0 + threadIdx.x;
     if (k < f.k && c < f.c) out[((long long)c * taps + tap) * f.k + k] = tile[threadIdx.x][i];
@@ -408,7 +485,14 @@ extern "C" __global__ void igemm_wgmma_reduce(const float* __restrict__ part,
     const int qq = (int)(m % g.q);
     m /= g.q;
     const int pp = (int)(m % g.p);
+#if MIO_3D
+    m /= g.p;
+    const int oo = (int)(m % g.o);
+    const long long nn = m / g.o;
+    store_pair(y + nn * g.y_sn + oo * g.y_sd + pp * g.y_sh + qq * g.y_sw + col, sum.x, sum.y);
+#else
     const long long nn = m / g.p;
     store_pair(y + nn * g.y_sn + pp * g.y_sh + qq * g.y_sw + col, sum.x, sum.y);
+#endif
   }
 }

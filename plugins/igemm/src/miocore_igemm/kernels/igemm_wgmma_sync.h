@@ -82,6 +82,18 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const MioTensorMap* map,
       : "memory");
 }
 
+// 3-D problems (MIO_3D): the activation's map is 5-D (c, w, h, d, n).
+__device__ __forceinline__ void tma_load_5d(void* dst, const MioTensorMap* map,
+                                            unsigned long long* bar, int c0, int c1, int c2,
+                                            int c3, int c4) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5, %6, %7}], [%2];" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1),
+      "r"(c2), "r"(c3), "r"(c4)
+      : "memory");
+}
+
 // The box lands at the same place in every cluster block of ``mask``, each barrier told.
 __device__ __forceinline__ void tma_load_3d_multicast(void* dst, const MioTensorMap* map,
                                                       unsigned long long* bar, int c0, int c1,
