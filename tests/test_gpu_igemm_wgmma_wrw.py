@@ -83,6 +83,39 @@ def test_wgmma_wrw_every_config(dtype: str, shape: int) -> None:
     run_configs(h, SOLVER, problem, configs, (), False, lambda _p, _c: 0)
 
 
+_SHAPES_3D = (
+    # n, c, k, dhw, filter, pads, strides, dilations
+    (2, 64, 96, (5, 6, 7), (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1)),
+    (2, 72, 40, (6, 9, 7), (3, 1, 3), (0, 0, 1), (2, 1, 2), (2, 1, 1)),  # strides, dilation
+    (1, 136, 72, (4, 4, 4), (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1)),  # c, k tails
+    (4, 64, 64, (8, 16, 16), (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1)),  # 64 x 64, split-K
+)
+
+
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
+@pytest.mark.parametrize("shape", range(len(_SHAPES_3D)))
+def test_wgmma_wrw_3d_every_config(dtype: str, shape: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """3-D problems (``MIO_3D``: a depth in the 64-pixel boxes, 5-D maps, taps over depth),
+    every configuration, channels-last and (the default configuration) NCDHW."""
+    monkeypatch.setenv("MIOCORE_WGMMA_3D", "1")
+    h = _handle()
+    problem = shape_problem("backward_weights", _SHAPES_3D[shape], dtype)
+    solver = h.registry.get(SOLVER).solver
+    applies = solver.is_applicable(h.context, problem.canonical)
+    assert applies, applies.reason
+    configs = list(solver.perf_config_space(h.context, problem.canonical))
+    assert configs and all("td" in c for c in configs)
+    if shape == len(_SHAPES_3D) - 1:
+        assert len({c["split"] for c in configs}) >= 3
+    run_configs(h, SOLVER, problem, configs, (), False, lambda _p, _c: 0)
+    n, c, k, dhw, f, pads, strides, dils = _SHAPES_3D[shape]
+    ncdhw = miocore.ConvProblem.from_sizes(
+        "backward_weights", n=n, c=c, k=k, in_spatial=dhw, filter_spatial=f, pads=pads,
+        strides=strides, dilations=dils, dtype=dtype, layout="NCDHW",
+    )  # fmt: skip
+    assert_all_match(h, SOLVER, [ncdhw])
+
+
 @pytest.mark.parametrize("filter_strides", ("NCHW", (72 * 9 + 1, 1, 3 * 72, 72)))
 def test_wgmma_wrw_filter_in_another_layout(filter_strides: object) -> None:
     """Channels-last activations, the filter channels-first or with an odd k stride: every

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import pytest
 
@@ -48,7 +49,7 @@ def _problem(**kw) -> miocore.ConvProblem:
         ({"groups": 2}, "2 groups"),
         ({"strides": (9, 1)}, "stride"),
         ({"in_spatial": (4, 5, 6), "filter_spatial": (1, 1, 1), "pads": (0, 0, 0),
-          "layout": "NDHWC"}, "3-D"),
+          "layout": "NDHWC"}, "MIOCORE_WGMMA_3D=1"),
     ],
 )  # fmt: skip
 def test_declines_with_the_reason(change: dict, reason: str) -> None:
@@ -77,8 +78,8 @@ def test_pixel_boxes_hold_64_pixels_and_cover_the_output(n: int, hw: int) -> Non
     lower = math.ceil(n * oh * ow / wrw.PIXELS)
     counts = [wrw._boxes(p, b) for b in boxes]
     assert counts == sorted(counts) and counts[0] >= lower
-    for tw, th, tn in boxes:
-        assert tw * th * tn == wrw.PIXELS
+    for tw, th, td, tn in boxes:
+        assert td == 1 and tw * th * tn == wrw.PIXELS  # 2-D: no depth
     if hw in (56, 224):  # powers of two divide the layer: no box wasted
         assert counts[0] == lower
     if (n, hw) == (32, 7):  # 7 x 7 images: rows of 8 columns, at most an eighth empty
@@ -154,7 +155,7 @@ def test_geometry_matches_the_kernel_struct() -> None:
     assert fields[:13] == (3, oh, ow, 136, 72, 5, 3, 2, 3, 2, 0, 1, 2)
     tw, th, tn = fields[13:16]
     assert (tw, th, tn) == (cfg["tw"], cfg["th"], cfg["tn"])
-    assert fields[16:19] == (-(-ow // tw), -(-oh // th), wrw._boxes(p, (tw, th, tn)))
+    assert fields[16:19] == (-(-ow // tw), -(-oh // th), wrw._boxes(p, (tw, th, 1, tn)))
     assert fields[26] == 136 * 15 * 72  # one slab: k x taps x c
 
 
@@ -182,3 +183,61 @@ def test_channels_first_activations_go_through_packed_copies() -> None:
     nhwc = _problem(n=4, c=72, k=40, layout="NHWC").canonical
     assert wrw.staged(nhwc) == ()
     assert SOLVER.wti(ctx, p) < SOLVER.wti(ctx, nhwc)
+
+
+def test_three_d_takes_a_depth_in_the_box_and_the_taps(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MIOCORE_WGMMA_3D", "1")
+    ctx = _ctx()
+    p = miocore.ConvProblem.from_sizes(
+        "backward_weights", n=2, c=64, k=128, in_spatial=(8, 12, 16), filter_spatial=(3, 3, 3),
+        pads=(1, 1, 1), strides=(1, 2, 1), dtype="float16", layout="NDHWC",
+    ).canonical  # fmt: skip
+    assert SOLVER.is_applicable(ctx, p)
+    space = SOLVER.perf_config_space(ctx, p)
+    assert space and all("td" in c and SOLVER.is_valid_perf_config(ctx, p, c) for c in space)
+    for tw, th, td, tn in wrw.pixel_boxes(p):
+        assert tw * th * td * tn == wrw.PIXELS
+    cfg = SOLVER.default_perf_config(ctx, p)
+    assert cfg in space
+    flat = _problem().canonical
+    assert not SOLVER.is_valid_perf_config(ctx, flat, cfg)  # a depth where there is none
+    assert not SOLVER.is_valid_perf_config(ctx, p, SOLVER.default_perf_config(ctx, flat))
+    sol = SOLVER.get_solution(ctx, p, cfg)
+    assert "-DMIO_3D=1" in sol.kernels[0].options
+    assert sol.kernels[0].grid[0] <= 132
+    packed = wrw.pack_geometry(p, cfg)
+    assert len(packed) == wrw._GEOMETRY.size + wrw._GEOMETRY_3D.size
+    fields = wrw._GEOMETRY.unpack(packed[: wrw._GEOMETRY.size])
+    depth = wrw._GEOMETRY_3D.unpack(packed[wrw._GEOMETRY.size :])
+    od, oh, ow = p.out_spatial
+    assert fields[:7] == (2, oh, ow, 128, 64, 3, 3)
+    assert fields[18] == wrw._boxes(p, (cfg["tw"], cfg["th"], cfg["td"], cfg["tn"]))
+    assert fields[26] == 128 * 27 * 64  # one slab: k x taps x c
+    ws = p.w.strides  # (k, c, t, r, s)
+    assert depth == (od, 3, 1, 1, 1, cfg["td"], -(-od // cfg["td"]), 0, ws[2])
+    assert fields[22:26] == (ws[0], ws[3], ws[4], ws[1])
+    # the 2-D kernels are built as before
+    (kernel, *_) = SOLVER.get_solution(ctx, flat).kernels
+    assert not any(o.startswith("-DMIO_3D") for o in kernel.options)
+
+
+def test_wrw_geometry_struct_matches_the_kernel() -> None:
+    from miocore_igemm.gpu_common import KERNEL_DIR
+
+    source = (KERNEL_DIR / "igemm_wgmma_wrw.cu").read_text()
+    body = re.search(r"struct MioWrwGeom \{(.*?)\};", source, re.S).group(1)
+    plain, three, rest = re.match(r"(.*?)#if MIO_3D\n(.*?)#endif\n(.*)", body, re.S).groups()
+    assert not rest.strip()  # the depth fields come last: the 2-D layout is unchanged
+    assert wrw._GEOMETRY.size == _struct_bytes(plain) and wrw._GEOMETRY.size % 8 == 0
+    assert wrw._GEOMETRY_3D.size == _struct_bytes(three)
+
+
+def _struct_bytes(body: str) -> int:
+    """Bytes of a C struct body of ints, then long longs (no padding between)."""
+    size = 0
+    for line in body.splitlines():
+        decl = line.split("//")[0].strip()
+        if decl:
+            names = len(decl.rstrip(";").split(","))
+            size += names * (8 if decl.startswith("long long") else 4)
+    return size

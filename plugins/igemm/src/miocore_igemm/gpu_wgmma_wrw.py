@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import struct
 from typing import Any
 
@@ -36,10 +37,11 @@ from miocore import (
     InvokeParams,
     KernelInfo,
     PerfConfig,
+    env,
     not_applicable,
 )
 from miocore_igemm.gpu_common import MmaSolverBase, check_alignment
-from miocore_igemm.gpu_wgmma import _MAPS_KEPT
+from miocore_igemm.gpu_wgmma import _MAPS_KEPT, THREE_D_SWITCH
 from miocore_igemm.gpu_wgmma_layout import (
     Copies,
     copies_ms,
@@ -91,44 +93,57 @@ _EFFICIENCY = 0.6  # of the fp16 tensor-core ceiling, for WTI
 _FIXED_MS = 0.008
 _KEYS = ("bm", "bn", "stages", "tw", "th", "tn", "split")
 _GEOMETRY = struct.Struct("<22i5q")
+_GEOMETRY_3D = struct.Struct("<8iq")  # MioWrwGeom's depth fields, after the 2-D ones
 
 
-def pixel_boxes(p: ConvProblem, count: int = 3) -> list[tuple[int, int, int]]:
-    """The ``count`` boxes ``(tw, th, tn)`` of exactly 64 output pixels (powers of two) that
-    cover the output in the fewest boxes, wider first among equals; within the TMA's box
-    extents (the input box spans ``tw`` x stride columns)."""
-    (oh, ow), (sh, sw) = p.out_spatial, p.conv.strides
+def _depth(values: tuple[int, ...], flat: int) -> tuple[int, int, int]:
+    """A problem's (depth, height, width) values: 2-D ones with ``flat`` as the depth's."""
+    return (values[0], values[1], values[2]) if len(values) == 3 else (flat, *values)
+
+
+def pixel_boxes(p: ConvProblem, count: int = 3) -> list[tuple[int, int, int, int]]:
+    """The ``count`` boxes ``(tw, th, td, tn)`` of exactly 64 output pixels (powers of two;
+    ``td`` 1 on 2-D problems) that cover the output in the fewest boxes, wider, then taller
+    first among equals; within the TMA's box extents (the input box spans ``tw`` x stride
+    columns)."""
+    sd, sh, sw = _depth(p.conv.strides, 1)
+    depths = range(7) if p.spatial_dims == 3 else (0,)
     scored = []
-    for a, b in itertools.product(range(7), repeat=2):
-        tw, th = 1 << a, 1 << b
-        if tw * th > PIXELS:
+    for a, b, e in itertools.product(range(7), range(7), depths):
+        tw, th, td = 1 << a, 1 << b, 1 << e
+        if tw * th * td > PIXELS:
             continue
-        tn = PIXELS // (tw * th)
-        if tw * sw > _MAX_BOX or th * sh > _MAX_BOX:
+        tn = PIXELS // (tw * th * td)
+        if tw * sw > _MAX_BOX or th * sh > _MAX_BOX or td * sd > _MAX_BOX:
             continue
-        boxes = _cdiv(ow, tw) * _cdiv(oh, th) * _cdiv(p.n, tn)
-        scored.append((boxes, -tw, -th, (tw, th, tn)))
+        box = (tw, th, td, tn)
+        scored.append((_boxes(p, box), -tw, -th, -td, box))
     scored.sort()
     return [box for *_, box in scored[:count]]
 
 
-def _boxes(p: ConvProblem, box: tuple[int, int, int]) -> int:
-    (oh, ow), (tw, th, tn) = p.out_spatial, box
-    return _cdiv(ow, tw) * _cdiv(oh, th) * _cdiv(p.n, tn)
+def _boxes(p: ConvProblem, box: tuple[int, ...]) -> int:
+    od, oh, ow = _depth(p.out_spatial, 1)
+    tw, th, td, tn = box
+    return _cdiv(ow, tw) * _cdiv(oh, th) * _cdiv(od, td) * _cdiv(p.n, tn)
+
+
+def _computes(p: ConvProblem) -> bool:
+    """Backward weights, 2-D or 3-D: what the kernel computes (applicable or not)."""
+    return p.spatial_dims in (2, 3) and p.direction is Direction.BACKWARD_WEIGHTS
 
 
 def _taps(p: ConvProblem) -> int:
-    r, s = p.filter_spatial
-    return r * s
+    return math.prod(p.filter_spatial)
 
 
 def _direct(p: ConvProblem, tile: tuple[int, int], split: int) -> bool:
     """Whether the sums go straight into the filter: one part summed by one consumer, c
     contiguous, even strides (the epilogue's paired stores)."""
-    ws = p.w.strides  # (k, c, r, s)
+    ws = p.w.strides  # (k, c, [t,] r, s)
     if split != 1 or tile == HALVES:
         return False
-    return ws[1] == 1 and not any(x % 2 for x in (ws[0], ws[2], ws[3]))
+    return ws[1] == 1 and not any(x % 2 for x in (ws[0], *ws[2:]))
 
 
 def _slabs(tile: tuple[int, int], split: int) -> int:
@@ -157,8 +172,9 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
     # -- applicability -----------------------------------------------------------------------
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
-        """2-D backward weights, one group, fp16/bf16, x and dy with channels innermost and
-        16-byte strides (their channels multiples of 8), strides up to 8, sm_90."""
+        """2-D (3-D with ``MIOCORE_WGMMA_3D=1``) backward weights, one group, fp16/bf16, x and
+        dy with channels innermost and 16-byte strides (their channels multiples of 8),
+        strides up to 8, sm_90."""
         p = problem
         if not _is_sm90(ctx):
             return not_applicable(f"{ctx.device.arch}: wgmma and this kernel's TMA need sm_90")
@@ -167,8 +183,13 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
             return not_applicable(f"{p.dtype.value}: this solver computes {kinds}")
         if p.direction is not Direction.BACKWARD_WEIGHTS:
             return not_applicable(f"{p.direction.value}: this kernel computes backward weights")
-        if p.spatial_dims != 2:
-            return not_applicable(f"{p.spatial_dims}-D problem: the kernel is 2-D only")
+        if p.spatial_dims not in (2, 3):
+            return not_applicable(f"{p.spatial_dims}-D problem: the kernel is 2-D and 3-D")
+        if p.spatial_dims == 3 and not env.flag(THREE_D_SWITCH, False):
+            return not_applicable(
+                f"3-D: built and checked without a GPU, not yet run on one; {THREE_D_SWITCH}=1 "
+                "enables it"
+            )
         if p.groups != 1:
             return not_applicable(f"{p.groups} groups: the kernel computes one")
         reason = _channel_reason(p)
@@ -190,7 +211,7 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
         """Every tile no wider than k and c need x the three pixel boxes that cover the output
         in the fewest boxes x the split-K parts that keep each part's pipeline full."""
         p = problem
-        if p.spatial_dims != 2 or p.direction is not Direction.BACKWARD_WEIGHTS:
+        if not _computes(p):
             return []
         out = []
         for (bm, bn), stages in STAGES.items():
@@ -198,20 +219,20 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
                 continue
             for box in pixel_boxes(p):
                 for split in _splits(p, box):
-                    out.append(_config(bm, bn, stages, box, split))
+                    out.append(_config(p, bm, bn, stages, box, split))
         return out
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
         """The tile, box and split the cost model expects fastest (see :func:`ranked`)."""
-        if problem.spatial_dims != 2 or problem.direction is not Direction.BACKWARD_WEIGHTS:
-            return _config(128, 128, STAGES[128, 128], (8, 8, 1), 1)  # declined anyway
+        if not _computes(problem):
+            return _config(problem, 128, 128, STAGES[128, 128], (8, 8, 1, 1), 1)  # declined
         return ranked(ctx, problem)[0]
 
     def find_configs(self, ctx: ExecutionContext, problem: ConvProblem) -> list[PerfConfig]:
         """The cost model's next best tiles (its best split each): a normal find measures
         them beside the default; the binaries are the default's kind, compiled once per
         machine."""
-        if problem.spatial_dims != 2 or problem.direction is not Direction.BACKWARD_WEIGHTS:
+        if not _computes(problem):
             return []
         out: list[PerfConfig] = []
         tiles = set()
@@ -229,17 +250,20 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
         limits; at least one box per split-K part."""
         try:
             bm, bn, stages, tw, th, tn, split = (int(config[k]) for k in _KEYS)
+            td = int(config.get("td", 1))
         except (KeyError, TypeError, ValueError):
             return False
         p = problem
-        if p.spatial_dims != 2 or STAGES.get((bm, bn)) != stages or split not in SPLITS:
+        if p.spatial_dims not in (2, 3) or STAGES.get((bm, bn)) != stages or split not in SPLITS:
             return False
-        (sh, sw) = p.conv.strides
-        if min(tw, th, tn) < 1 or tw * th * tn != PIXELS:
+        if ("td" in config) != (p.spatial_dims == 3):  # a depth exactly where there is one
             return False
-        if tw * sw > _MAX_BOX or th * sh > _MAX_BOX:
+        sd, sh, sw = _depth(p.conv.strides, 1)
+        if min(tw, th, td, tn) < 1 or tw * th * td * tn != PIXELS:
             return False
-        return split <= _boxes(p, (tw, th, tn))
+        if tw * sw > _MAX_BOX or th * sh > _MAX_BOX or td * sd > _MAX_BOX:
+            return False
+        return split <= _boxes(p, (tw, th, td, tn))
 
     # -- cost ----------------------------------------------------------------------------------
 
@@ -247,12 +271,12 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
         """The GEMM's roofline at the fp16 tensor-core ceiling times the kernel's expected
         efficiency and the share of the tiles and pixel boxes that are real work."""
         p = problem
-        if p.spatial_dims != 2 or p.direction is not Direction.BACKWARD_WEIGHTS:
+        if not _computes(p):
             return -1.0  # not this solver's: no estimate
         cfg = self.default_perf_config(ctx, p)
-        bm, bn, box = cfg["bm"], cfg["bn"], (cfg["tw"], cfg["th"], cfg["tn"])
-        (oh, ow) = p.out_spatial
-        fill = p.n * oh * ow / (_boxes(p, box) * PIXELS)
+        bm, bn = cfg["bm"], cfg["bn"]
+        box = (cfg["tw"], cfg["th"], cfg.get("td", 1), cfg["tn"])
+        fill = p.n * math.prod(p.out_spatial) / (_boxes(p, box) * PIXELS)
         fill *= p.k / (_cdiv(p.k, bm) * bm) * p.c / (_cdiv(p.c, bn) * bn)
         steps = _boxes(p, box) / cfg["split"]
         eff = _EFFICIENCY * steps / (steps + _UNIT_FIXED)
@@ -269,7 +293,7 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
         (:func:`staged`), and the parts' fp32 sums, unless one part stores straight into
         the filter."""
         p = problem
-        if p.spatial_dims != 2 or p.direction is not Direction.BACKWARD_WEIGHTS:
+        if not _computes(p):
             return 0
         cfg = self._config(ctx, p, perf_config)
         return _workspace(p, (int(cfg["bm"]), int(cfg["bn"])), int(cfg["split"]))[2]
@@ -283,22 +307,25 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
         caller = problem
         cfg = self._config(ctx, caller, perf_config)
         bm, bn, stages, tw, th, tn, split = (int(cfg[k]) for k in _KEYS)
+        td = int(cfg.get("td", 1))
+        three = caller.spatial_dims == 3
         copies, part_at, workspace = _workspace(caller, (bm, bn), split)
         p = with_packed(caller, tuple(c.name for c in copies))  # what the kernel reads
-        r, s = p.filter_spatial
-        (ih, iw), (oh, ow) = p.in_spatial, p.out_spatial
-        (sh, sw) = p.conv.strides
+        id_, ih, iw = _depth(p.in_spatial, 1)
+        od, oh, ow = _depth(p.out_spatial, 1)
+        sd, sh, sw = _depth(p.conv.strides, 1)
         direct = _direct(p, (bm, bn), split)
         slab = _slab(p)
-        ws = p.w.strides  # (k, c, r, s)
+        ws = p.w.strides  # (k, c, [t,] r, s)
         geometry = pack_geometry(p, cfg)
-        units = _cdiv(p.k, bm) * _cdiv(p.c, bn) * r * s * split
+        units = _cdiv(p.k, bm) * _cdiv(p.c, bn) * _taps(p) * split
         sms = _sms(ctx)
         options = (
             _DTYPE_OPTIONS[p.dtype],
             f"-DMIO_BM={bm}",
             f"-DMIO_BN={bn}",
             f"-DMIO_STAGES={stages}",
+            *(("-DMIO_3D=1",) if three else ()),
             "--gpu-architecture=sm_90a",  # wgmma and setmaxnreg: the arch-specific target
         )
         kernels = [c.kernel for c in copies] + [
@@ -323,13 +350,21 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
             )
         shared = stages * (bm + bn) * 128 + 1024  # + alignment of the ring to 1 KiB
         item = p.dtype.itemsize
-        xs, ys = p.x.strides, p.y.strides  # (n, c, h, w)
-        x_dims, dy_dims = (p.c, iw, ih, p.n), (p.k, ow, oh, p.n)
-        x_strides = (xs[3] * item, xs[2] * item, xs[0] * item)
-        dy_strides = (ys[3] * item, ys[2] * item, ys[0] * item)
-        x_box, x_steps = (CHUNK, tw * sw, th * sh, tn), (1, sw, sh, 1)
-        dy_box = (CHUNK, tw, th, tn)
-        paired = ws[1] == 1 and not any(x % 2 for x in (ws[0], ws[2], ws[3]))
+        xs, ys = p.x.strides, p.y.strides  # (n, c, [d,] h, w)
+        if three:  # 5-D maps: (channels, w, h, d, n)
+            x_dims, dy_dims = (p.c, iw, ih, id_, p.n), (p.k, ow, oh, od, p.n)
+            x_strides = (xs[4] * item, xs[3] * item, xs[2] * item, xs[0] * item)
+            dy_strides = (ys[4] * item, ys[3] * item, ys[2] * item, ys[0] * item)
+            x_box, x_steps = (CHUNK, tw * sw, th * sh, td * sd, tn), (1, sw, sh, sd, 1)
+            dy_box = (CHUNK, tw, th, td, tn)
+        else:
+            x_dims, dy_dims = (p.c, iw, ih, p.n), (p.k, ow, oh, p.n)
+            x_strides = (xs[3] * item, xs[2] * item, xs[0] * item)
+            dy_strides = (ys[3] * item, ys[2] * item, ys[0] * item)
+            x_box, x_steps = (CHUNK, tw * sw, th * sh, tn), (1, sw, sh, 1)
+            dy_box = (CHUNK, tw, th, tn)
+        dy_steps = (1,) * len(dy_box)
+        paired = ws[1] == 1 and not any(x % 2 for x in (ws[0], *ws[2:]))
         dtype = p.dtype
 
         def factory(compiled: Any) -> Any:
@@ -347,7 +382,7 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
                 if len(kept) >= _MAPS_KEPT:
                     kept.clear()
                 x_map = tiled_tensor_map(dtype, x_ptr, x_dims, x_strides, x_box, x_steps)
-                dy_map = tiled_tensor_map(dtype, dy_ptr, dy_dims, dy_strides, dy_box, (1,) * 4)
+                dy_map = tiled_tensor_map(dtype, dy_ptr, dy_dims, dy_strides, dy_box, dy_steps)
                 maps = [("bytes", x_map), ("bytes", dy_map)]
                 args = KernelArgs([*maps, ("ptr", 0), ("ptr", 0), ("bytes", geometry)])
                 kept[(x_ptr, dy_ptr)] = args
@@ -390,16 +425,22 @@ def pack_geometry(p: ConvProblem, config: PerfConfig) -> bytes:
     pixel box and its counts, the split, whether the sums go straight into the filter, the
     slabs the reduce adds, the filter's strides and one slab's length."""
     bm, bn, _, tw, th, tn, split = (int(config[k]) for k in _KEYS)
-    r, s = p.filter_spatial
-    oh, ow = p.out_spatial
-    (sh, sw), (ph, pw), (dh, dw) = p.conv.strides, p.conv.pads, p.conv.dilations
-    ws = p.w.strides  # (k, c, r, s)
-    return _GEOMETRY.pack(
+    td = int(config.get("td", 1))
+    t, r, s = _depth(p.filter_spatial, 1)
+    od, oh, ow = _depth(p.out_spatial, 1)
+    sd, sh, sw = _depth(p.conv.strides, 1)
+    pd, ph, pw = _depth(p.conv.pads, 0)
+    dd, dh, dw = _depth(p.conv.dilations, 1)
+    ws = p.w.strides  # (k, c, [t,] r, s)
+    packed = _GEOMETRY.pack(
         p.n, oh, ow, p.k, p.c, r, s, sh, sw, ph, pw, dh, dw, tw, th, tn,
-        _cdiv(ow, tw), _cdiv(oh, th), _boxes(p, (tw, th, tn)), split,
+        _cdiv(ow, tw), _cdiv(oh, th), _boxes(p, (tw, th, td, tn)), split,
         int(_direct(p, (bm, bn), split)), _slabs((bm, bn), split),
-        ws[0], ws[2], ws[3], ws[1], _slab(p),
+        ws[0], ws[-2], ws[-1], ws[1], _slab(p),
     )  # fmt: skip
+    if p.spatial_dims == 3:  # MioWrwGeom's depth fields (MIO_3D)
+        packed += _GEOMETRY_3D.pack(od, t, sd, pd, dd, td, _cdiv(od, td), 0, ws[2])
+    return packed
 
 
 def ranked(ctx: ExecutionContext, p: ConvProblem) -> list[PerfConfig]:
@@ -423,7 +464,7 @@ def _ranked(p: ConvProblem, sms: int) -> tuple[PerfConfig, ...]:
             waves = _cdiv(tiles * split, sms)
             cost = waves * (_cdiv(boxes, split) + _UNIT_FIXED) * per_slice
             cost += 2 * _partial_bytes(p, (bm, bn), split) / _PARTIAL_BYTES_PER_S
-            scored.append((cost, len(scored), _config(bm, bn, stages, box, split)))
+            scored.append((cost, len(scored), _config(p, bm, bn, stages, box, split)))
     scored.sort(key=lambda t: t[:2])
     return tuple(config for *_, config in scored)
 
@@ -435,14 +476,20 @@ def _fits(p: ConvProblem, bm: int, bn: int) -> bool:
     return bm <= widest_k and bn <= widest_c
 
 
-def _splits(p: ConvProblem, box: tuple[int, int, int]) -> tuple[int, ...]:
+def _splits(p: ConvProblem, box: tuple[int, ...]) -> tuple[int, ...]:
     """Split-K parts worth trying: 1, and more while each part keeps enough slices."""
     boxes = _boxes(p, box)
     return tuple(s for s in SPLITS if s == 1 or boxes >= _MIN_PART_STEPS * s)
 
 
-def _config(bm: int, bn: int, stages: int, box: tuple[int, int, int], split: int) -> PerfConfig:
-    return PerfConfig(bm=bm, bn=bn, stages=stages, tw=box[0], th=box[1], tn=box[2], split=split)
+def _config(
+    p: ConvProblem, bm: int, bn: int, stages: int, box: tuple[int, ...], split: int
+) -> PerfConfig:
+    """A configuration: ``td`` (the box's depth) on 3-D problems only."""
+    tw, th, td, tn = box
+    if p.spatial_dims == 3:
+        return PerfConfig(bm=bm, bn=bn, stages=stages, tw=tw, th=th, td=td, tn=tn, split=split)
+    return PerfConfig(bm=bm, bn=bn, stages=stages, tw=tw, th=th, tn=tn, split=split)
 
 
 def staged(p: ConvProblem) -> tuple[str, ...]:

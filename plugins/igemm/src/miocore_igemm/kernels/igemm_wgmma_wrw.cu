@@ -24,7 +24,10 @@
 // slab per consumer), which igemm_wgmma_wrw_reduce adds up in order (deterministic) and
 // writes through the filter's strides.
 //
-// Compile-time: MIO_BM (64, 128), MIO_BN (64, 128, 256), MIO_STAGES, MIO_DTYPE_FP16 or
+// 3-D problems (MIO_3D): the pixel box gains a depth (tn images x td planes x th rows x tw
+// columns, 64 pixels in all), both tensor maps a dimension, and the taps run over (fz, fy, fx).
+//
+// Compile-time: MIO_BM (64, 128), MIO_BN (64, 128, 256), MIO_STAGES, MIO_3D, MIO_DTYPE_FP16 or
 // MIO_DTYPE_BF16. Every size and the pixel box are run-time arguments: one binary per tile
 // and depth serves every problem.
 #include "igemm_wgmma_ops.h"
@@ -38,6 +41,9 @@
 #endif
 #ifndef MIO_STAGES
 #define MIO_STAGES 6
+#endif
+#ifndef MIO_3D
+#define MIO_3D 0  // 1: 3-D problems (a depth in the pixel box, the taps and the strides)
 #endif
 #if defined(MIO_DTYPE_TF32)
 #error "wgmma reads TF32 operands K-major only: backward weights needs both MN-major"
@@ -84,8 +90,19 @@ struct MioWrwGeom {
   int direct;                 // 1: sums stored straight into the filter (split 1, c contiguous)
   int slabs;                  // fp32 slabs the reduce adds: split, twice that for 64 x 64
   long long w_sk, w_sr, w_ss, w_sc;  // the filter's strides (elements)
-  long long slab;             // fp32 sums per part: k * r * s * c
+  long long slab;             // fp32 sums per part: k * [t *] r * s * c
+#if MIO_3D
+  int o, t, sd, pd, dd;       // output depth, filter depth, depth stride, pad, dilation
+  int td, tiles_d, unused;    // the pixel box's planes, boxes along the depth
+  long long w_st;             // the filter's depth stride (elements)
+#endif
 };
+
+#if MIO_3D
+#define MIO_TAPS(g) ((g).t * (g).r * (g).s)
+#else
+#define MIO_TAPS(g) ((g).r * (g).s)
+#endif
 
 __device__ __forceinline__ void keep(float* d) {
 #pragma unroll
@@ -96,6 +113,9 @@ __device__ __forceinline__ void keep(float* d) {
 // together), then c tiles, taps and parts.
 struct MioWrwUnit {
   int k0, c0, fy, fx, lo, hi, part;
+#if MIO_3D
+  int fz;
+#endif
 };
 
 __device__ __forceinline__ MioWrwUnit unit_at(const MioWrwGeom& g, int u, int tiles_k,
@@ -105,10 +125,18 @@ __device__ __forceinline__ MioWrwUnit unit_at(const MioWrwGeom& g, int u, int ti
   u /= tiles_k;
   at.c0 = (u % tiles_c) * MIO_BN;
   u /= tiles_c;
+#if MIO_3D
+  const int tap = u % MIO_TAPS(g);
+  at.part = u / MIO_TAPS(g);
+  at.fz = tap / g.s / g.r;
+  at.fy = (tap / g.s) % g.r;
+  at.fx = tap % g.s;
+#else
   const int tap = u % (g.r * g.s);
   at.part = u / (g.r * g.s);
   at.fy = tap / g.s;
   at.fx = tap % g.s;
+#endif
   at.lo = (int)((long long)at.part * g.boxes / g.split);
   at.hi = (int)((long long)(at.part + 1) * g.boxes / g.split);
   return at;
@@ -128,7 +156,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   const int wg = tid / 128;
   const int tiles_k = (g.k + MIO_BM - 1) / MIO_BM;
   const int tiles_c = (g.c + MIO_BN - 1) / MIO_BN;
+#if MIO_3D
+  const int units = tiles_k * tiles_c * MIO_TAPS(g) * g.split;
+#else
   const int units = tiles_k * tiles_c * g.r * g.s * g.split;
+#endif
 
   if (tid == 0) {
     for (int i = 0; i < MIO_STAGES; ++i) {
@@ -150,14 +182,45 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       for (int u = blockIdx.x; u < units; u += gridDim.x) {
         const MioWrwUnit at = unit_at(g, u, tiles_k, tiles_c);
         const int hoff = at.fy * g.dh - g.ph, woff = at.fx * g.dw - g.pw;
+#if MIO_3D
+        const int doff = at.fz * g.dd - g.pd;
+        int bq = at.lo % g.tiles_q, bp = (at.lo / g.tiles_q) % g.tiles_p;
+        int bd = (at.lo / g.tiles_q / g.tiles_p) % g.tiles_d;
+        int bn = at.lo / g.tiles_q / g.tiles_p / g.tiles_d;
+#else
         int bq = at.lo % g.tiles_q, bp = (at.lo / g.tiles_q) % g.tiles_p;
         int bn = at.lo / g.tiles_q / g.tiles_p;
+#endif
         for (int box = at.lo; box < at.hi; ++box, ++it) {
           const int slot = it % MIO_STAGES;
           if (it >= MIO_STAGES) bar_wait(&empty[slot], ((it / MIO_STAGES) - 1) & 1);
           unsigned char* a = ring + slot * MIO_STAGE_BYTES;
           bar_expect(&full[slot], MIO_STAGE_BYTES);
           const int q0 = bq * g.tw, p0 = bp * g.th, n0 = bn * g.tn;
+#if MIO_3D
+          const int o0 = bd * g.td;
+#pragma unroll
+          for (int chunk = 0; chunk < MIO_BM / 64; ++chunk) {
+            tma_load_5d(a + chunk * MIO_CHUNK, &dy_map, &full[slot], at.k0 + chunk * 64, q0, p0,
+                        o0, n0);
+          }
+#pragma unroll
+          for (int chunk = 0; chunk < MIO_BN / 64; ++chunk) {
+            tma_load_5d(a + MIO_A_BYTES + chunk * MIO_CHUNK, &x_map, &full[slot],
+                        at.c0 + chunk * 64, q0 * g.sw + woff, p0 * g.sh + hoff, o0 * g.sd + doff,
+                        n0);
+          }
+          if (++bq == g.tiles_q) {
+            bq = 0;
+            if (++bp == g.tiles_p) {
+              bp = 0;
+              if (++bd == g.tiles_d) {
+                bd = 0;
+                ++bn;
+              }
+            }
+          }
+#else
 #pragma unroll
           for (int chunk = 0; chunk < MIO_BM / 64; ++chunk) {
             tma_load_4d(a + chunk * MIO_CHUNK, &dy_map, &full[slot], at.k0 + chunk * 64, q0, p0,
@@ -175,6 +238,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
               ++bn;
             }
           }
+#endif
         }
       }
     }
@@ -224,15 +288,24 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     if (prev >= 0 && tid % 128 == 0) bar_arrive(&empty[prev % MIO_STAGES]);
 
     // Epilogue: this thread's rows (k) are lane/4 and lane/4 + 8 of its warp's 16.
+#if MIO_3D
+    const long long taps = (long long)MIO_TAPS(g);
+    const int tap = (at.fz * g.r + at.fy) * g.s + at.fx;
+#else
     const long long taps = (long long)g.r * g.s;
     const int tap = at.fy * g.s + at.fx;
+#endif
     const int col0 = at.c0 + col_off + 2 * (lane % 4);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int k = at.k0 + row0 + warp * 16 + lane / 4 + 8 * half;
       if (k >= g.k) continue;
       if (g.direct) {
+#if MIO_3D
+        mio_elem* out = w + k * g.w_sk + at.fz * g.w_st + at.fy * g.w_sr + at.fx * g.w_ss;
+#else
         mio_elem* out = w + k * g.w_sk + at.fy * g.w_sr + at.fx * g.w_ss;
+#endif
 #pragma unroll
         for (int j = 0; j < MIO_CN / 8; ++j) {
           const int c = col0 + 8 * j;
@@ -260,8 +333,13 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 extern "C" __global__ void igemm_wgmma_wrw_reduce(const float* __restrict__ part,
                                                   mio_elem* __restrict__ w, const MioWrwGeom g) {
   const long long pairs = g.slab / 2;
+#if MIO_3D
+  const long long taps = (long long)MIO_TAPS(g);
+  const bool paired = g.w_sc == 1 && ((g.w_sk | g.w_st | g.w_sr | g.w_ss) & 1) == 0;
+#else
   const long long taps = (long long)g.r * g.s;
   const bool paired = g.w_sc == 1 && ((g.w_sk | g.w_sr | g.w_ss) & 1) == 0;
+#endif
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < pairs;
        i += (long long)gridDim.x * blockDim.x) {
     float2 sum = reinterpret_cast<const float2*>(part)[i];
@@ -276,7 +354,12 @@ extern "C" __global__ void igemm_wgmma_wrw_reduce(const float* __restrict__ part
     const long long m = e / g.c;
     const int tap = (int)(m % taps);
     const long long k = m / taps;
+#if MIO_3D
+    mio_elem* at = w + k * g.w_sk + (tap / g.s / g.r) * g.w_st + (tap / g.s % g.r) * g.w_sr +
+                   (tap % g.s) * g.w_ss;
+#else
     mio_elem* at = w + k * g.w_sk + (tap / g.s) * g.w_sr + (tap % g.s) * g.w_ss;
+#endif
     if (paired) {
       store_pair(at + c, sum.x, sum.y);
     } else {
