@@ -14,6 +14,7 @@ import miocore
 from miocore.testing import cpu_context
 
 wrw = pytest.importorskip("miocore_igemm.gpu_wgmma_wrw")
+wrw_plan = pytest.importorskip("miocore_igemm.gpu_wgmma_wrw_plan")
 layout = pytest.importorskip("miocore_igemm.gpu_wgmma_layout")
 
 SOLVER = wrw.GpuWgmmaWrwSolver()
@@ -120,7 +121,7 @@ def test_64_channel_layers_take_the_64_x_64_tile_and_split_the_pixels() -> None:
     assert sol.workspace_size == 2 * cfg["split"] * 64 * 9 * 64 * 4
     assert sol.workspace_size == SOLVER.workspace_size(ctx, p, cfg)
     assert "-DMIO_BM=64" in sol.kernels[0].options and "-DMIO_BN=64" in sol.kernels[0].options
-    fields = wrw._GEOMETRY.unpack(wrw.pack_geometry(p, cfg))
+    fields = wrw_plan._GEOMETRY.unpack(wrw_plan.pack_geometry(p, cfg))
     assert fields[19:22] == (cfg["split"], 0, 2 * cfg["split"])  # split, direct, slabs
     assert wrw.STAGES[64, 64] % 2 == 0  # a slot keeps its consumer
 
@@ -140,7 +141,7 @@ def test_one_part_on_a_channels_last_filter_stores_straight_into_it() -> None:
     sol = SOLVER.get_solution(ctx, nchw, cfg)
     assert [k.kernel_name for k in sol.kernels] == [wrw.KERNEL, wrw.REDUCE_KERNEL]
     assert sol.workspace_size == 512 * 9 * 512 * 4
-    fields = wrw._GEOMETRY.unpack(wrw.pack_geometry(nchw, cfg))
+    fields = wrw_plan._GEOMETRY.unpack(wrw_plan.pack_geometry(nchw, cfg))
     assert fields[22:26] == (512 * 9, 3, 1, 9)  # the filter's k, r, s and c strides
 
 
@@ -149,8 +150,8 @@ def test_geometry_matches_the_kernel_struct() -> None:
     p = _problem(n=3, c=72, k=136, in_spatial=(17, 11), filter_spatial=(5, 3), pads=(2, 0),
                  strides=(2, 3), dilations=(1, 2)).canonical  # fmt: skip
     cfg = SOLVER.default_perf_config(ctx, p)
-    fields = wrw._GEOMETRY.unpack(wrw.pack_geometry(p, cfg))
-    assert wrw._GEOMETRY.size == 22 * 4 + 5 * 8  # 22 ints, then 8-byte aligned int64s
+    fields = wrw_plan._GEOMETRY.unpack(wrw_plan.pack_geometry(p, cfg))
+    assert wrw_plan._GEOMETRY.size == 22 * 4 + 5 * 8  # 22 ints, then 8-byte aligned int64s
     oh, ow = p.out_spatial
     assert fields[:13] == (3, oh, ow, 136, 72, 5, 3, 2, 3, 2, 0, 1, 2)
     tw, th, tn = fields[13:16]
@@ -205,10 +206,10 @@ def test_three_d_takes_a_depth_in_the_box_and_the_taps(monkeypatch: pytest.Monke
     sol = SOLVER.get_solution(ctx, p, cfg)
     assert "-DMIO_3D=1" in sol.kernels[0].options
     assert sol.kernels[0].grid[0] <= 132
-    packed = wrw.pack_geometry(p, cfg)
-    assert len(packed) == wrw._GEOMETRY.size + wrw._GEOMETRY_3D.size
-    fields = wrw._GEOMETRY.unpack(packed[: wrw._GEOMETRY.size])
-    depth = wrw._GEOMETRY_3D.unpack(packed[wrw._GEOMETRY.size :])
+    packed = wrw_plan.pack_geometry(p, cfg)
+    assert len(packed) == wrw_plan._GEOMETRY.size + wrw_plan._GEOMETRY_3D.size
+    fields = wrw_plan._GEOMETRY.unpack(packed[: wrw_plan._GEOMETRY.size])
+    depth = wrw_plan._GEOMETRY_3D.unpack(packed[wrw_plan._GEOMETRY.size :])
     od, oh, ow = p.out_spatial
     assert fields[:7] == (2, oh, ow, 128, 64, 3, 3)
     assert fields[18] == wrw._boxes(p, (cfg["tw"], cfg["th"], cfg["td"], cfg["tn"]))
@@ -228,8 +229,8 @@ def test_wrw_geometry_struct_matches_the_kernel() -> None:
     body = re.search(r"struct MioWrwGeom \{(.*?)\};", source, re.S).group(1)
     plain, three, rest = re.match(r"(.*?)#if MIO_3D\n(.*?)#endif\n(.*)", body, re.S).groups()
     assert not rest.strip()  # the depth fields come last: the 2-D layout is unchanged
-    assert wrw._GEOMETRY.size == _struct_bytes(plain) and wrw._GEOMETRY.size % 8 == 0
-    assert wrw._GEOMETRY_3D.size == _struct_bytes(three)
+    assert wrw_plan._GEOMETRY.size == _struct_bytes(plain) and wrw_plan._GEOMETRY.size % 8 == 0
+    assert wrw_plan._GEOMETRY_3D.size == _struct_bytes(three)
 
 
 def _struct_bytes(body: str) -> int:

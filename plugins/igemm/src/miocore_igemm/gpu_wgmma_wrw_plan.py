@@ -1,0 +1,181 @@
+"""What an ``igemm.gpu_wgmma_wrw`` launch covers and what the cost model expects it to cost.
+
+The 64-pixel boxes of the output that the sum runs over (:func:`pixel_boxes`; a depth on 3-D
+problems), the tiles and pipeline depths the kernel is compiled for, the split-K parts and
+their fp32 slabs, the ``MioWrwGeom`` the kernels take (:func:`pack_geometry`), and the cost
+model that ranks every tile and split (:func:`ranked`). The solver (``gpu_wgmma_wrw.py``)
+turns a ranked configuration into kernels and launches.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import struct
+
+from miocore import ConvProblem, Direction, ExecutionContext, PerfConfig
+from miocore_igemm.gpu_wgmma_plan import _MAX_BOX, _SM_FLOPS, _cdiv, _sms
+
+PIXELS = 64  # output pixels per slice of the sum: one pixel box
+CHUNK = 64  # channels per TMA box row (128 bytes of fp16/bf16)
+#: Tiles (k x c) and their pipeline depth: a stage is (bm + bn) x 128 bytes (64 pixels of each
+#: operand), the ring 192-200 KiB of the 227 KiB a block may use. With bm 64 both consumers
+#: share the k rows and take half the columns each; a 64 x 64 tile (layers of 64 channels)
+#: is multiplied whole by each consumer on alternate stages (an even depth), each summing
+#: into its own slab.
+STAGES = {(128, 256): 4, (128, 128): 6, (128, 64): 8, (64, 256): 5, (64, 128): 8, (64, 64): 12}
+HALVES = (64, 64)
+#: Relative speed of a tile per unit of work (bigger tiles reuse their operands more) and a
+#: unit's fixed cost (pipeline fill, epilogue) in slices' time: first estimates, by analogy
+#: with the forward kernel's table; replayed on a sweep of every tile and split (ResNet-50 and
+#: VGG-16, fp16, H200, 2026-11-28: ``benchmarks/wgmma_cost_fit.py``), the default is 1.017x
+#: the fastest measured and 1.005x with the alternatives a normal find measures too.
+_TILE_EFFICIENCY = {(128, 256): 1.0, (128, 128): 0.92, (64, 256): 0.85, (128, 64): 0.75,
+                    (64, 128): 0.75, (64, 64): 0.6}  # fmt: skip
+_UNIT_FIXED = 6.0
+#: The rate of the parts' fp32 sums, written and read back mostly within the L2.
+_PARTIAL_BYTES_PER_S = 9.0e12
+#: Split-K parts the configuration space offers.
+SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+#: Slices a part should keep at least (fewer: the pipeline never fills).
+_MIN_PART_STEPS = 8
+_KEYS = ("bm", "bn", "stages", "tw", "th", "tn", "split")
+_GEOMETRY = struct.Struct("<22i5q")
+_GEOMETRY_3D = struct.Struct("<8iq")  # MioWrwGeom's depth fields, after the 2-D ones
+
+
+def _depth(values: tuple[int, ...], flat: int) -> tuple[int, int, int]:
+    """A problem's (depth, height, width) values: 2-D ones with ``flat`` as the depth's."""
+    return (values[0], values[1], values[2]) if len(values) == 3 else (flat, *values)
+
+
+def pixel_boxes(p: ConvProblem, count: int = 3) -> list[tuple[int, int, int, int]]:
+    """The ``count`` boxes ``(tw, th, td, tn)`` of exactly 64 output pixels (powers of two;
+    ``td`` 1 on 2-D problems) that cover the output in the fewest boxes, wider, then taller
+    first among equals; within the TMA's box extents (the input box spans ``tw`` x stride
+    columns)."""
+    sd, sh, sw = _depth(p.conv.strides, 1)
+    depths = range(7) if p.spatial_dims == 3 else (0,)
+    scored = []
+    for a, b, e in itertools.product(range(7), range(7), depths):
+        tw, th, td = 1 << a, 1 << b, 1 << e
+        if tw * th * td > PIXELS:
+            continue
+        tn = PIXELS // (tw * th * td)
+        if tw * sw > _MAX_BOX or th * sh > _MAX_BOX or td * sd > _MAX_BOX:
+            continue
+        box = (tw, th, td, tn)
+        scored.append((_boxes(p, box), -tw, -th, -td, box))
+    scored.sort()
+    return [box for *_, box in scored[:count]]
+
+
+def _boxes(p: ConvProblem, box: tuple[int, ...]) -> int:
+    od, oh, ow = _depth(p.out_spatial, 1)
+    tw, th, td, tn = box
+    return _cdiv(ow, tw) * _cdiv(oh, th) * _cdiv(od, td) * _cdiv(p.n, tn)
+
+
+def _computes(p: ConvProblem) -> bool:
+    """Backward weights, 2-D or 3-D: what the kernel computes (applicable or not)."""
+    return p.spatial_dims in (2, 3) and p.direction is Direction.BACKWARD_WEIGHTS
+
+
+def _taps(p: ConvProblem) -> int:
+    return math.prod(p.filter_spatial)
+
+
+def _direct(p: ConvProblem, tile: tuple[int, int], split: int) -> bool:
+    """Whether the sums go straight into the filter: one part summed by one consumer, c
+    contiguous, even strides (the epilogue's paired stores)."""
+    ws = p.w.strides  # (k, c, [t,] r, s)
+    if split != 1 or tile == HALVES:
+        return False
+    return ws[1] == 1 and not any(x % 2 for x in (ws[0], *ws[2:]))
+
+
+def _slabs(tile: tuple[int, int], split: int) -> int:
+    """fp32 slabs of sums in the workspace: one per part, one per consumer for 64 x 64."""
+    return 2 * split if tile == HALVES else split
+
+
+def _slab(p: ConvProblem) -> int:
+    return p.k * _taps(p) * p.c
+
+
+def _partial_bytes(p: ConvProblem, tile: tuple[int, int], split: int) -> int:
+    """The parts' fp32 sums in the workspace (none when stored straight into the filter)."""
+    return 0 if _direct(p, tile, split) else _slabs(tile, split) * _slab(p) * 4
+
+
+def pack_geometry(p: ConvProblem, config: PerfConfig) -> bytes:
+    """The kernels' ``MioWrwGeom`` for ``p`` and a valid ``config``: sizes, geometry, the
+    pixel box and its counts, the split, whether the sums go straight into the filter, the
+    slabs the reduce adds, the filter's strides and one slab's length."""
+    bm, bn, _, tw, th, tn, split = (int(config[k]) for k in _KEYS)
+    td = int(config.get("td", 1))
+    t, r, s = _depth(p.filter_spatial, 1)
+    od, oh, ow = _depth(p.out_spatial, 1)
+    sd, sh, sw = _depth(p.conv.strides, 1)
+    pd, ph, pw = _depth(p.conv.pads, 0)
+    dd, dh, dw = _depth(p.conv.dilations, 1)
+    ws = p.w.strides  # (k, c, [t,] r, s)
+    packed = _GEOMETRY.pack(
+        p.n, oh, ow, p.k, p.c, r, s, sh, sw, ph, pw, dh, dw, tw, th, tn,
+        _cdiv(ow, tw), _cdiv(oh, th), _boxes(p, (tw, th, td, tn)), split,
+        int(_direct(p, (bm, bn), split)), _slabs((bm, bn), split),
+        ws[0], ws[-2], ws[-1], ws[1], _slab(p),
+    )  # fmt: skip
+    if p.spatial_dims == 3:  # MioWrwGeom's depth fields (MIO_3D)
+        packed += _GEOMETRY_3D.pack(od, t, sd, pd, dd, td, _cdiv(od, td), 0, ws[2])
+    return packed
+
+
+def ranked(ctx: ExecutionContext, p: ConvProblem) -> list[PerfConfig]:
+    """Every tile and split-K at the best pixel box, fastest first by the cost model: waves
+    of work units over the SMs, a unit's slices at the tile's relative speed plus a fixed
+    cost per unit, and the parts' fp32 sums written and read back."""
+    return list(_ranked(p, _sms(ctx)))
+
+
+@functools.lru_cache(maxsize=256)
+def _ranked(p: ConvProblem, sms: int) -> tuple[PerfConfig, ...]:
+    box = pixel_boxes(p, 1)[0]
+    boxes = _boxes(p, box)
+    scored = []
+    for (bm, bn), stages in STAGES.items():
+        if not _fits(p, bm, bn):
+            continue
+        tiles = _cdiv(p.k, bm) * _cdiv(p.c, bn) * _taps(p)
+        per_slice = 2.0 * bm * bn * PIXELS / (_SM_FLOPS * _TILE_EFFICIENCY[bm, bn])
+        for split in _splits(p, box):
+            waves = _cdiv(tiles * split, sms)
+            cost = waves * (_cdiv(boxes, split) + _UNIT_FIXED) * per_slice
+            cost += 2 * _partial_bytes(p, (bm, bn), split) / _PARTIAL_BYTES_PER_S
+            scored.append((cost, len(scored), _config(p, bm, bn, stages, box, split)))
+    scored.sort(key=lambda t: t[:2])
+    return tuple(config for *_, config in scored)
+
+
+def _fits(p: ConvProblem, bm: int, bn: int) -> bool:
+    """Tiles no wider than k and c need (64 x 64 always fits)."""
+    widest_k = max(64, 1 << max(0, (p.k - 1).bit_length()))
+    widest_c = max(64, 1 << max(0, (p.c - 1).bit_length()))
+    return bm <= widest_k and bn <= widest_c
+
+
+def _splits(p: ConvProblem, box: tuple[int, ...]) -> tuple[int, ...]:
+    """Split-K parts worth trying: 1, and more while each part keeps enough slices."""
+    boxes = _boxes(p, box)
+    return tuple(s for s in SPLITS if s == 1 or boxes >= _MIN_PART_STEPS * s)
+
+
+def _config(
+    p: ConvProblem, bm: int, bn: int, stages: int, box: tuple[int, ...], split: int
+) -> PerfConfig:
+    """A configuration: ``td`` (the box's depth) on 3-D problems only."""
+    tw, th, td, tn = box
+    if p.spatial_dims == 3:
+        return PerfConfig(bm=bm, bn=bn, stages=stages, tw=tw, th=th, td=td, tn=tn, split=split)
+    return PerfConfig(bm=bm, bn=bn, stages=stages, tw=tw, th=th, tn=tn, split=split)
