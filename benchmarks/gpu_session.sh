@@ -68,6 +68,9 @@
 #   triton      issue 13: the miocore-triton tests on the GPU (TRITON_TEST_ARGS narrows them), then
 #               gpu_triton_bench.py (Triton's default and best configurations, own-kernel find, cuDNN) on TRITON_SUITES
 #               (resnet50) in TRITON_DTYPES (float16); TRITON_ARGS passes more options
+#   wgmma3d     issue 13: the 3-D wgmma kernels' GPU tests (forward, backward data, backward
+#               weights), then the 3-D U-Net through them against cuDNN (W3D_LAYOUT NCHW,
+#               W3D_DTYPES float16 float32), with MIOCORE_WGMMA_3D=1
 #   wgmma       issue 13: igemm.gpu_wgmma's GPU tests, then gpu_wgmma_bench.py (the default and
 #               more configurations against cuDNN, forward and backward data) on WGMMA_SUITES
 #               (resnet50 vgg16) in WGMMA_DTYPES (float16 bfloat16) and WGMMA_DIRECTIONS
@@ -85,7 +88,7 @@
 #               .gpu/perf_models (find_quality.py, batch cut to MAX_GFLOP); MATH_MODE,
 #               QDTYPE (one data type), MODEL_DIR (another model) and QTAG (output names)
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -391,6 +394,19 @@ PY
       --directions ${WGMMA_DIRECTIONS:-forward backward_data} \
       ${WGMMA_ARGS:-} \
       --out "$OUT/wgmma.json" 2>&1 | grep -a -v Warning | tee "$OUT/wgmma.log" | tail -80
+    ;;
+  wgmma3d)
+    # the 3-D wgmma kernels (behind MIOCORE_WGMMA_3D=1 until these pass): their GPU tests,
+    # then the 3-D U-Net's layers through them against cuDNN (W3D_LAYOUT, W3D_DTYPES)
+    timeout "${W3D_TEST_TIMEOUT:-300}" python3 -m pytest -q -n 8 -p no:cacheprovider -rfE \
+      tests/test_gpu_igemm_wgmma.py tests/test_gpu_igemm_wgmma_wrw.py -k 3d 2>&1 |
+      tee "$OUT/wgmma3d_tests.log" | tail -15
+    # shellcheck disable=SC2086
+    MIOCORE_WGMMA_3D=1 timeout "${W3D_TIMEOUT:-240}" python3 benchmarks/gpu_wgmma_bench.py \
+      --suites unet3d --dtypes ${W3D_DTYPES:-float16 float32} \
+      --directions forward backward_data backward_weights --layout "${W3D_LAYOUT:-NCHW}" \
+      --configs "${W3D_CONFIGS:-4}" --out "$OUT/wgmma3d.json" 2>&1 | grep -a -v Warning |
+      tee "$OUT/wgmma3d.log" | tail -50
     ;;
   wgmmarace)
     timeout 300 python3 benchmarks/gpu_wgmma_order_race.py 2>&1 | tee "$OUT/wgmma_race.log"

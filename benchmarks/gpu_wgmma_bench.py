@@ -31,14 +31,15 @@ import torch
 from common import time_configs
 from gpu_igemm_bench import matmul_tflops
 from gpu_vs_cudnn import device_ms, geomean
-from shapes import RESNET50, VGG16, problem
+from shapes import RESNET50, UNET3D, VGG16, problem
 
 import miocore
 
 SOLVER = "igemm.gpu_wgmma"
 TF32_SOLVER = "igemm.gpu_wgmma_tf32"  # float32: the same kernel through TF32
 WRW_SOLVER = "igemm.gpu_wgmma_wrw"  # backward weights, fp16/bf16
-SUITES = {"resnet50": (RESNET50, 32), "vgg16": (VGG16, 16)}
+#: The 3-D U-Net runs its 3-D path (MIOCORE_WGMMA_3D=1 while that is behind its switch).
+SUITES = {"resnet50": (RESNET50, 32), "vgg16": (VGG16, 16), "unet3d": (UNET3D, 2)}
 
 
 def _picks(solver: Any, ctx: Any, canon: Any, count: int) -> list[Any]:
@@ -78,15 +79,17 @@ def solver_name(dtype: str, direction: str) -> str | None:
 
 def cudnn_call(direction: str, x: Any, w: Any, y: Any, layer: Any) -> Any:
     """cuDNN's call for the direction (the written tensor as its result)."""
+    d = layer.dims
     if direction == "forward":
-        return lambda: torch.nn.functional.conv2d(x, w, stride=layer.stride, padding=layer.pad)
+        conv = torch.nn.functional.conv3d if d == 3 else torch.nn.functional.conv2d
+        return lambda: conv(x, w, stride=layer.stride, padding=layer.pad)
     aten = torch.ops.aten.convolution_backward
-    stride, pad = [layer.stride] * 2, [layer.pad] * 2
+    stride, pad, ones, zeros = [layer.stride] * d, [layer.pad] * d, [1] * d, [0] * d
     if direction == "backward_weights":
         mask = [False, True, False]
-        return lambda: aten(y, x, w, None, stride, pad, [1, 1], False, [0, 0], 1, mask)[1]
+        return lambda: aten(y, x, w, None, stride, pad, ones, False, zeros, 1, mask)[1]
     mask = [True, False, False]
-    return lambda: aten(y, x, w, None, stride, pad, [1, 1], False, [0, 0], 1, mask)[0]
+    return lambda: aten(y, x, w, None, stride, pad, ones, False, zeros, 1, mask)[0]
 
 
 def main() -> None:
@@ -109,8 +112,13 @@ def main() -> None:
     torch.backends.cudnn.allow_tf32 = True  # default for convolutions)
     started = time.time()
     rows: list[dict[str, Any]] = []
+
     # NCHW: PyTorch's default contiguous tensors (miocore copies them to channels-last)
-    cl = torch.channels_last if args.layout == "NHWC" else torch.contiguous_format
+    def memory_format(dims: int) -> Any:
+        if args.layout != "NHWC":
+            return torch.contiguous_format
+        return torch.channels_last_3d if dims == 3 else torch.channels_last
+
     for dtype in args.dtypes:
         tf32 = dtype == "float32"
         handle = miocore.Handle(
@@ -150,6 +158,7 @@ def main() -> None:
         for failure in list(failures.values())[:2]:
             print(failure[-3000:])
         for suite, layer, p, picks, found, name in plans:
+            cl = memory_format(layer.dims)
             x = torch.randn(p.x.lengths, device="cuda", dtype=tdtype).to(memory_format=cl)
             w = (torch.randn(p.w.lengths, device="cuda", dtype=tdtype) * 0.05).to(memory_format=cl)
             y = torch.randn(p.y.lengths, device="cuda", dtype=tdtype).to(memory_format=cl)
