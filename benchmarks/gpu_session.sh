@@ -70,7 +70,7 @@
 #               (resnet50) in TRITON_DTYPES (float16); TRITON_ARGS passes more options
 #   wgmma3d     issue 13: the 3-D wgmma kernels' GPU tests (forward, backward data, backward
 #               weights), then the 3-D U-Net through them against cuDNN (W3D_LAYOUT NCHW,
-#               W3D_DTYPES float16 float32), with MIOCORE_WGMMA_3D=1
+#               W3D_DTYPES float16 float32)
 #   wgmma       issue 13: igemm.gpu_wgmma's GPU tests, then gpu_wgmma_bench.py (the default and
 #               more configurations against cuDNN, forward and backward data) on WGMMA_SUITES
 #               (resnet50 vgg16) in WGMMA_DTYPES (float16 bfloat16) and WGMMA_DIRECTIONS
@@ -396,13 +396,13 @@ PY
       --out "$OUT/wgmma.json" 2>&1 | grep -a -v Warning | tee "$OUT/wgmma.log" | tail -80
     ;;
   wgmma3d)
-    # the 3-D wgmma kernels (behind MIOCORE_WGMMA_3D=1 until these pass): their GPU tests,
-    # then the 3-D U-Net's layers through them against cuDNN (W3D_LAYOUT, W3D_DTYPES)
+    # the 3-D wgmma kernels: their GPU tests, then the 3-D U-Net's layers through them
+    # against cuDNN (W3D_LAYOUT, W3D_DTYPES)
     timeout "${W3D_TEST_TIMEOUT:-300}" python3 -m pytest -q -n 8 -p no:cacheprovider -rfE \
       tests/test_gpu_igemm_wgmma.py tests/test_gpu_igemm_wgmma_wrw.py -k 3d 2>&1 |
       tee "$OUT/wgmma3d_tests.log" | tail -15
     # shellcheck disable=SC2086
-    MIOCORE_WGMMA_3D=1 timeout "${W3D_TIMEOUT:-240}" python3 benchmarks/gpu_wgmma_bench.py \
+    timeout "${W3D_TIMEOUT:-240}" python3 benchmarks/gpu_wgmma_bench.py \
       --suites unet3d --dtypes ${W3D_DTYPES:-float16 float32} \
       --directions forward backward_data backward_weights --layout "${W3D_LAYOUT:-NCHW}" \
       --configs "${W3D_CONFIGS:-4}" --out "$OUT/wgmma3d.json" 2>&1 | grep -a -v Warning |

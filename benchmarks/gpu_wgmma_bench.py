@@ -38,7 +38,7 @@ import miocore
 SOLVER = "igemm.gpu_wgmma"
 TF32_SOLVER = "igemm.gpu_wgmma_tf32"  # float32: the same kernel through TF32
 WRW_SOLVER = "igemm.gpu_wgmma_wrw"  # backward weights, fp16/bf16
-#: The 3-D U-Net runs its 3-D path (MIOCORE_WGMMA_3D=1 while that is behind its switch).
+#: The 3-D U-Net runs the kernels' 3-D path (MIO_3D).
 SUITES = {"resnet50": (RESNET50, 32), "vgg16": (VGG16, 16), "unet3d": (UNET3D, 2)}
 
 

@@ -257,15 +257,7 @@ def test_geometry_struct_matches_the_kernel(name: str, flat: str, depth: str) ->
     assert getattr(wgmma, flat).size % 8 == 0
 
 
-def test_three_d_waits_for_its_switch() -> None:
-    reason = SOLVER.is_applicable(_ctx(), _problem3d().canonical).reason
-    assert wgmma.THREE_D_SWITCH in reason and "not yet run" in reason
-
-
-def test_three_d_problems_take_a_depth_in_the_box_and_the_taps(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv(wgmma.THREE_D_SWITCH, "1")
+def test_three_d_problems_take_a_depth_in_the_box_and_the_taps() -> None:
     ctx = _ctx()
     for direction in ("forward", "backward_data"):
         p = _problem3d(direction=direction, n=2, c=64, k=128, in_spatial=(8, 8, 8)).canonical
@@ -295,10 +287,7 @@ def test_three_d_problems_take_a_depth_in_the_box_and_the_taps(
     assert "stride 1 only" in SOLVER.is_applicable(ctx, strided).reason
 
 
-def test_three_d_channels_first_tensors_are_copied_through_folded_planes(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv(wgmma.THREE_D_SWITCH, "1")
+def test_three_d_channels_first_tensors_are_copied_through_folded_planes() -> None:
     ctx = _ctx()
     p = _problem3d(layout="NCDHW", in_spatial=(4, 6, 10)).canonical
     assert SOLVER.is_applicable(ctx, p)

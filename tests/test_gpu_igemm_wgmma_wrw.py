@@ -94,10 +94,9 @@ _SHAPES_3D = (
 
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
 @pytest.mark.parametrize("shape", range(len(_SHAPES_3D)))
-def test_wgmma_wrw_3d_every_config(dtype: str, shape: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_wgmma_wrw_3d_every_config(dtype: str, shape: int) -> None:
     """3-D problems (``MIO_3D``: a depth in the 64-pixel boxes, 5-D maps, taps over depth),
-    every configuration, channels-last and (the default configuration) NCDHW."""
-    monkeypatch.setenv("MIOCORE_WGMMA_3D", "1")
+    a spread of the configurations, channels-last and (the default configuration) NCDHW."""
     h = _handle()
     problem = shape_problem("backward_weights", _SHAPES_3D[shape], dtype)
     solver = h.registry.get(SOLVER).solver

@@ -49,8 +49,6 @@ def _problem(**kw) -> miocore.ConvProblem:
         ({"k": 20}, "20 channels of dy"),
         ({"groups": 2}, "2 groups"),
         ({"strides": (9, 1)}, "stride"),
-        ({"in_spatial": (4, 5, 6), "filter_spatial": (1, 1, 1), "pads": (0, 0, 0),
-          "layout": "NDHWC"}, "MIOCORE_WGMMA_3D=1"),
     ],
 )  # fmt: skip
 def test_declines_with_the_reason(change: dict, reason: str) -> None:
@@ -186,8 +184,7 @@ def test_channels_first_activations_go_through_packed_copies() -> None:
     assert SOLVER.wti(ctx, p) < SOLVER.wti(ctx, nhwc)
 
 
-def test_three_d_takes_a_depth_in_the_box_and_the_taps(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MIOCORE_WGMMA_3D", "1")
+def test_three_d_takes_a_depth_in_the_box_and_the_taps() -> None:
     ctx = _ctx()
     p = miocore.ConvProblem.from_sizes(
         "backward_weights", n=2, c=64, k=128, in_spatial=(8, 12, 16), filter_spatial=(3, 3, 3),

@@ -18,8 +18,7 @@ with w'[c, r, s, k] = w[k, R-1-r, S-1-s, c] (written into the workspace by a sma
 first), padding ``dilation x (R - 1) - pad`` and the layer's dilation.
 
 3-D problems run the same kernel built with ``MIO_3D`` (a depth in the pixel box, a 5-D
-tensor map, taps over depth too), offered only with ``MIOCORE_WGMMA_3D=1`` until its GPU
-tests have run (:data:`THREE_D_SWITCH`).
+tensor map, taps over depth too).
 
 Every size, and the pixel box, is a run-time argument; only the tile, depth, cluster size and
 element type are compiled in, so one binary serves every problem (the solver is dynamic: the
@@ -44,7 +43,6 @@ from miocore import (
     InvokeParams,
     KernelInfo,
     PerfConfig,
-    env,
     not_applicable,
 )
 from miocore_igemm.gpu_common import KERNEL_DIR as KERNEL_DIR
@@ -106,9 +104,6 @@ _GEOMETRY_3D = struct.Struct("<8iq")  # MioWgmmaGeom's depth fields, after the 2
 _FLIP = struct.Struct("<4i4q")  # the flip kernel's MioFlipGeom
 _FLIP_3D = struct.Struct("<2iq")
 _MAPS_KEPT = 64
-#: 3-D problems (``MIO_3D``) are offered only with this switch on until the GPU tests of the
-#: 3-D kernels (tests/test_gpu_igemm_wgmma.py, which set it) have passed on an sm_90 device.
-THREE_D_SWITCH = "MIOCORE_WGMMA_3D"
 
 
 class GpuWgmmaSolver(MmaSolverBase):
@@ -144,11 +139,6 @@ class GpuWgmmaSolver(MmaSolverBase):
             return not_applicable(f"backward data with stride {p.conv.strides}: stride 1 only")
         if p.spatial_dims not in (2, 3):
             return not_applicable(f"{p.spatial_dims}-D problem: the kernel is 2-D and 3-D")
-        if p.spatial_dims == 3 and not env.flag(THREE_D_SWITCH, False):
-            return not_applicable(
-                f"3-D: built and checked without a GPU, not yet run on one; {THREE_D_SWITCH}=1 "
-                "enables it"
-            )
         if p.groups != 1:
             return not_applicable(f"{p.groups} groups: the kernel computes one")
         reason = layout_reason(p)

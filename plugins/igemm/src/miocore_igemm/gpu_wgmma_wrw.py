@@ -34,11 +34,10 @@ from miocore import (
     InvokeParams,
     KernelInfo,
     PerfConfig,
-    env,
     not_applicable,
 )
 from miocore_igemm.gpu_common import MmaSolverBase, check_alignment
-from miocore_igemm.gpu_wgmma import _MAPS_KEPT, THREE_D_SWITCH
+from miocore_igemm.gpu_wgmma import _MAPS_KEPT
 from miocore_igemm.gpu_wgmma_layout import (
     Copies,
     copies_ms,
@@ -100,9 +99,8 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
     # -- applicability -----------------------------------------------------------------------
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
-        """2-D (3-D with ``MIOCORE_WGMMA_3D=1``) backward weights, one group, fp16/bf16, x and
-        dy with channels innermost and 16-byte strides (their channels multiples of 8),
-        strides up to 8, sm_90."""
+        """2-D or 3-D backward weights, one group, fp16/bf16, x and dy with channels innermost
+        and 16-byte strides (their channels multiples of 8), strides up to 8, sm_90."""
         p = problem
         if not _is_sm90(ctx):
             return not_applicable(f"{ctx.device.arch}: wgmma and this kernel's TMA need sm_90")
@@ -113,11 +111,6 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
             return not_applicable(f"{p.direction.value}: this kernel computes backward weights")
         if p.spatial_dims not in (2, 3):
             return not_applicable(f"{p.spatial_dims}-D problem: the kernel is 2-D and 3-D")
-        if p.spatial_dims == 3 and not env.flag(THREE_D_SWITCH, False):
-            return not_applicable(
-                f"3-D: built and checked without a GPU, not yet run on one; {THREE_D_SWITCH}=1 "
-                "enables it"
-            )
         if p.groups != 1:
             return not_applicable(f"{p.groups} groups: the kernel computes one")
         reason = _channel_reason(p)
