@@ -341,7 +341,7 @@ class TritonConvSolver(TunableSolver):
         if self.direction is Direction.BACKWARD_WEIGHTS:
             programs = wrw_tiles(p, cfg["bm"], cfg["bn"]) * cfg["split"]
         else:
-            programs = gemm_tiles(p, cfg["bm"], cfg["bn"]) * phases(p)
+            programs = gemm_tiles(p, cfg["bm"], cfg["bn"]) * phases(p) * cfg["split"]
         eff = _EFFICIENCY[self.direction] * max(0.25, min(1.0, programs / sms))
         if p.dtype is DataType.FLOAT32:
             eff /= 2
