@@ -196,7 +196,9 @@ class FakeBlas:
             opa = A.T if transa else A
             opb = B.T if transb else B
             result = opa.astype(np.float64) @ opb.astype(np.float64)
-            C[...] = (result + beta * C.astype(np.float64)).astype(tc)
+            if beta:  # beta 0 ignores C, as BLAS does (a NaN-poisoned output stays unread)
+                result = result + beta * C.astype(np.float64)
+            C[...] = result.astype(tc)
 
     def _matrix(self, ptr: int, dtype: np.dtype, rows: int, cols: int, ld: int) -> np.ndarray:
         assert ld >= rows, (ld, rows)
@@ -455,3 +457,61 @@ def test_tf32_twin_only_in_tf32_mode() -> None:
     for direction in ("forward", "backward_data", "backward_weights"):
         p = miocore.ConvProblem(direction, x=problem.x, w=problem.w, y=problem.y, conv=problem.conv)
         assert _run(p, solver=twin) <= TOLERANCES[p.dtype]
+
+
+def test_nchw_tf32_twin_on_pointwise_layers() -> None:
+    """gemm.gpu_im2col_tf32 (the NCHW GEMM's TF32 twin): declines exact-mode and half-type
+    problems; on NCHW 1x1 layers (one GEMM per chunk of images, read and written in place, no
+    lowering kernel) every BLAS call asks for TF32 and the result matches the reference (the
+    emulated BLAS computes exactly)."""
+    from miocore_gemm import gpu
+
+    twin, exact = gpu.GpuIm2colGemmTf32Solver(), gpu.GpuIm2colGemmSolver()
+    base = miocore.ConvProblem.from_sizes(
+        "forward", n=3, c=8, k=12, in_spatial=(5, 7), filter_spatial=(1, 1), layout="NCHW"
+    ).canonical
+    assert "math mode is 'exact'" in twin.is_applicable(_ctx(), base).reason
+    half = miocore.ConvProblem.from_sizes(
+        "forward", n=1, c=8, k=8, in_spatial=(5, 5), filter_spatial=(1, 1), dtype="float16"
+    ).canonical
+    assert "float16" in twin.is_applicable(_ctx(tf32=True), half).reason
+    assert exact.wti(_ctx(), base) <= twin.wti(_ctx(tf32=True), base) <= 1.0
+    ctx = _ctx(tf32=True)
+    for direction in ("forward", "backward_data"):
+        p = miocore.ConvProblem(direction, x=base.x, w=base.w, y=base.y, conv=base.conv)
+        assert twin.is_applicable(ctx, p)
+        inputs = reference.random_inputs(p, 5)
+        out_name = p.direction.output_tensor
+        sizes = {name: getattr(p, name).element_count * 4 for name in ("x", "w", "y")}
+        mem = Memory(sum(sizes.values()) + 8192)
+        ptrs = {name: mem.alloc(sizes[name]) for name in sizes}
+        for name in ("x", "w", "y"):  # NCHW: the logical order is the memory order
+            buf = mem.typed(ptrs[name], np.dtype(np.float32), getattr(p, name).element_count)
+            buf[:] = np.nan if name == out_name else np.asarray(inputs[name]).reshape(-1)
+        sol = twin.get_solution(ctx, p)
+        assert sol.workspace_size == 0  # pointwise: no column buffer
+        blas = FakeBlas(mem)
+        backend = FakeBackend(blas, ctx.device, FakeDriver(mem))
+        f32 = np.dtype(np.float32)
+        compiled = [FakeKernel(k.kernel_name, mem, f32, backend) for k in sol.kernels]
+        sol.invoker_factory(compiled)(
+            None,
+            miocore.InvokeParams(
+                problem=p,
+                x=_Ptr(ptrs["x"]),
+                w=_Ptr(ptrs["w"]),
+                y=_Ptr(ptrs["y"]),
+                workspace=None,
+            ),
+        )
+        assert blas.calls > 0 and blas.tf32_calls == blas.calls
+        desc = getattr(p, out_name)
+        got = mem.typed(ptrs[out_name], np.dtype(np.float32), desc.element_count)
+        expected = reference.convolution(p, **{k: v for k, v in inputs.items() if k != out_name})
+        err = reference.relative_error(got.reshape(desc.lengths), expected)
+        assert err <= TOLERANCES[p.dtype], (direction, err)
+
+
+@dataclasses.dataclass
+class _Ptr:
+    ptr: int

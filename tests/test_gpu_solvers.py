@@ -161,6 +161,33 @@ def test_channels_last_gemm_tf32_on_corpus(handle: miocore.Handle, direction: st
     )  # fmt: skip
 
 
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_nchw_gemm_tf32_on_corpus(handle: miocore.Handle, direction: str) -> None:
+    """``gemm.gpu_im2col_tf32`` in the tf32 math mode on the sampled NCHW / NCDHW rows (1x1
+    layers as one GEMM per chunk, the rest through its column buffer), against the TF32
+    bound; the exact handle declines every one of them."""
+    tf32 = miocore.Handle(DEVICE, math_mode="tf32")
+    name = "gemm.gpu_im2col_tf32"
+    if name not in tf32.registry:
+        pytest.skip(f"{name} is not installed")
+    problems = _problems(direction, "FP32")[: PER_DIRECTION // 4]
+    if not problems:
+        pytest.skip("the corpus is not available (set MIOCORE_CORPUS)")
+    reg = tf32.registry.get(name).solver
+    ran, failures = 0, []
+    for i, problem in enumerate(problems):
+        if not reg.is_applicable(tf32.context, problem.canonical):
+            continue
+        assert not reg.is_applicable(handle.context, problem.canonical)
+        err, written = run_on_device(tf32, name, problem, seed=i)
+        ran += 1
+        if not written or not np.isfinite(err) or err > TF32_TOLERANCE:
+            failures.append(f"{problem.key}: error {err:.3g}, all written: {written}")
+    print(f"{name} {direction}: {ran} problems checked")
+    assert not failures, f"{len(failures)}/{ran} failed:\n" + "\n".join(failures[:20])
+    assert ran >= 10
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_weights"])
 def test_channels_last_gemm_downsampling(

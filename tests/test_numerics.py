@@ -142,7 +142,8 @@ def test_contract_rejects_unknown_notes() -> None:
 DECLARED = (
     *("direct.naive", "direct.taps", "direct.depthwise", "direct.gpu_naive", "direct.gpu_tiled"),
     *("direct.gpu_depthwise", "gemm.1x1", "gemm.im2col", "gemm.gpu_im2col", "gemm.gpu_nhwc"),
-    *("gemm.gpu_nhwc_tf32", "igemm.fwd", "igemm.bwd", "igemm.wrw", "igemm.gpu_mma"),
+    *("gemm.gpu_nhwc_tf32", "gemm.gpu_im2col_tf32", "igemm.fwd", "igemm.bwd", "igemm.wrw"),
+    "igemm.gpu_mma",
     *("igemm.gpu_tf32", "igemm.gpu_fma", "igemm.gpu_mma_wrw", "igemm.gpu_tf32_wrw"),
     *("winograd.rxs", "winograd.gpu_f2x3", "winograd.gpu_f4x3", "fft.overlap_save"),
     "fft.gpu_rfft",
@@ -168,6 +169,7 @@ def test_every_first_party_solver_declares_known_notes() -> None:
         "igemm.gpu_tf32": {"tf32"},
         "igemm.gpu_mma_wrw": {"nondeterministic"},
         "gemm.gpu_nhwc_tf32": {"tf32"},
+        "gemm.gpu_im2col_tf32": {"tf32"},
         "igemm.wrw": set(),
         "fft.overlap_save": {"fft"},
         "direct.naive": set(),

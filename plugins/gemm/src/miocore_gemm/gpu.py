@@ -16,6 +16,7 @@ tensors; ``direct.gpu_naive`` covers every other layout.
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,6 +45,7 @@ from miocore.backends.gpu_kernels import (
     grid_for,
     tensor5_bytes,
 )
+from miocore_gemm.tf32 import Tf32Twin
 
 if TYPE_CHECKING:  # imported where arrays are touched: declaring a solver, asking it
     # about a problem or a FindDb hit never loads numpy
@@ -147,6 +149,8 @@ class GpuIm2colGemmSolver(Solver):
     algorithm = Algorithm.GEMM
     backends = GPU_BACKENDS
     is_dynamic = True
+    #: Whether the BLAS may round float32 inputs to TF32 (the ``gemm.gpu_im2col_tf32`` twin).
+    tf32 = False
 
     def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
         """Packed NCHW / NCDHW tensors (the GEMM views need them)."""
@@ -200,7 +204,7 @@ class GpuIm2colGemmSolver(Solver):
                     field="solver",
                     value=self.name,
                 )
-            return _Invoker(p, backend.device, blas, im2col, col2im, cast)
+            return _Invoker(p, backend.device, blas, self.tf32, im2col, col2im, cast)
 
         return ConvSolution(
             solver=self.name, workspace_size=workspace, invoker_factory=factory, kernels=kernels
@@ -215,10 +219,18 @@ class _Invoker:
     replay_pays = True
 
     def __init__(
-        self, p: ConvProblem, device: Any, blas: Any, im2col: Any, col2im: Any, cast: Any
+        self,
+        p: ConvProblem,
+        device: Any,
+        blas: Any,
+        tf32: bool,
+        im2col: Any,
+        col2im: Any,
+        cast: Any,
     ) -> None:
         self.p = p
-        self.blas = blas
+        # every product of this invoker in the same arithmetic: exact fp32, or TF32 allowed
+        self.gemm = functools.partial(blas.gemm, tf32=tf32)
         self.im2col, self.col2im, self.cast = im2col, col2im, cast
         self.pointwise = _is_pointwise(p)
         self.nb = _chunk(p)
@@ -256,7 +268,7 @@ class _Invoker:
             self._backward_weights(ip.x.ptr, ip.w.ptr, ip.y.ptr, ws)
 
     def _forward(self, x: int, w: int, y: int, col: int) -> None:
-        p, blas = self.p, self.blas
+        p = self.p
         g, cg, kg, f, o, i = self.dims
         size = p.dtype.itemsize
         cf = cg * f
@@ -268,7 +280,7 @@ class _Invoker:
                 self.im2col.launch(args, grid=(col_grid,))
                 a, stride_a = col, p.c * f * o
             for gi in range(g):
-                blas.gemm(
+                self.gemm(
                     p.dtype,
                     False,
                     False,
@@ -288,7 +300,7 @@ class _Invoker:
                 )
 
     def _backward_data(self, dx: int, w: int, dy: int, col: int) -> None:
-        p, blas = self.p, self.blas
+        p = self.p
         g, cg, kg, f, o, i = self.dims
         size = p.dtype.itemsize
         cf = cg * f
@@ -298,7 +310,7 @@ class _Invoker:
             else:
                 c_ptr, stride_c = col, p.c * f * o
             for gi in range(g):
-                blas.gemm(
+                self.gemm(
                     p.dtype,
                     False,
                     True,
@@ -321,7 +333,7 @@ class _Invoker:
                 self.col2im.launch(args, grid=(in_grid,))
 
     def _backward_weights(self, x: int, dw: int, dy: int, ws: int) -> None:
-        p, blas = self.p, self.blas
+        p = self.p
         g, cg, kg, f, o, i = self.dims
         size = p.dtype.itemsize
         cf = cg * f
@@ -339,7 +351,7 @@ class _Invoker:
                 base, per_image = ws, p.c * f * o
             for n in range(nb):
                 for gi in range(g):
-                    blas.gemm(
+                    self.gemm(
                         p.dtype,
                         True,
                         False,
@@ -363,3 +375,13 @@ class _Invoker:
         if half:
             self.cast_args.set_pointers(target, dw)
             self.cast.launch(self.cast_args, grid=(self.cast_grid,))
+
+
+class GpuIm2colGemmTf32Solver(Tf32Twin, GpuIm2colGemmSolver):
+    """``gemm.gpu_im2col`` with the BLAS allowed to round float32 inputs to TF32 (see
+    :class:`miocore_gemm.tf32.Tf32Twin`): NCHW's 1x1 layers as one TF32 GEMM per chunk of
+    images, read and written in place, where the channels-last solvers copy the tensors
+    first."""
+
+    name = "gemm.gpu_im2col_tf32"
+    exact_name = "gemm.gpu_im2col"

@@ -80,6 +80,7 @@ from miocore_gemm.gpu_nhwc_geometry import (
     tile_width,
     weights_bytes,
 )
+from miocore_gemm.tf32 import Tf32Twin
 
 KERNEL_DIR = Path(__file__).parent / "kernels"
 SOURCE = "gemm/im2col_cl.cu"
@@ -384,31 +385,9 @@ class _Invoker:
             copy.launch(self.unpad_args, grid=self.unpad_grid)
 
 
-class GpuChannelsLastGemmTf32Solver(GpuChannelsLastGemmSolver):
-    """``gemm.gpu_nhwc`` with the BLAS allowed to round float32 inputs to TF32 (cuBLAS
-    ``CUBLAS_COMPUTE_32F_FAST_TF32``; hipBLAS keeps exact fp32). Only in the ``"tf32"`` math
-    mode, so an exact-fp32 caller never gets its 10-bit mantissa products."""
+class GpuChannelsLastGemmTf32Solver(Tf32Twin, GpuChannelsLastGemmSolver):
+    """``gemm.gpu_nhwc`` with the BLAS allowed to round float32 inputs to TF32 (see
+    :class:`miocore_gemm.tf32.Tf32Twin`)."""
 
     name = "gemm.gpu_nhwc_tf32"
-    numerical_notes = frozenset({"tf32"})
-    tf32 = True
-
-    def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
-        """float32 problems in the ``"tf32"`` math mode, then as ``gemm.gpu_nhwc``."""
-        mode = getattr(ctx, "math_mode", "exact")
-        if mode != "tf32":
-            return not_applicable(
-                f"math mode is {mode!r}: TF32 rounds fp32 inputs to 10 mantissa bits; pass "
-                "Handle(..., math_mode='tf32') to allow it (gemm.gpu_nhwc is the exact twin)"
-            )
-        if problem.dtype is not DataType.FLOAT32:
-            return not_applicable(f"{problem.dtype.value} problem: TF32 applies to float32 only")
-        return super().is_applicable(ctx, problem)
-
-    def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
-        """The exact twin's, with the BLAS at the TF32 tensor rate (half the device's fp16
-        ceiling) instead of the fp32 one, at most 1. On the H200 this twin measured 0.77 of
-        cuDNN's TF32 time over ResNet-50 where the exact one measured 0.28."""
-        gflops = ctx.device.ceilings.gflops
-        speedup = gflops[DataType.FLOAT16] / 2 / gflops[DataType.FLOAT32]
-        return min(1.0, super().wti(ctx, problem) * max(1.0, speedup))
+    exact_name = "gemm.gpu_nhwc"

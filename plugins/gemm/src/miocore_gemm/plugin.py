@@ -24,13 +24,15 @@ _SOLVERS = (
     ("miocore_gemm.gpu:GpuIm2colGemmSolver", "gemm.gpu_im2col", _GPU),
     ("miocore_gemm.gpu_nhwc:GpuChannelsLastGemmSolver", "gemm.gpu_nhwc", _GPU),
     ("miocore_gemm.gpu_nhwc:GpuChannelsLastGemmTf32Solver", "gemm.gpu_nhwc_tf32", _GPU),
+    ("miocore_gemm.gpu:GpuIm2colGemmTf32Solver", "gemm.gpu_im2col_tf32", _GPU),
 )
 
 
 @miocore.hookimpl
 def miocore_solvers() -> Iterator[miocore.SolverRecord]:
     """Register ``gemm.1x1`` and ``gemm.im2col`` (CPU), ``gemm.gpu_im2col`` (NCHW) and
-    ``gemm.gpu_nhwc`` (channels-last) and its TF32 twin ``gemm.gpu_nhwc_tf32`` on GPUs."""
+    ``gemm.gpu_nhwc`` (channels-last) and their TF32 twins ``gemm.gpu_im2col_tf32`` and
+    ``gemm.gpu_nhwc_tf32`` on GPUs."""
     for factory, name, backends in _SOLVERS:
         yield miocore.SolverRecord(factory=factory, name=name, algorithm="gemm", backends=backends)
 
