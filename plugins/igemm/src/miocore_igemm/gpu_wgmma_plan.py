@@ -138,17 +138,18 @@ class GemmView(NamedTuple):
         return self.od * self.oh * self.ow
 
 
+def depth3(values: tuple[int, ...], flat: int) -> tuple[int, int, int]:
+    """A problem's (depth, height, width) values; a 2-D problem's depth is ``flat``."""
+    return (values[0], values[1], values[2]) if len(values) == 3 else (flat, *values)
+
+
 def gemm_view(p: ConvProblem) -> GemmView:
     """Forward as it is; backward data (stride 1) as the forward convolution of dy with the
     flipped, transposed filter. 2-D or 3-D (depth first, as the problem gives it)."""
-    depth = p.spatial_dims == 3
-    fs, ins, outs = p.filter_spatial, p.in_spatial, p.out_spatial
-    st, pads, dil = p.conv.strides, p.conv.pads, p.conv.dilations
-    t, r, s = fs if depth else (1, *fs)
-    (id_, ih, iw), (od, oh, ow) = (ins, outs) if depth else ((1, *ins), (1, *outs))
-    (sd, sh, sw), (pd, ph, pw), (dd, dh, dw) = (
-        (st, pads, dil) if depth else ((1, *st), (0, *pads), (1, *dil))
-    )
+    t, r, s = depth3(p.filter_spatial, 1)
+    (id_, ih, iw), (od, oh, ow) = depth3(p.in_spatial, 1), depth3(p.out_spatial, 1)
+    (sd, sh, sw), (pd, ph, pw) = depth3(p.conv.strides, 1), depth3(p.conv.pads, 0)
+    dd, dh, dw = depth3(p.conv.dilations, 1)
     bk = ROW_BYTES // p.dtype.itemsize
     if p.direction is Direction.BACKWARD_DATA:
         return GemmView(

@@ -54,6 +54,7 @@ from miocore_igemm.gpu_wgmma_plan import (
     _cdiv,
     _is_sm90,
     _sms,
+    depth3,
 )
 from miocore_igemm.gpu_wgmma_wrw_plan import (
     _KEYS,
@@ -65,7 +66,6 @@ from miocore_igemm.gpu_wgmma_wrw_plan import (
     _boxes,
     _computes,
     _config,
-    _depth,
     _direct,
     _fits,
     _partial_bytes,
@@ -179,7 +179,7 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
             return False
         if ("td" in config) != (p.spatial_dims == 3):  # a depth exactly where there is one
             return False
-        sd, sh, sw = _depth(p.conv.strides, 1)
+        sd, sh, sw = depth3(p.conv.strides, 1)
         if min(tw, th, td, tn) < 1 or tw * th * td * tn != PIXELS:
             return False
         if tw * sw > _MAX_BOX or th * sh > _MAX_BOX or td * sd > _MAX_BOX:
@@ -232,9 +232,9 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
         three = caller.spatial_dims == 3
         copies, part_at, workspace = _workspace(caller, (bm, bn), split)
         p = with_packed(caller, tuple(c.name for c in copies))  # what the kernel reads
-        id_, ih, iw = _depth(p.in_spatial, 1)
-        od, oh, ow = _depth(p.out_spatial, 1)
-        sd, sh, sw = _depth(p.conv.strides, 1)
+        id_, ih, iw = depth3(p.in_spatial, 1)
+        od, oh, ow = depth3(p.out_spatial, 1)
+        sd, sh, sw = depth3(p.conv.strides, 1)
         direct = _direct(p, (bm, bn), split)
         slab = _slab(p)
         ws = p.w.strides  # (k, c, [t,] r, s)

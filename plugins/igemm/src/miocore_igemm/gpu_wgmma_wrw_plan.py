@@ -15,7 +15,7 @@ import math
 import struct
 
 from miocore import ConvProblem, Direction, ExecutionContext, PerfConfig
-from miocore_igemm.gpu_wgmma_plan import _MAX_BOX, _SM_FLOPS, _cdiv, _sms
+from miocore_igemm.gpu_wgmma_plan import _MAX_BOX, _SM_FLOPS, _cdiv, _sms, depth3
 
 PIXELS = 64  # output pixels per slice of the sum: one pixel box
 CHUNK = 64  # channels per TMA box row (128 bytes of fp16/bf16)
@@ -45,17 +45,12 @@ _GEOMETRY = struct.Struct("<22i5q")
 _GEOMETRY_3D = struct.Struct("<8iq")  # MioWrwGeom's depth fields, after the 2-D ones
 
 
-def _depth(values: tuple[int, ...], flat: int) -> tuple[int, int, int]:
-    """A problem's (depth, height, width) values: 2-D ones with ``flat`` as the depth's."""
-    return (values[0], values[1], values[2]) if len(values) == 3 else (flat, *values)
-
-
 def pixel_boxes(p: ConvProblem, count: int = 3) -> list[tuple[int, int, int, int]]:
     """The ``count`` boxes ``(tw, th, td, tn)`` of exactly 64 output pixels (powers of two;
     ``td`` 1 on 2-D problems) that cover the output in the fewest boxes, wider, then taller
     first among equals; within the TMA's box extents (the input box spans ``tw`` x stride
     columns)."""
-    sd, sh, sw = _depth(p.conv.strides, 1)
+    sd, sh, sw = depth3(p.conv.strides, 1)
     depths = range(7) if p.spatial_dims == 3 else (0,)
     scored = []
     for a, b, e in itertools.product(range(7), range(7), depths):
@@ -72,7 +67,7 @@ def pixel_boxes(p: ConvProblem, count: int = 3) -> list[tuple[int, int, int, int
 
 
 def _boxes(p: ConvProblem, box: tuple[int, ...]) -> int:
-    od, oh, ow = _depth(p.out_spatial, 1)
+    od, oh, ow = depth3(p.out_spatial, 1)
     tw, th, td, tn = box
     return _cdiv(ow, tw) * _cdiv(oh, th) * _cdiv(od, td) * _cdiv(p.n, tn)
 
@@ -115,11 +110,11 @@ def pack_geometry(p: ConvProblem, config: PerfConfig) -> bytes:
     slabs the reduce adds, the filter's strides and one slab's length."""
     bm, bn, _, tw, th, tn, split = (int(config[k]) for k in _KEYS)
     td = int(config.get("td", 1))
-    t, r, s = _depth(p.filter_spatial, 1)
-    od, oh, ow = _depth(p.out_spatial, 1)
-    sd, sh, sw = _depth(p.conv.strides, 1)
-    pd, ph, pw = _depth(p.conv.pads, 0)
-    dd, dh, dw = _depth(p.conv.dilations, 1)
+    t, r, s = depth3(p.filter_spatial, 1)
+    od, oh, ow = depth3(p.out_spatial, 1)
+    sd, sh, sw = depth3(p.conv.strides, 1)
+    pd, ph, pw = depth3(p.conv.pads, 0)
+    dd, dh, dw = depth3(p.conv.dilations, 1)
     ws = p.w.strides  # (k, c, [t,] r, s)
     packed = _GEOMETRY.pack(
         p.n, oh, ow, p.k, p.c, r, s, sh, sw, ph, pw, dh, dw, tw, th, tn,
