@@ -73,6 +73,13 @@ def sample_problems(count: int) -> list[miocore.ConvProblem]:
         for direction in ("forward", "backward_weights")
         for layout in ("NHWC", "NCHW")
     ]
+    # ...and a 3-D U-Net layer in each direction (the wgmma kernels' 3-D builds)
+    for direction in ("forward", "backward_data", "backward_weights"):
+        layer = miocore.ConvProblem.from_sizes(
+            direction, n=2, c=64, k=128, in_spatial=(8, 8, 8), filter_spatial=(3, 3, 3),
+            pads=(1, 1, 1), dtype="float16", layout="NDHWC",
+        )  # fmt: skip
+        out.append(layer)
     if find_corpus() is not None:
         for row in sample_rows(count):
             # Each row also in its channels-last twin: NHWC-only solvers see every shape too.
