@@ -92,18 +92,9 @@ def test_solver_matches_reference_on_corpus(
     problems = _problems(direction, dtype)
     if not problems:
         pytest.skip("the corpus is not available (set MIOCORE_CORPUS)")
-    reg = handle.registry.get(solver).solver
     tol = TOLERANCES[miocore.DataType.parse(dtype)]
-    ran, failures = 0, []
-    for i, problem in enumerate(problems):
-        if not reg.is_applicable(handle.context, problem.canonical):
-            continue
-        err, written = run_on_device(handle, solver, problem, seed=i)
-        ran += 1
-        if not written or not np.isfinite(err) or err > tol:
-            failures.append(f"{problem.key}: error {err:.3g}, all written: {written}")
+    ran = check_problems(handle, solver, problems, tol)
     print(f"{solver} {direction} {dtype}: {ran} problems checked")
-    assert not failures, f"{len(failures)}/{ran} failed:\n" + "\n".join(failures[:20])
     if solver == "direct.gpu_naive":
         assert ran >= min(200, PER_DIRECTION)
 
@@ -119,11 +110,26 @@ def check_channels_last(
     rows = [r for r in _rows() if r["dir"] == direction][:count]
     if not rows:
         pytest.skip("the corpus is not available (set MIOCORE_CORPUS)")
+    twins = {"NCHW": "NHWC", "NCDHW": "NDHWC"}
+    problems = [
+        shrink_row({**row, "dtype": dtype, "layout": twins.get(row["layout"], row["layout"])})
+        for row in rows
+    ]
+    ran = check_problems(h, solver, problems, tol, declined_by)
+    print(f"{solver} {direction} {dtype}: {ran} channels-last problems checked")
+    assert ran >= len(rows) * 0.9
+
+
+def check_problems(
+    h: miocore.Handle, solver: str, problems: list, tol: float,
+    declined_by: miocore.Handle | None = None,
+) -> int:  # fmt: skip
+    """``solver`` on each of ``problems`` it applies to against the reference (each seeded by
+    its place in the list), every output written and within ``tol``; each must also be
+    declined by ``declined_by``. Returns how many ran."""
     reg = h.registry.get(solver).solver
     ran, failures = 0, []
-    for i, row in enumerate(rows):
-        twin = {"NCHW": "NHWC", "NCDHW": "NDHWC"}.get(row["layout"], row["layout"])
-        problem = shrink_row({**row, "dtype": dtype, "layout": twin})
+    for i, problem in enumerate(problems):
         if not reg.is_applicable(h.context, problem.canonical):
             continue
         if declined_by is not None:
@@ -132,9 +138,8 @@ def check_channels_last(
         ran += 1
         if not written or not np.isfinite(err) or err > tol:
             failures.append(f"{problem.key}: error {err:.3g}, all written: {written}")
-    print(f"{solver} {direction} {dtype}: {ran} channels-last problems checked")
     assert not failures, f"{len(failures)}/{ran} failed:\n" + "\n".join(failures[:20])
-    assert ran >= len(rows) * 0.9
+    return ran
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -173,18 +178,8 @@ def test_nchw_gemm_tf32_on_corpus(handle: miocore.Handle, direction: str) -> Non
     problems = _problems(direction, "FP32")[: PER_DIRECTION // 4]
     if not problems:
         pytest.skip("the corpus is not available (set MIOCORE_CORPUS)")
-    reg = tf32.registry.get(name).solver
-    ran, failures = 0, []
-    for i, problem in enumerate(problems):
-        if not reg.is_applicable(tf32.context, problem.canonical):
-            continue
-        assert not reg.is_applicable(handle.context, problem.canonical)
-        err, written = run_on_device(tf32, name, problem, seed=i)
-        ran += 1
-        if not written or not np.isfinite(err) or err > TF32_TOLERANCE:
-            failures.append(f"{problem.key}: error {err:.3g}, all written: {written}")
+    ran = check_problems(tf32, name, problems, TF32_TOLERANCE, declined_by=handle)
     print(f"{name} {direction}: {ran} problems checked")
-    assert not failures, f"{len(failures)}/{ran} failed:\n" + "\n".join(failures[:20])
     assert ran >= 10
 
 
