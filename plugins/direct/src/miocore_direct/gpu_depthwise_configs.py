@@ -259,9 +259,8 @@ def default_nchw_rows(p: ConvProblem) -> PerfConfig | None:
     - never more rows a thread than the plane has (1-D layers: one row)."""
     if not rows_apply(p):
         return None
-    s = problem_sizes(p)
-    w = role(p)[1].lengths[-1]
-    stride = s["s"][2] if p.direction is Direction.FORWARD else 1
+    h, w = role(p)[1].lengths[-2:]  # the written plane
+    stride = problem_sizes(p)["s"][2] if p.direction is Direction.FORWARD else 1
     if w <= 8:
         ox, oy = 8, 1
     elif w <= 16:
@@ -270,7 +269,7 @@ def default_nchw_rows(p: ConvProblem) -> PerfConfig | None:
         ox, oy = (8 if w > 32 and stride == 1 else 4), 4
     if stride > 1:
         oy = max(1, oy // 2)
-    oy = min(oy, pow2_at_least(role(p)[1].lengths[-2]))  # no rows beyond the plane's
+    oy = min(oy, pow2_at_least(h))  # no rows beyond the plane's
     cfg = PerfConfig(ox=ox, oy=oy)
     while rows_items(p, cfg)[2] < ROWS_MIN_RUNS and cfg["ox"] * cfg["oy"] > ROWS_OX[-1]:
         ox, oy = cfg["ox"], cfg["oy"]
