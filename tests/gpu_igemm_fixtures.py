@@ -260,3 +260,19 @@ def run_configs(
         if why:
             bad.append(f"{dict(cfg)}: {why}")
     assert not bad, f"{len(bad)}/{len(configs)} configs failed:\n" + "\n".join(bad[:10])
+
+
+def spread_configs(space: list, default: object, count: int = 48) -> list:
+    """The default, every tile x schedule x split x box once, then the rest of ``space`` spread
+    evenly up to ``count`` (3-D spaces hold hundreds; each run checks a 3-D reference)."""
+    picks = [default]
+    seen = set()
+    for c in space:
+        key = (c["bm"], c["bn"], c.get("pingpong", 0), c["split"], c["tw"], c["th"], c["td"])
+        if key not in seen:
+            seen.add(key)
+            picks.append(c)
+    rest = [c for c in space if c not in picks]
+    step = max(1, len(rest) // max(1, count - len(picks)))
+    picks += rest[::step]
+    return list({tuple(sorted(dict(c).items())): c for c in picks}.values())[: max(count, 1)]

@@ -25,6 +25,7 @@ from gpu_igemm_fixtures import (
     run_configs,
     shape_problem,
     sm90_handle,
+    spread_configs,
 )
 
 import miocore
@@ -88,20 +89,26 @@ _SHAPES = (
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16", "float32"))
 @pytest.mark.parametrize("shape", range(len(_SHAPES)))
 def test_wgmma_every_config(dtype: str, shape: int, direction: str) -> None:
+    _check_configs(dtype, _SHAPES[shape], direction, shape == len(_SHAPES) - 1, spread=False)
+
+
+def _check_configs(dtype: str, row: tuple, direction: str, split_k: bool, spread: bool) -> None:
+    """The configurations of an edge-shape row's space (``spread``: a spread of at most 48,
+    for 3-D spaces of hundreds) against the float64 reference; ``split_k``: the row's space
+    must hold split-K. Strided backward data is not this solver's: the row runs at stride 1."""
     name = _solver(dtype)
     h = _handle(name)
-    # strided backward data is not this solver's
-    problem = shape_problem(
-        direction, _SHAPES[shape], dtype, unit_strides=direction == "backward_data"
-    )
+    problem = shape_problem(direction, row, dtype, unit_strides=direction == "backward_data")
     solver = h.registry.get(name).solver
     applies = solver.is_applicable(h.context, problem.canonical)
     if direction == "backward_data" and not applies:
         pytest.skip(f"not this solver's: {applies.reason}")  # dy's channels not a multiple of 8
     assert applies, applies.reason
     configs = list(solver.perf_config_space(h.context, problem.canonical))
-    assert configs
-    if shape == len(_SHAPES) - 1:
+    assert configs and all(("td" in c) == (len(row[3]) == 3) for c in configs)
+    if spread:
+        configs = spread_configs(configs, solver.default_perf_config(h.context, problem.canonical))
+    if split_k:
         assert {c["split"] for c in configs} >= {1, 2}
     run_configs(
         h, name, problem, configs, (), name == TF32, lambda _p, _c: 0, truncated=name == TF32
@@ -124,24 +131,8 @@ _SHAPES_3D = (
 def test_wgmma_3d_every_config(dtype: str, shape: int, direction: str) -> None:
     """3-D problems (``MIO_3D``: a depth in the pixel box, the tensor map and the taps), a
     spread of the space's configurations against the float64 reference."""
-    name = _solver(dtype)
-    h = _handle(name)
-    problem = shape_problem(
-        direction, _SHAPES_3D[shape], dtype, unit_strides=direction == "backward_data"
-    )
-    solver = h.registry.get(name).solver
-    applies = solver.is_applicable(h.context, problem.canonical)
-    if direction == "backward_data" and not applies:
-        pytest.skip(f"not this solver's: {applies.reason}")  # dy's channels not a multiple of 8
-    assert applies, applies.reason
-    space = list(solver.perf_config_space(h.context, problem.canonical))
-    assert space and all("td" in c for c in space)
-    configs = spread_configs(space, solver.default_perf_config(h.context, problem.canonical))
-    if shape == len(_SHAPES_3D) - 1:
-        assert {c["split"] for c in configs} >= {1, 2}
-    run_configs(
-        h, name, problem, configs, (), name == TF32, lambda _p, _c: 0, truncated=name == TF32
-    )
+    last = shape == len(_SHAPES_3D) - 1
+    _check_configs(dtype, _SHAPES_3D[shape], direction, last, spread=True)
 
 
 @pytest.mark.parametrize("direction", ("forward", "backward_data"))
@@ -161,22 +152,6 @@ def test_wgmma_3d_channels_first_through_folded_copies(dtype: str, direction: st
     problems = [layer(2, 64, 64, (8, 8, 8)), layer(1, 128, 64, (6, 10, 12))]
     assert all(operands.staged(p.canonical) for p in problems)
     assert_all_match(h, name, problems, tf32=name == TF32, truncated=name == TF32)
-
-
-def spread_configs(space: list, default: object, count: int = 48) -> list:
-    """The default, every tile x schedule x split x box once, then the rest of ``space`` spread
-    evenly up to ``count`` (3-D spaces hold hundreds; each run checks a 3-D reference)."""
-    picks = [default]
-    seen = set()
-    for c in space:
-        key = (c["bm"], c["bn"], c.get("pingpong", 0), c["split"], c["tw"], c["th"], c["td"])
-        if key not in seen:
-            seen.add(key)
-            picks.append(c)
-    rest = [c for c in space if c not in picks]
-    step = max(1, len(rest) // max(1, count - len(picks)))
-    picks += rest[::step]
-    return list({tuple(sorted(dict(c).items())): c for c in picks}.values())[: max(count, 1)]
 
 
 def test_normal_find_measures_it() -> None:

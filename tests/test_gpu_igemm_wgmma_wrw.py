@@ -21,6 +21,7 @@ from gpu_igemm_fixtures import (
     run_configs,
     shape_problem,
     sm90_handle,
+    spread_configs,
 )
 
 import miocore
@@ -71,14 +72,22 @@ _SHAPES = (
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
 @pytest.mark.parametrize("shape", range(len(_SHAPES)))
 def test_wgmma_wrw_every_config(dtype: str, shape: int) -> None:
+    _check_configs(dtype, _SHAPES[shape], shape == len(_SHAPES) - 1, spread=False)
+
+
+def _check_configs(dtype: str, row: tuple, split_k: bool, spread: bool) -> None:
+    """The configurations of an edge-shape row's space (``spread``: a spread of them, for 3-D)
+    against the float64 reference; ``split_k``: they hold three split-K part counts or more."""
     h = _handle()
-    problem = shape_problem("backward_weights", _SHAPES[shape], dtype)
+    problem = shape_problem("backward_weights", row, dtype)
     solver = h.registry.get(SOLVER).solver
     applies = solver.is_applicable(h.context, problem.canonical)
     assert applies, applies.reason
     configs = list(solver.perf_config_space(h.context, problem.canonical))
-    assert configs
-    if shape == len(_SHAPES) - 1:
+    assert configs and all(("td" in c) == (len(row[3]) == 3) for c in configs)
+    if spread:
+        configs = spread_configs(configs, solver.default_perf_config(h.context, problem.canonical))
+    if split_k:
         assert len({c["split"] for c in configs}) >= 3
     run_configs(h, SOLVER, problem, configs, (), False, lambda _p, _c: 0)
 
@@ -97,19 +106,8 @@ _SHAPES_3D = (
 def test_wgmma_wrw_3d_every_config(dtype: str, shape: int) -> None:
     """3-D problems (``MIO_3D``: a depth in the 64-pixel boxes, 5-D maps, taps over depth),
     a spread of the configurations, channels-last and (the default configuration) NCDHW."""
+    _check_configs(dtype, _SHAPES_3D[shape], shape == len(_SHAPES_3D) - 1, spread=True)
     h = _handle()
-    problem = shape_problem("backward_weights", _SHAPES_3D[shape], dtype)
-    solver = h.registry.get(SOLVER).solver
-    applies = solver.is_applicable(h.context, problem.canonical)
-    assert applies, applies.reason
-    space = list(solver.perf_config_space(h.context, problem.canonical))
-    assert space and all("td" in c for c in space)
-    default = solver.default_perf_config(h.context, problem.canonical)
-    configs = [default, *(c for c in space if c != default)][:: max(1, len(space) // 40)]
-    configs = [default, *(c for c in configs if c != default)]
-    if shape == len(_SHAPES_3D) - 1:
-        assert len({c["split"] for c in configs}) >= 3
-    run_configs(h, SOLVER, problem, configs, (), False, lambda _p, _c: 0)
     n, c, k, dhw, f, pads, strides, dils = _SHAPES_3D[shape]
     ncdhw = miocore.ConvProblem.from_sizes(
         "backward_weights", n=n, c=c, k=k, in_spatial=dhw, filter_spatial=f, pads=pads,
