@@ -82,13 +82,18 @@
 #   vscudnn     issue 13's table: gpu_vs_cudnn.py, own kernels (MIOCORE_DISABLE_PLUGINS=cudnn),
 #               VS_SUITES (resnet50) x VS_DTYPES (float16) x VS_DIRECTIONS (all three) in
 #               VS_LAYOUT (NCHW); VS_ARGS passes more options (--layers)
+#   vstable     issue 13's table on a several-GPU kind: one gpu_vs_cudnn.py job list per GPU, run
+#               side by side (each GPU times only its own jobs), every job's JSON in
+#               $OUT/vstable.tgz. VS_JOBS: one list per GPU, separated by ';', of jobs
+#               LAYOUT:DTYPE:PLUGINS:SUITE[,SUITE] separated by spaces (PLUGINS: own or all);
+#               VS_DEADLINE: seconds until every job is stopped (each writes after every suite)
 #   quality     issue 14 on the GPU: the shipped sm90 database's WTI table fitted on the device
 #               (heuristic train --wti-only), then immediate mode against NORMAL find on
 #               LIMIT held-out problems and the layers of the MIOpenDriver files carried in
 #               .gpu/perf_models (find_quality.py, batch cut to MAX_GFLOP); MATH_MODE,
 #               QDTYPE (one data type), MODEL_DIR (another model) and QTAG (output names)
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d|vstable}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -421,6 +426,34 @@ PY
       --layout "${VS_LAYOUT:-NCHW}" --skip-extras ${VS_ARGS:-} --out "$OUT/vs_cudnn.json" 2>&1 |
       grep -a -v Warning > "$OUT/vs_cudnn.log"
     grep -a "cuDNN/miocore" "$OUT/vs_cudnn.log"
+    ;;
+  vstable)
+    mkdir -p /tmp/vstable
+    deadline=$(($(date +%s) + ${VS_DEADLINE:-540}))
+    IFS=';' read -r -a lists <<<"${VS_JOBS:?VS_JOBS: job lists, one per GPU}"
+    gpu=0
+    for list in "${lists[@]}"; do
+      (
+        for job in $list; do
+          IFS=: read -r layout dtype plugins suites <<<"$job"
+          left=$((deadline - $(date +%s)))
+          ((left > 20)) || break
+          disable=cudnn
+          [[ "$plugins" == all ]] && disable=""
+          tag="${layout}_${dtype}_${plugins}_${suites//,/-}"
+          # shellcheck disable=SC2046
+          CUDA_VISIBLE_DEVICES=$gpu MIOCORE_DISABLE_PLUGINS="$disable" timeout "$left" \
+            python3 benchmarks/gpu_vs_cudnn.py --suites $(tr ',' ' ' <<<"$suites") \
+            --dtypes "$dtype" --layout "$layout" --skip-extras \
+            --out "/tmp/vstable/$tag.json" >"/tmp/vstable/$tag.log" 2>&1
+          echo "gpu $gpu $tag rc=$?"
+          grep -a "cuDNN/miocore" "/tmp/vstable/$tag.log"
+        done
+      ) &
+      gpu=$((gpu + 1))
+    done
+    wait
+    tar -czf "$OUT/vstable.tgz" -C /tmp vstable
     ;;
   quality)
     sm=/tmp/sm90  # from `gpudb` on this machine, else the shipped files
