@@ -86,7 +86,8 @@
 #               side by side (each GPU times only its own jobs), every job's JSON in
 #               $OUT/vstable.tgz. VS_JOBS: one list per GPU, separated by ';', of jobs
 #               LAYOUT:DTYPE:PLUGINS:SUITE[,SUITE] separated by spaces (PLUGINS: own or all);
-#               VS_DEADLINE: seconds until every job is stopped (each writes after every suite)
+#               VS_DEADLINE: seconds until every job is stopped (each writes after every suite);
+#               VS_DIRECTIONS narrows every job
 #   quality     issue 14 on the GPU: the shipped sm90 database's WTI table fitted on the device
 #               (heuristic train --wti-only), then immediate mode against NORMAL find on
 #               LIMIT held-out problems and the layers of the MIOpenDriver files carried in
@@ -445,6 +446,7 @@ PY
           CUDA_VISIBLE_DEVICES=$gpu MIOCORE_DISABLE_PLUGINS="$disable" timeout "$left" \
             python3 benchmarks/gpu_vs_cudnn.py --suites $(tr ',' ' ' <<<"$suites") \
             --dtypes "$dtype" --layout "$layout" --skip-extras \
+            --directions ${VS_DIRECTIONS:-forward backward_data backward_weights} \
             --out "/tmp/vstable/$tag.json" >"/tmp/vstable/$tag.log" 2>&1
           echo "gpu $gpu $tag rc=$?"
           grep -a "cuDNN/miocore" "/tmp/vstable/$tag.log"

@@ -102,7 +102,11 @@ def test_every_direction_builds_for_sm90_with_wgmma(builds: list[dict]) -> None:
         for s in ("triton.igemm_fwd", "triton.igemm_bwd", "triton.igemm_wrw")
         for layout in ("NDHWC", "NCDHW")
     }
-    assert any(b.get("kernel") == "to_channels_last" and b["layout"] == "NCDHW" for b in cuda)
+    assert any(b.get("kernel") == "repack" and b["layout"] == "NCDHW" for b in cuda)
+    # TF32 backward weights on channels-last tensors: x and dy copied channels-first first
+    tf32_wrw = [b["kernel"] for b in cuda if b["solver"] == "triton.igemm_wrw"
+                and b["dtype"] == "float32" and b["layout"] == "NHWC"]  # fmt: skip
+    assert tf32_wrw[:3] == ["repack", "repack", "conv_wrw"], tf32_wrw
     _builds_nchw_modes(cuda)
     # the split backward-weights run has its reduction kernel (split forward and backward
     # data theirs), TF32 backward data its filter transposition
@@ -137,6 +141,6 @@ def _builds_nchw_modes(builds: list[dict]) -> None:
     assert spread and all(b["elf"] and (b["wgmma"] or b["mfma"]) for b in spread), spread
     wrw = [b for b in builds if b.get("kernel") == "conv_wrw" and b["layout"] == "NCHW"]
     assert {b["c"] for b in wrw} == {64, 3, 32}, wrw
-    staged = {b["c"] for b in builds if b.get("kernel") == "to_channels_last"
+    staged = {b["c"] for b in builds if b.get("kernel") == "repack"
               and b["layout"] == "NCHW" and b["solver"] == "triton.igemm_wrw"}  # fmt: skip
     assert 64 not in staged, staged

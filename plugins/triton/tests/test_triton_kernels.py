@@ -201,6 +201,26 @@ def test_tf32_nchw_backward_weights_reads_both_inputs_in_place(case: str) -> Non
         assert run_interpreted(p, cfg, mode="tf32") <= 5e-3, cfg
 
 
+@pytest.mark.parametrize("case", ["3x3", "1x1", "strided", "dilated", "odd_channels", "mixed"])
+def test_tf32_channels_last_backward_weights_copies_its_inputs_channels_first(case: str) -> None:
+    """TF32 backward weights on channels-last tensors copies x and dy to packed
+    channels-first order and reads the copies in place (both operands with the pixels
+    innermost); "mixed": an NCHW dy is read where it lies, only x copied. Unsplit and split
+    match the reference."""
+    from miocore_triton.geometry import wrw_channels_first
+
+    p = _problem("backward_weights", dtype="float32", n=3, **CASES.get(case, {}))
+    if case == "mixed":
+        nchw_y = miocore.TensorDescriptor(p.dtype, p.y.lengths, layout="NCHW")
+        p = miocore.ConvProblem(p.direction, x=p.x, w=p.w, y=nchw_y, conv=p.conv)
+    assert wrw_channels_first(p) == (("x",) if case == "mixed" else ("x", "y"))
+    space = _solver("backward_weights").perf_config_space(gpu_ctx("tf32"), p)
+    splits = sorted({c["split"] for c in space})
+    for split in (splits[0], splits[-1]):
+        cfg = next(c for c in space if c["split"] == split)
+        assert run_interpreted(p, cfg, mode="tf32") <= 5e-3, cfg
+
+
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_stem_backward_weights_takes_taps_as_columns_split_or_not(layout: str) -> None:
     """A stem (3 channels, 7x7, stride 2): the columns are the 147 (tap, channel) pairs,

@@ -15,11 +15,13 @@ import miocore
 from miocore import PerfConfig
 
 
-def _p(direction: str = "forward", dtype: str = "float16", **kw) -> miocore.ConvProblem:
+def _p(
+    direction: str = "forward", dtype: str = "float16", layout: str = "NHWC", **kw
+) -> miocore.ConvProblem:
     sizes = {"n": 32, "c": 64, "k": 64, "in_spatial": (56, 56), "filter_spatial": (3, 3)}
     sizes["pads"] = (1, 1)
     sizes.update(kw)
-    return miocore.ConvProblem.from_sizes(direction, dtype=dtype, layout="NHWC", **sizes)
+    return miocore.ConvProblem.from_sizes(direction, dtype=dtype, layout=layout, **sizes)
 
 
 def test_the_entry_point_registers_three_gpu_solvers_and_a_built_folder() -> None:
@@ -185,7 +187,7 @@ def test_inputs_that_are_not_channels_last_are_staged_first() -> None:
     unsplit = solver.perf_config_space(ctx, nchw)[0]
     steps, size = plan(ctx, nchw, unsplit)
     assert [s.kernel.kernel_name for s in steps] == [
-        "to_channels_last", "to_channels_last", "conv_fwd"
+        "repack", "repack", "conv_fwd"
     ]  # fmt: skip
     assert steps[0].pointers == ("x", 0) and steps[1].pointers[0] == "w"
     x_bytes = 2 * 24 * 9 * 9 * 2
@@ -196,6 +198,33 @@ def test_inputs_that_are_not_channels_last_are_staged_first() -> None:
     assert "XC=1" in steps[2].kernel.options and "WC=1" in steps[2].kernel.options
     # channels-last problems copy nothing
     assert plan(ctx, _p(), solver.default_perf_config(ctx, _p()))[1] == 0
+
+
+def test_tf32_backward_weights_reads_channels_first_copies_of_channels_last_inputs() -> None:
+    """TF32 backward weights on NHWC tensors: x and dy copied to packed channels-first order,
+    then the GEMM reads the copies in place (dy's image slices, x through its strides), the
+    copies in the workspace and in the cost; fp16, NCHW and one-channel tensors copy
+    nothing."""
+    from miocore_triton.launches import copied, plan
+
+    ctx = gpu_ctx("tf32")
+    solver = TritonBackwardWeights()
+    p = _p("backward_weights", "float32", n=4, c=24, k=40, in_spatial=(9, 9))
+    cfg = solver.perf_config_space(ctx, p)[0]
+    steps, size = plan(ctx, p, cfg)
+    assert [s.kernel.kernel_name for s in steps] == ["repack", "repack", "conv_wrw"]
+    assert all("CHANNELS_FIRST=True" in s.kernel.options for s in steps[:2])
+    x_bytes = -(-4 * 24 * 81 * 4 // 256) * 256
+    assert steps[0].pointers == ("x", 0) and steps[1].pointers == ("y", x_bytes)
+    assert steps[2].pointers[:3] == (0, "w", x_bytes)
+    main = steps[2].kernel.options
+    assert "IMAGE_SLICES=True" in main and "XC=81" in main and "YC=81" in main
+    assert size == solver.workspace_size(ctx, p, cfg) >= x_bytes + 4 * 40 * 81 * 4
+    assert copied(p) == ("x", "y")  # what the cost estimate counts
+    assert copied(_p("backward_weights", n=4, c=24, k=40, in_spatial=(9, 9))) == ()  # fp16
+    nchw = _p("backward_weights", "float32", n=4, c=24, k=40, in_spatial=(9, 9), layout="NCHW")
+    assert copied(nchw) == () and plan(ctx, nchw, cfg)[0][0].kernel.kernel_name == "conv_wrw"
+    assert copied(_p("backward_weights", "float32", c=1, k=8)) == ()
 
 
 def test_a_1x1_nchw_layer_is_read_in_place_in_image_tiles() -> None:

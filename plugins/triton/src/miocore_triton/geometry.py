@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from miocore import ConvProblem, DataType, Direction, PerfConfig
+from miocore import ConvProblem, DataType, Direction, PerfConfig, TensorDescriptor
 
 #: Triton's name of each element type (a kernel argument's ``*fp16``).
 TRITON_TYPES = {DataType.FLOAT16: "fp16", DataType.BFLOAT16: "bf16", DataType.FLOAT32: "fp32"}
@@ -371,6 +371,34 @@ def wrw_x_in_place(p: ConvProblem) -> bool:
     if p.dtype is not DataType.FLOAT32 or not wrw_image_slices(p):
         return False
     return _channels_first(p.x)
+
+
+def wrw_channels_first(p: ConvProblem) -> tuple[str, ...]:
+    """TF32 backward weights' inputs copied to packed channels-first order first: x where it
+    is not channels-first, dy where :func:`wrw_image_slices` cannot read it in place. Both
+    operands then run along the pixels, the reduction, as TF32 instructions read them
+    (:func:`wrw_x_in_place`); read channels-last, Triton turns each tile on chip, and the
+    same layers ran 2-5x slower (H200, 2026-11-28). A one-channel tensor is both orders."""
+    if p.direction is not Direction.BACKWARD_WEIGHTS or p.dtype is not DataType.FLOAT32:
+        return ()
+    if p.x.lengths[1] == 1 or p.y.lengths[1] == 1:
+        return ()
+    names = [] if _channels_first(p.x) else ["x"]
+    if not (_channels_first(p.y) and _pixel_rows_packed(p.y)):
+        names.append("y")
+    return tuple(names)
+
+
+def channels_first_view(p: ConvProblem, names: tuple[str, ...]) -> ConvProblem:
+    """``p`` as the kernels see it once the inputs ``names`` are copied to packed
+    channels-first order (the same lengths); ``p`` itself when there are none."""
+    if not names:
+        return p
+    layout = "NCDHW" if p.spatial_dims == 3 else "NCHW"
+    packed = {n: TensorDescriptor(p.dtype, getattr(p, n).lengths, layout=layout) for n in names}
+    return ConvProblem(
+        p.direction, x=packed.get("x", p.x), w=p.w, y=packed.get("y", p.y), conv=p.conv
+    )
 
 
 def wrw_x_direct(p: ConvProblem) -> bool:

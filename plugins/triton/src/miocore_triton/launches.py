@@ -2,8 +2,9 @@
 
 A solution is a list of :class:`Step`\\ s over the caller's three tensors and one workspace:
 
-1. ``to_channels_last`` for each input that is not channels-last (NCHW activations, KCRS
-   filters), into the workspace, so the GEMM's loads are vectors (``staged``);
+1. ``repack`` for each input that is not channels-last (NCHW activations, KCRS filters),
+   into the workspace, so the GEMM's loads are vectors (``staged``); for TF32 backward
+   weights, the other way: x and dy into channels-first order (``wrw_channels_first``);
 2. ``conv_wtrans`` for TF32 backward data: the filter with its reduction dimension innermost;
 3. the direction's GEMM kernel, reading staged copies where there are, writing the output
    tensor in its own strides;
@@ -33,6 +34,7 @@ from miocore_triton.geometry import (
     REDUCE_BLOCK,
     SOURCES,
     TRITON_TYPES,
+    channels_first_view,
     constants,
     direct_pixels,
     gemm_output,
@@ -50,6 +52,7 @@ from miocore_triton.geometry import (
     transposed_filter_bytes,
     transposed_filter_strides,
     transposes_filter,
+    wrw_channels_first,
     wrw_image_slices,
     wrw_tap_columns,
     wrw_tiles,
@@ -108,6 +111,14 @@ def staged(p: ConvProblem) -> tuple[str, ...]:
     return tuple(out)
 
 
+def copied(p: ConvProblem) -> tuple[str, ...]:
+    """Every input a solution copies before its GEMM: into channels-first order
+    (:func:`~miocore_triton.geometry.wrw_channels_first`), then channels-last (:func:`staged`,
+    of the problem as the GEMM then sees it)."""
+    first = wrw_channels_first(p)
+    return first + staged(channels_first_view(p, first))
+
+
 def _packed_strides(desc: TensorDescriptor) -> tuple[int, int, int, int, int]:
     """(N, C, D, H, W) strides of the packed channels-last copy of ``desc`` (the depth
     stride 0 in 2-D, as :func:`~miocore_triton.geometry.spatial` gives it)."""
@@ -134,31 +145,20 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
     split = cfg["split"]
     ty = TRITON_TYPES[p.dtype]
     warp = 64 if ctx.backend == "hip" else 32
-    shape = constants(p)
     steps: list[Step] = []
     pointer: dict[str, str | int] = {"x": "x", "w": "w", "y": "y"}
     offset = 0
+    first = wrw_channels_first(p)
+    for name in first:  # the kernels then read the packed copies in place
+        steps.append(Step(_repack(getattr(p, name), ty, warp, channels_first=True), (name, offset)))
+        pointer[name] = offset
+        offset += _aligned(tensor_bytes(getattr(p, name)))
+    p = channels_first_view(p, first)
+    shape = constants(p)
     main_shape = dict(shape)
     for name in staged(p):
         desc = getattr(p, name)
-        n, c = desc.lengths[:2]
-        sn, sc = desc.strides[:2]
-        (d, h, w), (sd, sh, sw) = spatial(desc)
-        options = (
-            f"C={c}", f"D={d}", f"H={h}", f"W={w}",
-            f"SN={sn}", f"SC={sc}", f"SD={sd}", f"SH={sh}", f"SW={sw}",
-            f"BLOCK_P={STAGE_BLOCK[0]}", f"BLOCK_C={STAGE_BLOCK[1]}",
-            "num_warps=4", "num_stages=1", f"sig.src_ptr=*{ty}", f"sig.dst_ptr=*{ty}",
-        )  # fmt: skip
-        grid = (n * -(-(d * h * w) // STAGE_BLOCK[0]), -(-c // STAGE_BLOCK[1]))
-        kernel = KernelInfo(
-            source=COPIES,
-            kernel_name="to_channels_last",
-            options=tuple(sorted(options)),
-            grid=grid,
-            block=(4 * warp,),
-        )
-        steps.append(Step(kernel, (name, offset)))
+        steps.append(Step(_repack(desc, ty, warp, channels_first=False), (name, offset)))
         pointer[name] = offset
         prefix = PREFIX[name]
         suffixes = ("K", "C", "T", "R", "S") if name == "w" else ("N", "C", "D", "H", "W")
@@ -247,6 +247,27 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
         steps.append(Step(reduce, (offset, split_out), gemm_rows(p)))
         offset += partial_bytes(p, split)
     return steps, offset
+
+
+def _repack(desc: TensorDescriptor, ty: str, warp: int, *, channels_first: bool) -> KernelInfo:
+    """``repack``: ``desc``'s tensor copied into packed channels-last (or channels-first)
+    order, a tile of pixels x channels per program."""
+    n, c = desc.lengths[:2]
+    sn, sc = desc.strides[:2]
+    (d, h, w), (sd, sh, sw) = spatial(desc)
+    options = (
+        f"CHANNELS_FIRST={channels_first}", f"C={c}", f"D={d}", f"H={h}", f"W={w}",
+        f"SN={sn}", f"SC={sc}", f"SD={sd}", f"SH={sh}", f"SW={sw}",
+        f"BLOCK_P={STAGE_BLOCK[0]}", f"BLOCK_C={STAGE_BLOCK[1]}",
+        "num_warps=4", "num_stages=1", f"sig.src_ptr=*{ty}", f"sig.dst_ptr=*{ty}",
+    )  # fmt: skip
+    return KernelInfo(
+        source=COPIES,
+        kernel_name="repack",
+        options=tuple(sorted(options)),
+        grid=(n * -(-(d * h * w) // STAGE_BLOCK[0]), -(-c // STAGE_BLOCK[1])),
+        block=(4 * warp,),
+    )
 
 
 def _split_reduce(p: ConvProblem, split: int, ty: str, warp: int) -> KernelInfo:

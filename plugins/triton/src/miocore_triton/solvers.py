@@ -75,7 +75,7 @@ from miocore_triton.geometry import (
     wrw_columns,
     wrw_tiles,
 )
-from miocore_triton.launches import invoker_factory, plan, staged, tensor_bytes
+from miocore_triton.launches import copied, invoker_factory, plan, tensor_bytes
 
 #: Shared memory a block may hold: sm_90's 227 KiB, AMD's 64 KiB of LDS.
 _SHARED_LIMIT = {"cuda": 227 * 1024, "hip": 64 * 1024}
@@ -327,14 +327,14 @@ class TritonConvSolver(TunableSolver):
     def workspace_size(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
     ) -> int:
-        """The staged channels-last copies of inputs that are not, then TF32 backward data's
+        """The copies of inputs the GEMM cannot read as they lie, then TF32 backward data's
         transposed filter or a split backward-weights run's fp32 partials."""
         return plan(ctx, problem, self._config(ctx, problem, perf_config))[1]
 
     def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
         """The GEMM's roofline at the measured fraction of the fp16 tensor rate (half for
         TF32), scaled down where the default configuration leaves SMs idle, plus the copies
-        of inputs that are not channels-last."""
+        of inputs the GEMM cannot read as they lie."""
         p = problem
         cfg = self.default_perf_config(ctx, p)
         sms = max(1, ctx.device.compute_units)
@@ -349,8 +349,9 @@ class TritonConvSolver(TunableSolver):
         if self.direction is Direction.BACKWARD_DATA and not (is_phased(p) or spreads(p)):
             flops *= p.conv.strides[0] * p.conv.strides[1]  # masked taps cost their dots
         ms = ctx.roofline_ms(flops, p.bytes_moved, DataType.FLOAT16, eff)
-        # inputs staged channels-last: read and written once more
-        moved = sum(2 * tensor_bytes(getattr(p, name)) for name in staged(p))
+        # inputs copied before the GEMM (channels-last, or TF32 wrw's channels-first): read
+        # and written once more
+        moved = sum(2 * tensor_bytes(getattr(p, name)) for name in copied(p))
         ms += 1e3 * moved / (ctx.device.peak_gbps * 1e9)
         return ctx.wti(p, ms + _FIXED_MS[self.direction])
 
@@ -360,7 +361,7 @@ class TritonConvSolver(TunableSolver):
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
     ) -> ConvSolution:
         """The direction's GEMM compiled for the layer and tile, after the copies it reads
-        (inputs staged channels-last, TF32's transposed filter) and before the split
+        (inputs copied to the order it reads, TF32's transposed filter) and before the split
         reduction (:mod:`miocore_triton.launches`)."""
         steps, workspace = plan(ctx, problem, self._config(ctx, problem, perf_config))
         return ConvSolution(
@@ -403,8 +404,10 @@ class TritonBackwardWeights(TritonConvSolver):
     name = "triton.igemm_wrw"
     direction = Direction.BACKWARD_WEIGHTS
     #: 1: NCHW dy (and a 1x1 layer's x) read in place, (tap, c) columns below 16 channels;
-    #: 2: TF32 reads an NCHW x in place too (``wrw_x_in_place``: 3-5x faster there).
-    revision = 2
+    #: 2: TF32 reads an NCHW x in place too (``wrw_x_in_place``: 3-5x faster there);
+    #: 3: TF32 copies channels-last x and dy channels-first to read them so
+    #: (``wrw_channels_first``; 2026-11-28).
+    revision = 3
 
 
 SOLVERS = (TritonForward(), TritonBackwardData(), TritonBackwardWeights())

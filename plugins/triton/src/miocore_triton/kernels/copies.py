@@ -1,8 +1,9 @@
 """The element-wise kernels around the implicit GEMMs of ``conv_igemm.py`` and ``conv_wrw.py``.
 
-* ``to_channels_last``: an input that is not channels-last (NCHW, NCDHW, KCRS) copied into the
-  workspace in that order first, so every GEMM reads 16-byte vectors; the cost is the
-  solver's own, inside its measured time.
+* ``repack``: an input copied into the workspace in packed channels-last order where it is
+  not (NCHW, NCDHW, KCRS), so every GEMM reads 16-byte vectors; or in packed channels-first
+  order, for TF32 backward weights on channels-last tensors (its operands need the pixels,
+  the reduction, innermost). The cost is the solver's own, inside its measured time.
 * ``conv_wtrans``: w copied with k innermost, for TF32 backward data (whose B operand must
   have its reduction dimension contiguous); ``conv_bwd`` then reads it through its strides.
 * ``conv_wrw_reduce``: the SPLITS fp32 partials of a split ``conv_wrw`` summed into dw.
@@ -119,9 +120,10 @@ def conv_wtrans(
 
 
 @triton.jit
-def to_channels_last(
+def repack(
     src_ptr,
     dst_ptr,
+    CHANNELS_FIRST: tl.constexpr,
     C: tl.constexpr,
     D: tl.constexpr,
     H: tl.constexpr,
@@ -135,16 +137,17 @@ def to_channels_last(
     BLOCK_C: tl.constexpr,
 ):
     """One (N, C, D, H, W) tensor of any strides (D = 1 in 2-D) copied to packed
-    channels-last order (N, D, H, W, C): program axis 0 walks (n, pixel block), axis 1 channel
-    blocks; each tile is read along the source's pixels and written along the channels (Triton
-    turns it in shared memory)."""
+    channels-last order (N, D, H, W, C), or channels-first (N, C, D, H, W) with
+    CHANNELS_FIRST: program axis 0 walks (n, pixel block), axis 1 channel blocks; a tile is
+    read along the source's inner dimension and written along the destination's (Triton turns
+    it in shared memory)."""
     PIXELS: tl.constexpr = D * H * W
     P_TILES: tl.constexpr = (PIXELS + BLOCK_P - 1) // BLOCK_P
     n = tl.program_id(0) // P_TILES
     offs_p = (tl.program_id(0) % P_TILES) * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     ok = (offs_p < PIXELS)[:, None] & (offs_c < C)[None, :]
-    # pixels packed (NCHW, NCDHW): one stride, so the loads are vectors
+    # pixels packed (one stride: NCHW, NHWC and their 3-D forms), so the loads are vectors
     if SH == W * SW and (D == 1 or SD == H * SH):
         pix = offs_p * SW
     else:
@@ -152,5 +155,8 @@ def to_channels_last(
         if D > 1:
             pix += (offs_p // (H * W)) * SD
     src = src_ptr + n * SN + pix[:, None] + (offs_c * SC)[None, :]
-    dst = dst_ptr + (n * PIXELS + offs_p)[:, None] * C + offs_c[None, :]
+    if CHANNELS_FIRST:
+        dst = dst_ptr + n * C * PIXELS + offs_p[:, None] + (offs_c * PIXELS)[None, :]
+    else:
+        dst = dst_ptr + (n * PIXELS + offs_p)[:, None] * C + offs_c[None, :]
     tl.store(dst, tl.load(src, mask=ok), mask=ok)
