@@ -346,6 +346,8 @@ def main() -> None:
         "cudnn": torch.backends.cudnn.version(),
         "date": time.strftime("%Y-%m-%d"),
         "layout": args.layout,
+        # "cudnn": own kernels alone; "": every plugin (the all-plugin column)
+        "disabled_plugins": os.environ.get("MIOCORE_DISABLE_PLUGINS", ""),
     }
     if not args.skip_extras:
         result["host_overhead"] = bench_host_overhead(torch)
