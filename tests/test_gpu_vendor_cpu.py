@@ -209,7 +209,7 @@ def test_cuda_driver_compiles_with_the_real_nvrtc() -> None:
 def test_cupys_refusal_during_a_capture_says_what_to_install() -> None:
     """CuPy refuses cuBLAS calls on a capturing stream (NotImplementedError); miocore says
     why and what captures them (nvmath-python), and lets every other error through."""
-    from miocore.backends import cuda
+    from miocore.backends import cuda_blas
 
     class Stream:
         def __init__(self, handle: int) -> None:
@@ -238,13 +238,67 @@ def test_cupys_refusal_during_a_capture_says_what_to_install() -> None:
         def gemmStridedBatchedEx(self, *args: Any) -> None:
             raise RuntimeError("CUBLAS_STATUS_INVALID_VALUE")
 
-    binding = cuda._CupyCublas(Module(), Cupy())
+    binding = cuda_blas.CupyCublas(Module(), Cupy())
     binding.set_stream(1, 7)
     with pytest.raises(BackendUnavailableError, match="nvmath-python") as info:
         binding.gemm_ex(1, 2, 3)
     assert isinstance(info.value.__cause__, NotImplementedError)
     with pytest.raises(RuntimeError, match="INVALID_VALUE"):
         binding.gemm_strided_batched_ex(1, 2, 3)
+
+
+def test_cublas_gets_a_workspace_of_its_own_on_every_stream() -> None:
+    """Setting cuBLAS's stream puts it back on its default workspace, which a graph capture
+    sets up anew: each stream the handle is pointed at gets an explicit workspace, made once
+    and set again on every return to that stream, all freed with the handle; a binding
+    without ``set_workspace`` (CuPy's, never captured) keeps cuBLAS's own."""
+    import gc
+
+    from miocore.backends import cuda_blas
+
+    calls: list[tuple] = []
+
+    class Binding:
+        records_in_graphs = True
+
+        def create(self) -> int:
+            return 5
+
+        def set_stream(self, handle: int, stream: int) -> None:
+            calls.append(("stream", handle, stream))
+
+        def set_workspace(self, handle: int, ptr: int, size: int) -> None:
+            calls.append(("workspace", handle, ptr, size))
+
+    allocated: list[int] = []
+    freed: list[int] = []
+
+    def alloc(nbytes: int) -> int:
+        assert nbytes == cuda_blas.WORKSPACE_BYTES == 32 << 20
+        allocated.append(0x1000 * (len(allocated) + 1))
+        return allocated[-1]
+
+    gemm = cuda_blas.CublasGemm(Binding(), alloc, freed.append)
+    for stream in (7, 9, 7):
+        gemm.set_stream(stream)
+    size = cuda_blas.WORKSPACE_BYTES
+    assert calls == [
+        ("stream", 5, 7), ("workspace", 5, 0x1000, size),
+        ("stream", 5, 9), ("workspace", 5, 0x2000, size),
+        ("stream", 5, 7), ("workspace", 5, 0x1000, size),
+    ]  # fmt: skip
+    assert allocated == [0x1000, 0x2000] and not freed
+    del gemm
+    gc.collect()
+    assert sorted(freed) == allocated
+
+    class NoWorkspace(Binding):
+        set_workspace = None
+
+    calls.clear()
+    plain = cuda_blas.CublasGemm(NoWorkspace(), alloc, freed.append)
+    plain.set_stream(3)
+    assert calls == [("stream", 5, 3)] and len(allocated) == 2
 
 
 def test_cuda_launch_opts_in_to_large_shared_memory_once_per_function(

@@ -5,8 +5,8 @@ uses is the shared :class:`~miocore.backends._gpu.base.GpuBackend`. miocore work
 device's primary context, the one the CUDA runtime (so PyTorch and CuPy) uses too, so pointers
 and streams pass freely between them.
 
-The vendor BLAS (cuBLAS) is reached through CuPy's maintained binding
-(``cupy_backends.cuda.libs.cublas``) when CuPy is installed (``miocore[cuda-blas]``).
+The vendor BLAS (cuBLAS, :mod:`miocore.backends.cuda_blas`) is reached through NVIDIA's
+nvmath-python binding, else CuPy's (``miocore[cuda-blas]``).
 """
 
 from __future__ import annotations
@@ -19,14 +19,13 @@ from typing import Any
 
 from miocore.backends._gpu.base import GpuBackend
 from miocore.backends._gpu.vendor import (
-    GemmCall,
-    StridedGemm,
     VendorDriver,
     VendorRuntime,
     check,
     check_device_index,
 )
-from miocore.errors import BackendUnavailableError, MiocoreError
+from miocore.backends.cuda_blas import CublasGemm, CupyCublas, NvmathCublas
+from miocore.errors import MiocoreError
 from miocore.problem.dtypes import DataType
 from miocore.solver.interface import Ceilings, DeviceInfo
 
@@ -333,7 +332,7 @@ class CudaDriver(VendorDriver):
             pass
         else:
             with relaxed_capture():
-                return CublasGemm(_NvmathCublas(nvmath_cublas))
+                return CublasGemm(NvmathCublas(nvmath_cublas), self._blas_alloc, self.free)
         try:
             import cupy
             from cupy_backends.cuda.libs import cublas
@@ -343,7 +342,13 @@ class CudaDriver(VendorDriver):
             )
             return False
         with relaxed_capture():
-            return CublasGemm(_CupyCublas(cublas, cupy))
+            return CublasGemm(CupyCublas(cublas, cupy), self._blas_alloc, self.free)
+
+    def _blas_alloc(self, nbytes: int) -> int:
+        """Device memory for cuBLAS's workspace, also while a stream of the process is being
+        captured (a first GEMM inside a caller's CUDA graph)."""
+        with relaxed_capture():
+            return self.alloc(nbytes)
 
 
 def _ceilings(index: int) -> Ceilings:
@@ -362,90 +367,6 @@ def _ceilings(index: int) -> Ceilings:
         gflops={DataType.FLOAT32: fp32, DataType.FLOAT16: half, DataType.BFLOAT16: half},
         gbps=gbps or 1000.0,
     )
-
-
-_CUDA_R = {DataType.FLOAT32: 0, DataType.FLOAT16: 2, DataType.BFLOAT16: 14}
-_COMPUTE_32F = 68  # CUBLAS_COMPUTE_32F: fp32 accumulation, no TF32 rounding
-_COMPUTE_32F_FAST_TF32 = 77  # CUBLAS_COMPUTE_32F_FAST_TF32: fp32 inputs rounded to TF32
-_GEMM_DEFAULT = -1
-
-
-class CublasGemm(StridedGemm):
-    """:class:`~miocore.backends._gpu.vendor.StridedGemm` on cuBLAS; ``tf32=True`` lets
-    float32 products use TF32 tensor cores."""
-
-    def __init__(self, binding: Any) -> None:
-        super().__init__()
-        self._cublas = binding
-        self._handle = binding.create()
-        #: Whether a stream capture records these GEMMs (see ``GpuBackend.capture``).
-        self.records_in_graphs = binding.records_in_graphs
-
-    def set_stream(self, stream: int) -> None:
-        self._cublas.set_stream(self._handle, stream)
-
-    def _vendor_gemm(self, call: GemmCall) -> None:
-        cb = self._cublas
-        tf32 = call.tf32 and call.dtype is DataType.FLOAT32
-        compute = _COMPUTE_32F_FAST_TF32 if tf32 else _COMPUTE_32F
-        ops = (self._handle, int(call.transa), int(call.transb))
-        if call.batch > 1:
-            cb.gemm_strided_batched_ex(*ops, *call.strided_args(_CUDA_R), compute, _GEMM_DEFAULT)
-            return
-        for i in range(call.batch):
-            cb.gemm_ex(*ops, *call.single_args(_CUDA_R, i), compute, _GEMM_DEFAULT)
-
-
-class _NvmathCublas:
-    """cuBLAS through nvmath-python's low-level binding: calls go to the handle's stream as
-    set, so a stream capture records them."""
-
-    records_in_graphs = True
-
-    def __init__(self, module: Any) -> None:
-        self.create = module.create
-        self.set_stream = module.set_stream
-        self.gemm_ex = module.gemm_ex
-        self.gemm_strided_batched_ex = module.gemm_strided_batched_ex
-
-
-class _CupyCublas:
-    """cuBLAS through CuPy's binding, which points the handle at CuPy's current stream before
-    every call: each call therefore runs inside a CuPy context of the backend's stream. CuPy
-    refuses cuBLAS calls on a capturing stream, so these GEMMs are never recorded."""
-
-    records_in_graphs = False
-
-    def __init__(self, module: Any, cupy: Any) -> None:
-        self._module = module
-        self._cupy = cupy
-        self._stream: Any = None
-        self.create = module.create
-
-    def set_stream(self, handle: int, stream: int) -> None:
-        self._module.setStream(handle, stream)
-        self._stream = self._cupy.cuda.ExternalStream(stream)
-
-    def gemm_ex(self, *args: Any) -> None:
-        with self._stream, _uncapturable():
-            self._module.gemmEx(*args)
-
-    def gemm_strided_batched_ex(self, *args: Any) -> None:
-        with self._stream, _uncapturable():
-            self._module.gemmStridedBatchedEx(*args)
-
-
-@contextlib.contextmanager
-def _uncapturable() -> Any:
-    """CuPy's refusal of a cuBLAS call on a capturing stream, said as what to do about it."""
-    try:
-        yield
-    except NotImplementedError as exc:
-        raise BackendUnavailableError(
-            "cuBLAS through CuPy cannot run while a CUDA graph is being captured "
-            f"({exc}); install nvmath-python ('miocore[cuda-blas]'), whose binding can, or "
-            "capture without this solver"
-        ) from exc
 
 
 @contextlib.contextmanager
