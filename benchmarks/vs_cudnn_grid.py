@@ -34,14 +34,20 @@ def runs(path: Path) -> list[dict[str, Any]]:
     return list(data["jobs"].values()) if "jobs" in data else [data]
 
 
-def load(paths: list[Path]) -> dict[tuple[str, str], dict[tuple, dict[str, Any]]]:
-    """Cases by (layout, plugin set), keyed by suite, precision, direction and layer."""
+def load(
+    paths: list[Path], assume: str | None = None
+) -> dict[tuple[str, str], dict[tuple, dict[str, Any]]]:
+    """Cases by (layout, plugin set), keyed by suite, precision, direction and layer; a run
+    whose header does not say which plugins ran (older results) counts as ``assume``."""
     grids: dict[tuple[str, str], dict[tuple, dict[str, Any]]] = {}
     for path in paths:
         for run in runs(path):
-            if "disabled_plugins" not in run:
-                raise SystemExit(f"{path}: no disabled_plugins in its header (which plugins ran?)")
-            plugins = "own" if "cudnn" in run["disabled_plugins"].split(",") else "all"
+            if "disabled_plugins" in run:
+                plugins = "own" if "cudnn" in run["disabled_plugins"].split(",") else "all"
+            elif assume:
+                plugins = assume
+            else:
+                raise SystemExit(f"{path}: which plugins ran is not recorded (pass --assume)")
             cases = grids.setdefault((run["layout"], plugins), {})
             for row in run.get("layers", []):
                 key = (row["suite"], row["precision"], row["direction"], row["layer"])
@@ -96,7 +102,11 @@ def report(grids: dict[tuple[str, str], dict[tuple, dict[str, Any]]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="+", type=Path)
-    print(report(load(parser.parse_args().files)))
+    parser.add_argument(
+        "--assume", choices=("own", "all"), help="the plugin set of results that do not say"
+    )
+    args = parser.parse_args()
+    print(report(load(args.files, args.assume)))
 
 
 if __name__ == "__main__":
