@@ -84,8 +84,23 @@ def builds() -> list[dict]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _depth_builds(builds: list[dict]) -> None:
+    """The space-to-depth solvers on the 3-channel stride-2 stem: their copies and GEMMs."""
+    depth = [b for b in builds if b["solver"].startswith("triton.s2d") and "kernel" in b]
+    assert {b["solver"] for b in depth} == {"triton.s2d_fwd", "triton.s2d_bwd", "triton.s2d_wrw"}
+    assert {b["kernel"] for b in depth} >= {
+        "space_to_depth", "filter_to_depth", "depth_to_filter", "depth_to_space",
+        "conv_fwd", "conv_bwd", "conv_wrw",
+    }  # fmt: skip
+    assert all(b["elf"] for b in depth), depth
+    gemms = [b for b in depth if b["kernel"].startswith("conv_") and "reduce" not in b["kernel"]]
+    assert all(b["wgmma"] or b["mfma"] for b in gemms), gemms
+
+
 def test_every_direction_builds_for_sm90_with_wgmma(builds: list[dict]) -> None:
     cuda = [b for b in builds if b["backend"] == "cuda"]
+    _depth_builds(cuda)
+    cuda = [b for b in cuda if not b["solver"].startswith("triton.s2d")]
     mains = [b for b in cuda if b.get("kernel") in ("conv_fwd", "conv_bwd", "conv_wrw")]
     assert {(b["solver"], b["dtype"]) for b in mains} == {
         (s, d)
@@ -118,6 +133,8 @@ def test_every_direction_builds_for_sm90_with_wgmma(builds: list[dict]) -> None:
 
 def test_every_direction_builds_for_gfx942_with_mfma(builds: list[dict]) -> None:
     hip = [b for b in builds if b["backend"] == "hip"]
+    _depth_builds(hip)
+    hip = [b for b in hip if not b["solver"].startswith("triton.s2d")]
     mains = [b for b in hip if b.get("kernel") in ("conv_fwd", "conv_bwd", "conv_wrw")]
     assert {(b["solver"], b["dtype"]) for b in mains} == {
         (s, d)

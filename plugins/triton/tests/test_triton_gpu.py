@@ -9,7 +9,9 @@
 * find measures them beside the other solvers, and the FindDb record round-trips with its
   configuration; a prepared run replays them in a CUDA graph;
 * an exact-mode handle never gets them on fp32; a misaligned tensor is refused by name;
-* 3-D problems (NDHWC, NCDHW; built-in and corpus) in every direction and precision.
+* 3-D problems (NDHWC, NCDHW; built-in and corpus) in every direction and precision;
+* the space-to-depth solvers (``triton.s2d_*``) on the stems of ResNet, EfficientNet and
+  ConvNeXt and on strided few-channel corpus layers, every direction, precision and layout.
 """
 
 from __future__ import annotations
@@ -373,3 +375,36 @@ def test_channels_first_rows_a_multiple_of_32_wide(w, c, letter) -> None:
     )  # fmt: skip
     err = run(h, SOLVERS[letter], p, seed=3)
     assert err <= TOLERANCES[p.dtype], (p.key, err)
+
+
+DEPTH_SOLVERS = {"F": "triton.s2d_fwd", "B": "triton.s2d_bwd", "W": "triton.s2d_wrw"}
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("letter", ["F", "B", "W"])
+def test_stems_as_depth_images_match_the_reference(letter: str, dtype: str, layout: str) -> None:
+    """Network stems (7x7/2, 3x3/2 and 4x4/4 on 3 channels, at test size) and the strided
+    few-channel layers of the corpus sample, through the depth image."""
+    direction = {"F": "forward", "B": "backward_data", "W": "backward_weights"}[letter]
+    stems = [
+        miocore.ConvProblem.from_sizes(
+            direction, n=2, c=3, k=k, in_spatial=(hw, hw), filter_spatial=(f, f),
+            pads=(pad, pad), strides=(st, st), dtype=dtype, layout=layout,
+        )
+        for k, hw, f, pad, st in ((64, 56, 7, 3, 2), (32, 48, 3, 1, 2), (96, 64, 4, 0, 4))
+    ]  # fmt: skip
+    h = handle_for("tf32" if dtype == "float32" else "exact")
+    solver = h.registry.get(DEPTH_SOLVERS[letter]).solver
+    corpus = [
+        p for p in problems(letter, dtype, layout, PER_CASE) if solver.is_applicable(h.context, p)
+    ]
+    checked, failures = 0, []
+    for i, p in enumerate(stems + corpus):
+        assert solver.is_applicable(h.context, p), (p.key, solver.is_applicable(h.context, p))
+        err = run(h, DEPTH_SOLVERS[letter], p, seed=i)
+        bound = TF32_TOLERANCE if dtype == "float32" else TOLERANCES[p.dtype]
+        checked += 1
+        if not err <= bound:
+            failures.append((p.key, err))
+    assert checked >= 3 and not failures, failures

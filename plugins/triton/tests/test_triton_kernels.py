@@ -42,13 +42,18 @@ def _options(kernel: miocore.KernelInfo) -> tuple[dict[str, Any], dict[str, Any]
 
 
 def run_interpreted(
-    p: miocore.ConvProblem, cfg: PerfConfig | None = None, mode: str = "exact", seed: int = 0
+    p: miocore.ConvProblem,
+    cfg: PerfConfig | None = None,
+    mode: str = "exact",
+    seed: int = 0,
+    solver: Any = None,
 ) -> float:
-    """Relative error of the solver's launch, interpreted, against the reference."""
+    """Relative error of the solver's launch (the direction's GEMM solver unless ``solver``),
+    interpreted, against the reference."""
     import torch
 
     ctx = gpu_ctx(mode)
-    solver = _solver(p.direction.value)
+    solver = solver or _solver(p.direction.value)
     assert solver.is_applicable(ctx, p), solver.is_applicable(ctx, p).reason
     solution = solver.get_solution(ctx, p, cfg)
     inputs = reference.random_inputs(p, seed)
@@ -63,7 +68,7 @@ def run_interpreted(
     from miocore_triton.builder import parse_options
     from miocore_triton.launches import plan
 
-    steps, size = plan(ctx, p, cfg or solver.default_perf_config(ctx, p))
+    steps, size = plan(ctx, p, cfg or solver.default_perf_config(ctx, p), depth=solver.depth)
     assert [st.kernel for st in steps] == list(solution.kernels)
     workspace = torch.zeros(max(16, size), dtype=torch.uint8)
     types = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
@@ -219,6 +224,56 @@ def test_tf32_channels_last_backward_weights_copies_its_inputs_channels_first(ca
     for split in (splits[0], splits[-1]):
         cfg = next(c for c in space if c["split"] == split)
         assert run_interpreted(p, cfg, mode="tf32") <= 5e-3, cfg
+
+
+DEPTH_CASES = {
+    "resnet_stem": {"c": 3, "filter_spatial": (7, 7), "pads": (3, 3), "strides": (2, 2)},
+    "efficientnet_stem": {"c": 3, "filter_spatial": (3, 3), "pads": (1, 1), "strides": (2, 2)},
+    "convnext_stem": {"c": 3, "filter_spatial": (4, 4), "pads": (0, 0), "strides": (4, 4)},
+    # rows and columns strided differently, padding on one side only, a last input row and
+    # column no output reaches (their dx is zero), 5 channels (20 depth channels: 32)
+    "uneven": {"c": 5, "filter_spatial": (3, 5), "pads": (0, 2), "strides": (3, 2)},
+}
+
+
+def _depth_solver(direction: str) -> Any:
+    from miocore_triton.solvers import SOLVERS
+
+    return next(s for s in SOLVERS if s.depth and s.direction.value == direction)
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("case", sorted(DEPTH_CASES))
+@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_weights"])
+def test_strided_few_channel_layers_run_as_their_depth_image(
+    direction: str, case: str, layout: str
+) -> None:
+    """``triton.s2d_*``: x and w copied into the space-to-depth image, the stride-1 GEMM on
+    it, a backward pass's output copied back; the default and the most split configuration
+    match the reference (every dx and dw element written, the ones no output reaches too)."""
+    p = _problem(direction, layout=layout, n=2, k=24, in_spatial=(17, 15), **DEPTH_CASES[case])
+    solver = _depth_solver(direction)
+    ctx = gpu_ctx()
+    assert solver.is_applicable(ctx, p), solver.is_applicable(ctx, p).reason
+    space = solver.perf_config_space(ctx, p)
+    for cfg in (None, max(space, key=lambda c: c["split"])):
+        assert run_interpreted(p, cfg, solver=solver) <= TOLERANCES[p.dtype], cfg
+
+
+def test_depth_images_in_tf32_and_what_they_decline() -> None:
+    p = _problem("forward", dtype="float32", n=2, k=24, in_spatial=(17, 15),
+                 **DEPTH_CASES["resnet_stem"])  # fmt: skip
+    assert run_interpreted(p, mode="tf32", solver=_depth_solver("forward")) <= 5e-3
+    solver = _depth_solver("backward_weights")
+    ctx = gpu_ctx()
+    for kw, reason in (
+        ({"c": 16, "strides": (2, 2)}, "already a whole slice"),
+        ({"c": 3}, "stride 1"),
+        ({"c": 3, "strides": (2, 2), "dilations": (2, 2), "pads": (2, 2)}, "dilation"),
+        ({"c": 5, "strides": (4, 4), "filter_spatial": (4, 4), "pads": (0, 0)}, "depth channels"),
+    ):
+        q = _problem("backward_weights", n=2, k=24, in_spatial=(17, 15), **kw)
+        assert reason in solver.is_applicable(ctx, q).reason, kw
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])

@@ -24,11 +24,12 @@ def _p(
     return miocore.ConvProblem.from_sizes(direction, dtype=dtype, layout=layout, **sizes)
 
 
-def test_the_entry_point_registers_three_gpu_solvers_and_a_built_folder() -> None:
+def test_the_entry_point_registers_six_gpu_solvers_and_a_built_folder() -> None:
     from miocore.solver.registry import default_registry
 
     names = {s.name for s in miocore.solvers()}
     assert {"triton.igemm_fwd", "triton.igemm_bwd", "triton.igemm_wrw"} <= names
+    assert {"triton.s2d_fwd", "triton.s2d_bwd", "triton.s2d_wrw"} <= names
     registry = default_registry()
     records = [rec for info, rec in registry.kernel_sources if rec.name == "triton"]
     assert records and records[0].builder == "miocore_triton.builder:BUILDER"
@@ -96,7 +97,7 @@ def test_tf32_mode_applies_to_fp32_and_says_tf32() -> None:
 
 def test_spaces_fit_the_problem_and_defaults_are_in_them() -> None:
     ctx = gpu_ctx()
-    for solver in SOLVERS:
+    for solver in (s for s in SOLVERS if not s.depth):
         for p in (
             _p(solver.direction.value),
             _p(solver.direction.value, c=3, k=5, filter_spatial=(7, 7), pads=(3, 3)),
@@ -198,6 +199,47 @@ def test_inputs_that_are_not_channels_last_are_staged_first() -> None:
     assert "XC=1" in steps[2].kernel.options and "WC=1" in steps[2].kernel.options
     # channels-last problems copy nothing
     assert plan(ctx, _p(), solver.default_perf_config(ctx, _p()))[1] == 0
+
+
+def test_stems_plan_their_depth_image() -> None:
+    """``triton.s2d_*`` on ResNet's stem (7x7, stride 2, 3 channels): the depth image is 4x4
+    over 16 channels; the inputs' depth copies first in the workspace, the output's depth form
+    copied back last; the configurations, default and cost are the image's; a stride-1 layer
+    and the other directions are declined."""
+    from miocore_triton.depth import depth_sizes, depth_view
+    from miocore_triton.launches import plan
+
+    ctx = gpu_ctx()
+    for solver in (s for s in SOLVERS if s.depth):
+        d = solver.direction.value
+        stem = _p(d, c=3, k=64, in_spatial=(224, 224), filter_spatial=(7, 7), pads=(3, 3),
+                  strides=(2, 2))  # fmt: skip
+        assert solver.is_applicable(ctx, stem)
+        assert depth_sizes(stem) == {"C2": 16, "H2": 115, "W2": 115, "R2": 4, "S2": 4}
+        image = depth_view(stem)
+        assert image.x.lengths == (32, 16, 115, 115) and image.w.lengths == (64, 16, 4, 4)
+        assert image.conv.strides == (1, 1) and image.conv.pads == (0, 0) and image.y == stem.y
+        space = solver.perf_config_space(ctx, stem)
+        assert space and solver.default_perf_config(ctx, stem) in space
+        steps, size = plan(ctx, stem, space[0], depth=True)
+        names = [st.kernel.kernel_name for st in steps]
+        x_bytes = -(-32 * 115 * 115 * 16 * 2 // 256) * 256
+        w_bytes = -(-64 * 4 * 4 * 16 * 2 // 256) * 256
+        if d == "forward":
+            assert names[:2] == ["space_to_depth", "filter_to_depth"]
+            assert steps[0].pointers == ("x", 0) and steps[1].pointers == ("w", x_bytes)
+        elif d == "backward_data":
+            assert names[0] == "filter_to_depth" and names[-1] == "depth_to_space"
+            assert steps[-1].pointers == (0, "x")  # dx's depth form, copied back
+        else:
+            assert names[0] == "space_to_depth" and names[-1] == "depth_to_filter"
+            assert steps[-1].pointers == (x_bytes, "w")  # dw's depth form, copied back
+        assert size >= x_bytes + w_bytes
+        assert solver.get_solution(ctx, stem, space[0]).workspace_size == size
+        assert 0 < solver.wti(ctx, stem) <= 1
+        assert "stride 1" in solver.is_applicable(ctx, _p(d, c=3)).reason
+        other = next(x for x in ("forward", "backward_data") if x != d)
+        assert "computes" in solver.is_applicable(ctx, _p(other, c=3, strides=(2, 2))).reason
 
 
 def test_tf32_backward_weights_reads_channels_first_copies_of_channels_last_inputs() -> None:

@@ -2,8 +2,10 @@
 cubins and hsacos and launched through miocore's own backend.
 
 Solvers: ``triton.igemm_fwd``, ``triton.igemm_bwd`` (backward data), ``triton.igemm_wrw``
-(backward weights). The names below load on first access (PEP 562): importing the package, as
-the plugin scan does, imports none of its solver modules nor Triton."""
+(backward weights), and ``triton.s2d_fwd``, ``triton.s2d_bwd``, ``triton.s2d_wrw``: the same
+GEMMs on a strided few-channel layer's space-to-depth image (network stems). The names below
+load on first access (PEP 562): importing the package, as the plugin scan does, imports none of
+its solver modules nor Triton."""
 
 from __future__ import annotations
 

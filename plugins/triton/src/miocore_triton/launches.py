@@ -30,6 +30,7 @@ from miocore import (
     PerfConfig,
     TensorDescriptor,
 )
+from miocore_triton.depth import depth_sizes, depth_view
 from miocore_triton.geometry import (
     REDUCE_BLOCK,
     SOURCES,
@@ -66,6 +67,9 @@ COPIES = "triton/copies.py"
 ALIGN = 256
 #: The staging copy's tile: pixels x channels.
 STAGE_BLOCK = (64, 64)
+#: The space-to-depth copies (``miocore_triton.depth``), and the depth channels of a tile.
+DEPTH = "triton/depth.py"
+DEPTH_BLOCK_C = 16
 #: The inputs each direction reads (the third tensor is its output).
 INPUTS = {
     Direction.FORWARD: ("x", "w"),
@@ -139,18 +143,43 @@ def tensor_bytes(desc: TensorDescriptor) -> int:
     return count * desc.dtype.itemsize
 
 
-def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[Step], int]:
-    """The launches of ``p`` with configuration ``cfg``, and the workspace they need."""
-    t = tile_of(cfg)
-    split = cfg["split"]
+def plan(
+    ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig, *, depth: bool = False
+) -> tuple[list[Step], int]:
+    """The launches of ``p`` with configuration ``cfg``, and the workspace they need; with
+    ``depth``, of ``p`` run as its space-to-depth image (:mod:`miocore_triton.depth`): the
+    inputs copied into it first, a backward pass's output copied back from it last."""
     ty = TRITON_TYPES[p.dtype]
     warp = 64 if ctx.backend == "hip" else 32
     steps: list[Step] = []
+    #: where each tensor the GEMM reads or writes lies: the caller's (by name) or a copy (a
+    #: workspace offset)
     pointer: dict[str, str | int] = {"x": "x", "w": "w", "y": "y"}
-    offset = 0
+    offset = _depth_inputs(p, ty, warp, steps, pointer) if depth else 0
+    view = depth_view(p) if depth else p
+    offset = _gemm(view, cfg, ty, warp, steps, dict(pointer), offset)  # its own copies
+    if depth:
+        steps += _depth_outputs(p, ty, warp, pointer)
+    return steps, offset
+
+
+def _gemm(
+    p: ConvProblem,
+    cfg: PerfConfig,
+    ty: str,
+    warp: int,
+    steps: list[Step],
+    pointer: dict[str, str | int],
+    offset: int,
+) -> int:
+    """Append the direction's GEMM on ``p`` and the copies around it to ``steps`` (tensors
+    where ``pointer`` says, copies from offset ``offset`` on); the workspace's end."""
+    t = tile_of(cfg)
+    split = cfg["split"]
     first = wrw_channels_first(p)
     for name in first:  # the kernels then read the packed copies in place
-        steps.append(Step(_repack(getattr(p, name), ty, warp, channels_first=True), (name, offset)))
+        repack = _repack(getattr(p, name), ty, warp, channels_first=True)
+        steps.append(Step(repack, (pointer[name], offset)))
         pointer[name] = offset
         offset += _aligned(tensor_bytes(getattr(p, name)))
     p = channels_first_view(p, first)
@@ -158,7 +187,7 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
     main_shape = dict(shape)
     for name in staged(p):
         desc = getattr(p, name)
-        steps.append(Step(_repack(desc, ty, warp, channels_first=False), (name, offset)))
+        steps.append(Step(_repack(desc, ty, warp, channels_first=False), (pointer[name], offset)))
         pointer[name] = offset
         prefix = PREFIX[name]
         suffixes = ("K", "C", "T", "R", "S") if name == "w" else ("N", "C", "D", "H", "W")
@@ -175,7 +204,7 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
             grid=(-(-filter_elements // REDUCE_BLOCK),),
             block=(4 * warp,),
         )
-        steps.append(Step(kernel, ("w", offset)))
+        steps.append(Step(kernel, (pointer["w"], offset)))
         pointer["w"] = offset
         main_shape.update(transposed_filter_strides(p))
         offset += _aligned(transposed_filter_bytes(p))
@@ -187,6 +216,8 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
         else ("x" if p.direction is Direction.BACKWARD_DATA else "y")
     )
     types = {"x": ty, "w": ty, "y": ty}
+    # the output where the caller (or a depth image) holds it: a split run's sum goes there
+    written = pointer["w" if p.direction is Direction.BACKWARD_WEIGHTS else split_out or "y"]
     if split_out:
         prefix = PREFIX[split_out]
         strides = split_partial_strides(p)
@@ -240,13 +271,90 @@ def plan(ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig) -> tuple[list[S
             grid=(-(-filter_elements // REDUCE_BLOCK),),
             block=(4 * warp,),
         )
-        steps.append(Step(kernel, (offset, "w")))
+        steps.append(Step(kernel, (offset, written)))
         offset += partial_bytes(p, split)
     if split_out:
         reduce = _split_reduce(p, split, ty, warp)
-        steps.append(Step(reduce, (offset, split_out), gemm_rows(p)))
+        steps.append(Step(reduce, (offset, written), gemm_rows(p)))
         offset += partial_bytes(p, split)
-    return steps, offset
+    return offset
+
+
+def _depth_inputs(
+    p: ConvProblem, ty: str, warp: int, steps: list[Step], pointer: dict[str, str | int]
+) -> int:
+    """The copies of ``p``'s inputs into its depth image (x for forward and backward weights,
+    w for forward and backward data), and the workspace its output takes in depth form
+    (backward data's dx, backward weights' dw); ``pointer`` then names the depth tensors.
+    The workspace's end."""
+    view = depth_view(p)
+    offset = 0
+    for name in ("x", "w"):  # y is the same in the depth image
+        if name in INPUTS[p.direction]:
+            copy = _space_to_depth(p, ty, warp) if name == "x" else _depth_filter(p, ty, warp)
+            steps.append(Step(copy, (name, offset)))
+        pointer[name] = offset  # the input's depth copy, or where the output's is written
+        offset += _aligned(tensor_bytes(getattr(view, name)))
+    return offset
+
+
+def _space_to_depth(p: ConvProblem, ty: str, warp: int) -> KernelInfo:
+    """``space_to_depth``: x into its packed channels-last depth image."""
+    sizes = depth_sizes(p)
+    c, h, w = p.x.lengths[1:]
+    xn, xc, xh, xw = p.x.strides
+    (sh, sw), (ph, pw) = p.conv.strides, p.conv.pads
+    options = (
+        f"C={c}", f"H={h}", f"W={w}", f"XN={xn}", f"XC={xc}", f"XH={xh}", f"XW={xw}",
+        f"SH={sh}", f"SW={sw}", f"PH={ph}", f"PW={pw}",
+        f"C2={sizes['C2']}", f"H2={sizes['H2']}", f"W2={sizes['W2']}",
+        f"BLOCK_P={STAGE_BLOCK[0]}", f"BLOCK_C={DEPTH_BLOCK_C}",
+        "num_warps=4", "num_stages=1", f"sig.src_ptr=*{ty}", f"sig.dst_ptr=*{ty}",
+    )  # fmt: skip
+    pixels = sizes["H2"] * sizes["W2"]
+    grid = (p.x.lengths[0] * -(-pixels // STAGE_BLOCK[0]), -(-sizes["C2"] // DEPTH_BLOCK_C))
+    return _copy_kernel("space_to_depth", options, grid, warp)
+
+
+def _depth_outputs(p: ConvProblem, ty: str, warp: int, pointer: dict[str, str | int]) -> list[Step]:
+    """The copy of a backward pass's depth output back into the caller's dx or dw."""
+    if p.direction is Direction.BACKWARD_WEIGHTS:
+        return [Step(_depth_filter(p, ty, warp, back=True), (pointer["w"], "w"))]
+    if p.direction is Direction.FORWARD:
+        return []
+    sizes = depth_sizes(p)
+    n, c, h, w = p.x.lengths
+    sh, sw = p.conv.strides
+    ph, pw = p.conv.pads
+    xn, xc, xh, xw = p.x.strides
+    options = (
+        f"N={n}", f"C={c}", f"H={h}", f"W={w}", f"XN={xn}", f"XC={xc}", f"XH={xh}", f"XW={xw}",
+        f"SH={sh}", f"SW={sw}", f"PH={ph}", f"PW={pw}",
+        f"C2={sizes['C2']}", f"H2={sizes['H2']}", f"W2={sizes['W2']}", f"BLOCK={REDUCE_BLOCK}",
+        "num_warps=4", "num_stages=1", f"sig.src_ptr=*{ty}", f"sig.dx_ptr=*{ty}",
+    )  # fmt: skip
+    grid = (-(-(n * c * h * w) // REDUCE_BLOCK),)
+    kernel = _copy_kernel("depth_to_space", options, grid, warp)
+    return [Step(kernel, (pointer["x"], "x"))]
+
+
+def _depth_filter(p: ConvProblem, ty: str, warp: int, *, back: bool = False) -> KernelInfo:
+    """``filter_to_depth`` (``back``: ``depth_to_filter``): the filter into its depth form
+    (or back), one element a lane."""
+    sizes = depth_sizes(p)
+    k, c, r, s = p.w.lengths
+    wk, wc, wr, ws = p.w.strides
+    sh, sw = p.conv.strides
+    options = [
+        f"K={k}", f"C={c}", f"R={r}", f"S={s}", f"WK={wk}", f"WC={wc}", f"WR={wr}", f"WS={ws}",
+        f"SH={sh}", f"SW={sw}", f"C2={sizes['C2']}", f"R2={sizes['R2']}", f"S2={sizes['S2']}",
+        f"BLOCK={REDUCE_BLOCK}", "num_warps=4", "num_stages=1",
+    ]  # fmt: skip
+    options += [f"sig.w_ptr=*{ty}", f"sig.wd_ptr=*{ty}"]
+    elements = k * c * r * s if back else k * sizes["R2"] * sizes["S2"] * sizes["C2"]
+    name = "depth_to_filter" if back else "filter_to_depth"
+    grid = (-(-elements // REDUCE_BLOCK),)
+    return _copy_kernel(name, options, grid, warp)
 
 
 def _repack(desc: TensorDescriptor, ty: str, warp: int, *, channels_first: bool) -> KernelInfo:
@@ -368,3 +476,14 @@ def _check_launchable(kernel: Any) -> None:
             field="global_scratch_size",
             value=meta.get("global_scratch_size"),
         )
+
+
+def _copy_kernel(name: str, options: Any, grid: tuple[int, ...], warp: int) -> KernelInfo:
+    """One of the space-to-depth copies (``kernels/depth.py``), four warps a program."""
+    return KernelInfo(
+        source=DEPTH,
+        kernel_name=name,
+        options=tuple(sorted(options)),
+        grid=grid,
+        block=(4 * warp,),
+    )

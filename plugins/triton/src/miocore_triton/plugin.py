@@ -22,12 +22,17 @@ _SOLVERS = (
     ("miocore_triton.solvers:TritonForward", "triton.igemm_fwd"),
     ("miocore_triton.solvers:TritonBackwardData", "triton.igemm_bwd"),
     ("miocore_triton.solvers:TritonBackwardWeights", "triton.igemm_wrw"),
+    ("miocore_triton.solvers:TritonDepthForward", "triton.s2d_fwd"),
+    ("miocore_triton.solvers:TritonDepthBackwardData", "triton.s2d_bwd"),
+    ("miocore_triton.solvers:TritonDepthBackwardWeights", "triton.s2d_wrw"),
 )
 
 
 @miocore.hookimpl
 def miocore_solvers() -> Iterator[miocore.SolverRecord]:
-    """``triton.igemm_fwd``, ``triton.igemm_bwd`` and ``triton.igemm_wrw`` (GPU only)."""
+    """``triton.igemm_fwd``, ``triton.igemm_bwd`` and ``triton.igemm_wrw``, and their
+    space-to-depth forms ``triton.s2d_fwd``, ``triton.s2d_bwd``, ``triton.s2d_wrw`` (GPU
+    only)."""
     for factory, name in _SOLVERS:
         yield miocore.SolverRecord(
             factory=factory, name=name, algorithm="implicit_gemm", backends=_GPU
@@ -37,7 +42,7 @@ def miocore_solvers() -> Iterator[miocore.SolverRecord]:
 @miocore.hookimpl
 def miocore_kernel_sources() -> Iterator[miocore.KernelSourceRecord]:
     """The Triton sources (``triton/conv_igemm.py``, ``triton/conv_wrw.py``,
-    ``triton/copies.py``), built by Triton, not NVRTC."""
+    ``triton/copies.py``, ``triton/depth.py``), built by Triton, not NVRTC."""
     yield miocore.KernelSourceRecord(
         name="triton", path=KERNEL_DIR, builder="miocore_triton.builder:BUILDER"
     )

@@ -32,6 +32,7 @@ from miocore import (
     TunableSolver,
     not_applicable,
 )
+from miocore_triton.depth import depth_declines, depth_view
 from miocore_triton.geometry import (
     BIG_TILE_ROW_FILL,
     BIG_TILE_WAVES,
@@ -109,6 +110,8 @@ class TritonConvSolver(TunableSolver):
     algorithm = Algorithm.IMPLICIT_GEMM
     backends = frozenset({"cuda", "hip"})
     direction: ClassVar[Direction]
+    #: Whether the solution runs the layer as its space-to-depth image (the ``s2d`` solvers).
+    depth: ClassVar[bool] = False
 
     # -- applicability -----------------------------------------------------------------------
 
@@ -329,7 +332,7 @@ class TritonConvSolver(TunableSolver):
     ) -> int:
         """The copies of inputs the GEMM cannot read as they lie, then TF32 backward data's
         transposed filter or a split backward-weights run's fp32 partials."""
-        return plan(ctx, problem, self._config(ctx, problem, perf_config))[1]
+        return plan(ctx, problem, self._config(ctx, problem, perf_config), depth=self.depth)[1]
 
     def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
         """The GEMM's roofline at the measured fraction of the fp16 tensor rate (half for
@@ -363,7 +366,8 @@ class TritonConvSolver(TunableSolver):
         """The direction's GEMM compiled for the layer and tile, after the copies it reads
         (inputs copied to the order it reads, TF32's transposed filter) and before the split
         reduction (:mod:`miocore_triton.launches`)."""
-        steps, workspace = plan(ctx, problem, self._config(ctx, problem, perf_config))
+        cfg = self._config(ctx, problem, perf_config)
+        steps, workspace = plan(ctx, problem, cfg, depth=self.depth)
         return ConvSolution(
             solver=self.name,
             workspace_size=workspace,
@@ -410,4 +414,77 @@ class TritonBackwardWeights(TritonConvSolver):
     revision = 3
 
 
-SOLVERS = (TritonForward(), TritonBackwardData(), TritonBackwardWeights())
+class _DepthImage(TritonConvSolver):
+    """The direction's GEMM on a strided few-channel layer's space-to-depth image
+    (:mod:`miocore_triton.depth`): its configurations, default and cost are the image's."""
+
+    depth = True
+
+    def is_applicable(self, ctx: ExecutionContext, problem: ConvProblem) -> Applicability:
+        """A layer :func:`~miocore_triton.depth.depth_declines` accepts, whose depth image the
+        direction's GEMM runs."""
+        if problem.direction is not self.direction:
+            return super().is_applicable(ctx, problem)  # which says why
+        reason = depth_declines(problem)
+        if reason:
+            return not_applicable(reason)
+        if reach(problem) >= MAX_REACH:  # the copies index the layer's own tensors
+            return not_applicable("a tensor reaches past the kernels' 32-bit offsets")
+        return super().is_applicable(ctx, depth_view(problem))
+
+    @staticmethod
+    def _image(problem: ConvProblem) -> ConvProblem | None:
+        """The depth image the GEMM runs (a stride-1 problem, such as an image, is its own);
+        None where the layer has none."""
+        if max(problem.conv.strides) == 1:
+            return problem
+        return None if depth_declines(problem) else depth_view(problem)
+
+    def perf_config_space(self, ctx: ExecutionContext, problem: ConvProblem) -> list[PerfConfig]:
+        """The depth image's configurations."""
+        image = self._image(problem)
+        return [] if image is None else super().perf_config_space(ctx, image)
+
+    def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
+        """The depth image's default."""
+        return super().default_perf_config(ctx, self._image(problem) or problem)
+
+    def is_valid_perf_config(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig
+    ) -> bool:
+        return super().is_valid_perf_config(ctx, self._image(problem) or problem, perf_config)
+
+    def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
+        """The depth image's estimate (its copies are a few percent of a stem's bytes)."""
+        return super().wti(ctx, self._image(problem) or problem)
+
+
+class TritonDepthForward(_DepthImage):
+    """Forward of a strided few-channel layer (a stem) as its space-to-depth image."""
+
+    name = "triton.s2d_fwd"
+    direction = Direction.FORWARD
+
+
+class TritonDepthBackwardData(_DepthImage):
+    """Backward data of a strided few-channel layer as its space-to-depth image."""
+
+    name = "triton.s2d_bwd"
+    direction = Direction.BACKWARD_DATA
+
+
+class TritonDepthBackwardWeights(_DepthImage):
+    """Backward weights of a strided few-channel layer as its space-to-depth image."""
+
+    name = "triton.s2d_wrw"
+    direction = Direction.BACKWARD_WEIGHTS
+
+
+SOLVERS = (
+    TritonForward(),
+    TritonBackwardData(),
+    TritonBackwardWeights(),
+    TritonDepthForward(),
+    TritonDepthBackwardData(),
+    TritonDepthBackwardWeights(),
+)

@@ -1,0 +1,158 @@
+"""The copies around a strided few-channel layer run as its space-to-depth image
+(``miocore_triton.depth``): an SH x SW stride over C channels becomes stride 1 over
+C2 >= SH * SW * C channels, channel (by * SW + bx) * C + c of depth pixel (u, v) holding input
+channel c at (u * SH + by - PH, v * SW + bx - PW); the filter is regrouped the same way.
+
+* ``space_to_depth``: x (any strides) into the packed channels-last depth image, zeros in the
+  padding and past the input;
+* ``filter_to_depth``: w (any strides) into the packed (K, R2, S2, C2) depth filter, zeros
+  where a depth tap reaches past the filter;
+* ``depth_to_filter``: backward weights' depth filter back into dw's taps and strides;
+* ``depth_to_space``: backward data's depth image back into dx's pixels and strides (zeros
+  for input pixels no output reaches).
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def space_to_depth(
+    src_ptr,
+    dst_ptr,
+    C: tl.constexpr,
+    H: tl.constexpr,
+    W: tl.constexpr,
+    XN: tl.constexpr,
+    XC: tl.constexpr,
+    XH: tl.constexpr,
+    XW: tl.constexpr,
+    SH: tl.constexpr,
+    SW: tl.constexpr,
+    PH: tl.constexpr,
+    PW: tl.constexpr,
+    C2: tl.constexpr,
+    H2: tl.constexpr,
+    W2: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    """Program axis 0 walks (image, block of depth pixels), axis 1 blocks of depth channels."""
+    PIXELS: tl.constexpr = H2 * W2
+    P_TILES: tl.constexpr = (PIXELS + BLOCK_P - 1) // BLOCK_P
+    n = tl.program_id(0) // P_TILES
+    offs_p = (tl.program_id(0) % P_TILES) * BLOCK_P + tl.arange(0, BLOCK_P)
+    cc = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    c = cc % C
+    phase = cc // C
+    h = (offs_p // W2)[:, None] * SH + (phase // SW)[None, :] - PH
+    w = (offs_p % W2)[:, None] * SW + (phase % SW)[None, :] - PW
+    inside = (offs_p < PIXELS)[:, None] & (cc < C2)[None, :]
+    ok = inside & (cc < SH * SW * C)[None, :] & (h >= 0) & (h < H) & (w >= 0) & (w < W)
+    values = tl.load(src_ptr + n * XN + c[None, :] * XC + h * XH + w * XW, mask=ok, other=0.0)
+    dst = dst_ptr + (n * PIXELS + offs_p)[:, None] * C2 + cc[None, :]
+    tl.store(dst, values, mask=inside)
+
+
+@triton.jit
+def filter_to_depth(
+    w_ptr,
+    wd_ptr,
+    K: tl.constexpr,
+    C: tl.constexpr,
+    R: tl.constexpr,
+    S: tl.constexpr,
+    WK: tl.constexpr,
+    WC: tl.constexpr,
+    WR: tl.constexpr,
+    WS: tl.constexpr,
+    SH: tl.constexpr,
+    SW: tl.constexpr,
+    C2: tl.constexpr,
+    R2: tl.constexpr,
+    S2: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """One element of the packed (K, R2, S2, C2) depth filter per lane."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = offs < K * R2 * S2 * C2
+    cc = offs % C2
+    ax = (offs // C2) % S2
+    ay = (offs // (C2 * S2)) % R2
+    k = offs // (C2 * S2 * R2)
+    phase = cc // C
+    r = ay * SH + phase // SW
+    s = ax * SW + phase % SW
+    ok = inside & (cc < SH * SW * C) & (r < R) & (s < S)
+    values = tl.load(w_ptr + k * WK + (cc % C) * WC + r * WR + s * WS, mask=ok, other=0.0)
+    tl.store(wd_ptr + offs, values, mask=inside)
+
+
+@triton.jit
+def depth_to_filter(
+    wd_ptr,
+    w_ptr,
+    K: tl.constexpr,
+    C: tl.constexpr,
+    R: tl.constexpr,
+    S: tl.constexpr,
+    WK: tl.constexpr,
+    WC: tl.constexpr,
+    WR: tl.constexpr,
+    WS: tl.constexpr,
+    SH: tl.constexpr,
+    SW: tl.constexpr,
+    C2: tl.constexpr,
+    R2: tl.constexpr,
+    S2: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """One filter element (K, C, R, S order) per lane, read from its depth tap."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < K * C * R * S
+    s = offs % S
+    r = (offs // S) % R
+    c = (offs // (S * R)) % C
+    k = offs // (S * R * C)
+    cc = ((r % SH) * SW + s % SW) * C + c
+    src = wd_ptr + ((k * R2 + r // SH) * S2 + s // SW) * C2 + cc
+    tl.store(w_ptr + k * WK + c * WC + r * WR + s * WS, tl.load(src, mask=ok), mask=ok)
+
+
+@triton.jit
+def depth_to_space(
+    src_ptr,
+    dx_ptr,
+    N: tl.constexpr,
+    C: tl.constexpr,
+    H: tl.constexpr,
+    W: tl.constexpr,
+    XN: tl.constexpr,
+    XC: tl.constexpr,
+    XH: tl.constexpr,
+    XW: tl.constexpr,
+    SH: tl.constexpr,
+    SW: tl.constexpr,
+    PH: tl.constexpr,
+    PW: tl.constexpr,
+    C2: tl.constexpr,
+    H2: tl.constexpr,
+    W2: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """One dx element (N, C, H, W order) per lane, read from its depth pixel and channel."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = offs < N * C * H * W
+    w = offs % W
+    h = (offs // W) % H
+    c = (offs // (W * H)) % C
+    n = offs // (W * H * C)
+    hp = h + PH
+    wp = w + PW
+    u = hp // SH
+    v = wp // SW
+    cc = ((hp % SH) * SW + wp % SW) * C + c
+    ok = inside & (u < H2) & (v < W2)
+    src = src_ptr + ((n * H2 + u) * W2 + v) * C2 + cc
+    values = tl.load(src, mask=ok, other=0.0)
+    tl.store(dx_ptr + n * XN + c * XC + h * XH + w * XW, values, mask=inside)
