@@ -88,13 +88,17 @@
 #               LAYOUT:DTYPE:PLUGINS:SUITE[,SUITE] separated by spaces (PLUGINS: own or all);
 #               VS_DEADLINE: seconds until every job is stopped (each writes after every suite);
 #               VS_DIRECTIONS narrows every job
+#   parallel    any commands side by side on a several-GPU kind: PAR_CMDS, one command per GPU
+#               separated by ';' (each sees only its own GPU, its output in /tmp/par/gpu<i>.log,
+#               files it writes under /tmp/par kept); PAR_DEADLINE seconds for them all;
+#               everything in $OUT/parallel.tgz
 #   quality     issue 14 on the GPU: the shipped sm90 database's WTI table fitted on the device
 #               (heuristic train --wti-only), then immediate mode against NORMAL find on
 #               LIMIT held-out problems and the layers of the MIOpenDriver files carried in
 #               .gpu/perf_models (find_quality.py, batch cut to MAX_GFLOP); MATH_MODE,
 #               QDTYPE (one data type), MODEL_DIR (another model) and QTAG (output names)
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d|vstable}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d|vstable|parallel}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -456,6 +460,22 @@ PY
     done
     wait
     tar -czf "$OUT/vstable.tgz" -C /tmp vstable
+    ;;
+  parallel)
+    mkdir -p /tmp/par
+    IFS=';' read -r -a commands <<<"${PAR_CMDS:?PAR_CMDS: commands, one per GPU}"
+    gpu=0
+    for command in "${commands[@]}"; do
+      CUDA_VISIBLE_DEVICES=$gpu timeout "${PAR_DEADLINE:-540}" bash -c "$command" \
+        >"/tmp/par/gpu$gpu.log" 2>&1 &
+      gpu=$((gpu + 1))
+    done
+    wait
+    for log in /tmp/par/gpu*.log; do
+      echo "== $log"
+      grep -a -v Warning "$log" | tail -15
+    done
+    tar -czf "$OUT/parallel.tgz" -C /tmp par
     ;;
   quality)
     sm=/tmp/sm90  # from `gpudb` on this machine, else the shipped files
