@@ -89,7 +89,7 @@ def _depth_builds(builds: list[dict]) -> None:
     depth = [b for b in builds if b["solver"].startswith("triton.s2d") and "kernel" in b]
     assert {b["solver"] for b in depth} == {"triton.s2d_fwd", "triton.s2d_bwd", "triton.s2d_wrw"}
     assert {b["kernel"] for b in depth} >= {
-        "space_to_depth", "filter_to_depth", "depth_to_filter", "depth_to_space",
+        "space_to_depth", "filter_depth", "depth_to_space",
         "conv_fwd", "conv_bwd", "conv_wrw",
     }  # fmt: skip
     assert all(b["elf"] for b in depth), depth

@@ -226,14 +226,15 @@ def test_stems_plan_their_depth_image() -> None:
         x_bytes = -(-32 * 115 * 115 * 16 * 2 // 256) * 256
         w_bytes = -(-64 * 4 * 4 * 16 * 2 // 256) * 256
         if d == "forward":
-            assert names[:2] == ["space_to_depth", "filter_to_depth"]
+            assert names[:2] == ["space_to_depth", "filter_depth"]
             assert steps[0].pointers == ("x", 0) and steps[1].pointers == ("w", x_bytes)
         elif d == "backward_data":
-            assert names[0] == "filter_to_depth" and names[-1] == "depth_to_space"
+            assert names[0] == "filter_depth" and names[-1] == "depth_to_space"
             assert steps[-1].pointers == (0, "x")  # dx's depth form, copied back
         else:
-            assert names[0] == "space_to_depth" and names[-1] == "depth_to_filter"
-            assert steps[-1].pointers == (x_bytes, "w")  # dw's depth form, copied back
+            assert names[0] == "space_to_depth" and names[-1] == "filter_depth"
+            assert "BACK=True" in steps[-1].kernel.options
+            assert steps[-1].pointers == ("w", x_bytes)  # dw's depth form, copied back
         assert size >= x_bytes + w_bytes
         assert solver.get_solution(ctx, stem, space[0]).workspace_size == size
         assert 0 < solver.wti(ctx, stem) <= 1

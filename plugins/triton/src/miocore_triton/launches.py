@@ -319,7 +319,7 @@ def _space_to_depth(p: ConvProblem, ty: str, warp: int) -> KernelInfo:
 def _depth_outputs(p: ConvProblem, ty: str, warp: int, pointer: dict[str, str | int]) -> list[Step]:
     """The copy of a backward pass's depth output back into the caller's dx or dw."""
     if p.direction is Direction.BACKWARD_WEIGHTS:
-        return [Step(_depth_filter(p, ty, warp, back=True), (pointer["w"], "w"))]
+        return [Step(_depth_filter(p, ty, warp, back=True), ("w", pointer["w"]))]
     if p.direction is Direction.FORWARD:
         return []
     sizes = depth_sizes(p)
@@ -339,22 +339,21 @@ def _depth_outputs(p: ConvProblem, ty: str, warp: int, pointer: dict[str, str | 
 
 
 def _depth_filter(p: ConvProblem, ty: str, warp: int, *, back: bool = False) -> KernelInfo:
-    """``filter_to_depth`` (``back``: ``depth_to_filter``): the filter into its depth form
-    (or back), one element a lane."""
+    """``filter_depth``: the filter into its depth form (``back``: from it), one depth
+    element a lane."""
     sizes = depth_sizes(p)
     k, c, r, s = p.w.lengths
     wk, wc, wr, ws = p.w.strides
     sh, sw = p.conv.strides
     options = [
-        f"K={k}", f"C={c}", f"R={r}", f"S={s}", f"WK={wk}", f"WC={wc}", f"WR={wr}", f"WS={ws}",
-        f"SH={sh}", f"SW={sw}", f"C2={sizes['C2']}", f"R2={sizes['R2']}", f"S2={sizes['S2']}",
+        f"BACK={back}", f"K={k}", f"C={c}", f"R={r}", f"S={s}",
+        f"WK={wk}", f"WC={wc}", f"WR={wr}", f"WS={ws}", f"SH={sh}", f"SW={sw}",
+        f"C2={sizes['C2']}", f"R2={sizes['R2']}", f"S2={sizes['S2']}",
         f"BLOCK={REDUCE_BLOCK}", "num_warps=4", "num_stages=1",
+        f"sig.w_ptr=*{ty}", f"sig.wd_ptr=*{ty}",
     ]  # fmt: skip
-    options += [f"sig.w_ptr=*{ty}", f"sig.wd_ptr=*{ty}"]
-    elements = k * c * r * s if back else k * sizes["R2"] * sizes["S2"] * sizes["C2"]
-    name = "depth_to_filter" if back else "filter_to_depth"
-    grid = (-(-elements // REDUCE_BLOCK),)
-    return _copy_kernel(name, options, grid, warp)
+    elements = k * sizes["R2"] * sizes["S2"] * sizes["C2"]
+    return _copy_kernel("filter_depth", options, (-(-elements // REDUCE_BLOCK),), warp)
 
 
 def _repack(desc: TensorDescriptor, ty: str, warp: int, *, channels_first: bool) -> KernelInfo:

@@ -5,9 +5,8 @@ channel c at (u * SH + by - PH, v * SW + bx - PW); the filter is regrouped the s
 
 * ``space_to_depth``: x (any strides) into the packed channels-last depth image, zeros in the
   padding and past the input;
-* ``filter_to_depth``: w (any strides) into the packed (K, R2, S2, C2) depth filter, zeros
-  where a depth tap reaches past the filter;
-* ``depth_to_filter``: backward weights' depth filter back into dw's taps and strides;
+* ``filter_depth``: w (any strides) into the packed (K, R2, S2, C2) depth filter, zeros where
+  a depth tap reaches past the filter; or back, backward weights' depth filter into dw;
 * ``depth_to_space``: backward data's depth image back into dx's pixels and strides (zeros
   for input pixels no output reaches).
 """
@@ -55,9 +54,10 @@ def space_to_depth(
 
 
 @triton.jit
-def filter_to_depth(
+def filter_depth(
     w_ptr,
     wd_ptr,
+    BACK: tl.constexpr,
     K: tl.constexpr,
     C: tl.constexpr,
     R: tl.constexpr,
@@ -73,7 +73,8 @@ def filter_to_depth(
     S2: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    """One element of the packed (K, R2, S2, C2) depth filter per lane."""
+    """One element of the packed (K, R2, S2, C2) depth filter per lane: read from w's tap
+    (zero where it has none), or with BACK written to it (backward weights' dw)."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     inside = offs < K * R2 * S2 * C2
     cc = offs % C2
@@ -84,39 +85,11 @@ def filter_to_depth(
     r = ay * SH + phase // SW
     s = ax * SW + phase % SW
     ok = inside & (cc < SH * SW * C) & (r < R) & (s < S)
-    values = tl.load(w_ptr + k * WK + (cc % C) * WC + r * WR + s * WS, mask=ok, other=0.0)
-    tl.store(wd_ptr + offs, values, mask=inside)
-
-
-@triton.jit
-def depth_to_filter(
-    wd_ptr,
-    w_ptr,
-    K: tl.constexpr,
-    C: tl.constexpr,
-    R: tl.constexpr,
-    S: tl.constexpr,
-    WK: tl.constexpr,
-    WC: tl.constexpr,
-    WR: tl.constexpr,
-    WS: tl.constexpr,
-    SH: tl.constexpr,
-    SW: tl.constexpr,
-    C2: tl.constexpr,
-    R2: tl.constexpr,
-    S2: tl.constexpr,
-    BLOCK: tl.constexpr,
-):
-    """One filter element (K, C, R, S order) per lane, read from its depth tap."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    ok = offs < K * C * R * S
-    s = offs % S
-    r = (offs // S) % R
-    c = (offs // (S * R)) % C
-    k = offs // (S * R * C)
-    cc = ((r % SH) * SW + s % SW) * C + c
-    src = wd_ptr + ((k * R2 + r // SH) * S2 + s // SW) * C2 + cc
-    tl.store(w_ptr + k * WK + c * WC + r * WR + s * WS, tl.load(src, mask=ok), mask=ok)
+    w_ptrs = w_ptr + k * WK + (cc % C) * WC + r * WR + s * WS
+    if BACK:
+        tl.store(w_ptrs, tl.load(wd_ptr + offs, mask=ok), mask=ok)
+    else:
+        tl.store(wd_ptr + offs, tl.load(w_ptrs, mask=ok, other=0.0), mask=inside)
 
 
 @triton.jit
