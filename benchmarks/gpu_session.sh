@@ -29,7 +29,7 @@
 #               cuda-bindings and ctypes (gpu_launch_cost.py)
 #   depthwise   direct.gpu_depthwise's whole config space against cuDNN on ConvNeXt-T's,
 #               EfficientNet-B0's and MobileNetV2's depthwise layers (gpu_depthwise_bench.py;
-#               DW_DIRECTIONS, DTYPES narrow it; DW_LAYOUTS, NHWC by default)
+#               DW_DIRECTIONS, DTYPES narrow it; DW_LAYOUTS, NHWC by default; DW_BATCH, 32)
 #   dwnchw      issue 13: direct.gpu_depthwise's NCHW tests (the several-plane and register-row
 #               configs among them), then its whole NCHW space against cuDNN, fp16 and bf16,
 #               forward and backward data, on the three networks' depthwise layers (the data
@@ -167,7 +167,7 @@ case "$STAGE" in
   depthwise)
     for suite in convnext_t_dw efficientnet_b0_dw mobilenetv2; do
       # shellcheck disable=SC2086
-      timeout 170 python3 benchmarks/gpu_depthwise_bench.py --suite "$suite" --batch 32 \
+      timeout 170 python3 benchmarks/gpu_depthwise_bench.py --suite "$suite" --batch "${DW_BATCH:-32}" \
         --dtypes ${DTYPES} --layouts ${DW_LAYOUTS:-NHWC} --configs 0 --runs 10 \
         --directions ${DW_DIRECTIONS:-forward backward_data backward_weights} \
         --out "$OUT/depthwise_$suite.json" 2>&1 | grep -a -v '^{' | tail -8

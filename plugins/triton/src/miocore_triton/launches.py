@@ -152,8 +152,8 @@ def plan(
     ty = TRITON_TYPES[p.dtype]
     warp = 64 if ctx.backend == "hip" else 32
     steps: list[Step] = []
-    #: where each tensor the GEMM reads or writes lies: the caller's (by name) or a copy (a
-    #: workspace offset)
+    # where each tensor the GEMM reads or writes lies: the caller's (by name) or a copy (a
+    # workspace offset)
     pointer: dict[str, str | int] = {"x": "x", "w": "w", "y": "y"}
     offset = _depth_inputs(p, ty, warp, steps, pointer) if depth else 0
     view = depth_view(p) if depth else p
