@@ -99,14 +99,38 @@ def report(grids: dict[tuple[str, str], dict[tuple, dict[str, Any]]]) -> str:
     return "\n".join(out)
 
 
+def gaps(grids: dict[tuple[str, str], dict[tuple, dict[str, Any]]]) -> str:
+    """Per winning solver: how much longer its timed run (``run_solution``, a replayed graph)
+    took than find's own measurement of it, median and how many cases by over 1 µs."""
+    by: dict[str, list[float]] = {}
+    for cases in grids.values():
+        for row in cases.values():
+            found = row.get("candidates", {}).get(row.get("solver"))
+            if found and "miocore_ms" in row:
+                by.setdefault(row["solver"], []).append(1e3 * (row["miocore_ms"] - found))
+    out = ["| solver | cases | run - find, median µs | over 1 µs |", "|---|---|---|---|"]
+    for solver, diffs in sorted(by.items(), key=lambda kv: -len(kv[1])):
+        diffs.sort()
+        median = diffs[len(diffs) // 2]
+        over = sum(d > 1.0 for d in diffs)
+        out.append(f"| {solver} | {len(diffs)} | {median:.2f} | {over} |")
+    return "\n".join(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument(
         "--assume", choices=("own", "all"), help="the plugin set of results that do not say"
     )
+    parser.add_argument(
+        "--gaps", action="store_true", help="also each winner's timed run against its find time"
+    )
     args = parser.parse_args()
-    print(report(load(args.files, args.assume)))
+    grids = load(args.files, args.assume)
+    print(report(grids))
+    if args.gaps:
+        print(gaps(grids))
 
 
 if __name__ == "__main__":
