@@ -260,10 +260,17 @@ def test_strided_few_channel_layers_run_as_their_depth_image(
         assert run_interpreted(p, cfg, solver=solver) <= TOLERANCES[p.dtype], cfg
 
 
-def test_depth_images_in_tf32_and_what_they_decline() -> None:
-    p = _problem("forward", dtype="float32", n=2, k=24, in_spatial=(17, 15),
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_weights"])
+def test_depth_images_in_tf32(direction: str, layout: str) -> None:
+    """TF32 through the depth image; backward weights then copies the image and dy
+    channels-first as well (its TF32 operands want the pixels innermost)."""
+    p = _problem(direction, dtype="float32", layout=layout, n=2, k=24, in_spatial=(17, 15),
                  **DEPTH_CASES["resnet_stem"])  # fmt: skip
-    assert run_interpreted(p, mode="tf32", solver=_depth_solver("forward")) <= 5e-3
+    assert run_interpreted(p, mode="tf32", solver=_depth_solver(direction)) <= 5e-3
+
+
+def test_depth_images_decline_what_they_do_not_serve() -> None:
     solver = _depth_solver("backward_weights")
     ctx = gpu_ctx()
     for kw, reason in (
