@@ -45,6 +45,8 @@ for backend, arch, target, mode in (
     cases += [("float16", "NCHW", (14, 14), (1, 1), (0, 0), (1, 1), 64, 96),
               ("float16", "NCHW", (15, 15), (7, 7), (3, 3), (2, 2), 3, 96),
               ("bfloat16", "NCHW", (14, 14), (1, 1), (0, 0), (2, 2), 32, 128)]
+    # a stride-1 first layer on 3 channels: the depth image of its taps
+    cases += [("float16", "NHWC", (14, 14), (3, 3), (1, 1), (1, 1), 3, 64)]
     for solver in SOLVERS:
         for dtype, layout, size, fil, pads, strides, c, k in cases:
             p = miocore.ConvProblem.from_sizes(
@@ -85,9 +87,11 @@ def builds() -> list[dict]:
 
 
 def _depth_builds(builds: list[dict]) -> None:
-    """The space-to-depth solvers on the 3-channel stride-2 stem: their copies and GEMMs."""
-    depth = [b for b in builds if b["solver"].startswith("triton.s2d") and "kernel" in b]
-    assert {b["solver"] for b in depth} == {"triton.s2d_fwd", "triton.s2d_bwd", "triton.s2d_wrw"}
+    """The depth-image solvers on the 3-channel layers (the stride-2 stem's phases, the
+    stride-1 layer's taps): their copies and GEMMs."""
+    depth = [b for b in builds if b["solver"].startswith("triton.depth_") and "kernel" in b]
+    names = {b["solver"] for b in depth}
+    assert names == {"triton.depth_fwd", "triton.depth_bwd", "triton.depth_wrw"}, names
     assert {b["kernel"] for b in depth} >= {
         "space_to_depth", "filter_depth", "depth_to_space",
         "conv_fwd", "conv_bwd", "conv_wrw",
@@ -100,7 +104,7 @@ def _depth_builds(builds: list[dict]) -> None:
 def test_every_direction_builds_for_sm90_with_wgmma(builds: list[dict]) -> None:
     cuda = [b for b in builds if b["backend"] == "cuda"]
     _depth_builds(cuda)
-    cuda = [b for b in cuda if not b["solver"].startswith("triton.s2d")]
+    cuda = [b for b in cuda if not b["solver"].startswith("triton.depth_")]
     mains = [b for b in cuda if b.get("kernel") in ("conv_fwd", "conv_bwd", "conv_wrw")]
     assert {(b["solver"], b["dtype"]) for b in mains} == {
         (s, d)
@@ -134,7 +138,7 @@ def test_every_direction_builds_for_sm90_with_wgmma(builds: list[dict]) -> None:
 def test_every_direction_builds_for_gfx942_with_mfma(builds: list[dict]) -> None:
     hip = [b for b in builds if b["backend"] == "hip"]
     _depth_builds(hip)
-    hip = [b for b in hip if not b["solver"].startswith("triton.s2d")]
+    hip = [b for b in hip if not b["solver"].startswith("triton.depth_")]
     mains = [b for b in hip if b.get("kernel") in ("conv_fwd", "conv_bwd", "conv_wrw")]
     assert {(b["solver"], b["dtype"]) for b in mains} == {
         (s, d)

@@ -10,8 +10,9 @@
   configuration; a prepared run replays them in a CUDA graph;
 * an exact-mode handle never gets them on fp32; a misaligned tensor is refused by name;
 * 3-D problems (NDHWC, NCDHW; built-in and corpus) in every direction and precision;
-* the space-to-depth solvers (``triton.s2d_*``) on the stems of ResNet, EfficientNet and
-  ConvNeXt and on strided few-channel corpus layers, every direction, precision and layout.
+* the depth-image solvers (``triton.depth_*``) on the stems of ResNet, EfficientNet and
+  ConvNeXt, VGG's first layer and the few-channel corpus layers, every direction, precision
+  and layout.
 """
 
 from __future__ import annotations
@@ -377,22 +378,25 @@ def test_channels_first_rows_a_multiple_of_32_wide(w, c, letter) -> None:
     assert err <= TOLERANCES[p.dtype], (p.key, err)
 
 
-DEPTH_SOLVERS = {"F": "triton.s2d_fwd", "B": "triton.s2d_bwd", "W": "triton.s2d_wrw"}
+DEPTH_SOLVERS = {"F": "triton.depth_fwd", "B": "triton.depth_bwd", "W": "triton.depth_wrw"}
 
 
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 @pytest.mark.parametrize("letter", ["F", "B", "W"])
 def test_stems_as_depth_images_match_the_reference(letter: str, dtype: str, layout: str) -> None:
-    """Network stems (7x7/2, 3x3/2 and 4x4/4 on 3 channels, at test size) and the strided
-    few-channel layers of the corpus sample, through the depth image."""
+    """Network stems (7x7/2, 3x3/2 and 4x4/4 on 3 channels, at test size), VGG's first layer
+    (3x3/1 on 3 channels: its taps folded) and the few-channel layers of the corpus sample,
+    through the depth image."""
     direction = {"F": "forward", "B": "backward_data", "W": "backward_weights"}[letter]
     stems = [
         miocore.ConvProblem.from_sizes(
             direction, n=2, c=3, k=k, in_spatial=(hw, hw), filter_spatial=(f, f),
             pads=(pad, pad), strides=(st, st), dtype=dtype, layout=layout,
         )
-        for k, hw, f, pad, st in ((64, 56, 7, 3, 2), (32, 48, 3, 1, 2), (96, 64, 4, 0, 4))
+        for k, hw, f, pad, st in ((64, 56, 7, 3, 2), (32, 48, 3, 1, 2), (96, 64, 4, 0, 4),
+                                  (64, 40, 3, 1, 1))
+        if st > 1 or letter != "B"  # a stride-1 layer's taps overlap: no backward data
     ]  # fmt: skip
     h = handle_for("tf32" if dtype == "float32" else "exact")
     solver = h.registry.get(DEPTH_SOLVERS[letter]).solver

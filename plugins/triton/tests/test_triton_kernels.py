@@ -233,6 +233,10 @@ DEPTH_CASES = {
     # rows and columns strided differently, padding on one side only, a last input row and
     # column no output reaches (their dx is zero), 5 channels (20 depth channels: 32)
     "uneven": {"c": 5, "filter_spatial": (3, 5), "pads": (0, 2), "strides": (3, 2)},
+    # stride 1: the taps folded (forward and backward weights only)
+    "vgg_first": {"c": 3, "filter_spatial": (3, 3), "pads": (1, 1)},
+    "dilated_taps": {"c": 2, "filter_spatial": (3, 3), "pads": (1, 2), "dilations": (2, 3)},
+    "one_by_one": {"c": 7, "filter_spatial": (1, 1), "pads": (0, 0)},
 }
 
 
@@ -242,15 +246,27 @@ def _depth_solver(direction: str) -> Any:
     return next(s for s in SOLVERS if s.depth and s.direction.value == direction)
 
 
+#: A stride-1 layer's depth image folds its overlapping taps: no backward data.
+TAPS_CASES = ("vgg_first", "dilated_taps", "one_by_one")
+
+
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
-@pytest.mark.parametrize("case", sorted(DEPTH_CASES))
-@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_weights"])
-def test_strided_few_channel_layers_run_as_their_depth_image(
+@pytest.mark.parametrize(
+    ("direction", "case"),
+    [
+        (direction, case)
+        for direction in ("forward", "backward_data", "backward_weights")
+        for case in sorted(DEPTH_CASES)
+        if direction != "backward_data" or case not in TAPS_CASES
+    ],
+)
+def test_few_channel_layers_run_as_their_depth_image(
     direction: str, case: str, layout: str
 ) -> None:
-    """``triton.s2d_*``: x and w copied into the space-to-depth image, the stride-1 GEMM on
-    it, a backward pass's output copied back; the default and the most split configuration
-    match the reference (every dx and dw element written, the ones no output reaches too)."""
+    """``triton.depth_*``: x and w copied into the depth image (a stride's phases, or a
+    stride-1 layer's taps), the stride-1 GEMM on it, a backward pass's output copied back;
+    the default and the most split configuration match the reference (every dx and dw element
+    written, the ones no output reaches too)."""
     p = _problem(direction, layout=layout, n=2, k=24, in_spatial=(17, 15), **DEPTH_CASES[case])
     solver = _depth_solver(direction)
     ctx = gpu_ctx()
@@ -271,16 +287,17 @@ def test_depth_images_in_tf32(direction: str, layout: str) -> None:
 
 
 def test_depth_images_decline_what_they_do_not_serve() -> None:
-    solver = _depth_solver("backward_weights")
     ctx = gpu_ctx()
-    for kw, reason in (
-        ({"c": 16, "strides": (2, 2)}, "already a whole slice"),
-        ({"c": 3}, "stride 1"),
-        ({"c": 3, "strides": (2, 2), "dilations": (2, 2), "pads": (2, 2)}, "dilation"),
-        ({"c": 5, "strides": (4, 4), "filter_spatial": (4, 4), "pads": (0, 0)}, "depth channels"),
-    ):
-        q = _problem("backward_weights", n=2, k=24, in_spatial=(17, 15), **kw)
-        assert reason in solver.is_applicable(ctx, q).reason, kw
+    for direction, kw, reason in (
+        ("backward_weights", {"c": 16, "strides": (2, 2)}, "already a whole slice"),
+        ("backward_data", {"c": 3}, "overlapping taps"),
+        ("forward", {"c": 3, "strides": (2, 2), "dilations": (2, 2), "pads": (2, 2)}, "dilation"),
+        ("forward", {"c": 5, "strides": (4, 4), "filter_spatial": (4, 4), "pads": (0, 0)},
+         "depth channels"),
+        ("backward_weights", {"c": 3, "filter_spatial": (5, 5), "pads": (2, 2)}, "depth channels"),
+    ):  # fmt: skip
+        q = _problem(direction, n=2, k=24, in_spatial=(17, 15), **kw)
+        assert reason in _depth_solver(direction).is_applicable(ctx, q).reason, kw
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])

@@ -29,7 +29,7 @@ def test_the_entry_point_registers_six_gpu_solvers_and_a_built_folder() -> None:
 
     names = {s.name for s in miocore.solvers()}
     assert {"triton.igemm_fwd", "triton.igemm_bwd", "triton.igemm_wrw"} <= names
-    assert {"triton.s2d_fwd", "triton.s2d_bwd", "triton.s2d_wrw"} <= names
+    assert {"triton.depth_fwd", "triton.depth_bwd", "triton.depth_wrw"} <= names
     registry = default_registry()
     records = [rec for info, rec in registry.kernel_sources if rec.name == "triton"]
     assert records and records[0].builder == "miocore_triton.builder:BUILDER"
@@ -202,10 +202,11 @@ def test_inputs_that_are_not_channels_last_are_staged_first() -> None:
 
 
 def test_stems_plan_their_depth_image() -> None:
-    """``triton.s2d_*`` on ResNet's stem (7x7, stride 2, 3 channels): the depth image is 4x4
+    """``triton.depth_*`` on ResNet's stem (7x7, stride 2, 3 channels): the depth image is 4x4
     over 16 channels; the inputs' depth copies first in the workspace, the output's depth form
-    copied back last; the configurations, default and cost are the image's; a stride-1 layer
-    and the other directions are declined."""
+    copied back last; the configurations, default and cost are the image's; the other
+    directions are declined. VGG's first layer (stride 1) folds its 9 taps, but for backward
+    data, where they overlap."""
     from miocore_triton.depth import depth_sizes, depth_view
     from miocore_triton.launches import plan
 
@@ -215,7 +216,9 @@ def test_stems_plan_their_depth_image() -> None:
         stem = _p(d, c=3, k=64, in_spatial=(224, 224), filter_spatial=(7, 7), pads=(3, 3),
                   strides=(2, 2))  # fmt: skip
         assert solver.is_applicable(ctx, stem)
-        assert depth_sizes(stem) == {"C2": 16, "H2": 115, "W2": 115, "R2": 4, "S2": 4}
+        assert depth_sizes(stem) == {
+            "C2": 16, "H2": 115, "W2": 115, "R2": 4, "S2": 4, "FH": 2, "FW": 2, "MH": 1, "MW": 1
+        }  # fmt: skip
         image = depth_view(stem)
         assert image.x.lengths == (32, 16, 115, 115) and image.w.lengths == (64, 16, 4, 4)
         assert image.conv.strides == (1, 1) and image.conv.pads == (0, 0) and image.y == stem.y
@@ -238,7 +241,14 @@ def test_stems_plan_their_depth_image() -> None:
         assert size >= x_bytes + w_bytes
         assert solver.get_solution(ctx, stem, space[0]).workspace_size == size
         assert 0 < solver.wti(ctx, stem) <= 1
-        assert "stride 1" in solver.is_applicable(ctx, _p(d, c=3)).reason
+        first = _p(d, c=3)  # VGG's first layer: 3x3, stride 1, its taps folded
+        if d == "backward_data":
+            assert "overlapping taps" in solver.is_applicable(ctx, first).reason
+        else:
+            assert solver.is_applicable(ctx, first)
+            assert depth_sizes(first) == {
+                "C2": 32, "H2": 56, "W2": 56, "R2": 1, "S2": 1, "FH": 3, "FW": 3, "MH": 1, "MW": 1
+            }  # fmt: skip
         other = next(x for x in ("forward", "backward_data") if x != d)
         assert "computes" in solver.is_applicable(ctx, _p(other, c=3, strides=(2, 2))).reason
 

@@ -2,8 +2,8 @@
 cubins and hsacos and launched through miocore's own backend.
 
 Solvers: ``triton.igemm_fwd``, ``triton.igemm_bwd`` (backward data), ``triton.igemm_wrw``
-(backward weights), and ``triton.s2d_fwd``, ``triton.s2d_bwd``, ``triton.s2d_wrw``: the same
-GEMMs on a strided few-channel layer's space-to-depth image (network stems). The names below
+(backward weights), and ``triton.depth_fwd``, ``triton.depth_bwd``, ``triton.depth_wrw``: the same
+GEMMs on a few-channel layer's depth image (network stems and first layers). The names below
 load on first access (PEP 562): importing the package, as the plugin scan does, imports none of
 its solver modules nor Triton."""
 

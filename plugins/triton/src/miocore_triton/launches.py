@@ -67,7 +67,7 @@ COPIES = "triton/copies.py"
 ALIGN = 256
 #: The staging copy's tile: pixels x channels.
 STAGE_BLOCK = (64, 64)
-#: The space-to-depth copies (``miocore_triton.depth``), and the depth channels of a tile.
+#: The depth images' copies (``miocore_triton.depth``), and the depth channels of a tile.
 DEPTH = "triton/depth.py"
 DEPTH_BLOCK_C = 16
 #: The inputs each direction reads (the third tensor is its output).
@@ -147,7 +147,7 @@ def plan(
     ctx: ExecutionContext, p: ConvProblem, cfg: PerfConfig, *, depth: bool = False
 ) -> tuple[list[Step], int]:
     """The launches of ``p`` with configuration ``cfg``, and the workspace they need; with
-    ``depth``, of ``p`` run as its space-to-depth image (:mod:`miocore_triton.depth`): the
+    ``depth``, of ``p`` run as its depth image (:mod:`miocore_triton.depth`): the
     inputs copied into it first, a backward pass's output copied back from it last."""
     ty = TRITON_TYPES[p.dtype]
     warp = 64 if ctx.backend == "hip" else 32
@@ -307,7 +307,7 @@ def _space_to_depth(p: ConvProblem, ty: str, warp: int) -> KernelInfo:
     options = (
         f"C={c}", f"H={h}", f"W={w}", f"XN={xn}", f"XC={xc}", f"XH={xh}", f"XW={xw}",
         f"SH={sh}", f"SW={sw}", f"PH={ph}", f"PW={pw}",
-        f"C2={sizes['C2']}", f"H2={sizes['H2']}", f"W2={sizes['W2']}",
+        *(f"{key}={sizes[key]}" for key in ("FH", "FW", "MH", "MW", "C2", "H2", "W2")),
         f"BLOCK_P={STAGE_BLOCK[0]}", f"BLOCK_C={DEPTH_BLOCK_C}",
         "num_warps=4", "num_stages=1", f"sig.src_ptr=*{ty}", f"sig.dst_ptr=*{ty}",
     )  # fmt: skip
@@ -344,11 +344,10 @@ def _depth_filter(p: ConvProblem, ty: str, warp: int, *, back: bool = False) -> 
     sizes = depth_sizes(p)
     k, c, r, s = p.w.lengths
     wk, wc, wr, ws = p.w.strides
-    sh, sw = p.conv.strides
     options = [
         f"BACK={back}", f"K={k}", f"C={c}", f"R={r}", f"S={s}",
-        f"WK={wk}", f"WC={wc}", f"WR={wr}", f"WS={ws}", f"SH={sh}", f"SW={sw}",
-        f"C2={sizes['C2']}", f"R2={sizes['R2']}", f"S2={sizes['S2']}",
+        f"WK={wk}", f"WC={wc}", f"WR={wr}", f"WS={ws}",
+        *(f"{key}={sizes[key]}" for key in ("FH", "FW", "C2", "R2", "S2")),
         f"BLOCK={REDUCE_BLOCK}", "num_warps=4", "num_stages=1",
         f"sig.w_ptr=*{ty}", f"sig.wd_ptr=*{ty}",
     ]  # fmt: skip
@@ -478,7 +477,7 @@ def _check_launchable(kernel: Any) -> None:
 
 
 def _copy_kernel(name: str, options: Any, grid: tuple[int, ...], warp: int) -> KernelInfo:
-    """One of the space-to-depth copies (``kernels/depth.py``), four warps a program."""
+    """One of the depth images' copies (``kernels/depth.py``), four warps a program."""
     return KernelInfo(
         source=DEPTH,
         kernel_name=name,

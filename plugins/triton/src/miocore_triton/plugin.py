@@ -22,16 +22,16 @@ _SOLVERS = (
     ("miocore_triton.solvers:TritonForward", "triton.igemm_fwd"),
     ("miocore_triton.solvers:TritonBackwardData", "triton.igemm_bwd"),
     ("miocore_triton.solvers:TritonBackwardWeights", "triton.igemm_wrw"),
-    ("miocore_triton.solvers:TritonDepthForward", "triton.s2d_fwd"),
-    ("miocore_triton.solvers:TritonDepthBackwardData", "triton.s2d_bwd"),
-    ("miocore_triton.solvers:TritonDepthBackwardWeights", "triton.s2d_wrw"),
+    ("miocore_triton.solvers:TritonDepthForward", "triton.depth_fwd"),
+    ("miocore_triton.solvers:TritonDepthBackwardData", "triton.depth_bwd"),
+    ("miocore_triton.solvers:TritonDepthBackwardWeights", "triton.depth_wrw"),
 )
 
 
 @miocore.hookimpl
 def miocore_solvers() -> Iterator[miocore.SolverRecord]:
     """``triton.igemm_fwd``, ``triton.igemm_bwd`` and ``triton.igemm_wrw``, and their
-    space-to-depth forms ``triton.s2d_fwd``, ``triton.s2d_bwd``, ``triton.s2d_wrw`` (GPU
+    depth-image forms ``triton.depth_fwd``, ``triton.depth_bwd``, ``triton.depth_wrw`` (GPU
     only)."""
     for factory, name in _SOLVERS:
         yield miocore.SolverRecord(

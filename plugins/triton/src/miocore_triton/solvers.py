@@ -32,7 +32,7 @@ from miocore import (
     TunableSolver,
     not_applicable,
 )
-from miocore_triton.depth import depth_declines, depth_view
+from miocore_triton.depth import depth_declines, depth_view, is_image
 from miocore_triton.geometry import (
     BIG_TILE_ROW_FILL,
     BIG_TILE_WAVES,
@@ -110,7 +110,7 @@ class TritonConvSolver(TunableSolver):
     algorithm = Algorithm.IMPLICIT_GEMM
     backends = frozenset({"cuda", "hip"})
     direction: ClassVar[Direction]
-    #: Whether the solution runs the layer as its space-to-depth image (the ``s2d`` solvers).
+    #: Whether the solution runs the layer as its depth image (the ``depth`` solvers).
     depth: ClassVar[bool] = False
 
     # -- applicability -----------------------------------------------------------------------
@@ -415,8 +415,8 @@ class TritonBackwardWeights(TritonConvSolver):
 
 
 class _DepthImage(TritonConvSolver):
-    """The direction's GEMM on a strided few-channel layer's space-to-depth image
-    (:mod:`miocore_triton.depth`): its configurations, default and cost are the image's."""
+    """The direction's GEMM on a few-channel layer's depth image (:mod:`miocore_triton.depth`):
+    its configurations, default and cost are the image's."""
 
     depth = True
 
@@ -434,11 +434,11 @@ class _DepthImage(TritonConvSolver):
 
     @staticmethod
     def _image(problem: ConvProblem) -> ConvProblem | None:
-        """The depth image the GEMM runs (a stride-1 problem, such as an image, is its own);
-        None where the layer has none."""
-        if max(problem.conv.strides) == 1:
-            return problem
-        return None if depth_declines(problem) else depth_view(problem)
+        """The depth image the GEMM runs (an image's is itself: the base class's checks ask
+        about it again); None where the layer has none."""
+        if not depth_declines(problem):
+            return depth_view(problem)
+        return problem if is_image(problem) else None
 
     def perf_config_space(self, ctx: ExecutionContext, problem: ConvProblem) -> list[PerfConfig]:
         """The depth image's configurations."""
@@ -460,23 +460,23 @@ class _DepthImage(TritonConvSolver):
 
 
 class TritonDepthForward(_DepthImage):
-    """Forward of a strided few-channel layer (a stem) as its space-to-depth image."""
+    """Forward of a few-channel layer (a stem, a first layer) as its depth image."""
 
-    name = "triton.s2d_fwd"
+    name = "triton.depth_fwd"
     direction = Direction.FORWARD
 
 
 class TritonDepthBackwardData(_DepthImage):
-    """Backward data of a strided few-channel layer as its space-to-depth image."""
+    """Backward data of a strided few-channel layer as its depth image."""
 
-    name = "triton.s2d_bwd"
+    name = "triton.depth_bwd"
     direction = Direction.BACKWARD_DATA
 
 
 class TritonDepthBackwardWeights(_DepthImage):
-    """Backward weights of a strided few-channel layer as its space-to-depth image."""
+    """Backward weights of a few-channel layer as its depth image."""
 
-    name = "triton.s2d_wrw"
+    name = "triton.depth_wrw"
     direction = Direction.BACKWARD_WEIGHTS
 
 

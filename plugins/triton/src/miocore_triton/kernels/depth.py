@@ -1,14 +1,15 @@
-"""The copies around a strided few-channel layer run as its space-to-depth image
-(``miocore_triton.depth``): an SH x SW stride over C channels becomes stride 1 over
-C2 >= SH * SW * C channels, channel (by * SW + bx) * C + c of depth pixel (u, v) holding input
-channel c at (u * SH + by - PH, v * SW + bx - PW); the filter is regrouped the same way.
+"""The copies around a few-channel layer run as its depth image (``miocore_triton.depth``):
+depth pixel (u, v) holds, in channel (i * FW + j) * C + c, input channel c at row
+u * SH + i * MH - PH and column v * SW + j * MW - PW (FH x FW positions: a stride's phases,
+MH = MW = 1, or a stride-1 layer's taps, the dilation apart); channels past FH * FW * C up to
+C2 are zeros. The filter is regrouped the same way.
 
 * ``space_to_depth``: x (any strides) into the packed channels-last depth image, zeros in the
   padding and past the input;
 * ``filter_depth``: w (any strides) into the packed (K, R2, S2, C2) depth filter, zeros where
   a depth tap reaches past the filter; or back, backward weights' depth filter into dw;
-* ``depth_to_space``: backward data's depth image back into dx's pixels and strides (zeros
-  for input pixels no output reaches).
+* ``depth_to_space``: backward data's depth image (of a stride's phases) back into dx's
+  pixels and strides (zeros for input pixels no output reaches).
 """
 
 import triton
@@ -30,6 +31,10 @@ def space_to_depth(
     SW: tl.constexpr,
     PH: tl.constexpr,
     PW: tl.constexpr,
+    FH: tl.constexpr,
+    FW: tl.constexpr,
+    MH: tl.constexpr,
+    MW: tl.constexpr,
     C2: tl.constexpr,
     H2: tl.constexpr,
     W2: tl.constexpr,
@@ -44,10 +49,10 @@ def space_to_depth(
     cc = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     c = cc % C
     phase = cc // C
-    h = (offs_p // W2)[:, None] * SH + (phase // SW)[None, :] - PH
-    w = (offs_p % W2)[:, None] * SW + (phase % SW)[None, :] - PW
+    h = (offs_p // W2)[:, None] * SH + ((phase // FW) * MH)[None, :] - PH
+    w = (offs_p % W2)[:, None] * SW + ((phase % FW) * MW)[None, :] - PW
     inside = (offs_p < PIXELS)[:, None] & (cc < C2)[None, :]
-    ok = inside & (cc < SH * SW * C)[None, :] & (h >= 0) & (h < H) & (w >= 0) & (w < W)
+    ok = inside & (cc < FH * FW * C)[None, :] & (h >= 0) & (h < H) & (w >= 0) & (w < W)
     values = tl.load(src_ptr + n * XN + c[None, :] * XC + h * XH + w * XW, mask=ok, other=0.0)
     dst = dst_ptr + (n * PIXELS + offs_p)[:, None] * C2 + cc[None, :]
     tl.store(dst, values, mask=inside)
@@ -66,8 +71,8 @@ def filter_depth(
     WC: tl.constexpr,
     WR: tl.constexpr,
     WS: tl.constexpr,
-    SH: tl.constexpr,
-    SW: tl.constexpr,
+    FH: tl.constexpr,
+    FW: tl.constexpr,
     C2: tl.constexpr,
     R2: tl.constexpr,
     S2: tl.constexpr,
@@ -82,9 +87,9 @@ def filter_depth(
     ay = (offs // (C2 * S2)) % R2
     k = offs // (C2 * S2 * R2)
     phase = cc // C
-    r = ay * SH + phase // SW
-    s = ax * SW + phase % SW
-    ok = inside & (cc < SH * SW * C) & (r < R) & (s < S)
+    r = ay * FH + phase // FW
+    s = ax * FW + phase % FW
+    ok = inside & (cc < FH * FW * C) & (r < R) & (s < S)
     w_ptrs = w_ptr + k * WK + (cc % C) * WC + r * WR + s * WS
     if BACK:
         tl.store(w_ptrs, tl.load(wd_ptr + offs, mask=ok), mask=ok)
