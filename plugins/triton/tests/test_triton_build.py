@@ -45,8 +45,9 @@ for backend, arch, target, mode in (
     cases += [("float16", "NCHW", (14, 14), (1, 1), (0, 0), (1, 1), 64, 96),
               ("float16", "NCHW", (15, 15), (7, 7), (3, 3), (2, 2), 3, 96),
               ("bfloat16", "NCHW", (14, 14), (1, 1), (0, 0), (2, 2), 32, 128)]
-    # a stride-1 first layer on 3 channels: the depth image of its taps
-    cases += [("float16", "NHWC", (14, 14), (3, 3), (1, 1), (1, 1), 3, 64)]
+    # stride-1 first layers (3 channels in 2-D, 1 in 3-D): the depth images of their taps
+    cases += [("float16", "NHWC", (14, 14), (3, 3), (1, 1), (1, 1), 3, 64),
+              ("float16", "NDHWC", (6, 6, 6), (3, 3, 3), (1, 1, 1), (1, 1, 1), 1, 32)]
     for solver in SOLVERS:
         for dtype, layout, size, fil, pads, strides, c, k in cases:
             p = miocore.ConvProblem.from_sizes(

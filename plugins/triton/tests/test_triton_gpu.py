@@ -412,3 +412,21 @@ def test_stems_as_depth_images_match_the_reference(letter: str, dtype: str, layo
         if not err <= bound:
             failures.append((p.key, err))
     assert checked >= 3 and not failures, failures
+
+
+@pytest.mark.parametrize("layout", ["NDHWC", "NCDHW"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("letter", ["F", "W"])
+def test_3d_first_layer_as_its_depth_image_matches_the_reference(
+    letter: str, dtype: str, layout: str
+) -> None:
+    """The 3-D U-Net's first layer (one channel, 3x3x3) with its 27 taps folded."""
+    direction = {"F": "forward", "W": "backward_weights"}[letter]
+    p = miocore.ConvProblem.from_sizes(
+        direction, n=2, c=1, k=32, in_spatial=(24, 24, 24), filter_spatial=(3, 3, 3),
+        pads=(1, 1, 1), dtype=dtype, layout=layout,
+    )  # fmt: skip
+    h = handle_for("tf32" if dtype == "float32" else "exact")
+    assert h.registry.get(DEPTH_SOLVERS[letter]).solver.is_applicable(h.context, p)
+    bound = TF32_TOLERANCE if dtype == "float32" else TOLERANCES[p.dtype]
+    assert run(h, DEPTH_SOLVERS[letter], p, seed=1) <= bound

@@ -286,6 +286,30 @@ def test_depth_images_in_tf32(direction: str, layout: str) -> None:
     assert run_interpreted(p, mode="tf32", solver=_depth_solver(direction)) <= 5e-3
 
 
+@pytest.mark.parametrize("layout", ["NDHWC", "NCDHW"])
+@pytest.mark.parametrize(
+    ("direction", "kw"),
+    [
+        # the 3-D U-Net's first layer: one channel, 3x3x3, its 27 taps folded
+        ("forward", {"c": 1, "filter_spatial": (3, 3, 3), "pads": (1, 1, 1)}),
+        ("backward_weights", {"c": 1, "filter_spatial": (3, 3, 3), "pads": (1, 1, 1)}),
+        # a strided 3-D layer's phases (every direction)
+        ("forward", {"c": 2, "filter_spatial": (3, 3, 3), "pads": (1, 0, 1), "strides": (2, 2, 1)}),
+        ("backward_data", {"c": 2, "filter_spatial": (3, 2, 3), "pads": (1, 0, 1),
+                           "strides": (2, 2, 1)}),
+        ("backward_weights", {"c": 2, "filter_spatial": (3, 3, 3), "pads": (0, 1, 1),
+                              "strides": (1, 2, 2)}),
+    ],
+)  # fmt: skip
+def test_3d_few_channel_layers_run_as_their_depth_image(
+    direction: str, kw: dict, layout: str
+) -> None:
+    p = _problem3d(direction, layout=layout, **{"k": 16, **kw})
+    solver = _depth_solver(direction)
+    assert solver.is_applicable(gpu_ctx(), p), solver.is_applicable(gpu_ctx(), p).reason
+    assert run_interpreted(p, solver=solver) <= TOLERANCES[p.dtype]
+
+
 def test_depth_images_decline_what_they_do_not_serve() -> None:
     ctx = gpu_ctx()
     for direction, kw, reason in (

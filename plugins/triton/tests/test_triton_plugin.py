@@ -217,7 +217,8 @@ def test_stems_plan_their_depth_image() -> None:
                   strides=(2, 2))  # fmt: skip
         assert solver.is_applicable(ctx, stem)
         assert depth_sizes(stem) == {
-            "C2": 16, "H2": 115, "W2": 115, "R2": 4, "S2": 4, "FH": 2, "FW": 2, "MH": 1, "MW": 1
+            "C2": 16, "D2": 1, "H2": 115, "W2": 115, "T2": 1, "R2": 4, "S2": 4,
+            "FD": 1, "FH": 2, "FW": 2, "MD": 1, "MH": 1, "MW": 1,
         }  # fmt: skip
         image = depth_view(stem)
         assert image.x.lengths == (32, 16, 115, 115) and image.w.lengths == (64, 16, 4, 4)
@@ -247,7 +248,8 @@ def test_stems_plan_their_depth_image() -> None:
         else:
             assert solver.is_applicable(ctx, first)
             assert depth_sizes(first) == {
-                "C2": 32, "H2": 56, "W2": 56, "R2": 1, "S2": 1, "FH": 3, "FW": 3, "MH": 1, "MW": 1
+                "C2": 32, "D2": 1, "H2": 56, "W2": 56, "T2": 1, "R2": 1, "S2": 1,
+                "FD": 1, "FH": 3, "FW": 3, "MD": 1, "MH": 1, "MW": 1,
             }  # fmt: skip
         other = next(x for x in ("forward", "backward_data") if x != d)
         assert "computes" in solver.is_applicable(ctx, _p(other, c=3, strides=(2, 2))).reason

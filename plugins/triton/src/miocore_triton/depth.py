@@ -2,11 +2,12 @@
 ``triton.depth_*`` solvers.
 
 A network's first layers (ResNet's 7x7 stride 2 and EfficientNet's 3x3 stride 2 stems on 3
-channels, ConvNeXt's 4x4 stride 4 patches, VGG's 3x3 on 3 channels) give an implicit GEMM a
-reduction of a few channels per tap, which its 16-byte channel loads and tensor-core slices
-waste (ResNet-50's stem ran at 0.50 of cuDNN, EfficientNet-B0's at 0.52, VGG-16's first layer
-at 0.62; H200, fp16, channels-last, 2026-11-28). Their depth image moves some of the filter's
-reach into the channels:
+channels, ConvNeXt's 4x4 stride 4 patches, VGG's 3x3 on 3 channels, the 3-D U-Net's 3x3x3 on
+one) give an implicit GEMM a reduction of a few channels per tap, which its 16-byte channel
+loads and tensor-core slices waste (ResNet-50's stem ran at 0.50 of cuDNN, EfficientNet-B0's
+at 0.52, VGG-16's first layer at 0.62, the U-Net's at 0.77; H200, fp16, channels-last,
+2026-11-28). Their depth image moves some of the filter's reach into the channels (2-D and
+3-D alike; a 2-D problem is one of depth 1):
 
 * a strided layer folds the stride's phases (space to depth): an SH x SW stride over C
   channels becomes a stride-1 convolution over SH * SW * C channels with a filter of
@@ -24,6 +25,8 @@ GEMM on it, and copies backward weights' dw (and backward data's dx) back.
 
 from __future__ import annotations
 
+import math
+
 from miocore import ConvolutionDescriptor, ConvProblem, Direction, TensorDescriptor
 
 #: Input channels below which a layer is offered its depth image (a 16-channel layer already
@@ -35,13 +38,18 @@ MAX_DEPTH_CHANNELS = 64
 SLICE = 16
 
 
+def _three(values: tuple[int, ...], fill: int) -> tuple[int, int, int]:
+    """A 2-D problem's (h, w) values as (d, h, w), the depth's ``fill``."""
+    return (fill, *values) if len(values) == 2 else tuple(values)  # type: ignore[return-value]
+
+
 def depth_declines(p: ConvProblem) -> str:
-    """Why ``p`` has no depth image worth running ("" where it has one): 2-D, one group, fewer
-    than :data:`FEW_CHANNELS` input channels, at most :data:`MAX_DEPTH_CHANNELS` depth
-    channels; a strided layer without dilation, or a stride-1 layer in forward or backward
-    weights."""
-    if p.spatial_dims != 2:
-        return f"{p.spatial_dims}-D problem: depth images are 2-D"
+    """Why ``p`` has no depth image worth running ("" where it has one): 2-D or 3-D, one
+    group, fewer than :data:`FEW_CHANNELS` input channels, at most :data:`MAX_DEPTH_CHANNELS`
+    depth channels; a strided layer without dilation, or a stride-1 layer in forward or
+    backward weights."""
+    if p.spatial_dims not in (2, 3):
+        return f"{p.spatial_dims}-D problem: depth images are 2-D and 3-D"
     if p.conv.mode != "conv":
         return f"mode {p.conv.mode!r}: depth images are of the canonical convolution"
     if p.groups != 1:
@@ -49,41 +57,40 @@ def depth_declines(p: ConvProblem) -> str:
     c = p.x.lengths[1]
     if c >= FEW_CHANNELS:
         return f"{c} input channels: already a whole slice"
-    sh, sw = p.conv.strides
-    r, s = p.w.lengths[2:]
-    if max(sh, sw) > 1:
+    if max(p.conv.strides) > 1:
         if max(p.conv.dilations) != 1:
             return f"dilation {p.conv.dilations}: a stride's phases need none"
-        folded = sh * sw * c
+        folded = math.prod(p.conv.strides) * c
     elif p.direction is Direction.BACKWARD_DATA:
         return "stride 1, backward data: dx would sum the image's overlapping taps"
     else:
-        folded = r * s * c
+        folded = math.prod(p.w.lengths[2:]) * c
     if folded > MAX_DEPTH_CHANNELS:
         return f"{folded} depth channels: past {MAX_DEPTH_CHANNELS}"
     return ""
 
 
 def depth_sizes(p: ConvProblem) -> dict[str, int]:
-    """The depth image's sizes: channels C2, pixels H2 x W2 (the outputs' rows and columns
-    plus the depth filter's reach), filter R2 x S2; and the fold: FH x FW input positions per
-    depth pixel, MH / MW apart (the stride's phases, 1 apart; or the taps, the dilation
-    apart)."""
+    """The depth image's sizes (a 2-D problem's as 3-D of depth 1): channels C2, pixels
+    D2 x H2 x W2 (the outputs' plus the depth filter's reach), filter T2 x R2 x S2; and the
+    fold: FD x FH x FW input positions per depth pixel, MD / MH / MW apart (a stride's phases,
+    1 apart; or a stride-1 layer's taps, the dilation apart)."""
     c = p.x.lengths[1]
-    r, s = p.w.lengths[2:]
-    sh, sw = p.conv.strides
-    oh, ow = p.y.lengths[2:]
-    if max(sh, sw) > 1:
-        fh, fw, mh, mw = sh, sw, 1, 1
-        r2, s2 = -(-r // sh), -(-s // sw)
+    strides = _three(p.conv.strides, 1)
+    taps = _three(p.w.lengths[2:], 1)
+    outputs = _three(p.y.lengths[2:], 1)
+    if max(strides) > 1:
+        folds, mults = strides, (1, 1, 1)
+        reach = tuple(-(-f // s) for f, s in zip(taps, strides, strict=True))
     else:
-        (fh, fw), (mh, mw) = (r, s), p.conv.dilations
-        r2 = s2 = 1
-    c2 = -(-fh * fw * c // SLICE) * SLICE
-    return {
-        **{"C2": c2, "H2": oh + r2 - 1, "W2": ow + s2 - 1, "R2": r2, "S2": s2},
-        **{"FH": fh, "FW": fw, "MH": mh, "MW": mw},
-    }
+        folds, mults = taps, _three(p.conv.dilations, 1)
+        reach = (1, 1, 1)
+    c2 = -(-math.prod(folds) * c // SLICE) * SLICE
+    sizes = {"C2": c2}
+    for axis, out, f2, fold, mult in zip("DHW", outputs, reach, folds, mults, strict=True):
+        sizes.update({f"{axis}2": out + f2 - 1, f"F{axis}": fold, f"M{axis}": mult})
+    sizes.update(zip(("T2", "R2", "S2"), reach, strict=True))
+    return sizes
 
 
 def depth_view(p: ConvProblem) -> ConvProblem:
@@ -92,9 +99,14 @@ def depth_view(p: ConvProblem) -> ConvProblem:
     n = p.x.lengths[0]
     k = p.w.lengths[0]
     d = depth_sizes(p)
-    x = TensorDescriptor(p.dtype, (n, d["C2"], d["H2"], d["W2"]), layout="NHWC")
-    w = TensorDescriptor(p.dtype, (k, d["C2"], d["R2"], d["S2"]), layout="NHWC")
-    return ConvProblem(p.direction, x=x, w=w, y=p.y, conv=ConvolutionDescriptor(pads=(0, 0)))
+    if p.spatial_dims == 3:
+        pixels, taps, layout = (d["D2"], d["H2"], d["W2"]), (d["T2"], d["R2"], d["S2"]), "NDHWC"
+    else:
+        pixels, taps, layout = (d["H2"], d["W2"]), (d["R2"], d["S2"]), "NHWC"
+    x = TensorDescriptor(p.dtype, (n, d["C2"], *pixels), layout=layout)
+    w = TensorDescriptor(p.dtype, (k, d["C2"], *taps), layout=layout)
+    pads = (0,) * p.spatial_dims
+    return ConvProblem(p.direction, x=x, w=w, y=p.y, conv=ConvolutionDescriptor(pads=pads))
 
 
 def is_image(p: ConvProblem) -> bool:

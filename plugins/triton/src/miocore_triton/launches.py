@@ -301,19 +301,28 @@ def _depth_inputs(
 def _space_to_depth(p: ConvProblem, ty: str, warp: int) -> KernelInfo:
     """``space_to_depth``: x into its packed channels-last depth image."""
     sizes = depth_sizes(p)
-    c, h, w = p.x.lengths[1:]
-    xn, xc, xh, xw = p.x.strides
-    (sh, sw), (ph, pw) = p.conv.strides, p.conv.pads
     options = (
-        f"C={c}", f"H={h}", f"W={w}", f"XN={xn}", f"XC={xc}", f"XH={xh}", f"XW={xw}",
-        f"SH={sh}", f"SW={sw}", f"PH={ph}", f"PW={pw}",
-        *(f"{key}={sizes[key]}" for key in ("FH", "FW", "MH", "MW", "C2", "H2", "W2")),
+        *_x_options(p),
+        *(f"{key}={sizes[key]}" for key in ("FD", "FH", "FW", "MD", "MH", "MW")),
+        *(f"{key}={sizes[key]}" for key in ("C2", "D2", "H2", "W2")),
         f"BLOCK_P={STAGE_BLOCK[0]}", f"BLOCK_C={DEPTH_BLOCK_C}",
         "num_warps=4", "num_stages=1", f"sig.src_ptr=*{ty}", f"sig.dst_ptr=*{ty}",
     )  # fmt: skip
-    pixels = sizes["H2"] * sizes["W2"]
+    pixels = sizes["D2"] * sizes["H2"] * sizes["W2"]
     grid = (p.x.lengths[0] * -(-pixels // STAGE_BLOCK[0]), -(-sizes["C2"] // DEPTH_BLOCK_C))
     return _copy_kernel("space_to_depth", options, grid, warp)
+
+
+def _x_options(p: ConvProblem) -> list[str]:
+    """x's channels, sizes and strides, and the stride and padding, as 3-D (a 2-D problem's
+    depth 1, its depth stride 0) for the depth copies."""
+    (d, h, w), (xd, xh, xw) = spatial(p.x)
+    shape = constants(p)
+    return [
+        f"C={p.x.lengths[1]}", f"D={d}", f"H={h}", f"W={w}",
+        f"XN={p.x.strides[0]}", f"XC={p.x.strides[1]}", f"XD={xd}", f"XH={xh}", f"XW={xw}",
+        *(f"{key}={shape[key]}" for key in ("SD", "SH", "SW", "PD", "PH", "PW")),
+    ]  # fmt: skip
 
 
 def _depth_outputs(p: ConvProblem, ty: str, warp: int, pointer: dict[str, str | int]) -> list[Step]:
@@ -323,17 +332,13 @@ def _depth_outputs(p: ConvProblem, ty: str, warp: int, pointer: dict[str, str | 
     if p.direction is Direction.FORWARD:
         return []
     sizes = depth_sizes(p)
-    n, c, h, w = p.x.lengths
-    sh, sw = p.conv.strides
-    ph, pw = p.conv.pads
-    xn, xc, xh, xw = p.x.strides
     options = (
-        f"N={n}", f"C={c}", f"H={h}", f"W={w}", f"XN={xn}", f"XC={xc}", f"XH={xh}", f"XW={xw}",
-        f"SH={sh}", f"SW={sw}", f"PH={ph}", f"PW={pw}",
-        f"C2={sizes['C2']}", f"H2={sizes['H2']}", f"W2={sizes['W2']}", f"BLOCK={REDUCE_BLOCK}",
-        "num_warps=4", "num_stages=1", f"sig.src_ptr=*{ty}", f"sig.dx_ptr=*{ty}",
+        f"N={p.x.lengths[0]}", *_x_options(p),
+        *(f"{key}={sizes[key]}" for key in ("C2", "D2", "H2", "W2")),
+        f"BLOCK={REDUCE_BLOCK}", "num_warps=4", "num_stages=1",
+        f"sig.src_ptr=*{ty}", f"sig.dx_ptr=*{ty}",
     )  # fmt: skip
-    grid = (-(-(n * c * h * w) // REDUCE_BLOCK),)
+    grid = (-(-(tensor_bytes(p.x) // p.dtype.itemsize) // REDUCE_BLOCK),)
     kernel = _copy_kernel("depth_to_space", options, grid, warp)
     return [Step(kernel, (pointer["x"], "x"))]
 
@@ -342,16 +347,15 @@ def _depth_filter(p: ConvProblem, ty: str, warp: int, *, back: bool = False) -> 
     """``filter_depth``: the filter into its depth form (``back``: from it), one depth
     element a lane."""
     sizes = depth_sizes(p)
-    k, c, r, s = p.w.lengths
-    wk, wc, wr, ws = p.w.strides
+    shape = constants(p)
     options = [
-        f"BACK={back}", f"K={k}", f"C={c}", f"R={r}", f"S={s}",
-        f"WK={wk}", f"WC={wc}", f"WR={wr}", f"WS={ws}",
-        *(f"{key}={sizes[key]}" for key in ("FH", "FW", "C2", "R2", "S2")),
+        f"BACK={back}",
+        *(f"{key}={shape[key]}" for key in ("K", "C", "T", "R", "S", "WK", "WC", "WT", "WR", "WS")),
+        *(f"{key}={sizes[key]}" for key in ("FD", "FH", "FW", "C2", "T2", "R2", "S2")),
         f"BLOCK={REDUCE_BLOCK}", "num_warps=4", "num_stages=1",
         f"sig.w_ptr=*{ty}", f"sig.wd_ptr=*{ty}",
     ]  # fmt: skip
-    elements = k * sizes["R2"] * sizes["S2"] * sizes["C2"]
+    elements = p.w.lengths[0] * sizes["C2"] * sizes["T2"] * sizes["R2"] * sizes["S2"]
     return _copy_kernel("filter_depth", options, (-(-elements // REDUCE_BLOCK),), warp)
 
 
