@@ -338,7 +338,10 @@ class TritonConvSolver(TunableSolver):
         """The GEMM's roofline at the measured fraction of the fp16 tensor rate (half for
         TF32), scaled down where the default configuration leaves SMs idle, plus the copies
         of inputs the GEMM cannot read as they lie."""
-        p = problem
+        return ctx.wti(problem, self._predicted_ms(ctx, problem))
+
+    def _predicted_ms(self, ctx: ExecutionContext, p: ConvProblem) -> float:
+        """:meth:`wti`'s predicted milliseconds of the solution on ``p``."""
         cfg = self.default_perf_config(ctx, p)
         sms = max(1, ctx.device.compute_units)
         if self.direction is Direction.BACKWARD_WEIGHTS:
@@ -356,7 +359,7 @@ class TritonConvSolver(TunableSolver):
         # and written once more
         moved = sum(2 * tensor_bytes(getattr(p, name)) for name in copied(p))
         ms += 1e3 * moved / (ctx.device.peak_gbps * 1e9)
-        return ctx.wti(p, ms + _FIXED_MS[self.direction])
+        return ms + _FIXED_MS[self.direction]
 
     # -- solution ------------------------------------------------------------------------------
 
@@ -455,8 +458,17 @@ class _DepthImage(TritonConvSolver):
         return super().is_valid_perf_config(ctx, self._image(problem) or problem, perf_config)
 
     def wti(self, ctx: ExecutionContext, problem: ConvProblem) -> float:
-        """The depth image's estimate (its copies are a few percent of a stem's bytes)."""
-        return super().wti(ctx, self._image(problem) or problem)
+        """The image's GEMM (:meth:`TritonConvSolver.wti`) plus the copies into and out of
+        the image, against the layer's own ideal time (the image's padded channels are work
+        the layer does not need)."""
+        image = self._image(problem)
+        if image is None or image is problem:
+            return super().wti(ctx, problem)
+        # x read and its image written before the GEMM (whose roofline counts the image);
+        # backward data's the other way round after it: the same bytes
+        copies = tensor_bytes(problem.x) + tensor_bytes(image.x)
+        ms = self._predicted_ms(ctx, image) + 1e3 * copies / (ctx.device.peak_gbps * 1e9)
+        return ctx.wti(problem, ms)
 
 
 class TritonDepthForward(_DepthImage):
