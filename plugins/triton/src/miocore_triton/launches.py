@@ -197,13 +197,8 @@ def _gemm(
     filter_elements = tensor_bytes(p.w) // p.dtype.itemsize
     if transposes_filter(p):
         options = [*_filter_options(shape), f"sig.w_ptr=*{ty}", f"sig.wt_ptr=*{ty}"]
-        kernel = KernelInfo(
-            source=COPIES,
-            kernel_name="conv_wtrans",
-            options=tuple(sorted(options)),
-            grid=(-(-filter_elements // REDUCE_BLOCK),),
-            block=(4 * warp,),
-        )
+        filter_grid = (-(-filter_elements // REDUCE_BLOCK),)
+        kernel = _copy_kernel("conv_wtrans", options, filter_grid, warp, COPIES)
         steps.append(Step(kernel, (pointer["w"], offset)))
         pointer["w"] = offset
         main_shape.update(transposed_filter_strides(p))
@@ -264,13 +259,8 @@ def _gemm(
     if p.direction is Direction.BACKWARD_WEIGHTS and split > 1:
         options = [*_filter_options(shape), f"SPLITS={split}", "sig.part_ptr=*fp32"]
         options += [f"sig.w_ptr=*{ty}"]
-        kernel = KernelInfo(
-            source=COPIES,
-            kernel_name="conv_wrw_reduce",
-            options=tuple(sorted(options)),
-            grid=(-(-filter_elements // REDUCE_BLOCK),),
-            block=(4 * warp,),
-        )
+        filter_grid = (-(-filter_elements // REDUCE_BLOCK),)
+        kernel = _copy_kernel("conv_wrw_reduce", options, filter_grid, warp, COPIES)
         steps.append(Step(kernel, (offset, written)))
         offset += partial_bytes(p, split)
     if split_out:
@@ -316,13 +306,9 @@ def _space_to_depth(p: ConvProblem, ty: str, warp: int) -> KernelInfo:
 def _x_options(p: ConvProblem) -> list[str]:
     """x's channels, sizes and strides, and the stride and padding, as 3-D (a 2-D problem's
     depth 1, its depth stride 0) for the depth copies."""
-    (d, h, w), (xd, xh, xw) = spatial(p.x)
     shape = constants(p)
-    return [
-        f"C={p.x.lengths[1]}", f"D={d}", f"H={h}", f"W={w}",
-        f"XN={p.x.strides[0]}", f"XC={p.x.strides[1]}", f"XD={xd}", f"XH={xh}", f"XW={xw}",
-        *(f"{key}={shape[key]}" for key in ("SD", "SH", "SW", "PD", "PH", "PW")),
-    ]  # fmt: skip
+    keys = ("C", "D", "H", "W", "XN", "XC", "XD", "XH", "XW", "SD", "SH", "SW", "PD", "PH", "PW")
+    return [f"{key}={shape[key]}" for key in keys]
 
 
 def _depth_outputs(p: ConvProblem, ty: str, warp: int, pointer: dict[str, str | int]) -> list[Step]:
@@ -338,7 +324,7 @@ def _depth_outputs(p: ConvProblem, ty: str, warp: int, pointer: dict[str, str | 
         f"BLOCK={REDUCE_BLOCK}", "num_warps=4", "num_stages=1",
         f"sig.src_ptr=*{ty}", f"sig.dx_ptr=*{ty}",
     )  # fmt: skip
-    grid = (-(-(tensor_bytes(p.x) // p.dtype.itemsize) // REDUCE_BLOCK),)
+    grid = (-(-p.x.element_count // REDUCE_BLOCK),)
     kernel = _copy_kernel("depth_to_space", options, grid, warp)
     return [Step(kernel, (pointer["x"], "x"))]
 
@@ -371,13 +357,8 @@ def _repack(desc: TensorDescriptor, ty: str, warp: int, *, channels_first: bool)
         f"BLOCK_P={STAGE_BLOCK[0]}", f"BLOCK_C={STAGE_BLOCK[1]}",
         "num_warps=4", "num_stages=1", f"sig.src_ptr=*{ty}", f"sig.dst_ptr=*{ty}",
     )  # fmt: skip
-    return KernelInfo(
-        source=COPIES,
-        kernel_name="repack",
-        options=tuple(sorted(options)),
-        grid=(n * -(-(d * h * w) // STAGE_BLOCK[0]), -(-c // STAGE_BLOCK[1])),
-        block=(4 * warp,),
-    )
+    grid = (n * -(-(d * h * w) // STAGE_BLOCK[0]), -(-c // STAGE_BLOCK[1]))
+    return _copy_kernel("repack", options, grid, warp, COPIES)
 
 
 def _split_reduce(p: ConvProblem, split: int, ty: str, warp: int) -> KernelInfo:
@@ -393,13 +374,7 @@ def _split_reduce(p: ConvProblem, split: int, ty: str, warp: int) -> KernelInfo:
     options += [f"BLOCK={REDUCE_BLOCK}", "num_warps=4", "num_stages=1"]
     options += ["sig.part_ptr=*fp32", f"sig.out_ptr=*{ty}", "sig.M=i32"]
     elements = gemm_rows(p) * out.lengths[1]
-    return KernelInfo(
-        source=COPIES,
-        kernel_name="conv_split_reduce",
-        options=tuple(sorted(options)),
-        grid=(-(-elements // REDUCE_BLOCK),),
-        block=(4 * warp,),
-    )
+    return _copy_kernel("conv_split_reduce", options, (-(-elements // REDUCE_BLOCK),), warp, COPIES)
 
 
 def _filter_options(shape: dict[str, int]) -> list[str]:
@@ -480,10 +455,13 @@ def _check_launchable(kernel: Any) -> None:
         )
 
 
-def _copy_kernel(name: str, options: Any, grid: tuple[int, ...], warp: int) -> KernelInfo:
-    """One of the depth images' copies (``kernels/depth.py``), four warps a program."""
+def _copy_kernel(
+    name: str, options: Any, grid: tuple[int, ...], warp: int, source: str = DEPTH
+) -> KernelInfo:
+    """One of the element-wise kernels around a GEMM (``source``: the depth images' copies,
+    or ``COPIES``), four warps a program."""
     return KernelInfo(
-        source=DEPTH,
+        source=source,
         kernel_name=name,
         options=tuple(sorted(options)),
         grid=grid,
