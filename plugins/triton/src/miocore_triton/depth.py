@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 
 from miocore import ConvolutionDescriptor, ConvProblem, Direction, TensorDescriptor
+from miocore_triton.geometry import constants
 
 #: Input channels below which a layer is offered its depth image (a 16-channel layer already
 #: fills a tensor-core slice).
@@ -36,11 +37,6 @@ FEW_CHANNELS = 16
 MAX_DEPTH_CHANNELS = 64
 #: Depth channels are padded to whole slices of this many.
 SLICE = 16
-
-
-def _three(values: tuple[int, ...], fill: int) -> tuple[int, int, int]:
-    """A 2-D problem's (h, w) values as (d, h, w), the depth's ``fill``."""
-    return (fill, *values) if len(values) == 2 else tuple(values)  # type: ignore[return-value]
 
 
 def depth_declines(p: ConvProblem) -> str:
@@ -75,15 +71,16 @@ def depth_sizes(p: ConvProblem) -> dict[str, int]:
     D2 x H2 x W2 (the outputs' plus the depth filter's reach), filter T2 x R2 x S2; and the
     fold: FD x FH x FW input positions per depth pixel, MD / MH / MW apart (a stride's phases,
     1 apart; or a stride-1 layer's taps, the dilation apart)."""
-    c = p.x.lengths[1]
-    strides = _three(p.conv.strides, 1)
-    taps = _three(p.w.lengths[2:], 1)
-    outputs = _three(p.y.lengths[2:], 1)
+    shape = constants(p)  # 3-D, a 2-D problem as depth 1
+    c = shape["C"]
+    strides = tuple(shape[key] for key in ("SD", "SH", "SW"))
+    taps = tuple(shape[key] for key in ("T", "R", "S"))
+    outputs = tuple(shape[key] for key in ("O", "P", "Q"))
     if max(strides) > 1:
         folds, mults = strides, (1, 1, 1)
         reach = tuple(-(-f // s) for f, s in zip(taps, strides, strict=True))
     else:
-        folds, mults = taps, _three(p.conv.dilations, 1)
+        folds, mults = taps, tuple(shape[key] for key in ("DD", "DH", "DW"))
         reach = (1, 1, 1)
     c2 = -(-math.prod(folds) * c // SLICE) * SLICE
     sizes = {"C2": c2}
