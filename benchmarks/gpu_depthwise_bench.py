@@ -31,9 +31,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from common import config_runner, geomean
 from gpu_vs_cudnn import device_ms
+from miocore_direct.gpu_depthwise_geometry import NHWC_MIN_BLOCKS
 from shapes import SUITES, problem
 
 import miocore
+from miocore import PerfConfig
 from miocore.testing import TOLERANCES
 
 SOLVER = "direct.gpu_depthwise"
@@ -86,6 +88,11 @@ def main() -> None:
         type=int,
         default=None,
         help="dw_nchw's staging load width (the solver's NCHW_CHUNK_BYTES; 0: element by element)",
+    )
+    parser.add_argument(
+        "--minb",
+        action="store_true",
+        help="also every channels-innermost pick with its registers capped (the mb key)",
     )
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--layers", nargs="+", default=None, help="only these layers (names)")
@@ -151,6 +158,9 @@ def main() -> None:
                         picks = [default, *(c for c in space if c != default)]
                         if args.tile_only:
                             picks = [default, *(c for c in picks[1:] if "cb" in c)]
+                    if args.minb:  # each pick again with dw_nhwc's registers capped
+                        capped = [PerfConfig(**c, mb=m) for c in picks for m in NHWC_MIN_BLOCKS]
+                        picks += [c for c in capped if c in space]
                     for cfg in picks:
                         kernels.extend(solver.get_solution(handle.context, canon, cfg).kernels)
                     plan.append((dtype, layout, layer, direction, p, picks))

@@ -256,6 +256,8 @@ class GpuDepthwiseSolver(TunableSolver):
                 wreg, wsh = filter_storage(r * taps, v, ctv)
                 opts = (*base_opts, f"-DMIO_VEC={v}", f"-DMIO_PIX={pix}", f"-DMIO_PY={py}")
                 opts = (*opts, f"-DMIO_WREG={wreg}", f"-DMIO_WSH={wsh}", f"-DMIO_CT={ctv}")
+                if cfg.get("mb"):  # a register cap for this many blocks per SM
+                    opts = (*opts, f"-DMIO_MINB={cfg['mb']}")
                 gyv = -(-b.lengths[1] // (v * ctv))
                 kernels.append(kernel_info("dw_nhwc", opts, (gx, gyv), (ctv, max(1, 256 // ctv))))
         elif is_tile(cfg):

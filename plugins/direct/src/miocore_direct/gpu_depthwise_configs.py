@@ -18,6 +18,7 @@ from miocore_direct.gpu_depthwise_geometry import (
     MAX_NCHW_OUTPUTS,
     MAX_TILE_GROUP_TAPS,
     NCHW_PLANES,
+    NHWC_MIN_BLOCKS,
     ROWS_MAX_TAPS,
     ROWS_MAX_WINDOW,
     ROWS_MIN_RUNS,
@@ -65,6 +66,9 @@ def config_space(problem: ConvProblem) -> list[PerfConfig]:
                         cfg = PerfConfig(vec=vec, pix=pix, py=py, ct=ct)
                         if fits(p, cfg):
                             out.append(cfg)
+        # the same tiles with the registers capped for more resident blocks (the kernel is
+        # latency-bound at 25% occupancy on 16-bit 3x3 layers: Nsight Compute, H200)
+        out += [PerfConfig(**cfg, mb=mb) for mb in NHWC_MIN_BLOCKS for cfg in list(out)]
     elif kind == "nchw":
         # the narrowest tiles that cover the written plane: candidates for several planes
         ho, wo = (s["in"] if p.direction is Direction.BACKWARD_DATA else s["out"])[1:]
@@ -383,7 +387,7 @@ def default_tile(p: ConvProblem) -> PerfConfig | None:
 def valid_config(problem: ConvProblem, config: PerfConfig) -> bool:
     """A config with this kernel's keys, sane values, that fits the problem."""
     keys = {
-        "nhwc": ("vec", "pix", "py", "ct"),
+        "nhwc": ("vec", "pix", "py", "ct", "mb") if "mb" in config else ("vec", "pix", "py", "ct"),
         "nchw": ("tw", "by", "py", "pp") if "pp" in config else ("tw", "by", "py"),
         "wrw": ("vec", "ct", "py", "pix"),
     }
@@ -401,6 +405,8 @@ def valid_config(problem: ConvProblem, config: PerfConfig) -> bool:
     if any(v < 1 or v > 256 for v in values.values()):
         return False
     if any(values.get(k, 1) > 8 for k in ("pix", "vec", "py", "tp", "pg")):
+        return False
+    if values.get("mb", NHWC_MIN_BLOCKS[0]) not in NHWC_MIN_BLOCKS:
         return False
     if values.get("pp", 1) not in (1, *NCHW_PLANES):
         return False

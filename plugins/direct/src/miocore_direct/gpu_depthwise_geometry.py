@@ -33,6 +33,9 @@ MAX_TILE_GROUP_TAPS = 25
 #: 14x14 plane alone gives a block of 256 threads one 2-byte load each, too little in flight
 #: to keep the memory busy (MobileNetV2's 14x14 fp16 layers ran at 0.3 of cuDNN that way).
 NCHW_PLANES = (2, 4, 8, 16)
+#: ``dw_nhwc``'s optional ``mb`` key: blocks of 256 threads per SM its registers are capped for
+#: (3: 85 registers a thread, 4: 64), against the 25% occupancy of an uncapped 16-bit 3x3 tile.
+NHWC_MIN_BLOCKS = (3, 4)
 #: Bytes per load when ``dw_nchw`` stages its tiles' rows (8: four 16-bit or two fp32 elements
 #: a load; 0: element by element): a 2-byte load per staged element spent more issue slots on
 #: index arithmetic than the memory needed (fp16 3x3 on 112x112 planes: 0.47 of cuDNN).

@@ -26,6 +26,8 @@
 //                 memory as floats (MIO_CT channel vectors wide) and read as vectors; with
 //                 neither, every tap is read from global memory at each use
 //   MIO_CT        dw_nhwc: channel vectors per block (blockDim.x), for MIO_WSH's stage
+//   MIO_MINB      dw_nhwc: blocks of 256 threads each SM must hold at once; the compiler caps
+//                 the registers to match (unset: no cap, the kernel as it always compiled)
 //   MIO_PY        dw_nhwc (not gather): consecutive output rows per thread, each input row
 //                 read once for all of them; dw_nchw: output rows per thread (BY apart)
 //   MIO_TW, MIO_BY, MIO_PY   dw_nchw: tile of TW columns x BY*PY rows, block TW x BY threads
@@ -54,8 +56,14 @@
 #include "depthwise_common.h"
 
 // ---- dw_nhwc: channels innermost -------------------------------------------------------------
-MIO_KERNEL void dw_nhwc(const mio_t* __restrict__ a, const mio_t* __restrict__ w,
-                        mio_t* __restrict__ b, MioDwParams p) {
+#ifdef MIO_MINB
+#define MIO_NHWC_BOUNDS __launch_bounds__(256, MIO_MINB)
+#else
+#define MIO_NHWC_BOUNDS
+#endif
+MIO_KERNEL void MIO_NHWC_BOUNDS dw_nhwc(const mio_t* __restrict__ a,
+                                        const mio_t* __restrict__ w, mio_t* __restrict__ b,
+                                        MioDwParams p) {
   const int ct = (int)blockDim.x, pt = (int)blockDim.y;
   const mio_index o0 = ((mio_index)blockIdx.y * ct + threadIdx.x) * MIO_VEC;
 #if MIO_WSH && !MIO_WREG
