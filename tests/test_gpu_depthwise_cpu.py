@@ -425,3 +425,36 @@ def test_forward_and_backward_data_defaults_of_fp32_layers() -> None:
         assert _strip(default("backward_data", f, 2, 56)) == (4, 1, 1, 8)
     # other filters keep the general rule
     assert default("forward", 7, 1, 28)["ct"] != 16
+
+
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
+def test_register_cap_where_it_was_measured(dtype: str) -> None:
+    # 16-bit 3x3: the gather takes 4 blocks per SM, stride 1 on planes of 56+ takes 3; smaller
+    # planes, strided forward, 5x5 filters and fp32 stay uncapped.
+    def mb(direction: str, f: int, stride: int, hw: int, dt: str = dtype) -> int:
+        return _nhwc_default(direction, f, stride, hw, dt).get("mb", 0)
+
+    assert mb("backward_data", 3, 2, 56) == 4
+    assert mb("backward_data", 3, 2, 14) == 4
+    for direction in ("forward", "backward_data"):
+        assert mb(direction, 3, 1, 112) == 3
+        assert mb(direction, 3, 1, 56) == 3
+        assert mb(direction, 3, 1, 28) == 0
+        assert mb(direction, 5, 1, 112) == 0
+        assert mb(direction, 3, 1, 112, "float32") == 0
+    assert mb("forward", 3, 2, 112) == 0
+    assert mb("backward_data", 5, 2, 56) == 0
+
+
+def test_register_cap_reaches_the_kernel_and_is_validated() -> None:
+    s, ctx = dw.GpuDepthwiseSolver(), _ctx()
+    p = _problem(n=8, c=96, k=96, groups=96, in_spatial=(56, 56), dtype="float16",
+                 layout="NHWC").canonical  # fmt: skip
+    base = miocore.PerfConfig(vec=4, pix=2, py=4, ct=24)
+    capped = miocore.PerfConfig(**base, mb=4)
+    assert s.is_valid_perf_config(ctx, p, capped)
+    assert not s.is_valid_perf_config(ctx, p, miocore.PerfConfig(**base, mb=5))
+    assert not s.is_valid_perf_config(ctx, p, miocore.PerfConfig(**base, mb="many"))
+    for kernel in s.get_solution(ctx, p, capped).kernels:
+        assert "-DMIO_MINB=4" in kernel.options
+    assert not any("MIO_MINB" in o for k in s.get_solution(ctx, p, base).kernels for o in k.options)

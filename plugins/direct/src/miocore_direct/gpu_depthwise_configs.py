@@ -218,6 +218,9 @@ def default_config(problem: ConvProblem) -> PerfConfig:
             # channels in one block row; docs/performance.md).
             ct = min(ct, 8)
         want = PerfConfig(vec=vec, pix=pix, py=py, ct=ct)
+        mb = nhwc_register_cap(p, gather)
+        if mb and PerfConfig(**want, mb=mb) in space:
+            want = PerfConfig(**want, mb=mb)
     else:
         tile = default_tile(p)
         if tile is not None and tile in space:
@@ -243,6 +246,26 @@ def default_config(problem: ConvProblem) -> PerfConfig:
             ct = ct_for(s["k"], vec) if cl else 1
             want = PerfConfig(vec=vec, ct=ct, py=py, pix=pix)
     return want if want in space else space[0]
+
+
+def nhwc_register_cap(p: ConvProblem, gather: bool) -> int:
+    """``dw_nhwc``'s ``mb`` under the general rule, 0 for none: 16-bit 2-D 3x3 plain
+    depthwise layers only, where it was measured (MobileNetV2, H200, batch 64, fp16,
+    benchmarks/gpu_depthwise_bench.py --minb; docs/performance-gpu-depthwise.md).
+
+    - the gather (strided backward data, one pixel a thread): 4 blocks, 1.13-1.51x faster
+      on all four layers (56x56-ish planes gain most: 407 -> 269 µs at 112x112);
+    - stride 1 on planes of 56 and more (4 rows x 2 columns a thread, 112 registers,
+      25% occupancy): 3 blocks, 1.07-1.09x; on 28x28 and smaller planes the cap was slower
+      (1.1-1.3x), strided forward within 2% either way: no cap."""
+    s = problem_sizes(p)
+    if esize(p) != 2 or p.spatial_dims != 2 or s["mult"] != 1 or s["f"][1:] != (3, 3):
+        return 0
+    if gather:
+        return 4
+    if max(s["s"][1:]) == 1 and s["out"][1] >= 56:
+        return 3
+    return 0
 
 
 def default_nchw_rows(p: ConvProblem) -> PerfConfig | None:
