@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import config_runner, geomean
 from gpu_vs_cudnn import device_ms
 from miocore_direct.gpu_depthwise_geometry import NHWC_MIN_BLOCKS
+from miocore_direct.gpu_depthwise_nhwc_tile import nhwc_tile_configs
 from shapes import SUITES, problem
 
 import miocore
@@ -88,6 +89,12 @@ def main() -> None:
         type=int,
         default=None,
         help="dw_nchw's staging load width (the solver's NCHW_CHUNK_BYTES; 0: element by element)",
+    )
+    parser.add_argument(
+        "--nhwc-tiles",
+        type=int,
+        default=0,
+        help="also the first N staged-tile configs of dw_nhwc_tile (each capped and uncapped)",
     )
     parser.add_argument(
         "--minb",
@@ -158,6 +165,12 @@ def main() -> None:
                         picks = [default, *(c for c in space if c != default)]
                         if args.tile_only:
                             picks = [default, *(c for c in picks[1:] if "cb" in c)]
+                    if args.nhwc_tiles:  # dw_nhwc_tile's first base tiles, capped or not
+                        tiles = nhwc_tile_configs(canon)
+                        base = [c for c in tiles if "mb" not in c][: args.nhwc_tiles]
+                        uncapped = [PerfConfig(**{k: v for k, v in c.items() if k != "mb"})
+                                    for c in tiles]  # fmt: skip
+                        picks += [c for c, u in zip(tiles, uncapped, strict=True) if u in base]
                     if args.minb:  # each pick again with dw_nhwc's registers capped
                         capped = [PerfConfig(**c, mb=m) for c in picks for m in NHWC_MIN_BLOCKS]
                         picks += [c for c in capped if c in space]

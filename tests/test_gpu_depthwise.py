@@ -358,3 +358,42 @@ def test_nchw_rows_from_registers_every_config(handle: miocore.Handle, dtype: st
         bad += _bad_configs(handle, problem, configs, 7, tol, offsets=(0, 1))
     print(f"{SOLVER}: {tried} register-row configs checked")
     assert not bad, f"{len(bad)}/{tried} failed:\n" + "\n".join(bad[:20])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_nhwc_staged_tiles_every_config(handle: miocore.Handle, dtype: str) -> None:
+    # dw_nhwc_tile (2-D, channels innermost, plain depthwise, forward and stride-1 backward
+    # data, up to 9 taps): every fourth tile config (each tile shape, block width and cap),
+    # on stride 2 and dilation 2, a 1x3 filter with stride (1, 2), asymmetric padding, planes
+    # no tile divides (partial tiles on both edges), channel counts that leave the last
+    # channel block short (24 of 32 or 64, 40) and a layer of 16; each also on buffers one
+    # element past an aligned allocation (the scalar twin).
+    from miocore_direct.gpu_depthwise_nhwc_tile import nhwc_tile_configs
+
+    cases = [  # direction, c, spatial, filter, pads, strides, dilations
+        ("forward", 24, (15, 13), (3, 3), (1, 1), (1, 1), (1, 1)),
+        ("forward", 40, (17, 19), (3, 3), (1, 0), (2, 2), (1, 1)),
+        ("forward", 16, (12, 20), (3, 3), (0, 2), (1, 1), (1, 1)),
+        ("forward", 32, (14, 14), (1, 3), (0, 1), (1, 2), (1, 1)),
+        ("forward", 24, (16, 18), (3, 3), (2, 2), (1, 1), (2, 2)),
+        ("backward_data", 24, (15, 13), (3, 3), (1, 1), (1, 1), (1, 1)),
+        ("backward_data", 40, (11, 9), (3, 3), (1, 2), (1, 1), (1, 1)),
+    ]
+    solver = handle.registry.get(SOLVER).solver
+    tol = TOLERANCES[miocore.DataType.parse(dtype)]
+    bad, tried = [], 0
+    for direction, c, spatial, f, pads, strides, dils in cases:
+        problem = miocore.ConvProblem.from_sizes(
+            direction, n=3, c=c, k=c, in_spatial=spatial, filter_spatial=f, pads=pads,
+            strides=strides, dilations=dils, groups=c, dtype=dtype, layout="NHWC",
+        )  # fmt: skip
+        configs = nhwc_tile_configs(problem.canonical)
+        assert configs, problem.key  # the staged kernel applies to every one of these
+        configs = configs[::4]  # every tile shape, block width and cap among them
+        for cfg in configs:
+            kernels = solver.get_solution(handle.context, problem.canonical, cfg).kernels
+            assert kernels[0].kernel_name == "dw_nhwc_tile"
+        tried += len(configs)
+        bad += _bad_configs(handle, problem, configs, 6, tol, offsets=(0, 1))
+    print(f"{SOLVER}: {tried} staged-tile configs checked")
+    assert not bad, f"{len(bad)}/{tried} failed:\n" + "\n".join(bad[:20])

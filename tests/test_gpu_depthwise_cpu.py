@@ -458,3 +458,60 @@ def test_register_cap_reaches_the_kernel_and_is_validated() -> None:
     for kernel in s.get_solution(ctx, p, capped).kernels:
         assert "-DMIO_MINB=4" in kernel.options
     assert not any("MIO_MINB" in o for k in s.get_solution(ctx, p, base).kernels for o in k.options)
+
+
+def test_nhwc_staged_tiles_where_they_apply() -> None:
+    from miocore_direct.gpu_depthwise_nhwc_tile import nhwc_tile_configs
+
+    def tiles(direction: str = "forward", layout: str = "NHWC", **kw) -> list:
+        args = dict(n=2, c=32, k=32, groups=32, in_spatial=(28, 28), dtype="float16")
+        args.update(kw)
+        return nhwc_tile_configs(_problem(direction, layout=layout, **args).canonical)
+
+    assert tiles() and tiles("backward_data") and tiles(dtype="float32")
+    assert not tiles(layout="NCHW")
+    assert not tiles("backward_data", strides=(2, 2))  # the gather stays in dw_nhwc
+    assert not tiles(c=20, k=20, groups=20)  # 20 fp16 channels: not whole 16-byte chunks
+    assert tiles(c=20, k=20, groups=20, dtype="float32")  # 20 fp32 channels are
+    assert not tiles(k=64)  # a channel multiplier
+    assert not tiles(in_spatial=(8, 8, 8), filter_spatial=(3, 3, 3), pads=(1, 1, 1), layout="NDHWC")
+    assert not tiles(filter_spatial=(5, 5), pads=(2, 2))  # 25 taps: too many for registers
+    # every tile fits the static shared memory: a dilated stride-2 layer keeps smaller tiles
+    big = tiles(dilations=(3, 3), pads=(3, 3), strides=(2, 2), in_spatial=(112, 112))
+    assert big and all(_staged_bytes(c, 2, 7, 2) <= geo.SHARED_LIMIT for c in big)
+    assert (16, 16) not in {(c["toh"], c["tow"]) for c in big if c["ch"] == 64}
+
+
+def _staged_bytes(cfg, esize: int, reach: int, stride: int) -> int:
+    rows = (cfg["toh"] - 1) * stride + reach
+    return rows * ((cfg["tow"] - 1) * stride + reach) * cfg["ch"] * esize
+
+
+def test_nhwc_staged_tile_solution_and_validation() -> None:
+    from miocore_direct.gpu_depthwise_nhwc_tile import nhwc_tile_configs
+
+    s, ctx = dw.GpuDepthwiseSolver(), _ctx()
+    p = _problem(n=4, c=40, k=40, groups=40, in_spatial=(30, 20), dtype="bfloat16",
+                 layout="NHWC").canonical  # fmt: skip
+    configs = nhwc_tile_configs(p)
+    space = s.perf_config_space(ctx, p)
+    # valid and runnable, but neither in the tuning space nor the default until a GPU timed them
+    assert configs and not any(c in space for c in configs)
+    assert "toh" not in s.default_perf_config(ctx, p)
+    cfg = miocore.PerfConfig(vec=4, ch=32, toh=8, tow=16, pix=2, mb=3)
+    assert cfg in configs and s.is_valid_perf_config(ctx, p, cfg)
+    main, twin = s.get_solution(ctx, p, cfg).kernels
+    assert main.kernel_name == "dw_nhwc_tile" and twin.kernel_name == "dw_nhwc"
+    for flag in ("-DMIO_CH=32", "-DMIO_TOH=8", "-DMIO_TOW=16", "-DMIO_PIX=2", "-DMIO_MINB=3"):
+        assert flag in main.options
+    assert "-DMIO_VEC=1" in twin.options  # one element a load: any alignment
+    # 4 images x 4 tile rows x 2 tile columns; 40 channels in blocks of 32
+    assert main.grid == (4 * 4 * 2, 2) and main.block == (8, 32)
+    for bad in (
+        {**cfg, "mb": 5},
+        {**cfg, "ch": 12},  # not whole chunks
+        {**cfg, "pix": 3},  # does not divide tow
+        {**cfg, "extra": 1},
+        {k: v for k, v in cfg.items() if k != "pix"},
+    ):
+        assert not s.is_valid_perf_config(ctx, p, miocore.PerfConfig(**bad)), bad

@@ -70,6 +70,7 @@ from miocore_direct.gpu_depthwise_geometry import (
     PARAM_FIELDS,
     ROWS_SOURCE,
     ROWS_THREADS,
+    ct_for,
     dims3,
     esize,
     filter_storage,
@@ -86,6 +87,13 @@ from miocore_direct.gpu_depthwise_geometry import (
     wrw_items,
     wrw_taps_per_block,
     wrw_tile_items,
+)
+from miocore_direct.gpu_depthwise_nhwc_tile import (
+    NHWC_TILE_CHUNK_BYTES,
+    NHWC_TILE_SOURCE,
+    NHWC_TILE_THREADS,
+    is_nhwc_tile,
+    nhwc_tile_grid,
 )
 
 
@@ -241,25 +249,23 @@ class GpuDepthwiseSolver(TunableSolver):
             if chunk > 1:
                 opts = (*opts, f"-DMIO_NV={chunk}")
             kernels.append(kernel_info("dw_nchw", opts, (planes, tiles), (tw, by)))
+        elif kind == "nhwc" and is_nhwc_tile(cfg):
+            tiles_w, tiles, blocks = nhwc_tile_grid(p, cfg)
+            opts = (*base_opts, f"-DMIO_VEC={cfg['vec']}", f"-DMIO_PIX={cfg['pix']}")
+            opts = (*opts, f"-DMIO_CH={cfg['ch']}", f"-DMIO_TOH={cfg['toh']}")
+            opts = (*opts, f"-DMIO_TOW={cfg['tow']}")
+            if cfg.get("mb"):
+                opts = (*opts, f"-DMIO_MINB={cfg['mb']}")
+            fields.update(tiles_w=tiles_w, tiles=tiles)
+            lanes = cfg["ch"] // cfg["vec"]
+            block = (lanes, NHWC_TILE_THREADS // lanes)
+            grid = (b.lengths[0] * tiles, blocks)
+            kernels.append(kernel_info("dw_nhwc_tile", opts, grid, block, NHWC_TILE_SOURCE))
+            # the scalar twin for buffers not 16-byte aligned: dw_nhwc, one pixel a thread
+            scalar = PerfConfig(vec=1, pix=1, py=1, ct=ct_for(b.lengths[1], 1))
+            kernels += nhwc_kernels(ctx, p, scalar, base_opts, fields)
         elif kind == "nhwc":
-            vec, pix, py, ct = cfg["vec"], cfg["pix"], cfg["py"], cfg["ct"]
-            pt = max(1, 256 // ct)
-            bd, bh, bw = dims3(tuple(b.lengths[2:]))
-            groups_w = -(-bw // pix)
-            items = b.lengths[0] * bd * -(-bh // py) * groups_w
-            fields.update(groups_w=groups_w, items=items)
-            gy = -(-b.lengths[1] // (vec * ct))
-            target = 8 * max(1, ctx.device.compute_units)
-            gx = max(1, min(-(-items // pt), -(-target // gy), INT32_MAX))
-            for v in dict.fromkeys((vec, 1)):  # vec > 1: a scalar twin for unaligned buffers
-                ctv = ct if v == vec else min(256, ct * vec)
-                wreg, wsh = filter_storage(r * taps, v, ctv)
-                opts = (*base_opts, f"-DMIO_VEC={v}", f"-DMIO_PIX={pix}", f"-DMIO_PY={py}")
-                opts = (*opts, f"-DMIO_WREG={wreg}", f"-DMIO_WSH={wsh}", f"-DMIO_CT={ctv}")
-                if cfg.get("mb"):  # a register cap for this many blocks per SM
-                    opts = (*opts, f"-DMIO_MINB={cfg['mb']}")
-                gyv = -(-b.lengths[1] // (v * ctv))
-                kernels.append(kernel_info("dw_nhwc", opts, (gx, gyv), (ctv, max(1, 256 // ctv))))
+            kernels += nhwc_kernels(ctx, p, cfg, base_opts, fields)
         elif is_tile(cfg):
             vec, cb = cfg["vec"], cfg["cb"]
             split = self._split(ctx, p, cfg)
@@ -293,6 +299,8 @@ class GpuDepthwiseSolver(TunableSolver):
         workspace = 0 if split == 1 else split * wcount * 4
         vec = cfg.get("vec", 1)
         align = vec * esize(p)
+        if is_nhwc_tile(cfg):  # its staged loads are 16 bytes wide
+            align = NHWC_TILE_CHUNK_BYTES
         direction = p.direction
 
         def factory(compiled: Any) -> Any:
@@ -332,3 +340,35 @@ class GpuDepthwiseSolver(TunableSolver):
             perf_config=cfg,
             kernels=tuple(kernels),
         )
+
+
+def nhwc_kernels(
+    ctx: ExecutionContext,
+    p: ConvProblem,
+    cfg: PerfConfig,
+    base_opts: list[str],
+    fields: dict[str, int],
+) -> list[KernelInfo]:
+    """``dw_nhwc`` for ``cfg`` and, where ``vec`` > 1, its scalar twin for unaligned buffers;
+    sets ``fields``' pixel groups."""
+    _, b, r, _, _, _ = role(p)
+    vec, pix, py, ct = cfg["vec"], cfg["pix"], cfg["py"], cfg["ct"]
+    pt = max(1, 256 // ct)
+    bd, bh, bw = dims3(tuple(b.lengths[2:]))
+    groups_w = -(-bw // pix)
+    items = b.lengths[0] * bd * -(-bh // py) * groups_w
+    fields.update(groups_w=groups_w, items=items)
+    gy = -(-b.lengths[1] // (vec * ct))
+    target = 8 * max(1, ctx.device.compute_units)
+    gx = max(1, min(-(-items // pt), -(-target // gy), INT32_MAX))
+    kernels = []
+    for v in dict.fromkeys((vec, 1)):
+        ctv = ct if v == vec else min(256, ct * vec)
+        wreg, wsh = filter_storage(r * tap_count(p), v, ctv)
+        opts = (*base_opts, f"-DMIO_VEC={v}", f"-DMIO_PIX={pix}", f"-DMIO_PY={py}")
+        opts = (*opts, f"-DMIO_WREG={wreg}", f"-DMIO_WSH={wsh}", f"-DMIO_CT={ctv}")
+        if cfg.get("mb"):  # a register cap for this many blocks per SM
+            opts = (*opts, f"-DMIO_MINB={cfg['mb']}")
+        gyv = -(-b.lengths[1] // (v * ctv))
+        kernels.append(kernel_info("dw_nhwc", opts, (gx, gyv), (ctv, max(1, 256 // ctv))))
+    return kernels

@@ -46,6 +46,7 @@ from miocore_direct.gpu_depthwise_geometry import (
     wrw_tile_shared_bytes,
     wrw_tile_x_pixels,
 )
+from miocore_direct.gpu_depthwise_nhwc_tile import is_nhwc_tile, nhwc_tile_valid
 
 
 def config_space(problem: ConvProblem) -> list[PerfConfig]:
@@ -409,6 +410,8 @@ def default_tile(p: ConvProblem) -> PerfConfig | None:
 
 def valid_config(problem: ConvProblem, config: PerfConfig) -> bool:
     """A config with this kernel's keys, sane values, that fits the problem."""
+    if is_nhwc_tile(config):
+        return nhwc_tile_valid(problem, config)
     keys = {
         "nhwc": ("vec", "pix", "py", "ct", "mb") if "mb" in config else ("vec", "pix", "py", "ct"),
         "nchw": ("tw", "by", "py", "pp") if "pp" in config else ("tw", "by", "py"),

@@ -1,0 +1,132 @@
+"""``dw_nhwc_tile``: 2-D channels-innermost depthwise forward (and stride-1 backward data)
+from input tiles staged in shared memory (``kernels/depthwise_nhwc_tile.cu``).
+
+A config names a block's tile: ``toh`` x ``tow`` outputs for ``ch`` channels, each thread
+``vec`` channels x ``pix`` consecutive outputs at a time. The kernel answers the profile of
+``dw_nhwc`` on 16-bit 3x3 layers (Nsight Compute, H200, thirty-third session: latency-bound,
+112 registers, 25% occupancy, each input element read about three times through L1).
+
+Its configs are valid (``is_valid_perf_config``, an explicit config runs it) but not yet in
+the tuning space nor a default: they enter both once a GPU has checked and timed them
+(``tests/test_gpu_depthwise.py``, ``benchmarks/gpu_depthwise_bench.py --nhwc-tiles``).
+"""
+
+from __future__ import annotations
+
+from miocore import ConvProblem, PerfConfig
+from miocore_direct.gpu_depthwise_geometry import (
+    GRID_YZ_LIMIT,
+    INT32_MAX,
+    SHARED_LIMIT,
+    esize,
+    kernel_kind,
+    problem_sizes,
+    role,
+    tap_count,
+    vec_ok,
+)
+
+#: The kernel's own program (it shares depthwise_common.h).
+NHWC_TILE_SOURCE = "direct/depthwise_nhwc_tile.cu"
+#: Threads of a block: ``ch / vec`` channel lanes x the rest pixel lanes.
+NHWC_TILE_THREADS = 256
+#: Bytes of one staged load (and the alignment both activation tensors need).
+NHWC_TILE_CHUNK_BYTES = 16
+#: The keys of a tile config, and the optional one: ``mb`` blocks per SM its registers are
+#: capped for (uncapped, the 16-bit 3x3 tiles compile to 80-94 registers: 2 blocks of 256;
+#: 4 blocks spill 132 bytes).
+NHWC_TILE_KEYS = ("vec", "ch", "toh", "tow", "pix")
+NHWC_TILE_MIN_BLOCKS = (3, 4)
+#: Output tiles tried, (rows, columns), best guesses first.
+NHWC_TILE_SHAPES = ((8, 16), (4, 32), (8, 8), (16, 16), (4, 16), (2, 32))
+
+
+def is_nhwc_tile(cfg: PerfConfig) -> bool:
+    return "toh" in cfg
+
+
+#: Taps at most: a thread keeps every tap of its ``vec`` channels in registers (3x3: 36 floats).
+NHWC_TILE_MAX_TAPS = 9
+
+
+def nhwc_tile_applies(p: ConvProblem) -> bool:
+    """2-D, channels innermost in whole 16-byte chunks, plain depthwise, forward or stride-1
+    backward data (not the gather), filters of at most :data:`NHWC_TILE_MAX_TAPS` taps."""
+    if kernel_kind(p) != "nhwc" or p.spatial_dims != 2 or tap_count(p) > NHWC_TILE_MAX_TAPS:
+        return False
+    _, _, r, m, _, gather = role(p)
+    return r == 1 and m == 1 and not gather and vec_ok(p, NHWC_TILE_CHUNK_BYTES // esize(p))
+
+
+def nhwc_tile_staged(p: ConvProblem, cfg: PerfConfig) -> tuple[int, int]:
+    """(rows, columns) of the input a tile of ``toh`` x ``tow`` outputs reads."""
+    s = problem_sizes(p)
+    (_, fy, fx), (_, sh, sw), (_, dh, dw) = s["f"], s["s"], s["d"]
+    return (cfg["toh"] - 1) * sh + (fy - 1) * dh + 1, (cfg["tow"] - 1) * sw + (fx - 1) * dw + 1
+
+
+def nhwc_tile_shared_bytes(p: ConvProblem, cfg: PerfConfig) -> int:
+    rows, cols = nhwc_tile_staged(p, cfg)
+    return rows * cols * cfg["ch"] * esize(p)
+
+
+def nhwc_tile_grid(p: ConvProblem, cfg: PerfConfig) -> tuple[int, int, int]:
+    """(tiles along W, tiles per image, channel blocks) of the written tensor."""
+    b = role(p)[1]
+    bh, bw = b.lengths[2:]
+    tiles_w = -(-bw // cfg["tow"])
+    return tiles_w, tiles_w * -(-bh // cfg["toh"]), -(-b.lengths[1] // cfg["ch"])
+
+
+def nhwc_tile_fits(p: ConvProblem, cfg: PerfConfig) -> bool:
+    """Whether ``cfg`` is a tile this problem can run: the kernel applies, the lanes divide the
+    block, the staged tile fits in static shared memory, the grid in its limits."""
+    if not nhwc_tile_applies(p):
+        return False
+    vec, ch, tow, pix = cfg["vec"], cfg["ch"], cfg["tow"], cfg["pix"]
+    chunk = NHWC_TILE_CHUNK_BYTES // esize(p)
+    lanes = ch // max(1, vec)
+    if not vec_ok(p, vec) or ch % chunk or ch % vec or tow % pix:
+        return False
+    if lanes > NHWC_TILE_THREADS or NHWC_TILE_THREADS % lanes:
+        return False
+    if nhwc_tile_shared_bytes(p, cfg) > SHARED_LIMIT:
+        return False
+    _, tiles, blocks = nhwc_tile_grid(p, cfg)
+    return role(p)[1].lengths[0] * tiles <= INT32_MAX and blocks <= GRID_YZ_LIMIT
+
+
+def nhwc_tile_configs(p: ConvProblem) -> list[PerfConfig]:
+    """Every tile config that fits ``p``: 8-byte vectors of 16-bit channels (the filter's
+    taps stay in registers), 16-byte of fp32; blocks of 32 or 64 channels (16 where the
+    layer has fewer); 2 or 4 outputs a thread; then each again with its registers capped."""
+    if not nhwc_tile_applies(p):
+        return []
+    vec = 4
+    channels = role(p)[1].lengths[1]
+    out = []
+    for toh, tow in NHWC_TILE_SHAPES:
+        for ch in (32, 64) if channels > 16 else (16,):
+            for pix in (2, 4):
+                cfg = PerfConfig(vec=vec, ch=ch, toh=toh, tow=tow, pix=pix)
+                if nhwc_tile_fits(p, cfg):
+                    out.append(cfg)
+    return out + [PerfConfig(**c, mb=mb) for mb in NHWC_TILE_MIN_BLOCKS for c in out]
+
+
+def nhwc_tile_valid(p: ConvProblem, config: PerfConfig) -> bool:
+    """A tile config with exactly its keys (``mb`` optional), sane values, that fits ``p``."""
+    keys = (*NHWC_TILE_KEYS, "mb") if "mb" in config else NHWC_TILE_KEYS
+    if set(config) != set(keys):
+        return False
+    try:
+        values = {k: int(config[k]) for k in keys}
+    except (TypeError, ValueError):
+        return False
+    if values.get("mb", NHWC_TILE_MIN_BLOCKS[0]) not in NHWC_TILE_MIN_BLOCKS:
+        return False
+    if any(v < 1 for v in values.values()) or values["toh"] > 64 or values["tow"] > 64:
+        return False
+    if values["vec"] > 8 or values["pix"] > 8 or values["ch"] > NHWC_TILE_THREADS:
+        return False
+    return nhwc_tile_fits(p, PerfConfig(**values))

@@ -1,0 +1,122 @@
+// direct.gpu_depthwise: 2-D channels-innermost plain depthwise forward, and backward data at
+// stride 1 (a forward convolution of dy with the flipped filter), from input tiles staged in
+// shared memory. A block computes MIO_TOH rows x MIO_TOW columns of the written tensor for
+// MIO_CH channels of one image: it first copies the input rows and columns those outputs read
+// (the tile and its halo) to shared memory in 16-byte chunks of channels, each chunk read once
+// from global memory, then every thread computes strips of MIO_PIX consecutive outputs of one
+// row for its MIO_VEC channels from shared memory. dw_nhwc reads each thread's window through
+// L1 in loads of MIO_VEC elements (about three times the input on a 3x3 layer, latency-bound
+// at 25% occupancy on 16-bit layers); this moves the input once, in the widest loads, and
+// keeps few registers. No gather (strided backward data), no channel multiplier.
+//
+// Compile-time, beside depthwise_common.h's (filter, strides, dilations, MIO_FLIP, MIO_VEC):
+//   MIO_TOH, MIO_TOW  output rows and columns of a block's tile
+//   MIO_CH            channels of a block's tile (a multiple of the 16-byte chunk and of
+//                     MIO_VEC)
+//   MIO_PIX           consecutive output columns a thread computes at a time (divides MIO_TOW)
+//   MIO_MINB          blocks each SM must hold at once (registers capped to match; default 1)
+// Block: (MIO_CH / MIO_VEC) channel lanes x (256 / that) pixel lanes. Grid: x over (image,
+// tile row, tile column), the column fastest; y over channel blocks.
+// MioDwParams: tiles_w = tiles along W, tiles = tiles per image.
+// The host launches it only where both activation tensors are 16-byte aligned with channels
+// innermost in whole chunks (its scalar twin, dw_nhwc, runs the rest).
+#include "depthwise_common.h"
+
+#ifndef MIO_TOH
+#define MIO_TOH 8
+#endif
+#ifndef MIO_TOW
+#define MIO_TOW 16
+#endif
+#ifndef MIO_CH
+#define MIO_CH 32
+#endif
+#ifndef MIO_MINB
+#define MIO_MINB 1
+#endif
+#define MIO_CHUNK (16 / MIO_ESIZE)  // elements of one staged 16-byte load
+#define MIO_CHUNKS (MIO_CH / MIO_CHUNK)
+#define MIO_TEH ((MIO_TOH - 1) * MIO_SH + (MIO_FY - 1) * MIO_DH + 1)  // staged rows
+#define MIO_TEW ((MIO_TOW - 1) * MIO_SW + (MIO_FX - 1) * MIO_DW + 1)  // staged columns
+#define MIO_STRIPS_W (MIO_TOW / MIO_PIX)
+
+#if MIO_CH % MIO_CHUNK || MIO_CH % MIO_VEC || MIO_TOW % MIO_PIX || MIO_FZ != 1
+#error "dw_nhwc_tile: MIO_CH whole chunks and vectors, MIO_PIX dividing MIO_TOW, 2-D filters"
+#endif
+
+MIO_KERNEL void __launch_bounds__(256, MIO_MINB)
+    dw_nhwc_tile(const mio_t* __restrict__ a, const mio_t* __restrict__ w,
+                 mio_t* __restrict__ b, MioDwParams p) {
+  __shared__ uint4 s_tile[MIO_TEH * MIO_TEW * MIO_CHUNKS];  // [row][column][chunk]
+  const int tid = (int)(threadIdx.y * blockDim.x + threadIdx.x);
+  const int threads = (int)(blockDim.x * blockDim.y);
+  const int tiles_w = (int)p.tiles_w, tiles_h = (int)(p.tiles / p.tiles_w);
+  unsigned int t = blockIdx.x;
+  const int ow0 = (int)(t % (unsigned int)tiles_w) * MIO_TOW;
+  t /= (unsigned int)tiles_w;
+  const int oh0 = (int)(t % (unsigned int)tiles_h) * MIO_TOH;
+  const mio_index n = t / (unsigned int)tiles_h;
+  const int channels = (int)p.b.len[1];  // plain depthwise: as many read as written
+  const int c0 = (int)blockIdx.y * MIO_CH;
+  const int ah = (int)p.a.len[3], aw = (int)p.a.len[4];
+  const int bh = (int)p.b.len[3], bw = (int)p.b.len[4];
+  const int ih0 = oh0 * MIO_SH - (int)p.pad_h, iw0 = ow0 * MIO_SW - (int)p.pad_w;
+
+  // Stage: consecutive threads take consecutive chunks of a pixel, then the next pixel, so a
+  // warp reads whole runs of channels; zeros outside the image and past the last channel.
+  const mio_t* an = a + n * p.a.stride[0] + c0;
+  for (int i = tid; i < MIO_TEH * MIO_TEW * MIO_CHUNKS; i += threads) {
+    const int k = i % MIO_CHUNKS, pixel = i / MIO_CHUNKS;
+    const int ih = ih0 + pixel / MIO_TEW, iw = iw0 + pixel % MIO_TEW;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (ih >= 0 && ih < ah && iw >= 0 && iw < aw && c0 + k * MIO_CHUNK < channels) {
+      v = *(const uint4*)(an + ih * p.a.stride[3] + iw * p.a.stride[4] + k * MIO_CHUNK);
+    }
+    s_tile[i] = v;
+  }
+  __syncthreads();
+
+  const int lane = (int)threadIdx.x;  // this thread's channel vector in the block
+  const int c = c0 + lane * MIO_VEC;
+  if (c >= channels) return;  // after the only barrier
+  float wr[MIO_FY * MIO_FX][MIO_VEC];
+#pragma unroll
+  for (int f = 0; f < MIO_FY * MIO_FX; ++f)
+#pragma unroll
+    for (int e = 0; e < MIO_VEC; ++e) wr[f][e] = mio_wtap(w, p.w, c + e, 0, f / MIO_FX, f % MIO_FX);
+
+  const mio_t* s_in = (const mio_t*)s_tile + lane * MIO_VEC;
+  mio_t* bn = b + n * p.b.stride[0] + c;
+  for (int s = (int)threadIdx.y; s < MIO_TOH * MIO_STRIPS_W; s += (int)blockDim.y) {
+    const int ry = s / MIO_STRIPS_W, rx = (s % MIO_STRIPS_W) * MIO_PIX;
+    const int oh = oh0 + ry, ow = ow0 + rx;
+    if (oh >= bh || ow >= bw) continue;
+    float acc[MIO_PIX][MIO_VEC];
+#pragma unroll
+    for (int q = 0; q < MIO_PIX; ++q)
+#pragma unroll
+      for (int e = 0; e < MIO_VEC; ++e) acc[q][e] = 0.0f;
+#pragma unroll
+    for (int fy = 0; fy < MIO_FY; ++fy) {
+      const mio_t* row = s_in + ((ry * MIO_SH + fy * MIO_DH) * MIO_TEW + rx * MIO_SW) * MIO_CH;
+#pragma unroll
+      for (int col = 0; col < MIO_WIN; ++col) {  // every staged column once for the strip
+        float v[MIO_VEC];
+        mio_loadv(row + col * MIO_CH, v);
+#pragma unroll
+        for (int q = 0; q < MIO_PIX; ++q) {
+          const int tx = col - q * MIO_SW;  // compile-time after unrolling
+          if (tx >= 0 && tx % MIO_DW == 0 && tx / MIO_DW < MIO_FX) {
+#pragma unroll
+            for (int e = 0; e < MIO_VEC; ++e) acc[q][e] += v[e] * wr[fy * MIO_FX + tx / MIO_DW][e];
+          }
+        }
+      }
+    }
+    mio_t* out = bn + oh * p.b.stride[3];
+#pragma unroll
+    for (int q = 0; q < MIO_PIX; ++q) {
+      if (ow + q < bw) mio_storev(out + (ow + q) * p.b.stride[4], acc[q]);
+    }
+  }
+}
