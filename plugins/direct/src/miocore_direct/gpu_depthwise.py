@@ -9,7 +9,13 @@ stride, dilation and padding; fp32/fp16/bf16 with fp32 accumulation; every direc
   channels in one 4/8/16-byte access), each thread ``py`` x ``pix`` consecutive output rows x
   columns whose input rows and columns are loaded once, the filter in registers (or, when
   the thread's taps do not fit, staged once per block in shared memory); ``ct`` channel
-  vectors per block.
+  vectors per block; ``mb`` (optional) caps the registers for that many resident blocks per
+  SM (the 16-bit 3x3 defaults take it: the kernel is latency-bound at 25% occupancy).
+- 2-D channels-innermost 3x3 layers (forward, stride-1 backward data) also have
+  ``dw_nhwc_tile`` (``kernels/depthwise_nhwc_tile.cu``, configs ``vec``, ``ch``, ``toh``,
+  ``tow``, ``pix`` [, ``mb``]): a block stages its tile's input in shared memory with 16-byte
+  loads and computes from there. Valid as an explicit config; not in the space nor a default
+  until a GPU has timed it (``gpu_depthwise_nhwc_tile``).
 - channels outer (NCHW / NCDHW): ``dw_nchw``, one block per (image, channel, depth) plane tile
   of ``tw`` x ``by * py`` outputs with the input tile and its halo staged in shared memory;
   where the narrowest such tile covers the whole written plane, configs with ``pp`` > 1 give a
