@@ -9,7 +9,10 @@
 # corpus copied into .gpu/tree/.gpu) so edits in progress do not travel; then, per call:
 #   cd .gpu/tree && bash benchmarks/gpu_session.sh STAGE
 # Stages:
-#   suite       every GPU test file, 12 processes (100 s with the kernels cached, 6-7 min cold)
+#   suite       every GPU test file in two pytest runs side by side (on two GPUs where there
+#               are): miocore-triton's 226 tests spread test by test over 10 processes (they
+#               share nothing; one process took over 25 minutes for them), the rest file by
+#               file over 10 (module fixtures reused); junit.xml and junit_triton.xml
 #   models      benchmarks/gpu_models.py, every plugin (cuDNN's engines included), eager;
 #               MODELS / DTYPES narrow it, MODES widens it (eager graph compile); finds are
 #               kept in /tmp/mdb-models for later stages
@@ -110,11 +113,19 @@ MODELS="${MODELS:-resnet50 efficientnet_b0 mobilenet_v3_large convnext_tiny unet
 DTYPES="${DTYPES:-float16 bfloat16 float32}"
 case "$STAGE" in
   suite)
-    timeout 560 python3 -m pytest -q -n 12 --dist loadfile -p no:cacheprovider -rfE -p no:benchmark \
-      --junitxml="$OUT/junit.xml" tests/test_gpu_*.py tests/test_torch_gpu.py \
-      tests/test_numerics_gpu.py plugins/cudnn/tests/test_cudnn_gpu.py \
-      plugins/triton/tests/test_triton_gpu.py 2>&1 |
-      tee "$OUT/suite.log" | tail -40
+    second=$(($(nvidia-smi -L | wc -l) > 1 ? 1 : 0))  # the second run's GPU
+    CUDA_VISIBLE_DEVICES=0 timeout "${SUITE_TIMEOUT:-560}" python3 -m pytest -q -n 10 \
+      --dist loadfile -p no:cacheprovider -rfE -p no:benchmark --junitxml="$OUT/junit.xml" \
+      tests/test_gpu_*.py tests/test_torch_gpu.py tests/test_numerics_gpu.py \
+      plugins/cudnn/tests/test_cudnn_gpu.py >"$OUT/suite.log" 2>&1 &
+    CUDA_VISIBLE_DEVICES=$second timeout "${SUITE_TIMEOUT:-560}" python3 -m pytest -q -n 10 \
+      --dist load -p no:cacheprovider -rfE -p no:benchmark --junitxml="$OUT/junit_triton.xml" \
+      plugins/triton/tests/test_triton_gpu.py >"$OUT/suite_triton.log" 2>&1 &
+    wait
+    for log in "$OUT/suite.log" "$OUT/suite_triton.log"; do
+      echo "== $log"
+      grep -a -v Warning "$log" | tail -20
+    done
     ;;
   models | models-own)
     [[ "$STAGE" == models-own ]] && export MIOCORE_DISABLE_PLUGINS=cudnn
