@@ -446,6 +446,9 @@ def gemm_tiles(p: ConvProblem, bm: int, bn: int) -> int:
 #: Backward weights on fewer channels than this takes (tap, c) as its columns: a channel
 #: tile is 16 wide at least, so a stem's 3 channels would fill 3/16 of each product.
 TAP_COLUMN_CHANNELS = 16
+#: The narrowest side of a GEMM tile and of a reduction slice (``tl.dot``'s 16): fewer channels
+#: there fill that fraction of every product.
+MIN_TILE_CHANNELS = 16
 
 
 def wrw_tap_columns(p: ConvProblem) -> bool:

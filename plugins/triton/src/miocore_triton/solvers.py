@@ -46,6 +46,7 @@ from miocore_triton.geometry import (
     IMAGE_FWD_TILES,
     MAX_PARTIALS,
     MAX_REACH,
+    MIN_TILE_CHANNELS,
     SPLITS,
     TF32_BWD_TILES,
     TF32_FWD_TILES,
@@ -351,6 +352,11 @@ class TritonConvSolver(TunableSolver):
         eff = _EFFICIENCY[self.direction] * max(0.25, min(1.0, programs / sms))
         if p.dtype is DataType.FLOAT32:
             eff /= 2
+        if self.direction is not Direction.BACKWARD_WEIGHTS:  # (tap, c) columns there
+            # A tap's reduction slice (forward) and a tile's columns (backward data: dx's
+            # channels) are 16 wide at least: a stem's 3 channels fill 3/16 of each product
+            # (its forward ran 18x its roofline, its backward data 17x; H200, 2026-11-28).
+            eff *= min(1.0, min(reduction_channels(p), gemm_columns(p)) / MIN_TILE_CHANNELS)
         flops = float(p.flops)
         if self.direction is Direction.BACKWARD_DATA and not (is_phased(p) or spreads(p)):
             flops *= p.conv.strides[0] * p.conv.strides[1]  # masked taps cost their dots
