@@ -385,12 +385,11 @@ def test_few_channels_cost_the_implicit_gemm_its_narrow_tiles(direction: str) ->
               strides=(2, 2)).canonical  # fmt: skip
     assert not depth_declines(stem)
     assert depth.wti(ctx, stem) > plain.wti(ctx, stem)
-    # compute-bound, 3 channels cost as much as 16 (a tile's 16-wide side is computed whole)
+    # compute-bound, 3 channels (forward: a tap's reduction; backward data: the output columns)
+    # cost as much as 16: a tile's 16-wide side is computed whole
     sizes = {"k": 1024, "n": 64, "in_spatial": (28, 28), "filter_spatial": (7, 7), "pads": (3, 3)}
-    if direction == "backward_data":  # the narrow side is dx's channels: the output columns
-        sizes["k"], sizes["c"] = 1024, 3
     narrow = _p(direction, **{"c": 3, **sizes}).canonical
     wide = _p(direction, **{**sizes, "c": 16}).canonical
     ideal = ctx.ideal_ms
     ratio = (ideal(narrow) / plain.wti(ctx, narrow)) / (ideal(wide) / plain.wti(ctx, wide))
-    assert 0.8 < ratio <= 1.0  # by flops alone it would be 3/16
+    assert 0.8 < ratio < 1.01  # by flops alone it would be 3/16
