@@ -37,6 +37,9 @@
 #               configs among them), then its whole NCHW space against cuDNN, fp16 and bf16,
 #               forward and backward data, on the three networks' depthwise layers (the data
 #               its NCHW default is fitted on: benchmarks/depthwise_defaults_report.py)
+#   dwtiles     issue 13: dw_nhwc_tile (NHWC 3x3 depthwise from staged tiles) checked by its GPU
+#               tests, then its first 8 tiles (capped and not) beside dw_nhwc's default against
+#               cuDNN, fp16 and bf16, forward and backward data, MobileNetV2 and EfficientNet-B0
 #   splits      issue 13: miocore-triton's split-K GPU tests, then every configuration of the
 #               3-D U-Net's forward and backward-data layers in NCHW (SPLIT_DTYPES, fp16 by
 #               default) against cuDNN, no find (benchmarks/triton_split_report.py reads it)
@@ -101,7 +104,7 @@
 #               .gpu/perf_models (find_quality.py, batch cut to MAX_GFLOP); MATH_MODE,
 #               QDTYPE (one data type), MODEL_DIR (another model) and QTAG (output names)
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d|vstable|parallel}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d|vstable|parallel|dwtiles}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -191,6 +194,16 @@ case "$STAGE" in
       timeout 120 python3 benchmarks/gpu_depthwise_bench.py --suite "$suite" --batch 64 \
         --dtypes float16 bfloat16 --layouts NCHW --configs 0 --runs 10 \
         --directions forward backward_data --out "$OUT/dw_nchw_$suite.json" 2>&1 |
+        grep -a -v '^{' | tail -6
+    done
+    ;;
+  dwtiles)
+    timeout 200 python3 -m pytest -q -n 8 -p no:cacheprovider -rfE tests/test_gpu_depthwise.py \
+      -k "staged or misaligned" 2>&1 | tee "$OUT/dw_tiles_tests.log" | tail -5
+    for suite in mobilenetv2 efficientnet_b0_dw; do
+      timeout 150 python3 benchmarks/gpu_depthwise_bench.py --suite "$suite" --batch 64 \
+        --dtypes float16 bfloat16 --layouts NHWC --configs 1 --nhwc-tiles 8 --runs 10 \
+        --directions forward backward_data --out "$OUT/dw_tiles_$suite.json" 2>&1 |
         grep -a -v '^{' | tail -6
     done
     ;;
