@@ -212,6 +212,36 @@ def test_the_learned_estimate_decides_for_an_own_kernel_needing_a_compile(
     assert "needs a compile" in sols.report.skipped["test.doubted"]
 
 
+def test_a_solver_the_model_does_not_know_meets_its_estimate_of_the_ready_ones(
+    built: set[str],
+) -> None:
+    """A kernel newer than the model (a depth-image stem solver against a shipped model):
+    its WTI time, doubted as immediate mode doubts a newcomer, against the model's best ready
+    estimate, not against the ready ones' WTI, which may flatter them."""
+    from miocore.find.ranker import NEWCOMER_DOUBT
+
+    flattered = TimedSolver("test.flattered", delay_s=0.003, dynamic=True, wti=0.9)
+    newcomer = KernelSolver("test.newcomer", delay_s=0.001, wti=0.05)
+    h = _with_heuristic({"test.flattered": 1.0}, flattered, newcomer)  # 1 ms, its WTI: far less
+    canon = PROBLEM.canonical
+    wti_ms = h.context.ideal_ms(canon) / newcomer.wti(h.context, canon)
+    assert NEWCOMER_DOUBT * wti_ms < COMPILE_MARGIN * 1.0  # under the model's bar
+    assert wti_ms > h.context.ideal_ms(canon) / 0.9  # but over the flattered WTI: WTI keeps it out
+    sols = h.find_solutions(PROBLEM, find_mode="DYNAMIC_HYBRID")
+    assert newcomer.runs > 0 and "test.newcomer.cu" in built
+    assert sols[0].solver == "test.newcomer"
+    # doubted beyond the model's estimate of a ready one: left out, never compiled
+    ready = TimedSolver("test.ready", delay_s=0.003, dynamic=True, wti=0.01)
+    doubted = KernelSolver("test.doubted", delay_s=0.001, wti=0.9)
+    problem = small_problem("backward_data")
+    wti_ms = h.context.ideal_ms(problem.canonical) / 0.9
+    estimate = 0.9 * NEWCOMER_DOUBT * wti_ms / COMPILE_MARGIN  # its doubted WTI is 1.1x over
+    h = _with_heuristic({"test.ready": estimate}, ready, doubted)
+    sols = h.find_solutions(problem, find_mode="DYNAMIC_HYBRID")
+    assert doubted.runs == 0 and "test.doubted.cu" not in built
+    assert "needs a compile" in sols.report.skipped["test.doubted"]
+
+
 def test_compile_ahead_builds_what_the_finds_would_compile_at_once(
     built: set[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
