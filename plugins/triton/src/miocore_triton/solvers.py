@@ -75,6 +75,7 @@ from miocore_triton.geometry import (
     spreads,
     tile_of,
     wrw_columns,
+    wrw_span_widths,
     wrw_tiles,
 )
 from miocore_triton.launches import copied, invoker_factory, plan, tensor_bytes
@@ -188,6 +189,15 @@ class TritonConvSolver(TunableSolver):
             if shared_estimate(p, fitted) > limit or fitted in out:
                 continue
             out.append(fitted)
+        # then backward weights' column tiles over several taps (after the per-tap ones, so
+        # that the default keeps its measured tiles: these are for tuning until timed)
+        for t in self._tiles(p) if self.direction is Direction.BACKWARD_WEIGHTS else ():
+            for bn in wrw_span_widths(p):
+                spans = t._replace(bn=bn, bk=max(16, min(t.bk, pow2_at_least(depth))))
+                if t.bm > max(64, pow2_at_least(rows)) or shared_estimate(p, spans) > limit:
+                    continue
+                if spans not in out:
+                    out.append(spans)
         return out
 
     def perf_config_space(self, ctx: ExecutionContext, problem: ConvProblem) -> list[PerfConfig]:
