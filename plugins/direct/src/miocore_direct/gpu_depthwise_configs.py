@@ -254,11 +254,12 @@ def nhwc_register_cap(p: ConvProblem, gather: bool) -> int:
     depthwise layers only, where it was measured (MobileNetV2, H200, batch 64, fp16,
     benchmarks/gpu_depthwise_bench.py --minb; docs/performance-gpu-depthwise.md).
 
-    - the gather (strided backward data, one pixel a thread): 4 blocks, 1.13-1.51x faster
-      on all four layers (56x56-ish planes gain most: 407 -> 269 µs at 112x112);
+    - the gather (strided backward data, one pixel a thread): 4 blocks, 1.16-1.51x faster
+      on all four layers, the larger planes most (407 -> 269 µs at 112x112);
     - stride 1 on planes of 56 and more (4 rows x 2 columns a thread, 112 registers,
-      25% occupancy): 3 blocks, 1.07-1.09x; on 28x28 and smaller planes the cap was slower
-      (1.1-1.3x), strided forward within 2% either way: no cap."""
+      25% occupancy): 3 blocks, 1.06-1.09x; on 28x28 and smaller planes the cap was slower
+      (1.1-1.3x, in a run that shared the GPU), strided forward within 2% either way: no
+      cap."""
     s = problem_sizes(p)
     if esize(p) != 2 or p.spatial_dims != 2 or s["mult"] != 1 or s["f"][1:] != (3, 3):
         return 0
