@@ -520,7 +520,12 @@ def test_splits_only_where_tiles_are_few_and_never_phased() -> None:
 
 @pytest.mark.parametrize(
     ("dtype", "layout", "mode"),
-    [("float16", "NHWC", "exact"), ("float16", "NCHW", "exact"), ("float32", "NHWC", "tf32")],
+    [
+        ("float16", "NHWC", "exact"),
+        ("float16", "NCHW", "exact"),
+        ("bfloat16", "NHWC", "exact"),
+        ("float32", "NHWC", "tf32"),
+    ],
 )
 def test_backward_weights_column_tiles_over_several_taps_run_right(
     dtype: str, layout: str, mode: str
@@ -545,3 +550,14 @@ def test_backward_weights_column_tiles_over_several_taps_run_right(
     assert {c["split"] for c in spans} > {1}  # split shares too
     for cfg in {(c["bm"], c["bn"], c["split"]): c for c in spans}.values():
         assert run_interpreted(p, cfg, mode=mode) <= tol, cfg
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_weights"])
+def test_bfloat16_matches_the_reference(direction: str, layout: str) -> None:
+    """bf16 in every direction and layout, stride 2 backward data among them (the interpreter's
+    bf16 products widened first: ``triton_helpers``)."""
+    strides = (2, 2) if direction == "backward_data" else (1, 1)
+    p = _problem(direction, dtype="bfloat16", layout=layout, n=2, c=32, k=24, in_spatial=(9, 7),
+                 strides=strides)  # fmt: skip
+    assert run_interpreted(p) <= TOLERANCES[p.dtype]

@@ -48,6 +48,7 @@ def interpreted_kernels(source: str = "conv_igemm.py") -> ModuleType:
     if found is not None:
         return found
     _index_scalars_of_one_element()
+    _bfloat16_dot_operands_as_floats()
     name = "miocore_triton_test_interpreted_" + source.removesuffix(".py")
     spec = importlib.util.spec_from_file_location(name, KERNEL_DIR / source)
     assert spec is not None and spec.loader is not None
@@ -73,6 +74,32 @@ def _index_scalars_of_one_element() -> None:
 
     patched.miocore_patched = True  # type: ignore[attr-defined]
     interpreter._patch_lang_tensor = patched
+
+
+def _bfloat16_dot_operands_as_floats() -> None:
+    """Triton's interpreter holds bfloat16 as uint16 and its ``tl.dot`` multiplies those bit
+    patterns (every bf16 result ~1e10 off; triton-lang/triton#11584, unsupported upstream):
+    widen bf16 operands to float32 first (exact: a bf16 is a float32's upper half), so that
+    the bf16 kernels are checked here as the fp16 ones are."""
+    from triton import language as tl
+    from triton.runtime import interpreter
+
+    builder = interpreter.InterpreterBuilder
+    original = builder.create_dot
+    if getattr(original, "miocore_patched", False):
+        return
+
+    def widened(handle: Any) -> Any:
+        if handle.dtype.scalar != tl.bfloat16:
+            return handle
+        data = (handle.data.astype(np.uint32) << 16).view(np.float32)
+        return interpreter.TensorHandle(data, tl.float32)
+
+    def patched(self: Any, a: Any, b: Any, d: Any, *args: Any) -> Any:
+        return original(self, widened(a), widened(b), d, *args)
+
+    patched.miocore_patched = True  # type: ignore[attr-defined]
+    builder.create_dot = patched
 
 
 def to_buffer(desc: Any, values: np.ndarray) -> Any:
