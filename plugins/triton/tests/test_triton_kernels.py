@@ -278,6 +278,15 @@ def test_few_channel_layers_run_as_their_depth_image(
 
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
 @pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_weights"])
+def test_depth_images_in_bfloat16(direction: str, layout: str) -> None:
+    """bf16 through the depth image: its copies move 16-bit elements as fp16 ones do."""
+    p = _problem(direction, dtype="bfloat16", layout=layout, n=2, k=24, in_spatial=(17, 15),
+                 **DEPTH_CASES["resnet_stem"])  # fmt: skip
+    assert run_interpreted(p, solver=_depth_solver(direction)) <= TOLERANCES[p.dtype]
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_weights"])
 def test_depth_images_in_tf32(direction: str, layout: str) -> None:
     """TF32 through the depth image; backward weights then copies the image and dy
     channels-first as well (its TF32 operands want the pixels innermost)."""
