@@ -36,6 +36,20 @@ from newcomer_ranking import _described
 import miocore
 
 
+def sm90() -> tuple[Any, dict[str, Any]]:
+    """The described sm90 context (nothing runs on it) and its GPU solvers by name."""
+    described = _described("sm90_132")
+    assert described is not None
+    return described
+
+
+def case(ctx: Any, row: dict[str, Any]) -> tuple[Any, miocore.ConvProblem]:
+    """A row's context (its math mode) and canonical problem."""
+    tf32 = row.get("precision") == "tf32"
+    context = dataclasses.replace(ctx, math_mode="tf32") if tf32 else ctx
+    return context, miocore.ConvProblem.from_key(row["key"]).canonical
+
+
 def rows_of(path: Path) -> list[dict[str, Any]]:
     """The rows with at least two measured candidates, of one result file."""
     data = json.loads(path.read_text())
@@ -46,17 +60,13 @@ def rows_of(path: Path) -> list[dict[str, Any]]:
 
 def choices(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str, float]]:
     """(row, WTI's first choice, its regret) for every row whose candidates WTI knows."""
-    described = _described("sm90_132")
-    assert described is not None
-    ctx, solvers = described
+    ctx, solvers = sm90()
     out = []
     for row in rows:
         found = {n: ms for n, ms in row["candidates"].items() if n in solvers and ms > 0}
         if len(found) < 2:
             continue
-        tf32 = row.get("precision") == "tf32"
-        context = dataclasses.replace(ctx, math_mode="tf32") if tf32 else ctx
-        problem = miocore.ConvProblem.from_key(row["key"]).canonical
+        context, problem = case(ctx, row)
         score = {n: solvers[n].wti(context, problem) for n in found}
         first = max(found, key=lambda n: score[n])
         out.append((row, first, found[first] / min(found.values())))
@@ -69,18 +79,14 @@ def replay(rows: list[dict[str, Any]], newcomer_rule: bool) -> list[float]:
     from miocore.find.ranker import NEWCOMER_DOUBT
     from miocore.solver.registry import default_registry
 
-    described = _described("sm90_132")
-    assert described is not None
-    ctx, solvers = described
+    ctx, solvers = sm90()
     heuristics = [h for _, h in default_registry().heuristics]
     out = []
     for row in rows:
         found = row["candidates"]
         if any(n not in solvers for n in found):
             continue
-        tf32 = row.get("precision") == "tf32"
-        context = dataclasses.replace(ctx, math_mode="tf32") if tf32 else ctx
-        problem = miocore.ConvProblem.from_key(row["key"]).canonical
+        context, problem = case(ctx, row)
         ideal = context.ideal_ms(problem)
         wti_ms = {n: ideal / max(solvers[n].wti(context, problem), 1e-12) for n in found}
         ready = [n for n in found if solvers[n].is_dynamic]
