@@ -177,27 +177,20 @@ class TritonConvSolver(TunableSolver):
             rows, cols, depth = p.w.lengths[0], wrw_columns(p), gemm_rows(p)
         else:
             rows, cols, depth = gemm_rows(p), gemm_columns(p), reduction_channels(p)
+        narrowest = TF32_MIN_COLUMNS if p.dtype is DataType.FLOAT32 else 16
+        tiles = self._tiles(p)
+        widths = [(t, max(narrowest, min(t.bn, pow2_at_least(cols)))) for t in tiles]
+        # then backward weights' column tiles over several taps (after the per-tap ones, so
+        # that the default keeps its measured tiles: these are for tuning until timed)
+        widths += [(t, bn) for t in tiles for bn in wrw_span_widths(p)]
         out: list[Tile] = []
-        for t in self._tiles(p):
+        for t, bn in widths:
             if t.bm > max(64, pow2_at_least(rows)):
                 continue
-            narrowest = TF32_MIN_COLUMNS if p.dtype is DataType.FLOAT32 else 16
-            fitted = t._replace(
-                bn=max(narrowest, min(t.bn, pow2_at_least(cols))),
-                bk=max(16, min(t.bk, pow2_at_least(depth))),
-            )
+            fitted = t._replace(bn=bn, bk=max(16, min(t.bk, pow2_at_least(depth))))
             if shared_estimate(p, fitted) > limit or fitted in out:
                 continue
             out.append(fitted)
-        # then backward weights' column tiles over several taps (after the per-tap ones, so
-        # that the default keeps its measured tiles: these are for tuning until timed)
-        for t in self._tiles(p) if self.direction is Direction.BACKWARD_WEIGHTS else ():
-            for bn in wrw_span_widths(p):
-                spans = t._replace(bn=bn, bk=max(16, min(t.bk, pow2_at_least(depth))))
-                if t.bm > max(64, pow2_at_least(rows)) or shared_estimate(p, spans) > limit:
-                    continue
-                if spans not in out:
-                    out.append(spans)
         return out
 
     def perf_config_space(self, ctx: ExecutionContext, problem: ConvProblem) -> list[PerfConfig]:
