@@ -527,40 +527,6 @@ def test_splits_only_where_tiles_are_few_and_never_phased() -> None:
     assert {c["split"] for c in space} == {1}
 
 
-@pytest.mark.parametrize(
-    ("dtype", "layout", "mode"),
-    [
-        ("float16", "NHWC", "exact"),
-        ("float16", "NCHW", "exact"),
-        ("bfloat16", "NHWC", "exact"),
-        ("float32", "NHWC", "tf32"),
-    ],
-)
-def test_backward_weights_column_tiles_over_several_taps_run_right(
-    dtype: str, layout: str, mode: str
-) -> None:
-    """Backward weights of a 32-channel 3x3 layer with column tiles of 64 and 128 (2 and 4
-    taps' channels, the last tile partly past the 288 columns), split or not, against the
-    reference; the per-tap tiles come first in the space, and the default is one of them."""
-    from miocore_triton.geometry import wrw_span_widths, wrw_tap_columns, wrw_tiles
-
-    p = _problem(
-        "backward_weights", dtype=dtype, layout=layout, n=4, c=32, k=24, in_spatial=(17, 15),
-        strides=(2, 1),
-    )  # fmt: skip
-    assert wrw_span_widths(p) == [64, 128] and not wrw_tap_columns(p)
-    assert wrw_tap_columns(p, 64) and wrw_tiles(p, 64, 128) == 3  # 288 columns in 3 tiles
-    solver, ctx = _solver("backward_weights"), gpu_ctx(mode)
-    space = solver.perf_config_space(ctx, p)
-    spans = [cfg for cfg in space if cfg["bn"] > 32]
-    assert spans and all(cfg["bn"] <= 32 for cfg in space[: len(space) - len(spans)])
-    assert solver.default_perf_config(ctx, p)["bn"] <= 32
-    tol = 5e-3 if mode == "tf32" else TOLERANCES[p.dtype]
-    assert {c["split"] for c in spans} > {1}  # split shares too
-    for cfg in {(c["bm"], c["bn"], c["split"]): c for c in spans}.values():
-        assert run_interpreted(p, cfg, mode=mode) <= tol, cfg
-
-
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
 @pytest.mark.parametrize("direction", ["forward", "backward_data", "backward_weights"])
 def test_bfloat16_matches_the_reference(direction: str, layout: str) -> None:

@@ -451,38 +451,26 @@ TAP_COLUMN_CHANNELS = 16
 MIN_TILE_CHANNELS = 16
 
 
-def wrw_tap_columns(p: ConvProblem, bn: int = 0) -> bool:
+def wrw_tap_columns(p: ConvProblem) -> bool:
     """Backward weights whose columns are the (tap, channel) pairs together (an im2col
-    gathered in the kernel), on a filter of several taps: fewer than
-    :data:`TAP_COLUMN_CHANNELS` channels, or a column tile ``bn`` wider than the channels
-    (it spans taps: a 64-channel layer's 64-wide tile of one tap becomes 128 wide over two,
-    whose dy rows serve both)."""
-    if p.direction is not Direction.BACKWARD_WEIGHTS or _volume(p.w.lengths[2:]) == 1:
+    gathered in the kernel): fewer than :data:`TAP_COLUMN_CHANNELS` channels, several taps."""
+    if p.direction is not Direction.BACKWARD_WEIGHTS:
         return False
-    return p.w.lengths[1] < TAP_COLUMN_CHANNELS or bn > p.w.lengths[1]
+    return p.w.lengths[1] < TAP_COLUMN_CHANNELS and _volume(p.w.lengths[2:]) > 1
 
 
-def wrw_columns(p: ConvProblem, bn: int = 0) -> int:
+def wrw_columns(p: ConvProblem) -> int:
     """Columns of one backward-weights GEMM: c, or taps x c (:func:`wrw_tap_columns`)."""
     c = p.w.lengths[1]
-    return _volume(p.w.lengths[2:]) * c if wrw_tap_columns(p, bn) else c
-
-
-def wrw_span_widths(p: ConvProblem) -> list[int]:
-    """Column tile widths that span taps on a layer of :data:`TAP_COLUMN_CHANNELS` channels or
-    more: the powers of two above its channels, up to 4 taps' worth and 256."""
-    c, taps = p.w.lengths[1], _volume(p.w.lengths[2:])
-    if p.direction is not Direction.BACKWARD_WEIGHTS or taps == 1 or c < TAP_COLUMN_CHANNELS:
-        return []
-    return [bn for bn in (32, 64, 128, 256) if c < bn <= min(4 * c, taps * c)]
+    return _volume(p.w.lengths[2:]) * c if wrw_tap_columns(p) else c
 
 
 def wrw_tiles(p: ConvProblem, bm: int, bn: int) -> int:
     """Programs per split of a backward-weights launch: k tiles x taps x c tiles (k tiles x
     (tap, c) tiles with :func:`wrw_tap_columns`)."""
     k, c = p.w.lengths[:2]
-    if wrw_tap_columns(p, bn):
-        return -(-k // bm) * -(-wrw_columns(p, bn) // bn)
+    if wrw_tap_columns(p):
+        return -(-k // bm) * -(-wrw_columns(p) // bn)
     return -(-k // bm) * _volume(p.w.lengths[2:]) * -(-c // bn)
 
 

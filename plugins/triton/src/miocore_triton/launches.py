@@ -234,7 +234,7 @@ def _gemm(
     if p.direction is Direction.BACKWARD_WEIGHTS:
         options += ["sig.part_ptr=*fp32", f"SPLITS={split}"]
         options += [f"IMAGE_SLICES={wrw_image_slices(p)}", f"X_DIRECT={wrw_x_direct(p)}"]
-        options += [f"TAP_COLUMNS={wrw_tap_columns(p, t.bn)}"]
+        options += [f"TAP_COLUMNS={wrw_tap_columns(p)}"]
         grid: tuple[int, ...] = (wrw_tiles(p, t.bm, t.bn), split)
         main_pointers += (offset if split > 1 else "none",)
     elif spreads(p):

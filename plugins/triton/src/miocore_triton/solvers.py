@@ -75,7 +75,6 @@ from miocore_triton.geometry import (
     spreads,
     tile_of,
     wrw_columns,
-    wrw_span_widths,
     wrw_tiles,
 )
 from miocore_triton.launches import copied, invoker_factory, plan, tensor_bytes
@@ -177,17 +176,15 @@ class TritonConvSolver(TunableSolver):
             rows, cols, depth = p.w.lengths[0], wrw_columns(p), gemm_rows(p)
         else:
             rows, cols, depth = gemm_rows(p), gemm_columns(p), reduction_channels(p)
-        narrowest = TF32_MIN_COLUMNS if p.dtype is DataType.FLOAT32 else 16
-        tiles = self._tiles(p)
-        widths = [(t, max(narrowest, min(t.bn, pow2_at_least(cols)))) for t in tiles]
-        # then backward weights' column tiles over several taps (after the per-tap ones, so
-        # that the default keeps its measured tiles: these are for tuning until timed)
-        widths += [(t, bn) for t in tiles for bn in wrw_span_widths(p)]
         out: list[Tile] = []
-        for t, bn in widths:
+        for t in self._tiles(p):
             if t.bm > max(64, pow2_at_least(rows)):
                 continue
-            fitted = t._replace(bn=bn, bk=max(16, min(t.bk, pow2_at_least(depth))))
+            narrowest = TF32_MIN_COLUMNS if p.dtype is DataType.FLOAT32 else 16
+            fitted = t._replace(
+                bn=max(narrowest, min(t.bn, pow2_at_least(cols))),
+                bk=max(16, min(t.bk, pow2_at_least(depth))),
+            )
             if shared_estimate(p, fitted) > limit or fitted in out:
                 continue
             out.append(fitted)

@@ -1,9 +1,8 @@
 """Backward weights as an implicit GEMM in Triton: ``conv_wrw``.
 
-Rows k, columns c of one filter tap (or the (tap, c) pairs together: on fewer than 16
-channels, or in column tiles wider than the channels), reduction over the output pixels
-(n, [od,] p, q), split over grid axis 1 into SPLITS fp32 partials that
-``copies.conv_wrw_reduce`` sums (one split writes dw directly).
+Rows k, columns c of one filter tap (or, on fewer than 16 channels, the (tap, c) pairs
+together), reduction over the output pixels (n, [od,] p, q), split over grid axis 1 into
+SPLITS fp32 partials that ``copies.conv_wrw_reduce`` sums (one split writes dw directly).
 Compiled and launched as the kernels of ``conv_igemm.py`` are (every size and stride a
 compile-time constant but ``M``, the pixel count, which carries the batch); any strides, and
 a channels-first dy with packed pixels is read in place (``IMAGE_SLICES``), and in TF32 a
@@ -74,10 +73,9 @@ def conv_wrw(
     2-D. IMAGE_SLICES: each reduction slice stays inside one image (the last one of an image
     masked), so that a channels-first dy with packed pixels (NCHW) is read in place along its
     pixels; X_DIRECT (1x1, stride 1, no padding, x channels-first and packed): x too.
-    TAP_COLUMNS (few channels: a stem's 3; or a column tile wider than C): the columns are
-    (tap, c) together, an im2col gathered on the fly, instead of one program per tap whose
-    column tile would be mostly empty (or, on 16-64 channels, narrow: a 128-wide tile over two
-    taps of 64 channels reads each dy slice once for both)."""
+    TAP_COLUMNS (few channels: a stem's 3): the columns are (tap, c) together, an im2col
+    gathered on the fly, instead of one program per tap whose column tile would be mostly
+    empty."""
     DEPTH: tl.constexpr = D * O * T > 1
     C_TILES: tl.constexpr = (C + BLOCK_N - 1) // BLOCK_N
     K_TILES: tl.constexpr = (K + BLOCK_M - 1) // BLOCK_M
