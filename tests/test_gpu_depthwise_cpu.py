@@ -14,7 +14,7 @@ from miocore.testing import cpu_context
 
 dw = pytest.importorskip("miocore_direct.gpu_depthwise")
 geo = pytest.importorskip("miocore_direct.gpu_depthwise_geometry")
-configs = pytest.importorskip("miocore_direct.gpu_depthwise_configs")
+configs = configs_module = pytest.importorskip("miocore_direct.gpu_depthwise_configs")
 
 
 def _ctx(sms: int = 132) -> miocore.ExecutionContext:
@@ -237,7 +237,8 @@ def test_nchw_rows_from_registers_where_they_apply() -> None:
 def test_vector_width_rules() -> None:
     s = dw.GpuDepthwiseSolver()
     ctx = _ctx()
-    nhwc16 = _problem(layout="NHWC", dtype="float16").canonical
+    # a 7x7 plane: dw_nhwc (14-28 wide 16-bit planes default to staged tiles)
+    nhwc16 = _problem(layout="NHWC", dtype="float16", in_spatial=(7, 7)).canonical
     assert s.default_perf_config(ctx, nhwc16)["vec"] == 4  # 8-byte loads: fewer registers
     assert 8 in {c["vec"] for c in s.perf_config_space(ctx, nhwc16)}  # 16-byte loads
     nhwc32 = _problem(layout="NHWC").canonical
@@ -400,7 +401,7 @@ def test_forward_and_backward_data_defaults_of_16_bit_layers(dtype: str) -> None
 
     for direction in ("forward", "backward_data"):
         assert _strip(default(direction, 5, 1, 28)) == (8, 4, 1, 8)
-        assert _strip(default(direction, 3, 1, 28)) == (4, 4, 2, 8)
+        assert _strip(default(direction, 3, 1, 7)) == (4, 4, 2, 8)  # 14-28: staged tiles
         assert default(direction, 3, 1, 56)["ct"] != 8  # stride-1 3x3 planes of 56: general
     assert default("forward", 5, 2, 56)["pix"] == 2
     assert _strip(default("forward", 3, 2, 56)) == (4, 1, 2, 8)
@@ -439,7 +440,7 @@ def test_register_cap_where_it_was_measured(dtype: str) -> None:
     for direction in ("forward", "backward_data"):
         assert mb(direction, 3, 1, 112) == 3
         assert mb(direction, 3, 1, 56) == 3
-        assert mb(direction, 3, 1, 28) == 0
+        assert mb(direction, 3, 1, 7) == 0
         assert mb(direction, 5, 1, 112) == 0
         assert mb(direction, 3, 1, 112, "float32") == 0
     assert mb("forward", 3, 2, 112) == 0
@@ -495,8 +496,9 @@ def test_nhwc_staged_tile_solution_and_validation() -> None:
                  layout="NHWC").canonical  # fmt: skip
     configs = nhwc_tile_configs(p)
     space = s.perf_config_space(ctx, p)
-    # valid and runnable, but neither in the tuning space nor the default until a GPU timed them
-    assert configs and not any(c in space for c in configs)
+    # in the tuning space after dw_nhwc's configs; not this 20-wide bf16 plane's default
+    assert configs and space[-len(configs) :] == configs
+    assert all(configs_module.fits(p, c) for c in space)
     assert "toh" not in s.default_perf_config(ctx, p)
     cfg = miocore.PerfConfig(vec=4, ch=32, toh=8, tow=16, pix=2, mb=3)
     assert cfg in configs and s.is_valid_perf_config(ctx, p, cfg)
@@ -515,3 +517,22 @@ def test_nhwc_staged_tile_solution_and_validation() -> None:
         {k: v for k, v in cfg.items() if k != "pix"},
     ):
         assert not s.is_valid_perf_config(ctx, p, miocore.PerfConfig(**bad)), bad
+
+
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
+def test_nhwc_staged_tile_default_where_the_gpu_timed_it_faster(dtype: str) -> None:
+    # 16-bit 3x3 stride-1 layers whose written plane is 14-28 wide take the staged tile of
+    # 8 x 16 outputs, 64 channels, 4 a thread, 3 blocks; planes of 7, 56 and 112, stride 2,
+    # dilation, 5x5 filters and fp32 keep dw_nhwc
+    def default(direction: str, f: int, stride: int, hw: int, dt: str = dtype):
+        return _nhwc_default(direction, f, stride, hw, dt)
+
+    tile = miocore.PerfConfig(vec=4, ch=64, toh=8, tow=16, pix=4, mb=3)
+    for direction in ("forward", "backward_data"):
+        assert default(direction, 3, 1, 28) == tile
+        assert default(direction, 3, 1, 14) == tile
+        for hw in (7, 56, 112):
+            assert "toh" not in default(direction, 3, 1, hw)
+        assert "toh" not in default(direction, 5, 1, 28)
+        assert "toh" not in default(direction, 3, 1, 28, "float32")
+    assert "toh" not in default("forward", 3, 2, 56)  # a 28-wide written plane, strided

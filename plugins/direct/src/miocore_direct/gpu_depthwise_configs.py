@@ -46,7 +46,13 @@ from miocore_direct.gpu_depthwise_geometry import (
     wrw_tile_shared_bytes,
     wrw_tile_x_pixels,
 )
-from miocore_direct.gpu_depthwise_nhwc_tile import is_nhwc_tile, nhwc_tile_valid
+from miocore_direct.gpu_depthwise_nhwc_tile import (
+    default_nhwc_tile,
+    is_nhwc_tile,
+    nhwc_tile_configs,
+    nhwc_tile_fits,
+    nhwc_tile_valid,
+)
 
 
 def config_space(problem: ConvProblem) -> list[PerfConfig]:
@@ -70,6 +76,8 @@ def config_space(problem: ConvProblem) -> list[PerfConfig]:
         # the same tiles with the registers capped for more resident blocks (the kernel is
         # latency-bound at 25% occupancy on 16-bit 3x3 layers: Nsight Compute, H200)
         out += [PerfConfig(**cfg, mb=mb) for mb in NHWC_MIN_BLOCKS for cfg in list(out)]
+        # dw_nhwc_tile: the input staged in shared memory with 16-byte loads
+        out += nhwc_tile_configs(p)
     elif kind == "nchw":
         # the narrowest tiles that cover the written plane: candidates for several planes
         ho, wo = (s["in"] if p.direction is Direction.BACKWARD_DATA else s["out"])[1:]
@@ -131,6 +139,8 @@ def fits(p: ConvProblem, cfg: PerfConfig) -> bool:
     """Whether ``cfg`` fits ``p``: threads, shared memory, grid limits of its kernel."""
     kind = kernel_kind(p)
     s = problem_sizes(p)
+    if is_nhwc_tile(cfg):
+        return nhwc_tile_fits(p, cfg)
     if kind == "nchw" and is_rows(cfg):
         return (
             rows_apply(p)
@@ -203,6 +213,9 @@ def default_config(problem: ConvProblem) -> PerfConfig:
         py = 4 if ho >= 32 else 2 if ho >= 16 else 1
         want = PerfConfig(tw=tw, by=by, py=py)
     elif kind == "nhwc":
+        tile = default_nhwc_tile(p)
+        if tile is not None and tile in space:
+            return tile
         fitted = default_nhwc_fitted(p)
         if fitted is not None and fitted in space:
             return fitted

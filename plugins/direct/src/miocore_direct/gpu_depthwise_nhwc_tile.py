@@ -6,9 +6,8 @@ A config names a block's tile: ``toh`` x ``tow`` outputs for ``ch`` channels, ea
 ``dw_nhwc`` on 16-bit 3x3 layers (Nsight Compute, H200, thirty-third session: latency-bound,
 112 registers, 25% occupancy, each input element read about three times through L1).
 
-Its configs are valid (``is_valid_perf_config``, an explicit config runs it) but not yet in
-the tuning space nor a default: they enter both once a GPU has checked and timed them
-(``tests/test_gpu_depthwise.py``, ``benchmarks/gpu_depthwise_bench.py --nhwc-tiles``).
+Its configs follow ``dw_nhwc``'s in the tuning space; the default takes a tile only where the
+timing on the GPU showed it faster (:func:`default_nhwc_tile`).
 """
 
 from __future__ import annotations
@@ -112,6 +111,26 @@ def nhwc_tile_configs(p: ConvProblem) -> list[PerfConfig]:
                 if nhwc_tile_fits(p, cfg):
                     out.append(cfg)
     return out + [PerfConfig(**c, mb=mb) for mb in NHWC_TILE_MIN_BLOCKS for c in out]
+
+
+def default_nhwc_tile(p: ConvProblem) -> PerfConfig | None:
+    """The default where a staged tile was faster than ``dw_nhwc``'s default, else None:
+    16-bit 3x3 stride-1 layers whose written plane is 14 to 28 wide, forward and backward data,
+    in tiles of 8 x 16 outputs for 64 channels, 4 outputs a thread, registers capped for 3
+    blocks. Timed on the GPU (H200, batch 64, MobileNetV2's and EfficientNet-B0's depthwise
+    layers, every first-8 tile capped and not; docs/performance-gpu-depthwise.md): 0.885x
+    ``dw_nhwc``'s default time in geomean over the 16 cases of these planes, slower on none
+    (at most 0.967x). On planes of 7 it was 1.14x slower, on 56 and 112 1.07-1.20x; at stride 2
+    it was a wash (bf16 0.99x, fp16 1.10x): those keep ``dw_nhwc``."""
+    s = problem_sizes(p)
+    if not nhwc_tile_applies(p) or esize(p) != 2 or s["f"][1:] != (3, 3):
+        return None
+    if max(s["s"][1:]) != 1 or max(s["d"][1:]) != 1:
+        return None
+    written = role(p)[1].lengths[2:]
+    if not all(14 <= side <= 28 for side in written):
+        return None
+    return PerfConfig(vec=4, ch=64, toh=8, tow=16, pix=4, mb=3)
 
 
 def nhwc_tile_valid(p: ConvProblem, config: PerfConfig) -> bool:
