@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import config_runner, geomean
 from gpu_vs_cudnn import device_ms
 from miocore_direct.gpu_depthwise_geometry import NHWC_MIN_BLOCKS
-from miocore_direct.gpu_depthwise_nhwc_tile import nhwc_tile_configs
+from miocore_direct.gpu_depthwise_nhwc_tile import NHWC_TILE_RUNS, nhwc_tile_configs
 from shapes import SUITES, problem
 
 import miocore
@@ -95,6 +95,12 @@ def main() -> None:
         type=int,
         default=0,
         help="also the first N staged-tile configs of dw_nhwc_tile (each capped and uncapped)",
+    )
+    parser.add_argument(
+        "--tile-runs",
+        action="store_true",
+        help="with --nhwc-tiles: each of those tiles also in runs of 2, 4 and 8 tiles a block "
+        "(the nt key: double-buffered, the next tile's input copied while one computes)",
     )
     parser.add_argument(
         "--minb",
@@ -170,7 +176,14 @@ def main() -> None:
                         base = [c for c in tiles if "mb" not in c][: args.nhwc_tiles]
                         uncapped = [PerfConfig(**{k: v for k, v in c.items() if k != "mb"})
                                     for c in tiles]  # fmt: skip
-                        picks += [c for c, u in zip(tiles, uncapped, strict=True) if u in base]
+                        chosen = [c for c, u in zip(tiles, uncapped, strict=True) if u in base]
+                        picks += [c for c in chosen if c not in picks]
+                        for cfg in chosen if args.tile_runs else ():
+                            runs = [PerfConfig(**cfg, nt=nt) for nt in NHWC_TILE_RUNS]
+                            picks += [
+                                c for c in runs
+                                if solver.is_valid_perf_config(handle.context, canon, c)
+                            ]  # fmt: skip
                     if args.minb:  # each pick again with dw_nhwc's registers capped
                         capped = [PerfConfig(**c, mb=m) for c in picks for m in NHWC_MIN_BLOCKS]
                         picks += [c for c in capped if c in space]

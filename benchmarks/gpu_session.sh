@@ -38,8 +38,9 @@
 #               forward and backward data, on the three networks' depthwise layers (the data
 #               its NCHW default is fitted on: benchmarks/depthwise_defaults_report.py)
 #   dwtiles     issue 13: dw_nhwc_tile (NHWC 3x3 depthwise from staged tiles) checked by its GPU
-#               tests, then its first 8 tiles (capped and not) beside dw_nhwc's default against
-#               cuDNN, fp16 and bf16, forward and backward data, MobileNetV2 and EfficientNet-B0
+#               tests, then its first DW_TILES tiles (4; capped and not, each also in runs of
+#               2/4/8 tiles a block) beside dw_nhwc's default against cuDNN, fp16 and bf16,
+#               forward and backward data, MobileNetV2 and EfficientNet-B0
 #   splits      issue 13: miocore-triton's split-K GPU tests, then every configuration of the
 #               3-D U-Net's forward and backward-data layers in NCHW (SPLIT_DTYPES, fp16 by
 #               default) against cuDNN, no find (benchmarks/triton_split_report.py reads it)
@@ -202,7 +203,8 @@ case "$STAGE" in
       -k "staged or misaligned" 2>&1 | tee "$OUT/dw_tiles_tests.log" | tail -5
     for suite in mobilenetv2 efficientnet_b0_dw; do
       timeout 150 python3 benchmarks/gpu_depthwise_bench.py --suite "$suite" --batch 64 \
-        --dtypes float16 bfloat16 --layouts NHWC --configs 1 --nhwc-tiles 8 --runs 10 \
+        --dtypes float16 bfloat16 --layouts NHWC --configs 1 --nhwc-tiles "${DW_TILES:-4}" \
+        --tile-runs --runs 10 \
         --directions forward backward_data --out "$OUT/dw_tiles_$suite.json" 2>&1 |
         grep -a -v '^{' | tail -6
     done

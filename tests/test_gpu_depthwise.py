@@ -367,8 +367,9 @@ def test_nhwc_staged_tiles_every_config(handle: miocore.Handle, dtype: str) -> N
     # on stride 2 and dilation 2, a 1x3 filter with stride (1, 2), asymmetric padding, planes
     # no tile divides (partial tiles on both edges), channel counts that leave the last
     # channel block short (24 of 32 or 64, 40) and a layer of 16; each also on buffers one
-    # element past an aligned allocation (the scalar twin).
-    from miocore_direct.gpu_depthwise_nhwc_tile import nhwc_tile_configs
+    # element past an aligned allocation (the scalar twin); and the first and last of them in
+    # runs of several tiles a block.
+    from miocore_direct.gpu_depthwise_nhwc_tile import NHWC_TILE_RUNS, nhwc_tile_configs
 
     cases = [  # direction, c, spatial, filter, pads, strides, dilations
         ("forward", 24, (15, 13), (3, 3), (1, 1), (1, 1), (1, 1)),
@@ -390,6 +391,13 @@ def test_nhwc_staged_tiles_every_config(handle: miocore.Handle, dtype: str) -> N
         configs = nhwc_tile_configs(problem.canonical)
         assert configs, problem.key  # the staged kernel applies to every one of these
         configs = configs[::4]  # every tile shape, block width and cap among them
+        # runs of 2, 4 and 8 tiles a block, double-buffered (the last run partly past the
+        # last tile: 3 images' tiles are no multiple of 8)
+        for cfg in (configs[0], configs[-1]):
+            for nt in NHWC_TILE_RUNS:
+                run = miocore.PerfConfig(**cfg, nt=nt)
+                if solver.is_valid_perf_config(handle.context, problem.canonical, run):
+                    configs.append(run)
         for cfg in configs:
             kernels = solver.get_solution(handle.context, problem.canonical, cfg).kernels
             assert kernels[0].kernel_name == "dw_nhwc_tile"

@@ -536,3 +536,32 @@ def test_nhwc_staged_tile_default_where_the_gpu_timed_it_faster(dtype: str) -> N
         assert "toh" not in default(direction, 5, 1, 28)
         assert "toh" not in default(direction, 3, 1, 28, "float32")
     assert "toh" not in default("forward", 3, 2, 56)  # a 28-wide written plane, strided
+
+
+def test_nhwc_staged_tile_runs_of_several_tiles() -> None:
+    # nt: a block runs that many tiles in turn from two staging buffers; the grid's x counts
+    # runs (the last one short), shared memory doubles, and nt is validated
+    from miocore_direct.gpu_depthwise_nhwc_tile import NHWC_TILE_RUNS, nhwc_tile_shared_bytes
+
+    s, ctx = dw.GpuDepthwiseSolver(), _ctx()
+    p = _problem(n=3, c=40, k=40, groups=40, in_spatial=(30, 20), dtype="float16",
+                 layout="NHWC").canonical  # fmt: skip
+    one = miocore.PerfConfig(vec=4, ch=32, toh=8, tow=16, pix=2)
+    for nt in NHWC_TILE_RUNS:
+        run = miocore.PerfConfig(**one, nt=nt)
+        assert s.is_valid_perf_config(ctx, p, run)
+        assert nhwc_tile_shared_bytes(p, run) == 2 * nhwc_tile_shared_bytes(p, one)
+        main = s.get_solution(ctx, p, run).kernels[0]
+        assert f"-DMIO_TILES={nt}" in main.options
+        assert main.grid == (-(-3 * 4 * 2 // nt), 2)  # 3 images x 4 x 2 tiles, in runs
+    assert not any("MIO_TILES" in o for o in s.get_solution(ctx, p, one).kernels[0].options)
+    for nt in (1, 3, 16, "two"):
+        assert not s.is_valid_perf_config(ctx, p, miocore.PerfConfig(**one, nt=nt)), nt
+    # a stride-2 fp32 tile whose two buffers exceed the static shared memory
+    wide = _problem(n=2, c=64, k=64, groups=64, in_spatial=(64, 64), strides=(2, 2),
+                    dtype="float32", layout="NHWC").canonical  # fmt: skip
+    big = miocore.PerfConfig(vec=4, ch=32, toh=8, tow=8, pix=4)
+    assert s.is_valid_perf_config(ctx, wide, big)
+    assert not s.is_valid_perf_config(ctx, wide, miocore.PerfConfig(**big, nt=2))
+    # not in the tuning space until a GPU has timed them
+    assert not any("nt" in c for c in s.perf_config_space(ctx, p))

@@ -100,6 +100,7 @@ from miocore_direct.gpu_depthwise_nhwc_tile import (
     NHWC_TILE_SOURCE,
     NHWC_TILE_THREADS,
     is_nhwc_tile,
+    nhwc_tile_blocks_x,
     nhwc_tile_grid,
 )
 
@@ -264,10 +265,12 @@ class GpuDepthwiseSolver(TunableSolver):
             opts = (*opts, f"-DMIO_TOW={cfg['tow']}")
             if cfg.get("mb"):
                 opts = (*opts, f"-DMIO_MINB={cfg['mb']}")
+            if cfg.get("nt", 1) > 1:
+                opts = (*opts, f"-DMIO_TILES={cfg['nt']}")
             fields.update(tiles_w=tiles_w, tiles=tiles)
             lanes = cfg["ch"] // cfg["vec"]
             block = (lanes, NHWC_TILE_THREADS // lanes)
-            grid = (b.lengths[0] * tiles, blocks)
+            grid = (nhwc_tile_blocks_x(p, cfg), blocks)
             kernels.append(kernel_info("dw_nhwc_tile", opts, grid, block, NHWC_TILE_SOURCE))
             # the scalar twin for buffers not 16-byte aligned: dw_nhwc, one pixel a thread
             scalar = PerfConfig(vec=1, pix=1, py=1, ct=ct_for(b.lengths[1], 1))

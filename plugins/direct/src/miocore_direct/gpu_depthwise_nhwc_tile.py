@@ -2,12 +2,16 @@
 from input tiles staged in shared memory (``kernels/depthwise_nhwc_tile.cu``).
 
 A config names a block's tile: ``toh`` x ``tow`` outputs for ``ch`` channels, each thread
-``vec`` channels x ``pix`` consecutive outputs at a time. The kernel answers the profile of
-``dw_nhwc`` on 16-bit 3x3 layers (Nsight Compute, H200, thirty-third session: latency-bound,
-112 registers, 25% occupancy, each input element read about three times through L1).
+``vec`` channels x ``pix`` consecutive outputs at a time; optionally ``mb`` (a register cap for
+that many blocks per SM) and ``nt`` (tiles a block computes in turn, the next one's input
+copied asynchronously into a second buffer while this one computes). The kernel answers the
+profile of ``dw_nhwc`` on 16-bit 3x3 layers (Nsight Compute, H200, thirty-third session:
+latency-bound, 112 registers, 25% occupancy, each input element read about three times
+through L1).
 
-Its configs follow ``dw_nhwc``'s in the tuning space; the default takes a tile only where the
-timing on the GPU showed it faster (:func:`default_nhwc_tile`).
+Its single-tile configs follow ``dw_nhwc``'s in the tuning space; the default takes a tile
+only where the timing on the GPU showed it faster (:func:`default_nhwc_tile`). Runs of
+several tiles (``nt``) are valid as explicit configs, not yet in the space.
 """
 
 from __future__ import annotations
@@ -31,11 +35,16 @@ NHWC_TILE_SOURCE = "direct/depthwise_nhwc_tile.cu"
 NHWC_TILE_THREADS = 256
 #: Bytes of one staged load (and the alignment both activation tensors need).
 NHWC_TILE_CHUNK_BYTES = 16
-#: The keys of a tile config, and the optional one: ``mb`` blocks per SM its registers are
+#: The keys of a tile config, and the optional ones: ``mb`` blocks per SM its registers are
 #: capped for (uncapped, the 16-bit 3x3 tiles compile to 80-94 registers: 2 blocks of 256;
-#: 4 blocks spill 132 bytes).
+#: 4 blocks spill 132 bytes), ``nt`` tiles a block runs in turn (double-buffered).
 NHWC_TILE_KEYS = ("vec", "ch", "toh", "tow", "pix")
+NHWC_TILE_OPTIONAL_KEYS = ("mb", "nt")
 NHWC_TILE_MIN_BLOCKS = (3, 4)
+#: Tiles a block may run in turn (``nt``). Not in the tuning space until a GPU has timed them
+#: (they answer the staged tile's profile: a block waits for its whole tile before any
+#: arithmetic, so on strided and large planes it was no faster than ``dw_nhwc``).
+NHWC_TILE_RUNS = (2, 4, 8)
 #: Output tiles tried, (rows, columns), best guesses first.
 NHWC_TILE_SHAPES = ((8, 16), (4, 32), (8, 8), (16, 16), (4, 16), (2, 32))
 
@@ -65,8 +74,10 @@ def nhwc_tile_staged(p: ConvProblem, cfg: PerfConfig) -> tuple[int, int]:
 
 
 def nhwc_tile_shared_bytes(p: ConvProblem, cfg: PerfConfig) -> int:
+    """Static shared memory of a block: the staged input, twice where it runs several tiles."""
     rows, cols = nhwc_tile_staged(p, cfg)
-    return rows * cols * cfg["ch"] * esize(p)
+    buffers = 2 if cfg.get("nt", 1) > 1 else 1
+    return buffers * rows * cols * cfg["ch"] * esize(p)
 
 
 def nhwc_tile_grid(p: ConvProblem, cfg: PerfConfig) -> tuple[int, int, int]:
@@ -75,6 +86,11 @@ def nhwc_tile_grid(p: ConvProblem, cfg: PerfConfig) -> tuple[int, int, int]:
     bh, bw = b.lengths[2:]
     tiles_w = -(-bw // cfg["tow"])
     return tiles_w, tiles_w * -(-bh // cfg["toh"]), -(-b.lengths[1] // cfg["ch"])
+
+
+def nhwc_tile_blocks_x(p: ConvProblem, cfg: PerfConfig) -> int:
+    """Blocks along the grid's x: every image's tiles in runs of ``nt``."""
+    return -(-role(p)[1].lengths[0] * nhwc_tile_grid(p, cfg)[1] // cfg.get("nt", 1))
 
 
 def nhwc_tile_fits(p: ConvProblem, cfg: PerfConfig) -> bool:
@@ -134,8 +150,9 @@ def default_nhwc_tile(p: ConvProblem) -> PerfConfig | None:
 
 
 def nhwc_tile_valid(p: ConvProblem, config: PerfConfig) -> bool:
-    """A tile config with exactly its keys (``mb`` optional), sane values, that fits ``p``."""
-    keys = (*NHWC_TILE_KEYS, "mb") if "mb" in config else NHWC_TILE_KEYS
+    """A tile config with exactly its keys (``mb`` and ``nt`` optional), sane values, that
+    fits ``p``."""
+    keys = (*NHWC_TILE_KEYS, *(k for k in NHWC_TILE_OPTIONAL_KEYS if k in config))
     if set(config) != set(keys):
         return False
     try:
@@ -143,6 +160,8 @@ def nhwc_tile_valid(p: ConvProblem, config: PerfConfig) -> bool:
     except (TypeError, ValueError):
         return False
     if values.get("mb", NHWC_TILE_MIN_BLOCKS[0]) not in NHWC_TILE_MIN_BLOCKS:
+        return False
+    if values.get("nt", NHWC_TILE_RUNS[0]) not in NHWC_TILE_RUNS:
         return False
     if any(v < 1 for v in values.values()) or values["toh"] > 64 or values["tow"] > 64:
         return False

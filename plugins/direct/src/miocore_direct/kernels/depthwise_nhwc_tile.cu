@@ -15,8 +15,14 @@
 //                     MIO_VEC)
 //   MIO_PIX           consecutive output columns a thread computes at a time (divides MIO_TOW)
 //   MIO_MINB          blocks each SM must hold at once (registers capped to match; default 1)
-// Block: (MIO_CH / MIO_VEC) channel lanes x (256 / that) pixel lanes. Grid: x over (image,
-// tile row, tile column), the column fastest; y over channel blocks.
+//   MIO_TILES         tiles a block computes one after the other (default 1). Above 1 the
+//                     input is staged into two buffers by asynchronous copies (cp.async on
+//                     sm_80+, plain copies elsewhere): the next tile's input is in flight
+//                     while this one's outputs are computed, where one tile a block leaves
+//                     each block waiting for its whole tile before any arithmetic.
+// Block: (MIO_CH / MIO_VEC) channel lanes x (256 / that) pixel lanes. Grid: x over runs of
+// MIO_TILES tiles in (image, tile row, tile column) order, the column fastest; y over channel
+// blocks.
 // MioDwParams: tiles_w = tiles along W, tiles = tiles per image.
 // The host launches it only where both activation tensors are 16-byte aligned with channels
 // innermost in whole chunks (its scalar twin, dw_nhwc, runs the rest).
@@ -34,6 +40,10 @@
 #ifndef MIO_MINB
 #define MIO_MINB 1
 #endif
+#ifndef MIO_TILES
+#define MIO_TILES 1
+#endif
+#define MIO_BUFFERS (MIO_TILES > 1 ? 2 : 1)
 #define MIO_CHUNK (16 / MIO_ESIZE)  // elements of one staged 16-byte load
 #define MIO_CHUNKS (MIO_CH / MIO_CHUNK)
 #define MIO_TEH ((MIO_TOH - 1) * MIO_SH + (MIO_FY - 1) * MIO_DH + 1)  // staged rows
@@ -44,52 +54,61 @@
 #error "dw_nhwc_tile: MIO_CH whole chunks and vectors, MIO_PIX dividing MIO_TOW, 2-D filters"
 #endif
 
-MIO_KERNEL void __launch_bounds__(256, MIO_MINB)
-    dw_nhwc_tile(const mio_t* __restrict__ a, const mio_t* __restrict__ w,
-                 mio_t* __restrict__ b, MioDwParams p) {
-  __shared__ uint4 s_tile[MIO_TEH * MIO_TEW * MIO_CHUNKS];  // [row][column][chunk]
-  const int tid = (int)(threadIdx.y * blockDim.x + threadIdx.x);
-  const int threads = (int)(blockDim.x * blockDim.y);
-  const int tiles_w = (int)p.tiles_w, tiles_h = (int)(p.tiles / p.tiles_w);
-  unsigned int t = blockIdx.x;
-  const int ow0 = (int)(t % (unsigned int)tiles_w) * MIO_TOW;
-  t /= (unsigned int)tiles_w;
-  const int oh0 = (int)(t % (unsigned int)tiles_h) * MIO_TOH;
-  const mio_index n = t / (unsigned int)tiles_h;
-  const int channels = (int)p.b.len[1];  // plain depthwise: as many read as written
-  const int c0 = (int)blockIdx.y * MIO_CH;
-  const int ah = (int)p.a.len[3], aw = (int)p.a.len[4];
-  const int bh = (int)p.b.len[3], bw = (int)p.b.len[4];
-  const int ih0 = oh0 * MIO_SH - (int)p.pad_h, iw0 = ow0 * MIO_SW - (int)p.pad_w;
+#define MIO_STAGED (MIO_TEH * MIO_TEW * MIO_CHUNKS)  // 16-byte chunks of one tile's input
 
-  // Stage: consecutive threads take consecutive chunks of a pixel, then the next pixel, so a
-  // warp reads whole runs of channels; zeros outside the image and past the last channel.
-  const mio_t* an = a + n * p.a.stride[0] + c0;
-  for (int i = tid; i < MIO_TEH * MIO_TEW * MIO_CHUNKS; i += threads) {
+// The image and first output row and column of tile t (tiles numbered image by image).
+struct MioTileAt {
+  mio_index n;
+  int oh0, ow0;
+};
+
+MIO_DEVICE MioTileAt dw_tile_at(mio_index t, const MioDwParams& p) {
+  const mio_index tiles_w = p.tiles_w, tiles_h = p.tiles / p.tiles_w;
+  MioTileAt at;
+  at.ow0 = (int)(t % tiles_w) * MIO_TOW;
+  t /= tiles_w;
+  at.oh0 = (int)(t % tiles_h) * MIO_TOH;
+  at.n = t / tiles_h;
+  return at;
+}
+
+// Copies tile t's input (rows, columns and halo; MIO_CH channels from c0) to buf: consecutive
+// threads take consecutive chunks of a pixel, then the next pixel, so a warp reads whole runs
+// of channels; zeros outside the image and past the last channel. With MIO_TILES > 1 the
+// copies are asynchronous (the caller commits and waits).
+MIO_DEVICE void dw_tile_stage(uint4* buf, const mio_t* __restrict__ a, const MioDwParams& p,
+                              mio_index t, int c0, int tid, int threads) {
+  const MioTileAt at = dw_tile_at(t, p);
+  const int channels = (int)p.b.len[1];  // plain depthwise: as many read as written
+  const int ah = (int)p.a.len[3], aw = (int)p.a.len[4];
+  const int ih0 = at.oh0 * MIO_SH - (int)p.pad_h, iw0 = at.ow0 * MIO_SW - (int)p.pad_w;
+  const mio_t* an = a + at.n * p.a.stride[0] + c0;
+  for (int i = tid; i < MIO_STAGED; i += threads) {
     const int k = i % MIO_CHUNKS, pixel = i / MIO_CHUNKS;
     const int ih = ih0 + pixel / MIO_TEW, iw = iw0 + pixel % MIO_TEW;
+    const bool inside =
+        ih >= 0 && ih < ah && iw >= 0 && iw < aw && c0 + k * MIO_CHUNK < channels;
+#if MIO_TILES > 1
+    const mio_t* src = inside ? an + ih * p.a.stride[3] + iw * p.a.stride[4] + k * MIO_CHUNK : an;
+    mio_cp_async16(buf + i, src, inside ? 16 : 0);
+#else
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (ih >= 0 && ih < ah && iw >= 0 && iw < aw && c0 + k * MIO_CHUNK < channels) {
-      v = *(const uint4*)(an + ih * p.a.stride[3] + iw * p.a.stride[4] + k * MIO_CHUNK);
-    }
-    s_tile[i] = v;
+    if (inside) v = *(const uint4*)(an + ih * p.a.stride[3] + iw * p.a.stride[4] + k * MIO_CHUNK);
+    buf[i] = v;
+#endif
   }
-  __syncthreads();
+}
 
-  const int lane = (int)threadIdx.x;  // this thread's channel vector in the block
-  const int c = c0 + lane * MIO_VEC;
-  if (c >= channels) return;  // after the only barrier
-  float wr[MIO_FY * MIO_FX][MIO_VEC];
-#pragma unroll
-  for (int f = 0; f < MIO_FY * MIO_FX; ++f)
-#pragma unroll
-    for (int e = 0; e < MIO_VEC; ++e) wr[f][e] = mio_wtap(w, p.w, c + e, 0, f / MIO_FX, f % MIO_FX);
-
-  const mio_t* s_in = (const mio_t*)s_tile + lane * MIO_VEC;
-  mio_t* bn = b + n * p.b.stride[0] + c;
+// This thread's strips of tile t, computed from its staged input (buf) and the taps (wr).
+MIO_DEVICE void dw_tile_compute(const uint4* buf, const float (*wr)[MIO_VEC], mio_t* b,
+                                const MioDwParams& p, mio_index t, int lane, int c) {
+  const MioTileAt at = dw_tile_at(t, p);
+  const int bh = (int)p.b.len[3], bw = (int)p.b.len[4];
+  const mio_t* s_in = (const mio_t*)buf + lane * MIO_VEC;
+  mio_t* bn = b + at.n * p.b.stride[0] + c;
   for (int s = (int)threadIdx.y; s < MIO_TOH * MIO_STRIPS_W; s += (int)blockDim.y) {
     const int ry = s / MIO_STRIPS_W, rx = (s % MIO_STRIPS_W) * MIO_PIX;
-    const int oh = oh0 + ry, ow = ow0 + rx;
+    const int oh = at.oh0 + ry, ow = at.ow0 + rx;
     if (oh >= bh || ow >= bw) continue;
     float acc[MIO_PIX][MIO_VEC];
 #pragma unroll
@@ -118,5 +137,46 @@ MIO_KERNEL void __launch_bounds__(256, MIO_MINB)
     for (int q = 0; q < MIO_PIX; ++q) {
       if (ow + q < bw) mio_storev(out + (ow + q) * p.b.stride[4], acc[q]);
     }
+  }
+}
+
+MIO_KERNEL void __launch_bounds__(256, MIO_MINB)
+    dw_nhwc_tile(const mio_t* __restrict__ a, const mio_t* __restrict__ w,
+                 mio_t* __restrict__ b, MioDwParams p) {
+  __shared__ uint4 s_tile[MIO_BUFFERS][MIO_STAGED];  // [buffer][row][column][chunk]
+  const int tid = (int)(threadIdx.y * blockDim.x + threadIdx.x);
+  const int threads = (int)(blockDim.x * blockDim.y);
+  const int c0 = (int)blockIdx.y * MIO_CH;
+  const mio_index total = p.b.len[0] * p.tiles;
+  const mio_index first = (mio_index)blockIdx.x * MIO_TILES;
+  dw_tile_stage(s_tile[0], a, p, first, c0, tid, threads);
+#if MIO_TILES > 1
+  mio_cp_async_commit();
+#endif
+
+  const int lane = (int)threadIdx.x;  // this thread's channel vector in the block
+  const int c = c0 + lane * MIO_VEC;
+  const bool active = c < (int)p.b.len[1];  // idle lanes still stage and meet every barrier
+  float wr[MIO_FY * MIO_FX][MIO_VEC];
+#pragma unroll
+  for (int f = 0; f < MIO_FY * MIO_FX; ++f)
+#pragma unroll
+    for (int e = 0; e < MIO_VEC; ++e)
+      wr[f][e] = active ? mio_wtap(w, p.w, c + e, 0, f / MIO_FX, f % MIO_FX) : 0.0f;
+
+  for (int j = 0; j < MIO_TILES && first + j < total; ++j) {  // uniform over the block
+#if MIO_TILES > 1
+    if (j + 1 < MIO_TILES && first + j + 1 < total) {
+      // the next tile into the other buffer (read by tile j - 1, before the last barrier)
+      dw_tile_stage(s_tile[(j + 1) % 2], a, p, first + j + 1, c0, tid, threads);
+    }
+    mio_cp_async_commit();  // possibly empty: tile j's copies are then always one group back
+    mio_cp_async_wait(1);
+#endif
+    __syncthreads();
+    if (active) dw_tile_compute(s_tile[j % MIO_BUFFERS], wr, b, p, first + j, lane, c);
+#if MIO_TILES > 1
+    __syncthreads();  // every thread done with this buffer before it is staged again
+#endif
   }
 }
