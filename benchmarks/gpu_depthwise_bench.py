@@ -64,6 +64,22 @@ def cudnn_call(direction: str, x: Any, w: Any, y: Any, layer: Any) -> Any:
     return lambda: aten(y, x, w, None, s, p, [1, 1], False, [0, 0], g, mask)
 
 
+def tile_runs(solver: Any, ctx: Any, canon: Any, count: int) -> list[PerfConfig]:
+    """The first ``count`` staged tiles whose two buffers fit, capped and not, in runs of
+    every length of ``NHWC_TILE_RUNS``."""
+
+    def valid(cfg: PerfConfig) -> bool:
+        return solver.is_valid_perf_config(ctx, canon, cfg)
+
+    tiles = nhwc_tile_configs(canon)
+    bases = [c for c in tiles if "mb" not in c and valid(PerfConfig(**c, nt=2))][:count]
+    out = []
+    for cfg in tiles:
+        if PerfConfig(**{k: v for k, v in cfg.items() if k != "mb"}) in bases:
+            out += [r for r in (PerfConfig(**cfg, nt=nt) for nt in NHWC_TILE_RUNS) if valid(r)]
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=64)
@@ -99,8 +115,9 @@ def main() -> None:
     parser.add_argument(
         "--tile-runs",
         action="store_true",
-        help="with --nhwc-tiles: each of those tiles also in runs of 2, 4 and 8 tiles a block "
-        "(the nt key: double-buffered, the next tile's input copied while one computes)",
+        help="with --nhwc-tiles N: the first N tiles whose two staging buffers fit (capped and "
+        "not) also in runs of 2, 4 and 8 tiles a block (the nt key: the next tile's input "
+        "copied while one computes)",
     )
     parser.add_argument(
         "--minb",
@@ -178,12 +195,8 @@ def main() -> None:
                                     for c in tiles]  # fmt: skip
                         chosen = [c for c, u in zip(tiles, uncapped, strict=True) if u in base]
                         picks += [c for c in chosen if c not in picks]
-                        for cfg in chosen if args.tile_runs else ():
-                            runs = [PerfConfig(**cfg, nt=nt) for nt in NHWC_TILE_RUNS]
-                            picks += [
-                                c for c in runs
-                                if solver.is_valid_perf_config(handle.context, canon, c)
-                            ]  # fmt: skip
+                        if args.tile_runs:
+                            picks += tile_runs(solver, handle.context, canon, args.nhwc_tiles)
                     if args.minb:  # each pick again with dw_nhwc's registers capped
                         capped = [PerfConfig(**c, mb=m) for c in picks for m in NHWC_MIN_BLOCKS]
                         picks += [c for c in capped if c in space]
