@@ -1,21 +1,26 @@
-"""``direct.gpu_depthwise``'s ``dw_nchw_rows`` kernel built for the host and run on the CPU.
+"""``direct.gpu_depthwise``'s kernels built for the host and run on the CPU.
 
-The kernel has no barrier and no shared memory, so its grid can run thread after thread in
-plain C++: ``tests/host_kernels/miocore_gpu.h`` stands in for the portability header and
-``run_dw_nchw_rows.cpp`` runs a launch (a smaller grid than the solver's, so the grid-stride
-loop is exercised too) on the options, geometry and packed parameters the solver gives. The
-result, on random inputs and an output poisoned with NaN, is checked against the float64
-reference with each dtype's tolerance: the kernel's indexing (runs, rows, padding, stride,
-dilation, channel multiplier, the chunked loads' alignment and the element-by-element path)
-is tested without a GPU. Skipped where no C++ compiler with ``_Float16`` is found.
+``tests/host_kernels/miocore_gpu.h`` stands in for the portability header. ``dw_nchw_rows``
+has no barrier and no shared memory, so ``run_dw_nchw_rows.cpp`` runs its grid thread after
+thread (a smaller grid than the solver's, so the grid-stride loop is exercised too);
+``dw_nhwc_tile`` stages tiles in shared memory behind barriers, so ``run_dw_nhwc_tile.cpp``
+runs each block's threads as std::threads meeting at a host barrier, blocks one after another
+(one tile a block, and runs of tiles through both staging buffers). Each runs a launch on the
+options, geometry and packed parameters the solver gives; the result, on random inputs and an
+output poisoned with NaN, is checked against the float64 reference with each dtype's
+tolerance: the kernels' indexing (runs, rows, tiles, halos, padding, stride, dilation, channel
+multiplier, short channel blocks, the chunked loads' alignment and the element-by-element
+path) is tested without a GPU. Skipped where no C++ compiler with ``_Float16`` is found.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -46,18 +51,19 @@ def build(tmp_path_factory: pytest.TempPathFactory):
         pytest.skip(f"{CXX} has no _Float16")
     built: dict[tuple[str, ...], Path] = {}
 
-    def make(options: tuple[str, ...]) -> Path:
-        if options not in built:
-            exe = out / hashlib.sha1(" ".join(options).encode()).hexdigest()[:16]
-            cmd = [CXX, "-O1", "-std=c++17", "-w", f"-I{HOST}", f"-I{geo.KERNEL_DIR}"]
+    def make(options: tuple[str, ...], runner: str = "run_dw_nchw_rows.cpp") -> Path:
+        key = (runner, *options)
+        if key not in built:
+            exe = out / hashlib.sha1(" ".join(key).encode()).hexdigest()[:16]
+            cmd = [CXX, "-O1", "-std=c++17", "-w", "-pthread", f"-I{HOST}", f"-I{geo.KERNEL_DIR}"]
             done = subprocess.run(
-                [*cmd, *options, "-o", str(exe), str(HOST / "run_dw_nchw_rows.cpp")],
+                [*cmd, *options, "-o", str(exe), str(HOST / runner)],
                 capture_output=True,
                 text=True,
             )
             assert done.returncode == 0, done.stderr[-3000:]
-            built[options] = exe
-        return built[options]
+            built[key] = exe
+        return built[key]
 
     return make
 
@@ -146,3 +152,98 @@ def test_rows_chunks_are_as_wide_as_the_rows_allow(dtype: str, width: int, chunk
         .kernels
     )
     assert f"-DMIO_NV={chunk}" in kernel.options and f"-DMIO_PWM={1 % chunk}" in kernel.options
+
+
+def _run_tile(make, tmp: Path, problem: miocore.ConvProblem, cfg, inputs) -> np.ndarray:
+    """``cfg`` of ``dw_nhwc_tile`` run on the host (aligned buffers); the written tensor in
+    logical order."""
+    from miocore_direct.gpu_depthwise_nhwc_tile import nhwc_tile_grid
+
+    p = problem.canonical
+    kernel = dw.GpuDepthwiseSolver().get_solution(_ctx(), p, cfg).kernels[0]
+    assert kernel.kernel_name == "dw_nhwc_tile"
+    a, b, *_ = geo.role(p)
+    pads = geo.kernel_pads(p)
+    tiles_w, tiles, _ = nhwc_tile_grid(p, cfg)
+    fields = dict.fromkeys(geo.PARAM_FIELDS, 0)
+    fields.update(pad_d=pads[0], pad_h=pads[1], pad_w=pads[2], split=1)
+    fields.update(tiles_w=tiles_w, tiles=tiles)
+    params = tensor5_bytes(a) + tensor5_bytes(b) + tensor5_bytes(p.w) + geo.pack_params(fields)
+    read = "y" if p.direction is miocore.Direction.BACKWARD_DATA else "x"
+    (tmp / "params").write_bytes(params)
+    (tmp / "a").write_bytes(_memory(a, inputs[read]).tobytes())
+    (tmp / "w").write_bytes(_memory(p.w, inputs["w"]).tobytes())
+    b_bytes = b.element_space * b.dtype.itemsize
+    args = [tmp / "params", tmp / "a", tmp / "w", b_bytes, tmp / "b", *kernel.grid, *kernel.block]
+    exe = make(kernel.options, "run_dw_nhwc_tile.cpp")
+    subprocess.run([str(exe), *map(str, args)], check=True)
+    memory = np.frombuffer((tmp / "b").read_bytes(), dtype=b.dtype.numpy)
+    return np.lib.stride_tricks.as_strided(memory, b.lengths, _byte_strides(b)).copy()
+
+
+def _byte_strides(t: miocore.TensorDescriptor) -> tuple[int, ...]:
+    return tuple(s * t.dtype.itemsize for s in t.strides)
+
+
+def _memory(t: miocore.TensorDescriptor, logical: np.ndarray) -> np.ndarray:
+    """``logical`` laid out in memory as ``t``'s strides say (channels innermost: NHWC)."""
+    memory = np.zeros(t.element_space, dtype=t.dtype.numpy)
+    np.lib.stride_tricks.as_strided(memory, t.lengths, _byte_strides(t))[...] = logical
+    return memory
+
+
+TILE_CASES = [  # direction, c, spatial, filter, pads, strides, dilations
+    ("forward", 24, (15, 13), (3, 3), (1, 1), (1, 1), (1, 1)),  # partial tiles, 24 of 32
+    ("forward", 40, (17, 19), (3, 3), (1, 0), (2, 2), (1, 1)),  # stride 2, 40: 32 + 8
+    ("forward", 16, (12, 20), (3, 3), (0, 2), (1, 1), (1, 1)),  # asymmetric padding
+    ("forward", 32, (14, 14), (1, 3), (0, 1), (1, 2), (1, 1)),  # 1x3, stride (1, 2)
+    ("forward", 24, (16, 18), (3, 3), (2, 2), (1, 1), (2, 2)),  # dilation 2
+    ("backward_data", 40, (11, 9), (3, 3), (1, 2), (1, 1), (1, 1)),  # flipped filter
+]
+
+
+@pytest.mark.parametrize("dtype", ("float32", "float16", "bfloat16"))
+def test_nhwc_tile_kernel_on_the_host_matches_reference(build, tmp_path: Path, dtype: str) -> None:
+    # the first and last single tiles of each case (tile shapes, 32/64-channel blocks, caps),
+    # and the first in runs of 2 and 8 tiles a block (3 images' tiles: the last run short)
+    from miocore_direct.gpu_depthwise_nhwc_tile import NHWC_TILE_RUNS, nhwc_tile_configs
+
+    rng = np.random.default_rng(13)
+    solver = dw.GpuDepthwiseSolver()
+    tol = reference.tolerance(dtype)
+    plans = []
+    for direction, c, spatial, f, pads, strides, dils in TILE_CASES:
+        problem = miocore.ConvProblem.from_sizes(
+            direction, n=3, c=c, k=c, in_spatial=spatial, filter_spatial=f, pads=pads,
+            strides=strides, dilations=dils, groups=c, dtype=dtype, layout="NHWC",
+        )  # fmt: skip
+        singles = nhwc_tile_configs(problem.canonical)
+        configs = [singles[0], singles[-1]]
+        for nt in (NHWC_TILE_RUNS[0], NHWC_TILE_RUNS[-1]):
+            run = miocore.PerfConfig(**singles[0], nt=nt)
+            if solver.is_valid_perf_config(_ctx(), problem.canonical, run):
+                configs.append(run)
+        plans.append((problem, configs))
+    # every runner built first, side by side (the compiles are most of the test's time)
+    options = {
+        solver.get_solution(_ctx(), problem.canonical, cfg).kernels[0].options
+        for problem, configs in plans
+        for cfg in configs
+    }
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        list(pool.map(lambda o: build(o, "run_dw_nhwc_tile.cpp"), options))
+    checked = runs = 0
+    for problem, configs in plans:
+        canon = problem.canonical
+        runs += sum("nt" in cfg for cfg in configs)
+        inputs = reference.random_inputs(canon, rng)
+        out_name = canon.direction.output_tensor
+        expected = reference.convolution(
+            canon, **{k: v for k, v in inputs.items() if k != out_name}
+        )
+        for cfg in configs:
+            got = _run_tile(build, tmp_path, problem, cfg, inputs)
+            err = reference.relative_error(got, expected)
+            assert np.isfinite(err) and err <= tol, (problem.key, dict(cfg), err)
+            checked += 1
+    assert runs >= len(TILE_CASES) and checked == 2 * len(TILE_CASES) + runs

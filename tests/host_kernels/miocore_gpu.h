@@ -1,18 +1,47 @@
 // A host stand-in for kernels/miocore_gpu.h: enough of the portability header to build a
-// kernel without barriers or shared memory (dw_nchw_rows) as plain C++ and run its grid in
-// loops on the CPU, so its indexing is checked against the float64 reference without a GPU
-// (tests/test_gpu_depthwise_host.py). fp16 through the compiler's _Float16, bf16 by bits.
+// depthwise kernel as plain C++ and run its grid on the CPU, so its indexing is checked against
+// the float64 reference without a GPU (tests/test_gpu_depthwise_host.py). Kernels without
+// barriers (dw_nchw_rows) run thread after thread; kernels with barriers and shared memory
+// (dw_nhwc_tile) run each block's threads as std::threads meeting at mio_host_barrier, blocks
+// one after another (so a function-static array is the block's shared memory). fp16 through
+// the compiler's _Float16, bf16 by bits.
 #pragma once
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 
 typedef long long mio_index;
 #define MIO_KERNEL
 #define MIO_DEVICE static inline
+#define __launch_bounds__(...)
+#define __shared__ static  // blocks run one at a time: one array serves each in turn
+#define __syncthreads() mio_host_barrier.wait()
+#define __forceinline__ inline
 
 struct MioDim3 {
   unsigned x = 0, y = 0, z = 0;
 };
-static MioDim3 threadIdx, blockIdx, blockDim, gridDim;
+static thread_local MioDim3 threadIdx, blockIdx;
+static MioDim3 blockDim, gridDim;
+
+// A reusable barrier for one block's threads (C++17: no std::barrier).
+struct MioHostBarrier {
+  std::mutex m;
+  std::condition_variable cv;
+  unsigned count = 1, waiting = 0, generation = 0;
+  void wait() {
+    std::unique_lock<std::mutex> lock(m);
+    const unsigned gen = generation;
+    if (++waiting == count) {
+      waiting = 0;
+      ++generation;
+      cv.notify_all();
+    } else {
+      cv.wait(lock, [&] { return gen != generation; });
+    }
+  }
+};
+static MioHostBarrier mio_host_barrier;
 
 struct uint2 {
   unsigned int x, y;
@@ -83,3 +112,12 @@ struct MioTensor5 {
 #define MIO_GRID_LOOP(i, total)                                                        \
   for (mio_index i = (mio_index)blockIdx.x * blockDim.x + threadIdx.x; i < (total);    \
        i += (mio_index)gridDim.x * blockDim.x)
+
+// cp.async's host form: a plain 16-byte copy (zeros past nbytes); groups complete at once.
+MIO_DEVICE void mio_cp_async16(void* dst, const void* src, int nbytes) {
+  uint4 v = make_uint4(0u, 0u, 0u, 0u);
+  if (nbytes > 0) memcpy(&v, src, 16);
+  memcpy(dst, &v, 16);
+}
+#define mio_cp_async_commit() ((void)0)
+#define mio_cp_async_wait(n) ((void)0)

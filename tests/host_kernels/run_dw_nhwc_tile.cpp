@@ -1,0 +1,72 @@
+// Runs direct.gpu_depthwise's dw_nhwc_tile on the CPU: a block's threads as std::threads that
+// meet at its barriers, the blocks one after another, through the host stand-in of
+// miocore_gpu.h beside this file.
+//   run_dw_nhwc_tile PARAMS A W B_BYTES OUT GRID_X GRID_Y BLOCK_X BLOCK_Y
+// PARAMS: the packed MioDwParams; A, W: raw element files; OUT: where the written tensor goes.
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "depthwise_nhwc_tile.cu"
+
+static std::vector<char> read_all(const char* path) {
+  std::vector<char> bytes;
+  FILE* f = fopen(path, "rb");
+  if (f == nullptr) return bytes;
+  char chunk[65536];
+  size_t got;
+  while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {
+    bytes.insert(bytes.end(), chunk, chunk + got);
+  }
+  fclose(f);
+  return bytes;
+}
+
+int main(int argc, char** argv) {
+  if (argc != 10) return 2;
+  const std::vector<char> pv = read_all(argv[1]), av = read_all(argv[2]), wv = read_all(argv[3]);
+  const size_t b_bytes = strtoull(argv[4], nullptr, 10);
+  gridDim.x = (unsigned)atoi(argv[6]);
+  gridDim.y = (unsigned)atoi(argv[7]);
+  blockDim.x = (unsigned)atoi(argv[8]);
+  blockDim.y = (unsigned)atoi(argv[9]);
+  MioDwParams p;
+  if (pv.size() != sizeof p) return 3;
+  memcpy(&p, pv.data(), sizeof p);
+  // 16-byte aligned storage (the kernel's staged loads are 16 bytes wide)
+  std::vector<uint4> a_store(av.size() / 16 + 1), w_store(wv.size() / 16 + 1);
+  std::vector<uint4> b_store(b_bytes / 16 + 1);
+  mio_t* a = (mio_t*)a_store.data();
+  mio_t* w = (mio_t*)w_store.data();
+  mio_t* b = (mio_t*)b_store.data();
+  memcpy(a, av.data(), av.size());
+  memcpy(w, wv.data(), wv.size());
+  memset(b, 0xff, b_bytes);  // NaN in every element type: an element never written fails
+  // one std::thread per GPU thread of a block, for every block in turn: each runs the kernel
+  // for a block, then waits for the others before the next (the shared array is reused)
+  mio_host_barrier.count = blockDim.x * blockDim.y;
+  std::vector<std::thread> threads;
+  for (unsigned ty = 0; ty < blockDim.y; ++ty) {
+    for (unsigned tx = 0; tx < blockDim.x; ++tx) {
+      threads.emplace_back([=] {
+        threadIdx.x = tx;
+        threadIdx.y = ty;
+        for (unsigned by = 0; by < gridDim.y; ++by) {
+          for (unsigned bx = 0; bx < gridDim.x; ++bx) {
+            blockIdx.x = bx;
+            blockIdx.y = by;
+            dw_nhwc_tile(a, w, b, p);
+            mio_host_barrier.wait();
+          }
+        }
+      });
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  FILE* f = fopen(argv[5], "wb");
+  if (f == nullptr) return 4;
+  fwrite(b, 1, b_bytes, f);
+  fclose(f);
+  return 0;
+}
