@@ -12,7 +12,8 @@
 #   suite       every GPU test file in two pytest runs side by side (on two GPUs where there
 #               are): miocore-triton's 226 tests spread test by test over 10 processes (they
 #               share nothing; one process took over 25 minutes for them), the rest file by
-#               file over 10 (module fixtures reused); junit.xml and junit_triton.xml
+#               file over 10 (module fixtures reused); junit.xml and junit_triton.xml;
+#               SUITE_PARTS=main or =triton runs one (on one GPU: a call each)
 #   models      benchmarks/gpu_models.py, every plugin (cuDNN's engines included), eager;
 #               MODELS / DTYPES narrow it, MODES widens it (eager graph compile); finds are
 #               kept in /tmp/mdb-models for later stages
