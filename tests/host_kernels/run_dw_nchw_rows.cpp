@@ -8,19 +8,7 @@
 #include <vector>
 
 #include "depthwise_rows.cu"
-
-static std::vector<char> read_all(const char* path) {
-  std::vector<char> bytes;
-  FILE* f = fopen(path, "rb");
-  if (f == nullptr) return bytes;
-  char chunk[65536];
-  size_t got;
-  while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {
-    bytes.insert(bytes.end(), chunk, chunk + got);
-  }
-  fclose(f);
-  return bytes;
-}
+#include "host_io.h"
 
 int main(int argc, char** argv) {
   if (argc != 9) return 2;
@@ -49,9 +37,6 @@ int main(int argc, char** argv) {
       dw_nchw_rows(a, w, b, p);
     }
   }
-  FILE* f = fopen(argv[5], "wb");
-  if (f == nullptr) return 4;
-  fwrite(b, 1, b_bytes, f);
-  fclose(f);
+  if (!write_all(argv[5], b, b_bytes)) return 4;
   return 0;
 }
