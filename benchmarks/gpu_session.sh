@@ -95,7 +95,9 @@
 #               $OUT/vstable.tgz. VS_JOBS: one list per GPU, separated by ';', of jobs
 #               LAYOUT:DTYPE:PLUGINS:SUITE[,SUITE] separated by spaces (PLUGINS: own or all);
 #               VS_DEADLINE: seconds until every job is stopped (each writes after every suite);
-#               VS_DIRECTIONS narrows every job
+#               VS_DIRECTIONS narrows every job; each GPU's find records (every candidate's
+#               time at today's revisions) in db_gpu<i>/sm90_132.db of the tarball, to merge
+#               into the sm90 system database (benchmarks/merge_db.py) and retrain on
 #   parallel    any commands side by side on a several-GPU kind: PAR_CMDS, one command per GPU
 #               separated by ';' (each sees only its own GPU, its output in /tmp/par/gpu<i>.log,
 #               files it writes under /tmp/par kept); PAR_DEADLINE seconds for them all;
@@ -484,7 +486,8 @@ PY
             python3 benchmarks/gpu_vs_cudnn.py --suites $(tr ',' ' ' <<<"$suites") \
             --dtypes "$dtype" --layout "$layout" --skip-extras \
             --directions ${VS_DIRECTIONS:-forward backward_data backward_weights} \
-            --out "/tmp/vstable/$tag.json" >"/tmp/vstable/$tag.log" 2>&1
+            --out "/tmp/vstable/$tag.json" --db "/tmp/vstable/db_gpu$gpu" \
+            >"/tmp/vstable/$tag.log" 2>&1
           echo "gpu $gpu $tag rc=$?"
           grep -a "cuDNN/miocore" "/tmp/vstable/$tag.log"
         done

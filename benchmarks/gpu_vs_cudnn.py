@@ -338,7 +338,18 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--skip-extras", action="store_true", help="no host/find-time parts")
+    parser.add_argument(
+        "--db",
+        type=Path,
+        default=None,
+        help="keep the run's find records: the user database in this folder (NORMAL find's "
+        "times of every candidate at today's solver revisions; benchmarks/merge_db.py folds "
+        "them into a system database)",
+    )
     args = parser.parse_args()
+    if args.db:  # before any handle opens its database
+        args.db.mkdir(parents=True, exist_ok=True)
+        os.environ["MIOCORE_USER_DB_PATH"] = str(args.db)
 
     result: dict[str, Any] = {
         "device": torch.cuda.get_device_name(),
