@@ -2,15 +2,17 @@
 
 ``tests/host_kernels/miocore_gpu.h`` stands in for the portability header. ``dw_nchw_rows``
 has no barrier and no shared memory, so ``run_dw_nchw_rows.cpp`` runs its grid thread after
-thread (a smaller grid than the solver's, so the grid-stride loop is exercised too);
-``dw_nhwc_tile`` stages tiles in shared memory behind barriers, so ``run_dw_nhwc_tile.cpp``
-runs each block's threads as std::threads meeting at a host barrier, blocks one after another
-(one tile a block, and runs of tiles through both staging buffers). Each runs a launch on the
-options, geometry and packed parameters the solver gives; the result, on random inputs and an
-output poisoned with NaN, is checked against the float64 reference with each dtype's
-tolerance: the kernels' indexing (runs, rows, tiles, halos, padding, stride, dilation, channel
-multiplier, short channel blocks, the chunked loads' alignment and the element-by-element
-path) is tested without a GPU. Skipped where no C++ compiler with ``_Float16`` is found.
+thread (a smaller grid than the solver's, so the grid-stride loop is exercised too).
+``dw_nhwc_tile`` and ``dw_nhwc`` meet at barriers over shared memory, so ``run_dw_block.cpp``
+runs each block's threads as std::threads meeting at a host barrier, blocks one after another:
+the staged tiles one a block and in runs through both buffers, ``dw_nhwc`` with its taps in
+registers or staged in shared memory, and its scalar twin on misaligned buffers. Each runs a
+launch on the options, geometry and packed parameters the solver gives; the result, on random
+inputs and an output poisoned with NaN, is checked against the float64 reference with each
+dtype's tolerance: the kernels' indexing (runs, rows, tiles, halos, padding, stride, dilation,
+channel multiplier, short channel blocks, the chunked loads' alignment and the
+element-by-element paths) is tested without a GPU. Skipped where no C++ compiler with
+``_Float16`` is found.
 """
 
 from __future__ import annotations
@@ -154,31 +156,62 @@ def test_rows_chunks_are_as_wide_as_the_rows_allow(dtype: str, width: int, chunk
     assert f"-DMIO_NV={chunk}" in kernel.options and f"-DMIO_PWM={1 % chunk}" in kernel.options
 
 
-def _run_tile(make, tmp: Path, problem: miocore.ConvProblem, cfg, inputs) -> np.ndarray:
-    """``cfg`` of ``dw_nhwc_tile`` run on the host (aligned buffers); the written tensor in
+def _run_block(make, tmp: Path, problem: miocore.ConvProblem, cfg, inputs, shift: int = 0):
+    """``cfg``'s kernel of a channels-innermost layer (``dw_nhwc_tile`` or ``dw_nhwc``) run on
+    the host as the invoker would pick it: the main kernel on aligned buffers, its scalar twin
+    (the last kernel) where they start ``shift`` elements past alignment; the written tensor in
     logical order."""
-    from miocore_direct.gpu_depthwise_nhwc_tile import nhwc_tile_grid
+    from miocore_direct.gpu_depthwise_nhwc_tile import is_nhwc_tile, nhwc_tile_grid
 
     p = problem.canonical
-    kernel = dw.GpuDepthwiseSolver().get_solution(_ctx(), p, cfg).kernels[0]
-    assert kernel.kernel_name == "dw_nhwc_tile"
+    kernel = _block_kernel(p, cfg, shift)
     a, b, *_ = geo.role(p)
     pads = geo.kernel_pads(p)
-    tiles_w, tiles, _ = nhwc_tile_grid(p, cfg)
     fields = dict.fromkeys(geo.PARAM_FIELDS, 0)
     fields.update(pad_d=pads[0], pad_h=pads[1], pad_w=pads[2], split=1)
-    fields.update(tiles_w=tiles_w, tiles=tiles)
+    twin = cfg
+    if is_nhwc_tile(cfg):  # the solver's fields: the tiles', then its dw_nhwc twin's
+        tiles_w, tiles, _ = nhwc_tile_grid(p, cfg)
+        fields.update(tiles_w=tiles_w, tiles=tiles)
+        twin = miocore.PerfConfig(vec=1, pix=1, py=1, ct=geo.ct_for(b.lengths[1], 1))
+    dw.nhwc_kernels(_ctx(), p, twin, [], fields)
     params = tensor5_bytes(a) + tensor5_bytes(b) + tensor5_bytes(p.w) + geo.pack_params(fields)
     read = "y" if p.direction is miocore.Direction.BACKWARD_DATA else "x"
     (tmp / "params").write_bytes(params)
     (tmp / "a").write_bytes(_memory(a, inputs[read]).tobytes())
     (tmp / "w").write_bytes(_memory(p.w, inputs["w"]).tobytes())
     b_bytes = b.element_space * b.dtype.itemsize
-    args = [tmp / "params", tmp / "a", tmp / "w", b_bytes, tmp / "b", *kernel.grid, *kernel.block]
-    exe = make(kernel.options, "run_dw_nhwc_tile.cpp")
+    grid, block = kernel.grid, (*kernel.block, 1)[:2]
+    args = [tmp / "params", tmp / "a", tmp / "w", b_bytes, tmp / "b", *grid, *block, shift]
+    exe = make(_block_options(kernel), "run_dw_block.cpp")
     subprocess.run([str(exe), *map(str, args)], check=True)
     memory = np.frombuffer((tmp / "b").read_bytes(), dtype=b.dtype.numpy)
     return np.lib.stride_tricks.as_strided(memory, b.lengths, _byte_strides(b)).copy()
+
+
+def _block_kernel(p: miocore.ConvProblem, cfg, shift: int):
+    kernels = dw.GpuDepthwiseSolver().get_solution(_ctx(), p, cfg).kernels
+    return kernels[-1] if shift else kernels[0]
+
+
+def _block_options(kernel) -> tuple[str, ...]:
+    """The kernel's options and the host runner's: which file and kernel it runs."""
+    source = kernel.source.rsplit("/", 1)[-1]
+    host = (f"-DMIO_HOST_SOURCE={source}", f"-DMIO_HOST_KERNEL={kernel.kernel_name}")
+    return (*kernel.options, *host)
+
+
+def _prebuild(make, plans) -> None:
+    """Every runner of ``plans`` ((problem, configs, shifts) each) built first, side by side:
+    the compiles are most of a test's time."""
+    options = {
+        _block_options(_block_kernel(problem.canonical, cfg, shift))
+        for problem, configs, shifts in plans
+        for cfg in configs
+        for shift in shifts
+    }
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        list(pool.map(lambda o: make(o, "run_dw_block.cpp"), options))
 
 
 def _byte_strides(t: miocore.TensorDescriptor) -> tuple[int, ...]:
@@ -223,17 +256,10 @@ def test_nhwc_tile_kernel_on_the_host_matches_reference(build, tmp_path: Path, d
             run = miocore.PerfConfig(**singles[0], nt=nt)
             if solver.is_valid_perf_config(_ctx(), problem.canonical, run):
                 configs.append(run)
-        plans.append((problem, configs))
-    # every runner built first, side by side (the compiles are most of the test's time)
-    options = {
-        solver.get_solution(_ctx(), problem.canonical, cfg).kernels[0].options
-        for problem, configs in plans
-        for cfg in configs
-    }
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        list(pool.map(lambda o: build(o, "run_dw_nhwc_tile.cpp"), options))
+        plans.append((problem, configs, (0,)))
+    _prebuild(build, plans)
     checked = runs = 0
-    for problem, configs in plans:
+    for problem, configs, _ in plans:
         canon = problem.canonical
         runs += sum("nt" in cfg for cfg in configs)
         inputs = reference.random_inputs(canon, rng)
@@ -242,8 +268,54 @@ def test_nhwc_tile_kernel_on_the_host_matches_reference(build, tmp_path: Path, d
             canon, **{k: v for k, v in inputs.items() if k != out_name}
         )
         for cfg in configs:
-            got = _run_tile(build, tmp_path, problem, cfg, inputs)
+            got = _run_block(build, tmp_path, problem, cfg, inputs)
             err = reference.relative_error(got, expected)
             assert np.isfinite(err) and err <= tol, (problem.key, dict(cfg), err)
             checked += 1
     assert runs >= len(TILE_CASES) and checked == 2 * len(TILE_CASES) + runs
+
+
+NHWC_CASES = [  # direction, c, mult, spatial, filter, pads, strides, dilations
+    ("forward", 24, 1, (13, 11), (3, 3), (1, 1), (1, 1), (1, 1)),  # strips, partial groups
+    ("forward", 40, 1, (17, 15), (5, 5), (2, 1), (2, 2), (1, 1)),  # 5x5 stride 2
+    ("forward", 24, 1, (12, 14), (7, 7), (3, 3), (1, 1), (1, 1)),  # 7x7: taps in shared memory
+    ("forward", 8, 2, (9, 10), (3, 3), (1, 1), (1, 1), (2, 2)),  # multiplier, dilation
+    ("backward_data", 24, 1, (14, 13), (3, 3), (1, 1), (2, 2), (1, 1)),  # the gather
+    ("backward_data", 40, 1, (11, 9), (3, 3), (1, 2), (1, 1), (1, 1)),  # flipped filter
+]
+
+
+@pytest.mark.parametrize("dtype", ("float32", "float16", "bfloat16"))
+def test_nhwc_kernel_on_the_host_matches_reference(build, tmp_path: Path, dtype: str) -> None:
+    # dw_nhwc: the default and the space's first and last configs on aligned buffers, the
+    # default again on buffers one element past alignment (its scalar twin)
+    rng = np.random.default_rng(17)
+    solver = dw.GpuDepthwiseSolver()
+    tol = reference.tolerance(dtype)
+    plans = []
+    for direction, c, mult, spatial, f, pads, strides, dils in NHWC_CASES:
+        problem = miocore.ConvProblem.from_sizes(
+            direction, n=2, c=c, k=c * mult, in_spatial=spatial, filter_spatial=f, pads=pads,
+            strides=strides, dilations=dils, groups=c, dtype=dtype, layout="NHWC",
+        )  # fmt: skip
+        canon = problem.canonical
+        space = [g for g in solver.perf_config_space(_ctx(), canon) if "ct" in g]
+        default = solver.default_perf_config(_ctx(), canon)
+        assert "ct" in default, (problem.key, dict(default))  # dw_nhwc's, not a staged tile
+        plans.append((problem, list(dict.fromkeys((default, space[0], space[-1]))), (0,)))
+        plans.append((problem, [default], (1,)))
+    _prebuild(build, plans)
+    checked = 0
+    for problem, configs, (shift,) in plans:
+        canon = problem.canonical
+        inputs = reference.random_inputs(canon, rng)
+        out_name = canon.direction.output_tensor
+        expected = reference.convolution(
+            canon, **{k: v for k, v in inputs.items() if k != out_name}
+        )
+        for cfg in configs:
+            got = _run_block(build, tmp_path, problem, cfg, inputs, shift)
+            err = reference.relative_error(got, expected)
+            assert np.isfinite(err) and err <= tol, (problem.key, dict(cfg), shift, err)
+            checked += 1
+    assert checked >= 3 * len(NHWC_CASES)

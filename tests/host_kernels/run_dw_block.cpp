@@ -1,33 +1,38 @@
-// Runs direct.gpu_depthwise's dw_nhwc_tile on the CPU: a block's threads as std::threads that
-// meet at its barriers, the blocks one after another, through the host stand-in of
-// miocore_gpu.h beside this file.
-//   run_dw_nhwc_tile PARAMS A W B_BYTES OUT GRID_X GRID_Y BLOCK_X BLOCK_Y
-// PARAMS: the packed MioDwParams; A, W: raw element files; OUT: where the written tensor goes.
+// Runs one of direct.gpu_depthwise's kernels k(a, w, b, params) on the CPU: a block's threads
+// as std::threads that meet at its barriers, the blocks one after another, through the host
+// stand-in of miocore_gpu.h beside this file. Built with -DMIO_HOST_SOURCE=<kernel file>
+// -DMIO_HOST_KERNEL=<kernel name> beside the kernel's own options.
+//   run_dw_block PARAMS A W B_BYTES OUT GRID_X GRID_Y BLOCK_X BLOCK_Y SHIFT
+// PARAMS: the packed MioDwParams; A, W: raw element files; OUT: where the written tensor goes;
+// SHIFT: elements the activation buffers start past a 16-byte aligned allocation.
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
 #include <vector>
 
-#include "depthwise_nhwc_tile.cu"
+#define MIO_HOST_STR2(x) #x
+#define MIO_HOST_STR(x) MIO_HOST_STR2(x)
+#include MIO_HOST_STR(MIO_HOST_SOURCE)
 #include "host_io.h"
 
 int main(int argc, char** argv) {
-  if (argc != 10) return 2;
+  if (argc != 11) return 2;
   const std::vector<char> pv = read_all(argv[1]), av = read_all(argv[2]), wv = read_all(argv[3]);
   const size_t b_bytes = strtoull(argv[4], nullptr, 10);
   gridDim.x = (unsigned)atoi(argv[6]);
   gridDim.y = (unsigned)atoi(argv[7]);
   blockDim.x = (unsigned)atoi(argv[8]);
   blockDim.y = (unsigned)atoi(argv[9]);
+  const int shift = atoi(argv[10]);
   MioDwParams p;
   if (pv.size() != sizeof p) return 3;
   memcpy(&p, pv.data(), sizeof p);
-  // 16-byte aligned storage (the kernel's staged loads are 16 bytes wide)
-  std::vector<uint4> a_store(av.size() / 16 + 1), w_store(wv.size() / 16 + 1);
-  std::vector<uint4> b_store(b_bytes / 16 + 1);
-  mio_t* a = (mio_t*)a_store.data();
+  // 16-byte aligned storage, then `shift` elements in
+  std::vector<uint4> a_store(av.size() / 16 + 2), w_store(wv.size() / 16 + 2);
+  std::vector<uint4> b_store(b_bytes / 16 + 2);
+  mio_t* a = (mio_t*)a_store.data() + shift;
   mio_t* w = (mio_t*)w_store.data();
-  mio_t* b = (mio_t*)b_store.data();
+  mio_t* b = (mio_t*)b_store.data() + shift;
   memcpy(a, av.data(), av.size());
   memcpy(w, wv.data(), wv.size());
   memset(b, 0xff, b_bytes);  // NaN in every element type: an element never written fails
@@ -44,7 +49,7 @@ int main(int argc, char** argv) {
           for (unsigned bx = 0; bx < gridDim.x; ++bx) {
             blockIdx.x = bx;
             blockIdx.y = by;
-            dw_nhwc_tile(a, w, b, p);
+            MIO_HOST_KERNEL(a, w, b, p);
             mio_host_barrier.wait();
           }
         }
