@@ -1,18 +1,16 @@
-"""``direct.gpu_depthwise``'s kernels built for the host and run on the CPU.
+"""``direct.gpu_depthwise``'s forward and backward-data kernels built for the host and run on
+the CPU.
 
-``tests/host_kernels/miocore_gpu.h`` stands in for the portability header. ``dw_nchw_rows``
-has no barrier and no shared memory, so ``run_dw_nchw_rows.cpp`` runs its grid thread after
-thread (a smaller grid than the solver's, so the grid-stride loop is exercised too).
-``dw_nhwc_tile`` and ``dw_nhwc`` meet at barriers over shared memory, so ``run_dw_block.cpp``
-runs each block's threads as std::threads meeting at a host barrier, blocks one after another:
-the staged tiles one a block and in runs through both buffers, ``dw_nhwc`` with its taps in
-registers or staged in shared memory, and its scalar twin on misaligned buffers. Each runs a
-launch on the options, geometry and packed parameters the solver gives; the result, on random
-inputs and an output poisoned with NaN, is checked against the float64 reference with each
-dtype's tolerance: the kernels' indexing (runs, rows, tiles, halos, padding, stride, dilation,
-channel multiplier, short channel blocks, the chunked loads' alignment and the
-element-by-element paths) is tested without a GPU. Skipped where no C++ compiler with
-``_Float16`` is found.
+``tests/host_kernels/miocore_gpu.h`` stands in for the portability header, and
+``run_dw_block.cpp`` runs a launch of one kernel (``dw_nchw_rows``, ``dw_nchw``,
+``dw_nhwc_tile``, ``dw_nhwc``) on the options, geometry and packed parameters the solver gives:
+each block's threads as std::threads that meet at a host barrier, the blocks one after
+another. The result, on random inputs and an output poisoned with NaN, is checked against the
+float64 reference with each dtype's tolerance, so the kernels' indexing (runs, rows, tiles,
+halos, padding, stride, dilation, channel multiplier, planes per block, short channel
+blocks, the staged tiles' runs through both buffers, taps in registers or shared memory, the
+chunked loads' alignment and the scalar twins) is tested without a GPU. Skipped where no C++
+compiler with ``_Float16`` is found.
 """
 
 from __future__ import annotations
@@ -53,7 +51,7 @@ def build(tmp_path_factory: pytest.TempPathFactory):
         pytest.skip(f"{CXX} has no _Float16")
     built: dict[tuple[str, ...], Path] = {}
 
-    def make(options: tuple[str, ...], runner: str = "run_dw_nchw_rows.cpp") -> Path:
+    def make(options: tuple[str, ...], runner: str = "run_dw_block.cpp") -> Path:
         key = (runner, *options)
         if key not in built:
             exe = out / hashlib.sha1(" ".join(key).encode()).hexdigest()[:16]
@@ -75,27 +73,39 @@ def _ctx() -> miocore.ExecutionContext:
     return miocore.ExecutionContext(device=device)
 
 
-def _run(make, tmp: Path, problem: miocore.ConvProblem, cfg, inputs, shift: int) -> np.ndarray:
-    """``cfg`` run on the host; the written tensor in logical order."""
-    p = problem.canonical
-    (kernel,) = dw.GpuDepthwiseSolver().get_solution(_ctx(), p, cfg).kernels
-    assert kernel.kernel_name == "dw_nchw_rows"
-    a, b, *_ = geo.role(p)
-    pads = geo.kernel_pads(p)
-    runs, groups, items = configs.rows_items(p, cfg)
-    fields = dict.fromkeys(geo.PARAM_FIELDS, 0)
-    fields.update(pad_d=pads[0], pad_h=pads[1], pad_w=pads[2], split=1)
-    fields.update(tiles_w=runs, tiles=groups, items=items)
-    params = tensor5_bytes(a) + tensor5_bytes(b) + tensor5_bytes(p.w) + geo.pack_params(fields)
-    read = "y" if p.direction is miocore.Direction.BACKWARD_DATA else "x"
-    (tmp / "params").write_bytes(params)
-    (tmp / "a").write_bytes(np.ascontiguousarray(inputs[read]).tobytes())
-    (tmp / "w").write_bytes(np.ascontiguousarray(inputs["w"]).tobytes())
-    b_bytes = b.element_count * b.dtype.itemsize
-    grid = max(1, kernel.grid[0] // 3)  # fewer blocks than runs: the grid-stride loop
-    args = [tmp / "params", tmp / "a", tmp / "w", b_bytes, tmp / "b", grid, kernel.block[0], shift]
-    subprocess.run([str(make(kernel.options)), *map(str, args)], check=True)
-    return np.frombuffer((tmp / "b").read_bytes(), dtype=b.dtype.numpy).reshape(b.lengths)
+def _problem(case: tuple, dtype: str, layout: str, n: int = 2) -> miocore.ConvProblem:
+    direction, c, mult, spatial, f, pads, strides, dils = case
+    return miocore.ConvProblem.from_sizes(
+        direction, n=n, c=c, k=c * mult, in_spatial=spatial, filter_spatial=f, pads=pads,
+        strides=strides, dilations=dils, groups=c, dtype=dtype, layout=layout,
+    )  # fmt: skip
+
+
+def _space(problem: miocore.ConvProblem) -> list[miocore.PerfConfig]:
+    return dw.GpuDepthwiseSolver().perf_config_space(_ctx(), problem.canonical)
+
+
+def _check(make, tmp: Path, plans, seed: int, fewer_blocks: int = 1) -> int:
+    """Runs every (problem, configs, shifts) of ``plans`` on the host against the float64
+    reference on random inputs; the number of runs checked."""
+    _prebuild(make, plans)
+    rng = np.random.default_rng(seed)
+    checked = 0
+    for problem, picks, shifts in plans:
+        canon = problem.canonical
+        tol = reference.tolerance(canon.dtype)
+        inputs = reference.random_inputs(canon, rng)
+        out_name = canon.direction.output_tensor
+        expected = reference.convolution(
+            canon, **{k: v for k, v in inputs.items() if k != out_name}
+        )
+        for cfg in picks:
+            for shift in shifts:
+                got = _run_block(make, tmp, problem, cfg, inputs, shift, fewer_blocks)
+                err = reference.relative_error(got, expected)
+                assert np.isfinite(err) and err <= tol, (problem.key, dict(cfg), shift, err)
+                checked += 1
+    return checked
 
 
 CASES = [  # direction, c, mult, spatial, filter, pads, strides, dilations
@@ -112,29 +122,14 @@ CASES = [  # direction, c, mult, spatial, filter, pads, strides, dilations
 
 @pytest.mark.parametrize("dtype", ("float32", "float16", "bfloat16"))
 def test_rows_kernel_on_the_host_matches_reference(build, tmp_path: Path, dtype: str) -> None:
-    rng = np.random.default_rng(11)
-    solver = dw.GpuDepthwiseSolver()
-    tol = reference.tolerance(dtype)
-    checked = 0
-    for direction, c, mult, spatial, f, pads, strides, dils in CASES:
-        problem = miocore.ConvProblem.from_sizes(
-            direction, n=2, c=c, k=c * mult, in_spatial=spatial, filter_spatial=f, pads=pads,
-            strides=strides, dilations=dils, groups=c, dtype=dtype, layout="NCHW",
-        )  # fmt: skip
-        space = [g for g in solver.perf_config_space(_ctx(), problem.canonical) if "ox" in g]
-        inputs = reference.random_inputs(problem.canonical, rng)
-        out_name = problem.canonical.direction.output_tensor
-        expected = reference.convolution(
-            problem.canonical, **{k: v for k, v in inputs.items() if k != out_name}
-        )
-        # the widest and narrowest runs, one and four rows, on aligned and shifted buffers
-        for cfg in (space[0], space[-1]):
-            for shift in (0, 1):
-                got = _run(build, tmp_path, problem, cfg, inputs, shift)
-                err = reference.relative_error(got, expected)
-                assert np.isfinite(err) and err <= tol, (problem.key, dict(cfg), shift, err)
-                checked += 1
-    assert checked == 4 * len(CASES)
+    # dw_nchw_rows: the widest and narrowest runs, one and four rows, on aligned and shifted
+    # buffers, in a grid of a third of the solver's blocks (its grid-stride loop)
+    plans = []
+    for case in CASES:
+        problem = _problem(case, dtype, "NCHW")
+        space = [g for g in _space(problem) if "ox" in g]
+        plans.append((problem, [space[0], space[-1]], (0, 1)))
+    assert _check(build, tmp_path, plans, seed=11, fewer_blocks=3) == 4 * len(CASES)
 
 
 @pytest.mark.parametrize(
@@ -156,11 +151,14 @@ def test_rows_chunks_are_as_wide_as_the_rows_allow(dtype: str, width: int, chunk
     assert f"-DMIO_NV={chunk}" in kernel.options and f"-DMIO_PWM={1 % chunk}" in kernel.options
 
 
-def _run_block(make, tmp: Path, problem: miocore.ConvProblem, cfg, inputs, shift: int = 0):
-    """``cfg``'s kernel of a channels-innermost layer (``dw_nhwc_tile`` or ``dw_nhwc``) run on
-    the host as the invoker would pick it: the main kernel on aligned buffers, its scalar twin
-    (the last kernel) where they start ``shift`` elements past alignment; the written tensor in
-    logical order."""
+def _run_block(
+    make, tmp: Path, problem: miocore.ConvProblem, cfg, inputs, shift: int = 0,
+    fewer_blocks: int = 1,
+) -> np.ndarray:  # fmt: skip
+    """``cfg``'s kernel run on the host as the invoker would pick it: the main kernel on
+    aligned buffers, the last one (a scalar twin, where there is one) where they start
+    ``shift`` elements past alignment; ``fewer_blocks`` divides the grid's x (a grid-stride
+    kernel then loops). The written tensor in logical order."""
     from miocore_direct.gpu_depthwise_nhwc_tile import is_nhwc_tile, nhwc_tile_grid
 
     p = problem.canonical
@@ -169,19 +167,28 @@ def _run_block(make, tmp: Path, problem: miocore.ConvProblem, cfg, inputs, shift
     pads = geo.kernel_pads(p)
     fields = dict.fromkeys(geo.PARAM_FIELDS, 0)
     fields.update(pad_d=pads[0], pad_h=pads[1], pad_w=pads[2], split=1)
-    twin = cfg
-    if is_nhwc_tile(cfg):  # the solver's fields: the tiles', then its dw_nhwc twin's
-        tiles_w, tiles, _ = nhwc_tile_grid(p, cfg)
+    # the fields the solver packs for this config's kernels
+    if "ox" in cfg:  # dw_nchw_rows
+        runs, groups, items = configs.rows_items(p, cfg)
+        fields.update(tiles_w=runs, tiles=groups, items=items)
+    elif "tw" in cfg:  # dw_nchw
+        tiles_w, _, tiles = configs.nchw_tiles(p, cfg)
         fields.update(tiles_w=tiles_w, tiles=tiles)
-        twin = miocore.PerfConfig(vec=1, pix=1, py=1, ct=geo.ct_for(b.lengths[1], 1))
-    dw.nhwc_kernels(_ctx(), p, twin, [], fields)
+    else:  # dw_nhwc_tile (then its dw_nhwc twin's) or dw_nhwc
+        twin = cfg
+        if is_nhwc_tile(cfg):
+            tiles_w, tiles, _ = nhwc_tile_grid(p, cfg)
+            fields.update(tiles_w=tiles_w, tiles=tiles)
+            twin = miocore.PerfConfig(vec=1, pix=1, py=1, ct=geo.ct_for(b.lengths[1], 1))
+        dw.nhwc_kernels(_ctx(), p, twin, [], fields)
     params = tensor5_bytes(a) + tensor5_bytes(b) + tensor5_bytes(p.w) + geo.pack_params(fields)
     read = "y" if p.direction is miocore.Direction.BACKWARD_DATA else "x"
     (tmp / "params").write_bytes(params)
     (tmp / "a").write_bytes(_memory(a, inputs[read]).tobytes())
     (tmp / "w").write_bytes(_memory(p.w, inputs["w"]).tobytes())
     b_bytes = b.element_space * b.dtype.itemsize
-    grid, block = kernel.grid, (*kernel.block, 1)[:2]
+    grid = (max(1, kernel.grid[0] // fewer_blocks), *kernel.grid[1:], 1)[:2]
+    block = (*kernel.block, 1)[:2]
     args = [tmp / "params", tmp / "a", tmp / "w", b_bytes, tmp / "b", *grid, *block, shift]
     exe = make(_block_options(kernel), "run_dw_block.cpp")
     subprocess.run([str(exe), *map(str, args)], check=True)
@@ -237,42 +244,24 @@ TILE_CASES = [  # direction, c, spatial, filter, pads, strides, dilations
 
 @pytest.mark.parametrize("dtype", ("float32", "float16", "bfloat16"))
 def test_nhwc_tile_kernel_on_the_host_matches_reference(build, tmp_path: Path, dtype: str) -> None:
-    # the first and last single tiles of each case (tile shapes, 32/64-channel blocks, caps),
-    # and the first in runs of 2 and 8 tiles a block (3 images' tiles: the last run short)
+    # dw_nhwc_tile: the first and last single tiles of each case (tile shapes, 32/64-channel
+    # blocks, caps), and the first in runs of 2 and 8 tiles a block (3 images' tiles: the last
+    # run short)
     from miocore_direct.gpu_depthwise_nhwc_tile import NHWC_TILE_RUNS, nhwc_tile_configs
 
-    rng = np.random.default_rng(13)
-    solver = dw.GpuDepthwiseSolver()
-    tol = reference.tolerance(dtype)
-    plans = []
+    plans, runs = [], 0
     for direction, c, spatial, f, pads, strides, dils in TILE_CASES:
-        problem = miocore.ConvProblem.from_sizes(
-            direction, n=3, c=c, k=c, in_spatial=spatial, filter_spatial=f, pads=pads,
-            strides=strides, dilations=dils, groups=c, dtype=dtype, layout="NHWC",
-        )  # fmt: skip
+        problem = _problem((direction, c, 1, spatial, f, pads, strides, dils), dtype, "NHWC", n=3)
         singles = nhwc_tile_configs(problem.canonical)
-        configs = [singles[0], singles[-1]]
+        picks = [singles[0], singles[-1]]
         for nt in (NHWC_TILE_RUNS[0], NHWC_TILE_RUNS[-1]):
             run = miocore.PerfConfig(**singles[0], nt=nt)
-            if solver.is_valid_perf_config(_ctx(), problem.canonical, run):
-                configs.append(run)
-        plans.append((problem, configs, (0,)))
-    _prebuild(build, plans)
-    checked = runs = 0
-    for problem, configs, _ in plans:
-        canon = problem.canonical
-        runs += sum("nt" in cfg for cfg in configs)
-        inputs = reference.random_inputs(canon, rng)
-        out_name = canon.direction.output_tensor
-        expected = reference.convolution(
-            canon, **{k: v for k, v in inputs.items() if k != out_name}
-        )
-        for cfg in configs:
-            got = _run_block(build, tmp_path, problem, cfg, inputs)
-            err = reference.relative_error(got, expected)
-            assert np.isfinite(err) and err <= tol, (problem.key, dict(cfg), err)
-            checked += 1
-    assert runs >= len(TILE_CASES) and checked == 2 * len(TILE_CASES) + runs
+            if dw.GpuDepthwiseSolver().is_valid_perf_config(_ctx(), problem.canonical, run):
+                picks.append(run)
+                runs += 1
+        plans.append((problem, picks, (0,)))
+    assert runs >= len(TILE_CASES)
+    assert _check(build, tmp_path, plans, seed=13) == 2 * len(TILE_CASES) + runs
 
 
 NHWC_CASES = [  # direction, c, mult, spatial, filter, pads, strides, dilations
@@ -289,33 +278,36 @@ NHWC_CASES = [  # direction, c, mult, spatial, filter, pads, strides, dilations
 def test_nhwc_kernel_on_the_host_matches_reference(build, tmp_path: Path, dtype: str) -> None:
     # dw_nhwc: the default and the space's first and last configs on aligned buffers, the
     # default again on buffers one element past alignment (its scalar twin)
-    rng = np.random.default_rng(17)
-    solver = dw.GpuDepthwiseSolver()
-    tol = reference.tolerance(dtype)
     plans = []
-    for direction, c, mult, spatial, f, pads, strides, dils in NHWC_CASES:
-        problem = miocore.ConvProblem.from_sizes(
-            direction, n=2, c=c, k=c * mult, in_spatial=spatial, filter_spatial=f, pads=pads,
-            strides=strides, dilations=dils, groups=c, dtype=dtype, layout="NHWC",
-        )  # fmt: skip
-        canon = problem.canonical
-        space = [g for g in solver.perf_config_space(_ctx(), canon) if "ct" in g]
-        default = solver.default_perf_config(_ctx(), canon)
+    for case in NHWC_CASES:
+        problem = _problem(case, dtype, "NHWC")
+        default = dw.GpuDepthwiseSolver().default_perf_config(_ctx(), problem.canonical)
         assert "ct" in default, (problem.key, dict(default))  # dw_nhwc's, not a staged tile
+        space = [g for g in _space(problem) if "ct" in g]
         plans.append((problem, list(dict.fromkeys((default, space[0], space[-1]))), (0,)))
         plans.append((problem, [default], (1,)))
-    _prebuild(build, plans)
-    checked = 0
-    for problem, configs, (shift,) in plans:
-        canon = problem.canonical
-        inputs = reference.random_inputs(canon, rng)
-        out_name = canon.direction.output_tensor
-        expected = reference.convolution(
-            canon, **{k: v for k, v in inputs.items() if k != out_name}
-        )
-        for cfg in configs:
-            got = _run_block(build, tmp_path, problem, cfg, inputs, shift)
-            err = reference.relative_error(got, expected)
-            assert np.isfinite(err) and err <= tol, (problem.key, dict(cfg), shift, err)
-            checked += 1
-    assert checked >= 3 * len(NHWC_CASES)
+    assert _check(build, tmp_path, plans, seed=17) >= 3 * len(NHWC_CASES)
+
+
+NCHW_CASES = [  # direction, c, mult, spatial, filter, pads, strides, dilations
+    ("forward", 3, 1, (13, 11), (3, 3), (1, 1), (1, 1), (1, 1)),  # partial tiles
+    ("forward", 2, 1, (17, 15), (5, 5), (2, 1), (2, 2), (1, 1)),  # 5x5 stride 2
+    ("forward", 2, 2, (9, 10), (3, 3), (1, 1), (1, 1), (2, 2)),  # multiplier, dilation
+    ("forward", 4, 1, (6, 7), (3, 3), (1, 1), (1, 1), (1, 1)),  # small planes: several a block
+    ("backward_data", 3, 1, (14, 13), (3, 3), (1, 1), (2, 2), (1, 1)),  # the gather
+    ("backward_data", 2, 1, (12, 16), (7, 7), (3, 3), (1, 1), (1, 1)),  # 7x7 flipped
+]
+
+
+@pytest.mark.parametrize("dtype", ("float32", "float16", "bfloat16"))
+def test_nchw_kernel_on_the_host_matches_reference(build, tmp_path: Path, dtype: str) -> None:
+    # dw_nchw: the space's first and last tiles, and its first with several planes a block
+    plans, several = [], 0
+    for case in NCHW_CASES:
+        problem = _problem(case, dtype, "NCHW")
+        space = [g for g in _space(problem) if "tw" in g]
+        picks = [space[0], space[-1], *[g for g in space if "pp" in g][:1]]
+        several += any("pp" in g for g in picks)
+        plans.append((problem, list(dict.fromkeys(picks)), (0,)))
+    assert several  # the small planes' case has several planes a block
+    assert _check(build, tmp_path, plans, seed=19) >= 2 * len(NCHW_CASES)
