@@ -1,10 +1,9 @@
 // A host stand-in for kernels/miocore_gpu.h: enough of the portability header to build a
 // depthwise kernel as plain C++ and run its grid on the CPU, so its indexing is checked against
-// the float64 reference without a GPU (tests/test_gpu_depthwise_host.py). Kernels without
-// barriers (dw_nchw_rows) run thread after thread; kernels with barriers and shared memory
-// (dw_nhwc_tile) run each block's threads as std::threads meeting at mio_host_barrier, blocks
-// one after another (so a function-static array is the block's shared memory). fp16 through
-// the compiler's _Float16, bf16 by bits.
+// the float64 reference without a GPU (tests/test_gpu_depthwise_host.py). run_dw_block.cpp
+// runs each block's threads as std::threads meeting at mio_host_barrier (__syncthreads), the
+// blocks one after another (so a function-static array is the block's shared memory). fp16
+// through the compiler's _Float16, bf16 by bits.
 #pragma once
 #include <condition_variable>
 #include <cstring>
