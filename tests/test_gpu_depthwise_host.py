@@ -1,14 +1,15 @@
-"""``direct.gpu_depthwise``'s forward and backward-data kernels built for the host and run on
-the CPU.
+"""``direct.gpu_depthwise``'s kernels built for the host and run on the CPU.
 
-``tests/host_kernels/miocore_gpu.h`` stands in for the portability header, and
-``run_dw_block.cpp`` runs a launch of one kernel (``dw_nchw_rows``, ``dw_nchw``,
-``dw_nhwc_tile``, ``dw_nhwc``) on the options, geometry and packed parameters the solver gives:
-each block's threads as std::threads that meet at a host barrier, the blocks one after
-another. The result, on random inputs and an output poisoned with NaN, is checked against the
-float64 reference with each dtype's tolerance, so the kernels' indexing (runs, rows, tiles,
-halos, padding, stride, dilation, channel multiplier, planes per block, short channel
-blocks, the staged tiles' runs through both buffers, taps in registers or shared memory, the
+``tests/host_kernels/miocore_gpu.h`` stands in for the portability header. ``run_dw_block.cpp``
+runs a launch of one forward or backward-data kernel (``dw_nchw_rows``, ``dw_nchw``,
+``dw_nhwc_tile``, ``dw_nhwc``), ``run_dw_wrw.cpp`` backward weights as the invoker runs it
+(``dw_wrw_tile`` or ``dw_wrw`` into split partials, then ``dw_wrw_reduce``), on the options,
+geometry and packed parameters the solver gives: each block's threads as std::threads that
+meet at a host barrier, the blocks one after another. The result, on random inputs and an
+output (and partials) poisoned with NaN, is checked against the float64 reference with each
+dtype's tolerance, so the kernels' indexing (runs, rows, tiles, halos, padding, stride,
+dilation, channel multiplier, planes per block, short channel blocks, the staged tiles' runs
+through both buffers, taps in registers or shared memory, splits and their reduce, the
 chunked loads' alignment and the scalar twins) is tested without a GPU. Skipped where no C++
 compiler with ``_Float16`` is found.
 """
@@ -209,16 +210,21 @@ def _block_options(kernel) -> tuple[str, ...]:
 
 
 def _prebuild(make, plans) -> None:
-    """Every runner of ``plans`` ((problem, configs, shifts) each) built first, side by side:
-    the compiles are most of a test's time."""
+    """Every runner of ``plans`` ((problem, configs, shifts) each) built first."""
     options = {
         _block_options(_block_kernel(problem.canonical, cfg, shift))
         for problem, configs, shifts in plans
         for cfg in configs
         for shift in shifts
     }
+    _build_all(make, options, "run_dw_block.cpp")
+
+
+def _build_all(make, options: set[tuple[str, ...]], runner: str) -> None:
+    """``runner`` built for every set of ``options``, side by side: the compiles are most of a
+    test's time."""
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        list(pool.map(lambda o: make(o, "run_dw_block.cpp"), options))
+        list(pool.map(lambda o: make(o, runner), options))
 
 
 def _byte_strides(t: miocore.TensorDescriptor) -> tuple[int, ...]:
@@ -311,3 +317,90 @@ def test_nchw_kernel_on_the_host_matches_reference(build, tmp_path: Path, dtype:
         plans.append((problem, list(dict.fromkeys(picks)), (0,)))
     assert several  # the small planes' case has several planes a block
     assert _check(build, tmp_path, plans, seed=19) >= 2 * len(NCHW_CASES)
+
+
+def _run_wrw(make, tmp: Path, problem: miocore.ConvProblem, cfg, inputs, shift: int) -> np.ndarray:
+    """Backward weights of ``cfg`` on the host as the invoker runs it: the main kernel (its
+    scalar twin where x and dy start ``shift`` elements past alignment), then the reduce over
+    the splits' partials; dw in logical order."""
+    p = problem.canonical
+    solver = dw.GpuDepthwiseSolver()
+    kernels = solver.get_solution(_ctx(), p, cfg).kernels
+    vec = cfg.get("vec", 1)
+    mains = kernels[:2] if vec > 1 else kernels[:1]
+    main = mains[-1] if shift else mains[0]
+    split = solver._split(_ctx(), p, cfg)
+    reduce = kernels[len(mains)] if split > 1 else None
+    fields = dict.fromkeys(geo.PARAM_FIELDS, 0)
+    pads = geo.kernel_pads(p)
+    fields.update(pad_d=pads[0], pad_h=pads[1], pad_w=pads[2], split=split)
+    if geo.is_tile(cfg):
+        fields.update(items=geo.wrw_tile_items(p, cfg))
+    else:
+        items, groups_w = geo.wrw_items(p, cfg)
+        fields.update(items=items, groups_w=groups_w)
+    a, b, *_ = geo.role(p)
+    params = tensor5_bytes(a) + tensor5_bytes(b) + tensor5_bytes(p.w) + geo.pack_params(fields)
+    (tmp / "params").write_bytes(params)
+    (tmp / "x").write_bytes(_memory(p.x, inputs["x"]).tobytes())
+    (tmp / "dy").write_bytes(_memory(p.y, inputs["y"]).tobytes())
+    w_bytes = p.w.element_space * p.w.dtype.itemsize
+    rgrid, rblock = (reduce.grid[0], (*reduce.block, 1)[:2]) if reduce else (1, (1, 1))
+    grid, block = (*main.grid, 1)[:2], (*main.block, 1)[:2]
+    args = [tmp / "params", tmp / "x", tmp / "dy", w_bytes, tmp / "w", *grid, *block, shift,
+            split, rgrid, *rblock]  # fmt: skip
+    exe = make(_block_options(main), "run_dw_wrw.cpp")
+    subprocess.run([str(exe), *map(str, args)], check=True)
+    memory = np.frombuffer((tmp / "w").read_bytes(), dtype=p.w.dtype.numpy)
+    return np.lib.stride_tricks.as_strided(memory, p.w.lengths, _byte_strides(p.w)).copy()
+
+
+WRW_CASES = [  # c, mult, spatial, filter, pads, strides, dilations, layout
+    (24, 1, (13, 11), (3, 3), (1, 1), (1, 1), (1, 1), "NHWC"),  # staged tiles, row groups
+    (40, 1, (17, 15), (5, 5), (2, 1), (2, 2), (1, 1), "NHWC"),  # 5x5 stride 2
+    (16, 1, (12, 14), (7, 7), (3, 3), (1, 1), (1, 1), "NHWC"),  # 7x7
+    (8, 2, (9, 10), (3, 3), (1, 1), (1, 1), (2, 2), "NHWC"),  # multiplier: dw_wrw
+    (3, 1, (10, 9), (3, 3), (1, 1), (2, 1), (1, 1), "NCHW"),  # channels outer: dw_wrw
+]
+
+
+@pytest.mark.parametrize("dtype", ("float32", "float16", "bfloat16"))
+def test_backward_weights_on_the_host_matches_reference(build, tmp_path: Path, dtype: str) -> None:
+    # the default and the space's last config (a staged tile where they apply, dw_wrw's strips
+    # elsewhere), split over partials as on a 132-SM GPU, on aligned buffers; the default again
+    # on x and dy one element past alignment (the scalar twin)
+    rng = np.random.default_rng(23)
+    solver = dw.GpuDepthwiseSolver()
+    tol = reference.tolerance(dtype)
+    plans = []
+    for c, mult, spatial, f, pads, strides, dils, layout in WRW_CASES:
+        case = ("backward_weights", c, mult, spatial, f, pads, strides, dils)
+        problem = _problem(case, dtype, layout)
+        default = solver.default_perf_config(_ctx(), problem.canonical)
+        picks = list(dict.fromkeys((default, _space(problem)[-1])))
+        plans.append((problem, [(cfg, 0) for cfg in picks] + [(default, 1)]))
+    options = {
+        _block_options(_wrw_main(problem.canonical, cfg, shift))
+        for problem, runs in plans
+        for cfg, shift in runs
+    }
+    _build_all(build, options, "run_dw_wrw.cpp")
+    checked, tiles, splits = 0, 0, 0
+    for problem, runs in plans:
+        canon = problem.canonical
+        inputs = reference.random_inputs(canon, rng)
+        expected = reference.convolution(canon, x=inputs["x"], y=inputs["y"])
+        for cfg, shift in runs:
+            got = _run_wrw(build, tmp_path, problem, cfg, inputs, shift)
+            err = reference.relative_error(got, expected)
+            assert np.isfinite(err) and err <= tol, (problem.key, dict(cfg), shift, err)
+            checked += 1
+            tiles += geo.is_tile(cfg)
+            splits += solver._split(_ctx(), canon, cfg) > 1
+    assert checked >= 2 * len(WRW_CASES) and tiles and splits
+
+
+def _wrw_main(p: miocore.ConvProblem, cfg, shift: int):
+    kernels = dw.GpuDepthwiseSolver().get_solution(_ctx(), p, cfg).kernels
+    mains = kernels[:2] if cfg.get("vec", 1) > 1 else kernels[:1]
+    return mains[-1] if shift else mains[0]

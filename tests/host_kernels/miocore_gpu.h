@@ -11,7 +11,7 @@
 
 typedef long long mio_index;
 #define MIO_KERNEL
-#define MIO_DEVICE static inline
+#define MIO_DEVICE inline  // member functions too: not static
 #define __launch_bounds__(...)
 #define __shared__ static  // blocks run one at a time: one array serves each in turn
 #define __syncthreads() mio_host_barrier.wait()

@@ -7,22 +7,20 @@
 // SHIFT: elements the activation buffers start past a 16-byte aligned allocation.
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
 #include <vector>
 
 #define MIO_HOST_STR2(x) #x
 #define MIO_HOST_STR(x) MIO_HOST_STR2(x)
 #include MIO_HOST_STR(MIO_HOST_SOURCE)
 #include "host_io.h"
+#include "host_launch.h"
 
 int main(int argc, char** argv) {
   if (argc != 11) return 2;
   const std::vector<char> pv = read_all(argv[1]), av = read_all(argv[2]), wv = read_all(argv[3]);
   const size_t b_bytes = strtoull(argv[4], nullptr, 10);
-  gridDim.x = (unsigned)atoi(argv[6]);
-  gridDim.y = (unsigned)atoi(argv[7]);
-  blockDim.x = (unsigned)atoi(argv[8]);
-  blockDim.y = (unsigned)atoi(argv[9]);
+  const MioDim3 grid{(unsigned)atoi(argv[6]), (unsigned)atoi(argv[7]), 1};
+  const MioDim3 block{(unsigned)atoi(argv[8]), (unsigned)atoi(argv[9]), 1};
   const int shift = atoi(argv[10]);
   MioDwParams p;
   if (pv.size() != sizeof p) return 3;
@@ -36,27 +34,7 @@ int main(int argc, char** argv) {
   memcpy(a, av.data(), av.size());
   memcpy(w, wv.data(), wv.size());
   memset(b, 0xff, b_bytes);  // NaN in every element type: an element never written fails
-  // one std::thread per GPU thread of a block, for every block in turn: each runs the kernel
-  // for a block, then waits for the others before the next (the shared array is reused)
-  mio_host_barrier.count = blockDim.x * blockDim.y;
-  std::vector<std::thread> threads;
-  for (unsigned ty = 0; ty < blockDim.y; ++ty) {
-    for (unsigned tx = 0; tx < blockDim.x; ++tx) {
-      threads.emplace_back([=] {
-        threadIdx.x = tx;
-        threadIdx.y = ty;
-        for (unsigned by = 0; by < gridDim.y; ++by) {
-          for (unsigned bx = 0; bx < gridDim.x; ++bx) {
-            blockIdx.x = bx;
-            blockIdx.y = by;
-            MIO_HOST_KERNEL(a, w, b, p);
-            mio_host_barrier.wait();
-          }
-        }
-      });
-    }
-  }
-  for (std::thread& t : threads) t.join();
+  mio_host_launch(grid, block, [&] { MIO_HOST_KERNEL(a, w, b, p); });
   if (!write_all(argv[5], b, b_bytes)) return 4;
   return 0;
 }
