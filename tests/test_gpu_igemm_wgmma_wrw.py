@@ -6,8 +6,8 @@ Corpus-derived problems: one-group 2-D rows of the corpus (filters, pads, stride
 kept) as backward weights in NHWC, shrunk to 8 to 136 channels so that channel tails inside a
 64-channel box, one and several tiles all run; the filter is poisoned with NaN first;
 tolerance ``miocore.testing.TOLERANCES``. Then every configuration of the search space (tiles,
-pixel boxes, split-K parts) on shapes chosen for their edges, and a filter in another layout
-than the activations (the reduce kernel's strided stores).
+pixel boxes, split-K parts, tiles over several taps) on shapes chosen for their edges, and a
+filter in another layout than the activations (the reduce kernel's strided stores).
 """
 
 from __future__ import annotations
@@ -114,6 +114,36 @@ def test_wgmma_wrw_3d_every_config(dtype: str, shape: int) -> None:
         strides=strides, dilations=dils, dtype=dtype, layout="NCDHW",
     )  # fmt: skip
     assert_all_match(h, SOLVER, [ncdhw])
+
+
+_SPAN_SHAPES = (
+    # n, c, k, hw, filter, pads, strides, dilations
+    (3, 40, 72, (17, 11), (5, 3), (2, 0), (2, 3), (1, 2)),  # 15 taps, 40 of a box's 64, k tail
+    (16, 64, 64, (40, 40), (3, 3), (1, 1), (2, 2), (1, 1)),  # many boxes: split-K
+    (2, 64, 96, (5, 6, 7), (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1)),  # 27 taps, 3-D
+)
+
+
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
+@pytest.mark.parametrize("shape", range(len(_SPAN_SHAPES)))
+def test_wgmma_wrw_tiles_over_several_taps(dtype: str, shape: int) -> None:
+    """Tiles whose columns span 2 or 4 taps (``span``; the last group short of taps loads its
+    first tap again and stores nothing of it): every tile and split once at the best box,
+    and each other box once."""
+    h = _handle()
+    problem = shape_problem("backward_weights", _SPAN_SHAPES[shape], dtype)
+    solver = h.registry.get(SOLVER).solver
+    spans = [c for c in solver.perf_config_space(h.context, problem.canonical) if "span" in c]
+    assert {c["span"] for c in spans} == {2, 4}
+    picks, seen = [], set()
+    for c in spans:
+        for key in ((c["bm"], c["span"], c["split"]), (c["tw"], c["th"], c.get("td", 1))):
+            if key not in seen:
+                seen.add(key)
+                picks.append(c)
+    if shape == 1:
+        assert len({c["split"] for c in picks}) >= 3
+    run_configs(h, SOLVER, problem, picks, (), False, lambda _p, _c: 0)
 
 
 @pytest.mark.parametrize("filter_strides", ("NCHW", (72 * 9 + 1, 1, 3 * 72, 72)))

@@ -110,7 +110,7 @@ def test_64_channel_layers_take_the_64_x_64_tile_and_split_the_pixels() -> None:
     ctx = _ctx()
     p = _problem(n=32, c=64, k=64, in_spatial=(56, 56)).canonical  # ResNet-50's l1.3x3
     space = SOLVER.perf_config_space(ctx, p)
-    assert {(c["bm"], c["bn"]) for c in space} == {(64, 64)}
+    assert {(c["bm"], c["bn"]) for c in space if "span" not in c} == {(64, 64)}
     cfg = SOLVER.default_perf_config(ctx, p)
     assert cfg["split"] > 1  # 9 tiles for 132 SMs
     sol = SOLVER.get_solution(ctx, p, cfg)
@@ -239,3 +239,35 @@ def _struct_bytes(body: str) -> int:
             names = len(decl.rstrip(";").split(","))
             size += names * (8 if decl.startswith("long long") else 4)
     return size
+
+
+def test_tiles_over_several_taps_on_layers_of_64_channels_or_fewer() -> None:
+    # 2 or 4 taps of every channel a tile (bn 128 / 256), after the per-tap tiles in the
+    # space, never the default nor a normal find's alternative until a GPU has timed them
+    ctx = _ctx()
+    p = _problem(n=32, c=64, k=128, in_spatial=(56, 56)).canonical  # 9 taps
+    space = SOLVER.perf_config_space(ctx, p)
+    spans = [c for c in space if "span" in c]
+    assert spans and space[-len(spans) :] == spans
+    assert {(c["bm"], c["bn"], c["span"]) for c in spans} == {
+        (64, 128, 2), (128, 128, 2), (64, 256, 4), (128, 256, 4)
+    }  # fmt: skip
+    assert all(SOLVER.is_valid_perf_config(ctx, p, c) for c in spans)
+    assert "span" not in SOLVER.default_perf_config(ctx, p)
+    assert not any("span" in c for c in SOLVER.find_configs(ctx, p))
+    # the kernel's units: k tiles x tap groups (9 taps: 5 pairs, 3 fours, the last short)
+    for bm, bn, span, groups in ((64, 128, 2, 5), (128, 256, 4, 3)):
+        cfg = next(c for c in spans if (c["bm"], c["bn"]) == (bm, bn) and c["split"] == 4)
+        sol = SOLVER.get_solution(ctx, p, cfg)
+        main = sol.kernels[0]
+        assert f"-DMIO_SPAN={span}" in main.options and f"-DMIO_BN={bn}" in main.options
+        assert main.grid == (min(132, 128 // bm * groups * 4),)
+        assert sol.workspace_size == 4 * 128 * 9 * 64 * 4  # one fp32 slab a part
+    good = dict(spans[0])
+    for bad in ({**good, "span": 3}, {**good, "bn": 256}, {**good, "span": "two"}):
+        assert not SOLVER.is_valid_perf_config(ctx, p, bad), bad
+    wide = _problem(n=8, c=96, k=64, in_spatial=(14, 14)).canonical  # two boxes a tap
+    assert not any("span" in c for c in SOLVER.perf_config_space(ctx, wide))
+    assert not SOLVER.is_valid_perf_config(ctx, wide, good)
+    one_tap = _problem(c=64, k=64, filter_spatial=(1, 1), pads=(0, 0)).canonical
+    assert not any("span" in c for c in SOLVER.perf_config_space(ctx, one_tap))

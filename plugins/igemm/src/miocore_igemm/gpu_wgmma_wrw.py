@@ -61,6 +61,7 @@ from miocore_igemm.gpu_wgmma_wrw_plan import (
     _UNIT_FIXED,
     CHUNK,
     PIXELS,
+    SPANS,
     SPLITS,
     STAGES,
     _boxes,
@@ -71,10 +72,11 @@ from miocore_igemm.gpu_wgmma_wrw_plan import (
     _partial_bytes,
     _slab,
     _splits,
-    _taps,
+    c_tiles,
     pack_geometry,
     pixel_boxes,
     ranked,
+    tap_groups,
 )
 
 SOURCE = "igemm/igemm_wgmma_wrw.cu"
@@ -130,17 +132,19 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
 
     def perf_config_space(self, ctx: ExecutionContext, problem: ConvProblem) -> list[PerfConfig]:
         """Every tile no wider than k and c need x the three pixel boxes that cover the output
-        in the fewest boxes x the split-K parts that keep each part's pipeline full."""
+        in the fewest boxes x the split-K parts that keep each part's pipeline full; then, on
+        layers of at most 64 input channels, the tiles over 2 or 4 taps the same way."""
         p = problem
         if not _computes(p):
             return []
         out = []
-        for (bm, bn), stages in STAGES.items():
-            if not _fits(p, bm, bn):
-                continue
-            for box in pixel_boxes(p):
-                for split in _splits(p, box):
-                    out.append(_config(p, bm, bn, stages, box, split))
+        for span in (1, *SPANS):
+            for (bm, bn), stages in STAGES.items():
+                if not _fits(p, bm, bn, span):
+                    continue
+                for box in pixel_boxes(p):
+                    for split in _splits(p, box):
+                        out.append(_config(p, bm, bn, stages, box, split, span))
         return out
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
@@ -168,14 +172,18 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
         self, ctx: ExecutionContext, problem: ConvProblem, config: PerfConfig
     ) -> bool:
         """The seven keys; a tile with its depth; a box of exactly 64 pixels within the TMA's
-        limits; at least one box per split-K part."""
+        limits; at least one box per split-K part; ``span`` (optional) 2 or 4 taps on a layer
+        of at most 64 input channels, ``bn`` 64 a tap."""
         try:
             bm, bn, stages, tw, th, tn, split = (int(config[k]) for k in _KEYS)
             td = int(config.get("td", 1))
+            span = int(config.get("span", 1))
         except (KeyError, TypeError, ValueError):
             return False
         p = problem
         if p.spatial_dims not in (2, 3) or STAGES.get((bm, bn)) != stages or split not in SPLITS:
+            return False
+        if "span" in config and (span not in SPANS or not _fits(p, bm, bn, span)):
             return False
         if ("td" in config) != (p.spatial_dims == 3):  # a depth exactly where there is one
             return False
@@ -229,6 +237,7 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
         cfg = self._config(ctx, caller, perf_config)
         bm, bn, stages, tw, th, tn, split = (int(cfg[k]) for k in _KEYS)
         td = int(cfg.get("td", 1))
+        span = int(cfg.get("span", 1))
         three = caller.spatial_dims == 3
         copies, part_at, workspace = _workspace(caller, (bm, bn), split)
         p = with_packed(caller, tuple(c.name for c in copies))  # what the kernel reads
@@ -239,7 +248,7 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
         slab = _slab(p)
         ws = p.w.strides  # (k, c, [t,] r, s)
         geometry = pack_geometry(p, cfg)
-        units = _cdiv(p.k, bm) * _cdiv(p.c, bn) * _taps(p) * split
+        units = _cdiv(p.k, bm) * c_tiles(p, bn, span) * tap_groups(p, span) * split
         sms = _sms(ctx)
         options = (
             _DTYPE_OPTIONS[p.dtype],
@@ -247,6 +256,7 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
             f"-DMIO_BN={bn}",
             f"-DMIO_STAGES={stages}",
             *(("-DMIO_3D=1",) if three else ()),
+            *((f"-DMIO_SPAN={span}",) if span > 1 else ()),
             "--gpu-architecture=sm_90a",  # wgmma and setmaxnreg: the arch-specific target
         )
         kernels = [c.kernel for c in copies] + [

@@ -26,6 +26,10 @@ CHUNK = 64  # channels per TMA box row (128 bytes of fp16/bf16)
 #: into its own slab.
 STAGES = {(128, 256): 4, (128, 128): 6, (128, 64): 8, (64, 256): 5, (64, 128): 8, (64, 64): 12}
 HALVES = (64, 64)
+#: Taps a tile's columns may span on layers of at most 64 input channels (the ``span`` key):
+#: a 128- or 256-wide tile is 2 or 4 taps of every channel. In the tuning space after the
+#: per-tap tiles; not a default nor a normal find's alternative until a GPU has timed them.
+SPANS = (2, 4)
 #: Relative speed of a tile per unit of work (bigger tiles reuse their operands more) and a
 #: unit's fixed cost (pipeline fill, epilogue) in slices' time: first estimates, by analogy
 #: with the forward kernel's table; replayed on a sweep of every tile and split (ResNet-50 and
@@ -40,7 +44,7 @@ _PARTIAL_BYTES_PER_S = 9.0e12
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 #: Slices a part should keep at least (fewer: the pipeline never fills).
 _MIN_PART_STEPS = 8
-_KEYS = ("bm", "bn", "stages", "tw", "th", "tn", "split")
+_KEYS = ("bm", "bn", "stages", "tw", "th", "tn", "split")  # and "td" (3-D), "span" (optional)
 _GEOMETRY = struct.Struct("<22i5q")
 _GEOMETRY_3D = struct.Struct("<8iq")  # MioWrwGeom's depth fields, after the 2-D ones
 
@@ -153,11 +157,24 @@ def _ranked(p: ConvProblem, sms: int) -> tuple[PerfConfig, ...]:
     return tuple(config for *_, config in scored)
 
 
-def _fits(p: ConvProblem, bm: int, bn: int) -> bool:
-    """Tiles no wider than k and c need (64 x 64 always fits)."""
+def _fits(p: ConvProblem, bm: int, bn: int, span: int = 1) -> bool:
+    """Tiles no wider than k and c need (64 x 64 always fits); over ``span`` taps: at most 64
+    input channels (one box a tap), as many taps, ``bn`` 64 a tap."""
     widest_k = max(64, 1 << max(0, (p.k - 1).bit_length()))
+    if span > 1:
+        return bm <= widest_k and p.c <= CHUNK and span <= _taps(p) and bn == CHUNK * span
     widest_c = max(64, 1 << max(0, (p.c - 1).bit_length()))
     return bm <= widest_k and bn <= widest_c
+
+
+def c_tiles(p: ConvProblem, bn: int, span: int = 1) -> int:
+    """Column tiles of one tap group: the channels in tiles of ``bn``, or one over taps."""
+    return 1 if span > 1 else _cdiv(p.c, bn)
+
+
+def tap_groups(p: ConvProblem, span: int = 1) -> int:
+    """The filter's taps in groups of ``span`` (the last one short)."""
+    return _cdiv(_taps(p), span)
 
 
 def _splits(p: ConvProblem, box: tuple[int, ...]) -> tuple[int, ...]:
@@ -167,10 +184,15 @@ def _splits(p: ConvProblem, box: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _config(
-    p: ConvProblem, bm: int, bn: int, stages: int, box: tuple[int, ...], split: int
-) -> PerfConfig:
-    """A configuration: ``td`` (the box's depth) on 3-D problems only."""
+    p: ConvProblem, bm: int, bn: int, stages: int, box: tuple[int, ...], split: int,
+    span: int = 1,
+) -> PerfConfig:  # fmt: skip
+    """A configuration: ``td`` (the box's depth) on 3-D problems only, ``span`` over several
+    taps only."""
     tw, th, td, tn = box
+    keys = dict(bm=bm, bn=bn, stages=stages, tw=tw, th=th, tn=tn, split=split)
     if p.spatial_dims == 3:
-        return PerfConfig(bm=bm, bn=bn, stages=stages, tw=tw, th=th, td=td, tn=tn, split=split)
-    return PerfConfig(bm=bm, bn=bn, stages=stages, tw=tw, th=th, tn=tn, split=split)
+        keys["td"] = td
+    if span > 1:
+        keys["span"] = span
+    return PerfConfig(**keys)

@@ -27,8 +27,15 @@
 // 3-D problems (MIO_3D): the pixel box gains a depth (tn images x td planes x th rows x tw
 // columns, 64 pixels in all), both tensor maps a dimension, and the taps run over (fz, fy, fx).
 //
-// Compile-time: MIO_BM (64, 128), MIO_BN (64, 128, 256), MIO_STAGES, MIO_3D, MIO_DTYPE_FP16 or
-// MIO_DTYPE_BF16. Every size and the pixel box are run-time arguments: one binary per tile
+// Tiles over several taps (MIO_SPAN 2 or 4, layers of at most 64 input channels): the tile's
+// MIO_BN = 64 x MIO_SPAN columns are MIO_SPAN consecutive taps of all the channels, one 64-channel
+// box of X per tap at the box's origin moved by that tap, so each dY slice feeds the taps of a
+// whole tile instead of one (a 64-channel layer otherwise gets only 64 x 64 tiles of one tap,
+// whose small wgmma instructions load more operands per product). A last group short of taps
+// loads its first tap again and stores nothing of it.
+//
+// Compile-time: MIO_BM (64, 128), MIO_BN (64, 128, 256), MIO_STAGES, MIO_3D, MIO_SPAN,
+// MIO_DTYPE_FP16 or MIO_DTYPE_BF16. Every size and the pixel box are run-time arguments: one binary per tile
 // and depth serves every problem.
 #include "igemm_wgmma_ops.h"
 #include "igemm_wgmma_sync.h"
@@ -44,6 +51,12 @@
 #endif
 #ifndef MIO_3D
 #define MIO_3D 0  // 1: 3-D problems (a depth in the pixel box, the taps and the strides)
+#endif
+#ifndef MIO_SPAN
+#define MIO_SPAN 1  // taps a tile's columns span (2, 4: one 64-channel box per tap)
+#endif
+#if MIO_SPAN > 1 && MIO_BN != 64 * MIO_SPAN
+#error "a tile over MIO_SPAN taps is 64 x MIO_SPAN columns wide"
 #endif
 #if defined(MIO_DTYPE_TF32)
 #error "wgmma reads TF32 operands K-major only: backward weights needs both MN-major"
@@ -113,30 +126,47 @@ __device__ __forceinline__ void keep(float* d) {
 // together), then c tiles, taps and parts.
 struct MioWrwUnit {
   int k0, c0, fy, fx, lo, hi, part;
+  int tap0;  // the first tap of the tile (its only one unless MIO_SPAN > 1)
 #if MIO_3D
   int fz;
 #endif
 };
+
+// Tap groups of a tile's columns: every tap alone, or MIO_SPAN consecutive taps together.
+#define MIO_TAP_GROUPS(g) ((MIO_TAPS(g) + MIO_SPAN - 1) / MIO_SPAN)
+
+// The input offsets (depth, rows, columns) of filter tap ``tap``.
+struct MioTapOffset {
+  int d, h, w;
+};
+
+__device__ __forceinline__ MioTapOffset tap_offset(const MioWrwGeom& g, int tap) {
+  MioTapOffset o;
+  o.w = (tap % g.s) * g.dw - g.pw;
+  o.h = ((tap / g.s) % g.r) * g.dh - g.ph;
+#if MIO_3D
+  o.d = (tap / g.s / g.r) * g.dd - g.pd;
+#else
+  o.d = 0;
+#endif
+  return o;
+}
 
 __device__ __forceinline__ MioWrwUnit unit_at(const MioWrwGeom& g, int u, int tiles_k,
                                               int tiles_c) {
   MioWrwUnit at;
   at.k0 = (u % tiles_k) * MIO_BM;
   u /= tiles_k;
-  at.c0 = (u % tiles_c) * MIO_BN;
+  at.c0 = (u % tiles_c) * MIO_BN;  // 0 over several taps (tiles_c == 1)
   u /= tiles_c;
+  const int tap = (u % MIO_TAP_GROUPS(g)) * MIO_SPAN;
+  at.part = u / MIO_TAP_GROUPS(g);
+  at.tap0 = tap;
 #if MIO_3D
-  const int tap = u % MIO_TAPS(g);
-  at.part = u / MIO_TAPS(g);
   at.fz = tap / g.s / g.r;
+#endif
   at.fy = (tap / g.s) % g.r;
   at.fx = tap % g.s;
-#else
-  const int tap = u % (g.r * g.s);
-  at.part = u / (g.r * g.s);
-  at.fy = tap / g.s;
-  at.fx = tap % g.s;
-#endif
   at.lo = (int)((long long)at.part * g.boxes / g.split);
   at.hi = (int)((long long)(at.part + 1) * g.boxes / g.split);
   return at;
@@ -155,12 +185,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   const int tid = threadIdx.x;
   const int wg = tid / 128;
   const int tiles_k = (g.k + MIO_BM - 1) / MIO_BM;
-  const int tiles_c = (g.c + MIO_BN - 1) / MIO_BN;
-#if MIO_3D
-  const int units = tiles_k * tiles_c * MIO_TAPS(g) * g.split;
-#else
-  const int units = tiles_k * tiles_c * g.r * g.s * g.split;
-#endif
+  const int tiles_c = MIO_SPAN > 1 ? 1 : (g.c + MIO_BN - 1) / MIO_BN;
+  const int units = tiles_k * tiles_c * MIO_TAP_GROUPS(g) * g.split;
 
   if (tid == 0) {
     for (int i = 0; i < MIO_STAGES; ++i) {
@@ -206,9 +232,16 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           }
 #pragma unroll
           for (int chunk = 0; chunk < MIO_BN / 64; ++chunk) {
-            tma_load_5d(a + MIO_A_BYTES + chunk * MIO_CHUNK, &x_map, &full[slot],
-                        at.c0 + chunk * 64, q0 * g.sw + woff, p0 * g.sh + hoff, o0 * g.sd + doff,
-                        n0);
+            if (MIO_SPAN > 1) {  // tap tap0 + chunk (the first again past the last tap)
+              const int t = at.tap0 + chunk < MIO_TAPS(g) ? at.tap0 + chunk : at.tap0;
+              const MioTapOffset o = tap_offset(g, t);
+              tma_load_5d(a + MIO_A_BYTES + chunk * MIO_CHUNK, &x_map, &full[slot], 0,
+                          q0 * g.sw + o.w, p0 * g.sh + o.h, o0 * g.sd + o.d, n0);
+            } else {
+              tma_load_5d(a + MIO_A_BYTES + chunk * MIO_CHUNK, &x_map, &full[slot],
+                          at.c0 + chunk * 64, q0 * g.sw + woff, p0 * g.sh + hoff,
+                          o0 * g.sd + doff, n0);
+            }
           }
           if (++bq == g.tiles_q) {
             bq = 0;
@@ -228,8 +261,15 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           }
 #pragma unroll
           for (int chunk = 0; chunk < MIO_BN / 64; ++chunk) {
-            tma_load_4d(a + MIO_A_BYTES + chunk * MIO_CHUNK, &x_map, &full[slot],
-                        at.c0 + chunk * 64, q0 * g.sw + woff, p0 * g.sh + hoff, n0);
+            if (MIO_SPAN > 1) {  // tap tap0 + chunk (the first again past the last tap)
+              const int t = at.tap0 + chunk < MIO_TAPS(g) ? at.tap0 + chunk : at.tap0;
+              const MioTapOffset o = tap_offset(g, t);
+              tma_load_4d(a + MIO_A_BYTES + chunk * MIO_CHUNK, &x_map, &full[slot], 0,
+                          q0 * g.sw + o.w, p0 * g.sh + o.h, n0);
+            } else {
+              tma_load_4d(a + MIO_A_BYTES + chunk * MIO_CHUNK, &x_map, &full[slot],
+                          at.c0 + chunk * 64, q0 * g.sw + woff, p0 * g.sh + hoff, n0);
+            }
           }
           if (++bq == g.tiles_q) {
             bq = 0;
@@ -287,40 +327,46 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     keep(d);
     if (prev >= 0 && tid % 128 == 0) bar_arrive(&empty[prev % MIO_STAGES]);
 
-    // Epilogue: this thread's rows (k) are lane/4 and lane/4 + 8 of its warp's 16.
+    // Epilogue: this thread's rows (k) are lane/4 and lane/4 + 8 of its warp's 16; its columns
+    // pairs 8 apart from col0 (channels of the unit's tap, or over several taps the tile's
+    // (tap, channel) pairs, 64 columns a tap).
 #if MIO_3D
     const long long taps = (long long)MIO_TAPS(g);
-    const int tap = (at.fz * g.r + at.fy) * g.s + at.fx;
 #else
     const long long taps = (long long)g.r * g.s;
-    const int tap = at.fy * g.s + at.fx;
 #endif
     const int col0 = at.c0 + col_off + 2 * (lane % 4);
+    // over several taps a consumer's columns start at a tap's first channel (col_off is a
+    // multiple of 64), so column 8 j + (its first) is channel 8 (j % 8) + that of tap j / 8
+    const int span_tap0 = at.tap0 + col_off / 64;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int k = at.k0 + row0 + warp * 16 + lane / 4 + 8 * half;
       if (k >= g.k) continue;
       if (g.direct) {
-#if MIO_3D
-        mio_elem* out = w + k * g.w_sk + at.fz * g.w_st + at.fy * g.w_sr + at.fx * g.w_ss;
-#else
-        mio_elem* out = w + k * g.w_sk + at.fy * g.w_sr + at.fx * g.w_ss;
-#endif
 #pragma unroll
         for (int j = 0; j < MIO_CN / 8; ++j) {
-          const int c = col0 + 8 * j;
-          if (c < g.c) store_pair(out + c, d[4 * j + 2 * half], d[4 * j + 2 * half + 1]);
+          const int tap = MIO_SPAN > 1 ? span_tap0 + j / 8 : at.tap0;
+          const int c = MIO_SPAN > 1 ? 2 * (lane % 4) + 8 * (j % 8) : col0 + 8 * j;
+          if (c >= g.c || tap >= taps) continue;
+#if MIO_3D
+          mio_elem* out = w + k * g.w_sk + (tap / g.s / g.r) * g.w_st +
+                          ((tap / g.s) % g.r) * g.w_sr + (tap % g.s) * g.w_ss;
+#else
+          mio_elem* out = w + k * g.w_sk + ((tap / g.s) % g.r) * g.w_sr + (tap % g.s) * g.w_ss;
+#endif
+          store_pair(out + c, d[4 * j + 2 * half], d[4 * j + 2 * half + 1]);
         }
       } else {
         const int slab = MIO_HALVES ? 2 * at.part + cw : at.part;
-        float* out = part + slab * g.slab + ((long long)k * taps + tap) * g.c;
+        float* out = part + slab * g.slab + (long long)k * taps * g.c;
 #pragma unroll
         for (int j = 0; j < MIO_CN / 8; ++j) {
-          const int c = col0 + 8 * j;
-          if (c < g.c) {
-            *reinterpret_cast<float2*>(out + c) =
-                make_float2(d[4 * j + 2 * half], d[4 * j + 2 * half + 1]);
-          }
+          const int tap = MIO_SPAN > 1 ? span_tap0 + j / 8 : at.tap0;
+          const int c = MIO_SPAN > 1 ? 2 * (lane % 4) + 8 * (j % 8) : col0 + 8 * j;
+          if (c >= g.c || tap >= taps) continue;
+          *reinterpret_cast<float2*>(out + (long long)tap * g.c + c) =
+              make_float2(d[4 * j + 2 * half], d[4 * j + 2 * half + 1]);
         }
       }
     }
