@@ -16,7 +16,6 @@ compiler with ``_Float16`` is found.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
 import shutil
@@ -26,11 +25,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gpu_depthwise_fixtures import cuda_context
 
 import miocore
 from miocore import reference
 from miocore.backends.gpu_kernels import tensor5_bytes
-from miocore.testing import cpu_context
 
 dw = pytest.importorskip("miocore_direct.gpu_depthwise")
 geo = pytest.importorskip("miocore_direct.gpu_depthwise_geometry")
@@ -69,9 +68,7 @@ def build(tmp_path_factory: pytest.TempPathFactory):
     return make
 
 
-def _ctx() -> miocore.ExecutionContext:
-    device = dataclasses.replace(cpu_context().device, backend="cuda", compute_units=132)
-    return miocore.ExecutionContext(device=device)
+_ctx = cuda_context
 
 
 def _problem(case: tuple, dtype: str, layout: str, n: int = 2) -> miocore.ConvProblem:
