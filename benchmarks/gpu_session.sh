@@ -42,6 +42,9 @@
 #               tests, then its first DW_TILES tiles (4; capped and not, each also in runs of
 #               2/4/8 tiles a block) beside dw_nhwc's default against cuDNN, fp16 and bf16,
 #               forward and backward data, MobileNetV2 and EfficientNet-B0
+#   spans       issue 13: igemm.gpu_wgmma_wrw's tiles over 2-4 taps (span key) checked by its GPU
+#               tests, then every tile of backward weights (span or not) on SPAN_SUITES (vgg16
+#               unet3d) in SPAN_DTYPES (float16) against cuDNN (gpu_wgmma_bench.py)
 #   splits      issue 13: miocore-triton's split-K GPU tests, then every configuration of the
 #               3-D U-Net's forward and backward-data layers in NCHW (SPLIT_DTYPES, fp16 by
 #               default) against cuDNN, no find (benchmarks/triton_split_report.py reads it)
@@ -108,7 +111,7 @@
 #               .gpu/perf_models (find_quality.py, batch cut to MAX_GFLOP); MATH_MODE,
 #               QDTYPE (one data type), MODEL_DIR (another model) and QTAG (output names)
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d|vstable|parallel|dwtiles}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d|vstable|parallel|dwtiles|spans}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -217,6 +220,18 @@ case "$STAGE" in
         --directions forward backward_data --out "$OUT/dw_tiles_$suite.json" 2>&1 |
         grep -a -v '^{' | tail -6
     done
+    ;;
+  spans)
+    # igemm.gpu_wgmma_wrw's tiles over several taps: their GPU tests, then backward weights of
+    # the suites (SPAN_SUITES; SPAN_DTYPES) with every tile once (span or not) against cuDNN
+    timeout "${SPAN_TEST_TIMEOUT:-240}" python3 -m pytest -q -n 8 -p no:cacheprovider -rfE \
+      tests/test_gpu_igemm_wgmma_wrw.py -k "span or every_config" 2>&1 |
+      tee "$OUT/span_tests.log" | tail -8
+    # shellcheck disable=SC2086
+    timeout "${SPAN_TIMEOUT:-300}" python3 benchmarks/gpu_wgmma_bench.py \
+      --suites ${SPAN_SUITES:-vgg16 unet3d} --dtypes ${SPAN_DTYPES:-float16} \
+      --directions backward_weights --configs "${SPAN_CONFIGS:-4}" --out "$OUT/spans.json" 2>&1 |
+      grep -a -v Warning | tee "$OUT/spans.log" | tail -40
     ;;
   splits)
     timeout 200 python3 -m pytest -q -n 8 -p no:cacheprovider -rfE \
