@@ -41,9 +41,10 @@ NHWC_TILE_CHUNK_BYTES = 16
 NHWC_TILE_KEYS = ("vec", "ch", "toh", "tow", "pix")
 NHWC_TILE_OPTIONAL_KEYS = ("mb", "nt")
 NHWC_TILE_MIN_BLOCKS = (3, 4)
-#: Tiles a block may run in turn (``nt``). Not in the tuning space until a GPU has timed them
-#: (they answer the staged tile's profile: a block waits for its whole tile before any
-#: arithmetic, so on strided and large planes it was no faster than ``dw_nhwc``).
+#: Tiles a block may run in turn (``nt``): they answer the single tile's profile (a block waits
+#: for its whole tile before any arithmetic). A first build ran 1.18-1.21x faster than
+#: ``dw_nhwc``'s default on 112x112 planes (H200, 2026-11-29); not in the tuning space until
+#: the current build is timed.
 NHWC_TILE_RUNS = (2, 4, 8)
 #: Output tiles tried, (rows, columns), best guesses first.
 NHWC_TILE_SHAPES = ((8, 16), (4, 32), (8, 8), (16, 16), (4, 16), (2, 32))
@@ -136,8 +137,9 @@ def default_nhwc_tile(p: ConvProblem) -> PerfConfig | None:
     blocks. Timed on the GPU (H200, batch 64, MobileNetV2's and EfficientNet-B0's depthwise
     layers, every first-8 tile capped and not; docs/performance-gpu-depthwise.md): 0.885x
     ``dw_nhwc``'s default time in geomean over the 16 cases of these planes, slower on none
-    (at most 0.967x). On planes of 7 it was 1.14x slower, on 56 and 112 1.07-1.20x; at stride 2
-    it was a wash (bf16 0.99x, fp16 1.10x): those keep ``dw_nhwc``."""
+    (at most 0.967x). Elsewhere the best single tile of each plane size was slower (planes of
+    7 1.14x, 56 1.17x, 112 1.06x in geomean) and at stride 2 a wash (bf16 0.99x, fp16 1.10x):
+    those keep ``dw_nhwc``."""
     s = problem_sizes(p)
     if not nhwc_tile_applies(p) or esize(p) != 2 or s["f"][1:] != (3, 3):
         return None
