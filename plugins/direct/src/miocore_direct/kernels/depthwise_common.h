@@ -137,6 +137,16 @@ MIO_DEVICE void mio_unpack(const unsigned int* u, int words, float* v) {
 MIO_DEVICE unsigned int mio_pack_word(const float* v) {
 #if defined(MIO_DTYPE_FP32)
   return __float_as_uint(v[0]);
+#elif defined(MIO_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  // both halves rounded to nearest even in one instruction (v[1] the upper half), as the
+  // wgmma kernels' paired stores do
+  unsigned int out;
+#if defined(MIO_DTYPE_FP16)
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(out) : "f"(v[1]), "f"(v[0]));
+#else
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(out) : "f"(v[1]), "f"(v[0]));
+#endif
+  return out;
 #elif defined(MIO_DTYPE_FP16)
   return (unsigned int)mio_float_to_half(v[0]) | ((unsigned int)mio_float_to_half(v[1]) << 16);
 #else
