@@ -29,7 +29,6 @@ from gpu_depthwise_fixtures import cuda_context
 
 import miocore
 from miocore import reference
-from miocore.backends.gpu_kernels import tensor5_bytes
 
 dw = pytest.importorskip("miocore_direct.gpu_depthwise")
 geo = pytest.importorskip("miocore_direct.gpu_depthwise_geometry")
@@ -155,31 +154,13 @@ def _run_block(
 ) -> np.ndarray:  # fmt: skip
     """``cfg``'s kernel run on the host as the invoker would pick it: the main kernel on
     aligned buffers, the last one (a scalar twin, where there is one) where they start
-    ``shift`` elements past alignment; ``fewer_blocks`` divides the grid's x (a grid-stride
-    kernel then loops). The written tensor in logical order."""
-    from miocore_direct.gpu_depthwise_nhwc_tile import is_nhwc_tile, nhwc_tile_grid
-
+    ``shift`` elements past alignment, with the solver's parameter block; ``fewer_blocks``
+    divides the grid's x (a grid-stride kernel then loops). The written tensor in logical
+    order."""
     p = problem.canonical
-    kernel = _block_kernel(p, cfg, shift)
+    kernels, params, _ = _plan(problem, cfg)
+    kernel = _picked(kernels, shift)
     a, b, *_ = geo.role(p)
-    pads = geo.kernel_pads(p)
-    fields = dict.fromkeys(geo.PARAM_FIELDS, 0)
-    fields.update(pad_d=pads[0], pad_h=pads[1], pad_w=pads[2], split=1)
-    # the fields the solver packs for this config's kernels
-    if "ox" in cfg:  # dw_nchw_rows
-        runs, groups, items = configs.rows_items(p, cfg)
-        fields.update(tiles_w=runs, tiles=groups, items=items)
-    elif "tw" in cfg:  # dw_nchw
-        tiles_w, _, tiles = configs.nchw_tiles(p, cfg)
-        fields.update(tiles_w=tiles_w, tiles=tiles)
-    else:  # dw_nhwc_tile (then its dw_nhwc twin's) or dw_nhwc
-        twin = cfg
-        if is_nhwc_tile(cfg):
-            tiles_w, tiles, _ = nhwc_tile_grid(p, cfg)
-            fields.update(tiles_w=tiles_w, tiles=tiles)
-            twin = miocore.PerfConfig(vec=1, pix=1, py=1, ct=geo.ct_for(b.lengths[1], 1))
-        dw.nhwc_kernels(_ctx(), p, twin, [], fields)
-    params = tensor5_bytes(a) + tensor5_bytes(b) + tensor5_bytes(p.w) + geo.pack_params(fields)
     read = "y" if p.direction is miocore.Direction.BACKWARD_DATA else "x"
     (tmp / "params").write_bytes(params)
     (tmp / "a").write_bytes(_memory(a, inputs[read]).tobytes())
@@ -194,9 +175,13 @@ def _run_block(
     return np.lib.stride_tricks.as_strided(memory, b.lengths, _byte_strides(b)).copy()
 
 
-def _block_kernel(p: miocore.ConvProblem, cfg, shift: int):
-    kernels = dw.GpuDepthwiseSolver().get_solution(_ctx(), p, cfg).kernels
+def _picked(kernels: tuple, shift: int):
+    """The kernel the invoker runs: the main one, its scalar twin (the last) when misaligned."""
     return kernels[-1] if shift else kernels[0]
+
+
+def _plan(problem: miocore.ConvProblem, cfg) -> tuple:
+    return dw.GpuDepthwiseSolver().launch_plan(_ctx(), problem.canonical, cfg)
 
 
 def _block_options(kernel) -> tuple[str, ...]:
@@ -209,7 +194,7 @@ def _block_options(kernel) -> tuple[str, ...]:
 def _prebuild(make, plans) -> None:
     """Every runner of ``plans`` ((problem, configs, shifts) each) built first."""
     options = {
-        _block_options(_block_kernel(problem.canonical, cfg, shift))
+        _block_options(_picked(_plan(problem, cfg)[0], shift))
         for problem, configs, shifts in plans
         for cfg in configs
         for shift in shifts
@@ -321,23 +306,9 @@ def _run_wrw(make, tmp: Path, problem: miocore.ConvProblem, cfg, inputs, shift: 
     scalar twin where x and dy start ``shift`` elements past alignment), then the reduce over
     the splits' partials; dw in logical order."""
     p = problem.canonical
-    solver = dw.GpuDepthwiseSolver()
-    kernels = solver.get_solution(_ctx(), p, cfg).kernels
-    vec = cfg.get("vec", 1)
-    mains = kernels[:2] if vec > 1 else kernels[:1]
-    main = mains[-1] if shift else mains[0]
-    split = solver._split(_ctx(), p, cfg)
-    reduce = kernels[len(mains)] if split > 1 else None
-    fields = dict.fromkeys(geo.PARAM_FIELDS, 0)
-    pads = geo.kernel_pads(p)
-    fields.update(pad_d=pads[0], pad_h=pads[1], pad_w=pads[2], split=split)
-    if geo.is_tile(cfg):
-        fields.update(items=geo.wrw_tile_items(p, cfg))
-    else:
-        items, groups_w = geo.wrw_items(p, cfg)
-        fields.update(items=items, groups_w=groups_w)
-    a, b, *_ = geo.role(p)
-    params = tensor5_bytes(a) + tensor5_bytes(b) + tensor5_bytes(p.w) + geo.pack_params(fields)
+    kernels, params, split = _plan(problem, cfg)
+    main = _wrw_main(kernels, cfg, shift)
+    reduce = kernels[-1] if split > 1 else None
     (tmp / "params").write_bytes(params)
     (tmp / "x").write_bytes(_memory(p.x, inputs["x"]).tobytes())
     (tmp / "dy").write_bytes(_memory(p.y, inputs["y"]).tobytes())
@@ -377,7 +348,7 @@ def test_backward_weights_on_the_host_matches_reference(build, tmp_path: Path, d
         picks = list(dict.fromkeys((default, _space(problem)[-1])))
         plans.append((problem, [(cfg, 0) for cfg in picks] + [(default, 1)]))
     options = {
-        _block_options(_wrw_main(problem.canonical, cfg, shift))
+        _block_options(_wrw_main(_plan(problem, cfg)[0], cfg, shift))
         for problem, runs in plans
         for cfg, shift in runs
     }
@@ -393,11 +364,11 @@ def test_backward_weights_on_the_host_matches_reference(build, tmp_path: Path, d
             assert np.isfinite(err) and err <= tol, (problem.key, dict(cfg), shift, err)
             checked += 1
             tiles += geo.is_tile(cfg)
-            splits += solver._split(_ctx(), canon, cfg) > 1
+            splits += _plan(problem, cfg)[2] > 1
     assert checked >= 2 * len(WRW_CASES) and tiles and splits
 
 
-def _wrw_main(p: miocore.ConvProblem, cfg, shift: int):
-    kernels = dw.GpuDepthwiseSolver().get_solution(_ctx(), p, cfg).kernels
+def _wrw_main(kernels: tuple, cfg, shift: int):
+    """The main kernel the invoker picks: its scalar twin on misaligned x and dy."""
     mains = kernels[:2] if cfg.get("vec", 1) > 1 else kernels[:1]
     return mains[-1] if shift else mains[0]

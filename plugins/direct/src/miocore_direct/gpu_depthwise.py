@@ -208,10 +208,14 @@ class GpuDepthwiseSolver(TunableSolver):
             return perf_config
         return self.default_perf_config(ctx, p)
 
-    def get_solution(
+    def launch_plan(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
-    ) -> ConvSolution:
-        """The layout's kernel compiled for the filter geometry, element type and config."""
+    ) -> tuple[tuple[KernelInfo, ...], bytes, int]:
+        """What :meth:`get_solution`'s invoker launches for ``perf_config`` (the default where
+        it is None or invalid): the kernels in the invoker's order (the main kernel, its scalar
+        twin where there is one, the reduce of split partials), the parameter block they all
+        take, and the backward-weights split (1 elsewhere). Also for callers that run the
+        kernels themselves (``tests/test_gpu_depthwise_host.py`` runs them on the CPU)."""
         p = problem
         cfg = self._config(ctx, p, perf_config)
         kind = kernel_kind(p)
@@ -233,7 +237,6 @@ class GpuDepthwiseSolver(TunableSolver):
         wcount = p.w.element_count
         split = 1
         kernels: list[KernelInfo] = []
-        shared = 0
         if kind == "nchw" and is_rows(cfg):
             runs, groups, items = rows_items(p, cfg)
             fields.update(tiles_w=runs, tiles=groups, items=items)
@@ -307,7 +310,16 @@ class GpuDepthwiseSolver(TunableSolver):
             if split > 1:
                 kernels.append(reduce_kernel(base_opts, wcount, split))
         params = tensor5_bytes(a) + tensor5_bytes(b) + tensor5_bytes(p.w) + pack_params(fields)
-        workspace = 0 if split == 1 else split * wcount * 4
+        return tuple(kernels), params, split
+
+    def get_solution(
+        self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
+    ) -> ConvSolution:
+        """The layout's kernel compiled for the filter geometry, element type and config."""
+        p = problem
+        cfg = self._config(ctx, p, perf_config)
+        kernels, params, split = self.launch_plan(ctx, p, cfg)
+        workspace = 0 if split == 1 else split * p.w.element_count * 4
         vec = cfg.get("vec", 1)
         align = vec * esize(p)
         if is_nhwc_tile(cfg):  # its staged loads are 16 bytes wide
@@ -340,7 +352,7 @@ class GpuDepthwiseSolver(TunableSolver):
                 aligned = ta.ptr % align == 0 and tb.ptr % align == 0
                 main = mains3[0] if aligned else mains3[-1]
                 args3.set_pointers(ta.ptr, ip.w.ptr, tb.ptr)
-                main.launch(args3, shared=shared)
+                main.launch(args3)
 
             return invoker
 
@@ -349,7 +361,7 @@ class GpuDepthwiseSolver(TunableSolver):
             workspace_size=workspace,
             invoker_factory=factory,
             perf_config=cfg,
-            kernels=tuple(kernels),
+            kernels=kernels,
         )
 
 
