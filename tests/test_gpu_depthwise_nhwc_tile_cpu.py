@@ -6,7 +6,7 @@ host in ``test_gpu_depthwise_host.py`` and on the GPU in ``test_gpu_depthwise.py
 from __future__ import annotations
 
 import pytest
-from gpu_depthwise_fixtures import cuda_context, depthwise_problem, nhwc_default
+from gpu_depthwise_fixtures import cuda_context, depthwise_problem
 
 import miocore
 
@@ -14,7 +14,7 @@ dw = pytest.importorskip("miocore_direct.gpu_depthwise")
 geo = pytest.importorskip("miocore_direct.gpu_depthwise_geometry")
 configs_module = pytest.importorskip("miocore_direct.gpu_depthwise_configs")
 
-_ctx, _problem, _nhwc_default = cuda_context, depthwise_problem, nhwc_default
+_ctx, _problem = cuda_context, depthwise_problem
 
 
 def test_nhwc_staged_tiles_where_they_apply() -> None:
@@ -75,23 +75,59 @@ def test_nhwc_staged_tile_solution_and_validation() -> None:
         assert not s.is_valid_perf_config(ctx, p, miocore.PerfConfig(**bad)), bad
 
 
+def _tile_default(
+    dtype: str,
+    direction: str = "forward",
+    n: int = 64,
+    c: int = 96,
+    hw: int = 56,
+    f: int = 3,
+    stride: int = 1,
+    **kw,
+) -> miocore.PerfConfig:
+    """``direct.gpu_depthwise``'s default for an NHWC depthwise layer (checked to be in its
+    space)."""
+    s, ctx = dw.GpuDepthwiseSolver(), _ctx()
+    args = {"pads": (f // 2, f // 2), **kw}
+    p = _problem(direction, n=n, c=c, k=c, groups=c, in_spatial=(hw, hw), filter_spatial=(f, f),
+                 strides=(stride, stride), dtype=dtype, layout="NHWC", **args)  # fmt: skip
+    p = p.canonical
+    cfg = s.default_perf_config(ctx, p)
+    assert cfg in s.perf_config_space(ctx, p)
+    return cfg
+
+
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
 def test_nhwc_staged_tile_default_where_the_gpu_timed_it_faster(dtype: str) -> None:
-    # 16-bit 3x3 stride-1 layers whose written plane is 14-28 wide take the staged tile of
-    # 8 x 16 outputs, 64 channels, 4 a thread, 3 blocks; planes of 7, 56 and 112, stride 2,
-    # dilation, 5x5 filters and fp32 keep dw_nhwc
-    def default(direction: str, f: int, stride: int, hw: int, dt: str = dtype):
-        return _nhwc_default(direction, f, stride, hw, dt)
+    # 16-bit 3x3 layers on planes of 14 and more: tiles capped for 3 blocks in runs of at most
+    # 256 channel-tiles, as long as the grid keeps 300 blocks (MobileNetV2's layers at batch 64)
+    def default(direction: str = "forward", **kw) -> miocore.PerfConfig:
+        return _tile_default(dtype, direction, **kw)
 
-    tile = miocore.PerfConfig(vec=4, ch=64, toh=8, tow=16, pix=4, mb=3)
+    wide = miocore.PerfConfig(vec=4, ch=64, toh=8, tow=16, pix=4, mb=3)
+    narrow = miocore.PerfConfig(vec=4, ch=32, toh=8, tow=16, pix=4, mb=3)
     for direction in ("forward", "backward_data"):
-        assert default(direction, 3, 1, 28) == tile
-        assert default(direction, 3, 1, 14) == tile
-        for hw in (7, 56, 112):
-            assert "toh" not in default(direction, 3, 1, hw)
-        assert "toh" not in default(direction, 5, 1, 28)
-        assert "toh" not in default(direction, 3, 1, 28, "float32")
-    assert "toh" not in default("forward", 3, 2, 56)  # a 28-wide written plane, strided
+        # 64 x 98 tiles of 32 channels: runs of 8 (784 blocks)
+        assert default(direction, c=32, hw=112) == {**narrow, "nt": 8}
+        # 64 x 28 x 3 tiles of 64 channels: runs of 4 at most
+        assert default(direction, c=144, hw=56) == {**wide, "nt": 4}
+        assert default(direction, c=192, hw=28) == {**wide, "nt": 4}  # 384 blocks
+        assert default(direction, c=384, hw=14) == {**wide, "nt": 2}  # 4 a run: 192 blocks
+        # too few tiles for runs: a single tile on planes up to 28, dw_nhwc above
+        assert default(direction, n=8, hw=28) == wide
+        assert "toh" not in default(direction, n=8, hw=56)
+        # planes of 7, 5x5 filters, dilation and fp32 keep dw_nhwc
+        assert "toh" not in default(direction, c=960, hw=7)
+        assert "toh" not in default(direction, hw=28, f=5)
+        assert "toh" not in default(direction, hw=28, dilations=(2, 2), pads=(2, 2))
+        assert "toh" not in _tile_default("float32", direction, hw=28)
+    # strided forward: 8 x 8 outputs of 32 channels, 2 a thread, in runs of 2 at least
+    strided = miocore.PerfConfig(vec=4, ch=32, toh=8, tow=8, pix=2, mb=3)
+    assert default(hw=112, stride=2) == {**strided, "nt": 8}  # 64 x 49 x 3 tiles
+    assert default(c=192, hw=28, stride=2) == {**strided, "nt": 4}  # 64 x 4 x 6 tiles
+    assert "toh" not in default(n=8, hw=28, stride=2)  # 96 tiles: no run keeps 300 blocks
+    assert "toh" not in default(c=576, hw=14, stride=2)  # a written plane of 7
+    assert "toh" not in default("backward_data", hw=112, stride=2)  # the gather
 
 
 def test_nhwc_staged_tile_runs_of_several_tiles() -> None:
@@ -119,5 +155,7 @@ def test_nhwc_staged_tile_runs_of_several_tiles() -> None:
     big = miocore.PerfConfig(vec=4, ch=32, toh=8, tow=8, pix=4)
     assert s.is_valid_perf_config(ctx, wide, big)
     assert not s.is_valid_perf_config(ctx, wide, miocore.PerfConfig(**big, nt=2))
-    # not in the tuning space until a GPU has timed them
-    assert not any("nt" in c for c in s.perf_config_space(ctx, p))
+    # in the tuning space: the tiles capped for 3 blocks, at most 256 channel-tiles a run
+    runs = [c for c in s.perf_config_space(ctx, p) if "nt" in c]
+    assert runs and all(c["mb"] == 3 and c["nt"] * c["ch"] <= 256 for c in runs)
+    assert {(c["ch"], c["nt"]) for c in runs} == {(32, 2), (32, 4), (32, 8), (64, 2), (64, 4)}

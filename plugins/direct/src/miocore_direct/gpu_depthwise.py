@@ -13,10 +13,11 @@ stride, dilation and padding; fp32/fp16/bf16 with fp32 accumulation; every direc
   SM (the 16-bit 3x3 defaults take it: the kernel is latency-bound at 25% occupancy).
 - 2-D channels-innermost 3x3 layers (forward, stride-1 backward data) also have
   ``dw_nhwc_tile`` (``kernels/depthwise_nhwc_tile.cu``, configs ``vec``, ``ch``, ``toh``,
-  ``tow``, ``pix`` [, ``mb``]): a block stages its tile's input in shared memory with 16-byte
-  loads and computes from there. In the space after ``dw_nhwc``'s configs; the default of
-  16-bit stride-1 layers on 14-28 planes, where the GPU timed it faster
-  (``gpu_depthwise_nhwc_tile.default_nhwc_tile``).
+  ``tow``, ``pix`` [, ``mb``, ``nt``]): a block stages its tile's input in shared memory with
+  16-byte loads and computes from there, ``nt`` tiles in turn with the next one's input copied
+  asynchronously while this one computes. In the space after ``dw_nhwc``'s configs; the
+  default of 16-bit 3x3 layers on planes of 14 and more (stride 1, and strided forward),
+  where the GPU timed it faster (``gpu_depthwise_nhwc_tile.default_nhwc_tile``).
 - channels outer (NCHW / NCDHW): ``dw_nchw``, one block per (image, channel, depth) plane tile
   of ``tw`` x ``by * py`` outputs with the input tile and its halo staged in shared memory;
   where the narrowest such tile covers the whole written plane, configs with ``pp`` > 1 give a
@@ -117,8 +118,10 @@ class GpuDepthwiseSolver(TunableSolver):
     #: per block on small planes by default (2026-11-28); 5: channels-outer forward and
     #: stride-1 backward data run ``dw_nchw_rows`` by default (2026-11-28, later): entries
     #: recorded before run today's defaults instead; 6: ``dw_nhwc_tile`` in the space, the
-    #: default of 16-bit 3x3 stride-1 layers on 14-28 planes (2026-11-29).
-    revision = 6
+    #: default of 16-bit 3x3 stride-1 layers on 14-28 planes (2026-11-29); 7: its runs of tiles
+    #: in the space, the default of 16-bit 3x3 layers on planes of 14 and more, stride 1 and
+    #: strided forward (2026-11-29, later).
+    revision = 7
     algorithm = Algorithm.DIRECT
     backends = GPU_BACKENDS
 

@@ -9,14 +9,14 @@ profile of ``dw_nhwc`` on 16-bit 3x3 layers (Nsight Compute, H200, thirty-third 
 latency-bound, 112 registers, 25% occupancy, each input element read about three times
 through L1).
 
-Its single-tile configs follow ``dw_nhwc``'s in the tuning space; the default takes a tile
-only where the timing on the GPU showed it faster (:func:`default_nhwc_tile`). Runs of
-several tiles (``nt``) are valid as explicit configs, not yet in the space.
+Its configs follow ``dw_nhwc``'s in the tuning space (single tiles, then the capped ones in
+runs); the default takes a tile only where the timing on the GPU showed it faster
+(:func:`default_nhwc_tile`).
 """
 
 from __future__ import annotations
 
-from miocore import ConvProblem, PerfConfig
+from miocore import ConvProblem, Direction, PerfConfig
 from miocore_direct.gpu_depthwise_geometry import (
     GRID_YZ_LIMIT,
     INT32_MAX,
@@ -42,10 +42,16 @@ NHWC_TILE_KEYS = ("vec", "ch", "toh", "tow", "pix")
 NHWC_TILE_OPTIONAL_KEYS = ("mb", "nt")
 NHWC_TILE_MIN_BLOCKS = (3, 4)
 #: Tiles a block may run in turn (``nt``): they answer the single tile's profile (a block waits
-#: for its whole tile before any arithmetic). A first build ran 1.18-1.21x faster than
-#: ``dw_nhwc``'s default on 112x112 planes (H200, 2026-11-29); not in the tuning space until
-#: the current build is timed.
+#: for its whole tile before any arithmetic): 1.45x faster than ``dw_nhwc``'s default on
+#: 112x112 planes, 1.67x on strided layers (H200, 2026-11-29; :func:`default_nhwc_tile`).
 NHWC_TILE_RUNS = (2, 4, 8)
+#: A run's channel-tiles (``nt`` x ``ch``) at most: 4 tiles of 64 channels or 8 of 32 were the
+#: fastest runs of the layers with the most tiles (8 of 64 was 1.06x slower than 4).
+NHWC_TILE_RUN_WORK = 256
+#: Blocks a default run keeps at least (about 2.3 per SM of an H200): below that the layers of
+#: 14x14 planes ran faster in shorter runs (768 tiles: 2 a block 0.91x ``dw_nhwc``'s time, 4 a
+#: block 1.07x).
+NHWC_TILE_MIN_RUN_BLOCKS = 300
 #: Output tiles tried, (rows, columns), best guesses first.
 NHWC_TILE_SHAPES = ((8, 16), (4, 32), (8, 8), (16, 16), (4, 16), (2, 32))
 
@@ -115,7 +121,9 @@ def nhwc_tile_fits(p: ConvProblem, cfg: PerfConfig) -> bool:
 def nhwc_tile_configs(p: ConvProblem) -> list[PerfConfig]:
     """Every tile config that fits ``p``: 8-byte vectors of 16-bit channels (the filter's
     taps stay in registers), 16-byte of fp32; blocks of 32 or 64 channels (16 where the
-    layer has fewer); 2 or 4 outputs a thread; then each again with its registers capped."""
+    layer has fewer); 2 or 4 outputs a thread; then each again with its registers capped; then
+    the tiles capped for 3 blocks in runs of 2, 4 and 8 (at most
+    :data:`NHWC_TILE_RUN_WORK` channel-tiles a run) whose two buffers fit."""
     if not nhwc_tile_applies(p):
         return []
     vec = 4
@@ -127,28 +135,62 @@ def nhwc_tile_configs(p: ConvProblem) -> list[PerfConfig]:
                 cfg = PerfConfig(vec=vec, ch=ch, toh=toh, tow=tow, pix=pix)
                 if nhwc_tile_fits(p, cfg):
                     out.append(cfg)
-    return out + [PerfConfig(**c, mb=mb) for mb in NHWC_TILE_MIN_BLOCKS for c in out]
+    capped = [PerfConfig(**c, mb=mb) for mb in NHWC_TILE_MIN_BLOCKS for c in out]
+    runs = [
+        PerfConfig(**c, mb=NHWC_TILE_MIN_BLOCKS[0], nt=nt)
+        for nt in NHWC_TILE_RUNS
+        for c in out
+        if nt * c["ch"] <= NHWC_TILE_RUN_WORK
+    ]
+    return out + capped + [r for r in runs if nhwc_tile_fits(p, r)]
 
 
 def default_nhwc_tile(p: ConvProblem) -> PerfConfig | None:
-    """The default where a staged tile was faster than ``dw_nhwc``'s default, else None:
-    16-bit 3x3 stride-1 layers whose written plane is 14 to 28 wide, forward and backward data,
-    in tiles of 8 x 16 outputs for 64 channels, 4 outputs a thread, registers capped for 3
-    blocks. Timed on the GPU (H200, batch 64, MobileNetV2's and EfficientNet-B0's depthwise
-    layers, every first-8 tile capped and not; docs/performance-gpu-depthwise.md): 0.885x
-    ``dw_nhwc``'s default time in geomean over the 16 cases of these planes, slower on none
-    (at most 0.967x). Elsewhere the best single tile of each plane size was slower (planes of
-    7 1.14x, 56 1.17x, 112 1.06x in geomean) and at stride 2 a wash (bf16 0.99x, fp16 1.10x):
-    those keep ``dw_nhwc``."""
+    """The default where staged tiles were faster than ``dw_nhwc``'s default, else None.
+
+    16-bit 3x3 layers, tiles capped for 3 blocks an SM, in runs as long as the run's
+    channel-tiles allow (:data:`NHWC_TILE_RUN_WORK`) while the grid keeps
+    :data:`NHWC_TILE_MIN_RUN_BLOCKS` blocks, shorter runs otherwise:
+
+    - stride 1, written plane at least 14 a side: 8 x 16 outputs, 4 a thread, 64 channels
+      (32 on layers of at most 32); a single tile only on planes up to 28 (on larger ones
+      single tiles were slower than ``dw_nhwc``);
+    - stride 2 forward, written plane at least 14: 8 x 8 outputs, 2 a thread, 32 channels,
+      in runs of at least 2.
+
+    Timed on an H200 (2026-11-29, batch 64, MobileNetV2's and EfficientNet-B0's depthwise
+    layers, fp16 and bf16, forward and backward data; docs/performance-gpu-depthwise.md):
+    against ``dw_nhwc``'s default, 0.69x the time on 112x112 planes, 0.87x on 56, 0.84-0.89x
+    on 28, 0.91-1.04x on 14; strided forward 0.60x (56 written), 0.69-0.71x (28), 0.89-0.95x
+    (14). Planes of 7 (1.13-1.66x slower in every tile) and strided backward data (the
+    gather) keep ``dw_nhwc``."""
     s = problem_sizes(p)
     if not nhwc_tile_applies(p) or esize(p) != 2 or s["f"][1:] != (3, 3):
         return None
-    if max(s["s"][1:]) != 1 or max(s["d"][1:]) != 1:
+    if max(s["d"][1:]) != 1:
         return None
-    written = role(p)[1].lengths[2:]
-    if not all(14 <= side <= 28 for side in written):
+    written = role(p)[1].lengths
+    if min(written[2:]) < 14:
         return None
-    return PerfConfig(vec=4, ch=64, toh=8, tow=16, pix=4, mb=3)
+    stride = max(s["s"][1:])
+    if stride == 1:
+        ch = 32 if written[1] <= 32 else 64
+        single = PerfConfig(vec=4, ch=ch, toh=8, tow=16, pix=4, mb=3)
+        shortest = 1 if max(written[2:]) <= 28 else 2
+    elif stride == 2 and p.direction is Direction.FORWARD:
+        single = PerfConfig(vec=4, ch=32, toh=8, tow=8, pix=2, mb=3)
+        shortest = 2
+    else:
+        return None
+    for nt in sorted(NHWC_TILE_RUNS, reverse=True):
+        run = PerfConfig(**single, nt=nt)
+        if nt * single["ch"] > NHWC_TILE_RUN_WORK or nt < shortest or not nhwc_tile_fits(p, run):
+            continue
+        if nhwc_tile_blocks_x(p, run) * nhwc_tile_grid(p, run)[2] >= NHWC_TILE_MIN_RUN_BLOCKS:
+            return run
+    if shortest == 1 and nhwc_tile_fits(p, single):
+        return single
+    return None
 
 
 def nhwc_tile_valid(p: ConvProblem, config: PerfConfig) -> bool:
