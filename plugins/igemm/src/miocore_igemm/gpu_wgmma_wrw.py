@@ -11,7 +11,9 @@ slices land pixel-major and ``wgmma`` reads both operands MN-major. Layers have 
 c x taps) and long sums, so the sum over pixels is split into ``split`` parts; the parts'
 fp32 sums go to the workspace and a second kernel adds them in order (deterministic) and
 writes the filter through its strides (any filter layout). One part on a filter with c
-contiguous stores straight from the registers.
+contiguous stores straight from the registers. On layers of at most 64 input channels a tile
+may instead span 2 or 4 taps of every channel (``span``: one x box per tap), so each dy slice
+feeds a wider ``wgmma``; the cost model ranks them with the per-tap tiles.
 
 Every size and the pixel box are run-time arguments; the tile and depth are compiled in, so
 one binary per tile serves every problem (the solver is dynamic). The tensor maps hold the
@@ -162,7 +164,7 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
         out: list[PerfConfig] = []
         tiles = set()
         for cfg in ranked(ctx, problem):
-            tile = (cfg["bm"], cfg["bn"])
+            tile = (cfg["bm"], cfg["bn"], cfg.get("span", 1))
             if tile not in tiles:
                 tiles.add(tile)
                 out.append(cfg)

@@ -28,7 +28,7 @@ STAGES = {(128, 256): 4, (128, 128): 6, (128, 64): 8, (64, 256): 5, (64, 128): 8
 HALVES = (64, 64)
 #: Taps a tile's columns may span on layers of at most 64 input channels (the ``span`` key):
 #: a 128- or 256-wide tile is 2 or 4 taps of every channel. In the tuning space after the
-#: per-tap tiles; not a default nor a normal find's alternative until a GPU has timed them.
+#: per-tap tiles, and ranked by the cost model (``_SPAN_EFFICIENCY``).
 SPANS = (2, 4)
 #: Relative speed of a tile per unit of work (bigger tiles reuse their operands more) and a
 #: unit's fixed cost (pipeline fill, epilogue) in slices' time: first estimates, by analogy
@@ -38,6 +38,14 @@ SPANS = (2, 4)
 _TILE_EFFICIENCY = {(128, 256): 1.0, (128, 128): 0.92, (64, 256): 0.85, (128, 64): 0.75,
                     (64, 128): 0.75, (64, 64): 0.6}  # fmt: skip
 _UNIT_FIXED = 6.0
+#: A tile over several taps runs at this fraction of the per-tap tile of its shape (one TMA
+#: box per tap a stage; the last group's repeated tap is counted as work). Fitted on every
+#: tile of VGG-16's and the 3-D U-Net's backward weights (fp16, H200, 2026-11-29): the span
+#: tiles were 0.82-0.88x the per-tap tiles' time on the U-Net's 27-tap layers of 32-64
+#: channels and 1.11-1.14x on VGG-16's 9-tap ones; at 0.8 a normal find measures the span
+#: tile wherever it won (find 1.028 -> 1.002x the fastest in geomean, default 1.036 -> 1.028)
+#: and the default takes none that lost; 0.85 and up make VGG-16's defaults span tiles.
+_SPAN_EFFICIENCY = 0.8
 #: The rate of the parts' fp32 sums, written and read back mostly within the L2.
 _PARTIAL_BYTES_PER_S = 9.0e12
 #: Split-K parts the configuration space offers.
@@ -143,16 +151,17 @@ def _ranked(p: ConvProblem, sms: int) -> tuple[PerfConfig, ...]:
     box = pixel_boxes(p, 1)[0]
     boxes = _boxes(p, box)
     scored = []
-    for (bm, bn), stages in STAGES.items():
-        if not _fits(p, bm, bn):
+    for span, ((bm, bn), stages) in itertools.product((1, *SPANS), STAGES.items()):
+        if not _fits(p, bm, bn, span):
             continue
-        tiles = _cdiv(p.k, bm) * _cdiv(p.c, bn) * _taps(p)
-        per_slice = 2.0 * bm * bn * PIXELS / (_SM_FLOPS * _TILE_EFFICIENCY[bm, bn])
+        tiles = _cdiv(p.k, bm) * c_tiles(p, bn, span) * tap_groups(p, span)
+        efficiency = _TILE_EFFICIENCY[bm, bn] * (_SPAN_EFFICIENCY if span > 1 else 1.0)
+        per_slice = 2.0 * bm * bn * PIXELS / (_SM_FLOPS * efficiency)
         for split in _splits(p, box):
             waves = _cdiv(tiles * split, sms)
             cost = waves * (_cdiv(boxes, split) + _UNIT_FIXED) * per_slice
             cost += 2 * _partial_bytes(p, (bm, bn), split) / _PARTIAL_BYTES_PER_S
-            scored.append((cost, len(scored), _config(p, bm, bn, stages, box, split)))
+            scored.append((cost, len(scored), _config(p, bm, bn, stages, box, split, span)))
     scored.sort(key=lambda t: t[:2])
     return tuple(config for *_, config in scored)
 
