@@ -71,7 +71,7 @@ def tile_runs(solver: Any, ctx: Any, canon: Any, count: int) -> list[PerfConfig]
     def valid(cfg: PerfConfig) -> bool:
         return solver.is_valid_perf_config(ctx, canon, cfg)
 
-    tiles = nhwc_tile_configs(canon)
+    tiles = [c for c in nhwc_tile_configs(canon) if "nt" not in c]  # single tiles
     bases = [c for c in tiles if "mb" not in c and valid(PerfConfig(**c, nt=2))][:count]
     out = []
     for cfg in tiles:
@@ -189,7 +189,7 @@ def main() -> None:
                         if args.tile_only:
                             picks = [default, *(c for c in picks[1:] if "cb" in c)]
                     if args.nhwc_tiles:  # dw_nhwc_tile's first base tiles, capped or not
-                        tiles = nhwc_tile_configs(canon)
+                        tiles = [c for c in nhwc_tile_configs(canon) if "nt" not in c]
                         base = [c for c in tiles if "mb" not in c][: args.nhwc_tiles]
                         uncapped = [PerfConfig(**{k: v for k, v in c.items() if k != "mb"})
                                     for c in tiles]  # fmt: skip

@@ -240,7 +240,7 @@ def test_nhwc_tile_kernel_on_the_host_matches_reference(build, tmp_path: Path, d
     plans, runs = [], 0
     for direction, c, spatial, f, pads, strides, dils in TILE_CASES:
         problem = _problem((direction, c, 1, spatial, f, pads, strides, dils), dtype, "NHWC", n=3)
-        singles = nhwc_tile_configs(problem.canonical)
+        singles = [c for c in nhwc_tile_configs(problem.canonical) if "nt" not in c]
         picks = [singles[0], singles[-1]]
         for nt in (NHWC_TILE_RUNS[0], NHWC_TILE_RUNS[-1]):
             run = miocore.PerfConfig(**singles[0], nt=nt)
