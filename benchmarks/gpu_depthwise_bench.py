@@ -120,6 +120,12 @@ def main() -> None:
         "copied while one computes)",
     )
     parser.add_argument(
+        "--space-runs",
+        action="store_true",
+        help="also every run of staged tiles in the solver's space (each tile shape, channel "
+        "block and outputs a thread, capped for 3 blocks, in runs of 2, 4 and 8)",
+    )
+    parser.add_argument(
         "--minb",
         action="store_true",
         help="also every channels-innermost pick with its registers capped (the mb key)",
@@ -197,6 +203,8 @@ def main() -> None:
                         picks += [c for c in chosen if c not in picks]
                         if args.tile_runs:
                             picks += tile_runs(solver, handle.context, canon, args.nhwc_tiles)
+                    if args.space_runs:
+                        picks += [c for c in space if "nt" in c and c not in picks]
                     if args.minb:  # each pick again with dw_nhwc's registers capped
                         capped = [PerfConfig(**c, mb=m) for c in picks for m in NHWC_MIN_BLOCKS]
                         picks += [c for c in capped if c in space]

@@ -42,6 +42,9 @@
 #               tests, then its first DW_TILES tiles (4; capped and not, each also in runs of
 #               2/4/8 tiles a block) beside dw_nhwc's default against cuDNN, fp16 and bf16,
 #               forward and backward data, MobileNetV2 and EfficientNet-B0
+#   dwruns      issue 13: every run of staged depthwise tiles in direct.gpu_depthwise's space
+#               beside its default against cuDNN, fp16 and bf16 (DW_DTYPES), forward and
+#               backward data, on DW_SUITES (MobileNetV2, EfficientNet-B0) at DW_BATCH (64)
 #   spans       issue 13: igemm.gpu_wgmma_wrw's tiles over 2-4 taps (span key) checked by its GPU
 #               tests, then every tile of backward weights (span or not) on SPAN_SUITES (vgg16
 #               unet3d) in SPAN_DTYPES (float16) against cuDNN (gpu_wgmma_bench.py)
@@ -111,7 +114,7 @@
 #               .gpu/perf_models (find_quality.py, batch cut to MAX_GFLOP); MATH_MODE,
 #               QDTYPE (one data type), MODEL_DIR (another model) and QTAG (output names)
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d|vstable|parallel|dwtiles|spans}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d|vstable|parallel|dwtiles|dwruns|spans}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -219,6 +222,17 @@ case "$STAGE" in
         --tile-runs --runs 10 \
         --directions forward backward_data --out "$OUT/dw_tiles_$suite.json" 2>&1 |
         grep -a -v '^{' | tail -6
+    done
+    ;;
+  dwruns)
+    # every run of staged tiles in direct.gpu_depthwise's space (each tile shape, channel block
+    # and outputs a thread) beside the default, against cuDNN: the data to refit its default
+    # shellcheck disable=SC2086
+    for suite in ${DW_SUITES:-mobilenetv2 efficientnet_b0_dw}; do
+      timeout "${DW_TIMEOUT:-270}" python3 benchmarks/gpu_depthwise_bench.py --suite "$suite" \
+        --batch "${DW_BATCH:-64}" --dtypes ${DW_DTYPES:-float16 bfloat16} --layouts NHWC \
+        --configs 1 --space-runs --runs 10 --directions ${DW_DIRECTIONS:-forward backward_data} \
+        --out "$OUT/dw_runs_$suite.json" 2>&1 | grep -a -v '^{' | tail -6
     done
     ;;
   spans)
