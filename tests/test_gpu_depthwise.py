@@ -366,7 +366,8 @@ def test_nhwc_staged_tiles_every_config(handle: miocore.Handle, dtype: str) -> N
     # data, up to 9 taps): every fourth tile config (each tile shape, block width and cap),
     # on stride 2 and dilation 2, a 1x3 filter with stride (1, 2), asymmetric padding, planes
     # no tile divides (partial tiles on both edges), channel counts that leave the last
-    # channel block short (24 of 32 or 64, 40) and a layer of 16; each also on buffers one
+    # channel block short (24 of 32 or 64, 40), a layer of 16 and one of 96 in blocks of 48
+    # (12 x 21 threads); each also on buffers one
     # element past an aligned allocation (the scalar twin); and the first and last of them in
     # runs of several tiles a block.
     from miocore_direct.gpu_depthwise_nhwc_tile import NHWC_TILE_RUNS, nhwc_tile_configs
@@ -379,6 +380,8 @@ def test_nhwc_staged_tiles_every_config(handle: miocore.Handle, dtype: str) -> N
         ("forward", 24, (16, 18), (3, 3), (2, 2), (1, 1), (2, 2)),
         ("backward_data", 24, (15, 13), (3, 3), (1, 1), (1, 1), (1, 1)),
         ("backward_data", 40, (11, 9), (3, 3), (1, 2), (1, 1), (1, 1)),
+        ("forward", 96, (13, 11), (3, 3), (1, 1), (1, 1), (1, 1)),  # blocks of 48: 252 threads
+        ("backward_data", 96, (13, 11), (3, 3), (1, 1), (1, 1), (1, 1)),
     ]
     solver = handle.registry.get(SOLVER).solver
     tol = TOLERANCES[miocore.DataType.parse(dtype)]
@@ -391,6 +394,7 @@ def test_nhwc_staged_tiles_every_config(handle: miocore.Handle, dtype: str) -> N
         singles = [c for c in nhwc_tile_configs(problem.canonical) if "nt" not in c]
         assert singles, problem.key  # the staged kernel applies to every one of these
         configs = singles[::4]  # every tile shape, block width and cap among them
+        configs += [c for c in singles if c["ch"] == 48 and c not in configs][:2]
         # runs of 2, 4 and 8 tiles a block, double-buffered (the last run partly past the
         # last tile: 3 images' tiles are no multiple of 8)
         for cfg in (singles[0], singles[-1]):

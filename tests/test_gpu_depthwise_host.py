@@ -252,6 +252,32 @@ def test_nhwc_tile_kernel_on_the_host_matches_reference(build, tmp_path: Path, d
     assert _check(build, tmp_path, plans, seed=13) == 2 * len(TILE_CASES) + runs
 
 
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16"))  # fp32's 48-channel tiles: stride 1
+def test_nhwc_tile_kernel_in_blocks_of_48_channels_on_the_host(
+    build, tmp_path: Path, dtype: str
+) -> None:
+    # 96 channels in two blocks of 48: 12 channel lanes x 21 pixel lanes, 252 threads (lanes
+    # that do not divide 256), single tiles and runs (stride 1: at stride 2 no run's two
+    # buffers fit), forward (stride 1 and 2) and backward data
+    from miocore_direct.gpu_depthwise_nhwc_tile import nhwc_tile_configs
+
+    plans, count = [], 0
+    for direction, strides in (("forward", (1, 1)), ("forward", (2, 2)), ("backward_data", (1, 1))):
+        case = (direction, 96, 1, (13, 11), (3, 3), (1, 1), strides, (1, 1))
+        problem = _problem(case, dtype, "NHWC", n=3)
+        exact = [c for c in nhwc_tile_configs(problem.canonical) if c["ch"] == 48]
+        singles = [c for c in exact if "nt" not in c]
+        runs = [c for c in exact if "nt" in c]
+        assert singles and (runs or strides == (2, 2)), problem.key
+        picks = [singles[0], singles[-1], *runs[:1], *runs[-1:]]
+        for cfg in picks:
+            kernel = dw.GpuDepthwiseSolver().launch_plan(_ctx(), problem.canonical, cfg)[0][0]
+            assert kernel.block == (12, 21) and kernel.grid[1] == 2
+        plans.append((problem, picks, (0,)))
+        count += len(picks)
+    assert _check(build, tmp_path, plans, seed=17) == count == 10
+
+
 NHWC_CASES = [  # direction, c, mult, spatial, filter, pads, strides, dilations
     ("forward", 24, 1, (13, 11), (3, 3), (1, 1), (1, 1), (1, 1)),  # strips, partial groups
     ("forward", 40, 1, (17, 15), (5, 5), (2, 1), (2, 2), (1, 1)),  # 5x5 stride 2

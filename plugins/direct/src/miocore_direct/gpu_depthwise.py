@@ -119,8 +119,8 @@ class GpuDepthwiseSolver(TunableSolver):
     #: stride-1 backward data run ``dw_nchw_rows`` by default (2026-11-28, later): entries
     #: recorded before run today's defaults instead; 6: ``dw_nhwc_tile`` in the space, the
     #: default of 16-bit 3x3 stride-1 layers on 14-28 planes (2026-11-29); 7: its runs of tiles
-    #: in the space, the default of 16-bit 3x3 layers on planes of 14 and more, stride 1 and
-    #: strided forward (2026-11-29, later).
+    #: and blocks of 48 channels in the space, the default of 16-bit 3x3 layers on planes of 14
+    #: and more, stride 1 and strided forward (2026-11-29, later).
     revision = 7
     algorithm = Algorithm.DIRECT
     backends = GPU_BACKENDS

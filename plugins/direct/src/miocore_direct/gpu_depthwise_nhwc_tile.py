@@ -52,6 +52,11 @@ NHWC_TILE_RUN_WORK = 256
 #: 14x14 planes ran faster in shorter runs (768 tiles: 2 a block 0.91x ``dw_nhwc``'s time, 4 a
 #: block 1.07x).
 NHWC_TILE_MIN_RUN_BLOCKS = 300
+#: A channel block tried besides 32 and 64 on layers it divides and 64 does not (96, 144, 240,
+#: 480, 672: MobileNet's and EfficientNet's 6x expansions): 64-wide blocks leave 144 channels'
+#: third block a quarter full. Its 12 channel lanes (4 a thread) give blocks of 12 x 21 = 252
+#: threads.
+NHWC_TILE_EXACT_CH = 48
 #: Output tiles tried, (rows, columns), best guesses first.
 NHWC_TILE_SHAPES = ((8, 16), (4, 32), (8, 8), (16, 16), (4, 16), (2, 32))
 
@@ -110,7 +115,7 @@ def nhwc_tile_fits(p: ConvProblem, cfg: PerfConfig) -> bool:
     lanes = ch // max(1, vec)
     if not vec_ok(p, vec) or ch % chunk or ch % vec or tow % pix:
         return False
-    if lanes > NHWC_TILE_THREADS or NHWC_TILE_THREADS % lanes:
+    if lanes > NHWC_TILE_THREADS:  # lanes not dividing 256 leave a few threads out
         return False
     if nhwc_tile_shared_bytes(p, cfg) > SHARED_LIMIT:
         return False
@@ -121,7 +126,8 @@ def nhwc_tile_fits(p: ConvProblem, cfg: PerfConfig) -> bool:
 def nhwc_tile_configs(p: ConvProblem) -> list[PerfConfig]:
     """Every tile config that fits ``p``: 8-byte vectors of 16-bit channels (the filter's
     taps stay in registers), 16-byte of fp32; blocks of 32 or 64 channels (16 where the
-    layer has fewer); 2 or 4 outputs a thread; then each again with its registers capped; then
+    layer has fewer; also 48 where that divides the channels and 64 does not); 2 or 4 outputs
+    a thread; then each again with its registers capped; then
     the tiles capped for 3 blocks in runs of 2, 4 and 8 (at most
     :data:`NHWC_TILE_RUN_WORK` channel-tiles a run) whose two buffers fit."""
     if not nhwc_tile_applies(p):
@@ -129,8 +135,11 @@ def nhwc_tile_configs(p: ConvProblem) -> list[PerfConfig]:
     vec = 4
     channels = role(p)[1].lengths[1]
     out = []
+    widths = (32, 64) if channels > 16 else (16,)
+    if channels % NHWC_TILE_EXACT_CH == 0 and channels % 64:
+        widths += (NHWC_TILE_EXACT_CH,)
     for toh, tow in NHWC_TILE_SHAPES:
-        for ch in (32, 64) if channels > 16 else (16,):
+        for ch in widths:
             for pix in (2, 4):
                 cfg = PerfConfig(vec=vec, ch=ch, toh=toh, tow=tow, pix=pix)
                 if nhwc_tile_fits(p, cfg):
