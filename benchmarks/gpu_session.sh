@@ -45,6 +45,9 @@
 #   dwruns      issue 13: every run of staged depthwise tiles in direct.gpu_depthwise's space
 #               beside its default against cuDNN, fp16 and bf16 (DW_DTYPES), forward and
 #               backward data, on DW_SUITES (MobileNetV2, EfficientNet-B0) at DW_BATCH (64)
+#   dwprofile   issue 13: Nsight Compute on direct.gpu_depthwise's default and cuDNN, one call
+#               each on DWP_LAYERS (MobileNetV2, batch 64, DWP_DTYPE fp16, DWP_DIRECTION
+#               forward); the report in $OUT/dw_profile.txt
 #   spans       issue 13: igemm.gpu_wgmma_wrw's tiles over 2-4 taps (span key) checked by its GPU
 #               tests, then every tile of backward weights (span or not) on SPAN_SUITES (vgg16
 #               unet3d) in SPAN_DTYPES (float16) against cuDNN (gpu_wgmma_bench.py)
@@ -114,7 +117,7 @@
 #               .gpu/perf_models (find_quality.py, batch cut to MAX_GFLOP); MATH_MODE,
 #               QDTYPE (one data type), MODEL_DIR (another model) and QTAG (output names)
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d|vstable|parallel|dwtiles|dwruns|spans}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d|vstable|parallel|dwtiles|dwruns|dwprofile|spans}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -234,6 +237,20 @@ case "$STAGE" in
         --configs 1 --space-runs --runs 10 --directions ${DW_DIRECTIONS:-forward backward_data} \
         --out "$OUT/dw_runs_$suite.json" 2>&1 | grep -a -v '^{' | tail -6
     done
+    ;;
+  dwprofile)
+    # Nsight Compute on direct.gpu_depthwise's default (the staged tiles' runs) and cuDNN, one
+    # forward call each on DWP_LAYERS (MobileNetV2, batch 64, DWP_DTYPE): where the time goes
+    # shellcheck disable=SC2086
+    timeout "${DWP_TIMEOUT:-400}" ncu --clock-control none --profile-from-start off \
+      -k regex:"dw_|grad|conv" --section SpeedOfLight --section Occupancy \
+      --section LaunchStats --section WarpStateStats --section InstructionStats \
+      --section MemoryWorkloadAnalysis python3 benchmarks/gpu_dw_profile.py --direction \
+      "${DWP_DIRECTION:-forward}" --batch 64 --dtype "${DWP_DTYPE:-float16}" \
+      --layers ${DWP_LAYERS:-dw144s1@56 dw144s2@56 dw32s1@112 dw576s1@14} \
+      >"$OUT/dw_profile.txt" 2>&1
+    grep -a -E "^dw|  dw_|  [a-z_0-9]*conv|Duration|DRAM Throughput|Registers Per|Achieved Occ|Warp Cycles Per Issued|Executed Ipc A" \
+      "$OUT/dw_profile.txt" | head -80
     ;;
   spans)
     # igemm.gpu_wgmma_wrw's tiles over several taps: their GPU tests, then backward weights of
