@@ -10,7 +10,7 @@ the rules read only the problem.
 
 from __future__ import annotations
 
-from miocore import ConvProblem, Direction, PerfConfig
+from miocore import ConvProblem, DataType, Direction, PerfConfig
 from miocore.backends.gpu_kernels import channels_last
 from miocore_direct.gpu_depthwise_geometry import (
     GRID_YZ_LIMIT,
@@ -367,8 +367,9 @@ def default_nhwc_fitted(p: ConvProblem) -> PerfConfig | None:
     16-bit (44 cases, re-timed on another machine, where the 3x3 exceptions were found
     slower than the general rule): 3x3 on 8-byte vectors in strips of 4 columns x 2 rows
     (1 column at stride 2), but for the gather and stride-1 planes of 56 and more (None:
-    the general rule); 5x5 on 16-byte vectors in strips of 4 columns x 1 row (2 columns at
-    stride 2), the gather one pixel a thread.
+    the general rule; bf16's gather on planes of 56 and more: 16-byte vectors, H200); 5x5
+    on 16-byte vectors in strips of 4 columns x 1 row (2 columns at stride 2), the gather
+    one pixel a thread.
 
     fp32 (44 cases: 1.00-1.11x the best config's time, where the general rule was up to
     2.6x): 3x3 on 16-byte vectors in strips of 4 columns x 2 rows (1 row at stride 2);
@@ -391,6 +392,14 @@ def default_nhwc_fitted(p: ConvProblem) -> PerfConfig | None:
         return PerfConfig(vec=vec, pix=4, py=1 if strided else 2, ct=8)
     if esize(p) != 2:
         return None
+    written = role(p)[1].lengths
+    large = min(written[2:]) >= 56
+    if fx == 3 and gather and p.dtype is DataType.BFLOAT16 and large and widest == 8:
+        # bf16's 3x3 gather on planes of 56 and more: 16-byte vectors, every channel in one
+        # block row, 4 blocks an SM: 0.77-0.82x the time of the general rule's 8-byte vectors
+        # on all three such layers, in two sessions (H200, batch 64; in fp16, and on smaller
+        # planes in bf16, 16-byte vectors were 1.1-2.9x slower)
+        return PerfConfig(vec=8, pix=1, py=1, ct=ct_for(written[1], 8), mb=4)
     if fx == 3:
         if gather or (not strided and s["out"][1] >= 56):
             return None  # the general rule was faster (re-timed on another machine)
