@@ -127,9 +127,9 @@ def nhwc_tile_configs(p: ConvProblem) -> list[PerfConfig]:
     """Every tile config that fits ``p``: 8-byte vectors of 16-bit channels (the filter's
     taps stay in registers), 16-byte of fp32; blocks of 32 or 64 channels (16 where the
     layer has fewer; also 48 where that divides the channels and 64 does not); 2 or 4 outputs
-    a thread; then each again with its registers capped; then
-    the tiles capped for 3 blocks in runs of 2, 4 and 8 (at most
-    :data:`NHWC_TILE_RUN_WORK` channel-tiles a run) whose two buffers fit."""
+    a thread; then each again with its registers capped; then the tiles capped for 3 blocks
+    in runs of 2, 4 and 8 (at most :data:`NHWC_TILE_RUN_WORK` channel-tiles a run) whose two
+    buffers fit."""
     if not nhwc_tile_applies(p):
         return []
     vec = 4
