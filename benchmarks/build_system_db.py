@@ -41,6 +41,39 @@ def _keys_of(path: str, dtype: str | None) -> list[ConvProblem]:
     return [p for p in problems if dtype in (None, p.dtype.value)]
 
 
+def _stale(
+    path: str, problems: list[ConvProblem], device: str, modes: list[str]
+) -> list[ConvProblem]:
+    """The problems of ``path`` whose records predate a solver that applies on ``device``
+    (``miocore.tune.stale``), with a count per solver."""
+    import collections
+
+    import miocore
+    from miocore.heuristic.train import DB_FILE_LAYER, open_db_file
+    from miocore.tune.stale import stale_solvers
+
+    handle = miocore.Handle(device)
+    db = open_db_file(path)
+    counts: collections.Counter[str] = collections.Counter()
+    out = []
+    try:
+        for p in problems:
+            names = {
+                name
+                for mode in modes
+                for name in stale_solvers(
+                    db, DB_FILE_LAYER, p, handle.registry, handle.context, mode
+                )
+            }
+            counts.update(names)
+            if names:
+                out.append(p)
+    finally:
+        db.close()
+    print(f"{len(out)} of {len(problems)} problems stale: {dict(counts.most_common())}")
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
@@ -70,6 +103,13 @@ def main() -> int:
     )
     parser.add_argument("--keys-dtype", help="with --keys-of: only problems of this data type")
     parser.add_argument(
+        "--stale-only",
+        action="store_true",
+        help="with --keys-of: only problems whose record lacks an entry of an enabled solver "
+        "that applies on --device, or holds one of an older revision (a refresh: merge the "
+        "run's database into the file by solver)",
+    )
+    parser.add_argument(
         "--groups-of-one",
         action="store_true",
         help="only problems of one group (solvers that take no grouped layers, tuned alone)",
@@ -79,6 +119,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.keys_of:
         problems = _keys_of(args.keys_of, args.keys_dtype)
+        if args.stale_only:
+            problems = _stale(args.keys_of, problems, args.device, args.math_modes.split(","))
     else:
         problems = problems_from_corpus(
             args.per_direction,

@@ -82,6 +82,12 @@
 #               solvers' times) for TUNE_SECONDS (WORKERS per GPU, 6), the
 #               run's database merged into a copy of the shipped one and the WTI table refitted
 #               on it; back: $OUT/triton.db (the Triton records alone) and the refitted table
+#   refreshdb   issue 14: the shipped sm90 database's problems whose records predate a solver
+#               (build_system_db.py --stale-only) found again with one plugin of
+#               REFRESH_PLUGINS (igemm direct gemm; triton in a second call) enabled at a
+#               time, REFRESH_SECONDS (120) each; merged by solver into a copy of REFRESH_BASE
+#               (the shipped file), WTI fitted, model retrained; back in $OUT/refreshed.tgz
+#               (carry .gpu/whl_dask)
 #   triton      issue 13: the miocore-triton tests on the GPU (TRITON_TEST_ARGS narrows them), then
 #               gpu_triton_bench.py (Triton's default and best configurations, own-kernel find, cuDNN) on TRITON_SUITES
 #               (resnet50) in TRITON_DTYPES (float16); TRITON_ARGS passes more options
@@ -117,7 +123,7 @@
 #               .gpu/perf_models (find_quality.py, batch cut to MAX_GFLOP); MATH_MODE,
 #               QDTYPE (one data type), MODEL_DIR (another model) and QTAG (output names)
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d|vstable|parallel|dwtiles|dwruns|dwprofile|spans}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d|vstable|parallel|dwtiles|dwruns|dwprofile|spans|refreshdb}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -466,6 +472,39 @@ PY
     timeout 240 python3 -m miocore heuristic train --db /tmp/merged/sm90_132.db --out /tmp/merged \
       --wti-only --backend cuda 2>&1 | tee "$OUT/wti.log" | tail -5
     cp /tmp/merged/sm90_132.wti.json "$OUT/"
+    ;;
+  refreshdb)
+    # The shipped database's problems whose records predate a solver (no entry where it
+    # applies, or one of an older revision: build_system_db.py --stale-only) found again, one
+    # plugin of REFRESH_PLUGINS at a time with the others disabled, REFRESH_SECONDS each; the
+    # runs merged into a copy of the shipped file by solver (records it lacked left out), the
+    # WTI table fitted and the model retrained there; all in $OUT/refreshed.tgz
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site3 \
+      .gpu/whl_dask/*.whl || exit 3
+    export PYTHONPATH="/tmp/site3:$PYTHONPATH"
+    gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+    # REFRESH_BASE: the file refreshed (the shipped one; /tmp/refreshed/sm90_132.db goes on
+    # from an earlier call on the same machine)
+    base="${REFRESH_BASE:-miocore/data/db/sm90_132.db}"
+    merged=/tmp/refreshed && mkdir -p "$merged"
+    [[ "$base" -ef "$merged/sm90_132.db" ]] || cp "$base" "$merged/sm90_132.db"
+    for only in ${REFRESH_PLUGINS:-igemm direct gemm}; do
+      disabled=$(echo cudnn direct fft gemm igemm triton winograd | tr ' ' '\n' |
+        grep -v "^$only$" | paste -sd,)
+      MIOCORE_DISABLE_PLUGINS="$disabled" timeout "${REFRESH_TIMEOUT:-200}" \
+        python3 benchmarks/build_system_db.py --device cuda --keys-of "$merged/sm90_132.db" \
+        --stale-only --math-modes exact,tf32 --workers $((gpus * ${WORKERS:-6})) --time-limit 20 \
+        --seconds "${REFRESH_SECONDS:-120}" --out "/tmp/refresh-$only" 2>&1 |
+        grep -a -v "distributed\." | tee "$OUT/refresh_$only.log" | grep -a -E "stale|problems/min|stopped" 
+      python3 benchmarks/merge_db.py --existing-keys-only --into "$merged/sm90_132.db" \
+        "/tmp/refresh-$only/sm90_132.db" | tee -a "$OUT/refresh_merge.log"
+    done
+    timeout 120 python3 -m miocore heuristic train --db "$merged/sm90_132.db" --out "$merged" \
+      --wti-only --backend cuda 2>&1 | tail -3
+    timeout 200 python3 -m miocore heuristic train --db "$merged/sm90_132.db" --out "$merged" \
+      --trees 100 --depth 4 --learning-rate 0.1 --min-samples 5 --target relative 2>&1 | tail -3
+    python3 -m miocore heuristic eval --db "$merged/sm90_132.db" --backend cuda 2>&1 | tail -6
+    tar czf "$OUT/refreshed.tgz" -C "$merged" .
     ;;
   triton)
     timeout "${TRITON_TEST_TIMEOUT:-200}" python3 -m pytest -q -n 8 -p no:cacheprovider -rfE \
