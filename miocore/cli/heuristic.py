@@ -162,14 +162,10 @@ def _train(args: argparse.Namespace, registry: Any) -> int:
 
 
 def _eval(args: argparse.Namespace, registry: Any) -> int:
-    from miocore.db.mathkeys import split_record_key
-    from miocore.find.ranker import merge_by_time
     from miocore.heuristic.evaluate import quality
     from miocore.heuristic.model import TreeModel
-    from miocore.heuristic.plugin import rank_with
     from miocore.heuristic.train import DB_FILE_LAYER, is_held_out, open_db_file, read_samples
     from miocore.heuristic.wti import WtiTable
-    from miocore.problem.conv import ConvProblem
     from miocore.values import evolve
 
     db_path = Path(args.db)
@@ -192,31 +188,13 @@ def _eval(args: argparse.Namespace, registry: Any) -> int:
     if found is not None:
         exact, solvers = found
         contexts = {"exact": exact, "tf32": evolve(exact, math_mode="tf32")}
-
-        def by(table_used: WtiTable | None, use_model: bool) -> Any:
-            def ranking(s: Any) -> list[str]:
-                base, math_mode = split_record_key(s.key)
-                ctx = contexts[math_mode]
-                problem = ConvProblem.from_key(base).canonical
-                ranked = rank_with(
-                    model if use_model else None, table_used, ctx, problem, list(s.times), solvers
-                )
-                # the rest as immediate mode places them (ImmediateRanker.fallback)
-                names = {n for n, _ in ranked}
-                rest = _plain_wti(ctx, solvers, problem, [n for n in s.times if n not in names])
-                estimated = [
-                    _Estimate(n, ctx.ideal_ms(problem) / score) for n, score in rest if score > 0
-                ]
-                merged = merge_by_time([_Estimate(n, ms) for n, ms in ranked], estimated)
-                return [e.solver for e in merged] + [n for n, score in rest if score <= 0]
-
-            return ranking
-
-        results["plain WTI"] = quality(held, by(None, False))
+        results["plain WTI"] = quality(held, immediate_ranking(None, None, contexts, solvers))
         if table is not None:
-            results["fitted WTI"] = quality(held, by(table, False))
+            results["fitted WTI"] = quality(held, immediate_ranking(None, table, contexts, solvers))
         if model is not None:
-            results["model + fitted WTI"] = quality(held, by(table, True))
+            results["model + fitted WTI"] = quality(
+                held, immediate_ranking(model, table, contexts, solvers)
+            )
     if args.json:
         print(
             json.dumps(
@@ -229,6 +207,32 @@ def _eval(args: argparse.Namespace, registry: Any) -> int:
         for name, q in results.items():
             print(f"  {name:20s} {q.line()}")
     return 0
+
+
+def immediate_ranking(
+    model: Any, table: Any, contexts: dict[str, Any], solvers: dict[str, Any]
+) -> Any:
+    """A ranking of a record's solvers (``Sample`` -> names, best first) as immediate mode
+    orders them on the device of ``contexts`` (one per math mode): ``model`` where it knows
+    a solver, else ``table``'s fitted WTI (either may be None), the rest by plain WTI merged
+    in by estimated time (``ImmediateRanker``'s fallback), those without a WTI last."""
+    from miocore.db.mathkeys import split_record_key
+    from miocore.find.ranker import merge_by_time
+    from miocore.heuristic.plugin import rank_with
+    from miocore.problem.conv import ConvProblem
+
+    def ranking(s: Any) -> list[str]:
+        base, math_mode = split_record_key(s.key)
+        ctx = contexts[math_mode]
+        problem = ConvProblem.from_key(base).canonical
+        ranked = rank_with(model, table, ctx, problem, list(s.times), solvers)
+        names = {n for n, _ in ranked}
+        rest = _plain_wti(ctx, solvers, problem, [n for n in s.times if n not in names])
+        estimated = [_Estimate(n, ctx.ideal_ms(problem) / score) for n, score in rest if score > 0]
+        merged = merge_by_time([_Estimate(n, ms) for n, ms in ranked], estimated)
+        return [e.solver for e in merged] + [n for n, score in rest if score <= 0]
+
+    return ranking
 
 
 def _model_rank(model: Any, sample: Any) -> list[tuple[str, float]]:
