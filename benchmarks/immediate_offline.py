@@ -10,7 +10,8 @@ device is needed: it shows how a model and WTI table would choose among today's 
 layers the database never held, before any re-timing (``find_quality.py`` re-times both on
 the device).
 
-    python benchmarks/immediate_offline.py benchmarks/results/gpu_h200x4_vs_cudnn_grid_session32.json
+    python benchmarks/immediate_offline.py \
+        benchmarks/results/gpu_h200x4_vs_cudnn_grid_session32.json
 """
 
 from __future__ import annotations
