@@ -86,6 +86,7 @@ def main() -> None:
     parser.add_argument("--wti-table", type=Path, default=DB / "sm90_132.wti.json")
     parser.add_argument("--fp32-gflops", type=float, default=66_900.0, help="H200: 132 SMs")
     parser.add_argument("--gbps", type=float, default=4_800.0, help="H200's HBM3e")
+    parser.add_argument("--suites", nargs="+", default=None, help="only these suites")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     model = TreeModel.load(args.model) if args.model.is_file() else None
@@ -96,6 +97,8 @@ def main() -> None:
     groups: dict[str, list[Sample]] = collections.defaultdict(list)
     seen = set()
     for row in layer_rows(args.files):
+        if args.suites and row["suite"] not in args.suites:
+            continue
         mode = "tf32" if row["precision"] in ("tf32", "tfloat32") else "exact"
         problem = miocore.ConvProblem.from_key(row["key"])
         key = record_key(problem, mode)
