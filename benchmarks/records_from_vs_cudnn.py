@@ -6,14 +6,14 @@ math mode, every timed solver an entry, provenance naming the file), ready to me
 system database (``merge_db.py``) and train on. ``--suites`` keeps some suites only, so that
 the others stay unseen for ``immediate_offline.py``.
 
-    python benchmarks/records_from_vs_cudnn.py --out /tmp/vs benchmarks/results/gpu_h200x4_vs_cudnn_grid_session32.json
+    python benchmarks/records_from_vs_cudnn.py --out /tmp/vs \
+        benchmarks/results/gpu_h200x4_vs_cudnn_grid_session32.json
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import json
 from pathlib import Path
 from typing import Any
 
