@@ -132,6 +132,16 @@ python3 -m pip install -q --no-index --no-deps --target /tmp/site2 .gpu/nvmath/*
 export PYTHONPATH="/tmp/site2:$PYTHONPATH"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.csv"
 MODELS="${MODELS:-resnet50 efficientnet_b0 mobilenet_v3_large convnext_tiny unet}"
+# Dask for the tuning stages: the wheels carried in .gpu/whl_dask (the image has none)
+use_dask() {
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site3 \
+    .gpu/whl_dask/*.whl || exit 3
+  export PYTHONPATH="/tmp/site3:$PYTHONPATH"
+}
+# Every plugin but $1, comma-separated (MIOCORE_DISABLE_PLUGINS for a one-plugin find)
+plugins_but() {
+  echo cudnn direct fft gemm igemm triton winograd | tr ' ' '\n' | grep -v "^$1$" | paste -sd,
+}
 DTYPES="${DTYPES:-float16 bfloat16 float32}"
 case "$STAGE" in
   suite)
@@ -375,9 +385,7 @@ case "$STAGE" in
     done
     ;;
   scaling)
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site3 \
-      .gpu/whl_dask/*.whl || exit 3
-    export PYTHONPATH="/tmp/site3:$PYTHONPATH"
+    use_dask
     nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
     gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
     timeout 580 python3 benchmarks/tune_scaling.py --device cuda --workers "$gpus" \
@@ -395,9 +403,7 @@ case "$STAGE" in
       rm -f "$OUT/topo.txt"
     ;;
   gpudb)
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site3 \
-      .gpu/whl_dask/*.whl || exit 3
-    export PYTHONPATH="/tmp/site3:$PYTHONPATH"
+    use_dask
     sm=/tmp/sm90 && rm -rf "$sm" && mkdir -p "$sm"
     gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
     # MIOpenDriver files in .gpu/perf_models_tune are tuned too; those in .gpu/perf_models
@@ -431,9 +437,7 @@ PY
     # GPU, for TUNE_SECONDS, shuffled so that a cut run is a fair sample; Triton kept out as
     # for the rest of the file): the run's own database comes back as $OUT/tf32.db, to merge
     # into the shipped one and train on (docs/tuning.md).
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site3 \
-      .gpu/whl_dask/*.whl || exit 3
-    export PYTHONPATH="/tmp/site3:$PYTHONPATH"
+    use_dask
     gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
     MIOCORE_DISABLE_PLUGINS=triton timeout "${TUNE_TIMEOUT:-450}" python3 \
       benchmarks/build_system_db.py --device cuda --keys-of miocore/data/db/sm90_132.db \
@@ -449,14 +453,11 @@ PY
     # DYNAMIC_HYBRID then judged Triton's kernels by raw WTI alone. Every other plugin is
     # disabled here, so each find measures the Triton solver of its direction only; records
     # merge by solver (FindDb's rule), so the other solvers' entries stay as measured.
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site3 \
-      .gpu/whl_dask/*.whl || exit 3
-    export PYTHONPATH="/tmp/site3:$PYTHONPATH"
+    use_dask
     gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
     # ONLY_PLUGIN (triton): the plugin measured; igemm adds the wgmma solvers' times
     only="${ONLY_PLUGIN:-triton}"
-    disabled=$(echo cudnn direct fft gemm igemm triton winograd | tr ' ' '\n' | grep -v "^$only$" |
-      paste -sd,)
+    disabled=$(plugins_but "$only")
     MIOCORE_DISABLE_PLUGINS="$disabled" timeout "${TUNE_TIMEOUT:-450}" \
       python3 benchmarks/build_system_db.py --device cuda --keys-of miocore/data/db/sm90_132.db \
       --groups-of-one --math-modes tf32 --workers $((gpus * ${WORKERS:-6})) --time-limit 20 \
@@ -479,9 +480,7 @@ PY
     # plugin of REFRESH_PLUGINS at a time with the others disabled, REFRESH_SECONDS each; the
     # runs merged into a copy of the shipped file by solver (records it lacked left out), the
     # WTI table fitted and the model retrained there; all in $OUT/refreshed.tgz
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site3 \
-      .gpu/whl_dask/*.whl || exit 3
-    export PYTHONPATH="/tmp/site3:$PYTHONPATH"
+    use_dask
     gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
     # REFRESH_BASE: the file refreshed (the shipped one; /tmp/refreshed/sm90_132.db goes on
     # from an earlier call on the same machine)
@@ -489,8 +488,7 @@ PY
     merged=/tmp/refreshed && mkdir -p "$merged"
     [[ "$base" -ef "$merged/sm90_132.db" ]] || cp "$base" "$merged/sm90_132.db"
     for only in ${REFRESH_PLUGINS:-igemm direct gemm}; do
-      disabled=$(echo cudnn direct fft gemm igemm triton winograd | tr ' ' '\n' |
-        grep -v "^$only$" | paste -sd,)
+      disabled=$(plugins_but "$only")
       MIOCORE_DISABLE_PLUGINS="$disabled" timeout "${REFRESH_TIMEOUT:-200}" \
         python3 benchmarks/build_system_db.py --device cuda --keys-of "$merged/sm90_132.db" \
         --stale-only --math-modes exact,tf32 --workers $((gpus * ${WORKERS:-6})) --time-limit 20 \
