@@ -251,23 +251,34 @@ def test_tiles_over_several_taps_on_layers_of_64_channels_or_fewer() -> None:
     spans = [c for c in space if "span" in c]
     assert spans and space[-len(spans) :] == spans
     assert {(c["bm"], c["bn"], c["span"]) for c in spans} == {
-        (64, 128, 2), (128, 128, 2), (64, 256, 4), (128, 256, 4)
+        (64, 128, 2), (128, 128, 2), (64, 192, 3), (128, 192, 3), (64, 256, 4), (128, 256, 4)
     }  # fmt: skip
     assert all(SOLVER.is_valid_perf_config(ctx, p, c) for c in spans)
     assert "span" not in SOLVER.default_perf_config(ctx, p)  # 9 taps: per tap by default
     assert {c.get("span", 1) for c in SOLVER.find_configs(ctx, p)} == {1, 2}  # ...span 2 found
+    # 3 taps (9 in three groups, nothing repeated) are not ranked until a GPU has timed them;
+    # 192 columns only ever span three taps
+    assert all(c.get("span") != 3 for c in wrw_plan.ranked(ctx, p))
+    per_tap = next(c for c in space if "span" not in c)
+    wide = {**per_tap, "bn": 192, "stages": wrw_plan.STAGES[per_tap["bm"], 192]}
+    assert not SOLVER.is_valid_perf_config(ctx, p, miocore.PerfConfig(**wide))
+    assert SOLVER.is_valid_perf_config(ctx, p, miocore.PerfConfig(**wide, span=3))
     cube = _problem(n=2, c=64, k=64, in_spatial=(32, 32, 32), filter_spatial=(3, 3, 3),
                     pads=(1, 1, 1), layout="NDHWC").canonical  # fmt: skip
     assert SOLVER.default_perf_config(ctx, cube)["span"] == 4  # 27 taps in 7 groups of 4
     assert any("span" not in c for c in SOLVER.find_configs(ctx, cube))  # per tap found
     # the kernel's units: k tiles x tap groups (9 taps: 5 pairs, 3 fours, the last short)
-    for bm, bn, span, groups in ((64, 128, 2, 5), (128, 256, 4, 3)):
+    for bm, bn, span, groups in ((64, 128, 2, 5), (128, 256, 4, 3), (128, 192, 3, 3)):
         cfg = next(c for c in spans if (c["bm"], c["bn"]) == (bm, bn) and c["split"] == 4)
         sol = SOLVER.get_solution(ctx, p, cfg)
         main = sol.kernels[0]
         assert f"-DMIO_SPAN={span}" in main.options and f"-DMIO_BN={bn}" in main.options
         assert main.grid == (min(132, 128 // bm * groups * 4),)
         assert sol.workspace_size == 4 * 128 * 9 * 64 * 4  # one fp32 slab a part
+    # 64 x 192: each consumer takes the whole tile on alternate stages, a slab each
+    halves = next(c for c in spans if (c["bm"], c["bn"]) == (64, 192) and c["split"] == 4)
+    assert halves["stages"] % 2 == 0
+    assert SOLVER.get_solution(ctx, p, halves).workspace_size == 2 * 4 * 128 * 9 * 64 * 4
     good = dict(spans[0])
     for bad in ({**good, "span": 3}, {**good, "bn": 256}, {**good, "span": "two"}):
         assert not SOLVER.is_valid_perf_config(ctx, p, bad), bad

@@ -53,7 +53,7 @@ if __name__ == "__main__":
     text = HEAD + "".join(
         wrapper(n, ab, trans_a, trans_b)
         for trans_a, trans_b in SUFFIX
-        for n in (64, 128, 256)
+        for n in (64, 128, 192, 256)
         for ab in ("f16", "bf16", "tf32")
         if not ((trans_a or trans_b) and ab == "tf32")
     )

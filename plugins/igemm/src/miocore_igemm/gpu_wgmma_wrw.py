@@ -12,8 +12,8 @@ c x taps) and long sums, so the sum over pixels is split into ``split`` parts; t
 fp32 sums go to the workspace and a second kernel adds them in order (deterministic) and
 writes the filter through its strides (any filter layout). One part on a filter with c
 contiguous stores straight from the registers. On layers of at most 64 input channels a tile
-may instead span 2 or 4 taps of every channel (``span``: one x box per tap), so each dy slice
-feeds a wider ``wgmma``; the cost model ranks them with the per-tap tiles.
+may instead span 2, 3 or 4 taps of every channel (``span``: one x box per tap), so each dy
+slice feeds a wider ``wgmma``; the cost model ranks those over 2 and 4 with the per-tap tiles.
 
 Every size and the pixel box are run-time arguments; the tile and depth are compiled in, so
 one binary per tile serves every problem (the solver is dynamic). The tensor maps hold the
@@ -62,6 +62,7 @@ from miocore_igemm.gpu_wgmma_wrw_plan import (
     _KEYS,
     _UNIT_FIXED,
     CHUNK,
+    PER_TAP_BN,
     PIXELS,
     SPANS,
     SPLITS,
@@ -135,7 +136,7 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
     def perf_config_space(self, ctx: ExecutionContext, problem: ConvProblem) -> list[PerfConfig]:
         """Every tile no wider than k and c need x the three pixel boxes that cover the output
         in the fewest boxes x the split-K parts that keep each part's pipeline full; then, on
-        layers of at most 64 input channels, the tiles over 2 or 4 taps the same way."""
+        layers of at most 64 input channels, the tiles over 2, 3 or 4 taps the same way."""
         p = problem
         if not _computes(p):
             return []
@@ -174,8 +175,8 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
         self, ctx: ExecutionContext, problem: ConvProblem, config: PerfConfig
     ) -> bool:
         """The seven keys; a tile with its depth; a box of exactly 64 pixels within the TMA's
-        limits; at least one box per split-K part; ``span`` (optional) 2 or 4 taps on a layer
-        of at most 64 input channels, ``bn`` 64 a tap."""
+        limits; at least one box per split-K part; ``span`` (optional) 2, 3 or 4 taps on a
+        layer of at most 64 input channels, ``bn`` 64 a tap."""
         try:
             bm, bn, stages, tw, th, tn, split = (int(config[k]) for k in _KEYS)
             td = int(config.get("td", 1))
@@ -186,6 +187,8 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
         if p.spatial_dims not in (2, 3) or STAGES.get((bm, bn)) != stages or split not in SPLITS:
             return False
         if "span" in config and (span not in SPANS or not _fits(p, bm, bn, span)):
+            return False
+        if "span" not in config and bn not in PER_TAP_BN:  # 192 columns span three taps
             return False
         if ("td" in config) != (p.spatial_dims == 3):  # a depth exactly where there is one
             return False

@@ -21,22 +21,31 @@ PIXELS = 64  # output pixels per slice of the sum: one pixel box
 CHUNK = 64  # channels per TMA box row (128 bytes of fp16/bf16)
 #: Tiles (k x c) and their pipeline depth: a stage is (bm + bn) x 128 bytes (64 pixels of each
 #: operand), the ring 192-200 KiB of the 227 KiB a block may use. With bm 64 both consumers
-#: share the k rows and take half the columns each; a 64 x 64 tile (layers of 64 channels)
-#: is multiplied whole by each consumer on alternate stages (an even depth), each summing
-#: into its own slab.
-STAGES = {(128, 256): 4, (128, 128): 6, (128, 64): 8, (64, 256): 5, (64, 128): 8, (64, 64): 12}
-HALVES = (64, 64)
+#: share the k rows and take half the columns each; the :data:`HALVES` tiles are multiplied
+#: whole by each consumer on alternate stages (an even depth), each summing into its own slab.
+STAGES = {(128, 256): 4, (128, 128): 6, (128, 64): 8, (64, 256): 5, (64, 128): 8, (64, 64): 12,
+          (128, 192): 5, (64, 192): 6}  # fmt: skip
+#: Tiles whose consumers take the whole tile on alternate stages, each summing into its own
+#: slab: 64 x 64, and 64 x 192 over three taps (halves of 96 columns would split a tap).
+HALVES = ((64, 64), (64, 192))
+#: Tile widths over one tap (192 only spans three taps).
+PER_TAP_BN = (64, 128, 256)
 #: Taps a tile's columns may span on layers of at most 64 input channels (the ``span`` key):
-#: a 128- or 256-wide tile is 2 or 4 taps of every channel. In the tuning space after the
-#: per-tap tiles, and ranked by the cost model (``_SPAN_EFFICIENCY``).
-SPANS = (2, 4)
+#: a 128-, 192- or 256-wide tile is 2, 3 or 4 taps of every channel. In the tuning space after
+#: the per-tap tiles; those of :data:`RANKED_SPANS` are ranked by the cost model
+#: (``_SPAN_EFFICIENCY``).
+SPANS = (2, 3, 4)
+#: Spans the cost model ranks (defaults and a normal find's alternatives): 3 (no repeated tap
+#: on 3x3 and 3x3x3 filters, where 2 and 4 repeat one) joins once a GPU has run and timed it.
+RANKED_SPANS = (2, 4)
 #: Relative speed of a tile per unit of work (bigger tiles reuse their operands more) and a
 #: unit's fixed cost (pipeline fill, epilogue) in slices' time: first estimates, by analogy
 #: with the forward kernel's table; replayed on a sweep of every tile and split (ResNet-50 and
 #: VGG-16, fp16, H200, 2026-11-28: ``benchmarks/wgmma_cost_fit.py``), the default is 1.017x
 #: the fastest measured and 1.005x with the alternatives a normal find measures too.
 _TILE_EFFICIENCY = {(128, 256): 1.0, (128, 128): 0.92, (64, 256): 0.85, (128, 64): 0.75,
-                    (64, 128): 0.75, (64, 64): 0.6}  # fmt: skip
+                    (64, 128): 0.75, (64, 64): 0.6,
+                    (128, 192): 0.96, (64, 192): 0.8}  # fmt: skip  # 192: interpolated
 _UNIT_FIXED = 6.0
 #: A tile over several taps runs at this fraction of the per-tap tile of its shape (one TMA
 #: box per tap a stage; the last group's repeated tap is counted as work). Fitted on every
@@ -97,14 +106,14 @@ def _direct(p: ConvProblem, tile: tuple[int, int], split: int) -> bool:
     """Whether the sums go straight into the filter: one part summed by one consumer, c
     contiguous, even strides (the epilogue's paired stores)."""
     ws = p.w.strides  # (k, c, [t,] r, s)
-    if split != 1 or tile == HALVES:
+    if split != 1 or tile in HALVES:
         return False
     return ws[1] == 1 and not any(x % 2 for x in (ws[0], *ws[2:]))
 
 
 def _slabs(tile: tuple[int, int], split: int) -> int:
-    """fp32 slabs of sums in the workspace: one per part, one per consumer for 64 x 64."""
-    return 2 * split if tile == HALVES else split
+    """fp32 slabs of sums in the workspace: one per part, one per consumer for the HALVES tiles."""
+    return 2 * split if tile in HALVES else split
 
 
 def _slab(p: ConvProblem) -> int:
@@ -151,7 +160,7 @@ def _ranked(p: ConvProblem, sms: int) -> tuple[PerfConfig, ...]:
     box = pixel_boxes(p, 1)[0]
     boxes = _boxes(p, box)
     scored = []
-    for span, ((bm, bn), stages) in itertools.product((1, *SPANS), STAGES.items()):
+    for span, ((bm, bn), stages) in itertools.product((1, *RANKED_SPANS), STAGES.items()):
         if not _fits(p, bm, bn, span):
             continue
         tiles = _cdiv(p.k, bm) * c_tiles(p, bn, span) * tap_groups(p, span)
@@ -173,7 +182,7 @@ def _fits(p: ConvProblem, bm: int, bn: int, span: int = 1) -> bool:
     if span > 1:
         return bm <= widest_k and p.c <= CHUNK and span <= _taps(p) and bn == CHUNK * span
     widest_c = max(64, 1 << max(0, (p.c - 1).bit_length()))
-    return bm <= widest_k and bn <= widest_c
+    return bm <= widest_k and bn <= widest_c and bn in PER_TAP_BN
 
 
 def c_tiles(p: ConvProblem, bn: int, span: int = 1) -> int:

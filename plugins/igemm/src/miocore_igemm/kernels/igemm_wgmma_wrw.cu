@@ -16,27 +16,27 @@
 // One producer warpgroup (one thread issues every load into a MIO_STAGES-deep ring, each
 // stage guarded by a "full" and an "empty" mbarrier) and two consumer warpgroups. With
 // MIO_BM 128 each consumer multiplies 64 of the tile's k by all its c; with MIO_BM 64 and
-// MIO_BN 128 or 256 both take the same 64 k and half the c each; with a 64 x 64 tile
-// (MIO_HALVES) each takes the whole tile and every other stage of the ring (a slot always
-// goes to the same consumer: the depth is even), and each stores its own sums. Blocks are
-// persistent: one per SM walks the units. A unit's sums go straight to the filter (one part, a
-// filter with c contiguous) or, as fp32, to the part's slab of the workspace (64 x 64: one
-// slab per consumer), which igemm_wgmma_wrw_reduce adds up in order (deterministic) and
-// writes through the filter's strides.
+// MIO_BN 128 or 256 both take the same 64 k and half the c each; with a 64 x 64 tile, or a
+// 64 x 192 one over three taps (MIO_HALVES), each takes the whole tile and every other stage
+// of the ring (a slot always goes to the same consumer: the depth is even), and each stores
+// its own sums. Blocks are persistent: one per SM walks the units. A unit's sums go straight
+// to the filter (one part, a filter with c contiguous) or, as fp32, to the part's slab of the
+// workspace (MIO_HALVES: one slab per consumer), which igemm_wgmma_wrw_reduce adds up in
+// order (deterministic) and writes through the filter's strides.
 //
 // 3-D problems (MIO_3D): the pixel box gains a depth (tn images x td planes x th rows x tw
 // columns, 64 pixels in all), both tensor maps a dimension, and the taps run over (fz, fy, fx).
 //
-// Tiles over several taps (MIO_SPAN 2 or 4, layers of at most 64 input channels): the tile's
+// Tiles over several taps (MIO_SPAN 2, 3 or 4, layers of at most 64 input channels): the tile's
 // MIO_BN = 64 x MIO_SPAN columns are MIO_SPAN consecutive taps of all the channels, one 64-channel
 // box of X per tap at the box's origin moved by that tap, so each dY slice feeds the taps of a
 // whole tile instead of one (a 64-channel layer otherwise gets only 64 x 64 tiles of one tap,
 // whose small wgmma instructions load more operands per product). A last group short of taps
 // loads its first tap again and stores nothing of it.
 //
-// Compile-time: MIO_BM (64, 128), MIO_BN (64, 128, 256), MIO_STAGES, MIO_3D, MIO_SPAN,
-// MIO_DTYPE_FP16 or MIO_DTYPE_BF16. Every size and the pixel box are run-time arguments: one binary per tile
-// and depth serves every problem.
+// Compile-time: MIO_BM (64, 128), MIO_BN (64, 128, 256; 192 over 3 taps), MIO_STAGES, MIO_3D,
+// MIO_SPAN, MIO_DTYPE_FP16 or MIO_DTYPE_BF16. Every size and the pixel box are run-time
+// arguments: one binary per tile and depth serves every problem.
 #include "igemm_wgmma_ops.h"
 #include "igemm_wgmma_sync.h"
 
@@ -53,7 +53,7 @@
 #define MIO_3D 0  // 1: 3-D problems (a depth in the pixel box, the taps and the strides)
 #endif
 #ifndef MIO_SPAN
-#define MIO_SPAN 1  // taps a tile's columns span (2, 4: one 64-channel box per tap)
+#define MIO_SPAN 1  // taps a tile's columns span (2, 3, 4: one 64-channel box per tap)
 #endif
 #if MIO_SPAN > 1 && MIO_BN != 64 * MIO_SPAN
 #error "a tile over MIO_SPAN taps is 64 x MIO_SPAN columns wide"
@@ -64,7 +64,9 @@
 #if MIO_BM != 128 && MIO_BM != 64
 #error "MIO_BM is 64 or 128"
 #endif
-#define MIO_HALVES (MIO_BM == 64 && MIO_BN == 64)  // the consumers take alternate stages
+// the consumers take alternate stages: a 64-wide tile (no column halves), or three taps
+// (halves of 96 columns would split a tap's channels)
+#define MIO_HALVES (MIO_BM == 64 && (MIO_BN == 64 || MIO_BN == 192))
 #if MIO_HALVES && MIO_STAGES % 2
 #error "alternate stages need an even depth: each slot keeps its consumer"
 #endif
