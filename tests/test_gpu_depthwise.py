@@ -362,8 +362,8 @@ def test_nchw_rows_from_registers_every_config(handle: miocore.Handle, dtype: st
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_nhwc_staged_tiles_every_config(handle: miocore.Handle, dtype: str) -> None:
-    # dw_nhwc_tile (2-D, channels innermost, plain depthwise, forward and stride-1 backward
-    # data, up to 9 taps): every fourth tile config (each tile shape, block width and cap),
+    # dw_nhwc_tile (2-D, channels innermost, plain depthwise, forward and backward data, the
+    # gather too, up to 9 taps): every fourth tile config (each tile shape, block width and cap),
     # on stride 2 and dilation 2, a 1x3 filter with stride (1, 2), asymmetric padding, planes
     # no tile divides (partial tiles on both edges), channel counts that leave the last
     # channel block short (24 of 32 or 64, 40), a layer of 16 and one of 96 in blocks of 48
@@ -380,6 +380,8 @@ def test_nhwc_staged_tiles_every_config(handle: miocore.Handle, dtype: str) -> N
         ("forward", 24, (16, 18), (3, 3), (2, 2), (1, 1), (2, 2)),
         ("backward_data", 24, (15, 13), (3, 3), (1, 1), (1, 1), (1, 1)),
         ("backward_data", 40, (11, 9), (3, 3), (1, 2), (1, 1), (1, 1)),
+        ("backward_data", 24, (15, 13), (3, 3), (1, 1), (2, 2), (1, 1)),  # the gather
+        ("backward_data", 40, (17, 18), (3, 3), (1, 0), (2, 2), (2, 1)),  # gather, dilation
         ("forward", 96, (13, 11), (3, 3), (1, 1), (1, 1), (1, 1)),  # blocks of 48: 252 threads
         ("backward_data", 96, (13, 11), (3, 3), (1, 1), (1, 1), (1, 1)),
     ]

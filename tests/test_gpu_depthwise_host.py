@@ -227,6 +227,9 @@ TILE_CASES = [  # direction, c, spatial, filter, pads, strides, dilations
     ("forward", 32, (14, 14), (1, 3), (0, 1), (1, 2), (1, 1)),  # 1x3, stride (1, 2)
     ("forward", 24, (16, 18), (3, 3), (2, 2), (1, 1), (2, 2)),  # dilation 2
     ("backward_data", 40, (11, 9), (3, 3), (1, 2), (1, 1), (1, 1)),  # flipped filter
+    ("backward_data", 24, (15, 13), (3, 3), (1, 1), (2, 2), (1, 1)),  # the gather
+    ("backward_data", 40, (17, 18), (3, 3), (1, 0), (2, 2), (2, 1)),  # gather, dilation, pads
+    ("backward_data", 32, (12, 14), (1, 3), (0, 2), (1, 2), (1, 1)),  # gather along w only
 ]
 
 

@@ -27,7 +27,9 @@ def test_nhwc_staged_tiles_where_they_apply() -> None:
 
     assert tiles() and tiles("backward_data") and tiles(dtype="float32")
     assert not tiles(layout="NCHW")
-    assert not tiles("backward_data", strides=(2, 2))  # the gather stays in dw_nhwc
+    # the gather (strided backward data): strips of one phase, pix x stride dividing tow
+    gather = tiles("backward_data", strides=(2, 2))
+    assert gather and all(c["tow"] % (2 * c["pix"]) == 0 for c in gather)
     assert not tiles(c=20, k=20, groups=20)  # 20 fp16 channels: not whole 16-byte chunks
     assert tiles(c=20, k=20, groups=20, dtype="float32")  # 20 fp32 channels are
     assert not tiles(k=64)  # a channel multiplier

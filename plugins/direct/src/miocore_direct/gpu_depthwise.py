@@ -11,13 +11,14 @@ stride, dilation and padding; fp32/fp16/bf16 with fp32 accumulation; every direc
   the thread's taps do not fit, staged once per block in shared memory); ``ct`` channel
   vectors per block; ``mb`` (optional) caps the registers for that many resident blocks per
   SM (the 16-bit 3x3 defaults take it: the kernel is latency-bound at 25% occupancy).
-- 2-D channels-innermost 3x3 layers (forward, stride-1 backward data) also have
-  ``dw_nhwc_tile`` (``kernels/depthwise_nhwc_tile.cu``, configs ``vec``, ``ch``, ``toh``,
-  ``tow``, ``pix`` [, ``mb``, ``nt``]): a block stages its tile's input in shared memory with
-  16-byte loads and computes from there, ``nt`` tiles in turn with the next one's input copied
-  asynchronously while this one computes. In the space after ``dw_nhwc``'s configs; the
-  default of 16-bit 3x3 layers on planes of 14 and more (stride 1, and strided forward),
-  where the GPU timed it faster (``gpu_depthwise_nhwc_tile.default_nhwc_tile``).
+- 2-D channels-innermost layers of up to 9 taps (forward and backward data, the gather
+  too) also have ``dw_nhwc_tile`` (``kernels/depthwise_nhwc_tile.cu``, configs ``vec``,
+  ``ch``, ``toh``, ``tow``, ``pix`` [, ``mb``, ``nt``]): a block stages its tile's input in
+  shared memory with 16-byte loads and computes from there, ``nt`` tiles in turn with the
+  next one's input copied asynchronously while this one computes. In the space after
+  ``dw_nhwc``'s configs; the default of 16-bit 3x3 layers on planes of 14 and more (stride 1,
+  and strided forward), where the GPU timed it faster
+  (``gpu_depthwise_nhwc_tile.default_nhwc_tile``).
 - channels outer (NCHW / NCDHW): ``dw_nchw``, one block per (image, channel, depth) plane tile
   of ``tw`` x ``by * py`` outputs with the input tile and its halo staged in shared memory;
   where the narrowest such tile covers the whole written plane, configs with ``pp`` > 1 give a

@@ -1,5 +1,5 @@
-"""``dw_nhwc_tile``: 2-D channels-innermost depthwise forward (and stride-1 backward data)
-from input tiles staged in shared memory (``kernels/depthwise_nhwc_tile.cu``).
+"""``dw_nhwc_tile``: 2-D channels-innermost depthwise forward and backward data from input
+tiles staged in shared memory (``kernels/depthwise_nhwc_tile.cu``).
 
 A config names a block's tile: ``toh`` x ``tow`` outputs for ``ch`` channels, each thread
 ``vec`` channels x ``pix`` consecutive outputs at a time; optionally ``mb`` (a register cap for
@@ -70,19 +70,23 @@ NHWC_TILE_MAX_TAPS = 9
 
 
 def nhwc_tile_applies(p: ConvProblem) -> bool:
-    """2-D, channels innermost in whole 16-byte chunks, plain depthwise, forward or stride-1
-    backward data (not the gather), filters of at most :data:`NHWC_TILE_MAX_TAPS` taps."""
+    """2-D, channels innermost in whole 16-byte chunks, plain depthwise, forward or backward
+    data (strided: the gather), filters of at most :data:`NHWC_TILE_MAX_TAPS` taps."""
     if kernel_kind(p) != "nhwc" or p.spatial_dims != 2 or tap_count(p) > NHWC_TILE_MAX_TAPS:
         return False
-    _, _, r, m, _, gather = role(p)
-    return r == 1 and m == 1 and not gather and vec_ok(p, NHWC_TILE_CHUNK_BYTES // esize(p))
+    _, _, r, m, _, _ = role(p)
+    return r == 1 and m == 1 and vec_ok(p, NHWC_TILE_CHUNK_BYTES // esize(p))
 
 
 def nhwc_tile_staged(p: ConvProblem, cfg: PerfConfig) -> tuple[int, int]:
-    """(rows, columns) of the input a tile of ``toh`` x ``tow`` outputs reads."""
+    """(rows, columns) of the input a tile of ``toh`` x ``tow`` outputs reads (the gather: of
+    dy, every position its dx outputs reach)."""
     s = problem_sizes(p)
     (_, fy, fx), (_, sh, sw), (_, dh, dw) = s["f"], s["s"], s["d"]
-    return (cfg["toh"] - 1) * sh + (fy - 1) * dh + 1, (cfg["tow"] - 1) * sw + (fx - 1) * dw + 1
+    toh, tow = cfg["toh"], cfg["tow"]
+    if role(p)[5]:
+        return (toh - 2 + (fy - 1) * dh + sh) // sh + 1, (tow - 2 + (fx - 1) * dw + sw) // sw + 1
+    return (toh - 1) * sh + (fy - 1) * dh + 1, (tow - 1) * sw + (fx - 1) * dw + 1
 
 
 def nhwc_tile_shared_bytes(p: ConvProblem, cfg: PerfConfig) -> int:
@@ -113,7 +117,8 @@ def nhwc_tile_fits(p: ConvProblem, cfg: PerfConfig) -> bool:
     vec, ch, tow, pix = cfg["vec"], cfg["ch"], cfg["tow"], cfg["pix"]
     chunk = NHWC_TILE_CHUNK_BYTES // esize(p)
     lanes = ch // max(1, vec)
-    if not vec_ok(p, vec) or ch % chunk or ch % vec or tow % pix:
+    strip = pix * (problem_sizes(p)["s"][2] if role(p)[5] else 1)  # the gather: a phase's
+    if not vec_ok(p, vec) or ch % chunk or ch % vec or tow % strip:
         return False
     if lanes > NHWC_TILE_THREADS:  # lanes not dividing 256 leave a few threads out
         return False

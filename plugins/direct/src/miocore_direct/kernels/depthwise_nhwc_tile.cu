@@ -7,13 +7,18 @@
 // row for its MIO_VEC channels from shared memory. dw_nhwc reads each thread's window through
 // L1 in loads of MIO_VEC elements (about three times the input on a 3x3 layer, latency-bound
 // at 25% occupancy on 16-bit layers); this moves the input once, in the widest loads, and
-// keeps few registers. No gather (strided backward data), no channel multiplier.
+// keeps few registers. No channel multiplier.
+//
+// Strided backward data (MIO_GATHER): a tile of dx stages the dy rows and columns its outputs
+// reach, and a thread's strip is MIO_PIX outputs of one row MIO_SW apart (one phase of the
+// stride), so that they share their taps and read consecutive staged dy columns.
 //
 // Compile-time, beside depthwise_common.h's (filter, strides, dilations, MIO_FLIP, MIO_VEC):
 //   MIO_TOH, MIO_TOW  output rows and columns of a block's tile
 //   MIO_CH            channels of a block's tile (a multiple of the 16-byte chunk and of
 //                     MIO_VEC)
-//   MIO_PIX           consecutive output columns a thread computes at a time (divides MIO_TOW)
+//   MIO_PIX           consecutive output columns a thread computes at a time (divides MIO_TOW;
+//                     with MIO_GATHER, columns MIO_SW apart: MIO_SW * MIO_PIX divides MIO_TOW)
 //   MIO_MINB          blocks each SM must hold at once (registers capped to match; default 1)
 //   MIO_TILES         tiles a block computes one after the other (default 1). Above 1 the
 //                     input is staged into two buffers by asynchronous copies (cp.async on
@@ -46,12 +51,19 @@
 #define MIO_BUFFERS (MIO_TILES > 1 ? 2 : 1)
 #define MIO_CHUNK (16 / MIO_ESIZE)  // elements of one staged 16-byte load
 #define MIO_CHUNKS (MIO_CH / MIO_CHUNK)
+#if MIO_GATHER  // every dy row and column the tile's outputs reach (dw_nchw's bound)
+#define MIO_TEH ((MIO_TOH - 2 + (MIO_FY - 1) * MIO_DH + MIO_SH) / MIO_SH + 1)
+#define MIO_TEW ((MIO_TOW - 2 + (MIO_FX - 1) * MIO_DW + MIO_SW) / MIO_SW + 1)
+#define MIO_STRIDE_W MIO_SW  // a strip's outputs: one phase of the stride
+#else
 #define MIO_TEH ((MIO_TOH - 1) * MIO_SH + (MIO_FY - 1) * MIO_DH + 1)  // staged rows
 #define MIO_TEW ((MIO_TOW - 1) * MIO_SW + (MIO_FX - 1) * MIO_DW + 1)  // staged columns
+#define MIO_STRIDE_W 1
+#endif
 #define MIO_STRIPS_W (MIO_TOW / MIO_PIX)
 
-#if MIO_CH % MIO_CHUNK || MIO_CH % MIO_VEC || MIO_TOW % MIO_PIX || MIO_FZ != 1
-#error "dw_nhwc_tile: MIO_CH whole chunks and vectors, MIO_PIX dividing MIO_TOW, 2-D filters"
+#if MIO_CH % MIO_CHUNK || MIO_CH % MIO_VEC || MIO_TOW % (MIO_PIX * MIO_STRIDE_W) || MIO_FZ != 1
+#error "dw_nhwc_tile: MIO_CH whole chunks and vectors, MIO_PIX strips dividing MIO_TOW, 2-D"
 #endif
 
 #define MIO_STAGED (MIO_TEH * MIO_TEW * MIO_CHUNKS)  // 16-byte chunks of one tile's input
@@ -83,7 +95,12 @@ MIO_DEVICE void dw_tile_stage(uint4* buf, const mio_t* __restrict__ a, const Mio
                               const MioTileAt& at, int c0, int tid, int threads) {
   const int channels = (int)p.b.len[1];  // plain depthwise: as many read as written
   const int ah = (int)p.a.len[3], aw = (int)p.a.len[4];
+#if MIO_GATHER  // the first dy row and column any tap of the tile reaches (may be negative)
+  const int ih0 = (int)mio_floordiv(at.oh0 + (int)p.pad_h - (MIO_FY - 1) * MIO_DH, MIO_SH);
+  const int iw0 = (int)mio_floordiv(at.ow0 + (int)p.pad_w - (MIO_FX - 1) * MIO_DW, MIO_SW);
+#else
   const int ih0 = at.oh0 * MIO_SH - (int)p.pad_h, iw0 = at.ow0 * MIO_SW - (int)p.pad_w;
+#endif
   const mio_t* an = a + (mio_index)at.n * p.a.stride[0] + c0;
   for (int i = tid; i < MIO_STAGED; i += threads) {
     const int k = i % MIO_CHUNKS, pixel = i / MIO_CHUNKS;
@@ -101,6 +118,56 @@ MIO_DEVICE void dw_tile_stage(uint4* buf, const mio_t* __restrict__ a, const Mio
   }
 }
 
+#if MIO_GATHER
+// This thread's strips of dx tile t from its staged dy (buf) and the taps (wr): a strip is
+// MIO_PIX outputs of one row MIO_SW apart, so the taps whose dy position is whole are the
+// same for all of them (a row's and a phase's) and their dy columns consecutive.
+MIO_DEVICE void dw_tile_compute(const uint4* buf, const float (*wr)[MIO_VEC], mio_t* b,
+                                const MioDwParams& p, const MioTileAt& at, int lane, int c) {
+  const int bh = (int)p.b.len[3], bw = (int)p.b.len[4];
+  const mio_t* s_in = (const mio_t*)buf + lane * MIO_VEC;
+  mio_t* bn = b + (mio_index)at.n * p.b.stride[0] + c;
+  // offsets that keep the dividends whole for % and / (taps reach (F - 1) * d back)
+  const int oy = (MIO_FY - 1) * MIO_DH * MIO_SH, ox = (MIO_FX - 1) * MIO_DW * MIO_SW;
+  const int rh0 = (int)mio_floordiv(at.oh0 + (int)p.pad_h - (MIO_FY - 1) * MIO_DH, MIO_SH);
+  const int rw0 = (int)mio_floordiv(at.ow0 + (int)p.pad_w - (MIO_FX - 1) * MIO_DW, MIO_SW);
+  for (int s = (int)threadIdx.y; s < MIO_TOH * MIO_STRIPS_W; s += (int)blockDim.y) {
+    const int ry = s / MIO_STRIPS_W, m = s % MIO_STRIPS_W;
+    const int rx = m % MIO_SW + (m / MIO_SW) * MIO_PIX * MIO_SW;  // the strip's first column
+    const int oh = at.oh0 + ry, ow = at.ow0 + rx;
+    if (oh >= bh || ow >= bw) continue;
+    float acc[MIO_PIX][MIO_VEC];
+#pragma unroll
+    for (int q = 0; q < MIO_PIX; ++q)
+#pragma unroll
+      for (int e = 0; e < MIO_VEC; ++e) acc[q][e] = 0.0f;
+#pragma unroll
+    for (int fy = 0; fy < MIO_FY; ++fy) {
+      const int ty = oh + (int)p.pad_h - fy * MIO_DH + oy;
+      if (ty % MIO_SH) continue;  // uniform over the strip
+      const mio_t* row = s_in + (ty / MIO_SH - oy / MIO_SH - rh0) * MIO_TEW * MIO_CH;
+#pragma unroll
+      for (int fx = 0; fx < MIO_FX; ++fx) {
+        const int tx = ow + (int)p.pad_w - fx * MIO_DW + ox;
+        if (tx % MIO_SW) continue;  // the same phase for every output of the strip
+        const int col = tx / MIO_SW - ox / MIO_SW - rw0;
+#pragma unroll
+        for (int q = 0; q < MIO_PIX; ++q) {
+          float v[MIO_VEC];
+          mio_loadv(row + (col + q) * MIO_CH, v);
+#pragma unroll
+          for (int e = 0; e < MIO_VEC; ++e) acc[q][e] += v[e] * wr[fy * MIO_FX + fx][e];
+        }
+      }
+    }
+    mio_t* out = bn + oh * p.b.stride[3];
+#pragma unroll
+    for (int q = 0; q < MIO_PIX; ++q) {
+      if (ow + q * MIO_SW < bw) mio_storev(out + (ow + q * MIO_SW) * p.b.stride[4], acc[q]);
+    }
+  }
+}
+#else
 // This thread's strips of tile t, computed from its staged input (buf) and the taps (wr).
 MIO_DEVICE void dw_tile_compute(const uint4* buf, const float (*wr)[MIO_VEC], mio_t* b,
                                 const MioDwParams& p, const MioTileAt& at, int lane, int c) {
@@ -140,6 +207,8 @@ MIO_DEVICE void dw_tile_compute(const uint4* buf, const float (*wr)[MIO_VEC], mi
     }
   }
 }
+
+#endif
 
 // The filter's taps for this thread's MIO_VEC channels, in registers (zeros on idle lanes).
 MIO_DEVICE void dw_tile_taps(float (*wr)[MIO_VEC], const mio_t* __restrict__ w,
