@@ -87,6 +87,24 @@ MIO_DEVICE MioTileAt dw_tile_at(unsigned int t, const MioDwParams& p) {
   return at;
 }
 
+// The read tensor's row and column at the staged tile's origin (may be negative); the
+// gather's: the first dy position any tap of the tile reaches.
+struct MioTileOrigin {
+  int h, w;
+};
+
+MIO_DEVICE MioTileOrigin dw_tile_origin(const MioTileAt& at, const MioDwParams& p) {
+  MioTileOrigin o;
+#if MIO_GATHER
+  o.h = (int)mio_floordiv(at.oh0 + (int)p.pad_h - (MIO_FY - 1) * MIO_DH, MIO_SH);
+  o.w = (int)mio_floordiv(at.ow0 + (int)p.pad_w - (MIO_FX - 1) * MIO_DW, MIO_SW);
+#else
+  o.h = at.oh0 * MIO_SH - (int)p.pad_h;
+  o.w = at.ow0 * MIO_SW - (int)p.pad_w;
+#endif
+  return o;
+}
+
 // Copies tile t's input (rows, columns and halo; MIO_CH channels from c0) to buf: consecutive
 // threads take consecutive chunks of a pixel, then the next pixel, so a warp reads whole runs
 // of channels; zeros outside the image and past the last channel. With MIO_TILES > 1 the
@@ -95,12 +113,8 @@ MIO_DEVICE void dw_tile_stage(uint4* buf, const mio_t* __restrict__ a, const Mio
                               const MioTileAt& at, int c0, int tid, int threads) {
   const int channels = (int)p.b.len[1];  // plain depthwise: as many read as written
   const int ah = (int)p.a.len[3], aw = (int)p.a.len[4];
-#if MIO_GATHER  // the first dy row and column any tap of the tile reaches (may be negative)
-  const int ih0 = (int)mio_floordiv(at.oh0 + (int)p.pad_h - (MIO_FY - 1) * MIO_DH, MIO_SH);
-  const int iw0 = (int)mio_floordiv(at.ow0 + (int)p.pad_w - (MIO_FX - 1) * MIO_DW, MIO_SW);
-#else
-  const int ih0 = at.oh0 * MIO_SH - (int)p.pad_h, iw0 = at.ow0 * MIO_SW - (int)p.pad_w;
-#endif
+  const MioTileOrigin o = dw_tile_origin(at, p);
+  const int ih0 = o.h, iw0 = o.w;
   const mio_t* an = a + (mio_index)at.n * p.a.stride[0] + c0;
   for (int i = tid; i < MIO_STAGED; i += threads) {
     const int k = i % MIO_CHUNKS, pixel = i / MIO_CHUNKS;
@@ -129,8 +143,8 @@ MIO_DEVICE void dw_tile_compute(const uint4* buf, const float (*wr)[MIO_VEC], mi
   mio_t* bn = b + (mio_index)at.n * p.b.stride[0] + c;
   // offsets that keep the dividends whole for % and / (taps reach (F - 1) * d back)
   const int oy = (MIO_FY - 1) * MIO_DH * MIO_SH, ox = (MIO_FX - 1) * MIO_DW * MIO_SW;
-  const int rh0 = (int)mio_floordiv(at.oh0 + (int)p.pad_h - (MIO_FY - 1) * MIO_DH, MIO_SH);
-  const int rw0 = (int)mio_floordiv(at.ow0 + (int)p.pad_w - (MIO_FX - 1) * MIO_DW, MIO_SW);
+  const MioTileOrigin o = dw_tile_origin(at, p);
+  const int rh0 = o.h, rw0 = o.w;
   for (int s = (int)threadIdx.y; s < MIO_TOH * MIO_STRIPS_W; s += (int)blockDim.y) {
     const int ry = s / MIO_STRIPS_W, m = s % MIO_STRIPS_W;
     const int rx = m % MIO_SW + (m / MIO_SW) * MIO_PIX * MIO_SW;  // the strip's first column
