@@ -34,6 +34,7 @@
 #   depthwise   direct.gpu_depthwise's whole config space against cuDNN on ConvNeXt-T's,
 #               EfficientNet-B0's and MobileNetV2's depthwise layers (gpu_depthwise_bench.py;
 #               DW_DIRECTIONS, DTYPES narrow it; DW_LAYOUTS, NHWC by default; DW_BATCH, 32)
+#   tests       the GPU test files TESTS (TESTS_K: pytest's -k) over 8 processes, TESTS_TIMEOUT
 #   dwnchw      issue 13: direct.gpu_depthwise's NCHW tests (the several-plane and register-row
 #               configs among them), then its whole NCHW space against cuDNN, fp16 and bf16,
 #               forward and backward data, on the three networks' depthwise layers (the data
@@ -86,8 +87,8 @@
 #               (build_system_db.py --stale-only) found again with one plugin of
 #               REFRESH_PLUGINS (igemm direct gemm; triton in a second call) enabled at a
 #               time, REFRESH_SECONDS (120) each; merged by solver into a copy of REFRESH_BASE
-#               (the shipped file), WTI fitted, model retrained; back in $OUT/refreshed.tgz
-#               (carry .gpu/whl_dask)
+#               (the shipped file; REFRESH_SECONDS_<plugin> for one plugin's own time), WTI
+#               fitted, model retrained; back in $OUT/refreshed.tgz (carry .gpu/whl_dask)
 #   triton      issue 13: the miocore-triton tests on the GPU (TRITON_TEST_ARGS narrows them), then
 #               gpu_triton_bench.py (Triton's default and best configurations, own-kernel find, cuDNN) on TRITON_SUITES
 #               (resnet50) in TRITON_DTYPES (float16); TRITON_ARGS passes more options
@@ -123,7 +124,7 @@
 #               .gpu/perf_models (find_quality.py, batch cut to MAX_GFLOP); MATH_MODE,
 #               QDTYPE (one data type), MODEL_DIR (another model) and QTAG (output names)
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d|vstable|parallel|dwtiles|dwruns|dwprofile|spans|refreshdb}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d|vstable|parallel|tests|dwtiles|dwruns|dwprofile|spans|refreshdb}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -222,6 +223,12 @@ case "$STAGE" in
         --out "$OUT/depthwise_$suite.json" 2>&1 | grep -a -v '^{' | tail -8
     done
     ;;
+  tests)
+    # any GPU test files (TESTS) over 8 processes, TESTS_K selecting tests by name
+    # shellcheck disable=SC2086
+    timeout "${TESTS_TIMEOUT:-240}" python3 -m pytest -q -n 8 -p no:cacheprovider -rfE \
+      ${TESTS:?TESTS: test files} ${TESTS_K:+-k "$TESTS_K"} 2>&1 | tee "$OUT/tests.log" | tail -12
+    ;;
   dwnchw)
     timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_gpu_depthwise.py \
       -k "several or nchw" 2>&1 | tee "$OUT/dw_nchw_tests.log" | tail -5
@@ -271,6 +278,7 @@ case "$STAGE" in
   spans)
     # igemm.gpu_wgmma_wrw's tiles over several taps: their GPU tests, then backward weights of
     # the suites (SPAN_SUITES; SPAN_DTYPES) with every tile once (span or not) against cuDNN
+    [[ "${SPAN_TESTS:-1}" == 0 ]] ||  # SPAN_TESTS=0: the bench alone
     timeout "${SPAN_TEST_TIMEOUT:-240}" python3 -m pytest -q -n 8 -p no:cacheprovider -rfE \
       tests/test_gpu_igemm_wgmma_wrw.py -k "span or every_config" 2>&1 |
       tee "$OUT/span_tests.log" | tail -8
@@ -489,10 +497,11 @@ PY
     [[ "$base" -ef "$merged/sm90_132.db" ]] || cp "$base" "$merged/sm90_132.db"
     for only in ${REFRESH_PLUGINS:-igemm direct gemm}; do
       disabled=$(plugins_but "$only")
+      seconds="REFRESH_SECONDS_$only"  # a plugin's own time, else REFRESH_SECONDS
       MIOCORE_DISABLE_PLUGINS="$disabled" timeout "${REFRESH_TIMEOUT:-200}" \
         python3 benchmarks/build_system_db.py --device cuda --keys-of "$merged/sm90_132.db" \
         --stale-only --math-modes exact,tf32 --workers $((gpus * ${WORKERS:-6})) --time-limit 20 \
-        --seconds "${REFRESH_SECONDS:-120}" --out "/tmp/refresh-$only" 2>&1 |
+        --seconds "${!seconds:-${REFRESH_SECONDS:-120}}" --out "/tmp/refresh-$only" 2>&1 |
         grep -a -v "distributed\." | tee "$OUT/refresh_$only.log" | grep -a -E "stale|problems/min|stopped" 
       python3 benchmarks/merge_db.py --existing-keys-only --into "$merged/sm90_132.db" \
         "/tmp/refresh-$only/sm90_132.db" | tee -a "$OUT/refresh_merge.log"
