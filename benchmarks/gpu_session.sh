@@ -139,6 +139,11 @@ use_dask() {
     .gpu/whl_dask/*.whl || exit 3
   export PYTHONPATH="/tmp/site3:$PYTHONPATH"
 }
+# A database file as plain SQLite: $1, or its packed twin ($1.xz, as miocore ships them)
+# expanded into the cache (miocore.db.packed); for the stages that copy and write one
+plain_db() {
+  python3 -c "import sys; from miocore.db.packed import readable_db_file as r; print(r(sys.argv[1]))" "$1"
+}
 # Every plugin but $1, comma-separated (MIOCORE_DISABLE_PLUGINS for a one-plugin find)
 plugins_but() {
   echo cudnn direct fft gemm igemm triton winograd | tr ' ' '\n' | grep -v "^$1$" | paste -sd,
@@ -474,7 +479,7 @@ PY
     cp /tmp/tritondb/sm90_132.db "$OUT/triton.db"
     cat /tmp/tritondb/shards/*/log.jsonl > "$OUT/triton_tune_log.jsonl"
     cp /tmp/tritondb/manifest.json "$OUT/triton_manifest.json"
-    mkdir -p /tmp/merged && cp miocore/data/db/sm90_132.db /tmp/merged/
+    mkdir -p /tmp/merged && cp "$(plain_db miocore/data/db/sm90_132.db)" /tmp/merged/
     python3 benchmarks/merge_db.py --existing-keys-only --into /tmp/merged/sm90_132.db \
       /tmp/tritondb/sm90_132.db |
       tee "$OUT/merge.log"
@@ -494,7 +499,7 @@ PY
     # from an earlier call on the same machine)
     base="${REFRESH_BASE:-miocore/data/db/sm90_132.db}"
     merged=/tmp/refreshed && mkdir -p "$merged"
-    [[ "$base" -ef "$merged/sm90_132.db" ]] || cp "$base" "$merged/sm90_132.db"
+    [[ "$base" -ef "$merged/sm90_132.db" ]] || cp "$(plain_db "$base")" "$merged/sm90_132.db"
     for only in ${REFRESH_PLUGINS:-igemm direct gemm}; do
       disabled=$(plugins_but "$only")
       seconds="REFRESH_SECONDS_$only"  # a plugin's own time, else REFRESH_SECONDS

@@ -14,6 +14,7 @@ import pytest
 import miocore
 from miocore.db.finddb import FindDb, FindDbEntry
 from miocore.db.mathkeys import split_record_key
+from miocore.db.packed import readable_db_file
 from miocore.heuristic.features import FEATURES, problem_features
 from miocore.heuristic.model import WITHIN, WITHIN_CLIP, ModelFormatError, TreeModel, pack_forests
 from miocore.heuristic.plugin import MODEL_SUFFIX, WTI_SUFFIX, rank_with
@@ -366,15 +367,19 @@ def test_the_shipped_sm90_model_ranks_a_depthwise_layer_away_from_the_generic_ke
         assert t_twin < t_exact, (twin, t_twin, exact, t_exact)
 
 
-@pytest.mark.parametrize("path", sorted(SHIPPED.glob("*.db")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(SHIPPED.glob("*.db*")), ids=lambda p: p.name)
 def test_every_shipped_database_passes_sqlites_integrity_check(path: Path) -> None:
     """The system layer is opened without a whole-file check (it would cost every new process
-    milliseconds), so the shipped files are checked here."""
+    milliseconds), so the shipped files are checked here: packed (the form they ship in,
+    miocore.db.packed), expanded as a reader expands them, and in SQLite's rollback mode."""
     import sqlite3
 
-    conn = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    assert path.name.endswith(".db.xz"), "ship system databases packed: miocore db pack"
+    expanded = readable_db_file(path)
+    conn = sqlite3.connect(f"file:{expanded}?mode=ro&immutable=1", uri=True)
     try:
         assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
     finally:
         conn.close()
 
@@ -421,7 +426,7 @@ def test_reading_a_database_file_leaves_it_byte_for_byte(tmp_path: Path) -> None
 
     from miocore.heuristic.train import DB_FILE_LAYER, open_db_file, read_samples
 
-    shipped = SHIPPED / "cpu_x86_64_2.db"
+    shipped = readable_db_file(SHIPPED / "cpu_x86_64_2.db")  # expanded from the packed file
     copy = tmp_path / shipped.name
     shutil.copyfile(shipped, copy)
     before = copy.read_bytes()

@@ -7,14 +7,17 @@ The main command line calls :func:`add_db_parser` with its sub-parsers and dispa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
 
 from miocore.cli.deny import add_deny_parser, run_deny_command
 from miocore.db import FindDb, PerfDb
-from miocore.errors import MiocoreError
+from miocore.errors import DatabaseError, MiocoreError
 
 
 def _default_device() -> str:
@@ -106,6 +109,12 @@ def add_db_parser(subparsers: Any) -> None:
         "--stale", action="store_true", help="delete entries of solvers that are not installed"
     )
     clean.add_argument("--all", action="store_true", help="delete every user entry")
+    pack = sub.add_parser(
+        "pack",
+        help="pack a SQLite database as <file>.xz, the form miocore ships system databases in "
+        "(expanded into the cache on first read)",
+    )
+    pack.add_argument("file", type=Path)
     add_deny_parser(sub, common)
 
 
@@ -114,7 +123,7 @@ def run_db_command(args: argparse.Namespace) -> int:
     command = getattr(args, "db_command", None)
     if command is None:
         print(
-            "miocore db: choose a command: show, path, export, import, merge, clean, deny",
+            "miocore db: choose a command: show, path, export, import, merge, clean, pack, deny",
             file=sys.stderr,
         )
         return 2
@@ -357,6 +366,30 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_pack(args: argparse.Namespace) -> int:
+    from miocore.db._sqlite import open_readonly
+    from miocore.db.packed import pack, packed_twin
+
+    if not args.file.is_file():
+        raise DatabaseError("no such file", field="file", value=str(args.file))
+    # A snapshot of the whole database (its write-ahead log included), compacted, packed.
+    snapshot = args.file.with_name(f".{args.file.name}.snapshot-{os.getpid()}")
+    conn = open_readonly(args.file)
+    try:
+        conn.execute("VACUUM INTO ?", (str(snapshot),))
+    finally:
+        conn.close()
+    try:
+        with contextlib.closing(sqlite3.connect(snapshot, isolation_level=None)) as snap:
+            snap.execute("PRAGMA journal_mode=DELETE")  # read in place, no -wal beside it
+        dest = pack(snapshot, packed_twin(args.file))
+    finally:
+        snapshot.unlink(missing_ok=True)
+    before, after = args.file.stat().st_size, dest.stat().st_size
+    print(f"packed {args.file} ({before:,} bytes) as {dest} ({after:,} bytes)")
+    return 0
+
+
 def _cmd_clean(args: argparse.Namespace) -> int:
     find, perf = _dbs(args)
     if args.all and (args.key or args.solver or args.stale):
@@ -386,6 +419,7 @@ def _cmd_clean(args: argparse.Namespace) -> int:
 
 _COMMANDS = {
     "show": _cmd_show,
+    "pack": _cmd_pack,
     "path": _cmd_path,
     "export": _cmd_export,
     "import": _cmd_import,

@@ -15,8 +15,9 @@ from typing import Any, Self, TypeVar
 from miocore import env as switches
 from miocore.db._sqlite import utc_now_iso
 from miocore.db._store import Store
+from miocore.db.packed import readable_db_file
 from miocore.db.storage import STORAGE_ERRORS, StorageStatus, UserLayer
-from miocore.errors import InvalidArgumentError
+from miocore.errors import DatabaseError, InvalidArgumentError
 from miocore.paths import user_cache_dir
 
 T = TypeVar("T")
@@ -207,8 +208,22 @@ def make_stores(device: str, user_dir: Path | None, system_dir: Path | None) -> 
     system = Path(system_dir) if system_dir is not None else default_system_dir()
     return (
         Store(user / f"{device}.db", writable=True),
-        Store(system / f"{device}.db", writable=False),
+        Store(_system_file(system / f"{device}.db"), writable=False),
     )
+
+
+def _system_file(path: Path) -> Path:
+    """The system layer's file: ``path``, or its packed twin expanded (:mod:`miocore.db.packed`).
+
+    One that cannot be expanded is warned about and the layer reads as empty, as a damaged
+    system file is."""
+    try:
+        return readable_db_file(path)
+    except DatabaseError as exc:
+        from miocore.db._sqlite import warn_database
+
+        warn_database(f"system database {path}: {exc} (reinstall miocore or clear the cache)")
+        return path
 
 
 class LayeredDb:

@@ -21,6 +21,7 @@ from miocore.db._common import (
     provenance_json,
 )
 from miocore.db.mathkeys import TF32_SUFFIX
+from miocore.db.packed import PACKED_SUFFIX, readable_db_file
 from miocore.db.records import (
     _COLUMNS,
     _SQLITE_MAGIC,
@@ -339,15 +340,18 @@ class FindDb(LayeredDb):
     def merge_from(self, source: Path | str, *, skip_bad_lines: bool = False) -> MergeResult:
         """Merge another database into the user layer, in one transaction.
 
-        ``source`` is a miocore SQLite database (either layer's file, any device) or a MIOpen
-        text FindDb. **Rule**: per key, the union of entries by solver; where both have a
-        solver, the faster ``time_ms`` wins (a tie keeps the user's entry); the merged record
-        is re-sorted fastest first (ties by solver name). From a SQLite source, PerfDb
-        entries the user layer lacks are copied too (the user's own tuning is kept).
+        ``source`` is a miocore SQLite database (either layer's file, any device; packed as
+        ``<device>.db.xz`` too) or a MIOpen text FindDb. **Rule**: per key, the union of
+        entries by solver; where both have a solver, the faster ``time_ms`` wins (a tie keeps
+        the user's entry); the merged record is re-sorted fastest first (ties by solver name).
+        From a SQLite source, PerfDb entries the user layer lacks are copied too (the user's
+        own tuning is kept).
         """
         from miocore.db.outcomes import MergeResult
 
         path = Path(source)
+        if path.name.endswith(".db" + PACKED_SUFFIX) or not path.exists():
+            path = readable_db_file(path)  # a packed system database (<device>.db.xz)
         if not path.is_file():
             raise DatabaseError("no such file", field="source", value=str(path))
         with open(path, "rb") as fh:

@@ -24,6 +24,7 @@ from miocore.db._common import miocore_version
 from miocore.db._sqlite import utc_now_iso
 from miocore.db.finddb import FindDb, FindDbRecord
 from miocore.db.mathkeys import split_record_key
+from miocore.db.packed import readable_db_file
 from miocore.errors import InvalidArgumentError, MiocoreError
 from miocore.heuristic.features import problem_features
 from miocore.heuristic.model import WITHIN, WITHIN_CLIP, TreeModel, pack_forests
@@ -64,11 +65,12 @@ DB_FILE_LAYER = "system"
 
 def open_db_file(path: Path | str) -> FindDb:
     """The FindDb whose read-only layer (:data:`DB_FILE_LAYER`) is the SQLite file ``path``
-    (``<folder>/<device>.db``). Read-only: opened as a user layer, SQLite's write-ahead mode
-    was switched on in the file, which rewrote a shipped database the tools only read."""
-    src = Path(path)
+    (``<folder>/<device>.db``, or its packed ``.db.xz``). Read-only: opened as a user layer,
+    SQLite's write-ahead mode was switched on in the file, which rewrote a shipped database the
+    tools only read."""
+    src = readable_db_file(Path(path))  # a packed <device>.db.xz is expanded into the cache
     if not src.is_file():
-        raise InvalidArgumentError("no such database file", field="db", value=str(src))
+        raise InvalidArgumentError("no such database file", field="db", value=str(path))
     # The user layer's file would only be made by a write, and nothing here writes.
     return FindDb(src.stem, user_dir=src.parent / "no-user-layer", system_dir=src.parent)
 
