@@ -42,6 +42,7 @@ import miocore.heuristic.train as train_mod
 from miocore.cli.heuristic import _context, _plain_wti
 from miocore.cli.heuristic import _Estimate as Estimate
 from miocore.db.mathkeys import split_record_key
+from miocore.db.packed import device_of
 from miocore.find.ranker import merge_by_time
 from miocore.heuristic.evaluate import quality
 from miocore.heuristic.plugin import rank_with
@@ -122,7 +123,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=[], help="these solvers instead")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    device = args.db.stem
+    device = device_of(args.db)
     found = _context(device, None, None) or _described(device)
     if found is None:
         sys.exit(f"this machine is not {device}: WTI needs the database's device")

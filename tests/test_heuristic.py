@@ -438,3 +438,39 @@ def test_reading_a_database_file_leaves_it_byte_for_byte(tmp_path: Path) -> None
     assert len(samples) > 1000  # the records were read
     assert copy.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == [shipped.name]  # no -wal, no user file
+
+
+def test_train_and_eval_take_a_packed_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``heuristic train/eval --db <device>.db.xz`` (the form miocore ships databases in) name
+    the device and the files beside it as for the plain file: the model the packed file
+    trains is the one the plain file trains, and eval finds it."""
+    from fake_solvers import TimedSolver
+
+    from miocore.cli import main
+    from miocore.db.packed import pack
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    device = _device()
+    plain = _synthetic_db(tmp_path / "plain", device)
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    packed = pack(plain, shipped / f"{device}.db.xz")
+    args = ["--trees", "20", "--depth", "3", "--min-samples", "2"]
+    reg = miocore.Registry.from_solvers([TimedSolver("solver.one"), TimedSolver("solver.three")])
+    for db, out in ((plain, tmp_path / "from-plain"), (packed, shipped)):
+        assert main(["heuristic", "train", "--db", str(db), "--out", str(out), *args]) == 0
+    model_file = shipped / f"{device}{MODEL_SUFFIX}"
+    assert model_file.is_file()
+    a = TreeModel.load(tmp_path / "from-plain" / model_file.name)
+    b = TreeModel.load(model_file)
+    problem = _problems()[0]
+    names = ["solver.one", "solver.three"]
+    assert a.device == b.device == device
+    features = problem_features(problem)
+    assert list(a.predict_ms(features, names)) == list(b.predict_ms(features, names))
+    capsys.readouterr()
+    assert main(["heuristic", "eval", "--db", str(packed), "--json"], registry=reg) == 0
+    results = json.loads(capsys.readouterr().out)
+    assert results["model"]["top1"] == 1.0  # the model beside the packed file was found

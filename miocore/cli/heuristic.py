@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from miocore.db.packed import device_of
 from miocore.errors import InvalidArgumentError
 from miocore.values import asdict
 
@@ -121,7 +122,7 @@ def _train(args: argparse.Namespace, registry: Any) -> int:
     from miocore.problem.conv import ConvProblem
 
     out = Path(args.out)
-    device = Path(args.db).stem
+    device = device_of(args.db)  # sm90_132 of sm90_132.db or of the packed sm90_132.db.xz
     if not args.wti_only:
         model = train(
             args.db,
@@ -169,7 +170,7 @@ def _eval(args: argparse.Namespace, registry: Any) -> int:
     from miocore.values import evolve
 
     db_path = Path(args.db)
-    device = db_path.stem
+    device = device_of(db_path)
     model_path = Path(args.model) if args.model else db_path.with_name(f"{device}.heuristic.npz")
     table_path = Path(args.wti_table) if args.wti_table else db_path.with_name(f"{device}.wti.json")
     model = TreeModel.load(model_path) if model_path.is_file() else None

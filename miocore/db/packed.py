@@ -32,6 +32,14 @@ def packed_twin(path: Path) -> Path:
     return path.with_name(path.name + PACKED_SUFFIX)
 
 
+def device_of(path: Path | str) -> str:
+    """The device identity a database file is named for: ``sm90_132`` of ``sm90_132.db`` and
+    of ``sm90_132.db.xz``."""
+    name = Path(path).name
+    name = name.removesuffix(PACKED_SUFFIX)
+    return name.removesuffix(".db") if name.endswith(".db") else Path(name).stem
+
+
 def expanded_path(packed: Path) -> Path:
     """Where ``packed`` is (or will be) expanded: one folder per packed file's identity."""
     st = packed.stat()

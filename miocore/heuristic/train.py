@@ -24,7 +24,7 @@ from miocore.db._common import miocore_version
 from miocore.db._sqlite import utc_now_iso
 from miocore.db.finddb import FindDb, FindDbRecord
 from miocore.db.mathkeys import split_record_key
-from miocore.db.packed import readable_db_file
+from miocore.db.packed import device_of, readable_db_file
 from miocore.errors import InvalidArgumentError, MiocoreError
 from miocore.heuristic.features import problem_features
 from miocore.heuristic.model import WITHIN, WITHIN_CLIP, TreeModel, pack_forests
@@ -193,7 +193,7 @@ def train(
                 forests[solver + WITHIN] = _classifier(features, labels, boosting)
     packed = pack_forests(forests)
     return TreeModel(
-        device=Path(db_path).stem,
+        device=device_of(db_path),
         scale=SCALE if target == "relative" else None,
         provenance={
             "trained_at": utc_now_iso(),
