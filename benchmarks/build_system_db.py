@@ -43,9 +43,10 @@ def _keys_of(path: str, dtype: str | None) -> list[ConvProblem]:
 
 def _stale(
     path: str, problems: list[ConvProblem], device: str, modes: list[str]
-) -> list[ConvProblem]:
+) -> tuple[list[ConvProblem], dict[str, list[str]]]:
     """The problems of ``path`` whose records predate a solver that applies on ``device``
-    (``miocore.tune.stale``), with a count per solver."""
+    (``miocore.tune.stale``), each with the math modes in which it is stale (a refresh finds
+    it in those alone), and a count per solver."""
     import collections
 
     import miocore
@@ -55,23 +56,26 @@ def _stale(
     handle = miocore.Handle(device)
     db = open_db_file(path)
     counts: collections.Counter[str] = collections.Counter()
-    out = []
+    out, modes_of = [], {}
     try:
         for p in problems:
-            names = {
-                name
+            by_mode = {
+                mode: stale_solvers(db, DB_FILE_LAYER, p, handle.registry, handle.context, mode)
                 for mode in modes
-                for name in stale_solvers(
-                    db, DB_FILE_LAYER, p, handle.registry, handle.context, mode
-                )
             }
+            names = {name for found in by_mode.values() for name in found}
             counts.update(names)
             if names:
                 out.append(p)
+                modes_of[p.key] = [mode for mode, found in by_mode.items() if found]
     finally:
         db.close()
-    print(f"{len(out)} of {len(problems)} problems stale: {dict(counts.most_common())}")
-    return out
+    finds = sum(map(len, modes_of.values()))
+    print(
+        f"{len(out)} of {len(problems)} problems stale ({finds} finds over the math modes): "
+        f"{dict(counts.most_common())}"
+    )
+    return out, modes_of
 
 
 def main() -> int:
@@ -117,10 +121,13 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, help="stop after this long (the run resumes)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
+    modes_of = None  # every problem in every math mode, unless a refresh narrows it
     if args.keys_of:
         problems = _keys_of(args.keys_of, args.keys_dtype)
         if args.stale_only:
-            problems = _stale(args.keys_of, problems, args.device, args.math_modes.split(","))
+            problems, modes_of = _stale(
+                args.keys_of, problems, args.device, args.math_modes.split(",")
+            )
     else:
         problems = problems_from_corpus(
             args.per_direction,
@@ -171,6 +178,7 @@ def main() -> int:
             math_modes=args.math_modes.split(","),
             merge_every=25,
             progress=progress,
+            modes_of=modes_of,
         )
     except _Deadline as exc:
         print(exc, f"(merged into {Path(args.out)})", flush=True)

@@ -467,3 +467,32 @@ def test_each_record_is_tuned_once_across_math_modes(tmp_path: Path) -> None:
     assert set(_records(result.database)) == {fp32.key, fp32.key + "_tf32", fp16.key}
     modes = Counter((line["key"], line["math_mode"]) for line in iter_log(tmp_path))
     assert modes == {(fp32.key, "exact"): 1, (fp32.key, "tf32"): 1, (fp16.key, "exact"): 1}
+
+
+def test_modes_of_finds_a_problem_only_in_its_own_math_modes(tmp_path: Path) -> None:
+    """A refresh finds a problem again only in the math modes where its record is stale
+    (benchmarks/build_system_db.py --stale-only): ``modes_of`` narrows them per key, and a
+    key it does not name keeps every mode."""
+    pytest.importorskip("distributed")
+    narrowed, whole = (
+        ConvProblem.from_sizes(
+            "forward", n=1, c=c, k=2, in_spatial=(5, 5), filter_spatial=(3, 3), pads=(1, 1),
+            dtype="float32",
+        )
+        for c in (2, 3)
+    )  # fmt: skip
+    with pytest.raises(InvalidArgumentError) as info:
+        tune([narrowed], out_dir=tmp_path, math_modes=["exact"], modes_of={narrowed.key: "tf32"})
+    assert info.value.field == f"modes_of[{narrowed.key!r}]"
+    result = tune(
+        [narrowed, whole],
+        out_dir=tmp_path,
+        workers=1,
+        math_modes=["exact", "tf32"],
+        modes_of={narrowed.key: ["tf32"]},
+    )
+    assert result.tuned == 3
+    modes = Counter((line["key"], line["math_mode"]) for line in iter_log(tmp_path))
+    assert modes == {(narrowed.key, "tf32"): 1, (whole.key, "exact"): 1, (whole.key, "tf32"): 1}
+    records = set(_records(result.database))
+    assert records == {narrowed.key + "_tf32", whole.key, whole.key + "_tf32"}

@@ -10,7 +10,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,8 +113,13 @@ def tune(
     time_limit_s: float | None = None,
     prune: bool = False,
     progress: Callable[[TuneProgress], None] | None = None,
+    modes_of: Mapping[str, Collection[str]] | None = None,
 ) -> TuneResult:
     """Run NORMAL find for every problem (and math mode) on Dask workers.
+
+    ``modes_of`` narrows the math modes per problem key (a refresh finds a problem again only
+    in the modes where its record is stale: ``miocore.tune.stale``); a key it lacks is found
+    in every mode of ``math_modes``.
 
     ``out_dir`` holds the run (:mod:`miocore.tune.shards`); running again with the same
     folder resumes: tasks finished with the same miocore and plugin versions are skipped.
@@ -134,6 +139,13 @@ def tune(
         if mode not in MATH_MODES:
             raise InvalidArgumentError(
                 f"expected one of {', '.join(MATH_MODES)}", field="math_modes", value=mode
+            )
+    for key, modes in (modes_of or {}).items():
+        if isinstance(modes, str) or not set(modes) <= set(math_modes):
+            raise InvalidArgumentError(
+                f"a collection of math modes out of {list(math_modes)}",
+                field=f"modes_of[{key!r}]",
+                value=modes,
             )
     if not isinstance(merge_every, int) or merge_every < 1:
         raise InvalidArgumentError("must be an int >= 1", field="merge_every", value=merge_every)
@@ -155,6 +167,8 @@ def tune(
         # (miocore.db.mathkeys), so a problem of another type is found in the first mode only.
         keys: set[str] = set()
         for mode in math_modes:
+            if modes_of is not None and p.key in modes_of and mode not in modes_of[p.key]:
+                continue
             record = record_key(p, mode)
             if record in keys:
                 continue
