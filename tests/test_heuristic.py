@@ -446,6 +446,7 @@ def test_train_and_eval_take_a_packed_database(
     """``heuristic train/eval --db <device>.db.xz`` (the form miocore ships databases in) name
     the device and the files beside it as for the plain file: the model the packed file
     trains is the one the plain file trains, and eval finds it."""
+    pytest.importorskip("sklearn")
     from fake_solvers import TimedSolver
 
     from miocore.cli import main
