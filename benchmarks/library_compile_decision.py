@@ -24,6 +24,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from miocore.db.packed import readable_db_file
 from miocore.heuristic.features import problem_features
 from miocore.heuristic.model import TreeModel
 from miocore.heuristic.train import is_held_out
@@ -35,10 +36,12 @@ RUNTIME_COMPILED = frozenset(f"cudnn.eng{e}" for e in (5, 6, 16, 19, 20, 70, 71,
 
 
 def recorded_times(db: Path) -> dict[str, dict[str, float]]:
-    """key -> solver -> recorded ms, from every ``*.db`` file in ``db``."""
+    """key -> solver -> recorded ms, from every ``*.db`` file in ``db`` (or its packed
+    ``*.db.xz``, as shipped)."""
     out: dict[str, dict[str, float]] = defaultdict(dict)
-    for path in sorted(db.glob("*.db")):
-        with sqlite3.connect(path) as con:
+    names = {p.name.removesuffix(".xz") for p in [*db.glob("*.db"), *db.glob("*.db.xz")]}
+    for name in sorted(names):
+        with sqlite3.connect(f"file:{readable_db_file(db / name)}?mode=ro", uri=True) as con:
             for key, solver, time_ms in con.execute("select key, solver, time_ms from find_db"):
                 out[key][solver] = float(time_ms)
     return out

@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from miocore.db.finddb import FindDb
+from miocore.db.packed import packed_twin, readable_db_file
 
 
 def merge_into(target: Path, sources: list[Path], existing_keys_only: bool = False) -> list[str]:
@@ -71,8 +72,15 @@ def main() -> int:
         help="merge only records of keys the target already holds",
     )
     args = parser.parse_args()
-    sources = [Path(s) for s in args.sources]
-    for line in merge_into(Path(args.into), sources, args.existing_keys_only):
+    into = Path(args.into)
+    if not into.exists() and packed_twin(into).is_file():
+        parser.error(
+            f"--into {into}: only its packed twin exists; merge into a plain copy "
+            "(miocore.db.packed.readable_db_file), then `miocore db pack` it"
+        )
+    # a packed source (<device>.db.xz) is read from its expansion in the cache
+    sources = [readable_db_file(Path(s)) for s in args.sources]
+    for line in merge_into(into, sources, args.existing_keys_only):
         print(line, flush=True)
     return 0
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from miocore.db.finddb import FindDb
 from miocore.db.mathkeys import TF32_SUFFIX
+from miocore.db.packed import readable_db_file
 from miocore.problem.conv import ConvProblem
 from miocore.tune import tune
 
@@ -91,7 +92,8 @@ def main() -> int:
     wanted = set(args.families.split(","))
     if not wanted <= set(FAMILIES):
         parser.error(f"--families: one of {', '.join(FAMILIES)}")
-    base, out = Path(args.base), Path(args.out)
+    # a packed base (<device>.db.xz, as shipped) is read from its expansion in the cache
+    base, out = readable_db_file(Path(args.base)), Path(args.out)
     problems = [ConvProblem.from_key(k) for k in db_keys(base)]
     directions = set(args.directions.split(","))
     problems = [p for p in problems if family(p) in wanted and str(p.direction) in directions]
