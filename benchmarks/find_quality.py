@@ -5,7 +5,8 @@ For each problem held out from the heuristic's training (a hash split of a tuned
 were never tuned: NORMAL find (every applicable solver measured, no pruning) gives the best
 solver; ``get_solutions()[0]`` on an empty user database gives immediate mode's choice, once
 with the learned heuristic (model and fitted WTI in the system folder, but not the database,
-so the chain itself answers) and once with plain WTI. The choice and the best are then
+so the chain itself answers), once with plain WTI, and with ``--fitted-wti`` once with the
+fitted WTI table alone (the fallback where no model applies). The choice and the best are then
 re-timed head to head in the same run (alternating, median of ``--reps``, each timed as
 find times it: device time on a GPU), and regret is
 ``time(choice) / time(best) - 1``.
@@ -106,6 +107,11 @@ def main() -> int:
         "--seconds", type=float, help="stop measuring after this long and report what was done"
     )
     parser.add_argument("--json", help="write the per-problem results here")
+    parser.add_argument(
+        "--fitted-wti",
+        action="store_true",
+        help="also rank by the fitted WTI table alone (no model): the fallback's own quality",
+    )
     args = parser.parse_args()
 
     os.environ["MIOCORE_FIND_PRUNE_FACTOR"] = "0"
@@ -154,10 +160,17 @@ def main() -> int:
             (learned / src.name).write_bytes(src.read_bytes())
     empty = tmp / "empty"
     empty.mkdir()
+    # each ranking's system folder: the heuristic's (model and table), none, the table alone
+    folders = {"heuristic": learned, "plain WTI": empty}
+    table_file = Path(args.model_dir) / f"{device_id}{WTI_SUFFIX}"
+    if args.fitted_wti and table_file.is_file():
+        folders["fitted WTI"] = tmp / "fitted"
+        folders["fitted WTI"].mkdir()
+        (folders["fitted WTI"] / table_file.name).write_bytes(table_file.read_bytes())
     os.environ["MIOCORE_USER_DB_PATH"] = str(tmp / "user")
     handles = {
-        "heuristic": miocore.Handle(args.device, system_db_path=learned, math_mode=mode),
-        "plain WTI": miocore.Handle(args.device, system_db_path=empty, math_mode=mode),
+        label: miocore.Handle(args.device, system_db_path=folder, math_mode=mode)
+        for label, folder in folders.items()
     }
     os.environ["MIOCORE_SYSTEM_DB_PATH"] = str(learned)  # the plug-in reads the env's folder
     finder = miocore.Handle(
@@ -176,10 +189,7 @@ def main() -> int:
             continue
         row: dict[str, Any] = {"key": problem.key, "kind": kind, "best": best.solver}
         for label, h in handles.items():
-            if label == "plain WTI":
-                os.environ["MIOCORE_SYSTEM_DB_PATH"] = str(empty)
-            else:
-                os.environ["MIOCORE_SYSTEM_DB_PATH"] = str(learned)
+            os.environ["MIOCORE_SYSTEM_DB_PATH"] = str(folders[label])  # the plug-in reads it
             first = h.get_solutions(problem)[0]
             calls = []
             for _ in range(20):

@@ -123,7 +123,8 @@
 #   quality     issue 14 on the GPU: the shipped sm90 database's WTI table fitted on the device
 #               (heuristic train --wti-only), then immediate mode against NORMAL find on
 #               LIMIT held-out problems and the layers of the MIOpenDriver files carried in
-#               .gpu/perf_models (find_quality.py, batch cut to MAX_GFLOP); MATH_MODE,
+#               .gpu/perf_models (find_quality.py, batch cut to MAX_GFLOP; the fitted WTI
+#               table alone ranked too: the fallback's quality); MATH_MODE,
 #               QDTYPE (one data type), MODEL_DIR (another model) and QTAG (output names)
 set -uo pipefail
 STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d|vstable|parallel|tests|dwtiles|dwruns|dwprofile|spans|refreshdb}"
@@ -636,7 +637,7 @@ PY
     for f in .gpu/perf_models/*.txt; do driver_args+=(--driver-file "$f"); done
     timeout 560 python3 benchmarks/find_quality.py --db "$db" --seconds "${QUALITY_SECONDS:-480}" \
       --model-dir "${MODEL_DIR:-$sm}" --device cuda --limit "${LIMIT:-100}" --max-gflop "${MAX_GFLOP:-20}" \
-      --math-mode "${MATH_MODE:-exact}" ${QDTYPE:+--dtype "$QDTYPE"} \
+      --math-mode "${MATH_MODE:-exact}" ${QDTYPE:+--dtype "$QDTYPE"} --fitted-wti \
       "${driver_args[@]}" --json "$OUT/quality${QTAG:-}.json" 2>&1 | grep -a -v Warning |
       tee "$OUT/quality${QTAG:-}.log" | tail -40
     ;;
