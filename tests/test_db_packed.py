@@ -175,3 +175,20 @@ def test_db_pack_snapshots_the_write_ahead_log_and_refuses_a_missing_file(
     assert keys == set(KEYS) - {KEYS[1]}
     assert main(["db", "pack", str(tmp_path / "missing.db")]) == 1
     assert "missing.db" in capsys.readouterr().err
+
+
+def test_db_path_names_the_packed_file_a_system_layer_was_expanded_from(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    plain = _tuned(tmp_path / "built")
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    packed = pack(plain, shipped / f"{DEVICE}.db.xz")
+    argv = ["db", "path", "--json", "--device", DEVICE, "--system-db-path", str(shipped)]
+    argv += ["--user-db-path", str(tmp_path / "user")]
+    assert main(argv) == 0
+    system = json.loads(capsys.readouterr().out)["system"]
+    assert system["exists"] and system["path"] == str(expanded_path(packed))
+    assert system["expanded_from"] == str(packed)

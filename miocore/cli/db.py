@@ -163,6 +163,13 @@ def _cmd_path(args: argparse.Namespace) -> int:
         "system": _file_info(find.system_path),
         "status": status.as_dict(),
     }
+    from miocore.db._common import default_system_dir
+    from miocore.db.packed import packed_twin
+
+    folder = args.system_db_path or default_system_dir()
+    packed = packed_twin(Path(folder) / f"{find.device}.db")
+    if find.system_path != Path(folder) / f"{find.device}.db" and packed.is_file():
+        data["system"]["expanded_from"] = str(packed)  # shipped packed, read from the cache
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
@@ -175,6 +182,8 @@ def _cmd_path(args: argparse.Namespace) -> int:
                 state += f" + {info['wal_bytes']:,} bytes of WAL"
         else:
             state = "does not exist" + (" yet" if layer == "user" else "")
+        if "expanded_from" in info:
+            state += f", expanded from {info['expanded_from']}"
         # Plain lines, not a table: paths must stay whole for copy and paste.
         print(f"{layer}: {info['path']} ({state})")
     print(
