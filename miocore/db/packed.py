@@ -1,8 +1,8 @@
 """System databases shipped packed: ``<device>.db.xz`` beside, or instead of, ``<device>.db``.
 
 A tuned system database is mostly repeated text (keys, solver names, provenance) and packs
-tenfold with xz, so the package data, the wheel and the repository carry the packed file. The
-first process that reads it expands it once into miocore's cache folder,
+fifteen- to twentyfold with xz, so the package data, the wheel and the repository carry the
+packed file. The first process that reads it expands it once into miocore's cache folder,
 ``<cache>/system-db/<id>/<device>.db`` (``<id>`` names the packed file's path, size and
 modification time, so an upgrade expands afresh), writing a draft and renaming it into place so
 that concurrent processes never see half a file; later processes open the expanded copy
