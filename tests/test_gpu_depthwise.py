@@ -363,13 +363,13 @@ def test_nchw_rows_from_registers_every_config(handle: miocore.Handle, dtype: st
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_nhwc_staged_tiles_every_config(handle: miocore.Handle, dtype: str) -> None:
     # dw_nhwc_tile (2-D, channels innermost, plain depthwise, forward and backward data, the
-    # gather too, up to 9 taps): every fourth tile config (each tile shape, block width and cap),
-    # on stride 2 and dilation 2, a 1x3 filter with stride (1, 2), asymmetric padding, planes
-    # no tile divides (partial tiles on both edges), channel counts that leave the last
-    # channel block short (24 of 32 or 64, 40), a layer of 16 and one of 96 in blocks of 48
-    # (12 x 21 threads); each also on buffers one
-    # element past an aligned allocation (the scalar twin); and the first and last of them in
-    # runs of several tiles a block.
+    # gather too, up to 25 taps: 5x5 at 2 channels a thread): every fourth tile config (each
+    # tile shape, block width and cap), on stride 2 and dilation 2, a 1x3 filter with stride
+    # (1, 2), asymmetric padding, planes no tile divides (partial tiles on both edges),
+    # channel counts that leave the last channel block short (24 of 32 or 64, 40), a layer of
+    # 16 and one of 96 in blocks of 48 (12 x 21 threads), 5x5 filters at strides 1 and 2;
+    # each also on buffers one element past an aligned allocation (the scalar twin); and the
+    # first and last of them in runs of several tiles a block.
     from miocore_direct.gpu_depthwise_nhwc_tile import NHWC_TILE_RUNS, nhwc_tile_configs
 
     cases = [  # direction, c, spatial, filter, pads, strides, dilations
@@ -384,6 +384,9 @@ def test_nhwc_staged_tiles_every_config(handle: miocore.Handle, dtype: str) -> N
         ("backward_data", 40, (17, 18), (3, 3), (1, 0), (2, 2), (2, 1)),  # gather, dilation
         ("forward", 96, (13, 11), (3, 3), (1, 1), (1, 1), (1, 1)),  # blocks of 48: 252 threads
         ("backward_data", 96, (13, 11), (3, 3), (1, 1), (1, 1), (1, 1)),
+        ("forward", 40, (15, 13), (5, 5), (2, 2), (1, 1), (1, 1)),  # 5x5: 2 channels a thread
+        ("forward", 24, (17, 19), (5, 5), (2, 1), (2, 2), (1, 1)),
+        ("backward_data", 40, (17, 16), (5, 5), (2, 2), (2, 2), (1, 1)),  # 5x5 gather
     ]
     solver = handle.registry.get(SOLVER).solver
     tol = TOLERANCES[miocore.DataType.parse(dtype)]

@@ -230,6 +230,10 @@ TILE_CASES = [  # direction, c, spatial, filter, pads, strides, dilations
     ("backward_data", 24, (15, 13), (3, 3), (1, 1), (2, 2), (1, 1)),  # the gather
     ("backward_data", 40, (17, 18), (3, 3), (1, 0), (2, 2), (2, 1)),  # gather, dilation, pads
     ("backward_data", 32, (12, 14), (1, 3), (0, 2), (1, 2), (1, 1)),  # gather along w only
+    ("forward", 24, (15, 13), (5, 5), (2, 2), (1, 1), (1, 1)),  # 5x5: 2 channels a thread
+    ("forward", 40, (17, 19), (5, 5), (2, 1), (2, 2), (1, 1)),  # 5x5 stride 2
+    ("backward_data", 24, (13, 15), (5, 5), (2, 2), (1, 1), (1, 1)),  # 5x5 flipped
+    ("backward_data", 40, (17, 16), (5, 5), (2, 2), (2, 2), (1, 1)),  # 5x5 gather
 ]
 
 

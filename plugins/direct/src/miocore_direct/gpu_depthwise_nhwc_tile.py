@@ -65,8 +65,17 @@ def is_nhwc_tile(cfg: PerfConfig) -> bool:
     return "toh" in cfg
 
 
-#: Taps at most: a thread keeps every tap of its ``vec`` channels in registers (3x3: 36 floats).
-NHWC_TILE_MAX_TAPS = 9
+#: Taps at most: a thread keeps every tap of its ``vec`` channels in registers (3x3: 36 floats
+#: at 4 channels a thread; 5x5: 50 at 2).
+NHWC_TILE_MAX_TAPS = 25
+#: Taps up to which a thread takes 4 channels; above, 2 (so that a 5x5 filter's taps, 50
+#: floats, leave registers for the strip's sums and loads).
+NHWC_TILE_VEC4_TAPS = 9
+
+
+def nhwc_tile_vec(p: ConvProblem) -> int:
+    """Channels a thread computes: 4, or 2 for filters of more than 9 taps."""
+    return 4 if tap_count(p) <= NHWC_TILE_VEC4_TAPS else 2
 
 
 def nhwc_tile_applies(p: ConvProblem) -> bool:
@@ -129,15 +138,16 @@ def nhwc_tile_fits(p: ConvProblem, cfg: PerfConfig) -> bool:
 
 
 def nhwc_tile_configs(p: ConvProblem) -> list[PerfConfig]:
-    """Every tile config that fits ``p``: 8-byte vectors of 16-bit channels (the filter's
-    taps stay in registers), 16-byte of fp32; blocks of 32 or 64 channels (16 where the
+    """Every tile config that fits ``p``: 4 channels a thread, 2 for filters of more than 9
+    taps (the filter's taps stay in registers: :func:`nhwc_tile_vec`); blocks of 32 or 64
+    channels (16 where the
     layer has fewer; also 48 where that divides the channels and 64 does not); 2 or 4 outputs
     a thread; then each again with its registers capped; then the tiles capped for 3 blocks
     in runs of 2, 4 and 8 (at most :data:`NHWC_TILE_RUN_WORK` channel-tiles a run) whose two
-    buffers fit."""
+    buffers fit. Filters of more than 9 taps: no caps (they spill)."""
     if not nhwc_tile_applies(p):
         return []
-    vec = 4
+    vec = nhwc_tile_vec(p)
     channels = role(p)[1].lengths[1]
     out = []
     widths = (32, 64) if channels > 16 else (16,)
@@ -149,9 +159,15 @@ def nhwc_tile_configs(p: ConvProblem) -> list[PerfConfig]:
                 cfg = PerfConfig(vec=vec, ch=ch, toh=toh, tow=tow, pix=pix)
                 if nhwc_tile_fits(p, cfg):
                     out.append(cfg)
-    capped = [PerfConfig(**c, mb=mb) for mb in NHWC_TILE_MIN_BLOCKS for c in out]
+    # Filters of more than 9 taps keep 50 floats of taps: capped for 3 or 4 blocks (80 or 64
+    # registers) they spilled 32-300 bytes a thread (NVRTC, sm_90), so they run uncapped (about
+    # 118 registers: 2 blocks an SM), in runs too.
+    wide = tap_count(p) > NHWC_TILE_VEC4_TAPS
+    caps = () if wide else NHWC_TILE_MIN_BLOCKS
+    capped = [PerfConfig(**c, mb=mb) for mb in caps for c in out]
+    run_cap = {} if wide else {"mb": NHWC_TILE_MIN_BLOCKS[0]}
     runs = [
-        PerfConfig(**c, mb=NHWC_TILE_MIN_BLOCKS[0], nt=nt)
+        PerfConfig(**c, **run_cap, nt=nt)
         for nt in NHWC_TILE_RUNS
         for c in out
         if nt * c["ch"] <= NHWC_TILE_RUN_WORK
