@@ -11,7 +11,7 @@ stride, dilation and padding; fp32/fp16/bf16 with fp32 accumulation; every direc
   the thread's taps do not fit, staged once per block in shared memory); ``ct`` channel
   vectors per block; ``mb`` (optional) caps the registers for that many resident blocks per
   SM (the 16-bit 3x3 defaults take it: the kernel is latency-bound at 25% occupancy).
-- 2-D channels-innermost layers of up to 9 taps (forward and backward data, the gather
+- 2-D channels-innermost layers of up to 25 taps (forward and backward data, the gather
   too) also have ``dw_nhwc_tile`` (``kernels/depthwise_nhwc_tile.cu``, configs ``vec``,
   ``ch``, ``toh``, ``tow``, ``pix`` [, ``mb``, ``nt``]): a block stages its tile's input in
   shared memory with 16-byte loads and computes from there, ``nt`` tiles in turn with the
