@@ -150,11 +150,7 @@ MIO_DEVICE void dw_tile_compute(const uint4* buf, const float (*wr)[MIO_VEC], mi
     const int rx = m % MIO_SW + (m / MIO_SW) * MIO_PIX * MIO_SW;  // the strip's first column
     const int oh = at.oh0 + ry, ow = at.ow0 + rx;
     if (oh >= bh || ow >= bw) continue;
-    float acc[MIO_PIX][MIO_VEC];
-#pragma unroll
-    for (int q = 0; q < MIO_PIX; ++q)
-#pragma unroll
-      for (int e = 0; e < MIO_VEC; ++e) acc[q][e] = 0.0f;
+    float acc[MIO_PIX][MIO_VEC] = {};
 #pragma unroll
     for (int fy = 0; fy < MIO_FY; ++fy) {
       const int ty = oh + (int)p.pad_h - fy * MIO_DH + oy;
@@ -192,11 +188,7 @@ MIO_DEVICE void dw_tile_compute(const uint4* buf, const float (*wr)[MIO_VEC], mi
     const int ry = s / MIO_STRIPS_W, rx = (s % MIO_STRIPS_W) * MIO_PIX;
     const int oh = at.oh0 + ry, ow = at.ow0 + rx;
     if (oh >= bh || ow >= bw) continue;
-    float acc[MIO_PIX][MIO_VEC];
-#pragma unroll
-    for (int q = 0; q < MIO_PIX; ++q)
-#pragma unroll
-      for (int e = 0; e < MIO_VEC; ++e) acc[q][e] = 0.0f;
+    float acc[MIO_PIX][MIO_VEC] = {};
 #pragma unroll
     for (int fy = 0; fy < MIO_FY; ++fy) {
       const mio_t* row = s_in + ((ry * MIO_SH + fy * MIO_DH) * MIO_TEW + rx * MIO_SW) * MIO_CH;
