@@ -21,7 +21,7 @@ from miocore.db._common import (
     provenance_json,
 )
 from miocore.db.mathkeys import TF32_SUFFIX
-from miocore.db.packed import PACKED_SUFFIX, readable_db_file
+from miocore.db.packed import readable_db_file
 from miocore.db.records import (
     _COLUMNS,
     _SQLITE_MAGIC,
@@ -349,9 +349,7 @@ class FindDb(LayeredDb):
         """
         from miocore.db.outcomes import MergeResult
 
-        path = Path(source)
-        if path.name.endswith(".db" + PACKED_SUFFIX) or not path.exists():
-            path = readable_db_file(path)  # a packed system database (<device>.db.xz)
+        path = readable_db_file(Path(source))  # a packed <device>.db.xz: its expansion
         if not path.is_file():
             raise DatabaseError("no such file", field="source", value=str(path))
         with open(path, "rb") as fh:

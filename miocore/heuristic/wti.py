@@ -17,6 +17,7 @@ The corrected estimate is ``ideal_ms / wti * exp(correction)``.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
@@ -88,8 +89,7 @@ class WtiTable:
         entry = self.linear.get(solver, {}).get(problem.direction.value)
         if entry is None:
             return self.correction(solver, problem.direction.value)
-        features = problem_features(problem, math_mode)
-        x = features[[FEATURES.index(n) for n in self.linear_features]]
+        x = problem_features(problem, math_mode)[_columns(self.linear_features)]
         m = len(self.linear_features)
         value = entry[0] + float(np.dot(entry[1 : m + 1], x))
         return min(max(value, entry[m + 1]), entry[m + 2])  # no extrapolation past the fit
@@ -182,7 +182,7 @@ def fit_wti(
     solvers' WTI are asked in that mode."""
     ratios: dict[tuple[str, str], list[float]] = {}
     rows: dict[tuple[str, str], list[np.ndarray]] = {}
-    columns = [FEATURES.index(n) for n in LINEAR_FEATURES]
+    columns = _columns(LINEAR_FEATURES)
     contexts = {ctx.math_mode: ctx}
     for problem, times, *mode in samples:
         math_mode = mode[0] if mode else ctx.math_mode
@@ -227,6 +227,12 @@ def fit_wti(
             "samples": sum(len(v) for v in pooled.values()),
         },
     )
+
+
+@functools.cache
+def _columns(names: tuple[str, ...]) -> list[int]:
+    """The positions of ``names`` in :data:`FEATURES` (asked at every estimate: kept)."""
+    return [FEATURES.index(n) for n in names]
 
 
 def fit_linear(x: np.ndarray, y: np.ndarray, ridge: float = RIDGE) -> tuple[float, ...]:
