@@ -118,6 +118,16 @@ def main() -> int:
         action="store_true",
         help="only problems of one group (solvers that take no grouped layers, tuned alone)",
     )
+    parser.add_argument(
+        "--layouts",
+        help="every problem in each of these layouts (NCHW,NHWC; e.g. the shipped database's "
+        "keys channels-last, with --skip-db the same file for those it holds already)",
+    )
+    parser.add_argument(
+        "--fp32-modes",
+        help="the math modes of fp32 problems alone (e.g. tf32: PyTorch's default for fp32 "
+        "convolutions), out of --math-modes; other types are found once in the exact mode",
+    )
     parser.add_argument("--seconds", type=float, help="stop after this long (the run resumes)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
@@ -140,6 +150,8 @@ def main() -> int:
         problems = [p for p in problems if p.conv.groups == 1]
     if args.dtypes:
         problems = expand(problems, dtypes=args.dtypes.split(","))
+    if args.layouts:
+        problems = expand(problems, layouts=args.layouts.split(","))
 
     def driver_problems(files: list[str]) -> list[ConvProblem]:
         out = [p for f in files for p in problems_from_driver_file(f)]
@@ -158,6 +170,12 @@ def main() -> int:
         finally:
             db.close()
         problems = [p for p in problems if p.key not in done]
+    if args.fp32_modes:
+        fp32 = args.fp32_modes.split(",")
+        modes_of = {
+            p.key: (modes_of or {}).get(p.key, fp32 if p.dtype == "float32" else ["exact"])
+            for p in problems
+        }
     # Shuffled: a run stopped by --seconds has tuned a fair sample of every stratum.
     random.Random(0).shuffle(problems)
     print(f"{len(problems)} problems", flush=True)

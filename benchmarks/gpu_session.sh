@@ -91,6 +91,10 @@
 #               fitted, model retrained (not while a plugin's run stopped short: call again;
 #               REFRESH_TRAIN_PARTIAL=1 trains anyway); back in $OUT/refreshed.tgz (carry
 #               .gpu/whl_dask)
+#   nhwcdb      issue 14: the shipped sm90 database's problems channels-last that it lacks,
+#               found with every plugin (fp32 in the tf32 math mode) for NHWC_SECONDS (240;
+#               WORKERS per GPU, 6), merged into a copy of it, WTI fitted and model retrained
+#               there; back in $OUT/nhwc.tgz (carry .gpu/whl_dask)
 #   triton      issue 13: the miocore-triton tests on the GPU (TRITON_TEST_ARGS narrows them), then
 #               gpu_triton_bench.py (Triton's default and best configurations, own-kernel find, cuDNN) on TRITON_SUITES
 #               (resnet50) in TRITON_DTYPES (float16); TRITON_ARGS passes more options
@@ -127,7 +131,7 @@
 #               table alone ranked too: the fallback's quality); MATH_MODE,
 #               QDTYPE (one data type), MODEL_DIR (another model) and QTAG (output names)
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d|vstable|parallel|tests|dwtiles|dwruns|dwprofile|spans|refreshdb}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d|vstable|parallel|tests|dwtiles|dwruns|dwprofile|spans|refreshdb|nhwcdb}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -146,6 +150,17 @@ use_dask() {
 # expanded into the cache (miocore.db.packed); for the stages that copy and write one
 plain_db() {
   python3 -c "import sys; from miocore.db.packed import readable_db_file as r; print(r(sys.argv[1]))" "$1"
+}
+# The WTI table fitted and the model retrained (the shipped settings) on $1/sm90_132.db, both
+# scored on its held-out records; all in $OUT/$2.tgz, and in /tmp/sm90 for `quality` next
+train_sm90() {
+  timeout 120 python3 -m miocore heuristic train --db "$1/sm90_132.db" --out "$1" \
+    --wti-only --backend cuda 2>&1 | tail -3
+  timeout 200 python3 -m miocore heuristic train --db "$1/sm90_132.db" --out "$1" \
+    --trees 100 --depth 4 --learning-rate 0.1 --min-samples 5 --target relative 2>&1 | tail -3
+  python3 -m miocore heuristic eval --db "$1/sm90_132.db" --backend cuda 2>&1 | tail -6
+  tar czf "$OUT/$2.tgz" -C "$1" .
+  rm -rf /tmp/sm90 && cp -r "$1" /tmp/sm90
 }
 # Every plugin but $1, comma-separated (MIOCORE_DISABLE_PLUGINS for a one-plugin find)
 plugins_but() {
@@ -523,13 +538,25 @@ PY
       tar czf "$OUT/refreshed.tgz" -C "$merged" .
       exit 0
     fi
-    timeout 120 python3 -m miocore heuristic train --db "$merged/sm90_132.db" --out "$merged" \
-      --wti-only --backend cuda 2>&1 | tail -3
-    timeout 200 python3 -m miocore heuristic train --db "$merged/sm90_132.db" --out "$merged" \
-      --trees 100 --depth 4 --learning-rate 0.1 --min-samples 5 --target relative 2>&1 | tail -3
-    python3 -m miocore heuristic eval --db "$merged/sm90_132.db" --backend cuda 2>&1 | tail -6
-    tar czf "$OUT/refreshed.tgz" -C "$merged" .
-    rm -rf /tmp/sm90 && cp -r "$merged" /tmp/sm90  # what `quality` measures next on this machine
+    train_sm90 "$merged" refreshed
+    ;;
+  nhwcdb)
+    # The shipped database's problems channels-last (NHWC, NDHWC: what channels_last PyTorch
+    # models run; the corpus is mostly channels-first), those it lacks, found with every
+    # plugin (fp32 in the tf32 math mode, PyTorch's default) for NHWC_SECONDS, merged into a
+    # copy of it, the model retrained there; all in $OUT/nhwc.tgz (carry .gpu/whl_dask)
+    use_dask
+    gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+    merged=/tmp/nhwc-merged && mkdir -p "$merged"
+    cp "$(plain_db miocore/data/db/sm90_132.db)" "$merged/sm90_132.db"
+    timeout "${NHWC_TIMEOUT:-300}" python3 benchmarks/build_system_db.py --device cuda \
+      --keys-of "$merged/sm90_132.db" --layouts NHWC --skip-db "$merged/sm90_132.db" \
+      --math-modes exact,tf32 --fp32-modes tf32 --workers $((gpus * ${WORKERS:-6})) \
+      --time-limit 20 --seconds "${NHWC_SECONDS:-240}" --out /tmp/nhwc 2>&1 |
+      grep -a -v "distributed\." | tee "$OUT/nhwc_tune.log" | grep -a -E "problems|stopped|throughput" | tail -5
+    python3 benchmarks/merge_db.py --into "$merged/sm90_132.db" /tmp/nhwc/sm90_132.db |
+      tee "$OUT/nhwc_merge.log"
+    train_sm90 "$merged" nhwc
     ;;
   triton)
     timeout "${TRITON_TEST_TIMEOUT:-200}" python3 -m pytest -q -n 8 -p no:cacheprovider -rfE \

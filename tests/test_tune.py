@@ -84,6 +84,35 @@ def test_expand_rejects_an_unknown_dtype_naming_it() -> None:
     assert info.value.field == "dtype"
 
 
+def test_expand_gives_each_layout_of_every_rank_and_keeps_the_problem() -> None:
+    flat = ConvProblem.from_key("128-28-28-3x3-128-56-56-8-1x1-2x2-1x1-0-NCHW-FP16-B")
+    cube = ConvProblem.from_key(
+        "256-1-57-57-1x3x3-256-1-29-29-2-0x1x1-1x2x2-1x1x1-0-NCDHW-FP32-F_g32"
+    )
+    out = expand([flat, cube], layouts=["NHWC", "nchw"])
+    assert [q.key for q in out] == [
+        "128-28-28-3x3-128-56-56-8-1x1-2x2-1x1-0-NHWC-NHWC-NHWC-FP16-B",
+        flat.key,
+        "256-1-57-57-1x3x3-256-1-29-29-2-0x1x1-1x2x2-1x1x1-0-NDHWC-NDHWC-NDHWC-FP32-F_g32",
+        cube.key,
+    ]
+    nhwc = out[0]
+    assert (nhwc.direction, nhwc.conv, nhwc.x.lengths, nhwc.w.lengths) == (
+        flat.direction,
+        flat.conv,
+        flat.x.lengths,
+        flat.w.lengths,
+    )
+    assert all(d.is_packed and d.layout == "NHWC" for d in (nhwc.x, nhwc.w, nhwc.y))
+
+
+def test_expand_rejects_an_unknown_layout_naming_it() -> None:
+    p = ConvProblem.from_sizes("forward", n=1, c=2, k=2, in_spatial=(4, 4), filter_spatial=(3, 3))
+    with pytest.raises(InvalidArgumentError, match="CHWN") as info:
+        expand([p], layouts=["CHWN"])
+    assert info.value.field == "layout"
+
+
 def test_problems_from_a_text_finddb(tmp_path: Path) -> None:
     keys = [p.key for p in _tiny_problems()[:3]]
     text = tmp_path / "gfx90a.fdb.txt"

@@ -17,6 +17,7 @@ from miocore import corpus
 from miocore.db.text import parse_lines
 from miocore.errors import InvalidArgumentError
 from miocore.problem.conv import ConvProblem, Direction
+from miocore.problem.descriptors import LAYOUTS, TensorDescriptor
 
 DTYPE_TOKENS = {"float32": "FP32", "float16": "FP16", "bfloat16": "BF16"}
 _DTYPE_RE = re.compile(r"(?<=-)(FP32|FP16|BF16)(?=-)")
@@ -188,13 +189,31 @@ def with_direction(problem: ConvProblem, direction: str) -> ConvProblem:
     return ConvProblem(d, x=problem.x, w=problem.w, y=problem.y, conv=problem.conv)
 
 
+def with_layout(problem: ConvProblem, layout: str) -> ConvProblem:
+    """``problem`` with every tensor packed channels-first (``NCHW``) or channels-last
+    (``NHWC``); a 3-D problem takes the layout of its rank (``NCDHW``, ``NDHWC``)."""
+    order = {"NCHW": 0, "NHWC": 1}.get(layout.upper() if isinstance(layout, str) else "")
+    if order is None:
+        raise InvalidArgumentError("expected NCHW or NHWC", field="layout", value=layout)
+
+    def packed(desc: TensorDescriptor) -> TensorDescriptor:
+        return TensorDescriptor(
+            desc.dtype, desc.lengths, layout=LAYOUTS[len(desc.lengths) - 2][order]
+        )
+
+    x, w, y = (packed(d) for d in (problem.x, problem.w, problem.y))
+    return ConvProblem(problem.direction, x=x, w=w, y=y, conv=problem.conv)
+
+
 def expand(
     problems: Iterable[ConvProblem],
     *,
     dtypes: Sequence[str] | None = None,
     directions: Sequence[str] | None = None,
+    layouts: Sequence[str] | None = None,
 ) -> list[ConvProblem]:
-    """Every problem in each of ``dtypes`` and ``directions`` (None keeps the problem's own)."""
+    """Every problem in each of ``dtypes``, ``directions`` and ``layouts`` (``NCHW``,
+    ``NHWC``; None keeps the problem's own)."""
     out = []
     for problem in problems:
         variants = [problem]
@@ -202,6 +221,8 @@ def expand(
             variants = [with_direction(p, d) for p in variants for d in directions]
         if dtypes is not None:
             variants = [with_dtype(p, t) for p in variants for t in dtypes]
+        if layouts is not None:
+            variants = [with_layout(p, lay) for p in variants for lay in layouts]
         out.extend(variants)
     return unique(out)
 
