@@ -119,19 +119,28 @@ def main() -> None:
             times = {_key(c): ms for c, ms in row["timings"]}
             gather = row["direction"] == "backward_data" and layer.stride > 1
             group = (row["dtype"], row["layout"], row["direction"], layer.f, layer.stride, gather)
-            groups[group].append((default, min(times.values()), times))
+            best = min(times.values())
+            times["cudnn"] = row.get("cudnn_ms") or math.nan
+            groups[group].append((default, best, times))
     print(
-        f"{'dtype/layout/direction/filter/stride':44} {'rows':>4} {'default/best':>12} {'worst':>6}"
+        f"{'dtype/layout/direction/filter/stride':44} {'rows':>4} {'default/best':>12} "
+        f"{'worst':>6} {'default/cuDNN':>13} {'faster':>6}"
     )
     for group, rows in sorted(groups.items()):
-        ratios = [
-            times[_key(default)] / best for default, best, times in rows if _key(default) in times
+        timed = [
+            (times[_key(d)], best, times["cudnn"]) for d, best, times in rows if _key(d) in times
         ]
         name = "/".join(str(v) for v in group[:5]) + (" gather" if group[5] else "")
-        if ratios:
-            print(f"{name:44} {len(rows):4d} {geomean(ratios):12.3f} {max(ratios):6.2f}")
-        else:
+        if not timed:
             print(f"{name:44} {len(rows):4d} {'untimed':>12}")
+            continue
+        ratios = [ms / best for ms, best, _ in timed]
+        vs = [ms / cudnn for ms, _, cudnn in timed if cudnn == cudnn]  # cuDNN timed (not NaN)
+        print(
+            f"{name:44} {len(rows):4d} {geomean(ratios):12.3f} {max(ratios):6.2f} "
+            f"{geomean(vs):13.3f} {sum(v < 1 for v in vs):3d}/{len(vs)}"
+            + (f"  ({len(rows) - len(timed)} defaults untimed)" if len(timed) < len(rows) else "")
+        )
 
 
 if __name__ == "__main__":

@@ -390,15 +390,16 @@ def test_forward_and_backward_data_defaults_of_16_bit_layers(dtype: str) -> None
 
 
 def test_bf16_gather_on_large_planes_takes_16_byte_vectors() -> None:
-    # bf16 3x3 strided backward data writing planes of 56 and more: 16-byte vectors, all 96
-    # channels in one block row, 4 blocks an SM (timed faster on every such layer); fp16 and
-    # smaller planes keep 8-byte vectors
-    assert _nhwc_default("backward_data", 3, 2, 112, "bfloat16") == miocore.PerfConfig(
+    # bf16 3x3 strided backward data writing planes of 56 and more, where the staged tiles'
+    # runs have too few blocks (8 images): 16-byte vectors, all 96 channels in one block row,
+    # 4 blocks an SM (timed faster on every such layer); fp16 and smaller planes keep 8-byte
+    # vectors; 112-wide planes have blocks enough for the staged tiles' runs
+    assert _nhwc_default("backward_data", 3, 2, 56, "bfloat16") == miocore.PerfConfig(
         vec=8, pix=1, py=1, ct=12, mb=4
     )
-    assert _nhwc_default("backward_data", 3, 2, 56, "bfloat16")["vec"] == 8
     assert _nhwc_default("backward_data", 3, 2, 28, "bfloat16")["vec"] == 4
-    assert _nhwc_default("backward_data", 3, 2, 112, "float16")["vec"] == 4
+    assert _nhwc_default("backward_data", 3, 2, 56, "float16")["vec"] == 4
+    assert "toh" in _nhwc_default("backward_data", 3, 2, 112, "bfloat16")
     assert _nhwc_default("forward", 3, 2, 112, "bfloat16").get("vec") == 4
 
 

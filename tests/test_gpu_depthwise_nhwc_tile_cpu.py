@@ -105,35 +105,51 @@ def _tile_default(
 
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
 def test_nhwc_staged_tile_default_where_the_gpu_timed_it_faster(dtype: str) -> None:
-    # 16-bit 3x3 layers on planes of 14 and more: tiles capped for 3 blocks in runs of at most
-    # 256 channel-tiles, as long as the grid keeps 300 blocks (MobileNetV2's layers at batch 64)
+    # 16-bit 3x3 and 5x5 layers on written planes of 14 and more, timed on MobileNetV2's and
+    # EfficientNet-B0's layers at batch 64: runs of at most 256 channel-tiles, as long as the
+    # grid keeps 300 blocks
     def default(direction: str = "forward", **kw) -> miocore.PerfConfig:
         return _tile_default(dtype, direction, **kw)
 
-    wide = miocore.PerfConfig(vec=4, ch=64, toh=8, tow=16, pix=4, mb=3)
-    narrow = miocore.PerfConfig(vec=4, ch=32, toh=8, tow=16, pix=4, mb=3)
+    def tile(ch: int, toh: int, tow: int, pix: int, vec: int = 4, **kw) -> miocore.PerfConfig:
+        capped = {"mb": 3} if vec == 4 else {}  # 5x5 (2 channels a thread): uncapped
+        return miocore.PerfConfig(vec=vec, ch=ch, toh=toh, tow=tow, pix=pix, **capped, **kw)
+
     for direction in ("forward", "backward_data"):
-        # 64 x 98 tiles of 32 channels: runs of 8 (784 blocks)
-        assert default(direction, c=32, hw=112) == {**narrow, "nt": 8}
-        # 64 x 28 x 3 tiles of 64 channels: runs of 4 at most
-        assert default(direction, c=144, hw=56) == {**wide, "nt": 4}
-        assert default(direction, c=192, hw=28) == {**wide, "nt": 4}  # 384 blocks
-        assert default(direction, c=384, hw=14) == {**wide, "nt": 2}  # 4 a run: 192 blocks
+        # planes of 112: 16 x 16 tiles of 32 channels, 64 x 49 of them in runs of 8
+        assert default(direction, c=32, hw=112) == tile(32, 16, 16, 4, nt=8)
+        # planes of 56 whose channels 48 divides and 64 does not: 48-channel blocks
+        assert default(direction, c=144, hw=56) == tile(48, 8, 16, 2, nt=4)
+        assert default(direction, c=128, hw=56) == tile(64, 8, 16, 4, nt=4)
+        assert default(direction, c=192, hw=28) == tile(64, 8, 16, 4, nt=4)  # 384 blocks
+        assert default(direction, c=384, hw=14) == tile(64, 8, 16, 4, nt=2)  # 4: 192 blocks
         # too few tiles for runs: a single tile on planes up to 28, dw_nhwc above
-        assert default(direction, n=8, hw=28) == wide
+        assert default(direction, n=8, hw=28) == tile(64, 8, 16, 4)
         assert "toh" not in default(direction, n=8, hw=56)
-        # planes of 7, 5x5 filters, dilation and fp32 keep dw_nhwc
+        # 5x5: 8 x 16 tiles of 32 channels, 2 a thread, uncapped (in runs only)
+        assert default(direction, hw=28, f=5) == tile(32, 8, 16, 4, vec=2, nt=4)
+        assert "toh" not in default(direction, n=8, hw=28, f=5)
+        # planes of 7, dilation and fp32 keep dw_nhwc
         assert "toh" not in default(direction, c=960, hw=7)
-        assert "toh" not in default(direction, hw=28, f=5)
         assert "toh" not in default(direction, hw=28, dilations=(2, 2), pads=(2, 2))
         assert "toh" not in _tile_default("float32", direction, hw=28)
-    # strided forward: 8 x 8 outputs of 32 channels, 2 a thread, in runs of 2 at least
-    strided = miocore.PerfConfig(vec=4, ch=32, toh=8, tow=8, pix=2, mb=3)
-    assert default(hw=112, stride=2) == {**strided, "nt": 8}  # 64 x 49 x 3 tiles
-    assert default(c=192, hw=28, stride=2) == {**strided, "nt": 4}  # 64 x 4 x 6 tiles
+    # strided forward: 8 x 8 outputs of 32 channels, 2 a thread (5x5: 4), in runs of 2 at least
+    assert default(hw=112, stride=2) == tile(32, 8, 8, 2, nt=8)  # 64 x 49 x 3 tiles
+    assert default(c=192, hw=28, stride=2) == tile(32, 8, 8, 2, nt=4)  # 64 x 4 x 6 tiles
+    assert default(c=144, hw=56, f=5, stride=2) == tile(32, 8, 8, 4, vec=2, nt=8)
     assert "toh" not in default(n=8, hw=28, stride=2)  # 96 tiles: no run keeps 300 blocks
     assert "toh" not in default(c=576, hw=14, stride=2)  # a written plane of 7
-    assert "toh" not in default("backward_data", hw=112, stride=2)  # the gather
+    # the gather: 16 x 16 tiles of dx, 4 a thread; 32 channels on planes of 112, 48 on 56
+    # where 48 divides the channels and 64 does not, else 64
+    gather = "backward_data"
+    assert default(gather, hw=112, stride=2) == tile(32, 16, 16, 4, nt=8)
+    assert default(gather, c=144, hw=56, stride=2) == tile(48, 16, 16, 4, nt=4)
+    assert default(gather, c=240, hw=28, stride=2) == tile(64, 16, 16, 4, nt=2)
+    assert default(gather, c=144, hw=56, f=5, stride=2) == tile(48, 16, 16, 4, vec=2, nt=4)
+    # no run keeps 300 blocks: the shortest where it keeps 264 (64 x 9 x 2 a run: 288)
+    assert default(gather, c=576, hw=14, stride=2) == tile(64, 16, 16, 4, nt=2)
+    assert "toh" not in default(gather, c=384, hw=14, stride=2)  # 64 x 6 / 2: 192 blocks
+    assert "toh" not in default(gather, n=8, hw=28, stride=2)
 
 
 def test_nhwc_staged_tile_runs_of_several_tiles() -> None:

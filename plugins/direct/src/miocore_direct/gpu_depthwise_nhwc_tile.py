@@ -52,6 +52,10 @@ NHWC_TILE_RUN_WORK = 256
 #: 14x14 planes ran faster in shorter runs (768 tiles: 2 a block 0.91x ``dw_nhwc``'s time, 4 a
 #: block 1.07x).
 NHWC_TILE_MIN_RUN_BLOCKS = 300
+#: Blocks the gather's shortest run keeps at least where no run keeps
+#: :data:`NHWC_TILE_MIN_RUN_BLOCKS` (2 an SM of an H200): its 14x14 planes at batch 64 ran 288
+#: blocks in 0.65-0.70x ``dw_nhwc``'s time; fewer were not timed.
+NHWC_TILE_MIN_SHORT_RUN_BLOCKS = 264
 #: A channel block tried besides 32 and 64 on layers it divides and 64 does not (96, 144, 240,
 #: 480, 672: MobileNet's and EfficientNet's 6x expansions): 64-wide blocks leave 144 channels'
 #: third block a quarter full. Its 12 channel lanes (4 a thread) give blocks of 12 x 21 = 252
@@ -175,51 +179,83 @@ def nhwc_tile_configs(p: ConvProblem) -> list[PerfConfig]:
     return out + capped + [r for r in runs if nhwc_tile_fits(p, r)]
 
 
+def _default_tile(p: ConvProblem) -> tuple[PerfConfig, int, str] | None:
+    """The single tile of :func:`default_nhwc_tile`, the shortest run it takes and what runs
+    where no run keeps :data:`NHWC_TILE_MIN_RUN_BLOCKS` blocks (``single``: the tile alone,
+    ``shortest``: the shortest run, ``none``: ``dw_nhwc``); None where ``dw_nhwc`` stays."""
+    s = problem_sizes(p)
+    square = s["f"][1] == s["f"][2]
+    if not nhwc_tile_applies(p) or esize(p) != 2 or not square or s["f"][1] not in (3, 5):
+        return None
+    written = role(p)[1].lengths
+    if max(s["d"][1:]) != 1 or min(written[2:]) < 14:
+        return None
+    plane, stride, wide = max(written[2:]), max(s["s"][1:]), s["f"][1] == 5
+    exact = written[1] % NHWC_TILE_EXACT_CH == 0 and written[1] % 64 != 0
+    cap = {} if wide else {"mb": NHWC_TILE_MIN_BLOCKS[0]}
+    tile = {"vec": nhwc_tile_vec(p), **cap}
+    if role(p)[5]:  # the gather: 16 x 16 tiles of dx
+        ch = 32 if plane >= 112 else NHWC_TILE_EXACT_CH if exact and plane >= 56 else 64
+        return PerfConfig(**tile, ch=ch, toh=16, tow=16, pix=4), 2, "shortest"
+    if stride == 2 and p.direction is Direction.FORWARD:
+        return PerfConfig(**tile, ch=32, toh=8, tow=8, pix=4 if wide else 2), 2, "none"
+    if stride != 1:
+        return None
+    if wide:
+        return PerfConfig(**tile, ch=32, toh=8, tow=16, pix=4), 2, "none"
+    if plane >= 112:
+        return PerfConfig(**tile, ch=32, toh=16, tow=16, pix=4), 2, "none"
+    if plane >= 56 and exact:
+        return PerfConfig(**tile, ch=NHWC_TILE_EXACT_CH, toh=8, tow=16, pix=2), 2, "none"
+    ch = 32 if written[1] <= 32 else 64
+    single = PerfConfig(**tile, ch=ch, toh=8, tow=16, pix=4)
+    return (single, 1, "single") if plane <= 28 else (single, 2, "none")
+
+
 def default_nhwc_tile(p: ConvProblem) -> PerfConfig | None:
     """The default where staged tiles were faster than ``dw_nhwc``'s default, else None.
 
-    16-bit 3x3 layers, tiles capped for 3 blocks an SM, in runs as long as the run's
+    16-bit 3x3 and 5x5 layers whose written plane is at least 14 a side, 3x3 tiles capped for
+    3 blocks an SM (5x5 uncapped: capped they spill), in runs as long as the run's
     channel-tiles allow (:data:`NHWC_TILE_RUN_WORK`) while the grid keeps
-    :data:`NHWC_TILE_MIN_RUN_BLOCKS` blocks, shorter runs otherwise:
+    :data:`NHWC_TILE_MIN_RUN_BLOCKS` blocks, shorter runs otherwise (:func:`_default_tile`
+    names each tile):
 
-    - stride 1, written plane at least 14 a side: 8 x 16 outputs, 4 a thread, 64 channels
-      (32 on layers of at most 32); a single tile only on planes up to 28 (on larger ones
-      single tiles were slower than ``dw_nhwc``);
-    - stride 2 forward, written plane at least 14: 8 x 8 outputs, 2 a thread, 32 channels,
-      in runs of at least 2.
+    - stride 1, 3x3: on planes of 112 and more 16 x 16 outputs, 4 a thread, 32 channels; on
+      planes of 56 and more whose channels 48 divides and 64 does not, 8 x 16, 2 a thread, 48
+      channels (64-wide blocks leave a quarter of the lanes idle there); else 8 x 16, 4 a
+      thread, 64 channels (32 on layers of at most 32), a single tile where no run keeps the
+      blocks on planes up to 28; 5x5: 8 x 16, 4 a thread, 32 channels;
+    - stride 2 forward: 8 x 8 outputs, 2 a thread (5x5: 4), 32 channels;
+    - stride 2 backward data (the gather): 16 x 16 of dx, 4 a thread, 32 channels on planes
+      of 112, 48 on planes of 56 where 48 divides and 64 does not, else 64; the shortest run
+      where no run keeps the blocks.
 
     Timed on an H200 (2026-11-29, batch 64, MobileNetV2's and EfficientNet-B0's depthwise
-    layers, fp16 and bf16, forward and backward data; docs/performance-gpu-depthwise.md):
-    against ``dw_nhwc``'s default, 0.69x the time on 112x112 planes, 0.87x on 56, 0.84-0.89x
-    on 28, 0.91-1.04x on 14; strided forward 0.60x (56 written), 0.69-0.71x (28), 0.89-0.95x
-    (14). Planes of 7 (1.13-1.66x slower in every tile) and strided backward data (the
-    gather) keep ``dw_nhwc``."""
-    s = problem_sizes(p)
-    if not nhwc_tile_applies(p) or esize(p) != 2 or s["f"][1:] != (3, 3):
+    layers, fp16 and bf16, forward and backward data, every run of the space;
+    docs/performance-gpu-depthwise.md): the gather took 0.41-0.70x the time of ``dw_nhwc``'s
+    default (0.59x cuDNN's), the 5x5 layers 0.83-0.91x, the large stride-1 planes 0.88-0.90x.
+    Planes of 7 keep ``dw_nhwc`` (no tile was faster on all of them)."""
+    picked = _default_tile(p)
+    if picked is None:
         return None
-    if max(s["d"][1:]) != 1:
-        return None
-    written = role(p)[1].lengths
-    if min(written[2:]) < 14:
-        return None
-    stride = max(s["s"][1:])
-    if stride == 1:
-        ch = 32 if written[1] <= 32 else 64
-        single = PerfConfig(vec=4, ch=ch, toh=8, tow=16, pix=4, mb=3)
-        shortest = 1 if max(written[2:]) <= 28 else 2
-    elif stride == 2 and p.direction is Direction.FORWARD:
-        single = PerfConfig(vec=4, ch=32, toh=8, tow=8, pix=2, mb=3)
-        shortest = 2
-    else:
-        return None
-    for nt in sorted(NHWC_TILE_RUNS, reverse=True):
-        run = PerfConfig(**single, nt=nt)
-        if nt * single["ch"] > NHWC_TILE_RUN_WORK or nt < shortest or not nhwc_tile_fits(p, run):
-            continue
+    single, shortest, sparse = picked
+    runs = [
+        PerfConfig(**single, nt=nt)
+        for nt in sorted(NHWC_TILE_RUNS, reverse=True)
+        if nt * single["ch"] <= NHWC_TILE_RUN_WORK and nt >= shortest
+    ]
+    runs = [run for run in runs if nhwc_tile_fits(p, run)]
+    for run in runs:
         if nhwc_tile_blocks_x(p, run) * nhwc_tile_grid(p, run)[2] >= NHWC_TILE_MIN_RUN_BLOCKS:
             return run
-    if shortest == 1 and nhwc_tile_fits(p, single):
+    if sparse == "single" and nhwc_tile_fits(p, single):
         return single
+    if sparse == "shortest" and runs:
+        shortest_run = runs[-1]
+        blocks = nhwc_tile_blocks_x(p, shortest_run) * nhwc_tile_grid(p, shortest_run)[2]
+        if blocks >= NHWC_TILE_MIN_SHORT_RUN_BLOCKS:
+            return shortest_run
     return None
 
 
