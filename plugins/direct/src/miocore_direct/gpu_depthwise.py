@@ -121,8 +121,10 @@ class GpuDepthwiseSolver(TunableSolver):
     #: recorded before run today's defaults instead; 6: ``dw_nhwc_tile`` in the space, the
     #: default of 16-bit 3x3 stride-1 layers on 14-28 planes (2026-11-29); 7: its runs of tiles
     #: and blocks of 48 channels in the space, the default of 16-bit 3x3 layers on planes of 14
-    #: and more, stride 1 and strided forward (2026-11-29, later).
-    revision = 7
+    #: and more, stride 1 and strided forward (2026-11-29, later); 8: 5x5 staged tiles in the
+    #: space, the default refitted on every run timed: the gather, 5x5 layers, 112 planes and
+    #: 48-channel blocks (2026-11-29, thirty-seventh session).
+    revision = 8
     algorithm = Algorithm.DIRECT
     backends = GPU_BACKENDS
 
