@@ -480,6 +480,36 @@ def test_the_tune_command_runs_a_text_finddb_and_resumes(
     assert "tuned 0, failed 0, resumed 2" in capsys.readouterr().out
 
 
+def test_the_tune_command_multiplies_problems_by_layout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import argparse
+
+    import miocore.tune
+    from miocore.cli import tune as tune_cli
+
+    asked: list[str] = []
+
+    def fake_tune(problems: list[ConvProblem], **kw: object) -> object:
+        asked.extend(p.key for p in problems)
+        raise MiocoreError("stop after the problems are built")
+
+    monkeypatch.setattr(miocore.tune, "tune", fake_tune)
+    key = _tiny_problems()[0].key
+    text = tmp_path / "theirs.fdb.txt"
+    text.write_text(f"{key}=miopenConvolutionFwdAlgoGEMM:1.5,0,gemm\n")
+    parser = argparse.ArgumentParser()
+    tune_cli.add_parser(parser.add_subparsers(dest="command"))
+    argv = ["tune", "--finddb", str(text), "--out", str(tmp_path / "run"), "--layouts", "NCHW,NHWC"]
+    args = parser.parse_args(argv)
+    with pytest.raises(MiocoreError, match="stop after"):
+        args.handler(args)
+    assert asked == [key, key.replace("-NCHW-", "-NHWC-NHWC-NHWC-")]
+    args = parser.parse_args([*argv[:-1], "NWHC"])
+    with pytest.raises(InvalidArgumentError, match="NWHC"):
+        args.handler(args)
+
+
 def test_each_record_is_tuned_once_across_math_modes(tmp_path: Path) -> None:
     """Two math modes find an fp32 problem twice (its tf32 record has a key of its own) and
     a problem of another type once: its records are the same in both modes."""

@@ -2,9 +2,10 @@
 
 Problems come from the corpus sample (``--corpus N``, per direction), MIOpenDriver command
 files (``--driver-file``, one ``MIOpenDriver conv ...`` line each, as in MIOpen's
-``perf_models``), a MIOpen text FindDb's keys (``--finddb``), or any mix; ``--dtypes`` and
-``--directions`` multiply them. The run folder (``--out``) holds the merged database, one
-shard per worker and the logs; the same command again resumes. See docs/tuning.md.
+``perf_models``), a MIOpen text FindDb's keys (``--finddb``), or any mix; ``--dtypes``,
+``--directions`` and ``--layouts`` multiply them. The run folder (``--out``) holds the merged
+database, one shard per worker and the logs; the same command again resumes. See
+docs/tuning.md.
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     src.add_argument("--finddb", action="append", default=[], help="a MIOpen text FindDb")
     src.add_argument("--dtypes", help="comma list: float32,float16,bfloat16")
     src.add_argument("--directions", help="comma list: forward,backward_data,backward_weights")
+    src.add_argument(
+        "--layouts", help="comma list: NCHW,NHWC (channels first or last; 3-D: NCDHW, NDHWC)"
+    )
     p.add_argument("--out", required=True, help="the run folder (resumes when it exists)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, hip (default: cpu)")
     p.add_argument("--workers", type=int, help="default: one per GPU, or per CPU socket")
@@ -104,6 +108,7 @@ def run(args: argparse.Namespace, registry: Any = None) -> int:
         unique(problems),
         dtypes=args.dtypes.split(",") if args.dtypes else None,
         directions=args.directions.split(",") if args.directions else None,
+        layouts=args.layouts.split(",") if args.layouts else None,
     )
     print(f"tune: {len(problems)} problems into {args.out}", file=sys.stderr)
     result = tune(
