@@ -183,11 +183,17 @@ def main() -> int:
             print(f"stopped after {args.seconds} s: {i} of {len(problems)}", file=sys.stderr)
             break
         try:
-            best = finder.find_solutions(problem, find_mode="NORMAL")[0]
+            found = finder.find_solutions(problem, find_mode="NORMAL")
         except miocore.MiocoreError as exc:
             print(f"skip {problem.key}: {exc}", file=sys.stderr)
             continue
+        best = found[0]
         row: dict[str, Any] = {"key": problem.key, "kind": kind, "best": best.solver}
+        # every candidate's time from the find, for replaying other rankings offline
+        # (benchmarks/immediate_offline.py reads these files too)
+        row["candidates"] = {
+            s.solver: s.time_ms for s in found if not s.is_estimate and math.isfinite(s.time_ms)
+        }
         for label, h in handles.items():
             os.environ["MIOCORE_SYSTEM_DB_PATH"] = str(folders[label])  # the plug-in reads it
             first = h.get_solutions(problem)[0]

@@ -61,10 +61,26 @@ def sm90_context(fp32_gflops: float, gbps: float) -> ExecutionContext:
 
 
 def layer_rows(paths: list[Path]) -> list[dict[str, Any]]:
-    """Every measured layer of the files with at least two candidates' times."""
+    """Every measured layer of the files with at least two candidates' times: the layers of
+    ``gpu_vs_cudnn.py`` runs, or the problems of ``find_quality.py`` runs (``suite`` their
+    kind: held-out or untuned)."""
     rows = []
     for path in paths:
         data = json.loads(path.read_text())
+        if "summary" in data:  # find_quality.py: every plugin, one math mode
+            tf32 = data["summary"].get("math_mode") == "tf32"
+            for row in data.get("rows", []):
+                times = {k: v for k, v in (row.get("candidates") or {}).items() if _time(v)}
+                if len(times) < 2:
+                    continue
+                problem = miocore.ConvProblem.from_key(row["key"])
+                precision = "tf32" if tf32 and problem.dtype == "float32" else problem.dtype.value
+                direction = problem.direction.value
+                rows.append(
+                    {"key": row["key"], "suite": row["kind"], "precision": precision,
+                     "direction": direction, "candidates": times, "plugins": "all"}
+                )  # fmt: skip
+            continue
         # a vs_cudnn_grid file holds several runs' files under "jobs"
         for run in [data, *(data.get("jobs") or {}).values()]:
             plugins = "own" if "cudnn" in (run.get("disabled_plugins") or []) else "all"
@@ -81,7 +97,9 @@ def _time(value: Any) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("files", nargs="+", type=Path, help="gpu_vs_cudnn.py --out files")
+    parser.add_argument(
+        "files", nargs="+", type=Path, help="gpu_vs_cudnn.py --out or find_quality.py --json files"
+    )
     parser.add_argument("--model", type=Path, default=DB / "sm90_132.heuristic.npz")
     parser.add_argument("--wti-table", type=Path, default=DB / "sm90_132.wti.json")
     parser.add_argument("--fp32-gflops", type=float, default=66_900.0, help="H200: 132 SMs")
