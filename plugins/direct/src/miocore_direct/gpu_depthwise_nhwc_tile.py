@@ -247,16 +247,18 @@ def default_nhwc_tile(p: ConvProblem) -> PerfConfig | None:
     ]
     runs = [run for run in runs if nhwc_tile_fits(p, run)]
     for run in runs:
-        if nhwc_tile_blocks_x(p, run) * nhwc_tile_grid(p, run)[2] >= NHWC_TILE_MIN_RUN_BLOCKS:
+        if _blocks(p, run) >= NHWC_TILE_MIN_RUN_BLOCKS:
             return run
     if sparse == "single" and nhwc_tile_fits(p, single):
         return single
-    if sparse == "shortest" and runs:
-        shortest_run = runs[-1]
-        blocks = nhwc_tile_blocks_x(p, shortest_run) * nhwc_tile_grid(p, shortest_run)[2]
-        if blocks >= NHWC_TILE_MIN_SHORT_RUN_BLOCKS:
-            return shortest_run
+    if sparse == "shortest" and runs and _blocks(p, runs[-1]) >= NHWC_TILE_MIN_SHORT_RUN_BLOCKS:
+        return runs[-1]
     return None
+
+
+def _blocks(p: ConvProblem, cfg: PerfConfig) -> int:
+    """Blocks of a launch of ``cfg``: runs of tiles times channel blocks."""
+    return nhwc_tile_blocks_x(p, cfg) * nhwc_tile_grid(p, cfg)[2]
 
 
 def nhwc_tile_valid(p: ConvProblem, config: PerfConfig) -> bool:
