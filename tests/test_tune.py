@@ -1,4 +1,5 @@
-"""miocore tune: problem sources, and runs on a Dask LocalCluster on the CPU (killed, resumed)."""
+"""miocore tune: runs on a Dask LocalCluster on the CPU (killed, resumed), workers, arguments
+(the problem sources: test_tune_sources.py)."""
 
 from __future__ import annotations
 
@@ -11,35 +12,15 @@ from pathlib import Path
 
 import needs
 import pytest
+from tune_fixtures import tiny_problems
 
 from miocore.db.finddb import FindDb
 from miocore.errors import InvalidArgumentError, MiocoreError
 from miocore.problem.conv import ConvProblem
-from miocore.tune import expand, problems_from_corpus, problems_from_finddb_text, tune
+from miocore.tune import tune
 from miocore.tune.shards import iter_log
 
 DEVICE = None  # filled from a Handle when first needed
-
-
-def _tiny_problems() -> list[ConvProblem]:
-    base = [
-        ConvProblem.from_sizes(
-            "forward", n=1, c=2, k=2, in_spatial=(5, 5), filter_spatial=(3, 3), pads=(1, 1)
-        ),
-        ConvProblem.from_sizes("forward", n=1, c=2, k=4, in_spatial=(4, 4), filter_spatial=(1, 1)),
-        ConvProblem.from_sizes(
-            "forward",
-            n=1,
-            c=4,
-            k=4,
-            in_spatial=(5, 5),
-            filter_spatial=(3, 3),
-            pads=(1, 1),
-            groups=4,
-            layout="NHWC",
-        ),
-    ]
-    return expand(base, directions=["forward", "backward_data", "backward_weights"])
 
 
 def _task(problem: ConvProblem, run: Path, versions: str) -> dict[str, object]:
@@ -61,109 +42,6 @@ def _device_id() -> str:
     from miocore.backends import open_backend
 
     return open_backend("cpu").device.identity
-
-
-# -- sources -----------------------------------------------------------------------------------
-
-
-def test_expand_gives_every_dtype_and_direction_once() -> None:
-    p = ConvProblem.from_sizes("forward", n=1, c=2, k=2, in_spatial=(4, 4), filter_spatial=(3, 3))
-    out = expand(
-        [p, p], dtypes=["float32", "float16", "bfloat16"], directions=["forward", "backward_data"]
-    )
-    assert len(out) == 6
-    assert {q.key.split("-")[-2] + "-" + q.key.split("-")[-1] for q in out} == {
-        f"{t}-{d}" for t in ("FP32", "FP16", "BF16") for d in ("F", "B")
-    }
-
-
-def test_expand_rejects_an_unknown_dtype_naming_it() -> None:
-    p = ConvProblem.from_sizes("forward", n=1, c=2, k=2, in_spatial=(4, 4), filter_spatial=(3, 3))
-    with pytest.raises(InvalidArgumentError, match="float64") as info:
-        expand([p], dtypes=["float64"])
-    assert info.value.field == "dtype"
-
-
-def test_expand_gives_each_layout_of_every_rank_and_keeps_the_problem() -> None:
-    flat = ConvProblem.from_key("128-28-28-3x3-128-56-56-8-1x1-2x2-1x1-0-NCHW-FP16-B")
-    cube = ConvProblem.from_key(
-        "256-1-57-57-1x3x3-256-1-29-29-2-0x1x1-1x2x2-1x1x1-0-NCDHW-FP32-F_g32"
-    )
-    out = expand([flat, cube], layouts=["NHWC", "nchw"])
-    assert [q.key for q in out] == [
-        "128-28-28-3x3-128-56-56-8-1x1-2x2-1x1-0-NHWC-NHWC-NHWC-FP16-B",
-        flat.key,
-        "256-1-57-57-1x3x3-256-1-29-29-2-0x1x1-1x2x2-1x1x1-0-NDHWC-NDHWC-NDHWC-FP32-F_g32",
-        cube.key,
-    ]
-    nhwc = out[0]
-    assert (nhwc.direction, nhwc.conv, nhwc.x.lengths, nhwc.w.lengths) == (
-        flat.direction,
-        flat.conv,
-        flat.x.lengths,
-        flat.w.lengths,
-    )
-    assert all(d.is_packed and d.layout == "NHWC" for d in (nhwc.x, nhwc.w, nhwc.y))
-
-
-def test_expand_rejects_an_unknown_layout_naming_it() -> None:
-    p = ConvProblem.from_sizes("forward", n=1, c=2, k=2, in_spatial=(4, 4), filter_spatial=(3, 3))
-    with pytest.raises(InvalidArgumentError, match="CHWN") as info:
-        expand([p], layouts=["CHWN"])
-    assert info.value.field == "layout"
-
-
-def test_problems_from_a_text_finddb(tmp_path: Path) -> None:
-    keys = [p.key for p in _tiny_problems()[:3]]
-    text = tmp_path / "gfx90a.fdb.txt"
-    text.write_text("\n".join(f"{k}=miopenConvolutionFwdAlgoGEMM:1.5,0,gemm" for k in keys) + "\n")
-    assert [p.key for p in problems_from_finddb_text(text)] == keys
-    with pytest.raises(InvalidArgumentError):
-        problems_from_finddb_text(tmp_path / "missing.txt")
-
-
-def test_corpus_sample_covers_every_family() -> None:
-    from miocore.corpus import find_corpus
-
-    if find_corpus() is None:
-        pytest.skip("the corpus (../shared/corpus) is not here")
-    problems = problems_from_corpus(60)
-    keys = [p.key for p in problems]
-    assert any("1x1-" in k and "-1x1-1x1-" in k for k in keys)  # pointwise
-    assert any("_g" in k for k in keys)  # grouped or depthwise
-    assert any("NCDHW" in k or "NDHWC" in k for k in keys)  # 3-D
-    assert any("NHWC" in k for k in keys)
-    assert {k[-1] if "_g" not in k else k.split("_g")[0][-1] for k in keys} == {"F", "B", "W"}
-    assert {t for t in ("FP32", "FP16", "BF16") if any(t in k for k in keys)} == {
-        "FP32",
-        "FP16",
-        "BF16",
-    }
-
-
-def test_a_work_cap_cuts_only_the_batch_of_heavy_problems() -> None:
-    from miocore.corpus import find_corpus
-
-    if find_corpus() is None:
-        pytest.skip("the corpus (../shared/corpus) is not here")
-
-    def without_batch(p: ConvProblem) -> tuple[object, ...]:
-        # Every other size, the filter, the convolution, layout and dtype must stay real.
-        return (p.direction, p.c, p.k, p.in_spatial, p.filter_spatial, p.conv, p.x.layout, p.dtype)
-
-    full = {without_batch(p): p for p in problems_from_corpus(30, shrink=False)}
-    capped = problems_from_corpus(30, shrink=False, max_gflop=5.0)
-    assert len(capped) == len(full)
-    cut = 0
-    for p in capped:
-        same = full[without_batch(p)]
-        assert p.n <= same.n
-        if p.n < same.n:
-            cut += 1
-            assert same.flops > 5e9 and (p.flops <= 5e9 or p.n == 1)
-        else:
-            assert p.flops <= 5e9 or p.n == 1
-    assert cut > 0
 
 
 def test_each_gpu_worker_sees_only_its_own_device(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -209,7 +87,7 @@ def test_a_worker_under_dasks_trim_threshold_is_named_in_a_warning(
             pytest.skip("this Dask does not set MALLOC_TRIM_THRESHOLD_ in its workers")
         with caplog.at_level("WARNING", logger="miocore.tune"):
             result = tune(
-                _tiny_problems()[:1], out_dir=tmp_path, scheduler=cluster.scheduler_address
+                tiny_problems()[:1], out_dir=tmp_path, scheduler=cluster.scheduler_address
             )
     assert result.tuned == 1
     warned = [r.getMessage() for r in caplog.records if "MALLOC_TRIM_THRESHOLD_" in r.getMessage()]
@@ -236,37 +114,15 @@ def test_local_cluster_workers_time_in_the_callers_environment() -> None:
     assert {k: os.environ.get(k) for k in names} == before
 
 
-def test_problems_from_a_torch_model() -> None:
-    torch = pytest.importorskip("torch")
-    from miocore.tune import problems_from_torch
-
-    model = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 8, 3, padding=1),
-        torch.nn.ReLU(),
-        torch.nn.Conv2d(8, 8, 3, stride=2, groups=8, bias=False),
-    )
-    problems = problems_from_torch(
-        model, torch.zeros(2, 3, 16, 16), directions=["forward", "backward_weights"]
-    )
-    assert len(problems) == 4
-    first = problems[0]
-    assert (first.x.lengths, first.w.lengths, first.y.lengths) == (
-        (2, 3, 16, 16),
-        (8, 3, 3, 3),
-        (2, 8, 16, 16),
-    )
-    assert problems[2].conv.groups == 8 and problems[2].conv.strides == (2, 2)
-
-
 def test_tune_rejects_bad_arguments_naming_them(tmp_path: Path) -> None:
     with pytest.raises(MiocoreError) as info:
         tune(["not a problem"], out_dir=tmp_path)  # type: ignore[list-item]
     assert info.value.field == "problems[0]"
     with pytest.raises(MiocoreError) as info:
-        tune(_tiny_problems(), out_dir=tmp_path, math_modes=["fast"])
+        tune(tiny_problems(), out_dir=tmp_path, math_modes=["fast"])
     assert info.value.field == "math_modes"
     with pytest.raises(MiocoreError) as info:
-        tune(_tiny_problems(), out_dir=tmp_path, time_limit_s=0)
+        tune(tiny_problems(), out_dir=tmp_path, time_limit_s=0)
     assert info.value.field == "time_limit_s"
 
 
@@ -290,7 +146,7 @@ def test_a_killed_worker_and_a_resumed_run_lose_nothing_and_tune_nothing_twice(
     class Stop(Exception):
         pass
 
-    problems = _tiny_problems()
+    problems = tiny_problems()
     run = tmp_path / "run"
     with (
         distributed.LocalCluster(
@@ -347,7 +203,7 @@ def test_a_solver_that_fails_is_named_with_its_reason_in_the_log(
     registry = Registry.from_solvers([TimedSolver("test.good", delay_s=0.0), BrokenSolver("run")])
     handle = miocore.Handle("cpu", registry=registry, user_db_path=tmp_path / "db")
     monkeypatch.setattr(worker, "_handle", lambda *args: handle)
-    problem = _tiny_problems()[0]
+    problem = tiny_problems()[0]
     line = worker.run_task(_task(problem, tmp_path / "run", "v"))
     assert line["status"] == "ok" and line["best"] == "test.good"
     assert set(line["solver_failures"]) == {"test.broken_run"}
@@ -366,7 +222,7 @@ def test_a_task_under_way_elsewhere_is_waited_for_then_skipped(tmp_path: Path) -
     from miocore.tune.shards import append_log, claim, shard_dir, versions_signature
     from miocore.tune.worker import run_task
 
-    problem = _tiny_problems()[0]
+    problem = tiny_problems()[0]
     run = tmp_path / "run"
     signature = versions_signature(default_registry())
     task = _task(problem, run, signature)
@@ -386,7 +242,7 @@ def test_a_task_under_way_elsewhere_is_waited_for_then_skipped(tmp_path: Path) -
 @pytest.mark.slow
 def test_two_workers_merge_into_what_one_worker_records(tmp_path: Path) -> None:
     pytest.importorskip("distributed")
-    problems = _tiny_problems()
+    problems = tiny_problems()
     one = tune(problems, out_dir=tmp_path / "one", workers=1)
     two = tune(problems, out_dir=tmp_path / "two", workers=2, merge_every=2)
     assert one.tuned == two.tuned == len(problems)
@@ -412,7 +268,7 @@ def test_a_failing_problem_is_recorded_and_the_run_goes_on(
     from miocore.tune.shards import versions_signature
     from miocore.tune.worker import run_task
 
-    p = _tiny_problems()[0]
+    p = tiny_problems()[0]
     task = {
         "key": p.key,
         "direction": p.direction.value,
@@ -429,32 +285,8 @@ def test_a_failing_problem_is_recorded_and_the_run_goes_on(
     monkeypatch.delenv("MIOCORE_FIND_ONLY_SOLVER")
     # A recorded failure counts as done: a resumed run does not retry it.
     assert run_task(task)["skipped"] is True
-    timed = run_task({**task, "key": _tiny_problems()[1].key, "time_limit_s": 1e-9})
+    timed = run_task({**task, "key": tiny_problems()[1].key, "time_limit_s": 1e-9})
     assert timed["status"] == "timeout" and "time_limit_s" in timed["error"]
-
-
-def test_problems_from_a_miopendriver_file(tmp_path: Path) -> None:
-    from miocore.cli.tune import problems_from_driver_file
-
-    lines = tmp_path / "net.txt"
-    lines.write_text(
-        "# two layers as MIOpen's perf_models write them\n"
-        "./bin/MIOpenDriver conv --batchsize 4 --spatial_dim 2 --pad_h 1 --pad_w 1 --pad_d 0 "
-        "--conv_stride_h 1 --conv_stride_w 1 --conv_stride_d 0 --dilation_h 1 --dilation_w 1 "
-        "--dilation_d 0 --group_count 1 --mode conv --pad_mode default --in_h 13 --in_w 13 "
-        "--fil_h 3 --fil_w 3 --in_channels 192 --out_channels 384 --forw 1\n"
-        "./bin/MIOpenDriver convfp16 -n 2 -c 8 -H 8 -W 8 -k 8 -y 1 -x 1 -F 6\n"
-    )
-    keys = [p.key for p in problems_from_driver_file(lines)]
-    assert keys == [
-        "192-13-13-3x3-384-13-13-4-1x1-1x1-1x1-0-NCHW-FP32-F",
-        "8-8-8-1x1-8-8-8-2-0x0-1x1-1x1-0-NCHW-FP16-B",
-        "8-8-8-1x1-8-8-8-2-0x0-1x1-1x1-0-NCHW-FP16-W",
-    ]
-    lines.write_text("./bin/MIOpenDriver conv -n 2 --no_such_flag 3\n")
-    with pytest.raises(InvalidArgumentError) as info:
-        problems_from_driver_file(lines)
-    assert info.value.field == "net.txt:1"
 
 
 @pytest.mark.slow
@@ -466,7 +298,7 @@ def test_the_tune_command_runs_a_text_finddb_and_resumes(
 
     from miocore.cli import tune as tune_cli
 
-    keys = [p.key for p in _tiny_problems()[:2]]
+    keys = [p.key for p in tiny_problems()[:2]]
     text = tmp_path / "theirs.fdb.txt"
     text.write_text("\n".join(f"{k}=miopenConvolutionFwdAlgoGEMM:1.5,0,gemm" for k in keys) + "\n")
     parser = argparse.ArgumentParser()
@@ -478,36 +310,6 @@ def test_the_tune_command_runs_a_text_finddb_and_resumes(
     args = parser.parse_args(argv)
     assert args.handler(args) == 0
     assert "tuned 0, failed 0, resumed 2" in capsys.readouterr().out
-
-
-def test_the_tune_command_multiplies_problems_by_layout(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import argparse
-
-    import miocore.tune
-    from miocore.cli import tune as tune_cli
-
-    asked: list[str] = []
-
-    def fake_tune(problems: list[ConvProblem], **kw: object) -> object:
-        asked.extend(p.key for p in problems)
-        raise MiocoreError("stop after the problems are built")
-
-    monkeypatch.setattr(miocore.tune, "tune", fake_tune)
-    key = _tiny_problems()[0].key
-    text = tmp_path / "theirs.fdb.txt"
-    text.write_text(f"{key}=miopenConvolutionFwdAlgoGEMM:1.5,0,gemm\n")
-    parser = argparse.ArgumentParser()
-    tune_cli.add_parser(parser.add_subparsers(dest="command"))
-    argv = ["tune", "--finddb", str(text), "--out", str(tmp_path / "run"), "--layouts", "NCHW,NHWC"]
-    args = parser.parse_args(argv)
-    with pytest.raises(MiocoreError, match="stop after"):
-        args.handler(args)
-    assert asked == [key, key.replace("-NCHW-", "-NHWC-NHWC-NHWC-")]
-    args = parser.parse_args([*argv[:-1], "NWHC"])
-    with pytest.raises(InvalidArgumentError, match="NWHC"):
-        args.handler(args)
 
 
 def test_each_record_is_tuned_once_across_math_modes(tmp_path: Path) -> None:
