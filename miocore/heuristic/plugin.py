@@ -58,14 +58,17 @@ def _folder_names() -> tuple[str, str]:
     return folders
 
 
+def _file_names(device: str, suffix: str) -> list[str]:
+    return [os.path.join(folder, device + suffix) for folder in _folder_names()]
+
+
 def model_paths(device: str, suffix: str) -> list[Path]:
     """Where a device's file is looked for: the user database folder, then the system one."""
-    return [Path(folder) / f"{device}{suffix}" for folder in _folder_names()]
+    return [Path(name) for name in _file_names(device, suffix)]
 
 
 def _load(device: str, suffix: str, reader: Any) -> Any:
-    for folder in _folder_names():
-        path = os.path.join(folder, device + suffix)
+    for path in _file_names(device, suffix):
         try:
             st = os.stat(path)
         except OSError:
