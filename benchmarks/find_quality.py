@@ -13,6 +13,9 @@ find times it: device time on a GPU), and regret is
 
     python benchmarks/find_quality.py --db runs/cpu/cpu_x86_64_2.db \\
         --model-dir miocore/data/db --device cpu --limit 120 --json out.json
+
+``--shard I/N`` measures every N-th problem from the I-th (one process per GPU), and
+``--merge A.json B.json ... --json out.json`` joins such runs' rows into one summary.
 """
 
 from __future__ import annotations
@@ -108,11 +111,19 @@ def main() -> int:
     )
     parser.add_argument("--json", help="write the per-problem results here")
     parser.add_argument(
+        "--shard", help="I/N: measure only problems I, I+N, I+2N, ... of the list (0 <= I < N)"
+    )
+    parser.add_argument(
+        "--merge", nargs="+", help="join these runs' --json files into one summary, measure nothing"
+    )
+    parser.add_argument(
         "--fitted-wti",
         action="store_true",
         help="also rank by the fitted WTI table alone (no model): the fallback's own quality",
     )
     args = parser.parse_args()
+    if args.merge:
+        return _merge(args.merge, args.json)
 
     os.environ["MIOCORE_FIND_PRUNE_FACTOR"] = "0"
     import miocore
@@ -148,6 +159,10 @@ def main() -> int:
         new = [q for q in problems if q[0] == "untuned"]
         problems = [q for pair in zip(held, new, strict=False) for q in pair]
         problems += held[len(new) :] + new[len(held) :]
+
+    if args.shard:
+        index, count = _shard(args.shard)
+        problems = problems[index::count]
 
     tmp = Path(tempfile.mkdtemp(prefix="find-quality-"))
     mode = args.math_mode
@@ -229,17 +244,39 @@ def main() -> int:
         "device": device_id,
         "host": platform.node(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "problems": len(rows),
         "math_mode": mode,
+        **({"shard": args.shard} if args.shard else {}),
     }
+    summary.update(_summarize(rows, list(handles)))
+    print(json.dumps(summary, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
+    return 0
+
+
+def _shard(text: str) -> tuple[int, int]:
+    """``I/N`` as two integers, 0 <= I < N."""
+    try:
+        index, count = (int(v) for v in text.split("/"))
+    except ValueError:
+        index, count = -1, 0
+    if not 0 <= index < count:
+        raise SystemExit(f"--shard: expected I/N with 0 <= I < N, got {text!r}")
+    return index, count
+
+
+def _summarize(rows: list[dict[str, Any]], labels: list[str]) -> dict[str, Any]:
+    """Per kind of problem and ranking: the share within 10%, mean and worst regret, failures
+    and the median ``get_solutions`` time."""
+    out: dict[str, Any] = {"problems": len(rows)}
     for kind in sorted({r["kind"] for r in rows}):
         subset = [r for r in rows if r["kind"] == kind]
-        for label in handles:
+        for label in labels:
             # a choice that could not run counts as a miss; the mean is over those that ran
             regrets = [r[label]["regret"] for r in subset]
             ran = [x for x in regrets if math.isfinite(x)] or [0.0]
             gs = sorted(r[label]["get_solutions_ms"] for r in subset)
-            summary[f"{kind} / {label}"] = {
+            out[f"{kind} / {label}"] = {
                 "problems": len(subset),
                 "within_10pct": sum(x <= 0.10 for x in regrets) / len(regrets),
                 "mean_regret": sum(ran) / len(ran),
@@ -247,9 +284,22 @@ def main() -> int:
                 "failed": len(regrets) - sum(map(math.isfinite, regrets)),
                 "get_solutions_ms_median": gs[len(gs) // 2],
             }
+    return out
+
+
+def _merge(files: list[str], out: str | None) -> int:
+    """One summary over several runs' rows (``--shard`` runs of one list)."""
+    runs = [json.loads(Path(f).read_text()) for f in files]
+    rows = [r for run in runs for r in run["rows"]]
+    labels = [k for k in (rows[0] if rows else {}) if isinstance(rows[0][k], dict)]
+    labels = [k for k in labels if "regret" in rows[0][k]]
+    first = runs[0]["summary"]
+    summary = {k: first[k] for k in ("device", "host", "date", "math_mode") if k in first}
+    summary["merged"] = [run["summary"].get("shard", f) for run, f in zip(runs, files, strict=True)]
+    summary.update(_summarize(rows, labels))
     print(json.dumps(summary, indent=2))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
+    if out:
+        Path(out).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
     return 0
 
 

@@ -94,7 +94,8 @@
 #   nhwcdb      issue 14: the shipped sm90 database's problems channels-last that it lacks,
 #               found with every plugin (fp32 in the tf32 math mode) for NHWC_SECONDS (240;
 #               WORKERS per GPU, 6), merged into a copy of it, WTI fitted and model retrained
-#               there; back in $OUT/nhwc.tgz (carry .gpu/whl_dask)
+#               there; back in $OUT/nhwc.tgz (carry .gpu/whl_dask). NHWC_TRAIN=0 leaves
+#               /tmp/nhwc-merged/sm90_132.db untrained, for REFRESH_BASE of refreshdb next
 #   triton      issue 13: the miocore-triton tests on the GPU (TRITON_TEST_ARGS narrows them), then
 #               gpu_triton_bench.py (Triton's default and best configurations, own-kernel find, cuDNN) on TRITON_SUITES
 #               (resnet50) in TRITON_DTYPES (float16); TRITON_ARGS passes more options
@@ -129,7 +130,8 @@
 #               LIMIT held-out problems and the layers of the MIOpenDriver files carried in
 #               .gpu/perf_models (find_quality.py, batch cut to MAX_GFLOP; the fitted WTI
 #               table alone ranked too: the fallback's quality); MATH_MODE,
-#               QDTYPE (one data type), MODEL_DIR (another model) and QTAG (output names)
+#               QDTYPE (one data type), MODEL_DIR (another model) and QTAG (output names);
+#               one process a GPU, each every N-th problem (--shard), merged into one summary
 set -uo pipefail
 STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d|vstable|parallel|tests|dwtiles|dwruns|dwprofile|spans|refreshdb|nhwcdb}"
 OUT="${OUT:-/tmp/out}"
@@ -556,7 +558,7 @@ PY
       grep -a -v "distributed\." | tee "$OUT/nhwc_tune.log" | grep -a -E "problems|stopped|throughput" | tail -5
     python3 benchmarks/merge_db.py --into "$merged/sm90_132.db" /tmp/nhwc/sm90_132.db |
       tee "$OUT/nhwc_merge.log"
-    train_sm90 "$merged" nhwc
+    [[ "${NHWC_TRAIN:-1}" == 0 ]] || train_sm90 "$merged" nhwc  # 0: refreshdb goes on from it
     ;;
   triton)
     timeout "${TRITON_TEST_TIMEOUT:-200}" python3 -m pytest -q -n 8 -p no:cacheprovider -rfE \
@@ -662,11 +664,21 @@ PY
     db="$sm/sm90_132.db"
     driver_args=()
     for f in .gpu/perf_models/*.txt; do driver_args+=(--driver-file "$f"); done
-    timeout 560 python3 benchmarks/find_quality.py --db "$db" --seconds "${QUALITY_SECONDS:-480}" \
-      --model-dir "${MODEL_DIR:-$sm}" --device cuda --limit "${LIMIT:-100}" --max-gflop "${MAX_GFLOP:-20}" \
-      --math-mode "${MATH_MODE:-exact}" ${QDTYPE:+--dtype "$QDTYPE"} --fitted-wti \
-      "${driver_args[@]}" --json "$OUT/quality${QTAG:-}.json" 2>&1 | grep -a -v Warning |
-      tee "$OUT/quality${QTAG:-}.log" | tail -40
+    # one process per GPU, each measuring every N-th problem, then one summary of all
+    gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+    shards=()
+    for ((g = 0; g < gpus; g++)); do
+      CUDA_VISIBLE_DEVICES=$g timeout 560 python3 benchmarks/find_quality.py --db "$db" \
+        --seconds "${QUALITY_SECONDS:-480}" --model-dir "${MODEL_DIR:-$sm}" --device cuda \
+        --limit "${LIMIT:-100}" --max-gflop "${MAX_GFLOP:-20}" --math-mode "${MATH_MODE:-exact}" \
+        ${QDTYPE:+--dtype "$QDTYPE"} --fitted-wti "${driver_args[@]}" --shard "$g/$gpus" \
+        --json "$OUT/quality${QTAG:-}_shard$g.json" >"$OUT/quality${QTAG:-}_shard$g.log" 2>&1 &
+      shards+=("$OUT/quality${QTAG:-}_shard$g.json")
+    done
+    wait
+    grep -a -h "stopped after" "$OUT"/quality"${QTAG:-}"_shard*.log
+    python3 benchmarks/find_quality.py --db "$db" --model-dir "$sm" --merge "${shards[@]}" \
+      --json "$OUT/quality${QTAG:-}.json" | tee "$OUT/quality${QTAG:-}.log" | tail -60
     ;;
   *)
     echo "unknown stage $STAGE" >&2
