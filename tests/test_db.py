@@ -3,16 +3,24 @@ merge and clean. Every test uses its own folders; none touches the real user cac
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
 import os
-import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from db_fixtures import (
+    BRIEF_LINE,
+    DEVICE,
+    entry,
+    key,
+    query,
+    set_version,
+    sha,
+)
 
 from miocore.db import (
     SCHEMA_VERSION,
@@ -27,21 +35,6 @@ from miocore.db import (
     make_provenance,
 )
 from miocore.errors import DatabaseError, InvalidArgumentError
-from miocore.problem import ConvProblem
-
-DEVICE = "cpu_test_4"
-
-
-def key(n: int = 64, c: int = 64, k: int = 64, direction: str = "forward", **kw: object) -> str:
-    """A real MIOpen key built from sizes (3x3, pad 1 unless told)."""
-    kw.setdefault("in_spatial", (56, 56))
-    kw.setdefault("filter_spatial", (3, 3))
-    kw.setdefault("pads", (1, 1))
-    return ConvProblem.from_sizes(direction, n=n, c=c, k=k, **kw).key  # type: ignore[arg-type]
-
-
-def entry(solver: str, time_ms: float, algorithm: str = "direct", **kw: object) -> FindDbEntry:
-    return FindDbEntry(solver=solver, algorithm=algorithm, time_ms=time_ms, workspace_size=0, **kw)
 
 
 @pytest.fixture
@@ -50,19 +43,10 @@ def dirs(tmp_path: Path) -> tuple[Path, Path]:
 
 
 @pytest.fixture
-def db(dirs: tuple[Path, Path]) -> FindDb:
+def db(dirs: tuple[Path, Path]) -> Iterator[FindDb]:
     user, system = dirs
     with FindDb(DEVICE, user_dir=user, system_dir=system) as find_db:
         yield find_db
-
-
-def _query(path: Path, sql: str) -> list[tuple]:
-    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
-        return conn.execute(sql).fetchall()
-
-
-def sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 # -- locations and the user layer ---------------------------------------------------------------
@@ -186,7 +170,7 @@ def test_provenance_is_completed_and_stored_as_json(db: FindDb) -> None:
     with pytest.raises(TypeError):
         first.provenance["device"] = "other"  # type: ignore[index]
     # Stored as JSON text, never a pickle.
-    raw = _query(db.user_path, "SELECT provenance FROM find_db WHERE solver='gemm.im2col'")[0]
+    raw = query(db.user_path, "SELECT provenance FROM find_db WHERE solver='gemm.im2col'")[0]
     assert isinstance(raw[0], str) and json.loads(raw[0]) == dict(prov)
 
 
@@ -200,14 +184,8 @@ def test_provenance_values_must_be_text(db: FindDb) -> None:
 # -- transactions -------------------------------------------------------------------------------
 
 
-def _set_version(path: Path, version: int) -> None:
-    conn = sqlite3.connect(path)
-    conn.execute(f"PRAGMA user_version = {version}")
-    conn.close()  # closing checkpoints the WAL into the file
-
-
 def _rows(path: Path) -> list[tuple]:
-    return _query(path, "SELECT * FROM find_db ORDER BY key, rank")
+    return query(path, "SELECT * FROM find_db ORDER BY key, rank")
 
 
 def test_a_failed_write_changes_nothing(db: FindDb) -> None:
@@ -235,7 +213,7 @@ def test_newer_schema_version_degrades_and_leaves_the_file_untouched(
 ) -> None:
     db.write(key(), [entry("a.one", 1.0)])
     db.close()
-    _set_version(db.user_path, SCHEMA_VERSION + 1)
+    set_version(db.user_path, SCHEMA_VERSION + 1)
     before = hashlib.sha256(db.user_path.read_bytes()).hexdigest()
     fresh = FindDb(DEVICE, user_dir=dirs[0], system_dir=dirs[1])
     with pytest.warns(StorageDegradedWarning, match="newer miocore") as caught:
@@ -325,7 +303,7 @@ def test_system_layer_with_a_newer_schema_reads_as_empty_with_one_warning(
 ) -> None:
     user, system = dirs
     path = _build_system(system, {key(): [entry("sys.one", 2.0)]})
-    _set_version(path, SCHEMA_VERSION + 5)
+    set_version(path, SCHEMA_VERSION + 5)
     db = FindDb(DEVICE, user_dir=user, system_dir=system)
     with pytest.warns(DatabaseWarning, match="newer") as caught:
         assert db.records(key()) == []
@@ -368,7 +346,7 @@ def test_garbage_user_db_on_a_read_is_rebuilt_and_the_read_succeeds(
         assert db.records(key()) == []
     assert len(list(user.glob("*.corrupt-*"))) == 1
     # Rebuilt: a sound, empty database of ours.
-    assert _query(db.user_path, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
+    assert query(db.user_path, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
     db.write(key(), [entry("a.one", 1.0)])
     assert db.keys() == [key()]
 
@@ -439,12 +417,6 @@ def test_perfdb_put_get_delete(dirs: tuple[Path, Path]) -> None:
 
 
 # -- MIOpen text format -------------------------------------------------------------------------
-
-
-BRIEF_LINE = (
-    "64-56-56-3x3-64-56-56-64-1x1-1x1-1x1-0-NCHW-FP32-F=gemm.im2col:1.25,4096,"
-    "miopenConvolutionFwdAlgoGEMM;direct.naive:3.5,0,miopenConvolutionFwdAlgoDirect"
-)
 
 
 def test_export_writes_miopen_text_format(db: FindDb, tmp_path: Path) -> None:
@@ -562,79 +534,6 @@ def test_import_replaces_records_of_its_keys(db: FindDb, tmp_path: Path) -> None
     src.write_text(BRIEF_LINE + "\n")
     db.import_text(src)
     assert db.records(k)[0].solvers == ["gemm.im2col", "direct.naive"]
-
-
-# -- merge ---------------------------------------------------------------------------------------
-
-
-def test_merge_keeps_the_faster_time_per_solver(db: FindDb, tmp_path: Path) -> None:
-    k, k2, k3 = key(), key(n=2), key(n=3)
-    db.write(k, [entry("a.one", 2.0), entry("b.two", 3.0), entry("c.three", 5.0)])
-    db.write(k3, [entry("only.user", 1.0)])
-    with FindDb(DEVICE, user_dir=tmp_path / "other") as other:
-        other.write(
-            k,
-            [
-                entry("b.two", 1.0, "gemm", count=7),  # faster: replaces
-                entry("c.three", 6.0),  # slower: kept out
-                entry("a.one", 2.0, "fft"),  # tie: the user's entry stays
-                entry("d.four", 4.0),  # new: added
-            ],
-        )
-        other.write(k2, [entry("x.x", 1.0)])
-        source = other.user_path
-    PerfDb(DEVICE, user_dir=tmp_path / "other").put(k, "t.s", '{"v":1}', {})
-    PerfDb(DEVICE, user_dir=db.user_path.parent).put(key(n=9), "t.s", '{"v":9}', {})
-    result = db.merge_from(source)
-    assert (result.keys, result.added, result.replaced, result.kept) == (2, 2, 1, 2)
-    assert result.perf_added == 1
-    rec = db.records(k)[0]
-    assert [(e.solver, e.time_ms, e.algorithm) for e in rec.entries] == [
-        ("b.two", 1.0, "gemm"),
-        ("a.one", 2.0, "direct"),
-        ("d.four", 4.0, "direct"),
-        ("c.three", 5.0, "direct"),
-    ]
-    assert rec.entries[0].count == 7  # the winning entry keeps its own stats and provenance
-    assert db.records(k2)[0].solvers == ["x.x"]
-    assert db.records(k3)[0].solvers == ["only.user"]
-    assert PerfDb(DEVICE, user_dir=db.user_path.parent).get(k, "t.s") is not None
-    # Merging the same source again changes nothing.
-    again = db.merge_from(source)
-    assert (again.keys, again.added, again.replaced) == (0, 0, 0)
-
-
-def test_merge_from_text(db: FindDb, tmp_path: Path) -> None:
-    k = key()
-    db.write(k, [entry("gemm.im2col", 2.0, "gemm"), entry("z.slow", 9.0)])
-    src = tmp_path / "in.txt"
-    src.write_text(BRIEF_LINE + "\n")
-    result = db.merge_from(src)
-    assert (result.added, result.replaced, result.kept) == (1, 1, 0)
-    assert [(e.solver, e.time_ms) for e in db.records(k)[0].entries] == [
-        ("gemm.im2col", 1.25),
-        ("direct.naive", 3.5),
-        ("z.slow", 9.0),
-    ]
-    src.write_text("garbage\n")
-    with pytest.raises(TextFormatError):
-        db.merge_from(src)
-    with pytest.raises(DatabaseError, match="no such file"):
-        db.merge_from(tmp_path / "missing.txt")
-
-
-def test_merge_refuses_a_foreign_or_newer_sqlite_file(db: FindDb, tmp_path: Path) -> None:
-    foreign = tmp_path / "foreign.db"
-    _query(foreign, "CREATE TABLE t (x)")
-    with pytest.raises(DatabaseError, match="not a miocore database"):
-        db.merge_from(foreign)
-    with FindDb(DEVICE, user_dir=tmp_path / "new") as newer:
-        newer.write(key(), [entry("a.one", 1.0)])
-        path = newer.user_path
-    _set_version(path, SCHEMA_VERSION + 1)
-    with pytest.raises(DatabaseError, match="newer"):
-        db.merge_from(path)
-    assert db.keys() == []
 
 
 # -- clean ---------------------------------------------------------------------------------------

@@ -93,7 +93,8 @@ def add_db_parser(subparsers: Any) -> None:
     merge = sub.add_parser(
         "merge",
         parents=[common],
-        help="merge a database (SQLite or text) into the user layer; the faster time wins",
+        help="merge a database (SQLite or text) into the user layer: per solver the newer "
+        "solver revision wins, else the faster time",
     )
     merge.add_argument("file", type=Path)
     merge.add_argument("--skip-bad-lines", action="store_true", help="for text sources")

@@ -173,6 +173,19 @@ def miocore_version() -> str:
         return "unknown"
 
 
+#: The provenance field of a FindDb entry holding the revision of the solver that wrote it.
+SOLVER_REVISION = "solver_revision"
+
+
+def recorded_revision(provenance: Any) -> int:
+    """The solver revision an entry's provenance names (0 where it names none or a bad one:
+    entries written before solvers had revisions, MIOpen's imported text)."""
+    try:
+        return int(provenance.get(SOLVER_REVISION, 0))
+    except (TypeError, ValueError, AttributeError):
+        return 0
+
+
 def make_provenance(
     device: str,
     *,

@@ -35,6 +35,7 @@ from miocore.db.records import (
     _group,
     _insert,
     _read_sqlite,
+    _supersedes,
     _text_record,
     _text_rows,
     clean_text_rows,
@@ -342,8 +343,10 @@ class FindDb(LayeredDb):
 
         ``source`` is a miocore SQLite database (either layer's file, any device; packed as
         ``<device>.db.xz`` too) or a MIOpen text FindDb. **Rule**: per key, the union of
-        entries by solver; where both have a solver, the faster ``time_ms`` wins (a tie keeps
-        the user's entry); the merged record is re-sorted fastest first (ties by solver name).
+        entries by solver; where both have a solver, the entry of the newer solver revision
+        wins (a refresh's new kernels replace the old ones' times, slower or not), and between
+        entries of one revision the faster ``time_ms`` (a tie keeps the user's entry); the
+        merged record is re-sorted fastest first (ties by solver name).
         From a SQLite source, PerfDb entries the user layer lacks are copied too (the user's
         own tuning is kept).
         """
@@ -382,7 +385,7 @@ class FindDb(LayeredDb):
                     old = current.get(entry.solver)
                     if old is None:
                         added += 1
-                    elif entry.time_ms < old.time_ms:
+                    elif _supersedes(entry, old):
                         replaced += 1
                     else:
                         kept += 1

@@ -18,6 +18,7 @@ from miocore.db._common import (
     parse_algorithm,
     provenance_from_json,
     provenance_json,
+    recorded_revision,
 )
 from miocore.db._sqlite import open_readonly
 from miocore.errors import DatabaseError, InvalidArgumentError
@@ -215,6 +216,15 @@ def clean_text_rows(
         if rest:
             _insert(conn, k, rest, "")
     return deleted
+
+
+def _supersedes(new: FindDbEntry, old: FindDbEntry) -> bool:
+    """The merge rule between two entries of one solver: the newer solver revision's, else
+    the faster (a tie keeps ``old``)."""
+    new_rev, old_rev = recorded_revision(new.provenance), recorded_revision(old.provenance)
+    if new_rev != old_rev:
+        return new_rev > old_rev
+    return new.time_ms < old.time_ms
 
 
 def _fastest_first(entries: Collection[FindDbEntry]) -> list[FindDbEntry]:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from miocore import env
+from miocore.db._common import SOLVER_REVISION
 from miocore.env import FindEnforce, FindMode
 from miocore.errors import InvalidArgumentError, NoApplicableSolverError
 from miocore.find.accuracy import notes_of
@@ -25,7 +26,6 @@ from miocore.find.candidates import Candidate, settle
 from miocore.find.dynamic import dynamic_only
 from miocore.find.invoker_cache import CachedInvoker
 from miocore.find.ranker import (
-    SOLVER_REVISION,
     ImmediateRanker,
     solver_revision,
     wti_score,

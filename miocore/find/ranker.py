@@ -14,6 +14,7 @@ import logging
 import math
 from typing import Any
 
+from miocore.db._common import recorded_revision
 from miocore.find.candidates import Candidate, settle, settled
 from miocore.find.state import FindState
 from miocore.problem.conv import ConvProblem
@@ -309,10 +310,6 @@ def _recorded_note(provenance: Any, stale: bool) -> str:
     return note + ("; by an older revision of the solver, its default runs" if stale else "")
 
 
-#: The provenance field of a FindDb entry holding the revision of the solver that wrote it.
-SOLVER_REVISION = "solver_revision"
-
-
 def solver_revision(reg: RegisteredSolver) -> int:
     """The installed solver's revision (``Solver.revision``; one that is not a whole number,
     which the contract suite refuses, counts as 0 rather than break a hit)."""
@@ -326,11 +323,7 @@ def recorded_before_revision(reg: RegisteredSolver, provenance: Any) -> bool:
     current = solver_revision(reg)
     if current <= 0:
         return False
-    try:
-        recorded = int(provenance.get(SOLVER_REVISION, 0))
-    except (TypeError, ValueError, AttributeError):
-        recorded = 0
-    return recorded < current
+    return recorded_revision(provenance) < current
 
 
 #: How much slower than its WTI estimate a solver the heuristic does not know is placed.

@@ -85,7 +85,8 @@ def done_tasks(run_dir: Path, signature: str) -> dict[tuple[str, str], dict[str,
 
 def merge_shards(run_dir: Path, device: str) -> list[MergeResult]:
     """Merge every shard's database into ``<run>/<device>.db`` (FindDb's merge rule: the
-    union by solver, the faster time wins). Idempotent: merging a shard again changes nothing.
+    union by solver; the newer solver revision, else the faster time, wins). Idempotent:
+    merging a shard again changes nothing.
     """
     results = []
     merged = FindDb(device, user_dir=run_dir, system_dir=run_dir / "no-system-layer")
