@@ -31,9 +31,11 @@
 #               (gpu_eager_ratio.py; MODELS, DTYPES)
 #   launch      each step of one convolution call and the driver calls under it, through
 #               cuda-bindings and ctypes (gpu_launch_cost.py)
-#   depthwise   direct.gpu_depthwise's whole config space against cuDNN on ConvNeXt-T's,
-#               EfficientNet-B0's and MobileNetV2's depthwise layers (gpu_depthwise_bench.py;
-#               DW_DIRECTIONS, DTYPES narrow it; DW_LAYOUTS, NHWC by default; DW_BATCH, 32)
+#   depthwise   direct.gpu_depthwise's default and DW_CONFIGS (1) neighbours of it against
+#               cuDNN on ConvNeXt-T's, EfficientNet-B0's and MobileNetV2's depthwise layers
+#               (gpu_depthwise_bench.py; DW_DIRECTIONS, DTYPES narrow it; DW_LAYOUTS, NHWC by
+#               default; DW_BATCH, 32). DW_CONFIGS=0 times the whole space: since the staged
+#               tiles' runs joined it, thousands of configurations a layer, past any call's limit
 #   tests       the GPU test files TESTS (TESTS_K: pytest's -k) over 8 processes, TESTS_TIMEOUT
 #   dwnchw      issue 13: direct.gpu_depthwise's NCHW tests (the several-plane and register-row
 #               configs among them), then its whole NCHW space against cuDNN, fp16 and bf16,
@@ -243,7 +245,7 @@ case "$STAGE" in
     for suite in convnext_t_dw efficientnet_b0_dw mobilenetv2; do
       # shellcheck disable=SC2086
       timeout 170 python3 benchmarks/gpu_depthwise_bench.py --suite "$suite" --batch "${DW_BATCH:-32}" \
-        --dtypes ${DTYPES} --layouts ${DW_LAYOUTS:-NHWC} --configs 0 --runs 10 \
+        --dtypes ${DTYPES} --layouts ${DW_LAYOUTS:-NHWC} --configs "${DW_CONFIGS:-1}" --runs 10 \
         --directions ${DW_DIRECTIONS:-forward backward_data backward_weights} \
         --out "$OUT/depthwise_$suite.json" 2>&1 | grep -a -v '^{' | tail -8
     done
