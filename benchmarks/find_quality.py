@@ -14,6 +14,11 @@ find times it: device time on a GPU), and regret is
     python benchmarks/find_quality.py --db runs/cpu/cpu_x86_64_2.db \\
         --model-dir miocore/data/db --device cpu --limit 120 --json out.json
 
+Each held-out record is found in its own math mode (an fp32 record keyed ``_tf32`` in the
+tf32 mode; ``--held-out-mode fixed``: every held-out problem once in ``--math-mode``, as the
+runs before 2026-11-29 did, which measured the channels-last twins tuned in tf32 alone in the
+exact mode the database had no record of); the untuned layers in ``--math-mode``.
+
 ``--shard I/N`` measures every N-th problem from the I-th (one process per GPU), and
 ``--merge A.json B.json ... --json out.json`` joins such runs' rows into one summary.
 """
@@ -103,7 +108,15 @@ def main() -> int:
     )
     parser.add_argument("--reps", type=int, default=9)
     parser.add_argument(
-        "--math-mode", default="exact", help="every handle's math mode (exact, tf32)"
+        "--math-mode", default="exact", help="the math mode of the untuned layers (exact, tf32)"
+    )
+    parser.add_argument(
+        "--held-out-mode",
+        choices=("record", "fixed"),
+        default="record",
+        help="record (default): each held-out record found in its own math mode (an fp32 "
+        "record keyed _tf32 in tf32, the channels-last twins were tuned in tf32 alone); "
+        "fixed: every held-out problem once, in --math-mode (the runs before 2026-11-29)",
     )
     parser.add_argument("--dtype", help="only problems of this data type (e.g. float32)")
     parser.add_argument(
@@ -133,14 +146,19 @@ def main() -> int:
     from miocore.problem.conv import ConvProblem
 
     db = open_db_file(args.db)
-    # MIOpen keys: a problem's records of both math modes count once (miocore.db.mathkeys)
-    tuned = list(dict.fromkeys(split_record_key(k)[0] for k in db.keys(DB_FILE_LAYER)))
-    keys = [k for k in tuned if is_held_out(k, args.holdout)]
+    records = [split_record_key(k) for k in db.keys(DB_FILE_LAYER)]
     db.close()
-    held_out = (ConvProblem.from_key(k) for k in keys)
+    tuned = list(dict.fromkeys(base for base, _ in records))
+    if args.held_out_mode == "fixed":  # a problem's records of both math modes count once
+        records = [(base, args.math_mode) for base in tuned]
+    held_out = (
+        (ConvProblem.from_key(base), mode)
+        for base, mode in records
+        if is_held_out(base, args.holdout)
+    )
     if args.dtype:
-        held_out = (p for p in held_out if p.dtype.value == args.dtype)
-    problems = [("held-out", p) for p in itertools.islice(held_out, args.limit)]
+        held_out = (q for q in held_out if q[0].dtype.value == args.dtype)
+    problems = [("held-out", p, m) for p, m in itertools.islice(held_out, args.limit)]
     if args.driver_file:
         from miocore.cli.tune import problems_from_driver_file
         from miocore.tune.sources import cap_work
@@ -152,7 +170,7 @@ def main() -> int:
                 p = cap_work(p, args.max_gflop) if args.max_gflop else p
                 if p.key not in seen and args.dtype in (None, p.dtype.value):
                     seen.add(p.key)
-                    problems.append(("untuned", p))
+                    problems.append(("untuned", p, args.math_mode))
 
         # Alternate the two kinds, so that a run cut short by --seconds has measured both.
         held = [q for q in problems if q[0] == "held-out"]
@@ -165,8 +183,7 @@ def main() -> int:
         problems = problems[index::count]
 
     tmp = Path(tempfile.mkdtemp(prefix="find-quality-"))
-    mode = args.math_mode
-    device_id = miocore.Handle(args.device, math_mode=mode).device.identity
+    device_id = miocore.Handle(args.device).device.identity
     learned = tmp / "learned"
     learned.mkdir()
     for suffix in (MODEL_SUFFIX, WTI_SUFFIX):
@@ -183,17 +200,25 @@ def main() -> int:
         folders["fitted WTI"].mkdir()
         (folders["fitted WTI"] / table_file.name).write_bytes(table_file.read_bytes())
     os.environ["MIOCORE_USER_DB_PATH"] = str(tmp / "user")
-    handles = {
-        label: miocore.Handle(args.device, system_db_path=folder, math_mode=mode)
-        for label, folder in folders.items()
-    }
     os.environ["MIOCORE_SYSTEM_DB_PATH"] = str(learned)  # the plug-in reads the env's folder
-    finder = miocore.Handle(
-        args.device, user_db_path=tmp / "finder", system_db_path=empty, math_mode=mode
-    )
+    by_mode: dict[str, tuple[Any, dict[str, Any]]] = {}  # math mode: finder, ranking handles
+
+    def handles_for(mode: str) -> tuple[Any, dict[str, Any]]:
+        if mode not in by_mode:
+            finder = miocore.Handle(
+                args.device, user_db_path=tmp / "finder", system_db_path=empty, math_mode=mode
+            )
+            ranked = {
+                label: miocore.Handle(args.device, system_db_path=folder, math_mode=mode)
+                for label, folder in folders.items()
+            }
+            by_mode[mode] = finder, ranked
+        return by_mode[mode]
+
     rows = []
     started = time.perf_counter()
-    for i, (kind, problem) in enumerate(problems):
+    for i, (kind, problem, mode) in enumerate(problems):
+        finder, handles = handles_for(mode)
         if args.seconds is not None and time.perf_counter() - started > args.seconds:
             print(f"stopped after {args.seconds} s: {i} of {len(problems)}", file=sys.stderr)
             break
@@ -203,7 +228,12 @@ def main() -> int:
             print(f"skip {problem.key}: {exc}", file=sys.stderr)
             continue
         best = found[0]
-        row: dict[str, Any] = {"key": problem.key, "kind": kind, "best": best.solver}
+        row: dict[str, Any] = {
+            "key": problem.key,
+            "kind": kind,
+            "math_mode": mode,
+            "best": best.solver,
+        }
         # every candidate's time from the find, for replaying other rankings offline
         # (benchmarks/immediate_offline.py reads these files too)
         row["candidates"] = {
@@ -244,10 +274,11 @@ def main() -> int:
         "device": device_id,
         "host": platform.node(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "math_mode": mode,
+        "math_mode": args.math_mode,
+        "held_out_mode": args.held_out_mode,
         **({"shard": args.shard} if args.shard else {}),
     }
-    summary.update(_summarize(rows, list(handles)))
+    summary.update(_summarize(rows, list(folders)))
     print(json.dumps(summary, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
@@ -294,7 +325,8 @@ def _merge(files: list[str], out: str | None) -> int:
     labels = [k for k in (rows[0] if rows else {}) if isinstance(rows[0][k], dict)]
     labels = [k for k in labels if "regret" in rows[0][k]]
     first = runs[0]["summary"]
-    summary = {k: first[k] for k in ("device", "host", "date", "math_mode") if k in first}
+    keep = ("device", "host", "date", "math_mode", "held_out_mode")
+    summary = {k: first[k] for k in keep if k in first}
     summary["merged"] = [run["summary"].get("shard", f) for run, f in zip(runs, files, strict=True)]
     summary.update(_summarize(rows, labels))
     print(json.dumps(summary, indent=2))

@@ -68,12 +68,13 @@ def layer_rows(paths: list[Path]) -> list[dict[str, Any]]:
     for path in paths:
         data = json.loads(path.read_text())
         if "summary" in data:  # find_quality.py: every plugin, one math mode
-            tf32 = data["summary"].get("math_mode") == "tf32"
+            run_mode = data["summary"].get("math_mode")
             for row in data.get("rows", []):
                 times = {k: v for k, v in (row.get("candidates") or {}).items() if _time(v)}
                 if len(times) < 2:
                     continue
                 problem = miocore.ConvProblem.from_key(row["key"])
+                tf32 = row.get("math_mode", run_mode) == "tf32"  # a row's own, since 2026-11-29
                 precision = "tf32" if tf32 and problem.dtype == "float32" else problem.dtype.value
                 direction = problem.direction.value
                 rows.append(
