@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from fake_solvers import TimedSolver, TunableTimedSolver, small_problem
 
+import miocore
 from miocore import Handle, KernelInfo, Registry
 from miocore.backends.cpu import CpuBackend
 from miocore.find.dynamic import COMPILE_MARGIN
@@ -308,3 +309,30 @@ def test_compile_ahead_builds_a_dynamic_solvers_listed_settings_too(
     batches.clear()
     h.compile_ahead([PROBLEM])
     assert batches == [["-DLEVEL=1"]]
+
+
+def test_a_ready_candidate_estimated_hopeless_is_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    from miocore.find.settings import estimate_prune_factor
+
+    factor = estimate_prune_factor()
+    fast = TimedSolver("test.fast", delay_s=0.001, dynamic=True, wti=0.5)
+    near = TimedSolver("test.near", delay_s=0.002, dynamic=True, wti=0.5)
+    hopeless = TimedSolver("test.hopeless", delay_s=0.004, dynamic=True, wti=0.5)
+    unseen = TimedSolver("test.unseen", delay_s=0.004, dynamic=True, wti=0.5)
+    estimates = {"test.fast": 1.0, "test.near": 0.9 * factor, "test.hopeless": 1.1 * factor}
+    h = _with_heuristic(estimates, fast, near, hopeless, unseen)
+    sols = h.find_solutions(PROBLEM, find_mode="DYNAMIC_HYBRID")
+    assert sols[0].solver == "test.fast"
+    assert fast.runs > 0 and near.runs > 0 and unseen.runs > 0  # unseen: no estimate, measured
+    assert hopeless.runs == 0
+    assert f"over {factor:g}x its best estimate" in sols.report.skipped["test.hopeless"]
+    # NORMAL find measures it; so does DYNAMIC_HYBRID with the prune turned off.
+    sols = h.find_solutions(small_problem("backward_data"), find_mode="NORMAL")
+    assert hopeless.runs > 0
+    monkeypatch.setenv("MIOCORE_FIND_ESTIMATE_PRUNE", "0")
+    runs = hopeless.runs
+    sols = h.find_solutions(small_problem("backward_weights"), find_mode="DYNAMIC_HYBRID")
+    assert hopeless.runs > runs and "test.hopeless" not in sols.report.skipped
+    monkeypatch.setenv("MIOCORE_FIND_ESTIMATE_PRUNE", "0.5")
+    with pytest.raises(miocore.MiocoreError, match="MIOCORE_FIND_ESTIMATE_PRUNE"):
+        h.find_solutions(small_problem(layout="NHWC"), find_mode="DYNAMIC_HYBRID")

@@ -27,6 +27,12 @@ def prune_factor() -> float:
     return _factor("MIOCORE_FIND_PRUNE_FACTOR", 20.0)
 
 
+def estimate_prune_factor() -> float:
+    """``MIOCORE_FIND_ESTIMATE_PRUNE``: DYNAMIC_HYBRID's miss leaves out a candidate the
+    heuristic estimates over this many times its best estimate (default 4; 0 turns it off)."""
+    return _factor("MIOCORE_FIND_ESTIMATE_PRUNE", 4.0)
+
+
 def alternatives_factor() -> float:
     """``MIOCORE_FIND_ALTERNATIVES``: how near the best a solver's default must come for a
     normal find to measure its other listed settings (default 1.3; 0 turns it off)."""
