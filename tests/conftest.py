@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from miocore.db import FindDb
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests import fake_solvers
 
@@ -56,3 +60,21 @@ def checked_fields(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(CpuBackend, "check_array", counting)
     return seen
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> tuple[Path, Path]:
+    """The database tests' user and system folders (test_db*.py; none exists yet)."""
+    return tmp_path / "user", tmp_path / "system"
+
+
+@pytest.fixture
+def db(dirs: tuple[Path, Path]) -> Iterator[FindDb]:
+    """A FindDb of the database tests' device on ``dirs`` (tests/db_fixtures.py)."""
+    from db_fixtures import DEVICE
+
+    from miocore.db import FindDb
+
+    user, system = dirs
+    with FindDb(DEVICE, user_dir=user, system_dir=system) as find_db:
+        yield find_db

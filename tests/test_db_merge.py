@@ -3,7 +3,6 @@ SQLite sources, refused files."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,19 +18,6 @@ from db_fixtures import (
 from miocore.db import SCHEMA_VERSION, FindDb, PerfDb, TextFormatError
 from miocore.db._common import SOLVER_REVISION
 from miocore.errors import DatabaseError
-
-
-@pytest.fixture
-def dirs(tmp_path: Path) -> tuple[Path, Path]:
-    return tmp_path / "user", tmp_path / "system"
-
-
-@pytest.fixture
-def db(dirs: tuple[Path, Path]) -> Iterator[FindDb]:
-    user, system = dirs
-    with FindDb(DEVICE, user_dir=user, system_dir=system) as find_db:
-        yield find_db
-
 
 # -- merge ---------------------------------------------------------------------------------------
 
