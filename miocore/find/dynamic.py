@@ -76,10 +76,7 @@ def dynamic_only(
         return candidates
     ideal = state.context.ideal_ms(canon)
     to_compile += library
-    heuristic, order = engine.ranker.heuristic_order(
-        canon, [c.reg.name for c in ready + to_compile]
-    )
-    estimates = dict(order)
+    heuristic, estimates = engine.estimates(canon, [c.reg.name for c in ready + to_compile])
     worth = _worth_compiling(engine, canon, ready, to_compile, ideal, estimates)
     for cand in left_out:
         report.skipped[cand.reg.name] = (

@@ -71,6 +71,8 @@ class FindEngine:
         self.runner = runner
         #: solver -> what the FindDb record says of its accuracy (the last benchmark's)
         self.accuracy_provenance: dict[str, dict[str, str]] = {}
+        #: the last problem's heuristic estimates: (problem, names asked, heuristic, estimates)
+        self._estimated: tuple[ConvProblem, frozenset[str], str, dict[str, float]] | None = None
 
     def find(
         self,
@@ -142,6 +144,18 @@ class FindEngine:
         )
         return ordered, True
 
+    def estimates(self, canon: ConvProblem, names: list[str]) -> tuple[str, dict[str, float]]:
+        """The first applicable heuristic's name and its estimates (ms) of those of ``names``
+        it knows on ``canon`` (``ImmediateRanker.heuristic_order``); ("", {}) without one. The
+        last problem's are kept: a DYNAMIC_HYBRID find asks for them twice, choosing what to
+        measure and then in what order."""
+        last = self._estimated
+        if last is not None and last[1].issuperset(names) and last[0] == canon:
+            return last[2], {n: last[3][n] for n in names if n in last[3]}
+        heuristic, order = self.ranker.heuristic_order(canon, names)
+        self._estimated = (canon, frozenset(names), heuristic, dict(order))
+        return heuristic, dict(order)
+
     def predicted(self, ideal_ms: float, cand: Candidate, canon: ConvProblem) -> float:
         """``cand``'s time on ``canon`` as its WTI predicts it (inf without one)."""
         score = wti_score(self.state, cand.reg, canon)
@@ -174,8 +188,12 @@ class FindEngine:
         self.accuracy_provenance = check.provenance if check is not None else {}
         ideal = state.context.ideal_ms(canon)
         predicted = {c.reg.name: self.predicted(ideal, c, canon) for c in candidates}
-        # Likely winners first, so the cut-offs for hopeless candidates have a reference.
-        ordered = sorted(candidates, key=lambda c: (predicted[c.reg.name], c.reg.name))
+        # Likely winners first, so the cut-offs for hopeless candidates have a reference: by
+        # the heuristic's estimate where it has one (a learned model ranks far better than
+        # WTI), else by WTI.
+        _, estimates = self.estimates(canon, [c.reg.name for c in candidates])
+        first = {name: estimates.get(name, guess) for name, guess in predicted.items()}
+        ordered = sorted(candidates, key=lambda c: (first[c.reg.name], c.reg.name))
         if hasattr(state.backend, "precompile"):
             self._precompile(canon, ordered)
         prune = prune_factor()
