@@ -336,3 +336,23 @@ def test_a_ready_candidate_estimated_hopeless_is_left_out(monkeypatch: pytest.Mo
     monkeypatch.setenv("MIOCORE_FIND_ESTIMATE_PRUNE", "0.5")
     with pytest.raises(miocore.MiocoreError, match="MIOCORE_FIND_ESTIMATE_PRUNE"):
         h.find_solutions(small_problem(layout="NHWC"), find_mode="DYNAMIC_HYBRID")
+
+
+def test_find_times_candidates_in_the_heuristics_order_where_it_has_estimates(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # WTI puts test.flattered first (a higher score is a faster prediction); the heuristic
+    # knows better, and an unknown solver keeps its WTI place among the estimates (in ms;
+    # here far slower, and measured all the same with WTI's pruning off).
+    monkeypatch.setenv("MIOCORE_FIND_PRUNE_FACTOR", "0")
+    flattered = TimedSolver("test.flattered", delay_s=0.002, dynamic=True, wti=0.9)
+    modest = TimedSolver("test.modest", delay_s=0.001, dynamic=True, wti=0.1)
+    unknown = TimedSolver("test.unknown", delay_s=0.003, dynamic=True, wti=1e-9)
+    h = _with_heuristic({"test.flattered": 2.0, "test.modest": 1.0}, flattered, modest, unknown)
+    sols = h.find_solutions(PROBLEM, find_mode="NORMAL")
+    assert sols.report.benchmarked == ["test.modest", "test.flattered", "test.unknown"]
+    plain = _handle(
+        TimedSolver("test.flattered", delay_s=0.002, dynamic=True, wti=0.9),
+        TimedSolver("test.modest", delay_s=0.001, dynamic=True, wti=0.1),
+    ).find_solutions(PROBLEM, find_mode="NORMAL")
+    assert plain.report.benchmarked == ["test.flattered", "test.modest"]  # WTI's order
