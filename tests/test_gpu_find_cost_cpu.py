@@ -142,7 +142,8 @@ class _ScriptedBackend:
 
 
 def _time(times: list[float], best_ms: float) -> tuple[Any, str, int]:
-    """``FindEngine._time`` of one candidate whose runs take ``times`` (warm-up first)."""
+    """``FindEngine._time`` (``miocore.find.timing``'s rules) of one candidate whose runs
+    take ``times`` (warm-up first)."""
     from types import SimpleNamespace
 
     from miocore import ConvProblem
@@ -161,18 +162,18 @@ def _time(times: list[float], best_ms: float) -> tuple[Any, str, int]:
 
 
 def test_a_candidate_that_cannot_win_stops_after_the_minimum_runs() -> None:
-    from miocore.find import engine
+    from miocore.find import timing as rules
 
     # Every run 1.5x the best so far: three timed runs (after the warm-up), said in the note.
     timing, note, calls = _time([1.5] * 20, best_ms=1.0)
     assert calls == 1 + 3 and timing.median_ms == 1.5
-    assert "stopped after 3 timed runs" in note and f"{engine.RACE_FACTOR:g}x" in note
+    assert "stopped after 3 timed runs" in note and f"{rules.RACE_FACTOR:g}x" in note
     # One fast run among them keeps it in the race: it runs on until steady or the cap.
     timing, note, calls = _time([1.5, 1.5, 1.0, 1.5] + [1.0] * 16, best_ms=1.0)
     assert note == "" and calls > 1 + 3
     # Within the factor of the best: measured as before (steady after STEADY_RUNS).
     timing, note, calls = _time([1.1] * 20, best_ms=1.0)
-    assert note == "" and calls == 1 + engine.STEADY_RUNS
+    assert note == "" and calls == 1 + rules.STEADY_RUNS
     # A warm-up over 10x the best: one more run decides; slow again, it stops there.
     timing, note, calls = _time([50.0] + [20.0] * 20, best_ms=1.0)
     assert calls == 2 and timing.count == 1 and "over 10x" in note
@@ -182,4 +183,4 @@ def test_a_candidate_that_cannot_win_stops_after_the_minimum_runs() -> None:
     assert note == "" and calls > 3 and timing.median_ms == 0.5 and timing.max_ms == 0.9
     # The first candidate (no best yet) is never stopped early.
     timing, note, calls = _time([1.5] * 20, best_ms=float("inf"))
-    assert note == "" and calls == 1 + engine.STEADY_RUNS
+    assert note == "" and calls == 1 + rules.STEADY_RUNS

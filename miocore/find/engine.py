@@ -33,30 +33,14 @@ from miocore.find.ranker import (
 from miocore.find.runner import Runner
 from miocore.find.settings import alternatives_factor, prune_factor, should_tune
 from miocore.find.state import FindState
+from miocore.find.timing import time_candidate
 from miocore.problem.conv import ConvProblem
 from miocore.solver.interface import InvokeParams, PerfConfig, TunableSolver
 from miocore.solver.numerics import AccuracyPolicy
-from miocore.solver.results import FindReport, Solution, Timing, order_with_ties, tie_margin
+from miocore.solver.results import FindReport, Solution, Timing, order_with_ties
 from miocore.values import evolve
 
 log = logging.getLogger("miocore.find")
-
-#: Timed runs after which a candidate whose times all lie within the noise rule's margin of
-#: each other (:func:`~miocore.solver.results.tie_margin`) is measured: more runs could not
-#: move its median out of a tie with itself.
-STEADY_RUNS = 5
-
-
-#: A candidate whose fastest of ``min_runs`` timed runs is over this many times the best
-#: median so far stops there: it cannot come within the noise rule's margin of the best, and
-#: most candidates of a find are such losers (about half of a small layer's timed runs).
-RACE_FACTOR = 1.25
-
-
-def _steady(samples: Sequence[float]) -> bool:
-    fastest = min(samples)
-    return max(samples) - fastest <= tie_margin(fastest, [])
-
 
 #: Called during find as ``progress(done, total, solver_name)``.
 ProgressCallback = Callable[[int, int, str], None]
@@ -370,38 +354,20 @@ class FindEngine:
         max_runs: int = 15,
         min_total_ms: float = 40.0,
     ) -> tuple[Timing, str]:
-        backend = self.state.backend
         params = InvokeParams(problem=canon, workspace=workspace, **arrays)
         owner = self.runner.owner
 
         def run() -> None:
             entry.invoker(owner, params)
 
-        first = backend.time_ms(run)  # warm-up: caches, lazy allocations
-        samples: list[float] = []
-        # A candidate far slower than the best so far cannot win: one more run is enough to
-        # report an honest (measured) time without spending seconds on it. The judgement is
-        # that run's, not the warm-up's: a warm-up also loads the candidate's kernels (a
-        # numba kernel from its disk cache takes milliseconds), so it can be 10x slow where
-        # the kernel is the fastest of all.
-        if first > 10 * best_ms:
-            samples.append(backend.time_ms(run))
-            if samples[0] > 10 * best_ms:
-                return Timing.from_samples(samples), (
-                    f"stopped after 1 timed run: over 10x the best time so far ({best_ms:.4g} ms)"
-                )
-        while len(samples) < max_runs:
-            samples.append(backend.time_ms(run))
-            if len(samples) >= min_runs and min(samples) > RACE_FACTOR * best_ms:
-                return Timing.from_samples(samples), (
-                    f"stopped after {len(samples)} timed runs: over {RACE_FACTOR:g}x the best "
-                    f"time so far ({best_ms:.4g} ms)"
-                )
-            if len(samples) >= min_runs and sum(samples) >= min_total_ms:
-                break
-            if len(samples) >= STEADY_RUNS and _steady(samples):
-                break
-        return Timing.from_samples(samples), ""
+        return time_candidate(
+            self.state.backend,
+            run,
+            best_ms,
+            min_runs=min_runs,
+            max_runs=max_runs,
+            min_total_ms=min_total_ms,
+        )
 
     # -- tuning ------------------------------------------------------------------------------
 
