@@ -152,14 +152,14 @@ def _drop_hopeless(
     known = [estimates[c.reg.name] for c in chosen if c.reg.name in estimates]
     if not factor or len(known) < 2:
         return chosen
-    bar = factor * min(known)
+    best = min(known)
     kept = []
     for cand in chosen:
         guess = estimates.get(cand.reg.name)
-        if guess is not None and guess > bar:
+        if guess is not None and guess > factor * best:
             report.skipped[cand.reg.name] = (
                 f"DYNAMIC_HYBRID: {heuristic} estimates {guess:.4g} ms, over {factor:g}x its "
-                f"best estimate {bar / factor:.4g} ms"
+                f"best estimate {best:.4g} ms"
             )
             continue
         kept.append(cand)

@@ -137,8 +137,9 @@ class FindEngine:
         if last is not None and last[1].issuperset(names) and last[0] == canon:
             return last[2], {n: last[3][n] for n in names if n in last[3]}
         heuristic, order = self.ranker.heuristic_order(canon, names)
-        self._estimated = (canon, frozenset(names), heuristic, dict(order))
-        return heuristic, dict(order)
+        found = dict(order)
+        self._estimated = (canon, frozenset(names), heuristic, found)
+        return heuristic, dict(found)
 
     def predicted(self, ideal_ms: float, cand: Candidate, canon: ConvProblem) -> float:
         """``cand``'s time on ``canon`` as its WTI predicts it (inf without one)."""
