@@ -249,11 +249,12 @@ def hide_from_system_db(model: Any, x: Any, folder: Path) -> int:
     """Point ``MIOCORE_SYSTEM_DB_PATH`` at a copy of the system folder in ``folder`` without
     the records of ``model``'s problems (every direction), so its first find is measured even
     where the shipped database holds its layers; the model and tables stay. Returns how many
-    keys were dropped. Call before the first handle is made."""
+    find-db entries (one a solver) were dropped. Call before the first handle is made."""
     import shutil
     import sqlite3
 
     from miocore.db._common import default_system_dir
+    from miocore.db.packed import PACKED_SUFFIX, readable_db_file
     from miocore.tune.sources import problems_from_torch
 
     keys = [
@@ -263,6 +264,12 @@ def hide_from_system_db(model: Any, x: Any, folder: Path) -> int:
         )
     ]
     shutil.copytree(default_system_dir(), folder, dirs_exist_ok=True)
+    # The shipped databases are packed (<device>.db.xz): a plain copy beside each, which wins
+    # over its packed twin, is the one edited (before this, nothing was hidden from them)
+    for packed in folder.glob(f"*.db{PACKED_SUFFIX}"):
+        plain = packed.with_name(packed.name.removesuffix(PACKED_SUFFIX))
+        if not plain.exists():
+            shutil.copyfile(readable_db_file(packed), plain)
     dropped = 0
     for path in folder.glob("*.db"):
         path.chmod(0o644)  # an installed package's files may be read-only
