@@ -187,3 +187,48 @@ def test_the_tune_command_multiplies_problems_by_layout(
     args = parser.parse_args([*argv[:-1], "NWHC"])
     with pytest.raises(InvalidArgumentError, match="NWHC"):
         args.handler(args)
+
+
+def test_problems_from_a_torch_model_are_the_keys_its_calls_look_up() -> None:
+    """Tuned keys must be the ones the front end runs: a squeeze-and-excitation layer's 1x1 map
+    in a channels-last network (stored both ways: NCHW to the front end) and a channels-last
+    3-D network (NDHWC) once came out NHWC and NCDHW, so their tuned records were never hit."""
+    torch = pytest.importorskip("torch")
+    import miocore.torch as mt
+    from miocore.torch import runtime
+    from miocore.tune import problems_from_torch
+
+    class Squeeze(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = torch.nn.Conv2d(4, 8, 3, padding=1)
+            self.reduce = torch.nn.Conv2d(8, 2, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.body(x)
+            return y * self.reduce(y.mean((2, 3), keepdim=True)).sum(1, keepdim=True)
+
+    cases = [
+        (Squeeze(), torch.randn(2, 4, 6, 6).to(memory_format=torch.channels_last)),
+        (Squeeze(), torch.randn(2, 4, 6, 6)),
+        (
+            torch.nn.Conv3d(3, 4, 3, padding=1),
+            torch.randn(1, 3, 4, 5, 5).to(memory_format=torch.channels_last_3d),
+        ),
+        (torch.nn.Conv1d(3, 4, 3), torch.randn(2, 3, 9)),
+    ]
+    keys = []
+    for model, x in cases:
+        tuned = {p.key for p in problems_from_torch(model, x, directions=["forward"])}
+        converted = mt.convert(model)
+        with torch.no_grad():
+            run = {p.key for _, p in runtime.collect(lambda m=converted, x=x: m(x))}
+        assert tuned == run, (type(model).__name__, x.stride())
+        keys.append(sorted(tuned))
+    # the channels-last network: its body NHWC, its 1x1 map NCHW; the 3-D one NDHWC
+    assert ["NHWC" in k for k in keys[0]] == [True, False] or ["NHWC" in k for k in keys[0]] == [
+        False,
+        True,
+    ]
+    assert not any("NHWC" in k for k in keys[1])
+    assert all("NDHWC" in k for k in keys[2])

@@ -153,8 +153,15 @@ def _problem_from_module(module: Any, x: Any, y: Any) -> ConvProblem:
                 *dils,
             ],
         )
-    channels_last = x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)
-    layout = "NHWC" if channels_last else ("NCHW" if len(sizes) == 2 else "NCDHW")
+    # The front end's own rule (miocore.torch.tensors), so that a tuned key is the one its
+    # calls look up: a tensor stored both ways (one pixel, as a squeeze-and-excitation layer's
+    # 1x1 map, or one channel) is NCHW there, and 5-D channels-last is NDHWC
+    from miocore.torch.tensors import is_channels_last, layout_name
+
+    if x.dim() == 3:  # Conv1d: the front end runs it as 2-D of height 1, channels-first
+        layout = "NCHW"
+    else:
+        layout = layout_name(x.dim(), is_channels_last(x))
     return ConvProblem.from_sizes(
         "forward",
         n=int(x.shape[0]),
