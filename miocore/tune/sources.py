@@ -158,10 +158,8 @@ def _problem_from_module(module: Any, x: Any, y: Any) -> ConvProblem:
     # 1x1 map, or one channel) is NCHW there, and 5-D channels-last is NDHWC
     from miocore.torch.tensors import is_channels_last, layout_name
 
-    if x.dim() == 3:  # Conv1d: the front end runs it as 2-D of height 1, channels-first
-        layout = "NCHW"
-    else:
-        layout = layout_name(x.dim(), is_channels_last(x))
+    # (Conv1d: the front end runs it as 2-D of height 1, channels-first)
+    layout = "NCHW" if x.dim() == 3 else layout_name(x.dim(), is_channels_last(x))
     return ConvProblem.from_sizes(
         "forward",
         n=int(x.shape[0]),
