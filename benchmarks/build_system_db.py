@@ -33,8 +33,9 @@ def _keys_of(path: str, dtype: str | None) -> list[ConvProblem]:
 
     db = open_db_file(path)
     try:
-        # MIOpen keys only: a record of the tf32 math mode names its problem's key again
-        keys = [k for k in db.keys(DB_FILE_LAYER) if split_record_key(k)[1] == "exact"]
+        # each problem once, whichever math modes its records are of (a channels-last fp32
+        # twin has a tf32 record alone: taking exact-mode keys only, a refresh never saw them)
+        keys = list(dict.fromkeys(split_record_key(k)[0] for k in db.keys(DB_FILE_LAYER)))
         problems = [ConvProblem.from_key(k) for k in keys]
     finally:
         db.close()

@@ -357,3 +357,36 @@ def test_modes_of_finds_a_problem_only_in_its_own_math_modes(tmp_path: Path) -> 
     assert modes == {(narrowed.key, "tf32"): 1, (whole.key, "exact"): 1, (whole.key, "tf32"): 1}
     records = set(_records(result.database))
     assert records == {narrowed.key + "_tf32", whole.key, whole.key + "_tf32"}
+
+
+def test_keys_of_a_database_names_every_problem_once_whatever_its_math_modes(
+    tmp_path: Path,
+) -> None:
+    """benchmarks/build_system_db.py --keys-of (what refreshdb and nhwcdb go through): a
+    problem whose records are of the tf32 math mode alone (the channels-last fp32 twins) is
+    one of its problems too; it once took exact-mode keys only, so no refresh saw those."""
+    import importlib.util
+
+    from miocore.db import FindDb, FindDbEntry
+
+    spec = importlib.util.spec_from_file_location(
+        "build_system_db", Path(__file__).parents[1] / "benchmarks" / "build_system_db.py"
+    )
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    both, exact_only, tf32_only = (
+        ConvProblem.from_sizes(
+            "forward", n=1, c=c, k=2, in_spatial=(5, 5), filter_spatial=(3, 3), pads=(1, 1),
+            dtype="float32",
+        )
+        for c in (2, 3, 4)
+    )  # fmt: skip
+    db = FindDb("cpu_test_4", user_dir=tmp_path, system_dir=tmp_path / "none")
+    entry = [FindDbEntry(solver="direct.naive", algorithm="direct", time_ms=1.0, workspace_size=0)]
+    for key in (both.key, both.key + "_tf32", exact_only.key, tf32_only.key + "_tf32"):
+        db.write(key, entry)
+    db.close()
+    found = script._keys_of(str(tmp_path / "cpu_test_4.db"), None)
+    assert sorted(p.key for p in found) == sorted([both.key, exact_only.key, tf32_only.key])
+    assert script._keys_of(str(tmp_path / "cpu_test_4.db"), "float16") == []
