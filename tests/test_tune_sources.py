@@ -192,7 +192,8 @@ def test_the_tune_command_multiplies_problems_by_layout(
 def test_problems_from_a_torch_model_are_the_keys_its_calls_look_up() -> None:
     """Tuned keys must be the ones the front end runs: a squeeze-and-excitation layer's 1x1 map
     in a channels-last network (stored both ways: NCHW to the front end) and a channels-last
-    3-D network (NDHWC) once came out NHWC and NCDHW, so their tuned records were never hit."""
+    3-D network (NDHWC) once came out NHWC and NCDHW, so their tuned records were never hit;
+    transposed layers and string padding were left out."""
     torch = pytest.importorskip("torch")
     import miocore.torch as mt
     from miocore.torch import runtime
@@ -216,10 +217,19 @@ def test_problems_from_a_torch_model_are_the_keys_its_calls_look_up() -> None:
             torch.randn(1, 3, 4, 5, 5).to(memory_format=torch.channels_last_3d),
         ),
         (torch.nn.Conv1d(3, 4, 3), torch.randn(2, 3, 9)),
+        (  # what a hook on Conv1d/2d/3d alone missed: transposed layers, string padding
+            torch.nn.Sequential(
+                torch.nn.Conv2d(3, 4, 3, padding="same"),
+                torch.nn.ConvTranspose2d(4, 2, 2, stride=2),
+            ),
+            torch.randn(1, 3, 6, 6).to(memory_format=torch.channels_last),
+        ),
     ]
     keys = []
     for model, x in cases:
+        classes = [type(m) for m in model.modules()]
         tuned = {p.key for p in problems_from_torch(model, x, directions=["forward"])}
+        assert [type(m) for m in model.modules()] == classes  # the model is left as it was
         converted = mt.convert(model)
         with torch.no_grad():
             run = {p.key for _, p in runtime.collect(lambda m=converted, x=x: m(x))}
@@ -232,3 +242,4 @@ def test_problems_from_a_torch_model_are_the_keys_its_calls_look_up() -> None:
     ]
     assert not any("NHWC" in k for k in keys[1])
     assert all("NDHWC" in k for k in keys[2])
+    assert len(keys[4]) == 2  # both layers of the last case

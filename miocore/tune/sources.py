@@ -93,10 +93,14 @@ def problems_from_finddb_text(path: Path | str) -> list[ConvProblem]:
 def problems_from_torch(
     model: Any, example_input: Any, *, directions: Sequence[str] = ("forward",)
 ) -> list[ConvProblem]:
-    """The convolutions a PyTorch model runs on ``example_input``, found with forward hooks on
-    its ``Conv1d``/``Conv2d``/``Conv3d`` modules (1-D ones become 2-D with height 1).
-
-    Only shapes are taken; the model runs once under ``torch.no_grad``. Needs torch.
+    """The convolutions a PyTorch model runs on ``example_input``, as the torch front end
+    (:mod:`miocore.torch`) runs them: the model's ``torch.nn`` convolutions (``Conv1d`` to
+    ``Conv3d``, ``ConvTranspose1d`` to ``ConvTranspose3d``) are switched to miocore's for one
+    pass under ``torch.no_grad`` and switched back, and the problems they would have found are
+    recorded instead of run (:func:`miocore.torch.runtime.collect`). So the keys are the ones
+    the converted model's calls look up: its layouts, string padding, 1-D and transposed
+    layers, as the front end reads them. Only shapes are taken (outputs are left unwritten).
+    Needs torch; refuses a model the front end cannot convert, naming the layer.
     """
     try:
         import torch
@@ -106,74 +110,18 @@ def problems_from_torch(
         ) from exc
     if not isinstance(model, torch.nn.Module):
         raise InvalidArgumentError("expected a torch.nn.Module", field="model", value=model)
-    found: list[ConvProblem] = []
+    from miocore.torch import convert
+    from miocore.torch.runtime import collect
 
-    def hook(module: Any, args: tuple[Any, ...], output: Any) -> None:
-        found.append(_problem_from_module(module, args[0], output))
-
-    handles = [
-        m.register_forward_hook(hook)
-        for m in model.modules()
-        if isinstance(m, torch.nn.Conv1d | torch.nn.Conv2d | torch.nn.Conv3d)
-    ]
+    classes = [(m, type(m)) for m in model.modules()]
+    convert(model)  # in place (a class switch), undone below
     try:
         with torch.no_grad():
-            model(example_input)
+            found = collect(lambda: model(example_input))
     finally:
-        for h in handles:
-            h.remove()
-    return unique(expand(found, directions=directions))
-
-
-def _problem_from_module(module: Any, x: Any, y: Any) -> ConvProblem:
-    import torch
-
-    dtype = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}.get(
-        x.dtype
-    )
-    if dtype is None:
-        raise InvalidArgumentError(
-            "miocore tunes float32, float16 and bfloat16", field="example_input.dtype", value=x
-        )
-    if isinstance(module.padding, str):
-        raise InvalidArgumentError(
-            "string padding is not supported; give numbers", field="padding", value=module.padding
-        )
-    sizes = list(x.shape[2:])
-    filt = list(module.kernel_size)
-    pads, strides, dils = list(module.padding), list(module.stride), list(module.dilation)
-    if len(sizes) == 1:  # Conv1d as a 2-D convolution of height 1
-        sizes, filt, pads, strides, dils = (
-            [1, *sizes],
-            [1, *filt],
-            [0, *pads],
-            [1, *strides],
-            [
-                1,
-                *dils,
-            ],
-        )
-    # The front end's own rule (miocore.torch.tensors), so that a tuned key is the one its
-    # calls look up: a tensor stored both ways (one pixel, as a squeeze-and-excitation layer's
-    # 1x1 map, or one channel) is NCHW there, and 5-D channels-last is NDHWC
-    from miocore.torch.tensors import is_channels_last, layout_name
-
-    # (Conv1d: the front end runs it as 2-D of height 1, channels-first)
-    layout = "NCHW" if x.dim() == 3 else layout_name(x.dim(), is_channels_last(x))
-    return ConvProblem.from_sizes(
-        "forward",
-        n=int(x.shape[0]),
-        c=int(x.shape[1]),
-        k=int(y.shape[1]),
-        in_spatial=tuple(int(s) for s in sizes),
-        filter_spatial=tuple(int(f) for f in filt),
-        pads=tuple(int(p) for p in pads),
-        strides=tuple(int(s) for s in strides),
-        dilations=tuple(int(d) for d in dils),
-        groups=int(module.groups),
-        dtype=dtype,
-        layout=layout,
-    )
+        for m, cls in classes:
+            m.__class__ = cls
+    return unique(expand([problem for _, problem in found], directions=directions))
 
 
 def with_dtype(problem: ConvProblem, dtype: str) -> ConvProblem:
