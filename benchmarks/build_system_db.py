@@ -162,17 +162,10 @@ def main() -> int:
     kept_out = {p.key for p in driver_problems(args.skip_driver_file)}
     problems = [p for p in problems if p.key not in kept_out]
     if args.skip_db:
-        from miocore.db.mathkeys import split_record_key
-        from miocore.heuristic.train import DB_FILE_LAYER, open_db_file
-
-        db = open_db_file(args.skip_db)
-        try:
-            # a problem with a record in any math mode is done (the channels-last fp32
-            # twins have a tf32 record alone, and were found again by every nhwcdb run)
-            done = {split_record_key(k)[0] for k in db.keys(DB_FILE_LAYER)}
-            print(f"{len(done)} problems of {args.skip_db} skipped where asked for")
-        finally:
-            db.close()
+        # a problem with a record in any math mode is done (the channels-last fp32 twins have
+        # a tf32 record alone, and were found again by every nhwcdb run)
+        done = {p.key for p in _keys_of(args.skip_db, None)}
+        print(f"{len(done)} problems of {args.skip_db} skipped where asked for")
         problems = [p for p in problems if p.key not in done]
     if args.fp32_modes:
         fp32 = args.fp32_modes.split(",")
