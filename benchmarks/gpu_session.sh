@@ -285,7 +285,8 @@ case "$STAGE" in
       timeout "${DW_TIMEOUT:-270}" python3 benchmarks/gpu_depthwise_bench.py --suite "$suite" \
         --batch "${DW_BATCH:-64}" --dtypes ${DW_DTYPES:-float16 bfloat16} --layouts NHWC \
         --configs 1 --space-runs --runs 10 --directions ${DW_DIRECTIONS:-forward backward_data} \
-        --out "$OUT/dw_runs_$suite.json" 2>&1 | grep -a -v '^{' | tail -6
+        --out "$OUT/dw_runs_$suite.json" 2>&1 | tee "$OUT/dw_runs_$suite.log" | grep -a -v '^{' |
+        tail -6  # the log keeps each row as it is timed: a timeout loses only the last
     done
     ;;
   dwprofile)

@@ -369,7 +369,7 @@ def test_nhwc_staged_tiles_every_config(handle: miocore.Handle, dtype: str) -> N
     # channel counts that leave the last channel block short (24 of 32 or 64, 40), a layer of
     # 16 and one of 96 in blocks of 48 (12 x 21 threads), 5x5 filters at strides 1 and 2;
     # each also on buffers one element past an aligned allocation (the scalar twin); and the
-    # first and last of them in runs of several tiles a block.
+    # first and last of them in runs of several tiles a block; strips of 2 rows (py) among them.
     from miocore_direct.gpu_depthwise_nhwc_tile import NHWC_TILE_RUNS, nhwc_tile_configs
 
     cases = [  # direction, c, spatial, filter, pads, strides, dilations

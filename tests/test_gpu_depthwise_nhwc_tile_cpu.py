@@ -181,3 +181,33 @@ def test_nhwc_staged_tile_runs_of_several_tiles() -> None:
     runs = [c for c in s.perf_config_space(ctx, p) if "nt" in c]
     assert runs and all(c["mb"] == 3 and c["nt"] * c["ch"] <= 256 for c in runs)
     assert {(c["ch"], c["nt"]) for c in runs} == {(32, 2), (32, 4), (32, 8), (64, 2), (64, 4)}
+
+
+def test_nhwc_staged_tile_strips_of_several_rows() -> None:
+    # py: a thread's strip is py rows x pix columns (outside the gather); py divides the tile's
+    # rows, reaches the kernel as MIO_PY, and strips of 2 rows are in the space with and without
+    # caps and in runs
+    from miocore_direct.gpu_depthwise_nhwc_tile import nhwc_tile_configs
+
+    s, ctx = dw.GpuDepthwiseSolver(), _ctx()
+    p = _problem(n=3, c=40, k=40, groups=40, in_spatial=(30, 20), dtype="float16",
+                 layout="NHWC").canonical  # fmt: skip
+    tall = miocore.PerfConfig(vec=4, ch=32, toh=8, tow=16, pix=4, py=2)
+    assert s.is_valid_perf_config(ctx, p, tall)
+    main = s.get_solution(ctx, p, tall).kernels[0]
+    assert "-DMIO_PY=2" in main.options and main.grid == (3 * 4 * 2, 2)
+    one = miocore.PerfConfig(**{k: v for k, v in tall.items() if k != "py"})
+    assert not any("MIO_PY" in o for o in s.get_solution(ctx, p, one).kernels[0].options)
+    for py in (3, 4, 0):  # only the strip heights the space holds
+        assert not s.is_valid_perf_config(ctx, p, miocore.PerfConfig(**one, py=py)), py
+    two_row_tile = miocore.PerfConfig(vec=4, ch=32, toh=2, tow=32, pix=4)
+    assert s.is_valid_perf_config(ctx, p, miocore.PerfConfig(**two_row_tile, py=2))
+    space = nhwc_tile_configs(p)
+    tall_space = [c for c in space if "py" in c]
+    assert {"mb" in c for c in tall_space} == {True, False}
+    assert any("nt" in c for c in tall_space) and all(c["py"] == 2 for c in tall_space)
+    # the gather's strips are one phase of the stride: one row
+    gather = _problem("backward_data", n=3, c=40, k=40, groups=40, in_spatial=(30, 20),
+                      strides=(2, 2), dtype="float16", layout="NHWC").canonical  # fmt: skip
+    assert nhwc_tile_configs(gather) and not any("py" in c for c in nhwc_tile_configs(gather))
+    assert not s.is_valid_perf_config(ctx, gather, miocore.PerfConfig(**one, py=2))

@@ -276,6 +276,8 @@ class GpuDepthwiseSolver(TunableSolver):
                 opts = (*opts, f"-DMIO_MINB={cfg['mb']}")
             if cfg.get("nt", 1) > 1:
                 opts = (*opts, f"-DMIO_TILES={cfg['nt']}")
+            if cfg.get("py", 1) > 1:
+                opts = (*opts, f"-DMIO_PY={cfg['py']}")
             fields.update(tiles_w=tiles_w, tiles=tiles)
             lanes = cfg["ch"] // cfg["vec"]
             block = (lanes, NHWC_TILE_THREADS // lanes)

@@ -3,8 +3,10 @@ tiles staged in shared memory (``kernels/depthwise_nhwc_tile.cu``).
 
 A config names a block's tile: ``toh`` x ``tow`` outputs for ``ch`` channels, each thread
 ``vec`` channels x ``pix`` consecutive outputs at a time; optionally ``mb`` (a register cap for
-that many blocks per SM) and ``nt`` (tiles a block computes in turn, the next one's input
-copied asynchronously into a second buffer while this one computes). The kernel answers the
+that many blocks per SM), ``nt`` (tiles a block computes in turn, the next one's input
+copied asynchronously into a second buffer while this one computes) and ``py`` (output rows
+of a thread's strip besides its ``pix`` columns: the strip's rows share the staged rows they
+read, so each staged element is loaded and converted once for all of them). The kernel answers the
 profile of ``dw_nhwc`` on 16-bit 3x3 layers (Nsight Compute, H200, thirty-third session:
 latency-bound, 112 registers, 25% occupancy, each input element read about three times
 through L1).
@@ -39,7 +41,7 @@ NHWC_TILE_CHUNK_BYTES = 16
 #: capped for (uncapped, the 16-bit 3x3 tiles compile to 80-94 registers: 2 blocks of 256;
 #: 4 blocks spill 132 bytes), ``nt`` tiles a block runs in turn (double-buffered).
 NHWC_TILE_KEYS = ("vec", "ch", "toh", "tow", "pix")
-NHWC_TILE_OPTIONAL_KEYS = ("mb", "nt")
+NHWC_TILE_OPTIONAL_KEYS = ("mb", "nt", "py")
 NHWC_TILE_MIN_BLOCKS = (3, 4)
 #: Tiles a block may run in turn (``nt``): they answer the single tile's profile (a block waits
 #: for its whole tile before any arithmetic): 1.45x faster than ``dw_nhwc``'s default on
@@ -63,6 +65,12 @@ NHWC_TILE_MIN_SHORT_RUN_BLOCKS = 264
 NHWC_TILE_EXACT_CH = 48
 #: Output tiles tried, (rows, columns), best guesses first.
 NHWC_TILE_SHAPES = ((8, 16), (4, 32), (8, 8), (16, 16), (4, 16), (2, 32))
+#: Output rows of a thread's strip tried besides one (``py``, as ``dw_nhwc``'s; not in the
+#: gather, whose strips are one phase of the stride): on a 3x3 layer a 2 x 4 strip loads and
+#: converts 3 staged elements a channel an output where a 1 x 4 strip loads 4.5 and a 1 x 2
+#: strip 6, for the same 9 multiply-adds (the fp16 forward tiles were issue-bound: Nsight
+#: Compute, H200, thirty-sixth session).
+NHWC_TILE_STRIP_ROWS = (2,)
 
 
 def is_nhwc_tile(cfg: PerfConfig) -> bool:
@@ -128,10 +136,13 @@ def nhwc_tile_fits(p: ConvProblem, cfg: PerfConfig) -> bool:
     if not nhwc_tile_applies(p):
         return False
     vec, ch, tow, pix = cfg["vec"], cfg["ch"], cfg["tow"], cfg["pix"]
+    rows = cfg.get("py", 1)
     chunk = NHWC_TILE_CHUNK_BYTES // esize(p)
     lanes = ch // max(1, vec)
     strip = pix * (problem_sizes(p)["s"][2] if role(p)[5] else 1)  # the gather: a phase's
     if not vec_ok(p, vec) or ch % chunk or ch % vec or tow % strip:
+        return False
+    if cfg["toh"] % rows or (rows > 1 and role(p)[5]):  # the gather's strips: one row
         return False
     if lanes > NHWC_TILE_THREADS:  # lanes not dividing 256 leave a few threads out
         return False
@@ -146,7 +157,8 @@ def nhwc_tile_configs(p: ConvProblem) -> list[PerfConfig]:
     taps (the filter's taps stay in registers: :func:`nhwc_tile_vec`); blocks of 32 or 64
     channels (16 where the
     layer has fewer; also 48 where that divides the channels and 64 does not); 2 or 4 outputs
-    a thread; then each again with its registers capped; then the tiles capped for 3 blocks
+    a thread (and, outside the gather, in strips of :data:`NHWC_TILE_STRIP_ROWS` rows); then
+    each again with its registers capped; then the tiles capped for 3 blocks
     in runs of 2, 4 and 8 (at most :data:`NHWC_TILE_RUN_WORK` channel-tiles a run) whose two
     buffers fit. Filters of more than 9 taps: no caps (they spill)."""
     if not nhwc_tile_applies(p):
@@ -163,6 +175,13 @@ def nhwc_tile_configs(p: ConvProblem) -> list[PerfConfig]:
                 cfg = PerfConfig(vec=vec, ch=ch, toh=toh, tow=tow, pix=pix)
                 if nhwc_tile_fits(p, cfg):
                     out.append(cfg)
+    # strips of several rows after the single-row ones (the order the defaults were timed in)
+    out += [
+        tall
+        for rows in NHWC_TILE_STRIP_ROWS
+        for c in out
+        if nhwc_tile_fits(p, tall := PerfConfig(**c, py=rows))
+    ]
     # Filters of more than 9 taps keep 50 floats of taps: capped for 3 or 4 blocks (80 or 64
     # registers) they spilled 32-300 bytes a thread (NVRTC, sm_90), so they run uncapped (about
     # 118 registers: 2 blocks an SM), in runs too.
@@ -274,6 +293,8 @@ def nhwc_tile_valid(p: ConvProblem, config: PerfConfig) -> bool:
     if values.get("mb", NHWC_TILE_MIN_BLOCKS[0]) not in NHWC_TILE_MIN_BLOCKS:
         return False
     if values.get("nt", NHWC_TILE_RUNS[0]) not in NHWC_TILE_RUNS:
+        return False
+    if values.get("py", NHWC_TILE_STRIP_ROWS[0]) not in NHWC_TILE_STRIP_ROWS:
         return False
     if any(v < 1 for v in values.values()) or values["toh"] > 64 or values["tow"] > 64:
         return False

@@ -19,6 +19,11 @@
 //                     MIO_VEC)
 //   MIO_PIX           consecutive output columns a thread computes at a time (divides MIO_TOW;
 //                     with MIO_GATHER, columns MIO_SW apart: MIO_SW * MIO_PIX divides MIO_TOW)
+//   MIO_PY            consecutive output rows of a thread's strip (divides MIO_TOH; default 1;
+//                     not with MIO_GATHER): the strip's rows share the staged rows between
+//                     them, so each staged element a thread loads and converts to fp32 feeds
+//                     up to MIO_FY rows of sums (a 3x3 strip of 2 x 4 outputs loads 24 elements
+//                     a channel for 72 multiply-adds, a 1 x 4 strip 18 for 36)
 //   MIO_MINB          blocks each SM must hold at once (registers capped to match; default 1)
 //   MIO_TILES         tiles a block computes one after the other (default 1). Above 1 the
 //                     input is staged into two buffers by asynchronous copies (cp.async on
@@ -48,6 +53,7 @@
 #ifndef MIO_TILES
 #define MIO_TILES 1
 #endif
+
 #define MIO_BUFFERS (MIO_TILES > 1 ? 2 : 1)
 #define MIO_CHUNK (16 / MIO_ESIZE)  // elements of one staged 16-byte load
 #define MIO_CHUNKS (MIO_CH / MIO_CHUNK)
@@ -61,9 +67,13 @@
 #define MIO_STRIDE_W 1
 #endif
 #define MIO_STRIPS_W (MIO_TOW / MIO_PIX)
+#define MIO_STRIPS_H (MIO_TOH / MIO_PY)  // a strip's staged rows: depthwise_common.h's MIO_ROWS
 
 #if MIO_CH % MIO_CHUNK || MIO_CH % MIO_VEC || MIO_TOW % (MIO_PIX * MIO_STRIDE_W) || MIO_FZ != 1
 #error "dw_nhwc_tile: MIO_CH whole chunks and vectors, MIO_PIX strips dividing MIO_TOW, 2-D"
+#endif
+#if MIO_TOH % MIO_PY || (MIO_GATHER && MIO_PY != 1)
+#error "dw_nhwc_tile: MIO_PY divides MIO_TOH, and is 1 for the gather"
 #endif
 
 #define MIO_STAGED (MIO_TEH * MIO_TEW * MIO_CHUNKS)  // 16-byte chunks of one tile's input
@@ -178,38 +188,57 @@ MIO_DEVICE void dw_tile_compute(const uint4* buf, const float (*wr)[MIO_VEC], mi
   }
 }
 #else
-// This thread's strips of tile t, computed from its staged input (buf) and the taps (wr).
+// This thread's strips of tile t, computed from its staged input (buf) and the taps (wr): a
+// strip is MIO_PY x MIO_PIX outputs, and each staged row and column it reads is loaded once
+// and added into every output of the strip whose window holds it.
 MIO_DEVICE void dw_tile_compute(const uint4* buf, const float (*wr)[MIO_VEC], mio_t* b,
                                 const MioDwParams& p, const MioTileAt& at, int lane, int c) {
   const int bh = (int)p.b.len[3], bw = (int)p.b.len[4];
   const mio_t* s_in = (const mio_t*)buf + lane * MIO_VEC;
   mio_t* bn = b + (mio_index)at.n * p.b.stride[0] + c;
-  for (int s = (int)threadIdx.y; s < MIO_TOH * MIO_STRIPS_W; s += (int)blockDim.y) {
-    const int ry = s / MIO_STRIPS_W, rx = (s % MIO_STRIPS_W) * MIO_PIX;
+  for (int s = (int)threadIdx.y; s < MIO_STRIPS_H * MIO_STRIPS_W; s += (int)blockDim.y) {
+    const int ry = (s / MIO_STRIPS_W) * MIO_PY, rx = (s % MIO_STRIPS_W) * MIO_PIX;
     const int oh = at.oh0 + ry, ow = at.ow0 + rx;
     if (oh >= bh || ow >= bw) continue;
-    float acc[MIO_PIX][MIO_VEC] = {};
+    float acc[MIO_PY][MIO_PIX][MIO_VEC] = {};
 #pragma unroll
-    for (int fy = 0; fy < MIO_FY; ++fy) {
-      const mio_t* row = s_in + ((ry * MIO_SH + fy * MIO_DH) * MIO_TEW + rx * MIO_SW) * MIO_CH;
+    for (int r = 0; r < MIO_ROWS; ++r) {  // every staged row once for the strip
+      const mio_t* row = s_in + ((ry * MIO_SH + r) * MIO_TEW + rx * MIO_SW) * MIO_CH;
 #pragma unroll
       for (int col = 0; col < MIO_WIN; ++col) {  // every staged column once for the strip
         float v[MIO_VEC];
+        bool used = false;  // compile-time after unrolling: rows between dilated taps skip
+#pragma unroll
+        for (int qr = 0; qr < MIO_PY; ++qr) {
+          const int ty = r - qr * MIO_SH;
+          used = used || (ty >= 0 && ty % MIO_DH == 0 && ty / MIO_DH < MIO_FY);
+        }
+        if (!used) continue;
         mio_loadv(row + col * MIO_CH, v);
 #pragma unroll
-        for (int q = 0; q < MIO_PIX; ++q) {
-          const int tx = col - q * MIO_SW;  // compile-time after unrolling
-          if (tx >= 0 && tx % MIO_DW == 0 && tx / MIO_DW < MIO_FX) {
+        for (int qr = 0; qr < MIO_PY; ++qr) {
+          const int ty = r - qr * MIO_SH;  // this output row's filter row, times the dilation
+          if (ty < 0 || ty % MIO_DH || ty / MIO_DH >= MIO_FY) continue;
 #pragma unroll
-            for (int e = 0; e < MIO_VEC; ++e) acc[q][e] += v[e] * wr[fy * MIO_FX + tx / MIO_DW][e];
+          for (int q = 0; q < MIO_PIX; ++q) {
+            const int tx = col - q * MIO_SW;
+            if (tx >= 0 && tx % MIO_DW == 0 && tx / MIO_DW < MIO_FX) {
+              const float* tap = wr[(ty / MIO_DH) * MIO_FX + tx / MIO_DW];
+#pragma unroll
+              for (int e = 0; e < MIO_VEC; ++e) acc[qr][q][e] += v[e] * tap[e];
+            }
           }
         }
       }
     }
-    mio_t* out = bn + oh * p.b.stride[3];
 #pragma unroll
-    for (int q = 0; q < MIO_PIX; ++q) {
-      if (ow + q < bw) mio_storev(out + (ow + q) * p.b.stride[4], acc[q]);
+    for (int qr = 0; qr < MIO_PY; ++qr) {
+      if (oh + qr >= bh) break;
+      mio_t* out = bn + (oh + qr) * p.b.stride[3];
+#pragma unroll
+      for (int q = 0; q < MIO_PIX; ++q) {
+        if (ow + q < bw) mio_storev(out + (ow + q) * p.b.stride[4], acc[qr][q]);
+      }
     }
   }
 }
