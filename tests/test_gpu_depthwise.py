@@ -360,6 +360,24 @@ def test_nchw_rows_from_registers_every_config(handle: miocore.Handle, dtype: st
     assert not bad, f"{len(bad)}/{tried} failed:\n" + "\n".join(bad[:20])
 
 
+STAGED_TILE_CASES = [  # direction, c, spatial, filter, pads, strides, dilations
+    ("forward", 24, (15, 13), (3, 3), (1, 1), (1, 1), (1, 1)),
+    ("forward", 40, (17, 19), (3, 3), (1, 0), (2, 2), (1, 1)),
+    ("forward", 16, (12, 20), (3, 3), (0, 2), (1, 1), (1, 1)),
+    ("forward", 32, (14, 14), (1, 3), (0, 1), (1, 2), (1, 1)),
+    ("forward", 24, (16, 18), (3, 3), (2, 2), (1, 1), (2, 2)),
+    ("backward_data", 24, (15, 13), (3, 3), (1, 1), (1, 1), (1, 1)),
+    ("backward_data", 40, (11, 9), (3, 3), (1, 2), (1, 1), (1, 1)),
+    ("backward_data", 24, (15, 13), (3, 3), (1, 1), (2, 2), (1, 1)),  # the gather
+    ("backward_data", 40, (17, 18), (3, 3), (1, 0), (2, 2), (2, 1)),  # gather, dilation
+    ("forward", 96, (13, 11), (3, 3), (1, 1), (1, 1), (1, 1)),  # blocks of 48: 252 threads
+    ("backward_data", 96, (13, 11), (3, 3), (1, 1), (1, 1), (1, 1)),
+    ("forward", 40, (15, 13), (5, 5), (2, 2), (1, 1), (1, 1)),  # 5x5: 2 channels a thread
+    ("forward", 24, (17, 19), (5, 5), (2, 1), (2, 2), (1, 1)),
+    ("backward_data", 40, (17, 16), (5, 5), (2, 2), (2, 2), (1, 1)),  # 5x5 gather
+]
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_nhwc_staged_tiles_every_config(handle: miocore.Handle, dtype: str) -> None:
     # dw_nhwc_tile (2-D, channels innermost, plain depthwise, forward and backward data, the
@@ -372,22 +390,7 @@ def test_nhwc_staged_tiles_every_config(handle: miocore.Handle, dtype: str) -> N
     # first and last of them in runs of several tiles a block; strips of 2 rows (py) among them.
     from miocore_direct.gpu_depthwise_nhwc_tile import NHWC_TILE_RUNS, nhwc_tile_configs
 
-    cases = [  # direction, c, spatial, filter, pads, strides, dilations
-        ("forward", 24, (15, 13), (3, 3), (1, 1), (1, 1), (1, 1)),
-        ("forward", 40, (17, 19), (3, 3), (1, 0), (2, 2), (1, 1)),
-        ("forward", 16, (12, 20), (3, 3), (0, 2), (1, 1), (1, 1)),
-        ("forward", 32, (14, 14), (1, 3), (0, 1), (1, 2), (1, 1)),
-        ("forward", 24, (16, 18), (3, 3), (2, 2), (1, 1), (2, 2)),
-        ("backward_data", 24, (15, 13), (3, 3), (1, 1), (1, 1), (1, 1)),
-        ("backward_data", 40, (11, 9), (3, 3), (1, 2), (1, 1), (1, 1)),
-        ("backward_data", 24, (15, 13), (3, 3), (1, 1), (2, 2), (1, 1)),  # the gather
-        ("backward_data", 40, (17, 18), (3, 3), (1, 0), (2, 2), (2, 1)),  # gather, dilation
-        ("forward", 96, (13, 11), (3, 3), (1, 1), (1, 1), (1, 1)),  # blocks of 48: 252 threads
-        ("backward_data", 96, (13, 11), (3, 3), (1, 1), (1, 1), (1, 1)),
-        ("forward", 40, (15, 13), (5, 5), (2, 2), (1, 1), (1, 1)),  # 5x5: 2 channels a thread
-        ("forward", 24, (17, 19), (5, 5), (2, 1), (2, 2), (1, 1)),
-        ("backward_data", 40, (17, 16), (5, 5), (2, 2), (2, 2), (1, 1)),  # 5x5 gather
-    ]
+    cases = STAGED_TILE_CASES
     solver = handle.registry.get(SOLVER).solver
     tol = TOLERANCES[miocore.DataType.parse(dtype)]
     bad, tried = [], 0
@@ -413,4 +416,37 @@ def test_nhwc_staged_tiles_every_config(handle: miocore.Handle, dtype: str) -> N
         tried += len(configs)
         bad += _bad_configs(handle, problem, configs, 6, tol, offsets=(0, 1))
     print(f"{SOLVER}: {tried} staged-tile configs checked")
+    assert not bad, f"{len(bad)}/{tried} failed:\n" + "\n".join(bad[:20])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_nhwc_staged_tiles_through_tma(handle: miocore.Handle, dtype: str) -> None:
+    # dw_nhwc_tile with its tiles staged by the tensor memory accelerator (sm_90): the staged
+    # tile cases' every sixth single tile and the first run of 2, 4 and 8 tiles (two
+    # buffers, two mbarriers and their phases), each at an aligned allocation and one element
+    # past it (the scalar twin, no tensor map)
+    from miocore_direct.gpu_depthwise_nhwc_tile import nhwc_tile_tma_configs, tma_available
+
+    if not tma_available(handle.context):
+        pytest.skip(f"{handle.context.device.arch}: no tensor memory accelerator")
+    solver = handle.registry.get(SOLVER).solver
+    tol = TOLERANCES[miocore.DataType.parse(dtype)]
+    bad, tried = [], 0
+    for direction, c, spatial, f, pads, strides, dils in STAGED_TILE_CASES:
+        problem = miocore.ConvProblem.from_sizes(
+            direction, n=3, c=c, k=c, in_spatial=spatial, filter_spatial=f, pads=pads,
+            strides=strides, dilations=dils, groups=c, dtype=dtype, layout="NHWC",
+        )  # fmt: skip
+        twins = nhwc_tile_tma_configs(problem.canonical)
+        space = solver.perf_config_space(handle.context, problem.canonical)
+        assert twins and all(t in space for t in twins), problem.key
+        singles = [t for t in twins if "nt" not in t]
+        first_runs = {t["nt"]: t for t in reversed(twins) if "nt" in t}  # the first of each nt
+        configs = singles[::6] + list(first_runs.values())
+        for cfg in configs:
+            kernel = solver.get_solution(handle.context, problem.canonical, cfg).kernels[0]
+            assert kernel.kernel_name == "dw_nhwc_tile" and "-DMIO_TMA=1" in kernel.options
+        tried += len(configs)
+        bad += _bad_configs(handle, problem, configs, 7, tol, offsets=(0, 1))
+    print(f"{SOLVER}: {tried} TMA-staged tile configs checked")
     assert not bad, f"{len(bad)}/{tried} failed:\n" + "\n".join(bad[:20])

@@ -211,3 +211,50 @@ def test_nhwc_staged_tile_strips_of_several_rows() -> None:
                       strides=(2, 2), dtype="float16", layout="NHWC").canonical  # fmt: skip
     assert nhwc_tile_configs(gather) and not any("py" in c for c in nhwc_tile_configs(gather))
     assert not s.is_valid_perf_config(ctx, gather, miocore.PerfConfig(**one, py=2))
+
+
+def test_nhwc_staged_tiles_through_tma_on_sm90_only() -> None:
+    # tma: the tile's staging by the tensor memory accelerator, in the space and valid only on
+    # CUDA sm_90 and later; the kernel built with MIO_TMA, its buffers rounded to 128 bytes,
+    # and the read tensor's 4-D map (C, W, H, N) boxed to the staged tile
+    import dataclasses
+
+    from miocore_direct.gpu_depthwise_nhwc_tile import (
+        nhwc_tile_shared_bytes,
+        nhwc_tile_tma_box,
+        nhwc_tile_tma_configs,
+        tma_available,
+    )
+
+    def ctx_of(arch: str, backend: str = "cuda") -> miocore.ExecutionContext:
+        device = dataclasses.replace(_ctx().device, arch=arch, backend=backend)
+        return miocore.ExecutionContext(device=device)
+
+    hopper, ampere = ctx_of("sm_90"), ctx_of("sm_80")
+    assert tma_available(hopper) and tma_available(ctx_of("sm_100a"))
+    assert not tma_available(ampere) and not tma_available(ctx_of("gfx942", "hip"))
+    assert not tma_available(ctx_of("x86_64"))
+    s = dw.GpuDepthwiseSolver()
+    p = _problem(n=3, c=40, k=40, groups=40, in_spatial=(30, 20), dtype="float16",
+                 layout="NHWC").canonical  # fmt: skip
+    twins = nhwc_tile_tma_configs(p)
+    assert twins and all(c["tma"] == 1 for c in twins)
+    on_hopper, on_ampere = s.perf_config_space(hopper, p), s.perf_config_space(ampere, p)
+    assert on_hopper[-len(twins) :] == twins and not any("tma" in c for c in on_ampere)
+    cfg = miocore.PerfConfig(vec=4, ch=32, toh=8, tow=16, pix=2, tma=1)
+    assert s.is_valid_perf_config(hopper, p, cfg) and not s.is_valid_perf_config(ampere, p, cfg)
+    assert not s.is_valid_perf_config(hopper, p, miocore.PerfConfig(**{**cfg, "tma": 2}))
+    main, twin = s.get_solution(hopper, p, cfg).kernels
+    assert "-DMIO_TMA=1" in main.options and not any("TMA" in o for o in twin.options)
+    # 10 x 18 staged pixels x 32 fp16 channels: 11,520 bytes, a multiple of 128, + a barrier
+    plain = miocore.PerfConfig(**{k: v for k, v in cfg.items() if k != "tma"})
+    assert nhwc_tile_shared_bytes(p, cfg) == nhwc_tile_shared_bytes(p, plain) + 8
+    # at stride 2, 17 x 17 staged pixels x 16 channels: 9,248 bytes, rounded up to 9,344
+    p2 = _problem(n=3, c=40, k=40, groups=40, in_spatial=(30, 20), strides=(2, 2),
+                  dtype="float16", layout="NHWC").canonical  # fmt: skip
+    odd = miocore.PerfConfig(vec=4, ch=16, toh=8, tow=8, pix=2)
+    assert nhwc_tile_shared_bytes(p2, odd) == 9248
+    assert nhwc_tile_shared_bytes(p2, miocore.PerfConfig(**odd, tma=1)) == 9344 + 8
+    dims, strides, box = nhwc_tile_tma_box(p, cfg)
+    assert dims == (40, 20, 30, 3) and strides == (80, 80 * 20, 80 * 20 * 30)
+    assert box == (32, 18, 10, 1)

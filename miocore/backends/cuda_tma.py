@@ -34,12 +34,14 @@ def tiled_tensor_map(
     strides: Sequence[int],
     box: Sequence[int],
     element_strides: Sequence[int],
+    swizzle: bool = True,
 ) -> bytes:
     """A tiled ``CUtensorMap`` of the tensor at ``address``: ``dims`` innermost first (the
     innermost contiguous), ``strides`` in bytes for every dimension but the innermost, a
     ``box`` of elements traversed per copy, taking every ``element_strides[i]``-th along
     dimension ``i`` (so ``box[i] / element_strides[i]`` land in shared memory). 128-byte
-    swizzle, zeros for elements outside the tensor (negative coordinates included)."""
+    swizzle (the layout wgmma reads), or with ``swizzle=False`` the box as it lies, densely in
+    shared memory; zeros for elements outside the tensor (negative coordinates included)."""
     rank = len(dims)
     if not (len(strides) == rank - 1 and len(box) == rank == len(element_strides)):
         raise InvalidArgumentError(
@@ -68,7 +70,9 @@ def tiled_tensor_map(
             [cu.cuuint32_t(int(v)) for v in box],
             [cu.cuuint32_t(int(v)) for v in element_strides],
             cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-            cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+            cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B
+            if swizzle
+            else cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
             cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
             cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
         ),

@@ -104,6 +104,9 @@ from miocore_direct.gpu_depthwise_nhwc_tile import (
     is_nhwc_tile,
     nhwc_tile_blocks_x,
     nhwc_tile_grid,
+    nhwc_tile_tma_box,
+    nhwc_tile_tma_configs,
+    tma_available,
 )
 
 
@@ -154,8 +157,12 @@ class GpuDepthwiseSolver(TunableSolver):
         return APPLICABLE
 
     def perf_config_space(self, ctx: ExecutionContext, problem: ConvProblem) -> list[PerfConfig]:
-        """Per kernel, best guesses first (``gpu_depthwise_configs.config_space``)."""
-        return config_space(problem)
+        """Per kernel, best guesses first (``gpu_depthwise_configs.config_space``); on devices
+        with the tensor memory accelerator, the staged tiles again staged by it."""
+        space = config_space(problem)
+        if tma_available(ctx):
+            space += nhwc_tile_tma_configs(problem)
+        return space
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
         """The fitted rule of each kernel (``gpu_depthwise_configs.default_config``)."""
@@ -164,7 +171,10 @@ class GpuDepthwiseSolver(TunableSolver):
     def is_valid_perf_config(
         self, ctx: ExecutionContext, problem: ConvProblem, config: PerfConfig
     ) -> bool:
-        """A config with this kernel's keys, sane values, that fits the problem."""
+        """A config with this kernel's keys, sane values, that fits the problem (a TMA tile:
+        on a device that has the accelerator)."""
+        if "tma" in config and not tma_available(ctx):
+            return False
         return valid_config(problem, config)
 
     # -- cost ----------------------------------------------------------------------------------
@@ -278,6 +288,8 @@ class GpuDepthwiseSolver(TunableSolver):
                 opts = (*opts, f"-DMIO_TILES={cfg['nt']}")
             if cfg.get("py", 1) > 1:
                 opts = (*opts, f"-DMIO_PY={cfg['py']}")
+            if cfg.get("tma"):
+                opts = (*opts, "-DMIO_TMA=1")
             fields.update(tiles_w=tiles_w, tiles=tiles)
             lanes = cfg["ch"] // cfg["vec"]
             block = (lanes, NHWC_TILE_THREADS // lanes)
@@ -354,13 +366,18 @@ class GpuDepthwiseSolver(TunableSolver):
                 return invoker_w
             args3 = KernelArgs([("ptr", 0), ("ptr", 0), ("ptr", 0), ("bytes", params)])
             mains3 = compiled
+            tma_args = tma_launch_args(p, cfg, params) if cfg.get("tma") else None
 
             def invoker(handle: Any, ip: InvokeParams) -> None:
                 ta, tb = (ip.y, ip.x) if direction is Direction.BACKWARD_DATA else (ip.x, ip.y)
                 aligned = ta.ptr % align == 0 and tb.ptr % align == 0
-                main = mains3[0] if aligned else mains3[-1]
-                args3.set_pointers(ta.ptr, ip.w.ptr, tb.ptr)
-                main.launch(args3)
+                if not aligned:  # the scalar twin
+                    args3.set_pointers(ta.ptr, ip.w.ptr, tb.ptr)
+                    mains3[-1].launch(args3)
+                    return
+                args = args3 if tma_args is None else tma_args(ta.ptr)
+                args.set_pointers(ta.ptr, ip.w.ptr, tb.ptr)
+                mains3[0].launch(args)
 
             return invoker
 
@@ -403,3 +420,30 @@ def nhwc_kernels(
         gyv = -(-b.lengths[1] // (v * ctv))
         kernels.append(kernel_info("dw_nhwc", opts, (gx, gyv), (ctv, max(1, 256 // ctv))))
     return kernels
+
+
+#: Tensor maps a TMA tile's invoker keeps (one per read-tensor address: a network's calls
+#: reuse the caching allocator's few addresses, so each is encoded once).
+TMA_MAPS_KEPT = 64
+
+
+def tma_launch_args(p: ConvProblem, cfg: PerfConfig, params: bytes) -> Any:
+    """For a TMA tile: the launch arguments for a read tensor at an address (its tensor map,
+    then the three pointers and the parameters), made once per address."""
+    from miocore.backends.cuda_tma import tiled_tensor_map
+
+    dims, strides, box = nhwc_tile_tma_box(p, cfg)
+    dtype = p.dtype
+    kept: dict[int, KernelArgs] = {}
+
+    def args_for(a_ptr: int) -> KernelArgs:
+        args = kept.get(a_ptr)
+        if args is None:
+            if len(kept) >= TMA_MAPS_KEPT:
+                kept.clear()
+            tensor_map = tiled_tensor_map(dtype, a_ptr, dims, strides, box, (1, 1, 1, 1), False)
+            layout = [("bytes", tensor_map), ("ptr", 0), ("ptr", 0), ("ptr", 0), ("bytes", params)]
+            args = kept[a_ptr] = KernelArgs(layout)
+        return args
+
+    return args_for

@@ -6,7 +6,9 @@ A config names a block's tile: ``toh`` x ``tow`` outputs for ``ch`` channels, ea
 that many blocks per SM), ``nt`` (tiles a block computes in turn, the next one's input
 copied asynchronously into a second buffer while this one computes) and ``py`` (output rows
 of a thread's strip besides its ``pix`` columns: the strip's rows share the staged rows they
-read, so each staged element is loaded and converted once for all of them). The kernel answers the
+read, so each staged element is loaded and converted once for all of them), and ``tma`` (1: the
+tensor memory accelerator stages each tile from a tensor map, CUDA sm_90 and later:
+:func:`nhwc_tile_tma_configs`). The kernel answers the
 profile of ``dw_nhwc`` on 16-bit 3x3 layers (Nsight Compute, H200, thirty-third session:
 latency-bound, 112 registers, 25% occupancy, each input element read about three times
 through L1).
@@ -18,7 +20,9 @@ runs); the default takes a tile only where the timing on the GPU showed it faste
 
 from __future__ import annotations
 
-from miocore import ConvProblem, Direction, PerfConfig
+import re
+
+from miocore import ConvProblem, Direction, ExecutionContext, PerfConfig
 from miocore_direct.gpu_depthwise_geometry import (
     GRID_YZ_LIMIT,
     INT32_MAX,
@@ -41,7 +45,7 @@ NHWC_TILE_CHUNK_BYTES = 16
 #: capped for (uncapped, the 16-bit 3x3 tiles compile to 80-94 registers: 2 blocks of 256;
 #: 4 blocks spill 132 bytes), ``nt`` tiles a block runs in turn (double-buffered).
 NHWC_TILE_KEYS = ("vec", "ch", "toh", "tow", "pix")
-NHWC_TILE_OPTIONAL_KEYS = ("mb", "nt", "py")
+NHWC_TILE_OPTIONAL_KEYS = ("mb", "nt", "py", "tma")
 NHWC_TILE_MIN_BLOCKS = (3, 4)
 #: Tiles a block may run in turn (``nt``): they answer the single tile's profile (a block waits
 #: for its whole tile before any arithmetic): 1.45x faster than ``dw_nhwc``'s default on
@@ -75,6 +79,35 @@ NHWC_TILE_STRIP_ROWS = (2,)
 
 def is_nhwc_tile(cfg: PerfConfig) -> bool:
     return "toh" in cfg
+
+
+#: Alignment of a TMA copy's shared-memory destination (bytes).
+TMA_ALIGN = 128
+
+
+def tma_available(ctx: ExecutionContext) -> bool:
+    """Whether the device has the tensor memory accelerator: CUDA, sm_90 or later."""
+    arch = re.fullmatch(r"sm_?(\d+)a?", ctx.device.arch)
+    return ctx.backend == "cuda" and arch is not None and int(arch.group(1)) >= 90
+
+
+def nhwc_tile_tma_configs(p: ConvProblem) -> list[PerfConfig]:
+    """Every tile config of :func:`nhwc_tile_configs` again with ``tma`` (its staging by the
+    tensor memory accelerator), where it still fits."""
+    twins = (PerfConfig(**c, tma=1) for c in nhwc_tile_configs(p))
+    return [c for c in twins if nhwc_tile_fits(p, c)]
+
+
+def nhwc_tile_tma_box(p: ConvProblem, cfg: PerfConfig) -> tuple[tuple[int, ...], ...]:
+    """The 4-D tensor map of the read tensor a TMA tile config copies from, innermost first:
+    (dims (C, W, H, N), byte strides of W, H and N, box (channels, staged columns and rows, one
+    image))."""
+    a = role(p)[0]
+    n, c, h, w = a.lengths
+    size = esize(p)
+    strides = (a.strides[3] * size, a.strides[2] * size, a.strides[0] * size)
+    rows, cols = nhwc_tile_staged(p, cfg)
+    return (c, w, h, n), strides, (cfg["ch"], cols, rows, 1)
 
 
 #: Taps at most: a thread keeps every tap of its ``vec`` channels in registers (3x3: 36 floats
@@ -111,10 +144,14 @@ def nhwc_tile_staged(p: ConvProblem, cfg: PerfConfig) -> tuple[int, int]:
 
 
 def nhwc_tile_shared_bytes(p: ConvProblem, cfg: PerfConfig) -> int:
-    """Static shared memory of a block: the staged input, twice where it runs several tiles."""
+    """Static shared memory of a block: the staged input, twice where it runs several tiles
+    (TMA: each buffer rounded up to 128 bytes, and an 8-byte mbarrier a buffer)."""
     rows, cols = nhwc_tile_staged(p, cfg)
     buffers = 2 if cfg.get("nt", 1) > 1 else 1
-    return buffers * rows * cols * cfg["ch"] * esize(p)
+    staged = rows * cols * cfg["ch"] * esize(p)
+    if cfg.get("tma"):
+        return buffers * (-(-staged // TMA_ALIGN) * TMA_ALIGN + 8)
+    return buffers * staged
 
 
 def nhwc_tile_grid(p: ConvProblem, cfg: PerfConfig) -> tuple[int, int, int]:
@@ -295,6 +332,8 @@ def nhwc_tile_valid(p: ConvProblem, config: PerfConfig) -> bool:
     if values.get("nt", NHWC_TILE_RUNS[0]) not in NHWC_TILE_RUNS:
         return False
     if values.get("py", NHWC_TILE_STRIP_ROWS[0]) not in NHWC_TILE_STRIP_ROWS:
+        return False
+    if values.get("tma", 1) != 1:
         return False
     if any(v < 1 for v in values.values()) or values["toh"] > 64 or values["tow"] > 64:
         return False

@@ -1,7 +1,10 @@
 // What the warpgroup-MMA kernels (igemm_wgmma.cu, igemm_wgmma_wrw.cu) share: the element type,
-// the tensor map handed by value, mbarriers, TMA copies into shared memory, the shared-memory
-// matrix descriptors of wgmma's 128-byte swizzled layouts (sm_90a) and the paired stores.
+// the 5-D and multicast TMA copies (the map, mbarriers and 4-D copies: miocore_tma.h), the
+// shared-memory matrix descriptors of wgmma's 128-byte swizzled layouts (sm_90a) and the paired
+// stores.
 #pragma once
+
+#include "miocore_tma.h"  // the tensor map, mbarriers and 4-D TMA copies
 
 // The element in memory: fp16/bf16 bits, or fp32 (MIO_DTYPE_TF32: the tensor cores read it as
 // TF32, the low 13 mantissa bits ignored).
@@ -12,25 +15,6 @@ typedef float mio_elem;
 typedef unsigned short mio_elem;
 #define MIO_ELEM_BYTES 2
 #endif
-
-// A CUtensorMap: 128 opaque bytes made by cuTensorMapEncodeTiled on the host.
-struct alignas(64) MioTensorMap {
-  unsigned long long opaque[16];
-};
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void bar_init(unsigned long long* bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
-}
-
-__device__ __forceinline__ void bar_expect(unsigned long long* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
-               "r"(bytes)
-               : "memory");
-}
 
 __device__ __forceinline__ void bar_arrive(unsigned long long* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
@@ -56,30 +40,6 @@ __device__ __forceinline__ unsigned cluster_rank() {
   unsigned rank;
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
   return rank;
-}
-
-__device__ __forceinline__ void bar_wait(unsigned long long* bar, unsigned parity) {
-  unsigned done;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(smem_addr(bar)), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-
-__device__ __forceinline__ void tma_load_4d(void* dst, const MioTensorMap* map,
-                                            unsigned long long* bar, int c0, int c1, int c2,
-                                            int c3) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4, %5, %6}], [%2];" ::"r"(smem_addr(dst)),
-      "l"(reinterpret_cast<unsigned long long>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1),
-      "r"(c2), "r"(c3)
-      : "memory");
 }
 
 // 3-D problems (MIO_3D): the activation's map is 5-D (c, w, h, d, n).
