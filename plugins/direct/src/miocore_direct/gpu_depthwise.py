@@ -126,8 +126,10 @@ class GpuDepthwiseSolver(TunableSolver):
     #: and blocks of 48 channels in the space, the default of 16-bit 3x3 layers on planes of 14
     #: and more, stride 1 and strided forward (2026-11-29, later); 8: 5x5 staged tiles in the
     #: space, the default refitted on every run timed: the gather, 5x5 layers, 112 planes and
-    #: 48-channel blocks (2026-11-29, thirty-seventh session).
-    revision = 8
+    #: 48-channel blocks (2026-11-29, thirty-seventh session); 9: tiles in strips of 2 rows
+    #: and tiles staged by the tensor memory accelerator in the space, the TMA twins the
+    #: default on sm_90 (planes of 7 too), 48-channel strips of 2 rows (fortieth session).
+    revision = 9
     algorithm = Algorithm.DIRECT
     backends = GPU_BACKENDS
 
@@ -166,7 +168,7 @@ class GpuDepthwiseSolver(TunableSolver):
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
         """The fitted rule of each kernel (``gpu_depthwise_configs.default_config``)."""
-        return default_config(problem)
+        return default_config(problem, tma_available(ctx))
 
     def is_valid_perf_config(
         self, ctx: ExecutionContext, problem: ConvProblem, config: PerfConfig

@@ -51,6 +51,7 @@ from miocore_direct.gpu_depthwise_nhwc_tile import (
     is_nhwc_tile,
     nhwc_tile_configs,
     nhwc_tile_fits,
+    nhwc_tile_tma_configs,
     nhwc_tile_valid,
 )
 
@@ -185,13 +186,15 @@ def fits(p: ConvProblem, cfg: PerfConfig) -> bool:
     return -(-tap_count(p) // wrw_taps_per_block(p, vec)) <= GRID_YZ_LIMIT
 
 
-def default_config(problem: ConvProblem) -> PerfConfig:
+def default_config(problem: ConvProblem, tma: bool = False) -> PerfConfig:
     """nhwc: vectors of at most 4 channels (16-byte fp32, 8-byte fp16: the filter and
     accumulators stay in registers), 4 rows x 2 columns per thread at stride 1, all channels
     of a small layer in one block row (8 channel vectors where the taps go to shared
-    memory); nchw: tile width by the output width (32/16/8), 256 threads, 4 rows per
-    thread on tall planes; backward weights (channels innermost): vectors of at most 2
-    channels that keep every tap in one block, 1 x 2 strips, 8 or 16 channel vectors."""
+    memory), staged tiles where they were timed faster (``tma``: the device stages them by
+    the tensor memory accelerator; ``gpu_depthwise_nhwc_tile.default_nhwc_tile``); nchw:
+    tile width by the output width (32/16/8), 256 threads, 4 rows per thread on tall planes;
+    backward weights (channels innermost): vectors of at most 2 channels that keep every tap
+    in one block, 1 x 2 strips, 8 or 16 channel vectors."""
     p = problem
     space = config_space(p)
     if not space:
@@ -213,8 +216,8 @@ def default_config(problem: ConvProblem) -> PerfConfig:
         py = 4 if ho >= 32 else 2 if ho >= 16 else 1
         want = PerfConfig(tw=tw, by=by, py=py)
     elif kind == "nhwc":
-        tile = default_nhwc_tile(p)
-        if tile is not None and tile in space:
+        tile = default_nhwc_tile(p, tma)
+        if tile is not None and (tile in space or (tma and tile in nhwc_tile_tma_configs(p))):
             return tile
         fitted = default_nhwc_fitted(p)
         if fitted is not None and fitted in space:

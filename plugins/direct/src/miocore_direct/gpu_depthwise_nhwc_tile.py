@@ -62,6 +62,10 @@ NHWC_TILE_MIN_RUN_BLOCKS = 300
 #: :data:`NHWC_TILE_MIN_RUN_BLOCKS` (2 an SM of an H200): its 14x14 planes at batch 64 ran 288
 #: blocks in 0.65-0.70x ``dw_nhwc``'s time; fewer were not timed.
 NHWC_TILE_MIN_SHORT_RUN_BLOCKS = 264
+#: Blocks the TMA runs of 4 on written planes of 7 keep at least: they ran 0.75-0.82x
+#: ``dw_nhwc``'s time with 240-336 blocks at batch 64 (H200, fortieth session); below one
+#: block an SM (smaller batches, not timed) ``dw_nhwc`` stays.
+NHWC_TILE_MIN_ANY_RUN_BLOCKS = 132
 #: A channel block tried besides 32 and 64 on layers it divides and 64 does not (96, 144, 240,
 #: 480, 672: MobileNet's and EfficientNet's 6x expansions): 64-wide blocks leave 144 channels'
 #: third block a quarter full. Its 12 channel lanes (4 a thread) give blocks of 12 x 21 = 252
@@ -235,64 +239,85 @@ def nhwc_tile_configs(p: ConvProblem) -> list[PerfConfig]:
     return out + capped + [r for r in runs if nhwc_tile_fits(p, r)]
 
 
-def _default_tile(p: ConvProblem) -> tuple[PerfConfig, int, str] | None:
+def _default_tile(p: ConvProblem, tma: bool) -> tuple[PerfConfig, int, str] | None:
     """The single tile of :func:`default_nhwc_tile`, the shortest run it takes and what runs
     where no run keeps :data:`NHWC_TILE_MIN_RUN_BLOCKS` blocks (``single``: the tile alone,
-    ``shortest``: the shortest run, ``none``: ``dw_nhwc``); None where ``dw_nhwc`` stays."""
+    ``shortest``: the shortest run, ``any``: the shortest run where it keeps
+    :data:`NHWC_TILE_MIN_ANY_RUN_BLOCKS`, ``none``: ``dw_nhwc``); None where ``dw_nhwc``
+    stays. ``tma``: the device stages tiles by the tensor memory accelerator."""
     s = problem_sizes(p)
     square = s["f"][1] == s["f"][2]
     if not nhwc_tile_applies(p) or esize(p) != 2 or not square or s["f"][1] not in (3, 5):
         return None
     written = role(p)[1].lengths
-    if max(s["d"][1:]) != 1 or min(written[2:]) < 14:
+    if max(s["d"][1:]) != 1 or min(written[2:]) < (7 if tma else 14):
         return None
     plane, stride, wide = max(written[2:]), max(s["s"][1:]), s["f"][1] == 5
     exact = written[1] % NHWC_TILE_EXACT_CH == 0 and written[1] % 64 != 0
     cap = {} if wide else {"mb": NHWC_TILE_MIN_BLOCKS[0]}
     tile = {"vec": nhwc_tile_vec(p), **cap}
+    staged = {"tma": 1} if tma else {}
     if role(p)[5]:  # the gather: 16 x 16 tiles of dx
+        if plane < 14:
+            return None
         ch = 32 if plane >= 112 else NHWC_TILE_EXACT_CH if exact and plane >= 56 else 64
-        return PerfConfig(**tile, ch=ch, toh=16, tow=16, pix=4), 2, "shortest"
+        return PerfConfig(**tile, **staged, ch=ch, toh=16, tow=16, pix=4), 2, "shortest"
+    if plane < 14:  # TMA only: 8 x 8 tiles, one a plane, in runs of 4
+        if wide and stride == 1:
+            return None
+        ch = 32 if stride == 2 else 64
+        pix, rows = (2, {"py": 2}) if wide else (4 if stride == 1 else 2, {})
+        return PerfConfig(**tile, **staged, **rows, ch=ch, toh=8, tow=8, pix=pix), 4, "any"
     if stride == 2 and p.direction is Direction.FORWARD:
-        return PerfConfig(**tile, ch=32, toh=8, tow=8, pix=4 if wide else 2), 2, "none"
+        # strided forward on written planes of 56 and more: the TMA twin ran 1.3x slower
+        staged = staged if plane <= 28 else {}
+        return PerfConfig(**tile, **staged, ch=32, toh=8, tow=8, pix=4 if wide else 2), 2, "none"
     if stride != 1:
         return None
     if wide:
-        return PerfConfig(**tile, ch=32, toh=8, tow=16, pix=4), 2, "none"
+        rows = {"py": 2} if tma else {}
+        return PerfConfig(**tile, **staged, **rows, ch=32, toh=8, tow=16, pix=4), 2, "none"
     if plane >= 112:
-        return PerfConfig(**tile, ch=32, toh=16, tow=16, pix=4), 2, "none"
-    if plane >= 56 and exact:
-        return PerfConfig(**tile, ch=NHWC_TILE_EXACT_CH, toh=8, tow=16, pix=2), 2, "none"
+        return PerfConfig(**tile, **staged, ch=32, toh=16, tow=16, pix=4), 2, "none"
+    if plane >= 56 and exact:  # strips of 2 rows; the TMA twin gains nothing here
+        return PerfConfig(**tile, py=2, ch=NHWC_TILE_EXACT_CH, toh=8, tow=16, pix=2), 2, "none"
     ch = 32 if written[1] <= 32 else 64
-    single = PerfConfig(**tile, ch=ch, toh=8, tow=16, pix=4)
+    single = PerfConfig(**tile, **staged, ch=ch, toh=8, tow=16, pix=4)
     return (single, 1, "single") if plane <= 28 else (single, 2, "none")
 
 
-def default_nhwc_tile(p: ConvProblem) -> PerfConfig | None:
+def default_nhwc_tile(p: ConvProblem, tma: bool = False) -> PerfConfig | None:
     """The default where staged tiles were faster than ``dw_nhwc``'s default, else None.
 
-    16-bit 3x3 and 5x5 layers whose written plane is at least 14 a side, 3x3 tiles capped for
+    16-bit 3x3 and 5x5 layers whose written plane is at least 14 a side (7 with ``tma``, the
+    tensor memory accelerator staging the tiles: CUDA sm_90 and later), 3x3 tiles capped for
     3 blocks an SM (5x5 uncapped: capped they spill), in runs as long as the run's
     channel-tiles allow (:data:`NHWC_TILE_RUN_WORK`) while the grid keeps
     :data:`NHWC_TILE_MIN_RUN_BLOCKS` blocks, shorter runs otherwise (:func:`_default_tile`
     names each tile):
 
     - stride 1, 3x3: on planes of 112 and more 16 x 16 outputs, 4 a thread, 32 channels; on
-      planes of 56 and more whose channels 48 divides and 64 does not, 8 x 16, 2 a thread, 48
-      channels (64-wide blocks leave a quarter of the lanes idle there); else 8 x 16, 4 a
-      thread, 64 channels (32 on layers of at most 32), a single tile where no run keeps the
-      blocks on planes up to 28; 5x5: 8 x 16, 4 a thread, 32 channels;
+      planes of 56 and more whose channels 48 divides and 64 does not, 8 x 16 in strips of 2
+      x 2, 48 channels (64-wide blocks leave a quarter of the lanes idle there); else 8 x 16,
+      4 a thread, 64 channels (32 on layers of at most 32), a single tile where no run keeps
+      the blocks on planes up to 28; 5x5: 8 x 16, 4 a thread (with ``tma`` in strips of 2
+      rows), 32 channels;
     - stride 2 forward: 8 x 8 outputs, 2 a thread (5x5: 4), 32 channels;
     - stride 2 backward data (the gather): 16 x 16 of dx, 4 a thread, 32 channels on planes
       of 112, 48 on planes of 56 where 48 divides and 64 does not, else 64; the shortest run
-      where no run keeps the blocks.
+      where no run keeps the blocks;
+    - with ``tma``, each of these staged by the accelerator (but strided forward on written
+      planes of 56 and more, and the 48-channel strips), and written planes of 7 too: 8 x 8
+      tiles in runs of 4 (3x3 stride 1: 64 channels, 4 a thread; strided: 32 channels, 2 a
+      thread, 5x5 in strips of 2 rows; 5x5 stride 1 keeps ``dw_nhwc``).
 
-    Timed on an H200 (2026-11-29, batch 64, MobileNetV2's and EfficientNet-B0's depthwise
-    layers, fp16 and bf16, forward and backward data, every run of the space;
-    docs/performance-gpu-depthwise.md): the gather took 0.41-0.70x the time of ``dw_nhwc``'s
-    default (0.59x cuDNN's), the 5x5 layers 0.83-0.91x, the large stride-1 planes 0.88-0.90x.
-    Planes of 7 keep ``dw_nhwc`` (no tile was faster on all of them)."""
-    picked = _default_tile(p)
+    Timed on an H200 (batch 64, MobileNetV2's and EfficientNet-B0's depthwise layers, every
+    run of the space; docs/performance-gpu-depthwise.md): without TMA (2026-11-29,
+    thirty-seventh session, fp16 and bf16) the gather took 0.41-0.70x the time of
+    ``dw_nhwc``'s default, the 5x5 layers 0.83-0.91x, the large stride-1 planes 0.88-0.90x;
+    the TMA twins (fortieth session, fp16) 0.82x the non-TMA defaults' time, 0.80x on planes
+    of 7 against ``dw_nhwc``."""
+    picked = _default_tile(p, tma)
     if picked is None:
         return None
     single, shortest, sparse = picked
@@ -308,6 +333,8 @@ def default_nhwc_tile(p: ConvProblem) -> PerfConfig | None:
     if sparse == "single" and nhwc_tile_fits(p, single):
         return single
     if sparse == "shortest" and runs and _blocks(p, runs[-1]) >= NHWC_TILE_MIN_SHORT_RUN_BLOCKS:
+        return runs[-1]
+    if sparse == "any" and runs and _blocks(p, runs[-1]) >= NHWC_TILE_MIN_ANY_RUN_BLOCKS:
         return runs[-1]
     return None
 
