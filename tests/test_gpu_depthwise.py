@@ -378,6 +378,17 @@ STAGED_TILE_CASES = [  # direction, c, spatial, filter, pads, strides, dilations
 ]
 
 
+def _staged_tile_problems(dtype: str) -> list[miocore.ConvProblem]:
+    """The problems of :data:`STAGED_TILE_CASES`: 3 images, NHWC, ``dtype``."""
+    out = []
+    for direction, c, spatial, f, pads, strides, dils in STAGED_TILE_CASES:
+        out.append(miocore.ConvProblem.from_sizes(
+            direction, n=3, c=c, k=c, in_spatial=spatial, filter_spatial=f, pads=pads,
+            strides=strides, dilations=dils, groups=c, dtype=dtype, layout="NHWC",
+        ))  # fmt: skip
+    return out
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_nhwc_staged_tiles_every_config(handle: miocore.Handle, dtype: str) -> None:
     # dw_nhwc_tile (2-D, channels innermost, plain depthwise, forward and backward data, the
@@ -390,15 +401,10 @@ def test_nhwc_staged_tiles_every_config(handle: miocore.Handle, dtype: str) -> N
     # first and last of them in runs of several tiles a block; strips of 2 rows (py) among them.
     from miocore_direct.gpu_depthwise_nhwc_tile import NHWC_TILE_RUNS, nhwc_tile_configs
 
-    cases = STAGED_TILE_CASES
     solver = handle.registry.get(SOLVER).solver
     tol = TOLERANCES[miocore.DataType.parse(dtype)]
     bad, tried = [], 0
-    for direction, c, spatial, f, pads, strides, dils in cases:
-        problem = miocore.ConvProblem.from_sizes(
-            direction, n=3, c=c, k=c, in_spatial=spatial, filter_spatial=f, pads=pads,
-            strides=strides, dilations=dils, groups=c, dtype=dtype, layout="NHWC",
-        )  # fmt: skip
+    for problem in _staged_tile_problems(dtype):
         singles = [c for c in nhwc_tile_configs(problem.canonical) if "nt" not in c]
         assert singles, problem.key  # the staged kernel applies to every one of these
         configs = singles[::4]  # every tile shape, block width and cap among them
@@ -432,11 +438,7 @@ def test_nhwc_staged_tiles_through_tma(handle: miocore.Handle, dtype: str) -> No
     solver = handle.registry.get(SOLVER).solver
     tol = TOLERANCES[miocore.DataType.parse(dtype)]
     bad, tried = [], 0
-    for direction, c, spatial, f, pads, strides, dils in STAGED_TILE_CASES:
-        problem = miocore.ConvProblem.from_sizes(
-            direction, n=3, c=c, k=c, in_spatial=spatial, filter_spatial=f, pads=pads,
-            strides=strides, dilations=dils, groups=c, dtype=dtype, layout="NHWC",
-        )  # fmt: skip
+    for problem in _staged_tile_problems(dtype):
         twins = nhwc_tile_tma_configs(problem.canonical)
         space = solver.perf_config_space(handle.context, problem.canonical)
         assert twins and all(t in space for t in twins), problem.key
