@@ -4,7 +4,8 @@
 //   MioTensorMap   a CUtensorMap (128 opaque bytes made on the host by cuTensorMapEncodeTiled,
 //                  miocore/backends/cuda_tma.py), taken by value as a __grid_constant__
 //                  kernel argument
-//   bar_*          shared-memory mbarriers: init, arrive expecting a byte count, wait on a phase
+//   bar_*          shared-memory mbarriers: init (and its fence), arrive expecting a byte
+//                  count, wait on a phase
 //   tma_load_4d    one box of a 4-D map copied into shared memory, completing on a barrier
 #pragma once
 
@@ -18,6 +19,12 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 
 __device__ __forceinline__ void bar_init(unsigned long long* bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
+}
+
+// Makes barriers just initialized visible to the other threads and the asynchronous proxy
+// (before the block's barrier that follows their init).
+__device__ __forceinline__ void bar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
 
 __device__ __forceinline__ void bar_expect(unsigned long long* bar, unsigned bytes) {

@@ -10,7 +10,9 @@ output (and partials) poisoned with NaN, is checked against the float64 referenc
 dtype's tolerance, so the kernels' indexing (runs, rows, tiles, halos, padding, stride,
 dilation, channel multiplier, planes per block, short channel blocks, the staged tiles' runs
 through both buffers, taps in registers or shared memory, splits and their reduce, the
-chunked loads' alignment and the scalar twins) is tested without a GPU. Skipped where no C++
+chunked loads' alignment and the scalar twins) is tested without a GPU. The tiles staged by the
+tensor memory accelerator run too: ``miocore_tma.h`` beside the runner copies a box as the
+solver's tensor map describes it and counts the mbarriers' phases. Skipped where no C++
 compiler with ``_Float16`` is found.
 """
 
@@ -33,6 +35,8 @@ from miocore import reference
 dw = pytest.importorskip("miocore_direct.gpu_depthwise")
 geo = pytest.importorskip("miocore_direct.gpu_depthwise_geometry")
 configs = pytest.importorskip("miocore_direct.gpu_depthwise_configs")
+tile_module = pytest.importorskip("miocore_direct.gpu_depthwise_nhwc_tile")
+nhwc_tile_tma_box = tile_module.nhwc_tile_tma_box
 
 HOST = Path(__file__).parent / "host_kernels"
 CXX = shutil.which("g++") or shutil.which("clang++") or shutil.which("c++")
@@ -169,6 +173,10 @@ def _run_block(
     grid = (max(1, kernel.grid[0] // fewer_blocks), *kernel.grid[1:], 1)[:2]
     block = (*kernel.block, 1)[:2]
     args = [tmp / "params", tmp / "a", tmp / "w", b_bytes, tmp / "b", *grid, *block, shift]
+    if "-DMIO_TMA=1" in kernel.options:  # the read tensor's map, as the invoker encodes it
+        dims, strides, box = nhwc_tile_tma_box(p, cfg)
+        (tmp / "map").write_bytes(np.array([*dims, *strides, *box], dtype=np.int64).tobytes())
+        args.append(tmp / "map")
     exe = make(_block_options(kernel), "run_dw_block.cpp")
     subprocess.run([str(exe), *map(str, args)], check=True)
     memory = np.frombuffer((tmp / "b").read_bytes(), dtype=b.dtype.numpy)
@@ -180,8 +188,18 @@ def _picked(kernels: tuple, shift: int):
     return kernels[-1] if shift else kernels[0]
 
 
+def _sm90_ctx() -> miocore.ExecutionContext:
+    """A CUDA sm_90 context: the one where TMA tiles are valid (no device is opened)."""
+    import dataclasses
+
+    device = dataclasses.replace(_ctx().device, arch="sm_90")
+    return miocore.ExecutionContext(device=device)
+
+
 def _plan(problem: miocore.ConvProblem, cfg) -> tuple:
-    return dw.GpuDepthwiseSolver().launch_plan(_ctx(), problem.canonical, cfg)
+    """The solver's launch plan of ``cfg`` (a TMA tile's on an sm_90 context)."""
+    ctx = _sm90_ctx() if "tma" in cfg else _ctx()
+    return dw.GpuDepthwiseSolver().launch_plan(ctx, problem.canonical, cfg)
 
 
 def _block_options(kernel) -> tuple[str, ...]:
@@ -257,6 +275,32 @@ def test_nhwc_tile_kernel_on_the_host_matches_reference(build, tmp_path: Path, d
         plans.append((problem, picks, (0,)))
     assert runs >= len(TILE_CASES)
     assert _check(build, tmp_path, plans, seed=13) == 2 * len(TILE_CASES) + runs
+
+
+@pytest.mark.parametrize("dtype", ("float32", "float16", "bfloat16"))
+def test_nhwc_tile_kernel_through_tma_on_the_host(build, tmp_path: Path, dtype: str) -> None:
+    # dw_nhwc_tile staged by the tensor memory accelerator (MIO_TMA), with the TMA copy and the
+    # mbarriers' phases in their host forms (tests/host_kernels/miocore_tma.h) and the map the
+    # solver describes: each case's first and last TMA tiles and its first in runs of 2 and 8
+    # tiles a block (two buffers, two barriers); one element off alignment, the scalar twin
+    plans, runs = [], 0
+    for direction, c, spatial, f, pads, strides, dils in TILE_CASES:
+        problem = _problem((direction, c, 1, spatial, f, pads, strides, dils), dtype, "NHWC", n=3)
+        twins = tile_module.nhwc_tile_tma_configs(problem.canonical)
+        singles = [t for t in twins if "nt" not in t]
+        picks = [singles[0], singles[-1]]
+        for nt in (tile_module.NHWC_TILE_RUNS[0], tile_module.NHWC_TILE_RUNS[-1]):
+            run = miocore.PerfConfig(**singles[0], nt=nt)
+            if tile_module.nhwc_tile_valid(problem.canonical, run):
+                picks.append(run)
+                runs += 1
+        for cfg in picks:  # the staged kernel itself, not the default in its place
+            assert "-DMIO_TMA=1" in _plan(problem, cfg)[0][0].options, dict(cfg)
+        plans.append((problem, picks, (0,)))
+    plans[0] = (plans[0][0], plans[0][1], (0, 1))
+    assert runs >= len(TILE_CASES)
+    expected = sum(len(picks) * len(shifts) for _, picks, shifts in plans)
+    assert _check(build, tmp_path, plans, seed=17) == expected
 
 
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))  # fp32's 48-channel tiles: stride 1

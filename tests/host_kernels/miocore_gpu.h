@@ -16,6 +16,8 @@ typedef long long mio_index;
 #define __shared__ static  // blocks run one at a time: one array serves each in turn
 #define __syncthreads() mio_host_barrier.wait()
 #define __forceinline__ inline
+#define __grid_constant__
+#define __align__(n) __attribute__((aligned(n)))
 
 struct MioDim3 {
   unsigned x = 0, y = 0, z = 0;

@@ -309,7 +309,7 @@ MIO_KERNEL void __launch_bounds__(256, MIO_MINB)
   __shared__ unsigned long long s_full[MIO_BUFFERS];  // a buffer's copy has landed
   if (tid == 0) {
     for (int i = 0; i < MIO_BUFFERS; ++i) bar_init(&s_full[i], 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    bar_init_fence();
   }
   __syncthreads();
 #endif
