@@ -102,17 +102,24 @@ def build_cubin(kernel: miocore.KernelInfo, folder: Path) -> tuple[bytes, str]:
         nvrtc.nvrtcDestroyProgram(prog)
 
 
-def opcode_counts(cubin: bytes, nvdisasm: str) -> collections.Counter:
-    """Static SASS opcode counts (base names) of every function in ``cubin``."""
+def opcode_counts(cubin: bytes, nvdisasm: str, kernel: str) -> collections.Counter:
+    """Static SASS opcode counts (base names) of ``kernel``'s function in ``cubin`` (a source
+    may hold several kernels)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "k.cubin"
         path.write_bytes(cubin)
         sass = subprocess.run([nvdisasm, "-c", str(path)], capture_output=True, text=True,
                               check=True).stdout  # fmt: skip
     counts: collections.Counter = collections.Counter()
+    section = re.compile(r"\.text\.(\w+)")
+    inside = False
     for line in sass.splitlines():
+        named = section.search(line)
+        if named and not line.lstrip().startswith("/*"):
+            inside = named.group(1) == kernel
+            continue
         m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", line)
-        if m:
+        if inside and m:
             counts[m.group(1)] += 1
     return counts
 
@@ -132,10 +139,11 @@ def main() -> None:
     args = parser.parse_args()
     kernel, folder = kernel_for(args)
     cubin, log = build_cubin(kernel, folder)
-    for line in log.splitlines():
-        if kernel.kernel_name in line or "registers" in line or "spill" in line:
-            print(" ", line.strip())
-    counts = opcode_counts(cubin, args.nvdisasm)
+    lines = log.splitlines()  # ptxas: a function's name, then its stack, then its registers
+    for i, line in enumerate(lines):
+        if f"'{kernel.kernel_name}'" in line and "Compiling" in line:
+            print(*(" " + x.strip() for x in lines[i : i + 4]), sep="\n")
+    counts = opcode_counts(cubin, args.nvdisasm, kernel.kernel_name)
     total = sum(counts.values())
     seen = set()
     for name, ops in CLASSES:
