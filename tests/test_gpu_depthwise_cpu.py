@@ -453,3 +453,15 @@ def test_register_cap_reaches_the_kernel_and_is_validated() -> None:
     for kernel in s.get_solution(ctx, p, capped).kernels:
         assert "-DMIO_MINB=4" in kernel.options
     assert not any("MIO_MINB" in o for k in s.get_solution(ctx, p, base).kernels for o in k.options)
+
+
+def test_configs_with_fractions_are_not_valid() -> None:
+    # a fraction is no tile size: int() would round 2.5 to 2 and take a config never asked for
+    s, ctx = dw.GpuDepthwiseSolver(), _ctx()
+    p = _problem("backward_weights", layout="NHWC", dtype="float16", c=96, k=96, groups=96,
+                 in_spatial=(56, 56)).canonical  # fmt: skip
+    tile = miocore.PerfConfig(vec=8, cb=32, tp=4, tq=16, pg=4)
+    assert s.is_valid_perf_config(ctx, p, tile)
+    assert s.is_valid_perf_config(ctx, p, miocore.PerfConfig(**{**tile, "tp": 4.0}))
+    for key, value in (("tp", 2.5), ("cb", 32.5), ("pg", 1.5)):
+        assert not s.is_valid_perf_config(ctx, p, miocore.PerfConfig(**{**tile, key: value}))

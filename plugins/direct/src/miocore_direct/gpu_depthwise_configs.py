@@ -454,6 +454,8 @@ def valid_config(problem: ConvProblem, config: PerfConfig) -> bool:
         values = {k: int(config[k]) for k in keys[kind]}
     except (KeyError, TypeError, ValueError):
         return False
+    if any(isinstance(config[k], float) and config[k] != values[k] for k in values):
+        return False  # a fraction is no tile size (int() would round it to one)
     if any(v < 1 or v > 256 for v in values.values()):
         return False
     if any(values.get(k, 1) > 8 for k in ("pix", "vec", "py", "tp", "pg")):
