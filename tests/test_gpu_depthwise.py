@@ -218,7 +218,8 @@ def test_depthwise_configs(handle: miocore.Handle, direction: str, layout: str) 
 def test_backward_weights_tiles_every_config(handle: miocore.Handle, dtype: str) -> None:
     # dw_wrw_tile (2-D, channels innermost, no multiplier): every tile config of the space on
     # stride 2, dilation 2, 5x5 and 7x7 cases, odd sizes and channel counts that fill no block
-    # (C = 16, 24, 12, 5), plus a 48-channel layer over several splits.
+    # (C = 16, 24, 12, 5), plus a 48-channel layer over several splits; on sm_90 the space
+    # holds each tile again staged by the tensor memory accelerator (tma).
     solver = handle.registry.get(SOLVER).solver
     problems = [_case("backward_weights", case, dtype, "NHWC") for case in (0, 1, 2, 3, 4)]
     problems.append(

@@ -465,3 +465,35 @@ def test_configs_with_fractions_are_not_valid() -> None:
     assert s.is_valid_perf_config(ctx, p, miocore.PerfConfig(**{**tile, "tp": 4.0}))
     for key, value in (("tp", 2.5), ("cb", 32.5), ("pg", 1.5)):
         assert not s.is_valid_perf_config(ctx, p, miocore.PerfConfig(**{**tile, key: value}))
+
+
+def test_backward_weights_tiles_through_tma_on_sm90_only() -> None:
+    # tma on a dw_wrw_tile config: x's and dy's tiles staged by the tensor memory accelerator
+    # as they lie in memory, two items in flight; in the space and valid on sm_90 only, with
+    # 16-byte vectors; MIO_TMA on the main kernel, not on its twin for misaligned buffers; two
+    # buffers of both tiles on 128-byte boundaries and two barriers; the maps boxed to the tiles
+    import dataclasses
+
+    def ctx_of(arch: str) -> miocore.ExecutionContext:
+        return miocore.ExecutionContext(device=dataclasses.replace(_ctx().device, arch=arch))
+
+    configs = pytest.importorskip("miocore_direct.gpu_depthwise_configs")
+    s, hopper, ampere = dw.GpuDepthwiseSolver(), ctx_of("sm_90"), ctx_of("sm_80")
+    p = _problem("backward_weights", layout="NHWC", dtype="float16", c=40, k=40, groups=40,
+                 in_spatial=(30, 20)).canonical  # fmt: skip
+    twins = configs.wrw_tile_tma_configs(p)
+    assert twins and all(c["tma"] == 1 for c in twins)
+    assert s.perf_config_space(hopper, p)[-len(twins) :] == twins
+    assert not any("tma" in c for c in s.perf_config_space(ampere, p))
+    cfg = miocore.PerfConfig(vec=8, cb=32, tp=4, tq=16, pg=4, tma=1)
+    assert cfg in twins and s.is_valid_perf_config(hopper, p, cfg)
+    assert not s.is_valid_perf_config(ampere, p, cfg)
+    for bad in ({**cfg, "tma": 2}, {**cfg, "vec": 4}):  # 8-byte vectors: no TMA
+        assert not s.is_valid_perf_config(hopper, p, miocore.PerfConfig(**bad)), bad
+    main, twin = s.get_solution(hopper, p, cfg).kernels[:2]
+    assert _options(main)["MIO_TMA"] == "1" and "MIO_TMA" not in _options(twin)
+    # x: 6 x 18 pixels, dy: 4 x 16, 32 fp16 channels: 6,912 and 4,096 bytes, twice, + barriers
+    assert geo.wrw_tile_shared_bytes(p, cfg) == 2 * (6912 + 4096) + 16
+    (x_dims, x_strides, x_box), (dy_dims, _, dy_box) = geo.wrw_tile_tma_boxes(p, cfg)
+    assert x_dims == (40, 20, 30, 2) and x_strides == (80, 1600, 48000)  # 2 images
+    assert x_box == (32, 18, 6, 1) and dy_box == (32, 16, 4, 1) and dy_dims == (40, 20, 30, 2)

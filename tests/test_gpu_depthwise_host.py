@@ -188,17 +188,19 @@ def _picked(kernels: tuple, shift: int):
     return kernels[-1] if shift else kernels[0]
 
 
-def _sm90_ctx() -> miocore.ExecutionContext:
-    """A CUDA sm_90 context: the one where TMA tiles are valid (no device is opened)."""
+def _sm90_ctx(sms: int = 132) -> miocore.ExecutionContext:
+    """A CUDA sm_90 context of ``sms`` compute units: the one where TMA tiles are valid (no
+    device is opened)."""
     import dataclasses
 
-    device = dataclasses.replace(_ctx().device, arch="sm_90")
+    device = dataclasses.replace(_ctx().device, arch="sm_90", compute_units=sms)
     return miocore.ExecutionContext(device=device)
 
 
-def _plan(problem: miocore.ConvProblem, cfg) -> tuple:
-    """The solver's launch plan of ``cfg`` (a TMA tile's on an sm_90 context)."""
-    ctx = _sm90_ctx() if "tma" in cfg else _ctx()
+def _plan(problem: miocore.ConvProblem, cfg, sms: int = 132) -> tuple:
+    """The solver's launch plan of ``cfg`` on a GPU of ``sms`` compute units (a TMA tile's on
+    an sm_90 one)."""
+    ctx = _sm90_ctx(sms) if "tma" in cfg else cuda_context(sms)
     return dw.GpuDepthwiseSolver().launch_plan(ctx, problem.canonical, cfg)
 
 
@@ -378,12 +380,14 @@ def test_nchw_kernel_on_the_host_matches_reference(build, tmp_path: Path, dtype:
     assert _check(build, tmp_path, plans, seed=19) >= 2 * len(NCHW_CASES)
 
 
-def _run_wrw(make, tmp: Path, problem: miocore.ConvProblem, cfg, inputs, shift: int) -> np.ndarray:
-    """Backward weights of ``cfg`` on the host as the invoker runs it: the main kernel (its
-    scalar twin where x and dy start ``shift`` elements past alignment), then the reduce over
-    the splits' partials; dw in logical order."""
+def _run_wrw(
+    make, tmp: Path, problem: miocore.ConvProblem, cfg, inputs, shift: int, sms: int = 132
+) -> np.ndarray:
+    """Backward weights of ``cfg`` on the host as the invoker runs it on a GPU of ``sms``
+    compute units: the main kernel (its scalar twin where x and dy start ``shift`` elements
+    past alignment), then the reduce over the splits' partials; dw in logical order."""
     p = problem.canonical
-    kernels, params, split = _plan(problem, cfg)
+    kernels, params, split = _plan(problem, cfg, sms)
     main = _wrw_main(kernels, cfg, shift)
     reduce = kernels[-1] if split > 1 else None
     (tmp / "params").write_bytes(params)
@@ -394,6 +398,11 @@ def _run_wrw(make, tmp: Path, problem: miocore.ConvProblem, cfg, inputs, shift: 
     grid, block = (*main.grid, 1)[:2], (*main.block, 1)[:2]
     args = [tmp / "params", tmp / "x", tmp / "dy", w_bytes, tmp / "w", *grid, *block, shift,
             split, rgrid, *rblock]  # fmt: skip
+    if "-DMIO_TMA=1" in main.options:  # the maps of x and dy, as the invoker encodes them
+        maps = zip(("x_map", "dy_map"), geo.wrw_tile_tma_boxes(p, cfg), strict=True)
+        for name, (dims, strides, box) in maps:
+            (tmp / name).write_bytes(np.array([*dims, *strides, *box], dtype=np.int64).tobytes())
+            args.append(tmp / name)
     exe = make(_block_options(main), "run_dw_wrw.cpp")
     subprocess.run([str(exe), *map(str, args)], check=True)
     memory = np.frombuffer((tmp / "w").read_bytes(), dtype=p.w.dtype.numpy)
@@ -443,6 +452,52 @@ def test_backward_weights_on_the_host_matches_reference(build, tmp_path: Path, d
             tiles += geo.is_tile(cfg)
             splits += _plan(problem, cfg)[2] > 1
     assert checked >= 2 * len(WRW_CASES) and tiles and splits
+
+
+@pytest.mark.parametrize("dtype", ("float32", "float16", "bfloat16"))
+def test_backward_weights_tiles_through_tma_on_the_host(build, tmp_path: Path, dtype: str) -> None:
+    # dw_wrw_tile staged by the tensor memory accelerator (MIO_TMA: x's and dy's tiles as they
+    # lie in memory, two items in flight), with the TMA copy and the mbarriers' phases in
+    # their host forms: the TMA twins of the default (3x3: row groups) and of the space's first
+    # and last tiles, split over partials as on a one-SM GPU (4 splits: 3 or 4 items a block
+    # on the 3x3 case, both buffers twice, both phases); the default one element off
+    # alignment (the twin, no map)
+    rng = np.random.default_rng(31)
+    tol = reference.tolerance(dtype)
+    solver = dw.GpuDepthwiseSolver()
+    plans = []
+    for c, mult, spatial, f, pads, strides, dils, layout in WRW_CASES:
+        problem = _problem(("backward_weights", c, mult, spatial, f, pads, strides, dils),
+                           dtype, layout)  # fmt: skip
+        twins = configs.wrw_tile_tma_configs(problem.canonical)
+        if not twins:
+            continue
+        default = miocore.PerfConfig(
+            **solver.default_perf_config(_ctx(), problem.canonical), tma=1
+        )  # its two fp32 buffers exceed the static shared memory at 5x5 stride 2
+        picks = list(dict.fromkeys((default, twins[0], twins[-1]) if default in twins else twins))
+        picks = picks[:3] if default in twins else [twins[0], twins[-1]]
+        plans.append((problem, [(cfg, 0) for cfg in picks] + [(picks[0], 1)]))
+    options = {
+        _block_options(_wrw_main(_plan(problem, cfg, 1)[0], cfg, shift))
+        for problem, runs in plans
+        for cfg, shift in runs
+    }
+    _build_all(build, options, "run_dw_wrw.cpp")
+    checked, staged, items = 0, 0, 0
+    for problem, runs in plans:
+        canon = problem.canonical
+        inputs = reference.random_inputs(canon, rng)
+        expected = reference.convolution(canon, x=inputs["x"], y=inputs["y"])
+        for cfg, shift in runs:
+            kernels, _, split = _plan(problem, cfg, 1)
+            staged += "-DMIO_TMA=1" in _wrw_main(kernels, cfg, shift).options
+            items = max(items, -(-geo.wrw_tile_items(canon, cfg) // split))
+            got = _run_wrw(build, tmp_path, problem, cfg, inputs, shift, 1)
+            err = reference.relative_error(got, expected)
+            assert np.isfinite(err) and err <= tol, (problem.key, dict(cfg), shift, err)
+            checked += 1
+    assert len(plans) == 3 and staged == checked - len(plans) and items >= 3
 
 
 def _wrw_main(kernels: tuple, cfg, shift: int):

@@ -1,8 +1,10 @@
 // A host stand-in for kernels/miocore_tma.h: the tensor map as the fields the host encodes it
 // from, a TMA copy as a plain box copy (zeros outside the tensor, the box dense in shared
-// memory, as SWIZZLE_NONE lays it), and an mbarrier as a count of completed phases that
-// bar_wait spins on by parity, so a kernel's TMA staging (coordinates, boxes, buffers and
-// phases) runs on the CPU. Built by run_dw_block.cpp with MIO_TMA; the test writes the map's
+// memory, as SWIZZLE_NONE lays it), and an mbarrier as the bytes its phase still expects (high
+// 32 bits) and the phases completed (low 32 bits): bar_expect adds the bytes, each copy takes
+// its box's off, and the copy that brings them to zero completes the phase, which bar_wait
+// spins on by parity. So a kernel's TMA staging (coordinates, boxes, buffers, the bytes each
+// phase expects and the phases) runs on the CPU. Built by run_dw_block.cpp with MIO_TMA; the test writes the map's
 // fields from the solver's own tensor-map description.
 #pragma once
 #include <chrono>
@@ -22,7 +24,9 @@ MIO_DEVICE void bar_init(unsigned long long* bar, unsigned) {
   __atomic_store_n(bar, 0ull, __ATOMIC_SEQ_CST);
 }
 MIO_DEVICE void bar_init_fence() {}
-MIO_DEVICE void bar_expect(unsigned long long*, unsigned) {}
+MIO_DEVICE void bar_expect(unsigned long long* bar, unsigned bytes) {
+  __atomic_fetch_add(bar, (unsigned long long)bytes << 32, __ATOMIC_SEQ_CST);
+}
 MIO_DEVICE void fence_proxy_async_shared() {}
 
 // Returns once the phase of this parity has completed (completed phases: the count); a wait
@@ -58,5 +62,7 @@ MIO_DEVICE void tma_load_4d(void* dst, const MioTensorMap* map, unsigned long lo
           }
           out += m.esize;
         }
-  __atomic_fetch_add(bar, 1ull, __ATOMIC_SEQ_CST);  // this phase's bytes have landed
+  const unsigned long long bytes = (unsigned long long)(out - (unsigned char*)dst);
+  const unsigned long long before = __atomic_fetch_sub(bar, bytes << 32, __ATOMIC_SEQ_CST);
+  if ((before >> 32) == bytes) __atomic_fetch_add(bar, 1ull, __ATOMIC_SEQ_CST);  // all landed
 }

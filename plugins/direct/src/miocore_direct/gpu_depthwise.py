@@ -73,6 +73,7 @@ from miocore_direct.gpu_depthwise_configs import (
     nchw_tiles,
     rows_items,
     valid_config,
+    wrw_tile_tma_configs,
 )
 from miocore_direct.gpu_depthwise_geometry import (
     INT32_MAX,
@@ -96,6 +97,7 @@ from miocore_direct.gpu_depthwise_geometry import (
     wrw_items,
     wrw_taps_per_block,
     wrw_tile_items,
+    wrw_tile_tma_boxes,
 )
 from miocore_direct.gpu_depthwise_nhwc_tile import (
     NHWC_TILE_CHUNK_BYTES,
@@ -163,7 +165,7 @@ class GpuDepthwiseSolver(TunableSolver):
         with the tensor memory accelerator, the staged tiles again staged by it."""
         space = config_space(problem)
         if tma_available(ctx):
-            space += nhwc_tile_tma_configs(problem)
+            space += nhwc_tile_tma_configs(problem) + wrw_tile_tma_configs(problem)
         return space
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
@@ -312,6 +314,8 @@ class GpuDepthwiseSolver(TunableSolver):
                 tile = (*tile, f"-DMIO_PG={pg}")
             for v in dict.fromkeys((vec, 1)):
                 opts = (*base_opts, "-DMIO_WRW_TILE=1", f"-DMIO_VEC={v}", *tile)
+                if cfg.get("tma") and v == vec:  # the twin (misaligned buffers) stages by hand
+                    opts = (*opts, "-DMIO_TMA=1")
                 grid = (split, -(-b.lengths[1] // cb))
                 kernels.append(kernel_info("dw_wrw_tile", opts, grid, (cb, pg or s["f"][1])))
             if split > 1:
@@ -352,13 +356,16 @@ class GpuDepthwiseSolver(TunableSolver):
             if direction is Direction.BACKWARD_WEIGHTS:
                 mains = compiled[:2] if vec > 1 else compiled[:1]
                 reduce = compiled[len(mains)] if split > 1 else None
-                args = KernelArgs([("ptr", 0)] * 4 + [("bytes", params)])
+                plain = KernelArgs([("ptr", 0)] * 4 + [("bytes", params)])
                 rargs = KernelArgs([("ptr", 0), ("ptr", 0), ("bytes", params)])
+                tma_args = wrw_tma_launch_args(p, cfg, params) if cfg.get("tma") else None
 
                 def invoker_w(handle: Any, ip: InvokeParams) -> None:
                     aligned = ip.x.ptr % align == 0 and ip.y.ptr % align == 0
                     main = mains[0] if aligned else mains[-1]
                     part = ip.workspace.ptr if split > 1 else 0
+                    staged = aligned and tma_args is not None
+                    args = tma_args(ip.x.ptr, ip.y.ptr) if staged else plain
                     args.set_pointers(ip.x.ptr, ip.w.ptr, ip.y.ptr, part)
                     main.launch(args)
                     if reduce is not None:
@@ -446,6 +453,30 @@ def tma_launch_args(p: ConvProblem, cfg: PerfConfig, params: bytes) -> Any:
             tensor_map = tiled_tensor_map(dtype, a_ptr, dims, strides, box, (1, 1, 1, 1), False)
             layout = [("bytes", tensor_map), ("ptr", 0), ("ptr", 0), ("ptr", 0), ("bytes", params)]
             args = kept[a_ptr] = KernelArgs(layout)
+        return args
+
+    return args_for
+
+
+def wrw_tma_launch_args(p: ConvProblem, cfg: PerfConfig, params: bytes) -> Any:
+    """For a TMA backward-weights tile: the launch arguments for x and dy at their addresses
+    (the two tensor maps, then the four pointers and the parameters), made once per pair."""
+    from miocore.backends.cuda_tma import tiled_tensor_map
+
+    (x_dims, x_strides, x_box), (dy_dims, dy_strides, dy_box) = wrw_tile_tma_boxes(p, cfg)
+    dtype = p.dtype
+    kept: dict[tuple[int, int], KernelArgs] = {}
+
+    def args_for(x_ptr: int, dy_ptr: int) -> KernelArgs:
+        args = kept.get((x_ptr, dy_ptr))
+        if args is None:
+            if len(kept) >= TMA_MAPS_KEPT:
+                kept.clear()
+            steps = (1, 1, 1, 1)
+            x_map = tiled_tensor_map(dtype, x_ptr, x_dims, x_strides, x_box, steps, False)
+            dy_map = tiled_tensor_map(dtype, dy_ptr, dy_dims, dy_strides, dy_box, steps, False)
+            layout = [("bytes", x_map), ("bytes", dy_map), *[("ptr", 0)] * 4, ("bytes", params)]
+            args = kept[(x_ptr, dy_ptr)] = KernelArgs(layout)
         return args
 
     return args_for

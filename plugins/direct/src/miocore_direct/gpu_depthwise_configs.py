@@ -157,6 +157,8 @@ def fits(p: ConvProblem, cfg: PerfConfig) -> bool:
         return nchw_tiles(p, cfg)[2] <= GRID_YZ_LIMIT
     if is_tile(cfg):
         vec, cb, pg = cfg["vec"], cfg["cb"], cfg.get("pg", 0)
+        if cfg.get("tma", 1) != 1 or (cfg.get("tma") and vec * esize(p) != 16):
+            return False  # TMA: 16-byte vectors (aligned strides; the twin for other buffers)
         if pg and not (
             pg <= cfg["tp"]
             and cb >= 32  # a warp holds one row group: its rows' branch is uniform
@@ -413,6 +415,13 @@ def default_nhwc_fitted(p: ConvProblem) -> PerfConfig | None:
     return PerfConfig(vec=widest, pix=2 if strided else 4, py=1, ct=8)
 
 
+def wrw_tile_tma_configs(p: ConvProblem) -> list[PerfConfig]:
+    """Every ``dw_wrw_tile`` config of the space again with ``tma`` (its tiles staged by the
+    tensor memory accelerator), where it still fits. Host-checked, not yet timed."""
+    twins = (PerfConfig(**c, tma=1) for c in config_space(p) if is_tile(c))
+    return [c for c in twins if fits(p, c)]
+
+
 def default_tile(p: ConvProblem) -> PerfConfig | None:
     """Backward weights through ``dw_wrw_tile``: tiles of 4 dy rows by 16 columns (8 at
     stride 2 or on planes of 7 and less), 16 channels per block for 7x7 filters on planes
@@ -447,9 +456,8 @@ def valid_config(problem: ConvProblem, config: PerfConfig) -> bool:
     if kind == "nchw" and is_rows(config):
         keys["nchw"] = ("ox", "oy")
     if kind == "wrw" and "cb" in config:
-        keys["wrw"] = (
-            ("vec", "cb", "tp", "tq", "pg") if "pg" in config else ("vec", "cb", "tp", "tq")
-        )
+        optional = tuple(k for k in ("pg", "tma") if k in config)
+        keys["wrw"] = ("vec", "cb", "tp", "tq", *optional)
     try:
         values = {k: int(config[k]) for k in keys[kind]}
     except (KeyError, TypeError, ValueError):

@@ -178,8 +178,31 @@ def wrw_tile_x_pixels(p: ConvProblem, cfg: PerfConfig) -> int:
 
 
 def wrw_tile_shared_bytes(p: ConvProblem, cfg: PerfConfig) -> int:
-    """Static shared memory of ``dw_wrw_tile``: the x and dy tiles as floats."""
+    """Static shared memory of ``dw_wrw_tile``: the x and dy tiles as floats; staged by TMA
+    (``tma``), two items' tiles as they lie in memory, each on a 128-byte boundary, and two
+    8-byte mbarriers."""
+    if cfg.get("tma"):
+        size, cb = esize(p), cfg["cb"]
+        x_bytes = -(-wrw_tile_x_pixels(p, cfg) * cb * size // 128) * 128
+        dy_bytes = -(-cfg["tp"] * cfg["tq"] * cb * size // 128) * 128
+        return 2 * (x_bytes + dy_bytes) + 16
     return 4 * cfg["cb"] * (wrw_tile_x_pixels(p, cfg) + cfg["tp"] * cfg["tq"])
+
+
+def wrw_tile_tma_boxes(p: ConvProblem, cfg: PerfConfig) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """The 4-D tensor maps of x and dy a TMA ``dw_wrw_tile`` copies from, innermost first:
+    each (dims (C, W, H, N), byte strides of W, H and N, box (``cb`` channels, the tile's
+    columns and rows, one image)); x's box is what a ``tp`` x ``tq`` dy tile reaches."""
+    s = problem_sizes(p)
+    size = esize(p)
+    xtp = (cfg["tp"] - 1) * s["s"][1] + (s["f"][1] - 1) * s["d"][1] + 1
+    xtq = (cfg["tq"] - 1) * s["s"][2] + (s["f"][2] - 1) * s["d"][2] + 1
+    maps = []
+    for t, (rows, cols) in ((p.x, (xtp, xtq)), (p.y, (cfg["tp"], cfg["tq"]))):
+        n, c, h, w = t.lengths
+        strides = (t.strides[3] * size, t.strides[2] * size, t.strides[0] * size)
+        maps.append(((c, w, h, n), strides, (cfg["cb"], cols, rows, 1)))
+    return tuple(maps)
 
 
 def wrw_tile_items(p: ConvProblem, cfg: PerfConfig) -> int:

@@ -41,6 +41,10 @@
 //   MIO_WRW_TILE  1: compile dw_wrw_tile, whose tile is MIO_CB channels x MIO_TP rows x
 //                 MIO_TQ columns of dy (with the x rows and columns they reach); MIO_PG > 0:
 //                 row groups (a thread holds every tap of its channel for every MIO_PG-th row)
+//   MIO_TMA       dw_wrw_tile, 1: the tiles staged by the tensor memory accelerator (CUDA sm_90
+//                 and later) as they lie in memory, from tensor maps of x and dy taken as the
+//                 first two arguments, two items in flight (double buffers, an mbarrier each);
+//                 0: staged through registers as floats, the next item's loads in flight
 //
 // dw_nhwc   threads over channel vectors (blockDim.x) x pixel groups (blockDim.y), grid-stride
 //           over the pixel groups; forward-like or gather
@@ -615,6 +619,12 @@ MIO_KERNEL void dw_wrw_reduce(mio_t* __restrict__ w, const float* __restrict__ p
 #ifndef MIO_PG
 #define MIO_PG 0
 #endif
+#ifndef MIO_TMA
+#define MIO_TMA 0
+#endif
+#if MIO_TMA
+#include "miocore_tma.h"
+#endif
 #if MIO_PG  // row groups: a thread holds every tap and every MIO_PG-th dy row of the tile
 #define MIO_RT MIO_FY
 #define MIO_LANES MIO_PG
@@ -721,11 +731,57 @@ struct DwTileLoad {
   }
 };
 
-MIO_KERNEL void dw_wrw_tile(const mio_t* __restrict__ a, mio_t* __restrict__ w,
-                            const mio_t* __restrict__ b, float* __restrict__ part,
-                            MioDwParams p) {
+// A staged value as a float: the register-staged tiles hold floats, the TMA-staged ones the
+// elements as they lie in memory.
+MIO_DEVICE float wrw_staged(const float* p) { return *p; }
+#if MIO_TMA && !defined(MIO_DTYPE_FP32)
+MIO_DEVICE float wrw_staged(const mio_t* p) { return mio_load(p); }
+#endif
+
+// One item's multiply-adds from its staged x tile (sx) and dy tile (sdy): thread (c, lane)
+// walks its dy rows, one dy value feeding MIO_FX taps of each of its filter rows.
+template <class T>
+MIO_DEVICE void dw_wrw_tile_item(const T* sx, const T* sdy, float (&acc)[MIO_RT][MIO_FX], int c,
+                                 int lane) {
+#pragma unroll
+  for (int py = 0; py < MIO_TP; ++py) {
+#if MIO_PG
+    if (py % MIO_PG != lane) continue;  // uniform in a warp: blockDim.x >= 32
+#endif
+    const T* dr = sdy + py * MIO_TQ * MIO_CB + c;
+#pragma unroll
+    for (int q = 0; q < MIO_TQ; ++q) {
+      const float d = wrw_staged(dr + q * MIO_CB);
+#pragma unroll
+      for (int rt = 0; rt < MIO_RT; ++rt) {
+        const int fr = MIO_PG ? rt : lane;  // the filter row of these taps
+        const T* xr = sx + (py * MIO_SH + fr * MIO_DH) * MIO_XTQ * MIO_CB + c;
+#pragma unroll
+        for (int s = 0; s < MIO_FX; ++s)
+          acc[rt][s] += d * wrw_staged(xr + (q * MIO_SW + s * MIO_DW) * MIO_CB);
+      }
+    }
+  }
+}
+
+MIO_KERNEL void dw_wrw_tile(
+#if MIO_TMA
+    const __grid_constant__ MioTensorMap x_map, const __grid_constant__ MioTensorMap dy_map,
+#endif
+    const mio_t* __restrict__ a, mio_t* __restrict__ w, const mio_t* __restrict__ b,
+    float* __restrict__ part, MioDwParams p) {
+#if MIO_TMA
+  // two items' x and dy tiles as they lie in memory, each tile on a 128-byte boundary; after
+  // the items, the row groups' sums (floats) in the same bytes
+  constexpr int x_bytes = (MIO_XTP * MIO_XTQ * MIO_CB * (int)sizeof(mio_t) + 127) / 128 * 128;
+  constexpr int dy_bytes = (MIO_TP * MIO_TQ * MIO_CB * (int)sizeof(mio_t) + 127) / 128 * 128;
+  __shared__ __align__(128) unsigned char s_raw[2][x_bytes + dy_bytes];
+  __shared__ unsigned long long s_full[2];  // a buffer's two copies have landed
+  float* const s_x = (float*)&s_raw[0][0];
+#else
   __shared__ float s_x[MIO_XTP * MIO_XTQ * MIO_CB];
   __shared__ float s_dy[MIO_TP * MIO_TQ * MIO_CB];
+#endif
   constexpr int threads = MIO_CB * MIO_LANES;
   const int c = (int)threadIdx.x, lane = (int)threadIdx.y;
   const int tid = lane * MIO_CB + c;
@@ -740,6 +796,38 @@ MIO_KERNEL void dw_wrw_tile(const mio_t* __restrict__ a, mio_t* __restrict__ w,
   for (int r = 0; r < MIO_RT; ++r)
 #pragma unroll
     for (int s = 0; s < MIO_FX; ++s) acc[r][s] = 0.0f;
+#if MIO_TMA
+  (void)threads;
+  // The next item's tiles copied into the other buffer while the block computes on this one.
+  const auto issue = [&](mio_index it, int buf) {
+    unsigned int r = (unsigned int)it;  // items < 2^31 (host check)
+    const int ow0 = (int)(r % tiles_w) * MIO_TQ;
+    r /= tiles_w;
+    const int oh0 = (int)(r % tiles_h) * MIO_TP;
+    const int n = (int)(r / tiles_h);
+    const int ih0 = oh0 * MIO_SH - (int)p.pad_h, iw0 = ow0 * MIO_SW - (int)p.pad_w;
+    fence_proxy_async_shared();  // the block's reads of this buffer (a barrier back) first
+    bar_expect(&s_full[buf], (MIO_XTP * MIO_XTQ + MIO_TP * MIO_TQ) * MIO_CB * sizeof(mio_t));
+    tma_load_4d(s_raw[buf], &x_map, &s_full[buf], (int)c0, iw0, ih0, n);
+    tma_load_4d(s_raw[buf] + x_bytes, &dy_map, &s_full[buf], (int)c0, ow0, oh0, n);
+  };
+  if (tid == 0) {
+    bar_init(&s_full[0], 1);
+    bar_init(&s_full[1], 1);
+    bar_init_fence();
+  }
+  __syncthreads();
+  if (tid == 0 && (mio_index)blockIdx.x < p.items) issue(blockIdx.x, 0);
+  int k = 0;  // this block's items so far: buffer k % 2, its (k / 2)-th copy
+  for (mio_index it = blockIdx.x; it < p.items; it += p.split, ++k) {
+    const int buf = k & 1;
+    if (tid == 0 && it + p.split < p.items) issue(it + p.split, buf ^ 1);
+    bar_wait(&s_full[buf], (unsigned)(k >> 1) & 1u);
+    dw_wrw_tile_item((const mio_t*)s_raw[buf], (const mio_t*)(s_raw[buf] + x_bytes), acc, c,
+                     lane);
+    __syncthreads();  // every thread done with this buffer before it is staged again
+  }
+#else
   // Software pipeline: the next item's tiles are loaded into registers while the block
   // computes on the current one from shared memory.
   DwTileLoad<MIO_XTP, MIO_XTQ, threads> next_x;
@@ -763,26 +851,9 @@ MIO_KERNEL void dw_wrw_tile(const mio_t* __restrict__ a, mio_t* __restrict__ w,
     next_dy.put(s_dy, tid);
     __syncthreads();
     if (it + p.split < p.items) fetch(it + p.split);
-#pragma unroll
-    for (int py = 0; py < MIO_TP; ++py) {
-#if MIO_PG
-      if (py % MIO_PG != lane) continue;  // uniform in a warp: blockDim.x >= 32
-#endif
-      const float* dr = s_dy + py * MIO_TQ * MIO_CB + c;
-#pragma unroll
-      for (int q = 0; q < MIO_TQ; ++q) {
-        const float d = dr[q * MIO_CB];
-#pragma unroll
-        for (int rt = 0; rt < MIO_RT; ++rt) {
-          const int fr = MIO_PG ? rt : lane;  // the filter row of these taps
-          const float* xr = s_x + (py * MIO_SH + fr * MIO_DH) * MIO_XTQ * MIO_CB + c;
-#pragma unroll
-          for (int s = 0; s < MIO_FX; ++s)
-            acc[rt][s] += d * xr[(q * MIO_SW + s * MIO_DW) * MIO_CB];
-        }
-      }
-    }
+    dw_wrw_tile_item(s_x, s_dy, acc, c, lane);
   }
+#endif
   const mio_index o = c0 + c;
   const mio_index wcount = chans * MIO_TAPS;
 #if MIO_PG
