@@ -494,6 +494,16 @@ def test_backward_weights_tiles_through_tma_on_sm90_only() -> None:
     assert _options(main)["MIO_TMA"] == "1" and "MIO_TMA" not in _options(twin)
     # x: 6 x 18 pixels, dy: 4 x 16, 32 fp16 channels: 6,912 and 4,096 bytes, twice, + barriers
     assert geo.wrw_tile_shared_bytes(p, cfg) == 2 * (6912 + 4096) + 16
+    # 2 and 4 channels a thread on TMA tiles only: cb / wv channel lanes on the main kernel,
+    # the twin one channel a thread
+    wide = miocore.PerfConfig(**cfg, wv=4)
+    assert wide in twins and s.is_valid_perf_config(hopper, p, wide)
+    main, twin = s.get_solution(hopper, p, wide).kernels[:2]
+    assert _options(main)["MIO_WV"] == "4" and main.block == (8, 4)
+    assert "MIO_WV" not in _options(twin) and twin.block == (32, 4)
+    plain = {k: v for k, v in cfg.items() if k != "tma"}
+    for bad in ({**plain, "wv": 2}, {**cfg, "wv": 3}):
+        assert not s.is_valid_perf_config(hopper, p, miocore.PerfConfig(**bad)), bad
     (x_dims, x_strides, x_box), (dy_dims, _, dy_box) = geo.wrw_tile_tma_boxes(p, cfg)
     assert x_dims == (40, 20, 30, 2) and x_strides == (80, 1600, 48000)  # 2 images
     assert x_box == (32, 18, 6, 1) and dy_box == (32, 16, 4, 1) and dy_dims == (40, 20, 30, 2)

@@ -458,10 +458,10 @@ def test_backward_weights_on_the_host_matches_reference(build, tmp_path: Path, d
 def test_backward_weights_tiles_through_tma_on_the_host(build, tmp_path: Path, dtype: str) -> None:
     # dw_wrw_tile staged by the tensor memory accelerator (MIO_TMA: x's and dy's tiles as they
     # lie in memory, two items in flight), with the TMA copy and the mbarriers' phases in
-    # their host forms: the TMA twins of the default (3x3: row groups) and of the space's first
-    # and last tiles, split over partials as on a one-SM GPU (4 splits: 3 or 4 items a block
-    # on the 3x3 case, both buffers twice, both phases); the default one element off
-    # alignment (the twin, no map)
+    # their host forms: the TMA twins of the default (3x3: row groups; also with 2 channels
+    # a thread) and of the space's first and last tiles (the last: 4 channels a thread), split
+    # over partials as on a one-SM GPU (4 splits: 3 or 4 items a block on the 3x3 case, both
+    # buffers twice, both phases); the default one element off alignment (the twin, no map)
     rng = np.random.default_rng(31)
     tol = reference.tolerance(dtype)
     solver = dw.GpuDepthwiseSolver()
@@ -475,8 +475,9 @@ def test_backward_weights_tiles_through_tma_on_the_host(build, tmp_path: Path, d
         default = miocore.PerfConfig(
             **solver.default_perf_config(_ctx(), problem.canonical), tma=1
         )  # its two fp32 buffers exceed the static shared memory at 5x5 stride 2
-        picks = list(dict.fromkeys((default, twins[0], twins[-1]) if default in twins else twins))
-        picks = picks[:3] if default in twins else [twins[0], twins[-1]]
+        picks = [default, twins[0], twins[-1]] if default in twins else [twins[0], twins[-1]]
+        pair = miocore.PerfConfig(**default, wv=2)  # row groups on 3x3, 2 channels a thread
+        picks = list(dict.fromkeys([*picks, *([pair] if pair in twins else [])]))
         plans.append((problem, [(cfg, 0) for cfg in picks] + [(picks[0], 1)]))
     options = {
         _block_options(_wrw_main(_plan(problem, cfg, 1)[0], cfg, shift))
@@ -498,6 +499,8 @@ def test_backward_weights_tiles_through_tma_on_the_host(build, tmp_path: Path, d
             assert np.isfinite(err) and err <= tol, (problem.key, dict(cfg), shift, err)
             checked += 1
     assert len(plans) == 3 and staged == checked - len(plans) and items >= 3
+    wide = {cfg.get("wv", 1) for _, runs in plans for cfg, _ in runs}
+    assert wide == {1, 2, 4}
 
 
 def _wrw_main(kernels: tuple, cfg, shift: int):

@@ -314,10 +314,15 @@ class GpuDepthwiseSolver(TunableSolver):
                 tile = (*tile, f"-DMIO_PG={pg}")
             for v in dict.fromkeys((vec, 1)):
                 opts = (*base_opts, "-DMIO_WRW_TILE=1", f"-DMIO_VEC={v}", *tile)
+                wv = 1
                 if cfg.get("tma") and v == vec:  # the twin (misaligned buffers) stages by hand
                     opts = (*opts, "-DMIO_TMA=1")
+                    wv = cfg.get("wv", 1)
+                    if wv > 1:
+                        opts = (*opts, f"-DMIO_WV={wv}")
                 grid = (split, -(-b.lengths[1] // cb))
-                kernels.append(kernel_info("dw_wrw_tile", opts, grid, (cb, pg or s["f"][1])))
+                block = (cb // wv, pg or s["f"][1])
+                kernels.append(kernel_info("dw_wrw_tile", opts, grid, block))
             if split > 1:
                 kernels.append(reduce_kernel(base_opts, wcount, split))
         else:

@@ -156,12 +156,16 @@ def fits(p: ConvProblem, cfg: PerfConfig) -> bool:
             return False
         return nchw_tiles(p, cfg)[2] <= GRID_YZ_LIMIT
     if is_tile(cfg):
-        vec, cb, pg = cfg["vec"], cfg["cb"], cfg.get("pg", 0)
+        vec, cb, pg, wv = cfg["vec"], cfg["cb"], cfg.get("pg", 0), cfg.get("wv", 1)
         if cfg.get("tma", 1) != 1 or (cfg.get("tma") and vec * esize(p) != 16):
             return False  # TMA: 16-byte vectors (aligned strides; the twin for other buffers)
+        if wv not in (1, *WRW_TILE_WV) or cb % wv or (wv > 1 and not cfg.get("tma")):
+            return False  # several channels a thread: TMA tiles only
         if pg and not (
             pg <= cfg["tp"]
-            and cb >= 32  # a warp holds one row group: its rows' branch is uniform
+            # a warp holds one row group, its rows' branch uniform; with wv > 1 each thread
+            # walks its own rows
+            and (cb >= 32 or wv > 1)
             and tap_count(p) <= MAX_TILE_GROUP_TAPS
             and pg * tap_count(p) <= wrw_tile_x_pixels(p, cfg)  # the groups' sums fit
         ):
@@ -170,7 +174,7 @@ def fits(p: ConvProblem, cfg: PerfConfig) -> bool:
             wrw_tile_applies(p)
             and vec_ok(p, vec)
             and cb % vec == 0
-            and cb * (pg or s["f"][1]) <= 1024
+            and cb // wv * (pg or s["f"][1]) <= 1024
             and wrw_tile_shared_bytes(p, cfg) <= SHARED_LIMIT
             and wrw_tile_items(p, cfg) <= INT32_MAX
             and -(-s["k"] // cb) <= GRID_YZ_LIMIT
@@ -415,11 +419,20 @@ def default_nhwc_fitted(p: ConvProblem) -> PerfConfig | None:
     return PerfConfig(vec=widest, pix=2 if strided else 4, py=1, ct=8)
 
 
+#: Channels a TMA ``dw_wrw_tile`` thread computes besides one (``wv``): a staged read feeds
+#: that many multiply-adds. Only with TMA staging: staged through registers, a block of fewer
+#: threads carries more of each tile a thread (165-255 registers, fortieth session).
+WRW_TILE_WV = (2, 4)
+
+
 def wrw_tile_tma_configs(p: ConvProblem) -> list[PerfConfig]:
     """Every ``dw_wrw_tile`` config of the space again with ``tma`` (its tiles staged by the
-    tensor memory accelerator), where it still fits. Host-checked, not yet timed."""
-    twins = (PerfConfig(**c, tma=1) for c in config_space(p) if is_tile(c))
-    return [c for c in twins if fits(p, c)]
+    tensor memory accelerator), then each with 2 and 4 channels a thread (``wv``), where they
+    fit. Host-checked, not yet timed."""
+    tiles = [c for c in config_space(p) if is_tile(c)]
+    twins = [PerfConfig(**c, tma=1) for c in tiles]
+    wide = [PerfConfig(**c, wv=wv) for wv in WRW_TILE_WV for c in twins]
+    return [c for c in twins + wide if fits(p, c)]
 
 
 def default_tile(p: ConvProblem) -> PerfConfig | None:
@@ -456,7 +469,7 @@ def valid_config(problem: ConvProblem, config: PerfConfig) -> bool:
     if kind == "nchw" and is_rows(config):
         keys["nchw"] = ("ox", "oy")
     if kind == "wrw" and "cb" in config:
-        optional = tuple(k for k in ("pg", "tma") if k in config)
+        optional = tuple(k for k in ("pg", "tma", "wv") if k in config)
         keys["wrw"] = ("vec", "cb", "tp", "tq", *optional)
     try:
         values = {k: int(config[k]) for k in keys[kind]}

@@ -45,6 +45,9 @@
 //                 and later) as they lie in memory, from tensor maps of x and dy taken as the
 //                 first two arguments, two items in flight (double buffers, an mbarrier each);
 //                 0: staged through registers as floats, the next item's loads in flight
+//   MIO_WV        dw_wrw_tile with MIO_TMA: adjacent channels a thread computes (1, 2, 4): a
+//                 staged read of MIO_WV channels feeds MIO_WV multiply-adds (blockDim.x is
+//                 MIO_CB / MIO_WV); with row groups each thread walks its own dy rows
 //
 // dw_nhwc   threads over channel vectors (blockDim.x) x pixel groups (blockDim.y), grid-stride
 //           over the pixel groups; forward-like or gather
@@ -625,6 +628,13 @@ MIO_KERNEL void dw_wrw_reduce(mio_t* __restrict__ w, const float* __restrict__ p
 #if MIO_TMA
 #include "miocore_tma.h"
 #endif
+#ifndef MIO_WV
+#define MIO_WV 1
+#endif
+#if MIO_CB % MIO_WV || (MIO_WV > 1 && !MIO_TMA)
+#error "dw_wrw_tile: MIO_WV divides MIO_CB, and is 1 without MIO_TMA"
+#endif
+#define MIO_CLANES (MIO_CB / MIO_WV)  // channel lanes of a block (blockDim.x)
 #if MIO_PG  // row groups: a thread holds every tap and every MIO_PG-th dy row of the tile
 #define MIO_RT MIO_FY
 #define MIO_LANES MIO_PG
@@ -738,11 +748,58 @@ MIO_DEVICE float wrw_staged(const float* p) { return *p; }
 MIO_DEVICE float wrw_staged(const mio_t* p) { return mio_load(p); }
 #endif
 
+#if MIO_WV > 1
+#define MIO_WBYTES (MIO_WV * MIO_ESIZE)
+// MIO_WV staged channels as floats: one 4-, 8- or 16-byte shared load.
+MIO_DEVICE void wrw_staged_v(const mio_t* p, float* v) {
+#if MIO_WBYTES == 16
+  const uint4 r = *(const uint4*)p;
+  const unsigned int u[4] = {r.x, r.y, r.z, r.w};
+  mio_unpack(u, 4, v);
+#elif MIO_WBYTES == 8
+  const uint2 r = *(const uint2*)p;
+  const unsigned int u[2] = {r.x, r.y};
+  mio_unpack(u, 2, v);
+#else  // two 16-bit channels
+  const unsigned int u[1] = {*(const unsigned int*)p};
+  mio_unpack(u, 1, v);
+#endif
+}
+#endif
+
 // One item's multiply-adds from its staged x tile (sx) and dy tile (sdy): thread (c, lane)
-// walks its dy rows, one dy value feeding MIO_FX taps of each of its filter rows.
+// walks its dy rows, one dy value feeding MIO_FX taps of each of its filter rows (MIO_WV
+// adjacent channels from c).
 template <class T>
-MIO_DEVICE void dw_wrw_tile_item(const T* sx, const T* sdy, float (&acc)[MIO_RT][MIO_FX], int c,
-                                 int lane) {
+MIO_DEVICE void dw_wrw_tile_item(const T* sx, const T* sdy, float (&acc)[MIO_RT][MIO_FX][MIO_WV],
+                                 int c, int lane) {
+#if MIO_WV > 1
+#if MIO_PG  // several row groups a warp: each thread walks its own rows
+  for (int py = lane; py < MIO_TP; py += MIO_PG) {
+#else
+#pragma unroll
+  for (int py = 0; py < MIO_TP; ++py) {
+#endif
+    const T* dr = sdy + py * MIO_TQ * MIO_CB + c;
+#pragma unroll
+    for (int q = 0; q < MIO_TQ; ++q) {
+      float d[MIO_WV];
+      wrw_staged_v(dr + q * MIO_CB, d);
+#pragma unroll
+      for (int rt = 0; rt < MIO_RT; ++rt) {
+        const int fr = MIO_PG ? rt : lane;
+        const T* xr = sx + (py * MIO_SH + fr * MIO_DH) * MIO_XTQ * MIO_CB + c;
+#pragma unroll
+        for (int s = 0; s < MIO_FX; ++s) {
+          float xv[MIO_WV];
+          wrw_staged_v(xr + (q * MIO_SW + s * MIO_DW) * MIO_CB, xv);
+#pragma unroll
+          for (int v = 0; v < MIO_WV; ++v) acc[rt][s][v] += d[v] * xv[v];
+        }
+      }
+    }
+  }
+#else
 #pragma unroll
   for (int py = 0; py < MIO_TP; ++py) {
 #if MIO_PG
@@ -758,10 +815,11 @@ MIO_DEVICE void dw_wrw_tile_item(const T* sx, const T* sdy, float (&acc)[MIO_RT]
         const T* xr = sx + (py * MIO_SH + fr * MIO_DH) * MIO_XTQ * MIO_CB + c;
 #pragma unroll
         for (int s = 0; s < MIO_FX; ++s)
-          acc[rt][s] += d * wrw_staged(xr + (q * MIO_SW + s * MIO_DW) * MIO_CB);
+          acc[rt][s][0] += d * wrw_staged(xr + (q * MIO_SW + s * MIO_DW) * MIO_CB);
       }
     }
   }
+#endif
 }
 
 MIO_KERNEL void dw_wrw_tile(
@@ -782,20 +840,22 @@ MIO_KERNEL void dw_wrw_tile(
   __shared__ float s_x[MIO_XTP * MIO_XTQ * MIO_CB];
   __shared__ float s_dy[MIO_TP * MIO_TQ * MIO_CB];
 #endif
-  constexpr int threads = MIO_CB * MIO_LANES;
-  const int c = (int)threadIdx.x, lane = (int)threadIdx.y;
-  const int tid = lane * MIO_CB + c;
+  constexpr int threads = MIO_CLANES * MIO_LANES;
+  const int c = (int)threadIdx.x * MIO_WV, lane = (int)threadIdx.y;  // c: the first channel
+  const int tid = lane * MIO_CLANES + (int)threadIdx.x;
   const mio_index chans = p.b.len[1];
   const mio_index c0 = (mio_index)blockIdx.y * MIO_CB;
   const int bh = (int)p.b.len[3], bw = (int)p.b.len[4];
   const int ah = (int)p.a.len[3], aw = (int)p.a.len[4];
   const unsigned int tiles_w = (unsigned int)((bw + MIO_TQ - 1) / MIO_TQ);
   const unsigned int tiles_h = (unsigned int)((bh + MIO_TP - 1) / MIO_TP);
-  float acc[MIO_RT][MIO_FX];
+  float acc[MIO_RT][MIO_FX][MIO_WV];
 #pragma unroll
   for (int r = 0; r < MIO_RT; ++r)
 #pragma unroll
-    for (int s = 0; s < MIO_FX; ++s) acc[r][s] = 0.0f;
+    for (int s = 0; s < MIO_FX; ++s)
+#pragma unroll
+      for (int v = 0; v < MIO_WV; ++v) acc[r][s][v] = 0.0f;
 #if MIO_TMA
   (void)threads;
   // The next item's tiles copied into the other buffer while the block computes on this one.
@@ -854,7 +914,6 @@ MIO_KERNEL void dw_wrw_tile(
     dw_wrw_tile_item(s_x, s_dy, acc, c, lane);
   }
 #endif
-  const mio_index o = c0 + c;
   const mio_index wcount = chans * MIO_TAPS;
 #if MIO_PG
   // Sum the row groups' taps in lane order through shared memory (the x tile is free now;
@@ -864,29 +923,40 @@ MIO_KERNEL void dw_wrw_tile(
   for (int rt = 0; rt < MIO_RT; ++rt)
 #pragma unroll
     for (int s = 0; s < MIO_FX; ++s)
-      s_x[(lane * MIO_TAPS + rt * MIO_FX + s) * MIO_CB + c] = acc[rt][s];
+#pragma unroll
+      for (int v = 0; v < MIO_WV; ++v)
+        s_x[(lane * MIO_TAPS + rt * MIO_FX + s) * MIO_CB + c + v] = acc[rt][s][v];
   __syncthreads();
-  if (o >= chans) return;
-  for (int f = lane; f < MIO_TAPS; f += MIO_PG) {
-    float sum = 0.0f;
-    for (int l = 0; l < MIO_PG; ++l) sum += s_x[(l * MIO_TAPS + f) * MIO_CB + c];
-    if (part) {
-      part[(mio_index)blockIdx.x * wcount + o * MIO_TAPS + f] = sum;
-    } else {
-      mio_store(w + o * p.w.stride[0] + (f / MIO_FX) * p.w.stride[3] +
-                    (f % MIO_FX) * p.w.stride[4],
-                sum);
+#pragma unroll
+  for (int v = 0; v < MIO_WV; ++v) {
+    const mio_index o = c0 + c + v;
+    if (o >= chans) return;
+    for (int f = lane; f < MIO_TAPS; f += MIO_PG) {
+      float sum = 0.0f;
+      for (int l = 0; l < MIO_PG; ++l) sum += s_x[(l * MIO_TAPS + f) * MIO_CB + c + v];
+      if (part) {
+        part[(mio_index)blockIdx.x * wcount + o * MIO_TAPS + f] = sum;
+      } else {
+        mio_store(w + o * p.w.stride[0] + (f / MIO_FX) * p.w.stride[3] +
+                      (f % MIO_FX) * p.w.stride[4],
+                  sum);
+      }
     }
   }
 #else
-  if (o >= chans) return;
 #pragma unroll
-  for (int s = 0; s < MIO_FX; ++s) {
-    const int f = lane * MIO_FX + s;
-    if (part) {
-      part[(mio_index)blockIdx.x * wcount + o * MIO_TAPS + f] = acc[0][s];
-    } else {
-      mio_store(w + o * p.w.stride[0] + lane * p.w.stride[3] + s * p.w.stride[4], acc[0][s]);
+  for (int v = 0; v < MIO_WV; ++v) {
+    const mio_index o = c0 + c + v;
+    if (o >= chans) return;
+#pragma unroll
+    for (int s = 0; s < MIO_FX; ++s) {
+      const int f = lane * MIO_FX + s;
+      if (part) {
+        part[(mio_index)blockIdx.x * wcount + o * MIO_TAPS + f] = acc[0][s][v];
+      } else {
+        mio_store(w + o * p.w.stride[0] + lane * p.w.stride[3] + s * p.w.stride[4],
+                  acc[0][s][v]);
+      }
     }
   }
 #endif
