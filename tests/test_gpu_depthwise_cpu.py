@@ -507,3 +507,39 @@ def test_backward_weights_tiles_through_tma_on_sm90_only() -> None:
     (x_dims, x_strides, x_box), (dy_dims, _, dy_box) = geo.wrw_tile_tma_boxes(p, cfg)
     assert x_dims == (40, 20, 30, 2) and x_strides == (80, 1600, 48000)  # 2 images
     assert x_box == (32, 18, 6, 1) and dy_box == (32, 16, 4, 1) and dy_dims == (40, 20, 30, 2)
+
+
+def test_tma_launch_arguments_are_made_once_per_address(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # The TMA tiles' invokers: per tuple of read-tensor addresses, one argument block whose
+    # first slots are the tensor maps (encoded once: a network's calls reuse the allocator's
+    # addresses), then the pointers and the parameters; at most TMA_MAPS_KEPT kept. The encoder
+    # needs the driver library, so a stand-in records what it is asked.
+    import numpy as np
+
+    from miocore.backends import cuda_tma
+
+    encoded: list[tuple] = []
+
+    def fake_map(dtype, address, dims, strides, box, steps, swizzle):  # type: ignore[no-untyped-def]
+        encoded.append((address, tuple(dims), tuple(box), swizzle))
+        return address.to_bytes(8, "little") * 16  # 128 bytes naming the address
+
+    monkeypatch.setattr(cuda_tma, "tiled_tensor_map", fake_map)
+    p = _problem("backward_weights", layout="NHWC", dtype="float16", c=40, k=40, groups=40,
+                 in_spatial=(30, 20)).canonical  # fmt: skip
+    cfg = miocore.PerfConfig(vec=8, cb=32, tp=4, tq=16, pg=4, tma=1)
+    params = bytes(range(24))
+    args_for = dw.tma_launch_args(p, geo.wrw_tile_tma_boxes(p, cfg), 4, params)
+    first = args_for(0x1000, 0x2000)
+    assert args_for(0x1000, 0x2000) is first and len(encoded) == 2  # x's and dy's maps, once
+    assert encoded[0] == (0x1000, (40, 20, 30, 2), (32, 18, 6, 1), False)
+    assert encoded[1] == (0x2000, (40, 20, 30, 2), (32, 16, 4, 1), False)
+    words = first._buffer
+    assert int(words[0]) == 0x1000 and int(words[16]) == 0x2000  # the maps, 128 bytes each
+    first.set_pointers(11, 12, 13, 14)
+    assert [int(v) for v in words[32:36]] == [11, 12, 13, 14]
+    assert words[36:39].view(np.uint8).tobytes() == params
+    assert args_for(0x3000, 0x2000) is not first and len(encoded) == 4
+    for i in range(dw.TMA_MAPS_KEPT):
+        args_for(0x10000 + 16 * i, 0x2000)
+    assert args_for(0x1000, 0x2000) is not first  # forgotten once the cache filled

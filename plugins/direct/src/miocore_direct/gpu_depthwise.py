@@ -363,7 +363,9 @@ class GpuDepthwiseSolver(TunableSolver):
                 reduce = compiled[len(mains)] if split > 1 else None
                 plain = KernelArgs([("ptr", 0)] * 4 + [("bytes", params)])
                 rargs = KernelArgs([("ptr", 0), ("ptr", 0), ("bytes", params)])
-                tma_args = wrw_tma_launch_args(p, cfg, params) if cfg.get("tma") else None
+                tma_args = None
+                if cfg.get("tma"):  # the maps of x and dy, then x, dw, dy and the partials
+                    tma_args = tma_launch_args(p, wrw_tile_tma_boxes(p, cfg), 4, params)
 
                 def invoker_w(handle: Any, ip: InvokeParams) -> None:
                     aligned = ip.x.ptr % align == 0 and ip.y.ptr % align == 0
@@ -380,7 +382,9 @@ class GpuDepthwiseSolver(TunableSolver):
                 return invoker_w
             args3 = KernelArgs([("ptr", 0), ("ptr", 0), ("ptr", 0), ("bytes", params)])
             mains3 = compiled
-            tma_args = tma_launch_args(p, cfg, params) if cfg.get("tma") else None
+            tma_args = None
+            if cfg.get("tma"):  # the read tensor's map, then the three tensors
+                tma_args = tma_launch_args(p, (nhwc_tile_tma_box(p, cfg),), 3, params)
 
             def invoker(handle: Any, ip: InvokeParams) -> None:
                 ta, tb = (ip.y, ip.x) if direction is Direction.BACKWARD_DATA else (ip.x, ip.y)
@@ -441,47 +445,27 @@ def nhwc_kernels(
 TMA_MAPS_KEPT = 64
 
 
-def tma_launch_args(p: ConvProblem, cfg: PerfConfig, params: bytes) -> Any:
-    """For a TMA tile: the launch arguments for a read tensor at an address (its tensor map,
-    then the three pointers and the parameters), made once per address."""
+def tma_launch_args(
+    p: ConvProblem, boxes: tuple[tuple[tuple[int, ...], ...], ...], pointers: int, params: bytes
+) -> Any:
+    """For a TMA-staged kernel: the launch arguments for its read tensors at their addresses,
+    made once per tuple of addresses: a tensor map of each (``boxes``: dims, byte strides and
+    box of each, in argument order), then ``pointers`` pointers and the parameters."""
     from miocore.backends.cuda_tma import tiled_tensor_map
 
-    dims, strides, box = nhwc_tile_tma_box(p, cfg)
-    dtype = p.dtype
-    kept: dict[int, KernelArgs] = {}
+    kept: dict[tuple[int, ...], KernelArgs] = {}
+    pointer_slots = [("ptr", 0)] * pointers
 
-    def args_for(a_ptr: int) -> KernelArgs:
-        args = kept.get(a_ptr)
+    def args_for(*addresses: int) -> KernelArgs:
+        args = kept.get(addresses)
         if args is None:
             if len(kept) >= TMA_MAPS_KEPT:
                 kept.clear()
-            tensor_map = tiled_tensor_map(dtype, a_ptr, dims, strides, box, (1, 1, 1, 1), False)
-            layout = [("bytes", tensor_map), ("ptr", 0), ("ptr", 0), ("ptr", 0), ("bytes", params)]
-            args = kept[a_ptr] = KernelArgs(layout)
-        return args
-
-    return args_for
-
-
-def wrw_tma_launch_args(p: ConvProblem, cfg: PerfConfig, params: bytes) -> Any:
-    """For a TMA backward-weights tile: the launch arguments for x and dy at their addresses
-    (the two tensor maps, then the four pointers and the parameters), made once per pair."""
-    from miocore.backends.cuda_tma import tiled_tensor_map
-
-    (x_dims, x_strides, x_box), (dy_dims, dy_strides, dy_box) = wrw_tile_tma_boxes(p, cfg)
-    dtype = p.dtype
-    kept: dict[tuple[int, int], KernelArgs] = {}
-
-    def args_for(x_ptr: int, dy_ptr: int) -> KernelArgs:
-        args = kept.get((x_ptr, dy_ptr))
-        if args is None:
-            if len(kept) >= TMA_MAPS_KEPT:
-                kept.clear()
-            steps = (1, 1, 1, 1)
-            x_map = tiled_tensor_map(dtype, x_ptr, x_dims, x_strides, x_box, steps, False)
-            dy_map = tiled_tensor_map(dtype, dy_ptr, dy_dims, dy_strides, dy_box, steps, False)
-            layout = [("bytes", x_map), ("bytes", dy_map), *[("ptr", 0)] * 4, ("bytes", params)]
-            args = kept[(x_ptr, dy_ptr)] = KernelArgs(layout)
+            maps = [
+                ("bytes", tiled_tensor_map(p.dtype, at, dims, strides, box, (1, 1, 1, 1), False))
+                for at, (dims, strides, box) in zip(addresses, boxes, strict=True)
+            ]
+            args = kept[addresses] = KernelArgs([*maps, *pointer_slots, ("bytes", params)])
         return args
 
     return args_for
