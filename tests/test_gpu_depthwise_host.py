@@ -433,25 +433,10 @@ def test_backward_weights_on_the_host_matches_reference(build, tmp_path: Path, d
         default = solver.default_perf_config(_ctx(), problem.canonical)
         picks = list(dict.fromkeys((default, _space(problem)[-1])))
         plans.append((problem, [(cfg, 0) for cfg in picks] + [(default, 1)]))
-    options = {
-        _block_options(_wrw_main(_plan(problem, cfg)[0], cfg, shift))
-        for problem, runs in plans
-        for cfg, shift in runs
-    }
-    _build_all(build, options, "run_dw_wrw.cpp")
-    checked, tiles, splits = 0, 0, 0
-    for problem, runs in plans:
-        canon = problem.canonical
-        inputs = reference.random_inputs(canon, rng)
-        expected = reference.convolution(canon, x=inputs["x"], y=inputs["y"])
-        for cfg, shift in runs:
-            got = _run_wrw(build, tmp_path, problem, cfg, inputs, shift)
-            err = reference.relative_error(got, expected)
-            assert np.isfinite(err) and err <= tol, (problem.key, dict(cfg), shift, err)
-            checked += 1
-            tiles += geo.is_tile(cfg)
-            splits += _plan(problem, cfg)[2] > 1
-    assert checked >= 2 * len(WRW_CASES) and tiles and splits
+    done = _check_wrw(build, tmp_path, plans, rng, tol)
+    tiles = sum(geo.is_tile(cfg) for _, cfg, _ in done)
+    splits = sum(_plan(problem, cfg)[2] > 1 for problem, cfg, _ in done)
+    assert len(done) >= 2 * len(WRW_CASES) and tiles and splits
 
 
 @pytest.mark.parametrize("dtype", ("float32", "float16", "bfloat16"))
@@ -479,28 +464,38 @@ def test_backward_weights_tiles_through_tma_on_the_host(build, tmp_path: Path, d
         pair = miocore.PerfConfig(**default, wv=2)  # row groups on 3x3, 2 channels a thread
         picks = list(dict.fromkeys([*picks, *([pair] if pair in twins else [])]))
         plans.append((problem, [(cfg, 0) for cfg in picks] + [(picks[0], 1)]))
+    done = _check_wrw(build, tmp_path, plans, rng, tol, sms=1)
+    checked, staged, items = len(done), 0, 0
+    for problem, cfg, shift in done:
+        kernels, _, split = _plan(problem, cfg, 1)
+        staged += "-DMIO_TMA=1" in _wrw_main(kernels, cfg, shift).options
+        items = max(items, -(-geo.wrw_tile_items(problem.canonical, cfg) // split))
+    assert len(plans) == 3 and staged == checked - len(plans) and items >= 3
+    wide = {cfg.get("wv", 1) for _, runs in plans for cfg, _ in runs}
+    assert wide == {1, 2, 4}
+
+
+def _check_wrw(make, tmp: Path, plans, rng, tol: float, sms: int = 132) -> list[tuple]:
+    """Runs every (problem, [(config, shift), ...]) of ``plans`` on the host as the invoker
+    would on a GPU of ``sms`` compute units (the runners built first, side by side) against
+    the float64 reference on random inputs; the (problem, config, shift) runs checked."""
     options = {
-        _block_options(_wrw_main(_plan(problem, cfg, 1)[0], cfg, shift))
+        _block_options(_wrw_main(_plan(problem, cfg, sms)[0], cfg, shift))
         for problem, runs in plans
         for cfg, shift in runs
     }
-    _build_all(build, options, "run_dw_wrw.cpp")
-    checked, staged, items = 0, 0, 0
+    _build_all(make, options, "run_dw_wrw.cpp")
+    done = []
     for problem, runs in plans:
         canon = problem.canonical
         inputs = reference.random_inputs(canon, rng)
         expected = reference.convolution(canon, x=inputs["x"], y=inputs["y"])
         for cfg, shift in runs:
-            kernels, _, split = _plan(problem, cfg, 1)
-            staged += "-DMIO_TMA=1" in _wrw_main(kernels, cfg, shift).options
-            items = max(items, -(-geo.wrw_tile_items(canon, cfg) // split))
-            got = _run_wrw(build, tmp_path, problem, cfg, inputs, shift, 1)
+            got = _run_wrw(make, tmp, problem, cfg, inputs, shift, sms)
             err = reference.relative_error(got, expected)
             assert np.isfinite(err) and err <= tol, (problem.key, dict(cfg), shift, err)
-            checked += 1
-    assert len(plans) == 3 and staged == checked - len(plans) and items >= 3
-    wide = {cfg.get("wv", 1) for _, runs in plans for cfg, _ in runs}
-    assert wide == {1, 2, 4}
+            done.append((problem, cfg, shift))
+    return done
 
 
 def _wrw_main(kernels: tuple, cfg, shift: int):

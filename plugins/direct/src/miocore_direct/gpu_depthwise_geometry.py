@@ -169,12 +169,37 @@ def wrw_tile_applies(p: ConvProblem) -> bool:
     )
 
 
-def wrw_tile_x_pixels(p: ConvProblem, cfg: PerfConfig) -> int:
-    """Pixels of the x tile ``dw_wrw_tile`` stages: what a tp x tq tile of dy reaches."""
+def wrw_tile_x_extent(p: ConvProblem, cfg: PerfConfig) -> tuple[int, int]:
+    """(rows, columns) of the x tile ``dw_wrw_tile`` stages: what a tp x tq tile of dy
+    reaches."""
     s = problem_sizes(p)
     xtp = (cfg["tp"] - 1) * s["s"][1] + (s["f"][1] - 1) * s["d"][1] + 1
     xtq = (cfg["tq"] - 1) * s["s"][2] + (s["f"][2] - 1) * s["d"][2] + 1
+    return xtp, xtq
+
+
+def wrw_tile_x_pixels(p: ConvProblem, cfg: PerfConfig) -> int:
+    """Pixels of the x tile ``dw_wrw_tile`` stages."""
+    xtp, xtq = wrw_tile_x_extent(p, cfg)
     return xtp * xtq
+
+
+#: Alignment of a TMA copy's shared-memory destination (bytes).
+TMA_ALIGN = 128
+
+
+def tma_aligned(nbytes: int) -> int:
+    """``nbytes`` rounded up to a TMA destination's alignment."""
+    return -(-nbytes // TMA_ALIGN) * TMA_ALIGN
+
+
+def tma_box(t: Any, size: int, channels: int, rows: int, cols: int) -> tuple[tuple[int, ...], ...]:
+    """The 4-D tensor map of channels-innermost 2-D tensor ``t`` (elements of ``size`` bytes)
+    a TMA copy reads, innermost first: (dims (C, W, H, N), byte strides of W, H and N, box
+    (``channels``, ``cols``, ``rows``, one image))."""
+    n, c, h, w = t.lengths
+    strides = (t.strides[3] * size, t.strides[2] * size, t.strides[0] * size)
+    return (c, w, h, n), strides, (channels, cols, rows, 1)
 
 
 def wrw_tile_shared_bytes(p: ConvProblem, cfg: PerfConfig) -> int:
@@ -183,26 +208,18 @@ def wrw_tile_shared_bytes(p: ConvProblem, cfg: PerfConfig) -> int:
     8-byte mbarriers."""
     if cfg.get("tma"):
         size, cb = esize(p), cfg["cb"]
-        x_bytes = -(-wrw_tile_x_pixels(p, cfg) * cb * size // 128) * 128
-        dy_bytes = -(-cfg["tp"] * cfg["tq"] * cb * size // 128) * 128
+        x_bytes = tma_aligned(wrw_tile_x_pixels(p, cfg) * cb * size)
+        dy_bytes = tma_aligned(cfg["tp"] * cfg["tq"] * cb * size)
         return 2 * (x_bytes + dy_bytes) + 16
     return 4 * cfg["cb"] * (wrw_tile_x_pixels(p, cfg) + cfg["tp"] * cfg["tq"])
 
 
 def wrw_tile_tma_boxes(p: ConvProblem, cfg: PerfConfig) -> tuple[tuple[tuple[int, ...], ...], ...]:
-    """The 4-D tensor maps of x and dy a TMA ``dw_wrw_tile`` copies from, innermost first:
-    each (dims (C, W, H, N), byte strides of W, H and N, box (``cb`` channels, the tile's
-    columns and rows, one image)); x's box is what a ``tp`` x ``tq`` dy tile reaches."""
-    s = problem_sizes(p)
-    size = esize(p)
-    xtp = (cfg["tp"] - 1) * s["s"][1] + (s["f"][1] - 1) * s["d"][1] + 1
-    xtq = (cfg["tq"] - 1) * s["s"][2] + (s["f"][2] - 1) * s["d"][2] + 1
-    maps = []
-    for t, (rows, cols) in ((p.x, (xtp, xtq)), (p.y, (cfg["tp"], cfg["tq"]))):
-        n, c, h, w = t.lengths
-        strides = (t.strides[3] * size, t.strides[2] * size, t.strides[0] * size)
-        maps.append(((c, w, h, n), strides, (cfg["cb"], cols, rows, 1)))
-    return tuple(maps)
+    """The tensor maps (:func:`tma_box`) of x and dy a TMA ``dw_wrw_tile`` copies from: x's
+    box is what a ``tp`` x ``tq`` dy tile reaches."""
+    size, cb = esize(p), cfg["cb"]
+    xtp, xtq = wrw_tile_x_extent(p, cfg)
+    return tma_box(p.x, size, cb, xtp, xtq), tma_box(p.y, size, cb, cfg["tp"], cfg["tq"])
 
 
 def wrw_tile_items(p: ConvProblem, cfg: PerfConfig) -> int:

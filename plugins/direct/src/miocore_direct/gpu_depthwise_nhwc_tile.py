@@ -32,6 +32,8 @@ from miocore_direct.gpu_depthwise_geometry import (
     problem_sizes,
     role,
     tap_count,
+    tma_aligned,
+    tma_box,
     vec_ok,
 )
 
@@ -85,10 +87,6 @@ def is_nhwc_tile(cfg: PerfConfig) -> bool:
     return "toh" in cfg
 
 
-#: Alignment of a TMA copy's shared-memory destination (bytes).
-TMA_ALIGN = 128
-
-
 def tma_available(ctx: ExecutionContext) -> bool:
     """Whether the device has the tensor memory accelerator: CUDA, sm_90 or later."""
     arch = re.fullmatch(r"sm_?(\d+)a?", ctx.device.arch)
@@ -106,12 +104,8 @@ def nhwc_tile_tma_box(p: ConvProblem, cfg: PerfConfig) -> tuple[tuple[int, ...],
     """The 4-D tensor map of the read tensor a TMA tile config copies from, innermost first:
     (dims (C, W, H, N), byte strides of W, H and N, box (channels, staged columns and rows, one
     image))."""
-    a = role(p)[0]
-    n, c, h, w = a.lengths
-    size = esize(p)
-    strides = (a.strides[3] * size, a.strides[2] * size, a.strides[0] * size)
     rows, cols = nhwc_tile_staged(p, cfg)
-    return (c, w, h, n), strides, (cfg["ch"], cols, rows, 1)
+    return tma_box(role(p)[0], esize(p), cfg["ch"], rows, cols)
 
 
 #: Taps at most: a thread keeps every tap of its ``vec`` channels in registers (3x3: 36 floats
@@ -154,7 +148,7 @@ def nhwc_tile_shared_bytes(p: ConvProblem, cfg: PerfConfig) -> int:
     buffers = 2 if cfg.get("nt", 1) > 1 else 1
     staged = rows * cols * cfg["ch"] * esize(p)
     if cfg.get("tma"):
-        return buffers * (-(-staged // TMA_ALIGN) * TMA_ALIGN + 8)
+        return buffers * (tma_aligned(staged) + 8)
     return buffers * staged
 
 
