@@ -48,6 +48,8 @@
 #   dwruns      issue 13: every run of staged depthwise tiles in direct.gpu_depthwise's space
 #               beside its default against cuDNN, fp16 and bf16 (DW_DTYPES), forward and
 #               backward data, on DW_SUITES (MobileNetV2, EfficientNet-B0) at DW_BATCH (64)
+#   dwwrw       issue 13: the depthwise GPU tests, then every backward-weights tile config
+#               (TMA twins and channels a thread included) against cuDNN (DW_DTYPES, DW_SUITES)
 #   dwprofile   issue 13: Nsight Compute on direct.gpu_depthwise's default and cuDNN, one call
 #               each on DWP_LAYERS (MobileNetV2, batch 64, DWP_DTYPE fp16, DWP_DIRECTION
 #               forward); the report in $OUT/dw_profile.txt
@@ -135,7 +137,7 @@
 #               QDTYPE (one data type), MODEL_DIR (another model) and QTAG (output names);
 #               one process a GPU, each every N-th problem (--shard), merged into one summary
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d|vstable|parallel|tests|dwtiles|dwruns|dwprofile|spans|refreshdb|nhwcdb}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d|vstable|parallel|tests|dwtiles|dwruns|dwwrw|dwprofile|spans|refreshdb|nhwcdb}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -287,6 +289,21 @@ case "$STAGE" in
         --configs 1 --space-runs --runs 10 --directions ${DW_DIRECTIONS:-forward backward_data} \
         --out "$OUT/dw_runs_$suite.json" 2>&1 | tee "$OUT/dw_runs_$suite.log" | grep -a -v '^{' |
         tail -6  # the log keeps each row as it is timed: a timeout loses only the last
+    done
+    ;;
+  dwwrw)
+    # issue 13: dw_wrw_tile's TMA twins (and 2/4 channels a thread) checked by the depthwise
+    # GPU tests, then every backward-weights tile config (staged through registers or by TMA)
+    # beside the default against cuDNN, DW_DTYPES on DW_SUITES (MobileNetV2, EfficientNet-B0)
+    [[ "${DW_TESTS:-1}" == 0 ]] ||
+    timeout "${TESTS_TIMEOUT:-240}" python3 -m pytest -q -n 8 -p no:cacheprovider -rfE \
+      tests/test_gpu_depthwise.py 2>&1 | tee "$OUT/dw_tests.log" | tail -6
+    # shellcheck disable=SC2086
+    for suite in ${DW_SUITES:-mobilenetv2 efficientnet_b0_dw}; do
+      timeout "${DW_TIMEOUT:-170}" python3 benchmarks/gpu_depthwise_bench.py --suite "$suite" \
+        --batch "${DW_BATCH:-64}" --dtypes ${DW_DTYPES:-float16} --layouts NHWC --configs 0 \
+        --tile-only --runs 10 --directions backward_weights --out "$OUT/dw_wrw_$suite.json" \
+        2>&1 | tee "$OUT/dw_wrw_$suite.log" | grep -a -v '^{' | tail -5
     done
     ;;
   dwprofile)
