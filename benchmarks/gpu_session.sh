@@ -33,7 +33,7 @@
 #               cuda-bindings and ctypes (gpu_launch_cost.py)
 #   depthwise   direct.gpu_depthwise's default and DW_CONFIGS (1) neighbours of it against
 #               cuDNN on ConvNeXt-T's, EfficientNet-B0's and MobileNetV2's depthwise layers
-#               (gpu_depthwise_bench.py; DW_DIRECTIONS, DTYPES narrow it; DW_LAYOUTS, NHWC by
+#               (gpu_depthwise_bench.py; DW_SUITES, DW_DIRECTIONS, DTYPES narrow it; DW_LAYOUTS, NHWC by
 #               default; DW_BATCH, 32). DW_CONFIGS=0 times the whole space: since the staged
 #               tiles' runs joined it, thousands of configurations a layer, past any call's limit
 #   tests       the GPU test files TESTS (TESTS_K: pytest's -k) over 8 processes, TESTS_TIMEOUT
@@ -244,9 +244,10 @@ case "$STAGE" in
     done
     ;;
   depthwise)
-    for suite in convnext_t_dw efficientnet_b0_dw mobilenetv2; do
+    # shellcheck disable=SC2086
+    for suite in ${DW_SUITES:-convnext_t_dw efficientnet_b0_dw mobilenetv2}; do
       # shellcheck disable=SC2086
-      timeout 170 python3 benchmarks/gpu_depthwise_bench.py --suite "$suite" --batch "${DW_BATCH:-32}" \
+      timeout "${DW_TIMEOUT:-170}" python3 benchmarks/gpu_depthwise_bench.py --suite "$suite" --batch "${DW_BATCH:-32}" \
         --dtypes ${DTYPES} --layouts ${DW_LAYOUTS:-NHWC} --configs "${DW_CONFIGS:-1}" --runs 10 \
         --directions ${DW_DIRECTIONS:-forward backward_data backward_weights} \
         --out "$OUT/depthwise_$suite.json" 2>&1 | grep -a -v '^{' | tail -8

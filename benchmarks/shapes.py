@@ -134,6 +134,26 @@ EFFICIENTNET_B0_DW = [
     )
 ]
 
+#: MobileNetV3-Large's depthwise layers (Howard et al. 2019 table 1, 224 input), every distinct
+#: shape once: channel counts (16, 72, 120, 184, 200) that no other suite has.
+MOBILENETV3_LARGE_DW = [
+    Layer(f"dw{c}k{f}s{s}@{hw}", c, c, hw, f, s, f // 2, c)
+    for c, hw, f, s in (
+        (16, 112, 3, 1),
+        (64, 112, 3, 2),
+        (72, 56, 3, 1),
+        (72, 56, 5, 2),
+        (120, 28, 5, 1),
+        (240, 28, 3, 2),
+        (200, 14, 3, 1),
+        (184, 14, 3, 1),
+        (480, 14, 3, 1),
+        (672, 14, 3, 1),
+        (672, 14, 5, 2),
+        (960, 7, 5, 1),
+    )
+]
+
 #: ConvNeXt-T's 7x7 depthwise layers, one per stage.
 CONVNEXT_T_DW = [
     Layer(f"dw{c}k7@{hw}", c, c, hw, 7, 1, 3, c)
@@ -162,6 +182,7 @@ SUITES = {
     "mobilenetv2_dw": MOBILENETV2_DW,
     "efficientnet_b0_dw": EFFICIENTNET_B0_DW,
     "convnext_t_dw": CONVNEXT_T_DW,
+    "mobilenetv3_large_dw": MOBILENETV3_LARGE_DW,
     "resnext50_grouped": RESNEXT50_GROUPED,
 }
 

@@ -509,6 +509,45 @@ def test_backward_weights_tiles_through_tma_on_sm90_only() -> None:
     assert x_box == (32, 18, 6, 1) and dy_box == (32, 16, 4, 1) and dy_dims == (40, 20, 30, 2)
 
 
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16", "float32"))
+def test_backward_weights_default_on_sm90_stages_tiles_by_tma(dtype: str) -> None:
+    # On sm_90 the backward-weights default is a TMA tile (default_tile_tma, fitted on every
+    # tile config of three networks' layers): 8-vector blocks but for 16-bit stride-1 layers
+    # on planes of 56 and more, strided 16-bit planes of 7 and 7x7 filters; 2 channels a
+    # thread on strided planes of 56 and more, 4 for 7x7; where the fitted tile does not fit
+    # (fp32 7x7 on planes of 7: 2-vector blocks of 4 channels), the plain rule's TMA twin. On
+    # sm_80, the plain rule's tile.
+    import dataclasses
+
+    def ctx_of(arch: str) -> miocore.ExecutionContext:
+        return miocore.ExecutionContext(device=dataclasses.replace(_ctx().device, arch=arch))
+
+    s, hopper, ampere = dw.GpuDepthwiseSolver(), ctx_of("sm_90"), ctx_of("sm_80")
+    v = 4 if dtype == "float32" else 8
+    sixteen = v == 8
+    cases = {  # (filter, stride, input plane): (cb in vectors, tp, tq, pg, wv)
+        (3, 1, 112): (4, 4, 16, 4, None) if sixteen else (8, 4, 8, None, None),
+        (3, 1, 28): (8, 2, 16, 2, None) if sixteen else (8, 2, 16, None, None),
+        (3, 1, 7): (8, 4, 8, 2, None) if sixteen else (8, 4, 8, None, None),
+        (3, 2, 112): (8, 2, 8, None, 2),
+        (5, 2, 28): (8, 2, 8, 2, None) if sixteen else (8, 2, 8, None, None),
+        (5, 2, 14): (4, 4, 8, 4, None) if sixteen else (8, 2, 8, None, None),
+        (7, 1, 28): (4, 4, 8, None, 4),
+        (7, 1, 7): (2, 4, 8, None, None) if sixteen else (4, 4, 8, None, None),
+    }
+    for (f, stride, hw), (cb, tp, tq, pg, wv) in cases.items():
+        p = _problem("backward_weights", n=4, c=96, k=96, in_spatial=(hw, hw),
+                     filter_spatial=(f, f), pads=(f // 2, f // 2), strides=(stride, stride),
+                     groups=96, dtype=dtype, layout="NHWC").canonical  # fmt: skip
+        cfg = s.default_perf_config(hopper, p)
+        assert cfg in s.perf_config_space(hopper, p), (f, stride, hw, cfg)
+        want = (cb * v, tp, tq, pg, wv, 1)
+        got = (cfg["cb"], cfg["tp"], cfg["tq"], cfg.get("pg"), cfg.get("wv"), cfg.get("tma"))
+        assert got == want, (f, stride, hw)
+        plain = s.default_perf_config(ampere, p)
+        assert "tma" not in plain and plain == configs.default_tile(p)
+
+
 def test_tma_launch_arguments_are_made_once_per_address(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     # The TMA tiles' invokers: per tuple of read-tensor addresses, one argument block whose
     # first slots are the tensor maps (encoded once: a network's calls reuse the allocator's

@@ -130,8 +130,10 @@ class GpuDepthwiseSolver(TunableSolver):
     #: space, the default refitted on every run timed: the gather, 5x5 layers, 112 planes and
     #: 48-channel blocks (2026-11-29, thirty-seventh session); 9: tiles in strips of 2 rows
     #: and tiles staged by the tensor memory accelerator in the space, the TMA twins the
-    #: default on sm_90 (planes of 7 too), 48-channel strips of 2 rows (fortieth session).
-    revision = 9
+    #: default on sm_90 (planes of 7 too), 48-channel strips of 2 rows (fortieth session);
+    #: 10: backward-weights tiles staged by the tensor memory accelerator, and with 2 or 4
+    #: channels a thread, in the space and the default on sm_90 (forty-first session).
+    revision = 10
     algorithm = Algorithm.DIRECT
     backends = GPU_BACKENDS
 
