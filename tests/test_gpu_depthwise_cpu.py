@@ -516,7 +516,7 @@ def test_backward_weights_default_on_sm90_stages_tiles_by_tma(dtype: str) -> Non
     # on planes of 56 and more, strided 16-bit planes of 7 and 7x7 filters; 2 channels a
     # thread on strided planes of 56 and more, 4 for 7x7; where the fitted tile does not fit
     # (fp32 7x7 on planes of 7: 2-vector blocks of 4 channels), the plain rule's TMA twin. On
-    # sm_80, the plain rule's tile.
+    # sm_80, the plain rule's tile. Never more lanes than the layer has channels.
     import dataclasses
 
     def ctx_of(arch: str) -> miocore.ExecutionContext:
@@ -529,6 +529,7 @@ def test_backward_weights_default_on_sm90_stages_tiles_by_tma(dtype: str) -> Non
         (3, 1, 112): (4, 4, 16, 4, None) if sixteen else (8, 4, 8, None, None),
         (3, 1, 28): (8, 2, 16, 2, None) if sixteen else (8, 2, 16, None, None),
         (3, 1, 7): (8, 4, 8, 2, None) if sixteen else (8, 4, 8, None, None),
+        (5, 1, 7): (4, 4, 8, None, None) if sixteen else (8, 4, 8, None, None),
         (3, 2, 112): (8, 2, 8, None, 2),
         (5, 2, 28): (8, 2, 8, 2, None) if sixteen else (8, 2, 8, None, None),
         (5, 2, 14): (4, 4, 8, 4, None) if sixteen else (8, 2, 8, None, None),
@@ -546,6 +547,12 @@ def test_backward_weights_default_on_sm90_stages_tiles_by_tma(dtype: str) -> Non
         assert got == want, (f, stride, hw)
         plain = s.default_perf_config(ampere, p)
         assert "tma" not in plain and plain == configs.default_tile(p)
+    # 16 channels: a block of 2 vectors (no lanes past the channels), too narrow for groups
+    p = _problem("backward_weights", n=4, c=16, k=16, in_spatial=(112, 112), groups=16,
+                 dtype=dtype, layout="NHWC").canonical  # fmt: skip
+    cfg = s.default_perf_config(hopper, p)
+    assert cfg in s.perf_config_space(hopper, p) and cfg["cb"] == 16 and cfg["tma"] == 1
+    assert "pg" not in cfg if sixteen else cfg["cb"] // cfg["vec"] == 4
 
 
 def test_tma_launch_arguments_are_made_once_per_address(monkeypatch) -> None:  # type: ignore[no-untyped-def]

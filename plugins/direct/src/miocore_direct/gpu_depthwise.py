@@ -35,7 +35,9 @@ stride, dilation and padding; fp32/fp16/bf16 with fp32 accumulation; every direc
   with ``cb``, ``tp``, ``tq``): per item a ``tp`` x ``tq`` tile of dy and the x it reaches are
   staged in shared memory for ``cb`` channels; each thread keeps one filter row of one channel
   and walks the tile (each dy value feeds a filter row's taps). The default for every such
-  layer but 3x3 ones on large planes (``_default_tile``); same partials and reduction.
+  layer (``default_tile``); same partials and reduction. On sm_90 (``tma``) one thread has
+  the tensor memory accelerator copy both tiles as they lie in memory, two items in flight,
+  and a thread may take 2 or 4 channels (``wv``); the default there (``default_tile_tma``).
 
 Filter, strides and dilations are compile-time (one compile per filter geometry, element type
 and config); sizes and padding are kernel arguments.
