@@ -130,6 +130,13 @@ def main() -> None:
         action="store_true",
         help="also every channels-innermost pick with its registers capped (the mb key)",
     )
+    parser.add_argument(
+        "--tma-l2",
+        choices=("wide", "narrow"),
+        default=None,
+        help="TMA maps' L2 promotion: 256 bytes (wide) or no wider than a box row of some of "
+        "a pixel's channels (narrow; the solver's TMA_L2_NARROW)",
+    )
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--layers", nargs="+", default=None, help="only these layers (names)")
     parser.add_argument(
@@ -146,6 +153,10 @@ def main() -> None:
         import miocore_direct.gpu_depthwise_geometry as dw
 
         dw.NCHW_CHUNK_BYTES = args.nchw_chunk_bytes
+    if args.tma_l2 is not None:  # an experiment: how much of L2's fetch a box row uses
+        import miocore_direct.gpu_depthwise_geometry as dw
+
+        dw.TMA_L2_NARROW = args.tma_l2 == "narrow"
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False

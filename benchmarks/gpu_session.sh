@@ -33,9 +33,10 @@
 #               cuda-bindings and ctypes (gpu_launch_cost.py)
 #   depthwise   direct.gpu_depthwise's default and DW_CONFIGS (1) neighbours of it against
 #               cuDNN on ConvNeXt-T's, EfficientNet-B0's and MobileNetV2's depthwise layers
-#               (gpu_depthwise_bench.py; DW_SUITES, DW_DIRECTIONS, DTYPES narrow it; DW_LAYOUTS, NHWC by
-#               default; DW_BATCH, 32). DW_CONFIGS=0 times the whole space: since the staged
-#               tiles' runs joined it, thousands of configurations a layer, past any call's limit
+#               (gpu_depthwise_bench.py; DW_SUITES, DW_DIRECTIONS, DTYPES narrow it; DW_LAYOUTS,
+#               NHWC by default; DW_BATCH, 32; DW_ARGS: more options, as in dwruns and dwwrw).
+#               DW_CONFIGS=0 times the whole space: since the staged tiles' runs joined it,
+#               thousands of configurations a layer, past any call's limit
 #   tests       the GPU test files TESTS (TESTS_K: pytest's -k) over 8 processes, TESTS_TIMEOUT
 #   dwnchw      issue 13: direct.gpu_depthwise's NCHW tests (the several-plane and register-row
 #               configs among them), then its whole NCHW space against cuDNN, fp16 and bf16,
@@ -249,7 +250,7 @@ case "$STAGE" in
     for suite in ${DW_SUITES:-convnext_t_dw efficientnet_b0_dw mobilenetv2}; do
       # shellcheck disable=SC2086
       timeout "${DW_TIMEOUT:-170}" python3 benchmarks/gpu_depthwise_bench.py --suite "$suite" --batch "${DW_BATCH:-32}" \
-        --dtypes ${DTYPES} --layouts ${DW_LAYOUTS:-NHWC} --configs "${DW_CONFIGS:-1}" --runs 10 \
+        --dtypes ${DTYPES} --layouts ${DW_LAYOUTS:-NHWC} --configs "${DW_CONFIGS:-1}" --runs 10 ${DW_ARGS:-} \
         --directions ${DW_DIRECTIONS:-forward backward_data backward_weights} \
         --out "$OUT/depthwise_$suite.json" 2>&1 | grep -a -v '^{' | tail -8
     done
@@ -288,7 +289,7 @@ case "$STAGE" in
     for suite in ${DW_SUITES:-mobilenetv2 efficientnet_b0_dw}; do
       timeout "${DW_TIMEOUT:-270}" python3 benchmarks/gpu_depthwise_bench.py --suite "$suite" \
         --batch "${DW_BATCH:-64}" --dtypes ${DW_DTYPES:-float16 bfloat16} --layouts NHWC \
-        --configs 1 --space-runs --runs 10 --directions ${DW_DIRECTIONS:-forward backward_data} \
+        --configs 1 --space-runs --runs 10 --directions ${DW_DIRECTIONS:-forward backward_data} ${DW_ARGS:-} \
         --out "$OUT/dw_runs_$suite.json" 2>&1 | tee "$OUT/dw_runs_$suite.log" | grep -a -v '^{' |
         tail -6  # the log keeps each row as it is timed: a timeout loses only the last
     done
@@ -304,7 +305,7 @@ case "$STAGE" in
     for suite in ${DW_SUITES:-mobilenetv2 efficientnet_b0_dw}; do
       timeout "${DW_TIMEOUT:-170}" python3 benchmarks/gpu_depthwise_bench.py --suite "$suite" \
         --batch "${DW_BATCH:-64}" --dtypes ${DW_DTYPES:-float16} --layouts NHWC --configs 0 \
-        --tile-only --runs 10 --directions backward_weights --out "$OUT/dw_wrw_$suite.json" \
+        --tile-only --runs 10 --directions backward_weights --out "$OUT/dw_wrw_$suite.json" ${DW_ARGS:-} \
         2>&1 | tee "$OUT/dw_wrw_$suite.log" | grep -a -v '^{' | tail -5
     done
     ;;

@@ -30,3 +30,11 @@ def test_an_element_type_without_a_map_is_refused(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(MiocoreError, match="tensor maps here hold float16") as info:
         tiled_tensor_map(DataType.BFLOAT16, 0x1000, (64, 8), (512,), (64, 8), (1, 1))
     assert info.value.field == "dtype" and info.value.value == "bfloat16"
+
+
+@pytest.mark.parametrize("promotion", (32, 512, -64))
+def test_an_l2_promotion_the_driver_lacks_is_refused(promotion: int) -> None:
+    with pytest.raises(MiocoreError, match="L2 promotion is one of 0, 64, 128, 256") as info:
+        tiled_tensor_map(DataType.FLOAT16, 0x1000, (64, 8), (128,), (64, 8), (1, 1),
+                         l2_promotion=promotion)  # fmt: skip
+    assert info.value.field == "l2_promotion" and info.value.value == promotion

@@ -565,9 +565,11 @@ def test_tma_launch_arguments_are_made_once_per_address(monkeypatch) -> None:  #
     from miocore.backends import cuda_tma
 
     encoded: list[tuple] = []
+    promotions: list[int] = []
 
-    def fake_map(dtype, address, dims, strides, box, steps, swizzle):  # type: ignore[no-untyped-def]
+    def fake_map(dtype, address, dims, strides, box, steps, swizzle, l2_promotion):  # type: ignore[no-untyped-def]
         encoded.append((address, tuple(dims), tuple(box), swizzle))
+        promotions.append(l2_promotion)
         return address.to_bytes(8, "little") * 16  # 128 bytes naming the address
 
     monkeypatch.setattr(cuda_tma, "tiled_tensor_map", fake_map)
@@ -589,3 +591,21 @@ def test_tma_launch_arguments_are_made_once_per_address(monkeypatch) -> None:  #
     for i in range(dw.TMA_MAPS_KEPT):
         args_for(0x10000 + 16 * i, 0x2000)
     assert args_for(0x1000, 0x2000) is not first  # forgotten once the cache filled
+    assert set(promotions) == {256}  # 32 of 40 channels a box row: narrow only when switched on
+    monkeypatch.setattr(geo, "TMA_L2_NARROW", True)
+    promotions.clear()
+    dw.tma_launch_args(p, geo.wrw_tile_tma_boxes(p, cfg), 4, params)(0x1000, 0x2000)
+    assert promotions == [64, 64]  # 64-byte rows of 80-byte pixels
+
+
+def test_tma_l2_promotion_never_wider_than_a_partial_box_row(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # Switched on, a box row holding some of a pixel's channels takes the widest promotion no
+    # longer than itself (64 at least); a row of every channel, or one of 256 bytes, keeps 256
+    monkeypatch.setattr(geo, "TMA_L2_NARROW", True)
+    cases = [((96,), (32,), 2, 64), ((144,), (48,), 2, 64), ((192,), (64,), 2, 128),
+             ((96,), (96,), 2, 256), ((512,), (128,), 2, 256), ((96,), (16,), 4, 64),
+             ((8,), (4,), 2, 64)]  # fmt: skip
+    for dims, box, size, want in cases:
+        assert geo.tma_l2_promotion(dims, box, size) == want, (dims, box, size)
+    monkeypatch.setattr(geo, "TMA_L2_NARROW", False)
+    assert geo.tma_l2_promotion((96,), (32,), 2) == 256

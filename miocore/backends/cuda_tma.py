@@ -26,6 +26,14 @@ _DTYPES = {
     DataType.FLOAT32: "CU_TENSOR_MAP_DATA_TYPE_FLOAT32",
 }
 
+#: L2 promotion by bytes, to the driver's names.
+_L2_PROMOTIONS = {
+    0: "CU_TENSOR_MAP_L2_PROMOTION_NONE",
+    64: "CU_TENSOR_MAP_L2_PROMOTION_L2_64B",
+    128: "CU_TENSOR_MAP_L2_PROMOTION_L2_128B",
+    256: "CU_TENSOR_MAP_L2_PROMOTION_L2_256B",
+}
+
 
 def tiled_tensor_map(
     dtype: DataType,
@@ -35,13 +43,17 @@ def tiled_tensor_map(
     box: Sequence[int],
     element_strides: Sequence[int],
     swizzle: bool = True,
+    l2_promotion: int = 256,
 ) -> bytes:
     """A tiled ``CUtensorMap`` of the tensor at ``address``: ``dims`` innermost first (the
     innermost contiguous), ``strides`` in bytes for every dimension but the innermost, a
     ``box`` of elements traversed per copy, taking every ``element_strides[i]``-th along
     dimension ``i`` (so ``box[i] / element_strides[i]`` land in shared memory). 128-byte
     swizzle (the layout wgmma reads), or with ``swizzle=False`` the box as it lies, densely in
-    shared memory; zeros for elements outside the tensor (negative coordinates included)."""
+    shared memory; zeros for elements outside the tensor (negative coordinates included).
+    ``l2_promotion``: the bytes (0, 64, 128 or 256) L2 fetches from memory around each
+    requested piece: more than a box row uses is fetched for nothing once the rest is evicted
+    before another block wants it."""
     rank = len(dims)
     if not (len(strides) == rank - 1 and len(box) == rank == len(element_strides)):
         raise InvalidArgumentError(
@@ -55,6 +67,12 @@ def tiled_tensor_map(
             f"tensor maps here hold {', '.join(sorted(d.value for d in _DTYPES))}",
             field="dtype",
             value=dtype.value,
+        )
+    if l2_promotion not in _L2_PROMOTIONS:
+        raise InvalidArgumentError(
+            f"L2 promotion is one of {', '.join(map(str, _L2_PROMOTIONS))} bytes",
+            field="l2_promotion",
+            value=l2_promotion,
         )
     from cuda.bindings import driver as cu
 
@@ -73,7 +91,7 @@ def tiled_tensor_map(
             cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B
             if swizzle
             else cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
-            cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            getattr(cu.CUtensorMapL2promotion, _L2_PROMOTIONS[l2_promotion]),
             cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
         ),
         f"cuTensorMapEncodeTiled(dims={list(dims)}, box={list(box)})",

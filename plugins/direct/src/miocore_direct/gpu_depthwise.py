@@ -96,6 +96,7 @@ from miocore_direct.gpu_depthwise_geometry import (
     reduce_kernel,
     role,
     tap_count,
+    tma_l2_promotion,
     wrw_items,
     wrw_taps_per_block,
     wrw_tile_items,
@@ -460,15 +461,18 @@ def tma_launch_args(
     kept: dict[tuple[int, ...], KernelArgs] = {}
     pointer_slots = [("ptr", 0)] * pointers
 
+    def encode(
+        at: int, dims: tuple[int, ...], strides: tuple[int, ...], box: tuple[int, ...]
+    ) -> bytes:
+        promotion = tma_l2_promotion(dims, box, esize(p))
+        return tiled_tensor_map(p.dtype, at, dims, strides, box, (1, 1, 1, 1), False, promotion)
+
     def args_for(*addresses: int) -> KernelArgs:
         args = kept.get(addresses)
         if args is None:
             if len(kept) >= TMA_MAPS_KEPT:
                 kept.clear()
-            maps = [
-                ("bytes", tiled_tensor_map(p.dtype, at, dims, strides, box, (1, 1, 1, 1), False))
-                for at, (dims, strides, box) in zip(addresses, boxes, strict=True)
-            ]
+            maps = [("bytes", encode(at, *box)) for at, box in zip(addresses, boxes, strict=True)]
             args = kept[addresses] = KernelArgs([*maps, *pointer_slots, ("bytes", params)])
         return args
 

@@ -202,6 +202,24 @@ def tma_box(t: Any, size: int, channels: int, rows: int, cols: int) -> tuple[tup
     return (c, w, h, n), strides, (channels, cols, rows, 1)
 
 
+#: Narrow L2 promotion on TMA boxes of some of a pixel's channels (:func:`tma_l2_promotion`).
+#: Off until timed: with 256-byte promotion, dw96s2@112's forward tiles (64 of each pixel's 192
+#: bytes a box row) read x from DRAM about twice (348 MB moved against 191 for the cp.async
+#: staging, 88 against 67 µs; Nsight Compute, H200, forty-first session).
+TMA_L2_NARROW = False
+
+
+def tma_l2_promotion(dims: tuple[int, ...], box: tuple[int, ...], size: int) -> int:
+    """Bytes L2 fetches around each piece a TMA box of this map reads: 256, or with
+    :data:`TMA_L2_NARROW`, where a box row holds only some of a pixel's channels, the widest
+    promotion no longer than that row (64 at least), so the channels other blocks read much
+    later are not fetched now."""
+    row = box[0] * size
+    if not TMA_L2_NARROW or box[0] >= dims[0] or row >= 256:
+        return 256
+    return 128 if row >= 128 else 64
+
+
 def wrw_tile_shared_bytes(p: ConvProblem, cfg: PerfConfig) -> int:
     """Static shared memory of ``dw_wrw_tile``: the x and dy tiles as floats; staged by TMA
     (``tma``), two items' tiles as they lie in memory, each on a 128-byte boundary, and two
