@@ -115,10 +115,15 @@ UNET3D = [
 #: MobileNetV2's depthwise layers only (the CPU depthwise benchmark).
 MOBILENETV2_DW = [layer for layer in MOBILENETV2 if layer.groups > 1]
 
+
+def depthwise_layers(rows: tuple[tuple[int, int, int, int], ...]) -> list[Layer]:
+    """Plain depthwise layers, "same" padding, from (channels, plane, filter, stride) rows."""
+    return [Layer(f"dw{c}k{f}s{s}@{hw}", c, c, hw, f, s, f // 2, c) for c, hw, f, s in rows]
+
+
 #: EfficientNet-B0's depthwise layers (MBConv, Tan & Le 2019 table 1), every distinct shape once.
-EFFICIENTNET_B0_DW = [
-    Layer(f"dw{c}k{f}s{s}@{hw}", c, c, hw, f, s, f // 2, c)
-    for c, hw, f, s in (
+EFFICIENTNET_B0_DW = depthwise_layers(
+    (
         (32, 112, 3, 1),
         (96, 112, 3, 2),
         (144, 56, 3, 1),
@@ -132,13 +137,12 @@ EFFICIENTNET_B0_DW = [
         (1152, 7, 5, 1),
         (1152, 7, 3, 1),
     )
-]
+)
 
 #: MobileNetV3-Large's depthwise layers (Howard et al. 2019 table 1, 224 input), every distinct
 #: shape once: channel counts (16, 72, 120, 184, 200) that no other suite has.
-MOBILENETV3_LARGE_DW = [
-    Layer(f"dw{c}k{f}s{s}@{hw}", c, c, hw, f, s, f // 2, c)
-    for c, hw, f, s in (
+MOBILENETV3_LARGE_DW = depthwise_layers(
+    (
         (16, 112, 3, 1),
         (64, 112, 3, 2),
         (72, 56, 3, 1),
@@ -152,7 +156,7 @@ MOBILENETV3_LARGE_DW = [
         (672, 14, 5, 2),
         (960, 7, 5, 1),
     )
-]
+)
 
 #: ConvNeXt-T's 7x7 depthwise layers, one per stage.
 CONVNEXT_T_DW = [
