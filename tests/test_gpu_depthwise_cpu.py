@@ -509,6 +509,34 @@ def test_backward_weights_tiles_through_tma_on_sm90_only() -> None:
     assert x_box == (32, 18, 6, 1) and dy_box == (32, 16, 4, 1) and dy_dims == (40, 20, 30, 2)
 
 
+def test_backward_weights_tma_tiles_split_for_more_blocks() -> None:
+    # bs: the split aims at 8 blocks a compute unit instead of 4 (TMA tiles only, in the
+    # space for each TMA tile): the same kernels, twice the blocks along the reduction and
+    # twice the partials, where the items allow
+    import dataclasses
+
+    s = dw.GpuDepthwiseSolver()
+    hopper = miocore.ExecutionContext(
+        device=dataclasses.replace(_ctx(sms=132).device, arch="sm_90")
+    )
+    p = _problem("backward_weights", layout="NHWC", dtype="float16", c=144, k=144, groups=144,
+                 n=64, in_spatial=(56, 56)).canonical  # fmt: skip
+    cfg = miocore.PerfConfig(vec=8, cb=32, tp=4, tq=16, pg=4, tma=1)
+    more = miocore.PerfConfig(**cfg, bs=8)
+    space = s.perf_config_space(hopper, p)
+    assert more in space and miocore.PerfConfig(**cfg, wv=2, bs=8) in space
+    assert s.is_valid_perf_config(hopper, p, more)
+    plain = {k: v for k, v in cfg.items() if k != "tma"}
+    for bad in ({**cfg, "bs": 5}, {**plain, "bs": 8}):
+        assert not s.is_valid_perf_config(hopper, p, miocore.PerfConfig(**bad)), bad
+    base, wide = s.get_solution(hopper, p, cfg), s.get_solution(hopper, p, more)
+    assert [k.kernel_name for k in base.kernels] == [k.kernel_name for k in wide.kernels]
+    assert [k.options for k in base.kernels[:2]] == [k.options for k in wide.kernels[:2]]
+    # 144 channels in 5 blocks of 32: 4 x 132 / 5 -> 106 splits, 8 x 132 / 5 -> 212
+    assert base.kernels[0].grid[0] == 106 and wide.kernels[0].grid[0] == 212
+    assert s.workspace_size(hopper, p, more) == 2 * s.workspace_size(hopper, p, cfg)
+
+
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16", "float32"))
 def test_backward_weights_default_on_sm90_stages_tiles_by_tma(dtype: str) -> None:
     # On sm_90 the backward-weights default is a TMA tile (default_tile_tma, fitted on every

@@ -135,7 +135,8 @@ class GpuDepthwiseSolver(TunableSolver):
     #: and tiles staged by the tensor memory accelerator in the space, the TMA twins the
     #: default on sm_90 (planes of 7 too), 48-channel strips of 2 rows (fortieth session);
     #: 10: backward-weights tiles staged by the tensor memory accelerator, and with 2 or 4
-    #: channels a thread, in the space and the default on sm_90 (forty-first session).
+    #: channels a thread, in the space and the default on sm_90; their splits for 8 blocks a
+    #: compute unit (``bs``) in the space (forty-first session).
     revision = 10
     algorithm = Algorithm.DIRECT
     backends = GPU_BACKENDS
@@ -192,9 +193,11 @@ class GpuDepthwiseSolver(TunableSolver):
         """Backward-weights blocks along the reduction: about 4 blocks per compute unit, at
         least 16 pixels per thread."""
         if is_tile(cfg):
-            # about 4 blocks per compute unit, each at least 2 tiles
+            # about 4 blocks per compute unit (bs: more, for the leaner TMA tiles), each at
+            # least 2 tiles
             blocks = -(-p.y.lengths[1] // cfg["cb"])
-            wanted = -(-4 * max(1, ctx.device.compute_units) // blocks)
+            per_unit = cfg.get("bs", 4)
+            wanted = -(-per_unit * max(1, ctx.device.compute_units) // blocks)
             return int(max(1, min(wanted, wrw_tile_items(p, cfg) // 2, 4096)))
         vec, ct = cfg["vec"], cfg["ct"]
         pt = 256 // ct

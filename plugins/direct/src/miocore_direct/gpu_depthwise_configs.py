@@ -161,6 +161,8 @@ def fits(p: ConvProblem, cfg: PerfConfig) -> bool:
             return False  # TMA: 16-byte vectors (aligned strides; the twin for other buffers)
         if wv not in (1, *WRW_TILE_WV) or cb % wv or (wv > 1 and not cfg.get("tma")):
             return False  # several channels a thread: TMA tiles only
+        if "bs" in cfg and (cfg["bs"] not in WRW_TILE_BLOCKS or not cfg.get("tma")):
+            return False  # more blocks a compute unit: TMA tiles only
         if pg and not (
             pg <= cfg["tp"]
             # a warp holds one row group, its rows' branch uniform; with wv > 1 each thread
@@ -434,15 +436,23 @@ def default_nhwc_fitted(p: ConvProblem) -> PerfConfig | None:
 #: threads carries more of each tile a thread (165-255 registers, fortieth session).
 WRW_TILE_WV = (2, 4)
 
+#: Blocks per compute unit a TMA ``dw_wrw_tile`` split aims at besides the plain rule's 4
+#: (``bs``): TMA tiles take 32-80 registers where the register-staged ones took 165-255, so
+#: more fit; dw144s1@56's default ran at 25% occupancy, 4 blocks of 4 warps an SM, DRAM at
+#: half its peak (Nsight Compute, forty-first session). A launch-size key: same kernels.
+WRW_TILE_BLOCKS = (8,)
+
 
 def wrw_tile_tma_configs(p: ConvProblem) -> list[PerfConfig]:
     """Every ``dw_wrw_tile`` config of the space again with ``tma`` (its tiles staged by the
     tensor memory accelerator), then each with 2 and 4 channels a thread (``wv``), where they
-    fit. Host-checked, not yet timed."""
+    fit; then all of those again split for :data:`WRW_TILE_BLOCKS` blocks a compute unit
+    (``bs``)."""
     tiles = [c for c in config_space(p) if is_tile(c)]
     twins = [PerfConfig(**c, tma=1) for c in tiles]
     wide = [PerfConfig(**c, wv=wv) for wv in WRW_TILE_WV for c in twins]
-    return [c for c in twins + wide if fits(p, c)]
+    fitting = [c for c in twins + wide if fits(p, c)]
+    return fitting + [PerfConfig(**c, bs=bs) for bs in WRW_TILE_BLOCKS for c in fitting]
 
 
 def default_tile(p: ConvProblem) -> PerfConfig | None:
@@ -527,7 +537,7 @@ def valid_config(problem: ConvProblem, config: PerfConfig) -> bool:
     if kind == "nchw" and is_rows(config):
         keys["nchw"] = ("ox", "oy")
     if kind == "wrw" and "cb" in config:
-        optional = tuple(k for k in ("pg", "tma", "wv") if k in config)
+        optional = tuple(k for k in ("pg", "tma", "wv", "bs") if k in config)
         keys["wrw"] = ("vec", "cb", "tp", "tq", *optional)
     try:
         values = {k: int(config[k]) for k in keys[kind]}
