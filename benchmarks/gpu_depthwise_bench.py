@@ -80,6 +80,35 @@ def tile_runs(solver: Any, ctx: Any, canon: Any, count: int) -> list[PerfConfig]
     return out
 
 
+def add_experiment_options(parser: argparse.ArgumentParser) -> None:
+    """The solver's switches that stay off until timed, as options (this script's and
+    ``gpu_dw_profile.py``'s)."""
+    parser.add_argument(
+        "--tma-l2",
+        choices=("wide", "narrow"),
+        default=None,
+        help="TMA maps' L2 promotion: 256 bytes (wide) or no wider than a box row of some of "
+        "a pixel's channels (narrow; the solver's TMA_L2_NARROW)",
+    )
+    parser.add_argument(
+        "--channel-blocks-first",
+        action="store_true",
+        help="dw_nhwc_tile launches a run of tiles' channel blocks next to each other (the "
+        "solver's NHWC_TILE_CHANNELS_FIRST)",
+    )
+
+
+def apply_experiment_options(args: argparse.Namespace) -> None:
+    """Sets the switches :func:`add_experiment_options` parsed."""
+    import miocore_direct.gpu_depthwise_geometry as geometry
+    import miocore_direct.gpu_depthwise_nhwc_tile as tiles
+
+    if args.tma_l2 is not None:  # how much of L2's fetch a box row uses
+        geometry.TMA_L2_NARROW = args.tma_l2 == "narrow"
+    if args.channel_blocks_first:  # the launch order's DRAM traffic
+        tiles.NHWC_TILE_CHANNELS_FIRST = True
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=64)
@@ -130,13 +159,7 @@ def main() -> None:
         action="store_true",
         help="also every channels-innermost pick with its registers capped (the mb key)",
     )
-    parser.add_argument(
-        "--tma-l2",
-        choices=("wide", "narrow"),
-        default=None,
-        help="TMA maps' L2 promotion: 256 bytes (wide) or no wider than a box row of some of "
-        "a pixel's channels (narrow; the solver's TMA_L2_NARROW)",
-    )
+    add_experiment_options(parser)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--layers", nargs="+", default=None, help="only these layers (names)")
     parser.add_argument(
@@ -153,10 +176,7 @@ def main() -> None:
         import miocore_direct.gpu_depthwise_geometry as dw
 
         dw.NCHW_CHUNK_BYTES = args.nchw_chunk_bytes
-    if args.tma_l2 is not None:  # an experiment: how much of L2's fetch a box row uses
-        import miocore_direct.gpu_depthwise_geometry as dw
-
-        dw.TMA_L2_NARROW = args.tma_l2 == "narrow"
+    apply_experiment_options(args)
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False

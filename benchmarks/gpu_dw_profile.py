@@ -22,7 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 
 from common import config_runner
-from gpu_depthwise_bench import cudnn_call
+from gpu_depthwise_bench import add_experiment_options, apply_experiment_options, cudnn_call
 from shapes import SUITES, problem
 
 import miocore
@@ -45,7 +45,9 @@ def main() -> None:
         choices=("forward", "backward_data", "backward_weights"),
     )
     parser.add_argument("--layout", default="NHWC", choices=("NHWC", "NCHW"))
+    add_experiment_options(parser)
     args = parser.parse_args()
+    apply_experiment_options(args)
     torch.backends.cudnn.benchmark = True
     handle = miocore.Handle("cuda", stream=torch.cuda.current_stream())
     solver = handle.registry.get(SOLVER).solver

@@ -54,7 +54,8 @@
 #   dwprofile   issue 13: Nsight Compute on direct.gpu_depthwise's default and cuDNN, one call
 #               each on DWP_LAYERS (MobileNetV2, batch 64, DWP_DTYPE fp16, DWP_DIRECTION
 #               forward); the report in $OUT/dw_profile.txt (DWP_CONFIG, DWP_NO_CUDNN, DWP_SET,
-#               DWP_TAG: one config, ours alone, every section, the report's name)
+#               DWP_TAG: one config, ours alone, every section, the report's name; DWP_ARGS:
+#               more options, e.g. --tma-l2 narrow, --channel-blocks-first)
 #   spans       issue 13: igemm.gpu_wgmma_wrw's tiles over 2-4 taps (span key) checked by its GPU
 #               tests, then every tile of backward weights (span or not) on SPAN_SUITES (vgg16
 #               unet3d) in SPAN_DTYPES (float16) against cuDNN (gpu_wgmma_bench.py)
@@ -312,17 +313,17 @@ case "$STAGE" in
   dwprofile)
     # Nsight Compute on direct.gpu_depthwise's default (the staged tiles' runs) and cuDNN, one
     # forward call each on DWP_LAYERS (MobileNetV2, batch 64, DWP_DTYPE): where the time goes
-    # shellcheck disable=SC2086
     # DWP_CONFIG: one perf config (JSON) instead of the default; DWP_NO_CUDNN=1: ours alone;
     # DWP_SET=full: every section; DWP_TAG names the report ($OUT/dw_profile$DWP_TAG.txt)
     sections=(--section SpeedOfLight --section Occupancy --section LaunchStats
       --section WarpStateStats --section InstructionStats --section MemoryWorkloadAnalysis)
     [[ -n "${DWP_SET:-}" ]] && sections=(--set "$DWP_SET")
     report="$OUT/dw_profile${DWP_TAG:-}.txt"
+    # shellcheck disable=SC2086
     timeout "${DWP_TIMEOUT:-400}" ncu --clock-control none --profile-from-start off \
       -k regex:"dw_|grad|conv" "${sections[@]}" python3 benchmarks/gpu_dw_profile.py --direction \
       "${DWP_DIRECTION:-forward}" --batch 64 --dtype "${DWP_DTYPE:-float16}" \
-      ${DWP_CONFIG:+--config "$DWP_CONFIG"} ${DWP_NO_CUDNN:+--no-cudnn} \
+      ${DWP_CONFIG:+--config "$DWP_CONFIG"} ${DWP_NO_CUDNN:+--no-cudnn} ${DWP_ARGS:-} \
       --layers ${DWP_LAYERS:-dw144s1@56 dw144s2@56 dw32s1@112 dw576s1@14} >"$report" 2>&1
     grep -a -E "^dw|  dw_|  [a-z_0-9]*conv|Duration|DRAM Throughput|Registers Per|Achieved Occ|Warp Cycles Per Issued|Executed Ipc A" \
       "$report" | head -80

@@ -41,8 +41,8 @@ from miocore.backends._gpu.compiler import core_kernel_dir
 
 def two_d_problems() -> list[miocore.ConvProblem]:
     """2-D layers the corpus sample may miss (the 2-D-only solvers apply to these): 1x1,
-    3x3, strided, dilated, grouped and a 7x7 first layer, NCHW and NHWC, every dtype and
-    direction."""
+    3x3, strided, dilated, grouped, depthwise and a 7x7 first layer, NCHW and NHWC, every
+    dtype and direction."""
     shapes = (  # n, c, k, hw, filter, pad, stride, dilation, groups
         (2, 64, 64, 14, 1, 0, 1, 1, 1),
         (2, 32, 48, 13, 3, 1, 1, 1, 1),
@@ -50,6 +50,9 @@ def two_d_problems() -> list[miocore.ConvProblem]:
         (1, 16, 16, 12, 3, 2, 1, 2, 1),
         (2, 32, 32, 10, 3, 1, 1, 1, 4),
         (2, 3, 32, 23, 7, 3, 2, 1, 1),
+        (2, 40, 40, 14, 3, 1, 1, 1, 40),  # depthwise: staged tiles, 2 channel blocks
+        (2, 96, 96, 15, 3, 1, 2, 1, 96),
+        (2, 48, 48, 12, 5, 2, 1, 1, 48),
     )
     out = []
     for direction in ("forward", "backward_data", "backward_weights"):

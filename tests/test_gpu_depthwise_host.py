@@ -331,6 +331,34 @@ def test_nhwc_tile_kernel_in_blocks_of_48_channels_on_the_host(
     assert _check(build, tmp_path, plans, seed=17) == count == 10
 
 
+@pytest.mark.parametrize("dtype", ("float16", "float32"))
+def test_nhwc_tile_kernel_channel_blocks_first_on_the_host(
+    build, tmp_path: Path, dtype: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # NHWC_TILE_CHANNELS_FIRST: one grid dimension, a run of tiles' channel blocks next to each
+    # other (MIO_CFAST); on the 40- and 96-channel cases (2-3 channel blocks), single tiles and
+    # runs, staged by hand and by TMA, forward, strided forward and the gather
+    monkeypatch.setattr(tile_module, "NHWC_TILE_CHANNELS_FIRST", True)
+    plans, count = [], 0
+    cases = [case for case in TILE_CASES if case[1] == 40][:3]
+    cases.append(("forward", 96, (13, 11), (3, 3), (1, 1), (1, 1), (1, 1)))
+    for direction, c, spatial, f, pads, strides, dils in cases:
+        problem = _problem((direction, c, 1, spatial, f, pads, strides, dils), dtype, "NHWC", n=3)
+        canon = problem.canonical
+        plain = [t for t in tile_module.nhwc_tile_configs(canon) if t["ch"] < c]
+        twins = [t for t in tile_module.nhwc_tile_tma_configs(canon) if t["ch"] < c]
+        picks = [plain[0], *[t for t in plain if "nt" in t][:1], twins[0], twins[-1]]
+        for cfg in picks:
+            kernel = _plan(problem, cfg)[0][0]
+            blocks = tile_module.nhwc_tile_grid(canon, cfg)[2]
+            runs = tile_module.nhwc_tile_blocks_x(canon, cfg)
+            assert blocks > 1 and "-DMIO_CFAST=1" in kernel.options, dict(cfg)
+            assert kernel.grid == (runs * blocks, 1), dict(cfg)
+        plans.append((problem, picks, (0,)))
+        count += len(picks)
+    assert _check(build, tmp_path, plans, seed=19) == count
+
+
 NHWC_CASES = [  # direction, c, mult, spatial, filter, pads, strides, dilations
     ("forward", 24, 1, (13, 11), (3, 3), (1, 1), (1, 1), (1, 1)),  # strips, partial groups
     ("forward", 40, 1, (17, 15), (5, 5), (2, 1), (2, 2), (1, 1)),  # 5x5 stride 2

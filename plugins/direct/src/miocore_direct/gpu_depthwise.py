@@ -107,8 +107,8 @@ from miocore_direct.gpu_depthwise_nhwc_tile import (
     NHWC_TILE_SOURCE,
     NHWC_TILE_THREADS,
     is_nhwc_tile,
-    nhwc_tile_blocks_x,
     nhwc_tile_grid,
+    nhwc_tile_launch_grid,
     nhwc_tile_tma_box,
     nhwc_tile_tma_configs,
     tma_available,
@@ -290,7 +290,7 @@ class GpuDepthwiseSolver(TunableSolver):
                 opts = (*opts, f"-DMIO_NV={chunk}")
             kernels.append(kernel_info("dw_nchw", opts, (planes, tiles), (tw, by)))
         elif kind == "nhwc" and is_nhwc_tile(cfg):
-            tiles_w, tiles, blocks = nhwc_tile_grid(p, cfg)
+            tiles_w, tiles, _ = nhwc_tile_grid(p, cfg)
             opts = (*base_opts, f"-DMIO_VEC={cfg['vec']}", f"-DMIO_PIX={cfg['pix']}")
             opts = (*opts, f"-DMIO_CH={cfg['ch']}", f"-DMIO_TOH={cfg['toh']}")
             opts = (*opts, f"-DMIO_TOW={cfg['tow']}")
@@ -302,10 +302,12 @@ class GpuDepthwiseSolver(TunableSolver):
                 opts = (*opts, f"-DMIO_PY={cfg['py']}")
             if cfg.get("tma"):
                 opts = (*opts, "-DMIO_TMA=1")
+            grid, channels_first = nhwc_tile_launch_grid(p, cfg)
+            if channels_first:
+                opts = (*opts, "-DMIO_CFAST=1")
             fields.update(tiles_w=tiles_w, tiles=tiles)
             lanes = cfg["ch"] // cfg["vec"]
             block = (lanes, NHWC_TILE_THREADS // lanes)
-            grid = (nhwc_tile_blocks_x(p, cfg), blocks)
             kernels.append(kernel_info("dw_nhwc_tile", opts, grid, block, NHWC_TILE_SOURCE))
             # the scalar twin for buffers not 16-byte aligned: dw_nhwc, one pixel a thread
             scalar = PerfConfig(vec=1, pix=1, py=1, ct=ct_for(b.lengths[1], 1))

@@ -160,6 +160,24 @@ def nhwc_tile_grid(p: ConvProblem, cfg: PerfConfig) -> tuple[int, int, int]:
     return tiles_w, tiles_w * -(-bh // cfg["toh"]), -(-b.lengths[1] // cfg["ch"])
 
 
+#: Channel blocks first in launch order (``MIO_CFAST``): one run of tiles' channel blocks are
+#: neighbours, so the DRAM granules and promoted L2 lines their channels share are read once
+#: while all of them run, where tiles first reads them again a whole sweep of the tensor later
+#: (dw144s1@56's 48-channel blocks read 1.27x cuDNN's DRAM bytes; Nsight Compute, forty-first
+#: session). Off until timed (``gpu_depthwise_bench.py --channel-blocks-first``).
+NHWC_TILE_CHANNELS_FIRST = False
+
+
+def nhwc_tile_launch_grid(p: ConvProblem, cfg: PerfConfig) -> tuple[tuple[int, int], bool]:
+    """``dw_nhwc_tile``'s grid and whether its channel blocks come first (one dimension:
+    :data:`NHWC_TILE_CHANNELS_FIRST`, where the blocks stay within the grid's x limit), else
+    runs of tiles along x and channel blocks along y."""
+    runs, blocks = nhwc_tile_blocks_x(p, cfg), nhwc_tile_grid(p, cfg)[2]
+    if NHWC_TILE_CHANNELS_FIRST and runs * blocks <= INT32_MAX:
+        return (runs * blocks, 1), True
+    return (runs, blocks), False
+
+
 def nhwc_tile_blocks_x(p: ConvProblem, cfg: PerfConfig) -> int:
     """Blocks along the grid's x: every image's tiles in runs of ``nt``."""
     return -(-role(p)[1].lengths[0] * nhwc_tile_grid(p, cfg)[1] // cfg.get("nt", 1))

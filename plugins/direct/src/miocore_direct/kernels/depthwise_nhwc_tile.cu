@@ -37,9 +37,13 @@
 //                     spend no instructions on addresses, bounds or copies (the cp.async
 //                     staging was about a quarter of a thread's instructions on fp16 3x3
 //                     layers: 40 a 16-byte chunk).
+//   MIO_CFAST         1: channel blocks first in a one-dimensional grid (x = run * channel
+//                     blocks + channel block): a run's channel blocks run side by side, so the
+//                     DRAM granules and L2 lines their channels share are read once, where
+//                     runs first read them again a sweep of the tensor later
 // Block: (MIO_CH / MIO_VEC) channel lanes x (256 / that) pixel lanes. Grid: x over runs of
 // MIO_TILES tiles in (image, tile row, tile column) order, the column fastest; y over channel
-// blocks.
+// blocks (with MIO_CFAST, both along x).
 // MioDwParams: tiles_w = tiles along W, tiles = tiles per image.
 // The host launches it only where both activation tensors are 16-byte aligned with channels
 // innermost in whole chunks (its scalar twin, dw_nhwc, runs the rest).
@@ -47,6 +51,9 @@
 
 #ifndef MIO_TMA
 #define MIO_TMA 0
+#endif
+#ifndef MIO_CFAST
+#define MIO_CFAST 0
 #endif
 #if MIO_TMA
 #include "miocore_tma.h"
@@ -300,7 +307,16 @@ MIO_KERNEL void __launch_bounds__(256, MIO_MINB)
   __shared__ MIO_TILE_ALIGN uint4 s_tile[MIO_BUFFERS][MIO_BUFFER_CHUNKS];
   const int tid = (int)(threadIdx.y * blockDim.x + threadIdx.x);
   const int threads = (int)(blockDim.x * blockDim.y);
-  const int c0 = (int)blockIdx.y * MIO_CH;
+#if MIO_CFAST
+  // channel blocks first: one run of tiles' channel blocks are neighbours in launch order,
+  // so the memory their channels share is read once while they all run
+  const unsigned int channel_blocks = (unsigned int)((p.b.len[1] + MIO_CH - 1) / MIO_CH);
+  const unsigned int block_c = blockIdx.x % channel_blocks;
+  const unsigned int block_t = blockIdx.x / channel_blocks;
+#else
+  const unsigned int block_c = blockIdx.y, block_t = blockIdx.x;
+#endif
+  const int c0 = (int)block_c * MIO_CH;
   const int lane = (int)threadIdx.x;  // this thread's channel vector in the block
   const int c = c0 + lane * MIO_VEC;
   const bool active = c < (int)p.b.len[1];
@@ -315,7 +331,7 @@ MIO_KERNEL void __launch_bounds__(256, MIO_MINB)
 #endif
 #if MIO_TILES == 1
   // one tile: stage, then the taps and the outputs (the order the defaults were timed in)
-  const MioTileAt at = dw_tile_at(blockIdx.x, p);
+  const MioTileAt at = dw_tile_at(block_t, p);
 #if MIO_TMA
   if (tid == 0) dw_tile_stage_tma(s_tile[0], &a_map, &s_full[0], p, at, c0);
   if (!active) return;  // no block-wide barrier follows
@@ -332,7 +348,7 @@ MIO_KERNEL void __launch_bounds__(256, MIO_MINB)
   // runs of tiles: tile j + 1's input copied into the other buffer while tile j computes;
   // idle lanes still stage and meet every barrier
   const unsigned int total = (unsigned int)(p.b.len[0] * p.tiles);  // within int32 (host)
-  const unsigned int first = blockIdx.x * MIO_TILES;
+  const unsigned int first = block_t * MIO_TILES;
   MioTileAt at = dw_tile_at(first, p);
 #if MIO_TMA
   if (tid == 0) dw_tile_stage_tma(s_tile[0], &a_map, &s_full[0], p, at, c0);
