@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import config_runner, geomean
 from gpu_vs_cudnn import device_ms
 from miocore_direct.gpu_depthwise_geometry import NHWC_MIN_BLOCKS
-from miocore_direct.gpu_depthwise_nhwc_tile import NHWC_TILE_RUNS, nhwc_tile_configs
+from miocore_direct.gpu_depthwise_nhwc_tile import NHWC_TILE_RUNS, is_nhwc_tile, nhwc_tile_configs
 from shapes import SUITES, problem
 
 import miocore
@@ -159,6 +159,11 @@ def main() -> None:
         action="store_true",
         help="also every channels-innermost pick with its registers capped (the mb key)",
     )
+    parser.add_argument(
+        "--tma-twins",
+        action="store_true",
+        help="also each staged-tile pick without tma staged by the tensor memory accelerator",
+    )
     add_experiment_options(parser)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--layers", nargs="+", default=None, help="only these layers (names)")
@@ -236,6 +241,9 @@ def main() -> None:
                             picks += tile_runs(solver, handle.context, canon, args.nhwc_tiles)
                     if args.space_runs:
                         picks += [c for c in space if "nt" in c and c not in picks]
+                    if args.tma_twins:  # a staged tile's TMA twin, where the space has it
+                        twins = [PerfConfig(**c, tma=1) for c in picks if is_nhwc_tile(c)]
+                        picks += [t for t in twins if t in space and t not in picks]
                     if args.minb:  # each pick again with dw_nhwc's registers capped
                         capped = [PerfConfig(**c, mb=m) for c in picks for m in NHWC_MIN_BLOCKS]
                         picks += [c for c in capped if c in space]
@@ -360,6 +368,7 @@ def main() -> None:
                     "torch": torch.__version__,
                     "cudnn": torch.backends.cudnn.version(),
                     "copy_gbps": copy_rate,
+                    "options": " ".join(sys.argv[1:]),
                     "date": time.strftime("%Y-%m-%d"),
                     "rows": rows,
                 },

@@ -51,6 +51,10 @@
 #               backward data, on DW_SUITES (MobileNetV2, EfficientNet-B0) at DW_BATCH (64)
 #   dwwrw       issue 13: the depthwise GPU tests, then every backward-weights tile config
 #               (TMA twins and channels a thread included) against cuDNN (DW_DTYPES, DW_SUITES)
+#   dwab        issue 13: the depthwise switches off until timed (narrow TMA L2 promotion,
+#               channel blocks first) A/B on the defaults and their TMA twins against cuDNN
+#               (DWAB_SETTINGS, DWAB_SUITES, DWAB_DTYPES, DWAB_DIRECTIONS);
+#               depthwise_switch_report.py sums it up
 #   dwprofile   issue 13: Nsight Compute on direct.gpu_depthwise's default and cuDNN, one call
 #               each on DWP_LAYERS (MobileNetV2, batch 64, DWP_DTYPE fp16, DWP_DIRECTION
 #               forward); the report in $OUT/dw_profile.txt (DWP_CONFIG, DWP_NO_CUDNN, DWP_SET,
@@ -140,7 +144,7 @@
 #               QDTYPE (one data type), MODEL_DIR (another model) and QTAG (output names);
 #               one process a GPU, each every N-th problem (--shard), merged into one summary
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d|vstable|parallel|tests|dwtiles|dwruns|dwwrw|dwprofile|spans|refreshdb|nhwcdb}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d|vstable|parallel|tests|dwtiles|dwruns|dwwrw|dwab|dwprofile|spans|refreshdb|nhwcdb}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -309,6 +313,25 @@ case "$STAGE" in
         --tile-only --runs 10 --directions backward_weights --out "$OUT/dw_wrw_$suite.json" ${DW_ARGS:-} \
         2>&1 | tee "$OUT/dw_wrw_$suite.log" | grep -a -v '^{' | tail -5
     done
+    ;;
+  dwab)
+    # issue 13: direct.gpu_depthwise's switches that stay off until timed, A/B on its defaults
+    # (and each staged tile's TMA twin) against cuDNN, fp16 (DWAB_DTYPES), forward and
+    # backward data (DWAB_DIRECTIONS; backward weights' tiles: dwwrw with DW_ARGS), batch 64,
+    # DWAB_SUITES; one bench run per setting of DWAB_SETTINGS (';'-separated option lists, ""
+    # the baseline); then benchmarks/depthwise_switch_report.py over the runs
+    IFS=';' read -r -a settings <<<"${DWAB_SETTINGS:-;--tma-l2 narrow;--channel-blocks-first;--tma-l2 narrow --channel-blocks-first}"
+    for i in "${!settings[@]}"; do
+      for suite in ${DWAB_SUITES:-mobilenetv2 efficientnet_b0_dw mobilenetv3_large_dw}; do
+        # shellcheck disable=SC2086
+        timeout "${DWAB_TIMEOUT:-90}" python3 benchmarks/gpu_depthwise_bench.py --suite "$suite" \
+          --batch 64 --dtypes ${DWAB_DTYPES:-float16} --layouts NHWC --configs 1 --tma-twins \
+          --directions ${DWAB_DIRECTIONS:-forward backward_data} --runs 10 ${settings[$i]} \
+          --out "$OUT/dwab_${i}_$suite.json" 2>&1 |
+          grep -a -E "geomean" | head -4
+      done
+    done
+    python3 benchmarks/depthwise_switch_report.py "$OUT"/dwab_*.json | tee "$OUT/dwab_report.txt"
     ;;
   dwprofile)
     # Nsight Compute on direct.gpu_depthwise's default (the staged tiles' runs) and cuDNN, one
