@@ -14,6 +14,7 @@ import miocore
 dw = pytest.importorskip("miocore_direct.gpu_depthwise")
 geo = pytest.importorskip("miocore_direct.gpu_depthwise_geometry")
 configs = configs_module = pytest.importorskip("miocore_direct.gpu_depthwise_configs")
+defaults = pytest.importorskip("miocore_direct.gpu_depthwise_defaults")
 
 
 _ctx, _problem, _nhwc_default = cuda_context, depthwise_problem, nhwc_default
@@ -95,7 +96,7 @@ def test_nchw_planes_per_block_only_where_one_tile_covers_the_plane() -> None:
     assert all(c["py"] * c["pp"] <= geo.MAX_NCHW_OUTPUTS for c in several)
     assert all(configs.nchw_tiles(small.canonical, c)[2] == 1 for c in several)
     # 3x3 on 14x14: 4 planes of 16x16 tiles, 2 rows a thread (dw_nchw's fitted rule)
-    assert configs.default_nchw_fitted(small.canonical) == miocore.PerfConfig(
+    assert defaults.default_nchw_fitted(small.canonical) == miocore.PerfConfig(
         tw=16, by=8, py=2, pp=4
     )
     for cfg in several:
@@ -117,7 +118,7 @@ def test_nchw_default_by_written_plane_and_filter() -> None:
 
     def default(direction: str = "forward", **kw) -> miocore.PerfConfig:
         p = _problem(direction, layout="NCHW", dtype="float16", **kw).canonical
-        cfg = configs.default_nchw_fitted(p)  # dw_nchw's tile (the default where rows don't run)
+        cfg = defaults.default_nchw_fitted(p)  # dw_nchw's tile (the default where rows don't run)
         assert cfg in s.perf_config_space(ctx, p) or "pp" in cfg
         return cfg
 
@@ -574,7 +575,7 @@ def test_backward_weights_default_on_sm90_stages_tiles_by_tma(dtype: str) -> Non
         got = (cfg["cb"], cfg["tp"], cfg["tq"], cfg.get("pg"), cfg.get("wv"), cfg.get("tma"))
         assert got == want, (f, stride, hw)
         plain = s.default_perf_config(ampere, p)
-        assert "tma" not in plain and plain == configs.default_tile(p)
+        assert "tma" not in plain and plain == defaults.default_tile(p)
     # 16 channels: a block of 2 vectors (no lanes past the channels), too narrow for groups
     p = _problem("backward_weights", n=4, c=16, k=16, in_spatial=(112, 112), groups=16,
                  dtype=dtype, layout="NHWC").canonical  # fmt: skip

@@ -71,12 +71,12 @@ from miocore.backends.gpu_kernels import (
 from miocore_direct import gpu_depthwise_geometry as geometry
 from miocore_direct.gpu_depthwise_configs import (
     config_space,
-    default_config,
     nchw_tiles,
     rows_items,
     valid_config,
     wrw_tile_tma_configs,
 )
+from miocore_direct.gpu_depthwise_defaults import default_config
 from miocore_direct.gpu_depthwise_geometry import (
     INT32_MAX,
     PARAM_FIELDS,
@@ -175,7 +175,7 @@ class GpuDepthwiseSolver(TunableSolver):
         return space
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
-        """The fitted rule of each kernel (``gpu_depthwise_configs.default_config``)."""
+        """The fitted rule of each kernel (``gpu_depthwise_defaults.default_config``)."""
         return default_config(problem, tma_available(ctx))
 
     def is_valid_perf_config(
