@@ -36,3 +36,9 @@ def nhwc_default(direction: str, f: int, stride: int, hw: int, dtype: str) -> mi
     cfg = s.default_perf_config(ctx, p)
     assert cfg in s.perf_config_space(ctx, p)
     return cfg
+
+
+def macros(kernel: miocore.KernelInfo) -> dict[str, str]:
+    """A kernel's ``-DMIO_*`` options, name to value."""
+    pairs = (o[2:].partition("=") for o in kernel.options if o.startswith("-DMIO_"))
+    return {name: value for name, _, value in pairs}
