@@ -751,20 +751,7 @@ MIO_DEVICE float wrw_staged(const mio_t* p) { return mio_load(p); }
 #if MIO_WV > 1
 #define MIO_WBYTES (MIO_WV * MIO_ESIZE)
 // MIO_WV staged channels as floats: one 4-, 8- or 16-byte shared load.
-MIO_DEVICE void wrw_staged_v(const mio_t* p, float* v) {
-#if MIO_WBYTES == 16
-  const uint4 r = *(const uint4*)p;
-  const unsigned int u[4] = {r.x, r.y, r.z, r.w};
-  mio_unpack(u, 4, v);
-#elif MIO_WBYTES == 8
-  const uint2 r = *(const uint2*)p;
-  const unsigned int u[2] = {r.x, r.y};
-  mio_unpack(u, 2, v);
-#else  // two 16-bit channels
-  const unsigned int u[1] = {*(const unsigned int*)p};
-  mio_unpack(u, 1, v);
-#endif
-}
+MIO_DEVICE void wrw_staged_v(const mio_t* p, float* v) { mio_load_words<MIO_WBYTES>(p, v); }
 #endif
 
 // One item's multiply-adds from its staged x tile (sx) and dy tile (sdy): thread (c, lane)

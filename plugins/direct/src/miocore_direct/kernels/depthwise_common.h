@@ -154,20 +154,29 @@ MIO_DEVICE unsigned int mio_pack_word(const float* v) {
 #endif
 }
 
+// BYTES (16, 8 or 4) of consecutive elements as floats in one access (the caller guarantees
+// the alignment; 4 bytes: two 16-bit elements).
+template <int BYTES>
+MIO_DEVICE void mio_load_words(const mio_t* p, float* v) {
+  if constexpr (BYTES == 16) {
+    const uint4 r = *(const uint4*)p;
+    const unsigned int u[4] = {r.x, r.y, r.z, r.w};
+    mio_unpack(u, 4, v);
+  } else if constexpr (BYTES == 8) {
+    const uint2 r = *(const uint2*)p;
+    const unsigned int u[2] = {r.x, r.y};
+    mio_unpack(u, 2, v);
+  } else {
+    const unsigned int u[1] = {*(const unsigned int*)p};
+    mio_unpack(u, 1, v);
+  }
+}
+
 // Load MIO_VEC consecutive elements as float (one 16/8/4-byte access; the host guarantees
 // the alignment whenever MIO_VEC > 1).
 MIO_DEVICE void mio_loadv(const mio_t* p, float* v) {
-#if MIO_VBYTES == 16
-  const uint4 r = *(const uint4*)p;
-  const unsigned int u[4] = {r.x, r.y, r.z, r.w};
-  mio_unpack(u, 4, v);
-#elif MIO_VBYTES == 8
-  const uint2 r = *(const uint2*)p;
-  const unsigned int u[2] = {r.x, r.y};
-  mio_unpack(u, 2, v);
-#elif MIO_VBYTES == 4 && MIO_VEC == 2
-  const unsigned int u[1] = {*(const unsigned int*)p};
-  mio_unpack(u, 1, v);
+#if MIO_VBYTES == 16 || MIO_VBYTES == 8 || (MIO_VBYTES == 4 && MIO_VEC == 2)
+  mio_load_words<MIO_VBYTES>(p, v);
 #else
 #pragma unroll
   for (int e = 0; e < MIO_VEC; ++e) v[e] = mio_load(p + e);
