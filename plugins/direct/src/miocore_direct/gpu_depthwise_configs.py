@@ -202,6 +202,14 @@ WRW_TILE_WV = (2, 4)
 WRW_TILE_BLOCKS = (8,)
 
 
+def in_wrw_tile_tma_space(p: ConvProblem, cfg: PerfConfig, space: list[PerfConfig]) -> bool:
+    """Whether ``cfg`` is one of :func:`wrw_tile_tma_configs` (``space``: ``p``'s
+    :func:`config_space`), without listing them: its tile without ``tma``, ``wv`` and ``bs`` is
+    in the space and it fits."""
+    base = PerfConfig(**{k: v for k, v in cfg.items() if k not in ("tma", "wv", "bs")})
+    return cfg.get("tma") == 1 and base in space and fits(p, cfg)
+
+
 def wrw_tile_tma_configs(p: ConvProblem) -> list[PerfConfig]:
     """Every ``dw_wrw_tile`` config of the space again with ``tma`` (its tiles staged by the
     tensor memory accelerator), then each with 2 and 4 channels a thread (``wv``), where they

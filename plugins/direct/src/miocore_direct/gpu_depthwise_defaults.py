@@ -12,8 +12,8 @@ from miocore.backends.gpu_kernels import channels_last
 from miocore_direct.gpu_depthwise_configs import (
     config_space,
     fits,
+    in_wrw_tile_tma_space,
     rows_items,
-    wrw_tile_tma_configs,
 )
 from miocore_direct.gpu_depthwise_geometry import (
     ROWS_MIN_RUNS,
@@ -92,14 +92,13 @@ def default_config(problem: ConvProblem, tma: bool = False) -> PerfConfig:
         if mb and PerfConfig(**want, mb=mb) in space:
             want = PerfConfig(**want, mb=mb)
     else:
-        tma_tiles = wrw_tile_tma_configs(p) if tma else []
         fitted, plain = default_tile_tma(p) if tma else None, default_tile(p)
         twin = PerfConfig(**plain, tma=1) if plain is not None else None
         ungrouped = None  # row groups need more channels than a narrow block has
         if fitted is not None and "pg" in fitted:
             ungrouped = PerfConfig(**{k: v for k, v in fitted.items() if k != "pg"})
         for tile in (fitted, ungrouped, twin):  # else the plain rule's tile staged by TMA
-            if tile is not None and tile in tma_tiles:
+            if tile is not None and tma and in_wrw_tile_tma_space(p, tile, space):
                 return tile
         if plain is not None and plain in space:
             return plain
