@@ -25,13 +25,18 @@ NAME = re.compile(r"dwab_(\d+)_(\w+)\.json$")
 
 
 def row_times(row: dict[str, Any]) -> dict[str, float]:
-    """The default's time and the best TMA pick's (``tma`` in its config) of one bench row."""
+    """The default's time, the best TMA pick's (``tma`` in its config) and the best other
+    pick's (cp.async staged or not staged) of one bench row."""
     out = {}
     if "default_ms" in row:
         out["default"] = row["default_ms"]
-    tma = [ms for cfg, ms in row.get("timings", []) if cfg.get("tma")]
+    timings = row.get("timings", [])
+    tma = [ms for cfg, ms in timings if cfg.get("tma")]
     if tma:
         out["tma"] = min(tma)
+    plain = [ms for cfg, ms in timings if not cfg.get("tma")]
+    if plain:
+        out["plain"] = min(plain)
     return out
 
 

@@ -80,6 +80,12 @@ def tile_runs(solver: Any, ctx: Any, canon: Any, count: int) -> list[PerfConfig]
     return out
 
 
+def tma_twin(config: PerfConfig) -> PerfConfig:
+    """The same staged tile loaded the other way: by TMA if it used cp.async, and back."""
+    rest = {k: v for k, v in config.items() if k != "tma"}
+    return PerfConfig(**rest) if config.get("tma") else PerfConfig(**rest, tma=1)
+
+
 def add_experiment_options(parser: argparse.ArgumentParser) -> None:
     """The solver's switches that stay off until timed, as options (this script's and
     ``gpu_dw_profile.py``'s)."""
@@ -241,8 +247,8 @@ def main() -> None:
                             picks += tile_runs(solver, handle.context, canon, args.nhwc_tiles)
                     if args.space_runs:
                         picks += [c for c in space if "nt" in c and c not in picks]
-                    if args.tma_twins:  # a staged tile's TMA twin, where the space has it
-                        twins = [PerfConfig(**c, tma=1) for c in picks if is_nhwc_tile(c)]
+                    if args.tma_twins:  # a staged tile's twin staged the other way, if any
+                        twins = [tma_twin(c) for c in picks if is_nhwc_tile(c)]
                         picks += [t for t in twins if t in space and t not in picks]
                     if args.minb:  # each pick again with dw_nhwc's registers capped
                         capped = [PerfConfig(**c, mb=m) for c in picks for m in NHWC_MIN_BLOCKS]
