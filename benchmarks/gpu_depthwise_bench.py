@@ -87,20 +87,21 @@ def tma_twin(config: PerfConfig) -> PerfConfig:
 
 
 def add_experiment_options(parser: argparse.ArgumentParser) -> None:
-    """The solver's switches that stay off until timed, as options (this script's and
+    """The solver's switches, as options for A/B runs (this script's and
     ``gpu_dw_profile.py``'s)."""
     parser.add_argument(
         "--tma-l2",
         choices=("wide", "narrow"),
         default=None,
         help="TMA maps' L2 promotion: 256 bytes (wide) or no wider than a box row of some of "
-        "a pixel's channels (narrow; the solver's TMA_L2_NARROW)",
+        "a pixel's channels (narrow; the solver's TMA_L2_NARROW, narrow as shipped)",
     )
     parser.add_argument(
         "--channel-blocks-first",
-        action="store_true",
-        help="dw_nhwc_tile launches a run of tiles' channel blocks next to each other (the "
-        "solver's NHWC_TILE_CHANNELS_FIRST)",
+        choices=("on", "off"),
+        default=None,
+        help="whether dw_nhwc_tile launches a run of tiles' channel blocks next to each other "
+        "(the solver's NHWC_TILE_CHANNELS_FIRST, on as shipped)",
     )
 
 
@@ -111,8 +112,8 @@ def apply_experiment_options(args: argparse.Namespace) -> None:
 
     if args.tma_l2 is not None:  # how much of L2's fetch a box row uses
         geometry.TMA_L2_NARROW = args.tma_l2 == "narrow"
-    if args.channel_blocks_first:  # the launch order's DRAM traffic
-        tiles.NHWC_TILE_CHANNELS_FIRST = True
+    if args.channel_blocks_first is not None:  # the launch order's DRAM traffic
+        tiles.NHWC_TILE_CHANNELS_FIRST = args.channel_blocks_first == "on"
 
 
 def main() -> None:

@@ -59,7 +59,7 @@
 #               each on DWP_LAYERS (MobileNetV2, batch 64, DWP_DTYPE fp16, DWP_DIRECTION
 #               forward); the report in $OUT/dw_profile.txt (DWP_CONFIG, DWP_NO_CUDNN, DWP_SET,
 #               DWP_TAG: one config, ours alone, every section, the report's name; DWP_ARGS:
-#               more options, e.g. --tma-l2 narrow, --channel-blocks-first)
+#               more options, e.g. --tma-l2 wide, --channel-blocks-first off)
 #   spans       issue 13: igemm.gpu_wgmma_wrw's tiles over 2-4 taps (span key) checked by its GPU
 #               tests, then every tile of backward weights (span or not) on SPAN_SUITES (vgg16
 #               unet3d) in SPAN_DTYPES (float16) against cuDNN (gpu_wgmma_bench.py)
@@ -320,7 +320,7 @@ case "$STAGE" in
     # backward data (DWAB_DIRECTIONS; backward weights' tiles: dwwrw with DW_ARGS), batch 64,
     # DWAB_SUITES; one bench run per setting of DWAB_SETTINGS (';'-separated option lists, ""
     # the baseline); then benchmarks/depthwise_switch_report.py over the runs
-    IFS=';' read -r -a settings <<<"${DWAB_SETTINGS:-;--tma-l2 narrow;--channel-blocks-first;--tma-l2 narrow --channel-blocks-first}"
+    IFS=';' read -r -a settings <<<"${DWAB_SETTINGS:-;--tma-l2 wide;--channel-blocks-first off;--tma-l2 wide --channel-blocks-first off}"
     for i in "${!settings[@]}"; do
       for suite in ${DWAB_SUITES:-mobilenetv2 efficientnet_b0_dw mobilenetv3_large_dw}; do
         # shellcheck disable=SC2086

@@ -325,20 +325,24 @@ def test_nhwc_tile_kernel_in_blocks_of_48_channels_on_the_host(
         picks = [singles[0], singles[-1], *runs[:1], *runs[-1:]]
         for cfg in picks:
             kernel = dw.GpuDepthwiseSolver().launch_plan(_ctx(), problem.canonical, cfg)[0][0]
-            assert kernel.block == (12, 21) and kernel.grid[1] == 2
+            runs = tile_module.nhwc_tile_blocks_x(problem.canonical, cfg)
+            assert kernel.block == (12, 21) and kernel.grid == (2 * runs, 1)  # blocks first
         plans.append((problem, picks, (0,)))
         count += len(picks)
     assert _check(build, tmp_path, plans, seed=17) == count == 10
 
 
-@pytest.mark.parametrize("dtype", ("float16", "float32"))
-def test_nhwc_tile_kernel_channel_blocks_first_on_the_host(
-    build, tmp_path: Path, dtype: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("dtype", "first"), [("float16", True), ("float32", True), ("float16", False)]
+)
+def test_nhwc_tile_kernel_launch_orders_on_the_host(
+    build, tmp_path: Path, dtype: str, first: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # NHWC_TILE_CHANNELS_FIRST: one grid dimension, a run of tiles' channel blocks next to each
-    # other (MIO_CFAST); on the 40- and 96-channel cases (2-3 channel blocks), single tiles and
-    # runs, staged by hand and by TMA, forward, strided forward and the gather
-    monkeypatch.setattr(tile_module, "NHWC_TILE_CHANNELS_FIRST", True)
+    # other (MIO_CFAST), or off: runs along x, channel blocks along y; on the 40- and
+    # 96-channel cases (2-3 channel blocks), single tiles and runs, staged by hand and by TMA,
+    # forward, strided forward and the gather
+    monkeypatch.setattr(tile_module, "NHWC_TILE_CHANNELS_FIRST", first)
     plans, count = [], 0
     cases = [case for case in TILE_CASES if case[1] == 40][:3]
     cases.append(("forward", 96, (13, 11), (3, 3), (1, 1), (1, 1), (1, 1)))
@@ -352,8 +356,8 @@ def test_nhwc_tile_kernel_channel_blocks_first_on_the_host(
             kernel = _plan(problem, cfg)[0][0]
             blocks = tile_module.nhwc_tile_grid(canon, cfg)[2]
             runs = tile_module.nhwc_tile_blocks_x(canon, cfg)
-            assert blocks > 1 and "-DMIO_CFAST=1" in kernel.options, dict(cfg)
-            assert kernel.grid == (runs * blocks, 1), dict(cfg)
+            assert blocks > 1 and ("-DMIO_CFAST=1" in kernel.options) == first, dict(cfg)
+            assert kernel.grid == ((runs * blocks, 1) if first else (runs, blocks)), dict(cfg)
         plans.append((problem, picks, (0,)))
         count += len(picks)
     assert _check(build, tmp_path, plans, seed=19) == count

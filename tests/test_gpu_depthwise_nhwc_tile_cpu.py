@@ -69,8 +69,8 @@ def test_nhwc_staged_tile_solution_and_validation() -> None:
     for flag in ("-DMIO_CH=32", "-DMIO_TOH=8", "-DMIO_TOW=16", "-DMIO_PIX=2", "-DMIO_MINB=3"):
         assert flag in main.options
     assert "-DMIO_VEC=1" in twin.options  # one element a load: any alignment
-    # 4 images x 4 tile rows x 2 tile columns; 40 channels in blocks of 32
-    assert main.grid == (4 * 4 * 2, 2) and main.block == (8, 32)
+    # 4 images x 4 tile rows x 2 tile columns; 40 channels in blocks of 32, channel blocks first
+    assert main.grid == (4 * 4 * 2 * 2, 1) and main.block == (8, 32)
     for bad in (
         {**cfg, "mb": 5},
         {**cfg, "ch": 12},  # not whole chunks
@@ -165,9 +165,10 @@ def test_nhwc_staged_tile_default_where_the_gpu_timed_it_faster(dtype: str) -> N
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16"))
 def test_nhwc_staged_tile_default_through_tma_on_sm90(dtype: str) -> None:
     # on sm_90 the defaults' tiles are staged by the tensor memory accelerator (the fortieth
-    # session's sweep: 0.82x the non-TMA defaults' time), but for strided forward on written
-    # planes of 56 and more (1.3x slower) and the 48-channel strips; written planes of 7 take
-    # 8 x 8 tiles in runs of 4 (0.75-0.82x dw_nhwc's time); 5x5 stride 1 in strips of 2 rows
+    # session's sweep: 0.82x the non-TMA defaults' time; launched channel blocks first, the
+    # forty-second's: strided forward on written planes of 56 and more and the 48-channel
+    # strips too); written planes of 7 take 8 x 8 tiles in runs of 4 (0.75-0.82x dw_nhwc's
+    # time); 5x5 stride 1 in strips of 2 rows
     def default(direction: str = "forward", **kw) -> miocore.PerfConfig:
         return _tile_default(dtype, direction, ctx=_sm90(), **kw)
 
@@ -178,12 +179,12 @@ def test_nhwc_staged_tile_default_through_tma_on_sm90(dtype: str) -> None:
     for direction in ("forward", "backward_data"):
         assert default(direction, c=32, hw=112) == tile(32, 16, 16, 4, nt=8, tma=1)
         assert default(direction, c=192, hw=28) == tile(64, 8, 16, 4, nt=4, tma=1)
-        assert default(direction, c=144, hw=56) == tile(48, 8, 16, 2, nt=4, py=2)  # no TMA
+        assert default(direction, c=144, hw=56) == tile(48, 8, 16, 2, nt=4, py=2, tma=1)
         assert default(direction, hw=28, f=5) == tile(32, 8, 16, 4, vec=2, nt=4, py=2, tma=1)
         assert default(direction, c=960, hw=7) == tile(64, 8, 8, 4, nt=4, tma=1)
         assert "toh" not in default(direction, c=1152, hw=7, f=5)  # 5x5 on 7: dw_nhwc
         assert "toh" not in default(direction, n=8, c=960, hw=7)  # 30 blocks: dw_nhwc
-    assert default(hw=112, stride=2) == tile(32, 8, 8, 2, nt=8)  # written 56: no TMA
+    assert default(hw=112, stride=2) == tile(32, 8, 8, 2, nt=8, tma=1)  # written 56
     assert default(c=192, hw=28, stride=2) == tile(32, 8, 8, 2, nt=4, tma=1)
     assert default(c=576, hw=14, stride=2) == tile(32, 8, 8, 2, nt=4, tma=1)  # written 7
     assert default(c=672, hw=14, f=5, stride=2) == tile(32, 8, 8, 2, vec=2, nt=4, py=2, tma=1)
@@ -208,7 +209,7 @@ def test_nhwc_staged_tile_runs_of_several_tiles() -> None:
         assert nhwc_tile_shared_bytes(p, run) == 2 * nhwc_tile_shared_bytes(p, one)
         main = s.get_solution(ctx, p, run).kernels[0]
         assert f"-DMIO_TILES={nt}" in main.options
-        assert main.grid == (-(-3 * 4 * 2 // nt), 2)  # 3 images x 4 x 2 tiles, in runs
+        assert main.grid == (-(-3 * 4 * 2 // nt) * 2, 1)  # 3 images x 4 x 2 tiles, in runs
     assert not any("MIO_TILES" in o for o in s.get_solution(ctx, p, one).kernels[0].options)
     for nt in (1, 3, 16, "two"):
         assert not s.is_valid_perf_config(ctx, p, miocore.PerfConfig(**one, nt=nt)), nt
@@ -236,7 +237,7 @@ def test_nhwc_staged_tile_strips_of_several_rows() -> None:
     tall = miocore.PerfConfig(vec=4, ch=32, toh=8, tow=16, pix=4, py=2)
     assert s.is_valid_perf_config(ctx, p, tall)
     main = s.get_solution(ctx, p, tall).kernels[0]
-    assert "-DMIO_PY=2" in main.options and main.grid == (3 * 4 * 2, 2)
+    assert "-DMIO_PY=2" in main.options and main.grid == (3 * 4 * 2 * 2, 1)
     one = miocore.PerfConfig(**{k: v for k, v in tall.items() if k != "py"})
     assert not any("MIO_PY" in o for o in s.get_solution(ctx, p, one).kernels[0].options)
     for py in (3, 4, 0):  # only the strip heights the space holds

@@ -168,11 +168,11 @@ def test_tma_launch_arguments_are_made_once_per_address(monkeypatch) -> None:  #
     for i in range(dw.TMA_MAPS_KEPT):
         args_for(0x10000 + 16 * i, 0x2000)
     assert args_for(0x1000, 0x2000) is not first  # forgotten once the cache filled
-    assert set(promotions) == {256}  # 32 of 40 channels a box row: narrow only when switched on
-    monkeypatch.setattr(geo, "TMA_L2_NARROW", True)
+    assert set(promotions) == {64}  # 32 of 40 channels: 64-byte rows of 80-byte pixels
+    monkeypatch.setattr(geo, "TMA_L2_NARROW", False)
     promotions.clear()
     dw.tma_launch_args(p, geo.wrw_tile_tma_boxes(p, cfg), 4, params)(0x1000, 0x2000)
-    assert promotions == [64, 64]  # 64-byte rows of 80-byte pixels
+    assert promotions == [256, 256]  # switched off: 256 bytes
 
 
 def test_tma_l2_promotion_never_wider_than_a_partial_box_row(monkeypatch) -> None:  # type: ignore[no-untyped-def]

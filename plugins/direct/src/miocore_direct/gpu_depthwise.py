@@ -136,8 +136,11 @@ class GpuDepthwiseSolver(TunableSolver):
     #: default on sm_90 (planes of 7 too), 48-channel strips of 2 rows (fortieth session);
     #: 10: backward-weights tiles staged by the tensor memory accelerator, and with 2 or 4
     #: channels a thread, in the space and the default on sm_90; their splits for 8 blocks a
-    #: compute unit (``bs``) in the space (forty-first session).
-    revision = 10
+    #: compute unit (``bs``) in the space (forty-first session); 11: staged tiles launched
+    #: channel blocks first, TMA boxes of part of a pixel's channels with narrow L2
+    #: promotion, and with them every 16-bit staged-tile default on sm_90 staged by the
+    #: accelerator (forty-second session).
+    revision = 11
     algorithm = Algorithm.DIRECT
     backends = GPU_BACKENDS
 

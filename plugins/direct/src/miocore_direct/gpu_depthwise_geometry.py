@@ -203,10 +203,14 @@ def tma_box(t: Any, size: int, channels: int, rows: int, cols: int) -> tuple[tup
 
 
 #: Narrow L2 promotion on TMA boxes of some of a pixel's channels (:func:`tma_l2_promotion`).
-#: Off until timed: with 256-byte promotion, dw96s2@112's forward tiles (64 of each pixel's 192
-#: bytes a box row) read x from DRAM about twice (348 MB moved against 191 for the cp.async
-#: staging, 88 against 67 µs; Nsight Compute, H200, forty-first session).
-TMA_L2_NARROW = False
+#: With 256-byte promotion, dw96s2@112's forward tiles (64 of each pixel's 192 bytes a box
+#: row) read x from DRAM about twice (348 MB moved against 191 for the cp.async staging, 88
+#: against 67 µs; Nsight Compute, H200, forty-first session). Timed on (fp16, batch 64, 34
+#: layers of MobileNetV2, EfficientNet-B0 and MobileNetV3-Large, forty-second session): the
+#: best TMA tile 0.94x its time with wide promotion, forward; with channel blocks first
+#: (``NHWC_TILE_CHANNELS_FIRST``) 1.00x on the first two networks, 0.98x on the third;
+#: backward weights 1.00x.
+TMA_L2_NARROW = True
 
 
 def tma_l2_promotion(dims: tuple[int, ...], box: tuple[int, ...], size: int) -> int:

@@ -164,8 +164,10 @@ def nhwc_tile_grid(p: ConvProblem, cfg: PerfConfig) -> tuple[int, int, int]:
 #: neighbours, so the DRAM granules and promoted L2 lines their channels share are read once
 #: while all of them run, where tiles first reads them again a whole sweep of the tensor later
 #: (dw144s1@56's 48-channel blocks read 1.27x cuDNN's DRAM bytes; Nsight Compute, forty-first
-#: session). Off until timed (``gpu_depthwise_bench.py --channel-blocks-first``).
-NHWC_TILE_CHANNELS_FIRST = False
+#: session). Timed (``gpu_depthwise_bench.py --channel-blocks-first``; fp16, batch 64, H200,
+#: forty-second session): the best TMA tile 0.885x its time on MobileNetV2's and
+#: EfficientNet-B0's 22 depthwise layers, forward, 0.935x backward data; cp.async tiles 1.00x.
+NHWC_TILE_CHANNELS_FIRST = True
 
 
 def nhwc_tile_launch_grid(p: ConvProblem, cfg: PerfConfig) -> tuple[tuple[int, int], bool]:
@@ -281,8 +283,6 @@ def _default_tile(p: ConvProblem, tma: bool) -> tuple[PerfConfig, int, str] | No
         pix, rows = (2, {"py": 2}) if wide else (4 if stride == 1 else 2, {})
         return PerfConfig(**tile, **staged, **rows, ch=ch, toh=8, tow=8, pix=pix), 4, "any"
     if stride == 2 and p.direction is Direction.FORWARD:
-        # strided forward on written planes of 56 and more: the TMA twin ran 1.3x slower
-        staged = staged if plane <= 28 else {}
         return PerfConfig(**tile, **staged, ch=32, toh=8, tow=8, pix=4 if wide else 2), 2, "none"
     if stride != 1:
         return None
@@ -291,8 +291,9 @@ def _default_tile(p: ConvProblem, tma: bool) -> tuple[PerfConfig, int, str] | No
         return PerfConfig(**tile, **staged, **rows, ch=32, toh=8, tow=16, pix=4), 2, "none"
     if plane >= 112:
         return PerfConfig(**tile, **staged, ch=32, toh=16, tow=16, pix=4), 2, "none"
-    if plane >= 56 and exact:  # strips of 2 rows; the TMA twin gains nothing here
-        return PerfConfig(**tile, py=2, ch=NHWC_TILE_EXACT_CH, toh=8, tow=16, pix=2), 2, "none"
+    if plane >= 56 and exact:  # strips of 2 rows
+        strips = PerfConfig(**tile, **staged, py=2, ch=NHWC_TILE_EXACT_CH, toh=8, tow=16, pix=2)
+        return strips, 2, "none"
     ch = 32 if written[1] <= 32 else 64
     single = PerfConfig(**tile, **staged, ch=ch, toh=8, tow=16, pix=4)
     return (single, 1, "single") if plane <= 28 else (single, 2, "none")
@@ -318,8 +319,7 @@ def default_nhwc_tile(p: ConvProblem, tma: bool = False) -> PerfConfig | None:
     - stride 2 backward data (the gather): 16 x 16 of dx, 4 a thread, 32 channels on planes
       of 112, 48 on planes of 56 where 48 divides and 64 does not, else 64; the shortest run
       where no run keeps the blocks;
-    - with ``tma``, each of these staged by the accelerator (but strided forward on written
-      planes of 56 and more, and the 48-channel strips), and written planes of 7 too: 8 x 8
+    - with ``tma``, each of these staged by the accelerator, and written planes of 7 too: 8 x 8
       tiles in runs of 4 (3x3 stride 1: 64 channels, 4 a thread; strided: 32 channels, 2 a
       thread, 5x5 in strips of 2 rows; 5x5 stride 1 keeps ``dw_nhwc``).
 
@@ -328,7 +328,9 @@ def default_nhwc_tile(p: ConvProblem, tma: bool = False) -> PerfConfig | None:
     thirty-seventh session, fp16 and bf16) the gather took 0.41-0.70x the time of
     ``dw_nhwc``'s default, the 5x5 layers 0.83-0.91x, the large stride-1 planes 0.88-0.90x;
     the TMA twins (fortieth session, fp16) 0.82x the non-TMA defaults' time, 0.80x on planes
-    of 7 against ``dw_nhwc``."""
+    of 7 against ``dw_nhwc``; launched channel blocks first with narrow L2 promotion
+    (forty-second session, fp16) the TMA twin the faster on every layer, 0.78-0.84x on the
+    strided forward planes of 56 and more and the 48-channel strips it had lost on."""
     picked = _default_tile(p, tma)
     if picked is None:
         return None
