@@ -177,7 +177,8 @@ def main() -> None:
     parser.add_argument(
         "--tile-only",
         action="store_true",
-        help="with --configs 0: the default and the staged-tile backward-weights configs only",
+        help="with --configs 0: the default and the staged-tile configs only (dw_nhwc_tile's, "
+        "dw_wrw_tile's)",
     )
     args = parser.parse_args()
     if args.wrw_acc is not None:  # an experiment: which configs a larger budget opens
@@ -236,7 +237,8 @@ def main() -> None:
                     if args.configs == 0:  # the whole space, the default first
                         picks = [default, *(c for c in space if c != default)]
                         if args.tile_only:
-                            picks = [default, *(c for c in picks[1:] if "cb" in c)]
+                            staged = [c for c in picks[1:] if "cb" in c or is_nhwc_tile(c)]
+                            picks = [default, *staged]
                     if args.nhwc_tiles:  # dw_nhwc_tile's first base tiles, capped or not
                         tiles = [c for c in nhwc_tile_configs(canon) if "nt" not in c]
                         base = [c for c in tiles if "mb" not in c][: args.nhwc_tiles]
