@@ -182,7 +182,11 @@ def test_nhwc_staged_tile_default_through_tma_on_sm90(dtype: str) -> None:
         assert default(direction, c=144, hw=56) == tile(48, 8, 16, 2, nt=4, py=2, tma=1)
         assert default(direction, hw=28, f=5) == tile(32, 8, 16, 4, vec=2, nt=4, py=2, tma=1)
         assert default(direction, c=960, hw=7) == tile(64, 8, 8, 4, nt=4, tma=1)
-        assert "toh" not in default(direction, c=1152, hw=7, f=5)  # 5x5 on 7: dw_nhwc
+        # 5x5 on 7: runs of 4 where their blocks fill one wave of 2 an SM (240 of 960
+        # channels), else dw_nhwc (288 of 1152 channels: a second wave); 16 channels on 112
+        assert default(direction, c=960, hw=7, f=5) == tile(64, 8, 8, 4, vec=2, nt=4, py=2, tma=1)
+        assert "toh" not in default(direction, c=1152, hw=7, f=5)
+        assert default(direction, c=16, hw=112) == tile(16, 16, 16, 2, nt=8, py=2, tma=1)
         assert "toh" not in default(direction, n=8, c=960, hw=7)  # 30 blocks: dw_nhwc
     assert default(hw=112, stride=2) == tile(32, 8, 8, 2, nt=8, tma=1)  # written 56
     assert default(c=192, hw=28, stride=2) == tile(32, 8, 8, 2, nt=4, tma=1)

@@ -68,6 +68,11 @@ NHWC_TILE_MIN_SHORT_RUN_BLOCKS = 264
 #: ``dw_nhwc``'s time with 240-336 blocks at batch 64 (H200, fortieth session); below one
 #: block an SM (smaller batches, not timed) ``dw_nhwc`` stays.
 NHWC_TILE_MIN_ANY_RUN_BLOCKS = 132
+#: Blocks the TMA runs of 4 of 5x5 tiles on written planes of 7 keep at most: one wave of 2
+#: blocks an SM of an H200 (5x5 tiles run uncapped, about 118 registers). dw960k5s1@7 ran 240
+#: blocks in 0.72x ``dw_nhwc``'s time, dw1152k5s1@7 288 (a second wave of 24) in 1.23x, in
+#: runs of 2 (576 blocks) 1.06x (batch 64, fp16, forty-second session).
+NHWC_TILE_ONE_WAVE_BLOCKS = 264
 #: A channel block tried besides 32 and 64 on layers it divides and 64 does not (96, 144, 240,
 #: 480, 672: MobileNet's and EfficientNet's 6x expansions): 64-wide blocks leave 144 channels'
 #: third block a quarter full. Its 12 channel lanes (4 a thread) give blocks of 12 x 21 = 252
@@ -257,8 +262,9 @@ def _default_tile(p: ConvProblem, tma: bool) -> tuple[PerfConfig, int, str] | No
     """The single tile of :func:`default_nhwc_tile`, the shortest run it takes and what runs
     where no run keeps :data:`NHWC_TILE_MIN_RUN_BLOCKS` blocks (``single``: the tile alone,
     ``shortest``: the shortest run, ``any``: the shortest run where it keeps
-    :data:`NHWC_TILE_MIN_ANY_RUN_BLOCKS`, ``none``: ``dw_nhwc``); None where ``dw_nhwc``
-    stays. ``tma``: the device stages tiles by the tensor memory accelerator."""
+    :data:`NHWC_TILE_MIN_ANY_RUN_BLOCKS`, ``wave``: only the shortest run, where its blocks
+    are between that and :data:`NHWC_TILE_ONE_WAVE_BLOCKS`, ``none``: ``dw_nhwc``); None where
+    ``dw_nhwc`` stays. ``tma``: the device stages tiles by the tensor memory accelerator."""
     s = problem_sizes(p)
     square = s["f"][1] == s["f"][2]
     if not nhwc_tile_applies(p) or esize(p) != 2 or not square or s["f"][1] not in (3, 5):
@@ -277,8 +283,8 @@ def _default_tile(p: ConvProblem, tma: bool) -> tuple[PerfConfig, int, str] | No
         ch = 32 if plane >= 112 else NHWC_TILE_EXACT_CH if exact and plane >= 56 else 64
         return PerfConfig(**tile, **staged, ch=ch, toh=16, tow=16, pix=4), 2, "shortest"
     if plane < 14:  # TMA only: 8 x 8 tiles, one a plane, in runs of 4
-        if wide and stride == 1:
-            return None
+        if wide and stride == 1:  # 64 channels in strips of 2 rows, within one wave
+            return PerfConfig(**tile, **staged, py=2, ch=64, toh=8, tow=8, pix=4), 4, "wave"
         ch = 32 if stride == 2 else 64
         pix, rows = (2, {"py": 2}) if wide else (4 if stride == 1 else 2, {})
         return PerfConfig(**tile, **staged, **rows, ch=ch, toh=8, tow=8, pix=pix), 4, "any"
@@ -290,6 +296,8 @@ def _default_tile(p: ConvProblem, tma: bool) -> tuple[PerfConfig, int, str] | No
         rows = {"py": 2} if tma else {}
         return PerfConfig(**tile, **staged, **rows, ch=32, toh=8, tow=16, pix=4), 2, "none"
     if plane >= 112:
+        if tma and written[1] <= 16:  # a block of 16 channels, strips of 2 x 2
+            return PerfConfig(**tile, **staged, py=2, ch=16, toh=16, tow=16, pix=2), 2, "none"
         return PerfConfig(**tile, **staged, ch=32, toh=16, tow=16, pix=4), 2, "none"
     if plane >= 56 and exact:  # strips of 2 rows
         strips = PerfConfig(**tile, **staged, py=2, ch=NHWC_TILE_EXACT_CH, toh=8, tow=16, pix=2)
@@ -319,9 +327,11 @@ def default_nhwc_tile(p: ConvProblem, tma: bool = False) -> PerfConfig | None:
     - stride 2 backward data (the gather): 16 x 16 of dx, 4 a thread, 32 channels on planes
       of 112, 48 on planes of 56 where 48 divides and 64 does not, else 64; the shortest run
       where no run keeps the blocks;
-    - with ``tma``, each of these staged by the accelerator, and written planes of 7 too: 8 x 8
+    - with ``tma``, each of these staged by the accelerator; layers of at most 16 channels on
+      planes of 112 in 16-channel blocks, strips of 2 x 2; and written planes of 7 too: 8 x 8
       tiles in runs of 4 (3x3 stride 1: 64 channels, 4 a thread; strided: 32 channels, 2 a
-      thread, 5x5 in strips of 2 rows; 5x5 stride 1 keeps ``dw_nhwc``).
+      thread, 5x5 in strips of 2 rows; 5x5 stride 1: 64 channels, strips of 2 x 4, only where
+      the runs fill one wave, :data:`NHWC_TILE_ONE_WAVE_BLOCKS`).
 
     Timed on an H200 (batch 64, MobileNetV2's and EfficientNet-B0's depthwise layers, every
     run of the space; docs/performance-gpu-depthwise.md): without TMA (2026-11-29,
@@ -330,7 +340,9 @@ def default_nhwc_tile(p: ConvProblem, tma: bool = False) -> PerfConfig | None:
     the TMA twins (fortieth session, fp16) 0.82x the non-TMA defaults' time, 0.80x on planes
     of 7 against ``dw_nhwc``; launched channel blocks first with narrow L2 promotion
     (forty-second session, fp16) the TMA twin the faster on every layer, 0.78-0.84x on the
-    strided forward planes of 56 and more and the 48-channel strips it had lost on."""
+    strided forward planes of 56 and more and the 48-channel strips it had lost on; every
+    tile of MobileNetV3-Large's dw16k3s1@112 and dw960k5s1@7, where ``dw_nhwc`` had stayed:
+    the 16-channel strips 0.58x its time, the 5x5 runs 0.72x."""
     picked = _default_tile(p, tma)
     if picked is None:
         return None
@@ -341,6 +353,10 @@ def default_nhwc_tile(p: ConvProblem, tma: bool = False) -> PerfConfig | None:
         if nt * single["ch"] <= NHWC_TILE_RUN_WORK and nt >= shortest
     ]
     runs = [run for run in runs if nhwc_tile_fits(p, run)]
+    if sparse == "wave":  # the shortest run, where its blocks fill one wave and no more
+        blocks = _blocks(p, runs[-1]) if runs else 0
+        fit = NHWC_TILE_MIN_ANY_RUN_BLOCKS <= blocks <= NHWC_TILE_ONE_WAVE_BLOCKS
+        return runs[-1] if fit else None
     for run in runs:
         if _blocks(p, run) >= NHWC_TILE_MIN_RUN_BLOCKS:
             return run
