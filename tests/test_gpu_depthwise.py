@@ -380,6 +380,8 @@ STAGED_TILE_CASES = [  # direction, c, spatial, filter, pads, strides, dilations
     ("forward", 40, (15, 13), (5, 5), (2, 2), (1, 1), (1, 1)),  # 5x5: 2 channels a thread
     ("forward", 24, (17, 19), (5, 5), (2, 1), (2, 2), (1, 1)),
     ("backward_data", 40, (17, 16), (5, 5), (2, 2), (2, 2), (1, 1)),  # 5x5 gather
+    ("forward", 24, (15, 13), (7, 7), (3, 3), (1, 1), (1, 1)),  # 7x7: 1 channel a thread
+    ("backward_data", 40, (17, 16), (7, 7), (3, 2), (2, 2), (1, 1)),  # 7x7 gather
 ]
 
 
@@ -397,13 +399,14 @@ def _staged_tile_problems(dtype: str) -> list[miocore.ConvProblem]:
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_nhwc_staged_tiles_every_config(handle: miocore.Handle, dtype: str) -> None:
     # dw_nhwc_tile (2-D, channels innermost, plain depthwise, forward and backward data, the
-    # gather too, up to 25 taps: 5x5 at 2 channels a thread): every fourth tile config (each
-    # tile shape, block width and cap), on stride 2 and dilation 2, a 1x3 filter with stride
-    # (1, 2), asymmetric padding, planes no tile divides (partial tiles on both edges),
-    # channel counts that leave the last channel block short (24 of 32 or 64, 40), a layer of
-    # 16 and one of 96 in blocks of 48 (12 x 21 threads), 5x5 filters at strides 1 and 2;
-    # each also on buffers one element past an aligned allocation (the scalar twin); and the
-    # first and last of them in runs of several tiles a block; strips of 2 rows (py) among them.
+    # gather too, up to 49 taps: 5x5 at 2 channels a thread, 7x7 at 1): every fourth tile
+    # config (each tile shape, block width and cap), on stride 2 and dilation 2, a 1x3
+    # filter with stride (1, 2), asymmetric padding, planes no tile divides (partial tiles on
+    # both edges), channel counts that leave the last channel block short (24 of 32 or 64,
+    # 40), a layer of 16 and one of 96 in blocks of 48 (12 x 21 threads), 5x5 and 7x7
+    # filters at strides 1 and 2; each also on buffers one element past an aligned allocation
+    # (the scalar twin); and the first and last of them in runs of several tiles a block;
+    # strips of 2 rows (py) among them.
     from miocore_direct.gpu_depthwise_nhwc_tile import NHWC_TILE_RUNS, nhwc_tile_configs
 
     solver = handle.registry.get(SOLVER).solver

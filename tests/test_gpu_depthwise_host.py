@@ -254,6 +254,8 @@ TILE_CASES = [  # direction, c, spatial, filter, pads, strides, dilations
     ("forward", 40, (17, 19), (5, 5), (2, 1), (2, 2), (1, 1)),  # 5x5 stride 2
     ("backward_data", 24, (13, 15), (5, 5), (2, 2), (1, 1), (1, 1)),  # 5x5 flipped
     ("backward_data", 40, (17, 16), (5, 5), (2, 2), (2, 2), (1, 1)),  # 5x5 gather
+    ("forward", 24, (15, 13), (7, 7), (3, 3), (1, 1), (1, 1)),  # 7x7: 1 channel a thread
+    ("backward_data", 40, (17, 16), (7, 7), (3, 2), (2, 2), (1, 1)),  # 7x7 gather
 ]
 
 

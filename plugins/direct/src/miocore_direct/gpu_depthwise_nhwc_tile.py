@@ -114,16 +114,20 @@ def nhwc_tile_tma_box(p: ConvProblem, cfg: PerfConfig) -> tuple[tuple[int, ...],
 
 
 #: Taps at most: a thread keeps every tap of its ``vec`` channels in registers (3x3: 36 floats
-#: at 4 channels a thread; 5x5: 50 at 2).
-NHWC_TILE_MAX_TAPS = 25
+#: at 4 channels a thread; 5x5: 50 at 2; 7x7: 49 at 1).
+NHWC_TILE_MAX_TAPS = 49
 #: Taps up to which a thread takes 4 channels; above, 2 (so that a 5x5 filter's taps, 50
 #: floats, leave registers for the strip's sums and loads).
 NHWC_TILE_VEC4_TAPS = 9
+#: Taps up to which a thread takes 2 channels; above, 1 (a 7x7 filter's 49 taps: as many
+#: registers as a 5x5 filter's at 2 channels).
+NHWC_TILE_VEC2_TAPS = 25
 
 
 def nhwc_tile_vec(p: ConvProblem) -> int:
-    """Channels a thread computes: 4, or 2 for filters of more than 9 taps."""
-    return 4 if tap_count(p) <= NHWC_TILE_VEC4_TAPS else 2
+    """Channels a thread computes: 4, 2 for filters of more than 9 taps, 1 for more than 25."""
+    taps = tap_count(p)
+    return 4 if taps <= NHWC_TILE_VEC4_TAPS else 2 if taps <= NHWC_TILE_VEC2_TAPS else 1
 
 
 def nhwc_tile_applies(p: ConvProblem) -> bool:
@@ -214,7 +218,7 @@ def nhwc_tile_fits(p: ConvProblem, cfg: PerfConfig) -> bool:
 
 def nhwc_tile_configs(p: ConvProblem) -> list[PerfConfig]:
     """Every tile config that fits ``p``: 4 channels a thread, 2 for filters of more than 9
-    taps (the filter's taps stay in registers: :func:`nhwc_tile_vec`); blocks of 32 or 64
+    taps, 1 for 7x7 (the filter's taps stay in registers: :func:`nhwc_tile_vec`); blocks of 32 or 64
     channels (16 where the
     layer has fewer; also 48 where that divides the channels and 64 does not); 2 or 4 outputs
     a thread (and, outside the gather, in strips of :data:`NHWC_TILE_STRIP_ROWS` rows); then
