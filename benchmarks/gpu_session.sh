@@ -49,6 +49,11 @@
 #   dwruns      issue 13: every run of staged depthwise tiles in direct.gpu_depthwise's space
 #               beside its default against cuDNN, fp16 and bf16 (DW_DTYPES), forward and
 #               backward data, on DW_SUITES (MobileNetV2, EfficientNet-B0) at DW_BATCH (64)
+#   dwsweep     issue 13: every staged-tile config of direct.gpu_depthwise (TMA twins, runs,
+#               strips; the 7x7 tiles) beside the default against cuDNN, on DW_SUITES
+#               (convnext_t_dw), DW_LAYERS (all), DW_DTYPES (float16), DW_DIRECTIONS (forward
+#               backward_data); a cold compile of one layer and direction is ~600 kernels
+#               (~90 s on 16 cores): DW_TIMEOUT (540) a suite, the binary cache kept between calls
 #   dwwrw       issue 13: the depthwise GPU tests, then every backward-weights tile config
 #               (TMA twins and channels a thread included) against cuDNN (DW_DTYPES, DW_SUITES)
 #   dwab        issue 13: the depthwise switches off until timed (narrow TMA L2 promotion,
@@ -144,7 +149,7 @@
 #               QDTYPE (one data type), MODEL_DIR (another model) and QTAG (output names);
 #               one process a GPU, each every N-th problem (--shard), merged into one summary
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d|vstable|parallel|tests|dwtiles|dwruns|dwwrw|dwab|dwprofile|spans|refreshdb|nhwcdb}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d|vstable|parallel|tests|dwtiles|dwruns|dwsweep|dwwrw|dwab|dwprofile|spans|refreshdb|nhwcdb}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -297,6 +302,17 @@ case "$STAGE" in
         --configs 1 --space-runs --runs 10 --directions ${DW_DIRECTIONS:-forward backward_data} ${DW_ARGS:-} \
         --out "$OUT/dw_runs_$suite.json" 2>&1 | tee "$OUT/dw_runs_$suite.log" | grep -a -v '^{' |
         tail -6  # the log keeps each row as it is timed: a timeout loses only the last
+    done
+    ;;
+  dwsweep)
+    # every staged-tile config (--configs 0 --tile-only) against cuDNN; DW_LAYERS narrows
+    # shellcheck disable=SC2086
+    for suite in ${DW_SUITES:-convnext_t_dw}; do
+      timeout "${DW_TIMEOUT:-540}" python3 benchmarks/gpu_depthwise_bench.py --suite "$suite" \
+        --batch "${DW_BATCH:-64}" --dtypes ${DW_DTYPES:-float16} --layouts NHWC --configs 0 \
+        --tile-only --runs 10 --directions ${DW_DIRECTIONS:-forward backward_data} \
+        ${DW_LAYERS:+--layers $DW_LAYERS} ${DW_ARGS:-} --out "$OUT/dw_sweep_$suite.json" 2>&1 |
+        tee "$OUT/dw_sweep_$suite.log" | grep -a -v '^{' | tail -8
     done
     ;;
   dwwrw)
