@@ -34,11 +34,14 @@ def test_nhwc_staged_tiles_where_they_apply() -> None:
     assert tiles(c=20, k=20, groups=20, dtype="float32")  # 20 fp32 channels are
     assert not tiles(k=64)  # a channel multiplier
     assert not tiles(in_spatial=(8, 8, 8), filter_spatial=(3, 3, 3), pads=(1, 1, 1), layout="NDHWC")
-    # 5x5: 2 channels a thread keep its 25 taps in registers; 7x7 (49 taps) are too many
+    # 5x5: 2 channels a thread keep its 25 taps in registers; 7x7: 1 channel a thread, 49
+    # taps; 9x9 (81 taps) are too many
     five = tiles(filter_spatial=(5, 5), pads=(2, 2))
     assert five and all(c["vec"] == 2 for c in five)
     assert all(c["vec"] == 4 for c in tiles())
-    assert not tiles(filter_spatial=(7, 7), pads=(3, 3))
+    seven = tiles(filter_spatial=(7, 7), pads=(3, 3))
+    assert seven and all(c["vec"] == 1 for c in seven)
+    assert not tiles(filter_spatial=(9, 9), pads=(4, 4))
     # every tile fits the static shared memory: a dilated stride-2 layer keeps smaller tiles
     big = tiles(dilations=(3, 3), pads=(3, 3), strides=(2, 2), in_spatial=(112, 112))
     assert big and all(_staged_bytes(c, 2, 7, 2) <= geo.SHARED_LIMIT for c in big)
