@@ -2,8 +2,8 @@
 
 ``tests/host_kernels/miocore_gpu.h`` stands in for the portability header. ``run_dw_block.cpp``
 runs a launch of one forward or backward-data kernel (``dw_nchw_rows``, ``dw_nchw``,
-``dw_nhwc_tile``, ``dw_nhwc``), ``run_dw_wrw.cpp`` backward weights as the invoker runs it
-(``dw_wrw_tile`` or ``dw_wrw`` into split partials, then ``dw_wrw_reduce``), on the options,
+``dw_nhwc_tile``, ``dw_nhwc``; backward weights: ``test_gpu_depthwise_wrw_host.py``; the
+shared pieces: ``gpu_depthwise_host_support.py``), on the options,
 geometry and packed parameters the solver gives: each block's threads as std::threads that
 meet at a host barrier, the blocks one after another. The result, on random inputs and an
 output (and partials) poisoned with NaN, is checked against the float64 reference with each
@@ -18,95 +18,24 @@ compiler with ``_Float16`` is found.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
-import subprocess
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
 import pytest
-from gpu_depthwise_fixtures import cuda_context
+from gpu_depthwise_host_support import (
+    _check,
+    _ctx,
+    _plan,
+    _problem,
+    _space,
+    build,
+    dw,
+    geo,
+    tile_module,
+)
 
 import miocore
-from miocore import reference
 
-dw = pytest.importorskip("miocore_direct.gpu_depthwise")
-geo = pytest.importorskip("miocore_direct.gpu_depthwise_geometry")
-configs = pytest.importorskip("miocore_direct.gpu_depthwise_configs")
-tile_module = pytest.importorskip("miocore_direct.gpu_depthwise_nhwc_tile")
-nhwc_tile_tma_box = tile_module.nhwc_tile_tma_box
-
-HOST = Path(__file__).parent / "host_kernels"
-CXX = shutil.which("g++") or shutil.which("clang++") or shutil.which("c++")
-
-
-@pytest.fixture(scope="module")
-def build(tmp_path_factory: pytest.TempPathFactory):
-    """Builds the runner for a kernel's options (once per distinct options)."""
-    if CXX is None:
-        pytest.skip("no C++ compiler")
-    out = tmp_path_factory.mktemp("host_kernels")
-    probe = out / "probe.cpp"
-    probe.write_text("int main() { _Float16 h = (_Float16)1.5f; return (float)h == 1.5f ? 0 : 1; }")
-    if subprocess.run([CXX, str(probe), "-o", str(out / "probe")], capture_output=True).returncode:
-        pytest.skip(f"{CXX} has no _Float16")
-    built: dict[tuple[str, ...], Path] = {}
-
-    def make(options: tuple[str, ...], runner: str = "run_dw_block.cpp") -> Path:
-        key = (runner, *options)
-        if key not in built:
-            exe = out / hashlib.sha1(" ".join(key).encode()).hexdigest()[:16]
-            cmd = [CXX, "-O1", "-std=c++17", "-w", "-pthread", f"-I{HOST}", f"-I{geo.KERNEL_DIR}"]
-            done = subprocess.run(
-                [*cmd, *options, "-o", str(exe), str(HOST / runner)],
-                capture_output=True,
-                text=True,
-            )
-            assert done.returncode == 0, done.stderr[-3000:]
-            built[key] = exe
-        return built[key]
-
-    return make
-
-
-_ctx = cuda_context
-
-
-def _problem(case: tuple, dtype: str, layout: str, n: int = 2) -> miocore.ConvProblem:
-    direction, c, mult, spatial, f, pads, strides, dils = case
-    return miocore.ConvProblem.from_sizes(
-        direction, n=n, c=c, k=c * mult, in_spatial=spatial, filter_spatial=f, pads=pads,
-        strides=strides, dilations=dils, groups=c, dtype=dtype, layout=layout,
-    )  # fmt: skip
-
-
-def _space(problem: miocore.ConvProblem) -> list[miocore.PerfConfig]:
-    return dw.GpuDepthwiseSolver().perf_config_space(_ctx(), problem.canonical)
-
-
-def _check(make, tmp: Path, plans, seed: int, fewer_blocks: int = 1) -> int:
-    """Runs every (problem, configs, shifts) of ``plans`` on the host against the float64
-    reference on random inputs; the number of runs checked."""
-    _prebuild(make, plans)
-    rng = np.random.default_rng(seed)
-    checked = 0
-    for problem, picks, shifts in plans:
-        canon = problem.canonical
-        tol = reference.tolerance(canon.dtype)
-        inputs = reference.random_inputs(canon, rng)
-        out_name = canon.direction.output_tensor
-        expected = reference.convolution(
-            canon, **{k: v for k, v in inputs.items() if k != out_name}
-        )
-        for cfg in picks:
-            for shift in shifts:
-                got = _run_block(make, tmp, problem, cfg, inputs, shift, fewer_blocks)
-                err = reference.relative_error(got, expected)
-                assert np.isfinite(err) and err <= tol, (problem.key, dict(cfg), shift, err)
-                checked += 1
-    return checked
+__all__ = ["build"]  # the fixture, used by name
 
 
 CASES = [  # direction, c, mult, spatial, filter, pads, strides, dilations
@@ -150,94 +79,6 @@ def test_rows_chunks_are_as_wide_as_the_rows_allow(dtype: str, width: int, chunk
         .kernels
     )
     assert f"-DMIO_NV={chunk}" in kernel.options and f"-DMIO_PWM={1 % chunk}" in kernel.options
-
-
-def _run_block(
-    make, tmp: Path, problem: miocore.ConvProblem, cfg, inputs, shift: int = 0,
-    fewer_blocks: int = 1,
-) -> np.ndarray:  # fmt: skip
-    """``cfg``'s kernel run on the host as the invoker would pick it: the main kernel on
-    aligned buffers, the last one (a scalar twin, where there is one) where they start
-    ``shift`` elements past alignment, with the solver's parameter block; ``fewer_blocks``
-    divides the grid's x (a grid-stride kernel then loops). The written tensor in logical
-    order."""
-    p = problem.canonical
-    kernels, params, _ = _plan(problem, cfg)
-    kernel = _picked(kernels, shift)
-    a, b, *_ = geo.role(p)
-    read = "y" if p.direction is miocore.Direction.BACKWARD_DATA else "x"
-    (tmp / "params").write_bytes(params)
-    (tmp / "a").write_bytes(_memory(a, inputs[read]).tobytes())
-    (tmp / "w").write_bytes(_memory(p.w, inputs["w"]).tobytes())
-    b_bytes = b.element_space * b.dtype.itemsize
-    grid = (max(1, kernel.grid[0] // fewer_blocks), *kernel.grid[1:], 1)[:2]
-    block = (*kernel.block, 1)[:2]
-    args = [tmp / "params", tmp / "a", tmp / "w", b_bytes, tmp / "b", *grid, *block, shift]
-    if "-DMIO_TMA=1" in kernel.options:  # the read tensor's map, as the invoker encodes it
-        dims, strides, box = nhwc_tile_tma_box(p, cfg)
-        (tmp / "map").write_bytes(np.array([*dims, *strides, *box], dtype=np.int64).tobytes())
-        args.append(tmp / "map")
-    exe = make(_block_options(kernel), "run_dw_block.cpp")
-    subprocess.run([str(exe), *map(str, args)], check=True)
-    memory = np.frombuffer((tmp / "b").read_bytes(), dtype=b.dtype.numpy)
-    return np.lib.stride_tricks.as_strided(memory, b.lengths, _byte_strides(b)).copy()
-
-
-def _picked(kernels: tuple, shift: int):
-    """The kernel the invoker runs: the main one, its scalar twin (the last) when misaligned."""
-    return kernels[-1] if shift else kernels[0]
-
-
-def _sm90_ctx(sms: int = 132) -> miocore.ExecutionContext:
-    """A CUDA sm_90 context of ``sms`` compute units: the one where TMA tiles are valid (no
-    device is opened)."""
-    import dataclasses
-
-    device = dataclasses.replace(_ctx().device, arch="sm_90", compute_units=sms)
-    return miocore.ExecutionContext(device=device)
-
-
-def _plan(problem: miocore.ConvProblem, cfg, sms: int = 132) -> tuple:
-    """The solver's launch plan of ``cfg`` on a GPU of ``sms`` compute units (a TMA tile's on
-    an sm_90 one)."""
-    ctx = _sm90_ctx(sms) if "tma" in cfg else cuda_context(sms)
-    return dw.GpuDepthwiseSolver().launch_plan(ctx, problem.canonical, cfg)
-
-
-def _block_options(kernel) -> tuple[str, ...]:
-    """The kernel's options and the host runner's: which file and kernel it runs."""
-    source = kernel.source.rsplit("/", 1)[-1]
-    host = (f"-DMIO_HOST_SOURCE={source}", f"-DMIO_HOST_KERNEL={kernel.kernel_name}")
-    return (*kernel.options, *host)
-
-
-def _prebuild(make, plans) -> None:
-    """Every runner of ``plans`` ((problem, configs, shifts) each) built first."""
-    options = {
-        _block_options(_picked(_plan(problem, cfg)[0], shift))
-        for problem, configs, shifts in plans
-        for cfg in configs
-        for shift in shifts
-    }
-    _build_all(make, options, "run_dw_block.cpp")
-
-
-def _build_all(make, options: set[tuple[str, ...]], runner: str) -> None:
-    """``runner`` built for every set of ``options``, side by side: the compiles are most of a
-    test's time."""
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        list(pool.map(lambda o: make(o, runner), options))
-
-
-def _byte_strides(t: miocore.TensorDescriptor) -> tuple[int, ...]:
-    return tuple(s * t.dtype.itemsize for s in t.strides)
-
-
-def _memory(t: miocore.TensorDescriptor, logical: np.ndarray) -> np.ndarray:
-    """``logical`` laid out in memory as ``t``'s strides say (channels innermost: NHWC)."""
-    memory = np.zeros(t.element_space, dtype=t.dtype.numpy)
-    np.lib.stride_tricks.as_strided(memory, t.lengths, _byte_strides(t))[...] = logical
-    return memory
 
 
 TILE_CASES = [  # direction, c, spatial, filter, pads, strides, dilations
@@ -412,127 +253,3 @@ def test_nchw_kernel_on_the_host_matches_reference(build, tmp_path: Path, dtype:
         plans.append((problem, list(dict.fromkeys(picks)), (0,)))
     assert several  # the small planes' case has several planes a block
     assert _check(build, tmp_path, plans, seed=19) >= 2 * len(NCHW_CASES)
-
-
-def _run_wrw(
-    make, tmp: Path, problem: miocore.ConvProblem, cfg, inputs, shift: int, sms: int = 132
-) -> np.ndarray:
-    """Backward weights of ``cfg`` on the host as the invoker runs it on a GPU of ``sms``
-    compute units: the main kernel (its scalar twin where x and dy start ``shift`` elements
-    past alignment), then the reduce over the splits' partials; dw in logical order."""
-    p = problem.canonical
-    kernels, params, split = _plan(problem, cfg, sms)
-    main = _wrw_main(kernels, cfg, shift)
-    reduce = kernels[-1] if split > 1 else None
-    (tmp / "params").write_bytes(params)
-    (tmp / "x").write_bytes(_memory(p.x, inputs["x"]).tobytes())
-    (tmp / "dy").write_bytes(_memory(p.y, inputs["y"]).tobytes())
-    w_bytes = p.w.element_space * p.w.dtype.itemsize
-    rgrid, rblock = (reduce.grid[0], (*reduce.block, 1)[:2]) if reduce else (1, (1, 1))
-    grid, block = (*main.grid, 1)[:2], (*main.block, 1)[:2]
-    args = [tmp / "params", tmp / "x", tmp / "dy", w_bytes, tmp / "w", *grid, *block, shift,
-            split, rgrid, *rblock]  # fmt: skip
-    if "-DMIO_TMA=1" in main.options:  # the maps of x and dy, as the invoker encodes them
-        maps = zip(("x_map", "dy_map"), geo.wrw_tile_tma_boxes(p, cfg), strict=True)
-        for name, (dims, strides, box) in maps:
-            (tmp / name).write_bytes(np.array([*dims, *strides, *box], dtype=np.int64).tobytes())
-            args.append(tmp / name)
-    exe = make(_block_options(main), "run_dw_wrw.cpp")
-    subprocess.run([str(exe), *map(str, args)], check=True)
-    memory = np.frombuffer((tmp / "w").read_bytes(), dtype=p.w.dtype.numpy)
-    return np.lib.stride_tricks.as_strided(memory, p.w.lengths, _byte_strides(p.w)).copy()
-
-
-WRW_CASES = [  # c, mult, spatial, filter, pads, strides, dilations, layout
-    (24, 1, (13, 11), (3, 3), (1, 1), (1, 1), (1, 1), "NHWC"),  # staged tiles, row groups
-    (40, 1, (17, 15), (5, 5), (2, 1), (2, 2), (1, 1), "NHWC"),  # 5x5 stride 2
-    (16, 1, (12, 14), (7, 7), (3, 3), (1, 1), (1, 1), "NHWC"),  # 7x7
-    (8, 2, (9, 10), (3, 3), (1, 1), (1, 1), (2, 2), "NHWC"),  # multiplier: dw_wrw
-    (3, 1, (10, 9), (3, 3), (1, 1), (2, 1), (1, 1), "NCHW"),  # channels outer: dw_wrw
-]
-
-
-@pytest.mark.parametrize("dtype", ("float32", "float16", "bfloat16"))
-def test_backward_weights_on_the_host_matches_reference(build, tmp_path: Path, dtype: str) -> None:
-    # the default and the space's last config (a staged tile where they apply, dw_wrw's strips
-    # elsewhere), split over partials as on a 132-SM GPU, on aligned buffers; the default again
-    # on x and dy one element past alignment (the scalar twin)
-    rng = np.random.default_rng(23)
-    solver = dw.GpuDepthwiseSolver()
-    tol = reference.tolerance(dtype)
-    plans = []
-    for c, mult, spatial, f, pads, strides, dils, layout in WRW_CASES:
-        case = ("backward_weights", c, mult, spatial, f, pads, strides, dils)
-        problem = _problem(case, dtype, layout)
-        default = solver.default_perf_config(_ctx(), problem.canonical)
-        picks = list(dict.fromkeys((default, _space(problem)[-1])))
-        plans.append((problem, [(cfg, 0) for cfg in picks] + [(default, 1)]))
-    done = _check_wrw(build, tmp_path, plans, rng, tol)
-    tiles = sum(geo.is_tile(cfg) for _, cfg, _ in done)
-    splits = sum(_plan(problem, cfg)[2] > 1 for problem, cfg, _ in done)
-    assert len(done) >= 2 * len(WRW_CASES) and tiles and splits
-
-
-@pytest.mark.parametrize("dtype", ("float32", "float16", "bfloat16"))
-def test_backward_weights_tiles_through_tma_on_the_host(build, tmp_path: Path, dtype: str) -> None:
-    # dw_wrw_tile staged by the tensor memory accelerator (MIO_TMA: x's and dy's tiles as they
-    # lie in memory, two items in flight), with the TMA copy and the mbarriers' phases in
-    # their host forms: the TMA twins of the default (3x3: row groups; also with 2 channels
-    # a thread) and of the space's first and last tiles (the last: 4 channels a thread), split
-    # over partials as on a one-SM GPU (4 splits: 3 or 4 items a block on the 3x3 case, both
-    # buffers twice, both phases); the default one element off alignment (the twin, no map)
-    rng = np.random.default_rng(31)
-    tol = reference.tolerance(dtype)
-    solver = dw.GpuDepthwiseSolver()
-    plans = []
-    for c, mult, spatial, f, pads, strides, dils, layout in WRW_CASES:
-        problem = _problem(("backward_weights", c, mult, spatial, f, pads, strides, dils),
-                           dtype, layout)  # fmt: skip
-        twins = configs.wrw_tile_tma_configs(problem.canonical)
-        if not twins:
-            continue
-        default = miocore.PerfConfig(
-            **solver.default_perf_config(_ctx(), problem.canonical), tma=1
-        )  # its two fp32 buffers exceed the static shared memory at 5x5 stride 2
-        picks = [default, twins[0], twins[-1]] if default in twins else [twins[0], twins[-1]]
-        pair = miocore.PerfConfig(**default, wv=2)  # row groups on 3x3, 2 channels a thread
-        picks = list(dict.fromkeys([*picks, *([pair] if pair in twins else [])]))
-        plans.append((problem, [(cfg, 0) for cfg in picks] + [(picks[0], 1)]))
-    done = _check_wrw(build, tmp_path, plans, rng, tol, sms=1)
-    checked, staged, items = len(done), 0, 0
-    for problem, cfg, shift in done:
-        kernels, _, split = _plan(problem, cfg, 1)
-        staged += "-DMIO_TMA=1" in _wrw_main(kernels, cfg, shift).options
-        items = max(items, -(-geo.wrw_tile_items(problem.canonical, cfg) // split))
-    assert len(plans) == 3 and staged == checked - len(plans) and items >= 3
-    wide = {cfg.get("wv", 1) for _, runs in plans for cfg, _ in runs}
-    assert wide == {1, 2, 4}
-
-
-def _check_wrw(make, tmp: Path, plans, rng, tol: float, sms: int = 132) -> list[tuple]:
-    """Runs every (problem, [(config, shift), ...]) of ``plans`` on the host as the invoker
-    would on a GPU of ``sms`` compute units (the runners built first, side by side) against
-    the float64 reference on random inputs; the (problem, config, shift) runs checked."""
-    options = {
-        _block_options(_wrw_main(_plan(problem, cfg, sms)[0], cfg, shift))
-        for problem, runs in plans
-        for cfg, shift in runs
-    }
-    _build_all(make, options, "run_dw_wrw.cpp")
-    done = []
-    for problem, runs in plans:
-        canon = problem.canonical
-        inputs = reference.random_inputs(canon, rng)
-        expected = reference.convolution(canon, x=inputs["x"], y=inputs["y"])
-        for cfg, shift in runs:
-            got = _run_wrw(make, tmp, problem, cfg, inputs, shift, sms)
-            err = reference.relative_error(got, expected)
-            assert np.isfinite(err) and err <= tol, (problem.key, dict(cfg), shift, err)
-            done.append((problem, cfg, shift))
-    return done
-
-
-def _wrw_main(kernels: tuple, cfg, shift: int):
-    """The main kernel the invoker picks: its scalar twin on misaligned x and dy."""
-    mains = kernels[:2] if cfg.get("vec", 1) > 1 else kernels[:1]
-    return mains[-1] if shift else mains[0]
