@@ -56,8 +56,8 @@
 #               (~90 s on 16 cores): DW_TIMEOUT (540) a suite, the binary cache kept between calls
 #   dwwrw       issue 13: the depthwise GPU tests, then every backward-weights tile config
 #               (TMA twins and channels a thread included) against cuDNN (DW_DTYPES, DW_SUITES)
-#   dwab        issue 13: the depthwise switches off until timed (narrow TMA L2 promotion,
-#               channel blocks first) A/B on the defaults and their TMA twins against cuDNN
+#   dwab        issue 13: the depthwise switches (narrow TMA L2 promotion, channel blocks
+#               first; on as shipped) A/B on the defaults and their TMA twins against cuDNN
 #               (DWAB_SETTINGS, DWAB_SUITES, DWAB_DTYPES, DWAB_DIRECTIONS);
 #               depthwise_switch_report.py sums it up
 #   dwprofile   issue 13: Nsight Compute on direct.gpu_depthwise's default and cuDNN, one call
@@ -168,6 +168,19 @@ use_dask() {
 # expanded into the cache (miocore.db.packed); for the stages that copy and write one
 plain_db() {
   python3 -c "import sys; from miocore.db.packed import readable_db_file as r; print(r(sys.argv[1]))" "$1"
+}
+# Every staged-tile config of direct.gpu_depthwise (gpu_depthwise_bench.py --configs 0
+# --tile-only) beside the default against cuDNN, DW_SUITES ($3 by default) one bench run each,
+# in directions $2, DW_TIMEOUT ($4) a run; $OUT/dw_$1_<suite>.json and its log
+sweep_tiles() {
+  # shellcheck disable=SC2086
+  for suite in ${DW_SUITES:-$3}; do
+    timeout "${DW_TIMEOUT:-$4}" python3 benchmarks/gpu_depthwise_bench.py --suite "$suite" \
+      --batch "${DW_BATCH:-64}" --dtypes ${DW_DTYPES:-float16} --layouts NHWC --configs 0 \
+      --tile-only --runs 10 --directions $2 ${DW_LAYERS:+--layers $DW_LAYERS} ${DW_ARGS:-} \
+      --out "$OUT/dw_$1_$suite.json" 2>&1 | tee "$OUT/dw_$1_$suite.log" | grep -a -v '^{' |
+      tail -8
+  done
 }
 # The WTI table fitted and the model retrained (the shipped settings) on $1/sm90_132.db, both
 # scored on its held-out records; all in $OUT/$2.tgz, and in /tmp/sm90 for `quality` next
@@ -306,14 +319,7 @@ case "$STAGE" in
     ;;
   dwsweep)
     # every staged-tile config (--configs 0 --tile-only) against cuDNN; DW_LAYERS narrows
-    # shellcheck disable=SC2086
-    for suite in ${DW_SUITES:-convnext_t_dw}; do
-      timeout "${DW_TIMEOUT:-540}" python3 benchmarks/gpu_depthwise_bench.py --suite "$suite" \
-        --batch "${DW_BATCH:-64}" --dtypes ${DW_DTYPES:-float16} --layouts NHWC --configs 0 \
-        --tile-only --runs 10 --directions ${DW_DIRECTIONS:-forward backward_data} \
-        ${DW_LAYERS:+--layers $DW_LAYERS} ${DW_ARGS:-} --out "$OUT/dw_sweep_$suite.json" 2>&1 |
-        tee "$OUT/dw_sweep_$suite.log" | grep -a -v '^{' | tail -8
-    done
+    sweep_tiles sweep "${DW_DIRECTIONS:-forward backward_data}" convnext_t_dw 540
     ;;
   dwwrw)
     # issue 13: dw_wrw_tile's TMA twins (and 2/4 channels a thread) checked by the depthwise
@@ -322,17 +328,11 @@ case "$STAGE" in
     [[ "${DW_TESTS:-1}" == 0 ]] ||
     timeout "${TESTS_TIMEOUT:-240}" python3 -m pytest -q -n 8 -p no:cacheprovider -rfE \
       tests/test_gpu_depthwise.py 2>&1 | tee "$OUT/dw_tests.log" | tail -6
-    # shellcheck disable=SC2086
-    for suite in ${DW_SUITES:-mobilenetv2 efficientnet_b0_dw}; do
-      timeout "${DW_TIMEOUT:-170}" python3 benchmarks/gpu_depthwise_bench.py --suite "$suite" \
-        --batch "${DW_BATCH:-64}" --dtypes ${DW_DTYPES:-float16} --layouts NHWC --configs 0 \
-        --tile-only --runs 10 --directions backward_weights --out "$OUT/dw_wrw_$suite.json" ${DW_ARGS:-} \
-        2>&1 | tee "$OUT/dw_wrw_$suite.log" | grep -a -v '^{' | tail -5
-    done
+    sweep_tiles wrw backward_weights "mobilenetv2 efficientnet_b0_dw" 170
     ;;
   dwab)
-    # issue 13: direct.gpu_depthwise's switches that stay off until timed, A/B on its defaults
-    # (and each staged tile's TMA twin) against cuDNN, fp16 (DWAB_DTYPES), forward and
+    # issue 13: direct.gpu_depthwise's switches, as shipped and turned the other way, A/B on
+    # its defaults (and each staged tile's TMA twin) against cuDNN, fp16 (DWAB_DTYPES), forward and
     # backward data (DWAB_DIRECTIONS; backward weights' tiles: dwwrw with DW_ARGS), batch 64,
     # DWAB_SUITES; one bench run per setting of DWAB_SETTINGS (';'-separated option lists, ""
     # the baseline); then benchmarks/depthwise_switch_report.py over the runs
