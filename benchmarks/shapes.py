@@ -164,6 +164,14 @@ CONVNEXT_T_DW = [
     for c, hw in ((96, 56), (192, 28), (384, 14), (768, 7))
 ]
 
+#: ConvNeXt-B's and ConvNeXt-L's 7x7 depthwise layers (Liu et al. 2022: 128 and 192 channels
+#: in the first stage, doubling each), held out from the fits made on ConvNeXt-T's.
+CONVNEXT_BL_DW = [
+    Layer(f"dw{c}k7@{hw}", c, c, hw, 7, 1, 3, c)
+    for base in (128, 192)
+    for c, hw in ((base, 56), (2 * base, 28), (4 * base, 14), (8 * base, 7))
+]
+
 #: ResNeXt-50 (32x4d)'s grouped 3x3 layers: 32 groups of 4 to 32 channels.
 RESNEXT50_GROUPED = [
     Layer(f"g32c{c}s{s}@{hw}", c, c, hw, 3, s, 1, 32)
@@ -186,6 +194,7 @@ SUITES = {
     "mobilenetv2_dw": MOBILENETV2_DW,
     "efficientnet_b0_dw": EFFICIENTNET_B0_DW,
     "convnext_t_dw": CONVNEXT_T_DW,
+    "convnext_bl_dw": CONVNEXT_BL_DW,
     "mobilenetv3_large_dw": MOBILENETV3_LARGE_DW,
     "resnext50_grouped": RESNEXT50_GROUPED,
 }

@@ -191,6 +191,16 @@ def test_nhwc_staged_tile_default_through_tma_on_sm90(dtype: str) -> None:
         assert "toh" not in default(direction, c=1152, hw=7, f=5)
         assert default(direction, c=16, hw=112) == tile(16, 16, 16, 2, nt=8, py=2, tma=1)
         assert "toh" not in default(direction, n=8, c=960, hw=7)  # 30 blocks: dw_nhwc
+        # 7x7 stride 1: one 8 x 16 tile a block (8 x 8 on planes of 7), strips of 2 x 4
+        seven = {"vec": 1, "py": 2, "tma": 1}
+        for c, hw, tow in ((96, 56, 16), (384, 14, 16), (768, 7, 8), (24, 28, 16)):
+            ch = 32 if c <= 32 else 64
+            want = miocore.PerfConfig(**seven, ch=ch, toh=8, tow=tow, pix=4)
+            assert default(direction, c=c, hw=hw, f=7) == want, (c, hw)
+        assert "toh" not in default(direction, c=96, hw=56, f=7, dilations=(2, 2), pads=(6, 6))
+    assert "toh" not in default(c=96, hw=56, f=7, stride=2)  # 7x7 strided: untimed
+    assert "toh" not in _tile_default(dtype, c=96, hw=56, f=7)  # without TMA: dw_nhwc
+    assert "toh" not in _tile_default("float32", c=96, hw=56, f=7, ctx=_sm90())
     assert default(hw=112, stride=2) == tile(32, 8, 8, 2, nt=8, tma=1)  # written 56
     assert default(c=192, hw=28, stride=2) == tile(32, 8, 8, 2, nt=4, tma=1)
     assert default(c=576, hw=14, stride=2) == tile(32, 8, 8, 2, nt=4, tma=1)  # written 7

@@ -139,8 +139,9 @@ class GpuDepthwiseSolver(TunableSolver):
     #: compute unit (``bs``) in the space (forty-first session); 11: staged tiles launched
     #: channel blocks first, TMA boxes of part of a pixel's channels with narrow L2
     #: promotion, and with them every 16-bit staged-tile default on sm_90 staged by the
-    #: accelerator (forty-second session).
-    revision = 11
+    #: accelerator (forty-second session); 12: 7x7 stride-1 16-bit layers on sm_90 default to
+    #: staged tiles by TMA (forty-third session).
+    revision = 12
     algorithm = Algorithm.DIRECT
     backends = GPU_BACKENDS
 

@@ -266,21 +266,29 @@ def _default_tile(p: ConvProblem, tma: bool) -> tuple[PerfConfig, int, str] | No
     """The single tile of :func:`default_nhwc_tile`, the shortest run it takes and what runs
     where no run keeps :data:`NHWC_TILE_MIN_RUN_BLOCKS` blocks (``single``: the tile alone,
     ``shortest``: the shortest run, ``any``: the shortest run where it keeps
-    :data:`NHWC_TILE_MIN_ANY_RUN_BLOCKS`, ``wave``: only the shortest run, where its blocks
+    :data:`NHWC_TILE_MIN_ANY_RUN_BLOCKS`, ``alone``: the tile alone, never in runs, ``wave``:
+    only the shortest run, where its blocks
     are between that and :data:`NHWC_TILE_ONE_WAVE_BLOCKS`, ``none``: ``dw_nhwc``); None where
     ``dw_nhwc`` stays. ``tma``: the device stages tiles by the tensor memory accelerator."""
     s = problem_sizes(p)
     square = s["f"][1] == s["f"][2]
-    if not nhwc_tile_applies(p) or esize(p) != 2 or not square or s["f"][1] not in (3, 5):
+    if not nhwc_tile_applies(p) or esize(p) != 2 or not square:
+        return None
+    if s["f"][1] not in ((3, 5, 7) if tma else (3, 5)):
         return None
     written = role(p)[1].lengths
     if max(s["d"][1:]) != 1 or min(written[2:]) < (7 if tma else 14):
         return None
     plane, stride, wide = max(written[2:]), max(s["s"][1:]), s["f"][1] == 5
     exact = written[1] % NHWC_TILE_EXACT_CH == 0 and written[1] % 64 != 0
-    cap = {} if wide else {"mb": NHWC_TILE_MIN_BLOCKS[0]}
+    cap = {} if s["f"][1] >= 5 else {"mb": NHWC_TILE_MIN_BLOCKS[0]}  # capped 5x5 spills
     tile = {"vec": nhwc_tile_vec(p), **cap}
     staged = {"tma": 1} if tma else {}
+    if s["f"][1] == 7:  # stride 1 by TMA: 64 channels in strips of 2 x 4, no runs
+        if stride != 1:
+            return None
+        ch, tow = 32 if written[1] <= 32 else 64, 8 if plane < 14 else 16
+        return PerfConfig(**tile, **staged, py=2, ch=ch, toh=8, tow=tow, pix=4), 1, "alone"
     if role(p)[5]:  # the gather: 16 x 16 tiles of dx
         if plane < 14:
             return None
@@ -335,7 +343,9 @@ def default_nhwc_tile(p: ConvProblem, tma: bool = False) -> PerfConfig | None:
       planes of 112 in 16-channel blocks, strips of 2 x 2; and written planes of 7 too: 8 x 8
       tiles in runs of 4 (3x3 stride 1: 64 channels, 4 a thread; strided: 32 channels, 2 a
       thread, 5x5 in strips of 2 rows; 5x5 stride 1: 64 channels, strips of 2 x 4, only where
-      the runs fill one wave, :data:`NHWC_TILE_ONE_WAVE_BLOCKS`).
+      the runs fill one wave, :data:`NHWC_TILE_ONE_WAVE_BLOCKS`); 7x7 stride 1: 8 x 16 tiles
+      (8 x 8 on planes of 7), strips of 2 x 4, 64 channels (32 on layers of at most 32), one
+      tile a block.
 
     Timed on an H200 (batch 64, MobileNetV2's and EfficientNet-B0's depthwise layers, every
     run of the space; docs/performance-gpu-depthwise.md): without TMA (2026-11-29,
@@ -346,7 +356,9 @@ def default_nhwc_tile(p: ConvProblem, tma: bool = False) -> PerfConfig | None:
     (forty-second session, fp16) the TMA twin the faster on every layer, 0.78-0.84x on the
     strided forward planes of 56 and more and the 48-channel strips it had lost on; every
     tile of MobileNetV3-Large's dw16k3s1@112 and dw960k5s1@7, where ``dw_nhwc`` had stayed:
-    the 16-channel strips 0.58x its time, the 5x5 runs 0.72x."""
+    the 16-channel strips 0.58x its time, the 5x5 runs 0.72x; ConvNeXt-T's 7x7 layers
+    (forty-third session, fp16 and bf16, every 7x7 tile): 0.58-0.81x ``dw_nhwc``'s time,
+    1.00-1.14x the best tile's."""
     picked = _default_tile(p, tma)
     if picked is None:
         return None
@@ -357,6 +369,8 @@ def default_nhwc_tile(p: ConvProblem, tma: bool = False) -> PerfConfig | None:
         if nt * single["ch"] <= NHWC_TILE_RUN_WORK and nt >= shortest
     ]
     runs = [run for run in runs if nhwc_tile_fits(p, run)]
+    if sparse == "alone":
+        return single if nhwc_tile_fits(p, single) else None
     if sparse == "wave":  # the shortest run, where its blocks fill one wave and no more
         blocks = _blocks(p, runs[-1]) if runs else 0
         fit = NHWC_TILE_MIN_ANY_RUN_BLOCKS <= blocks <= NHWC_TILE_ONE_WAVE_BLOCKS
