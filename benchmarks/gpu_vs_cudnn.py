@@ -109,19 +109,50 @@ def suite_layers(suite: str) -> list[Layer]:
     return SUITES[suite]
 
 
+#: The queue-filling sleep's own device time in ms, measured once per process.
+_SLEEP_MS: list[float] = []
+#: Timings queued again behind a longer sleep because the host fell behind the first one.
+LATE_QUEUES = {"count": 0}
+
+
+def _sleep_ms() -> float:
+    if not _SLEEP_MS:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        torch.cuda._sleep(SLEEP_CYCLES)
+        end.record()
+        torch.cuda.synchronize()
+        _SLEEP_MS.append(start.elapsed_time(end))
+    return _SLEEP_MS[0]
+
+
 def device_ms(fn: Any, warmup: int, runs: int) -> float:
-    """Median device time of ``fn`` (events around each run), launches queued behind a sleep."""
+    """Median device time of ``fn`` (events around each run), launches queued behind a sleep.
+
+    The sleep must outlast queueing every run, or the runs queued after it ends carry host
+    time between their events (a side with more host time per launch is charged more): where
+    queueing took longer than 90% of the sleep, the runs are queued again behind one 4x longer
+    (:data:`LATE_QUEUES` counts it; a host slowed by other processes does this)."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-    torch.cuda._sleep(SLEEP_CYCLES)
-    for s, e in zip(starts, ends, strict=True):
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
+    cycles = SLEEP_CYCLES
+    for _ in range(4):
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+        began = time.perf_counter()
+        torch.cuda._sleep(cycles)
+        for s, e in zip(starts, ends, strict=True):
+            s.record()
+            fn()
+            e.record()
+        queued_ms = (time.perf_counter() - began) * 1e3
+        torch.cuda.synchronize()
+        if queued_ms < 0.9 * _sleep_ms() * cycles / SLEEP_CYCLES:
+            break
+        LATE_QUEUES["count"] += 1
+        cycles *= 4
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
 
 
@@ -380,6 +411,7 @@ def main() -> None:
             rows += bench_suite(args, suite, mode, handle, rates[mode])
             result["layers"] = rows
             result["summary"] = summarize(rows)
+            result["late_queues"] = LATE_QUEUES["count"]  # timings queued again (device_ms)
             if args.out:  # after every suite: a run cut off still leaves its results
                 args.out.write_text(json.dumps(result, indent=1))
     for name, s in result.get("summary", {}).items():
@@ -388,6 +420,8 @@ def main() -> None:
             f"{name:42s} cuDNN/miocore {g if g is None else round(g, 2)} over {s['layers']}, "
             f"faster in {s['faster']}, failed {s['failed']}, winners {s['families']}"
         )
+    late = LATE_QUEUES["count"]
+    print(f"timings queued again behind a longer sleep (the host fell behind): {late}")
 
 
 if __name__ == "__main__":
