@@ -4,53 +4,30 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 import time
 from pathlib import Path
 
 import needs
 import numpy as np
 import pytest
+from heuristic_support import heuristic_problems
 
 import miocore
 from miocore.db.finddb import FindDb, FindDbEntry
-from miocore.db.mathkeys import split_record_key
-from miocore.db.packed import readable_db_file
 from miocore.heuristic.features import FEATURES, problem_features
 from miocore.heuristic.model import WITHIN, WITHIN_CLIP, ModelFormatError, TreeModel, pack_forests
-from miocore.heuristic.plugin import MODEL_SUFFIX, WTI_SUFFIX, rank_with
+from miocore.heuristic.plugin import MODEL_SUFFIX, rank_with
 from miocore.heuristic.train import is_held_out, train
-from miocore.heuristic.wti import WtiTable, fit_wti
 from miocore.problem.conv import ConvProblem
 
 SHIPPED = Path(miocore.__file__).parent / "data" / "db"
-
-
-def _problems() -> list[ConvProblem]:
-    out = []
-    for c in (2, 4, 8, 16):
-        for hw in (4, 6, 8, 10):
-            for f in (1, 3):
-                for direction in ("forward", "backward_data", "backward_weights"):
-                    out.append(
-                        ConvProblem.from_sizes(
-                            direction,
-                            n=1,
-                            c=c,
-                            k=c,
-                            in_spatial=(hw, hw),
-                            filter_spatial=(f, f),
-                            pads=(f // 2, f // 2),
-                        )
-                    )
-    return out
 
 
 def _synthetic_db(folder: Path, device: str) -> Path:
     """A FindDb where ``solver.one`` wins every 1x1 problem and ``solver.three`` every 3x3
     one, by a factor of 4, with times growing with the flop count."""
     db = FindDb(device, user_dir=folder, system_dir=folder / "none")
-    for p in _problems():
+    for p in heuristic_problems():
         base = 1e-6 * p.flops + 0.01
         pointwise = p.w.lengths[2:] == (1, 1)
         times = {
@@ -73,10 +50,10 @@ def _device() -> str:
 
 
 def test_features_are_named_and_finite() -> None:
-    for p in _problems()[:6]:
+    for p in heuristic_problems()[:6]:
         f = problem_features(p)
         assert f.shape == (len(FEATURES),) and np.isfinite(f).all()
-    p = _problems()[1]
+    p = heuristic_problems()[1]
     assert problem_features(p)[FEATURES.index("pointwise")] == (p.w.lengths[2:] == (1, 1))
 
 
@@ -88,7 +65,7 @@ def test_trained_model_learns_the_winner_and_reloads_the_same(tmp_path: Path, ta
     assert not model.knows("(fastest)")
     known = [s for s in model.solvers if model.knows(s)]
     assert known == ["solver.one", "solver.three"] and model.device == "cpu_test_1"
-    held = [p for p in _problems() if is_held_out(p.key, 0.25)]
+    held = [p for p in heuristic_problems() if is_held_out(p.key, 0.25)]
     assert len(held) >= 10
     for p in held:
         pred = model.predict_ms(problem_features(p), ["solver.one", "solver.three"])
@@ -234,7 +211,7 @@ def test_a_model_trained_with_the_classifier_reloads_the_same(tmp_path: Path) ->
     assert {"solver.one" + WITHIN, "solver.three" + WITHIN} <= set(model.solvers)
     again = TreeModel.load(model.save(tmp_path / "m.npz"))
     assert again.within_weight == 0.1
-    for p in [p for p in _problems() if is_held_out(p.key, 0.25)]:
+    for p in [p for p in heuristic_problems() if is_held_out(p.key, 0.25)]:
         x = problem_features(p)
         got, want = (
             again.rank_log_ms(x, ["solver.one", "solver.three"]),
@@ -277,195 +254,6 @@ def test_get_solutions_with_the_model_loaded_is_fast(tmp_path: Path) -> None:
     assert sorted(times)[len(times) // 2] < 1e-3
 
 
-@needs.plugins("direct", "gemm")
-def test_fitted_wti_moves_estimates_towards_measured_times(tmp_path: Path) -> None:
-    h = miocore.Handle("cpu")
-    ctx = h.context
-    solvers = {r.name: r.solver for r in h.registry.solvers}
-    samples = []
-    for p in _problems()[:24]:
-        canon = p.canonical
-        ideal = ctx.ideal_ms(canon)
-        times = {}
-        for name in ("direct.naive", "gemm.im2col"):
-            score = solvers[name].wti(ctx, canon)
-            if score > 0:
-                # measured: 3x (naive) and 0.5x (im2col) what WTI predicts
-                times[name] = ideal / score * (3.0 if name == "direct.naive" else 0.5)
-        samples.append((p, times))
-    table = fit_wti(samples, ctx, solvers, device=h.device.identity)
-    assert table.correction("direct.naive", "forward") == pytest.approx(math.log(3.0))
-    assert table.correction("gemm.im2col", "backward_data") == pytest.approx(math.log(0.5))
-    assert table.correction("winograd.rxs", "forward") is None
-    path = table.save(tmp_path / "t.wti.json")
-    assert WtiTable.load(path) == table
-    with pytest.raises(ModelFormatError):
-        (tmp_path / "x.json").write_text("{}")
-        WtiTable.load(tmp_path / "x.json")
-
-
-@needs.plugins("direct", "gemm")
-def test_fitted_wti_follows_an_error_that_moves_with_the_problem(tmp_path: Path) -> None:
-    """One factor per solver cannot rank two solvers whose WTI errs in opposite directions as
-    problems grow (here one is 2x slower than its WTI per doubling of the work over the
-    middle, the other 2x faster): the linear correction recovers both slopes, ranks each
-    problem's faster solver first where the median ranks one solver first everywhere, and
-    stays within the range it was fitted on."""
-    h = miocore.Handle("cpu")
-    ctx = h.context
-    solvers = {r.name: r.solver for r in h.registry.solvers}
-    names = ("direct.naive", "gemm.im2col")
-    forward = [p.canonical for p in _problems() if p.direction.value == "forward"]
-    middle = statistics.median(math.log2(p.flops) for p in forward)
-
-    def measured(name: str, p: ConvProblem) -> float:
-        slope = 1.0 if name == names[0] else -1.0
-        return (
-            ctx.ideal_ms(p)
-            / solvers[name].wti(ctx, p)
-            * 2.0 ** (slope * (math.log2(p.flops) - middle))
-        )
-
-    samples = [(p, {n: measured(n, p) for n in names}) for p in forward]
-    table = fit_wti(samples, ctx, solvers, device=h.device.identity)
-    assert set(table.linear) == set(names) and len(forward) >= 20
-    right_linear = right_median = 0
-    for p in forward:
-        fastest = min(names, key=lambda n: measured(n, p))
-        estimates = {n: table.estimate_ms(ctx, solvers[n], p) for n in names}
-        right_linear += min(estimates, key=estimates.__getitem__) == fastest
-        median = {
-            n: ctx.ideal_ms(p) / solvers[n].wti(ctx, p) * math.exp(table.correction(n, "forward"))
-            for n in names
-        }
-        right_median += min(median, key=median.__getitem__) == fastest
-        for n in names:  # the correction is the log error itself, to the ridge's shrinkage
-            want = math.log(measured(n, p) * solvers[n].wti(ctx, p) / ctx.ideal_ms(p))
-            assert table.correction_for(n, p, "exact") == pytest.approx(want, abs=0.25)
-    assert right_linear >= len(forward) - 2
-    assert right_median <= len(forward) * 0.75
-    # Past the fitted range the correction is clipped, not extrapolated.
-    huge = ConvProblem.from_sizes(
-        "forward", n=64, c=512, k=512, in_spatial=(64, 64), filter_spatial=(3, 3), pads=(1, 1)
-    )
-    top = table.linear[names[0]]["forward"][-1]
-    assert table.correction_for(names[0], huge.canonical, "exact") == pytest.approx(top)
-    path = table.save(tmp_path / "t.wti.json")
-    assert WtiTable.load(path) == table
-
-
-def test_a_wti_table_without_linear_terms_loads_and_a_foreign_one_is_refused(
-    tmp_path: Path,
-) -> None:
-    """Tables written before the linear corrections still load (their medians apply); a table
-    naming features this miocore does not compute, or with coefficients of the wrong length,
-    is refused with the file named."""
-    base = {"format": "miocore-wti-corrections", "device": "d", "provenance": {}}
-    old = tmp_path / "old.wti.json"
-    old.write_text(json.dumps({**base, "by_solver": {"s": 0.5}, "by_direction": {}}))
-    table = WtiTable.load(old)
-    assert table.linear == {}
-    p = _problems()[0].canonical
-    assert table.correction_for("s", p, "exact") == 0.5
-    foreign = tmp_path / "foreign.wti.json"
-    linear = {"s": {"forward": [0.0, 1.0, 0.0, 0.0]}}
-    foreign.write_text(
-        json.dumps({**base, "by_solver": {}, "by_direction": {}, "linear_features": ["warp_size"],
-                    "linear": linear})
-    )  # fmt: skip
-    with pytest.raises(ModelFormatError, match="warp_size") as info:
-        WtiTable.load(foreign)
-    assert info.value.value == str(foreign)
-    linear = {"s": {"forward": [0.0, 1.0, 0.0, 0.0]}}  # two features need 5 numbers
-    foreign.write_text(
-        json.dumps({**base, "by_solver": {}, "by_direction": {},
-                    "linear_features": ["log2_n", "log2_c"], "linear": linear})
-    )  # fmt: skip
-    with pytest.raises(ModelFormatError, match="length"):
-        WtiTable.load(foreign)
-
-
-@pytest.mark.skipif(
-    not (SHIPPED / "cpu_x86_64_2.heuristic.npz").is_file(), reason="no shipped CPU model"
-)
-def test_the_shipped_cpu_model_table_and_database_load() -> None:
-    model = TreeModel.load(SHIPPED / "cpu_x86_64_2.heuristic.npz")
-    assert model.device == "cpu_x86_64_2" and "direct.naive" in model.solvers
-    assert model.provenance["problems"] > 500
-    table = WtiTable.load(SHIPPED / f"cpu_x86_64_2{WTI_SUFFIX}")
-    assert table.by_solver
-    db = FindDb("cpu_x86_64_2", user_dir=SHIPPED / "none", system_dir=SHIPPED)
-    try:
-        keys = db.keys("system")
-        assert len(keys) > 500
-        record = db.record(keys[0], "system")
-        assert record is not None and record.entries[0].provenance["device"] == "cpu_x86_64_2"
-    finally:
-        db.close()
-
-
-def test_the_shipped_sm90_model_ranks_a_depthwise_layer_away_from_the_generic_kernels() -> None:
-    """The GPU files load without a GPU, and the model has learned what plain WTI gets worst
-    on sm90 (docs/performance.md): a depthwise layer belongs to the depthwise kernel or a
-    cuDNN engine, never to ``igemm.gpu_fma`` or the naive kernel."""
-    model = TreeModel.load(SHIPPED / "sm90_132.heuristic.npz")
-    assert model.device == "sm90_132" and model.provenance["problems"] > 900
-    table = WtiTable.load(SHIPPED / f"sm90_132{WTI_SUFFIX}")
-    assert {"direct.gpu_depthwise", "igemm.gpu_fma"} <= set(table.by_solver)
-    db = FindDb("sm90_132", user_dir=SHIPPED / "none", system_dir=SHIPPED)
-    try:
-        keys = db.keys("system")
-        assert len(keys) > 1000
-        modes = [split_record_key(k) for k in keys]
-        assert all(ConvProblem.from_key(base) is not None for base, _ in modes[:50])
-        assert sum(mode == "tf32" for _, mode in modes) > 1000  # fp32 found in TF32 mode too
-    finally:
-        db.close()
-    problem = ConvProblem.from_sizes(
-        "forward",
-        n=32,
-        c=144,
-        k=144,
-        in_spatial=(56, 56),
-        filter_spatial=(3, 3),
-        pads=(1, 1),
-        groups=144,
-        dtype="float16",
-        layout="NCHW",
-    )
-    candidates = ["direct.gpu_depthwise", "igemm.gpu_fma", "direct.gpu_naive", "gemm.gpu_im2col"]
-    times = model.predict_ms(problem_features(problem), candidates)
-    ranked = sorted(zip(candidates, times, strict=True), key=lambda p: p[1])
-    assert ranked[0][0] == "direct.gpu_depthwise", ranked
-    # In the tf32 math mode it knows the TF32 twins, and puts each ahead of its exact one on a
-    # dense fp32 layer (tensor cores against FMA: measured 2-4x on such layers).
-    dense = ConvProblem.from_sizes(
-        "forward", n=32, c=256, k=256, in_spatial=(14, 14), filter_spatial=(3, 3), pads=(1, 1),
-        dtype="float32", layout="NHWC",
-    )  # fmt: skip
-    pairs = [("gemm.gpu_nhwc_tf32", "gemm.gpu_nhwc"), ("igemm.gpu_tf32", "igemm.gpu_fma")]
-    for twin, exact in pairs:
-        t_twin, t_exact = model.predict_ms(problem_features(dense, "tf32"), [twin, exact])
-        assert t_twin < t_exact, (twin, t_twin, exact, t_exact)
-
-
-@pytest.mark.parametrize("path", sorted(SHIPPED.glob("*.db*")), ids=lambda p: p.name)
-def test_every_shipped_database_passes_sqlites_integrity_check(path: Path) -> None:
-    """The system layer is opened without a whole-file check (it would cost every new process
-    milliseconds), so the shipped files are checked here: packed (the form they ship in,
-    miocore.db.packed), expanded as a reader expands them, and in SQLite's rollback mode."""
-    import sqlite3
-
-    assert path.name.endswith(".db.xz"), "ship system databases packed: miocore db pack"
-    expanded = readable_db_file(path)
-    conn = sqlite3.connect(f"file:{expanded}?mode=ro&immutable=1", uri=True)
-    try:
-        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
-    finally:
-        conn.close()
-
-
 def test_eval_places_solvers_the_model_does_not_know_as_immediate_mode_does(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -499,29 +287,6 @@ def test_eval_places_solvers_the_model_does_not_know_as_immediate_mode_does(
     assert results["model + fitted WTI"]["top1"] == 1.0
 
 
-def test_reading_a_database_file_leaves_it_byte_for_byte(tmp_path: Path) -> None:
-    """The tools that read a FindDb file (train, eval, the benchmarks) open it read-only: a
-    shipped database is in SQLite's rollback mode, and opening it as a writable layer
-    switched it to write-ahead mode (a changed header), which went unnoticed into the
-    repository once."""
-    import shutil
-
-    from miocore.heuristic.train import DB_FILE_LAYER, open_db_file, read_samples
-
-    shipped = readable_db_file(SHIPPED / "cpu_x86_64_2.db")  # expanded from the packed file
-    copy = tmp_path / shipped.name
-    shutil.copyfile(shipped, copy)
-    before = copy.read_bytes()
-    db = open_db_file(copy)
-    try:
-        samples = list(read_samples(db.items(DB_FILE_LAYER)))
-    finally:
-        db.close()
-    assert len(samples) > 1000  # the records were read
-    assert copy.read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == [shipped.name]  # no -wal, no user file
-
-
 def test_train_and_eval_take_a_packed_database(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -548,7 +313,7 @@ def test_train_and_eval_take_a_packed_database(
     assert model_file.is_file()
     a = TreeModel.load(tmp_path / "from-plain" / model_file.name)
     b = TreeModel.load(model_file)
-    problem = _problems()[0]
+    problem = heuristic_problems()[0]
     names = ["solver.one", "solver.three"]
     assert a.device == b.device == device
     features = problem_features(problem)
