@@ -198,6 +198,7 @@ def test_nhwc_staged_tile_default_through_tma_on_sm90(dtype: str) -> None:
             want = miocore.PerfConfig(**seven, ch=ch, toh=8, tow=tow, pix=4)
             assert default(direction, c=c, hw=hw, f=7) == want, (c, hw)
         assert "toh" not in default(direction, c=96, hw=56, f=7, dilations=(2, 2), pads=(6, 6))
+        assert "toh" not in default(direction, n=2, c=768, hw=7, f=7)  # 24 blocks: dw_nhwc
     assert "toh" not in default(c=96, hw=56, f=7, stride=2)  # 7x7 strided: untimed
     assert "toh" not in _tile_default(dtype, c=96, hw=56, f=7)  # without TMA: dw_nhwc
     assert "toh" not in _tile_default("float32", c=96, hw=56, f=7, ctx=_sm90())

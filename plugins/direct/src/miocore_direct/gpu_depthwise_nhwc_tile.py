@@ -266,10 +266,10 @@ def _default_tile(p: ConvProblem, tma: bool) -> tuple[PerfConfig, int, str] | No
     """The single tile of :func:`default_nhwc_tile`, the shortest run it takes and what runs
     where no run keeps :data:`NHWC_TILE_MIN_RUN_BLOCKS` blocks (``single``: the tile alone,
     ``shortest``: the shortest run, ``any``: the shortest run where it keeps
-    :data:`NHWC_TILE_MIN_ANY_RUN_BLOCKS`, ``alone``: the tile alone, never in runs, ``wave``:
-    only the shortest run, where its blocks
-    are between that and :data:`NHWC_TILE_ONE_WAVE_BLOCKS`, ``none``: ``dw_nhwc``); None where
-    ``dw_nhwc`` stays. ``tma``: the device stages tiles by the tensor memory accelerator."""
+    :data:`NHWC_TILE_MIN_ANY_RUN_BLOCKS`, ``alone``: the tile alone, never in runs, where it
+    keeps as many blocks, ``wave``: only the shortest run, where its blocks are between that
+    and :data:`NHWC_TILE_ONE_WAVE_BLOCKS`, ``none``: ``dw_nhwc``); None where ``dw_nhwc``
+    stays. ``tma``: the device stages tiles by the tensor memory accelerator."""
     s = problem_sizes(p)
     square = s["f"][1] == s["f"][2]
     if not nhwc_tile_applies(p) or esize(p) != 2 or not square:
@@ -345,7 +345,7 @@ def default_nhwc_tile(p: ConvProblem, tma: bool = False) -> PerfConfig | None:
       thread, 5x5 in strips of 2 rows; 5x5 stride 1: 64 channels, strips of 2 x 4, only where
       the runs fill one wave, :data:`NHWC_TILE_ONE_WAVE_BLOCKS`); 7x7 stride 1: 8 x 16 tiles
       (8 x 8 on planes of 7), strips of 2 x 4, 64 channels (32 on layers of at most 32), one
-      tile a block.
+      tile a block, where that makes a block an SM (smaller launches were not timed).
 
     Timed on an H200 (batch 64, MobileNetV2's and EfficientNet-B0's depthwise layers, every
     run of the space; docs/performance-gpu-depthwise.md): without TMA (2026-11-29,
@@ -369,8 +369,9 @@ def default_nhwc_tile(p: ConvProblem, tma: bool = False) -> PerfConfig | None:
         if nt * single["ch"] <= NHWC_TILE_RUN_WORK and nt >= shortest
     ]
     runs = [run for run in runs if nhwc_tile_fits(p, run)]
-    if sparse == "alone":
-        return single if nhwc_tile_fits(p, single) else None
+    if sparse == "alone":  # timed at batch 64 only: below a block an SM dw_nhwc stays
+        fit = nhwc_tile_fits(p, single) and _blocks(p, single) >= NHWC_TILE_MIN_ANY_RUN_BLOCKS
+        return single if fit else None
     if sparse == "wave":  # the shortest run, where its blocks fill one wave and no more
         blocks = _blocks(p, runs[-1]) if runs else 0
         fit = NHWC_TILE_MIN_ANY_RUN_BLOCKS <= blocks <= NHWC_TILE_ONE_WAVE_BLOCKS
