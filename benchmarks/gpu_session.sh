@@ -51,7 +51,8 @@
 #               backward data, on DW_SUITES (MobileNetV2, EfficientNet-B0) at DW_BATCH (64)
 #   dwsweep     issue 13: every staged-tile config of direct.gpu_depthwise (TMA twins, runs,
 #               strips; the 7x7 tiles) beside the default against cuDNN, on DW_SUITES
-#               (convnext_t_dw), DW_LAYERS (all), DW_DTYPES (float16), DW_DIRECTIONS (forward
+#               (convnext_t_dw; convnext_bl_dw: ConvNeXt-B/L, held out of the 7x7 fit), DW_LAYERS
+#               (all), DW_DTYPES (float16), DW_BATCH (64), DW_DIRECTIONS (forward
 #               backward_data); a cold compile of one layer and direction is ~600 kernels
 #               (~90 s on 16 cores): DW_TIMEOUT (540) a suite, the binary cache kept between calls
 #   dwwrw       issue 13: the depthwise GPU tests, then every backward-weights tile config
