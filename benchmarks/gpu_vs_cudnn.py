@@ -27,6 +27,7 @@ sides get the same layout (``--layout``, default NHWC: channels_last tensors).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -109,22 +110,20 @@ def suite_layers(suite: str) -> list[Layer]:
     return SUITES[suite]
 
 
-#: The queue-filling sleep's own device time in ms, measured once per process.
-_SLEEP_MS: list[float] = []
 #: Timings queued again behind a longer sleep because the host fell behind the first one.
 LATE_QUEUES = {"count": 0}
 
 
+@functools.cache
 def _sleep_ms() -> float:
-    if not _SLEEP_MS:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        start.record()
-        torch.cuda._sleep(SLEEP_CYCLES)
-        end.record()
-        torch.cuda.synchronize()
-        _SLEEP_MS.append(start.elapsed_time(end))
-    return _SLEEP_MS[0]
+    """The queue-filling sleep's own device time in ms (measured once per process)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    torch.cuda._sleep(SLEEP_CYCLES)
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end)
 
 
 def device_ms(fn: Any, warmup: int, runs: int) -> float:

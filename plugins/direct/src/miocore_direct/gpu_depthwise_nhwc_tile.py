@@ -272,9 +272,8 @@ def _default_tile(p: ConvProblem, tma: bool) -> tuple[PerfConfig, int, str] | No
     stays. ``tma``: the device stages tiles by the tensor memory accelerator."""
     s = problem_sizes(p)
     square = s["f"][1] == s["f"][2]
-    if not nhwc_tile_applies(p) or esize(p) != 2 or not square:
-        return None
-    if s["f"][1] not in ((3, 5, 7) if tma else (3, 5)):
+    sizes = (3, 5, 7) if tma else (3, 5)  # 7x7 timed by TMA only
+    if not nhwc_tile_applies(p) or esize(p) != 2 or not square or s["f"][1] not in sizes:
         return None
     written = role(p)[1].lengths
     if max(s["d"][1:]) != 1 or min(written[2:]) < (7 if tma else 14):
@@ -363,15 +362,15 @@ def default_nhwc_tile(p: ConvProblem, tma: bool = False) -> PerfConfig | None:
     if picked is None:
         return None
     single, shortest, sparse = picked
+    if sparse == "alone":  # timed at batch 64 only: below a block an SM dw_nhwc stays
+        fit = nhwc_tile_fits(p, single) and _blocks(p, single) >= NHWC_TILE_MIN_ANY_RUN_BLOCKS
+        return single if fit else None
     runs = [
         PerfConfig(**single, nt=nt)
         for nt in sorted(NHWC_TILE_RUNS, reverse=True)
         if nt * single["ch"] <= NHWC_TILE_RUN_WORK and nt >= shortest
     ]
     runs = [run for run in runs if nhwc_tile_fits(p, run)]
-    if sparse == "alone":  # timed at batch 64 only: below a block an SM dw_nhwc stays
-        fit = nhwc_tile_fits(p, single) and _blocks(p, single) >= NHWC_TILE_MIN_ANY_RUN_BLOCKS
-        return single if fit else None
     if sparse == "wave":  # the shortest run, where its blocks fill one wave and no more
         blocks = _blocks(p, runs[-1]) if runs else 0
         fit = NHWC_TILE_MIN_ANY_RUN_BLOCKS <= blocks <= NHWC_TILE_ONE_WAVE_BLOCKS
