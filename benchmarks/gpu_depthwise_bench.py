@@ -10,7 +10,10 @@ best), and cuDNN through PyTorch (``F.conv2d(groups=C)``;
 ``aten.convolution_backward`` for one gradient; ``cudnn.benchmark`` on), same layout on both
 sides. Timing: ``torch.cuda._sleep`` first so the launches queue behind it (device time, not
 Python launch time), events around each of ``--runs`` runs after ``--warmup``, median. Also
-GB/s (x + w + y bytes once over the time) against a measured device copy rate.
+GB/s (x + w + y bytes once over the time) against a measured device copy rate. Each row's
+kernels compile just before it is timed and the JSON is written after every row, so a run
+cut off by its time limit keeps what it timed; ``--count`` counts the kernels on the host
+first (``depthwise_picks.py`` chooses the configs; ``--vary`` narrows a sweep).
 
     python benchmarks/gpu_depthwise_bench.py --out depthwise.json
 """
@@ -30,13 +33,17 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 
 from common import config_runner, geomean
+from depthwise_picks import (
+    add_pick_options,
+    picks_for,
+    registered_solver,
+    stand_in_context,
+    unique_kernels,
+)
 from gpu_vs_cudnn import device_ms
-from miocore_direct.gpu_depthwise_geometry import NHWC_MIN_BLOCKS
-from miocore_direct.gpu_depthwise_nhwc_tile import NHWC_TILE_RUNS, is_nhwc_tile, nhwc_tile_configs
 from shapes import SUITES, problem
 
 import miocore
-from miocore import PerfConfig
 from miocore.testing import TOLERANCES
 
 SOLVER = "direct.gpu_depthwise"
@@ -62,28 +69,6 @@ def cudnn_call(direction: str, x: Any, w: Any, y: Any, layer: Any) -> Any:
     mask = [direction == "backward_data", direction == "backward_weights", False]
     aten = torch.ops.aten.convolution_backward
     return lambda: aten(y, x, w, None, s, p, [1, 1], False, [0, 0], g, mask)
-
-
-def tile_runs(solver: Any, ctx: Any, canon: Any, count: int) -> list[PerfConfig]:
-    """The first ``count`` staged tiles whose two buffers fit, capped and not, in runs of
-    every length of ``NHWC_TILE_RUNS``."""
-
-    def valid(cfg: PerfConfig) -> bool:
-        return solver.is_valid_perf_config(ctx, canon, cfg)
-
-    tiles = [c for c in nhwc_tile_configs(canon) if "nt" not in c]  # single tiles
-    bases = [c for c in tiles if "mb" not in c and valid(PerfConfig(**c, nt=2))][:count]
-    out = []
-    for cfg in tiles:
-        if PerfConfig(**{k: v for k, v in cfg.items() if k != "mb"}) in bases:
-            out += [r for r in (PerfConfig(**cfg, nt=nt) for nt in NHWC_TILE_RUNS) if valid(r)]
-    return out
-
-
-def tma_twin(config: PerfConfig) -> PerfConfig:
-    """The same staged tile loaded the other way: by TMA if it used cp.async, and back."""
-    rest = {k: v for k, v in config.items() if k != "tma"}
-    return PerfConfig(**rest) if config.get("tma") else PerfConfig(**rest, tma=1)
 
 
 def add_experiment_options(parser: argparse.ArgumentParser) -> None:
@@ -116,6 +101,33 @@ def apply_experiment_options(args: argparse.Namespace) -> None:
         tiles.NHWC_TILE_CHANNELS_FIRST = args.channel_blocks_first == "on"
 
 
+def plan_rows(args: argparse.Namespace, layers: list, solver: Any, ctx: Any) -> list[tuple]:
+    """(dtype, layout, layer, direction, problem, picks) for every row of the run."""
+    plan = []
+    for dtype in args.dtypes:
+        for layout in args.layouts:
+            for layer in layers:
+                for direction in args.directions:
+                    p = problem(layer, args.batch, direction, dtype=dtype, layout=layout)
+                    row = (layer, direction, dtype, layout)
+                    picks = picks_for(args, solver, ctx, p.canonical, row)
+                    plan.append((dtype, layout, layer, direction, p, picks))
+    return plan
+
+
+def count_kernels(args: argparse.Namespace, layers: list) -> None:
+    """Prints each row's configs and the kernels it would compile that no earlier row does,
+    on a stand-in of the H200 (no GPU opened)."""
+    solver, ctx = registered_solver(SOLVER), stand_in_context()
+    seen: set = set()
+    for dtype, layout, layer, direction, p, picks in plan_rows(args, layers, solver, ctx):
+        kernels = unique_kernels(solver, ctx, p.canonical, picks)
+        print(f"{layer.name} {direction} {dtype} {layout}: {len(picks)} configs, "
+              f"{len(kernels - seen)} new kernels")  # fmt: skip
+        seen |= kernels
+    print(f"{len(seen)} kernels to compile cold (under 7 a second on the GPU machine)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=64)
@@ -124,9 +136,6 @@ def main() -> None:
     parser.add_argument("--layouts", nargs="+", default=["NHWC", "NCHW"])
     parser.add_argument(
         "--directions", nargs="+", default=["forward", "backward_data", "backward_weights"]
-    )
-    parser.add_argument(
-        "--configs", type=int, default=3, help="neighbours of the default tried (0: all)"
     )
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--runs", type=int, default=20)
@@ -142,43 +151,14 @@ def main() -> None:
         default=None,
         help="dw_nchw's staging load width (the solver's NCHW_CHUNK_BYTES; 0: element by element)",
     )
-    parser.add_argument(
-        "--nhwc-tiles",
-        type=int,
-        default=0,
-        help="also the first N staged-tile configs of dw_nhwc_tile (each capped and uncapped)",
-    )
-    parser.add_argument(
-        "--tile-runs",
-        action="store_true",
-        help="with --nhwc-tiles N: the first N tiles whose two staging buffers fit (capped and "
-        "not) also in runs of 2, 4 and 8 tiles a block (the nt key: the next tile's input "
-        "copied while one computes)",
-    )
-    parser.add_argument(
-        "--space-runs",
-        action="store_true",
-        help="also every run of staged tiles in the solver's space (each tile shape, channel "
-        "block and outputs a thread, capped for 3 blocks, in runs of 2, 4 and 8)",
-    )
-    parser.add_argument(
-        "--minb",
-        action="store_true",
-        help="also every channels-innermost pick with its registers capped (the mb key)",
-    )
-    parser.add_argument(
-        "--tma-twins",
-        action="store_true",
-        help="also each staged-tile pick without tma staged by the tensor memory accelerator",
-    )
+    add_pick_options(parser)
     add_experiment_options(parser)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--layers", nargs="+", default=None, help="only these layers (names)")
     parser.add_argument(
-        "--tile-only",
+        "--count",
         action="store_true",
-        help="with --configs 0: the default and the staged-tile configs only (dw_nhwc_tile's, "
-        "dw_wrw_tile's)",
+        help="only count the kernels each row would compile (on the host: no GPU needed)",
     )
     args = parser.parse_args()
     if args.wrw_acc is not None:  # an experiment: which configs a larger budget opens
@@ -190,84 +170,45 @@ def main() -> None:
 
         dw.NCHW_CHUNK_BYTES = args.nchw_chunk_bytes
     apply_experiment_options(args)
+    layers = [lay for lay in SUITES[args.suite] if lay.groups > 1 and lay.groups == lay.c]
+    if args.layers:
+        layers = [lay for lay in layers if lay.name in args.layers]
+    if args.count:  # sizes the run before a device call: cold compiles are what cost
+        count_kernels(args, layers)
+        return
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     handle = miocore.Handle("cuda", stream=torch.cuda.current_stream())
     solver = handle.registry.get(SOLVER).solver
-    layers = [lay for lay in SUITES[args.suite] if lay.groups > 1 and lay.groups == lay.c]
-    if args.layers:
-        layers = [lay for lay in layers if lay.name in args.layers]
     copy_rate = copy_gbps()
     print(f"device copy rate: {copy_rate:.0f} GB/s", flush=True)
-
-    # every config of every row first, compiled in parallel
-    plan = []
-    kernels = []
-    for dtype in args.dtypes:
-        for layout in args.layouts:
-            for layer in layers:
-                for direction in args.directions:
-                    p = problem(layer, args.batch, direction, dtype=dtype, layout=layout)
-                    canon = p.canonical
-                    space = solver.perf_config_space(handle.context, canon)
-                    default = solver.default_perf_config(handle.context, canon)
-                    # the default and configs one key away from it (a local sweep)
-                    near = [c for c in space if sum(c.get(k) != default[k] for k in default) == 1]
-                    picks = [default]
-                    for key in ("pix", "py", "tw", "vec", "ct", "by"):  # one per key
-                        alt = [
-                            c
-                            for c in near
-                            if key in c and key in default and c[key] != default[key]
-                        ]
-                        if key == "vec" and "vec" in default:  # another width, any ct
-                            alt = [
-                                c
-                                for c in space
-                                if c["vec"] != default["vec"]
-                                and all(
-                                    c.get(k) == default[k]
-                                    for k in default
-                                    if k not in ("vec", "ct")
-                                )
-                            ]
-                        if alt and len(picks) <= args.configs:
-                            picks.append(alt[0])
-                    if args.configs == 0:  # the whole space, the default first
-                        picks = [default, *(c for c in space if c != default)]
-                        if args.tile_only:
-                            staged = [c for c in picks[1:] if "cb" in c or is_nhwc_tile(c)]
-                            picks = [default, *staged]
-                    if args.nhwc_tiles:  # dw_nhwc_tile's first base tiles, capped or not
-                        tiles = [c for c in nhwc_tile_configs(canon) if "nt" not in c]
-                        base = [c for c in tiles if "mb" not in c][: args.nhwc_tiles]
-                        uncapped = [PerfConfig(**{k: v for k, v in c.items() if k != "mb"})
-                                    for c in tiles]  # fmt: skip
-                        chosen = [c for c, u in zip(tiles, uncapped, strict=True) if u in base]
-                        picks += [c for c in chosen if c not in picks]
-                        if args.tile_runs:
-                            picks += tile_runs(solver, handle.context, canon, args.nhwc_tiles)
-                    if args.space_runs:
-                        picks += [c for c in space if "nt" in c and c not in picks]
-                    if args.tma_twins:  # a staged tile's twin staged the other way, if any
-                        twins = [tma_twin(c) for c in picks if is_nhwc_tile(c)]
-                        picks += [t for t in twins if t in space and t not in picks]
-                    if args.minb:  # each pick again with dw_nhwc's registers capped
-                        capped = [PerfConfig(**c, mb=m) for c in picks for m in NHWC_MIN_BLOCKS]
-                        picks += [c for c in capped if c in space]
-                    for cfg in picks:
-                        kernels.extend(solver.get_solution(handle.context, canon, cfg).kernels)
-                    plan.append((dtype, layout, layer, direction, p, picks))
-    start = time.perf_counter()
-    failures = handle.backend.precompile(kernels)
-    print(f"compiled {len(kernels)} kernels in {time.perf_counter() - start:.1f} s", flush=True)
-    if failures:
-        print("compile failures:", next(iter(failures.values())), flush=True)
-
+    plan = plan_rows(args, layers, solver, handle.context)
+    result = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "cudnn": torch.backends.cudnn.version(),
+        "copy_gbps": copy_rate,
+        "options": " ".join(sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%d"),
+        "rows": [],
+    }
     rows = []
     tensors: dict[tuple, Any] = {}
     for dtype, layout, layer, direction, p, picks in plan:
+        # each row's kernels compiled (in parallel) just before it is timed, and the results
+        # written after every row: a run cut off by its time limit keeps what it timed
+        kernels = [
+            k
+            for cfg in picks
+            for k in solver.get_solution(handle.context, p.canonical, cfg).kernels
+        ]
+        start = time.perf_counter()
+        failures = handle.backend.precompile(kernels)
+        print(f"{layer.name} {direction} {dtype}: {len(picks)} configs, compiled in "
+              f"{time.perf_counter() - start:.1f} s", flush=True)  # fmt: skip
+        if failures:
+            print("compile failures:", next(iter(failures.values())), flush=True)
         key = (dtype, layout, layer.name)
         if key not in tensors:
             tensors.clear()
@@ -337,6 +278,8 @@ def main() -> None:
             row["errors"] = errors
         rows.append(row)
         print(json.dumps(row), flush=True)
+        if args.out:
+            args.out.write_text(json.dumps({**result, "rows": rows}, indent=1))
 
     print(
         f"\n{'layer':12} {'layout':6} {'dtype':8} {'dir':17} {'ours ms':>8} {'cudnn':>8} "
@@ -369,21 +312,6 @@ def main() -> None:
                 )
     allr = [r["best_vs_cudnn"] for r in rows if "best_vs_cudnn" in r]
     print(f"all: geomean {geomean(allr):.2f}, faster on {sum(v < 1 for v in allr)}/{len(allr)}")
-    if args.out:
-        args.out.write_text(
-            json.dumps(
-                {
-                    "device": torch.cuda.get_device_name(),
-                    "torch": torch.__version__,
-                    "cudnn": torch.backends.cudnn.version(),
-                    "copy_gbps": copy_rate,
-                    "options": " ".join(sys.argv[1:]),
-                    "date": time.strftime("%Y-%m-%d"),
-                    "rows": rows,
-                },
-                indent=1,
-            )
-        )
 
 
 if __name__ == "__main__":

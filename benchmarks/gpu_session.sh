@@ -53,8 +53,13 @@
 #               strips; the 7x7 tiles) beside the default against cuDNN, on DW_SUITES
 #               (convnext_t_dw; convnext_bl_dw: ConvNeXt-B/L, held out of the 7x7 fit), DW_LAYERS
 #               (all), DW_DTYPES (float16), DW_BATCH (64), DW_DIRECTIONS (forward
-#               backward_data); a cold compile of one layer and direction is ~600 kernels
-#               (~90 s on 16 cores): DW_TIMEOUT (540) a suite, the binary cache kept between calls
+#               backward_data); a config is a kernel, and cold compiles ran under 7 a second
+#               (3x3 layers: 250-500 configs a layer and direction; MobileNetV3-L's whole
+#               space, 3,572 kernels, did not compile in 530 s): the log's first line counts
+#               them; DW_TIMEOUT (540) a suite, the binary cache kept between calls
+#   dwvary      issue 13: at DW_BATCH (32) the default and the tiles that differ from the
+#               batch-64 default tile only in DW_VARY's keys (nt ch), DW_SUITES (MobileNetV3-L,
+#               EfficientNet-B0: ~290 kernels), results written after every row
 #   dwwrw       issue 13: the depthwise GPU tests, then every backward-weights tile config
 #               (TMA twins and channels a thread included) against cuDNN (DW_DTYPES, DW_SUITES)
 #   dwab        issue 13: the depthwise switches (narrow TMA L2 promotion, channel blocks
@@ -150,7 +155,7 @@
 #               QDTYPE (one data type), MODEL_DIR (another model) and QTAG (output names);
 #               one process a GPU, each every N-th problem (--shard), merged into one summary
 set -uo pipefail
-STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d|vstable|parallel|tests|dwtiles|dwruns|dwsweep|dwwrw|dwab|dwprofile|spans|refreshdb|nhwcdb}"
+STAGE="${1:?stage: suite|models|models-own|modes|cost|plugin|findreport|frontend|eager|launch|depthwise|firstfind|findprofile|findab|findenv|rtcprobe|scaling|gpudb|tf32db|tritondb|triton|wgmma|wgmmarace|vscudnn|quality|dwnchw|splits|wgmma3d|vstable|parallel|tests|dwtiles|dwruns|dwsweep|dwvary|dwwrw|dwab|dwprofile|spans|refreshdb|nhwcdb}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # shellcheck source=/dev/null
@@ -176,6 +181,10 @@ plain_db() {
 sweep_tiles() {
   # shellcheck disable=SC2086
   for suite in ${DW_SUITES:-$3}; do
+    # the whole tile space compiles about a kernel a config, ~1 s each cold: counted first
+    python3 benchmarks/gpu_depthwise_bench.py --count --suite "$suite" --batch "${DW_BATCH:-64}" \
+      --dtypes ${DW_DTYPES:-float16} --layouts NHWC --configs 0 --tile-only --directions $2 \
+      ${DW_LAYERS:+--layers $DW_LAYERS} ${DW_ARGS:-} | tail -1
     timeout "${DW_TIMEOUT:-$4}" python3 benchmarks/gpu_depthwise_bench.py --suite "$suite" \
       --batch "${DW_BATCH:-64}" --dtypes ${DW_DTYPES:-float16} --layouts NHWC --configs 0 \
       --tile-only --runs 10 --directions $2 ${DW_LAYERS:+--layers $DW_LAYERS} ${DW_ARGS:-} \
@@ -321,6 +330,21 @@ case "$STAGE" in
   dwsweep)
     # every staged-tile config (--configs 0 --tile-only) against cuDNN; DW_LAYERS narrows
     sweep_tiles sweep "${DW_DIRECTIONS:-forward backward_data}" convnext_t_dw 540
+    ;;
+  dwvary)
+    # issue 13: at DW_BATCH (32), the default and the staged tiles that differ from the
+    # batch-64 default tile only in DW_VARY's keys (run length, channel block), forward and
+    # backward data, fp16, DW_SUITES; the kernels counted first (cold compiles decide the fit)
+    # shellcheck disable=SC2086
+    for suite in ${DW_SUITES:-mobilenetv3_large_dw efficientnet_b0_dw}; do
+      args=(--suite "$suite" --batch "${DW_BATCH:-32}" --dtypes ${DW_DTYPES:-float16}
+        --layouts NHWC --configs 1 --vary ${DW_VARY:-nt ch} --ref-batch 64
+        --directions ${DW_DIRECTIONS:-forward backward_data} ${DW_LAYERS:+--layers $DW_LAYERS})
+      python3 benchmarks/gpu_depthwise_bench.py --count "${args[@]}" | tail -1
+      timeout "${DW_TIMEOUT:-260}" python3 benchmarks/gpu_depthwise_bench.py "${args[@]}" \
+        --runs 10 --out "$OUT/dw_vary_$suite.json" 2>&1 | tee "$OUT/dw_vary_$suite.log" |
+        grep -a -v '^{' | tail -8
+    done
     ;;
   dwwrw)
     # issue 13: dw_wrw_tile's TMA twins (and 2/4 channels a thread) checked by the depthwise
