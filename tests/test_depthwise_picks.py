@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip("miocore_direct.gpu_depthwise")
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
 
-import depthwise_picks as picks  # noqa: E402
-from shapes import SUITES, problem  # noqa: E402
+import depthwise_picks as picks
+from shapes import SUITES, problem
 
 
 def _args(*argv: str) -> argparse.Namespace:

@@ -6,8 +6,9 @@ Corpus-derived problems: one-group 2-D rows of the corpus (filters, pads, stride
 kept) as backward weights in NHWC, shrunk to 8 to 136 channels so that channel tails inside a
 64-channel box, one and several tiles all run; the filter is poisoned with NaN first;
 tolerance ``miocore.testing.TOLERANCES``. Then every configuration of the search space (tiles,
-pixel boxes, split-K parts, tiles over several taps) on shapes chosen for their edges, and a
-filter in another layout than the activations (the reduce kernel's strided stores).
+pixel boxes, split-K parts, tiles over several taps, stream-K shares) on shapes chosen for
+their edges, and a filter in another layout than the activations (the reduce kernel's strided
+stores).
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ writes the filter through its strides (any filter layout). One part on a filter 
 contiguous stores straight from the registers. On layers of at most 64 input channels a tile
 may instead span 2, 3 or 4 taps of every channel (``span``: one x box per tap), so each dy
 slice feeds a wider ``wgmma``; the cost model ranks those over 2 and 4 with the per-tap tiles.
+Where a layer's tiles make an uneven number of waves (VGG-16's 512-channel layers: 72 tiles
+on 132 SMs), stream-K shares (``sk``) give every block the same number of (tile, box)
+iterations across tiles, each tile's pieces summed in its contributors' slabs; in the tuning
+space after the split-K configurations, not ranked by the cost model until timed on a GPU.
 
 Every size and the pixel box are run-time arguments; the tile and depth are compiled in, so
 one binary per tile serves every problem (the solver is dynamic). The tensor maps hold the
@@ -77,8 +81,10 @@ from miocore_igemm.gpu_wgmma_wrw_plan import (
     _splits,
     c_tiles,
     pack_geometry,
+    partial_bytes,
     pixel_boxes,
     ranked,
+    streamk_blocks,
     tap_groups,
 )
 
@@ -136,11 +142,12 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
     def perf_config_space(self, ctx: ExecutionContext, problem: ConvProblem) -> list[PerfConfig]:
         """Every tile no wider than k and c need x the three pixel boxes that cover the output
         in the fewest boxes x the split-K parts that keep each part's pipeline full; then, on
-        layers of at most 64 input channels, the tiles over 2, 3 or 4 taps the same way."""
+        layers of at most 64 input channels, the tiles over 2, 3 or 4 taps the same way; then
+        every tile and box again in stream-K shares (``sk``)."""
         p = problem
         if not _computes(p):
             return []
-        out = []
+        out, shares = [], []
         for span in (1, *SPANS):
             for (bm, bn), stages in STAGES.items():
                 if not _fits(p, bm, bn, span):
@@ -148,7 +155,8 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
                 for box in pixel_boxes(p):
                     for split in _splits(p, box):
                         out.append(_config(p, bm, bn, stages, box, split, span))
-        return out
+                    shares.append(_config(p, bm, bn, stages, box, 1, span, streamk=True))
+        return out + shares
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
         """The tile, box and split the cost model expects fastest (see :func:`ranked`)."""
@@ -176,7 +184,8 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
     ) -> bool:
         """The seven keys; a tile with its depth; a box of exactly 64 pixels within the TMA's
         limits; at least one box per split-K part; ``span`` (optional) 2, 3 or 4 taps on a
-        layer of at most 64 input channels, ``bn`` 64 a tap."""
+        layer of at most 64 input channels, ``bn`` 64 a tap; ``sk`` (optional) 1, with one
+        part."""
         try:
             bm, bn, stages, tw, th, tn, split = (int(config[k]) for k in _KEYS)
             td = int(config.get("td", 1))
@@ -189,6 +198,8 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
         if "span" in config and (span not in SPANS or not _fits(p, bm, bn, span)):
             return False
         if "span" not in config and bn not in PER_TAP_BN:  # 192 columns span three taps
+            return False
+        if "sk" in config and (config["sk"] != 1 or split != 1):  # stream-K: shares, no parts
             return False
         if ("td" in config) != (p.spatial_dims == 3):  # a depth exactly where there is one
             return False
@@ -230,7 +241,7 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
         if not _computes(p):
             return 0
         cfg = self._config(ctx, p, perf_config)
-        return _workspace(p, (int(cfg["bm"]), int(cfg["bn"])), int(cfg["split"]))[2]
+        return _workspace(p, cfg, streamk_blocks(p, cfg, _sms(ctx)))[2]
 
     def get_solution(
         self, ctx: ExecutionContext, problem: ConvProblem, perf_config: PerfConfig | None = None
@@ -244,17 +255,18 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
         td = int(cfg.get("td", 1))
         span = int(cfg.get("span", 1))
         three = caller.spatial_dims == 3
-        copies, part_at, workspace = _workspace(caller, (bm, bn), split)
+        sms = _sms(ctx)
+        streamk = streamk_blocks(caller, cfg, sms)  # blocks of stream-K shares, or 0
+        copies, part_at, workspace = _workspace(caller, cfg, streamk)
         p = with_packed(caller, tuple(c.name for c in copies))  # what the kernel reads
         id_, ih, iw = depth3(p.in_spatial, 1)
         od, oh, ow = depth3(p.out_spatial, 1)
         sd, sh, sw = depth3(p.conv.strides, 1)
-        direct = _direct(p, (bm, bn), split)
+        direct = _direct(p, (bm, bn), split, streamk)
         slab = _slab(p)
         ws = p.w.strides  # (k, c, [t,] r, s)
-        geometry = pack_geometry(p, cfg)
+        geometry = pack_geometry(p, cfg, streamk)
         units = _cdiv(p.k, bm) * c_tiles(p, bn, span) * tap_groups(p, span) * split
-        sms = _sms(ctx)
         options = (
             _DTYPE_OPTIONS[p.dtype],
             f"-DMIO_BM={bm}",
@@ -262,6 +274,7 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
             f"-DMIO_STAGES={stages}",
             *(("-DMIO_3D=1",) if three else ()),
             *((f"-DMIO_SPAN={span}",) if span > 1 else ()),
+            *(("-DMIO_STREAMK=1",) if streamk else ()),
             "--gpu-architecture=sm_90a",  # wgmma and setmaxnreg: the arch-specific target
         )
         kernels = [c.kernel for c in copies] + [
@@ -269,7 +282,8 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
                 source=SOURCE,
                 kernel_name=KERNEL,
                 options=options,
-                grid=(min(units, sms),),  # persistent: one block per SM walks the units
+                # persistent: one block per SM walks the units (or its stream-K share)
+                grid=(streamk or min(units, sms),),
                 block=(THREADS,),
             )
         ]
@@ -362,13 +376,14 @@ def staged(p: ConvProblem) -> tuple[str, ...]:
     return tuple(name for name in ("x", "y") if not reads_as_is(getattr(p, name)))
 
 
-def _workspace(p: ConvProblem, tile: tuple[int, int], split: int) -> tuple[list, int, int]:
-    """The workspace of ``p``'s solution: (the staged copies, where the partial sums
-    start, the size): the packed copies of x and dy (:func:`staged`), then the sums."""
+def _workspace(p: ConvProblem, config: PerfConfig, streamk: int) -> tuple[list, int, int]:
+    """The workspace of ``config``'s solution (``streamk``: its stream-K blocks, or 0): (the
+    staged copies, where the partial sums start, the size): the packed copies of x and dy
+    (:func:`staged`), then the sums."""
     names = staged(p)
     copies = staged_copies(p, names, "w", 0, _DTYPE_OPTIONS[p.dtype]) if names else []
     part_at = end_of(copies, 0)
-    return copies, part_at, part_at + _partial_bytes(p, tile, split)
+    return copies, part_at, part_at + partial_bytes(p, config, streamk)
 
 
 def _channel_reason(p: ConvProblem) -> str | None:

@@ -2,9 +2,10 @@
 
 The 64-pixel boxes of the output that the sum runs over (:func:`pixel_boxes`; a depth on 3-D
 problems), the tiles and pipeline depths the kernel is compiled for, the split-K parts and
-their fp32 slabs, the ``MioWrwGeom`` the kernels take (:func:`pack_geometry`), and the cost
-model that ranks every tile and split (:func:`ranked`). The solver (``gpu_wgmma_wrw.py``)
-turns a ranked configuration into kernels and launches.
+their fp32 slabs, the stream-K shares (the ``sk`` key: :func:`streamk_blocks`,
+:func:`streamk_slabs`), the ``MioWrwGeom`` the kernels take (:func:`pack_geometry`),
+and the cost model that ranks every tile and split (:func:`ranked`). The solver
+(``gpu_wgmma_wrw.py``) turns a ranked configuration into kernels and launches.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ _PARTIAL_BYTES_PER_S = 9.0e12
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 #: Slices a part should keep at least (fewer: the pipeline never fills).
 _MIN_PART_STEPS = 8
-_KEYS = ("bm", "bn", "stages", "tw", "th", "tn", "split")  # and "td" (3-D), "span" (optional)
+_KEYS = ("bm", "bn", "stages", "tw", "th", "tn", "split")  # "td" (3-D), "span", "sk" (optional)
 _GEOMETRY = struct.Struct("<22i5q")
 _GEOMETRY_3D = struct.Struct("<8iq")  # MioWrwGeom's depth fields, after the 2-D ones
 
@@ -102,11 +103,12 @@ def _taps(p: ConvProblem) -> int:
     return math.prod(p.filter_spatial)
 
 
-def _direct(p: ConvProblem, tile: tuple[int, int], split: int) -> bool:
+def _direct(p: ConvProblem, tile: tuple[int, int], split: int, streamk: int = 0) -> bool:
     """Whether the sums go straight into the filter: one part summed by one consumer, c
-    contiguous, even strides (the epilogue's paired stores)."""
+    contiguous, even strides (the epilogue's paired stores); never with stream-K shares
+    (``streamk``: their block count), whose tiles may have several contributors."""
     ws = p.w.strides  # (k, c, [t,] r, s)
-    if split != 1 or tile in HALVES:
+    if split != 1 or tile in HALVES or streamk:
         return False
     return ws[1] == 1 and not any(x % 2 for x in (ws[0], *ws[2:]))
 
@@ -125,10 +127,61 @@ def _partial_bytes(p: ConvProblem, tile: tuple[int, int], split: int) -> int:
     return 0 if _direct(p, tile, split) else _slabs(tile, split) * _slab(p) * 4
 
 
-def pack_geometry(p: ConvProblem, config: PerfConfig) -> bytes:
+def partial_bytes(p: ConvProblem, config: PerfConfig, streamk: int = 0) -> int:
+    """The fp32 sums of ``config``'s launch in the workspace: its split-K parts', or with
+    stream-K shares over ``streamk`` blocks one slab per contributor a tile can have."""
+    if streamk:
+        return streamk_slabs(p, config, streamk) * _slab(p) * 4
+    return _partial_bytes(p, (int(config["bm"]), int(config["bn"])), int(config["split"]))
+
+
+def tile_count(p: ConvProblem, tile: tuple[int, int], span: int = 1) -> int:
+    """Tiles of a launch: k tiles x c tiles x tap groups (the kernel's ``tile_count``)."""
+    return _cdiv(p.k, tile[0]) * c_tiles(p, tile[1], span) * tap_groups(p, span)
+
+
+def _box_of(config: PerfConfig) -> tuple[int, int, int, int]:
+    return (int(config["tw"]), int(config["th"]), int(config.get("td", 1)), int(config["tn"]))
+
+
+def streamk_blocks(p: ConvProblem, config: PerfConfig, sms: int) -> int:
+    """Blocks of a stream-K launch (``sk`` in ``config``): one per SM, no more than there are
+    (tile, box) iterations; 0 for a split-K configuration."""
+    if not config.get("sk"):
+        return 0
+    tile = (int(config["bm"]), int(config["bn"]))
+    iterations = tile_count(p, tile, int(config.get("span", 1))) * _boxes(p, _box_of(config))
+    return max(1, min(sms, iterations))
+
+
+def streamk_slabs(p: ConvProblem, config: PerfConfig, blocks: int) -> int:
+    """fp32 slabs a stream-K launch of ``config`` over ``blocks`` needs: the most blocks whose
+    shares meet in one tile (twice that for the HALVES tiles, a slab per consumer)."""
+    tile = (int(config["bm"]), int(config["bn"]))
+    tiles = tile_count(p, tile, int(config.get("span", 1)))
+    return _slabs(tile, _most_contributors(tiles, _boxes(p, _box_of(config)), blocks))
+
+
+def _sk_owner(x: int, total: int, blocks: int) -> int:
+    """The block whose share holds iteration ``x`` (the kernels' ``mio_sk_owner``)."""
+    return ((x + 1) * blocks - 1) // total
+
+
+@functools.lru_cache(maxsize=256)
+def _most_contributors(tiles: int, boxes: int, blocks: int) -> int:
+    """The most blocks whose shares hold some of one tile (``mio_sk_contributors``)."""
+    total = tiles * boxes
+    return max(
+        _sk_owner(t * boxes + boxes - 1, total, blocks) - _sk_owner(t * boxes, total, blocks) + 1
+        for t in range(tiles)
+    )
+
+
+def pack_geometry(p: ConvProblem, config: PerfConfig, streamk: int = 0) -> bytes:
     """The kernels' ``MioWrwGeom`` for ``p`` and a valid ``config``: sizes, geometry, the
-    pixel box and its counts, the split, whether the sums go straight into the filter, the
-    slabs the reduce adds, the filter's strides and one slab's length."""
+    pixel box and its counts, the split (with stream-K shares: ``streamk``, the grid's
+    blocks), whether the sums go straight into the filter, the slabs the reduce adds, the
+    filter's strides and one slab's length."""
     bm, bn, _, tw, th, tn, split = (int(config[k]) for k in _KEYS)
     td = int(config.get("td", 1))
     t, r, s = depth3(p.filter_spatial, 1)
@@ -137,10 +190,11 @@ def pack_geometry(p: ConvProblem, config: PerfConfig) -> bytes:
     pd, ph, pw = depth3(p.conv.pads, 0)
     dd, dh, dw = depth3(p.conv.dilations, 1)
     ws = p.w.strides  # (k, c, [t,] r, s)
+    slabs = streamk_slabs(p, config, streamk) if streamk else _slabs((bm, bn), split)
     packed = _GEOMETRY.pack(
         p.n, oh, ow, p.k, p.c, r, s, sh, sw, ph, pw, dh, dw, tw, th, tn,
-        _cdiv(ow, tw), _cdiv(oh, th), _boxes(p, (tw, th, td, tn)), split,
-        int(_direct(p, (bm, bn), split)), _slabs((bm, bn), split),
+        _cdiv(ow, tw), _cdiv(oh, th), _boxes(p, (tw, th, td, tn)), streamk or split,
+        int(_direct(p, (bm, bn), split, streamk)), slabs,
         ws[0], ws[-2], ws[-1], ws[1], _slab(p),
     )  # fmt: skip
     if p.spatial_dims == 3:  # MioWrwGeom's depth fields (MIO_3D)
@@ -203,14 +257,16 @@ def _splits(p: ConvProblem, box: tuple[int, ...]) -> tuple[int, ...]:
 
 def _config(
     p: ConvProblem, bm: int, bn: int, stages: int, box: tuple[int, ...], split: int,
-    span: int = 1,
+    span: int = 1, streamk: bool = False,
 ) -> PerfConfig:  # fmt: skip
     """A configuration: ``td`` (the box's depth) on 3-D problems only, ``span`` over several
-    taps only."""
+    taps only, ``sk`` (stream-K shares, ``split`` 1) only where asked."""
     tw, th, td, tn = box
     keys = dict(bm=bm, bn=bn, stages=stages, tw=tw, th=th, tn=tn, split=split)
     if p.spatial_dims == 3:
         keys["td"] = td
     if span > 1:
         keys["span"] = span
+    if streamk:
+        keys["sk"] = 1
     return PerfConfig(**keys)

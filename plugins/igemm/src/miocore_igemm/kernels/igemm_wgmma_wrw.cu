@@ -34,11 +34,17 @@
 // whose small wgmma instructions load more operands per product). A last group short of taps
 // loads its first tap again and stores nothing of it.
 //
+// Stream-K (MIO_STREAMK): instead of units of equal parts, each block takes an equal share of
+// all the tiles' pixel boxes, tile after tile (igemm_wgmma_wrw_streamk.h), and sums each
+// tile's piece into the slab of its contributor number; the reduce adds each tile's
+// contributors. ``split`` then holds the grid's block count and ``direct`` is 0.
+//
 // Compile-time: MIO_BM (64, 128), MIO_BN (64, 128, 256; 192 over 3 taps), MIO_STAGES, MIO_3D,
-// MIO_SPAN, MIO_DTYPE_FP16 or MIO_DTYPE_BF16. Every size and the pixel box are run-time
-// arguments: one binary per tile and depth serves every problem.
+// MIO_SPAN, MIO_STREAMK, MIO_DTYPE_FP16 or MIO_DTYPE_BF16. Every size and the pixel box are
+// run-time arguments: one binary per tile and depth serves every problem.
 #include "igemm_wgmma_ops.h"
 #include "igemm_wgmma_sync.h"
+#include "igemm_wgmma_wrw_streamk.h"
 
 #ifndef MIO_BM
 #define MIO_BM 128
@@ -54,6 +60,9 @@
 #endif
 #ifndef MIO_SPAN
 #define MIO_SPAN 1  // taps a tile's columns span (2, 3, 4: one 64-channel box per tap)
+#endif
+#ifndef MIO_STREAMK
+#define MIO_STREAMK 0  // 1: equal shares of every tile's boxes per block (stream-K)
 #endif
 #if MIO_SPAN > 1 && MIO_BN != 64 * MIO_SPAN
 #error "a tile over MIO_SPAN taps is 64 x MIO_SPAN columns wide"
@@ -101,7 +110,7 @@ struct MioWrwGeom {
   int sh, sw, ph, pw, dh, dw;
   int tw, th, tn;             // the pixel box: tw * th * tn == 64
   int tiles_q, tiles_p, boxes;  // boxes along a row, down an image, in all
-  int split;                  // parts of the pixel sum
+  int split;                  // parts of the pixel sum (MIO_STREAMK: the grid's blocks)
   int direct;                 // 1: sums stored straight into the filter (split 1, c contiguous)
   int slabs;                  // fp32 slabs the reduce adds: split, twice that for 64 x 64
   long long w_sk, w_sr, w_ss, w_sc;  // the filter's strides (elements)
@@ -174,6 +183,39 @@ __device__ __forceinline__ MioWrwUnit unit_at(const MioWrwGeom& g, int u, int ti
   return at;
 }
 
+// Tiles of a launch: k tiles x c tiles x tap groups.
+__device__ __forceinline__ long long tile_count(const MioWrwGeom& g, int tiles_k, int tiles_c) {
+  return (long long)tiles_k * tiles_c * MIO_TAP_GROUPS(g);
+}
+
+#if MIO_STREAMK
+// This block's ``index``-th segment of its share: the tile's place, its boxes [lo, hi) and its
+// contributor number (``part``); false past the last.
+__device__ __forceinline__ bool segment_at(const MioWrwGeom& g, int tiles_k, int tiles_c,
+                                           int index, MioWrwUnit& at) {
+  MioSkSegment s;
+  if (!mio_sk_segment(tile_count(g, tiles_k, tiles_c), g.boxes, gridDim.x, blockIdx.x, index,
+                      &s)) {
+    return false;
+  }
+  at = unit_at(g, (int)s.tile, tiles_k, tiles_c);  // the tile's place (part 0 of it)
+  at.lo = s.lo;
+  at.hi = s.hi;
+  at.part = s.ordinal;
+  return true;
+}
+// The loop over this block's work ``at``: the segments of its share
+#define MIO_FOR_EACH_WORK(at) \
+  MioWrwUnit at;              \
+  for (int work_ = 0; segment_at(g, tiles_k, tiles_c, work_, at); ++work_)
+#else
+// The loop over this block's work ``at``: units blockIdx.x, + gridDim.x, ... (a tile and one
+// part of its sum)
+#define MIO_FOR_EACH_WORK(at)                                         \
+  for (int u_ = blockIdx.x; u_ < units; u_ += gridDim.x)              \
+    if (const MioWrwUnit at = unit_at(g, u_, tiles_k, tiles_c); true)
+#endif
+
 extern "C" __global__ void __launch_bounds__(384, 1)
     igemm_wgmma_wrw(const __grid_constant__ MioTensorMap x_map,
                     const __grid_constant__ MioTensorMap dy_map, mio_elem* __restrict__ w,
@@ -188,7 +230,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   const int wg = tid / 128;
   const int tiles_k = (g.k + MIO_BM - 1) / MIO_BM;
   const int tiles_c = MIO_SPAN > 1 ? 1 : (g.c + MIO_BN - 1) / MIO_BN;
-  const int units = tiles_k * tiles_c * MIO_TAP_GROUPS(g) * g.split;
+#if !MIO_STREAMK
+  const int units = (int)tile_count(g, tiles_k, tiles_c) * g.split;
+#endif
 
   if (tid == 0) {
     for (int i = 0; i < MIO_STAGES; ++i) {
@@ -207,8 +251,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(&dy_map))
                    : "memory");
       int it = 0;  // slices loaded over all this block's units: the ring's position
-      for (int u = blockIdx.x; u < units; u += gridDim.x) {
-        const MioWrwUnit at = unit_at(g, u, tiles_k, tiles_c);
+      MIO_FOR_EACH_WORK(at) {
         const int hoff = at.fy * g.dh - g.ph, woff = at.fx * g.dw - g.pw;
 #if MIO_3D
         const int doff = at.fz * g.dd - g.pd;
@@ -299,8 +342,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       MIO_A_BYTES + (MIO_BM == 128 || MIO_HALVES ? 0 : cw * (MIO_CN / 64) * MIO_CHUNK);
   float d[MIO_ACC];
   int it = 0;
-  for (int u = blockIdx.x; u < units; u += gridDim.x) {
-    const MioWrwUnit at = unit_at(g, u, tiles_k, tiles_c);
+  MIO_FOR_EACH_WORK(at) {
 #pragma unroll
     for (int i = 0; i < MIO_ACC; ++i) d[i] = 0.f;
     int prev = -1;  // the ring position this consumer multiplied last in this unit
@@ -378,6 +420,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 // The parts' fp32 sums added in order (deterministic), converted and stored through the
 // filter's strides (any layout). Two channels a thread, the slabs' loads unrolled so that
 // eight are in flight: with many parts of a small filter the sum is bound by their latency.
+// Stream-K: a tile's own contributors only (the slabs past them hold other tiles' sums or
+// nothing).
 extern "C" __global__ void igemm_wgmma_wrw_reduce(const float* __restrict__ part,
                                                   mio_elem* __restrict__ w, const MioWrwGeom g) {
   const long long pairs = g.slab / 2;
@@ -388,11 +432,25 @@ extern "C" __global__ void igemm_wgmma_wrw_reduce(const float* __restrict__ part
   const long long taps = (long long)g.r * g.s;
   const bool paired = g.w_sc == 1 && ((g.w_sk | g.w_sr | g.w_ss) & 1) == 0;
 #endif
+#if MIO_STREAMK
+  const int tiles_k = (g.k + MIO_BM - 1) / MIO_BM;
+  const int tiles_c = MIO_SPAN > 1 ? 1 : (g.c + MIO_BN - 1) / MIO_BN;
+  const long long total = tile_count(g, tiles_k, tiles_c) * g.boxes;
+#endif
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < pairs;
        i += (long long)gridDim.x * blockDim.x) {
+#if MIO_STREAMK  // the slabs of the tile of (k, tap, c), numbered as unit_at does: k fastest
+    const long long kc = 2 * i / g.c;
+    const long long tile =
+        kc / taps / MIO_BM + (long long)tiles_k * ((MIO_SPAN > 1 ? 0 : (2 * i % g.c) / MIO_BN) +
+                                                   (long long)tiles_c * (kc % taps / MIO_SPAN));
+    const int slabs = (MIO_HALVES ? 2 : 1) * mio_sk_contributors(tile, g.boxes, total, g.split);
+#else
+    const int slabs = g.slabs;
+#endif
     float2 sum = reinterpret_cast<const float2*>(part)[i];
 #pragma unroll 8
-    for (int j = 1; j < g.slabs; ++j) {
+    for (int j = 1; j < slabs; ++j) {
       const float2 v = reinterpret_cast<const float2*>(part + j * g.slab)[i];
       sum.x += v.x;
       sum.y += v.y;
