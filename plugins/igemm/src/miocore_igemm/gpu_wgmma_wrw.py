@@ -79,13 +79,12 @@ from miocore_igemm.gpu_wgmma_wrw_plan import (
     _partial_bytes,
     _slab,
     _splits,
-    c_tiles,
     pack_geometry,
     partial_bytes,
     pixel_boxes,
     ranked,
     streamk_blocks,
-    tap_groups,
+    tile_count,
 )
 
 SOURCE = "igemm/igemm_wgmma_wrw.cu"
@@ -266,7 +265,7 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
         slab = _slab(p)
         ws = p.w.strides  # (k, c, [t,] r, s)
         geometry = pack_geometry(p, cfg, streamk)
-        units = _cdiv(p.k, bm) * c_tiles(p, bn, span) * tap_groups(p, span) * split
+        units = tile_count(p, (bm, bn), span) * split
         options = (
             _DTYPE_OPTIONS[p.dtype],
             f"-DMIO_BM={bm}",

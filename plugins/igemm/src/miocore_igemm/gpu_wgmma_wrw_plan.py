@@ -217,7 +217,7 @@ def _ranked(p: ConvProblem, sms: int) -> tuple[PerfConfig, ...]:
     for span, ((bm, bn), stages) in itertools.product((1, *RANKED_SPANS), STAGES.items()):
         if not _fits(p, bm, bn, span):
             continue
-        tiles = _cdiv(p.k, bm) * c_tiles(p, bn, span) * tap_groups(p, span)
+        tiles = tile_count(p, (bm, bn), span)
         efficiency = _TILE_EFFICIENCY[bm, bn] * (_SPAN_EFFICIENCY if span > 1 else 1.0)
         per_slice = 2.0 * bm * bn * PIXELS / (_SM_FLOPS * efficiency)
         for split in _splits(p, box):
