@@ -32,13 +32,15 @@ from miocore.testing import cpu_context
 
 _SMS = 132
 #: Keys that tell two measured configurations apart for the replay.
-_MATCH = ("bm", "bn", "split", "tw", "th", "td", "tn", "pingpong", "span")
+_MATCH = ("bm", "bn", "split", "tw", "th", "td", "tn", "pingpong", "span", "sk")
 #: The cost models' scalar constants searched (those a module has), with their candidates.
 _SCALARS = {
     "_UNIT_FIXED": (1.0, 2.0, 4.0, 6.0, 8.0, 12.0),
     "_COOPERATIVE_FIXED": (1.0, 2.0, 4.0, 6.0, 8.0),
     "_PINGPONG_FIXED": (0.5, 1.0, 2.0, 4.0),
     "_PARTIAL_BYTES_PER_S": (2e12, 4e12, 6e12, 9e12, 15e12),
+    "_STREAMK_SLOWDOWN": (0.9, 1.0, 1.1, 1.2, 1.3, 1.5, 2.0, 3.0),
+    "_STREAMK_FIXED": (2.0, 6.0, 12.0, 24.0, 48.0, 96.0),
     "_SPAN_EFFICIENCY": (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0),
 }
 

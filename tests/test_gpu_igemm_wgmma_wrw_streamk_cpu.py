@@ -109,14 +109,23 @@ def test_shares_partition_the_iterations_evenly_and_number_each_tiles_contributo
     assert wrw_plan._most_contributors(tiles, boxes, blocks) == max(contributors.values())
 
 
-def test_solver_offers_stream_k_after_split_k_and_never_ranks_it() -> None:
-    ctx, p = _ctx(), _problem().canonical
+def test_solver_offers_stream_k_after_split_k_and_ranks_it_where_tiles_are_few() -> None:
+    # H200, fp16 (2026-11-30): shares beat every split-K part count of the same tile on the
+    # narrow layers (a few tiles over many pixel boxes: 0.74-0.96x the time) and lost on
+    # VGG-16's 512-channel layers and most per-tap tiles, whose blocks reread the operands
+    ctx, p = _ctx(), _problem().canonical  # VGG-16 conv4_2: 72 tiles of 128 x 256
     space = SOLVER.perf_config_space(ctx, p)
     shares = [c for c in space if c.get("sk")]
     assert shares and all(c.get("sk") for c in space[len(space) - len(shares) :])
     assert all(SOLVER.is_valid_perf_config(ctx, p, c) for c in shares)
     assert not SOLVER.default_perf_config(ctx, p).get("sk")
     assert not any(c.get("sk") for c in SOLVER.find_configs(ctx, p))
+    narrow = _problem(c=64, k=64, in_spatial=(224, 224)).canonical  # conv1_2: 3 span tiles
+    default = SOLVER.default_perf_config(ctx, narrow)
+    assert default.get("sk") and default["span"] == 3
+    assert all(c["split"] == 1 for c in wrw_plan.ranked(ctx, narrow) if c.get("sk"))
+    tiny = _problem(n=1, c=64, k=64, in_spatial=(8, 8)).canonical  # fewer iterations than SMs
+    assert not any(c.get("sk") for c in wrw_plan.ranked(ctx, tiny))
     bad = miocore.PerfConfig(**{**dict(shares[0]), "split": 3})
     assert not SOLVER.is_valid_perf_config(ctx, p, bad)  # stream-K has no parts
     assert not SOLVER.is_valid_perf_config(

@@ -36,9 +36,10 @@ PER_TAP_BN = (64, 128, 256)
 #: the per-tap tiles; those of :data:`RANKED_SPANS` are ranked by the cost model
 #: (``_SPAN_EFFICIENCY``).
 SPANS = (2, 3, 4)
-#: Spans the cost model ranks (defaults and a normal find's alternatives): 3 (no repeated tap
-#: on 3x3 and 3x3x3 filters, where 2 and 4 repeat one) joins once a GPU has run and timed it.
-RANKED_SPANS = (2, 4)
+#: Spans the cost model ranks (defaults and a normal find's alternatives); 3 (no repeated tap
+#: on 3x3 and 3x3x3 filters, where 2 and 4 repeat one) joined once timed (H200, 2026-11-30):
+#: in stream-K shares it was the fastest tile of VGG-16's conv1_2 and conv2_1.
+RANKED_SPANS = (2, 3, 4)
 #: Relative speed of a tile per unit of work (bigger tiles reuse their operands more) and a
 #: unit's fixed cost (pipeline fill, epilogue) in slices' time: first estimates, by analogy
 #: with the forward kernel's table; replayed on a sweep of every tile and split (ResNet-50 and
@@ -58,6 +59,15 @@ _UNIT_FIXED = 6.0
 _SPAN_EFFICIENCY = 0.8
 #: The rate of the parts' fp32 sums, written and read back mostly within the L2.
 _PARTIAL_BYTES_PER_S = 9.0e12
+#: Stream-K shares (``_streamk_cost``): a share's slices against a split-K part's, the fixed
+#: cost of each tile a share touches in slices' time, and the rate the tiles read their
+#: operand boxes at (memory, part of it hitting in the L2). Fitted on every tile's best
+#: split-K and its shares on VGG-16's and the 3-D U-Net's backward weights (fp16, H200,
+#: 2026-11-30, ``benchmarks/wgmma_cost_fit.py``): the default went from 1.071x to 1.016x the
+#: fastest measured, with the alternatives a normal find measures from 1.043x to 1.002x.
+_STREAMK_SLOWDOWN = 1.0
+_STREAMK_FIXED = 6.0
+_STREAMK_BYTES_PER_S = 6.0e12
 #: Split-K parts the configuration space offers.
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 #: Slices a part should keep at least (fewer: the pipeline never fills).
@@ -203,9 +213,10 @@ def pack_geometry(p: ConvProblem, config: PerfConfig, streamk: int = 0) -> bytes
 
 
 def ranked(ctx: ExecutionContext, p: ConvProblem) -> list[PerfConfig]:
-    """Every tile and split-K at the best pixel box, fastest first by the cost model: waves
-    of work units over the SMs, a unit's slices at the tile's relative speed plus a fixed
-    cost per unit, and the parts' fp32 sums written and read back."""
+    """Every tile and split-K (and the tile in stream-K shares, where there are iterations
+    for every SM) at the best pixel box, fastest first by the cost model: waves of work units
+    over the SMs, a unit's slices at the tile's relative speed plus a fixed cost per unit,
+    and the parts' fp32 sums written and read back (shares: ``_streamk_cost``)."""
     return list(_ranked(p, _sms(ctx)))
 
 
@@ -225,8 +236,27 @@ def _ranked(p: ConvProblem, sms: int) -> tuple[PerfConfig, ...]:
             cost = waves * (_cdiv(boxes, split) + _UNIT_FIXED) * per_slice
             cost += 2 * _partial_bytes(p, (bm, bn), split) / _PARTIAL_BYTES_PER_S
             scored.append((cost, len(scored), _config(p, bm, bn, stages, box, split, span)))
+        if tiles * boxes >= sms:  # stream-K shares: every SM busy, ends meet in shared tiles
+            cost = _streamk_cost(tiles, boxes, sms, per_slice, (bm, bn), span)
+            config = _config(p, bm, bn, stages, box, 1, span, streamk=True)
+            scored.append((cost, len(scored), config))
     scored.sort(key=lambda t: t[:2])
     return tuple(config for *_, config in scored)
+
+
+def _streamk_cost(
+    tiles: int, boxes: int, sms: int, per_slice: float, tile: tuple[int, int], span: int
+) -> float:
+    """A stream-K launch's expected time: one block per SM takes an equal share of the
+    iterations, paying ``_STREAMK_FIXED`` slices for every tile its share touches; or, where
+    longer, every tile reading its operands' boxes from memory (the blocks work at different
+    pixels, so unlike split-K's parts the tiles share little in the L2); and each piece's fp32
+    sums go out and back through the reduce."""
+    share = _cdiv(tiles * boxes, sms)
+    pieces = _cdiv(share, boxes) + 1  # tiles one share touches, at most
+    compute = (share * _STREAMK_SLOWDOWN + _STREAMK_FIXED * pieces) * per_slice
+    memory = tiles * boxes * PIXELS * (tile[0] + tile[1] // span) * 2 / _STREAMK_BYTES_PER_S
+    return max(compute, memory) + 2 * (tiles + sms) * tile[0] * tile[1] * 4 / _PARTIAL_BYTES_PER_S
 
 
 def _fits(p: ConvProblem, bm: int, bn: int, span: int = 1) -> bool:
