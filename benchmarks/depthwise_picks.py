@@ -17,6 +17,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from miocore_direct.gpu_depthwise_defaults import default_nhwc_plain
 from miocore_direct.gpu_depthwise_geometry import NHWC_MIN_BLOCKS
 from miocore_direct.gpu_depthwise_nhwc_tile import (
     NHWC_TILE_RUNS,
@@ -82,6 +83,12 @@ def add_pick_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="also every staged tile of the space that differs from the reference tile (the "
         "default rule's tile at --ref-batch, TMA-staged) in these keys only",
+    )
+    parser.add_argument(
+        "--with-plain",
+        action="store_true",
+        help="also dw_nhwc's default (channels innermost, no staged tile) where the default "
+        "is a staged tile: what the default was before a tile rule took the layer",
     )
     parser.add_argument(
         "--ref-batch",
@@ -180,6 +187,9 @@ def picks_for(
         ref = reference_tile(*row, args.ref_batch)
         if ref is not None:
             picks += [c for c in varied(space, ref, args.vary) if c not in picks]
+    if getattr(args, "with_plain", False) and is_nhwc_tile(default):
+        plain = default_nhwc_plain(canon)
+        picks += [plain] if plain in space and plain not in picks else []
     if args.tma_twins:  # a staged tile's twin staged the other way, if any
         twins = [tma_twin(c) for c in picks if is_nhwc_tile(c)]
         picks += [t for t in twins if t in space and t not in picks]

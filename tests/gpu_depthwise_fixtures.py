@@ -23,17 +23,21 @@ def depthwise_problem(direction: str = "forward", **kw) -> miocore.ConvProblem:
     return miocore.ConvProblem.from_sizes(direction, **args)
 
 
-def nhwc_default(direction: str, f: int, stride: int, hw: int, dtype: str) -> miocore.PerfConfig:
-    """``direct.gpu_depthwise``'s default for a 96-channel NHWC depthwise layer (checked to be
-    in its space)."""
+def nhwc_default(
+    direction: str, f: int, stride: int, hw: int, dtype: str, plain: bool = False
+) -> miocore.PerfConfig:
+    """``direct.gpu_depthwise``'s default for a 96-channel NHWC depthwise layer of 8 images
+    (checked to be in its space); ``plain``: ``dw_nhwc``'s rule, where a staged tile's rule
+    may take the layer (``gpu_depthwise_defaults.default_nhwc_plain``)."""
     from miocore_direct.gpu_depthwise import GpuDepthwiseSolver
+    from miocore_direct.gpu_depthwise_defaults import default_nhwc_plain
 
     s, ctx = GpuDepthwiseSolver(), cuda_context()
     p = depthwise_problem(
         direction, n=8, c=96, k=96, groups=96, in_spatial=(hw, hw), filter_spatial=(f, f),
         pads=(f // 2, f // 2), strides=(stride, stride), dtype=dtype, layout="NHWC",
     ).canonical  # fmt: skip
-    cfg = s.default_perf_config(ctx, p)
+    cfg = default_nhwc_plain(p) if plain else s.default_perf_config(ctx, p)
     assert cfg in s.perf_config_space(ctx, p)
     return cfg
 

@@ -63,3 +63,16 @@ def test_varied_keeps_every_other_key_fixed() -> None:
     ]
     assert picks.varied(space, ref, ["nt"]) == space[:1]
     assert picks.varied(space, ref, ["nt", "ch"]) == space[:2]
+
+
+def test_with_plain_adds_dw_nhwc_default_where_a_tile_rule_took_the_layer() -> None:
+    solver, ctx = picks.registered_solver("direct.gpu_depthwise"), picks.stand_in_context()
+    layer = _layer("dw240k3s2@28")  # the gather: a staged tile at batch 32
+    row = (layer, "backward_data", "float16", "NHWC")
+    canon = problem(layer, 32, "backward_data", dtype="float16", layout="NHWC").canonical
+    default = solver.default_perf_config(ctx, canon)
+    assert picks.is_nhwc_tile(default)
+    chosen = picks.picks_for(_args("--configs", "1", "--with-plain"), solver, ctx, canon, row)
+    plain = [c for c in chosen if not picks.is_nhwc_tile(c)]
+    assert chosen[0] == default and plain and "ct" in plain[-1]  # dw_nhwc: all channels a row
+    assert picks.picks_for(_args("--configs", "1"), solver, ctx, canon, row) == chosen[:-1]

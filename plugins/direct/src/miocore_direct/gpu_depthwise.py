@@ -140,8 +140,10 @@ class GpuDepthwiseSolver(TunableSolver):
     #: channel blocks first, TMA boxes of part of a pixel's channels with narrow L2
     #: promotion, and with them every 16-bit staged-tile default on sm_90 staged by the
     #: accelerator (forty-second session); 12: 7x7 stride-1 16-bit layers on sm_90 default to
-    #: staged tiles by TMA (forty-third session).
-    revision = 12
+    #: staged tiles by TMA (forty-third session); 13: batch-32 rules: the gather and 3x3 on
+    #: planes of 7 take the staged tile alone where runs keep too few blocks, 5x5 runs kept
+    #: from 240 blocks, 5x5 on planes of 7 from 120 (forty-fifth session).
+    revision = 13
     algorithm = Algorithm.DIRECT
     backends = GPU_BACKENDS
 

@@ -72,25 +72,7 @@ def default_config(problem: ConvProblem, tma: bool = False) -> PerfConfig:
         tile = default_nhwc_tile(p, tma)
         if tile is not None and (tile in space or (tma and tile in nhwc_tile_tma_configs(p))):
             return tile
-        fitted = default_nhwc_fitted(p)
-        if fitted is not None and fitted in space:
-            return fitted
-        written = p.x.lengths[1] if p.direction is Direction.BACKWARD_DATA else s["k"]
-        vec = next(v for v in vecs(p) if v <= 4)  # 8-byte fp16 vectors: fewer registers
-        gather = role(p)[5]
-        pix = 2 if s["s"][2] == 1 and not gather else 1
-        ho = s["out"][1]
-        py = 1 if gather else 4 if ho >= 12 else 2 if ho >= 4 else 1
-        ct = ct_for(written, vec)
-        if not filter_storage(role(p)[2] * tap_count(p), vec, ct)[0]:
-            # Taps staged in shared memory: 8 channel vectors by 32 pixel lanes was the
-            # fastest block on every ConvNeXt-T 7x7 layer (H200, fp16, 1.2-1.6x over all
-            # channels in one block row; docs/performance.md).
-            ct = min(ct, 8)
-        want = PerfConfig(vec=vec, pix=pix, py=py, ct=ct)
-        mb = nhwc_register_cap(p, gather)
-        if mb and PerfConfig(**want, mb=mb) in space:
-            want = PerfConfig(**want, mb=mb)
+        want = default_nhwc_plain(p)
     else:
         fitted, plain = default_tile_tma(p) if tma else None, default_tile(p)
         twin = PerfConfig(**plain, tma=1) if plain is not None else None
@@ -123,6 +105,36 @@ def default_config(problem: ConvProblem, tma: bool = False) -> PerfConfig:
             ct = ct_for(s["k"], vec) if cl else 1
             want = PerfConfig(vec=vec, ct=ct, py=py, pix=pix)
     return want if want in space else space[0]
+
+
+def default_nhwc_plain(p: ConvProblem) -> PerfConfig:
+    """``dw_nhwc``'s default (channels innermost, no staged tile): the fitted rule where it
+    applies (:func:`default_nhwc_fitted`), else vectors of at most 4 channels, 4 rows x 2
+    columns a thread at stride 1, all channels of the layer in one block row (8 channel
+    vectors where the taps go to shared memory), registers capped where that was timed
+    faster (:func:`nhwc_register_cap`)."""
+    space = config_space(p)
+    fitted = default_nhwc_fitted(p)
+    if fitted is not None and fitted in space:
+        return fitted
+    s = problem_sizes(p)
+    written = p.x.lengths[1] if p.direction is Direction.BACKWARD_DATA else s["k"]
+    vec = next(v for v in vecs(p) if v <= 4)  # 8-byte fp16 vectors: fewer registers
+    gather = role(p)[5]
+    pix = 2 if s["s"][2] == 1 and not gather else 1
+    ho = s["out"][1]
+    py = 1 if gather else 4 if ho >= 12 else 2 if ho >= 4 else 1
+    ct = ct_for(written, vec)
+    if not filter_storage(role(p)[2] * tap_count(p), vec, ct)[0]:
+        # Taps staged in shared memory: 8 channel vectors by 32 pixel lanes was the fastest
+        # block on every ConvNeXt-T 7x7 layer (H200, fp16, 1.2-1.6x over all channels in one
+        # block row; docs/performance.md).
+        ct = min(ct, 8)
+    want = PerfConfig(vec=vec, pix=pix, py=py, ct=ct)
+    mb = nhwc_register_cap(p, gather)
+    if mb and PerfConfig(**want, mb=mb) in space:
+        want = PerfConfig(**want, mb=mb)
+    return want
 
 
 def nhwc_register_cap(p: ConvProblem, gather: bool) -> int:

@@ -60,6 +60,11 @@ NHWC_TILE_RUN_WORK = 256
 #: 14x14 planes ran faster in shorter runs (768 tiles: 2 a block 0.91x ``dw_nhwc``'s time, 4 a
 #: block 1.07x).
 NHWC_TILE_MIN_RUN_BLOCKS = 300
+#: The same for 5x5 tiles, which run uncapped at 2 blocks an SM (264 a wave of an H200): at
+#: batch 32 the longest run that kept 240-256 blocks was the fastest on every 5x5 stride-1
+#: layer of MobileNetV3-Large and EfficientNet-B0 (0.84-0.87x the time of the shorter runs
+#: the 300 floor took; H200, fp16, forty-fifth session).
+NHWC_TILE_MIN_RUN_BLOCKS_5X5 = 240
 #: Blocks the gather's shortest run keeps at least where no run keeps
 #: :data:`NHWC_TILE_MIN_RUN_BLOCKS` (2 an SM of an H200): its 14x14 planes at batch 64 ran 288
 #: blocks in 0.65-0.70x ``dw_nhwc``'s time; fewer were not timed.
@@ -68,6 +73,14 @@ NHWC_TILE_MIN_SHORT_RUN_BLOCKS = 264
 #: ``dw_nhwc``'s time with 240-336 blocks at batch 64 (H200, fortieth session); below one
 #: block an SM (smaller batches, not timed) ``dw_nhwc`` stays.
 NHWC_TILE_MIN_ANY_RUN_BLOCKS = 132
+#: Blocks the runs of 4 of 3x3 stride-1 tiles on written planes of 7 keep at least, else the
+#: tile alone: at batch 32 (144 blocks) the runs took 1.23x the single tile's time (576
+#: blocks, also 0.81x cuDNN's; dw1152k3s1@7, H200, fp16, forty-fifth session).
+NHWC_TILE_MIN_SEVEN_RUN_BLOCKS = 240
+#: Blocks the 5x5 runs of 4 on written planes of 7 keep at least (``wave``): dw960k5s1@7 at
+#: batch 32 ran 120 blocks in 0.85x ``dw_nhwc``'s time (H200, fp16, forty-fifth session);
+#: fewer were not timed.
+NHWC_TILE_MIN_WAVE_BLOCKS = 120
 #: Blocks the TMA runs of 4 of 5x5 tiles on written planes of 7 keep at most: one wave of 2
 #: blocks an SM of an H200 (5x5 tiles run uncapped, about 118 registers). dw960k5s1@7 ran 240
 #: blocks in 0.72x ``dw_nhwc``'s time, dw1152k5s1@7 288 (a second wave of 24) in 1.23x, in
@@ -265,10 +278,13 @@ def nhwc_tile_configs(p: ConvProblem) -> list[PerfConfig]:
 def _default_tile(p: ConvProblem, tma: bool) -> tuple[PerfConfig, int, str] | None:
     """The single tile of :func:`default_nhwc_tile`, the shortest run it takes and what runs
     where no run keeps :data:`NHWC_TILE_MIN_RUN_BLOCKS` blocks (``single``: the tile alone,
-    ``shortest``: the shortest run, ``any``: the shortest run where it keeps
-    :data:`NHWC_TILE_MIN_ANY_RUN_BLOCKS`, ``alone``: the tile alone, never in runs, where it
-    keeps as many blocks, ``wave``: only the shortest run, where its blocks are between that
-    and :data:`NHWC_TILE_ONE_WAVE_BLOCKS`, ``none``: ``dw_nhwc``); None where ``dw_nhwc``
+    ``shortest``: the shortest run where it keeps :data:`NHWC_TILE_MIN_SHORT_RUN_BLOCKS`,
+    else the tile alone, ``any``: the shortest run where it keeps
+    :data:`NHWC_TILE_MIN_ANY_RUN_BLOCKS`, ``seven``: runs where they keep
+    :data:`NHWC_TILE_MIN_SEVEN_RUN_BLOCKS`, else the tile alone, ``alone``: the tile alone,
+    never in runs, where it keeps :data:`NHWC_TILE_MIN_ANY_RUN_BLOCKS`, ``wave``: only the
+    shortest run, where its blocks are between :data:`NHWC_TILE_MIN_WAVE_BLOCKS` and
+    :data:`NHWC_TILE_ONE_WAVE_BLOCKS`, ``none``: ``dw_nhwc``); None where ``dw_nhwc``
     stays. ``tma``: the device stages tiles by the tensor memory accelerator."""
     s = problem_sizes(p)
     square = s["f"][1] == s["f"][2]
@@ -298,7 +314,8 @@ def _default_tile(p: ConvProblem, tma: bool) -> tuple[PerfConfig, int, str] | No
             return PerfConfig(**tile, **staged, py=2, ch=64, toh=8, tow=8, pix=4), 4, "wave"
         ch = 32 if stride == 2 else 64
         pix, rows = (2, {"py": 2}) if wide else (4 if stride == 1 else 2, {})
-        return PerfConfig(**tile, **staged, **rows, ch=ch, toh=8, tow=8, pix=pix), 4, "any"
+        sparse = "seven" if stride == 1 and not wide else "any"
+        return PerfConfig(**tile, **staged, **rows, ch=ch, toh=8, tow=8, pix=pix), 4, sparse
     if stride == 2 and p.direction is Direction.FORWARD:
         return PerfConfig(**tile, **staged, ch=32, toh=8, tow=8, pix=4 if wide else 2), 2, "none"
     if stride != 1:
@@ -373,10 +390,15 @@ def default_nhwc_tile(p: ConvProblem, tma: bool = False) -> PerfConfig | None:
     runs = [run for run in runs if nhwc_tile_fits(p, run)]
     if sparse == "wave":  # the shortest run, where its blocks fill one wave and no more
         blocks = _blocks(p, runs[-1]) if runs else 0
-        fit = NHWC_TILE_MIN_ANY_RUN_BLOCKS <= blocks <= NHWC_TILE_ONE_WAVE_BLOCKS
+        fit = NHWC_TILE_MIN_WAVE_BLOCKS <= blocks <= NHWC_TILE_ONE_WAVE_BLOCKS
         return runs[-1] if fit else None
+    if sparse == "seven":
+        floor = NHWC_TILE_MIN_SEVEN_RUN_BLOCKS
+    else:
+        wide = problem_sizes(p)["f"][1] == 5
+        floor = NHWC_TILE_MIN_RUN_BLOCKS_5X5 if wide else NHWC_TILE_MIN_RUN_BLOCKS
     for run in runs:
-        if _blocks(p, run) >= NHWC_TILE_MIN_RUN_BLOCKS:
+        if _blocks(p, run) >= floor:
             return run
     if sparse == "single" and nhwc_tile_fits(p, single):
         return single
@@ -384,6 +406,9 @@ def default_nhwc_tile(p: ConvProblem, tma: bool = False) -> PerfConfig | None:
         return runs[-1]
     if sparse == "any" and runs and _blocks(p, runs[-1]) >= NHWC_TILE_MIN_ANY_RUN_BLOCKS:
         return runs[-1]
+    alone = sparse in ("shortest", "seven") and nhwc_tile_fits(p, single)
+    if alone and _blocks(p, single) >= NHWC_TILE_MIN_ANY_RUN_BLOCKS:
+        return single  # fewer blocks than a run needs (small batches): the tile alone
     return None
 
 

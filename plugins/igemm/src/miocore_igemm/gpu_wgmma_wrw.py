@@ -102,6 +102,9 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
     channels-last activations, any filter layout."""
 
     name = "igemm.gpu_wgmma_wrw"
+    #: 1: stream-K shares ranked, span 3 ranked: the defaults of the narrow layers changed
+    #: (forty-fifth session).
+    revision = 1
     backends = frozenset({"cuda"})
     is_dynamic = True
     dtypes = frozenset({DataType.FLOAT16, DataType.BFLOAT16})
