@@ -45,8 +45,9 @@ SUITES = {"resnet50": (RESNET50, 32), "vgg16": (VGG16, 16), "unet3d": (UNET3D, 2
 def _picks(solver: Any, ctx: Any, canon: Any, count: int) -> list[Any]:
     """The default first, then the alternatives a normal find measures with it
     (``find_configs``); the default with the other cluster size; each tile (over one tap or
-    several) and split-K (or stream-K shares) at its best box, deepest pipeline, persistent,
-    single blocks; then the rest of the space spread evenly."""
+    several) and split-K (or stream-K shares; each split-K also with the fix-up, ``fix``) at
+    its best box, deepest pipeline, persistent, single blocks; then the rest of the space
+    spread evenly."""
     default = solver.default_perf_config(ctx, canon)
     space = list(solver.perf_config_space(ctx, canon))
     picks = [default, *solver.find_configs(ctx, canon)]
@@ -54,7 +55,8 @@ def _picks(solver: Any, ctx: Any, canon: Any, count: int) -> list[Any]:
         picks.append({**default, "cluster": 3 - default["cluster"]})
     seen = set()
     for c in space:
-        key = (c["bm"], c["bn"], c["split"], c.get("pingpong", 0), c.get("span", 1), c.get("sk"))
+        key = (c["bm"], c["bn"], c["split"], c.get("pingpong", 0), c.get("span", 1), c.get("sk"),
+               c.get("fix"))  # fmt: skip
         if c.get("cluster", 1) == 1 and c.get("persist", 1) == 1 and key not in seen:
             seen.add(key)
             picks.append(c)

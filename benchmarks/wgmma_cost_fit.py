@@ -32,7 +32,7 @@ from miocore.testing import cpu_context
 
 _SMS = 132
 #: Keys that tell two measured configurations apart for the replay.
-_MATCH = ("bm", "bn", "split", "tw", "th", "td", "tn", "pingpong", "span", "sk")
+_MATCH = ("bm", "bn", "split", "tw", "th", "td", "tn", "pingpong", "span", "sk", "fix")
 #: The cost models' scalar constants searched (those a module has), with their candidates.
 _SCALARS = {
     "_UNIT_FIXED": (1.0, 2.0, 4.0, 6.0, 8.0, 12.0),

@@ -79,6 +79,7 @@ from miocore_igemm.gpu_wgmma_wrw_plan import (
     _partial_bytes,
     _slab,
     _splits,
+    counter_bytes,
     pack_geometry,
     partial_bytes,
     pixel_boxes,
@@ -145,11 +146,13 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
         """Every tile no wider than k and c need x the three pixel boxes that cover the output
         in the fewest boxes x the split-K parts that keep each part's pipeline full; then, on
         layers of at most 64 input channels, the tiles over 2, 3 or 4 taps the same way; then
-        every tile and box again in stream-K shares (``sk``)."""
+        every configuration whose parts go through the workspace again with the fix-up
+        (``fix``: the last part of a tile adds them, no reduce kernel); then every tile and box
+        in stream-K shares (``sk``)."""
         p = problem
         if not _computes(p):
             return []
-        out, shares = [], []
+        out, fixed, shares = [], [], []
         for span in (1, *SPANS):
             for (bm, bn), stages in STAGES.items():
                 if not _fits(p, bm, bn, span):
@@ -157,8 +160,10 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
                 for box in pixel_boxes(p):
                     for split in _splits(p, box):
                         out.append(_config(p, bm, bn, stages, box, split, span))
+                        if not _direct(p, (bm, bn), split):
+                            fixed.append(_config(p, bm, bn, stages, box, split, span, fixup=True))
                     shares.append(_config(p, bm, bn, stages, box, 1, span, streamk=True))
-        return out + shares
+        return out + fixed + shares
 
     def default_perf_config(self, ctx: ExecutionContext, problem: ConvProblem) -> PerfConfig:
         """The tile, box and split the cost model expects fastest (see :func:`ranked`)."""
@@ -187,7 +192,8 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
         """The seven keys; a tile with its depth; a box of exactly 64 pixels within the TMA's
         limits; at least one box per split-K part; ``span`` (optional) 2, 3 or 4 taps on a
         layer of at most 64 input channels, ``bn`` 64 a tap; ``sk`` (optional) 1, with one
-        part."""
+        part; ``fix`` (optional) 1, without ``sk``, where the parts' sums go through the
+        workspace (not straight into the filter)."""
         try:
             bm, bn, stages, tw, th, tn, split = (int(config[k]) for k in _KEYS)
             td = int(config.get("td", 1))
@@ -202,6 +208,10 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
         if "span" not in config and bn not in PER_TAP_BN:  # 192 columns span three taps
             return False
         if "sk" in config and (config["sk"] != 1 or split != 1):  # stream-K: shares, no parts
+            return False
+        if "fix" in config and (config["fix"] != 1 or "sk" in config):
+            return False
+        if "fix" in config and _direct(problem, (bm, bn), split):  # no sums to add up
             return False
         if ("td" in config) != (p.spatial_dims == 3):  # a depth exactly where there is one
             return False
@@ -259,6 +269,7 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
         three = caller.spatial_dims == 3
         sms = _sms(ctx)
         streamk = streamk_blocks(caller, cfg, sms)  # blocks of stream-K shares, or 0
+        fixup = bool(cfg.get("fix"))  # the last part of each tile adds the slabs: no reduce
         copies, part_at, workspace = _workspace(caller, cfg, streamk)
         p = with_packed(caller, tuple(c.name for c in copies))  # what the kernel reads
         id_, ih, iw = depth3(p.in_spatial, 1)
@@ -277,6 +288,7 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
             *(("-DMIO_3D=1",) if three else ()),
             *((f"-DMIO_SPAN={span}",) if span > 1 else ()),
             *(("-DMIO_STREAMK=1",) if streamk else ()),
+            *(("-DMIO_FIXUP=1",) if fixup else ()),
             "--gpu-architecture=sm_90a",  # wgmma and setmaxnreg: the arch-specific target
         )
         kernels = [c.kernel for c in copies] + [
@@ -289,7 +301,7 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
                 block=(THREADS,),
             )
         ]
-        if not direct:
+        if not direct and not fixup:
             kernels.append(
                 KernelInfo(
                     source=SOURCE,
@@ -318,6 +330,8 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
         dy_steps = (1,) * len(dy_box)
         paired = ws[1] == 1 and not any(x % 2 for x in (ws[0], *ws[2:]))
         dtype = p.dtype
+        counters = counter_bytes(p, cfg)
+        counters_at = partial_bytes(p, cfg) - counters  # after the slabs
 
         def factory(compiled: Any) -> Any:
             from miocore.backends.cuda_tma import tiled_tensor_map
@@ -325,7 +339,8 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
 
             staging = Copies(copies, compiled[: len(copies)])
             kernel = compiled[len(copies)]
-            reducer = None if direct else compiled[len(copies) + 1]
+            reducer = None if direct or fixup else compiled[len(copies) + 1]
+            backend = compiled[len(copies)].backend  # zeroes the fix-up's counts
             reduce_launch = KernelArgs([("ptr", 0), ("ptr", 0), ("bytes", geometry)])
             kept: dict[tuple[int, int], Any] = {}
 
@@ -352,11 +367,16 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
                     check_alignment(
                         (("dw", w_ptr, 2 * item),), "igemm.gpu_wgmma_wrw's paired stores"
                     )
-                if reducer is None:
+                if direct:
                     args.set_pointers(w_ptr, 0)
                     kernel.launch(args, shared=shared)
                     return
                 part_ptr = ws_ptr + part_at
+                if reducer is None:  # the fix-up: each tile's count of parts from zero
+                    backend.driver.memset(part_ptr + counters_at, counters, backend.stream_object)
+                    args.set_pointers(w_ptr, part_ptr)
+                    kernel.launch(args, shared=shared)
+                    return
                 args.set_pointers(w_ptr, part_ptr)
                 kernel.launch(args, shared=shared)
                 reduce_launch.set_pointers(part_ptr, w_ptr)

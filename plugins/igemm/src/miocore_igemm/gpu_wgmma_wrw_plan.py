@@ -2,7 +2,8 @@
 
 The 64-pixel boxes of the output that the sum runs over (:func:`pixel_boxes`; a depth on 3-D
 problems), the tiles and pipeline depths the kernel is compiled for, the split-K parts and
-their fp32 slabs, the stream-K shares (the ``sk`` key: :func:`streamk_blocks`,
+their fp32 slabs (added by a reduce kernel, or with the ``fix`` key by the parts themselves:
+:func:`counter_bytes`), the stream-K shares (the ``sk`` key: :func:`streamk_blocks`,
 :func:`streamk_slabs`), the ``MioWrwGeom`` the kernels take (:func:`pack_geometry`),
 and the cost model that ranks every tile and split (:func:`ranked`). The solver
 (``gpu_wgmma_wrw.py``) turns a ranked configuration into kernels and launches.
@@ -72,7 +73,8 @@ _STREAMK_BYTES_PER_S = 6.0e12
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 #: Slices a part should keep at least (fewer: the pipeline never fills).
 _MIN_PART_STEPS = 8
-_KEYS = ("bm", "bn", "stages", "tw", "th", "tn", "split")  # "td" (3-D), "span", "sk" (optional)
+#: The keys every configuration has; optional: "td" (3-D), "span", "sk", "fix".
+_KEYS = ("bm", "bn", "stages", "tw", "th", "tn", "split")
 _GEOMETRY = struct.Struct("<22i5q")
 _GEOMETRY_3D = struct.Struct("<8iq")  # MioWrwGeom's depth fields, after the 2-D ones
 
@@ -139,10 +141,22 @@ def _partial_bytes(p: ConvProblem, tile: tuple[int, int], split: int) -> int:
 
 def partial_bytes(p: ConvProblem, config: PerfConfig, streamk: int = 0) -> int:
     """The fp32 sums of ``config``'s launch in the workspace: its split-K parts', or with
-    stream-K shares over ``streamk`` blocks one slab per contributor a tile can have."""
+    stream-K shares over ``streamk`` blocks one slab per contributor a tile can have; with
+    the fix-up (``fix``) each tile's count of arrived parts after them (:func:`counter_bytes`)."""
     if streamk:
         return streamk_slabs(p, config, streamk) * _slab(p) * 4
-    return _partial_bytes(p, (int(config["bm"]), int(config["bn"])), int(config["split"]))
+    tile = (int(config["bm"]), int(config["bn"]))
+    sums = _partial_bytes(p, tile, int(config["split"]))
+    return sums + counter_bytes(p, config)
+
+
+def counter_bytes(p: ConvProblem, config: PerfConfig) -> int:
+    """With the fix-up (``fix``): one 4-byte count of arrived parts per tile, zeroed before
+    each launch, rounded up to 16 bytes; else 0."""
+    if not config.get("fix"):
+        return 0
+    tiles = tile_count(p, (int(config["bm"]), int(config["bn"])), int(config.get("span", 1)))
+    return _cdiv(tiles * 4, 16) * 16
 
 
 def tile_count(p: ConvProblem, tile: tuple[int, int], span: int = 1) -> int:
@@ -287,10 +301,11 @@ def _splits(p: ConvProblem, box: tuple[int, ...]) -> tuple[int, ...]:
 
 def _config(
     p: ConvProblem, bm: int, bn: int, stages: int, box: tuple[int, ...], split: int,
-    span: int = 1, streamk: bool = False,
+    span: int = 1, streamk: bool = False, fixup: bool = False,
 ) -> PerfConfig:  # fmt: skip
     """A configuration: ``td`` (the box's depth) on 3-D problems only, ``span`` over several
-    taps only, ``sk`` (stream-K shares, ``split`` 1) only where asked."""
+    taps only, ``sk`` (stream-K shares, ``split`` 1) and ``fix`` (the parts add their sums
+    themselves, no reduce kernel) only where asked."""
     tw, th, td, tn = box
     keys = dict(bm=bm, bn=bn, stages=stages, tw=tw, th=th, tn=tn, split=split)
     if p.spatial_dims == 3:
@@ -299,4 +314,6 @@ def _config(
         keys["span"] = span
     if streamk:
         keys["sk"] = 1
+    if fixup:
+        keys["fix"] = 1
     return PerfConfig(**keys)

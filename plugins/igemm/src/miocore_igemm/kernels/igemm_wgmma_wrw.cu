@@ -34,13 +34,19 @@
 // whose small wgmma instructions load more operands per product). A last group short of taps
 // loads its first tap again and stores nothing of it.
 //
+// Fix-up (MIO_FIXUP): the reduce kernel's work done by the parts themselves. Each unit publishes
+// its slab and counts itself in on its tile's counter (workspace after the slabs, zeroed before
+// the launch); the last part of a tile to arrive adds the tile's slabs in part order (the same
+// sums, in the same order, as the reduce) and stores them through the filter's strides, while
+// other tiles still compute. No reduce launch, no pass over every slab after the last unit.
+//
 // Stream-K (MIO_STREAMK): instead of units of equal parts, each block takes an equal share of
 // all the tiles' pixel boxes, tile after tile (igemm_wgmma_wrw_streamk.h), and sums each
 // tile's piece into the slab of its contributor number; the reduce adds each tile's
 // contributors. ``split`` then holds the grid's block count and ``direct`` is 0.
 //
 // Compile-time: MIO_BM (64, 128), MIO_BN (64, 128, 256; 192 over 3 taps), MIO_STAGES, MIO_3D,
-// MIO_SPAN, MIO_STREAMK, MIO_DTYPE_FP16 or MIO_DTYPE_BF16. Every size and the pixel box are
+// MIO_SPAN, MIO_STREAMK, MIO_FIXUP, MIO_DTYPE_FP16 or MIO_DTYPE_BF16. Every size and the pixel box are
 // run-time arguments: one binary per tile and depth serves every problem.
 #include "igemm_wgmma_ops.h"
 #include "igemm_wgmma_sync.h"
@@ -63,6 +69,12 @@
 #endif
 #ifndef MIO_STREAMK
 #define MIO_STREAMK 0  // 1: equal shares of every tile's boxes per block (stream-K)
+#endif
+#ifndef MIO_FIXUP
+#define MIO_FIXUP 0  // 1: the last part of a tile adds the parts' slabs (no reduce kernel)
+#endif
+#if MIO_FIXUP && MIO_STREAMK
+#error "stream-K's contributors are added by the reduce kernel"
 #endif
 #if MIO_SPAN > 1 && MIO_BN != 64 * MIO_SPAN
 #error "a tile over MIO_SPAN taps is 64 x MIO_SPAN columns wide"
@@ -215,6 +227,36 @@ __device__ __forceinline__ bool segment_at(const MioWrwGeom& g, int tiles_k, int
   for (int u_ = blockIdx.x; u_ < units; u_ += gridDim.x)              \
     if (const MioWrwUnit at = unit_at(g, u_, tiles_k, tiles_c); true)
 #endif
+
+// The filter's (k, tap, c) and (k, tap, c + 1), converted: one paired store where c is
+// contiguous and the strides even (``paired``), else two through the channel stride.
+__device__ __forceinline__ void store_filter(mio_elem* __restrict__ w, const MioWrwGeom& g,
+                                             long long k, int tap, int c, bool paired, float lo,
+                                             float hi) {
+#if MIO_3D
+  mio_elem* at = w + k * g.w_sk + (tap / g.s / g.r) * g.w_st + (tap / g.s % g.r) * g.w_sr +
+                 (tap % g.s) * g.w_ss;
+#else
+  mio_elem* at = w + k * g.w_sk + (tap / g.s) * g.w_sr + (tap % g.s) * g.w_ss;
+#endif
+  if (paired) {
+    store_pair(at + c, lo, hi);
+  } else {
+    alignas(4) mio_elem pair[2];
+    store_pair(pair, lo, hi);  // converted as the paired stores round
+    at[c * g.w_sc] = pair[0];
+    at[(c + 1) * g.w_sc] = pair[1];
+  }
+}
+
+// Whether the filter takes paired stores: c contiguous, every other stride even.
+__device__ __forceinline__ bool filter_paired(const MioWrwGeom& g) {
+#if MIO_3D
+  return g.w_sc == 1 && ((g.w_sk | g.w_st | g.w_sr | g.w_ss) & 1) == 0;
+#else
+  return g.w_sc == 1 && ((g.w_sk | g.w_sr | g.w_ss) & 1) == 0;
+#endif
+}
 
 extern "C" __global__ void __launch_bounds__(384, 1)
     igemm_wgmma_wrw(const __grid_constant__ MioTensorMap x_map,
@@ -414,6 +456,48 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         }
       }
     }
+#if MIO_FIXUP
+    if (!g.direct) {
+      // Publish this unit's slab (both consumers' stores out), count the part in; the last of
+      // the tile's parts adds its slabs in order and stores the filter.
+      __shared__ int last_part;
+      __threadfence();
+      asm volatile("bar.sync 1, 256;" ::: "memory");
+      if (tid == 128) {
+        const long long tile =
+            at.k0 / MIO_BM +
+            (long long)tiles_k * (at.c0 / MIO_BN + (long long)tiles_c * (at.tap0 / MIO_SPAN));
+        int* arrived = reinterpret_cast<int*>(part + (long long)g.slabs * g.slab) + tile;
+        last_part = atomicAdd(arrived, 1) == g.split - 1;
+      }
+      asm volatile("bar.sync 1, 256;" ::: "memory");
+      // with MIO_HALVES both consumers hold the whole tile: the first adds for both
+      if (last_part && (!MIO_HALVES || cw == 0)) {
+        __threadfence();  // the other parts' slabs, seen through the L2 (ld.global.cg)
+        const bool paired = filter_paired(g);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int k = at.k0 + row0 + warp * 16 + lane / 4 + 8 * half;
+          if (k >= g.k) continue;
+          const float* row = part + (long long)k * taps * g.c;
+#pragma unroll
+          for (int j = 0; j < MIO_CN / 8; ++j) {
+            const int tap = MIO_SPAN > 1 ? span_tap0 + j / 8 : at.tap0;
+            const int c = MIO_SPAN > 1 ? 2 * (lane % 4) + 8 * (j % 8) : col0 + 8 * j;
+            if (c >= g.c || tap >= taps) continue;
+            const float* at_c = row + (long long)tap * g.c + c;
+            float2 sum = __ldcg(reinterpret_cast<const float2*>(at_c));
+            for (int slab = 1; slab < g.slabs; ++slab) {
+              const float2 v = __ldcg(reinterpret_cast<const float2*>(at_c + slab * g.slab));
+              sum.x += v.x;
+              sum.y += v.y;
+            }
+            store_filter(w, g, k, tap, c, paired, sum.x, sum.y);
+          }
+        }
+      }
+    }
+#endif
   }
 }
 
@@ -425,13 +509,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 extern "C" __global__ void igemm_wgmma_wrw_reduce(const float* __restrict__ part,
                                                   mio_elem* __restrict__ w, const MioWrwGeom g) {
   const long long pairs = g.slab / 2;
-#if MIO_3D
   const long long taps = (long long)MIO_TAPS(g);
-  const bool paired = g.w_sc == 1 && ((g.w_sk | g.w_st | g.w_sr | g.w_ss) & 1) == 0;
-#else
-  const long long taps = (long long)g.r * g.s;
-  const bool paired = g.w_sc == 1 && ((g.w_sk | g.w_sr | g.w_ss) & 1) == 0;
-#endif
+  const bool paired = filter_paired(g);
 #if MIO_STREAMK
   const int tiles_k = (g.k + MIO_BM - 1) / MIO_BM;
   const int tiles_c = MIO_SPAN > 1 ? 1 : (g.c + MIO_BN - 1) / MIO_BN;
@@ -456,23 +535,7 @@ extern "C" __global__ void igemm_wgmma_wrw_reduce(const float* __restrict__ part
       sum.y += v.y;
     }
     const long long e = 2 * i;
-    const int c = (int)(e % g.c);
     const long long m = e / g.c;
-    const int tap = (int)(m % taps);
-    const long long k = m / taps;
-#if MIO_3D
-    mio_elem* at = w + k * g.w_sk + (tap / g.s / g.r) * g.w_st + (tap / g.s % g.r) * g.w_sr +
-                   (tap % g.s) * g.w_ss;
-#else
-    mio_elem* at = w + k * g.w_sk + (tap / g.s) * g.w_sr + (tap % g.s) * g.w_ss;
-#endif
-    if (paired) {
-      store_pair(at + c, sum.x, sum.y);
-    } else {
-      alignas(4) mio_elem pair[2];
-      store_pair(pair, sum.x, sum.y);  // converted as the paired stores round
-      at[c * g.w_sc] = pair[0];
-      at[(c + 1) * g.w_sc] = pair[1];
-    }
+    store_filter(w, g, m / taps, (int)(m % taps), (int)(e % g.c), paired, sum.x, sum.y);
   }
 }
