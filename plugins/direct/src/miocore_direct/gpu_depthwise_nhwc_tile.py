@@ -361,7 +361,10 @@ def default_nhwc_tile(p: ConvProblem, tma: bool = False) -> PerfConfig | None:
       thread, 5x5 in strips of 2 rows; 5x5 stride 1: 64 channels, strips of 2 x 4, only where
       the runs fill one wave, :data:`NHWC_TILE_ONE_WAVE_BLOCKS`); 7x7 stride 1: 8 x 16 tiles
       (8 x 8 on planes of 7), strips of 2 x 4, 64 channels (32 on layers of at most 32), one
-      tile a block, where that makes a block an SM (smaller launches were not timed).
+      tile a block, where that makes a block an SM (smaller launches were not timed);
+    - where the runs keep too few blocks (small batches): the gather and 3x3 stride-1 tiles on
+      planes of 7 alone, while that keeps a block an SM; 5x5 runs as long as they keep
+      :data:`NHWC_TILE_MIN_RUN_BLOCKS_5X5`.
 
     Timed on an H200 (batch 64, MobileNetV2's and EfficientNet-B0's depthwise layers, every
     run of the space; docs/performance-gpu-depthwise.md): without TMA (2026-11-29,
@@ -374,7 +377,11 @@ def default_nhwc_tile(p: ConvProblem, tma: bool = False) -> PerfConfig | None:
     tile of MobileNetV3-Large's dw16k3s1@112 and dw960k5s1@7, where ``dw_nhwc`` had stayed:
     the 16-channel strips 0.58x its time, the 5x5 runs 0.72x; ConvNeXt-T's 7x7 layers
     (forty-third session, fp16 and bf16, every 7x7 tile): 0.58-0.81x ``dw_nhwc``'s time,
-    1.00-1.14x the best tile's."""
+    1.00-1.14x the best tile's; at batch 32 (forty-fifth session, MobileNetV3-Large and
+    EfficientNet-B0, fp16, every run length and channel block of the batch-64 tiles) the
+    gather alone 0.50x ``dw_nhwc``'s time, the 5x5 runs kept from 240 blocks 0.84-0.87x the
+    shorter ones; batches 8 and 16 on every layer these rules took from ``dw_nhwc``:
+    0.41-0.99x its time."""
     picked = _default_tile(p, tma)
     if picked is None:
         return None
