@@ -144,6 +144,16 @@ class SolverKernel:
     kernel: KernelInfo
 
 
+def last_of_each_kind(space: list[Any]) -> list[Any]:
+    """The last configuration of each set of keys in ``space`` (a space lists its best guesses
+    first and adds optional keys for other kernel builds: stream-K shares, the fix-up, tiles
+    over several taps; the last of each kind builds a macro set no default does)."""
+    last: dict[frozenset[str], Any] = {}
+    for config in space:
+        last[frozenset(config)] = config
+    return list(last.values())
+
+
 def solver_kernels(
     vendor: str,
     arch: str,
@@ -155,8 +165,8 @@ def solver_kernels(
     """The kernel source folders, the GPU solvers of ``vendor`` (``only`` these names when
     given) and every kernel they produce for ``problems`` in both math modes: with the default
     performance config, and for tunable solvers also with up to ``configs`` more of the
-    problem's search space (evenly spaced through it) and, with ``last``, its last config (the
-    spaces list their best guesses first: the last builds a macro set no default does)."""
+    problem's search space (evenly spaced through it) and, with ``last``, the last config of
+    each set of keys in it (:func:`last_of_each_kind`)."""
     ctx = _context(vendor, arch)
     registry = default_registry()
     if not any(vendor in r.solver.backends for r in registry.solvers):
@@ -186,7 +196,7 @@ def solver_kernels(
                         step = max(1, len(space) // configs)
                         chosen += space[::step][:configs]
                     if last:
-                        chosen += space[-1:]
+                        chosen += last_of_each_kind(space)
                 for config in chosen:
                     solution = (
                         solver.get_solution(context, canon)
