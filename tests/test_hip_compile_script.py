@@ -111,3 +111,22 @@ def test_install_hipcc_does_nothing_when_hipcc_is_there(tmp_path: Path) -> None:
     path = _tools(tmp_path, hipcc="exit 0", **{"apt-get": "echo called >&2; exit 1"})
     done = _install_hipcc(path, MIOCORE_REQUIRE_HIPCC="1")
     assert done.returncode == 0 and "called" not in done.stderr
+
+
+def test_compile_check_takes_the_last_configuration_of_each_kind() -> None:
+    # the optional keys (stream-K shares, the fix-up, spans, ...) build macro sets no default
+    # does: the check compiles the last configuration of every set of keys, in space order
+    sys.path.insert(0, str(CHECK_COMPILE.parent))
+    try:
+        import check_compile
+    finally:
+        sys.path.remove(str(CHECK_COMPILE.parent))
+    space = [
+        {"bm": 128, "split": 1},
+        {"bm": 64, "split": 2},
+        {"bm": 128, "split": 2, "fix": 1},
+        {"bm": 64, "split": 3, "fix": 1},
+        {"bm": 64, "split": 1, "sk": 1},
+    ]
+    assert check_compile.last_of_each_kind(space) == [space[1], space[3], space[4]]
+    assert check_compile.last_of_each_kind([]) == []
