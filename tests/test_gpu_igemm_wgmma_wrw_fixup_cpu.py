@@ -7,12 +7,10 @@ kernel runs in ``tests/test_gpu_igemm_wgmma_wrw.py``'s every-config tests)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
+from wgmma_wrw_fixtures import sm90_context, wrw_problem
 
 import miocore
-from miocore.testing import cpu_context
 
 wrw = pytest.importorskip("miocore_igemm.gpu_wgmma_wrw")
 wrw_plan = pytest.importorskip("miocore_igemm.gpu_wgmma_wrw_plan")
@@ -20,17 +18,7 @@ wrw_plan = pytest.importorskip("miocore_igemm.gpu_wgmma_wrw_plan")
 SOLVER = wrw.GpuWgmmaWrwSolver()
 
 
-def _ctx() -> miocore.ExecutionContext:
-    device = dataclasses.replace(cpu_context().device, backend="cuda", compute_units=132,
-                                 arch="sm90")  # fmt: skip
-    return miocore.ExecutionContext(device=device)
-
-
-def _problem(**kw) -> miocore.ConvProblem:
-    args = dict(n=16, c=512, k=512, in_spatial=(28, 28), filter_spatial=(3, 3), pads=(1, 1),
-                dtype="float16", layout="NHWC")  # fmt: skip
-    args.update(kw)
-    return miocore.ConvProblem.from_sizes("backward_weights", **args)
+_ctx, _problem = sm90_context, wrw_problem
 
 
 def test_space_offers_a_fixup_twin_of_every_configuration_that_reduces() -> None:

@@ -8,16 +8,15 @@ in ``tests/test_gpu_igemm_wgmma_wrw.py``'s every-config tests)."""
 from __future__ import annotations
 
 import collections
-import dataclasses
 import itertools
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from wgmma_wrw_fixtures import sm90_context, wrw_problem
 
 import miocore
-from miocore.testing import cpu_context
 
 wrw = pytest.importorskip("miocore_igemm.gpu_wgmma_wrw")
 wrw_plan = pytest.importorskip("miocore_igemm.gpu_wgmma_wrw_plan")
@@ -28,17 +27,7 @@ KERNELS = Path(wrw.__file__).parent / "kernels"
 CXX = shutil.which("g++") or shutil.which("clang++") or shutil.which("c++")
 
 
-def _ctx(sms: int = 132) -> miocore.ExecutionContext:
-    device = dataclasses.replace(cpu_context().device, backend="cuda", compute_units=sms,
-                                 arch="sm90")  # fmt: skip
-    return miocore.ExecutionContext(device=device)
-
-
-def _problem(**kw) -> miocore.ConvProblem:
-    args = dict(n=16, c=512, k=512, in_spatial=(28, 28), filter_spatial=(3, 3), pads=(1, 1),
-                dtype="float16", layout="NHWC")  # fmt: skip
-    args.update(kw)
-    return miocore.ConvProblem.from_sizes("backward_weights", **args)
+_ctx, _problem = sm90_context, wrw_problem
 
 
 @pytest.fixture(scope="module")
