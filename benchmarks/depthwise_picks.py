@@ -187,7 +187,7 @@ def picks_for(
         ref = reference_tile(*row, args.ref_batch)
         if ref is not None:
             picks += [c for c in varied(space, ref, args.vary) if c not in picks]
-    if getattr(args, "with_plain", False) and is_nhwc_tile(default):
+    if args.with_plain and is_nhwc_tile(default):
         plain = default_nhwc_plain(canon)
         picks += [plain] if plain in space and plain not in picks else []
     if args.tma_twins:  # a staged tile's twin staged the other way, if any

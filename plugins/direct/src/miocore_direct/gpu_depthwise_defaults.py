@@ -72,7 +72,7 @@ def default_config(problem: ConvProblem, tma: bool = False) -> PerfConfig:
         tile = default_nhwc_tile(p, tma)
         if tile is not None and (tile in space or (tma and tile in nhwc_tile_tma_configs(p))):
             return tile
-        want = default_nhwc_plain(p)
+        want = default_nhwc_plain(p, space)
     else:
         fitted, plain = default_tile_tma(p) if tma else None, default_tile(p)
         twin = PerfConfig(**plain, tma=1) if plain is not None else None
@@ -107,13 +107,14 @@ def default_config(problem: ConvProblem, tma: bool = False) -> PerfConfig:
     return want if want in space else space[0]
 
 
-def default_nhwc_plain(p: ConvProblem) -> PerfConfig:
+def default_nhwc_plain(p: ConvProblem, space: list[PerfConfig] | None = None) -> PerfConfig:
     """``dw_nhwc``'s default (channels innermost, no staged tile): the fitted rule where it
     applies (:func:`default_nhwc_fitted`), else vectors of at most 4 channels, 4 rows x 2
     columns a thread at stride 1, all channels of the layer in one block row (8 channel
     vectors where the taps go to shared memory), registers capped where that was timed
-    faster (:func:`nhwc_register_cap`)."""
-    space = config_space(p)
+    faster (:func:`nhwc_register_cap`). ``space``: ``p``'s config space where the caller
+    has it."""
+    space = config_space(p) if space is None else space
     fitted = default_nhwc_fitted(p)
     if fitted is not None and fitted in space:
         return fitted

@@ -340,7 +340,6 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
             staging = Copies(copies, compiled[: len(copies)])
             kernel = compiled[len(copies)]
             reducer = None if direct or fixup else compiled[len(copies) + 1]
-            backend = compiled[len(copies)].backend  # zeroes the fix-up's counts
             reduce_launch = KernelArgs([("ptr", 0), ("ptr", 0), ("bytes", geometry)])
             kept: dict[tuple[int, int], Any] = {}
 
@@ -372,15 +371,14 @@ class GpuWgmmaWrwSolver(MmaSolverBase):
                     kernel.launch(args, shared=shared)
                     return
                 part_ptr = ws_ptr + part_at
-                if reducer is None:  # the fix-up: each tile's count of parts from zero
+                if fixup:  # each tile's count of arrived parts from zero
+                    backend = kernel.backend
                     backend.driver.memset(part_ptr + counters_at, counters, backend.stream_object)
-                    args.set_pointers(w_ptr, part_ptr)
-                    kernel.launch(args, shared=shared)
-                    return
                 args.set_pointers(w_ptr, part_ptr)
                 kernel.launch(args, shared=shared)
-                reduce_launch.set_pointers(part_ptr, w_ptr)
-                reducer.launch(reduce_launch)
+                if reducer is not None:
+                    reduce_launch.set_pointers(part_ptr, w_ptr)
+                    reducer.launch(reduce_launch)
 
             return invoker
 

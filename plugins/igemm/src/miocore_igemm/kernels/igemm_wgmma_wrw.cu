@@ -46,8 +46,8 @@
 // contributors. ``split`` then holds the grid's block count and ``direct`` is 0.
 //
 // Compile-time: MIO_BM (64, 128), MIO_BN (64, 128, 256; 192 over 3 taps), MIO_STAGES, MIO_3D,
-// MIO_SPAN, MIO_STREAMK, MIO_FIXUP, MIO_DTYPE_FP16 or MIO_DTYPE_BF16. Every size and the pixel box are
-// run-time arguments: one binary per tile and depth serves every problem.
+// MIO_SPAN, MIO_STREAMK, MIO_FIXUP, MIO_DTYPE_FP16 or MIO_DTYPE_BF16. Every size and the pixel
+// box are run-time arguments: one binary per tile and depth serves every problem.
 #include "igemm_wgmma_ops.h"
 #include "igemm_wgmma_sync.h"
 #include "igemm_wgmma_wrw_streamk.h"
